@@ -1,0 +1,1 @@
+//! floodgate: an SMTP submission proxy that stops outgoing email floods.
