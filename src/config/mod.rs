@@ -1,0 +1,499 @@
+//! The configuration model: TOML with the names of DESIGN.md, validated before anything starts.
+//!
+//! Every error names the file, the line and what is wrong; floodgate refuses to start on any.
+
+mod duration;
+mod net;
+
+pub use duration::{parse_duration, ConfigDuration, DurationError};
+pub use net::{Cidr, CidrError};
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A config that could not be used, with where and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The config file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not match the model.
+    #[error("{path}:{line}:{column}: {message}")]
+    Invalid {
+        /// The config file.
+        path: PathBuf,
+        /// 1-based line of the offending value.
+        line: usize,
+        /// 1-based column of the offending value.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// How a listener or the upstream connection uses TLS.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsMode {
+    /// Plain SMTP only.
+    None,
+    /// Plain SMTP with STARTTLS (RFC 3207).
+    Starttls,
+    /// TLS from the first byte (RFC 8314).
+    Implicit,
+}
+
+impl TlsMode {
+    /// The config word for this mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsMode::None => "none",
+            TlsMode::Starttls => "starttls",
+            TlsMode::Implicit => "implicit",
+        }
+    }
+}
+
+/// How floodgate tells upstream who the real client is.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientIdentity {
+    /// Upstream sees floodgate's address.
+    None,
+    /// Postfix-style XCLIENT after the upstream greeting.
+    Xclient,
+    /// A PROXY protocol v2 header before any SMTP.
+    ProxyV2,
+}
+
+/// What to do with a bare CR or LF inside message data.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BareLineEndings {
+    /// Refuse the message with 550 5.5.2.
+    Reject,
+    /// Turn each bare CR or LF into CRLF.
+    Normalize,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[server]`: process-wide limits and names.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Name used in floodgate's own replies.
+    pub hostname: String,
+    /// Sessions at once, over all listeners; more get 421 4.7.0.
+    pub max_connections: usize,
+    /// Sessions at once from one client IP; more get 421 4.7.0.
+    pub max_connections_per_ip: usize,
+    /// Protocol errors per session before 421 4.7.0.
+    pub max_errors: u32,
+    /// Addresses allowed to send a PROXY header on listeners with `proxy_protocol`.
+    pub trusted_proxies: Vec<Cidr>,
+    /// How long sessions may finish after SIGTERM before they get 421 4.3.2.
+    pub shutdown_grace: ConfigDuration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            hostname: "floodgate".into(),
+            max_connections: 10_000,
+            max_connections_per_ip: 100,
+            max_errors: 10,
+            trusted_proxies: Vec::new(),
+            shutdown_grace: ConfigDuration(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// `[timeouts]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// Idle wait for the next client command (RFC 5321 §4.5.3.2: at least 5 minutes).
+    pub command: ConfigDuration,
+    /// The whole DATA phase.
+    pub data: ConfigDuration,
+    /// A whole session.
+    pub session: ConfigDuration,
+    /// A TLS handshake with the client.
+    pub tls_handshake: ConfigDuration,
+    /// A PROXY header from a load balancer.
+    pub proxy_header: ConfigDuration,
+    /// Connecting to upstream (TCP and, for implicit TLS, the handshake).
+    pub upstream_connect: ConfigDuration,
+    /// Each upstream reply.
+    pub upstream_reply: ConfigDuration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        let s = |n| ConfigDuration(Duration::from_secs(n));
+        Timeouts {
+            command: s(300),
+            data: s(600),
+            session: s(3600),
+            tls_handshake: s(10),
+            proxy_header: s(5),
+            upstream_connect: s(10),
+            upstream_reply: s(300),
+        }
+    }
+}
+
+/// One `[[listener]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    /// A name for logs and metrics; defaults to the address.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Where to listen.
+    pub address: SocketAddr,
+    /// TLS mode towards clients.
+    #[serde(default = "default_listener_tls")]
+    pub tls: Spanned<TlsMode>,
+    /// Accept a PROXY v1/v2 header from `[server] trusted_proxies`.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+}
+
+fn default_listener_tls() -> Spanned<TlsMode> {
+    Spanned::new(0..0, TlsMode::None)
+}
+
+impl ListenerConfig {
+    /// The listener's name, or its address.
+    pub fn display_name(&self) -> String {
+        self.name.clone().unwrap_or_else(|| self.address.to_string())
+    }
+}
+
+/// `[tls]`: floodgate's own certificate.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain.
+    pub certificate: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub private_key: PathBuf,
+    /// Advertise and accept AUTH before TLS.
+    #[serde(default)]
+    pub auth_without_tls: bool,
+}
+
+/// `[upstream]`: the smart host.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// host:port of the smart host (a name is resolved at each connect).
+    pub address: Spanned<String>,
+    /// TLS towards upstream.
+    #[serde(default = "default_upstream_tls")]
+    pub tls: TlsMode,
+    /// How the real client is passed on.
+    #[serde(default = "default_identity")]
+    pub client_identity: ClientIdentity,
+    /// Name to verify upstream's certificate against; defaults to the host of `address`.
+    #[serde(default)]
+    pub server_name: Option<String>,
+    /// CA bundle for upstream's certificate; the system roots when absent.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// floodgate's own EHLO name towards upstream.
+    #[serde(default)]
+    pub helo_name: Option<String>,
+}
+
+fn default_store() -> Spanned<StoreConfig> {
+    Spanned::new(0..0, StoreConfig::default())
+}
+
+fn default_upstream_tls() -> TlsMode {
+    TlsMode::None
+}
+fn default_identity() -> ClientIdentity {
+    ClientIdentity::None
+}
+
+/// `[smtp]`: protocol limits.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SmtpConfig {
+    /// Longest command line, CRLF included (RFC 5321: 512 plus extension slack).
+    pub max_command_line: usize,
+    /// Longest message line, CRLF included.
+    pub max_text_line: usize,
+    /// Longest AUTH response line (RFC 4954: 12288).
+    pub max_auth_line: usize,
+    /// Largest message accepted, in octets.
+    pub max_message_size: u64,
+    /// Bare CR or LF in message data.
+    pub bare_line_endings: BareLineEndings,
+    /// Recipients per message.
+    pub max_recipients: usize,
+}
+
+impl Default for SmtpConfig {
+    fn default() -> Self {
+        SmtpConfig {
+            max_command_line: 2048,
+            max_text_line: 1000,
+            max_auth_line: 12288,
+            max_message_size: 50 * 1024 * 1024,
+            bare_line_endings: BareLineEndings::Reject,
+            max_recipients: 1000,
+        }
+    }
+}
+
+/// `[store]`: where limit state lives.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `memory` (the only backend so far).
+    pub backend: String,
+    /// Snapshot path for the memory store.
+    pub path: Option<PathBuf>,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            backend: "memory".into(),
+            path: None,
+        }
+    }
+}
+
+/// `[log]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A tracing filter (`info`, `floodgate=debug`); `RUST_LOG` overrides it.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: ServerConfig,
+    #[serde(default)]
+    timeouts: Timeouts,
+    listener: Spanned<Vec<ListenerConfig>>,
+    #[serde(default)]
+    tls: Option<TlsConfig>,
+    upstream: UpstreamConfig,
+    #[serde(default)]
+    smtp: SmtpConfig,
+    #[serde(default = "default_store")]
+    store: Spanned<StoreConfig>,
+    #[serde(default)]
+    log: LogConfig,
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// `[server]`.
+    pub server: ServerConfig,
+    /// `[timeouts]`.
+    pub timeouts: Timeouts,
+    /// `[[listener]]`, in file order.
+    pub listeners: Vec<ListenerConfig>,
+    /// `[tls]`, with paths made absolute.
+    pub tls: Option<TlsConfig>,
+    /// `[upstream]`, with paths made absolute.
+    pub upstream: UpstreamConfig,
+    /// `[smtp]`.
+    pub smtp: SmtpConfig,
+    /// `[store]`.
+    pub store: StoreConfig,
+    /// `[log]`.
+    pub log: LogConfig,
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(path, &text)
+    }
+
+    /// Validates config text; `path` names it in errors and anchors relative paths.
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let at = |span: std::ops::Range<usize>, message: String| {
+            let (line, column) = line_col(text, span.start);
+            ConfigError::Invalid {
+                path: path.to_path_buf(),
+                line,
+                column,
+                message,
+            }
+        };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            at(
+                e.span().unwrap_or(0..0),
+                e.message().trim_end().replace('\n', "; "),
+            )
+        })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let listeners_span = raw.listener.span();
+        let listeners = raw.listener.into_inner();
+        if listeners.is_empty() {
+            return Err(at(listeners_span, "at least one [[listener]] is needed".into()));
+        }
+        for l in &listeners {
+            if *l.tls.get_ref() != TlsMode::None && raw.tls.is_none() {
+                return Err(at(
+                    l.tls.span(),
+                    format!(
+                        "listener {} uses tls = \"{}\" but there is no [tls] section with a certificate",
+                        l.display_name(),
+                        l.tls.get_ref().as_str()
+                    ),
+                ));
+            }
+        }
+        let up_span = raw.upstream.address.span();
+        if split_host_port(raw.upstream.address.get_ref()).is_none() {
+            return Err(at(
+                up_span,
+                format!(
+                    "upstream address {:?} is not host:port",
+                    raw.upstream.address.get_ref()
+                ),
+            ));
+        }
+        let store_span = raw.store.span();
+        let store = raw.store.into_inner();
+        if store.backend != "memory" {
+            return Err(at(
+                store_span,
+                format!(
+                    "store backend {:?} is not available: use \"memory\"",
+                    store.backend
+                ),
+            ));
+        }
+        let smtp = raw.smtp;
+        if smtp.max_command_line < 512 {
+            return Err(at(
+                0..0,
+                "[smtp] max_command_line must be at least 512 (RFC 5321 §4.5.3.1.4)".into(),
+            ));
+        }
+        if smtp.max_text_line < 1000 {
+            return Err(at(
+                0..0,
+                "[smtp] max_text_line must be at least 1000 (RFC 5321 §4.5.3.1.6)".into(),
+            ));
+        }
+        if smtp.max_auth_line < 512 {
+            return Err(at(0..0, "[smtp] max_auth_line must be at least 512".into()));
+        }
+        let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+        let tls = raw.tls.map(|t| TlsConfig {
+            certificate: abs(t.certificate),
+            private_key: abs(t.private_key),
+            auth_without_tls: t.auth_without_tls,
+        });
+        let mut upstream = raw.upstream;
+        upstream.ca_file = upstream.ca_file.map(abs);
+        Ok(Config {
+            path: path.to_path_buf(),
+            server: raw.server,
+            timeouts: raw.timeouts,
+            listeners,
+            tls,
+            upstream,
+            smtp,
+            store: StoreConfig {
+                backend: store.backend,
+                path: store.path.map(abs),
+            },
+            log: raw.log,
+        })
+    }
+
+    /// floodgate's EHLO name towards upstream.
+    pub fn helo_name(&self) -> &str {
+        self.upstream
+            .helo_name
+            .as_deref()
+            .unwrap_or(&self.server.hostname)
+    }
+
+    /// The TLS server name for upstream.
+    pub fn upstream_server_name(&self) -> String {
+        if let Some(n) = &self.upstream.server_name {
+            return n.clone();
+        }
+        split_host_port(self.upstream.address.get_ref())
+            .map(|(h, _)| h.to_string())
+            .unwrap_or_default()
+    }
+}
+
+/// Splits `host:port` or `[v6]:port`.
+pub fn split_host_port(s: &str) -> Option<(&str, u16)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.is_empty() {
+        return None;
+    }
+    Some((host, port))
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,112 @@
+use super::*;
+
+const GOOD: &str = r#"
+[[listener]]
+address = "127.0.0.1:0"
+tls = "starttls"
+
+[tls]
+certificate = "certs/dev/server.crt"
+private_key = "certs/dev/server.key"
+
+[upstream]
+address = "127.0.0.1:2525"
+client_identity = "xclient"
+"#;
+
+fn err(text: &str) -> String {
+    Config::parse(Path::new("/etc/floodgate/test.toml"), text)
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn good_config_with_defaults() {
+    let c = Config::parse(Path::new("/etc/floodgate/f.toml"), GOOD).unwrap();
+    assert_eq!(c.listeners.len(), 1);
+    assert_eq!(*c.listeners[0].tls.get_ref(), TlsMode::Starttls);
+    assert_eq!(
+        c.tls.clone().unwrap().certificate,
+        PathBuf::from("/etc/floodgate/certs/dev/server.crt")
+    );
+    assert_eq!(c.upstream.client_identity, ClientIdentity::Xclient);
+    assert_eq!(c.smtp.max_command_line, 2048);
+    assert_eq!(c.timeouts.command.0, Duration::from_secs(300));
+    assert_eq!(c.upstream_server_name(), "127.0.0.1");
+}
+
+#[test]
+fn unknown_key_names_line() {
+    let e = err(&format!("{GOOD}\n[smtp]\nmax_comand_line = 600\n"));
+    assert!(e.starts_with("/etc/floodgate/test.toml:15:"), "{e}");
+    assert!(e.contains("unknown field `max_comand_line`"), "{e}");
+}
+
+#[test]
+fn bad_enum_names_line() {
+    let e = err(&GOOD.replace("\"xclient\"", "\"xclent\""));
+    assert!(e.starts_with("/etc/floodgate/test.toml:12:"), "{e}");
+    assert!(e.contains("unknown variant `xclent`"), "{e}");
+}
+
+#[test]
+fn bad_duration() {
+    let e = err(&format!("{GOOD}\n[timeouts]\ncommand = \"5 minutes\"\n"));
+    assert!(e.starts_with("/etc/floodgate/test.toml:15:"), "{e}");
+    assert!(e.contains("bad duration"), "{e}");
+}
+
+#[test]
+fn bad_address() {
+    let e = err(&GOOD.replace("127.0.0.1:0", "127.0.0.1"));
+    assert!(e.starts_with("/etc/floodgate/test.toml:3:"), "{e}");
+    assert!(e.contains("invalid socket address"), "{e}");
+}
+
+#[test]
+fn bad_upstream() {
+    let e = err(&GOOD.replace("127.0.0.1:2525", "smarthost"));
+    assert!(e.starts_with("/etc/floodgate/test.toml:11:"), "{e}");
+    assert!(e.contains("not host:port"), "{e}");
+}
+
+#[test]
+fn tls_listener_without_certificate() {
+    let text = "[[listener]]\naddress = \"127.0.0.1:0\"\ntls = \"implicit\"\n[upstream]\naddress = \"127.0.0.1:25\"\n";
+    let e = err(text);
+    assert!(e.starts_with("/etc/floodgate/test.toml:3:"), "{e}");
+    assert!(e.contains("no [tls] section"), "{e}");
+}
+
+#[test]
+fn missing_listener() {
+    let e = err("[upstream]\naddress = \"127.0.0.1:25\"\n");
+    assert!(e.contains("missing field `listener`"), "{e}");
+}
+
+#[test]
+fn bad_trusted_proxy() {
+    let e = err(&format!(
+        "[server]\ntrusted_proxies = [\"10.0.0.0/40\"]\n{GOOD}"
+    ));
+    assert!(e.starts_with("/etc/floodgate/test.toml:2:"), "{e}");
+    assert!(e.contains("bad prefix length"), "{e}");
+}
+
+#[test]
+fn unavailable_store() {
+    let e = err(&format!("{GOOD}\n[store]\nbackend = \"redis\"\n"));
+    assert!(e.contains("store backend \"redis\" is not available"), "{e}");
+}
+
+#[test]
+fn syntax_error() {
+    let e = err("[[listener]\n");
+    assert!(e.starts_with("/etc/floodgate/test.toml:1:"), "{e}");
+}
+
+#[test]
+fn small_limits_refused() {
+    let e = err(&format!("{GOOD}\n[smtp]\nmax_command_line = 100\n"));
+    assert!(e.contains("at least 512"), "{e}");
+}
