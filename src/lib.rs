@@ -3,3 +3,4 @@
 //! Data flows one way: bytes → commands → a decision → bytes. See DESIGN.md for the parts.
 
 pub mod config;
+pub mod tls;

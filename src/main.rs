@@ -1,1 +1,195 @@
-fn main() {}
+//! The floodgate command line: `run`, `check`, `simulate`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tracing::{error, info, warn};
+
+use floodgate::config::{Config, LogFormat};
+use floodgate::policy::AllowAll;
+use floodgate::server::{build_shared, Server};
+
+/// An SMTP submission proxy that stops outgoing email floods.
+#[derive(Parser)]
+#[command(name = "floodgate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the proxy.
+    Run {
+        /// The config file.
+        #[arg(long, short, default_value = "conf/floodgate.toml")]
+        config: PathBuf,
+    },
+    /// Validate a config file and print what floodgate understood.
+    Check {
+        /// The config file.
+        #[arg(long, short, default_value = "conf/floodgate.toml")]
+        config: PathBuf,
+    },
+    /// Replay events (JSON lines) through one limit, without network.
+    Simulate {
+        /// The limit, in any syntax the config accepts (Exim's included).
+        #[arg(long)]
+        limit: String,
+        /// Events, one JSON object a line; standard input when absent.
+        file: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Run { config } => run(config),
+        Cmd::Check { config } => check(config),
+        Cmd::Simulate { limit, file } => simulate(&limit, file),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("floodgate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logs(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log.format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+fn run(path: PathBuf) -> anyhow::Result<()> {
+    let config = Config::load(&path)?;
+    init_logs(&config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let server = Server::bind(config, Arc::new(AllowAll)).await?;
+        {
+            let mut out = std::io::stdout().lock();
+            for (name, addr, tls) in server.local_addrs() {
+                writeln!(out, "listening {name} {addr} {}", tls.as_str())?;
+                info!(listener = %name, address = %addr, tls = tls.as_str(), "listening");
+            }
+            out.flush()?;
+        }
+        let control = server.control();
+        tokio::spawn(signals(control));
+        server.run().await;
+        Ok(())
+    })
+}
+
+async fn signals(control: floodgate::server::Control) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        error!("cannot install signal handlers");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => {
+                info!("SIGTERM: graceful shutdown");
+                control.shutdown();
+            }
+            _ = int.recv() => {
+                info!("SIGINT: stopping now");
+                control.stop_now();
+            }
+            _ = hup.recv() => match control.reload() {
+                Ok(()) => info!("SIGHUP: configuration reloaded"),
+                Err(e) => warn!(error = %e, "SIGHUP: new configuration refused; the old one stays in force"),
+            },
+        }
+    }
+}
+
+fn check(path: PathBuf) -> anyhow::Result<()> {
+    let config = Arc::new(Config::load(&path)?);
+    build_shared(config.clone(), Arc::new(AllowAll))
+        .with_context(|| format!("{}: TLS material", path.display()))?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}: OK", path.display())?;
+    for l in &config.listeners {
+        writeln!(
+            out,
+            "listener {}: {} tls={} proxy_protocol={}",
+            l.display_name(),
+            l.address,
+            l.tls.get_ref().as_str(),
+            l.proxy_protocol
+        )?;
+    }
+    if let Some(t) = &config.tls {
+        writeln!(
+            out,
+            "tls: certificate={} key={} auth_without_tls={}",
+            t.certificate.display(),
+            t.private_key.display(),
+            t.auth_without_tls
+        )?;
+    }
+    let u = &config.upstream;
+    writeln!(
+        out,
+        "upstream: {} tls={} client_identity={:?} server_name={} helo={}",
+        u.address.get_ref(),
+        u.tls.as_str(),
+        u.client_identity,
+        config.upstream_server_name(),
+        config.helo_name()
+    )?;
+    let s = &config.server;
+    writeln!(
+        out,
+        "server: hostname={} max_connections={} per_ip={} max_errors={} shutdown_grace={}",
+        s.hostname, s.max_connections, s.max_connections_per_ip, s.max_errors, s.shutdown_grace
+    )?;
+    let m = &config.smtp;
+    writeln!(
+        out,
+        "smtp: command_line={} text_line={} auth_line={} message_size={} recipients={} bare_line_endings={:?}",
+        m.max_command_line, m.max_text_line, m.max_auth_line, m.max_message_size, m.max_recipients, m.bare_line_endings
+    )?;
+    let t = &config.timeouts;
+    writeln!(
+        out,
+        "timeouts: command={} data={} session={} tls_handshake={} upstream_connect={} upstream_reply={}",
+        t.command, t.data, t.session, t.tls_handshake, t.upstream_connect, t.upstream_reply
+    )?;
+    Ok(())
+}
+
+fn simulate(limit: &str, file: Option<PathBuf>) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let out = std::io::BufWriter::new(stdout.lock());
+    match file {
+        Some(f) => {
+            let input = std::fs::File::open(&f).with_context(|| format!("cannot open {}", f.display()))?;
+            floodgate::simulate::run(limit, std::io::BufReader::new(input), out)?;
+        }
+        None => floodgate::simulate::run(limit, std::io::stdin().lock(), out)?,
+    }
+    Ok(())
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Relay throughput: floodgate beside the direct path and nginx's stream byte relay, in one run
+# of the shared harness (Postfix smtp-source -> [path] -> smtp-sink, all on 127.0.0.1).
+#
+#   benches/relay.sh [bench.sh options...]     e.g.  benches/relay.sh -n 3 -m 20000
+#
+# Needs ../shared/bench (install-tools.sh installs smtp-source/smtp-sink and nginx).
+# floodgate listens on 127.0.0.1:26259 and relays to the sink on 127.0.0.1:26250 with the
+# default policy and client_identity = "none" (smtp-sink does not authorise XCLIENT).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+HARNESS=${HARNESS:-$ROOT/../shared/bench}
+[[ -x $HARNESS/bench.sh ]] || { echo "no harness at $HARNESS" >&2; exit 1; }
+cargo build --release --manifest-path "$ROOT/Cargo.toml" --bin floodgate
+TMP=$(mktemp -d /tmp/floodgate-bench.XXXXXX)
+cat >"$TMP/floodgate.toml" <<TOML
+[server]
+max_connections_per_ip = 10000
+[[listener]]
+name = "bench"
+address = "127.0.0.1:26259"
+tls = "none"
+[upstream]
+address = "127.0.0.1:26250"
+client_identity = "none"
+[log]
+level = "warn"
+TOML
+"$ROOT/target/release/floodgate" run --config "$TMP/floodgate.toml" >"$TMP/stdout" 2>"$TMP/stderr" &
+FG=$!
+trap 'kill $FG 2>/dev/null; wait $FG 2>/dev/null; rm -rf "$TMP"' EXIT
+for _ in $(seq 50); do grep -q '^listening' "$TMP/stdout" 2>/dev/null && break; sleep 0.1; done
+grep -q '^listening' "$TMP/stdout" || { cat "$TMP/stderr" >&2; exit 1; }
+"$HARNESS/bench.sh" -P "direct nstream proxy" -x 127.0.0.1:26259 "$@"

@@ -1,0 +1,130 @@
+//! The policy hook: at each SMTP stage the session asks for a verdict before relaying.
+//!
+//! The proxy core only needs [`Policy`]; the rate-limit policy (limits, keys, lookups,
+//! countermeasures) implements it on top of the rate engine and the store.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::smtp::reply::Reply;
+
+/// Where in the SMTP dialogue a check happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// A client connected (before the greeting).
+    Connect,
+    /// HELO or EHLO.
+    Helo,
+    /// An AUTH exchange ended (see [`Facts::auth_succeeded`]).
+    Auth,
+    /// MAIL FROM.
+    Mail,
+    /// Each RCPT TO.
+    Rcpt,
+    /// The DATA (or BDAT) command, before any content.
+    Data,
+    /// The whole message has arrived, before it is relayed.
+    Message,
+    /// Every command, before its own stage.
+    Command,
+}
+
+impl Stage {
+    /// The config word for this stage.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Connect => "connect",
+            Stage::Helo => "helo",
+            Stage::Auth => "auth",
+            Stage::Mail => "mail",
+            Stage::Rcpt => "rcpt",
+            Stage::Data => "data",
+            Stage::Message => "message",
+            Stage::Command => "command",
+        }
+    }
+}
+
+/// What the session knows when it asks.
+#[derive(Clone, Debug, Default)]
+pub struct Facts {
+    /// The client's address (from PROXY when a trusted load balancer sent one).
+    pub client_ip: Option<IpAddr>,
+    /// The client's port.
+    pub client_port: u16,
+    /// The listener's name.
+    pub listener: Arc<str>,
+    /// Whether the client session is encrypted.
+    pub tls: bool,
+    /// The HELO/EHLO name.
+    pub helo: Option<String>,
+    /// The authenticated user (only after upstream said 235).
+    pub user: Option<String>,
+    /// The user name of the AUTH attempt being judged (stage Auth), success or not.
+    pub auth_attempt: Option<String>,
+    /// Whether the AUTH attempt succeeded (stage Auth).
+    pub auth_succeeded: bool,
+    /// The envelope sender ("" for the null sender), from MAIL on.
+    pub sender: Option<String>,
+    /// The recipient being judged (stage Rcpt).
+    pub recipient: Option<String>,
+    /// Exim's per_addr value of the recipient: lower-cased local part @ lower-cased domain.
+    pub recipient_normalized: Option<String>,
+    /// Recipients accepted so far in this transaction.
+    pub recipients_count: usize,
+    /// Message size: the SIZE= hint until the data arrives, then the real size.
+    pub message_size: u64,
+    /// The header From address (stage Message).
+    pub header_from: Option<String>,
+    /// The command verb (stage Command).
+    pub command: Option<&'static str>,
+}
+
+/// The answer to a check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go on as if floodgate were not there.
+    Continue,
+    /// Wait this long, then go on.
+    Delay(Duration),
+    /// Answer the client with this reply instead of relaying; the session goes on.
+    Reply(Reply),
+    /// Answer with this reply (a 421) and close the session.
+    Disconnect(Reply),
+}
+
+/// A boxed future, so that policies can be async (a shared store) and still be objects.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Decides what happens at each stage. Implementations must be cheap to call concurrently.
+pub trait Policy: Send + Sync {
+    /// Judges one event before floodgate acts on it.
+    fn check<'a>(&'a self, stage: Stage, facts: &'a Facts) -> BoxFuture<'a, Verdict>;
+
+    /// Learns what upstream answered to something this policy let through (to commit or
+    /// refund reservations, feed dynamic multipliers, or slow down failed AUTH). `Delay`
+    /// delays the relayed answer; `Reply` and `Disconnect` replace upstream's answer only when
+    /// it was not positive (floodgate never hides a success that changed upstream's state).
+    /// The default continues.
+    fn after_upstream<'a>(
+        &'a self,
+        _stage: Stage,
+        _facts: &'a Facts,
+        _reply: &'a Reply,
+    ) -> BoxFuture<'a, Verdict> {
+        Box::pin(async { Verdict::Continue })
+    }
+}
+
+/// A policy that always continues: the proxy alone.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllowAll;
+
+impl Policy for AllowAll {
+    fn check<'a>(&'a self, _stage: Stage, _facts: &'a Facts) -> BoxFuture<'a, Verdict> {
+        Box::pin(async { Verdict::Continue })
+    }
+}

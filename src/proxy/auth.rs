@@ -1,0 +1,107 @@
+//! AUTH observation: every line goes to upstream, which decides; a copy of the client's
+//! responses is decoded only to learn the user name, recorded when upstream answers 235.
+//! No AUTH line is ever logged.
+
+use tracing::info;
+
+use crate::policy::Stage;
+use crate::smtp::line::LineEvent;
+use crate::smtp::reply::Reply;
+use crate::smtp::sasl::{Mechanism, SaslObserver};
+
+use super::session::{Flow, Judged, Session};
+use super::upstream::UpstreamError;
+
+type Handled = Result<Flow, UpstreamError>;
+
+impl Session {
+    pub(super) async fn auth(&mut self, mechanism: String, initial: Option<String>) -> Handled {
+        if !self.helo_seen {
+            return Ok(self.refuse(503, "5.5.1 Error: send EHLO first"));
+        }
+        if self.facts.user.is_some() {
+            return Ok(self.refuse(503, "5.5.1 Error: already authenticated"));
+        }
+        if self.in_txn {
+            return Ok(self.refuse(503, "5.5.1 Error: MAIL transaction in progress"));
+        }
+        if !self.client.is_tls() && !self.auth_without_tls() {
+            return Ok(self.refuse(538, "5.7.11 Encryption required for requested authentication mechanism"));
+        }
+        let offered = self.offered.auth.iter().any(|m| m.eq_ignore_ascii_case(&mechanism));
+        let Some(mech) = Mechanism::from_name(&mechanism).filter(|_| offered) else {
+            return Ok(self.refuse(504, "5.5.4 Unrecognized authentication type"));
+        };
+        self.facts.auth_attempt = None;
+        self.facts.auth_succeeded = false;
+        match self.judge(Stage::Auth).await {
+            Judged::Go => {}
+            Judged::Answered => return Ok(Flow::Next),
+            Judged::Close => return Ok(Flow::Close),
+        }
+        let mut observer = SaslObserver::new(mech, initial.as_deref());
+        let mut line = format!("AUTH {mechanism}").into_bytes();
+        if let Some(ir) = &initial {
+            line.push(b' ');
+            line.extend_from_slice(ir.as_bytes());
+        }
+        line.extend_from_slice(b"\r\n");
+        let mut reply = self.up()?.command(&line).await?;
+        // Wipe our copy of the initial response: it may hold a password.
+        line.iter_mut().for_each(|b| *b = 0);
+        let max_cmd = self.shared.config.smtp.max_command_line;
+        self.framer.set_max_len(self.shared.config.smtp.max_auth_line);
+        let result = loop {
+            if reply.code != 334 {
+                break Ok(reply);
+            }
+            self.client.queue(&reply);
+            let event = match self.next_event().await {
+                Ok(e) => e,
+                Err(_end) => {
+                    self.framer.set_max_len(max_cmd);
+                    // The client went away mid-exchange; cancel it upstream before QUIT.
+                    let _ = self.up()?.command(b"*\r\n").await;
+                    return Ok(Flow::Close);
+                }
+            };
+            match event {
+                LineEvent::Line(mut resp) => {
+                    observer.client_line(&resp);
+                    let mut wire = Vec::with_capacity(resp.len() + 2);
+                    wire.extend_from_slice(&resp);
+                    wire.extend_from_slice(b"\r\n");
+                    reply = self.up()?.command(&wire).await?;
+                    wire.iter_mut().for_each(|b| *b = 0);
+                    // `resp` is a shared Bytes; drop our handle promptly.
+                    resp.clear();
+                }
+                LineEvent::TooLong | LineEvent::BareLineEnding => {
+                    // Cancel upstream's exchange and swallow its 501.
+                    let _ = self.up()?.command(b"*\r\n").await?;
+                    break Err(Reply::new(500, "5.5.6 Authentication exchange line is too long or malformed"));
+                }
+            }
+        };
+        self.framer.set_max_len(max_cmd);
+        let reply = match result {
+            Ok(r) => r,
+            Err(local) => {
+                self.client.queue(&local);
+                return Ok(self.error_flow());
+            }
+        };
+        let user = observer.username().map(str::to_string);
+        self.facts.auth_attempt = user.clone();
+        self.facts.auth_succeeded = reply.code == 235;
+        if reply.code == 235 {
+            self.facts.user = user.clone();
+            info!(client = %self.peer.ip(), user = user.as_deref().unwrap_or(""), mechanism = %mechanism, "authenticated");
+        } else {
+            info!(client = %self.peer.ip(), user = user.as_deref().unwrap_or(""), mechanism = %mechanism, code = reply.code, "authentication failed");
+        }
+        let reply = self.after_upstream(Stage::Auth, reply).await;
+        self.client.queue(&reply);
+        Ok(Flow::Next)
+    }
+}

@@ -1,0 +1,158 @@
+//! The client side of a session: buffered reads with timeouts and shutdown, queued replies
+//! flushed before every blocking read (RFC 2920), and the STARTTLS upgrade.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::{timeout, Instant};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::smtp::reply::Reply;
+
+use super::stream::Stream;
+
+/// Why no more client input came.
+#[derive(Debug)]
+pub enum ReadEnd {
+    /// The client closed the connection.
+    Eof,
+    /// The idle timeout passed.
+    Idle,
+    /// The whole-session deadline passed.
+    SessionDeadline,
+    /// floodgate is stopping.
+    Shutdown,
+    /// The connection broke.
+    Io(std::io::Error),
+}
+
+/// The client connection with its input buffer and queued output.
+pub struct ClientConn {
+    stream: Option<Stream>,
+    /// Bytes read from the client and not yet parsed.
+    pub rbuf: BytesMut,
+    wbuf: Vec<u8>,
+    deadline: Instant,
+    /// Octets read from the client, in all.
+    pub bytes_in: u64,
+}
+
+impl ClientConn {
+    /// Wraps an accepted (and, for implicit TLS, already encrypted) connection.
+    pub fn new(stream: Stream, session_deadline: Instant) -> Self {
+        ClientConn {
+            stream: Some(stream),
+            rbuf: BytesMut::with_capacity(4096),
+            wbuf: Vec::with_capacity(1024),
+            deadline: session_deadline,
+            bytes_in: 0,
+        }
+    }
+
+    /// Whether the client side is encrypted.
+    pub fn is_tls(&self) -> bool {
+        self.stream.as_ref().is_some_and(Stream::is_tls)
+    }
+
+    /// TLS version and cipher, for logs.
+    pub fn tls_info(&self) -> Option<String> {
+        self.stream.as_ref().and_then(Stream::tls_info)
+    }
+
+    /// Queues a reply; it is sent at the next flush.
+    pub fn queue(&mut self, reply: &Reply) {
+        self.wbuf.extend_from_slice(&reply.to_wire());
+    }
+
+    /// Queues raw reply bytes.
+    pub fn queue_bytes(&mut self, bytes: &[u8]) {
+        self.wbuf.extend_from_slice(bytes);
+    }
+
+    /// Sends everything queued.
+    pub async fn flush(&mut self) -> std::io::Result<()> {
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        let Some(stream) = self.stream.as_mut() else {
+            return Ok(());
+        };
+        let res = timeout(Duration::from_secs(60), async {
+            stream.write_all(&self.wbuf).await?;
+            stream.flush().await
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "client does not read its replies",
+            ))
+        });
+        self.wbuf.clear();
+        res
+    }
+
+    /// Flushes, then waits for more input (at most `idle`, the session deadline, or until
+    /// `stop` fires). Returns the number of new bytes (never 0: end of input is `Eof`).
+    pub async fn fill(&mut self, idle: Duration, stop: &CancellationToken) -> Result<usize, ReadEnd> {
+        self.flush().await.map_err(ReadEnd::Io)?;
+        let now = Instant::now();
+        if now >= self.deadline {
+            return Err(ReadEnd::SessionDeadline);
+        }
+        let session_left = self.deadline - now;
+        let (wait, end) = if session_left < idle {
+            (session_left, ReadEnd::SessionDeadline)
+        } else {
+            (idle, ReadEnd::Idle)
+        };
+        let Some(stream) = self.stream.as_mut() else {
+            return Err(ReadEnd::Eof);
+        };
+        if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+            self.rbuf.reserve(8192);
+        }
+        tokio::select! {
+            r = timeout(wait, stream.read_buf(&mut self.rbuf)) => match r {
+                Err(_) => Err(end),
+                Ok(Err(e)) => Err(ReadEnd::Io(e)),
+                Ok(Ok(0)) => Err(ReadEnd::Eof),
+                Ok(Ok(n)) => {
+                    self.bytes_in += n as u64;
+                    Ok(n)
+                }
+            },
+            _ = stop.cancelled() => Err(ReadEnd::Shutdown),
+        }
+    }
+
+    /// Upgrades to TLS after a 220 to STARTTLS: every byte the client sent after the
+    /// STARTTLS line is discarded first (CVE-2011-0411). Returns how many were discarded.
+    pub async fn starttls(
+        &mut self,
+        acceptor: &TlsAcceptor,
+        handshake: Duration,
+    ) -> Result<usize, std::io::Error> {
+        self.flush().await?;
+        let discarded = self.rbuf.len();
+        self.rbuf.clear();
+        let Some(Stream::Plain(tcp)) = self.stream.take() else {
+            return Err(std::io::Error::other("STARTTLS on a stream that is not plain TCP"));
+        };
+        let tls = timeout(handshake, acceptor.accept(tcp))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+        self.stream = Some(Stream::ServerTls(Box::new(tls)));
+        Ok(discarded)
+    }
+
+    /// Flushes and closes the connection.
+    pub async fn close(&mut self) {
+        let _ = self.flush().await;
+        if let Some(mut s) = self.stream.take() {
+            let _ = timeout(Duration::from_secs(2), s.shutdown()).await;
+        }
+    }
+}

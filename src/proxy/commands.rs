@@ -1,0 +1,319 @@
+//! The handlers of the command loop, one per SMTP command (DATA and AUTH have their own files).
+
+use tracing::{info, warn};
+
+use crate::policy::Stage;
+use crate::smtp::command::{Command, MailFrom, Param, RcptTo};
+use crate::smtp::ehlo::{filter_ehlo, parse_ehlo, EhloFilter};
+use crate::smtp::reply::Reply;
+use crate::smtp::xclient::XclientAttrs;
+use crate::config::{ClientIdentity, TlsMode};
+
+use super::session::{Flow, Judged, Session};
+use super::upstream::UpstreamError;
+
+/// The verb of a command, for logs and the policy's `command` fact.
+pub fn verb_of(cmd: &Command) -> &'static str {
+    match cmd {
+        Command::Helo(_) => "HELO",
+        Command::Ehlo(_) => "EHLO",
+        Command::Mail(_) => "MAIL",
+        Command::Rcpt(_) => "RCPT",
+        Command::Data => "DATA",
+        Command::Bdat { .. } => "BDAT",
+        Command::Rset => "RSET",
+        Command::Noop => "NOOP",
+        Command::Quit => "QUIT",
+        Command::Help => "HELP",
+        Command::Vrfy(_) => "VRFY",
+        Command::Expn(_) => "EXPN",
+        Command::StartTls => "STARTTLS",
+        Command::Auth { .. } => "AUTH",
+        Command::Unknown(_) => "UNKNOWN",
+    }
+}
+
+type Handled = Result<Flow, UpstreamError>;
+
+impl Session {
+    /// Runs one parsed command.
+    pub(super) async fn dispatch(&mut self, cmd: Command) -> Handled {
+        match cmd {
+            Command::Ehlo(ref name) | Command::Helo(ref name) => {
+                let name = name.clone();
+                self.helo(cmd, name).await
+            }
+            Command::Mail(ref m) => {
+                let m = m.clone();
+                self.mail(cmd, m).await
+            }
+            Command::Rcpt(ref r) => {
+                let r = r.clone();
+                self.rcpt(cmd, r).await
+            }
+            Command::Data => self.data().await,
+            Command::Bdat { size, .. } => self.bdat_refused(size).await,
+            Command::Rset => {
+                let r = self.up()?.command(&cmd.to_wire()).await?;
+                self.reset_txn();
+                self.client.queue(&r);
+                Ok(Flow::Next)
+            }
+            Command::Noop | Command::Help | Command::Vrfy(_) | Command::Expn(_) => {
+                let r = self.up()?.command(&cmd.to_wire()).await?;
+                self.client.queue(&r);
+                Ok(Flow::Next)
+            }
+            Command::Quit => {
+                let host = self.shared.config.server.hostname.clone();
+                self.client
+                    .queue(&Reply::new(221, format!("2.0.0 {host} closing connection")));
+                Ok(Flow::Close)
+            }
+            Command::StartTls => self.starttls().await,
+            Command::Auth {
+                mechanism, initial, ..
+            } => self.auth(mechanism, initial).await,
+            Command::Unknown(verb) => {
+                info!(client = %self.peer.ip(), verb = %verb, "unknown command");
+                self.client
+                    .queue(&Reply::new(502, "5.5.1 Error: command not implemented"));
+                Ok(self.error_flow())
+            }
+        }
+    }
+
+    /// After a client error: go on, or close when there were too many.
+    pub(super) fn error_flow(&mut self) -> Flow {
+        if self.count_error() {
+            Flow::Close
+        } else {
+            Flow::Next
+        }
+    }
+
+    /// Queues a local error reply and counts it.
+    pub(super) fn refuse(&mut self, code: u16, text: &str) -> Flow {
+        self.client.queue(&Reply::new(code, text));
+        self.error_flow()
+    }
+
+    async fn helo(&mut self, cmd: Command, name: String) -> Handled {
+        let ehlo = matches!(cmd, Command::Ehlo(_));
+        self.facts.helo = Some(name.clone());
+        match self.judge(Stage::Helo).await {
+            Judged::Go => {}
+            Judged::Answered => return Ok(Flow::Next),
+            Judged::Close => return Ok(Flow::Close),
+        }
+        if self.shared.upstream.identity() == ClientIdentity::Xclient && !self.xclient_done {
+            self.xclient_done = true;
+            let attrs = XclientAttrs {
+                addr: self.peer.ip(),
+                port: self.peer.port(),
+                name: None,
+                helo: Some(&name),
+                proto: if ehlo { "ESMTP" } else { "SMTP" },
+            };
+            match self.up()?.xclient(&attrs).await? {
+                Some(r) if r.code == 220 => {}
+                Some(r) => warn!(
+                    client = %self.peer.ip(),
+                    code = r.code,
+                    "upstream refused XCLIENT; it sees floodgate's address"
+                ),
+                None => warn!("upstream does not offer XCLIENT; it sees floodgate's address"),
+            }
+        }
+        let reply = self.up()?.command(&cmd.to_wire()).await?;
+        if reply.is_positive() {
+            self.helo_seen = true;
+            self.reset_txn();
+        }
+        if ehlo && reply.code == 250 {
+            let tls_ready = self.shared.tls.is_some();
+            let client_tls = self.client.is_tls();
+            let filter = EhloFilter {
+                offer_starttls: self.listener.tls == TlsMode::Starttls && tls_ready && !client_tls,
+                offer_auth: client_tls || self.auth_without_tls(),
+                chunking: false,
+            };
+            let filtered = filter_ehlo(&reply, &filter);
+            self.offered = parse_ehlo(&filtered);
+            self.client.queue(&filtered);
+        } else {
+            if reply.is_positive() {
+                // HELO: no extensions may be used.
+                self.offered = Default::default();
+            }
+            self.client.queue(&reply);
+        }
+        Ok(Flow::Next)
+    }
+
+    pub(super) fn auth_without_tls(&self) -> bool {
+        self.shared
+            .config
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.auth_without_tls)
+    }
+
+    /// MAIL and RCPT parameters pass only if the matching extension was offered.
+    fn params_ok(&self, params: &[Param], rcpt: bool) -> bool {
+        params.iter().all(|p| {
+            let o = &self.offered;
+            match (rcpt, p.keyword.as_str()) {
+                (false, "SIZE") => o.size.is_some(),
+                (false, "BODY") => o.eight_bit_mime,
+                (false, "SMTPUTF8") => o.smtputf8,
+                (false, "RET") | (false, "ENVID") => o.dsn,
+                (false, "AUTH") => !o.auth.is_empty(),
+                (true, "NOTIFY") | (true, "ORCPT") => o.dsn,
+                _ => false,
+            }
+        })
+    }
+
+    async fn mail(&mut self, cmd: Command, m: MailFrom) -> Handled {
+        if !self.helo_seen {
+            return Ok(self.refuse(503, "5.5.1 Error: send HELO/EHLO first"));
+        }
+        if self.in_txn {
+            return Ok(self.refuse(503, "5.5.1 Error: nested MAIL command"));
+        }
+        if !self.params_ok(&m.params, false) {
+            return Ok(self.refuse(555, "5.5.4 Unsupported option"));
+        }
+        let max = self.shared.config.smtp.max_message_size;
+        let size_hint = m
+            .params
+            .iter()
+            .find(|p| p.keyword == "SIZE")
+            .and_then(|p| p.value.as_deref())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        if size_hint > max {
+            self.client.queue(&Reply::new(
+                552,
+                "5.3.4 Message size exceeds fixed limit",
+            ));
+            return Ok(Flow::Next);
+        }
+        self.facts.sender = Some(m.sender.as_str().to_string());
+        self.facts.message_size = size_hint;
+        match self.judge(Stage::Mail).await {
+            Judged::Go => {}
+            Judged::Answered => {
+                self.facts.sender = None;
+                return Ok(Flow::Next);
+            }
+            Judged::Close => return Ok(Flow::Close),
+        }
+        let reply = self.up()?.command(&cmd.to_wire()).await?;
+        let reply = self.after_upstream(Stage::Mail, reply).await;
+        if reply.is_positive() {
+            self.in_txn = true;
+            self.rcpts.clear();
+        } else {
+            self.facts.sender = None;
+        }
+        self.client.queue(&reply);
+        Ok(Flow::Next)
+    }
+
+    async fn rcpt(&mut self, cmd: Command, r: RcptTo) -> Handled {
+        if !self.in_txn {
+            return Ok(self.refuse(503, "5.5.1 Error: need MAIL command"));
+        }
+        if self.rcpts.len() >= self.shared.config.smtp.max_recipients {
+            self.client
+                .queue(&Reply::new(452, "4.5.3 Error: too many recipients"));
+            return Ok(Flow::Next);
+        }
+        if !self.params_ok(&r.params, true) {
+            return Ok(self.refuse(555, "5.5.4 Unsupported option"));
+        }
+        self.facts.recipient = Some(r.recipient.as_str().to_string());
+        self.facts.recipient_normalized = Some(r.recipient.normalized());
+        match self.judge(Stage::Rcpt).await {
+            Judged::Go => {}
+            Judged::Answered => return Ok(Flow::Next),
+            Judged::Close => return Ok(Flow::Close),
+        }
+        let reply = self.up()?.command(&cmd.to_wire()).await?;
+        let reply = self.after_upstream(Stage::Rcpt, reply).await;
+        if reply.is_positive() {
+            self.rcpts.push(r.recipient.as_str().to_string());
+            self.facts.recipients_count = self.rcpts.len();
+        }
+        self.client.queue(&reply);
+        Ok(Flow::Next)
+    }
+
+    /// Tells the policy what upstream answered; it may delay the answer, or (for a reply
+    /// that did not change upstream's state) replace it.
+    pub(super) async fn after_upstream(&mut self, stage: Stage, reply: Reply) -> Reply {
+        let verdict = self
+            .shared
+            .policy
+            .after_upstream(stage, &self.facts, &reply)
+            .await;
+        match verdict {
+            crate::policy::Verdict::Continue => reply,
+            crate::policy::Verdict::Delay(d) => {
+                self.pause(d).await;
+                reply
+            }
+            crate::policy::Verdict::Reply(r) | crate::policy::Verdict::Disconnect(r)
+                if !reply.is_positive() =>
+            {
+                r
+            }
+            _ => reply,
+        }
+    }
+
+    async fn starttls(&mut self) -> Handled {
+        let acceptor = match (&self.shared.tls, self.listener.tls) {
+            (Some(a), TlsMode::Starttls) => a.clone(),
+            _ => return Ok(self.refuse(502, "5.5.1 Error: command not implemented")),
+        };
+        if self.client.is_tls() {
+            return Ok(self.refuse(554, "5.5.1 Error: TLS already active"));
+        }
+        if self.in_txn {
+            return Ok(self.refuse(503, "5.5.1 Error: MAIL transaction in progress"));
+        }
+        if self.facts.user.is_some() {
+            return Ok(self.refuse(503, "5.5.1 Error: already authenticated"));
+        }
+        self.client.queue(&Reply::new(220, "2.0.0 Ready to start TLS"));
+        let handshake = self.shared.config.timeouts.tls_handshake.0;
+        match self.client.starttls(&acceptor, handshake).await {
+            Ok(discarded) => {
+                if discarded > 0 {
+                    warn!(
+                        client = %self.peer.ip(),
+                        discarded,
+                        "discarded bytes pipelined after STARTTLS (CVE-2011-0411)"
+                    );
+                }
+                // RFC 3207 §4.2: forget everything learned before TLS.
+                self.framer = crate::smtp::line::LineFramer::new(
+                    self.shared.config.smtp.max_command_line,
+                );
+                self.helo_seen = false;
+                self.facts.helo = None;
+                self.facts.tls = true;
+                self.offered = Default::default();
+                self.reset_txn();
+                Ok(Flow::Next)
+            }
+            Err(e) => {
+                info!(client = %self.peer.ip(), error = %e, "STARTTLS handshake failed");
+                Ok(Flow::Close)
+            }
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The async session: client side (TLS, STARTTLS), upstream side (connect, greeting,
+//! STARTTLS, XCLIENT / PROXY v2), and the command loop that asks the policy and relays
+//! one command at a time, in order.
+
+mod auth;
+pub mod client;
+mod commands;
+mod data;
+pub mod session;
+pub mod stream;
+pub mod upstream;
+
+pub use commands::verb_of;
+pub use session::{ListenerInfo, Session, Shared};
+pub use stream::Stream;
+pub use upstream::{UpstreamError, UpstreamSettings};

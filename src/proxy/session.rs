@@ -1,0 +1,390 @@
+//! One client session: the command loop that parses every client byte, asks the policy,
+//! and relays one command at a time to its own upstream session.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::config::{Config, TlsMode};
+use crate::policy::{Facts, Policy, Stage, Verdict};
+use crate::smtp::command::{parse_command, Command};
+use crate::smtp::ehlo::Capabilities;
+use crate::smtp::line::{LineEvent, LineFramer};
+use crate::smtp::reply::Reply;
+
+use super::client::{ClientConn, ReadEnd};
+use super::stream::Stream;
+use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
+
+/// Everything sessions share for one config generation.
+pub struct Shared {
+    /// The validated config.
+    pub config: Arc<Config>,
+    /// How to reach upstream.
+    pub upstream: UpstreamSettings,
+    /// floodgate's TLS server side, when `[tls]` is configured.
+    pub tls: Option<TlsAcceptor>,
+    /// The policy asked at every stage.
+    pub policy: Arc<dyn Policy>,
+}
+
+/// The listener a session came in on.
+#[derive(Clone, Debug)]
+pub struct ListenerInfo {
+    /// Its name.
+    pub name: Arc<str>,
+    /// Its TLS mode.
+    pub tls: TlsMode,
+}
+
+/// What the loop does after a command.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Flow {
+    /// Read the next command.
+    Next,
+    /// End the session (replies already queued).
+    Close,
+}
+
+/// The outcome of asking the policy.
+pub(super) enum Judged {
+    /// Go on with the command.
+    Go,
+    /// The policy answered; skip the command.
+    Answered,
+    /// The policy closed the session.
+    Close,
+}
+
+/// Counters for the session's log line.
+#[derive(Default, Debug)]
+pub(super) struct Tally {
+    pub commands: u64,
+    pub messages: u64,
+    pub recipients: u64,
+    pub bytes: u64,
+    pub refused: u64,
+}
+
+/// The state of one client session.
+pub struct Session {
+    pub(super) shared: Arc<Shared>,
+    pub(super) listener: ListenerInfo,
+    pub(super) client: ClientConn,
+    pub(super) up: Option<Upstream>,
+    pub(super) framer: LineFramer,
+    pub(super) facts: Facts,
+    pub(super) helo_seen: bool,
+    pub(super) in_txn: bool,
+    pub(super) rcpts: Vec<String>,
+    pub(super) offered: Capabilities,
+    pub(super) xclient_done: bool,
+    pub(super) errors: u32,
+    pub(super) stop: CancellationToken,
+    pub(super) peer: SocketAddr,
+    pub(super) local: SocketAddr,
+    pub(super) tally: Tally,
+}
+
+impl Session {
+    /// Runs a session to its end. `stream` is already through any PROXY header and, on an
+    /// implicit-TLS listener, the TLS handshake. `stop` fires when sessions must end now
+    /// (fast stop, or the end of the shutdown grace period).
+    pub async fn run(
+        shared: Arc<Shared>,
+        listener: ListenerInfo,
+        stream: Stream,
+        peer: SocketAddr,
+        local: SocketAddr,
+        stop: CancellationToken,
+    ) {
+        let started = Instant::now();
+        let cfg = shared.config.clone();
+        let deadline = started + cfg.timeouts.session.0;
+        let tls = stream.is_tls();
+        let mut s = Session {
+            framer: LineFramer::new(cfg.smtp.max_command_line),
+            client: ClientConn::new(stream, deadline),
+            facts: Facts {
+                client_ip: Some(peer.ip()),
+                client_port: peer.port(),
+                listener: listener.name.clone(),
+                tls,
+                ..Facts::default()
+            },
+            shared,
+            listener,
+            up: None,
+            helo_seen: false,
+            in_txn: false,
+            rcpts: Vec::new(),
+            offered: Capabilities::default(),
+            xclient_done: false,
+            errors: 0,
+            stop,
+            peer,
+            local,
+            tally: Tally::default(),
+        };
+        let end = s.serve().await;
+        s.client.close().await;
+        if let Some(up) = s.up.take() {
+            up.quit().await;
+        }
+        info!(
+            client = %s.peer.ip(),
+            port = s.peer.port(),
+            listener = %s.listener.name,
+            tls = s.client.is_tls(),
+            user = s.facts.user.as_deref().unwrap_or(""),
+            helo = s.facts.helo.as_deref().unwrap_or(""),
+            commands = s.tally.commands,
+            messages = s.tally.messages,
+            recipients = s.tally.recipients,
+            bytes = s.tally.bytes,
+            refused = s.tally.refused,
+            ms = started.elapsed().as_millis() as u64,
+            end = end,
+            "session"
+        );
+    }
+
+    async fn serve(&mut self) -> &'static str {
+        match self.judge(Stage::Connect).await {
+            Judged::Go => {}
+            Judged::Answered | Judged::Close => {
+                // A refusal at connect ends the session: there is nothing to go on with.
+                return "refused at connect";
+            }
+        }
+        let connected = Upstream::connect(&self.shared.upstream, self.peer, self.local).await;
+        let greeting = match connected {
+            Ok((up, greeting)) => {
+                self.up = Some(up);
+                greeting
+            }
+            Err(e) => {
+                warn!(client = %self.peer.ip(), error = %e, "upstream unavailable");
+                let r = e.client_reply(&self.shared.config.server.hostname);
+                self.client.queue(&r);
+                return "upstream unavailable";
+            }
+        };
+        self.client.queue(&greeting);
+        if greeting.code != 220 {
+            return self.refused_session().await;
+        }
+        match self.command_loop().await {
+            Ok(end) => end,
+            Err(e) => {
+                warn!(client = %self.peer.ip(), error = %e, "upstream failed");
+                let r = e.client_reply(&self.shared.config.server.hostname);
+                self.client.queue(&r);
+                // The upstream session is unusable; do not QUIT it politely.
+                self.up = None;
+                "upstream failed"
+            }
+        }
+    }
+
+    /// Upstream greeted with something other than 220: answer 503 until QUIT (RFC 5321 §3.1).
+    async fn refused_session(&mut self) -> &'static str {
+        loop {
+            match self.next_event().await {
+                Err(end) => return end,
+                Ok(LineEvent::Line(l)) if matches!(parse_command(&l), Ok(Command::Quit)) => {
+                    self.client.queue(&Reply::new(221, "2.0.0 Bye"));
+                    return "quit";
+                }
+                Ok(_) => {
+                    self.client
+                        .queue(&Reply::new(503, "5.5.1 Error: session refused, send QUIT"));
+                    if self.count_error() {
+                        return "too many errors";
+                    }
+                }
+            }
+        }
+    }
+
+    async fn command_loop(&mut self) -> Result<&'static str, UpstreamError> {
+        loop {
+            let event = match self.next_event().await {
+                Ok(e) => e,
+                Err(end) => return Ok(end),
+            };
+            let line = match event {
+                LineEvent::Line(l) => l,
+                LineEvent::TooLong => {
+                    self.client.queue(&Reply::new(500, "5.5.2 Error: line too long"));
+                    if self.count_error() {
+                        return Ok("too many errors");
+                    }
+                    continue;
+                }
+                LineEvent::BareLineEnding => {
+                    self.client.queue(&Reply::new(
+                        500,
+                        "5.5.2 Error: bare <CR> or <LF> received, lines must end in <CR><LF>",
+                    ));
+                    if self.count_error() {
+                        return Ok("too many errors");
+                    }
+                    continue;
+                }
+            };
+            self.tally.commands += 1;
+            let cmd = match parse_command(&line) {
+                Ok(c) => c,
+                Err(e) => {
+                    debug!(client = %self.peer.ip(), error = %e, "bad command");
+                    self.client.queue(&e.reply());
+                    if self.count_error() {
+                        return Ok("too many errors");
+                    }
+                    continue;
+                }
+            };
+            self.facts.command = Some(super::commands::verb_of(&cmd));
+            match self.judge(Stage::Command).await {
+                Judged::Go => {}
+                Judged::Answered => continue,
+                Judged::Close => return Ok("closed by policy"),
+            }
+            if self.dispatch(cmd).await? == Flow::Close {
+                return Ok(self.close_reason());
+            }
+        }
+    }
+
+    fn close_reason(&self) -> &'static str {
+        "closed"
+    }
+
+    /// The next framed line from the client, reading as needed.
+    pub(super) async fn next_event(&mut self) -> Result<LineEvent, &'static str> {
+        loop {
+            if let Some(e) = self.framer.next_line(&mut self.client.rbuf) {
+                return Ok(e);
+            }
+            let idle = self.shared.config.timeouts.command.0;
+            if let Err(end) = self.client.fill(idle, &self.stop).await {
+                return Err(self.read_end(end));
+            }
+        }
+    }
+
+    /// Queues the reply that goes with an end of input and names it for the log.
+    pub(super) fn read_end(&mut self, end: ReadEnd) -> &'static str {
+        let host = &self.shared.config.server.hostname;
+        match end {
+            ReadEnd::Eof => "client closed",
+            ReadEnd::Io(_) => "client connection error",
+            ReadEnd::Idle => {
+                self.client.queue(&Reply::new(
+                    421,
+                    format!("4.4.2 {host} Error: timeout exceeded"),
+                ));
+                "idle timeout"
+            }
+            ReadEnd::SessionDeadline => {
+                self.client.queue(&Reply::new(
+                    421,
+                    format!("4.4.2 {host} Error: session too long"),
+                ));
+                "session timeout"
+            }
+            ReadEnd::Shutdown => {
+                self.client.queue(&Reply::new(
+                    421,
+                    format!("4.3.2 {host} Service shutting down, try again later"),
+                ));
+                "shutdown"
+            }
+        }
+    }
+
+    /// Counts a protocol error; past the cap queues a 421 and says to close.
+    pub(super) fn count_error(&mut self) -> bool {
+        self.errors += 1;
+        if self.errors >= self.shared.config.server.max_errors {
+            let host = &self.shared.config.server.hostname;
+            self.client.queue(&Reply::new(
+                421,
+                format!("4.7.0 {host} Error: too many errors"),
+            ));
+            return true;
+        }
+        false
+    }
+
+    /// Asks the policy about `stage` and applies delays; replies it gives are queued.
+    pub(super) async fn judge(&mut self, stage: Stage) -> Judged {
+        let verdict = self.shared.policy.check(stage, &self.facts).await;
+        self.apply(verdict, stage).await
+    }
+
+    /// Applies a verdict that the policy gave for `stage`.
+    pub(super) async fn apply(&mut self, verdict: Verdict, stage: Stage) -> Judged {
+        match verdict {
+            Verdict::Continue => Judged::Go,
+            Verdict::Delay(d) => {
+                if self.pause(d).await {
+                    Judged::Go
+                } else {
+                    Judged::Close
+                }
+            }
+            Verdict::Reply(r) => {
+                debug!(client = %self.peer.ip(), stage = stage.as_str(), code = r.code, "answered by policy");
+                self.tally.refused += 1;
+                self.client.queue(&r);
+                Judged::Answered
+            }
+            Verdict::Disconnect(r) => {
+                self.tally.refused += 1;
+                self.client.queue(&r);
+                Judged::Close
+            }
+        }
+    }
+
+    /// Waits `d` (replies already queued go out first). False if floodgate is stopping.
+    pub(super) async fn pause(&mut self, d: Duration) -> bool {
+        if self.client.flush().await.is_err() {
+            return false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(d) => true,
+            _ = self.stop.cancelled() => {
+                let end = self.read_end(ReadEnd::Shutdown);
+                debug!(end, "stopped during a delay");
+                false
+            }
+        }
+    }
+
+    /// The upstream connection (present for the whole command loop).
+    pub(super) fn up(&mut self) -> Result<&mut Upstream, UpstreamError> {
+        self.up
+            .as_mut()
+            .ok_or_else(|| UpstreamError::Protocol("no upstream session".into()))
+    }
+
+    /// Forgets the transaction (after RSET, HELO/EHLO, STARTTLS, end of data).
+    pub(super) fn reset_txn(&mut self) {
+        self.in_txn = false;
+        self.rcpts.clear();
+        self.facts.sender = None;
+        self.facts.recipient = None;
+        self.facts.recipient_normalized = None;
+        self.facts.recipients_count = 0;
+        self.facts.message_size = 0;
+        self.facts.header_from = None;
+    }
+}

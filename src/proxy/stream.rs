@@ -1,0 +1,109 @@
+//! One byte stream type for every side: plain TCP, TLS as a server, TLS as a client.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// A TCP connection, possibly wrapped in TLS.
+pub enum Stream {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS where floodgate is the server (client side of the proxy).
+    ServerTls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    /// TLS where floodgate is the client (upstream side).
+    ClientTls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    /// Whether the stream is encrypted.
+    pub fn is_tls(&self) -> bool {
+        !matches!(self, Stream::Plain(_))
+    }
+
+    /// The TLS protocol version and cipher suite in use, for logs.
+    pub fn tls_info(&self) -> Option<String> {
+        let (v, c) = match self {
+            Stream::Plain(_) => return None,
+            Stream::ServerTls(s) => {
+                let c = s.get_ref().1;
+                (c.protocol_version(), c.negotiated_cipher_suite())
+            }
+            Stream::ClientTls(s) => {
+                let c = s.get_ref().1;
+                (c.protocol_version(), c.negotiated_cipher_suite())
+            }
+        };
+        Some(format!(
+            "{:?} {:?}",
+            v?,
+            c.map(|c| c.suite()).unwrap_or(rustls::CipherSuite::Unknown(0))
+        ))
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::ServerTls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::ClientTls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::ServerTls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Stream::ClientTls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::ServerTls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Stream::ClientTls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::ServerTls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::ClientTls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::ServerTls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            Stream::ClientTls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::ServerTls(s) => s.is_write_vectored(),
+            Stream::ClientTls(s) => s.is_write_vectored(),
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! The upstream side of a session: connect, greeting, STARTTLS or implicit TLS, the real
+//! client's identity (XCLIENT or PROXY v2), then one command at a time.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+
+use crate::config::{ClientIdentity, Config, TlsMode};
+use crate::smtp::ehlo::{parse_ehlo, Capabilities};
+use crate::smtp::proxy_header::encode_proxy_v2;
+use crate::smtp::reply::{Reply, ReplyParser};
+use crate::smtp::xclient::{xclient_command, XclientAttrs};
+
+use super::stream::Stream;
+
+/// How to reach upstream, prepared once per config.
+pub struct UpstreamSettings {
+    address: String,
+    tls: TlsMode,
+    identity: ClientIdentity,
+    server_name: ServerName<'static>,
+    tls_config: Option<Arc<rustls::ClientConfig>>,
+    helo_name: String,
+    connect_timeout: Duration,
+    reply_timeout: Duration,
+}
+
+/// What went wrong with upstream; each maps to the reply the client gets.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// No TCP connection (refused, unreachable, name not found).
+    #[error("cannot connect to upstream {address}: {source}")]
+    Connect {
+        /// The configured address.
+        address: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Upstream did not answer in time.
+    #[error("upstream timed out {0}")]
+    Timeout(&'static str),
+    /// The connection broke or closed.
+    #[error("upstream connection lost: {0}")]
+    Lost(std::io::Error),
+    /// Upstream answered something that is not SMTP.
+    #[error("upstream protocol error: {0}")]
+    Protocol(String),
+    /// TLS towards upstream failed.
+    #[error("upstream TLS failed: {0}")]
+    Tls(String),
+}
+
+impl UpstreamError {
+    /// The reply for the client: 421 with an enhanced code; the session then ends.
+    pub fn client_reply(&self, hostname: &str) -> Reply {
+        let text = match self {
+            UpstreamError::Connect { .. } | UpstreamError::Tls(_) => {
+                format!("4.4.1 {hostname} Service not available, try again later")
+            }
+            UpstreamError::Timeout(_) => {
+                format!("4.4.2 {hostname} Upstream did not answer, try again later")
+            }
+            UpstreamError::Lost(_) | UpstreamError::Protocol(_) => {
+                format!("4.4.2 {hostname} Upstream connection lost, try again later")
+            }
+        };
+        Reply::new(421, text)
+    }
+}
+
+impl UpstreamSettings {
+    /// Prepares the upstream side from a validated config.
+    pub fn from_config(config: &Config) -> Result<Self, crate::tls::TlsError> {
+        let tls_config = match config.upstream.tls {
+            TlsMode::None => None,
+            _ => Some(crate::tls::client_config(config.upstream.ca_file.as_deref())?),
+        };
+        let name = config.upstream_server_name();
+        let server_name = ServerName::try_from(name.clone()).map_err(|_| {
+            crate::tls::TlsError::Pem {
+                path: config.path.clone(),
+                what: format!("upstream server_name {name:?} is not a valid TLS name"),
+            }
+        })?;
+        Ok(UpstreamSettings {
+            address: config.upstream.address.get_ref().clone(),
+            tls: config.upstream.tls,
+            identity: config.upstream.client_identity,
+            server_name,
+            tls_config,
+            helo_name: config.helo_name().to_string(),
+            connect_timeout: config.timeouts.upstream_connect.0,
+            reply_timeout: config.timeouts.upstream_reply.0,
+        })
+    }
+
+    /// How the real client is passed on.
+    pub fn identity(&self) -> ClientIdentity {
+        self.identity
+    }
+}
+
+/// One upstream SMTP connection, driven one command at a time.
+pub struct Upstream {
+    stream: Stream,
+    rbuf: BytesMut,
+    parser: ReplyParser,
+    reply_timeout: Duration,
+    /// What upstream advertised in its last EHLO reply.
+    pub caps: Capabilities,
+}
+
+impl Upstream {
+    /// Connects, reads the greeting and prepares the session (TLS, identity).
+    /// Returns the connection and upstream's greeting.
+    pub async fn connect(
+        settings: &UpstreamSettings,
+        client: SocketAddr,
+        local: SocketAddr,
+    ) -> Result<(Upstream, Reply), UpstreamError> {
+        let tcp = timeout(settings.connect_timeout, connect_tcp(&settings.address))
+            .await
+            .map_err(|_| UpstreamError::Timeout("connecting"))??;
+        let _ = tcp.set_nodelay(true);
+        let mut stream = Stream::Plain(tcp);
+        if settings.identity == ClientIdentity::ProxyV2 {
+            let header = encode_proxy_v2(client, local);
+            stream.write_all(&header).await.map_err(UpstreamError::Lost)?;
+        }
+        if settings.tls == TlsMode::Implicit {
+            stream = timeout(settings.connect_timeout, tls_connect(settings, stream))
+                .await
+                .map_err(|_| UpstreamError::Timeout("in the TLS handshake"))??;
+        }
+        let mut up = Upstream {
+            stream,
+            rbuf: BytesMut::with_capacity(4096),
+            parser: ReplyParser::new(),
+            reply_timeout: settings.reply_timeout,
+            caps: Capabilities::default(),
+        };
+        let greeting = up.read_reply().await?;
+        if greeting.code != 220 {
+            return Ok((up, greeting));
+        }
+        let needs_ehlo =
+            settings.tls == TlsMode::Starttls || settings.identity == ClientIdentity::Xclient;
+        if needs_ehlo {
+            up.ehlo(&settings.helo_name).await?;
+        }
+        if settings.tls == TlsMode::Starttls {
+            if !up.caps.starttls {
+                return Err(UpstreamError::Tls(
+                    "upstream does not offer STARTTLS".into(),
+                ));
+            }
+            let r = up.command(b"STARTTLS\r\n").await?;
+            if r.code != 220 {
+                return Err(UpstreamError::Tls(format!(
+                    "upstream refused STARTTLS: {}",
+                    r.code
+                )));
+            }
+            if !up.rbuf.is_empty() {
+                // Response injection: bytes after the 220 that were sent in the clear.
+                return Err(UpstreamError::Protocol(
+                    "upstream sent data after its STARTTLS reply".into(),
+                ));
+            }
+            let Upstream {
+                stream,
+                rbuf,
+                parser,
+                reply_timeout,
+                caps,
+            } = up;
+            let stream = timeout(settings.connect_timeout, tls_connect(settings, stream))
+                .await
+                .map_err(|_| UpstreamError::Timeout("in the TLS handshake"))??;
+            up = Upstream {
+                stream,
+                rbuf,
+                parser,
+                reply_timeout,
+                caps,
+            };
+            up.ehlo(&settings.helo_name).await?;
+        }
+        Ok((up, greeting))
+    }
+
+    async fn ehlo(&mut self, name: &str) -> Result<(), UpstreamError> {
+        let r = self.command(format!("EHLO {name}\r\n").as_bytes()).await?;
+        if r.code != 250 {
+            return Err(UpstreamError::Protocol(format!(
+                "upstream refused floodgate's EHLO with {}",
+                r.code
+            )));
+        }
+        self.caps = parse_ehlo(&r);
+        Ok(())
+    }
+
+    /// Sends XCLIENT with what upstream accepts; returns upstream's reply (220 on success,
+    /// after which upstream is back at its greeting stage).
+    pub async fn xclient(&mut self, attrs: &XclientAttrs<'_>) -> Result<Option<Reply>, UpstreamError> {
+        if self.caps.xclient.is_empty() {
+            return Ok(None);
+        }
+        let line = xclient_command(attrs, &self.caps.xclient);
+        let r = self.command(&line).await?;
+        Ok(Some(r))
+    }
+
+    /// Writes bytes and flushes.
+    pub async fn send(&mut self, bytes: &[u8]) -> Result<(), UpstreamError> {
+        let t = self.reply_timeout;
+        timeout(t, async {
+            self.stream.write_all(bytes).await?;
+            self.stream.flush().await
+        })
+        .await
+        .map_err(|_| UpstreamError::Timeout("accepting data"))?
+        .map_err(UpstreamError::Lost)
+    }
+
+    /// Writes one command (already in wire form) and reads the whole reply.
+    pub async fn command(&mut self, wire: &[u8]) -> Result<Reply, UpstreamError> {
+        self.send(wire).await?;
+        self.read_reply().await
+    }
+
+    /// Reads one complete (possibly multi-line) reply.
+    pub async fn read_reply(&mut self) -> Result<Reply, UpstreamError> {
+        let t = self.reply_timeout;
+        timeout(t, async {
+            loop {
+                match self.parser.parse(&mut self.rbuf) {
+                    Ok(Some(r)) => return Ok(r),
+                    Ok(None) => {}
+                    Err(e) => return Err(UpstreamError::Protocol(e.to_string())),
+                }
+                let n = self
+                    .stream
+                    .read_buf(&mut self.rbuf)
+                    .await
+                    .map_err(UpstreamError::Lost)?;
+                if n == 0 {
+                    return Err(UpstreamError::Lost(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "upstream closed the connection",
+                    )));
+                }
+            }
+        })
+        .await
+        .map_err(|_| UpstreamError::Timeout("waiting for a reply"))?
+    }
+
+    /// Sends QUIT and closes, waiting briefly for the 221 (errors ignored: we are leaving).
+    pub async fn quit(mut self) {
+        let _ = timeout(Duration::from_secs(2), async {
+            if self.stream.write_all(b"QUIT\r\n").await.is_ok() && self.stream.flush().await.is_ok() {
+                let _ = self.read_reply().await;
+            }
+            let _ = self.stream.shutdown().await;
+        })
+        .await;
+    }
+
+    /// Whether upstream traffic is encrypted.
+    pub fn is_tls(&self) -> bool {
+        self.stream.is_tls()
+    }
+}
+
+async fn connect_tcp(address: &str) -> Result<TcpStream, UpstreamError> {
+    TcpStream::connect(address)
+        .await
+        .map_err(|source| UpstreamError::Connect {
+            address: address.to_string(),
+            source,
+        })
+}
+
+async fn tls_connect(settings: &UpstreamSettings, stream: Stream) -> Result<Stream, UpstreamError> {
+    let Stream::Plain(tcp) = stream else {
+        return Err(UpstreamError::Tls("already encrypted".into()));
+    };
+    let config = settings
+        .tls_config
+        .clone()
+        .ok_or_else(|| UpstreamError::Tls("no TLS configuration".into()))?;
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let tls = connector
+        .connect(settings.server_name.clone(), tcp)
+        .await
+        .map_err(|e| UpstreamError::Tls(e.to_string()))?;
+    Ok(Stream::ClientTls(Box::new(tls)))
+}

@@ -1,0 +1,375 @@
+//! Listeners, admission (connection caps, PROXY header, implicit TLS), signals, reload and
+//! shutdown. Protocol details live in `proxy` and `smtp`.
+
+mod limits;
+
+pub use limits::{ConnCounter, ConnGuard, Refusal};
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{timeout, Instant};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error, info, warn};
+
+use crate::config::{Config, TlsMode};
+use crate::policy::{AllowAll, Policy};
+use crate::proxy::{ListenerInfo, Session, Shared, Stream, UpstreamSettings};
+use crate::smtp::proxy_header::parse_proxy_header;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A listener address could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The configured address.
+        address: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// TLS material could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+}
+
+/// Builds what sessions share from a config (certificates loaded, upstream prepared).
+pub fn build_shared(config: Arc<Config>, policy: Arc<dyn Policy>) -> Result<Shared, ServerError> {
+    let tls = match &config.tls {
+        Some(t) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
+            &t.certificate,
+            &t.private_key,
+        )?)),
+        None => None,
+    };
+    let upstream = UpstreamSettings::from_config(&config)?;
+    Ok(Shared {
+        config,
+        upstream,
+        tls,
+        policy,
+    })
+}
+
+struct Bound {
+    listener: TcpListener,
+    info: ListenerInfo,
+    proxy_protocol: bool,
+}
+
+/// A running floodgate: bound listeners and the state sessions share.
+pub struct Server {
+    bound: Vec<Bound>,
+    shared: Arc<RwLock<Arc<Shared>>>,
+    conns: Arc<ConnCounter>,
+    tracker: TaskTracker,
+    /// Stops accepting (graceful shutdown starts).
+    accepting: CancellationToken,
+    /// Ends every session now.
+    force: CancellationToken,
+}
+
+/// Handles to stop a running server from elsewhere (signals, tests).
+#[derive(Clone)]
+pub struct Control {
+    accepting: CancellationToken,
+    force: CancellationToken,
+    grace: Duration,
+    shared: Arc<RwLock<Arc<Shared>>>,
+}
+
+impl Control {
+    /// Graceful stop: no new sessions; running ones may finish within the grace period,
+    /// then get 421 4.3.2.
+    pub fn shutdown(&self) {
+        self.accepting.cancel();
+        let force = self.force.clone();
+        let grace = self.grace;
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            force.cancel();
+        });
+    }
+
+    /// Fast stop: every session gets 421 4.3.2 now.
+    pub fn stop_now(&self) {
+        self.accepting.cancel();
+        self.force.cancel();
+    }
+
+    /// Re-reads the config file; on success new sessions use it, on failure the old config
+    /// stays in force. Listener addresses are not changed by a reload.
+    pub fn reload(&self) -> Result<(), String> {
+        let path = self.shared.read().expect("shared lock").config.path.clone();
+        let config = Config::load(&path).map_err(|e| e.to_string())?;
+        let shared = build_shared(Arc::new(config), Arc::new(AllowAll)).map_err(|e| e.to_string())?;
+        *self.shared.write().expect("shared lock") = Arc::new(shared);
+        Ok(())
+    }
+}
+
+impl Server {
+    /// Binds every listener of the config.
+    pub async fn bind(config: Config, policy: Arc<dyn Policy>) -> Result<Server, ServerError> {
+        let config = Arc::new(config);
+        let shared = build_shared(config.clone(), policy)?;
+        let mut bound = Vec::new();
+        for l in &config.listeners {
+            let listener = bind_listener(l.address).map_err(|source| ServerError::Bind {
+                address: l.address,
+                source,
+            })?;
+            bound.push(Bound {
+                listener,
+                info: ListenerInfo {
+                    name: l.display_name().into(),
+                    tls: *l.tls.get_ref(),
+                },
+                proxy_protocol: l.proxy_protocol,
+            });
+        }
+        Ok(Server {
+            bound,
+            shared: Arc::new(RwLock::new(Arc::new(shared))),
+            conns: Arc::new(ConnCounter::default()),
+            tracker: TaskTracker::new(),
+            accepting: CancellationToken::new(),
+            force: CancellationToken::new(),
+        })
+    }
+
+    /// The bound addresses with their listener names and TLS modes, in config order.
+    pub fn local_addrs(&self) -> Vec<(Arc<str>, SocketAddr, TlsMode)> {
+        self.bound
+            .iter()
+            .filter_map(|b| {
+                b.listener
+                    .local_addr()
+                    .ok()
+                    .map(|a| (b.info.name.clone(), a, b.info.tls))
+            })
+            .collect()
+    }
+
+    /// A handle to stop or reload this server.
+    pub fn control(&self) -> Control {
+        let grace = self
+            .shared
+            .read()
+            .expect("shared lock")
+            .config
+            .server
+            .shutdown_grace
+            .0;
+        Control {
+            accepting: self.accepting.clone(),
+            force: self.force.clone(),
+            grace,
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Accepts until stopped, then waits for the sessions to end.
+    pub async fn run(self) {
+        let mut accept_tasks = Vec::new();
+        for b in self.bound {
+            let ctx = AcceptCtx {
+                shared: self.shared.clone(),
+                conns: self.conns.clone(),
+                tracker: self.tracker.clone(),
+                force: self.force.clone(),
+                info: b.info,
+                proxy_protocol: b.proxy_protocol,
+            };
+            let stop = self.accepting.clone();
+            accept_tasks.push(tokio::spawn(accept_loop(b.listener, ctx, stop)));
+        }
+        for t in accept_tasks {
+            let _ = t.await;
+        }
+        self.tracker.close();
+        info!(sessions = self.conns.total(), "no longer accepting; waiting for sessions");
+        self.tracker.wait().await;
+        info!("all sessions ended");
+    }
+}
+
+fn bind_listener(address: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(1024)
+}
+
+struct AcceptCtx {
+    shared: Arc<RwLock<Arc<Shared>>>,
+    conns: Arc<ConnCounter>,
+    tracker: TaskTracker,
+    force: CancellationToken,
+    info: ListenerInfo,
+    proxy_protocol: bool,
+}
+
+async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, stop: CancellationToken) {
+    let ctx = Arc::new(ctx);
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stop.cancelled() => return,
+        };
+        match accepted {
+            Ok((tcp, peer)) => {
+                let ctx = ctx.clone();
+                ctx.tracker.clone().spawn(async move { admit(tcp, peer, &ctx).await });
+            }
+            Err(e) => {
+                // Out of descriptors and similar: back off instead of spinning.
+                error!(error = %e, listener = %ctx.info.name, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
+    let _ = tcp.set_nodelay(true);
+    let local = tcp.local_addr().unwrap_or(peer);
+    let shared = ctx.shared.read().expect("shared lock").clone();
+    let cfg = shared.config.clone();
+    let mut tcp = tcp;
+    if ctx.proxy_protocol && cfg.server.trusted_proxies.iter().any(|c| c.contains(peer.ip())) {
+        match read_proxy_header(&mut tcp, cfg.timeouts.proxy_header.0).await {
+            Ok(Some(src)) => peer = src,
+            Ok(None) => {}
+            Err(why) => {
+                warn!(proxy = %peer, why, "bad PROXY header; closing");
+                return;
+            }
+        }
+    }
+    let guard = ctx.conns.admit(
+        peer.ip(),
+        cfg.server.max_connections,
+        cfg.server.max_connections_per_ip,
+    );
+    let stream = match ctx.info.tls {
+        TlsMode::Implicit => {
+            let Some(acceptor) = shared.tls.clone() else {
+                return;
+            };
+            match timeout(cfg.timeouts.tls_handshake.0, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => Stream::ServerTls(Box::new(tls)),
+                Ok(Err(e)) => {
+                    debug!(client = %peer.ip(), error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    debug!(client = %peer.ip(), "TLS handshake timed out");
+                    return;
+                }
+            }
+        }
+        _ => Stream::Plain(tcp),
+    };
+    let _guard = match guard {
+        Ok(g) => g,
+        Err(why) => {
+            let host = &cfg.server.hostname;
+            let text = match why {
+                Refusal::Total => format!("421 4.7.0 {host} Error: too many connections\r\n"),
+                Refusal::PerIp => format!(
+                    "421 4.7.0 {host} Error: too many connections from {}\r\n",
+                    peer.ip()
+                ),
+            };
+            info!(client = %peer.ip(), reason = ?why, "connection refused");
+            let mut stream = stream;
+            let _ = timeout(Duration::from_secs(5), async {
+                let _ = stream.write_all(text.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            })
+            .await;
+            return;
+        }
+    };
+    Session::run(shared, ctx.info.clone(), stream, peer, local, ctx.force.clone()).await;
+}
+
+/// Reads a PROXY v1/v2 header byte-exactly (never past its end). `Ok(None)`: a LOCAL or
+/// UNKNOWN header, keep the socket's address.
+async fn read_proxy_header(
+    tcp: &mut TcpStream,
+    limit: Duration,
+) -> Result<Option<SocketAddr>, &'static str> {
+    let deadline = Instant::now() + limit;
+    let mut buf = BytesMut::with_capacity(256);
+    loop {
+        match parse_proxy_header(&buf) {
+            Ok(Some((h, used))) => {
+                debug_assert_eq!(used, buf.len());
+                return Ok(h.source);
+            }
+            Ok(None) => {}
+            Err(_) => return Err("malformed PROXY header"),
+        }
+        if buf.len() >= 4096 + 16 {
+            return Err("PROXY header too long");
+        }
+        // Read one byte at a time for v1 and up to the announced length for v2, so no SMTP
+        // byte (or TLS ClientHello) after the header is consumed here.
+        let want = proxy_bytes_wanted(&buf);
+        let mut chunk = vec![0u8; want];
+        let n = match timeout(deadline.saturating_duration_since(Instant::now()), tcp.read(&mut chunk)).await {
+            Err(_) => return Err("timed out waiting for the PROXY header"),
+            Ok(Err(_)) => return Err("connection error while reading the PROXY header"),
+            Ok(Ok(0)) => return Err("connection closed before the PROXY header"),
+            Ok(Ok(n)) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// How many bytes can safely be read next without reading past the header.
+fn proxy_bytes_wanted(buf: &[u8]) -> usize {
+    const V2_SIG: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
+    if buf.is_empty() {
+        return 1; // the first byte tells v1 ("P") from v2 ("\r")
+    }
+    if buf.len() < 16 {
+        if !V2_SIG.starts_with(&buf[..buf.len().min(12)]) {
+            return 1; // v1: byte by byte up to CRLF
+        }
+        return 16 - buf.len();
+    }
+    if buf.starts_with(V2_SIG) {
+        let len = u16::from_be_bytes([buf[14], buf[15]]) as usize;
+        return (16 + len).saturating_sub(buf.len()).max(1);
+    }
+    1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::proxy_bytes_wanted;
+
+    #[test]
+    fn proxy_reads_never_overrun() {
+        assert_eq!(proxy_bytes_wanted(b""), 1);
+        assert_eq!(proxy_bytes_wanted(b"P"), 1);
+        assert_eq!(proxy_bytes_wanted(b"\r"), 15);
+        assert_eq!(proxy_bytes_wanted(b"\r\n\r\n"), 12);
+        let mut v2 = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
+        assert_eq!(proxy_bytes_wanted(&v2), 12);
+        v2.extend_from_slice(&[0; 5]);
+        assert_eq!(proxy_bytes_wanted(&v2), 7);
+    }
+}
