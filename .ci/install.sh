@@ -4,6 +4,8 @@
 # cargo-fuzz is built only when `cargo fuzz` is not already available.
 #
 #   swaks, python3 (with ssl), openssl : clients and certificates for tests/proxy_*.rs
+#   libnet-ssleay-perl, libio-socket-ssl-perl : swaks --tls / --tls-on-connect
+#   libio-socket-inet6-perl, libdigest-hmac-perl : swaks over ::1, CRAM-MD5
 #   redis-server                        : shared-state tests of later issues
 #   cargo-fuzz                          : `cargo +nightly fuzz run` smoke in .ci/run
 set -euo pipefail
@@ -14,7 +16,8 @@ if [[ $(id -u) -ne 0 ]]; then
     SUDO="sudo"
 fi
 
-want=(swaks openssl python3 redis-server)
+want=(swaks libnet-ssleay-perl libio-socket-ssl-perl libio-socket-inet6-perl
+    libdigest-hmac-perl openssl python3 redis-server)
 missing=()
 for pkg in "${want[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
