@@ -24,7 +24,13 @@ fn parse_listening_reads_name_address_and_mode() {
 #[test]
 fn b64_matches_known_vectors() {
     // RFC 4648 section 10.
-    for (plain, enc) in [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foobar", "Zm9vYmFy")] {
+    for (plain, enc) in [
+        ("", ""),
+        ("f", "Zg=="),
+        ("fo", "Zm8="),
+        ("foo", "Zm9v"),
+        ("foobar", "Zm9vYmFy"),
+    ] {
         assert_eq!(b64_encode(plain.as_bytes()), enc);
         assert_eq!(b64_decode(enc), plain.as_bytes());
     }
@@ -40,7 +46,9 @@ fn parse_reply_handles_multiline_partial_and_garbage() {
     assert_eq!(r.keywords(), vec!["PIPELINING", "SIZE"]);
     assert!(parse_reply(b"250-a.test\r\n250 SIZ").is_none());
     assert!(parse_reply(b"\x00\xffgarbage\r\n").unwrap().is_err());
-    let (r, _) = parse_reply(b"421 4.4.1 upstream down\r\n").unwrap().unwrap();
+    let (r, _) = parse_reply(b"421 4.4.1 upstream down\r\n")
+        .unwrap()
+        .unwrap();
     assert_eq!((r.code, r.enhanced().as_deref()), (421, Some("4.4.1")));
     let (r, _) = parse_reply(b"220 host ESMTP\r\n").unwrap().unwrap();
     assert_eq!(r.enhanced(), None);
@@ -159,7 +167,9 @@ fn recorder_treats_smuggling_sequences_as_content() {
     }
     let m = rec.messages();
     assert_eq!(m.len(), 5);
-    assert!(m.iter().all(|m| m.rcpts == ["b@y.test"] && (m.bare_lf || m.bare_cr)));
+    assert!(m
+        .iter()
+        .all(|m| m.rcpts == ["b@y.test"] && (m.bare_lf || m.bare_cr)));
 }
 
 #[test]

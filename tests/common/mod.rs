@@ -315,13 +315,20 @@ pub struct Message {
 }
 
 fn s(v: &Value, key: &str) -> String {
-    v.get(key).and_then(Value::as_str).unwrap_or_default().to_string()
+    v.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn strings(v: &Value, key: &str) -> Vec<String> {
     v.get(key)
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -358,7 +365,11 @@ pub fn b64_encode(data: &[u8]) -> String {
     let mut out = String::new();
     for chunk in data.chunks(3) {
         let n = chunk.len();
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let v = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= n {
@@ -860,7 +871,10 @@ impl Reply {
     pub fn enhanced(&self) -> Option<String> {
         let first = self.lines.last()?.split(' ').next()?;
         let parts: Vec<&str> = first.split('.').collect();
-        let ok = parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        let ok = parts.len() == 3
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
         ok.then(|| first.to_string())
     }
 
@@ -936,7 +950,9 @@ impl RawClient {
     pub fn connect(addr: SocketAddr) -> RawClient {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
             .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-        stream.set_read_timeout(Some(REPLY_TIMEOUT)).expect("timeout");
+        stream
+            .set_read_timeout(Some(REPLY_TIMEOUT))
+            .expect("timeout");
         stream
             .set_write_timeout(Some(Duration::from_secs(30)))
             .expect("timeout");
@@ -957,9 +973,17 @@ impl RawClient {
 
     /// Writes `bytes` in one write call.
     pub fn send(&mut self, bytes: &[u8]) {
-        self.stream
-            .write_all(bytes)
-            .unwrap_or_else(|e| panic!("send {:?}: {e}", String::from_utf8_lossy(&bytes[..bytes.len().min(200)])));
+        self.stream.write_all(bytes).unwrap_or_else(|e| {
+            panic!(
+                "send {:?}: {e}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+            )
+        });
+    }
+
+    /// Writes `bytes` in one write call; an error (peer gone) is returned, not fatal.
+    pub fn try_send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
     }
 
     /// Reads one reply: `Ok`, or `Err` describing EOF / reset / timeout / garbage.
@@ -980,7 +1004,12 @@ impl RawClient {
             match self.stream.read(&mut chunk) {
                 Ok(0) => self.eof = true,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
                     return Err(format!(
                         "no complete reply within {REPLY_TIMEOUT:?}; have {:?}",
                         String::from_utf8_lossy(&self.buf)
@@ -1039,7 +1068,10 @@ impl RawClient {
                 self.buf.push(b[0]);
                 false
             }
-            Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
         }
     }
 
