@@ -775,9 +775,12 @@ impl Floodgate {
                     let status = wait_exit(&mut child, Duration::from_millis(200));
                     let _ = child.kill();
                     let _ = child.wait();
+                    let why = match status {
+                        Some(st) => format!("floodgate exited ({st}) before printing"),
+                        None => format!("floodgate did not print within {START_TIMEOUT:?}"),
+                    };
                     panic!(
-                        "floodgate did not print {} listening line(s) within {START_TIMEOUT:?} \
-                         (exit: {status:?})\nconfig:\n{}\nstdout:\n{}\nstderr:\n{}",
+                        "{why} {} `listening` line(s)\nconfig:\n{}\nstdout:\n{}\nstderr:\n{}",
                         cfg.listeners.len(),
                         cfg.toml(),
                         seen.join("\n"),
@@ -855,8 +858,13 @@ impl Drop for Floodgate {
 // Raw SMTP client
 // ---------------------------------------------------------------------------------------
 
+/// Bytes as an escaped string for assertion messages (`b"a\r\n"` shows as `a\r\n`).
+pub fn show(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).escape_debug().to_string()
+}
+
 /// One complete SMTP reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Reply {
     /// The three-digit code (of the last line).
     pub code: u16,
@@ -864,6 +872,12 @@ pub struct Reply {
     pub lines: Vec<String>,
     /// The bytes as received, CRLFs included.
     pub raw: Vec<u8>,
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "\"{}\"", show(&self.raw))
+    }
 }
 
 impl Reply {
