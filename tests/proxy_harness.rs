@@ -240,3 +240,15 @@ with smtplib.SMTP(HOST, PORT, timeout=20) as s:
     dead.wait_idle();
     assert!(dead.messages().is_empty());
 }
+
+#[test]
+fn recorder_self_test_passes() {
+    // tests/upstream/selftest.py drives the recorder with swaks, smtplib and raw sockets
+    // through every feature and fault the floodgate tests rely on.
+    let out = run_with_timeout(
+        std::process::Command::new("python3").arg(repo_root().join("tests/upstream/selftest.py")),
+        std::time::Duration::from_secs(180),
+    );
+    assert!(out.ok(), "{out}");
+    assert!(out.stdout.contains(" passed, 0 failed"), "{out}");
+}
