@@ -1,0 +1,277 @@
+//! floodgate itself: a test config in the contract format and the running binary.
+
+use std::fs::{self, File};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use super::*;
+
+/// One `[[listener]]` of a test config.
+#[derive(Debug, Clone)]
+pub struct ListenerSpec {
+    /// Listener name (printed on its `listening` line).
+    pub name: String,
+    /// `none`, `starttls` or `implicit`.
+    pub tls: String,
+    /// Bind address; `127.0.0.1:0` picks a free port.
+    pub address: String,
+}
+
+impl ListenerSpec {
+    /// A listener on 127.0.0.1, free port.
+    pub fn new(name: &str, tls: &str) -> ListenerSpec {
+        ListenerSpec {
+            name: name.into(),
+            tls: tls.into(),
+            address: "127.0.0.1:0".into(),
+        }
+    }
+}
+
+/// The parameters of a test config; [`FloodgateConfig::toml`] renders the contract format.
+#[derive(Debug, Clone)]
+pub struct FloodgateConfig {
+    /// The upstream (usually a [`Recorder`]).
+    pub upstream: SocketAddr,
+    /// `[upstream] tls`.
+    pub upstream_tls: String,
+    /// `[upstream] client_identity`: none, xclient or proxy-v2.
+    pub client_identity: String,
+    /// Listeners, in order.
+    pub listeners: Vec<ListenerSpec>,
+    /// `[log] level`.
+    pub log_level: String,
+    /// TOML appended verbatim (e.g. an `[smtp]` section). Must not repeat the sections
+    /// written here: server, timeouts, tls, upstream, log.
+    pub extra: String,
+}
+
+impl FloodgateConfig {
+    /// Three listeners (`plain` none, `submission` starttls, `submissions` implicit) in
+    /// front of `upstream`, plain upstream, no client identity, debug logs.
+    pub fn new(upstream: SocketAddr) -> FloodgateConfig {
+        FloodgateConfig {
+            upstream,
+            upstream_tls: "none".into(),
+            client_identity: "none".into(),
+            listeners: vec![
+                ListenerSpec::new("plain", "none"),
+                ListenerSpec::new("submission", "starttls"),
+                ListenerSpec::new("submissions", "implicit"),
+            ],
+            log_level: "debug".into(),
+            extra: String::new(),
+        }
+    }
+
+    /// Sets `client_identity`.
+    pub fn identity(mut self, identity: &str) -> Self {
+        self.client_identity = identity.into();
+        self
+    }
+
+    /// Sets the upstream TLS mode.
+    pub fn upstream_tls(mut self, mode: &str) -> Self {
+        self.upstream_tls = mode.into();
+        self
+    }
+
+    /// Appends TOML.
+    pub fn extra(mut self, toml: &str) -> Self {
+        self.extra.push_str(toml);
+        self.extra.push('\n');
+        self
+    }
+
+    /// Sets the log level.
+    pub fn log_level(mut self, level: &str) -> Self {
+        self.log_level = level.into();
+        self
+    }
+
+    /// The config file text.
+    pub fn toml(&self) -> String {
+        let path = |p: PathBuf| p.to_str().expect("utf-8 path").replace('\\', "\\\\");
+        let mut t = String::new();
+        t.push_str("# written by tests/common/mod.rs\n");
+        t.push_str("[server]\nhostname = \"floodgate.test\"\nshutdown_grace = \"2s\"\n\n");
+        t.push_str(
+            "[timeouts]\ncommand = \"60s\"\ndata = \"120s\"\nsession = \"10m\"\n\
+             tls_handshake = \"10s\"\nupstream_connect = \"5s\"\nupstream_reply = \"30s\"\n\n",
+        );
+        for l in &self.listeners {
+            t.push_str(&format!(
+                "[[listener]]\nname = \"{}\"\naddress = \"{}\"\ntls = \"{}\"\nproxy_protocol = false\n\n",
+                l.name, l.address, l.tls
+            ));
+        }
+        t.push_str(&format!(
+            "[tls]\ncertificate = \"{}\"\nprivate_key = \"{}\"\n\n",
+            path(dev_cert("server.crt")),
+            path(dev_cert("server.key"))
+        ));
+        t.push_str(&format!(
+            "[upstream]\naddress = \"{}\"\ntls = \"{}\"\nclient_identity = \"{}\"\n\
+             server_name = \"localhost\"\nca_file = \"{}\"\nhelo_name = \"floodgate.test\"\n\n",
+            self.upstream,
+            self.upstream_tls,
+            self.client_identity,
+            path(ca_file())
+        ));
+        t.push_str(&format!(
+            "[log]\nlevel = \"{}\"\nformat = \"text\"\n\n",
+            self.log_level
+        ));
+        t.push_str(&self.extra);
+        t
+    }
+}
+
+/// A bound listener as floodgate reported it.
+#[derive(Debug, Clone)]
+pub struct Listening {
+    /// Listener name.
+    pub name: String,
+    /// The real bound address.
+    pub addr: SocketAddr,
+    /// TLS mode.
+    pub tls: String,
+}
+
+/// Parses `listening <name> <bound-address> <tls-mode>`.
+pub fn parse_listening(line: &str) -> Option<Listening> {
+    let rest = line.trim_end().strip_prefix("listening ")?;
+    let mut parts = rest.rsplitn(3, ' ');
+    let tls = parts.next()?.to_string();
+    let addr = parts.next()?.parse().ok()?;
+    let name = parts.next()?.to_string();
+    Some(Listening { name, addr, tls })
+}
+
+/// A running floodgate (`floodgate run --config FILE`), killed on drop.
+pub struct Floodgate {
+    child: Child,
+    listeners: Vec<Listening>,
+    stderr: PathBuf,
+    config: PathBuf,
+    dir: TempDir,
+}
+
+impl Floodgate {
+    /// Writes `cfg` to a temp dir, starts floodgate and waits (bounded) for one
+    /// `listening` line per listener.
+    pub fn start(cfg: &FloodgateConfig) -> Floodgate {
+        let dir = TempDir::new().expect("tempdir");
+        let config = dir.path().join("floodgate.toml");
+        fs::write(&config, cfg.toml()).expect("write config");
+        let stderr = dir.path().join("floodgate.stderr");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("start floodgate");
+        let lines = stdout_lines(&mut child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut listeners = Vec::new();
+        let mut seen = Vec::new();
+        while listeners.len() < cfg.listeners.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(l) = parse_listening(&line) {
+                        listeners.push(l);
+                    }
+                    seen.push(line);
+                }
+                Err(_) => {
+                    let status = wait_exit(&mut child, Duration::from_millis(200));
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let why = match status {
+                        Some(st) => format!("floodgate exited ({st}) before printing"),
+                        None => format!("floodgate did not print within {START_TIMEOUT:?}"),
+                    };
+                    panic!(
+                        "{why} {} `listening` line(s)\nconfig:\n{}\nstdout:\n{}\nstderr:\n{}",
+                        cfg.listeners.len(),
+                        cfg.toml(),
+                        seen.join("\n"),
+                        fs::read_to_string(&stderr).unwrap_or_default()
+                    );
+                }
+            }
+        }
+        for (want, got) in cfg.listeners.iter().zip(&listeners) {
+            assert_eq!(
+                (&want.name, &want.tls),
+                (&got.name, &got.tls),
+                "listening lines must come in config order"
+            );
+        }
+        Floodgate {
+            child,
+            listeners,
+            stderr,
+            config,
+            dir,
+        }
+    }
+
+    /// The bound address of the listener called `name`.
+    pub fn addr(&self, name: &str) -> SocketAddr {
+        self.listeners
+            .iter()
+            .find(|l| l.name == name)
+            .unwrap_or_else(|| panic!("no listener {name:?} in {:?}", self.listeners))
+            .addr
+    }
+
+    /// All listeners, in config order.
+    pub fn listeners(&self) -> &[Listening] {
+        &self.listeners
+    }
+
+    /// floodgate's stderr (its log) so far.
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&fs::read(&self.stderr).unwrap_or_default()).into_owned()
+    }
+
+    /// The config file path.
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+
+    /// The temp dir holding config and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit status.
+    pub fn terminate(&mut self) -> ExitStatus {
+        sigterm(&self.child);
+        wait_exit(&mut self.child, Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("floodgate did not exit within 20 s of SIGTERM"))
+    }
+}
+
+impl Drop for Floodgate {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        if thread::panicking() {
+            eprintln!("--- floodgate stderr ---\n{}", self.stderr());
+        }
+    }
+}
