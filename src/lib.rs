@@ -1,1 +1,2 @@
 //! floodgate: an SMTP submission proxy that stops outgoing email floods.
+pub mod smtp;
