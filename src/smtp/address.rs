@@ -206,7 +206,11 @@ fn parse_local_part(s: &str) -> Result<(String, usize), AddressError> {
     }
     let end = s.find('@').unwrap_or(s.len());
     let local = &s[..end];
-    if local.is_empty() || !local.split('.').all(|atom| !atom.is_empty() && atom.chars().all(is_atext)) {
+    if local.is_empty()
+        || !local
+            .split('.')
+            .all(|atom| !atom.is_empty() && atom.chars().all(is_atext))
+    {
         return Err(AddressError::BadLocalPart);
     }
     Ok((local.to_string(), end))
@@ -254,11 +258,19 @@ fn check_address_literal(inner: &str) -> Result<(), AddressError> {
             .map_err(|_| AddressError::BadDomain);
     }
     // General-address-literal: Standardized-tag ":" 1*dcontent.
-    let tag_ok = tag.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && tag.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
+    let tag_ok = tag
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+        && tag
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
         && tag.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
     let content_ok = !content.is_empty()
-        && content.bytes().all(|b| (33..=90).contains(&b) || (94..=126).contains(&b));
+        && content
+            .bytes()
+            .all(|b| (33..=90).contains(&b) || (94..=126).contains(&b));
     if tag_ok && content_ok {
         Ok(())
     } else {
@@ -292,7 +304,10 @@ mod tests {
         assert!(p.is_null());
         assert_eq!(p.normalized(), "");
         assert_eq!(p.domain(), None);
-        assert_eq!(Path::parse("", Recipient), Err(AddressError::NullNotAllowed));
+        assert_eq!(
+            Path::parse("", Recipient),
+            Err(AddressError::NullNotAllowed)
+        );
     }
 
     #[test]
@@ -300,8 +315,14 @@ mod tests {
         let p = ok("PostMaster", Recipient);
         assert_eq!(p.domain(), None);
         assert_eq!(p.normalized(), "postmaster");
-        assert_eq!(Path::parse("postmaster", Sender), Err(AddressError::MissingDomain));
-        assert_eq!(Path::parse("bob", Recipient), Err(AddressError::MissingDomain));
+        assert_eq!(
+            Path::parse("postmaster", Sender),
+            Err(AddressError::MissingDomain)
+        );
+        assert_eq!(
+            Path::parse("bob", Recipient),
+            Err(AddressError::MissingDomain)
+        );
     }
 
     #[test]
@@ -321,8 +342,14 @@ mod tests {
     fn source_route_dropped() {
         let p = ok("@relay.one,@relay.two:user@example.com", Recipient);
         assert_eq!(p.as_str(), "user@example.com");
-        assert_eq!(Path::parse("@bad_host:user@x.org", Recipient), Err(AddressError::BadRoute));
-        assert_eq!(Path::parse("@a.b user@x.org", Recipient), Err(AddressError::BadRoute));
+        assert_eq!(
+            Path::parse("@bad_host:user@x.org", Recipient),
+            Err(AddressError::BadRoute)
+        );
+        assert_eq!(
+            Path::parse("@a.b user@x.org", Recipient),
+            Err(AddressError::BadRoute)
+        );
     }
 
     #[test]
@@ -337,8 +364,18 @@ mod tests {
         ok("a@[192.0.2.1]", Recipient);
         ok("a@[IPv6:2001:db8::1]", Recipient);
         ok("a@[x-tag:stuff]", Recipient);
-        for bad in ["a@[192.0.2.1", "a@[IPv6:zz]", "a@[999.1.1.1]", "a@[:x]", "a@[t:]"] {
-            assert_eq!(Path::parse(bad, Recipient), Err(AddressError::BadDomain), "{bad}");
+        for bad in [
+            "a@[192.0.2.1",
+            "a@[IPv6:zz]",
+            "a@[999.1.1.1]",
+            "a@[:x]",
+            "a@[t:]",
+        ] {
+            assert_eq!(
+                Path::parse(bad, Recipient),
+                Err(AddressError::BadDomain),
+                "{bad}"
+            );
         }
     }
 
@@ -347,8 +384,20 @@ mod tests {
         for bad in ["a..b@x.org", ".a@x.org", "a.@x.org", "a b@x.org", "@x.org"] {
             assert!(Path::parse(bad, Recipient).is_err(), "{bad}");
         }
-        for bad in ["a@", "a@x..org", "a@-x.org", "a@x-.org", "a@x_y.org", "a@x.org.", "a@b@c"] {
-            assert_eq!(Path::parse(bad, Recipient), Err(AddressError::BadDomain), "{bad}");
+        for bad in [
+            "a@",
+            "a@x..org",
+            "a@-x.org",
+            "a@x-.org",
+            "a@x_y.org",
+            "a@x.org.",
+            "a@b@c",
+        ] {
+            assert_eq!(
+                Path::parse(bad, Recipient),
+                Err(AddressError::BadDomain),
+                "{bad}"
+            );
         }
     }
 
@@ -368,12 +417,18 @@ mod tests {
         let d = format!("{}.{}.{}.{}", label, label, label, "c".repeat(60));
         assert_eq!(d.len(), 252);
         ok(&format!("a@{d}"), Recipient);
-        assert_eq!(Path::parse(&format!("ab@{d}"), Recipient), Err(AddressError::PathTooLong));
+        assert_eq!(
+            Path::parse(&format!("ab@{d}"), Recipient),
+            Err(AddressError::PathTooLong)
+        );
     }
 
     #[test]
     fn label_too_long() {
         let label = "b".repeat(64);
-        assert_eq!(Path::parse(&format!("a@{label}.org"), Recipient), Err(AddressError::BadDomain));
+        assert_eq!(
+            Path::parse(&format!("a@{label}.org"), Recipient),
+            Err(AddressError::BadDomain)
+        );
     }
 }

@@ -267,7 +267,9 @@ fn auth(rest: Option<&str>) -> Result<Command, CommandError> {
     };
     // RFC 4422 sasl-mech: 1*20 of upper-case letters, digits, '-', '_'.
     let mech_ok = (1..=20).contains(&mech.len())
-        && mech.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        && mech
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if !mech_ok {
         return Err(syntax);
     }

@@ -45,11 +45,17 @@ impl DataOutcome {
     /// Postfix answers), then over-long lines (500 5.5.2).
     pub fn rejection(&self) -> Option<Reply> {
         if self.too_big {
-            Some(Reply::new(552, "5.3.4 Message size exceeds fixed maximum message size"))
+            Some(Reply::new(
+                552,
+                "5.3.4 Message size exceeds fixed maximum message size",
+            ))
         } else if self.bare_line_ending {
             Some(Reply::new(550, "5.5.2 Message contains bare <CR> or <LF>"))
         } else if self.line_too_long {
-            Some(Reply::new(500, "5.5.2 Message contains a line that is too long"))
+            Some(Reply::new(
+                500,
+                "5.5.2 Message contains a line that is too long",
+            ))
         } else {
             None
         }
@@ -150,7 +156,10 @@ impl DataDecoder {
                 continue;
             }
             let rest = &input[i..];
-            let stop = rest.iter().position(|&b| b == b'\r' || b == b'\n').unwrap_or(rest.len());
+            let stop = rest
+                .iter()
+                .position(|&b| b == b'\r' || b == b'\n')
+                .unwrap_or(rest.len());
             self.emit(&rest[..stop], body);
             self.col += stop;
             i += stop;
@@ -184,7 +193,11 @@ impl DataDecoder {
             self.out.line_too_long = true;
         }
         self.emit(b"\r\n", body);
-        self.start = if crlf { LineStart::Clean } else { LineStart::Bare };
+        self.start = if crlf {
+            LineStart::Clean
+        } else {
+            LineStart::Bare
+        };
         self.col = 0;
         self.dot_first = false;
         false
@@ -215,7 +228,10 @@ pub fn encode_data(body: &[u8], out: &mut Vec<u8>) {
             out.push(b'.');
         }
         let rest = &body[i..];
-        let stop = rest.iter().position(|&b| b == b'\r' || b == b'\n').unwrap_or(rest.len());
+        let stop = rest
+            .iter()
+            .position(|&b| b == b'\r' || b == b'\n')
+            .unwrap_or(rest.len());
         out.extend_from_slice(&rest[..stop]);
         i += stop;
         if i == body.len() {

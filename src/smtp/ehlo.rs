@@ -114,11 +114,17 @@ pub fn filter_ehlo(reply: &Reply, filter: &EhloFilter) -> Reply {
             continue;
         }
         let out = match kw.as_str() {
-            "PIPELINING" | "8BITMIME" | "SMTPUTF8" | "DSN" | "ENHANCEDSTATUSCODES" => Some(kw.clone()),
+            "PIPELINING" | "8BITMIME" | "SMTPUTF8" | "DSN" | "ENHANCEDSTATUSCODES" => {
+                Some(kw.clone())
+            }
             "CHUNKING" if filter.chunking => Some(kw.clone()),
             "SIZE" => match params.first() {
                 None => Some(kw.clone()),
-                Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && n.parse::<u64>().is_ok() => {
+                Some(n)
+                    if !n.is_empty()
+                        && n.bytes().all(|b| b.is_ascii_digit())
+                        && n.parse::<u64>().is_ok() =>
+                {
                     Some(format!("SIZE {n}"))
                 }
                 Some(_) => None,
@@ -180,8 +186,21 @@ mod tests {
         assert!(c.pipelining && c.eight_bit_mime && c.smtputf8 && c.dsn);
         assert!(c.enhanced_status_codes && c.chunking && c.starttls);
         assert_eq!(c.size, Some(52428800));
-        assert_eq!(c.auth, ["PLAIN", "LOGIN", "GSSAPI", "CRAM-MD5", "SCRAM-SHA-256", "XOAUTH2"]);
-        assert_eq!(c.xclient, ["NAME", "ADDR", "PORT", "PROTO", "HELO", "LOGIN"]);
+        assert_eq!(
+            c.auth,
+            [
+                "PLAIN",
+                "LOGIN",
+                "GSSAPI",
+                "CRAM-MD5",
+                "SCRAM-SHA-256",
+                "XOAUTH2"
+            ]
+        );
+        assert_eq!(
+            c.xclient,
+            ["NAME", "ADDR", "PORT", "PROTO", "HELO", "LOGIN"]
+        );
     }
 
     #[test]
@@ -196,7 +215,11 @@ mod tests {
 
     #[test]
     fn filter_with_everything_offered() {
-        let f = EhloFilter { offer_starttls: true, offer_auth: true, chunking: true };
+        let f = EhloFilter {
+            offer_starttls: true,
+            offer_auth: true,
+            chunking: true,
+        };
         let r = filter_ehlo(&upstream(), &f);
         assert_eq!(
             r.lines,
@@ -217,28 +240,65 @@ mod tests {
 
     #[test]
     fn filter_minimal() {
-        let f = EhloFilter { offer_starttls: false, offer_auth: false, chunking: false };
+        let f = EhloFilter {
+            offer_starttls: false,
+            offer_auth: false,
+            chunking: false,
+        };
         let r = filter_ehlo(&upstream(), &f);
         assert_eq!(
             r.lines,
-            ["smtp.example.org Hello client [192.0.2.1]", "SIZE 52428800", "8BITMIME", "PIPELINING", "DSN", "SMTPUTF8", "ENHANCEDSTATUSCODES"]
+            [
+                "smtp.example.org Hello client [192.0.2.1]",
+                "SIZE 52428800",
+                "8BITMIME",
+                "PIPELINING",
+                "DSN",
+                "SMTPUTF8",
+                "ENHANCEDSTATUSCODES"
+            ]
         );
         let caps = parse_ehlo(&r);
-        assert!(!caps.starttls && caps.auth.is_empty() && caps.xclient.is_empty() && !caps.chunking);
+        assert!(
+            !caps.starttls && caps.auth.is_empty() && caps.xclient.is_empty() && !caps.chunking
+        );
     }
 
     #[test]
     fn filter_drops_auth_without_observable_mechanisms_and_bad_size() {
-        let f = EhloFilter { offer_starttls: false, offer_auth: true, chunking: false };
-        let r = filter_ehlo(&Reply::multi(250, ["hi", "AUTH GSSAPI NTLM", "SIZE 12x", "pipelining", "PIPELINING"]), &f);
+        let f = EhloFilter {
+            offer_starttls: false,
+            offer_auth: true,
+            chunking: false,
+        };
+        let r = filter_ehlo(
+            &Reply::multi(
+                250,
+                [
+                    "hi",
+                    "AUTH GSSAPI NTLM",
+                    "SIZE 12x",
+                    "pipelining",
+                    "PIPELINING",
+                ],
+            ),
+            &f,
+        );
         assert_eq!(r.lines, ["hi", "PIPELINING"]);
     }
 
     #[test]
     fn filter_non_250_unchanged_and_single_line() {
-        let f = EhloFilter { offer_starttls: true, offer_auth: true, chunking: false };
+        let f = EhloFilter {
+            offer_starttls: true,
+            offer_auth: true,
+            chunking: false,
+        };
         let e = Reply::new(554, "5.7.1 go away");
         assert_eq!(filter_ehlo(&e, &f), e);
-        assert_eq!(filter_ehlo(&Reply::new(250, "hi"), &f).lines, ["hi", "STARTTLS"]);
+        assert_eq!(
+            filter_ehlo(&Reply::new(250, "hi"), &f).lines,
+            ["hi", "STARTTLS"]
+        );
     }
 }

@@ -149,7 +149,10 @@ mod tests {
             vec![LineEvent::BareLineEnding, line("QUIT")]
         );
         // CR CR LF: the first CR is bare.
-        assert_eq!(lines(&mut f, b"NOOP\r\r\n"), vec![LineEvent::BareLineEnding]);
+        assert_eq!(
+            lines(&mut f, b"NOOP\r\r\n"),
+            vec![LineEvent::BareLineEnding]
+        );
     }
 
     #[test]

@@ -105,9 +105,15 @@ fn parse_v1(buf: &[u8]) -> Result<Option<(ProxyHeader, usize)>, ProxyHeaderError
             let v6 = *fam == "TCP6";
             let ip = |s: &str| -> Result<IpAddr, ProxyHeaderError> {
                 let ip = if v6 {
-                    IpAddr::V6(s.parse::<Ipv6Addr>().map_err(|_| ProxyHeaderError::V1Syntax)?)
+                    IpAddr::V6(
+                        s.parse::<Ipv6Addr>()
+                            .map_err(|_| ProxyHeaderError::V1Syntax)?,
+                    )
                 } else {
-                    IpAddr::V4(s.parse::<Ipv4Addr>().map_err(|_| ProxyHeaderError::V1Syntax)?)
+                    IpAddr::V4(
+                        s.parse::<Ipv4Addr>()
+                            .map_err(|_| ProxyHeaderError::V1Syntax)?,
+                    )
                 };
                 Ok(ip)
             };
@@ -123,7 +129,10 @@ fn parse_v1(buf: &[u8]) -> Result<Option<(ProxyHeader, usize)>, ProxyHeaderError
 
 /// A decimal port 0..=65535 without leading zeros.
 fn port(s: &str) -> Result<u16, ProxyHeaderError> {
-    let ok = !s.is_empty() && s.len() <= 5 && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
+    let ok = !s.is_empty()
+        && s.len() <= 5
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && (s == "0" || !s.starts_with('0'));
     if !ok {
         return Err(ProxyHeaderError::V1Syntax);
     }
@@ -160,7 +169,14 @@ fn parse_v2(buf: &[u8]) -> Result<Option<(ProxyHeader, usize)>, ProxyHeaderError
             if body.len() < 12 {
                 return Err(ProxyHeaderError::V2Truncated);
             }
-            let a = |i: usize| IpAddr::V4(Ipv4Addr::new(body[i], body[i + 1], body[i + 2], body[i + 3]));
+            let a = |i: usize| {
+                IpAddr::V4(Ipv4Addr::new(
+                    body[i],
+                    body[i + 1],
+                    body[i + 2],
+                    body[i + 3],
+                ))
+            };
             let p = |i: usize| u16::from_be_bytes([body[i], body[i + 1]]);
             let h = ProxyHeader {
                 source: Some(SocketAddr::new(a(0), p(8))),

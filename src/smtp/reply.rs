@@ -64,7 +64,11 @@ impl Reply {
             }
             out.push(if last { b' ' } else { b'-' });
             for &b in line.as_bytes() {
-                out.push(if b < 0x20 && b != b'\t' || b == 0x7f { b' ' } else { b });
+                out.push(if b < 0x20 && b != b'\t' || b == 0x7f {
+                    b' '
+                } else {
+                    b
+                });
             }
             out.extend_from_slice(b"\r\n");
         }
@@ -282,7 +286,8 @@ mod tests {
 
     #[test]
     fn single_and_multi_line() {
-        let got = parse_all(b"220 mx ESMTP\r\n250-mx\r\n250-PIPELINING\r\n250 SIZE 10\r\n").unwrap();
+        let got =
+            parse_all(b"220 mx ESMTP\r\n250-mx\r\n250-PIPELINING\r\n250 SIZE 10\r\n").unwrap();
         assert_eq!(got[0], Reply::new(220, "mx ESMTP"));
         assert_eq!(got[1], Reply::multi(250, ["mx", "PIPELINING", "SIZE 10"]));
     }
@@ -314,12 +319,18 @@ mod tests {
         assert_eq!(parse_all(b"250_ok\r\n"), Err(ReplyError::BadSeparator));
         assert_eq!(
             parse_all(b"250-a\r\n251 b\r\n"),
-            Err(ReplyError::CodeMismatch { first: 250, got: 251 })
+            Err(ReplyError::CodeMismatch {
+                first: 250,
+                got: 251
+            })
         );
         let long = format!("250 {}\r\n", "x".repeat(5000));
         assert_eq!(parse_all(long.as_bytes()), Err(ReplyError::LineTooLong));
         let unterminated = format!("250 {}", "x".repeat(5000));
-        assert_eq!(parse_all(unterminated.as_bytes()), Err(ReplyError::LineTooLong));
+        assert_eq!(
+            parse_all(unterminated.as_bytes()),
+            Err(ReplyError::LineTooLong)
+        );
         let many = "250-x\r\n".repeat(200);
         assert_eq!(parse_all(many.as_bytes()), Err(ReplyError::TooManyLines));
     }
@@ -327,9 +338,15 @@ mod tests {
     #[test]
     fn wire_form() {
         assert_eq!(Reply::new(250, "2.0.0 Ok").to_wire(), b"250 2.0.0 Ok\r\n");
-        assert_eq!(Reply::multi(250, ["a", "b"]).to_wire(), b"250-a\r\n250 b\r\n");
+        assert_eq!(
+            Reply::multi(250, ["a", "b"]).to_wire(),
+            b"250-a\r\n250 b\r\n"
+        );
         assert_eq!(Reply::new(250, "").to_wire(), b"250\r\n");
-        assert_eq!(Reply::multi(250, Vec::<String>::new()).to_wire(), b"250\r\n");
+        assert_eq!(
+            Reply::multi(250, Vec::<String>::new()).to_wire(),
+            b"250\r\n"
+        );
         assert_eq!(
             Reply::new(550, "evil\r\n250 injected").to_wire(),
             b"550 evil  250 injected\r\n"
@@ -347,7 +364,10 @@ mod tests {
         assert!(!Reply::new(354, "go").is_completion());
         assert!(Reply::new(250, "").is_completion());
         assert!(Reply::new(554, "5.7.1 no").is_permanent());
-        assert_eq!(Reply::multi(250, ["x", "2.1.0 ok"]).enhanced(), Some((2, 1, 0)));
+        assert_eq!(
+            Reply::multi(250, ["x", "2.1.0 ok"]).enhanced(),
+            Some((2, 1, 0))
+        );
         assert_eq!(Reply::new(250, "2.1.0").enhanced(), Some((2, 1, 0)));
         assert_eq!(Reply::new(250, "3.1.0 x").enhanced(), None);
         assert_eq!(Reply::new(250, "2.1 x").enhanced(), None);

@@ -179,7 +179,8 @@ fn decode_strict(line: &[u8]) -> Option<Zeroizing<Vec<u8>>> {
 /// [`MAX_USERNAME`] octets.
 fn identity(bytes: &[u8]) -> Option<String> {
     let s = std::str::from_utf8(bytes).ok()?;
-    (!s.is_empty() && s.len() <= MAX_USERNAME && !s.chars().any(char::is_control)).then(|| s.to_string())
+    (!s.is_empty() && s.len() <= MAX_USERNAME && !s.chars().any(char::is_control))
+        .then(|| s.to_string())
 }
 
 #[cfg(test)]
@@ -195,7 +196,10 @@ mod tests {
     fn mechanism_names() {
         assert_eq!(Mechanism::from_name("plain"), Some(Mechanism::Plain));
         assert_eq!(Mechanism::from_name("Cram-MD5"), Some(Mechanism::CramMd5));
-        assert_eq!(Mechanism::from_name("xoauth2").map(Mechanism::name), Some("XOAUTH2"));
+        assert_eq!(
+            Mechanism::from_name("xoauth2").map(Mechanism::name),
+            Some("XOAUTH2")
+        );
         assert_eq!(Mechanism::from_name("GSSAPI"), None);
     }
 
@@ -226,7 +230,13 @@ mod tests {
 
     #[test]
     fn plain_malformed() {
-        for bad in [&b"bob\0pw"[..], b"\0\0pw", b"a\0b\0c\0d", b"\0bo\x01b\0pw", b"\0\xff\0pw"] {
+        for bad in [
+            &b"bob\0pw"[..],
+            b"\0\0pw",
+            b"a\0b\0c\0d",
+            b"\0bo\x01b\0pw",
+            b"\0\xff\0pw",
+        ] {
             let o = SaslObserver::new(Mechanism::Plain, Some(&b64(bad)));
             assert_eq!(o.username(), None, "{bad:?}");
         }

@@ -89,7 +89,9 @@ mod tests {
     use super::*;
 
     fn all() -> Vec<String> {
-        ["NAME", "ADDR", "PORT", "PROTO", "HELO", "LOGIN"].map(String::from).to_vec()
+        ["NAME", "ADDR", "PORT", "PROTO", "HELO", "LOGIN"]
+            .map(String::from)
+            .to_vec()
     }
 
     #[test]
@@ -134,20 +136,38 @@ mod tests {
 
     #[test]
     fn mapped_ipv4_is_plain() {
-        let a = XclientAttrs { addr: "::ffff:192.0.2.9".parse().unwrap(), port: 1, name: None, helo: None, proto: "SMTP" };
-        assert_eq!(xclient_command(&a, &["ADDR".to_string()]), b"XCLIENT ADDR=192.0.2.9\r\n");
+        let a = XclientAttrs {
+            addr: "::ffff:192.0.2.9".parse().unwrap(),
+            port: 1,
+            name: None,
+            helo: None,
+            proto: "SMTP",
+        };
+        assert_eq!(
+            xclient_command(&a, &["ADDR".to_string()]),
+            b"XCLIENT ADDR=192.0.2.9\r\n"
+        );
     }
 
     #[test]
     fn stays_within_512() {
         let helo = "h".repeat(600);
         let name = "n".repeat(250);
-        let a = XclientAttrs { addr: "192.0.2.1".parse().unwrap(), port: 2, name: Some(&name), helo: Some(&helo), proto: "ESMTP" };
+        let a = XclientAttrs {
+            addr: "192.0.2.1".parse().unwrap(),
+            port: 2,
+            name: Some(&name),
+            helo: Some(&helo),
+            proto: "ESMTP",
+        };
         let line = String::from_utf8(xclient_command(&a, &all())).unwrap();
         assert!(line.len() <= XCLIENT_MAX);
         assert!(line.contains("HELO=[UNAVAILABLE]") && line.contains(&name));
         let name = "n".repeat(600);
-        let a = XclientAttrs { name: Some(&name), ..a };
+        let a = XclientAttrs {
+            name: Some(&name),
+            ..a
+        };
         let line = String::from_utf8(xclient_command(&a, &all())).unwrap();
         assert!(line.len() <= XCLIENT_MAX);
         assert!(line.contains("NAME=[UNAVAILABLE]") && line.ends_with("ADDR=192.0.2.1\r\n"));

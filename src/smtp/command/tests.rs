@@ -34,8 +34,14 @@ fn no_args_allowed() {
 
 #[test]
 fn helo_ehlo() {
-    assert_eq!(p("EHLO client.example"), Ok(Command::Ehlo("client.example".into())));
-    assert_eq!(p("helo [192.0.2.1]"), Ok(Command::Helo("[192.0.2.1]".into())));
+    assert_eq!(
+        p("EHLO client.example"),
+        Ok(Command::Ehlo("client.example".into()))
+    );
+    assert_eq!(
+        p("helo [192.0.2.1]"),
+        Ok(Command::Helo("[192.0.2.1]".into()))
+    );
     assert_eq!(wire("ehlo x.y"), "EHLO x.y\r\n");
     for s in ["EHLO", "EHLO ", "EHLO a b", "HELO  a"] {
         assert_eq!(code(s.as_bytes()), 501, "{s}");
@@ -51,11 +57,20 @@ fn mail_from() {
     assert_eq!(
         m.params,
         vec![
-            Param { keyword: "SIZE".into(), value: Some("100".into()) },
-            Param { keyword: "BODY".into(), value: Some("8BITMIME".into()) },
+            Param {
+                keyword: "SIZE".into(),
+                value: Some("100".into())
+            },
+            Param {
+                keyword: "BODY".into(),
+                value: Some("8BITMIME".into())
+            },
         ]
     );
-    assert_eq!(Param::find(&m.params, "SIZE").unwrap().value.as_deref(), Some("100"));
+    assert_eq!(
+        Param::find(&m.params, "SIZE").unwrap().value.as_deref(),
+        Some("100")
+    );
     assert_eq!(
         wire("mail from:<a@b.example>  size=100 SMTPUTF8"),
         "MAIL FROM:<a@b.example> SIZE=100 SMTPUTF8\r\n"
@@ -64,7 +79,9 @@ fn mail_from() {
 
 #[test]
 fn mail_from_tolerated_space_and_null() {
-    let Command::Mail(m) = p("MAIL FROM: <>").unwrap() else { panic!() };
+    let Command::Mail(m) = p("MAIL FROM: <>").unwrap() else {
+        panic!()
+    };
     assert!(m.sender.is_null());
     assert_eq!(wire("MAIL FROM: <>"), "MAIL FROM:<>\r\n");
     // Only one space is tolerated.
@@ -80,13 +97,18 @@ fn mail_from_tolerated_space_and_null() {
 
 #[test]
 fn rcpt_to() {
-    let Command::Rcpt(r) = p("rcpt to:<Bob@Example.ORG> NOTIFY=SUCCESS,FAILURE ORCPT=rfc822;bob+2Bx@example.org").unwrap()
+    let Command::Rcpt(r) =
+        p("rcpt to:<Bob@Example.ORG> NOTIFY=SUCCESS,FAILURE ORCPT=rfc822;bob+2Bx@example.org")
+            .unwrap()
     else {
         panic!()
     };
     assert_eq!(r.recipient.normalized(), "bob@example.org");
     assert_eq!(r.params.len(), 2);
-    assert_eq!(r.params[1].value.as_deref(), Some("rfc822;bob+2Bx@example.org"));
+    assert_eq!(
+        r.params[1].value.as_deref(),
+        Some("rfc822;bob+2Bx@example.org")
+    );
     assert!(matches!(p("RCPT TO:<postmaster>"), Ok(Command::Rcpt(_))));
     assert_eq!(code(b"RCPT TO:<>"), 553);
     assert_eq!(code(b"RCPT TO:<bob>"), 553);
@@ -94,19 +116,26 @@ fn rcpt_to() {
 
 #[test]
 fn rcpt_source_route_dropped() {
-    assert_eq!(wire("RCPT TO:<@hop.example:bob@example.org>"), "RCPT TO:<bob@example.org>\r\n");
+    assert_eq!(
+        wire("RCPT TO:<@hop.example:bob@example.org>"),
+        "RCPT TO:<bob@example.org>\r\n"
+    );
 }
 
 #[test]
 fn quoted_local_part_with_gt() {
-    let Command::Rcpt(r) = p("RCPT TO:<\"a>b\"@x.org> NOTIFY=NEVER").unwrap() else { panic!() };
+    let Command::Rcpt(r) = p("RCPT TO:<\"a>b\"@x.org> NOTIFY=NEVER").unwrap() else {
+        panic!()
+    };
     assert_eq!(r.recipient.local_part(), "a>b");
     assert_eq!(r.params.len(), 1);
 }
 
 #[test]
 fn utf8_address() {
-    let Command::Mail(m) = p("MAIL FROM:<jörg@bücher.example> SMTPUTF8").unwrap() else { panic!() };
+    let Command::Mail(m) = p("MAIL FROM:<jörg@bücher.example> SMTPUTF8").unwrap() else {
+        panic!()
+    };
     assert!(!m.sender.is_ascii());
 }
 
@@ -120,7 +149,10 @@ fn address_errors_and_codes() {
     let long = format!("RCPT TO:<{}@x.org>", "a".repeat(65));
     assert_eq!(
         p(&long),
-        Err(CommandError::Address { role: AddressRole::Recipient, error: AddressError::LocalPartTooLong })
+        Err(CommandError::Address {
+            role: AddressRole::Recipient,
+            error: AddressError::LocalPartTooLong
+        })
     );
     let long = format!("RCPT TO:<a@{}.org>", "b.".repeat(130));
     assert_eq!(code(long.as_bytes()), 553);
@@ -156,7 +188,10 @@ fn control_chars_and_garbage() {
 
 #[test]
 fn unknown_verbs() {
-    assert_eq!(p("xclient ADDR=1.2.3.4"), Ok(Command::Unknown("XCLIENT".into())));
+    assert_eq!(
+        p("xclient ADDR=1.2.3.4"),
+        Ok(Command::Unknown("XCLIENT".into()))
+    );
     assert_eq!(p("GET / HTTP/1.1"), Ok(Command::Unknown("GET".into())));
     assert_eq!(wire("x-link2state foo"), "X-LINK2STATE\r\n");
 }
@@ -171,38 +206,101 @@ fn vrfy_expn() {
 
 #[test]
 fn bdat() {
-    assert_eq!(p("BDAT 100"), Ok(Command::Bdat { size: 100, last: false }));
-    assert_eq!(p("bdat 0 last"), Ok(Command::Bdat { size: 0, last: true }));
+    assert_eq!(
+        p("BDAT 100"),
+        Ok(Command::Bdat {
+            size: 100,
+            last: false
+        })
+    );
+    assert_eq!(
+        p("bdat 0 last"),
+        Ok(Command::Bdat {
+            size: 0,
+            last: true
+        })
+    );
     assert_eq!(wire("bdat 7 last"), "BDAT 7 LAST\r\n");
-    for s in ["BDAT", "BDAT x", "BDAT -1", "BDAT 1 FIRST", "BDAT 99999999999999999999999", "BDAT +1"] {
+    for s in [
+        "BDAT",
+        "BDAT x",
+        "BDAT -1",
+        "BDAT 1 FIRST",
+        "BDAT 99999999999999999999999",
+        "BDAT +1",
+    ] {
         assert_eq!(code(s.as_bytes()), 501, "{s}");
     }
-    assert_eq!(p("BDAT 18446744073709551615"), Ok(Command::Bdat { size: u64::MAX, last: false }));
+    assert_eq!(
+        p("BDAT 18446744073709551615"),
+        Ok(Command::Bdat {
+            size: u64::MAX,
+            last: false
+        })
+    );
 }
 
 #[test]
 fn auth() {
     assert_eq!(
         p("auth plain AGJvYgBzZWNyZXQ="),
-        Ok(Command::Auth { mechanism: "PLAIN".into(), initial: Some("AGJvYgBzZWNyZXQ=".into()) })
+        Ok(Command::Auth {
+            mechanism: "PLAIN".into(),
+            initial: Some("AGJvYgBzZWNyZXQ=".into())
+        })
     );
-    assert_eq!(p("AUTH LOGIN"), Ok(Command::Auth { mechanism: "LOGIN".into(), initial: None }));
+    assert_eq!(
+        p("AUTH LOGIN"),
+        Ok(Command::Auth {
+            mechanism: "LOGIN".into(),
+            initial: None
+        })
+    );
     assert_eq!(
         p("AUTH PLAIN ="),
-        Ok(Command::Auth { mechanism: "PLAIN".into(), initial: Some("=".into()) })
+        Ok(Command::Auth {
+            mechanism: "PLAIN".into(),
+            initial: Some("=".into())
+        })
     );
-    for s in ["AUTH", "AUTH PLAIN a b", "AUTH PLAIN a!b", "AUTH THIS-MECHANISM-IS-TOO-LONG", "AUTH P.L"] {
+    for s in [
+        "AUTH",
+        "AUTH PLAIN a b",
+        "AUTH PLAIN a!b",
+        "AUTH THIS-MECHANISM-IS-TOO-LONG",
+        "AUTH P.L",
+    ] {
         assert_eq!(code(s.as_bytes()), 501, "{s}");
     }
 }
 
 #[test]
 fn ends_group_rules() {
-    let group_ok = ["MAIL FROM:<>", "RCPT TO:<a@b.c>", "RSET", "BDAT 1", "AUTH PLAIN AGEAYg==", "AUTH EXTERNAL ="];
+    let group_ok = [
+        "MAIL FROM:<>",
+        "RCPT TO:<a@b.c>",
+        "RSET",
+        "BDAT 1",
+        "AUTH PLAIN AGEAYg==",
+        "AUTH EXTERNAL =",
+    ];
     for s in group_ok {
         assert!(!p(s).unwrap().ends_group(), "{s}");
     }
-    let last = ["EHLO a", "HELO a", "DATA", "VRFY a", "EXPN a", "QUIT", "NOOP", "STARTTLS", "AUTH LOGIN", "AUTH LOGIN Ym9i", "HELP", "XYZZY"];
+    let last = [
+        "EHLO a",
+        "HELO a",
+        "DATA",
+        "VRFY a",
+        "EXPN a",
+        "QUIT",
+        "NOOP",
+        "STARTTLS",
+        "AUTH LOGIN",
+        "AUTH LOGIN Ym9i",
+        "HELP",
+        "XYZZY",
+    ];
     for s in last {
         assert!(p(s).unwrap().ends_group(), "{s}");
     }
@@ -217,8 +315,14 @@ fn verbs() {
 #[test]
 fn framer_error_replies() {
     assert_eq!(CommandError::LineTooLong.reply().code, 500);
-    assert_eq!(CommandError::AuthLineTooLong.reply().enhanced(), Some((5, 5, 6)));
-    assert_eq!(CommandError::BareLineEnding.reply().enhanced(), Some((5, 5, 2)));
+    assert_eq!(
+        CommandError::AuthLineTooLong.reply().enhanced(),
+        Some((5, 5, 6))
+    );
+    assert_eq!(
+        CommandError::BareLineEnding.reply().enhanced(),
+        Some((5, 5, 2))
+    );
 }
 
 // ---- property tests ----
@@ -237,7 +341,8 @@ fn local_part() -> impl Strategy<Value = String> {
 
 fn domain() -> impl Strategy<Value = String> {
     prop_oneof![
-        proptest::collection::vec("[a-zA-Z0-9]([a-zA-Z0-9-]{0,6}[a-zA-Z0-9])?", 1..4).prop_map(|v| v.join(".")),
+        proptest::collection::vec("[a-zA-Z0-9]([a-zA-Z0-9-]{0,6}[a-zA-Z0-9])?", 1..4)
+            .prop_map(|v| v.join(".")),
         Just("[192.0.2.7]".to_string()),
         Just("[IPv6:2001:db8::7]".to_string()),
         Just("bücher.example".to_string()),
@@ -255,7 +360,10 @@ fn path(role: AddressRole) -> impl Strategy<Value = Path> {
 
 fn params() -> impl Strategy<Value = Vec<Param>> {
     proptest::collection::vec(
-        ("[A-Z0-9][A-Z0-9-]{0,8}", proptest::option::of("[!-<>-~]{1,10}"))
+        (
+            "[A-Z0-9][A-Z0-9-]{0,8}",
+            proptest::option::of("[!-<>-~]{1,10}"),
+        )
             .prop_map(|(keyword, value)| Param { keyword, value }),
         0..4,
     )
@@ -266,7 +374,8 @@ fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
         token.prop_map(Command::Helo),
         token.prop_map(Command::Ehlo),
-        (path(AddressRole::Sender), params()).prop_map(|(sender, params)| Command::Mail(MailFrom { sender, params })),
+        (path(AddressRole::Sender), params())
+            .prop_map(|(sender, params)| Command::Mail(MailFrom { sender, params })),
         (path(AddressRole::Recipient), params())
             .prop_map(|(recipient, params)| Command::Rcpt(RcptTo { recipient, params })),
         Just(Command::Data),
@@ -278,7 +387,10 @@ fn command() -> impl Strategy<Value = Command> {
         "[!-~][ -~]{0,20}[!-~]".prop_map(Command::Vrfy),
         "[!-~]{1,20}".prop_map(Command::Expn),
         Just(Command::StartTls),
-        ("[A-Z0-9_-]{1,20}", proptest::option::of("[A-Za-z0-9+/=]{1,40}"))
+        (
+            "[A-Z0-9_-]{1,20}",
+            proptest::option::of("[A-Za-z0-9+/=]{1,40}")
+        )
             .prop_map(|(mechanism, initial)| Command::Auth { mechanism, initial }),
         "X[A-Z0-9-]{1,10}".prop_map(Command::Unknown),
     ]

@@ -21,7 +21,8 @@ fn encode(body: &[u8]) -> Vec<u8> {
 
 #[test]
 fn simple_message_and_pipelined_rest() {
-    let (done, body, out, rest) = decode(b"Subject: x\r\n\r\nhi\r\n.\r\nQUIT\r\n", BarePolicy::Reject);
+    let (done, body, out, rest) =
+        decode(b"Subject: x\r\n\r\nhi\r\n.\r\nQUIT\r\n", BarePolicy::Reject);
     assert!(done && out.complete);
     assert_eq!(body, b"Subject: x\r\n\r\nhi\r\n");
     assert_eq!(rest, b"QUIT\r\n");
@@ -48,7 +49,14 @@ fn dot_unstuffing() {
 /// until the real CRLF.CRLF.
 #[test]
 fn smuggling_payloads_do_not_end_data() {
-    let payloads: [&[u8]; 6] = [b"\n.\n", b"\r.\r", b"\r\n.\r", b"\n.\r\n", b".\r\r\n", b"\r\n.\r\r\n"];
+    let payloads: [&[u8]; 6] = [
+        b"\n.\n",
+        b"\r.\r",
+        b"\r\n.\r",
+        b"\n.\r\n",
+        b".\r\r\n",
+        b"\r\n.\r\r\n",
+    ];
     for p in payloads {
         let mut input = b"hello".to_vec();
         input.extend_from_slice(p);
@@ -59,7 +67,10 @@ fn smuggling_payloads_do_not_end_data() {
             assert!(rest.is_empty());
             // The smuggled commands are part of the body, on their own line,
             // and the body has only canonical line ends.
-            assert!(body.windows(24).any(|w| w == b"\r\nMAIL FROM:<evil@x.org>"), "{p:?}");
+            assert!(
+                body.windows(24).any(|w| w == b"\r\nMAIL FROM:<evil@x.org>"),
+                "{p:?}"
+            );
             assert_canonical(&body);
             match bare {
                 BarePolicy::Reject => {
@@ -177,7 +188,12 @@ fn encode_stuffs_and_terminates() {
     assert_eq!(encode(b"x\n.\ny\r.\r"), b"x\r\n..\r\ny\r\n..\r\n.\r\n");
 }
 
-fn chunked_decode(input: &[u8], cuts: &[usize], bare: BarePolicy, max: u64) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
+fn chunked_decode(
+    input: &[u8],
+    cuts: &[usize],
+    bare: BarePolicy,
+    max: u64,
+) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
     let mut d = DataDecoder::new(1000, bare, max);
     let mut body = Vec::new();
     let mut buf = BytesMut::new();

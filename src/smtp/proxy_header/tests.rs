@@ -16,10 +16,14 @@ fn v1_tcp4() {
 
 #[test]
 fn v1_tcp6_and_unknown() {
-    let (h, _) = parse_proxy_header(b"PROXY TCP6 2001:db8::1 2001:db8::2 1 65535\r\n").unwrap().unwrap();
+    let (h, _) = parse_proxy_header(b"PROXY TCP6 2001:db8::1 2001:db8::2 1 65535\r\n")
+        .unwrap()
+        .unwrap();
     assert_eq!(h.source, Some(sa("[2001:db8::1]:1")));
     assert_eq!(h.destination, Some(sa("[2001:db8::2]:65535")));
-    let (h, n) = parse_proxy_header(b"PROXY UNKNOWN ffff::1 x y z\r\n").unwrap().unwrap();
+    let (h, n) = parse_proxy_header(b"PROXY UNKNOWN ffff::1 x y z\r\n")
+        .unwrap()
+        .unwrap();
     assert_eq!((h.source, h.destination, n), (None, None, 29));
     let (h, _) = parse_proxy_header(b"PROXY UNKNOWN\r\n").unwrap().unwrap();
     assert_eq!(h.source, None);
@@ -27,7 +31,13 @@ fn v1_tcp6_and_unknown() {
 
 #[test]
 fn v1_incomplete() {
-    for p in [&b""[..], b"P", b"PROXY", b"PROXY ", b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r"] {
+    for p in [
+        &b""[..],
+        b"P",
+        b"PROXY",
+        b"PROXY ",
+        b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r",
+    ] {
         assert_eq!(parse_proxy_header(p), Ok(None), "{p:?}");
     }
 }
@@ -49,10 +59,21 @@ fn v1_errors() {
         b"PROXY TCP4 1.2.3.4 5.6.7.8 +1 2\r\n",
     ];
     for b in bad {
-        assert_eq!(parse_proxy_header(b), Err(ProxyHeaderError::V1Syntax), "{:?}", String::from_utf8_lossy(b));
+        assert_eq!(
+            parse_proxy_header(b),
+            Err(ProxyHeaderError::V1Syntax),
+            "{:?}",
+            String::from_utf8_lossy(b)
+        );
     }
-    assert_eq!(parse_proxy_header(b"EHLO x\r\n"), Err(ProxyHeaderError::NotProxy));
-    assert_eq!(parse_proxy_header(b"PROXZ"), Err(ProxyHeaderError::NotProxy));
+    assert_eq!(
+        parse_proxy_header(b"EHLO x\r\n"),
+        Err(ProxyHeaderError::NotProxy)
+    );
+    assert_eq!(
+        parse_proxy_header(b"PROXZ"),
+        Err(ProxyHeaderError::NotProxy)
+    );
 }
 
 #[test]
@@ -103,11 +124,15 @@ fn v2_local_unspec_unix() {
     let (h, n) = parse_proxy_header(&v2(0x20, 0x00, &[])).unwrap().unwrap();
     assert_eq!((h, n), (ProxyHeader::UNKNOWN, 16));
     // LOCAL ignores whatever address block follows.
-    let (h, n) = parse_proxy_header(&v2(0x20, 0x11, &[1, 2, 3])).unwrap().unwrap();
+    let (h, n) = parse_proxy_header(&v2(0x20, 0x11, &[1, 2, 3]))
+        .unwrap()
+        .unwrap();
     assert_eq!((h, n), (ProxyHeader::UNKNOWN, 19));
     let (h, _) = parse_proxy_header(&v2(0x21, 0x00, &[])).unwrap().unwrap();
     assert_eq!(h, ProxyHeader::UNKNOWN);
-    let (h, _) = parse_proxy_header(&v2(0x21, 0x31, &[0; 216])).unwrap().unwrap();
+    let (h, _) = parse_proxy_header(&v2(0x21, 0x31, &[0; 216]))
+        .unwrap()
+        .unwrap();
     assert_eq!(h, ProxyHeader::UNKNOWN);
 }
 
@@ -119,20 +144,47 @@ fn v2_with_tlvs() {
     assert_eq!(h.source, Some(sa("192.0.2.1:1")));
     assert_eq!(n, 16 + body.len());
     body.push(0x05);
-    assert_eq!(parse_proxy_header(&v2(0x21, 0x11, &body)), Err(ProxyHeaderError::V2Tlv));
+    assert_eq!(
+        parse_proxy_header(&v2(0x21, 0x11, &body)),
+        Err(ProxyHeaderError::V2Tlv)
+    );
     body.extend_from_slice(&[0, 9, 1]);
-    assert_eq!(parse_proxy_header(&v2(0x21, 0x11, &body)), Err(ProxyHeaderError::V2Tlv));
+    assert_eq!(
+        parse_proxy_header(&v2(0x21, 0x11, &body)),
+        Err(ProxyHeaderError::V2Tlv)
+    );
 }
 
 #[test]
 fn v2_errors() {
-    assert_eq!(parse_proxy_header(&v2(0x11, 0x11, &[0; 12])), Err(ProxyHeaderError::V2Version));
-    assert_eq!(parse_proxy_header(&v2(0x22, 0x11, &[0; 12])), Err(ProxyHeaderError::V2Command));
-    assert_eq!(parse_proxy_header(&v2(0x21, 0x12, &[0; 12])), Err(ProxyHeaderError::V2Family));
-    assert_eq!(parse_proxy_header(&v2(0x21, 0x41, &[0; 12])), Err(ProxyHeaderError::V2Family));
-    assert_eq!(parse_proxy_header(&v2(0x21, 0x11, &[0; 11])), Err(ProxyHeaderError::V2Truncated));
-    assert_eq!(parse_proxy_header(&v2(0x21, 0x21, &[0; 35])), Err(ProxyHeaderError::V2Truncated));
-    assert_eq!(parse_proxy_header(&v2(0x21, 0x31, &[0; 100])), Err(ProxyHeaderError::V2Truncated));
+    assert_eq!(
+        parse_proxy_header(&v2(0x11, 0x11, &[0; 12])),
+        Err(ProxyHeaderError::V2Version)
+    );
+    assert_eq!(
+        parse_proxy_header(&v2(0x22, 0x11, &[0; 12])),
+        Err(ProxyHeaderError::V2Command)
+    );
+    assert_eq!(
+        parse_proxy_header(&v2(0x21, 0x12, &[0; 12])),
+        Err(ProxyHeaderError::V2Family)
+    );
+    assert_eq!(
+        parse_proxy_header(&v2(0x21, 0x41, &[0; 12])),
+        Err(ProxyHeaderError::V2Family)
+    );
+    assert_eq!(
+        parse_proxy_header(&v2(0x21, 0x11, &[0; 11])),
+        Err(ProxyHeaderError::V2Truncated)
+    );
+    assert_eq!(
+        parse_proxy_header(&v2(0x21, 0x21, &[0; 35])),
+        Err(ProxyHeaderError::V2Truncated)
+    );
+    assert_eq!(
+        parse_proxy_header(&v2(0x21, 0x31, &[0; 100])),
+        Err(ProxyHeaderError::V2Truncated)
+    );
     // Over the cap: refused from the fixed part alone, before the body arrives.
     let mut big = v2(0x21, 0x11, &[]);
     big[14..16].copy_from_slice(&((V2_MAX - 15) as u16).to_be_bytes());
