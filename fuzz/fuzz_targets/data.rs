@@ -1,0 +1,74 @@
+//! DataDecoder: chunking does not matter, the body is canonical, and the
+//! differential check decode -> encode_data -> decode gives the same body.
+#![no_main]
+
+use bytes::BytesMut;
+use floodgate::smtp::{encode_data, BarePolicy, DataDecoder, DataOutcome};
+use libfuzzer_sys::fuzz_target;
+
+fn decode(input: &[u8], chunk: usize, bare: BarePolicy, max: u64) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
+    let mut d = DataDecoder::new(1000, bare, max);
+    let mut body = Vec::new();
+    let mut buf = BytesMut::new();
+    let mut done = false;
+    for piece in input.chunks(chunk.max(1)) {
+        buf.extend_from_slice(piece);
+        done = d.feed(&mut buf, &mut body);
+    }
+    if input.is_empty() {
+        done = d.feed(&mut buf, &mut body);
+    }
+    (done, body, d.outcome(), buf.to_vec())
+}
+
+fuzz_target!(|data: &[u8]| {
+    let (flags, chunk, input) = match data {
+        [a, b, rest @ ..] => (*a, usize::from(*b) + 1, rest),
+        _ => return,
+    };
+    let bare = if flags & 1 == 0 { BarePolicy::Reject } else { BarePolicy::Normalize };
+    let max = if flags & 2 == 0 { u64::MAX } else { u64::from(flags >> 2) * 8 };
+    let whole = decode(input, input.len(), bare, max);
+    assert_eq!(decode(input, chunk, bare, max), whole);
+    let (done, body, out, rest) = whole;
+    assert!(body.len() as u64 <= max);
+    assert_eq!(out.too_big, out.size > max);
+    assert!(out.size >= body.len() as u64);
+    if done {
+        assert_eq!(rest.len() + consumed_len(input, &rest), input.len());
+    } else {
+        assert!(rest.is_empty());
+    }
+    // The body never carries a bare CR or LF.
+    for (i, &b) in body.iter().enumerate() {
+        if b == b'\r' && body.get(i + 1) != Some(&b'\n') && i + 1 != body.len() {
+            panic!("bare CR in body");
+        }
+        if b == b'\n' {
+            assert!(i > 0 && body[i - 1] == b'\r', "bare LF in body");
+        }
+    }
+    if out.too_big {
+        return;
+    }
+    // Differential: the canonical stream floodgate writes upstream decodes
+    // to exactly the body floodgate counted.
+    let mut wire = Vec::new();
+    encode_data(&body, &mut wire);
+    let (done2, body2, out2, rest2) = decode(&wire, wire.len(), BarePolicy::Reject, u64::MAX);
+    assert!(done2 && rest2.is_empty());
+    assert!(!out2.bare_line_ending && !out2.normalized);
+    let mut want = body;
+    if !want.is_empty() && !want.ends_with(b"\r\n") {
+        want.extend_from_slice(b"\r\n");
+    }
+    assert_eq!(body2, want);
+    if done {
+        assert_eq!(out2.size, out.size);
+    }
+});
+
+fn consumed_len(input: &[u8], rest: &[u8]) -> usize {
+    assert!(input.ends_with(rest));
+    input.len() - rest.len()
+}

@@ -1,0 +1,257 @@
+//! DATA framing (RFC 5321 §4.1.4, §4.5.2): the end-of-data line, dot
+//! (un)stuffing, and the SMTP smuggling defence.
+//!
+//! End of data is only CRLF "." CRLF, where the start of DATA counts as
+//! following a CRLF. Lines are ended by CRLF; a bare CR (not followed by LF)
+//! or a bare LF also ends a line, but such a line is never part of an
+//! end-of-data sequence: `\n.\n`, `\r.\r`, `\r\n.\r`, `\n.\r\n` and
+//! `.\r\r\n` all keep the stream in DATA. The decoded body is always
+//! canonical (every line ends in CRLF), so upstream never sees a bare CR or LF
+//! whatever the client sent; with [`BarePolicy::Reject`] such messages are
+//! also flagged so the session can refuse them.
+
+use super::reply::Reply;
+
+/// What to do with bare CR / bare LF line endings inside a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarePolicy {
+    /// Flag the message ([`DataOutcome::bare_line_ending`]) so it is refused.
+    Reject,
+    /// Accept it, writing every bare CR or LF as CRLF.
+    Normalize,
+}
+
+/// What the decoder saw in one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DataOutcome {
+    /// Octets of the unstuffed, normalised message (CRLFs included), counted
+    /// in full even past `max_size`.
+    pub size: u64,
+    /// A bare CR or LF was seen and the policy is [`BarePolicy::Reject`].
+    pub bare_line_ending: bool,
+    /// A bare CR or LF was seen and written as CRLF ([`BarePolicy::Normalize`]).
+    pub normalized: bool,
+    /// A line was longer than the line limit (CRLF included).
+    pub line_too_long: bool,
+    /// The message exceeded `max_size`; the body holds only its first octets.
+    pub too_big: bool,
+    /// The end-of-data line has been consumed.
+    pub complete: bool,
+}
+
+impl DataOutcome {
+    /// The reply refusing this message, or `None` if it may be relayed.
+    /// Size comes first (552 5.3.4), then bare line endings (550 5.5.2, as
+    /// Postfix answers), then over-long lines (500 5.5.2).
+    pub fn rejection(&self) -> Option<Reply> {
+        if self.too_big {
+            Some(Reply::new(
+                552,
+                "5.3.4 Message size exceeds fixed maximum message size",
+            ))
+        } else if self.bare_line_ending {
+            Some(Reply::new(550, "5.5.2 Message contains bare <CR> or <LF>"))
+        } else if self.line_too_long {
+            Some(Reply::new(
+                500,
+                "5.5.2 Message contains a line that is too long",
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+/// How the current line was begun.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LineStart {
+    /// After CRLF or at the start of DATA: "." CRLF here ends the message.
+    Clean,
+    /// After a bare CR or LF: "." here is only a (stuffed) line.
+    Bare,
+}
+
+/// Streaming decoder for the body of one DATA command.
+#[derive(Debug, Clone)]
+pub struct DataDecoder {
+    max_line_len: usize,
+    bare: BarePolicy,
+    max_size: u64,
+    start: LineStart,
+    /// Raw octets of the current line so far (a stuffing dot included).
+    col: usize,
+    /// The current line began with '.', which was removed.
+    dot_first: bool,
+    /// The previous octet was a CR whose meaning is not known yet.
+    pending_cr: bool,
+    out: DataOutcome,
+}
+
+impl DataDecoder {
+    /// A decoder for one message: `max_line_len` octets per line including
+    /// CRLF (1000 per RFC 5321), the bare-line-ending policy, and the most
+    /// octets to put into the body.
+    pub fn new(max_line_len: usize, bare: BarePolicy, max_size: u64) -> Self {
+        DataDecoder {
+            max_line_len,
+            bare,
+            max_size,
+            start: LineStart::Clean,
+            col: 0,
+            dot_first: false,
+            pending_cr: false,
+            out: DataOutcome::default(),
+        }
+    }
+
+    /// What was seen so far.
+    pub fn outcome(&self) -> DataOutcome {
+        self.out
+    }
+
+    /// Whether the end-of-data line has been consumed.
+    pub fn is_done(&self) -> bool {
+        self.out.complete
+    }
+
+    /// Consumes bytes from the front of `buf` until end of data (the line
+    /// "." CRLF) or until `buf` is exhausted. Appends the unstuffed message
+    /// (lines ending in CRLF) to `body`, but never more than `max_size`
+    /// octets in total (beyond that it keeps reading and only counts).
+    /// Returns true when end-of-data was consumed; bytes after it stay in
+    /// `buf`. Once done, further calls consume nothing and return true.
+    pub fn feed(&mut self, buf: &mut bytes::BytesMut, body: &mut Vec<u8>) -> bool {
+        let (used, done) = self.feed_slice(buf, body);
+        let _ = buf.split_to(used);
+        done
+    }
+
+    /// Like [`feed`](Self::feed) on a plain slice: returns the number of
+    /// octets consumed and whether end-of-data was reached.
+    pub fn feed_slice(&mut self, input: &[u8], body: &mut Vec<u8>) -> (usize, bool) {
+        if self.out.complete {
+            return (0, true);
+        }
+        let mut i = 0;
+        while i < input.len() {
+            if self.pending_cr {
+                self.pending_cr = false;
+                if input[i] == b'\n' {
+                    i += 1;
+                    if self.end_line(true, body) {
+                        return (i, true);
+                    }
+                } else {
+                    // A bare CR ends the line; the byte is read again below.
+                    self.end_line(false, body);
+                }
+                continue;
+            }
+            if self.col == 0 && input[i] == b'.' {
+                // A leading dot is never data: it is either stuffing or the
+                // end-of-data line.
+                self.dot_first = true;
+                self.col = 1;
+                i += 1;
+                continue;
+            }
+            let rest = &input[i..];
+            let stop = rest
+                .iter()
+                .position(|&b| b == b'\r' || b == b'\n')
+                .unwrap_or(rest.len());
+            self.emit(&rest[..stop], body);
+            self.col += stop;
+            i += stop;
+            if i == input.len() {
+                break;
+            }
+            i += 1;
+            if input[i - 1] == b'\r' {
+                self.pending_cr = true;
+            } else {
+                self.end_line(false, body);
+            }
+        }
+        (i, false)
+    }
+
+    /// Finishes the current line. `crlf` tells whether it ended in a real
+    /// CRLF. Returns true if it was the end-of-data line.
+    fn end_line(&mut self, crlf: bool, body: &mut Vec<u8>) -> bool {
+        if crlf && self.start == LineStart::Clean && self.dot_first && self.col == 1 {
+            self.out.complete = true;
+            return true;
+        }
+        if !crlf {
+            match self.bare {
+                BarePolicy::Reject => self.out.bare_line_ending = true,
+                BarePolicy::Normalize => self.out.normalized = true,
+            }
+        }
+        if self.col + 2 > self.max_line_len {
+            self.out.line_too_long = true;
+        }
+        self.emit(b"\r\n", body);
+        self.start = if crlf {
+            LineStart::Clean
+        } else {
+            LineStart::Bare
+        };
+        self.col = 0;
+        self.dot_first = false;
+        false
+    }
+
+    fn emit(&mut self, bytes: &[u8], body: &mut Vec<u8>) {
+        let n = bytes.len() as u64;
+        let room = self.max_size.saturating_sub(self.out.size);
+        if n > room {
+            self.out.too_big = true;
+        }
+        let take = n.min(room) as usize;
+        body.extend_from_slice(&bytes[..take]);
+        self.out.size = self.out.size.saturating_add(n);
+    }
+}
+
+/// Dot-stuffs `body` into `out` and appends the end-of-data line; if `body`
+/// does not end in CRLF, a CRLF is added first. Any bare CR or LF in `body`
+/// is written as CRLF, so the output can never contain an end-of-data
+/// sequence an upstream might read differently.
+pub fn encode_data(body: &[u8], out: &mut Vec<u8>) {
+    out.reserve(body.len() + body.len() / 64 + 5);
+    let mut at_start = true;
+    let mut i = 0;
+    while i < body.len() {
+        if at_start && body[i] == b'.' {
+            out.push(b'.');
+        }
+        let rest = &body[i..];
+        let stop = rest
+            .iter()
+            .position(|&b| b == b'\r' || b == b'\n')
+            .unwrap_or(rest.len());
+        out.extend_from_slice(&rest[..stop]);
+        i += stop;
+        if i == body.len() {
+            at_start = false;
+            break;
+        }
+        // CRLF counts as one line end; a bare CR or LF becomes one too.
+        if body[i] == b'\r' && body.get(i + 1) == Some(&b'\n') {
+            i += 2;
+        } else {
+            i += 1;
+        }
+        out.extend_from_slice(b"\r\n");
+        at_start = true;
+    }
+    if !at_start {
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b".\r\n");
+}
+
+#[cfg(test)]
+mod tests;

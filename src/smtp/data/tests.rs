@@ -1,0 +1,274 @@
+use super::*;
+use bytes::BytesMut;
+use proptest::prelude::*;
+
+const BIG: u64 = 1 << 30;
+
+/// Feeds `input` whole; returns (done, body, outcome, rest of buffer).
+fn decode(input: &[u8], bare: BarePolicy) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
+    let mut d = DataDecoder::new(1000, bare, BIG);
+    let mut buf = BytesMut::from(input);
+    let mut body = Vec::new();
+    let done = d.feed(&mut buf, &mut body);
+    (done, body, d.outcome(), buf.to_vec())
+}
+
+fn encode(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_data(body, &mut out);
+    out
+}
+
+#[test]
+fn simple_message_and_pipelined_rest() {
+    let (done, body, out, rest) =
+        decode(b"Subject: x\r\n\r\nhi\r\n.\r\nQUIT\r\n", BarePolicy::Reject);
+    assert!(done && out.complete);
+    assert_eq!(body, b"Subject: x\r\n\r\nhi\r\n");
+    assert_eq!(rest, b"QUIT\r\n");
+    assert_eq!(out.size, body.len() as u64);
+    assert_eq!(out.rejection(), None);
+}
+
+#[test]
+fn empty_message() {
+    let (done, body, _, rest) = decode(b".\r\nRSET\r\n", BarePolicy::Reject);
+    assert!(done);
+    assert!(body.is_empty() && rest == b"RSET\r\n");
+}
+
+#[test]
+fn dot_unstuffing() {
+    let (done, body, _, _) = decode(b"..\r\n..x\r\n.y\r\n...\r\n.\r\n", BarePolicy::Reject);
+    assert!(done);
+    assert_eq!(body, b".\r\n.x\r\ny\r\n..\r\n");
+}
+
+/// Each SMTP smuggling payload (SEC Consult 2023) must not end DATA; the
+/// "smuggled" command stays part of the message and the stream stays in DATA
+/// until the real CRLF.CRLF.
+#[test]
+fn smuggling_payloads_do_not_end_data() {
+    let payloads: [&[u8]; 6] = [
+        b"\n.\n",
+        b"\r.\r",
+        b"\r\n.\r",
+        b"\n.\r\n",
+        b".\r\r\n",
+        b"\r\n.\r\r\n",
+    ];
+    for p in payloads {
+        let mut input = b"hello".to_vec();
+        input.extend_from_slice(p);
+        input.extend_from_slice(b"MAIL FROM:<evil@x.org>\r\nRCPT TO:<v@y.org>\r\nDATA\r\n");
+        for bare in [BarePolicy::Reject, BarePolicy::Normalize] {
+            let (done, body, out, rest) = decode(&input, bare);
+            assert!(!done, "{p:?} ended DATA");
+            assert!(rest.is_empty());
+            // The smuggled commands are part of the body, on their own line,
+            // and the body has only canonical line ends.
+            assert!(
+                body.windows(24).any(|w| w == b"\r\nMAIL FROM:<evil@x.org>"),
+                "{p:?}"
+            );
+            assert_canonical(&body);
+            match bare {
+                BarePolicy::Reject => {
+                    assert!(out.bare_line_ending, "{p:?}");
+                    assert_eq!(out.rejection().unwrap().code, 550);
+                }
+                BarePolicy::Normalize => {
+                    assert!(out.normalized && !out.bare_line_ending);
+                    assert_eq!(out.rejection(), None);
+                }
+            }
+            // ...and the real end arrives later.
+            let mut full = input.clone();
+            full.extend_from_slice(b"\r\n.\r\nNOOP\r\n");
+            let (done, _, _, rest) = decode(&full, bare);
+            assert!(done && rest == b"NOOP\r\n", "{p:?}");
+        }
+    }
+}
+
+#[test]
+fn smuggling_payload_at_start_of_data() {
+    // "." LF right at the start: not an end.
+    let (done, _, out, _) = decode(b".\nMAIL FROM:<x@y.z>\r\n", BarePolicy::Reject);
+    assert!(!done && out.bare_line_ending);
+    // "." CR CR LF right at the start: not an end.
+    let (done, _, _, _) = decode(b".\r\r\n", BarePolicy::Reject);
+    assert!(!done);
+}
+
+#[test]
+fn normalize_writes_crlf() {
+    let (_, body, out, _) = decode(b"a\nb\rc\r\n.\r\n", BarePolicy::Normalize);
+    assert_eq!(body, b"a\r\nb\r\nc\r\n");
+    assert!(out.normalized && out.complete);
+}
+
+fn assert_canonical(body: &[u8]) {
+    for (i, &b) in body.iter().enumerate() {
+        if b == b'\r' {
+            assert_eq!(body.get(i + 1), Some(&b'\n'), "bare CR at {i}");
+        }
+        if b == b'\n' {
+            assert!(i > 0 && body[i - 1] == b'\r', "bare LF at {i}");
+        }
+    }
+}
+
+#[test]
+fn line_length_limit() {
+    let mut ok = vec![b'a'; 998];
+    ok.extend_from_slice(b"\r\n.\r\n");
+    assert!(!decode(&ok, BarePolicy::Reject).2.line_too_long);
+    // A leading stuffing dot counts: it is on the wire.
+    let mut stuffed = vec![b'.'; 999];
+    stuffed.extend_from_slice(b"\r\n.\r\n");
+    let out = decode(&stuffed, BarePolicy::Reject).2;
+    assert!(out.line_too_long);
+    assert_eq!(out.rejection().unwrap().code, 500);
+}
+
+#[test]
+fn size_cap_keeps_counting() {
+    let mut d = DataDecoder::new(1000, BarePolicy::Reject, 10);
+    let mut buf = BytesMut::from(&b"0123456789abcdef\r\nmore\r\n.\r\n"[..]);
+    let mut body = Vec::new();
+    assert!(d.feed(&mut buf, &mut body));
+    assert_eq!(body, b"0123456789");
+    let out = d.outcome();
+    assert!(out.too_big);
+    assert_eq!(out.size, 24);
+    assert_eq!(out.rejection().unwrap().code, 552);
+}
+
+#[test]
+fn exact_size_is_not_too_big() {
+    let mut d = DataDecoder::new(1000, BarePolicy::Reject, 5);
+    let mut buf = BytesMut::from(&b"abc\r\n.\r\n"[..]);
+    let mut body = Vec::new();
+    assert!(d.feed(&mut buf, &mut body));
+    assert!(!d.outcome().too_big);
+}
+
+#[test]
+fn byte_by_byte_and_done_is_sticky() {
+    let input = b"a\r\n..b\r\nc\rd\r\n.\r\nNEXT";
+    let mut d = DataDecoder::new(1000, BarePolicy::Reject, BIG);
+    let mut body = Vec::new();
+    let mut buf = BytesMut::new();
+    let mut consumed_after_done = 0;
+    for &b in input {
+        buf.extend_from_slice(&[b]);
+        if d.is_done() {
+            consumed_after_done += 1;
+        }
+        d.feed(&mut buf, &mut body);
+    }
+    assert!(d.is_done());
+    assert_eq!(&buf[..], b"NEXT");
+    assert_eq!(consumed_after_done, 4);
+    assert_eq!(body, b"a\r\n.b\r\nc\r\nd\r\n");
+    assert!(d.outcome().bare_line_ending);
+    assert!(d.feed(&mut buf, &mut body));
+    assert_eq!(&buf[..], b"NEXT");
+}
+
+#[test]
+fn encode_stuffs_and_terminates() {
+    assert_eq!(encode(b""), b".\r\n");
+    assert_eq!(encode(b"a\r\n"), b"a\r\n.\r\n");
+    assert_eq!(encode(b"a"), b"a\r\n.\r\n");
+    assert_eq!(encode(b".a\r\n.\r\n"), b"..a\r\n..\r\n.\r\n");
+    assert_eq!(encode(b"."), b"..\r\n.\r\n");
+    // Bare line endings never reach the wire.
+    assert_eq!(encode(b"x\n.\ny\r.\r"), b"x\r\n..\r\ny\r\n..\r\n.\r\n");
+}
+
+fn chunked_decode(
+    input: &[u8],
+    cuts: &[usize],
+    bare: BarePolicy,
+    max: u64,
+) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
+    let mut d = DataDecoder::new(1000, bare, max);
+    let mut body = Vec::new();
+    let mut buf = BytesMut::new();
+    let mut cuts: Vec<usize> = cuts.iter().map(|&c| c.min(input.len())).collect();
+    cuts.sort_unstable();
+    let mut prev = 0;
+    let mut done = false;
+    for c in cuts.into_iter().chain(std::iter::once(input.len())) {
+        buf.extend_from_slice(&input[prev..c]);
+        prev = c;
+        done = d.feed(&mut buf, &mut body);
+    }
+    (done, body, d.outcome(), buf.to_vec())
+}
+
+fn smtpish() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(
+        prop_oneof![
+            3 => Just(b'\r'), 3 => Just(b'\n'), 3 => Just(b'.'), 3 => Just(b'a'), 1 => any::<u8>()
+        ],
+        0..120,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Any split of the input gives the same body, outcome and leftover.
+    #[test]
+    fn chunking_does_not_matter(input in smtpish(), cuts in proptest::collection::vec(0usize..120, 0..8),
+                                normalize in any::<bool>(), max in 0u64..150) {
+        let bare = if normalize { BarePolicy::Normalize } else { BarePolicy::Reject };
+        let mut d = DataDecoder::new(1000, bare, max);
+        let mut body = Vec::new();
+        let mut buf = BytesMut::from(&input[..]);
+        let done = d.feed(&mut buf, &mut body);
+        let whole = (done, body, d.outcome(), buf.to_vec());
+        prop_assert_eq!(chunked_decode(&input, &cuts, bare, max), whole);
+    }
+
+    /// encode_data then decoding gives back the body (normalised, with a final CRLF).
+    #[test]
+    fn encode_then_decode(body in smtpish()) {
+        let wire = encode(&body);
+        let (done, back, out, rest) = decode(&wire, BarePolicy::Reject);
+        prop_assert!(done);
+        prop_assert!(rest.is_empty());
+        prop_assert!(!out.bare_line_ending);
+        let mut want = Vec::new();
+        // Normalise the original the way encode_data does.
+        let mut i = 0;
+        while i < body.len() {
+            match body[i] {
+                b'\r' if body.get(i + 1) == Some(&b'\n') => { want.extend_from_slice(b"\r\n"); i += 2; continue; }
+                b'\r' | b'\n' => want.extend_from_slice(b"\r\n"),
+                b => want.push(b),
+            }
+            i += 1;
+        }
+        if !want.is_empty() && !want.ends_with(b"\r\n") { want.extend_from_slice(b"\r\n"); }
+        prop_assert_eq!(back, want);
+    }
+
+    /// Decoding, re-encoding and decoding again is stable, and the decoded
+    /// body is always canonical.
+    #[test]
+    fn decode_encode_decode(input in smtpish(), normalize in any::<bool>()) {
+        let bare = if normalize { BarePolicy::Normalize } else { BarePolicy::Reject };
+        let (_, body, _, _) = decode(&input, bare);
+        assert_canonical(&body);
+        let (done, again, out, rest) = decode(&encode(&body), bare);
+        prop_assert!(done && rest.is_empty() && !out.bare_line_ending && !out.normalized);
+        // An unfinished last line gets its CRLF from encode_data.
+        let mut want = body;
+        if !want.is_empty() && !want.ends_with(b"\r\n") { want.extend_from_slice(b"\r\n"); }
+        prop_assert_eq!(again, want);
+    }
+}

@@ -1,0 +1,304 @@
+//! EHLO capabilities: reading upstream's list and filtering what floodgate
+//! passes on to its client (an allow-list, reference §1.8).
+
+use super::reply::Reply;
+
+/// What an EHLO reply advertises.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// PIPELINING (RFC 2920).
+    pub pipelining: bool,
+    /// SIZE (RFC 1870): `Some(0)` when advertised without a limit.
+    pub size: Option<u64>,
+    /// 8BITMIME (RFC 6152).
+    pub eight_bit_mime: bool,
+    /// SMTPUTF8 (RFC 6531).
+    pub smtputf8: bool,
+    /// DSN (RFC 3461).
+    pub dsn: bool,
+    /// ENHANCEDSTATUSCODES (RFC 2034).
+    pub enhanced_status_codes: bool,
+    /// AUTH mechanisms (RFC 4954), upper-cased, in advertised order.
+    pub auth: Vec<String>,
+    /// CHUNKING (RFC 3030).
+    pub chunking: bool,
+    /// STARTTLS (RFC 3207).
+    pub starttls: bool,
+    /// XCLIENT attribute names (Postfix), upper-cased.
+    pub xclient: Vec<String>,
+}
+
+/// Splits an EHLO line into its upper-cased keyword and its parameters.
+fn keyword_line(line: &str) -> Option<(String, Vec<&str>)> {
+    let mut words = line.split([' ', '\t']).filter(|w| !w.is_empty());
+    let kw = words.next()?;
+    Some((kw.to_ascii_uppercase(), words.collect()))
+}
+
+/// Reads the capabilities of an EHLO reply (nothing if it is not 250).
+pub fn parse_ehlo(reply: &Reply) -> Capabilities {
+    let mut caps = Capabilities::default();
+    if reply.code != 250 {
+        return caps;
+    }
+    for line in reply.lines.iter().skip(1) {
+        let Some((kw, params)) = keyword_line(line) else {
+            continue;
+        };
+        match kw.as_str() {
+            "PIPELINING" => caps.pipelining = true,
+            "SIZE" => {
+                caps.size = Some(params.first().and_then(|p| p.parse().ok()).unwrap_or(0));
+            }
+            "8BITMIME" => caps.eight_bit_mime = true,
+            "SMTPUTF8" => caps.smtputf8 = true,
+            "DSN" => caps.dsn = true,
+            "ENHANCEDSTATUSCODES" => caps.enhanced_status_codes = true,
+            "CHUNKING" => caps.chunking = true,
+            "STARTTLS" => caps.starttls = true,
+            "AUTH" => {
+                for m in params {
+                    let m = m.to_ascii_uppercase();
+                    if !caps.auth.contains(&m) {
+                        caps.auth.push(m);
+                    }
+                }
+            }
+            "XCLIENT" => {
+                for a in params {
+                    let a = a.to_ascii_uppercase();
+                    if !caps.xclient.contains(&a) {
+                        caps.xclient.push(a);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    caps
+}
+
+/// What floodgate offers its client on top of upstream's filtered list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EhloFilter {
+    /// Add STARTTLS (floodgate has a certificate and the session is not TLS yet).
+    pub offer_starttls: bool,
+    /// Pass AUTH on (typically only once the session is TLS).
+    pub offer_auth: bool,
+    /// Pass CHUNKING on (only when BDAT is relayed).
+    pub chunking: bool,
+}
+
+/// AUTH mechanisms [`crate::smtp::sasl`] can read an identity from.
+pub const OBSERVABLE_MECHANISMS: [&str; 4] = ["PLAIN", "LOGIN", "XOAUTH2", "CRAM-MD5"];
+
+/// The reply floodgate gives its client: the first line (greeting text)
+/// kept, then only the allow-listed keywords in upstream's order
+/// (PIPELINING, SIZE n, 8BITMIME, SMTPUTF8, DSN, ENHANCEDSTATUSCODES; AUTH
+/// with only observable mechanisms when `offer_auth`; CHUNKING only if
+/// `chunking`), plus STARTTLS last when `offer_starttls`. Drops XCLIENT,
+/// XFORWARD, STARTTLS from upstream, unknown keywords and `AUTH=` legacy
+/// lines. Keywords are written in canonical upper case, each at most once.
+/// A reply other than 250 is returned unchanged.
+pub fn filter_ehlo(reply: &Reply, filter: &EhloFilter) -> Reply {
+    if reply.code != 250 {
+        return reply.clone();
+    }
+    let mut lines = vec![reply.lines.first().cloned().unwrap_or_default()];
+    let mut seen: Vec<String> = Vec::new();
+    for line in reply.lines.iter().skip(1) {
+        let Some((kw, params)) = keyword_line(line) else {
+            continue;
+        };
+        if seen.contains(&kw) {
+            continue;
+        }
+        let out = match kw.as_str() {
+            "PIPELINING" | "8BITMIME" | "SMTPUTF8" | "DSN" | "ENHANCEDSTATUSCODES" => {
+                Some(kw.clone())
+            }
+            "CHUNKING" if filter.chunking => Some(kw.clone()),
+            "SIZE" => match params.first() {
+                None => Some(kw.clone()),
+                Some(n)
+                    if !n.is_empty()
+                        && n.bytes().all(|b| b.is_ascii_digit())
+                        && n.parse::<u64>().is_ok() =>
+                {
+                    Some(format!("SIZE {n}"))
+                }
+                Some(_) => None,
+            },
+            "AUTH" if filter.offer_auth => {
+                let mut mechs: Vec<String> = Vec::new();
+                for m in params {
+                    let m = m.to_ascii_uppercase();
+                    if OBSERVABLE_MECHANISMS.contains(&m.as_str()) && !mechs.contains(&m) {
+                        mechs.push(m);
+                    }
+                }
+                (!mechs.is_empty()).then(|| format!("AUTH {}", mechs.join(" ")))
+            }
+            _ => None,
+        };
+        if let Some(out) = out {
+            seen.push(kw);
+            lines.push(out);
+        }
+    }
+    if filter.offer_starttls {
+        lines.push("STARTTLS".to_string());
+    }
+    Reply { code: 250, lines }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream() -> Reply {
+        Reply::multi(
+            250,
+            [
+                "smtp.example.org Hello client [192.0.2.1]",
+                "SIZE 52428800",
+                "8BITMIME",
+                "PIPELINING",
+                "PIPE_CONNECT",
+                "CHUNKING",
+                "XCLIENT NAME ADDR PORT PROTO HELO LOGIN",
+                "XFORWARD NAME ADDR PROTO HELO",
+                "STARTTLS",
+                "AUTH PLAIN LOGIN GSSAPI cram-md5 SCRAM-SHA-256 xoauth2",
+                "AUTH=PLAIN LOGIN",
+                "DSN",
+                "SMTPUTF8",
+                "ENHANCEDSTATUSCODES",
+                "ETRN",
+                "HELP",
+            ],
+        )
+    }
+
+    #[test]
+    fn parse_capabilities() {
+        let c = parse_ehlo(&upstream());
+        assert!(c.pipelining && c.eight_bit_mime && c.smtputf8 && c.dsn);
+        assert!(c.enhanced_status_codes && c.chunking && c.starttls);
+        assert_eq!(c.size, Some(52428800));
+        assert_eq!(
+            c.auth,
+            [
+                "PLAIN",
+                "LOGIN",
+                "GSSAPI",
+                "CRAM-MD5",
+                "SCRAM-SHA-256",
+                "XOAUTH2"
+            ]
+        );
+        assert_eq!(
+            c.xclient,
+            ["NAME", "ADDR", "PORT", "PROTO", "HELO", "LOGIN"]
+        );
+    }
+
+    #[test]
+    fn parse_edge_cases() {
+        assert_eq!(parse_ehlo(&Reply::new(550, "no")), Capabilities::default());
+        let c = parse_ehlo(&Reply::multi(250, ["x", "SIZE", "size x", ""]));
+        assert_eq!(c.size, Some(0));
+        // The greeting line is never read as a keyword.
+        let c = parse_ehlo(&Reply::new(250, "PIPELINING"));
+        assert!(!c.pipelining);
+    }
+
+    #[test]
+    fn filter_with_everything_offered() {
+        let f = EhloFilter {
+            offer_starttls: true,
+            offer_auth: true,
+            chunking: true,
+        };
+        let r = filter_ehlo(&upstream(), &f);
+        assert_eq!(
+            r.lines,
+            [
+                "smtp.example.org Hello client [192.0.2.1]",
+                "SIZE 52428800",
+                "8BITMIME",
+                "PIPELINING",
+                "CHUNKING",
+                "AUTH PLAIN LOGIN CRAM-MD5 XOAUTH2",
+                "DSN",
+                "SMTPUTF8",
+                "ENHANCEDSTATUSCODES",
+                "STARTTLS",
+            ]
+        );
+    }
+
+    #[test]
+    fn filter_minimal() {
+        let f = EhloFilter {
+            offer_starttls: false,
+            offer_auth: false,
+            chunking: false,
+        };
+        let r = filter_ehlo(&upstream(), &f);
+        assert_eq!(
+            r.lines,
+            [
+                "smtp.example.org Hello client [192.0.2.1]",
+                "SIZE 52428800",
+                "8BITMIME",
+                "PIPELINING",
+                "DSN",
+                "SMTPUTF8",
+                "ENHANCEDSTATUSCODES"
+            ]
+        );
+        let caps = parse_ehlo(&r);
+        assert!(
+            !caps.starttls && caps.auth.is_empty() && caps.xclient.is_empty() && !caps.chunking
+        );
+    }
+
+    #[test]
+    fn filter_drops_auth_without_observable_mechanisms_and_bad_size() {
+        let f = EhloFilter {
+            offer_starttls: false,
+            offer_auth: true,
+            chunking: false,
+        };
+        let r = filter_ehlo(
+            &Reply::multi(
+                250,
+                [
+                    "hi",
+                    "AUTH GSSAPI NTLM",
+                    "SIZE 12x",
+                    "pipelining",
+                    "PIPELINING",
+                ],
+            ),
+            &f,
+        );
+        assert_eq!(r.lines, ["hi", "PIPELINING"]);
+    }
+
+    #[test]
+    fn filter_non_250_unchanged_and_single_line() {
+        let f = EhloFilter {
+            offer_starttls: true,
+            offer_auth: true,
+            chunking: false,
+        };
+        let e = Reply::new(554, "5.7.1 go away");
+        assert_eq!(filter_ehlo(&e, &f), e);
+        assert_eq!(
+            filter_ehlo(&Reply::new(250, "hi"), &f).lines,
+            ["hi", "STARTTLS"]
+        );
+    }
+}
