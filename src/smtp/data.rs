@@ -189,7 +189,9 @@ impl DataDecoder {
                 BarePolicy::Normalize => self.out.normalized = true,
             }
         }
-        if self.col + 2 > self.max_line_len {
+        // RFC 5321 §4.5.3.1.6: the limit does not count the dot added for transparency.
+        let text_len = self.col - usize::from(self.dot_first);
+        if text_len + 2 > self.max_line_len {
             self.out.line_too_long = true;
         }
         self.emit(b"\r\n", body);
