@@ -11,6 +11,8 @@
 //! [`sasl::SaslObserver`] learns the user name; [`proxy_header`] and
 //! [`xclient`] carry the real client address.
 
+#![warn(missing_docs)]
+
 pub mod address;
 pub mod command;
 pub mod data;
