@@ -6,7 +6,12 @@ use bytes::BytesMut;
 use floodgate::smtp::{encode_data, BarePolicy, DataDecoder, DataOutcome};
 use libfuzzer_sys::fuzz_target;
 
-fn decode(input: &[u8], chunk: usize, bare: BarePolicy, max: u64) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
+fn decode(
+    input: &[u8],
+    chunk: usize,
+    bare: BarePolicy,
+    max: u64,
+) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
     let mut d = DataDecoder::new(1000, bare, max);
     let mut body = Vec::new();
     let mut buf = BytesMut::new();
@@ -26,8 +31,16 @@ fuzz_target!(|data: &[u8]| {
         [a, b, rest @ ..] => (*a, usize::from(*b) + 1, rest),
         _ => return,
     };
-    let bare = if flags & 1 == 0 { BarePolicy::Reject } else { BarePolicy::Normalize };
-    let max = if flags & 2 == 0 { u64::MAX } else { u64::from(flags >> 2) * 8 };
+    let bare = if flags & 1 == 0 {
+        BarePolicy::Reject
+    } else {
+        BarePolicy::Normalize
+    };
+    let max = if flags & 2 == 0 {
+        u64::MAX
+    } else {
+        u64::from(flags >> 2) * 8
+    };
     let whole = decode(input, input.len(), bare, max);
     assert_eq!(decode(input, chunk, bare, max), whole);
     let (done, body, out, rest) = whole;

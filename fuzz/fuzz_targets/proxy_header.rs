@@ -21,7 +21,9 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    let Ok(Some((header, n))) = result else { return };
+    let Ok(Some((header, n))) = result else {
+        return;
+    };
     assert!(n <= data.len() && n <= V1_MAX.max(V2_MAX));
     assert_eq!(parse_proxy_header(&data[..n]), Ok(Some((header, n))));
     if let (Some(s), Some(d)) = (header.source, header.destination) {

@@ -29,32 +29,55 @@ fn reparse(r: &Reply) -> Reply {
     let wire = r.to_wire();
     let mut p = ReplyParser::with_limits(usize::MAX, usize::MAX);
     let mut buf = BytesMut::from(&wire[..]);
-    let back = p.parse(&mut buf).expect("own wire form parses").expect("complete");
+    let back = p
+        .parse(&mut buf)
+        .expect("own wire form parses")
+        .expect("complete");
     assert!(buf.is_empty());
     back
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&c, input)) = data.split_first() else { return };
+    let Some((&c, input)) = data.split_first() else {
+        return;
+    };
     let cut = usize::from(c).min(input.len());
     let (whole, err_whole) = parse(input, input.len());
     let (split, err_split) = parse(input, cut);
     assert_eq!(whole, split);
     assert_eq!(err_whole, err_split);
     for r in &whole {
-        let clean = r.lines.iter().all(|l| !l.chars().any(|ch| ch.is_ascii_control() && ch != '\t'));
+        let clean = r
+            .lines
+            .iter()
+            .all(|l| !l.chars().any(|ch| ch.is_ascii_control() && ch != '\t'));
         if clean {
             assert_eq!(&reparse(r), r);
         }
         let _ = parse_ehlo(r);
         for bits in 0..8u8 {
-            let f = EhloFilter { offer_starttls: bits & 1 != 0, offer_auth: bits & 2 != 0, chunking: bits & 4 != 0 };
+            let f = EhloFilter {
+                offer_starttls: bits & 1 != 0,
+                offer_auth: bits & 2 != 0,
+                chunking: bits & 4 != 0,
+            };
             let filtered = filter_ehlo(r, &f);
             let again = reparse(&filtered);
             if r.code == 250 {
                 // Filtering is idempotent.
-                assert_eq!(filter_ehlo(&again, &EhloFilter { offer_starttls: false, ..f }).lines.len()
-                    + usize::from(f.offer_starttls), filtered.lines.len());
+                assert_eq!(
+                    filter_ehlo(
+                        &again,
+                        &EhloFilter {
+                            offer_starttls: false,
+                            ..f
+                        }
+                    )
+                    .lines
+                    .len()
+                        + usize::from(f.offer_starttls),
+                    filtered.lines.len()
+                );
             }
         }
     }

@@ -7,11 +7,22 @@ use floodgate::smtp::{Mechanism, SaslObserver};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, rest)) = data.split_first() else { return };
-    let mech = [Mechanism::Plain, Mechanism::Login, Mechanism::XOAuth2, Mechanism::CramMd5][usize::from(sel & 3)];
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    let mech = [
+        Mechanism::Plain,
+        Mechanism::Login,
+        Mechanism::XOAuth2,
+        Mechanism::CramMd5,
+    ][usize::from(sel & 3)];
     let mut parts = rest.split(|&b| b == b'\n');
     let first = parts.next().unwrap_or_default();
-    let initial = if sel & 4 != 0 { std::str::from_utf8(first).ok() } else { None };
+    let initial = if sel & 4 != 0 {
+        std::str::from_utf8(first).ok()
+    } else {
+        None
+    };
     let mut o = SaslObserver::new(mech, initial);
     if initial.is_none() {
         o.client_line(first);

@@ -35,6 +35,16 @@ fn keyword_line(line: &str) -> Option<(String, Vec<&str>)> {
     Some((kw.to_ascii_uppercase(), words.collect()))
 }
 
+/// The limit of a SIZE line: `Some(0)` without a parameter (no fixed
+/// limit), `None` if the parameter is not a decimal number (line ignored).
+fn size_value(params: &[&str]) -> Option<u64> {
+    match params {
+        [] => Some(0),
+        [n] if n.bytes().all(|b| b.is_ascii_digit()) => n.parse().ok(),
+        _ => None,
+    }
+}
+
 /// Reads the capabilities of an EHLO reply (nothing if it is not 250).
 pub fn parse_ehlo(reply: &Reply) -> Capabilities {
     let mut caps = Capabilities::default();
@@ -47,9 +57,8 @@ pub fn parse_ehlo(reply: &Reply) -> Capabilities {
         };
         match kw.as_str() {
             "PIPELINING" => caps.pipelining = true,
-            "SIZE" => {
-                caps.size = Some(params.first().and_then(|p| p.parse().ok()).unwrap_or(0));
-            }
+            // The first SIZE line counts, as in filter_ehlo.
+            "SIZE" if caps.size.is_none() => caps.size = size_value(&params),
             "8BITMIME" => caps.eight_bit_mime = true,
             "SMTPUTF8" => caps.smtputf8 = true,
             "DSN" => caps.dsn = true,
@@ -118,16 +127,10 @@ pub fn filter_ehlo(reply: &Reply, filter: &EhloFilter) -> Reply {
                 Some(kw.clone())
             }
             "CHUNKING" if filter.chunking => Some(kw.clone()),
-            "SIZE" => match params.first() {
-                None => Some(kw.clone()),
-                Some(n)
-                    if !n.is_empty()
-                        && n.bytes().all(|b| b.is_ascii_digit())
-                        && n.parse::<u64>().is_ok() =>
-                {
-                    Some(format!("SIZE {n}"))
-                }
-                Some(_) => None,
+            "SIZE" => match (params.first(), size_value(&params)) {
+                (_, None) => None,
+                (None, Some(_)) => Some(kw.clone()),
+                (Some(_), Some(n)) => Some(format!("SIZE {n}")),
             },
             "AUTH" if filter.offer_auth => {
                 let mut mechs: Vec<String> = Vec::new();
@@ -155,6 +158,7 @@ pub fn filter_ehlo(reply: &Reply, filter: &EhloFilter) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn upstream() -> Reply {
         Reply::multi(
@@ -206,8 +210,10 @@ mod tests {
     #[test]
     fn parse_edge_cases() {
         assert_eq!(parse_ehlo(&Reply::new(550, "no")), Capabilities::default());
-        let c = parse_ehlo(&Reply::multi(250, ["x", "SIZE", "size x", ""]));
+        let c = parse_ehlo(&Reply::multi(250, ["x", "size x", "SIZE", "SIZE 5", ""]));
         assert_eq!(c.size, Some(0));
+        let c = parse_ehlo(&Reply::multi(250, ["x", "SIZE 1 2", "SIZE 07"]));
+        assert_eq!(c.size, Some(7));
         // The greeting line is never read as a keyword.
         let c = parse_ehlo(&Reply::new(250, "PIPELINING"));
         assert!(!c.pipelining);
@@ -300,5 +306,41 @@ mod tests {
             filter_ehlo(&Reply::new(250, "hi"), &f).lines,
             ["hi", "STARTTLS"]
         );
+    }
+
+    fn ehlo_line() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("PIPELINING".to_string()),
+            Just("STARTTLS".to_string()),
+            Just("CHUNKING".to_string()),
+            Just("XCLIENT NAME ADDR".to_string()),
+            "SIZE( [0-9x]{0,12})?",
+            "(?i)auth( (plain|login|gssapi|cram-md5|xoauth2|ntlm)){0,4}",
+            "[ -~]{0,20}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Filtering never adds a capability upstream lacks (except STARTTLS,
+        /// which floodgate itself offers), and never passes XCLIENT on.
+        #[test]
+        fn filter_only_narrows(lines in proptest::collection::vec(ehlo_line(), 1..10),
+                               tls in any::<bool>(), auth in any::<bool>(), chunking in any::<bool>()) {
+            let up = Reply::multi(250, lines);
+            let f = EhloFilter { offer_starttls: tls, offer_auth: auth, chunking };
+            let before = parse_ehlo(&up);
+            let after = parse_ehlo(&filter_ehlo(&up, &f));
+            prop_assert!(after.xclient.is_empty());
+            prop_assert_eq!(after.starttls, tls);
+            prop_assert!(!after.pipelining || before.pipelining);
+            prop_assert!(!after.chunking || (before.chunking && chunking));
+            prop_assert!(after.size.is_none() || after.size == before.size);
+            prop_assert!(auth || after.auth.is_empty());
+            for m in &after.auth {
+                prop_assert!(before.auth.contains(m) && OBSERVABLE_MECHANISMS.contains(&m.as_str()));
+            }
+        }
     }
 }

@@ -64,7 +64,8 @@ impl LineFramer {
     /// a line makes that line `BareLineEnding` when it ends. A line over
     /// `max_len` yields [`LineEvent::TooLong`] once its end finally arrives; the
     /// excess bytes are discarded as they come, so after this returns `None`
-    /// `buf` holds at most `max_len - 1` bytes.
+    /// `buf` holds at most `max_len - 1` bytes. An over-long line is reported
+    /// as `TooLong` even if it also had a bare line ending.
     pub fn next_line(&mut self, buf: &mut BytesMut) -> Option<LineEvent> {
         match buf.iter().position(|&b| b == b'\n') {
             Some(lf) => {

@@ -11,6 +11,8 @@
 //! [`sasl::SaslObserver`] learns the user name; [`proxy_header`] and
 //! [`xclient`] carry the real client address.
 
+#![warn(missing_docs)]
+
 pub mod address;
 pub mod command;
 pub mod data;
@@ -23,7 +25,7 @@ pub mod xclient;
 
 pub use address::{AddressError, AddressRole, Path};
 pub use command::{parse_command, Command, CommandError, MailFrom, Param, RcptTo};
-pub use data::{encode_data, BarePolicy, DataDecoder, DataOutcome};
+pub use data::{encode_data, BarePolicy, ChunkReader, DataDecoder, DataOutcome};
 pub use ehlo::{filter_ehlo, parse_ehlo, Capabilities, EhloFilter};
 pub use line::{LineEvent, LineFramer};
 pub use proxy_header::{encode_proxy_v2, parse_proxy_header, ProxyHeader, ProxyHeaderError};

@@ -87,6 +87,33 @@ pub fn xclient_command(attrs: &XclientAttrs, supported: &[String]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// RFC 3461 xtext decoding, for the round-trip property.
+    fn xtext_decode(s: &str) -> Vec<u8> {
+        let b = s.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'+' {
+                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap());
+                i += 3;
+            } else {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn xtext_round_trip(s in "\\PC{0,30}") {
+            let e = xtext_encode(&s);
+            prop_assert!(e.bytes().all(|b| (b'!'..=b'~').contains(&b) && b != b'='));
+            prop_assert_eq!(xtext_decode(&e), s.as_bytes());
+        }
+    }
 
     fn all() -> Vec<String> {
         ["NAME", "ADDR", "PORT", "PROTO", "HELO", "LOGIN"]
