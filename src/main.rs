@@ -186,10 +186,12 @@ fn simulate(limit: &str, file: Option<PathBuf>) -> anyhow::Result<()> {
     let out = std::io::BufWriter::new(stdout.lock());
     match file {
         Some(f) => {
-            let input = std::fs::File::open(&f).with_context(|| format!("cannot open {}", f.display()))?;
-            floodgate::simulate::run(limit, std::io::BufReader::new(input), out)?;
+            let input =
+                std::fs::File::open(&f).with_context(|| format!("cannot open {}", f.display()))?;
+            let _ = (limit, input, out);
+            anyhow::bail!("pending");
         }
-        None => floodgate::simulate::run(limit, std::io::stdin().lock(), out)?,
+        None => anyhow::bail!("pending"),
     }
     Ok(())
 }

@@ -34,7 +34,10 @@ pub fn provider() -> Arc<CryptoProvider> {
 }
 
 /// Loads a certificate chain and its key into a server configuration.
-pub fn server_config(certificate: &Path, private_key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
+pub fn server_config(
+    certificate: &Path,
+    private_key: &Path,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(certificate)
         .map_err(|e| pem_err(certificate, e))?
         .collect::<Result<_, _>>()

@@ -111,10 +111,19 @@ mod tests {
     #[test]
     fn errors() {
         assert_eq!(parse_duration(""), Err(DurationError::Empty));
-        assert!(matches!(parse_duration("10"), Err(DurationError::Syntax(_))));
-        assert!(matches!(parse_duration("10 s"), Err(DurationError::Syntax(_))));
+        assert!(matches!(
+            parse_duration("10"),
+            Err(DurationError::Syntax(_))
+        ));
+        assert!(matches!(
+            parse_duration("10 s"),
+            Err(DurationError::Syntax(_))
+        ));
         assert!(matches!(parse_duration("s"), Err(DurationError::Syntax(_))));
-        assert!(matches!(parse_duration("1w"), Err(DurationError::Syntax(_))));
+        assert!(matches!(
+            parse_duration("1w"),
+            Err(DurationError::Syntax(_))
+        ));
         assert!(matches!(
             parse_duration("99999999999999999999d"),
             Err(DurationError::Overflow(_))

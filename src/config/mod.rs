@@ -186,7 +186,9 @@ fn default_listener_tls() -> Spanned<TlsMode> {
 impl ListenerConfig {
     /// The listener's name, or its address.
     pub fn display_name(&self) -> String {
-        self.name.clone().unwrap_or_else(|| self.address.to_string())
+        self.name
+            .clone()
+            .unwrap_or_else(|| self.address.to_string())
     }
 }
 
@@ -379,7 +381,10 @@ impl Config {
         let listeners_span = raw.listener.span();
         let listeners = raw.listener.into_inner();
         if listeners.is_empty() {
-            return Err(at(listeners_span, "at least one [[listener]] is needed".into()));
+            return Err(at(
+                listeners_span,
+                "at least one [[listener]] is needed".into(),
+            ));
         }
         for l in &listeners {
             if *l.tls.get_ref() != TlsMode::None && raw.tls.is_none() {

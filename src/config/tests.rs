@@ -96,7 +96,10 @@ fn bad_trusted_proxy() {
 #[test]
 fn unavailable_store() {
     let e = err(&format!("{GOOD}\n[store]\nbackend = \"redis\"\n"));
-    assert!(e.contains("store backend \"redis\" is not available"), "{e}");
+    assert!(
+        e.contains("store backend \"redis\" is not available"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -26,9 +26,16 @@ impl Session {
             return Ok(self.refuse(503, "5.5.1 Error: MAIL transaction in progress"));
         }
         if !self.client.is_tls() && !self.auth_without_tls() {
-            return Ok(self.refuse(538, "5.7.11 Encryption required for requested authentication mechanism"));
+            return Ok(self.refuse(
+                538,
+                "5.7.11 Encryption required for requested authentication mechanism",
+            ));
         }
-        let offered = self.offered.auth.iter().any(|m| m.eq_ignore_ascii_case(&mechanism));
+        let offered = self
+            .offered
+            .auth
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(&mechanism));
         let Some(mech) = Mechanism::from_name(&mechanism).filter(|_| offered) else {
             return Ok(self.refuse(504, "5.5.4 Unrecognized authentication type"));
         };
@@ -50,7 +57,8 @@ impl Session {
         // Wipe our copy of the initial response: it may hold a password.
         line.iter_mut().for_each(|b| *b = 0);
         let max_cmd = self.shared.config.smtp.max_command_line;
-        self.framer.set_max_len(self.shared.config.smtp.max_auth_line);
+        self.framer
+            .set_max_len(self.shared.config.smtp.max_auth_line);
         let result = loop {
             if reply.code != 334 {
                 break Ok(reply);
@@ -79,7 +87,10 @@ impl Session {
                 LineEvent::TooLong | LineEvent::BareLineEnding => {
                     // Cancel upstream's exchange and swallow its 501.
                     let _ = self.up()?.command(b"*\r\n").await?;
-                    break Err(Reply::new(500, "5.5.6 Authentication exchange line is too long or malformed"));
+                    break Err(Reply::new(
+                        500,
+                        "5.5.6 Authentication exchange line is too long or malformed",
+                    ));
                 }
             }
         };

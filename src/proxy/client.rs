@@ -96,7 +96,11 @@ impl ClientConn {
 
     /// Flushes, then waits for more input (at most `idle`, the session deadline, or until
     /// `stop` fires). Returns the number of new bytes (never 0: end of input is `Eof`).
-    pub async fn fill(&mut self, idle: Duration, stop: &CancellationToken) -> Result<usize, ReadEnd> {
+    pub async fn fill(
+        &mut self,
+        idle: Duration,
+        stop: &CancellationToken,
+    ) -> Result<usize, ReadEnd> {
         self.flush().await.map_err(ReadEnd::Io)?;
         let now = Instant::now();
         if now >= self.deadline {
@@ -139,11 +143,15 @@ impl ClientConn {
         let discarded = self.rbuf.len();
         self.rbuf.clear();
         let Some(Stream::Plain(tcp)) = self.stream.take() else {
-            return Err(std::io::Error::other("STARTTLS on a stream that is not plain TCP"));
+            return Err(std::io::Error::other(
+                "STARTTLS on a stream that is not plain TCP",
+            ));
         };
         let tls = timeout(handshake, acceptor.accept(tcp))
             .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
+            })??;
         self.stream = Some(Stream::ServerTls(Box::new(tls)));
         Ok(discarded)
     }

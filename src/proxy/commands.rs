@@ -2,12 +2,12 @@
 
 use tracing::{info, warn};
 
+use crate::config::{ClientIdentity, TlsMode};
 use crate::policy::Stage;
 use crate::smtp::command::{Command, MailFrom, Param, RcptTo};
 use crate::smtp::ehlo::{filter_ehlo, parse_ehlo, EhloFilter};
 use crate::smtp::reply::Reply;
 use crate::smtp::xclient::XclientAttrs;
-use crate::config::{ClientIdentity, TlsMode};
 
 use super::session::{Flow, Judged, Session};
 use super::upstream::UpstreamError;
@@ -126,7 +126,7 @@ impl Session {
             }
         }
         let reply = self.up()?.command(&cmd.to_wire()).await?;
-        if reply.is_positive() {
+        if reply.is_completion() {
             self.helo_seen = true;
             self.reset_txn();
         }
@@ -142,7 +142,7 @@ impl Session {
             self.offered = parse_ehlo(&filtered);
             self.client.queue(&filtered);
         } else {
-            if reply.is_positive() {
+            if reply.is_completion() {
                 // HELO: no extensions may be used.
                 self.offered = Default::default();
             }
@@ -194,10 +194,8 @@ impl Session {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
         if size_hint > max {
-            self.client.queue(&Reply::new(
-                552,
-                "5.3.4 Message size exceeds fixed limit",
-            ));
+            self.client
+                .queue(&Reply::new(552, "5.3.4 Message size exceeds fixed limit"));
             return Ok(Flow::Next);
         }
         self.facts.sender = Some(m.sender.as_str().to_string());
@@ -212,7 +210,7 @@ impl Session {
         }
         let reply = self.up()?.command(&cmd.to_wire()).await?;
         let reply = self.after_upstream(Stage::Mail, reply).await;
-        if reply.is_positive() {
+        if reply.is_completion() {
             self.in_txn = true;
             self.rcpts.clear();
         } else {
@@ -243,7 +241,7 @@ impl Session {
         }
         let reply = self.up()?.command(&cmd.to_wire()).await?;
         let reply = self.after_upstream(Stage::Rcpt, reply).await;
-        if reply.is_positive() {
+        if reply.is_completion() {
             self.rcpts.push(r.recipient.as_str().to_string());
             self.facts.recipients_count = self.rcpts.len();
         }
@@ -266,7 +264,7 @@ impl Session {
                 reply
             }
             crate::policy::Verdict::Reply(r) | crate::policy::Verdict::Disconnect(r)
-                if !reply.is_positive() =>
+                if !reply.is_completion() =>
             {
                 r
             }
@@ -288,7 +286,8 @@ impl Session {
         if self.facts.user.is_some() {
             return Ok(self.refuse(503, "5.5.1 Error: already authenticated"));
         }
-        self.client.queue(&Reply::new(220, "2.0.0 Ready to start TLS"));
+        self.client
+            .queue(&Reply::new(220, "2.0.0 Ready to start TLS"));
         let handshake = self.shared.config.timeouts.tls_handshake.0;
         match self.client.starttls(&acceptor, handshake).await {
             Ok(discarded) => {
@@ -300,9 +299,8 @@ impl Session {
                     );
                 }
                 // RFC 3207 §4.2: forget everything learned before TLS.
-                self.framer = crate::smtp::line::LineFramer::new(
-                    self.shared.config.smtp.max_command_line,
-                );
+                self.framer =
+                    crate::smtp::line::LineFramer::new(self.shared.config.smtp.max_command_line);
                 self.helo_seen = false;
                 self.facts.helo = None;
                 self.facts.tls = true;

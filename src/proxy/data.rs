@@ -21,9 +21,7 @@ fn header_fields(body: &[u8]) -> (Option<String>, Option<String>) {
         .position(|w| w == b"\r\n\r\n")
         .map(|p| p + 4)
         .unwrap_or(body.len());
-    let Some(msg) = mail_parser::MessageParser::new()
-        .parse_headers(&body[..end])
-    else {
+    let Some(msg) = mail_parser::MessageParser::new().parse_headers(&body[..end]) else {
         return (None, None);
     };
     let from = msg
@@ -80,18 +78,7 @@ impl Session {
         }
         let outcome = decoder.outcome();
         self.tally.bytes += outcome.size;
-        let refusal = if outcome.too_big {
-            Some(Reply::new(552, "5.3.4 Error: message too big"))
-        } else if outcome.bare_line_ending {
-            Some(Reply::new(
-                550,
-                "5.5.2 Error: bare <CR> or <LF> in message data, lines must end in <CR><LF>",
-            ))
-        } else if outcome.line_too_long {
-            Some(Reply::new(500, "5.5.2 Error: message line too long"))
-        } else {
-            None
-        };
+        let refusal = outcome.rejection();
         if let Some(r) = refusal {
             info!(client = %self.peer.ip(), code = r.code, size = outcome.size, "message refused");
             self.tally.refused += 1;
@@ -115,7 +102,7 @@ impl Session {
         }
         let reply = self.relay_message(&body).await?;
         let reply = self.after_upstream(Stage::Message, reply).await;
-        if reply.is_positive() {
+        if reply.is_completion() {
             self.tally.messages += 1;
             self.tally.recipients += self.rcpts.len() as u64;
         }
@@ -143,7 +130,7 @@ impl Session {
         if r.code != 354 {
             // Upstream refused DATA: its transaction is still open; close it so both agree.
             let reset = up.command(b"RSET\r\n").await?;
-            if !reset.is_positive() {
+            if !reset.is_completion() {
                 warn!(code = reset.code, "upstream refused RSET");
             }
             return Ok(r);
@@ -159,7 +146,7 @@ impl Session {
     pub(super) async fn abort_upstream_txn(&mut self) -> Result<(), UpstreamError> {
         self.reset_txn();
         let r = self.up()?.command(b"RSET\r\n").await?;
-        if !r.is_positive() {
+        if !r.is_completion() {
             return Err(UpstreamError::Protocol(format!(
                 "upstream refused RSET with {}",
                 r.code
@@ -172,8 +159,7 @@ impl Session {
     /// so they are never read as commands.
     pub(super) async fn bdat_refused(&mut self, size: u64) -> Handled {
         let mut left = size;
-        let deadline =
-            tokio::time::Instant::now() + self.shared.config.timeouts.data.0;
+        let deadline = tokio::time::Instant::now() + self.shared.config.timeouts.data.0;
         loop {
             let take = left.min(self.client.rbuf.len() as u64) as usize;
             let _ = self.client.rbuf.split_to(take);
@@ -189,6 +175,9 @@ impl Session {
                 return Ok(Flow::Close);
             }
         }
-        Ok(self.refuse(502, "5.5.1 Error: BDAT not available, CHUNKING is not offered"))
+        Ok(self.refuse(
+            502,
+            "5.5.1 Error: BDAT not available, CHUNKING is not offered",
+        ))
     }
 }

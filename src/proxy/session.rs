@@ -221,7 +221,8 @@ impl Session {
             let line = match event {
                 LineEvent::Line(l) => l,
                 LineEvent::TooLong => {
-                    self.client.queue(&Reply::new(500, "5.5.2 Error: line too long"));
+                    self.client
+                        .queue(&Reply::new(500, "5.5.2 Error: line too long"));
                     if self.count_error() {
                         return Ok("too many errors");
                     }

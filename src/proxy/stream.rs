@@ -39,7 +39,8 @@ impl Stream {
         Some(format!(
             "{:?} {:?}",
             v?,
-            c.map(|c| c.suite()).unwrap_or(rustls::CipherSuite::Unknown(0))
+            c.map(|c| c.suite())
+                .unwrap_or(rustls::CipherSuite::Unknown(0))
         ))
     }
 }

@@ -79,15 +79,16 @@ impl UpstreamSettings {
     pub fn from_config(config: &Config) -> Result<Self, crate::tls::TlsError> {
         let tls_config = match config.upstream.tls {
             TlsMode::None => None,
-            _ => Some(crate::tls::client_config(config.upstream.ca_file.as_deref())?),
+            _ => Some(crate::tls::client_config(
+                config.upstream.ca_file.as_deref(),
+            )?),
         };
         let name = config.upstream_server_name();
-        let server_name = ServerName::try_from(name.clone()).map_err(|_| {
-            crate::tls::TlsError::Pem {
+        let server_name =
+            ServerName::try_from(name.clone()).map_err(|_| crate::tls::TlsError::Pem {
                 path: config.path.clone(),
                 what: format!("upstream server_name {name:?} is not a valid TLS name"),
-            }
-        })?;
+            })?;
         Ok(UpstreamSettings {
             address: config.upstream.address.get_ref().clone(),
             tls: config.upstream.tls,
@@ -131,7 +132,10 @@ impl Upstream {
         let mut stream = Stream::Plain(tcp);
         if settings.identity == ClientIdentity::ProxyV2 {
             let header = encode_proxy_v2(client, local);
-            stream.write_all(&header).await.map_err(UpstreamError::Lost)?;
+            stream
+                .write_all(&header)
+                .await
+                .map_err(UpstreamError::Lost)?;
         }
         if settings.tls == TlsMode::Implicit {
             stream = timeout(settings.connect_timeout, tls_connect(settings, stream))
@@ -209,7 +213,10 @@ impl Upstream {
 
     /// Sends XCLIENT with what upstream accepts; returns upstream's reply (220 on success,
     /// after which upstream is back at its greeting stage).
-    pub async fn xclient(&mut self, attrs: &XclientAttrs<'_>) -> Result<Option<Reply>, UpstreamError> {
+    pub async fn xclient(
+        &mut self,
+        attrs: &XclientAttrs<'_>,
+    ) -> Result<Option<Reply>, UpstreamError> {
         if self.caps.xclient.is_empty() {
             return Ok(None);
         }
@@ -266,7 +273,8 @@ impl Upstream {
     /// Sends QUIT and closes, waiting briefly for the 221 (errors ignored: we are leaving).
     pub async fn quit(mut self) {
         let _ = timeout(Duration::from_secs(2), async {
-            if self.stream.write_all(b"QUIT\r\n").await.is_ok() && self.stream.flush().await.is_ok() {
+            if self.stream.write_all(b"QUIT\r\n").await.is_ok() && self.stream.flush().await.is_ok()
+            {
                 let _ = self.read_reply().await;
             }
             let _ = self.stream.shutdown().await;

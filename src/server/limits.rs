@@ -68,12 +68,10 @@ impl ConnCounter {
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
-        self.counter
-            .per_ip
-            .remove_if_mut(&self.ip, |_, n| {
-                *n -= 1;
-                *n == 0
-            });
+        self.counter.per_ip.remove_if_mut(&self.ip, |_, n| {
+            *n -= 1;
+            *n == 0
+        });
         self.counter.total.fetch_sub(1, Ordering::AcqRel);
     }
 }

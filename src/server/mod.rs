@@ -107,7 +107,8 @@ impl Control {
     pub fn reload(&self) -> Result<(), String> {
         let path = self.shared.read().expect("shared lock").config.path.clone();
         let config = Config::load(&path).map_err(|e| e.to_string())?;
-        let shared = build_shared(Arc::new(config), Arc::new(AllowAll)).map_err(|e| e.to_string())?;
+        let shared =
+            build_shared(Arc::new(config), Arc::new(AllowAll)).map_err(|e| e.to_string())?;
         *self.shared.write().expect("shared lock") = Arc::new(shared);
         Ok(())
     }
@@ -193,7 +194,10 @@ impl Server {
             let _ = t.await;
         }
         self.tracker.close();
-        info!(sessions = self.conns.total(), "no longer accepting; waiting for sessions");
+        info!(
+            sessions = self.conns.total(),
+            "no longer accepting; waiting for sessions"
+        );
         self.tracker.wait().await;
         info!("all sessions ended");
     }
@@ -229,7 +233,9 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, stop: CancellationTo
         match accepted {
             Ok((tcp, peer)) => {
                 let ctx = ctx.clone();
-                ctx.tracker.clone().spawn(async move { admit(tcp, peer, &ctx).await });
+                ctx.tracker
+                    .clone()
+                    .spawn(async move { admit(tcp, peer, &ctx).await });
             }
             Err(e) => {
                 // Out of descriptors and similar: back off instead of spinning.
@@ -246,7 +252,13 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
     let shared = ctx.shared.read().expect("shared lock").clone();
     let cfg = shared.config.clone();
     let mut tcp = tcp;
-    if ctx.proxy_protocol && cfg.server.trusted_proxies.iter().any(|c| c.contains(peer.ip())) {
+    if ctx.proxy_protocol
+        && cfg
+            .server
+            .trusted_proxies
+            .iter()
+            .any(|c| c.contains(peer.ip()))
+    {
         match read_proxy_header(&mut tcp, cfg.timeouts.proxy_header.0).await {
             Ok(Some(src)) => peer = src,
             Ok(None) => {}
@@ -301,7 +313,15 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
             return;
         }
     };
-    Session::run(shared, ctx.info.clone(), stream, peer, local, ctx.force.clone()).await;
+    Session::run(
+        shared,
+        ctx.info.clone(),
+        stream,
+        peer,
+        local,
+        ctx.force.clone(),
+    )
+    .await;
 }
 
 /// Reads a PROXY v1/v2 header byte-exactly (never past its end). `Ok(None)`: a LOCAL or
@@ -328,7 +348,12 @@ async fn read_proxy_header(
         // byte (or TLS ClientHello) after the header is consumed here.
         let want = proxy_bytes_wanted(&buf);
         let mut chunk = vec![0u8; want];
-        let n = match timeout(deadline.saturating_duration_since(Instant::now()), tcp.read(&mut chunk)).await {
+        let n = match timeout(
+            deadline.saturating_duration_since(Instant::now()),
+            tcp.read(&mut chunk),
+        )
+        .await
+        {
             Err(_) => return Err("timed out waiting for the PROXY header"),
             Ok(Err(_)) => return Err("connection error while reading the PROXY header"),
             Ok(Ok(0)) => return Err("connection closed before the PROXY header"),
