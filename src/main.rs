@@ -76,7 +76,8 @@ fn init_logs(config: &Config) {
 fn run(path: PathBuf) -> anyhow::Result<()> {
     let config = Config::load(&path)?;
     init_logs(&config);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // The control plane (signals, reload) runs here; sessions run on the server's workers.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;

@@ -112,6 +112,9 @@ pub struct ServerConfig {
     pub trusted_proxies: Vec<Cidr>,
     /// How long sessions may finish after SIGTERM before they get 421 4.3.2.
     pub shutdown_grace: ConfigDuration,
+    /// Worker threads, each with its own event loop and its own listening sockets
+    /// (SO_REUSEPORT); 0 means one per CPU core.
+    pub workers: usize,
 }
 
 impl Default for ServerConfig {
@@ -123,6 +126,7 @@ impl Default for ServerConfig {
             max_errors: 10,
             trusted_proxies: Vec::new(),
             shutdown_grace: ConfigDuration(Duration::from_secs(30)),
+            workers: 0,
         }
     }
 }

@@ -56,8 +56,11 @@ pub fn build_shared(config: Arc<Config>, policy: Arc<dyn Policy>) -> Result<Shar
     })
 }
 
+/// One listener of the config, bound once per worker.
 struct Bound {
-    listener: TcpListener,
+    /// One socket per worker, all on the same address (SO_REUSEPORT).
+    sockets: Vec<std::net::TcpListener>,
+    address: SocketAddr,
     info: ListenerInfo,
     proxy_protocol: bool,
 }
@@ -65,9 +68,9 @@ struct Bound {
 /// A running floodgate: bound listeners and the state sessions share.
 pub struct Server {
     bound: Vec<Bound>,
+    workers: usize,
     shared: Arc<RwLock<Arc<Shared>>>,
     conns: Arc<ConnCounter>,
-    tracker: TaskTracker,
     /// Stops accepting (graceful shutdown starts).
     accepting: CancellationToken,
     /// Ends every session now.
@@ -103,7 +106,8 @@ impl Control {
     }
 
     /// Re-reads the config file; on success new sessions use it, on failure the old config
-    /// stays in force. Listener addresses are not changed by a reload.
+    /// stays in force. Listener addresses and the number of workers are not changed by a
+    /// reload.
     pub fn reload(&self) -> Result<(), String> {
         let path = self.shared.read().expect("shared lock").config.path.clone();
         let config = Config::load(&path).map_err(|e| e.to_string())?;
@@ -115,18 +119,32 @@ impl Control {
 }
 
 impl Server {
-    /// Binds every listener of the config.
+    /// Binds every listener of the config, once per worker.
     pub async fn bind(config: Config, policy: Arc<dyn Policy>) -> Result<Server, ServerError> {
         let config = Arc::new(config);
         let shared = build_shared(config.clone(), policy)?;
+        let workers = match config.server.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
         let mut bound = Vec::new();
         for l in &config.listeners {
-            let listener = bind_listener(l.address).map_err(|source| ServerError::Bind {
+            let err = |source| ServerError::Bind {
                 address: l.address,
                 source,
-            })?;
+            };
+            // The first socket fixes the port (the config may say port 0); the others
+            // share it through SO_REUSEPORT, so the kernel spreads connections over workers.
+            let first = bind_listener(l.address).map_err(err)?;
+            let address = first.local_addr().map_err(err)?;
+            let mut sockets = vec![first.into_std().map_err(err)?];
+            for _ in 1..workers {
+                let s = bind_listener(address).map_err(err)?;
+                sockets.push(s.into_std().map_err(err)?);
+            }
             bound.push(Bound {
-                listener,
+                sockets,
+                address,
                 info: ListenerInfo {
                     name: l.display_name().into(),
                     tls: *l.tls.get_ref(),
@@ -136,9 +154,9 @@ impl Server {
         }
         Ok(Server {
             bound,
+            workers,
             shared: Arc::new(RwLock::new(Arc::new(shared))),
             conns: Arc::new(ConnCounter::default()),
-            tracker: TaskTracker::new(),
             accepting: CancellationToken::new(),
             force: CancellationToken::new(),
         })
@@ -148,13 +166,13 @@ impl Server {
     pub fn local_addrs(&self) -> Vec<(Arc<str>, SocketAddr, TlsMode)> {
         self.bound
             .iter()
-            .filter_map(|b| {
-                b.listener
-                    .local_addr()
-                    .ok()
-                    .map(|a| (b.info.name.clone(), a, b.info.tls))
-            })
+            .map(|b| (b.info.name.clone(), b.address, b.info.tls))
             .collect()
+    }
+
+    /// The number of worker threads.
+    pub fn workers(&self) -> usize {
+        self.workers
     }
 
     /// A handle to stop or reload this server.
@@ -175,32 +193,89 @@ impl Server {
         }
     }
 
-    /// Accepts until stopped, then waits for the sessions to end.
+    /// Runs the workers until stopped, then waits for every session to end. Each worker is
+    /// an OS thread with a single-threaded event loop: a session never changes thread, so no
+    /// cross-thread wake-ups on the hot path.
     pub async fn run(self) {
-        let mut accept_tasks = Vec::new();
-        for b in self.bound {
-            let ctx = AcceptCtx {
-                shared: self.shared.clone(),
-                conns: self.conns.clone(),
-                tracker: self.tracker.clone(),
-                force: self.force.clone(),
-                info: b.info,
-                proxy_protocol: b.proxy_protocol,
-            };
+        let mut done = Vec::new();
+        for w in 0..self.workers {
+            let mut listeners = Vec::new();
+            for b in &self.bound {
+                listeners.push((b.sockets[w].try_clone(), b.info.clone(), b.proxy_protocol));
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            done.push(rx);
+            let shared = self.shared.clone();
+            let conns = self.conns.clone();
+            let force = self.force.clone();
             let stop = self.accepting.clone();
-            accept_tasks.push(tokio::spawn(accept_loop(b.listener, ctx, stop)));
+            let spawned = std::thread::Builder::new()
+                .name(format!("floodgate-w{w}"))
+                .spawn(move || {
+                    worker(w, listeners, shared, conns, force, stop);
+                    let _ = tx.send(());
+                });
+            if let Err(e) = spawned {
+                error!(error = %e, worker = w, "cannot start a worker thread");
+            }
         }
-        for t in accept_tasks {
-            let _ = t.await;
+        drop(self.bound);
+        for rx in done {
+            let _ = rx.await;
         }
-        self.tracker.close();
-        info!(
-            sessions = self.conns.total(),
-            "no longer accepting; waiting for sessions"
-        );
-        self.tracker.wait().await;
         info!("all sessions ended");
     }
+}
+
+type WorkerListener = (std::io::Result<std::net::TcpListener>, ListenerInfo, bool);
+
+/// One worker: its own runtime, its own sockets, its own sessions.
+fn worker(
+    id: usize,
+    listeners: Vec<WorkerListener>,
+    shared: Arc<RwLock<Arc<Shared>>>,
+    conns: Arc<ConnCounter>,
+    force: CancellationToken,
+    stop: CancellationToken,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!(error = %e, worker = id, "cannot start a worker runtime");
+            return;
+        }
+    };
+    rt.block_on(async move {
+        let tracker = TaskTracker::new();
+        let mut loops = Vec::new();
+        for (socket, info, proxy_protocol) in listeners {
+            let listener = match socket.and_then(TcpListener::from_std) {
+                Ok(l) => l,
+                Err(e) => {
+                    error!(error = %e, worker = id, listener = %info.name, "cannot use listener socket");
+                    continue;
+                }
+            };
+            let ctx = AcceptCtx {
+                shared: shared.clone(),
+                conns: conns.clone(),
+                tracker: tracker.clone(),
+                force: force.clone(),
+                info,
+                proxy_protocol,
+            };
+            loops.push(tokio::spawn(accept_loop(listener, ctx, stop.clone())));
+        }
+        for l in loops {
+            let _ = l.await;
+        }
+        tracker.close();
+        debug!(worker = id, sessions = tracker.len(), "no longer accepting; waiting for sessions");
+        tracker.wait().await;
+    });
 }
 
 fn bind_listener(address: SocketAddr) -> std::io::Result<TcpListener> {
@@ -210,6 +285,7 @@ fn bind_listener(address: SocketAddr) -> std::io::Result<TcpListener> {
         tokio::net::TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
     socket.bind(address)?;
     socket.listen(1024)
 }
