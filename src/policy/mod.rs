@@ -99,24 +99,41 @@ pub enum Verdict {
 /// A boxed future, so that policies can be async (a shared store) and still be objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Decides what happens at each stage. Implementations must be cheap to call concurrently.
+/// Decides what happens at each stage: a factory of per-session policies.
 pub trait Policy: Send + Sync {
+    /// The policy of one new session (it may keep per-session state: Exim's caches,
+    /// reservations, concurrency slots, released when it is dropped).
+    fn session(&self) -> Box<dyn SessionPolicy>;
+}
+
+/// The policy of one session, asked by the session at every stage.
+pub trait SessionPolicy: Send {
     /// Judges one event before floodgate acts on it.
-    fn check<'a>(&'a self, stage: Stage, facts: &'a Facts) -> BoxFuture<'a, Verdict>;
+    fn check<'a>(&'a mut self, stage: Stage, facts: &'a Facts) -> BoxFuture<'a, Verdict>;
 
     /// Learns what upstream answered to something this policy let through (to commit or
     /// refund reservations, feed dynamic multipliers, or slow down failed AUTH). `Delay`
     /// delays the relayed answer; `Reply` and `Disconnect` replace upstream's answer only when
-    /// it was not positive (floodgate never hides a success that changed upstream's state).
-    /// The default continues.
+    /// it was not a completion (floodgate never hides a success that changed upstream's
+    /// state). The default continues.
     fn after_upstream<'a>(
-        &'a self,
+        &'a mut self,
         _stage: Stage,
         _facts: &'a Facts,
         _reply: &'a Reply,
     ) -> BoxFuture<'a, Verdict> {
         Box::pin(async { Verdict::Continue })
     }
+
+    /// Header lines (without CRLF) to add at the top of the message being relayed; asked
+    /// once per message, after the Message stage let it through.
+    fn message_headers(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The transaction was abandoned (RSET, refusal, end of session before end of data):
+    /// reservations for it are to be released.
+    fn transaction_abandoned(&mut self) {}
 }
 
 /// A policy that always continues: the proxy alone.
@@ -124,7 +141,13 @@ pub trait Policy: Send + Sync {
 pub struct AllowAll;
 
 impl Policy for AllowAll {
-    fn check<'a>(&'a self, _stage: Stage, _facts: &'a Facts) -> BoxFuture<'a, Verdict> {
+    fn session(&self) -> Box<dyn SessionPolicy> {
+        Box::new(AllowAll)
+    }
+}
+
+impl SessionPolicy for AllowAll {
+    fn check<'a>(&'a mut self, _stage: Stage, _facts: &'a Facts) -> BoxFuture<'a, Verdict> {
         Box::pin(async { Verdict::Continue })
     }
 }

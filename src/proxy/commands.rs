@@ -252,11 +252,7 @@ impl Session {
     /// Tells the policy what upstream answered; it may delay the answer, or (for a reply
     /// that did not change upstream's state) replace it.
     pub(super) async fn after_upstream(&mut self, stage: Stage, reply: Reply) -> Reply {
-        let verdict = self
-            .shared
-            .policy
-            .after_upstream(stage, &self.facts, &reply)
-            .await;
+        let verdict = self.policy.after_upstream(stage, &self.facts, &reply).await;
         match verdict {
             crate::policy::Verdict::Continue => reply,
             crate::policy::Verdict::Delay(d) => {
@@ -264,7 +260,7 @@ impl Session {
                 reply
             }
             crate::policy::Verdict::Reply(r) | crate::policy::Verdict::Disconnect(r)
-                if !reply.is_completion() =>
+                if !reply.is_completion() && !reply.is_intermediate() =>
             {
                 r
             }

@@ -119,24 +119,33 @@ impl Session {
             "message"
         );
         self.client.queue(&reply);
+        // The transaction ended with upstream's verdict: nothing is left to release.
+        self.in_txn = false;
         self.reset_txn();
         Ok(Flow::Next)
     }
 
     /// DATA upstream, the message with floodgate's own framing, and upstream's final reply.
     async fn relay_message(&mut self, body: &[u8]) -> Result<Reply, UpstreamError> {
-        let up = self.up()?;
-        let r = up.command(b"DATA\r\n").await?;
+        let r = self.up()?.command(b"DATA\r\n").await?;
         if r.code != 354 {
             // Upstream refused DATA: its transaction is still open; close it so both agree.
-            let reset = up.command(b"RSET\r\n").await?;
+            let reset = self.up()?.command(b"RSET\r\n").await?;
             if !reset.is_completion() {
                 warn!(code = reset.code, "upstream refused RSET");
             }
             return Ok(r);
         }
+        let headers = self.policy.message_headers();
         let mut wire = Vec::with_capacity(body.len() + body.len() / 64 + 8);
+        for h in &headers {
+            // Header lines from the policy are floodgate's own text; keep them single lines.
+            let clean: String = h.chars().filter(|c| *c != '\r' && *c != '\n').collect();
+            wire.extend_from_slice(clean.as_bytes());
+            wire.extend_from_slice(b"\r\n");
+        }
         encode_data(body, &mut wire);
+        let up = self.up()?;
         up.send(&wire).await?;
         up.read_reply().await
     }

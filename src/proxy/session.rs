@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{Config, TlsMode};
-use crate::policy::{Facts, Policy, Stage, Verdict};
+use crate::policy::{Facts, Policy, SessionPolicy, Stage, Verdict};
 use crate::smtp::command::{parse_command, Command};
 use crate::smtp::ehlo::Capabilities;
 use crate::smtp::line::{LineEvent, LineFramer};
@@ -74,6 +74,7 @@ pub(super) struct Tally {
 /// The state of one client session.
 pub struct Session {
     pub(super) shared: Arc<Shared>,
+    pub(super) policy: Box<dyn SessionPolicy>,
     pub(super) listener: ListenerInfo,
     pub(super) client: ClientConn,
     pub(super) up: Option<Upstream>,
@@ -117,6 +118,7 @@ impl Session {
                 tls,
                 ..Facts::default()
             },
+            policy: shared.policy.session(),
             shared,
             listener,
             up: None,
@@ -132,6 +134,9 @@ impl Session {
             tally: Tally::default(),
         };
         let end = s.serve().await;
+        if s.in_txn {
+            s.policy.transaction_abandoned();
+        }
         s.client.close().await;
         if let Some(up) = s.up.take() {
             up.quit().await;
@@ -326,7 +331,7 @@ impl Session {
 
     /// Asks the policy about `stage` and applies delays; replies it gives are queued.
     pub(super) async fn judge(&mut self, stage: Stage) -> Judged {
-        let verdict = self.shared.policy.check(stage, &self.facts).await;
+        let verdict = self.policy.check(stage, &self.facts).await;
         self.apply(verdict, stage).await
     }
 
@@ -377,8 +382,12 @@ impl Session {
             .ok_or_else(|| UpstreamError::Protocol("no upstream session".into()))
     }
 
-    /// Forgets the transaction (after RSET, HELO/EHLO, STARTTLS, end of data).
+    /// Forgets the transaction (after RSET, HELO/EHLO, STARTTLS, end of data); an open
+    /// transaction's reservations are released.
     pub(super) fn reset_txn(&mut self) {
+        if self.in_txn {
+            self.policy.transaction_abandoned();
+        }
         self.in_txn = false;
         self.rcpts.clear();
         self.facts.sender = None;
