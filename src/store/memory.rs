@@ -2,16 +2,15 @@
 //! section per decision, idle expiry and a key cap with eviction.
 
 use super::eval::{self, Write};
-use super::key::ThinKey;
+use super::key::{AsKey, IdentityHasher, Lookup, ThinKey};
 use super::{
     Algorithm, Decision, DecisionResult, LimitRequest, LimitResult, Record, RecordKind, Store,
     StoreFuture, UniqueRecord,
 };
 use crate::limit::bucket::BucketState;
 use crate::limit::ewma::{EwmaParams, EwmaState};
-use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::BuildHasher;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -57,7 +56,7 @@ pub struct MemoryStats {
     pub approx_bytes: usize,
 }
 
-type Table<V> = HashMap<ThinKey, V, RandomState>;
+type Table<V> = HashMap<ThinKey, V, BuildHasherDefault<IdentityHasher>>;
 
 /// One lock's worth of tables.
 struct Shard {
@@ -77,27 +76,32 @@ fn kind_of(req: &LimitRequest) -> RecordKind {
     }
 }
 
+/// The table-lookup form of a key.
+fn q<'k>(key: &'k Lookup<'_>) -> &'k (dyn AsKey + 'k) {
+    key
+}
+
 /// Inserts into `table`, or overwrites; returns whether the key was new.
-fn upsert<V>(table: &mut Table<V>, key: &str, value: V) -> bool {
-    match table.get_mut(key) {
+fn upsert<V>(table: &mut Table<V>, key: &Lookup<'_>, value: V) -> bool {
+    match table.get_mut(q(key)) {
         Some(slot) => {
             *slot = value;
             false
         }
         None => {
-            table.insert(ThinKey::new(key), value);
+            table.insert(ThinKey::new(key.text()), value);
             true
         }
     }
 }
 
 impl Shard {
-    fn new(hasher: &RandomState) -> Shard {
+    fn new() -> Shard {
         Shard {
-            ewma: HashMap::with_hasher(hasher.clone()),
-            unique: HashMap::with_hasher(hasher.clone()),
-            gcra: HashMap::with_hasher(hasher.clone()),
-            bucket: HashMap::with_hasher(hasher.clone()),
+            ewma: HashMap::default(),
+            unique: HashMap::default(),
+            gcra: HashMap::default(),
+            bucket: HashMap::default(),
         }
     }
 
@@ -105,24 +109,30 @@ impl Shard {
         self.ewma.len() + self.unique.len() + self.gcra.len() + self.bucket.len()
     }
 
-    fn contains(&self, kind: RecordKind, key: &str) -> bool {
+    fn contains(&self, kind: RecordKind, key: &Lookup<'_>) -> bool {
         match kind {
-            RecordKind::Ewma => self.ewma.contains_key(key),
-            RecordKind::Unique => self.unique.contains_key(key),
-            RecordKind::Gcra => self.gcra.contains_key(key),
-            RecordKind::Bucket => self.bucket.contains_key(key),
+            RecordKind::Ewma => self.ewma.contains_key(q(key)),
+            RecordKind::Unique => self.unique.contains_key(q(key)),
+            RecordKind::Gcra => self.gcra.contains_key(q(key)),
+            RecordKind::Bucket => self.bucket.contains_key(q(key)),
         }
     }
 
     /// Evaluates `req` against this shard's current state.
-    fn eval<'a>(&self, req: &'a LimitRequest, now_us: i64, suppress: bool) -> (LimitResult, Write<'a>) {
+    fn eval<'a>(
+        &self,
+        req: &'a LimitRequest,
+        key: &Lookup<'_>,
+        now_us: i64,
+        suppress: bool,
+    ) -> (LimitResult, Write<'a>) {
         match &req.algorithm {
             Algorithm::Ewma { limit, period_secs, mode, unique_kind } => {
                 let params = EwmaParams { limit: *limit, period_secs: *period_secs, mode: *mode };
                 match &req.unique {
-                    None => eval::ewma(self.ewma.get(req.key.as_str()), req, &params, now_us, suppress),
+                    None => eval::ewma(self.ewma.get(q(key)), req, &params, now_us, suppress),
                     Some(value) => eval::unique(
-                        self.unique.get(req.key.as_str()).map(|b| &**b),
+                        self.unique.get(q(key)).map(|b| &**b),
                         req,
                         value,
                         &params,
@@ -133,16 +143,16 @@ impl Shard {
                 }
             }
             Algorithm::Gcra(spec) => {
-                eval::gcra(self.gcra.get(req.key.as_str()).copied(), req, spec, now_us, suppress)
+                eval::gcra(self.gcra.get(q(key)).copied(), req, spec, now_us, suppress)
             }
             Algorithm::Bucket { spec, op } => {
-                eval::bucket(self.bucket.get(req.key.as_str()), req, spec, *op, now_us, suppress)
+                eval::bucket(self.bucket.get(q(key)), req, spec, *op, now_us, suppress)
             }
         }
     }
 
     /// Performs a write. The caller has made room for a new key.
-    fn apply(&mut self, key: &str, write: Write<'_>) {
+    fn apply(&mut self, key: &Lookup<'_>, write: Write<'_>) {
         match write {
             Write::Nothing => {}
             Write::Ewma(state) => {
@@ -155,7 +165,7 @@ impl Shard {
                 upsert(&mut self.bucket, key, state);
             }
             Write::Unique { state, new_set, insert } => {
-                let rec = match self.unique.get_mut(key) {
+                let rec = match self.unique.get_mut(q(key)) {
                     Some(rec) => rec,
                     None => {
                         // A new record always comes with a fresh set from eval.
@@ -163,13 +173,11 @@ impl Shard {
                             Some(s) => s,
                             None => return,
                         };
-                        self.unique.insert(
-                            ThinKey::new(key),
-                            Box::new(UniqueRecord { state, created_s, set }),
-                        );
-                        if let (Some(v), Some(rec)) = (insert, self.unique.get_mut(key)) {
+                        let mut rec = Box::new(UniqueRecord { state, created_s, set });
+                        if let Some(v) = insert {
                             rec.set.insert(v);
                         }
+                        self.unique.insert(ThinKey::new(key.text()), rec);
                         return;
                     }
                 };
@@ -185,16 +193,16 @@ impl Shard {
         }
     }
 
-    fn get_record(&self, kind: RecordKind, key: &str) -> Option<Record> {
+    fn get_record(&self, kind: RecordKind, key: &Lookup<'_>) -> Option<Record> {
         match kind {
-            RecordKind::Ewma => self.ewma.get(key).map(|s| Record::Ewma(*s)),
-            RecordKind::Unique => self.unique.get(key).map(|r| Record::Unique((**r).clone())),
-            RecordKind::Gcra => self.gcra.get(key).map(|t| Record::Gcra { tat_ns: *t }),
-            RecordKind::Bucket => self.bucket.get(key).map(|b| Record::Bucket(*b)),
+            RecordKind::Ewma => self.ewma.get(q(key)).map(|s| Record::Ewma(*s)),
+            RecordKind::Unique => self.unique.get(q(key)).map(|r| Record::Unique((**r).clone())),
+            RecordKind::Gcra => self.gcra.get(q(key)).map(|t| Record::Gcra { tat_ns: *t }),
+            RecordKind::Bucket => self.bucket.get(q(key)).map(|b| Record::Bucket(*b)),
         }
     }
 
-    fn put_record(&mut self, key: &str, rec: Record) -> bool {
+    fn put_record(&mut self, key: &Lookup<'_>, rec: Record) -> bool {
         match rec {
             Record::Ewma(s) => upsert(&mut self.ewma, key, s),
             Record::Unique(r) => upsert(&mut self.unique, key, Box::new(r)),
@@ -203,12 +211,12 @@ impl Shard {
         }
     }
 
-    fn remove(&mut self, kind: RecordKind, key: &str) -> bool {
+    fn remove(&mut self, kind: RecordKind, key: &Lookup<'_>) -> bool {
         match kind {
-            RecordKind::Ewma => self.ewma.remove(key).is_some(),
-            RecordKind::Unique => self.unique.remove(key).is_some(),
-            RecordKind::Gcra => self.gcra.remove(key).is_some(),
-            RecordKind::Bucket => self.bucket.remove(key).is_some(),
+            RecordKind::Ewma => self.ewma.remove(q(key)).is_some(),
+            RecordKind::Unique => self.unique.remove(q(key)).is_some(),
+            RecordKind::Gcra => self.gcra.remove(q(key)).is_some(),
+            RecordKind::Bucket => self.bucket.remove(q(key)).is_some(),
         }
     }
 
@@ -276,7 +284,6 @@ impl Shard {
 /// The in-memory store.
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
-    shard_hasher: RandomState,
     per_shard_cap: usize,
     config: MemoryConfig,
     evictions: AtomicU64,
@@ -298,13 +305,9 @@ impl MemoryStore {
     /// An empty store.
     pub fn new(config: MemoryConfig) -> MemoryStore {
         let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
-        // Tables and shard selection use independent keys, so the bits that
-        // pick a shard are not constant inside a shard's table.
-        let table_hasher = RandomState::new();
-        let shards = (0..n).map(|_| Mutex::new(Shard::new(&table_hasher))).collect();
+        let shards = (0..n).map(|_| Mutex::new(Shard::new())).collect();
         MemoryStore {
             shards,
-            shard_hasher: RandomState::new(),
             per_shard_cap: config.max_keys.div_ceil(n).max(1),
             config,
             evictions: AtomicU64::new(0),
@@ -316,8 +319,11 @@ impl MemoryStore {
         &self.config
     }
 
-    fn shard_of(&self, key: &str) -> usize {
-        (self.shard_hasher.hash_one(key) as usize) & (self.shards.len() - 1)
+    /// The shard of a key: hash bits 40 and up. The tables use the same hash
+    /// but take their bucket index from the low bits and their tag from the
+    /// top 7 bits, so a shard's keys still spread over its table.
+    fn shard_of(&self, key: &Lookup<'_>) -> usize {
+        ((key.hash() >> 40) as usize) & (self.shards.len() - 1)
     }
 
     fn lock(&self, idx: usize) -> MutexGuard<'_, Shard> {
@@ -335,14 +341,14 @@ impl MemoryStore {
         }
     }
 
-    fn write(&self, shard: &mut Shard, req: &LimitRequest, write: Write<'_>) {
+    fn write(&self, shard: &mut Shard, req: &LimitRequest, key: &Lookup<'_>, write: Write<'_>) {
         if matches!(write, Write::Nothing) {
             return;
         }
-        if !shard.contains(kind_of(req), &req.key) {
+        if shard.len() >= self.per_shard_cap && !shard.contains(kind_of(req), key) {
             self.make_room(shard);
         }
-        shard.apply(&req.key, write);
+        shard.apply(key, write);
     }
 
     /// Applies one decision at time `now_us` (microseconds since the epoch).
@@ -350,9 +356,10 @@ impl MemoryStore {
         match decision.limits.as_slice() {
             [] => DecisionResult::default(),
             [req] => {
-                let mut shard = self.lock(self.shard_of(&req.key));
-                let (result, write) = shard.eval(req, now_us, false);
-                self.write(&mut shard, req, write);
+                let key = Lookup::new(&req.key);
+                let mut shard = self.lock(self.shard_of(&key));
+                let (result, write) = shard.eval(req, &key, now_us, false);
+                self.write(&mut shard, req, &key, write);
                 DecisionResult { refused: req.blocking && result.over, limits: vec![result] }
             }
             reqs => self.decide_many(now_us, reqs),
@@ -363,7 +370,8 @@ impl MemoryStore {
     /// decisions cannot deadlock), evaluate in order with writes visible to
     /// later limits, and on refusal undo and re-run with leaky writes suppressed.
     fn decide_many(&self, now_us: i64, reqs: &[LimitRequest]) -> DecisionResult {
-        let idx: Vec<usize> = reqs.iter().map(|r| self.shard_of(&r.key)).collect();
+        let keys: Vec<Lookup<'_>> = reqs.iter().map(|r| Lookup::new(&r.key)).collect();
+        let idx: Vec<usize> = keys.iter().map(|k| self.shard_of(k)).collect();
         let mut order = idx.clone();
         order.sort_unstable();
         order.dedup();
@@ -372,38 +380,42 @@ impl MemoryStore {
             .iter()
             .map(|i| order.binary_search(i).unwrap_or(0))
             .collect();
-        let mut undo: Vec<(usize, RecordKind, &str, Option<Record>)> = Vec::new();
+        let mut undo: Vec<(usize, RecordKind, usize, Option<Record>)> = Vec::new();
         let mut results = Vec::with_capacity(reqs.len());
-        for (req, &p) in reqs.iter().zip(&pos) {
+        for (n, (req, &p)) in reqs.iter().zip(&pos).enumerate() {
             let shard = &mut *guards[p];
-            let (result, write) = shard.eval(req, now_us, false);
+            let key = &keys[n];
+            let (result, write) = shard.eval(req, key, now_us, false);
             if !matches!(write, Write::Nothing) {
                 let kind = kind_of(req);
-                if !undo.iter().any(|(q, k, key, _)| *q == p && *k == kind && *key == req.key) {
-                    undo.push((p, kind, &req.key, shard.get_record(kind, &req.key)));
+                if !undo
+                    .iter()
+                    .any(|&(sp, k, i, _)| sp == p && k == kind && reqs[i].key == req.key)
+                {
+                    undo.push((p, kind, n, shard.get_record(kind, key)));
                 }
             }
-            self.write(shard, req, write);
+            self.write(shard, req, key, write);
             results.push(result);
         }
         let refused = reqs.iter().zip(&results).any(|(r, res)| r.blocking && res.over);
         if refused {
-            for (p, kind, key, old) in undo.into_iter().rev() {
+            for (p, kind, n, old) in undo.into_iter().rev() {
                 let shard = &mut *guards[p];
                 match old {
                     Some(rec) => {
-                        shard.put_record(key, rec);
+                        shard.put_record(&keys[n], rec);
                     }
                     None => {
-                        shard.remove(kind, key);
+                        shard.remove(kind, &keys[n]);
                     }
                 }
             }
             results.clear();
-            for (req, &p) in reqs.iter().zip(&pos) {
+            for (n, (req, &p)) in reqs.iter().zip(&pos).enumerate() {
                 let shard = &mut *guards[p];
-                let (result, write) = shard.eval(req, now_us, true);
-                self.write(shard, req, write);
+                let (result, write) = shard.eval(req, &keys[n], now_us, true);
+                self.write(shard, req, &keys[n], write);
                 results.push(result);
             }
         }
@@ -412,19 +424,21 @@ impl MemoryStore {
 
     /// Every record stored under `key`, read-only.
     pub fn inspect_key(&self, key: &str) -> Vec<Record> {
-        let shard = self.lock(self.shard_of(key));
+        let key = Lookup::new(key);
+        let shard = self.lock(self.shard_of(&key));
         [RecordKind::Ewma, RecordKind::Unique, RecordKind::Gcra, RecordKind::Bucket]
             .into_iter()
-            .filter_map(|k| shard.get_record(k, key))
+            .filter_map(|k| shard.get_record(k, &key))
             .collect()
     }
 
     /// Removes every record under `key`; returns how many.
     pub fn reset_key(&self, key: &str) -> usize {
-        let mut shard = self.lock(self.shard_of(key));
+        let key = Lookup::new(key);
+        let mut shard = self.lock(self.shard_of(&key));
         [RecordKind::Ewma, RecordKind::Unique, RecordKind::Gcra, RecordKind::Bucket]
             .into_iter()
-            .filter(|&k| shard.remove(k, key))
+            .filter(|&k| shard.remove(k, &key))
             .count()
     }
 
@@ -480,11 +494,12 @@ impl MemoryStore {
     /// Stores `rec` under `key`, replacing any record of the same kind
     /// (subject to the key cap).
     pub fn insert_record(&self, key: &str, rec: Record) {
-        let mut shard = self.lock(self.shard_of(key));
-        if !shard.contains(rec.kind(), key) {
+        let key = Lookup::new(key);
+        let mut shard = self.lock(self.shard_of(&key));
+        if !shard.contains(rec.kind(), &key) {
             self.make_room(&mut shard);
         }
-        shard.put_record(key, rec);
+        shard.put_record(&key, rec);
     }
 
     /// Removes every record.
