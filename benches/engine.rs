@@ -74,20 +74,26 @@ fn populated(keys: &[String]) -> MemoryStore {
     store
 }
 
-/// Runs `iters` decisions on random keys of `keys`; returns the elapsed time.
-fn run(store: &MemoryStore, keys: &mut [String], iters: u64, seed: u64) -> Duration {
+/// Runs `iters` decisions on random keys among the first `active` of
+/// `keys` (`decide = false`: only the key handling, to measure the bench's
+/// own overhead); returns the elapsed time.
+fn run(store: &MemoryStore, keys: &mut [String], active: usize, iters: u64, seed: u64, decide: bool) -> Duration {
     let mut d = decision(String::new());
     let mut x = seed | 1;
-    let n = keys.len() as u64;
+    let n = active.min(keys.len()) as u64;
     let start = Instant::now();
     for i in 0..iters {
-        // xorshift64: random keys defeat the CPU cache like real traffic.
+        // xorshift64: uniformly random keys defeat the CPU cache (worst case).
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         let k = (x % n) as usize;
         std::mem::swap(&mut d.limits[0].key, &mut keys[k]);
-        black_box(store.decide_at(T0 + 10_000_000 + i as i64, black_box(&d)));
+        if decide {
+            black_box(store.decide_at(T0 + 10_000_000 + i as i64, black_box(&d)));
+        } else {
+            black_box(&d);
+        }
         std::mem::swap(&mut d.limits[0].key, &mut keys[k]);
     }
     start.elapsed()
@@ -115,16 +121,25 @@ fn bench(c: &mut Criterion) {
         let mut ks = keys(n);
         let store = populated(&ks);
         group.bench_with_input(BenchmarkId::new("1-thread", n), &n, |b, _| {
-            b.iter_custom(|iters| run(&store, &mut ks, iters, 0x9e37_79b9_7f4a_7c15))
+            b.iter_custom(|iters| run(&store, &mut ks, n, iters, 0x9e37_79b9_7f4a_7c15, true))
         });
+        group.bench_with_input(BenchmarkId::new("key-fetch-only", n), &n, |b, _| {
+            b.iter_custom(|iters| run(&store, &mut ks, n, iters, 0x9e37_79b9_7f4a_7c15, false))
+        });
+        if n > 10_000 {
+            // All keys live, traffic on a hot set of 10 000 (active senders).
+            group.bench_with_input(BenchmarkId::new("1-thread-hot-10k", n), &n, |b, _| {
+                b.iter_custom(|iters| run(&store, &mut ks, 10_000, iters, 0x9e37_79b9_7f4a_7c15, true))
+            });
+        }
         // Two threads, each on its own half of the keys, sharing the store:
         // the time reported is per decision per thread (latency under contention).
         group.bench_with_input(BenchmarkId::new("2-threads", n), &n, |b, _| {
             b.iter_custom(|iters| {
                 let (lo, hi) = ks.split_at_mut(n / 2);
                 std::thread::scope(|s| {
-                    let a = s.spawn(|| run(&store, lo, iters, 0x1234_5678_9abc_def1));
-                    let b = s.spawn(|| run(&store, hi, iters, 0x0fed_cba9_8765_4321));
+                    let a = s.spawn(|| run(&store, lo, usize::MAX, iters, 0x1234_5678_9abc_def1, true));
+                    let b = s.spawn(|| run(&store, hi, usize::MAX, iters, 0x0fed_cba9_8765_4321, true));
                     a.join().unwrap().max(b.join().unwrap())
                 })
             })

@@ -177,6 +177,11 @@ fn display_reparses() {
         "10K/8h30m/per_byte/count=3/strict",
         "3/1h/per_addr/${authenticated_id}",
         "5/1d/unique=${sender_address}/readonly/noupdate",
+        "5/1d/count=5/per_rcpt",
+        "5/1d/count=5/per_byte/count=7",
+        "3/1h/ /unique=x",
+        "3/1h/ ",
+        "3/1h/ /x",
     ] {
         let s = LimitSpec::parse(text).unwrap();
         let again = LimitSpec::parse(&s.to_string()).unwrap();
@@ -185,6 +190,9 @@ fn display_reparses() {
         assert_eq!(again.count(), s.count());
         assert_eq!(again.unique(), s.unique());
         assert_eq!(again.limit_text(), s.limit_text());
+        for acl in [Acl::Rcpt, Acl::Mail, Acl::Data, Acl::Connect] {
+            assert_eq!(again.resolve(acl), s.resolve(acl), "{text} in {acl:?}");
+        }
     }
 }
 

@@ -531,10 +531,27 @@ impl LimitSpec {
 }
 
 impl fmt::Display for LimitSpec {
-    /// A canonical Exim form of the spec (re-parses to an equal spec).
+    /// A canonical Exim form of the spec that parses back to the same meaning.
+    /// The key comes right after the period so that an empty key item is
+    /// followed by another item (a trailing empty item would be dropped).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let esc = |s: &str| s.replace('/', "//");
         write!(f, "{} / {}", esc(&self.limit_text), esc(&self.period_text))?;
+        if let Some(k) = &self.key {
+            write!(f, " / {}", esc(k))?;
+        }
+        let mut items = 0;
+        // count= is written before the per_* word when it came first, since
+        // per_rcpt and per_byte may override an earlier count=.
+        let fixed_at = self.count_items.iter().rposition(|c| matches!(c, CountItem::Fixed(_)));
+        let per_at = self.count_items.iter().position(|c| !matches!(c, CountItem::Fixed(_)));
+        let count_first = matches!((fixed_at, per_at), (Some(a), Some(b)) if a < b);
+        if count_first {
+            if let Some(CountItem::Fixed(c)) = fixed_at.map(|i| self.count_items[i]) {
+                write!(f, " / count={c:?}")?;
+                items += 1;
+            }
+        }
         if let Some(p) = self.per {
             let word = match p {
                 PerMode::Mail => "per_mail",
@@ -545,6 +562,7 @@ impl fmt::Display for LimitSpec {
                 PerMode::Conn => "per_conn",
             };
             write!(f, " / {word}")?;
+            items += 1;
         }
         for (flag, word) in [
             (self.leaky, "leaky"),
@@ -554,16 +572,22 @@ impl fmt::Display for LimitSpec {
         ] {
             if flag {
                 write!(f, " / {word}")?;
+                items += 1;
             }
         }
-        if let Some(c) = self.count() {
+        if let (Some(c), false) = (self.count(), count_first) {
             write!(f, " / count={c:?}")?;
+            items += 1;
         }
         if let (Some(u), false) = (&self.unique, self.per == Some(PerMode::Addr)) {
             write!(f, " / unique={}", esc(u))?;
+            items += 1;
         }
-        if let Some(k) = &self.key {
-            write!(f, " / {}", esc(k))?;
+        if items == 0 && self.key.is_some() {
+            // Without a per_* option "leaky" changes nothing (it is the
+            // default and no ACL check applies); it keeps the key item from
+            // being the last one.
+            write!(f, " / leaky")?;
         }
         Ok(())
     }
