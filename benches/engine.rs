@@ -31,7 +31,10 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -43,7 +46,9 @@ static GLOBAL: Counting = Counting;
 const T0: i64 = 1_750_000_000_000_000;
 
 fn keys(n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("1h/per_rcpt/user{i}@example.com")).collect()
+    (0..n)
+        .map(|i| format!("1h/per_rcpt/user{i}@example.com"))
+        .collect()
 }
 
 fn decision(key: String) -> Decision {
@@ -65,7 +70,10 @@ fn decision(key: String) -> Decision {
 }
 
 fn populated(keys: &[String]) -> MemoryStore {
-    let store = MemoryStore::new(MemoryConfig { max_keys: 4_000_000, ..MemoryConfig::default() });
+    let store = MemoryStore::new(MemoryConfig {
+        max_keys: 4_000_000,
+        ..MemoryConfig::default()
+    });
     let mut d = decision(String::new());
     for (i, k) in keys.iter().enumerate() {
         d.limits[0].key.clone_from(k);
@@ -77,7 +85,14 @@ fn populated(keys: &[String]) -> MemoryStore {
 /// Runs `iters` decisions on random keys among the first `active` of
 /// `keys` (`decide = false`: only the key handling, to measure the bench's
 /// own overhead); returns the elapsed time.
-fn run(store: &MemoryStore, keys: &mut [String], active: usize, iters: u64, seed: u64, decide: bool) -> Duration {
+fn run(
+    store: &MemoryStore,
+    keys: &mut [String],
+    active: usize,
+    iters: u64,
+    seed: u64,
+    decide: bool,
+) -> Duration {
     let mut d = decision(String::new());
     let mut x = seed | 1;
     let n = active.min(keys.len()) as u64;
@@ -129,7 +144,9 @@ fn bench(c: &mut Criterion) {
         if n > 10_000 {
             // All keys live, traffic on a hot set of 10 000 (active senders).
             group.bench_with_input(BenchmarkId::new("1-thread-hot-10k", n), &n, |b, _| {
-                b.iter_custom(|iters| run(&store, &mut ks, 10_000, iters, 0x9e37_79b9_7f4a_7c15, true))
+                b.iter_custom(|iters| {
+                    run(&store, &mut ks, 10_000, iters, 0x9e37_79b9_7f4a_7c15, true)
+                })
             });
         }
         // Two threads, each on its own half of the keys, sharing the store:
@@ -138,8 +155,10 @@ fn bench(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let (lo, hi) = ks.split_at_mut(n / 2);
                 std::thread::scope(|s| {
-                    let a = s.spawn(|| run(&store, lo, usize::MAX, iters, 0x1234_5678_9abc_def1, true));
-                    let b = s.spawn(|| run(&store, hi, usize::MAX, iters, 0x0fed_cba9_8765_4321, true));
+                    let a =
+                        s.spawn(|| run(&store, lo, usize::MAX, iters, 0x1234_5678_9abc_def1, true));
+                    let b =
+                        s.spawn(|| run(&store, hi, usize::MAX, iters, 0x0fed_cba9_8765_4321, true));
                     a.join().unwrap().max(b.join().unwrap())
                 })
             })

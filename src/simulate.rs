@@ -88,7 +88,10 @@ enum Sim {
 }
 
 fn bucket_args(spec: &str, body: &str) -> Result<(f64, Rate), SimulateError> {
-    let err = |detail: String| SimulateError::Bucket { spec: spec.to_string(), detail };
+    let err = |detail: String| SimulateError::Bucket {
+        spec: spec.to_string(),
+        detail,
+    };
     let (mut burst, mut rate) = (None, None);
     for part in body.split(',') {
         let (name, value) = part
@@ -98,7 +101,11 @@ fn bucket_args(spec: &str, body: &str) -> Result<(f64, Rate), SimulateError> {
         match name.trim() {
             "burst" => burst = Some(parse_burst(value.trim()).map_err(re)?),
             "rate" => rate = Some(Rate::parse(value.trim().trim_matches('"')).map_err(re)?),
-            other => return Err(err(format!("unknown setting \"{other}\" (expected burst and rate)"))),
+            other => {
+                return Err(err(format!(
+                    "unknown setting \"{other}\" (expected burst and rate)"
+                )))
+            }
         }
     }
     match (burst, rate) {
@@ -115,37 +122,62 @@ fn parse_sim(spec: &str) -> Result<Sim, SimulateError> {
             spec: spec.to_string(),
             detail: "burst and rate must be positive".into(),
         })?;
-        return Ok(Sim::Other { algorithm: Algorithm::Gcra(g) });
+        return Ok(Sim::Other {
+            algorithm: Algorithm::Gcra(g),
+        });
     }
     if let Some(body) = trimmed.strip_prefix("bucket:") {
         let (burst, rate) = bucket_args(spec, body)?;
-        let spec = BucketSpec { burst, rate, dynamic: None };
-        return Ok(Sim::Other { algorithm: Algorithm::Bucket { spec, op: BucketOp::Check } });
+        let spec = BucketSpec {
+            burst,
+            rate,
+            dynamic: None,
+        };
+        return Ok(Sim::Other {
+            algorithm: Algorithm::Bucket {
+                spec,
+                op: BucketOp::Check,
+            },
+        });
     }
     LimitSpec::parse(spec)
         .map(Sim::Exim)
-        .map_err(|source| SimulateError::Spec { spec: spec.to_string(), source })
+        .map_err(|source| SimulateError::Spec {
+            spec: spec.to_string(),
+            source,
+        })
 }
 
 /// Runs the simulation: reads events from `input`, writes one JSON line per
 /// event to `output`.
 pub fn run(spec: &str, input: impl BufRead, mut output: impl Write) -> Result<(), SimulateError> {
     let sim = parse_sim(spec)?;
-    let store = MemoryStore::new(MemoryConfig { shards: 1, ..MemoryConfig::default() });
+    let store = MemoryStore::new(MemoryConfig {
+        shards: 1,
+        ..MemoryConfig::default()
+    });
     for (n, line) in input.lines().enumerate() {
         let line_no = n + 1;
         let line = line?;
         if line.trim().is_empty() {
             continue;
         }
-        let bad = |detail: String| SimulateError::Input { line: line_no, detail };
+        let bad = |detail: String| SimulateError::Input {
+            line: line_no,
+            detail,
+        };
         let ev: Event = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
         if !ev.t.is_finite() || ev.t.abs() > 9.0e12 {
-            return Err(bad(format!("\"t\" must be a finite number of seconds, got {}", ev.t)));
+            return Err(bad(format!(
+                "\"t\" must be a finite number of seconds, got {}",
+                ev.t
+            )));
         }
         if let Some(c) = ev.count {
-            if !(c >= 0.0) || !c.is_finite() {
-                return Err(bad(format!("\"count\" must be a finite number >= 0, got {c}")));
+            if c.is_nan() || c < 0.0 || c.is_infinite() {
+                return Err(bad(format!(
+                    "\"count\" must be a finite number >= 0, got {c}"
+                )));
             }
         }
         let now_us = (ev.t * 1e6).round() as i64;
@@ -153,9 +185,13 @@ pub fn run(spec: &str, input: impl BufRead, mut output: impl Write) -> Result<()
         let (db_key, algorithm, count, unique) = match &sim {
             Sim::Exim(s) => {
                 if ev.unique.is_some() && s.unique().is_none() {
-                    return Err(bad("\"unique\" given but the limit has no unique= or per_addr".into()));
+                    return Err(bad(
+                        "\"unique\" given but the limit has no unique= or per_addr".into(),
+                    ));
                 }
-                let unique = s.unique().map(|u| ev.unique.clone().unwrap_or_else(|| u.to_string()));
+                let unique = s
+                    .unique()
+                    .map(|u| ev.unique.clone().unwrap_or_else(|| u.to_string()));
                 let algorithm = Algorithm::Ewma {
                     limit: s.limit(),
                     period_secs: s.period_secs(),
@@ -163,17 +199,33 @@ pub fn run(spec: &str, input: impl BufRead, mut output: impl Write) -> Result<()
                     unique_kind: UniqueKind::Bloom,
                 };
                 let count = ev.count.unwrap_or_else(|| s.count().unwrap_or(1.0));
-                (s.database_key(&key_text, &key_text), algorithm, count, unique)
+                (
+                    s.database_key(&key_text, &key_text),
+                    algorithm,
+                    count,
+                    unique,
+                )
             }
             Sim::Other { algorithm } => {
                 if ev.unique.is_some() {
                     return Err(bad("\"unique\" applies to Exim limits only".into()));
                 }
-                (key_text.clone(), algorithm.clone(), ev.count.unwrap_or(1.0), None)
+                (
+                    key_text.clone(),
+                    algorithm.clone(),
+                    ev.count.unwrap_or(1.0),
+                    None,
+                )
             }
         };
         let decision = Decision {
-            limits: vec![LimitRequest { key: db_key, algorithm, count, unique, blocking: true }],
+            limits: vec![LimitRequest {
+                key: db_key,
+                algorithm,
+                count,
+                unique,
+                blocking: true,
+            }],
         };
         let result = store.decide_at(now_us, &decision);
         let r = &result.limits[0];
@@ -184,7 +236,11 @@ pub fn run(spec: &str, input: impl BufRead, mut output: impl Write) -> Result<()
             over: r.over,
             stored: r.stored,
             seen: r.seen,
-            retry_after: if r.over { r.retry_after.map(|d| d.as_secs_f64()) } else { None },
+            retry_after: if r.over {
+                r.retry_after.map(|d| d.as_secs_f64())
+            } else {
+                None
+            },
         };
         serde_json::to_writer(&mut output, &out).map_err(std::io::Error::from)?;
         output.write_all(b"\n")?;

@@ -1,25 +1,52 @@
 //! Exim's Bloom filter bit for bit (exim-ratelimit.md §6). Expected values
 //! were computed independently (Python hashlib) from the rules in §6.
 
+use floodgate::limit::spec::UpdateMode;
 use floodgate::limit::unique::{bloom_probes, bloom_size, UniqueKind, UniqueSet};
 use floodgate::limit::LimitSpec;
 use floodgate::store::{Algorithm, Decision, LimitRequest, MemoryStore, Record};
-use floodgate::limit::spec::UpdateMode;
 
 #[test]
 fn probes_are_exims() {
     assert_eq!(
         bloom_probes(b"", 40),
-        [(18, 16), (20, 8), (22, 4), (24, 2), (26, 1), (27, 128), (29, 64), (31, 32)]
+        [
+            (18, 16),
+            (20, 8),
+            (22, 4),
+            (24, 2),
+            (26, 1),
+            (27, 128),
+            (29, 64),
+            (31, 32)
+        ]
     );
     // h2's low bits make probes repeat.
     assert_eq!(
         bloom_probes(b"x@example.com", 40),
-        [(21, 32), (21, 32), (21, 32), (21, 32), (13, 32), (13, 32), (13, 32), (5, 32)]
+        [
+            (21, 32),
+            (21, 32),
+            (21, 32),
+            (21, 32),
+            (13, 32),
+            (13, 32),
+            (13, 32),
+            (5, 32)
+        ]
     );
     assert_eq!(
         bloom_probes(b"alice@example.org", 200),
-        [(199, 8), (159, 16), (119, 32), (79, 64), (39, 128), (0, 1), (160, 2), (120, 4)]
+        [
+            (199, 8),
+            (159, 16),
+            (119, 32),
+            (79, 64),
+            (39, 128),
+            (0, 1),
+            (160, 2),
+            (120, 4)
+        ]
     );
 }
 
@@ -42,7 +69,9 @@ fn overfilled_320_bit_filter() {
         pattern,
         "000000000000000000000000000000000000000000000000100010000000000000000010010001101000001101100010000110111111010111010100111111011111011111111111100111"
     );
-    let UniqueSet::Bloom(bits) = &set else { panic!() };
+    let UniqueSet::Bloom(bits) = &set else {
+        panic!()
+    };
     assert_eq!(
         hex(bits),
         "fffffffffffffffffeffffffffffffffff7ffffffffffffffffffffeff7fffdffffffffffefffff7"
@@ -53,9 +82,13 @@ fn overfilled_320_bit_filter() {
 fn filter_of_200_bytes() {
     assert_eq!(bloom_size(100.0), 200);
     let mut set = UniqueSet::new(UniqueKind::Bloom, 100.0);
-    let new = (0..100).filter(|i| !set.insert(&format!("rcpt{i}@example.net"))).count();
+    let new = (0..100)
+        .filter(|i| !set.insert(&format!("rcpt{i}@example.net")))
+        .count();
     assert_eq!(new, 100);
-    let UniqueSet::Bloom(bits) = &set else { panic!() };
+    let UniqueSet::Bloom(bits) = &set else {
+        panic!()
+    };
     assert_eq!(hex(bits), "09b73125fb183fc40826699f52631fd44250445710e004058e3b82d16f0149b442463b97a5216c12843fc12f85c2549e806c97c833076b71d3a95b8d6a220554c82e481285088066cd293d92c908513c0351b4a38926324e4902328e522eb150310350d300644c106f3100b030190410a96f3645e07de210163c22a2c5c20a8078371b88c0ad4100900353282982dae800a44086100d82338c1c6880080a807a06f819510104c60c559e81b517c882e0128f3bad418521e040e1a4e013f88c60639321e23f211d10");
 }
 
@@ -85,7 +118,10 @@ fn strict_store_counts_like_the_filter() {
     let store = MemoryStore::default();
     let mut unseen = 0;
     for i in 0..150 {
-        let r = store.decide_at(1_000_000 * i, &req(&spec, &format!("user{i}@example.com"), UniqueKind::Bloom));
+        let r = store.decide_at(
+            1_000_000 * i,
+            &req(&spec, &format!("user{i}@example.com"), UniqueKind::Bloom),
+        );
         unseen += usize::from(r.limits[0].seen == Some(false));
     }
     assert_eq!(unseen, 98);
@@ -93,7 +129,10 @@ fn strict_store_counts_like_the_filter() {
     let store = MemoryStore::default();
     let exact = (0..150)
         .filter(|i| {
-            let r = store.decide_at(1_000_000 * i, &req(&spec, &format!("user{i}@example.com"), UniqueKind::Exact));
+            let r = store.decide_at(
+                1_000_000 * i,
+                &req(&spec, &format!("user{i}@example.com"), UniqueKind::Exact),
+            );
             r.limits[0].seen == Some(false)
         })
         .count();
@@ -133,7 +172,12 @@ fn leaky_over_does_not_remember() {
     }
     assert_eq!(
         seen,
-        [(Some(false), false), (Some(false), false), (Some(false), true), (Some(false), true)]
+        [
+            (Some(false), false),
+            (Some(false), false),
+            (Some(false), true),
+            (Some(false), true)
+        ]
     );
 }
 
@@ -143,7 +187,9 @@ fn readonly_does_not_consult_the_set() {
     let spec = LimitSpec::parse("3/1h/per_addr").unwrap();
     store.decide_at(0, &req(&spec, "a", UniqueKind::Bloom));
     let ro = LimitSpec::parse("3/1h/per_addr/readonly").unwrap();
-    let r = store.decide_at(1_000_000, &req(&ro, "a", UniqueKind::Bloom)).limits[0];
+    let r = store
+        .decide_at(1_000_000, &req(&ro, "a", UniqueKind::Bloom))
+        .limits[0];
     assert_eq!((r.seen, r.stored), (None, false));
     assert!(r.value < 1.0 && r.value > 0.999);
 }

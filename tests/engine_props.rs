@@ -12,14 +12,23 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 
 fn mode() -> impl Strategy<Value = UpdateMode> {
-    prop_oneof![Just(UpdateMode::Leaky), Just(UpdateMode::Strict), Just(UpdateMode::Readonly)]
+    prop_oneof![
+        Just(UpdateMode::Leaky),
+        Just(UpdateMode::Strict),
+        Just(UpdateMode::Readonly)
+    ]
 }
 
 /// (gap in µs, count) pairs; gaps include 0 and jumps backwards.
 fn events() -> impl Strategy<Value = Vec<(i64, f64)>> {
     proptest::collection::vec(
         (
-            prop_oneof![Just(0i64), -5_000_000i64..0, 0i64..10_000_000, 0i64..10_000_000_000],
+            prop_oneof![
+                Just(0i64),
+                -5_000_000i64..0,
+                0i64..10_000_000,
+                0i64..10_000_000_000
+            ],
             prop_oneof![Just(0.0), Just(1.0), 0.0f64..1e6],
         ),
         1..40,
@@ -29,7 +38,12 @@ fn events() -> impl Strategy<Value = Vec<(i64, f64)>> {
 fn req(key: &str, limit: f64, period: u32, mode: UpdateMode, count: f64) -> LimitRequest {
     LimitRequest {
         key: key.to_string(),
-        algorithm: Algorithm::Ewma { limit, period_secs: period, mode, unique_kind: UniqueKind::Bloom },
+        algorithm: Algorithm::Ewma {
+            limit,
+            period_secs: period,
+            mode,
+            unique_kind: UniqueKind::Bloom,
+        },
         count,
         unique: None,
         blocking: true,
@@ -158,6 +172,14 @@ proptest! {
         if let Ok(spec) = LimitSpec::parse(&s) {
             let again = LimitSpec::parse(&spec.to_string());
             prop_assert!(again.is_ok(), "{} -> {}", s, spec);
+        }
+    }
+
+    #[test]
+    fn spec_parser_never_panics_on_any_text(s in "\\PC{0,30}") {
+        if let Ok(spec) = LimitSpec::parse(&s) {
+            let again = LimitSpec::parse(&spec.to_string()).unwrap();
+            prop_assert_eq!(again.database_key("k", "ip"), spec.database_key("k", "ip"));
         }
     }
 

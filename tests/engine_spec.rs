@@ -12,7 +12,11 @@ fn err(text: &str) -> String {
 }
 
 fn acl_err(text: &str, acl: Acl) -> String {
-    LimitSpec::parse(text).unwrap().resolve(acl).unwrap_err().to_string()
+    LimitSpec::parse(text)
+        .unwrap()
+        .resolve(acl)
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
@@ -26,8 +30,14 @@ fn section_11_messages() {
     assert_eq!(err("4/3600"), "\"3600\" is not a time value");
     assert_eq!(err("4/1.5h"), "\"1.5h\" is not a time value");
     assert_eq!(err("4/0s"), "\"0s\" is not a time value");
-    assert_eq!(err("4/1h/count=abc"), "\"count=abc\" is not a positive number");
-    assert_eq!(err("4/1h/count=-1"), "\"count=-1\" is not a positive number");
+    assert_eq!(
+        err("4/1h/count=abc"),
+        "\"count=abc\" is not a positive number"
+    );
+    assert_eq!(
+        err("4/1h/count=-1"),
+        "\"count=-1\" is not a positive number"
+    );
     assert_eq!(err("4/1h/per_rcpt/per_mail"), "conflicting per_* options");
     assert_eq!(err("4/1h/per_rcpt/per_rcpt"), "conflicting per_* options");
     assert_eq!(err("4/1h/per_byte/per_mail"), "conflicting per_* options");
@@ -58,8 +68,14 @@ fn section_11_messages() {
 #[test]
 fn errors_in_item_order() {
     // limit first, then period, then options; conflicts only after all items.
-    assert!(matches!(LimitSpec::parse("x/3600"), Err(SpecError::BadLimit(_))));
-    assert!(matches!(LimitSpec::parse("4/3600/count=x"), Err(SpecError::BadPeriod(_))));
+    assert!(matches!(
+        LimitSpec::parse("x/3600"),
+        Err(SpecError::BadLimit(_))
+    ));
+    assert!(matches!(
+        LimitSpec::parse("4/3600/count=x"),
+        Err(SpecError::BadPeriod(_))
+    ));
     assert!(matches!(
         LimitSpec::parse("4/1h/per_rcpt/per_mail/count=x"),
         Err(SpecError::BadCount(_))
@@ -99,11 +115,20 @@ fn options_and_keys() {
     assert_eq!(s.update_mode(), UpdateMode::Leaky);
     assert_eq!(s.key_text(), None);
     // A typo becomes the key.
-    assert_eq!(LimitSpec::parse("4/1h/leakey").unwrap().key_text(), Some("leakey"));
+    assert_eq!(
+        LimitSpec::parse("4/1h/leakey").unwrap().key_text(),
+        Some("leakey")
+    );
     // key= has no meaning.
-    assert_eq!(LimitSpec::parse("4/1h/key=1.2.3.4").unwrap().key_text(), Some("key=1.2.3.4"));
+    assert_eq!(
+        LimitSpec::parse("4/1h/key=1.2.3.4").unwrap().key_text(),
+        Some("key=1.2.3.4")
+    );
     // // is a slash; trailing / adds nothing; an empty item is kept.
-    assert_eq!(LimitSpec::parse("4/1h/a//b/").unwrap().key_text(), Some("a/b"));
+    assert_eq!(
+        LimitSpec::parse("4/1h/a//b/").unwrap().key_text(),
+        Some("a/b")
+    );
     assert_eq!(LimitSpec::parse("4/1h/ /x").unwrap().key_text(), Some("/x"));
     // Templates stay opaque.
     let s = LimitSpec::parse("1000 / 1d / per_rcpt / strict / ${authenticated_id}").unwrap();
@@ -112,13 +137,29 @@ fn options_and_keys() {
     assert_eq!(s.database_key("alice", "192.0.2.1"), "1d/per_rcpt/alice");
     let s = LimitSpec::parse("10/1h/per_mail/unique=${local_part}@${domain}").unwrap();
     assert_eq!(s.unique(), Some("${local_part}@${domain}"));
-    assert_eq!(s.database_key("", "192.0.2.1"), "1h/per_mail/unique/192.0.2.1");
+    assert_eq!(
+        s.database_key("", "192.0.2.1"),
+        "1h/per_mail/unique/192.0.2.1"
+    );
     let s = LimitSpec::parse("10/1h/unique=A=B").unwrap();
     assert_eq!(s.unique(), Some("A=B"));
-    assert_eq!(LimitSpec::parse("3/1h/per_addr").unwrap().unique(), Some(PER_ADDR_UNIQUE));
+    assert_eq!(
+        LimitSpec::parse("3/1h/per_addr").unwrap().unique(),
+        Some(PER_ADDR_UNIQUE)
+    );
     // noupdate overrides leaky/strict.
-    assert_eq!(LimitSpec::parse("4/1h/strict/noupdate").unwrap().update_mode(), UpdateMode::Readonly);
-    assert_eq!(LimitSpec::parse("4/1h/readonly/noupdate").unwrap().update_mode(), UpdateMode::Readonly);
+    assert_eq!(
+        LimitSpec::parse("4/1h/strict/noupdate")
+            .unwrap()
+            .update_mode(),
+        UpdateMode::Readonly
+    );
+    assert_eq!(
+        LimitSpec::parse("4/1h/readonly/noupdate")
+            .unwrap()
+            .update_mode(),
+        UpdateMode::Readonly
+    );
 }
 
 #[test]
@@ -132,20 +173,38 @@ fn database_keys() {
     assert_eq!(k("4/1h/per_addr"), "1h/per_rcpt/unique/10.0.0.1");
     assert_eq!(k("4/1h/per_cmd/strict"), "1h/per_cmd/10.0.0.1");
     assert_eq!(k("99/1h/per_conn/count=7"), "1h/per_conn/10.0.0.1");
-    assert_eq!(LimitSpec::parse("4/1h").unwrap().database_key("", ""), "1h/per_mail/");
+    assert_eq!(
+        LimitSpec::parse("4/1h").unwrap().database_key("", ""),
+        "1h/per_mail/"
+    );
 }
 
 #[test]
 fn counts_in_item_order() {
     let c = |t: &str, acl| LimitSpec::parse(t).unwrap().resolve(acl).unwrap().count;
-    assert_eq!(c("0/1h/per_byte/count=5", Acl::Data), CountSource::Fixed(5.0));
-    assert_eq!(c("0/1h/count=5/per_byte", Acl::Data), CountSource::MessageSize);
+    assert_eq!(
+        c("0/1h/per_byte/count=5", Acl::Data),
+        CountSource::Fixed(5.0)
+    );
+    assert_eq!(
+        c("0/1h/count=5/per_byte", Acl::Data),
+        CountSource::MessageSize
+    );
     assert_eq!(c("0/1h/per_rcpt", Acl::Rcpt), CountSource::Fixed(1.0));
     assert_eq!(c("0/1h/per_rcpt", Acl::Data), CountSource::RecipientsCount);
-    assert_eq!(c("0/1h/count=5/per_rcpt", Acl::Rcpt), CountSource::Fixed(5.0));
+    assert_eq!(
+        c("0/1h/count=5/per_rcpt", Acl::Rcpt),
+        CountSource::Fixed(5.0)
+    );
     assert_eq!(c("0/1h/count=", Acl::Rcpt), CountSource::Fixed(0.0));
-    assert_eq!(c("0/1h/count=5/readonly", Acl::Rcpt), CountSource::Fixed(0.0));
-    assert_eq!(LimitSpec::parse("0/1h/count=2.5").unwrap().count(), Some(2.5));
+    assert_eq!(
+        c("0/1h/count=5/readonly", Acl::Rcpt),
+        CountSource::Fixed(0.0)
+    );
+    assert_eq!(
+        LimitSpec::parse("0/1h/count=2.5").unwrap().count(),
+        Some(2.5)
+    );
     assert!(LimitSpec::parse("0/1h/count=5k").is_err());
 }
 
@@ -154,20 +213,39 @@ fn acl_resolution() {
     let r = |t: &str, acl| LimitSpec::parse(t).unwrap().resolve(acl).unwrap();
     // No per_* option: no ACL check at all.
     let x = r("10/1h", Acl::Connect);
-    assert_eq!((x.update, x.cache, x.forced_readonly), (UpdateMode::Leaky, CacheScope::Message, false));
+    assert_eq!(
+        (x.update, x.cache, x.forced_readonly),
+        (UpdateMode::Leaky, CacheScope::Message, false)
+    );
     // per_rcpt in MAIL is forced readonly (without leaky/strict it is no error).
     let x = r("10/1h/per_rcpt", Acl::Mail);
-    assert_eq!((x.update, x.count, x.cache), (UpdateMode::Readonly, CountSource::Fixed(0.0), CacheScope::Command));
+    assert_eq!(
+        (x.update, x.count, x.cache),
+        (
+            UpdateMode::Readonly,
+            CountSource::Fixed(0.0),
+            CacheScope::Command
+        )
+    );
     // leaky/noupdate is how to write it where per_* forces readonly.
-    assert_eq!(r("10/1h/per_rcpt/leaky/noupdate", Acl::Mail).update, UpdateMode::Readonly);
+    assert_eq!(
+        r("10/1h/per_rcpt/leaky/noupdate", Acl::Mail).update,
+        UpdateMode::Readonly
+    );
     assert_eq!(r("10/1h/per_rcpt", Acl::Rcpt).cache, CacheScope::Command);
     assert_eq!(r("10/1h/per_rcpt", Acl::Data).cache, CacheScope::Message);
     assert_eq!(r("10/1h/per_conn", Acl::Rcpt).cache, CacheScope::Connection);
     assert_eq!(r("10/1h/per_cmd", Acl::Quit).cache, CacheScope::Command);
     assert_eq!(r("10/1h/per_addr", Acl::Rcpt).update, UpdateMode::Leaky);
     assert_eq!(r("10/1h/per_addr", Acl::Data).update, UpdateMode::Readonly);
-    assert_eq!(r("10/1h/per_conn", Acl::NotSmtp).update, UpdateMode::Readonly);
-    assert_eq!(r("10/1h/per_mail/strict", Acl::Prdr).update, UpdateMode::Strict);
+    assert_eq!(
+        r("10/1h/per_conn", Acl::NotSmtp).update,
+        UpdateMode::Readonly
+    );
+    assert_eq!(
+        r("10/1h/per_mail/strict", Acl::Prdr).update,
+        UpdateMode::Strict
+    );
 }
 
 #[test]
@@ -185,7 +263,11 @@ fn display_reparses() {
     ] {
         let s = LimitSpec::parse(text).unwrap();
         let again = LimitSpec::parse(&s.to_string()).unwrap();
-        assert_eq!(again.database_key("k", "ip"), s.database_key("k", "ip"), "{text}");
+        assert_eq!(
+            again.database_key("k", "ip"),
+            s.database_key("k", "ip"),
+            "{text}"
+        );
         assert_eq!(again.update_mode(), s.update_mode());
         assert_eq!(again.count(), s.count());
         assert_eq!(again.unique(), s.unique());

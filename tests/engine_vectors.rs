@@ -31,7 +31,13 @@ fn request(spec: &LimitSpec, mode: UpdateMode, count: f64, unique: Option<&str>)
 }
 
 /// One uncached evaluation of `spec` in the RCPT ACL.
-fn eval(store: &MemoryStore, spec: &str, t: f64, count: Option<f64>, unique: Option<&str>) -> LimitResult {
+fn eval(
+    store: &MemoryStore,
+    spec: &str,
+    t: f64,
+    count: Option<f64>,
+    unique: Option<&str>,
+) -> LimitResult {
     let spec = LimitSpec::parse(spec).unwrap();
     let r = spec.resolve(Acl::Rcpt).unwrap();
     let c = match (count, r.count) {
@@ -39,7 +45,9 @@ fn eval(store: &MemoryStore, spec: &str, t: f64, count: Option<f64>, unique: Opt
         (None, CountSource::Fixed(c)) => c,
         _ => panic!("count needed"),
     };
-    let d = Decision { limits: vec![request(&spec, r.update, c, unique)] };
+    let d = Decision {
+        limits: vec![request(&spec, r.update, c, unique)],
+    };
     store.decide_at(at(t), &d).limits[0]
 }
 
@@ -69,7 +77,9 @@ fn tv1_leaky() {
     series(
         "4/1h/per_rcpt/leaky",
         &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
-        &["1.0", "1.99958", "2.99889", "3.99792", "4.99667", "4.99542", "4.99417"],
+        &[
+            "1.0", "1.99958", "2.99889", "3.99792", "4.99667", "4.99542", "4.99417",
+        ],
         &[F, F, F, F, T, T, T],
         &[T, T, T, T, F, F, F],
     );
@@ -80,7 +90,9 @@ fn tv2_strict() {
     series(
         "4/1h/per_rcpt/strict",
         &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
-        &["1.0", "1.99958", "2.99889", "3.99792", "4.99667", "5.99514", "6.99334"],
+        &[
+            "1.0", "1.99958", "2.99889", "3.99792", "4.99667", "5.99514", "6.99334",
+        ],
         &[F, F, F, F, T, T, T],
         &[T; 7],
     );
@@ -123,7 +135,9 @@ fn tv3_spacing_table() {
             let spec = LimitSpec::parse(&format!("4/{p}/per_rcpt")).unwrap();
             let mut fourth = None;
             for n in 0..4 {
-                let d = Decision { limits: vec![request(&spec, UpdateMode::Leaky, 1.0, None)] };
+                let d = Decision {
+                    limits: vec![request(&spec, UpdateMode::Leaky, 1.0, None)],
+                };
                 fourth = Some(store.decide_at(n * spacing, &d).limits[0]);
             }
             assert_eq!(fourth.unwrap().over, want, "spacing {spacing} µs, p = {p}");
@@ -144,7 +158,13 @@ fn tv4_limit_one_refuses_forever() {
 
 #[test]
 fn tv5_zero_limit_strict() {
-    series("0/1h/strict", &[0.0, 0.5, 1.0], &["1.0", "1.99979", "2.99944"], &[T; 3], &[T; 3]);
+    series(
+        "0/1h/strict",
+        &[0.0, 0.5, 1.0],
+        &["1.0", "1.99979", "2.99944"],
+        &[T; 3],
+        &[T; 3],
+    );
 }
 
 #[test]
@@ -187,7 +207,10 @@ fn tv8_strict_recovery_time() {
     assert!(r.over && !r.stored, "{r:?}");
     // The retry time is p·ln(peak/m) from the last event ≈ 10.99 s.
     let wait = r.retry_after.unwrap().as_secs_f64();
-    assert!((wait + 10.79 - 0.005 - 10.0 * (5.99825f64 / 2.0).ln()).abs() < 1e-3, "{wait}");
+    assert!(
+        (wait + 10.79 - 0.005 - 10.0 * (5.99825f64 / 2.0).ln()).abs() < 1e-3,
+        "{wait}"
+    );
     let r = eval(&store, "2/10s/per_rcpt/readonly", 11.19, None, None);
     assert!(!r.over && !r.stored, "{r:?}");
 }
@@ -204,7 +227,10 @@ fn tv9_readonly() {
     assert!((r.value - stored * (-600.0f64 / 3600.0).exp()).abs() < 1e-9);
     assert!(!r.over && !r.stored);
     // Nothing was stored: the same reading again.
-    assert_eq!(eval(&store, "4/1h/per_rcpt/readonly", 603.0, None, None).value, r.value);
+    assert_eq!(
+        eval(&store, "4/1h/per_rcpt/readonly", 603.0, None, None).value,
+        r.value
+    );
     // 60m is a different key: a missing record reads 0.0.
     let r = eval(&store, "4/60m/per_rcpt/readonly", 4.0, None, None);
     assert_eq!((r.value, r.over), (0.0, false));
@@ -226,7 +252,9 @@ fn tv10_count() {
 fn tv11_per_addr() {
     let store = MemoryStore::default();
     let rcpts = ["x", "x", "y", "x", "z", "z", "w", "w"];
-    let rates = ["1.0", "0.99972", "1.99931", "1.99875", "2.99806", "2.99722", "3.99625", "3.99528"];
+    let rates = [
+        "1.0", "0.99972", "1.99931", "1.99875", "2.99806", "2.99722", "3.99625", "3.99528",
+    ];
     let seen = [F, T, F, T, F, T, F, F];
     for (i, rcpt) in rcpts.iter().enumerate() {
         let r = eval(&store, "3/1h/per_addr", i as f64, None, Some(rcpt));
@@ -235,7 +263,10 @@ fn tv11_per_addr() {
         assert_eq!(r.over, *rcpt == "w", "event {i}");
     }
     let spec = LimitSpec::parse("3/1h/per_addr").unwrap();
-    assert_eq!(spec.database_key("", "192.0.2.1"), "1h/per_rcpt/unique/192.0.2.1");
+    assert_eq!(
+        spec.database_key("", "192.0.2.1"),
+        "1h/per_rcpt/unique/192.0.2.1"
+    );
 }
 
 #[test]
@@ -245,7 +276,11 @@ fn tv11b_set_reset() {
         let spec = "10/60s/per_addr";
         assert_eq!(eval(&store, spec, 0.0, None, Some("x")).seen, Some(false));
         assert_eq!(eval(&store, spec, 30.0, None, Some("x")).seen, Some(true));
-        assert_eq!(eval(&store, spec, t, None, Some("x")).seen, Some(want), "t = {t}");
+        assert_eq!(
+            eval(&store, spec, t, None, Some("x")).seen,
+            Some(want),
+            "t = {t}"
+        );
     }
 }
 
@@ -259,7 +294,9 @@ fn tv12_per_byte() {
     let rates = ["4096.0", "8191.7", "12287.1", "8190.7", "9190.3"];
     let over = [F, F, T, F, F];
     for i in 0..5 {
-        let d = Decision { limits: vec![request(&spec, r.update, sizes[i], None)] };
+        let d = Decision {
+            limits: vec![request(&spec, r.update, sizes[i], None)],
+        };
         let res = store.decide_at(at(0.2 * i as f64), &d).limits[0];
         close(res.value, rates[i]);
         assert_eq!(res.over, over[i]);
@@ -268,14 +305,37 @@ fn tv12_per_byte() {
 }
 
 /// Evaluates like an Exim ACL with the session cache (the policy layer's job).
-fn acl_eval(store: &MemoryStore, cache: &mut SessionCache, spec: &str, acl: Acl, t: f64, count: f64) -> (f64, bool) {
+fn acl_eval(
+    store: &MemoryStore,
+    cache: &mut SessionCache,
+    spec: &str,
+    acl: Acl,
+    t: f64,
+    count: f64,
+) -> (f64, bool) {
     let spec = LimitSpec::parse(spec).unwrap();
     let r = spec.resolve(acl).unwrap();
-    let req = request(&spec, r.update, if r.update == UpdateMode::Readonly { 0.0 } else { count }, None);
+    let req = request(
+        &spec,
+        r.update,
+        if r.update == UpdateMode::Readonly {
+            0.0
+        } else {
+            count
+        },
+        None,
+    );
     if let Some(rate) = cache.get(r.cache, &req.key) {
         return (rate, rate >= spec.limit());
     }
-    let res = store.decide_at(at(t), &Decision { limits: vec![req.clone()] }).limits[0];
+    let res = store
+        .decide_at(
+            at(t),
+            &Decision {
+                limits: vec![req.clone()],
+            },
+        )
+        .limits[0];
     cache.remember(r.cache, &req.key, res.value);
     (res.value, res.over)
 }
@@ -309,7 +369,14 @@ fn exim_0038_caches() {
     let (r, _) = acl_eval(&store, &mut cache, "0/1h/strict", Acl::Rcpt, 0.0, 1.0);
     assert_eq!(r, 1.0);
     cache.start_command();
-    let (r, over) = acl_eval(&store, &mut cache, "0/1h/per_byte/strict", Acl::Data, 1.0, 19.0);
+    let (r, over) = acl_eval(
+        &store,
+        &mut cache,
+        "0/1h/per_byte/strict",
+        Acl::Data,
+        1.0,
+        19.0,
+    );
     assert_eq!((r, over), (1.0, true));
 
     // readonly then leaky per_rcpt in the same RCPT: nothing is counted.
@@ -317,11 +384,20 @@ fn exim_0038_caches() {
     cache.start_connection();
     cache.reset_message();
     cache.start_command();
-    let (r, over) = acl_eval(&store, &mut cache, "1/1m/per_rcpt/noupdate", Acl::Rcpt, 0.0, 1.0);
+    let (r, over) = acl_eval(
+        &store,
+        &mut cache,
+        "1/1m/per_rcpt/noupdate",
+        Acl::Rcpt,
+        0.0,
+        1.0,
+    );
     assert_eq!((r, over), (0.0, false));
     let (r, over) = acl_eval(&store, &mut cache, "1/1m/per_rcpt", Acl::Rcpt, 0.0, 1.0);
     assert_eq!((r, over), (0.0, false));
-    let key = LimitSpec::parse("1/1m/per_rcpt").unwrap().database_key("K", "192.0.2.1");
+    let key = LimitSpec::parse("1/1m/per_rcpt")
+        .unwrap()
+        .database_key("K", "192.0.2.1");
     assert!(store.inspect_key(&key).is_empty());
 
     // per_conn counts once per connection.
@@ -331,7 +407,14 @@ fn exim_0038_caches() {
         for cmd in 0..3 {
             cache.reset_message();
             cache.start_command();
-            let (r, _) = acl_eval(&store, &mut cache, "0/1h/per_conn/strict", Acl::Rcpt, conn as f64 + cmd as f64 * 0.01, 1.0);
+            let (r, _) = acl_eval(
+                &store,
+                &mut cache,
+                "0/1h/per_conn/strict",
+                Acl::Rcpt,
+                conn as f64 + cmd as f64 * 0.01,
+                1.0,
+            );
             close(r, &format!("{conn}.0"));
         }
     }
@@ -343,7 +426,11 @@ fn finch_burst_table_formula() {
     let intervals = [0.001, 1.0, 10.0, 60.0, 300.0, 600.0];
     let columns: [(f64, f64, [&str; 6]); 4] = [
         (86400.0, 100.0, ["100", "100", "101", "104", "123", "171"]),
-        (18000.0, 20.0, ["20", "20.01", "20.1", "20.7", "24.3", "33.0"]),
+        (
+            18000.0,
+            20.0,
+            ["20", "20.01", "20.1", "20.7", "24.3", "33.0"],
+        ),
         (3600.0, 4.0, ["4", "4.002", "4.02", "4.14", "4.87", "6.59"]),
         (900.0, 1.0, ["1", "1.001", "1.01", "1.03", "1.21", "1.65"]),
     ];
@@ -373,7 +460,11 @@ fn finch_burst_table_formula() {
 #[test]
 fn finch_burst_table_exim_semantics() {
     // Reference §8: a fresh key under Exim semantics (leaky, floor, start at count).
-    for (p, m, i, want) in [("1h", 4.0, 1.0, 4), ("1d", 100.0, 60.0, 103), ("15m", 1.0, 600.0, 0)] {
+    for (p, m, i, want) in [
+        ("1h", 4.0, 1.0, 4),
+        ("1d", 100.0, 60.0, 103),
+        ("15m", 1.0, 600.0, 0),
+    ] {
         let store = MemoryStore::default();
         let spec = format!("{m}/{p}/per_rcpt");
         let mut passed = 0;

@@ -61,7 +61,11 @@ impl BucketSpec {
     /// Rspamd's simplified form `"2 / 5m"`: burst 2, leaking 2 per 5 minutes.
     pub fn parse_simple(text: &str) -> Result<BucketSpec, RateError> {
         let rate = Rate::parse(text)?;
-        Ok(BucketSpec { burst: rate.amount(), rate, dynamic: None })
+        Ok(BucketSpec {
+            burst: rate.amount(),
+            rate,
+            dynamic: None,
+        })
     }
 }
 
@@ -137,7 +141,13 @@ impl BucketSpec {
     }
 
     /// Applies `op` with `n` events (recipients, at least 1) at `now_ms`.
-    pub fn apply(&self, prev: Option<&BucketState>, now_ms: f64, n: f64, op: BucketOp) -> BucketOutcome {
+    pub fn apply(
+        &self,
+        prev: Option<&BucketState>,
+        now_ms: f64,
+        n: f64,
+        op: BucketOp,
+    ) -> BucketOutcome {
         let n = n.max(1.0);
         match op {
             BucketOp::Check => self.check(prev, now_ms, n),
@@ -161,7 +171,12 @@ impl BucketSpec {
                 st.level = if st.level < 0.0 { n } else { st.level + n };
                 st.pending = (st.pending - n).max(0.0);
                 st.last_ms = now_ms;
-                BucketOutcome { level: st.level, over: false, next: st, retry_after_ms: Some(0.0) }
+                BucketOutcome {
+                    level: st.level,
+                    over: false,
+                    next: st,
+                    retry_after_ms: Some(0.0),
+                }
             }
             BucketOp::Cancel => {
                 let mut st = prev.copied().unwrap_or(BucketState {
@@ -173,7 +188,12 @@ impl BucketSpec {
                 });
                 st.pending = (st.pending - n).max(0.0);
                 st.last_ms = now_ms;
-                BucketOutcome { level: st.level, over: false, next: st, retry_after_ms: Some(0.0) }
+                BucketOutcome {
+                    level: st.level,
+                    over: false,
+                    next: st,
+                    retry_after_ms: Some(0.0),
+                }
             }
         }
     }
@@ -181,8 +201,19 @@ impl BucketSpec {
     fn check(&self, prev: Option<&BucketState>, now_ms: f64, n: f64) -> BucketOutcome {
         let Some(prev) = prev else {
             // A new key always passes and reserves n.
-            let st = BucketState { last_ms: now_ms, level: 0.0, pending: n, dyn_rate: 10000, dyn_burst: 10000 };
-            return BucketOutcome { level: 0.0, over: false, next: st, retry_after_ms: Some(0.0) };
+            let st = BucketState {
+                last_ms: now_ms,
+                level: 0.0,
+                pending: n,
+                dyn_rate: 10000,
+                dyn_burst: 10000,
+            };
+            return BucketOutcome {
+                level: 0.0,
+                over: false,
+                next: st,
+                retry_after_ms: Some(0.0),
+            };
         };
         let mut st = *prev;
         st.level = st.level.max(0.0);
@@ -199,10 +230,20 @@ impl BucketSpec {
             let excess = st.level + total - cap;
             // Only committed level drains; in-flight reservations must settle first.
             let retry = (total <= cap && leak > 0.0).then(|| excess / leak);
-            BucketOutcome { level: st.level, over: true, next: st, retry_after_ms: retry }
+            BucketOutcome {
+                level: st.level,
+                over: true,
+                next: st,
+                retry_after_ms: retry,
+            }
         } else {
             st.pending += n;
-            BucketOutcome { level: st.level, over: false, next: st, retry_after_ms: Some(0.0) }
+            BucketOutcome {
+                level: st.level,
+                over: false,
+                next: st,
+                retry_after_ms: Some(0.0),
+            }
         }
     }
 }
@@ -213,9 +254,7 @@ fn step_mult(cur: u32, factor: f64, max: f64) -> u32 {
         return cur;
     }
     let mut x = f64::from(cur) / 10000.0;
-    if factor > 1.0 && x < max {
-        x *= factor;
-    } else if factor < 1.0 && x > 1.0 / max {
+    if (factor > 1.0 && x < max) || (factor < 1.0 && x > 1.0 / max) {
         x *= factor;
     }
     ((x * 10000.0).floor() as u32).max(1)
@@ -226,7 +265,11 @@ mod tests {
     use super::*;
 
     fn spec(burst: f64, per_sec: f64) -> BucketSpec {
-        BucketSpec { burst, rate: Rate::new(per_sec, 1.0).unwrap(), dynamic: None }
+        BucketSpec {
+            burst,
+            rate: Rate::new(per_sec, 1.0).unwrap(),
+            dynamic: None,
+        }
     }
 
     fn run(s: &BucketSpec, st: &mut Option<BucketState>, now: f64, op: BucketOp) -> BucketOutcome {
@@ -267,19 +310,25 @@ mod tests {
             x = step_mult(x, m.spam_factor_burst, m.max_bucket_mult);
         }
         // Bound tested before multiplying: overshoots just below 0.1.
-        assert!(x < 1000 && x > 980, "{x}");
+        assert!((981..1000).contains(&x), "{x}");
         let mut y = 10000;
         for _ in 0..1000 {
             y = step_mult(y, m.ham_factor_rate, m.max_rate_mult);
         }
-        assert!(y >= 50000 && y < 50500, "{y}");
+        assert!((50000..50500).contains(&y), "{y}");
     }
 
     #[test]
     fn no_deadlock_issue_4637() {
         let mut s = spec(10.0, 1.0);
         s.dynamic = Some(Multipliers::default());
-        let st = BucketState { last_ms: 0.0, level: 0.0, pending: 0.0, dyn_rate: 10000, dyn_burst: 987 };
+        let st = BucketState {
+            last_ms: 0.0,
+            level: 0.0,
+            pending: 0.0,
+            dyn_rate: 10000,
+            dyn_burst: 987,
+        };
         assert!(s.capacity(&st) >= 1.0);
         let o = s.apply(Some(&st), 1.0, 1.0, BucketOp::Check);
         assert!(!o.over);

@@ -80,8 +80,8 @@ pub fn evaluate(
         count
     };
     let rate = next_rate(prev, now_us, count, params.period_secs);
-    // `!(rate < limit)` keeps Exim's truth for NaN limits (always true).
-    let over = !(rate < params.limit);
+    // Exim tests `rate < limit ? FAIL : OK`, so a NaN on either side is over.
+    let over = rate.partial_cmp(&params.limit) != Some(std::cmp::Ordering::Less);
     let store = match params.mode {
         UpdateMode::Strict => true,
         UpdateMode::Leaky => !over,
@@ -91,7 +91,10 @@ pub fn evaluate(
         rate,
         over,
         store,
-        next: EwmaState { time_us: now_us, rate },
+        next: EwmaState {
+            time_us: now_us,
+            rate,
+        },
     }
 }
 
@@ -107,7 +110,7 @@ pub fn decayed_rate(state: &EwmaState, now_us: i64, period_secs: u32) -> f64 {
 /// Uses `rate · e^(−w/p) + count < limit`, which is sufficient because the
 /// EWMA adds less than `count` after any positive gap.
 pub fn retry_after_secs(rate: f64, count: f64, limit: f64, period_secs: u32) -> Option<f64> {
-    if !(limit > count) || !rate.is_finite() {
+    if limit.partial_cmp(&count) != Some(std::cmp::Ordering::Greater) || !rate.is_finite() {
         return None;
     }
     let room = limit - count;
@@ -139,7 +142,10 @@ mod tests {
 
     #[test]
     fn same_instant_uses_1e9() {
-        let s = EwmaState { time_us: 10, rate: 1.0 };
+        let s = EwmaState {
+            time_us: 10,
+            rate: 1.0,
+        };
         let r = next_rate(Some(&s), 10, 1.0, 3600);
         assert!((r - 2.00000008).abs() < 1e-8, "{r}");
         let back = next_rate(Some(&s), 5, 1.0, 3600);
@@ -148,7 +154,10 @@ mod tests {
 
     #[test]
     fn floor_applies_only_with_count() {
-        let s = EwmaState { time_us: 0, rate: 1.0 };
+        let s = EwmaState {
+            time_us: 0,
+            rate: 1.0,
+        };
         assert_eq!(next_rate(Some(&s), 100_000_000, 1.0, 1), 1.0);
         let r = next_rate(Some(&s), 3_000_000, 0.0, 1);
         assert!((r - (-3f64).exp()).abs() < 1e-15);

@@ -33,8 +33,11 @@ pub struct GcraOutcome {
 impl GcraSpec {
     /// Builds a spec; `burst` and the rate must be positive and finite.
     pub fn new(burst: f64, rate: Rate) -> Option<GcraSpec> {
-        (burst > 0.0 && burst.is_finite() && rate.per_second() > 0.0 && rate.per_second().is_finite())
-            .then_some(GcraSpec { burst, rate })
+        (burst > 0.0
+            && burst.is_finite()
+            && rate.per_second() > 0.0
+            && rate.per_second().is_finite())
+        .then_some(GcraSpec { burst, rate })
     }
 
     /// Nanoseconds per event (the emission interval T).
@@ -53,10 +56,24 @@ impl GcraSpec {
         let allow_at = new_tat.saturating_sub(tau);
         let level = (new_tat - now_ns) as f64 / t;
         if allow_at <= now_ns {
-            GcraOutcome { level, over: false, next_tat_ns: new_tat, retry_after_ns: Some(0) }
+            GcraOutcome {
+                level,
+                over: false,
+                next_tat_ns: new_tat,
+                retry_after_ns: Some(0),
+            }
         } else {
-            let retry = if inc > tau { None } else { Some(allow_at - now_ns) };
-            GcraOutcome { level, over: true, next_tat_ns: tat, retry_after_ns: retry }
+            let retry = if inc > tau {
+                None
+            } else {
+                Some(allow_at - now_ns)
+            };
+            GcraOutcome {
+                level,
+                over: true,
+                next_tat_ns: tat,
+                retry_after_ns: retry,
+            }
         }
     }
 

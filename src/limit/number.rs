@@ -255,7 +255,18 @@ mod tests {
         assert_eq!(exim_interval("1w"), Some(604800));
         assert_eq!(exim_interval("1m1h"), Some(3660));
         assert_eq!(exim_interval("1h1h"), Some(7200));
-        for bad in ["", "3600", "1.5h", "1H", "+1h", "1 h", "1hx", "0s", "h", "99999999999s"] {
+        for bad in [
+            "",
+            "3600",
+            "1.5h",
+            "1H",
+            "+1h",
+            "1 h",
+            "1hx",
+            "0s",
+            "h",
+            "99999999999s",
+        ] {
             assert_eq!(exim_interval(bad), None, "{bad}");
         }
     }

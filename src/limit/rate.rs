@@ -32,7 +32,10 @@ impl Rate {
     /// A rate of `amount` per `period_secs`; both must be positive and finite.
     pub fn new(amount: f64, period_secs: f64) -> Option<Rate> {
         let ok = |v: f64| v > 0.0 && v.is_finite();
-        (ok(amount) && ok(period_secs)).then_some(Rate { amount, period_secs })
+        (ok(amount) && ok(period_secs)).then_some(Rate {
+            amount,
+            period_secs,
+        })
     }
 
     /// Parses `"<amount>[k|m|g] / <period>[s|m|min|h|d]"` or a bare number
@@ -72,7 +75,9 @@ impl fmt::Display for Rate {
 /// Splits a number from its alphabetic suffix, both trimmed.
 fn split_number(text: &str) -> Option<(f64, &str)> {
     let end = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E'))
+        .find(|c: char| {
+            !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E')
+        })
         .unwrap_or(text.len());
     // An 'e' directly before a suffix letter is not an exponent: back off
     // until the number parses.
@@ -152,10 +157,22 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert!(matches!(Rate::parse("10 / 1w"), Err(RateError::BadPeriod(_))));
-        assert!(matches!(Rate::parse("x / 1m"), Err(RateError::BadAmount(_))));
-        assert!(matches!(Rate::parse("0 / 1m"), Err(RateError::NotPositive(_))));
-        assert!(matches!(Rate::parse("-1 / 1m"), Err(RateError::NotPositive(_))));
+        assert!(matches!(
+            Rate::parse("10 / 1w"),
+            Err(RateError::BadPeriod(_))
+        ));
+        assert!(matches!(
+            Rate::parse("x / 1m"),
+            Err(RateError::BadAmount(_))
+        ));
+        assert!(matches!(
+            Rate::parse("0 / 1m"),
+            Err(RateError::NotPositive(_))
+        ));
+        assert!(matches!(
+            Rate::parse("-1 / 1m"),
+            Err(RateError::NotPositive(_))
+        ));
         assert!(matches!(parse_burst("0"), Err(RateError::NotPositive(_))));
         assert!(matches!(parse_burst("10x"), Err(RateError::BadAmount(_))));
     }

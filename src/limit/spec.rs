@@ -473,8 +473,9 @@ impl LimitSpec {
         };
         let word = self.per_mode().key_word();
         let unique = if self.unique.is_some() { "unique/" } else { "" };
-        let mut out =
-            String::with_capacity(self.period_text.len() + word.len() + unique.len() + key.len() + 2);
+        let mut out = String::with_capacity(
+            self.period_text.len() + word.len() + unique.len() + key.len() + 2,
+        );
         out.push_str(&self.period_text);
         out.push('/');
         out.push_str(word);
@@ -543,8 +544,14 @@ impl fmt::Display for LimitSpec {
         let mut items = 0;
         // count= is written before the per_* word when it came first, since
         // per_rcpt and per_byte may override an earlier count=.
-        let fixed_at = self.count_items.iter().rposition(|c| matches!(c, CountItem::Fixed(_)));
-        let per_at = self.count_items.iter().position(|c| !matches!(c, CountItem::Fixed(_)));
+        let fixed_at = self
+            .count_items
+            .iter()
+            .rposition(|c| matches!(c, CountItem::Fixed(_)));
+        let per_at = self
+            .count_items
+            .iter()
+            .position(|c| !matches!(c, CountItem::Fixed(_)));
         let count_first = matches!((fixed_at, per_at), (Some(a), Some(b)) if a < b);
         if count_first {
             if let Some(CountItem::Fixed(c)) = fixed_at.map(|i| self.count_items[i]) {

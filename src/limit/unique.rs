@@ -113,7 +113,9 @@ impl UniqueSet {
     pub fn heap_bytes(&self) -> usize {
         match self {
             UniqueSet::Bloom(bits) => bits.len(),
-            UniqueSet::Exact(set) => set.iter().map(|s| s.len() + 24).sum::<usize>() + set.capacity(),
+            UniqueSet::Exact(set) => {
+                set.iter().map(|s| s.len() + 24).sum::<usize>() + set.capacity()
+            }
         }
     }
 }

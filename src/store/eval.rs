@@ -59,7 +59,14 @@ pub(crate) fn ewma<'a>(
         seen: None,
         retry_after: retry,
     };
-    (result, if store { Write::Ewma(out.next) } else { Write::Nothing })
+    (
+        result,
+        if store {
+            Write::Ewma(out.next)
+        } else {
+            Write::Nothing
+        },
+    )
 }
 
 /// Retry-after for an EWMA limit from the rate that remains stored at `now`.
@@ -80,7 +87,11 @@ fn retry(
     } else {
         prev.map_or(0.0, |p| ewma::decayed_rate(p, now_us, params.period_secs))
     };
-    let count = if params.mode == UpdateMode::Readonly { 0.0 } else { count };
+    let count = if params.mode == UpdateMode::Readonly {
+        0.0
+    } else {
+        count
+    };
     ewma::retry_after_secs(base, count, params.limit, params.period_secs).and_then(secs)
 }
 
@@ -157,7 +168,14 @@ pub(crate) fn gcra<'a>(
             .retry_after_ns
             .map(|ns| Duration::from_nanos(u64::try_from(ns).unwrap_or(0))),
     };
-    (result, if store { Write::Gcra(out.next_tat_ns) } else { Write::Nothing })
+    (
+        result,
+        if store {
+            Write::Gcra(out.next_tat_ns)
+        } else {
+            Write::Nothing
+        },
+    )
 }
 
 /// Rspamd-style bucket.

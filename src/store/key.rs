@@ -11,8 +11,8 @@
 
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::borrow::Borrow;
-use std::fmt;
 use std::collections::hash_map::RandomState;
+use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::ptr::NonNull;
 use std::sync::OnceLock;
@@ -62,7 +62,10 @@ pub struct Lookup<'a> {
 impl<'a> Lookup<'a> {
     /// Hashes `text`.
     pub fn new(text: &'a str) -> Lookup<'a> {
-        Lookup { hash: key_hash(text), text }
+        Lookup {
+            hash: key_hash(text),
+            text,
+        }
     }
 
     /// The hash.

@@ -127,8 +127,17 @@ impl Shard {
         suppress: bool,
     ) -> (LimitResult, Write<'a>) {
         match &req.algorithm {
-            Algorithm::Ewma { limit, period_secs, mode, unique_kind } => {
-                let params = EwmaParams { limit: *limit, period_secs: *period_secs, mode: *mode };
+            Algorithm::Ewma {
+                limit,
+                period_secs,
+                mode,
+                unique_kind,
+            } => {
+                let params = EwmaParams {
+                    limit: *limit,
+                    period_secs: *period_secs,
+                    mode: *mode,
+                };
                 match &req.unique {
                     None => eval::ewma(self.ewma.get(q(key)), req, &params, now_us, suppress),
                     Some(value) => eval::unique(
@@ -164,7 +173,11 @@ impl Shard {
             Write::Bucket(state) => {
                 upsert(&mut self.bucket, key, state);
             }
-            Write::Unique { state, new_set, insert } => {
+            Write::Unique {
+                state,
+                new_set,
+                insert,
+            } => {
                 let rec = match self.unique.get_mut(q(key)) {
                     Some(rec) => rec,
                     None => {
@@ -173,7 +186,11 @@ impl Shard {
                             Some(s) => s,
                             None => return,
                         };
-                        let mut rec = Box::new(UniqueRecord { state, created_s, set });
+                        let mut rec = Box::new(UniqueRecord {
+                            state,
+                            created_s,
+                            set,
+                        });
                         if let Some(v) = insert {
                             rec.set.insert(v);
                         }
@@ -196,7 +213,10 @@ impl Shard {
     fn get_record(&self, kind: RecordKind, key: &Lookup<'_>) -> Option<Record> {
         match kind {
             RecordKind::Ewma => self.ewma.get(q(key)).map(|s| Record::Ewma(*s)),
-            RecordKind::Unique => self.unique.get(q(key)).map(|r| Record::Unique((**r).clone())),
+            RecordKind::Unique => self
+                .unique
+                .get(q(key))
+                .map(|r| Record::Unique((**r).clone())),
             RecordKind::Gcra => self.gcra.get(q(key)).map(|t| Record::Gcra { tat_ns: *t }),
             RecordKind::Bucket => self.bucket.get(q(key)).map(|b| Record::Bucket(*b)),
         }
@@ -229,7 +249,8 @@ impl Shard {
         // A TAT in the past is exactly a new key.
         let now_ns = now_us.saturating_mul(1000);
         self.gcra.retain(|_, tat| *tat > now_ns);
-        self.bucket.retain(|_, b| fresh((b.last_ms * 1000.0) as i64));
+        self.bucket
+            .retain(|_, b| fresh((b.last_ms * 1000.0) as i64));
         before - self.len()
     }
 
@@ -265,7 +286,11 @@ impl Shard {
         fn table<V>(t: &Table<V>) -> usize {
             // hashbrown: one slot plus one control byte per bucket; capacity is
             // 7/8 of the buckets.
-            let buckets = if t.capacity() == 0 { 0 } else { (t.capacity() * 8 / 7).next_power_of_two() };
+            let buckets = if t.capacity() == 0 {
+                0
+            } else {
+                (t.capacity() * 8 / 7).next_power_of_two()
+            };
             buckets * (std::mem::size_of::<(ThinKey, V)>() + 1)
                 + t.keys().map(ThinKey::heap_bytes).sum::<usize>()
         }
@@ -291,7 +316,9 @@ pub struct MemoryStore {
 
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryStore").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("MemoryStore")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -360,7 +387,10 @@ impl MemoryStore {
                 let mut shard = self.lock(self.shard_of(&key));
                 let (result, write) = shard.eval(req, &key, now_us, false);
                 self.write(&mut shard, req, &key, write);
-                DecisionResult { refused: req.blocking && result.over, limits: vec![result] }
+                DecisionResult {
+                    refused: req.blocking && result.over,
+                    limits: vec![result],
+                }
             }
             reqs => self.decide_many(now_us, reqs),
         }
@@ -398,7 +428,10 @@ impl MemoryStore {
             self.write(shard, req, key, write);
             results.push(result);
         }
-        let refused = reqs.iter().zip(&results).any(|(r, res)| r.blocking && res.over);
+        let refused = reqs
+            .iter()
+            .zip(&results)
+            .any(|(r, res)| r.blocking && res.over);
         if refused {
             for (p, kind, n, old) in undo.into_iter().rev() {
                 let shard = &mut *guards[p];
@@ -419,38 +452,56 @@ impl MemoryStore {
                 results.push(result);
             }
         }
-        DecisionResult { refused, limits: results }
+        DecisionResult {
+            refused,
+            limits: results,
+        }
     }
 
     /// Every record stored under `key`, read-only.
     pub fn inspect_key(&self, key: &str) -> Vec<Record> {
         let key = Lookup::new(key);
         let shard = self.lock(self.shard_of(&key));
-        [RecordKind::Ewma, RecordKind::Unique, RecordKind::Gcra, RecordKind::Bucket]
-            .into_iter()
-            .filter_map(|k| shard.get_record(k, &key))
-            .collect()
+        [
+            RecordKind::Ewma,
+            RecordKind::Unique,
+            RecordKind::Gcra,
+            RecordKind::Bucket,
+        ]
+        .into_iter()
+        .filter_map(|k| shard.get_record(k, &key))
+        .collect()
     }
 
     /// Removes every record under `key`; returns how many.
     pub fn reset_key(&self, key: &str) -> usize {
         let key = Lookup::new(key);
         let mut shard = self.lock(self.shard_of(&key));
-        [RecordKind::Ewma, RecordKind::Unique, RecordKind::Gcra, RecordKind::Bucket]
-            .into_iter()
-            .filter(|&k| shard.remove(k, &key))
-            .count()
+        [
+            RecordKind::Ewma,
+            RecordKind::Unique,
+            RecordKind::Gcra,
+            RecordKind::Bucket,
+        ]
+        .into_iter()
+        .filter(|&k| shard.remove(k, &key))
+        .count()
     }
 
     /// Drops records idle for longer than the configured TTL at `now_us`.
     pub fn expire_idle(&self, now_us: i64) -> usize {
         let ttl = i64::try_from(self.config.idle_ttl.as_micros()).unwrap_or(i64::MAX);
-        (0..self.shards.len()).map(|i| self.lock(i).expire(now_us, ttl)).sum()
+        (0..self.shards.len())
+            .map(|i| self.lock(i).expire(now_us, ttl))
+            .sum()
     }
 
     /// Key counts, evictions and an estimate of the heap used.
     pub fn stats(&self) -> MemoryStats {
-        let mut s = MemoryStats { evictions: self.evictions.load(Ordering::Relaxed), ..Default::default() };
+        let mut s = MemoryStats {
+            evictions: self.evictions.load(Ordering::Relaxed),
+            ..Default::default()
+        };
         for i in 0..self.shards.len() {
             let shard = self.lock(i);
             s.ewma_keys += shard.ewma.len();

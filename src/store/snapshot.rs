@@ -129,10 +129,14 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
     fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().map_err(|_| "short")?))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().map_err(|_| "short")?,
+        ))
     }
     fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| "short")?))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().map_err(|_| "short")?,
+        ))
     }
     fn i64(&mut self) -> Result<i64, String> {
         Ok(self.u64()? as i64)
@@ -154,13 +158,19 @@ impl<'a> Reader<'a> {
         String::from_utf8(b.to_vec()).map_err(|_| format!("text at byte {at} is not UTF-8"))
     }
     fn ewma(&mut self) -> Result<EwmaState, String> {
-        Ok(EwmaState { time_us: self.i64()?, rate: self.f64()? })
+        Ok(EwmaState {
+            time_us: self.i64()?,
+            rate: self.f64()?,
+        })
     }
 }
 
 /// Decodes a payload into records.
 fn decode(payload: &[u8]) -> Result<Vec<(String, Record)>, String> {
-    let mut r = Reader { buf: payload, pos: 0 };
+    let mut r = Reader {
+        buf: payload,
+        pos: 0,
+    };
     let count = r.u64()?;
     let mut out = Vec::new();
     for _ in 0..count {
@@ -188,9 +198,17 @@ fn decode(payload: &[u8]) -> Result<Vec<(String, Record)>, String> {
                         }
                         UniqueSet::Exact(set)
                     }
-                    other => return Err(format!("unknown set kind {other} in the record at byte {at}")),
+                    other => {
+                        return Err(format!(
+                            "unknown set kind {other} in the record at byte {at}"
+                        ))
+                    }
                 };
-                Record::Unique(UniqueRecord { state, created_s, set })
+                Record::Unique(UniqueRecord {
+                    state,
+                    created_s,
+                    set,
+                })
             }
             3 => Record::Gcra { tat_ns: r.i64()? },
             4 => Record::Bucket(BucketState {
@@ -205,14 +223,20 @@ fn decode(payload: &[u8]) -> Result<Vec<(String, Record)>, String> {
         out.push((key, rec));
     }
     if r.pos != payload.len() {
-        return Err(format!("{} bytes after the last record", payload.len() - r.pos));
+        return Err(format!(
+            "{} bytes after the last record",
+            payload.len() - r.pos
+        ));
     }
     Ok(out)
 }
 
 /// Parses a whole snapshot file's bytes.
 fn parse_file(path: &Path, bytes: &[u8]) -> Result<Vec<(String, Record)>, SnapshotError> {
-    let corrupt = |detail: String| SnapshotError::Corrupt { path: path.to_path_buf(), detail };
+    let corrupt = |detail: String| SnapshotError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err(SnapshotError::Foreign(path.to_path_buf()));
     }
@@ -221,7 +245,10 @@ fn parse_file(path: &Path, bytes: &[u8]) -> Result<Vec<(String, Record)>, Snapsh
     }
     let version = u32::from_le_bytes(bytes[16..20].try_into().unwrap_or_default());
     if version != VERSION {
-        return Err(SnapshotError::Version { path: path.to_path_buf(), version });
+        return Err(SnapshotError::Version {
+            path: path.to_path_buf(),
+            version,
+        });
     }
     let len = u64::from_le_bytes(bytes[20..28].try_into().unwrap_or_default());
     let expect = 28u64.checked_add(len).and_then(|v| v.checked_add(16));
@@ -273,7 +300,10 @@ impl MemoryStore {
     /// key and kind). A missing file is an `Io` error with `NotFound`; see
     /// [`MemoryStore::load_snapshot_if_present`].
     pub fn load_snapshot(&self, path: &Path) -> Result<usize, SnapshotError> {
-        let bytes = std::fs::read(path).map_err(|source| SnapshotError::Io { path: path.to_path_buf(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| SnapshotError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let records = parse_file(path, &bytes)?;
         let n = records.len();
         for (key, rec) in records {
@@ -286,16 +316,29 @@ impl MemoryStore {
     /// (first start). Corrupt or foreign files are still errors.
     pub fn load_snapshot_if_present(&self, path: &Path) -> Result<Option<usize>, SnapshotError> {
         match self.load_snapshot(path) {
-            Err(SnapshotError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(SnapshotError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(None)
+            }
             other => other.map(Some),
         }
     }
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
-    let io = |source| SnapshotError::Io { path: path.to_path_buf(), source };
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let io = |source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
