@@ -289,4 +289,6 @@ fn rspamd_strings() {
     assert!(BucketSpec::parse("0", "1 / 1d").is_err());
     let g = GcraSpec::new(5.0, Rate::parse("100 / 1h").unwrap()).unwrap();
     assert_eq!(g.emission_ns(), 36e9);
+    assert_eq!(GcraSpec::parse("5", "100 / 1h").unwrap(), g);
+    assert!(GcraSpec::parse("0", "100 / 1h").is_err());
 }

@@ -352,6 +352,35 @@ async fn async_store_trait() {
 }
 
 #[tokio::test]
+async fn expiry_task_runs_and_stops() {
+    let store = std::sync::Arc::new(MemoryStore::default());
+    // A record from the distant past is idle at any real time.
+    store.decide_at(
+        0,
+        &Decision {
+            limits: vec![ewma("old", 10.0, UpdateMode::Leaky, true)],
+        },
+    );
+    let token = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(floodgate::store::run_expiry(
+        store.clone(),
+        Duration::from_millis(10),
+        token.clone(),
+    ));
+    // The first tick fires at once; wait (bounded by count, not time) for it.
+    for _ in 0..5000 {
+        if store.is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(store.is_empty());
+    token.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
 async fn snapshot_task_saves_on_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state");

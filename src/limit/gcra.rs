@@ -4,7 +4,7 @@
 //! State is one number per key, the theoretical arrival time (TAT), kept in
 //! nanoseconds so that weights and retry times are exact integers.
 
-use super::rate::Rate;
+use super::rate::{parse_burst, Rate, RateError};
 
 /// A GCRA limit: `burst` events at once, refilled at `rate`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,6 +38,14 @@ impl GcraSpec {
             && rate.per_second() > 0.0
             && rate.per_second().is_finite())
         .then_some(GcraSpec { burst, rate })
+    }
+
+    /// Parses Rspamd-style values: `burst = "100"` (k/m/g allowed) and
+    /// `rate = "10 / 1min"`.
+    pub fn parse(burst: &str, rate: &str) -> Result<GcraSpec, RateError> {
+        let burst_v = parse_burst(burst)?;
+        let rate = Rate::parse(rate)?;
+        GcraSpec::new(burst_v, rate).ok_or_else(|| RateError::NotPositive(burst.trim().to_string()))
     }
 
     /// Nanoseconds per event (the emission interval T).

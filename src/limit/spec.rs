@@ -451,6 +451,11 @@ impl LimitSpec {
     }
 
     /// The unique-event text (template), if unique counting is in force.
+    ///
+    /// When it is `Some`, every request for this limit must carry a unique
+    /// value, even where the limit is forced readonly (per_addr outside
+    /// RCPT: Exim uses a dummy value there), so that it reads the record with
+    /// the unique set (the database key contains `unique/`).
     pub fn unique(&self) -> Option<&str> {
         self.unique.as_deref()
     }

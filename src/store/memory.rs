@@ -565,6 +565,29 @@ impl MemoryStore {
     }
 }
 
+/// Calls [`MemoryStore::expire_idle`] every `interval` until `shutdown` is
+/// cancelled.
+pub async fn run_expiry(
+    store: std::sync::Arc<MemoryStore>,
+    interval: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {
+                let store = store.clone();
+                let removed = tokio::task::spawn_blocking(move || store.expire_idle(super::now_micros())).await;
+                if let Ok(n) = removed {
+                    tracing::debug!(removed = n, "expired idle rate-limit keys");
+                }
+            }
+        }
+    }
+}
+
 impl Store for MemoryStore {
     fn decide<'a>(&'a self, decision: &'a Decision) -> StoreFuture<'a, DecisionResult> {
         let result = self.decide_at(super::now_micros(), decision);

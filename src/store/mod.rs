@@ -17,7 +17,7 @@ mod memory;
 mod snapshot;
 
 pub use key::ThinKey;
-pub use memory::{MemoryConfig, MemoryStats, MemoryStore};
+pub use memory::{run_expiry, MemoryConfig, MemoryStats, MemoryStore};
 pub use snapshot::{run_snapshots, SnapshotError};
 
 use crate::limit::bucket::{BucketOp, BucketSpec, BucketState};
