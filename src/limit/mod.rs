@@ -9,6 +9,7 @@
 //! * [`rate`]: Rspamd-style rate and burst strings.
 //! * [`cache`]: Exim's per-connection / per-message / per-command caches.
 
+pub mod acl;
 pub mod bucket;
 pub mod cache;
 pub mod ewma;

@@ -14,6 +14,7 @@
 mod eval;
 mod key;
 mod memory;
+mod shard;
 mod snapshot;
 
 pub use key::ThinKey;
