@@ -219,3 +219,106 @@ proptest! {
         prop_assert!(!o.over);
     }
 }
+
+/// A store with random records of every kind.
+fn random_store(seed: &[(u8, u32, f64)]) -> MemoryStore {
+    let store = MemoryStore::default();
+    for (i, &(kind, v, x)) in seed.iter().enumerate() {
+        let key = format!("key/{i}/{v}");
+        let rec = match kind % 4 {
+            0 => Record::Ewma(EwmaState {
+                time_us: i64::from(v) * 1000,
+                rate: x,
+            }),
+            1 => {
+                let mut set = floodgate::limit::unique::UniqueSet::new(
+                    if v % 2 == 0 {
+                        UniqueKind::Bloom
+                    } else {
+                        UniqueKind::Exact
+                    },
+                    x,
+                );
+                set.insert(&format!("rcpt{v}"));
+                Record::Unique(floodgate::store::UniqueRecord {
+                    state: EwmaState {
+                        time_us: i64::from(v),
+                        rate: x,
+                    },
+                    created_s: i64::from(v) / 7,
+                    set,
+                })
+            }
+            2 => Record::Gcra {
+                tat_ns: i64::from(v) * 7,
+            },
+            _ => Record::Bucket(BucketState {
+                last_ms: x,
+                level: x / 2.0,
+                pending: 1.0,
+                dyn_rate: v,
+                dyn_burst: v / 3,
+            }),
+        };
+        store.insert_record(&key, rec);
+    }
+    store
+}
+
+fn dump(store: &MemoryStore) -> Vec<String> {
+    let mut v = Vec::new();
+    store.for_each_record(|k, r| v.push(format!("{k} {r:?}")));
+    v.sort();
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn snapshot_round_trips(seed in proptest::collection::vec((0u8..4, 0u32..100_000, 0.0f64..500.0), 0..30)) {
+        let store = random_store(&seed);
+        let bytes = store.snapshot_bytes();
+        let loaded = MemoryStore::default();
+        let path = std::path::Path::new("mem");
+        prop_assert_eq!(loaded.load_snapshot_bytes(path, &bytes).unwrap(), seed.len());
+        prop_assert_eq!(dump(&loaded), dump(&store));
+    }
+
+    #[test]
+    fn damaged_snapshots_are_refused(
+        seed in proptest::collection::vec((0u8..4, 0u32..100_000, 0.0f64..500.0), 1..10),
+        at in any::<proptest::sample::Index>(), flip in 1u8..=255, cut in any::<proptest::sample::Index>()
+    ) {
+        let bytes = random_store(&seed).snapshot_bytes();
+        let path = std::path::Path::new("mem");
+        let mut flipped = bytes.clone();
+        flipped[at.index(bytes.len())] ^= flip;
+        let fresh = MemoryStore::default();
+        prop_assert!(fresh.load_snapshot_bytes(path, &flipped).is_err());
+        prop_assert!(fresh.load_snapshot_bytes(path, &bytes[..cut.index(bytes.len())]).is_err());
+        prop_assert!(fresh.is_empty());
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let mut b = b"FLOODGATE-STATE\n\x01\0\0\0".to_vec();
+        b.extend_from_slice(&bytes);
+        let _ = MemoryStore::default().load_snapshot_bytes(std::path::Path::new("mem"), &b);
+        let _ = MemoryStore::default().load_snapshot_bytes(std::path::Path::new("mem"), &bytes);
+    }
+
+    #[test]
+    fn random_payload_with_valid_checksum_never_panics(payload in proptest::collection::vec(any::<u8>(), 0..300)) {
+        use md5::{Digest, Md5};
+        // Reach the record decoder: right magic, version, length and checksum.
+        let mut b = b"FLOODGATE-STATE\n\x01\0\0\0".to_vec();
+        b.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        b.extend_from_slice(&payload);
+        b.extend_from_slice(&Md5::digest(&payload));
+        let store = MemoryStore::default();
+        if store.load_snapshot_bytes(std::path::Path::new("mem"), &b).is_err() {
+            prop_assert!(store.is_empty());
+        }
+    }
+}

@@ -304,7 +304,13 @@ impl MemoryStore {
             path: path.to_path_buf(),
             source,
         })?;
-        let records = parse_file(path, &bytes)?;
+        self.load_snapshot_bytes(path, &bytes)
+    }
+
+    /// Loads snapshot bytes (read from `path`, which is only used in error
+    /// messages). Nothing is loaded unless the whole snapshot is valid.
+    pub fn load_snapshot_bytes(&self, path: &Path, bytes: &[u8]) -> Result<usize, SnapshotError> {
+        let records = parse_file(path, bytes)?;
         let n = records.len();
         for (key, rec) in records {
             self.insert_record(&key, rec);
