@@ -5,6 +5,9 @@
 //! | module | owns |
 //! |---|---|
 //! | [`smtp`] | the wire protocol without I/O: framing, parsing, formatting |
+//! | [`limit`] | the rate algorithms as pure functions, and limit strings |
+//! | [`store`] | applying one decision atomically to the state of its keys |
+//! | [`simulate`] | replaying events through one limit, without network |
 //! | [`policy`] | the verdict asked for at every SMTP stage |
 //! | [`proxy`] | the async session: client side, upstream side, the command loop |
 //! | [`server`] | listeners, admission, signals, reload, shutdown |
@@ -12,8 +15,11 @@
 //! | [`tls`] | rustls configurations (crypto provider: ring) |
 
 pub mod config;
+pub mod limit;
 pub mod policy;
 pub mod proxy;
 pub mod server;
+pub mod simulate;
 pub mod smtp;
+pub mod store;
 pub mod tls;

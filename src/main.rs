@@ -192,7 +192,7 @@ fn simulate(limit: &str, file: Option<PathBuf>) -> anyhow::Result<()> {
             let _ = (limit, input, out);
             anyhow::bail!("pending");
         }
-        None => anyhow::bail!("pending"),
+        None => floodgate::simulate::run(limit, std::io::stdin().lock(), out)?,
     }
     Ok(())
 }

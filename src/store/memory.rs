@@ -1,0 +1,350 @@
+//! The in-process store: sharded hash tables behind mutexes, one lock
+//! section per decision, idle expiry and a key cap with eviction.
+
+use super::eval::Write;
+use super::key::Lookup;
+use super::shard::{kind_of, Shard};
+use super::{Decision, DecisionResult, LimitRequest, Record, RecordKind, Store, StoreFuture};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Settings of a [`MemoryStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryConfig {
+    /// Most keys kept (all record kinds together). When a shard is full the
+    /// least recently updated sixteenth of it is evicted.
+    pub max_keys: usize,
+    /// Number of lock shards (rounded up to a power of two).
+    pub shards: usize,
+    /// Records not updated for this long are dropped by [`MemoryStore::expire_idle`]
+    /// (token buckets are dropped as soon as they are full again, which is exact).
+    pub idle_ttl: Duration,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            max_keys: 4_000_000,
+            shards: 64,
+            // Like exim_tidydb's default.
+            idle_ttl: Duration::from_secs(30 * 86400),
+        }
+    }
+}
+
+/// Counters and sizes of a [`MemoryStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryStats {
+    /// EWMA keys.
+    pub ewma_keys: usize,
+    /// EWMA keys with unique sets.
+    pub unique_keys: usize,
+    /// GCRA keys.
+    pub gcra_keys: usize,
+    /// Bucket keys.
+    pub bucket_keys: usize,
+    /// Keys evicted because of the cap, since start.
+    pub evictions: u64,
+    /// Estimated heap bytes: table slots at their capacity, key texts, sets.
+    pub approx_bytes: usize,
+}
+
+/// The in-memory store.
+pub struct MemoryStore {
+    shards: Box<[Mutex<Shard>]>,
+    per_shard_cap: usize,
+    config: MemoryConfig,
+    evictions: AtomicU64,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new(MemoryConfig::default())
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new(config: MemoryConfig) -> MemoryStore {
+        let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
+        let shards = (0..n).map(|_| Mutex::new(Shard::new())).collect();
+        MemoryStore {
+            shards,
+            per_shard_cap: config.max_keys.div_ceil(n).max(1),
+            config,
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MemoryConfig {
+        &self.config
+    }
+
+    /// The shard of a key: hash bits 40 and up. The tables use the same hash
+    /// but take their bucket index from the low bits and their tag from the
+    /// top 7 bits, so a shard's keys still spread over its table.
+    fn shard_of(&self, key: &Lookup<'_>) -> usize {
+        ((key.hash() >> 40) as usize) & (self.shards.len() - 1)
+    }
+
+    fn lock(&self, idx: usize) -> MutexGuard<'_, Shard> {
+        // A panic while holding the lock cannot leave a half-written record
+        // (writes are single assignments), so a poisoned lock is usable.
+        self.shards[idx].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes room for one new key in `shard` if it is at the cap.
+    fn make_room(&self, shard: &mut Shard) {
+        if shard.len() >= self.per_shard_cap {
+            let n = (self.per_shard_cap / 16).max(1);
+            let evicted = shard.evict_oldest(n);
+            self.evictions.fetch_add(evicted as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn write(&self, shard: &mut Shard, req: &LimitRequest, key: &Lookup<'_>, write: Write<'_>) {
+        if matches!(write, Write::Nothing) {
+            return;
+        }
+        if shard.len() >= self.per_shard_cap && !shard.contains(kind_of(req), key) {
+            self.make_room(shard);
+        }
+        shard.apply(key, write);
+    }
+
+    /// Applies one decision at time `now_us` (microseconds since the epoch).
+    pub fn decide_at(&self, now_us: i64, decision: &Decision) -> DecisionResult {
+        match decision.limits.as_slice() {
+            [] => DecisionResult::default(),
+            [req] => {
+                let key = Lookup::new(&req.key);
+                let mut shard = self.lock(self.shard_of(&key));
+                let (result, write) = shard.eval(req, &key, now_us, false);
+                self.write(&mut shard, req, &key, write);
+                DecisionResult {
+                    refused: req.blocking && result.over,
+                    limits: vec![result],
+                }
+            }
+            reqs => self.decide_many(now_us, reqs),
+        }
+    }
+
+    /// Several limits: lock every shard involved (in index order, so two
+    /// decisions cannot deadlock), evaluate in order with writes visible to
+    /// later limits, and on refusal undo and re-run with leaky writes suppressed.
+    fn decide_many(&self, now_us: i64, reqs: &[LimitRequest]) -> DecisionResult {
+        let keys: Vec<Lookup<'_>> = reqs.iter().map(|r| Lookup::new(&r.key)).collect();
+        let idx: Vec<usize> = keys.iter().map(|k| self.shard_of(k)).collect();
+        let mut order = idx.clone();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| self.lock(i)).collect();
+        let pos: Vec<usize> = idx
+            .iter()
+            .map(|i| order.binary_search(i).unwrap_or(0))
+            .collect();
+        let mut undo: Vec<(usize, RecordKind, usize, Option<Record>)> = Vec::new();
+        let mut results = Vec::with_capacity(reqs.len());
+        for (n, (req, &p)) in reqs.iter().zip(&pos).enumerate() {
+            let shard = &mut *guards[p];
+            let key = &keys[n];
+            let (result, write) = shard.eval(req, key, now_us, false);
+            if !matches!(write, Write::Nothing) {
+                let kind = kind_of(req);
+                if !undo
+                    .iter()
+                    .any(|&(sp, k, i, _)| sp == p && k == kind && reqs[i].key == req.key)
+                {
+                    undo.push((p, kind, n, shard.get_record(kind, key)));
+                }
+            }
+            self.write(shard, req, key, write);
+            results.push(result);
+        }
+        let refused = reqs
+            .iter()
+            .zip(&results)
+            .any(|(r, res)| r.blocking && res.over);
+        if refused {
+            for (p, kind, n, old) in undo.into_iter().rev() {
+                let shard = &mut *guards[p];
+                match old {
+                    Some(rec) => {
+                        shard.put_record(&keys[n], rec);
+                    }
+                    None => {
+                        shard.remove(kind, &keys[n]);
+                    }
+                }
+            }
+            results.clear();
+            for (n, (req, &p)) in reqs.iter().zip(&pos).enumerate() {
+                let shard = &mut *guards[p];
+                let (result, write) = shard.eval(req, &keys[n], now_us, true);
+                self.write(shard, req, &keys[n], write);
+                results.push(result);
+            }
+        }
+        DecisionResult {
+            refused,
+            limits: results,
+        }
+    }
+
+    /// Every record stored under `key`, read-only.
+    pub fn inspect_key(&self, key: &str) -> Vec<Record> {
+        let key = Lookup::new(key);
+        let shard = self.lock(self.shard_of(&key));
+        [
+            RecordKind::Ewma,
+            RecordKind::Unique,
+            RecordKind::Gcra,
+            RecordKind::Bucket,
+        ]
+        .into_iter()
+        .filter_map(|k| shard.get_record(k, &key))
+        .collect()
+    }
+
+    /// Removes every record under `key`; returns how many.
+    pub fn reset_key(&self, key: &str) -> usize {
+        let key = Lookup::new(key);
+        let mut shard = self.lock(self.shard_of(&key));
+        [
+            RecordKind::Ewma,
+            RecordKind::Unique,
+            RecordKind::Gcra,
+            RecordKind::Bucket,
+        ]
+        .into_iter()
+        .filter(|&k| shard.remove(k, &key))
+        .count()
+    }
+
+    /// Drops records idle for longer than the configured TTL at `now_us`.
+    pub fn expire_idle(&self, now_us: i64) -> usize {
+        let ttl = i64::try_from(self.config.idle_ttl.as_micros()).unwrap_or(i64::MAX);
+        (0..self.shards.len())
+            .map(|i| self.lock(i).expire(now_us, ttl))
+            .sum()
+    }
+
+    /// Key counts, evictions and an estimate of the heap used.
+    pub fn stats(&self) -> MemoryStats {
+        let mut s = MemoryStats {
+            evictions: self.evictions.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        for i in 0..self.shards.len() {
+            let shard = self.lock(i);
+            s.ewma_keys += shard.ewma.len();
+            s.unique_keys += shard.unique.len();
+            s.gcra_keys += shard.gcra.len();
+            s.bucket_keys += shard.bucket.len();
+            s.approx_bytes += shard.approx_bytes();
+        }
+        s
+    }
+
+    /// Total number of keys.
+    pub fn len(&self) -> usize {
+        (0..self.shards.len()).map(|i| self.lock(i).len()).sum()
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f` for every record, one shard locked at a time.
+    pub fn for_each_record(&self, mut f: impl FnMut(&str, Record)) {
+        for i in 0..self.shards.len() {
+            let shard = self.lock(i);
+            for (k, v) in &shard.ewma {
+                f(k.as_str(), Record::Ewma(*v));
+            }
+            for (k, v) in &shard.unique {
+                f(k.as_str(), Record::Unique((**v).clone()));
+            }
+            for (k, v) in &shard.gcra {
+                f(k.as_str(), Record::Gcra { tat_ns: *v });
+            }
+            for (k, v) in &shard.bucket {
+                f(k.as_str(), Record::Bucket(*v));
+            }
+        }
+    }
+
+    /// Stores `rec` under `key`, replacing any record of the same kind
+    /// (subject to the key cap).
+    pub fn insert_record(&self, key: &str, rec: Record) {
+        let key = Lookup::new(key);
+        let mut shard = self.lock(self.shard_of(&key));
+        if !shard.contains(rec.kind(), &key) {
+            self.make_room(&mut shard);
+        }
+        shard.put_record(&key, rec);
+    }
+
+    /// Removes every record.
+    pub fn clear(&self) {
+        for i in 0..self.shards.len() {
+            let mut s = self.lock(i);
+            s.ewma.clear();
+            s.unique.clear();
+            s.gcra.clear();
+            s.bucket.clear();
+        }
+    }
+}
+
+/// Calls [`MemoryStore::expire_idle`] every `interval` until `shutdown` is
+/// cancelled.
+pub async fn run_expiry(
+    store: std::sync::Arc<MemoryStore>,
+    interval: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {
+                let store = store.clone();
+                let removed = tokio::task::spawn_blocking(move || store.expire_idle(super::now_micros())).await;
+                if let Ok(n) = removed {
+                    tracing::debug!(removed = n, "expired idle rate-limit keys");
+                }
+            }
+        }
+    }
+}
+
+impl Store for MemoryStore {
+    fn decide<'a>(&'a self, decision: &'a Decision) -> StoreFuture<'a, DecisionResult> {
+        let result = self.decide_at(super::now_micros(), decision);
+        Box::pin(std::future::ready(Ok(result)))
+    }
+
+    fn inspect<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Record>> {
+        let records = self.inspect_key(key);
+        Box::pin(std::future::ready(Ok(records)))
+    }
+
+    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
+        let n = self.reset_key(key);
+        Box::pin(std::future::ready(Ok(n)))
+    }
+}

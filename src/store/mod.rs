@@ -1,0 +1,189 @@
+//! Applying one decision atomically to the state of its keys.
+//!
+//! A [`Decision`] is the list of limits that one SMTP event must pass. The
+//! [`Store`] trait is what the proxy calls; [`MemoryStore`] implements it in
+//! process (a Redis store can implement it too). All stores give the same
+//! answers for the same sequence of decisions.
+//!
+//! Semantics: the decision is *refused* iff some blocking limit is over. Then
+//! leaky limits, token buckets and bucket checks store nothing (no partial
+//! charging) while strict limits still store (Exim charges attempts in strict
+//! mode). When not refused, every limit follows its own rule: strict stores,
+//! leaky stores iff it is not itself over, readonly never stores.
+
+mod eval;
+mod key;
+mod memory;
+mod shard;
+mod snapshot;
+
+pub use key::ThinKey;
+pub use memory::{run_expiry, MemoryConfig, MemoryStats, MemoryStore};
+pub use snapshot::{run_snapshots, SnapshotError};
+
+use crate::limit::bucket::{BucketOp, BucketSpec, BucketState};
+use crate::limit::ewma::EwmaState;
+use crate::limit::gcra::GcraSpec;
+use crate::limit::spec::UpdateMode;
+use crate::limit::unique::{UniqueKind, UniqueSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// The algorithm and parameters of one limit.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Algorithm {
+    /// Exim's EWMA (`ratelimit`).
+    Ewma {
+        /// The limit m.
+        limit: f64,
+        /// The period p in seconds.
+        period_secs: u32,
+        /// Leaky, strict or readonly.
+        mode: UpdateMode,
+        /// The set kind used when the request carries a unique value.
+        unique_kind: UniqueKind,
+    },
+    /// Token bucket (GCRA).
+    Gcra(GcraSpec),
+    /// Rspamd-style leaky bucket: one of check, commit or cancel.
+    Bucket {
+        /// Capacity, leak and multipliers.
+        spec: BucketSpec,
+        /// What to do.
+        op: BucketOp,
+    },
+}
+
+/// One limit of a decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitRequest {
+    /// The database key (for Exim limits, [`crate::limit::LimitSpec::database_key`]).
+    pub key: String,
+    /// Algorithm and parameters.
+    pub algorithm: Algorithm,
+    /// Amount of this event (messages, recipients, bytes…).
+    pub count: f64,
+    /// The unique-event value (EWMA only): counted only if new to the key's set.
+    pub unique: Option<String>,
+    /// Whether being over refuses the whole decision (false for warn-only limits).
+    pub blocking: bool,
+}
+
+/// All limits one event must pass, applied all-or-nothing.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Decision {
+    /// The limits, in order.
+    pub limits: Vec<LimitRequest>,
+}
+
+/// The answer for one limit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimitResult {
+    /// EWMA: the rate (`$sender_rate`); GCRA and buckets: the level in events.
+    pub value: f64,
+    /// The limit is over (EWMA: `rate >= m`).
+    pub over: bool,
+    /// The new state was written.
+    pub stored: bool,
+    /// For unique limits: whether the value was already in the set.
+    pub seen: Option<bool>,
+    /// When over: how long until the same event would pass, if computable.
+    pub retry_after: Option<Duration>,
+}
+
+/// The answer for a whole decision.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DecisionResult {
+    /// Some blocking limit is over.
+    pub refused: bool,
+    /// One result per limit, in order.
+    pub limits: Vec<LimitResult>,
+}
+
+/// Which table a record lives in. The same key text under different kinds
+/// names different records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordKind {
+    /// EWMA without a unique set.
+    Ewma,
+    /// EWMA with a unique set (keys contain `unique/`).
+    Unique,
+    /// GCRA.
+    Gcra,
+    /// Rspamd-style bucket.
+    Bucket,
+}
+
+/// An EWMA record with its unique-event set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UniqueRecord {
+    /// Rate and time.
+    pub state: EwmaState,
+    /// Creation time of the set, whole seconds.
+    pub created_s: i64,
+    /// The set.
+    pub set: UniqueSet,
+}
+
+/// A stored record, as seen by inspect and snapshots.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// EWMA state.
+    Ewma(EwmaState),
+    /// EWMA state with a unique set.
+    Unique(UniqueRecord),
+    /// GCRA theoretical arrival time, nanoseconds since the epoch.
+    Gcra {
+        /// TAT in nanoseconds.
+        tat_ns: i64,
+    },
+    /// Bucket state.
+    Bucket(BucketState),
+}
+
+impl Record {
+    /// The table this record belongs to.
+    pub fn kind(&self) -> RecordKind {
+        match self {
+            Record::Ewma(_) => RecordKind::Ewma,
+            Record::Unique(_) => RecordKind::Unique,
+            Record::Gcra { .. } => RecordKind::Gcra,
+            Record::Bucket(_) => RecordKind::Bucket,
+        }
+    }
+}
+
+/// Store failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend cannot be reached.
+    #[error("rate limit store not available: {0}")]
+    Unavailable(String),
+    /// The request cannot be applied.
+    #[error("invalid rate limit request: {0}")]
+    Invalid(String),
+}
+
+/// A boxed future returned by [`Store`] methods.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// A rate-limit state store.
+pub trait Store: Send + Sync {
+    /// Applies one decision atomically at the store's current time.
+    fn decide<'a>(&'a self, decision: &'a Decision) -> StoreFuture<'a, DecisionResult>;
+
+    /// Reads every record stored under `key` (read-only).
+    fn inspect<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Record>>;
+
+    /// Removes every record stored under `key`; returns how many were removed.
+    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize>;
+}
+
+/// Microseconds since the Unix epoch from the system clock (gettimeofday-like).
+pub fn now_micros() -> i64 {
+    match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_micros()).unwrap_or(i64::MAX),
+    }
+}

@@ -1,0 +1,396 @@
+//! Snapshots of the memory store: a versioned binary file with an MD5
+//! trailer, written atomically (temporary file, fsync, rename, fsync of the
+//! directory), and refused with a clear error when corrupt or foreign.
+//!
+//! Layout (little endian): magic `FLOODGATE-STATE\n` (16 bytes), version
+//! `u32`, payload length `u64`, payload, MD5 of the payload (16 bytes).
+//! Payload: record count `u64`, then per record: kind `u8`, key length `u32`,
+//! key bytes, and the kind's fields.
+
+use super::{MemoryStore, Record, UniqueRecord};
+use crate::limit::bucket::BucketState;
+use crate::limit::ewma::EwmaState;
+use crate::limit::unique::UniqueSet;
+use md5::{Digest, Md5};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+const MAGIC: &[u8; 16] = b"FLOODGATE-STATE\n";
+const VERSION: u32 = 1;
+/// Largest key or set element accepted from a snapshot.
+const MAX_TEXT: usize = 1 << 20;
+
+/// Why a snapshot could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// File system error.
+    #[error("state snapshot {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The file does not start with floodgate's magic bytes.
+    #[error("state snapshot {0}: not a floodgate state snapshot (wrong magic bytes); refusing to load it")]
+    Foreign(PathBuf),
+    /// Written by an unknown format version.
+    #[error("state snapshot {path}: format version {version} is not supported (this floodgate reads version {VERSION})")]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        version: u32,
+    },
+    /// Length, checksum or record structure is wrong.
+    #[error("state snapshot {path} is corrupt: {detail}; refusing to load it (move it away to start with empty state)")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+fn put_text(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_ewma(out: &mut Vec<u8>, s: &EwmaState) {
+    out.extend_from_slice(&s.time_us.to_le_bytes());
+    out.extend_from_slice(&s.rate.to_bits().to_le_bytes());
+}
+
+/// Appends one record to a payload.
+fn encode(out: &mut Vec<u8>, key: &str, rec: &Record) {
+    match rec {
+        Record::Ewma(s) => {
+            out.push(1);
+            put_text(out, key);
+            put_ewma(out, s);
+        }
+        Record::Unique(r) => {
+            out.push(2);
+            put_text(out, key);
+            put_ewma(out, &r.state);
+            out.extend_from_slice(&r.created_s.to_le_bytes());
+            match &r.set {
+                UniqueSet::Bloom(bits) => {
+                    out.push(0);
+                    out.extend_from_slice(&(bits.len() as u32).to_le_bytes());
+                    out.extend_from_slice(bits);
+                }
+                UniqueSet::Exact(set) => {
+                    out.push(1);
+                    out.extend_from_slice(&(set.len() as u32).to_le_bytes());
+                    let mut items: Vec<&str> = set.iter().map(|s| &**s).collect();
+                    items.sort_unstable();
+                    for s in items {
+                        put_text(out, s);
+                    }
+                }
+            }
+        }
+        Record::Gcra { tat_ns } => {
+            out.push(3);
+            put_text(out, key);
+            out.extend_from_slice(&tat_ns.to_le_bytes());
+        }
+        Record::Bucket(b) => {
+            out.push(4);
+            put_text(out, key);
+            for v in [b.last_ms, b.level, b.pending] {
+                out.extend_from_slice(&v.to_bits().to_le_bytes());
+            }
+            out.extend_from_slice(&b.dyn_rate.to_le_bytes());
+            out.extend_from_slice(&b.dyn_burst.to_le_bytes());
+        }
+    }
+}
+
+/// A bounds-checked reader over the payload.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
+        let end = end.ok_or_else(|| format!("record data ends early at byte {}", self.pos))?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().map_err(|_| "short")?,
+        ))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().map_err(|_| "short")?,
+        ))
+    }
+    fn i64(&mut self) -> Result<i64, String> {
+        Ok(self.u64()? as i64)
+    }
+    fn f64(&mut self) -> Result<f64, String> {
+        Ok(f64::from_bits(self.u64()?))
+    }
+    fn len(&mut self) -> Result<usize, String> {
+        let n = self.u32()? as usize;
+        if n > MAX_TEXT {
+            return Err(format!("length {n} at byte {} is too large", self.pos));
+        }
+        Ok(n)
+    }
+    fn text(&mut self) -> Result<String, String> {
+        let n = self.len()?;
+        let at = self.pos;
+        let b = self.take(n)?;
+        String::from_utf8(b.to_vec()).map_err(|_| format!("text at byte {at} is not UTF-8"))
+    }
+    fn ewma(&mut self) -> Result<EwmaState, String> {
+        Ok(EwmaState {
+            time_us: self.i64()?,
+            rate: self.f64()?,
+        })
+    }
+}
+
+/// Decodes a payload into records.
+fn decode(payload: &[u8]) -> Result<Vec<(String, Record)>, String> {
+    let mut r = Reader {
+        buf: payload,
+        pos: 0,
+    };
+    let count = r.u64()?;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let at = r.pos;
+        let kind = r.u8()?;
+        let key = r.text()?;
+        let rec = match kind {
+            1 => Record::Ewma(r.ewma()?),
+            2 => {
+                let state = r.ewma()?;
+                let created_s = r.i64()?;
+                let set = match r.u8()? {
+                    0 => {
+                        let n = r.len()?;
+                        if n == 0 {
+                            return Err(format!("empty Bloom filter in the record at byte {at}"));
+                        }
+                        UniqueSet::Bloom(r.take(n)?.to_vec().into_boxed_slice())
+                    }
+                    1 => {
+                        let n = r.len()?;
+                        let mut set = std::collections::HashSet::with_capacity(n.min(1024));
+                        for _ in 0..n {
+                            set.insert(r.text()?.into_boxed_str());
+                        }
+                        UniqueSet::Exact(set)
+                    }
+                    other => {
+                        return Err(format!(
+                            "unknown set kind {other} in the record at byte {at}"
+                        ))
+                    }
+                };
+                Record::Unique(UniqueRecord {
+                    state,
+                    created_s,
+                    set,
+                })
+            }
+            3 => Record::Gcra { tat_ns: r.i64()? },
+            4 => Record::Bucket(BucketState {
+                last_ms: r.f64()?,
+                level: r.f64()?,
+                pending: r.f64()?,
+                dyn_rate: r.u32()?,
+                dyn_burst: r.u32()?,
+            }),
+            other => return Err(format!("unknown record kind {other} at byte {at}")),
+        };
+        out.push((key, rec));
+    }
+    if r.pos != payload.len() {
+        return Err(format!(
+            "{} bytes after the last record",
+            payload.len() - r.pos
+        ));
+    }
+    Ok(out)
+}
+
+/// Parses a whole snapshot file's bytes.
+fn parse_file(path: &Path, bytes: &[u8]) -> Result<Vec<(String, Record)>, SnapshotError> {
+    let corrupt = |detail: String| SnapshotError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(SnapshotError::Foreign(path.to_path_buf()));
+    }
+    if bytes.len() < 28 {
+        return Err(corrupt("the header is truncated".into()));
+    }
+    let version = u32::from_le_bytes(bytes[16..20].try_into().unwrap_or_default());
+    if version != VERSION {
+        return Err(SnapshotError::Version {
+            path: path.to_path_buf(),
+            version,
+        });
+    }
+    let len = u64::from_le_bytes(bytes[20..28].try_into().unwrap_or_default());
+    let expect = 28u64.checked_add(len).and_then(|v| v.checked_add(16));
+    if expect != Some(bytes.len() as u64) {
+        return Err(corrupt(format!(
+            "the file is {} bytes but its header announces {} bytes of records",
+            bytes.len(),
+            len
+        )));
+    }
+    let payload = &bytes[28..bytes.len() - 16];
+    let sum = Md5::digest(payload);
+    if sum.as_slice() != &bytes[bytes.len() - 16..] {
+        return Err(corrupt("the checksum does not match".into()));
+    }
+    decode(payload).map_err(corrupt)
+}
+
+impl MemoryStore {
+    /// Serialises every record into snapshot bytes.
+    pub fn snapshot_bytes(&self) -> Vec<u8> {
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&0u64.to_le_bytes());
+        let mut count = 0u64;
+        self.for_each_record(|key, rec| {
+            encode(&mut payload, key, &rec);
+            count += 1;
+        });
+        payload[..8].copy_from_slice(&count.to_le_bytes());
+        let mut out = Vec::with_capacity(payload.len() + 44);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        out.extend_from_slice(&payload);
+        out.extend_from_slice(&Md5::digest(&payload));
+        out
+    }
+
+    /// Writes a snapshot atomically: a temporary file next to `path`,
+    /// fsync, rename over `path`, fsync of the directory. Returns the number
+    /// of bytes written.
+    pub fn save_snapshot(&self, path: &Path) -> Result<usize, SnapshotError> {
+        let bytes = self.snapshot_bytes();
+        write_atomic(path, &bytes)?;
+        Ok(bytes.len())
+    }
+
+    /// Loads a snapshot into the store (records replace those with the same
+    /// key and kind). A missing file is an `Io` error with `NotFound`; see
+    /// [`MemoryStore::load_snapshot_if_present`].
+    pub fn load_snapshot(&self, path: &Path) -> Result<usize, SnapshotError> {
+        let bytes = std::fs::read(path).map_err(|source| SnapshotError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        self.load_snapshot_bytes(path, &bytes)
+    }
+
+    /// Loads snapshot bytes (read from `path`, which is only used in error
+    /// messages). Nothing is loaded unless the whole snapshot is valid.
+    pub fn load_snapshot_bytes(&self, path: &Path, bytes: &[u8]) -> Result<usize, SnapshotError> {
+        let records = parse_file(path, bytes)?;
+        let n = records.len();
+        for (key, rec) in records {
+            self.insert_record(&key, rec);
+        }
+        Ok(n)
+    }
+
+    /// Like [`MemoryStore::load_snapshot`], but a missing file gives `Ok(None)`
+    /// (first start). Corrupt or foreign files are still errors.
+    pub fn load_snapshot_if_present(&self, path: &Path) -> Result<Option<usize>, SnapshotError> {
+        match self.load_snapshot(path) {
+            Err(SnapshotError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(None)
+            }
+            other => other.map(Some),
+        }
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
+    let io = |source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        // Make the rename itself durable.
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(io)
+}
+
+/// Saves `store` to `path` every `interval` and once more when `shutdown`
+/// is cancelled. Each save runs on the blocking pool. Errors are returned
+/// from the final save; failed periodic saves are logged and retried.
+pub async fn run_snapshots(
+    store: Arc<MemoryStore>,
+    path: PathBuf,
+    interval: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Result<(), SnapshotError> {
+    let save = |store: Arc<MemoryStore>, path: PathBuf| async move {
+        match tokio::task::spawn_blocking(move || store.save_snapshot(&path)).await {
+            Ok(r) => r.map(|_| ()),
+            Err(e) => Err(SnapshotError::Io {
+                path: PathBuf::new(),
+                source: std::io::Error::other(e.to_string()),
+            }),
+        }
+    };
+    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = ticker.tick() => {
+                if let Err(e) = save(store.clone(), path.clone()).await {
+                    tracing::warn!(error = %e, "periodic state snapshot failed");
+                }
+            }
+        }
+    }
+    save(store, path).await
+}
