@@ -28,12 +28,12 @@ use std::io::{BufRead, Write};
 #[derive(Debug, thiserror::Error)]
 pub enum SimulateError {
     /// The Exim limit string is invalid (Exim's message).
-    #[error("error in ratelimit \"{spec}\": {source}")]
+    #[error("error in ratelimit \"{spec}\": {error}")]
     Spec {
         /// The spec text.
         spec: String,
         /// Exim's error.
-        source: SpecError,
+        error: SpecError,
     },
     /// A gcra:/bucket: spec is invalid.
     #[error("error in limit \"{spec}\": {detail}")]
@@ -142,9 +142,9 @@ fn parse_sim(spec: &str) -> Result<Sim, SimulateError> {
     }
     LimitSpec::parse(spec)
         .map(Sim::Exim)
-        .map_err(|source| SimulateError::Spec {
+        .map_err(|error| SimulateError::Spec {
             spec: spec.to_string(),
-            source,
+            error,
         })
 }
 
