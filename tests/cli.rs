@@ -1,0 +1,167 @@
+//! The command line: every bad input (config, CLI, simulate events) gets a clear error and a
+//! failing exit status; good input gives what the README promises.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn floodgate(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start floodgate");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("write stdin");
+    child.wait_with_output().expect("wait floodgate")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn temp_config(body: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, body).expect("write config");
+    (dir, path)
+}
+
+#[test]
+fn check_accepts_the_shipped_default_config() {
+    let out = floodgate(&["check", "--config", "conf/floodgate.toml"], b"");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("conf/floodgate.toml: OK"), "{stdout}");
+    assert!(
+        stdout.contains("listener submission: 127.0.0.1:2587 tls=starttls"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("listener submissions: 127.0.0.1:2465 tls=implicit"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("upstream: 127.0.0.1:10025"), "{stdout}");
+}
+
+#[test]
+fn bad_config_names_file_line_and_problem_and_fails() {
+    let (_d, path) = temp_config(
+        "[[listener]]\naddress = \"127.0.0.1:0\"\ntls = \"sometimes\"\n[upstream]\naddress = \"127.0.0.1:25\"\n",
+    );
+    let p = path.to_str().unwrap();
+    for verb in ["check", "run"] {
+        let out = floodgate(&[verb, "--config", p], b"");
+        assert_eq!(out.status.code(), Some(1), "{verb}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(&format!("{p}:3:7: unknown variant `sometimes`")),
+            "{verb}: {err}"
+        );
+    }
+}
+
+#[test]
+fn missing_config_file_is_reported() {
+    let out = floodgate(&["check", "--config", "/nonexistent/floodgate.toml"], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/floodgate.toml: cannot read"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unreadable_certificate_is_reported_by_check_and_run() {
+    let (_d, path) = temp_config(
+        "[[listener]]\naddress = \"127.0.0.1:0\"\ntls = \"implicit\"\n\
+         [tls]\ncertificate = \"missing.crt\"\nprivate_key = \"missing.key\"\n\
+         [upstream]\naddress = \"127.0.0.1:25\"\n",
+    );
+    let p = path.to_str().unwrap();
+    for verb in ["check", "run"] {
+        let out = floodgate(&[verb, "--config", p], b"");
+        assert_eq!(out.status.code(), Some(1), "{verb}");
+        let err = text(&out.stderr);
+        assert!(err.contains("missing.crt"), "{verb}: {err}");
+    }
+}
+
+#[test]
+fn mismatched_key_is_refused() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("certs/dev");
+    let (_d, path) = temp_config(&format!(
+        "[[listener]]\naddress = \"127.0.0.1:0\"\ntls = \"starttls\"\n\
+         [tls]\ncertificate = \"{}\"\nprivate_key = \"{}\"\n\
+         [upstream]\naddress = \"127.0.0.1:25\"\n",
+        root.join("server.crt").display(),
+        root.join("upstream.key").display()
+    ));
+    let out = floodgate(&["check", "--config", path.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("TLS"), "{err}");
+}
+
+#[test]
+fn port_in_use_is_reported() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let (_d, path) = temp_config(&format!(
+        "[[listener]]\naddress = \"{addr}\"\n[upstream]\naddress = \"127.0.0.1:25\"\n[server]\nworkers = 1\n"
+    ));
+    let out = floodgate(&["run", "--config", path.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+}
+
+#[test]
+fn unknown_subcommand_and_missing_arguments_are_usage_errors() {
+    let out = floodgate(&["frobnicate"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("unrecognized subcommand"));
+    let out = floodgate(&["simulate"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--limit"));
+}
+
+#[test]
+fn simulate_replays_events_and_reports_rates() {
+    let events = b"{\"t\": 0, \"key\": \"alice\"}\n{\"t\": 0.5, \"key\": \"alice\"}\n{\"t\": 1, \"key\": \"alice\"}\n";
+    let out = floodgate(&["simulate", "--limit", "2 / 1h / strict"], events);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["rate"], 1.0);
+    assert_eq!(lines[0]["over"], false);
+    assert_eq!(lines[2]["over"], true);
+}
+
+#[test]
+fn simulate_bad_spec_and_bad_event_are_clear() {
+    let out = floodgate(&["simulate", "--limit", "10 / 1H"], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("\"1H\" is not a time value"), "{err}");
+
+    let out = floodgate(
+        &["simulate", "--limit", "10 / 1h"],
+        b"{\"t\": 0, \"key\": \"a\"}\n{\"t\": \"soon\"}\n",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("line 2"), "{err}");
+}
