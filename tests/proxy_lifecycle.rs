@@ -186,6 +186,27 @@ fn sigint_stops_every_session_at_once() {
     );
 }
 
+#[test]
+fn sigint_during_the_grace_period_stops_at_once() {
+    let rec = Recorder::plain();
+    let mut fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).shutdown_grace("60s"));
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    c.ehlo("patient.client.test");
+    fg.signal("TERM");
+    fg.wait_stderr("no longer accepting", LOG_WAIT);
+    // Still served during the grace period.
+    assert_eq!(c.cmd("NOOP").code, 250);
+    fg.signal("INT");
+    fg.wait_stderr("SIGINT: stopping now", LOG_WAIT);
+    assert_code(&c.reply(), 421, "4.3.2");
+    let rest = c.drain_until_close();
+    assert!(rest.is_empty(), "bytes after 421: {}", show(&rest));
+    let status = fg
+        .wait_exit(EXIT_WAIT)
+        .expect("floodgate did not exit after SIGINT");
+    assert!(status.success(), "exit status {status}");
+}
+
 // ---------------------------------------------------------------------------------------
 // Reload
 // ---------------------------------------------------------------------------------------
