@@ -133,9 +133,23 @@ fn a_line_that_never_ends_is_refused_once_it_does_and_the_session_goes_on() {
     let by = Bystander::open(addr, "honest");
     let mut c = RawClient::connect_greeted(addr);
     c.ehlo("endless.client.test");
+    let rss_before = fg.rss_kib();
     let mut line = b"NOOP endless".to_vec();
     line.resize(100 * 1024, b'x');
     c.send(&line);
+    // 16 MiB more of the same line: floodgate must throw it away as it comes.
+    let more = vec![b'y'; 1024 * 1024];
+    for _ in 0..16 {
+        c.send(&more);
+    }
+    // The sends return once the kernel took the bytes; its socket buffers hold far less
+    // than 16 MiB, so floodgate has read (and had to drop) most of the line by now.
+    if let (Some(before), Some(after)) = (rss_before, fg.rss_kib()) {
+        assert!(
+            after < before + 8 * 1024,
+            "floodgate grew from {before} KiB to {after} KiB on an endless line"
+        );
+    }
     // Nothing may come back while the line is unfinished; the honest client goes on.
     by.finish(&rec);
     c.send(b"\r\n");

@@ -342,6 +342,23 @@ impl Floodgate {
         self.dir.path()
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory in KiB (`VmRSS` in /proc/PID/status), if readable.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    }
+
     /// Sends signal `name` (`TERM`, `INT`, `HUP`, ...) with `kill -s NAME`.
     pub fn signal(&self, name: &str) {
         let status = Command::new("kill")
