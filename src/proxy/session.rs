@@ -273,12 +273,15 @@ impl Session {
     }
 
     /// The next framed line from the client, reading as needed.
+    /// `[timeouts] command` bounds the wait for the whole line, not each read: a client
+    /// trickling one byte at a time must not hold the session open forever.
     pub(super) async fn next_event(&mut self) -> Result<LineEvent, &'static str> {
+        let deadline = Instant::now() + self.shared.config.timeouts.command.0;
         loop {
             if let Some(e) = self.framer.next_line(&mut self.client.rbuf) {
                 return Ok(e);
             }
-            let idle = self.shared.config.timeouts.command.0;
+            let idle = deadline.saturating_duration_since(Instant::now());
             if let Err(end) = self.client.fill(idle, &self.stop).await {
                 return Err(self.read_end(end));
             }

@@ -20,6 +20,8 @@ pub struct ListenerSpec {
     pub tls: String,
     /// Bind address; `127.0.0.1:0` picks a free port.
     pub address: String,
+    /// Accept a PROXY v1/v2 header (from `[server] trusted_proxies` only).
+    pub proxy_protocol: bool,
 }
 
 impl ListenerSpec {
@@ -29,7 +31,20 @@ impl ListenerSpec {
             name: name.into(),
             tls: tls.into(),
             address: "127.0.0.1:0".into(),
+            proxy_protocol: false,
         }
+    }
+
+    /// The same listener bound to `address` (e.g. `[::1]:0`).
+    pub fn at(mut self, address: &str) -> ListenerSpec {
+        self.address = address.into();
+        self
+    }
+
+    /// The same listener accepting a PROXY header from trusted peers.
+    pub fn with_proxy_protocol(mut self) -> ListenerSpec {
+        self.proxy_protocol = true;
+        self
     }
 }
 
@@ -46,6 +61,14 @@ pub struct FloodgateConfig {
     pub listeners: Vec<ListenerSpec>,
     /// `[log] level`.
     pub log_level: String,
+    /// `[server] trusted_proxies` (CIDRs); not written when empty.
+    pub trusted_proxies: Vec<String>,
+    /// `[server] shutdown_grace` (default `2s`).
+    pub shutdown_grace: String,
+    /// More `[server]` keys, one `key = value` TOML line each (e.g. `max_errors = 3`).
+    pub server_keys: Vec<String>,
+    /// `[timeouts]` values by key; [`FloodgateConfig::timeout`] overrides one.
+    pub timeouts: Vec<(String, String)>,
     /// TOML appended verbatim (e.g. an `[smtp]` section). Must not repeat the sections
     /// written here: server, timeouts, tls, upstream, log.
     pub extra: String,
@@ -65,8 +88,55 @@ impl FloodgateConfig {
                 ListenerSpec::new("submissions", "implicit"),
             ],
             log_level: "debug".into(),
+            trusted_proxies: Vec::new(),
+            shutdown_grace: "2s".into(),
+            server_keys: Vec::new(),
+            timeouts: [
+                ("command", "60s"),
+                ("data", "120s"),
+                ("session", "10m"),
+                ("tls_handshake", "10s"),
+                ("upstream_connect", "5s"),
+                ("upstream_reply", "30s"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
             extra: String::new(),
         }
+    }
+
+    /// Replaces the listeners.
+    pub fn listeners(mut self, listeners: Vec<ListenerSpec>) -> Self {
+        self.listeners = listeners;
+        self
+    }
+
+    /// Sets `[server] trusted_proxies`.
+    pub fn trusted_proxies(mut self, cidrs: &[&str]) -> Self {
+        self.trusted_proxies = cidrs.iter().map(|c| c.to_string()).collect();
+        self
+    }
+
+    /// Sets `[server] shutdown_grace` (a duration string such as `"2s"`).
+    pub fn shutdown_grace(mut self, grace: &str) -> Self {
+        self.shutdown_grace = grace.into();
+        self
+    }
+
+    /// Adds a `[server]` key; `value` is TOML (`"3"`, `"\"x\""`).
+    pub fn server(mut self, key: &str, value: &str) -> Self {
+        self.server_keys.push(format!("{key} = {value}"));
+        self
+    }
+
+    /// Sets one `[timeouts]` value (a duration string), adding the key if needed.
+    pub fn timeout(mut self, key: &str, value: &str) -> Self {
+        match self.timeouts.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = value.into(),
+            None => self.timeouts.push((key.into(), value.into())),
+        }
+        self
     }
 
     /// Sets `client_identity`.
@@ -99,15 +169,31 @@ impl FloodgateConfig {
         let path = |p: PathBuf| p.to_str().expect("utf-8 path").replace('\\', "\\\\");
         let mut t = String::new();
         t.push_str("# written by tests/common/mod.rs\n");
-        t.push_str("[server]\nhostname = \"floodgate.test\"\nshutdown_grace = \"2s\"\n\n");
-        t.push_str(
-            "[timeouts]\ncommand = \"60s\"\ndata = \"120s\"\nsession = \"10m\"\n\
-             tls_handshake = \"10s\"\nupstream_connect = \"5s\"\nupstream_reply = \"30s\"\n\n",
-        );
+        t.push_str(&format!(
+            "[server]\nhostname = \"floodgate.test\"\nshutdown_grace = \"{}\"\n",
+            self.shutdown_grace
+        ));
+        if !self.trusted_proxies.is_empty() {
+            let list: Vec<String> = self
+                .trusted_proxies
+                .iter()
+                .map(|c| format!("\"{c}\""))
+                .collect();
+            t.push_str(&format!("trusted_proxies = [{}]\n", list.join(", ")));
+        }
+        for line in &self.server_keys {
+            t.push_str(line);
+            t.push('\n');
+        }
+        t.push_str("\n[timeouts]\n");
+        for (k, v) in &self.timeouts {
+            t.push_str(&format!("{k} = \"{v}\"\n"));
+        }
+        t.push('\n');
         for l in &self.listeners {
             t.push_str(&format!(
-                "[[listener]]\nname = \"{}\"\naddress = \"{}\"\ntls = \"{}\"\nproxy_protocol = false\n\n",
-                l.name, l.address, l.tls
+                "[[listener]]\nname = \"{}\"\naddress = \"{}\"\ntls = \"{}\"\nproxy_protocol = {}\n\n",
+                l.name, l.address, l.tls, l.proxy_protocol
             ));
         }
         t.push_str(&format!(
@@ -254,6 +340,63 @@ impl Floodgate {
     /// The temp dir holding config and logs.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory in KiB (`VmRSS` in /proc/PID/status), if readable.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    }
+
+    /// Sends signal `name` (`TERM`, `INT`, `HUP`, ...) with `kill -s NAME`.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args(["-s", name, &self.child.id().to_string()])
+            .status()
+            .unwrap_or_else(|e| panic!("kill -s {name}: {e}"));
+        assert!(status.success(), "kill -s {name} failed: {status}");
+    }
+
+    /// Waits (bounded by `limit`) until floodgate's stderr contains `needle`; panics with
+    /// the log so far when time runs out.
+    pub fn wait_stderr(&self, needle: &str, limit: Duration) {
+        self.wait_stderr_count(needle, 1, limit);
+    }
+
+    /// Waits (bounded by `limit`) until `needle` occurs at least `n` times in stderr.
+    pub fn wait_stderr_count(&self, needle: &str, n: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let log = self.stderr();
+            if log.matches(needle).count() >= n {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!("timed out after {limit:?} waiting for {n} x {needle:?} in floodgate's log:\n{log}");
+            }
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Replaces the config file's text (for a reload test; listeners are not re-bound).
+    pub fn write_config(&self, text: &str) {
+        fs::write(&self.config, text).expect("rewrite config");
+    }
+
+    /// Waits (bounded by `limit`) for floodgate to exit on its own; `None` if it did not.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        wait_exit(&mut self.child, limit)
     }
 
     /// Sends SIGTERM and waits (bounded) for the exit status.

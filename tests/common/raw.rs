@@ -244,6 +244,55 @@ impl RawClient {
         r
     }
 
+    /// Changes the bound on each read (default [`REPLY_TIMEOUT`]); a read that runs out
+    /// makes [`RawClient::try_reply`] return `Err` without closing anything.
+    pub fn set_read_timeout(&mut self, limit: Duration) {
+        self.stream
+            .set_read_timeout(Some(limit))
+            .expect("set_read_timeout");
+    }
+
+    /// Whether the server closed the connection (seen by an earlier read).
+    pub fn saw_eof(&self) -> bool {
+        self.eof
+    }
+
+    /// The client's own address (what floodgate sees as the peer).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.stream.local_addr().expect("local_addr")
+    }
+
+    /// Reads and discards everything until the server closes the connection; returns the
+    /// bytes received. A read that times out ([`REPLY_TIMEOUT`]) fails the test.
+    pub fn drain_until_close(&mut self) -> Vec<u8> {
+        let mut all = std::mem::take(&mut self.buf);
+        if self.eof {
+            return all;
+        }
+        let mut chunk = [0u8; 16384];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => all.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    panic!(
+                        "server did not close within {REPLY_TIMEOUT:?}; received {:?}",
+                        show(&all)
+                    )
+                }
+                // A reset also ends the connection.
+                Err(_) => break,
+            }
+        }
+        self.eof = true;
+        all
+    }
+
     /// Half-closes the sending side.
     pub fn shutdown_write(&mut self) {
         let _ = self.stream.shutdown(Shutdown::Write);

@@ -37,6 +37,8 @@ pub struct RecorderOptions {
     pub idle_timeout: f64,
     /// Address to bind (a loopback address).
     pub host: String,
+    /// `--proxy-protocol`: expect a PROXY v2 header before the greeting.
+    pub proxy_protocol: bool,
 }
 
 impl Default for RecorderOptions {
@@ -52,6 +54,7 @@ impl Default for RecorderOptions {
             delay: 1.0,
             idle_timeout: 30.0,
             host: "127.0.0.1".into(),
+            proxy_protocol: false,
         }
     }
 }
@@ -228,6 +231,9 @@ impl Recorder {
         if opts.implicit_tls {
             cmd.arg("--implicit-tls");
         }
+        if opts.proxy_protocol {
+            cmd.arg("--proxy-protocol");
+        }
         for (u, p) in &opts.users {
             cmd.arg("--user").arg(format!("{u}:{p}"));
         }
@@ -282,8 +288,8 @@ impl Recorder {
             .collect()
     }
 
-    /// The recorded events of one kind (`session_start`, `command`, `tls`, `xclient`,
-    /// `auth`, `message`, `session_end`).
+    /// The recorded events of one kind (`session_start`, `proxy`, `command`, `tls`,
+    /// `xclient`, `auth`, `message`, `session_end`).
     pub fn events_of(&self, kind: &str) -> Vec<Value> {
         self.events()
             .into_iter()

@@ -11,12 +11,17 @@ usage: recorder.py [--host 127.0.0.1] [--port 0] [--record FILE]
                    [--user NAME:PASSWORD ...] [--reject-rcpt SUB ...] [--defer-rcpt SUB ...]
                    [--fault none|refuse|die-mid-data|garbage|slow|reset-after-data-cmd]
                    [--fault-after N] [--delay S] [--idle-timeout S] [--hostname NAME]
+                   [--proxy-protocol]
 
 On start it prints `READY <port>` on stdout (flushed). SIGTERM/SIGINT: clean exit 0.
 Loopback addresses only.
 
 Record lines (all have "event", "session" (int, 0 for server events) and "time"):
   session_start  peer, tls (true when implicit TLS)
+  proxy          (--proxy-protocol only) the PROXY v2 header read before the greeting:
+                 command (PROXY | LOCAL), family (TCP4 | TCP6 | UNSPEC), src and dst
+                 ("ip:port", IPv6 as "[ip]:port"; null for LOCAL/UNSPEC), tlv_len;
+                 or error (the session then ends with reason proxy-header)
   command        verb, line (AUTH lines and SASL responses are never recorded)
   tls            STARTTLS handshake done; injected: base64 of bytes that were
                  pipelined after STARTTLS and discarded ("" when none)
@@ -26,7 +31,8 @@ Record lines (all have "event", "session" (int, 0 for server events) and "time")
                  354 and the final CRLF.CRLF, dot-stuffed, incl. the last line's CRLF),
                  size, sha256 (of those bytes), content_sha256 (after dot-unstuffing),
                  bare_lf, bare_cr, helo, auth_user, xclient, tls, bdat
-  session_end    reason (quit, eof, timeout, fault, errors, shutdown, tls-failed), messages
+  session_end    reason (quit, eof, timeout, fault, errors, shutdown, tls-failed,
+                 proxy-header), messages
 """
 
 from __future__ import annotations
@@ -57,6 +63,43 @@ MAX_RCPTS = 1000
 MAX_ERRORS = 20
 
 XCLIENT_ATTRS = ("NAME", "ADDR", "PORT", "PROTO", "HELO", "LOGIN", "DESTADDR", "DESTPORT")
+
+PROXY_V2_SIG = b"\r\n\r\n\x00\r\nQUIT\n"
+
+
+def parse_proxy_v2(header: bytes) -> dict:
+    """Parses one complete PROXY v2 header (signature, 4 fixed octets, payload).
+
+    Returns the fields of the `proxy` record; raises ValueError when it is malformed.
+    """
+    if len(header) < 16 or header[:12] != PROXY_V2_SIG:
+        raise ValueError("no PROXY v2 signature")
+    ver_cmd, fam = header[12], header[13]
+    length = struct.unpack("!H", header[14:16])[0]
+    payload = header[16:]
+    if len(payload) != length:
+        raise ValueError("length field says %d, got %d" % (length, len(payload)))
+    if ver_cmd >> 4 != 2:
+        raise ValueError("version %d" % (ver_cmd >> 4))
+    cmd = ver_cmd & 0x0F
+    if cmd not in (0, 1):
+        raise ValueError("command %d" % cmd)
+    command = "PROXY" if cmd == 1 else "LOCAL"
+    families = {0x11: ("TCP4", 4), 0x21: ("TCP6", 16), 0x00: ("UNSPEC", 0)}
+    if fam not in families:
+        raise ValueError("family/protocol 0x%02x" % fam)
+    family, alen = families[fam]
+    src = dst = None
+    used = 0
+    if command == "PROXY" and alen:
+        used = 2 * alen + 4
+        if length < used:
+            raise ValueError("address block too short for %s" % family)
+        ips = [ipaddress.ip_address(payload[i * alen : (i + 1) * alen]) for i in range(2)]
+        sport, dport = struct.unpack("!HH", payload[2 * alen : used])
+        fmt = "%s:%d" if alen == 4 else "[%s]:%d"
+        src, dst = fmt % (ips[0], sport), fmt % (ips[1], dport)
+    return {"command": command, "family": family, "src": src, "dst": dst, "tlv_len": length - used}
 
 
 class Closed(Exception):
@@ -245,6 +288,8 @@ class Session:
         self.record("session_start", peer="%s:%s" % (peer[0], peer[1]) if peer else "", tls=self.tls)
         reason = "eof"
         try:
+            if self.cfg.proxy_protocol:
+                await self.read_proxy_header()
             if self.cfg.fault == "refuse":
                 await self.reply("554 5.3.2 %s no SMTP service here" % self.cfg.hostname)
                 await self.refused_loop()
@@ -260,6 +305,22 @@ class Session:
         finally:
             self.record("session_end", reason=reason, messages=self.messages)
             await self.close()
+
+    async def read_proxy_header(self) -> None:
+        """Reads a PROXY v2 header before the greeting and records it (plain listeners)."""
+        while len(self.buf) < 16:
+            await self.fill()
+        length = struct.unpack("!H", bytes(self.buf[14:16]))[0]
+        while len(self.buf) < 16 + length:
+            await self.fill()
+        header = bytes(self.buf[: 16 + length])
+        del self.buf[: 16 + length]
+        try:
+            fields = parse_proxy_v2(header)
+        except ValueError as e:
+            self.record("proxy", error=str(e), raw_b64=b64(header[:64]))
+            raise Closed("proxy-header")
+        self.record("proxy", **fields)
 
     async def greet(self) -> None:
         await self.reply("220 %s ESMTP recorder" % self.cfg.hostname)
@@ -751,6 +812,9 @@ def parse_args(argv=None):
     ap.add_argument("--fault-after", type=int, default=1024, help="die-mid-data: bytes of DATA")
     ap.add_argument("--delay", type=float, default=1.0, help="slow: seconds before every reply")
     ap.add_argument("--idle-timeout", type=float, default=60.0, help="seconds per read")
+    ap.add_argument(
+        "--proxy-protocol", action="store_true", help="read a PROXY v2 header before the greeting"
+    )
     a = ap.parse_args(argv)
     if not ipaddress.ip_address(a.host).is_loopback:
         ap.error("refusing non-loopback address %s" % a.host)
@@ -758,6 +822,8 @@ def parse_args(argv=None):
         ap.error("--cert and --key go together")
     if a.implicit_tls and not a.cert:
         ap.error("--implicit-tls needs --cert and --key")
+    if a.proxy_protocol and a.implicit_tls:
+        ap.error("--proxy-protocol is for plain listeners only")
     users = {}
     for u in a.user:
         name, sep, pw = u.partition(":")
