@@ -135,7 +135,7 @@ impl Default for ServerConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Timeouts {
-    /// Idle wait for the next client command (RFC 5321 §4.5.3.2: at least 5 minutes).
+    /// Time to receive each whole command line (RFC 5321 §4.5.3.2: at least 5 minutes).
     pub command: ConfigDuration,
     /// The whole DATA phase.
     pub data: ConfigDuration,

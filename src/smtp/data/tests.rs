@@ -124,10 +124,14 @@ fn line_length_limit() {
     let mut ok = vec![b'a'; 998];
     ok.extend_from_slice(b"\r\n.\r\n");
     assert!(!decode(&ok, BarePolicy::Reject).2.line_too_long);
-    // A leading stuffing dot counts: it is on the wire.
+    // RFC 5321 §4.5.3.1.6: the dot added for transparency is not counted, so a stuffed
+    // 998-octet text line (999 octets on the wire) is fine, and one octet more is not.
     let mut stuffed = vec![b'.'; 999];
     stuffed.extend_from_slice(b"\r\n.\r\n");
-    let out = decode(&stuffed, BarePolicy::Reject).2;
+    assert!(!decode(&stuffed, BarePolicy::Reject).2.line_too_long);
+    let mut long = vec![b'.'; 1000];
+    long.extend_from_slice(b"\r\n.\r\n");
+    let out = decode(&long, BarePolicy::Reject).2;
     assert!(out.line_too_long);
     assert_eq!(out.rejection().unwrap().code, 500);
 }
