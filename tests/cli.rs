@@ -165,3 +165,32 @@ fn simulate_bad_spec_and_bad_event_are_clear() {
     let err = text(&out.stderr);
     assert!(err.contains("line 2"), "{err}");
 }
+
+#[test]
+fn a_second_floodgate_on_the_same_port_is_refused() {
+    use std::io::BufRead;
+    let (_d, first_cfg) = temp_config(
+        "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:25\"\n",
+    );
+    let mut first = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["run", "--config", first_cfg.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start floodgate");
+    let mut line = String::new();
+    std::io::BufReader::new(first.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("listening line");
+    let addr = line.split_whitespace().nth(2).expect("address").to_string();
+    let (_d2, second_cfg) = temp_config(&format!(
+        "[[listener]]\naddress = \"{addr}\"\n[upstream]\naddress = \"127.0.0.1:25\"\n"
+    ));
+    let out = floodgate(&["run", "--config", second_cfg.to_str().unwrap()], b"");
+    let _ = first.kill();
+    let _ = first.wait();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+}

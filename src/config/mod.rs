@@ -112,8 +112,8 @@ pub struct ServerConfig {
     pub trusted_proxies: Vec<Cidr>,
     /// How long sessions may finish after SIGTERM before they get 421 4.3.2.
     pub shutdown_grace: ConfigDuration,
-    /// Worker threads, each with its own event loop and its own listening sockets
-    /// (SO_REUSEPORT); 0 means one per CPU core.
+    /// Worker threads, each with its own event loop accepting from the listening sockets;
+    /// 0 means one per CPU core.
     pub workers: usize,
 }
 

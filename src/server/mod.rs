@@ -58,7 +58,7 @@ pub fn build_shared(config: Arc<Config>, policy: Arc<dyn Policy>) -> Result<Shar
 
 /// One listener of the config, bound once per worker.
 struct Bound {
-    /// One socket per worker, all on the same address (SO_REUSEPORT).
+    /// One descriptor per worker, all for the same listening socket.
     sockets: Vec<std::net::TcpListener>,
     address: SocketAddr,
     info: ListenerInfo,
@@ -133,15 +133,18 @@ impl Server {
                 address: l.address,
                 source,
             };
-            // The first socket fixes the port (the config may say port 0); the others
-            // share it through SO_REUSEPORT, so the kernel spreads connections over workers.
+            // One listening socket, shared by every worker through duplicated descriptors:
+            // each worker's event loop accepts from it, so an idle worker takes the next
+            // connection. (Not SO_REUSEPORT: that would let a second floodgate silently share
+            // the port instead of failing with "address in use".)
             let first = bind_listener(l.address).map_err(err)?;
             let address = first.local_addr().map_err(err)?;
-            let mut sockets = vec![first.into_std().map_err(err)?];
+            let std = first.into_std().map_err(err)?;
+            let mut sockets = Vec::with_capacity(workers);
             for _ in 1..workers {
-                let s = bind_listener(address).map_err(err)?;
-                sockets.push(s.into_std().map_err(err)?);
+                sockets.push(std.try_clone().map_err(err)?);
             }
+            sockets.push(std);
             bound.push(Bound {
                 sockets,
                 address,
@@ -194,8 +197,8 @@ impl Server {
     }
 
     /// Runs the workers until stopped, then waits for every session to end. Each worker is
-    /// an OS thread with a single-threaded event loop: a session never changes thread, so no
-    /// cross-thread wake-ups on the hot path.
+    /// an OS thread with a single-threaded event loop that accepts from the shared listening
+    /// sockets: a session never changes thread, so no cross-thread wake-ups on the hot path.
     pub async fn run(self) {
         let mut done = Vec::new();
         for w in 0..self.workers {
@@ -285,7 +288,6 @@ fn bind_listener(address: SocketAddr) -> std::io::Result<TcpListener> {
         tokio::net::TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
-    socket.set_reuseport(true)?;
     socket.bind(address)?;
     socket.listen(1024)
 }
