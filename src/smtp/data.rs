@@ -156,10 +156,7 @@ impl DataDecoder {
                 continue;
             }
             let rest = &input[i..];
-            let stop = rest
-                .iter()
-                .position(|&b| b == b'\r' || b == b'\n')
-                .unwrap_or(rest.len());
+            let stop = memchr::memchr2(b'\r', b'\n', rest).unwrap_or(rest.len());
             self.emit(&rest[..stop], body);
             self.col += stop;
             i += stop;
@@ -230,10 +227,7 @@ pub fn encode_data(body: &[u8], out: &mut Vec<u8>) {
             out.push(b'.');
         }
         let rest = &body[i..];
-        let stop = rest
-            .iter()
-            .position(|&b| b == b'\r' || b == b'\n')
-            .unwrap_or(rest.len());
+        let stop = memchr::memchr2(b'\r', b'\n', rest).unwrap_or(rest.len());
         out.extend_from_slice(&rest[..stop]);
         i += stop;
         if i == body.len() {

@@ -67,7 +67,7 @@ impl LineFramer {
     /// `buf` holds at most `max_len - 1` bytes. An over-long line is reported
     /// as `TooLong` even if it also had a bare line ending.
     pub fn next_line(&mut self, buf: &mut BytesMut) -> Option<LineEvent> {
-        match buf.iter().position(|&b| b == b'\n') {
+        match memchr::memchr(b'\n', buf) {
             Some(lf) => {
                 let line = buf.split_to(lf + 1);
                 if std::mem::take(&mut self.discarding) || lf + 1 > self.max_len {

@@ -214,7 +214,7 @@ impl ReplyParser {
 
     fn parse_inner(&mut self, buf: &mut BytesMut) -> Result<Option<Reply>, ReplyError> {
         loop {
-            let Some(lf) = buf.iter().position(|&b| b == b'\n') else {
+            let Some(lf) = memchr::memchr(b'\n', buf) else {
                 if buf.len() >= self.max_line {
                     return Err(ReplyError::LineTooLong);
                 }
