@@ -12,27 +12,6 @@ use crate::smtp::xclient::XclientAttrs;
 use super::session::{Flow, Judged, Session};
 use super::upstream::UpstreamError;
 
-/// The verb of a command, for logs and the policy's `command` fact.
-pub fn verb_of(cmd: &Command) -> &'static str {
-    match cmd {
-        Command::Helo(_) => "HELO",
-        Command::Ehlo(_) => "EHLO",
-        Command::Mail(_) => "MAIL",
-        Command::Rcpt(_) => "RCPT",
-        Command::Data => "DATA",
-        Command::Bdat { .. } => "BDAT",
-        Command::Rset => "RSET",
-        Command::Noop => "NOOP",
-        Command::Quit => "QUIT",
-        Command::Help => "HELP",
-        Command::Vrfy(_) => "VRFY",
-        Command::Expn(_) => "EXPN",
-        Command::StartTls => "STARTTLS",
-        Command::Auth { .. } => "AUTH",
-        Command::Unknown(_) => "UNKNOWN",
-    }
-}
-
 type Handled = Result<Flow, UpstreamError>;
 
 impl Session {

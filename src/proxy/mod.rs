@@ -10,7 +10,6 @@ pub mod session;
 pub mod stream;
 pub mod upstream;
 
-pub use commands::verb_of;
 pub use session::{ListenerInfo, Session, Shared};
 pub use stream::Stream;
 pub use upstream::{UpstreamError, UpstreamSettings};

@@ -256,7 +256,7 @@ impl Session {
                     continue;
                 }
             };
-            self.facts.command = Some(super::commands::verb_of(&cmd));
+            self.facts.command = Some(cmd.verb());
             match self.judge(Stage::Command).await {
                 Judged::Go => {}
                 Judged::Answered => continue,

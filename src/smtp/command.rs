@@ -438,8 +438,9 @@ impl Command {
         }
     }
 
-    /// The verb of this command in upper case, for logs and metrics.
-    pub fn verb(&self) -> &str {
+    /// The verb of this command in upper case, for logs, metrics and policy facts; every
+    /// unrecognised verb is `UNKNOWN` (client text must not become a metric label).
+    pub fn verb(&self) -> &'static str {
         match self {
             Command::Helo(_) => "HELO",
             Command::Ehlo(_) => "EHLO",
@@ -455,7 +456,7 @@ impl Command {
             Command::Expn(_) => "EXPN",
             Command::StartTls => "STARTTLS",
             Command::Auth { .. } => "AUTH",
-            Command::Unknown(v) => v,
+            Command::Unknown(_) => "UNKNOWN",
         }
     }
 }

@@ -309,7 +309,8 @@ fn ends_group_rules() {
 #[test]
 fn verbs() {
     assert_eq!(p("mail from:<>").unwrap().verb(), "MAIL");
-    assert_eq!(p("xyzzy").unwrap().verb(), "XYZZY");
+    assert_eq!(p("xyzzy").unwrap().verb(), "UNKNOWN");
+    assert_eq!(p("xyzzy").unwrap(), Command::Unknown("XYZZY".into()));
 }
 
 #[test]
