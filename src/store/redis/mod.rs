@@ -138,6 +138,21 @@ fn to_item(v: Value) -> Result<Item, StoreError> {
     }
 }
 
+/// The first text in a reply (a cluster's per-node map included).
+fn first_text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::Map(pairs) => pairs
+            .first()
+            .map(|(_, v)| first_text(v))
+            .unwrap_or_default(),
+        Value::Array(a) => a.first().map(first_text).unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
 fn hash_of(v: &Value) -> HashMap<String, Vec<u8>> {
     let mut m = HashMap::new();
     let items: &[Value] = match v {
@@ -369,11 +384,13 @@ impl RedisStore {
     pub async fn ping(&self) -> Result<ServerInfo, StoreError> {
         self.timed(async {
             let mut conn = self.conn().await?;
-            let info: String = redis::cmd("INFO")
+            // A cluster answers INFO from every master: any one will do.
+            let info: Value = redis::cmd("INFO")
                 .arg("server")
                 .query_async(&mut conn)
                 .await
                 .map_err(|e| unavailable(&e))?;
+            let info = first_text(&info);
             let (secs, micros): (i64, i64) = redis::cmd("TIME")
                 .query_async(&mut conn)
                 .await
