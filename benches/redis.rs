@@ -131,4 +131,9 @@ fn main() {
         );
         assert!(r.decisions > 0);
     }
+    // Server-side cost of the script, to tell Redis time from client time.
+    let stats = redis_server::raw_command(server.port, "INFO commandstats").unwrap_or_default();
+    for line in stats.lines().filter(|l| l.starts_with("cmdstat_evalsha")) {
+        println!("{line}");
+    }
 }
