@@ -179,7 +179,47 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
         "timeouts: command={} data={} session={} tls_handshake={} upstream_connect={} upstream_reply={}",
         t.command, t.data, t.session, t.tls_handshake, t.upstream_connect, t.upstream_reply
     )?;
-    Ok(())
+    check_store(&config.store, &mut out)
+}
+
+/// Reports the store; for Redis, connects and reports what it found (an
+/// unreachable Redis fails the check).
+fn check_store(store: &floodgate::config::StoreConfig, out: &mut impl Write) -> anyhow::Result<()> {
+    use floodgate::store::open::{open_store, Opened};
+    use floodgate::store::redis::redact_url;
+    if store.backend != "redis" {
+        writeln!(out, "store: {}", store.backend)?;
+        return Ok(());
+    }
+    let target = match &store.url {
+        Some(u) => redact_url(u),
+        None => format!("cluster {}", store.nodes.join(",")),
+    };
+    writeln!(
+        out,
+        "store: redis {target} tls={} timeout={} failure_mode={} key_prefix={} hash_tag={}",
+        store.tls, store.timeout, store.failure_mode, store.key_prefix, store.hash_tag
+    )?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let Opened::Redis(failover) = open_store(store)? else {
+            anyhow::bail!("store backend is not redis");
+        };
+        match failover.redis().ping().await {
+            Ok(info) => {
+                writeln!(
+                    out,
+                    "store: redis answers: version={} mode={} clock skew={}us",
+                    info.version, info.mode, info.skew_us
+                )?;
+                Ok(())
+            }
+            Err(e) => anyhow::bail!("store: redis {target}: {e}"),
+        }
+    })
 }
 
 fn simulate(limit: &str, file: Option<PathBuf>) -> anyhow::Result<()> {

@@ -4,9 +4,11 @@
 
 mod duration;
 mod net;
+mod store;
 
 pub use duration::{parse_duration, ConfigDuration, DurationError};
 pub use net::{Cidr, CidrError};
+pub use store::{Secret, StoreConfig};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -274,25 +276,6 @@ impl Default for SmtpConfig {
     }
 }
 
-/// `[store]`: where limit state lives.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StoreConfig {
-    /// `memory` (the only backend so far).
-    pub backend: String,
-    /// Snapshot path for the memory store.
-    pub path: Option<PathBuf>,
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig {
-            backend: "memory".into(),
-            path: None,
-        }
-    }
-}
-
 /// `[log]`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -413,16 +396,11 @@ impl Config {
             ));
         }
         let store_span = raw.store.span();
-        let store = raw.store.into_inner();
-        if store.backend != "memory" {
-            return Err(at(
-                store_span,
-                format!(
-                    "store backend {:?} is not available: use \"memory\"",
-                    store.backend
-                ),
-            ));
-        }
+        let store = raw
+            .store
+            .into_inner()
+            .validate(&base)
+            .map_err(|m| at(store_span, m))?;
         let smtp = raw.smtp;
         if smtp.max_command_line < 512 {
             return Err(at(
@@ -455,10 +433,7 @@ impl Config {
             tls,
             upstream,
             smtp,
-            store: StoreConfig {
-                backend: store.backend,
-                path: store.path.map(abs),
-            },
+            store,
             log: raw.log,
         })
     }

@@ -95,11 +95,32 @@ fn bad_trusted_proxy() {
 
 #[test]
 fn unavailable_store() {
+    let e = err(&format!("{GOOD}\n[store]\nbackend = \"etcd\"\n"));
+    assert!(e.contains("store backend \"etcd\" is not available"), "{e}");
     let e = err(&format!("{GOOD}\n[store]\nbackend = \"redis\"\n"));
-    assert!(
-        e.contains("store backend \"redis\" is not available"),
-        "{e}"
+    assert!(e.contains("needs url"), "{e}");
+}
+
+#[test]
+fn redis_store_keys() {
+    let text = format!(
+        "{GOOD}\n[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6380\"\ntimeout = \"20ms\"\n\
+         failure_mode = \"closed\"\npassword_file = \"pw\"\nkey_prefix = \"fl:\"\n\
+         [store.failure_modes]\n\"1h/per_rcpt/\" = \"open\"\n"
     );
+    let c = Config::parse(Path::new("/etc/floodgate/f.toml"), &text).unwrap();
+    assert_eq!(c.store.backend, "redis");
+    assert_eq!(c.store.timeout.0, Duration::from_millis(20));
+    assert_eq!(c.store.failure_mode, "closed");
+    assert_eq!(c.store.failure_modes["1h/per_rcpt/"], "open");
+    assert_eq!(
+        c.store.password_file,
+        Some(PathBuf::from("/etc/floodgate/pw"))
+    );
+    let e = err(&format!(
+        "{GOOD}\n[store]\nbackend = \"redis\"\nurl = \"redis://x:1\"\nfailure_mode = \"maybe\"\n"
+    ));
+    assert!(e.contains("failure_mode"), "{e}");
 }
 
 #[test]

@@ -14,6 +14,8 @@
 mod eval;
 mod key;
 mod memory;
+pub mod open;
+pub mod redis;
 mod shard;
 mod snapshot;
 

@@ -1,0 +1,54 @@
+//! The Redis store's pure parts on arbitrary input: decoding a script reply
+//! never panics and keeps one result per limit; key identities are
+//! substrings of the key; C-formatted floats parse or are refused.
+#![no_main]
+
+use floodgate::limit::gcra::GcraSpec;
+use floodgate::limit::rate::Rate;
+use floodgate::limit::spec::UpdateMode;
+use floodgate::limit::unique::UniqueKind;
+use floodgate::store::redis::encode::{decode, identity_of, parse_float, Item};
+use floodgate::store::{Algorithm, Decision, LimitRequest};
+use libfuzzer_sys::fuzz_target;
+
+fn limit(b: u8) -> LimitRequest {
+    let algorithm = match b % 2 {
+        0 => Algorithm::Ewma {
+            limit: 10.0,
+            period_secs: 60,
+            mode: UpdateMode::Leaky,
+            unique_kind: UniqueKind::Bloom,
+        },
+        _ => Algorithm::Gcra(GcraSpec::new(3.0, Rate::new(1.0, 1.0).unwrap()).unwrap()),
+    };
+    LimitRequest {
+        key: "k".into(),
+        algorithm,
+        count: 1.0,
+        unique: None,
+        blocking: true,
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    assert!(text.contains(identity_of(&text)));
+    let _ = parse_float(&text);
+    let Some((&n, rest)) = data.split_first() else {
+        return;
+    };
+    let decision = Decision {
+        limits: (0..n % 4).map(limit).collect(),
+    };
+    let items: Vec<Item> = text
+        .split(',')
+        .map(|s| match s.parse::<i64>() {
+            Ok(i) => Item::Int(i),
+            Err(_) => Item::Text(s.to_string()),
+        })
+        .collect();
+    let _ = rest;
+    if let Ok(r) = decode(&decision, &items) {
+        assert_eq!(r.limits.len(), decision.limits.len());
+    }
+});

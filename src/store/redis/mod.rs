@@ -1,0 +1,431 @@
+//! The Redis (or Valkey) store: every limit of one decision evaluated and
+//! applied by one Lua script (`EVALSHA`, reloaded on `NOSCRIPT`), with time
+//! from Redis `TIME`, giving the same answers as [`super::MemoryStore`].
+//!
+//! * [`encode`]: decision → script keys and arguments, reply → result.
+//! * [`conn`]: connection manager, cluster, TLS, credentials.
+//! * [`failover`]: what happens when Redis does not answer (open, closed, local).
+//!
+//! Record layout (all hashes, TTL'd by the idle TTL on every write; token
+//! buckets expire when their TAT passes):
+//!
+//! | key | fields |
+//! |---|---|
+//! | `P{tag}:e:K` | `ts` `tu` (time, seconds + microseconds), `rate` |
+//! | `P{tag}:u:K` | the same, plus `cr` (set creation, seconds), `k` (`b` Bloom / `x` exact), `n` (Bloom bytes) |
+//! | `P{tag}:s:K` | the unique set: Bloom bytes as a string (Exim's bit order), or a Redis set |
+//! | `P{tag}:g:K` | `s` `n`: the TAT as seconds + nanoseconds |
+//! | `P{tag}:b:K` | `l` `b` `p` `dr` `db`, as Rspamd's buckets |
+//!
+//! Exactness: EWMA rates and bucket levels are bit-identical to the memory
+//! store (same double operations; `math.exp` is the C library's `exp`, as
+//! Rust's). GCRA is exact while `|TAT − now|` plus the event weight stays
+//! under 2^53 ns (104 days); larger values are refused as invalid.
+
+pub mod conn;
+pub mod encode;
+pub mod failover;
+
+pub use conn::{redact_url, ConnectOptions};
+pub use encode::{HashTag, KeyNamer};
+pub use failover::{FailoverStats, FailoverStore, FailureMode, FailurePolicy};
+
+use super::{Decision, DecisionResult, Record, Store, StoreError, StoreFuture, UniqueRecord};
+use crate::limit::bucket::BucketState;
+use crate::limit::ewma::EwmaState;
+use crate::limit::unique::UniqueSet;
+use conn::{Conn, Connector};
+use encode::{decode, encode, parse_float, Item};
+use redis::{Script, Value};
+use std::collections::HashMap;
+use std::time::Duration;
+
+const DECIDE_LUA: &str = include_str!("decide.lua");
+
+/// Reads every record of one key: four hashes, then the set's type and content.
+const INSPECT_LUA: &str = r#"
+local out = {}
+for i = 1, 4 do out[i] = redis.call('HGETALL', KEYS[i]) end
+local t = redis.call('TYPE', KEYS[5])['ok']
+out[5] = t
+if t == 'string' then out[6] = redis.call('GET', KEYS[5])
+elseif t == 'set' then out[6] = redis.call('SMEMBERS', KEYS[5])
+else out[6] = '' end
+return out
+"#;
+
+/// Deletes every record of one key; returns how many records (not sets) went.
+const RESET_LUA: &str = r#"
+local n = 0
+for i = 1, 4 do n = n + redis.call('DEL', KEYS[i]) end
+redis.call('DEL', KEYS[5])
+return n
+"#;
+
+/// Settings of a [`RedisStore`].
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// Where and how to connect.
+    pub connect: ConnectOptions,
+    /// Time allowed for one decision, round trip included.
+    pub timeout: Duration,
+    /// Prefix of every key (no braces).
+    pub key_prefix: String,
+    /// How keys get their cluster hash tag.
+    pub hash_tag: HashTag,
+    /// Records not written for this long expire (as the memory store's idle TTL).
+    pub idle_ttl: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            connect: ConnectOptions {
+                connect_timeout: Duration::from_secs(1),
+                ..Default::default()
+            },
+            timeout: Duration::from_millis(50),
+            key_prefix: "fg:".into(),
+            hash_tag: HashTag::Global,
+            idle_ttl: Duration::from_secs(30 * 86400),
+        }
+    }
+}
+
+/// What `floodgate check` reports about the server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerInfo {
+    /// `redis_version` (or Valkey's `valkey_version`) from `INFO server`.
+    pub version: String,
+    /// `redis_mode`: standalone, cluster or sentinel.
+    pub mode: String,
+    /// The server's clock, microseconds since the epoch.
+    pub time_us: i64,
+    /// Local clock minus server clock, microseconds (informative: decisions use the server's).
+    pub skew_us: i64,
+}
+
+/// The Redis store.
+pub struct RedisStore {
+    connector: Connector,
+    decide: Script,
+    inspect: Script,
+    reset: Script,
+    namer: KeyNamer,
+    options: RedisOptions,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unavailable(e: &redis::RedisError) -> StoreError {
+    StoreError::Unavailable(format!("redis: {e}"))
+}
+
+fn to_item(v: Value) -> Result<Item, StoreError> {
+    match v {
+        Value::Int(i) => Ok(Item::Int(i)),
+        Value::BulkString(b) => Ok(Item::Text(String::from_utf8_lossy(&b).into_owned())),
+        Value::SimpleString(s) => Ok(Item::Text(s)),
+        other => Err(StoreError::Unavailable(format!(
+            "unexpected reply item from the decision script: {other:?}"
+        ))),
+    }
+}
+
+/// The first text in a reply (a cluster's per-node map included).
+fn first_text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::Map(pairs) => pairs
+            .first()
+            .map(|(_, v)| first_text(v))
+            .unwrap_or_default(),
+        Value::Array(a) => a.first().map(first_text).unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+fn hash_of(v: &Value) -> HashMap<String, Vec<u8>> {
+    let mut m = HashMap::new();
+    let items: &[Value] = match v {
+        Value::Array(a) => a,
+        Value::Map(pairs) => {
+            for (k, v) in pairs {
+                if let (Value::BulkString(k), Value::BulkString(v)) = (k, v) {
+                    m.insert(String::from_utf8_lossy(k).into_owned(), v.clone());
+                }
+            }
+            return m;
+        }
+        _ => return m,
+    };
+    for pair in items.chunks_exact(2) {
+        if let (Value::BulkString(k), Value::BulkString(v)) = (&pair[0], &pair[1]) {
+            m.insert(String::from_utf8_lossy(k).into_owned(), v.clone());
+        }
+    }
+    m
+}
+
+fn field<T: std::str::FromStr>(h: &HashMap<String, Vec<u8>>, name: &str) -> Result<T, StoreError> {
+    h.get(name)
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| StoreError::Unavailable(format!("record field {name:?} missing or bad")))
+}
+
+fn float_field(h: &HashMap<String, Vec<u8>>, name: &str) -> Result<f64, StoreError> {
+    h.get(name)
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(parse_float)
+        .ok_or_else(|| StoreError::Unavailable(format!("record field {name:?} missing or bad")))
+}
+
+fn ewma_state(h: &HashMap<String, Vec<u8>>) -> Result<EwmaState, StoreError> {
+    let ts: i64 = field(h, "ts")?;
+    let tu: i64 = field(h, "tu")?;
+    Ok(EwmaState {
+        time_us: ts * 1_000_000 + tu,
+        rate: float_field(h, "rate")?,
+    })
+}
+
+impl RedisStore {
+    /// A store with `options`; connects on first use. Call it inside a Tokio
+    /// runtime (the connection manager is bound to it).
+    pub fn new(options: RedisOptions) -> Result<RedisStore, StoreError> {
+        let namer = KeyNamer::new(&options.key_prefix, options.hash_tag)?;
+        let connector =
+            Connector::new(&options.connect, options.timeout).map_err(|e| unavailable(&e))?;
+        Ok(RedisStore {
+            connector,
+            decide: Script::new(DECIDE_LUA),
+            inspect: Script::new(INSPECT_LUA),
+            reset: Script::new(RESET_LUA),
+            namer,
+            options,
+        })
+    }
+
+    /// The options.
+    pub fn options(&self) -> &RedisOptions {
+        &self.options
+    }
+
+    async fn conn(&self) -> Result<Conn, StoreError> {
+        self.connector.get().await.map_err(|e| {
+            self.connector.failed();
+            unavailable(&e)
+        })
+    }
+
+    /// Runs `fut` under the per-decision timeout, forgetting a broken
+    /// cluster connection on failure.
+    async fn timed<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let out = match tokio::time::timeout(self.options.timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "redis: no answer within {:?}",
+                self.options.timeout
+            ))),
+        };
+        if matches!(out, Err(StoreError::Unavailable(_))) {
+            self.connector.failed();
+        }
+        out
+    }
+
+    /// Applies `decision` at `now_us` (microseconds since the epoch), or at
+    /// the Redis server's `TIME` when `None`. An explicit time is for tests
+    /// and simulation: nodes that share state must use the server's clock.
+    pub async fn decide_at(
+        &self,
+        now_us: Option<i64>,
+        decision: &Decision,
+    ) -> Result<DecisionResult, StoreError> {
+        if decision.limits.is_empty() {
+            return Ok(DecisionResult::default());
+        }
+        let enc = encode(&self.namer, decision, now_us, self.options.idle_ttl)?;
+        self.timed(async {
+            let mut conn = self.conn().await?;
+            let mut inv = self.decide.prepare_invoke();
+            for k in &enc.keys {
+                inv.key(k);
+            }
+            for a in &enc.args {
+                inv.arg(a);
+            }
+            let reply: Value = inv
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| unavailable(&e))?;
+            let items = match reply {
+                Value::Array(a) => a.into_iter().map(to_item).collect::<Result<Vec<_>, _>>()?,
+                other => {
+                    return Err(StoreError::Unavailable(format!(
+                        "unexpected reply from the decision script: {other:?}"
+                    )))
+                }
+            };
+            decode(decision, &items)
+        })
+        .await
+    }
+
+    /// Every record stored under `key`, read-only.
+    pub async fn inspect_key(&self, key: &str) -> Result<Vec<Record>, StoreError> {
+        let keys = self.namer.all(key);
+        let reply: Vec<Value> = self
+            .timed(async {
+                let mut conn = self.conn().await?;
+                let mut inv = self.inspect.prepare_invoke();
+                for k in &keys {
+                    inv.key(k);
+                }
+                inv.invoke_async(&mut conn)
+                    .await
+                    .map_err(|e| unavailable(&e))
+            })
+            .await?;
+        if reply.len() != 6 {
+            return Err(StoreError::Unavailable("bad inspect reply".into()));
+        }
+        let mut out = Vec::new();
+        let e = hash_of(&reply[0]);
+        if !e.is_empty() {
+            out.push(Record::Ewma(ewma_state(&e)?));
+        }
+        let u = hash_of(&reply[1]);
+        if !u.is_empty() {
+            let kind: String = field(&u, "k")?;
+            let set = if kind == "b" {
+                let size: usize = field(&u, "n")?;
+                let mut bits = match &reply[5] {
+                    Value::BulkString(b) => b.clone(),
+                    _ => Vec::new(),
+                };
+                bits.resize(size, 0);
+                UniqueSet::Bloom(bits.into_boxed_slice())
+            } else {
+                let members = match &reply[5] {
+                    Value::Array(a) | Value::Set(a) => a
+                        .iter()
+                        .filter_map(|v| match v {
+                            Value::BulkString(b) => {
+                                Some(String::from_utf8_lossy(b).into_owned().into_boxed_str())
+                            }
+                            _ => None,
+                        })
+                        .collect(),
+                    _ => Default::default(),
+                };
+                UniqueSet::Exact(members)
+            };
+            out.push(Record::Unique(UniqueRecord {
+                state: ewma_state(&u)?,
+                created_s: field(&u, "cr")?,
+                set,
+            }));
+        }
+        let g = hash_of(&reply[2]);
+        if !g.is_empty() {
+            let s = float_field(&g, "s")? as i64;
+            let n = float_field(&g, "n")? as i64;
+            out.push(Record::Gcra {
+                tat_ns: s.saturating_mul(1_000_000_000).saturating_add(n),
+            });
+        }
+        let b = hash_of(&reply[3]);
+        if !b.is_empty() {
+            out.push(Record::Bucket(BucketState {
+                last_ms: float_field(&b, "l")?,
+                level: float_field(&b, "b")?,
+                pending: float_field(&b, "p")?,
+                dyn_rate: float_field(&b, "dr")? as u32,
+                dyn_burst: float_field(&b, "db")? as u32,
+            }));
+        }
+        Ok(out)
+    }
+
+    /// Removes every record under `key`; returns how many.
+    pub async fn reset_key(&self, key: &str) -> Result<usize, StoreError> {
+        let keys = self.namer.all(key);
+        let n: i64 = self
+            .timed(async {
+                let mut conn = self.conn().await?;
+                let mut inv = self.reset.prepare_invoke();
+                for k in &keys {
+                    inv.key(k);
+                }
+                inv.invoke_async(&mut conn)
+                    .await
+                    .map_err(|e| unavailable(&e))
+            })
+            .await?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    /// Connects (if needed), checks the server answers and reads its
+    /// version, mode and clock. Used by `floodgate check` and the
+    /// failover probe.
+    pub async fn ping(&self) -> Result<ServerInfo, StoreError> {
+        self.timed(async {
+            let mut conn = self.conn().await?;
+            // A cluster answers INFO from every master: any one will do.
+            let info: Value = redis::cmd("INFO")
+                .arg("server")
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| unavailable(&e))?;
+            let info = first_text(&info);
+            let (secs, micros): (i64, i64) = redis::cmd("TIME")
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| unavailable(&e))?;
+            let get = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                    .map(|v| v.trim().to_string())
+            };
+            let time_us = secs * 1_000_000 + micros;
+            Ok(ServerInfo {
+                version: get("valkey_version")
+                    .or_else(|| get("redis_version"))
+                    .unwrap_or_else(|| "unknown".into()),
+                mode: get("redis_mode")
+                    .or_else(|| get("server_mode"))
+                    .unwrap_or_else(|| "unknown".into()),
+                time_us,
+                skew_us: super::now_micros() - time_us,
+            })
+        })
+        .await
+    }
+}
+
+impl Store for RedisStore {
+    fn decide<'a>(&'a self, decision: &'a Decision) -> StoreFuture<'a, DecisionResult> {
+        Box::pin(self.decide_at(None, decision))
+    }
+
+    fn inspect<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Record>> {
+        Box::pin(self.inspect_key(key))
+    }
+
+    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
+        Box::pin(self.reset_key(key))
+    }
+}
