@@ -16,6 +16,7 @@ mod key;
 mod memory;
 mod shard;
 mod snapshot;
+mod table;
 
 pub use key::ThinKey;
 pub use memory::{run_expiry, MemoryConfig, MemoryStats, MemoryStore};
