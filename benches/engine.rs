@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Counts live heap bytes (requested sizes) so that bytes per key can be measured.
@@ -154,6 +155,28 @@ fn run_flat(table: &mut [[u64; 4]], iters: u64) -> Duration {
     start.elapsed()
 }
 
+/// Like [`run_flat`], but each access holds one of 64 mutexes chosen at
+/// random, as a decision holds its shard's lock: the locked instruction
+/// stops the CPU from overlapping the misses of consecutive accesses, so this
+/// is the latency of one random access (the floor of one decision).
+fn run_flat_locked(table: &mut [[u64; 4]], locks: &[Mutex<u64>], iters: u64) -> Duration {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let n = table.len() as u64;
+    let start = Instant::now();
+    for _ in 0..iters {
+        let r = next(&mut x);
+        let mut g = locks[(r >> 58) as usize % locks.len()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let rec = &mut table[(r % n) as usize];
+        rec[0] = rec[0].wrapping_add(1);
+        *g = g.wrapping_add(rec[0]);
+        drop(g);
+        black_box(&*rec);
+    }
+    start.elapsed()
+}
+
 /// A random-looking 128-bit id of index `i` (splitmix64 twice).
 fn id_of(i: u64) -> u128 {
     let mix = |mut z: u64| {
@@ -205,6 +228,10 @@ fn bench(c: &mut Criterion) {
         let mut flat = vec![[0u64; 4]; n];
         base.bench_with_input(BenchmarkId::new("flat-array-rmw", n), &n, |b, _| {
             b.iter_custom(|iters| run_flat(&mut flat, iters))
+        });
+        let locks: Vec<Mutex<u64>> = (0..64).map(|_| Mutex::new(0)).collect();
+        base.bench_with_input(BenchmarkId::new("flat-array-rmw-locked", n), &n, |b, _| {
+            b.iter_custom(|iters| run_flat_locked(&mut flat, &locks, iters))
         });
         drop(flat);
         let mut map: HashMap<u128, [u8; 32]> =
