@@ -7,7 +7,9 @@
 //! the store then hashes it, locks a shard, finds and updates the record.
 //! `key-fetch-only` is that key building alone (the bench's overhead).
 //! `baseline` is the memory floor on this machine: one random read-modify-
-//! write in a flat 1 M x 32-byte array and in a `HashMap<u128, [u8; 32]>`.
+//! write in a flat 1 M x 32-byte array (independent accesses, which the
+//! CPU overlaps, and dependent ones, which it cannot) and in a
+//! `HashMap<u128, [u8; 32]>`.
 //!
 //! Run: `cargo bench --bench engine -- --warm-up-time 1 --measurement-time 3`
 
@@ -22,7 +24,6 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Counts live heap bytes (requested sizes) so that bytes per key can be measured.
@@ -155,25 +156,22 @@ fn run_flat(table: &mut [[u64; 4]], iters: u64) -> Duration {
     start.elapsed()
 }
 
-/// Like [`run_flat`], but each access holds one of 64 mutexes chosen at
-/// random, as a decision holds its shard's lock: the locked instruction
-/// stops the CPU from overlapping the misses of consecutive accesses, so this
-/// is the latency of one random access (the floor of one decision).
-fn run_flat_locked(table: &mut [[u64; 4]], locks: &[Mutex<u64>], iters: u64) -> Duration {
+/// Like [`run_flat`], but each index also depends on the value read by the
+/// previous access, so the CPU cannot overlap the misses of consecutive
+/// accesses: the latency of one random access, the floor of one decision
+/// (a decision runs a few hundred instructions between its misses, too
+/// many to overlap the next decision's miss).
+fn run_flat_dependent(table: &mut [[u64; 4]], iters: u64) -> Duration {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let n = table.len() as u64;
+    let mut prev = 0u64;
     let start = Instant::now();
     for _ in 0..iters {
-        let r = next(&mut x);
-        let mut g = locks[(r >> 58) as usize % locks.len()]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let rec = &mut table[(r % n) as usize];
+        let rec = &mut table[((next(&mut x) ^ prev) % n) as usize];
         rec[0] = rec[0].wrapping_add(1);
-        *g = g.wrapping_add(rec[0]);
-        drop(g);
-        black_box(&*rec);
+        prev = rec[0] & 1;
     }
+    black_box(prev);
     start.elapsed()
 }
 
@@ -229,10 +227,11 @@ fn bench(c: &mut Criterion) {
         base.bench_with_input(BenchmarkId::new("flat-array-rmw", n), &n, |b, _| {
             b.iter_custom(|iters| run_flat(&mut flat, iters))
         });
-        let locks: Vec<Mutex<u64>> = (0..64).map(|_| Mutex::new(0)).collect();
-        base.bench_with_input(BenchmarkId::new("flat-array-rmw-locked", n), &n, |b, _| {
-            b.iter_custom(|iters| run_flat_locked(&mut flat, &locks, iters))
-        });
+        base.bench_with_input(
+            BenchmarkId::new("flat-array-rmw-dependent", n),
+            &n,
+            |b, _| b.iter_custom(|iters| run_flat_dependent(&mut flat, iters)),
+        );
         drop(flat);
         let mut map: HashMap<u128, [u8; 32]> =
             (0..n as u64).map(|i| (id_of(i), [0u8; 32])).collect();

@@ -1,7 +1,7 @@
 //! Key identity and key text.
 //!
 //! A key text is hashed once per decision into a [`KeyId`]: 128 bits of
-//! keyed SipHash (two independent random keys). The tables identify a record
+//! keyed SipHash (one random key, two finalisations of one pass). The tables identify a record
 //! by its id alone, so a lookup never leaves the table's slot to compare key
 //! texts; with 128 random-keyed bits, two distinct texts colliding is not a
 //! practical event (about 2^-88 for a billion live keys) and clients cannot
@@ -14,7 +14,7 @@
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
@@ -30,12 +30,16 @@ pub(crate) struct KeyId {
 impl KeyId {
     /// Hashes `text` with the two process-wide random keys.
     pub(crate) fn of(text: &str) -> KeyId {
-        static KEYS: OnceLock<(RandomState, RandomState)> = OnceLock::new();
-        let (a, b) = KEYS.get_or_init(|| (RandomState::new(), RandomState::new()));
-        KeyId {
-            lo: a.hash_one(text),
-            hi: b.hash_one(text),
-        }
+        static KEY: OnceLock<RandomState> = OnceLock::new();
+        let mut h = KEY.get_or_init(RandomState::new).build_hasher();
+        // One pass over the text; the two halves are two finalisations of
+        // the same 256-bit SipHash state (the second after one more byte),
+        // in the manner of SipHash-128, so they are independent 64-bit
+        // values unless the whole state collides.
+        text.hash(&mut h);
+        let lo = h.finish();
+        h.write_u8(0xa5);
+        KeyId { lo, hi: h.finish() }
     }
 }
 
