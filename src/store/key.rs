@@ -1,7 +1,7 @@
 //! Key identity and key text.
 //!
 //! A key text is hashed once per decision into a [`KeyId`]: 128 bits of
-//! keyed SipHash (one random key, two finalisations of one pass). The tables identify a record
+//! SipHash-1-3 (one pass, 128-bit output) under a random per-process key. The tables identify a record
 //! by its id alone, so a lookup never leaves the table's slot to compare key
 //! texts; with 128 random-keyed bits, two distinct texts colliding is not a
 //! practical event (about 2^-88 for a billion live keys) and clients cannot
@@ -11,10 +11,11 @@
 //! `Box<str>` is two words; `ThinKey` stores the length in front of the
 //! bytes in one heap block, so a slot holds a single pointer.
 
+use super::sip::siphash128;
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
@@ -30,16 +31,15 @@ pub(crate) struct KeyId {
 impl KeyId {
     /// Hashes `text` with the two process-wide random keys.
     pub(crate) fn of(text: &str) -> KeyId {
-        static KEY: OnceLock<RandomState> = OnceLock::new();
-        let mut h = KEY.get_or_init(RandomState::new).build_hasher();
-        // One pass over the text; the two halves are two finalisations of
-        // the same 256-bit SipHash state (the second after one more byte),
-        // in the manner of SipHash-128, so they are independent 64-bit
-        // values unless the whole state collides.
-        text.hash(&mut h);
-        let lo = h.finish();
-        h.write_u8(0xa5);
-        KeyId { lo, hi: h.finish() }
+        // Random per process: derived from std's randomly keyed SipHash,
+        // so clients can neither predict nor choose colliding ids.
+        static KEY: OnceLock<(u64, u64)> = OnceLock::new();
+        let &(k0, k1) = KEY.get_or_init(|| {
+            let rs = RandomState::new();
+            (rs.hash_one(0u64), rs.hash_one(1u64))
+        });
+        let (lo, hi) = siphash128::<1, 3>(k0, k1, text.as_bytes());
+        KeyId { lo, hi }
     }
 }
 

@@ -15,6 +15,7 @@ mod eval;
 mod key;
 mod memory;
 mod shard;
+mod sip;
 mod snapshot;
 mod table;
 
