@@ -2,6 +2,7 @@
 //! section per decision, idle expiry and a key cap with eviction.
 
 use super::eval::Write;
+use super::inline::InlineVec;
 use super::key::Lookup;
 use super::shard::{kind_of, Shard};
 use super::{Decision, DecisionResult, LimitRequest, Record, RecordKind, Store, StoreFuture};
@@ -158,27 +159,44 @@ impl MemoryStore {
     /// decisions cannot deadlock), evaluate in order with writes visible to
     /// later limits, and on refusal undo and re-run with leaky writes suppressed.
     fn decide_many(&self, now_us: i64, reqs: &[LimitRequest], out: &mut DecisionResult) {
-        let keys: Vec<Lookup<'_>> = reqs.iter().map(|r| Lookup::new(&r.key)).collect();
-        let idx: Vec<usize> = keys.iter().map(|k| self.shard_of(k)).collect();
-        let mut order = idx.clone();
-        order.sort_unstable();
-        order.dedup();
-        let mut guards: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| self.lock(i)).collect();
-        let pos: Vec<usize> = idx
+        // Bookkeeping stays inline (no allocation) up to INLINE limits.
+        const INLINE: usize = 8;
+        let mut keys: InlineVec<Lookup<'_>, INLINE> = InlineVec::new();
+        let mut idx: InlineVec<usize, INLINE> = InlineVec::new();
+        for r in reqs {
+            let key = Lookup::new(&r.key);
+            idx.push(self.shard_of(&key));
+            keys.push(key);
+        }
+        // The distinct shards in ascending order, each locked once. A
+        // decision has a handful of limits, so the quadratic scans are cheap.
+        let mut guards: InlineVec<(usize, MutexGuard<'_, Shard>), INLINE> = InlineVec::new();
+        let mut last: Option<usize> = None;
+        while let Some(next) = idx
             .iter()
-            .map(|i| order.binary_search(i).unwrap_or(0))
-            .collect();
-        let mut undo: Vec<(usize, RecordKind, usize, Option<Record>)> = Vec::new();
+            .copied()
+            .filter(|&i| last.is_none_or(|l| i > l))
+            .min()
+        {
+            guards.push((next, self.lock(next)));
+            last = Some(next);
+        }
+        let mut pos: InlineVec<usize, INLINE> = InlineVec::new();
+        for &i in idx.iter() {
+            pos.push(guards.iter().position(|(g, _)| *g == i).unwrap_or(0));
+        }
+        let mut undo: InlineVec<(usize, RecordKind, usize, Option<Record>), INLINE> =
+            InlineVec::new();
         let results = &mut out.limits;
-        for (n, (req, &p)) in reqs.iter().zip(&pos).enumerate() {
-            let shard = &mut *guards[p];
+        for (n, (req, &p)) in reqs.iter().zip(pos.iter()).enumerate() {
+            let shard = &mut *guards[p].1;
             let key = &keys[n];
             let (result, write) = shard.eval(req, key, now_us, false);
             if !matches!(write, Write::Nothing) {
                 let kind = kind_of(req);
                 if !undo
                     .iter()
-                    .any(|&(sp, k, i, _)| sp == p && k == kind && reqs[i].key == req.key)
+                    .any(|&(sp, k, i, _)| sp == p && k == kind && keys[i].id() == key.id())
                 {
                     undo.push((p, kind, n, shard.get_record(kind, key)));
                 }
@@ -191,8 +209,8 @@ impl MemoryStore {
             .zip(results.iter())
             .any(|(r, res)| r.blocking && res.over);
         if refused {
-            for (p, kind, n, old) in undo.into_iter().rev() {
-                let shard = &mut *guards[p];
+            while let Some((p, kind, n, old)) = undo.pop() {
+                let shard = &mut *guards[p].1;
                 match old {
                     Some(rec) => {
                         shard.put_record(&keys[n], rec);
@@ -203,8 +221,8 @@ impl MemoryStore {
                 }
             }
             results.clear();
-            for (n, (req, &p)) in reqs.iter().zip(&pos).enumerate() {
-                let shard = &mut *guards[p];
+            for (n, (req, &p)) in reqs.iter().zip(pos.iter()).enumerate() {
+                let shard = &mut *guards[p].1;
                 let (result, write) = shard.eval(req, &keys[n], now_us, true);
                 self.write(shard, req, &keys[n], write);
                 results.push(result);

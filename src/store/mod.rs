@@ -12,6 +12,7 @@
 //! leaky stores iff it is not itself over, readonly never stores.
 
 mod eval;
+mod inline;
 mod key;
 mod memory;
 mod shard;
