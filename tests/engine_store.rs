@@ -79,6 +79,53 @@ fn refused_decision_charges_nothing_leaky_but_strict() {
     assert!(store.inspect_key("g").is_empty());
 }
 
+/// More limits than the store keeps inline (8), over few shards so that
+/// several limits share a lock: refusal still undoes every leaky write and
+/// keeps the strict ones, and a passing decision stores all of them.
+#[test]
+fn many_limits_all_or_nothing() {
+    let store = MemoryStore::new(MemoryConfig {
+        shards: 2,
+        ..MemoryConfig::default()
+    });
+    let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
+    let mut limits: Vec<LimitRequest> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let mode = if i % 3 == 0 {
+                UpdateMode::Strict
+            } else {
+                UpdateMode::Leaky
+            };
+            ewma(k, 100.0, mode, true)
+        })
+        .collect();
+    // The same key twice, past the inline part: written once in the undo log.
+    limits.push(ewma("k10", 100.0, UpdateMode::Leaky, true));
+    let pass = Decision {
+        limits: limits.clone(),
+    };
+    let r = store.decide_at(0, &pass);
+    assert!(!r.refused);
+    assert_eq!(r.limits.len(), 13);
+    assert!(keys.iter().all(|k| rate_of(&store, k).is_some()));
+    let before: Vec<Option<f64>> = keys.iter().map(|k| rate_of(&store, k)).collect();
+    // Now a blocking limit at the end that is over refuses everything.
+    limits.push(ewma("full", 0.5, UpdateMode::Leaky, true));
+    let r = store.decide_at(1_000_000, &Decision { limits });
+    assert!(r.refused);
+    for (i, k) in keys.iter().enumerate() {
+        let now = rate_of(&store, k);
+        if i % 3 == 0 {
+            assert_ne!(now, before[i], "strict {k} is charged");
+        } else {
+            assert_eq!(now, before[i], "leaky {k} is not charged");
+        }
+    }
+    assert_eq!(rate_of(&store, "full"), None);
+}
+
 #[test]
 fn non_blocking_over_does_not_refuse() {
     let store = MemoryStore::default();

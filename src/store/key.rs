@@ -1,106 +1,74 @@
-//! A thin (one-pointer) owned string used as the hash-table key.
+//! Key identity and key text.
 //!
-//! `Box<str>` is two words; with millions of keys the second word costs
-//! 8 bytes per key in every hash-table slot (and twice that at a low load
-//! factor). `ThinKey` stores the length in front of the bytes in one heap
-//! block, so a slot holds a single pointer.
+//! A key text is hashed once per decision into a [`KeyId`]: 128 bits of
+//! SipHash-1-3 (one pass, 128-bit output) under a random per-process key. The tables identify a record
+//! by its id alone, so a lookup never leaves the table's slot to compare key
+//! texts; with 128 random-keyed bits, two distinct texts colliding is not a
+//! practical event (about 2^-88 for a billion live keys) and clients cannot
+//! choose colliding texts. The text itself is kept beside the record as a
+//! [`ThinKey`], read only by snapshots and iteration.
 //!
-//! Keys are hashed once per decision: [`Lookup`] carries the text with its
-//! precomputed keyed SipHash, the store picks the shard from some bits of
-//! it and the table uses it unchanged (through [`IdentityHasher`]).
+//! `Box<str>` is two words; `ThinKey` stores the length in front of the
+//! bytes in one heap block, so a slot holds a single pointer.
 
+use super::sip::siphash128;
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
-use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
-/// The process-wide keyed hash of a key text (SipHash with random keys, so
-/// that clients cannot choose colliding keys).
-pub fn key_hash(text: &str) -> u64 {
-    static KEYS: OnceLock<RandomState> = OnceLock::new();
-    KEYS.get_or_init(RandomState::new).hash_one(text)
+/// The 128-bit keyed identity of a key text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct KeyId {
+    /// First 64 bits: the table position.
+    pub(crate) lo: u64,
+    /// Second 64 bits: the shard.
+    pub(crate) hi: u64,
 }
 
-/// A hasher that passes a precomputed `u64` through.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct IdentityHasher(u64);
-
-impl Hasher for IdentityHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used by the key types; fold anything else in
-        // FNV-1a style so the hasher stays correct if that ever changes.
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
+impl KeyId {
+    /// Hashes `text` with the two process-wide random keys.
+    pub(crate) fn of(text: &str) -> KeyId {
+        // Random per process: derived from std's randomly keyed SipHash,
+        // so clients can neither predict nor choose colliding ids.
+        static KEY: OnceLock<(u64, u64)> = OnceLock::new();
+        let &(k0, k1) = KEY.get_or_init(|| {
+            let rs = RandomState::new();
+            (rs.hash_one(0u64), rs.hash_one(1u64))
+        });
+        let (lo, hi) = siphash128::<1, 3>(k0, k1, text.as_bytes());
+        KeyId { lo, hi }
     }
 }
 
-/// Anything that can be looked up in a table of [`ThinKey`]s.
-pub trait AsKey {
-    /// The keyed hash ([`key_hash`] of the text).
-    fn key_hash(&self) -> u64;
-    /// The key text.
-    fn key_text(&self) -> &str;
-}
-
-/// A key text with its hash computed once.
+/// A key text with its id computed once.
 #[derive(Debug, Clone, Copy)]
-pub struct Lookup<'a> {
-    hash: u64,
+pub(crate) struct Lookup<'a> {
+    id: KeyId,
     text: &'a str,
 }
 
 impl<'a> Lookup<'a> {
     /// Hashes `text`.
-    pub fn new(text: &'a str) -> Lookup<'a> {
+    pub(crate) fn new(text: &'a str) -> Lookup<'a> {
         Lookup {
-            hash: key_hash(text),
+            id: KeyId::of(text),
             text,
         }
     }
 
-    /// The hash.
-    pub fn hash(&self) -> u64 {
-        self.hash
+    /// The id.
+    pub(crate) fn id(&self) -> KeyId {
+        self.id
     }
 
     /// The text.
-    pub fn text(&self) -> &'a str {
+    pub(crate) fn text(&self) -> &'a str {
         self.text
     }
 }
-
-impl AsKey for Lookup<'_> {
-    fn key_hash(&self) -> u64 {
-        self.hash
-    }
-    fn key_text(&self) -> &str {
-        self.text
-    }
-}
-
-impl Hash for dyn AsKey + '_ {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.key_hash());
-    }
-}
-
-impl PartialEq for dyn AsKey + '_ {
-    fn eq(&self, other: &Self) -> bool {
-        self.key_text() == other.key_text()
-    }
-}
-
-impl Eq for dyn AsKey + '_ {}
 
 const HEADER: usize = std::mem::size_of::<u32>();
 
@@ -178,28 +146,6 @@ impl PartialEq for ThinKey {
 
 impl Eq for ThinKey {}
 
-impl AsKey for ThinKey {
-    fn key_hash(&self) -> u64 {
-        key_hash(self.as_str())
-    }
-    fn key_text(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl Hash for ThinKey {
-    /// Hashes like `dyn AsKey` (only table growth recomputes it).
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(key_hash(self.as_str()));
-    }
-}
-
-impl<'a> Borrow<dyn AsKey + 'a> for ThinKey {
-    fn borrow(&self) -> &(dyn AsKey + 'a) {
-        self
-    }
-}
-
 impl fmt::Debug for ThinKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self.as_str(), f)
@@ -209,23 +155,31 @@ impl fmt::Debug for ThinKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-    use std::hash::BuildHasherDefault;
 
     #[test]
-    fn roundtrip_and_lookup() {
-        let mut m: HashMap<ThinKey, u32, BuildHasherDefault<IdentityHasher>> = HashMap::default();
+    fn thin_key_roundtrip() {
         for s in ["", "a", "1h/per_rcpt/unique/ü@example.org"] {
             let k = ThinKey::new(s);
             assert_eq!(k.as_str(), s);
             assert_eq!(k.clone(), k);
-            m.insert(k, s.len() as u32);
+            assert_eq!(k.heap_bytes(), 4 + s.len());
         }
-        let get = |k: &str| m.get(&Lookup::new(k) as &dyn AsKey).copied();
-        assert_eq!(get("a"), Some(1));
-        assert_eq!(get(""), Some(0));
-        assert_eq!(get("b"), None);
-        assert_eq!(ThinKey::new("a").key_hash(), Lookup::new("a").hash());
         assert_eq!(std::mem::size_of::<ThinKey>(), std::mem::size_of::<usize>());
+        assert_eq!(
+            std::mem::size_of::<Option<ThinKey>>(),
+            std::mem::size_of::<usize>()
+        );
+    }
+
+    #[test]
+    fn ids_are_stable_and_distinct() {
+        assert_eq!(KeyId::of("a"), KeyId::of("a"));
+        assert_eq!(Lookup::new("a").id(), KeyId::of("a"));
+        assert_eq!(Lookup::new("a").text(), "a");
+        let ids: std::collections::HashSet<KeyId> =
+            (0..10_000).map(|i| KeyId::of(&format!("k{i}"))).collect();
+        assert_eq!(ids.len(), 10_000);
+        let id = KeyId::of("x");
+        assert_ne!(id.lo, id.hi, "the two halves use independent keys");
     }
 }

@@ -2,6 +2,7 @@
 //! section per decision, idle expiry and a key cap with eviction.
 
 use super::eval::Write;
+use super::inline::InlineVec;
 use super::key::Lookup;
 use super::shard::{kind_of, Shard};
 use super::{Decision, DecisionResult, LimitRequest, Record, RecordKind, Store, StoreFuture};
@@ -90,11 +91,10 @@ impl MemoryStore {
         &self.config
     }
 
-    /// The shard of a key: hash bits 40 and up. The tables use the same hash
-    /// but take their bucket index from the low bits and their tag from the
-    /// top 7 bits, so a shard's keys still spread over its table.
+    /// The shard of a key: low bits of the second half of its id (the
+    /// tables position records by the first half, which is independent).
     fn shard_of(&self, key: &Lookup<'_>) -> usize {
-        ((key.hash() >> 40) as usize) & (self.shards.len() - 1)
+        (key.id().hi as usize) & (self.shards.len() - 1)
     }
 
     fn lock(&self, idx: usize) -> MutexGuard<'_, Shard> {
@@ -124,47 +124,79 @@ impl MemoryStore {
 
     /// Applies one decision at time `now_us` (microseconds since the epoch).
     pub fn decide_at(&self, now_us: i64, decision: &Decision) -> DecisionResult {
+        let mut out = DecisionResult {
+            refused: false,
+            limits: Vec::with_capacity(decision.limits.len()),
+        };
+        self.decide_into(now_us, decision, &mut out);
+        out
+    }
+
+    /// Like [`MemoryStore::decide_at`], but writes the answer into `out`,
+    /// reusing its vector: a caller that keeps `out` between decisions makes
+    /// a one-limit decision on an existing key without heap allocation.
+    pub fn decide_into(&self, now_us: i64, decision: &Decision, out: &mut DecisionResult) {
+        out.limits.clear();
+        out.refused = false;
         match decision.limits.as_slice() {
-            [] => DecisionResult::default(),
+            [] => {}
             [req] => {
+                // The fast path: one hash of the key text, one lock, no
+                // lock ordering or undo log.
                 let key = Lookup::new(&req.key);
                 let mut shard = self.lock(self.shard_of(&key));
                 let (result, write) = shard.eval(req, &key, now_us, false);
                 self.write(&mut shard, req, &key, write);
-                DecisionResult {
-                    refused: req.blocking && result.over,
-                    limits: vec![result],
-                }
+                drop(shard);
+                out.refused = req.blocking && result.over;
+                out.limits.push(result);
             }
-            reqs => self.decide_many(now_us, reqs),
+            reqs => self.decide_many(now_us, reqs, out),
         }
     }
 
     /// Several limits: lock every shard involved (in index order, so two
     /// decisions cannot deadlock), evaluate in order with writes visible to
     /// later limits, and on refusal undo and re-run with leaky writes suppressed.
-    fn decide_many(&self, now_us: i64, reqs: &[LimitRequest]) -> DecisionResult {
-        let keys: Vec<Lookup<'_>> = reqs.iter().map(|r| Lookup::new(&r.key)).collect();
-        let idx: Vec<usize> = keys.iter().map(|k| self.shard_of(k)).collect();
-        let mut order = idx.clone();
-        order.sort_unstable();
-        order.dedup();
-        let mut guards: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| self.lock(i)).collect();
-        let pos: Vec<usize> = idx
+    fn decide_many(&self, now_us: i64, reqs: &[LimitRequest], out: &mut DecisionResult) {
+        // Bookkeeping stays inline (no allocation) up to INLINE limits.
+        const INLINE: usize = 8;
+        let mut keys: InlineVec<Lookup<'_>, INLINE> = InlineVec::new();
+        let mut idx: InlineVec<usize, INLINE> = InlineVec::new();
+        for r in reqs {
+            let key = Lookup::new(&r.key);
+            idx.push(self.shard_of(&key));
+            keys.push(key);
+        }
+        // The distinct shards in ascending order, each locked once. A
+        // decision has a handful of limits, so the quadratic scans are cheap.
+        let mut guards: InlineVec<(usize, MutexGuard<'_, Shard>), INLINE> = InlineVec::new();
+        let mut last: Option<usize> = None;
+        while let Some(next) = idx
             .iter()
-            .map(|i| order.binary_search(i).unwrap_or(0))
-            .collect();
-        let mut undo: Vec<(usize, RecordKind, usize, Option<Record>)> = Vec::new();
-        let mut results = Vec::with_capacity(reqs.len());
-        for (n, (req, &p)) in reqs.iter().zip(&pos).enumerate() {
-            let shard = &mut *guards[p];
+            .copied()
+            .filter(|&i| last.is_none_or(|l| i > l))
+            .min()
+        {
+            guards.push((next, self.lock(next)));
+            last = Some(next);
+        }
+        let mut pos: InlineVec<usize, INLINE> = InlineVec::new();
+        for &i in idx.iter() {
+            pos.push(guards.iter().position(|(g, _)| *g == i).unwrap_or(0));
+        }
+        let mut undo: InlineVec<(usize, RecordKind, usize, Option<Record>), INLINE> =
+            InlineVec::new();
+        let results = &mut out.limits;
+        for (n, (req, &p)) in reqs.iter().zip(pos.iter()).enumerate() {
+            let shard = &mut *guards[p].1;
             let key = &keys[n];
             let (result, write) = shard.eval(req, key, now_us, false);
             if !matches!(write, Write::Nothing) {
                 let kind = kind_of(req);
                 if !undo
                     .iter()
-                    .any(|&(sp, k, i, _)| sp == p && k == kind && reqs[i].key == req.key)
+                    .any(|&(sp, k, i, _)| sp == p && k == kind && keys[i].id() == key.id())
                 {
                     undo.push((p, kind, n, shard.get_record(kind, key)));
                 }
@@ -174,11 +206,11 @@ impl MemoryStore {
         }
         let refused = reqs
             .iter()
-            .zip(&results)
+            .zip(results.iter())
             .any(|(r, res)| r.blocking && res.over);
         if refused {
-            for (p, kind, n, old) in undo.into_iter().rev() {
-                let shard = &mut *guards[p];
+            while let Some((p, kind, n, old)) = undo.pop() {
+                let shard = &mut *guards[p].1;
                 match old {
                     Some(rec) => {
                         shard.put_record(&keys[n], rec);
@@ -189,17 +221,14 @@ impl MemoryStore {
                 }
             }
             results.clear();
-            for (n, (req, &p)) in reqs.iter().zip(&pos).enumerate() {
-                let shard = &mut *guards[p];
+            for (n, (req, &p)) in reqs.iter().zip(pos.iter()).enumerate() {
+                let shard = &mut *guards[p].1;
                 let (result, write) = shard.eval(req, &keys[n], now_us, true);
                 self.write(shard, req, &keys[n], write);
                 results.push(result);
             }
         }
-        DecisionResult {
-            refused,
-            limits: results,
-        }
+        out.refused = refused;
     }
 
     /// Every record stored under `key`, read-only.
@@ -270,19 +299,7 @@ impl MemoryStore {
     /// Calls `f` for every record, one shard locked at a time.
     pub fn for_each_record(&self, mut f: impl FnMut(&str, Record)) {
         for i in 0..self.shards.len() {
-            let shard = self.lock(i);
-            for (k, v) in &shard.ewma {
-                f(k.as_str(), Record::Ewma(*v));
-            }
-            for (k, v) in &shard.unique {
-                f(k.as_str(), Record::Unique((**v).clone()));
-            }
-            for (k, v) in &shard.gcra {
-                f(k.as_str(), Record::Gcra { tat_ns: *v });
-            }
-            for (k, v) in &shard.bucket {
-                f(k.as_str(), Record::Bucket(*v));
-            }
+            self.lock(i).for_each(&mut f);
         }
     }
 
@@ -300,11 +317,7 @@ impl MemoryStore {
     /// Removes every record.
     pub fn clear(&self) {
         for i in 0..self.shards.len() {
-            let mut s = self.lock(i);
-            s.ewma.clear();
-            s.unique.clear();
-            s.gcra.clear();
-            s.bucket.clear();
+            self.lock(i).clear();
         }
     }
 }

@@ -12,12 +12,15 @@
 //! leaky stores iff it is not itself over, readonly never stores.
 
 mod eval;
+mod inline;
 mod key;
 mod memory;
 pub mod open;
 pub mod redis;
 mod shard;
+mod sip;
 mod snapshot;
+mod table;
 
 pub use key::ThinKey;
 pub use memory::{run_expiry, MemoryConfig, MemoryStats, MemoryStore};

@@ -2,14 +2,11 @@
 //! shard and the operations on them (evaluate, write, expire, evict).
 
 use super::eval::{self, Write};
-use super::key::{AsKey, IdentityHasher, Lookup, ThinKey};
+use super::key::Lookup;
+use super::table::Table;
 use super::{Algorithm, LimitRequest, LimitResult, Record, RecordKind, UniqueRecord};
 use crate::limit::bucket::BucketState;
 use crate::limit::ewma::{EwmaParams, EwmaState};
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
-type Table<V> = HashMap<ThinKey, V, BuildHasherDefault<IdentityHasher>>;
 
 /// One lock's worth of tables.
 pub(crate) struct Shard {
@@ -29,32 +26,18 @@ pub(crate) fn kind_of(req: &LimitRequest) -> RecordKind {
     }
 }
 
-/// The table-lookup form of a key.
-fn q<'k>(key: &'k Lookup<'_>) -> &'k (dyn AsKey + 'k) {
-    key
-}
-
 /// Inserts into `table`, or overwrites; returns whether the key was new.
 fn upsert<V>(table: &mut Table<V>, key: &Lookup<'_>, value: V) -> bool {
-    match table.get_mut(q(key)) {
-        Some(slot) => {
-            *slot = value;
-            false
-        }
-        None => {
-            table.insert(ThinKey::new(key.text()), value);
-            true
-        }
-    }
+    table.upsert(key.id(), key.text(), value)
 }
 
 impl Shard {
     pub(crate) fn new() -> Shard {
         Shard {
-            ewma: HashMap::default(),
-            unique: HashMap::default(),
-            gcra: HashMap::default(),
-            bucket: HashMap::default(),
+            ewma: Table::default(),
+            unique: Table::default(),
+            gcra: Table::default(),
+            bucket: Table::default(),
         }
     }
 
@@ -64,10 +47,10 @@ impl Shard {
 
     pub(crate) fn contains(&self, kind: RecordKind, key: &Lookup<'_>) -> bool {
         match kind {
-            RecordKind::Ewma => self.ewma.contains_key(q(key)),
-            RecordKind::Unique => self.unique.contains_key(q(key)),
-            RecordKind::Gcra => self.gcra.contains_key(q(key)),
-            RecordKind::Bucket => self.bucket.contains_key(q(key)),
+            RecordKind::Ewma => self.ewma.contains(&key.id()),
+            RecordKind::Unique => self.unique.contains(&key.id()),
+            RecordKind::Gcra => self.gcra.contains(&key.id()),
+            RecordKind::Bucket => self.bucket.contains(&key.id()),
         }
     }
 
@@ -92,9 +75,9 @@ impl Shard {
                     mode: *mode,
                 };
                 match &req.unique {
-                    None => eval::ewma(self.ewma.get(q(key)), req, &params, now_us, suppress),
+                    None => eval::ewma(self.ewma.get(&key.id()), req, &params, now_us, suppress),
                     Some(value) => eval::unique(
-                        self.unique.get(q(key)).map(|b| &**b),
+                        self.unique.get(&key.id()).map(|b| &**b),
                         req,
                         value,
                         &params,
@@ -104,11 +87,15 @@ impl Shard {
                     ),
                 }
             }
-            Algorithm::Gcra(spec) => {
-                eval::gcra(self.gcra.get(q(key)).copied(), req, spec, now_us, suppress)
-            }
+            Algorithm::Gcra(spec) => eval::gcra(
+                self.gcra.get(&key.id()).copied(),
+                req,
+                spec,
+                now_us,
+                suppress,
+            ),
             Algorithm::Bucket { spec, op } => {
-                eval::bucket(self.bucket.get(q(key)), req, spec, *op, now_us, suppress)
+                eval::bucket(self.bucket.get(&key.id()), req, spec, *op, now_us, suppress)
             }
         }
     }
@@ -131,7 +118,7 @@ impl Shard {
                 new_set,
                 insert,
             } => {
-                let rec = match self.unique.get_mut(q(key)) {
+                let rec = match self.unique.get_mut(&key.id()) {
                     Some(rec) => rec,
                     None => {
                         // A new record always comes with a fresh set from eval.
@@ -147,7 +134,7 @@ impl Shard {
                         if let Some(v) = insert {
                             rec.set.insert(v);
                         }
-                        self.unique.insert(ThinKey::new(key.text()), rec);
+                        self.unique.upsert(key.id(), key.text(), rec);
                         return;
                     }
                 };
@@ -165,13 +152,16 @@ impl Shard {
 
     pub(crate) fn get_record(&self, kind: RecordKind, key: &Lookup<'_>) -> Option<Record> {
         match kind {
-            RecordKind::Ewma => self.ewma.get(q(key)).map(|s| Record::Ewma(*s)),
+            RecordKind::Ewma => self.ewma.get(&key.id()).map(|s| Record::Ewma(*s)),
             RecordKind::Unique => self
                 .unique
-                .get(q(key))
+                .get(&key.id())
                 .map(|r| Record::Unique((**r).clone())),
-            RecordKind::Gcra => self.gcra.get(q(key)).map(|t| Record::Gcra { tat_ns: *t }),
-            RecordKind::Bucket => self.bucket.get(q(key)).map(|b| Record::Bucket(*b)),
+            RecordKind::Gcra => self
+                .gcra
+                .get(&key.id())
+                .map(|t| Record::Gcra { tat_ns: *t }),
+            RecordKind::Bucket => self.bucket.get(&key.id()).map(|b| Record::Bucket(*b)),
         }
     }
 
@@ -186,10 +176,10 @@ impl Shard {
 
     pub(crate) fn remove(&mut self, kind: RecordKind, key: &Lookup<'_>) -> bool {
         match kind {
-            RecordKind::Ewma => self.ewma.remove(q(key)).is_some(),
-            RecordKind::Unique => self.unique.remove(q(key)).is_some(),
-            RecordKind::Gcra => self.gcra.remove(q(key)).is_some(),
-            RecordKind::Bucket => self.bucket.remove(q(key)).is_some(),
+            RecordKind::Ewma => self.ewma.remove(&key.id()).is_some(),
+            RecordKind::Unique => self.unique.remove(&key.id()).is_some(),
+            RecordKind::Gcra => self.gcra.remove(&key.id()).is_some(),
+            RecordKind::Bucket => self.bucket.remove(&key.id()).is_some(),
         }
     }
 
@@ -197,13 +187,12 @@ impl Shard {
     pub(crate) fn expire(&mut self, now_us: i64, ttl_us: i64) -> usize {
         let before = self.len();
         let fresh = |t: i64| now_us.saturating_sub(t) <= ttl_us;
-        self.ewma.retain(|_, s| fresh(s.time_us));
-        self.unique.retain(|_, r| fresh(r.state.time_us));
+        self.ewma.retain(|s| fresh(s.time_us));
+        self.unique.retain(|r| fresh(r.state.time_us));
         // A TAT in the past is exactly a new key.
         let now_ns = now_us.saturating_mul(1000);
-        self.gcra.retain(|_, tat| *tat > now_ns);
-        self.bucket
-            .retain(|_, b| fresh((b.last_ms * 1000.0) as i64));
+        self.gcra.retain(|tat| *tat > now_ns);
+        self.bucket.retain(|b| fresh((b.last_ms * 1000.0) as i64));
         before - self.len()
     }
 
@@ -228,24 +217,40 @@ impl Shard {
                 true
             }
         };
-        self.ewma.retain(|_, s| take(s.time_us));
-        self.unique.retain(|_, r| take(r.state.time_us));
-        self.gcra.retain(|_, t| take(*t / 1000));
-        self.bucket.retain(|_, b| take((b.last_ms * 1000.0) as i64));
+        self.ewma.retain(|s| take(s.time_us));
+        self.unique.retain(|r| take(r.state.time_us));
+        self.gcra.retain(|t| take(*t / 1000));
+        self.bucket.retain(|b| take((b.last_ms * 1000.0) as i64));
         n - left
+    }
+
+    /// Every entry of every table, for iteration by key text.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&str, Record)) {
+        for e in self.ewma.iter() {
+            f(e.text.as_str(), Record::Ewma(e.value));
+        }
+        for e in self.unique.iter() {
+            f(e.text.as_str(), Record::Unique((*e.value).clone()));
+        }
+        for e in self.gcra.iter() {
+            f(e.text.as_str(), Record::Gcra { tat_ns: e.value });
+        }
+        for e in self.bucket.iter() {
+            f(e.text.as_str(), Record::Bucket(e.value));
+        }
+    }
+
+    /// Removes every record.
+    pub(crate) fn clear(&mut self) {
+        self.ewma.clear();
+        self.unique.clear();
+        self.gcra.clear();
+        self.bucket.clear();
     }
 
     pub(crate) fn approx_bytes(&self) -> usize {
         fn table<V>(t: &Table<V>) -> usize {
-            // hashbrown: one slot plus one control byte per bucket; capacity is
-            // 7/8 of the buckets.
-            let buckets = if t.capacity() == 0 {
-                0
-            } else {
-                (t.capacity() * 8 / 7).next_power_of_two()
-            };
-            buckets * (std::mem::size_of::<(ThinKey, V)>() + 1)
-                + t.keys().map(ThinKey::heap_bytes).sum::<usize>()
+            t.heap_bytes()
         }
         table(&self.ewma)
             + table(&self.unique)
