@@ -10,8 +10,9 @@ use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 
 use floodgate::config::{Config, LogFormat};
+use floodgate::policy::describe::{describe, warnings};
 use floodgate::policy::AllowAll;
-use floodgate::server::{build_shared, Server};
+use floodgate::server::{build_policy, build_shared, open_store, spawn_store_tasks, Server};
 
 /// An SMTP submission proxy that stops outgoing email floods.
 #[derive(Parser)]
@@ -82,7 +83,14 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let server = Server::bind(config, Arc::new(AllowAll)).await?;
+        let store = open_store(&config.store)?;
+        let policy = build_policy(&config, store.clone());
+        let store_stop = tokio_util::sync::CancellationToken::new();
+        let store_tasks = spawn_store_tasks(store, &config.store, store_stop.clone());
+        for w in warnings(&config.policy) {
+            warn!("{w}");
+        }
+        let server = Server::bind(config, Arc::new(policy)).await?;
         {
             let mut out = std::io::stdout().lock();
             for (name, addr, tls) in server.local_addrs() {
@@ -94,6 +102,8 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let control = server.control();
         tokio::spawn(signals(control));
         server.run().await;
+        store_stop.cancel();
+        let _ = store_tasks.await;
         Ok(())
     })
 }
@@ -179,6 +189,22 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
         "timeouts: command={} data={} session={} tls_handshake={} upstream_connect={} upstream_reply={}",
         t.command, t.data, t.session, t.tls_handshake, t.upstream_connect, t.upstream_reply
     )?;
+    let st = &config.store;
+    writeln!(
+        out,
+        "store: backend={} path={} snapshot_interval={} expire_interval={} idle_ttl={}",
+        st.backend,
+        st.path.as_ref().map_or("(none)".into(), |p| p.display().to_string()),
+        st.snapshot_interval,
+        st.expire_interval,
+        st.idle_ttl
+    )?;
+    for line in describe(&config.policy) {
+        writeln!(out, "{line}")?;
+    }
+    for w in warnings(&config.policy) {
+        writeln!(out, "warning: {w}")?;
+    }
     Ok(())
 }
 

@@ -4,9 +4,11 @@
 
 mod duration;
 mod net;
+mod policy;
 
 pub use duration::{parse_duration, ConfigDuration, DurationError};
 pub use net::{Cidr, CidrError};
+pub use policy::{AuthFailuresConfig, LimitConfig, ListConfig, ListsConfig};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -282,6 +284,12 @@ pub struct StoreConfig {
     pub backend: String,
     /// Snapshot path for the memory store.
     pub path: Option<PathBuf>,
+    /// How often the memory store is written to `path` (and once more at shutdown).
+    pub snapshot_interval: ConfigDuration,
+    /// How often idle keys are dropped from the memory store.
+    pub expire_interval: ConfigDuration,
+    /// Keys idle for this long are dropped.
+    pub idle_ttl: ConfigDuration,
 }
 
 impl Default for StoreConfig {
@@ -289,6 +297,9 @@ impl Default for StoreConfig {
         StoreConfig {
             backend: "memory".into(),
             path: None,
+            snapshot_interval: ConfigDuration(Duration::from_secs(300)),
+            expire_interval: ConfigDuration(Duration::from_secs(600)),
+            idle_ttl: ConfigDuration(Duration::from_secs(30 * 86400)),
         }
     }
 }
@@ -329,6 +340,12 @@ struct RawConfig {
     store: Spanned<StoreConfig>,
     #[serde(default)]
     log: LogConfig,
+    #[serde(default)]
+    lists: ListsConfig,
+    #[serde(default)]
+    limit: Vec<LimitConfig>,
+    #[serde(default)]
+    auth_failures: AuthFailuresConfig,
 }
 
 /// A validated configuration.
@@ -352,6 +369,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// `[log]`.
     pub log: LogConfig,
+    /// `[lists]`, `[[limit]]` and `[auth_failures]`, compiled and checked.
+    pub policy: std::sync::Arc<crate::policy::model::PolicyModel>,
 }
 
 impl Config {
@@ -447,6 +466,16 @@ impl Config {
         });
         let mut upstream = raw.upstream;
         upstream.ca_file = upstream.ca_file.map(abs);
+        let policy = crate::policy::model::compile(
+            &crate::policy::model::PolicySource {
+                lists: &raw.lists,
+                limits: &raw.limit,
+                auth_failures: &raw.auth_failures,
+                base: &base,
+                hostname: &raw.server.hostname,
+            },
+            &|span, message| at(span, message),
+        )?;
         Ok(Config {
             path: path.to_path_buf(),
             server: raw.server,
@@ -456,10 +485,11 @@ impl Config {
             upstream,
             smtp,
             store: StoreConfig {
-                backend: store.backend,
                 path: store.path.map(abs),
+                ..store
             },
             log: raw.log,
+            policy: std::sync::Arc::new(policy),
         })
     }
 

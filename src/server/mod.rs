@@ -18,7 +18,9 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, TlsMode};
-use crate::policy::{AllowAll, Policy};
+use crate::config::StoreConfig;
+use crate::policy::{Policy, RatePolicy};
+use crate::store::{MemoryConfig, MemoryStore, SnapshotError};
 use crate::proxy::{ListenerInfo, Session, Shared, Stream, UpstreamSettings};
 use crate::smtp::proxy_header::parse_proxy_header;
 
@@ -53,6 +55,58 @@ pub fn build_shared(config: Arc<Config>, policy: Arc<dyn Policy>) -> Result<Shar
         upstream,
         tls,
         policy,
+    })
+}
+
+/// Opens the memory store of `[store]`, loading its snapshot when there is one.
+pub fn open_store(cfg: &StoreConfig) -> Result<Arc<MemoryStore>, SnapshotError> {
+    let store = Arc::new(MemoryStore::new(MemoryConfig {
+        idle_ttl: cfg.idle_ttl.0,
+        ..MemoryConfig::default()
+    }));
+    if let Some(path) = &cfg.path {
+        if let Some(n) = store.load_snapshot_if_present(path)? {
+            info!(keys = n, path = %path.display(), "rate limit state loaded");
+        }
+    }
+    Ok(store)
+}
+
+/// The rate-limit policy of `config` over `store`.
+pub fn build_policy(config: &Config, store: Arc<MemoryStore>) -> RatePolicy {
+    RatePolicy::new(config.policy.clone(), store)
+}
+
+/// Starts the store's background tasks (idle expiry; periodic snapshots when `[store] path`
+/// is set, with a last one when `stop` fires). Await the handle after `stop` for the last
+/// snapshot to be written.
+pub fn spawn_store_tasks(
+    store: Arc<MemoryStore>,
+    cfg: &StoreConfig,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let expiry = tokio::spawn(crate::store::run_expiry(
+        store.clone(),
+        cfg.expire_interval.0,
+        stop.clone(),
+    ));
+    let snap = cfg.path.clone().map(|path| {
+        tokio::spawn(crate::store::run_snapshots(
+            store,
+            path,
+            cfg.snapshot_interval.0,
+            stop,
+        ))
+    });
+    tokio::spawn(async move {
+        let _ = expiry.await;
+        if let Some(s) = snap {
+            match s.await {
+                Ok(Err(e)) => warn!(error = %e, "final state snapshot failed"),
+                Ok(Ok(())) => info!("rate limit state saved"),
+                Err(_) => {}
+            }
+        }
     })
 }
 
@@ -108,11 +162,18 @@ impl Control {
     /// Re-reads the config file; on success new sessions use it, on failure the old config
     /// stays in force. Listener addresses and the number of workers are not changed by a
     /// reload.
+    ///
+    /// The policy object (and with it the rate-limit store) stays the same; it is handed the
+    /// new limits and lists, which every later check uses, in running sessions too. Any
+    /// error (config, lists, certificates) refuses the whole reload.
     pub fn reload(&self) -> Result<(), String> {
-        let path = self.shared.read().expect("shared lock").config.path.clone();
-        let config = Config::load(&path).map_err(|e| e.to_string())?;
-        let shared =
-            build_shared(Arc::new(config), Arc::new(AllowAll)).map_err(|e| e.to_string())?;
+        let (path, policy) = {
+            let cur = self.shared.read().expect("shared lock");
+            (cur.config.path.clone(), cur.policy.clone())
+        };
+        let config = Arc::new(Config::load(&path).map_err(|e| e.to_string())?);
+        let shared = build_shared(config.clone(), policy.clone()).map_err(|e| e.to_string())?;
+        policy.reload(&config);
         *self.shared.write().expect("shared lock") = Arc::new(shared);
         Ok(())
     }
