@@ -173,10 +173,10 @@ fn lex(text: &str) -> Result<Vec<(usize, Tok)>, ConditionError> {
                 i += end + 2;
                 continue;
             }
-            c if c.is_ascii_alphanumeric() || c == b'_' || c == b'-' => {
+            c if is_word_byte(c) => {
                 let end = b[i..]
                     .iter()
-                    .position(|&c| !(c.is_ascii_alphanumeric() || c == b'_' || c == b'-'))
+                    .position(|&c| !is_word_byte(c))
                     .map_or(b.len(), |p| i + p);
                 out.push((start, Tok::Word(text[i..end].to_string())));
                 i = end;
@@ -192,6 +192,11 @@ fn lex(text: &str) -> Result<Vec<(usize, Tok)>, ConditionError> {
         i += 1;
     }
     Ok(out)
+}
+
+/// Bytes of bare words: names, and unquoted texts such as `mail.example.org`.
+fn is_word_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.' | b'@')
 }
 
 struct Parser<'a> {

@@ -49,6 +49,8 @@ pub struct FloodgateConfig {
     /// TOML appended verbatim (e.g. an `[smtp]` section). Must not repeat the sections
     /// written here: server, timeouts, tls, upstream, log.
     pub extra: String,
+    /// `[tls] auth_without_tls` (AUTH on plain listeners, for tests).
+    pub auth_without_tls: bool,
 }
 
 impl FloodgateConfig {
@@ -66,6 +68,7 @@ impl FloodgateConfig {
             ],
             log_level: "debug".into(),
             extra: String::new(),
+            auth_without_tls: false,
         }
     }
 
@@ -85,6 +88,12 @@ impl FloodgateConfig {
     pub fn extra(mut self, toml: &str) -> Self {
         self.extra.push_str(toml);
         self.extra.push('\n');
+        self
+    }
+
+    /// Allows AUTH before TLS.
+    pub fn auth_without_tls(mut self, yes: bool) -> Self {
+        self.auth_without_tls = yes;
         self
     }
 
@@ -111,9 +120,10 @@ impl FloodgateConfig {
             ));
         }
         t.push_str(&format!(
-            "[tls]\ncertificate = \"{}\"\nprivate_key = \"{}\"\n\n",
+            "[tls]\ncertificate = \"{}\"\nprivate_key = \"{}\"\nauth_without_tls = {}\n\n",
             path(dev_cert("server.crt")),
-            path(dev_cert("server.key"))
+            path(dev_cert("server.key")),
+            self.auth_without_tls
         ));
         t.push_str(&format!(
             "[upstream]\naddress = \"{}\"\ntls = \"{}\"\nclient_identity = \"{}\"\n\
@@ -254,6 +264,19 @@ impl Floodgate {
     /// The temp dir holding config and logs.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGHUP (reload the config file).
+    pub fn sighup(&self) {
+        let _ = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
     }
 
     /// Sends SIGTERM and waits (bounded) for the exit status.
