@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use floodgate::config::{Config, LogFormat};
 use floodgate::policy::describe::{describe, warnings};
@@ -94,6 +94,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             warn!("{w}");
         }
         let server = Server::bind(config, Arc::new(policy)).await?;
+        let sigs = install_signals()?;
         {
             let mut out = std::io::stdout().lock();
             for (name, addr, tls) in server.local_addrs() {
@@ -103,7 +104,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             out.flush()?;
         }
         let control = server.control();
-        tokio::spawn(signals(control));
+        tokio::spawn(signals(control, sigs));
         server.run().await;
         store_stop.cancel();
         let _ = store_tasks.await;
@@ -111,27 +112,35 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
     })
 }
 
-async fn signals(control: floodgate::server::Control) {
+/// The signals floodgate handles, registered before the `listening` lines are printed so
+/// that a SIGHUP sent as soon as floodgate is up is never fatal (the default action).
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+fn install_signals() -> anyhow::Result<Signals> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        error!("cannot install signal handlers");
-        return;
-    };
+    Ok(Signals {
+        term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+        int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+        hup: signal(SignalKind::hangup()).context("cannot handle SIGHUP")?,
+    })
+}
+
+async fn signals(control: floodgate::server::Control, mut s: Signals) {
     loop {
         tokio::select! {
-            _ = term.recv() => {
+            _ = s.term.recv() => {
                 info!("SIGTERM: graceful shutdown");
                 control.shutdown();
             }
-            _ = int.recv() => {
+            _ = s.int.recv() => {
                 info!("SIGINT: stopping now");
                 control.stop_now();
             }
-            _ = hup.recv() => match control.reload() {
+            _ = s.hup.recv() => match control.reload() {
                 Ok(()) => info!("SIGHUP: configuration reloaded"),
                 Err(e) => warn!(error = %e, "SIGHUP: new configuration refused; the old one stays in force"),
             },
@@ -197,7 +206,9 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
         out,
         "store: backend={} path={} snapshot_interval={} expire_interval={} idle_ttl={}",
         st.backend,
-        st.path.as_ref().map_or("(none)".into(), |p| p.display().to_string()),
+        st.path
+            .as_ref()
+            .map_or("(none)".into(), |p| p.display().to_string()),
         st.snapshot_interval,
         st.expire_interval,
         st.idle_ttl

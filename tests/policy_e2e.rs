@@ -81,7 +81,11 @@ s.quit()
     );
     assert!(out.ok(), "{out}");
     for r in ["r1", "r2", "r3"] {
-        assert_eq!(out.field(&format!("{r}@example.com")).as_deref(), Some("ok"), "{out}");
+        assert_eq!(
+            out.field(&format!("{r}@example.com")).as_deref(),
+            Some("ok"),
+            "{out}"
+        );
     }
     for r in ["r4", "r5"] {
         let f = out.field(&format!("{r}@example.com")).unwrap_or_default();
@@ -346,7 +350,11 @@ fn sighup_changes_behaviour_without_dropping_a_session() {
 #[test]
 fn broken_config_on_reload_is_refused() {
     let (rec, fg) = start(ONE_RCPT);
-    rewrite_config(&fg, &rec, "[[limit]]\nname = \"bad\"\nratelimit = \"10 / 1 hour\"\n");
+    rewrite_config(
+        &fg,
+        &rec,
+        "[[limit]]\nname = \"bad\"\nratelimit = \"10 / 1 hour\"\n",
+    );
     fg.sighup();
     let line = wait_until(Duration::from_secs(10), "the refusal log line", || {
         fg.stderr()

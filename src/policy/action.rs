@@ -126,8 +126,8 @@ pub fn delay_of(def: &LimitDef, kind: DelayKind, o: &Outcome) -> Duration {
 }
 
 fn default_code(def: &LimitDef, stage: Stage) -> (u16, &'static str) {
-    let connection = matches!(def.counted, Counted::Connections | Counted::Sessions)
-        || stage == Stage::Connect;
+    let connection =
+        matches!(def.counted, Counted::Connections | Counted::Sessions) || stage == Stage::Connect;
     match def.action {
         Action::Disconnect => (421, "4.7.0"),
         Action::Deny if stage == Stage::Connect => (554, "5.7.1"),
@@ -151,7 +151,13 @@ fn starts_with_enhanced(s: &str) -> bool {
 }
 
 /// The reply text of a refusal (without the code).
-pub fn reply_text(def: &LimitDef, stage: Stage, facts: &Facts, o: &Outcome, hostname: &str) -> (u16, String) {
+pub fn reply_text(
+    def: &LimitDef,
+    stage: Stage,
+    facts: &Facts,
+    o: &Outcome,
+    hostname: &str,
+) -> (u16, String) {
     let (code, enhanced) = default_code(def, stage);
     let code = def.code.unwrap_or(code);
     let enhanced = if def.code.is_some() {
@@ -196,7 +202,13 @@ pub fn reply_text(def: &LimitDef, stage: Stage, facts: &Facts, o: &Outcome, host
 }
 
 /// The verdict of the strongest over limit.
-pub fn verdict(def: &LimitDef, stage: Stage, facts: &Facts, o: &Outcome, hostname: &str) -> Verdict {
+pub fn verdict(
+    def: &LimitDef,
+    stage: Stage,
+    facts: &Facts,
+    o: &Outcome,
+    hostname: &str,
+) -> Verdict {
     match def.action {
         Action::Warn | Action::Header => Verdict::Continue,
         Action::Delay(kind) => {

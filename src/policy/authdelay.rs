@@ -20,7 +20,11 @@ pub fn failure_keys(cfg: &AuthDelay, ip: Option<&str>, user: Option<&str>) -> Ve
         keys.push(format!("authfail/{}s/ip/{ip}", cfg.decay_secs));
     }
     if let Some(u) = user.filter(|u| !u.is_empty()) {
-        keys.push(format!("authfail/{}s/user/{}", cfg.decay_secs, u.to_lowercase()));
+        keys.push(format!(
+            "authfail/{}s/user/{}",
+            cfg.decay_secs,
+            u.to_lowercase()
+        ));
     }
     keys
 }
@@ -51,7 +55,11 @@ pub fn delay_for(cfg: &AuthDelay, n: f64) -> Duration {
     // Failures in quick succession decay by a hair between them: count to 1/100.
     let n = (n * 100.0).round() / 100.0;
     if !n.is_finite() || n < 1.0 {
-        return if n.is_finite() && n > 0.0 { cfg.base } else { Duration::ZERO };
+        return if n.is_finite() && n > 0.0 {
+            cfg.base
+        } else {
+            Duration::ZERO
+        };
     }
     // 2^(n-1), computed in floating point and capped before it can overflow.
     let factor = (n - 1.0).min(30.0).exp2();

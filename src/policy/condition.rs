@@ -319,14 +319,19 @@ impl Parser<'_> {
                     _ => self.err("expected \"text\" after the comparison".into()),
                 }
             }
-            _ => self.err(format!("expected `in LIST` or `== \"text\"` after `{word}`")),
+            _ => self.err(format!(
+                "expected `in LIST` or `== \"text\"` after `{word}`"
+            )),
         }
     }
 }
 
 impl Condition {
     /// Parses condition text; `list_exists` says which list names are defined.
-    pub fn parse(text: &str, list_exists: &dyn Fn(&str) -> bool) -> Result<Condition, ConditionError> {
+    pub fn parse(
+        text: &str,
+        list_exists: &dyn Fn(&str) -> bool,
+    ) -> Result<Condition, ConditionError> {
         let toks = lex(text)?;
         let mut p = Parser {
             toks,

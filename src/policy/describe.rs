@@ -59,7 +59,9 @@ fn describe_limit(d: &LimitDef) -> String {
     let key = d
         .key
         .as_ref()
-        .map_or("${sender_host_address}".to_string(), |k| k.text().to_string());
+        .map_or("${sender_host_address}".to_string(), |k| {
+            k.text().to_string()
+        });
     let mut s = format!(
         "limit {}: stage={} key={:?} {} counts={} mode={:?} action={}",
         d.name,
@@ -116,9 +118,7 @@ pub fn warnings(model: &PolicyModel) -> Vec<String> {
         }
         let p = spec.period_secs();
         let text = spec.period_text().to_string();
-        if let Some((_, other_text, other)) = periods
-            .iter()
-            .find(|(s, t, _)| *s == p && *t != text)
+        if let Some((_, other_text, other)) = periods.iter().find(|(s, t, _)| *s == p && *t != text)
         {
             w.push(format!(
                 "limit {} (line {}): period {:?} is the same time as {:?} in limit {} but a different key: they count separately",

@@ -38,7 +38,9 @@ use crate::store::{Algorithm, Decision, LimitRequest, LimitResult, Store};
 fn sentinel() -> LimitRequest {
     LimitRequest {
         key: "floodgate/dry-run".into(),
-        algorithm: Algorithm::Gcra(GcraSpec::new(1.0, Rate::new(1.0, 1.0).expect("rate")).expect("spec")),
+        algorithm: Algorithm::Gcra(
+            GcraSpec::new(1.0, Rate::new(1.0, 1.0).expect("rate")).expect("spec"),
+        ),
         count: 2.0,
         unique: None,
         blocking: true,
@@ -72,12 +74,20 @@ impl RatePolicy {
 
     /// Makes `model` the generation every later check uses (sessions in flight included).
     pub fn install(&self, model: Arc<PolicyModel>) {
-        *self.inner.current.write().unwrap_or_else(|e| e.into_inner()) = model;
+        *self
+            .inner
+            .current
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = model;
     }
 
     /// The generation in force.
     pub fn current(&self) -> Arc<PolicyModel> {
-        self.inner.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.inner
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -187,13 +197,24 @@ fn limit_value(def: &LimitDef, model: &PolicyModel, facts: &Facts) -> Option<(f6
 }
 
 /// Builds the store request and the outcome skeleton of one limit.
-fn request(def: &LimitDef, model: &PolicyModel, stage: Stage, facts: &Facts, key_text: &str) -> (LimitRequest, Outcome) {
+fn request(
+    def: &LimitDef,
+    model: &PolicyModel,
+    stage: Stage,
+    facts: &Facts,
+    key_text: &str,
+) -> (LimitRequest, Outcome) {
     let count = count_of(def, stage, facts);
     let over_value = limit_value(def, model, facts);
     let blocking = def.action.blocks();
     match &def.rate {
-        RateDef::Exim { spec, resolved, unique } => {
-            let (limit, limit_text) = over_value.unwrap_or((spec.limit(), spec.limit_text().to_string()));
+        RateDef::Exim {
+            spec,
+            resolved,
+            unique,
+        } => {
+            let (limit, limit_text) =
+                over_value.unwrap_or((spec.limit(), spec.limit_text().to_string()));
             let ip = facts.client_ip.map(|i| i.to_string()).unwrap_or_default();
             let key = if spec.key_text().is_some() {
                 spec.database_key(key_text, &ip)
@@ -204,7 +225,9 @@ fn request(def: &LimitDef, model: &PolicyModel, stage: Stage, facts: &Facts, key
             };
             let unique = if spec.unique().is_some() {
                 Some(match unique {
-                    Some(t) => t.expand(|v, out| var_value(v, facts, Some(def), None, &model.hostname, out)),
+                    Some(t) => t.expand(|v, out| {
+                        var_value(v, facts, Some(def), None, &model.hostname, out)
+                    }),
                     // per_addr; outside RCPT Exim reads the same record with a dummy value.
                     None if resolved.forced_readonly => String::new(),
                     None => facts.recipient_normalized.clone().unwrap_or_default(),
@@ -239,7 +262,9 @@ fn request(def: &LimitDef, model: &PolicyModel, stage: Stage, facts: &Facts, key
             let mut g = *g;
             let mut limit_text = fmt_num(g.burst);
             if let Some((m, t)) = over_value {
-                if let Some(ng) = Rate::new(m, g.rate.period_secs()).and_then(|r| GcraSpec::new(m, r)) {
+                if let Some(ng) =
+                    Rate::new(m, g.rate.period_secs()).and_then(|r| GcraSpec::new(m, r))
+                {
                     g = ng;
                     limit_text = t;
                 }
@@ -344,7 +369,11 @@ fn apply_result(o: &mut Outcome, r: &LimitResult) {
 
 impl RateSession {
     fn model(&self) -> Arc<PolicyModel> {
-        self.inner.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.inner
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Charges of this session not yet in the store, per key (for dry runs).
@@ -358,7 +387,11 @@ impl RateSession {
     }
 
     fn applies(def: &LimitDef, stage: Stage, facts: &Facts, model: &PolicyModel) -> bool {
-        def.stage == stage && def.when.as_ref().is_none_or(|c| c.eval(facts, &model.lists))
+        def.stage == stage
+            && def
+                .when
+                .as_ref()
+                .is_none_or(|c| c.eval(facts, &model.lists))
     }
 
     async fn decide(&self, d: &Decision) -> Option<Vec<LimitResult>> {
@@ -388,7 +421,9 @@ impl RateSession {
                 continue;
             }
             let key_text = match &def.key {
-                Some(t) => t.expand(|v, out| var_value(v, facts, Some(def), None, &model.hostname, out)),
+                Some(t) => {
+                    t.expand(|v, out| var_value(v, facts, Some(def), None, &model.hostname, out))
+                }
                 None => facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
             };
             let (mut req, mut outcome) = request(def, &model, stage, facts, &key_text);
@@ -409,12 +444,17 @@ impl RateSession {
                         Class::DryRun
                     }
                 }
-                RateDef::Bucket(_) if def.counted.reserved() || def.counted == Counted::Messages => Class::Reserve,
+                RateDef::Bucket(_)
+                    if def.counted.reserved() || def.counted == Counted::Messages =>
+                {
+                    Class::Reserve
+                }
                 RateDef::Bucket(_) => Class::BucketNow,
                 RateDef::Exim { resolved, .. } => {
                     if let Some(rate) = self.cache.get(resolved.cache, &req.key) {
                         outcome.value = rate;
-                        outcome.over = rate.partial_cmp(&outcome.limit) != Some(std::cmp::Ordering::Less);
+                        outcome.over =
+                            rate.partial_cmp(&outcome.limit) != Some(std::cmp::Ordering::Less);
                         Class::Cached
                     } else if def.mode == UpdateMode::Leaky && def.counted.reserved() {
                         Class::DryRun
@@ -422,7 +462,9 @@ impl RateSession {
                         Class::Now
                     }
                 }
-                RateDef::Gcra(_) if def.mode == UpdateMode::Leaky && def.counted.reserved() => Class::DryRun,
+                RateDef::Gcra(_) if def.mode == UpdateMode::Leaky && def.counted.reserved() => {
+                    Class::DryRun
+                }
                 RateDef::Gcra(_) => Class::Now,
             };
             let key = req.key.clone();
@@ -441,7 +483,9 @@ impl RateSession {
         // Concurrency slots first (local, exact).
         let mut refused = false;
         for e in evals.iter_mut().filter(|e| e.class == Class::Slot) {
-            let RateDef::Concurrency(max) = e.def.rate else { continue };
+            let RateDef::Concurrency(max) = e.def.rate else {
+                continue;
+            };
             match self.inner.slots.acquire(&e.key, max) {
                 Ok(g) => {
                     e.outcome.value = self.inner.slots.held(&e.key) as f64;
@@ -455,7 +499,9 @@ impl RateSession {
             }
         }
         // Dry run.
-        let dry: Vec<usize> = (0..evals.len()).filter(|&i| evals[i].class == Class::DryRun).collect();
+        let dry: Vec<usize> = (0..evals.len())
+            .filter(|&i| evals[i].class == Class::DryRun)
+            .collect();
         if !dry.is_empty() {
             let mut d = Decision::default();
             for &i in &dry {
@@ -479,7 +525,12 @@ impl RateSession {
             .any(|e| e.class == Class::Cached && e.outcome.over && e.def.action.blocks());
         // The decision that stores.
         let now: Vec<usize> = (0..evals.len())
-            .filter(|&i| matches!(evals[i].class, Class::Now | Class::Reserve | Class::BucketNow))
+            .filter(|&i| {
+                matches!(
+                    evals[i].class,
+                    Class::Now | Class::Reserve | Class::BucketNow
+                )
+            })
             .collect();
         if !now.is_empty() {
             let mut d = Decision::default();
@@ -507,7 +558,8 @@ impl RateSession {
             match e.class {
                 Class::Now => {
                     if let RateDef::Exim { resolved, .. } = &e.def.rate {
-                        self.cache.remember(resolved.cache, &req.key, e.outcome.value);
+                        self.cache
+                            .remember(resolved.cache, &req.key, e.outcome.value);
                     }
                 }
                 Class::DryRun if !refused && e.def.counted != Counted::AuthFailures => {
@@ -661,11 +713,15 @@ impl RateSession {
         // auth_failures limits count the failure now.
         let mut d = Decision::default();
         for def in &model.limits {
-            if def.counted != Counted::AuthFailures || !Self::applies(def, Stage::Auth, facts, &model) {
+            if def.counted != Counted::AuthFailures
+                || !Self::applies(def, Stage::Auth, facts, &model)
+            {
                 continue;
             }
             let key_text = match &def.key {
-                Some(t) => t.expand(|v, out| var_value(v, facts, Some(def), None, &model.hostname, out)),
+                Some(t) => {
+                    t.expand(|v, out| var_value(v, facts, Some(def), None, &model.hostname, out))
+                }
                 None => facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
             };
             let (mut req, _) = request(def, &model, Stage::Auth, facts, &key_text);
@@ -680,7 +736,8 @@ impl RateSession {
             return Verdict::Continue;
         }
         let ip = facts.client_ip.map(|i| i.to_string());
-        let keys = authdelay::failure_keys(&model.auth, ip.as_deref(), facts.auth_attempt.as_deref());
+        let keys =
+            authdelay::failure_keys(&model.auth, ip.as_deref(), facts.auth_attempt.as_deref());
         let d = authdelay::failure_decision(&model.auth, keys);
         let Some(results) = self.decide(&d).await else {
             return Verdict::Continue;
@@ -730,7 +787,12 @@ impl SessionPolicy for RateSession {
         Box::pin(self.run_check(stage, facts))
     }
 
-    fn after_upstream<'a>(&'a mut self, stage: Stage, facts: &'a Facts, reply: &'a Reply) -> BoxFuture<'a, Verdict> {
+    fn after_upstream<'a>(
+        &'a mut self,
+        stage: Stage,
+        facts: &'a Facts,
+        reply: &'a Reply,
+    ) -> BoxFuture<'a, Verdict> {
         Box::pin(async move {
             match stage {
                 Stage::Auth => self.auth_result(facts).await,

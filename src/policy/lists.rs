@@ -54,13 +54,17 @@ impl NamedList {
         }
         let looks_ip = entry.contains(':') && !entry.contains('@')
             || entry.bytes().next().is_some_and(|b| b.is_ascii_digit())
-                && entry.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'/');
+                && entry
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || b == b'.' || b == b'/');
         if looks_ip {
-            let cidr: Cidr = entry.parse().map_err(|e: crate::config::CidrError| ListError {
-                line: number,
-                column: lead + 1,
-                message: e.to_string(),
-            })?;
+            let cidr: Cidr = entry
+                .parse()
+                .map_err(|e: crate::config::CidrError| ListError {
+                    line: number,
+                    column: lead + 1,
+                    message: e.to_string(),
+                })?;
             self.cidrs.push((cidr, value));
         } else {
             self.text.insert(entry.to_lowercase(), value);
@@ -80,7 +84,8 @@ impl NamedList {
 
     /// Keeps CIDR blocks longest first so the first match is the most specific.
     pub fn sort(&mut self) {
-        self.cidrs.sort_by_key(|(c, _)| std::cmp::Reverse(c.prefix()));
+        self.cidrs
+            .sort_by_key(|(c, _)| std::cmp::Reverse(c.prefix()));
     }
 
     /// Every value given in the list.
@@ -121,7 +126,11 @@ impl NamedList {
             return Some(v.as_deref());
         }
         let (local, domain) = lower.rsplit_once('@')?;
-        let tries = [format!("{local}@"), domain.to_string(), format!("@{domain}")];
+        let tries = [
+            format!("{local}@"),
+            domain.to_string(),
+            format!("@{domain}"),
+        ];
         tries
             .iter()
             .find_map(|k| self.text.get(k))

@@ -315,7 +315,10 @@ fn load_lists(src: &PolicySource<'_>, at: At<'_>) -> Result<Lists, ConfigError> 
                     }
                 };
                 let text = std::fs::read_to_string(&path).map_err(|e| {
-                    at(file.span(), format!("list {name}: cannot read {}: {e}", path.display()))
+                    at(
+                        file.span(),
+                        format!("list {name}: cannot read {}: {e}", path.display()),
+                    )
                 })?;
                 NamedList::from_text(&text).map_err(|e| ConfigError::Invalid {
                     path: path.clone(),
@@ -447,13 +450,22 @@ fn compile_limit(
             "leaky" => UpdateMode::Leaky,
             "strict" => UpdateMode::Strict,
             "readonly" => UpdateMode::Readonly,
-            _ => return Err(err(span, format!("unknown mode {w:?}: use leaky, strict or readonly"))),
+            _ => {
+                return Err(err(
+                    span,
+                    format!("unknown mode {w:?}: use leaky, strict or readonly"),
+                ))
+            }
         }),
         None => None,
     };
 
     // The rate: exactly one of ratelimit, rate (+burst), max.
-    let given = [raw.ratelimit.is_some(), raw.rate.is_some(), raw.max.is_some()];
+    let given = [
+        raw.ratelimit.is_some(),
+        raw.rate.is_some(),
+        raw.max.is_some(),
+    ];
     if given.iter().filter(|g| **g).count() != 1 {
         return Err(err(
             anchor,
@@ -470,7 +482,8 @@ fn compile_limit(
         if mode_word.is_some() {
             return Err(err(
                 raw.mode.as_ref().map_or(0..0, |m| m.span()),
-                "with `ratelimit` write the mode inside the string (/ leaky, / strict, / readonly)".into(),
+                "with `ratelimit` write the mode inside the string (/ leaky, / strict, / readonly)"
+                    .into(),
             ));
         }
         let from_per = if spec.unique().is_some() && spec.per_mode() != PerMode::Addr {
@@ -503,9 +516,12 @@ fn compile_limit(
             }
         };
         let stage = explicit_stage.unwrap_or(counted.default_stage());
-        let resolved = spec
-            .resolve(acl_of(stage))
-            .map_err(|e| err(rl.span(), format!("ratelimit at stage {}: {e}", stage.as_str())))?;
+        let resolved = spec.resolve(acl_of(stage)).map_err(|e| {
+            err(
+                rl.span(),
+                format!("ratelimit at stage {}: {e}", stage.as_str()),
+            )
+        })?;
         if let Some(k) = spec.key_text() {
             if key.is_some() {
                 return Err(err(
@@ -519,38 +535,70 @@ fn compile_limit(
             );
         }
         let unique = match spec.unique() {
-            Some(u) if spec.per_mode() != PerMode::Addr => Some(
-                Template::parse(u)
-                    .map_err(|e| err(rl.span(), format!("ratelimit unique={u:?}: {}", e.message)))?,
-            ),
+            Some(u) if spec.per_mode() != PerMode::Addr => {
+                Some(Template::parse(u).map_err(|e| {
+                    err(rl.span(), format!("ratelimit unique={u:?}: {}", e.message))
+                })?)
+            }
             _ => None,
         };
         let mode = resolved.update;
-        (counted, stage, RateDef::Exim { spec, resolved, unique }, mode)
+        (
+            counted,
+            stage,
+            RateDef::Exim {
+                spec,
+                resolved,
+                unique,
+            },
+            mode,
+        )
     } else if let Some(max) = &raw.max {
         let counted = explicit_count.unwrap_or(Counted::Sessions);
         if counted != Counted::Sessions {
-            return Err(err(max.span(), "`max` is for count = \"sessions\" (sessions at once)".into()));
+            return Err(err(
+                max.span(),
+                "`max` is for count = \"sessions\" (sessions at once)".into(),
+            ));
         }
         let n = u64::try_from(*max.get_ref())
             .ok()
             .filter(|n| *n >= 1)
             .ok_or_else(|| err(max.span(), "max must be at least 1".into()))?;
-        let uses_user = key.as_ref().is_some_and(|k| k.vars().any(|v| v == Var::User));
-        let stage = explicit_stage.unwrap_or(if uses_user { Stage::Mail } else { Stage::Connect });
+        let uses_user = key
+            .as_ref()
+            .is_some_and(|k| k.vars().any(|v| v == Var::User));
+        let stage = explicit_stage.unwrap_or(if uses_user {
+            Stage::Mail
+        } else {
+            Stage::Connect
+        });
         (counted, stage, RateDef::Concurrency(n), UpdateMode::Strict)
     } else {
         let rate_s = raw.rate.as_ref().expect("checked above");
         let burst = raw.burst.as_ref().ok_or_else(|| {
-            err(rate_s.span(), "`rate` needs a `burst` (how many events at once)".into())
+            err(
+                rate_s.span(),
+                "`rate` needs a `burst` (how many events at once)".into(),
+            )
         })?;
         let counted = explicit_count.ok_or_else(|| {
-            err(rate_s.span(), "with `rate`, say what is counted: count = \"messages\", \"recipients\", ...".into())
+            err(
+                rate_s.span(),
+                "with `rate`, say what is counted: count = \"messages\", \"recipients\", ..."
+                    .into(),
+            )
         })?;
-        if matches!(counted, Counted::Sessions | Counted::DistinctRecipients | Counted::Distinct) {
+        if matches!(
+            counted,
+            Counted::Sessions | Counted::DistinctRecipients | Counted::Distinct
+        ) {
             return Err(err(
                 raw.count.as_ref().map_or(0..0, |c| c.span()),
-                format!("count = {:?} needs `max` (sessions) or an Exim `ratelimit` (distinct values)", counted.as_str()),
+                format!(
+                    "count = {:?} needs `max` (sessions) or an Exim `ratelimit` (distinct values)",
+                    counted.as_str()
+                ),
             ));
         }
         let stage = explicit_stage.unwrap_or(counted.default_stage());
@@ -558,11 +606,18 @@ fn compile_limit(
         let rate = match algo {
             "gcra" => {
                 if raw.dynamic.is_some() {
-                    return Err(err(raw.dynamic.as_ref().map_or(0..0, |d| d.span()), "`dynamic` is for algorithm = \"bucket\"".into()));
+                    return Err(err(
+                        raw.dynamic.as_ref().map_or(0..0, |d| d.span()),
+                        "`dynamic` is for algorithm = \"bucket\"".into(),
+                    ));
                 }
                 RateDef::Gcra(
-                    GcraSpec::parse(burst.get_ref(), rate_s.get_ref())
-                        .map_err(|e| err(rate_s.span().start.min(burst.span().start)..burst.span().end, format!("rate/burst: {e}")))?,
+                    GcraSpec::parse(burst.get_ref(), rate_s.get_ref()).map_err(|e| {
+                        err(
+                            rate_s.span().start.min(burst.span().start)..burst.span().end,
+                            format!("rate/burst: {e}"),
+                        )
+                    })?,
                 )
             }
             "bucket" => {
@@ -605,10 +660,16 @@ fn compile_limit(
         ));
     }
     if raw.algorithm.is_some() && raw.rate.is_none() {
-        return Err(err(raw.algorithm.as_ref().map_or(0..0, |a| a.span()), "`algorithm` goes with `rate` and `burst`".into()));
+        return Err(err(
+            raw.algorithm.as_ref().map_or(0..0, |a| a.span()),
+            "`algorithm` goes with `rate` and `burst`".into(),
+        ));
     }
     if raw.burst.is_some() && raw.rate.is_none() {
-        return Err(err(raw.burst.as_ref().map_or(0..0, |a| a.span()), "`burst` goes with `rate`".into()));
+        return Err(err(
+            raw.burst.as_ref().map_or(0..0, |a| a.span()),
+            "`burst` goes with `rate`".into(),
+        ));
     }
 
     let when = match &raw.when {
@@ -623,7 +684,13 @@ fn compile_limit(
         Some(d) => {
             let v = duration(d, &format!("limit {name}: max_delay"), at)?;
             if v > HARD_MAX_DELAY {
-                return Err(err(d.span(), format!("max_delay may be at most {}s (clients give up after 5 minutes)", HARD_MAX_DELAY.as_secs())));
+                return Err(err(
+                    d.span(),
+                    format!(
+                        "max_delay may be at most {}s (clients give up after 5 minutes)",
+                        HARD_MAX_DELAY.as_secs()
+                    ),
+                ));
             }
             v
         }
@@ -636,14 +703,21 @@ fn compile_limit(
         "header" => Action::Header,
         "delay" => {
             let d = raw.delay.as_ref().ok_or_else(|| {
-                err(action_span.clone(), "action = \"delay\" needs `delay` (a duration such as \"2s\", or \"computed\")".into())
+                err(
+                    action_span.clone(),
+                    "action = \"delay\" needs `delay` (a duration such as \"2s\", or \"computed\")"
+                        .into(),
+                )
             })?;
             if d.get_ref() == "computed" {
                 Action::Delay(DelayKind::Computed)
             } else {
                 let v = duration(d, &format!("limit {name}: delay"), at)?;
                 if v > max_delay {
-                    return Err(err(d.span(), format!("delay is longer than max_delay ({}s)", max_delay.as_secs())));
+                    return Err(err(
+                        d.span(),
+                        format!("delay is longer than max_delay ({}s)", max_delay.as_secs()),
+                    ));
                 }
                 Action::Delay(DelayKind::Fixed(v))
             }
@@ -652,14 +726,30 @@ fn compile_limit(
         "deny" => Action::Deny,
         "disconnect" => Action::Disconnect,
         other => {
-            return Err(err(action_span, format!("unknown action {other:?}: use warn, header, delay, defer, deny or disconnect")))
+            return Err(err(
+                action_span,
+                format!(
+                    "unknown action {other:?}: use warn, header, delay, defer, deny or disconnect"
+                ),
+            ))
         }
     };
     if raw.delay.is_some() && !matches!(action, Action::Delay(_)) {
-        return Err(err(raw.delay.as_ref().map_or(0..0, |d| d.span()), "`delay` goes with action = \"delay\"".into()));
+        return Err(err(
+            raw.delay.as_ref().map_or(0..0, |d| d.span()),
+            "`delay` goes with action = \"delay\"".into(),
+        ));
     }
-    if counted == Counted::Sessions && !matches!(action, Action::Warn | Action::Defer | Action::Disconnect | Action::Deny) {
-        return Err(err(action_span, "a sessions limit can warn, defer, deny or disconnect".into()));
+    if counted == Counted::Sessions
+        && !matches!(
+            action,
+            Action::Warn | Action::Defer | Action::Disconnect | Action::Deny
+        )
+    {
+        return Err(err(
+            action_span,
+            "a sessions limit can warn, defer, deny or disconnect".into(),
+        ));
     }
     let message = match &raw.message {
         Some(m) => Some(template(m, &format!("limit {name}: message"), at)?),
@@ -690,8 +780,16 @@ fn compile_limit(
             if matches!(rate, RateDef::Concurrency(_)) {
                 return Err(err(l.span(), "limit_list is for rate limits".into()));
             }
-            if let Some(bad) = list.values().find(|v| v.parse::<f64>().map_or(true, |x| !(x >= 0.0 && x.is_finite()))) {
-                return Err(err(l.span(), format!("list {lname:?} has the value {bad:?}, which is not a limit (a number)")));
+            if let Some(bad) = list.values().find(|v| {
+                v.parse::<f64>()
+                    .map_or(true, |x| !(x >= 0.0 && x.is_finite()))
+            }) {
+                return Err(err(
+                    l.span(),
+                    format!(
+                        "list {lname:?} has the value {bad:?}, which is not a limit (a number)"
+                    ),
+                ));
             }
             let by = match &raw.limit_by {
                 Some(b) => super::condition::Subject::parse_word(b.get_ref())

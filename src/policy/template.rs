@@ -171,7 +171,11 @@ impl Template {
                     flush(&mut parts, &mut lit);
                     parts.push(Part::Var(var));
                 }
-                _ => return Err(err("`$` must be followed by a variable name (write `$$` for a `$`)".into())),
+                _ => {
+                    return Err(err(
+                        "`$` must be followed by a variable name (write `$$` for a `$`)".into(),
+                    ))
+                }
             }
         }
         flush(&mut parts, &mut lit);
@@ -227,7 +231,9 @@ fn parse_braced(inner: &str) -> Result<Var, String> {
         return Ok(var);
     }
     if !matches!(var, Var::ClientIp { .. }) {
-        return Err(format!("only client_ip takes a prefix length, not `{name}`"));
+        return Err(format!(
+            "only client_ip takes a prefix length, not `{name}`"
+        ));
     }
     if prefixes.len() > 2 {
         return Err("client_ip takes at most two prefix lengths (IPv4, then IPv6)".into());
@@ -259,7 +265,11 @@ pub fn network_text(ip: IpAddr, v4: u8, v6: u8, out: &mut String) {
             let _ = write!(out, "{a}");
         }
         IpAddr::V4(a) => {
-            let mask = if v4 == 0 { 0 } else { u32::MAX << (32 - u32::from(v4)) };
+            let mask = if v4 == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(v4))
+            };
             let n = std::net::Ipv4Addr::from(u32::from(a) & mask);
             let _ = write!(out, "{n}/{v4}");
         }
@@ -267,7 +277,11 @@ pub fn network_text(ip: IpAddr, v4: u8, v6: u8, out: &mut String) {
             let _ = write!(out, "{a}");
         }
         IpAddr::V6(a) => {
-            let mask = if v6 == 0 { 0 } else { u128::MAX << (128 - u32::from(v6)) };
+            let mask = if v6 == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(v6))
+            };
             let n = std::net::Ipv6Addr::from(u128::from(a) & mask);
             let _ = write!(out, "{n}/{v6}");
         }
@@ -288,10 +302,7 @@ mod tests {
     #[test]
     fn variables_and_literals() {
         let t = Template::parse("u=${authenticated_id} ip=$sender_host_address $$5").unwrap();
-        assert_eq!(
-            show(&t),
-            "u=<User> ip=<ClientIp { v4: 32, v6: 128 }> $5"
-        );
+        assert_eq!(show(&t), "u=<User> ip=<ClientIp { v4: 32, v6: 128 }> $5");
         assert!(!t.is_constant());
         assert!(Template::parse("all").unwrap().is_constant());
         assert!(Template::parse("").unwrap().is_constant());

@@ -17,12 +17,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
-use crate::config::{Config, TlsMode};
 use crate::config::StoreConfig;
+use crate::config::{Config, TlsMode};
 use crate::policy::{Policy, RatePolicy};
-use crate::store::{MemoryConfig, MemoryStore, SnapshotError};
 use crate::proxy::{ListenerInfo, Session, Shared, Stream, UpstreamSettings};
 use crate::smtp::proxy_header::parse_proxy_header;
+use crate::store::{MemoryConfig, MemoryStore, SnapshotError};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
