@@ -458,7 +458,7 @@ mod tests {
         assert!(is_bounce("postmaster@x"));
         assert!(!is_bounce("post@x"));
         let mut f = facts();
-        assert!(!f.user.is_none() && !parse("bounce").unwrap().eval(&f, &lists()));
+        assert!(f.user.is_some() && !parse("bounce").unwrap().eval(&f, &lists()));
         f.sender = Some(String::new());
         assert!(parse("bounce").unwrap().eval(&f, &lists()));
         // Missing values are never in a list.

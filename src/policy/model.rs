@@ -352,7 +352,7 @@ fn load_lists(src: &PolicySource<'_>, at: At<'_>) -> Result<Lists, ConfigError> 
     Ok(lists)
 }
 
-fn word<'a>(v: &'a Option<Spanned<String>>) -> Option<(&'a str, Range<usize>)> {
+fn word(v: &Option<Spanned<String>>) -> Option<(&str, Range<usize>)> {
     v.as_ref().map(|s| (s.get_ref().as_str(), s.span()))
 }
 
