@@ -43,6 +43,21 @@ pub enum Subject {
 }
 
 impl Subject {
+    /// The condition word of this subject.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Subject::ClientIp => "client_ip",
+            Subject::User => "user",
+            Subject::Sender => "sender",
+            Subject::SenderDomain => "sender_domain",
+            Subject::Recipient => "recipient",
+            Subject::RecipientDomain => "recipient_domain",
+            Subject::Helo => "helo",
+            Subject::HeaderFrom => "header_from",
+            Subject::Listener => "listener",
+        }
+    }
+
     /// The subject named by a condition word (`client_ip`, `user`, ...).
     pub fn parse_word(word: &str) -> Option<Subject> {
         Subject::parse(word)

@@ -3,12 +3,7 @@
 //! key text, and `1h` and `60m` are different keys.
 
 use super::model::{LimitDef, PolicyModel, RateDef};
-use crate::limit::spec::split_list;
-
-const OPTION_WORDS: &[&str] = &[
-    "per_mail", "per_byte", "per_rcpt", "per_addr", "per_cmd", "per_conn", "leaky", "strict",
-    "readonly", "noupdate",
-];
+use crate::limit::spec::UpdateMode;
 
 /// One line per limit: stage, key, rate and burst, what is counted, mode, countermeasure.
 pub fn describe(model: &PolicyModel) -> Vec<String> {
@@ -63,22 +58,30 @@ fn describe_limit(d: &LimitDef) -> String {
             k.text().to_string()
         });
     let mut s = format!(
-        "limit {}: stage={} key={:?} {} counts={} mode={:?} action={}",
+        "limit {}: stage={} key={:?} {} counts={} mode={} action={}",
         d.name,
         d.stage.as_str(),
         key,
         rate,
         d.counted.as_str(),
-        d.mode,
+        mode_word(d.mode),
         d.action.as_str()
     );
     if let Some((l, by)) = &d.limit_list {
-        s.push_str(&format!(" per-key-limit-from={l} by {by:?}"));
+        s.push_str(&format!(" per-key-limit-from={l} by={}", by.as_str()));
     }
     if d.when.is_some() {
         s.push_str(" (conditional)");
     }
     s
+}
+
+fn mode_word(m: UpdateMode) -> &'static str {
+    match m {
+        UpdateMode::Leaky => "leaky",
+        UpdateMode::Strict => "strict",
+        UpdateMode::Readonly => "readonly",
+    }
 }
 
 /// Warnings about pitfalls, one line each.
@@ -97,15 +100,10 @@ pub fn warnings(model: &PolicyModel) -> Vec<String> {
                 spec.limit_text()
             ));
         }
-        for item in split_list(&spec.to_string()).into_iter().skip(2) {
-            let lower = item.to_ascii_lowercase();
-            if OPTION_WORDS.contains(&lower.as_str())
-                || lower.starts_with("count=")
-                || lower.starts_with("unique=")
-            {
-                continue;
-            }
-            let plain = !item.contains('$')
+        // The key is the non-option items joined with `/`: look at each again.
+        for item in spec.key_text().unwrap_or("").split('/') {
+            let plain = !item.is_empty()
+                && !item.contains('$')
                 && item
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'=' || b == b'-');
@@ -118,7 +116,12 @@ pub fn warnings(model: &PolicyModel) -> Vec<String> {
         }
         let p = spec.period_secs();
         let text = spec.period_text().to_string();
-        if let Some((_, other_text, other)) = periods.iter().find(|(s, t, _)| *s == p && *t != text)
+        // Warn once per spelling: the first limit with a new text for a known time.
+        let known = periods.iter().any(|(_, t, _)| *t == text);
+        if let Some((_, other_text, other)) = periods
+            .iter()
+            .find(|(s, t, _)| *s == p && *t != text)
+            .filter(|_| !known)
         {
             w.push(format!(
                 "limit {} (line {}): period {:?} is the same time as {:?} in limit {} but a different key: they count separately",
