@@ -369,3 +369,33 @@ fn broken_config_on_reload_is_refused() {
     assert_eq!(c.cmd("MAIL FROM:<s@example.org>").code, 250);
     assert_eq!(c.cmd("RCPT TO:<x@example.com>").code, 450);
 }
+
+#[test]
+fn sessions_at_once_per_ip_get_421() {
+    let (_rec, fg) = start(
+        r#"
+[[limit]]
+name = "one-at-a-time"
+max = 1
+key = "${client_ip/24/64}"
+"#,
+    );
+    let mut first = session(&fg);
+    let mut second = RawClient::connect(fg.addr("plain"));
+    let r = second.reply();
+    assert_eq!(
+        (r.code, r.enhanced().as_deref()),
+        (421, Some("4.7.0")),
+        "{}",
+        r.text()
+    );
+    assert!(second.is_closed());
+    // The first session is untouched; once it ends, a new one is admitted.
+    assert_eq!(first.cmd("NOOP").code, 250);
+    assert_eq!(first.cmd("QUIT").code, 221);
+    drop(first);
+    wait_until(Duration::from_secs(10), "the slot to be freed", || {
+        let mut c = RawClient::connect(fg.addr("plain"));
+        (c.reply().code == 220).then_some(())
+    });
+}

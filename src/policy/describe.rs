@@ -70,8 +70,8 @@ fn describe_limit(d: &LimitDef) -> String {
     if let Some((l, by)) = &d.limit_list {
         s.push_str(&format!(" per-key-limit-from={l} by={}", by.as_str()));
     }
-    if d.when.is_some() {
-        s.push_str(" (conditional)");
+    if let Some(w) = &d.when_text {
+        s.push_str(&format!(" when={w:?}"));
     }
     s
 }

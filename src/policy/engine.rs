@@ -778,6 +778,7 @@ impl RateSession {
         d.limits.shrink_to_fit();
         self.decide(&d).await;
         self.headers.clear();
+        self.cache.reset_message();
         Verdict::Continue
     }
 }
@@ -817,6 +818,8 @@ impl SessionPolicy for RateSession {
     }
 
     fn transaction_abandoned(&mut self) {
+        // Exim's smtp_reset (RSET, HELO/EHLO, STARTTLS) forgets the per-message cache.
+        self.cache.reset_message();
         let mut pending = std::mem::take(&mut self.txn);
         pending.append(&mut self.step);
         self.headers.clear();

@@ -191,6 +191,8 @@ pub struct LimitDef {
     pub mode: UpdateMode,
     /// The condition, if any.
     pub when: Option<Condition>,
+    /// The condition as written.
+    pub when_text: Option<String>,
     /// The countermeasure.
     pub action: Action,
     /// Reply text template.
@@ -813,6 +815,7 @@ fn compile_limit(
         rate,
         mode,
         when,
+        when_text: raw.when.as_ref().map(|w| w.get_ref().clone()),
         action,
         message,
         code,
