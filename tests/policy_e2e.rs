@@ -399,3 +399,40 @@ key = "${client_ip/24/64}"
         (c.reply().code == 220).then_some(())
     });
 }
+
+#[test]
+fn limit_state_survives_a_restart_through_the_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let extra = format!(
+        r#"
+[store]
+backend = "memory"
+path = "{}"
+snapshot_interval = "1h"
+
+[[limit]]
+name = "two"
+ratelimit = "2 / 1d / per_rcpt / strict"
+"#,
+        state.display()
+    );
+    let rec = Recorder::plain();
+    let cfg = FloodgateConfig::new(rec.addr())
+        .log_level("info")
+        .extra(&extra);
+    let mut fg = Floodgate::start(&cfg);
+    let mut c = session(&fg);
+    assert_eq!(c.cmd("MAIL FROM:<s@example.org>").code, 250);
+    assert_eq!(c.cmd("RCPT TO:<a@example.com>").code, 250);
+    assert_eq!(c.cmd("RCPT TO:<b@example.com>").code, 250);
+    assert_eq!(c.cmd("QUIT").code, 221);
+    drop(c);
+    // SIGTERM: the last snapshot is written on the way out.
+    assert!(fg.terminate().success());
+    assert!(state.exists(), "no snapshot at {}", state.display());
+    let fg = Floodgate::start(&cfg);
+    let mut c = session(&fg);
+    assert_eq!(c.cmd("MAIL FROM:<s@example.org>").code, 250);
+    assert_eq!(c.cmd("RCPT TO:<c@example.com>").code, 450);
+}

@@ -173,6 +173,9 @@ impl Control {
         };
         let config = Arc::new(Config::load(&path).map_err(|e| e.to_string())?);
         let shared = build_shared(config.clone(), policy.clone()).map_err(|e| e.to_string())?;
+        for w in crate::policy::describe::warnings(&config.policy) {
+            warn!("{w}");
+        }
         policy.reload(&config);
         *self.shared.write().expect("shared lock") = Arc::new(shared);
         Ok(())
