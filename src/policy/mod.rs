@@ -6,7 +6,7 @@
 //! * [`template`]: key and message templates (`${authenticated_id}`, `${client_ip/24}`);
 //! * [`condition`]: `when` conditions (`!`, `&&`, `||`, lists);
 //! * [`lists`]: `[lists]` of CIDRs, users, addresses and domains with values;
-//! * [`model`]: `[[limit]]` compiled and checked;
+//! * [`model`]: `[[limit]]` compiled and checked (compiled in `compile.rs`);
 //! * [`engine`]: [`RatePolicy`], deciding all limits of a stage as one;
 //! * [`action`]: countermeasures and reply texts;
 //! * [`authdelay`]: timeouts, not lockouts, after failed AUTH;
@@ -15,12 +15,14 @@
 
 pub mod action;
 pub mod authdelay;
+mod compile;
 pub mod concurrency;
 pub mod condition;
 pub mod describe;
 pub mod engine;
 pub mod lists;
 pub mod model;
+mod request;
 pub mod template;
 
 pub use engine::RatePolicy;
