@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use floodgate::config::{Config, LogFormat};
+use floodgate::policy::describe::{describe, warnings};
 use floodgate::policy::AllowAll;
-use floodgate::server::{build_shared, Server};
+use floodgate::server::{build_policy, build_shared, open_store, spawn_store_tasks, Server};
 
 /// An SMTP submission proxy that stops outgoing email floods.
 #[derive(Parser)]
@@ -64,8 +65,11 @@ fn main() -> ExitCode {
 fn init_logs(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colour codes only on a terminal: log files and pipes get plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match config.log.format {
         LogFormat::Text => builder.init(),
@@ -82,7 +86,15 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let server = Server::bind(config, Arc::new(AllowAll)).await?;
+        let store = open_store(&config.store)?;
+        let policy = build_policy(&config, store.as_store());
+        let store_stop = tokio_util::sync::CancellationToken::new();
+        let store_tasks = spawn_store_tasks(&store, &config.store, store_stop.clone());
+        for w in warnings(&config.policy) {
+            warn!("{w}");
+        }
+        let server = Server::bind(config, Arc::new(policy)).await?;
+        let sigs = install_signals()?;
         {
             let mut out = std::io::stdout().lock();
             for (name, addr, tls) in server.local_addrs() {
@@ -92,33 +104,43 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             out.flush()?;
         }
         let control = server.control();
-        tokio::spawn(signals(control));
+        tokio::spawn(signals(control, sigs));
         server.run().await;
+        store_stop.cancel();
+        let _ = store_tasks.await;
         Ok(())
     })
 }
 
-async fn signals(control: floodgate::server::Control) {
+/// The signals floodgate handles, registered before the `listening` lines are printed so
+/// that a SIGHUP sent as soon as floodgate is up is never fatal (the default action).
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+fn install_signals() -> anyhow::Result<Signals> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        error!("cannot install signal handlers");
-        return;
-    };
+    Ok(Signals {
+        term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+        int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+        hup: signal(SignalKind::hangup()).context("cannot handle SIGHUP")?,
+    })
+}
+
+async fn signals(control: floodgate::server::Control, mut s: Signals) {
     loop {
         tokio::select! {
-            _ = term.recv() => {
+            _ = s.term.recv() => {
                 info!("SIGTERM: graceful shutdown");
                 control.shutdown();
             }
-            _ = int.recv() => {
+            _ = s.int.recv() => {
                 info!("SIGINT: stopping now");
                 control.stop_now();
             }
-            _ = hup.recv() => match control.reload() {
+            _ = s.hup.recv() => match control.reload() {
                 Ok(()) => info!("SIGHUP: configuration reloaded"),
                 Err(e) => warn!(error = %e, "SIGHUP: new configuration refused; the old one stays in force"),
             },
@@ -179,7 +201,26 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
         "timeouts: command={} data={} session={} tls_handshake={} upstream_connect={} upstream_reply={}",
         t.command, t.data, t.session, t.tls_handshake, t.upstream_connect, t.upstream_reply
     )?;
-    check_store(&config.store, &mut out)
+    let st = &config.store;
+    writeln!(
+        out,
+        "store: backend={} path={} snapshot_interval={} expire_interval={} idle_ttl={}",
+        st.backend,
+        st.path
+            .as_ref()
+            .map_or("(none)".into(), |p| p.display().to_string()),
+        st.snapshot_interval,
+        st.expire_interval,
+        st.idle_ttl
+    )?;
+    check_store(&config.store, &mut out)?;
+    for line in describe(&config.policy) {
+        writeln!(out, "{line}")?;
+    }
+    for w in warnings(&config.policy) {
+        writeln!(out, "warning: {w}")?;
+    }
+    Ok(())
 }
 
 /// Reports the store; for Redis, connects and reports what it found (an
@@ -188,7 +229,6 @@ fn check_store(store: &floodgate::config::StoreConfig, out: &mut impl Write) -> 
     use floodgate::store::open::{open_store, Opened};
     use floodgate::store::redis::redact_url;
     if store.backend != "redis" {
-        writeln!(out, "store: {}", store.backend)?;
         return Ok(());
     }
     let target = match &store.url {
@@ -229,8 +269,7 @@ fn simulate(limit: &str, file: Option<PathBuf>) -> anyhow::Result<()> {
         Some(f) => {
             let input =
                 std::fs::File::open(&f).with_context(|| format!("cannot open {}", f.display()))?;
-            let _ = (limit, input, out);
-            anyhow::bail!("pending");
+            floodgate::simulate::run(limit, std::io::BufReader::new(input), out)?;
         }
         None => floodgate::simulate::run(limit, std::io::stdin().lock(), out)?,
     }

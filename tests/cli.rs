@@ -194,3 +194,30 @@ fn a_second_floodgate_on_the_same_port_is_refused() {
     let err = text(&out.stderr);
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
 }
+
+#[test]
+fn simulate_reads_events_from_a_file() {
+    let (_d, path) = temp_config("{\"t\": 0, \"key\": \"a\"}\n{\"t\": 0, \"key\": \"a\"}\n");
+    let out = floodgate(
+        &[
+            "simulate",
+            "--limit",
+            "1 / 1h / strict",
+            path.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert!(
+        stdout.lines().all(|l| l.contains("\"over\":true")),
+        "{stdout}"
+    );
+    let out = floodgate(
+        &["simulate", "--limit", "1 / 1h", "/nonexistent/events"],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot open /nonexistent/events"));
+}

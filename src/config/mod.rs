@@ -4,10 +4,12 @@
 
 mod duration;
 mod net;
+mod policy;
 mod store;
 
 pub use duration::{parse_duration, ConfigDuration, DurationError};
 pub use net::{Cidr, CidrError};
+pub use policy::{AuthFailuresConfig, LimitConfig, ListConfig, ListsConfig};
 pub use store::{Secret, StoreConfig};
 
 use std::net::SocketAddr;
@@ -312,6 +314,12 @@ struct RawConfig {
     store: Spanned<StoreConfig>,
     #[serde(default)]
     log: LogConfig,
+    #[serde(default)]
+    lists: ListsConfig,
+    #[serde(default)]
+    limit: Vec<LimitConfig>,
+    #[serde(default)]
+    auth_failures: AuthFailuresConfig,
 }
 
 /// A validated configuration.
@@ -335,6 +343,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// `[log]`.
     pub log: LogConfig,
+    /// `[lists]`, `[[limit]]` and `[auth_failures]`, compiled and checked.
+    pub policy: std::sync::Arc<crate::policy::model::PolicyModel>,
 }
 
 impl Config {
@@ -425,6 +435,16 @@ impl Config {
         });
         let mut upstream = raw.upstream;
         upstream.ca_file = upstream.ca_file.map(abs);
+        let policy = crate::policy::model::compile(
+            &crate::policy::model::PolicySource {
+                lists: &raw.lists,
+                limits: &raw.limit,
+                auth_failures: &raw.auth_failures,
+                base: &base,
+                hostname: &raw.server.hostname,
+            },
+            &|span, message| at(span, message),
+        )?;
         Ok(Config {
             path: path.to_path_buf(),
             server: raw.server,
@@ -435,6 +455,7 @@ impl Config {
             smtp,
             store,
             log: raw.log,
+            policy: std::sync::Arc::new(policy),
         })
     }
 

@@ -26,6 +26,11 @@ pub enum CidrError {
 }
 
 impl Cidr {
+    /// The prefix length.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
     /// Whether `ip` lies in this block (an IPv4-mapped IPv6 address matches IPv4 blocks).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = match ip {

@@ -47,6 +47,10 @@ pub struct StoreConfig {
     pub backend: String,
     /// Snapshot path for the memory store.
     pub path: Option<PathBuf>,
+    /// How often the memory store is written to `path` (and once more at shutdown).
+    pub snapshot_interval: ConfigDuration,
+    /// How often idle keys are dropped from the memory store.
+    pub expire_interval: ConfigDuration,
     /// Redis: `redis://[user:password@]host:port[/db]` (`rediss://` for TLS).
     pub url: Option<String>,
     /// Redis Cluster seed nodes (`host:port`), instead of `url`.
@@ -87,6 +91,8 @@ impl Default for StoreConfig {
         StoreConfig {
             backend: "memory".into(),
             path: None,
+            snapshot_interval: ConfigDuration(Duration::from_secs(300)),
+            expire_interval: ConfigDuration(Duration::from_secs(600)),
             url: None,
             nodes: Vec::new(),
             username: None,

@@ -1,7 +1,31 @@
 //! The policy hook: at each SMTP stage the session asks for a verdict before relaying.
 //!
 //! The proxy core only needs [`Policy`]; the rate-limit policy (limits, keys, lookups,
-//! countermeasures) implements it on top of the rate engine and the store.
+//! countermeasures) implements it on top of the rate engine and the store:
+//!
+//! * [`template`]: key and message templates (`${authenticated_id}`, `${client_ip/24}`);
+//! * [`condition`]: `when` conditions (`!`, `&&`, `||`, lists);
+//! * [`lists`]: `[lists]` of CIDRs, users, addresses and domains with values;
+//! * [`model`]: `[[limit]]` compiled and checked (compiled in `compile.rs`);
+//! * [`engine`]: [`RatePolicy`], deciding all limits of a stage as one;
+//! * [`action`]: countermeasures and reply texts;
+//! * [`authdelay`]: timeouts, not lockouts, after failed AUTH;
+//! * [`concurrency`]: sessions at once;
+//! * [`describe`]: what `floodgate check` prints, and its warnings.
+
+pub mod action;
+pub mod authdelay;
+mod compile;
+pub mod concurrency;
+pub mod condition;
+pub mod describe;
+pub mod engine;
+pub mod lists;
+pub mod model;
+mod request;
+pub mod template;
+
+pub use engine::RatePolicy;
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -104,6 +128,10 @@ pub trait Policy: Send + Sync {
     /// The policy of one new session (it may keep per-session state: Exim's caches,
     /// reservations, concurrency slots, released when it is dropped).
     fn session(&self) -> Box<dyn SessionPolicy>;
+
+    /// A new config was loaded (SIGHUP): later checks, in new and running sessions, use
+    /// it. The default ignores it.
+    fn reload(&self, _config: &crate::config::Config) {}
 }
 
 /// The policy of one session, asked by the session at every stage.

@@ -17,10 +17,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
+use crate::config::StoreConfig;
 use crate::config::{Config, TlsMode};
-use crate::policy::{AllowAll, Policy};
+use crate::policy::{Policy, RatePolicy};
 use crate::proxy::{ListenerInfo, Session, Shared, Stream, UpstreamSettings};
 use crate::smtp::proxy_header::parse_proxy_header;
+use crate::store::open::{OpenError, Opened};
+use crate::store::{MemoryConfig, MemoryStore, SnapshotError, Store};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +56,77 @@ pub fn build_shared(config: Arc<Config>, policy: Arc<dyn Policy>) -> Result<Shar
         upstream,
         tls,
         policy,
+    })
+}
+
+/// Why the configured store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenStoreError {
+    /// The memory store's snapshot could not be loaded (never silently reset).
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    /// The Redis store could not be built from `[store]`.
+    #[error("[store]: {0}")]
+    Open(#[from] OpenError),
+}
+
+/// Opens the store of `[store]`: the memory store (loading its snapshot when there is
+/// one), or Redis behind its failure mode. Redis is not contacted here.
+pub fn open_store(cfg: &StoreConfig) -> Result<Opened, OpenStoreError> {
+    if cfg.backend == "redis" {
+        return Ok(crate::store::open::open_store(cfg)?);
+    }
+    let store = Arc::new(MemoryStore::new(MemoryConfig {
+        idle_ttl: cfg.idle_ttl.0,
+        ..MemoryConfig::default()
+    }));
+    if let Some(path) = &cfg.path {
+        if let Some(n) = store.load_snapshot_if_present(path)? {
+            info!(keys = n, path = %path.display(), "rate limit state loaded");
+        }
+    }
+    Ok(Opened::Memory(store))
+}
+
+/// The rate-limit policy of `config` over `store`.
+pub fn build_policy(config: &Config, store: Arc<dyn Store>) -> RatePolicy {
+    RatePolicy::new(config.policy.clone(), store)
+}
+
+/// Starts the store's background tasks: for the memory store, idle expiry and periodic
+/// snapshots when `[store] path` is set (with a last one when `stop` fires); Redis expires
+/// keys by TTL itself. Await the handle after `stop` for the last snapshot to be written.
+pub fn spawn_store_tasks(
+    store: &Opened,
+    cfg: &StoreConfig,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let Opened::Memory(store) = store else {
+        return tokio::spawn(async {});
+    };
+    let store = store.clone();
+    let expiry = tokio::spawn(crate::store::run_expiry(
+        store.clone(),
+        cfg.expire_interval.0,
+        stop.clone(),
+    ));
+    let snap = cfg.path.clone().map(|path| {
+        tokio::spawn(crate::store::run_snapshots(
+            store,
+            path,
+            cfg.snapshot_interval.0,
+            stop,
+        ))
+    });
+    tokio::spawn(async move {
+        let _ = expiry.await;
+        if let Some(s) = snap {
+            match s.await {
+                Ok(Err(e)) => warn!(error = %e, "final state snapshot failed"),
+                Ok(Ok(())) => info!("rate limit state saved"),
+                Err(_) => {}
+            }
+        }
     })
 }
 
@@ -108,11 +182,21 @@ impl Control {
     /// Re-reads the config file; on success new sessions use it, on failure the old config
     /// stays in force. Listener addresses and the number of workers are not changed by a
     /// reload.
+    ///
+    /// The policy object (and with it the rate-limit store) stays the same; it is handed the
+    /// new limits and lists, which every later check uses, in running sessions too. Any
+    /// error (config, lists, certificates) refuses the whole reload.
     pub fn reload(&self) -> Result<(), String> {
-        let path = self.shared.read().expect("shared lock").config.path.clone();
-        let config = Config::load(&path).map_err(|e| e.to_string())?;
-        let shared =
-            build_shared(Arc::new(config), Arc::new(AllowAll)).map_err(|e| e.to_string())?;
+        let (path, policy) = {
+            let cur = self.shared.read().expect("shared lock");
+            (cur.config.path.clone(), cur.policy.clone())
+        };
+        let config = Arc::new(Config::load(&path).map_err(|e| e.to_string())?);
+        let shared = build_shared(config.clone(), policy.clone()).map_err(|e| e.to_string())?;
+        for w in crate::policy::describe::warnings(&config.policy) {
+            warn!("{w}");
+        }
+        policy.reload(&config);
         *self.shared.write().expect("shared lock") = Arc::new(shared);
         Ok(())
     }

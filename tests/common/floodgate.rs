@@ -72,6 +72,8 @@ pub struct FloodgateConfig {
     /// TOML appended verbatim (e.g. an `[smtp]` section). Must not repeat the sections
     /// written here: server, timeouts, tls, upstream, log.
     pub extra: String,
+    /// `[tls] auth_without_tls` (AUTH on plain listeners, for tests).
+    pub auth_without_tls: bool,
 }
 
 impl FloodgateConfig {
@@ -103,6 +105,7 @@ impl FloodgateConfig {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
             extra: String::new(),
+            auth_without_tls: false,
         }
     }
 
@@ -158,6 +161,12 @@ impl FloodgateConfig {
         self
     }
 
+    /// Allows AUTH before TLS.
+    pub fn auth_without_tls(mut self, yes: bool) -> Self {
+        self.auth_without_tls = yes;
+        self
+    }
+
     /// Sets the log level.
     pub fn log_level(mut self, level: &str) -> Self {
         self.log_level = level.into();
@@ -197,9 +206,10 @@ impl FloodgateConfig {
             ));
         }
         t.push_str(&format!(
-            "[tls]\ncertificate = \"{}\"\nprivate_key = \"{}\"\n\n",
+            "[tls]\ncertificate = \"{}\"\nprivate_key = \"{}\"\nauth_without_tls = {}\n\n",
             path(dev_cert("server.crt")),
-            path(dev_cert("server.key"))
+            path(dev_cert("server.key")),
+            self.auth_without_tls
         ));
         t.push_str(&format!(
             "[upstream]\naddress = \"{}\"\ntls = \"{}\"\nclient_identity = \"{}\"\n\
@@ -397,6 +407,14 @@ impl Floodgate {
     /// Waits (bounded by `limit`) for floodgate to exit on its own; `None` if it did not.
     pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
         wait_exit(&mut self.child, limit)
+    }
+
+    /// Sends SIGHUP (reload the config file).
+    pub fn sighup(&self) {
+        let _ = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
     }
 
     /// Sends SIGTERM and waits (bounded) for the exit status.

@@ -1,0 +1,94 @@
+//! The policy sections of the config as written: `[lists]`, `[[limit]]`, `[auth_failures]`.
+//! Values keep their position so the policy compiler can name file, line and column.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::ConfigDuration;
+
+/// One entry of `[lists]`: `{ file = "path" }` or `{ entries = ["10.0.0.0/8 500", ...] }`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListConfig {
+    /// A file with one entry a line (relative to the config file's directory).
+    #[serde(default)]
+    pub file: Option<Spanned<String>>,
+    /// Inline entries.
+    #[serde(default)]
+    pub entries: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// `[lists]`: name → list.
+pub type ListsConfig = BTreeMap<String, Spanned<ListConfig>>;
+
+/// One `[[limit]]` as written (see conf/floodgate.toml for the meaning of each field).
+#[derive(Clone, Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LimitConfig {
+    /// Name for logs, headers and non-Exim keys.
+    pub name: Option<Spanned<String>>,
+    /// SMTP stage.
+    pub stage: Option<Spanned<String>>,
+    /// What is counted.
+    pub count: Option<Spanned<String>>,
+    /// Key template.
+    pub key: Option<Spanned<String>>,
+    /// Exim `ratelimit` string.
+    pub ratelimit: Option<Spanned<String>>,
+    /// `gcra` (default) or `bucket` for `rate`/`burst` limits.
+    pub algorithm: Option<Spanned<String>>,
+    /// Rspamd-style rate (`"10 / 1min"`).
+    pub rate: Option<Spanned<String>>,
+    /// Bucket size (events).
+    pub burst: Option<Spanned<String>>,
+    /// Bucket only: dynamic multipliers fed by upstream's verdicts.
+    pub dynamic: Option<Spanned<bool>>,
+    /// Concurrency limits: most sessions at once per key.
+    pub max: Option<Spanned<i64>>,
+    /// leaky | strict | readonly.
+    pub mode: Option<Spanned<String>>,
+    /// Condition.
+    pub when: Option<Spanned<String>>,
+    /// Countermeasure.
+    pub action: Option<Spanned<String>>,
+    /// Reply text template.
+    pub message: Option<Spanned<String>>,
+    /// Reply code override.
+    pub code: Option<Spanned<i64>>,
+    /// Delay: a duration or `computed`.
+    pub delay: Option<Spanned<String>>,
+    /// Cap of the delay.
+    pub max_delay: Option<Spanned<String>>,
+    /// A list whose values give per-key limits.
+    pub limit_list: Option<Spanned<String>>,
+    /// What is looked up in `limit_list` (a condition subject, default client_ip).
+    pub limit_by: Option<Spanned<String>>,
+}
+
+/// `[auth_failures]`: timeouts, not lockouts, after failed AUTH.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthFailuresConfig {
+    /// Delay failed AUTH answers at all.
+    pub enabled: bool,
+    /// Delay after the first recent failure; each further failure doubles it.
+    pub base_delay: ConfigDuration,
+    /// Cap of the delay (at most 120 s).
+    pub max_delay: ConfigDuration,
+    /// How fast failures are forgotten: the failure count decays by e every `decay`.
+    pub decay: ConfigDuration,
+}
+
+impl Default for AuthFailuresConfig {
+    fn default() -> Self {
+        AuthFailuresConfig {
+            enabled: true,
+            base_delay: ConfigDuration(Duration::from_secs(1)),
+            max_delay: ConfigDuration(Duration::from_secs(30)),
+            decay: ConfigDuration(Duration::from_secs(600)),
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Countermeasures: turning the strongest over limit into a verdict (delay, reply,
+//! disconnect), with reply texts from templates.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::model::{Action, Counted, DelayKind, LimitDef, RateDef};
+use super::template::{network_text, Var};
+use super::{Facts, Stage, Verdict};
+use crate::smtp::reply::Reply;
+
+/// The outcome of one limit for one event.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The rate (`$sender_rate`), bucket level or sessions held.
+    pub value: f64,
+    /// The limit in force (after any per-key value from a list).
+    pub limit: f64,
+    /// The limit as text (`$sender_rate_limit`).
+    pub limit_text: String,
+    /// The period as text (`$sender_rate_period`).
+    pub period_text: String,
+    /// Over the limit.
+    pub over: bool,
+    /// When the event would pass.
+    pub retry_after: Option<Duration>,
+}
+
+/// Appends a variable's value for `facts` and an optional outcome.
+pub fn var_value(
+    v: Var,
+    facts: &Facts,
+    def: Option<&LimitDef>,
+    out_: Option<&Outcome>,
+    hostname: &str,
+    out: &mut String,
+) {
+    let domain = |a: &Option<String>| {
+        a.as_deref()
+            .and_then(|a| a.rsplit_once('@'))
+            .map(|(_, d)| d.to_lowercase())
+            .unwrap_or_default()
+    };
+    match v {
+        Var::User => {
+            // At the AUTH stage the attempted name stands in for the user.
+            if let Some(u) = facts.user.as_deref().or(facts.auth_attempt.as_deref()) {
+                out.push_str(u);
+            }
+        }
+        Var::ClientIp { v4, v6 } => {
+            if let Some(ip) = facts.client_ip {
+                network_text(ip, v4, v6, out);
+            }
+        }
+        Var::Helo => out.push_str(facts.helo.as_deref().unwrap_or("")),
+        Var::Sender => out.push_str(facts.sender.as_deref().unwrap_or("")),
+        Var::SenderDomain => out.push_str(&domain(&facts.sender)),
+        Var::Recipient => out.push_str(facts.recipient.as_deref().unwrap_or("")),
+        Var::LocalPart => {
+            if let Some(r) = facts.recipient_normalized.as_deref() {
+                out.push_str(r.rsplit_once('@').map_or(r, |(l, _)| l));
+            }
+        }
+        Var::Domain => out.push_str(&domain(&facts.recipient)),
+        Var::HeaderFrom => out.push_str(facts.header_from.as_deref().unwrap_or("")),
+        Var::HeaderFromDomain => out.push_str(&domain(&facts.header_from)),
+        Var::Listener => out.push_str(&facts.listener),
+        Var::MessageSize => {
+            let _ = write!(out, "{}", facts.message_size);
+        }
+        Var::RecipientsCount => {
+            let _ = write!(out, "{}", facts.recipients_count);
+        }
+        Var::SenderRate => {
+            if let Some(o) = out_ {
+                let _ = write!(out, "{}", round1(o.value));
+            }
+        }
+        Var::SenderRateLimit => {
+            if let Some(o) = out_ {
+                out.push_str(&o.limit_text);
+            }
+        }
+        Var::SenderRatePeriod => {
+            if let Some(o) = out_ {
+                out.push_str(&o.period_text);
+            }
+        }
+        Var::RetryAfter => {
+            if let Some(d) = out_.and_then(|o| o.retry_after) {
+                let _ = write!(out, "{}", d.as_secs_f64().ceil() as u64);
+            }
+        }
+        Var::LimitName => {
+            if let Some(d) = def {
+                out.push_str(&d.name);
+            }
+        }
+        Var::Hostname => out.push_str(hostname),
+    }
+}
+
+fn round1(v: f64) -> f64 {
+    (v * 10.0).round() / 10.0
+}
+
+/// The delay of a `delay` countermeasure, capped.
+pub fn delay_of(def: &LimitDef, kind: DelayKind, o: &Outcome) -> Duration {
+    let d = match kind {
+        DelayKind::Fixed(d) => d,
+        DelayKind::Computed => match def.rate {
+            // The seed's `delay = ${eval: $sender_rate - $sender_rate_limit}s`.
+            RateDef::Exim { .. } => {
+                let over = (o.value - o.limit).max(0.0);
+                if over.is_finite() {
+                    Duration::from_secs(over.round() as u64)
+                } else {
+                    def.max_delay
+                }
+            }
+            _ => o.retry_after.unwrap_or(def.max_delay),
+        },
+    };
+    d.min(def.max_delay)
+}
+
+fn default_code(def: &LimitDef, stage: Stage) -> (u16, &'static str) {
+    let connection =
+        matches!(def.counted, Counted::Connections | Counted::Sessions) || stage == Stage::Connect;
+    match def.action {
+        Action::Disconnect => (421, "4.7.0"),
+        Action::Deny if stage == Stage::Connect => (554, "5.7.1"),
+        Action::Deny => (550, "5.7.1"),
+        _ if connection => (421, "4.7.0"),
+        _ => match stage {
+            Stage::Auth => (454, "4.7.0"),
+            Stage::Message => (451, "4.7.1"),
+            _ => (450, "4.7.1"),
+        },
+    }
+}
+
+fn starts_with_enhanced(s: &str) -> bool {
+    let first = s.split(' ').next().unwrap_or("");
+    let parts: Vec<&str> = first.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The reply text of a refusal (without the code).
+pub fn reply_text(
+    def: &LimitDef,
+    stage: Stage,
+    facts: &Facts,
+    o: &Outcome,
+    hostname: &str,
+) -> (u16, String) {
+    let (code, enhanced) = default_code(def, stage);
+    let code = def.code.unwrap_or(code);
+    let enhanced = if def.code.is_some() {
+        // Keep the enhanced code's class in line with an overridden reply code.
+        match code / 100 {
+            5 => "5.7.1",
+            _ if code == 421 => "4.7.0",
+            _ => enhanced,
+        }
+    } else {
+        enhanced
+    };
+    let body = match &def.message {
+        Some(t) => t.expand(|v, out| var_value(v, facts, Some(def), Some(o), hostname, out)),
+        None => {
+            let what = def.counted.as_str().replace('_', " ");
+            let retry = o
+                .retry_after
+                .filter(|d| !d.is_zero())
+                .map(|d| format!(", try again in {} seconds", d.as_secs_f64().ceil() as u64))
+                .unwrap_or_else(|| ", try again later".into());
+            if facts.user.is_some() {
+                format!(
+                    "Error: {} sends too many {what}: {} per {}, the limit is {}{retry}",
+                    facts.user.as_deref().unwrap_or(""),
+                    round1(o.value),
+                    o.period_text,
+                    o.limit_text
+                )
+            } else {
+                format!("Error: too many {what} from you{retry}")
+            }
+        }
+    };
+    // Reply text is floodgate's own: keep it on one line.
+    let body: String = body.chars().filter(|c| *c != '\r' && *c != '\n').collect();
+    if starts_with_enhanced(&body) {
+        (code, body)
+    } else {
+        (code, format!("{enhanced} {body}"))
+    }
+}
+
+/// The verdict of the strongest over limit.
+pub fn verdict(
+    def: &LimitDef,
+    stage: Stage,
+    facts: &Facts,
+    o: &Outcome,
+    hostname: &str,
+) -> Verdict {
+    match def.action {
+        Action::Warn | Action::Header => Verdict::Continue,
+        Action::Delay(kind) => {
+            let d = delay_of(def, kind, o);
+            if d.is_zero() {
+                Verdict::Continue
+            } else {
+                Verdict::Delay(d)
+            }
+        }
+        Action::Defer | Action::Deny | Action::Disconnect => {
+            let (code, text) = reply_text(def, stage, facts, o, hostname);
+            let reply = Reply::new(code, text);
+            if code == 421 || stage == Stage::Connect {
+                Verdict::Disconnect(reply)
+            } else {
+                Verdict::Reply(reply)
+            }
+        }
+    }
+}
+
+/// The `X-Floodgate-Rate` header line for a `header` limit.
+pub fn header_line(def: &LimitDef, o: &Outcome) -> String {
+    format!(
+        "X-Floodgate-Rate: {}; rate={}; limit={}; period={}; over={}",
+        def.name,
+        round1(o.value),
+        o.limit_text,
+        o.period_text,
+        if o.over { "yes" } else { "no" }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enhanced_detection() {
+        assert!(starts_with_enhanced("4.7.1 slow down"));
+        assert!(!starts_with_enhanced("slow down"));
+        assert!(!starts_with_enhanced("4.7 x"));
+    }
+}

@@ -1,0 +1,553 @@
+//! Compiling `[lists]`, `[[limit]]` and `[auth_failures]` into the [`PolicyModel`]: every
+//! value checked, every refusal at its file, line and column.
+
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::condition::{Condition, Subject};
+use super::lists::{Lists, NamedList};
+use super::model::{
+    acl_of, stage_of, Action, At, AuthDelay, Counted, DelayKind, LimitDef, PolicyModel,
+    PolicySource, RateDef, DEFAULT_MAX_DELAY, HARD_MAX_DELAY,
+};
+use super::template::{Template, Var};
+use super::Stage;
+use crate::config::{parse_duration, ConfigError, LimitConfig};
+use crate::limit::bucket::{BucketSpec, Multipliers};
+use crate::limit::gcra::GcraSpec;
+use crate::limit::spec::{PerMode, UpdateMode};
+use crate::limit::LimitSpec;
+
+/// The span of a template/condition character inside a quoted TOML string (best effort:
+/// exact unless the string holds escapes).
+fn inner(span: Range<usize>, at: usize) -> Range<usize> {
+    let s = span.start + 1 + at;
+    s..s
+}
+
+fn load_lists(src: &PolicySource<'_>, at: At<'_>) -> Result<Lists, ConfigError> {
+    let mut lists = Lists::default();
+    for (name, spanned) in src.lists {
+        let span = spanned.span();
+        let cfg = spanned.get_ref();
+        let list = match (&cfg.file, &cfg.entries) {
+            (Some(file), None) => {
+                let path = {
+                    let p = Path::new(file.get_ref());
+                    if p.is_absolute() {
+                        p.to_path_buf()
+                    } else {
+                        src.base.join(p)
+                    }
+                };
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    at(
+                        file.span(),
+                        format!("list {name}: cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                NamedList::from_text(&text).map_err(|e| ConfigError::Invalid {
+                    path: path.clone(),
+                    line: e.line,
+                    column: e.column,
+                    message: format!("list {name}: {}", e.message),
+                })?
+            }
+            (None, Some(entries)) => {
+                let mut l = NamedList::default();
+                for (i, e) in entries.get_ref().iter().enumerate() {
+                    l.add_line(e.get_ref(), i + 1).map_err(|err| {
+                        at(
+                            inner(e.span(), err.column.saturating_sub(1)),
+                            format!("list {name}: {}", err.message),
+                        )
+                    })?;
+                }
+                l.sort();
+                l
+            }
+            _ => {
+                return Err(at(
+                    span,
+                    format!("list {name}: give exactly one of `file` or `entries`"),
+                ))
+            }
+        };
+        lists.insert(name, list);
+    }
+    Ok(lists)
+}
+
+fn word(v: &Option<Spanned<String>>) -> Option<(&str, Range<usize>)> {
+    v.as_ref().map(|s| (s.get_ref().as_str(), s.span()))
+}
+
+fn template(v: &Spanned<String>, what: &str, at: At<'_>) -> Result<Template, ConfigError> {
+    Template::parse(v.get_ref())
+        .map_err(|e| at(inner(v.span(), e.at), format!("{what}: {}", e.message)))
+}
+
+fn duration(v: &Spanned<String>, what: &str, at: At<'_>) -> Result<Duration, ConfigError> {
+    parse_duration(v.get_ref()).map_err(|e| at(v.span(), format!("{what}: {e}")))
+}
+
+/// Compiles the policy sections; every error names where it is.
+pub fn compile(src: &PolicySource<'_>, at: At<'_>) -> Result<PolicyModel, ConfigError> {
+    let lists = load_lists(src, at)?;
+    let mut limits: Vec<LimitDef> = Vec::new();
+    for (i, raw) in src.limits.iter().enumerate() {
+        let def = compile_limit(raw, i, &lists, at)?;
+        if limits.iter().any(|l| l.name == def.name) {
+            let span = raw.name.as_ref().map_or(0..0, |n| n.span());
+            return Err(at(span, format!("two limits are called {:?}", def.name)));
+        }
+        limits.push(def);
+    }
+    let a = src.auth_failures;
+    let auth = AuthDelay {
+        enabled: a.enabled,
+        base: a.base_delay.0,
+        max: a.max_delay.0,
+        decay_secs: u32::try_from(a.decay.0.as_secs()).unwrap_or(u32::MAX),
+    };
+    if auth.max > HARD_MAX_DELAY || auth.base > auth.max {
+        return Err(at(
+            0..0,
+            format!(
+                "[auth_failures] base_delay must not exceed max_delay, and max_delay must be at most {}s",
+                HARD_MAX_DELAY.as_secs()
+            ),
+        ));
+    }
+    if auth.decay_secs == 0 {
+        return Err(at(0..0, "[auth_failures] decay must be at least 1s".into()));
+    }
+    Ok(PolicyModel {
+        limits,
+        lists,
+        auth,
+        hostname: src.hostname.to_string(),
+    })
+}
+
+fn compile_limit(
+    raw: &LimitConfig,
+    index: usize,
+    lists: &Lists,
+    at: At<'_>,
+) -> Result<LimitDef, ConfigError> {
+    // The position of the whole [[limit]]: its first field that is present.
+    let anchor = [
+        raw.name.as_ref().map(|s| s.span()),
+        raw.ratelimit.as_ref().map(|s| s.span()),
+        raw.rate.as_ref().map(|s| s.span()),
+        raw.count.as_ref().map(|s| s.span()),
+        raw.max.as_ref().map(|s| s.span()),
+    ]
+    .into_iter()
+    .flatten()
+    .min_by_key(|r| r.start)
+    .unwrap_or(0..0);
+    let line = match at(anchor.clone(), String::new()) {
+        ConfigError::Invalid { line, .. } => line,
+        ConfigError::Read { .. } => 0,
+    };
+    let name = raw
+        .name
+        .as_ref()
+        .map(|n| n.get_ref().clone())
+        .unwrap_or_else(|| format!("limit-{}", index + 1));
+    let err = |span: Range<usize>, m: String| at(span, format!("limit {name}: {m}"));
+
+    let explicit_count = match word(&raw.count) {
+        Some((w, span)) => Some(Counted::parse(w).ok_or_else(|| {
+            err(span, format!("unknown count {w:?}: use connections, commands, messages, recipients, distinct_recipients, bytes, auth_failures or sessions"))
+        })?),
+        None => None,
+    };
+    let explicit_stage = match word(&raw.stage) {
+        Some((w, span)) => Some(stage_of(w).ok_or_else(|| {
+            err(span, format!("unknown stage {w:?}: use connect, helo, auth, mail, rcpt, data, message or command"))
+        })?),
+        None => None,
+    };
+    let mode_word = match word(&raw.mode) {
+        Some((w, span)) => Some(match w {
+            "leaky" => UpdateMode::Leaky,
+            "strict" => UpdateMode::Strict,
+            "readonly" => UpdateMode::Readonly,
+            _ => {
+                return Err(err(
+                    span,
+                    format!("unknown mode {w:?}: use leaky, strict or readonly"),
+                ))
+            }
+        }),
+        None => None,
+    };
+
+    // The rate: exactly one of ratelimit, rate (+burst), max.
+    let given = [
+        raw.ratelimit.is_some(),
+        raw.rate.is_some(),
+        raw.max.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err(err(
+            anchor,
+            "give exactly one of `ratelimit` (Exim syntax), `rate` with `burst`, or `max` (sessions at once)".into(),
+        ));
+    }
+    let mut key: Option<Template> = match &raw.key {
+        Some(k) => Some(template(k, &format!("limit {name}: key"), at)?),
+        None => None,
+    };
+    let (counted, stage, rate, mode) = if let Some(rl) = &raw.ratelimit {
+        let spec = LimitSpec::parse(rl.get_ref())
+            .map_err(|e| err(rl.span(), format!("ratelimit: {e}")))?;
+        if mode_word.is_some() {
+            return Err(err(
+                raw.mode.as_ref().map_or(0..0, |m| m.span()),
+                "with `ratelimit` write the mode inside the string (/ leaky, / strict, / readonly)"
+                    .into(),
+            ));
+        }
+        let from_per = if spec.unique().is_some() && spec.per_mode() != PerMode::Addr {
+            Counted::Distinct
+        } else {
+            match spec.per_mode() {
+                PerMode::Conn => Counted::Connections,
+                PerMode::Cmd => Counted::Commands,
+                PerMode::Mail => Counted::Messages,
+                PerMode::Rcpt => Counted::Recipients,
+                PerMode::Addr => Counted::DistinctRecipients,
+                PerMode::Byte => Counted::Bytes,
+            }
+        };
+        let counted = match explicit_count {
+            None => from_per,
+            Some(c) if c == from_per => c,
+            Some(Counted::AuthFailures) if spec.per_mode() == PerMode::Cmd || spec.per_option().is_none() => {
+                Counted::AuthFailures
+            }
+            Some(c) => {
+                return Err(err(
+                    raw.count.as_ref().map_or(0..0, |c| c.span()),
+                    format!(
+                        "count = {:?} disagrees with the ratelimit string, which counts {} (with `ratelimit` the per_* option says what is counted; only \"auth_failures\" may be added)",
+                        c.as_str(),
+                        from_per.as_str()
+                    ),
+                ))
+            }
+        };
+        let stage = explicit_stage.unwrap_or(counted.default_stage());
+        let resolved = spec.resolve(acl_of(stage)).map_err(|e| {
+            err(
+                rl.span(),
+                format!("ratelimit at stage {}: {e}", stage.as_str()),
+            )
+        })?;
+        if let Some(k) = spec.key_text() {
+            if key.is_some() {
+                return Err(err(
+                    raw.key.as_ref().map_or(0..0, |k| k.span()),
+                    format!("the ratelimit string already has key text {k:?}; give the key in one place"),
+                ));
+            }
+            key = Some(
+                Template::parse(k)
+                    .map_err(|e| err(rl.span(), format!("ratelimit key {k:?}: {}", e.message)))?,
+            );
+        }
+        let unique = match spec.unique() {
+            Some(u) if spec.per_mode() != PerMode::Addr => {
+                Some(Template::parse(u).map_err(|e| {
+                    err(rl.span(), format!("ratelimit unique={u:?}: {}", e.message))
+                })?)
+            }
+            _ => None,
+        };
+        let mode = resolved.update;
+        (
+            counted,
+            stage,
+            RateDef::Exim {
+                spec,
+                resolved,
+                unique,
+            },
+            mode,
+        )
+    } else if let Some(max) = &raw.max {
+        let counted = explicit_count.unwrap_or(Counted::Sessions);
+        if counted != Counted::Sessions {
+            return Err(err(
+                max.span(),
+                "`max` is for count = \"sessions\" (sessions at once)".into(),
+            ));
+        }
+        let n = u64::try_from(*max.get_ref())
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| err(max.span(), "max must be at least 1".into()))?;
+        let uses_user = key
+            .as_ref()
+            .is_some_and(|k| k.vars().any(|v| v == Var::User));
+        let stage = explicit_stage.unwrap_or(if uses_user {
+            Stage::Mail
+        } else {
+            Stage::Connect
+        });
+        (counted, stage, RateDef::Concurrency(n), UpdateMode::Strict)
+    } else {
+        let rate_s = raw.rate.as_ref().expect("checked above");
+        let burst = raw.burst.as_ref().ok_or_else(|| {
+            err(
+                rate_s.span(),
+                "`rate` needs a `burst` (how many events at once)".into(),
+            )
+        })?;
+        let counted = explicit_count.ok_or_else(|| {
+            err(
+                rate_s.span(),
+                "with `rate`, say what is counted: count = \"messages\", \"recipients\", ..."
+                    .into(),
+            )
+        })?;
+        if matches!(
+            counted,
+            Counted::Sessions | Counted::DistinctRecipients | Counted::Distinct
+        ) {
+            return Err(err(
+                raw.count.as_ref().map_or(0..0, |c| c.span()),
+                format!(
+                    "count = {:?} needs `max` (sessions) or an Exim `ratelimit` (distinct values)",
+                    counted.as_str()
+                ),
+            ));
+        }
+        let stage = explicit_stage.unwrap_or(counted.default_stage());
+        let algo = word(&raw.algorithm).map_or("gcra", |(w, _)| w);
+        let rate = match algo {
+            "gcra" => {
+                if raw.dynamic.is_some() {
+                    return Err(err(
+                        raw.dynamic.as_ref().map_or(0..0, |d| d.span()),
+                        "`dynamic` is for algorithm = \"bucket\"".into(),
+                    ));
+                }
+                RateDef::Gcra(
+                    GcraSpec::parse(burst.get_ref(), rate_s.get_ref()).map_err(|e| {
+                        err(
+                            rate_s.span().start.min(burst.span().start)..burst.span().end,
+                            format!("rate/burst: {e}"),
+                        )
+                    })?,
+                )
+            }
+            "bucket" => {
+                let mut b = BucketSpec::parse(burst.get_ref(), rate_s.get_ref())
+                    .map_err(|e| err(rate_s.span(), format!("rate/burst: {e}")))?;
+                if b.burst <= 0.0 || !b.burst.is_finite() {
+                    return Err(err(burst.span(), "burst must be positive".into()));
+                }
+                if raw.dynamic.as_ref().is_some_and(|d| *d.get_ref()) {
+                    b.dynamic = Some(Multipliers::default());
+                }
+                RateDef::Bucket(b)
+            }
+            other => {
+                return Err(err(
+                    raw.algorithm.as_ref().map_or(0..0, |a| a.span()),
+                    format!("unknown algorithm {other:?}: use gcra or bucket"),
+                ))
+            }
+        };
+        let mode = mode_word.unwrap_or(UpdateMode::Leaky);
+        if mode == UpdateMode::Readonly {
+            return Err(err(
+                raw.mode.as_ref().map_or(0..0, |m| m.span()),
+                "readonly is for Exim `ratelimit` limits".into(),
+            ));
+        }
+        if mode == UpdateMode::Strict && matches!(rate, RateDef::Bucket(_)) {
+            return Err(err(
+                raw.mode.as_ref().map_or(0..0, |m| m.span()),
+                "a bucket reserves and commits; strict is for gcra and ratelimit".into(),
+            ));
+        }
+        (counted, stage, rate, mode)
+    };
+    if counted == Counted::AuthFailures && stage != Stage::Auth {
+        return Err(err(
+            raw.stage.as_ref().map_or(anchor.clone(), |s| s.span()),
+            "auth_failures are counted at stage \"auth\"".into(),
+        ));
+    }
+    if raw.algorithm.is_some() && raw.rate.is_none() {
+        return Err(err(
+            raw.algorithm.as_ref().map_or(0..0, |a| a.span()),
+            "`algorithm` goes with `rate` and `burst`".into(),
+        ));
+    }
+    if raw.burst.is_some() && raw.rate.is_none() {
+        return Err(err(
+            raw.burst.as_ref().map_or(0..0, |a| a.span()),
+            "`burst` goes with `rate`".into(),
+        ));
+    }
+
+    let when = match &raw.when {
+        Some(w) => Some(
+            Condition::parse(w.get_ref(), &|n| lists.contains(n))
+                .map_err(|e| err(inner(w.span(), e.at), format!("when: {}", e.message)))?,
+        ),
+        None => None,
+    };
+
+    let max_delay = match &raw.max_delay {
+        Some(d) => {
+            let v = duration(d, &format!("limit {name}: max_delay"), at)?;
+            if v > HARD_MAX_DELAY {
+                return Err(err(
+                    d.span(),
+                    format!(
+                        "max_delay may be at most {}s (clients give up after 5 minutes)",
+                        HARD_MAX_DELAY.as_secs()
+                    ),
+                ));
+            }
+            v
+        }
+        None => DEFAULT_MAX_DELAY,
+    };
+    let action_word = word(&raw.action).map_or("defer", |(w, _)| w);
+    let action_span = raw.action.as_ref().map_or(anchor.clone(), |a| a.span());
+    let action = match action_word {
+        "warn" => Action::Warn,
+        "header" => Action::Header,
+        "delay" => {
+            let d = raw.delay.as_ref().ok_or_else(|| {
+                err(
+                    action_span.clone(),
+                    "action = \"delay\" needs `delay` (a duration such as \"2s\", or \"computed\")"
+                        .into(),
+                )
+            })?;
+            if d.get_ref() == "computed" {
+                Action::Delay(DelayKind::Computed)
+            } else {
+                let v = duration(d, &format!("limit {name}: delay"), at)?;
+                if v > max_delay {
+                    return Err(err(
+                        d.span(),
+                        format!("delay is longer than max_delay ({}s)", max_delay.as_secs()),
+                    ));
+                }
+                Action::Delay(DelayKind::Fixed(v))
+            }
+        }
+        "defer" => Action::Defer,
+        "deny" => Action::Deny,
+        "disconnect" => Action::Disconnect,
+        other => {
+            return Err(err(
+                action_span,
+                format!(
+                    "unknown action {other:?}: use warn, header, delay, defer, deny or disconnect"
+                ),
+            ))
+        }
+    };
+    if raw.delay.is_some() && !matches!(action, Action::Delay(_)) {
+        return Err(err(
+            raw.delay.as_ref().map_or(0..0, |d| d.span()),
+            "`delay` goes with action = \"delay\"".into(),
+        ));
+    }
+    if counted == Counted::Sessions
+        && !matches!(
+            action,
+            Action::Warn | Action::Defer | Action::Disconnect | Action::Deny
+        )
+    {
+        return Err(err(
+            action_span,
+            "a sessions limit can warn, defer, deny or disconnect".into(),
+        ));
+    }
+    let message = match &raw.message {
+        Some(m) => Some(template(m, &format!("limit {name}: message"), at)?),
+        None => None,
+    };
+    let code = match &raw.code {
+        Some(c) => {
+            let v = *c.get_ref();
+            let ok = match action {
+                Action::Defer => (400..500).contains(&v),
+                Action::Deny => (500..600).contains(&v),
+                Action::Disconnect => v == 421,
+                _ => false,
+            };
+            if !ok {
+                return Err(err(c.span(), format!("code {v} does not fit action {:?} (defer: 4xx, deny: 5xx, disconnect: 421)", action.as_str())));
+            }
+            Some(v as u16)
+        }
+        None => None,
+    };
+    let limit_list = match &raw.limit_list {
+        Some(l) => {
+            let lname = l.get_ref();
+            let list = lists
+                .get(lname)
+                .ok_or_else(|| err(l.span(), format!("no list called {lname:?} in [lists]")))?;
+            if matches!(rate, RateDef::Concurrency(_)) {
+                return Err(err(l.span(), "limit_list is for rate limits".into()));
+            }
+            if let Some(bad) = list.values().find(|v| {
+                v.parse::<f64>()
+                    .map_or(true, |x| !(x >= 0.0 && x.is_finite()))
+            }) {
+                return Err(err(
+                    l.span(),
+                    format!(
+                        "list {lname:?} has the value {bad:?}, which is not a limit (a number)"
+                    ),
+                ));
+            }
+            let by = match &raw.limit_by {
+                Some(b) => super::condition::Subject::parse_word(b.get_ref())
+                    .ok_or_else(|| err(b.span(), format!("limit_by {:?} is not one of client_ip, user, sender, sender_domain, recipient, recipient_domain, helo, header_from, listener", b.get_ref())))?,
+                None => Subject::ClientIp,
+            };
+            Some((lname.clone(), by))
+        }
+        None => {
+            if let Some(b) = &raw.limit_by {
+                return Err(err(b.span(), "limit_by goes with limit_list".into()));
+            }
+            None
+        }
+    };
+    Ok(LimitDef {
+        name,
+        stage,
+        counted,
+        key,
+        rate,
+        mode,
+        when,
+        when_text: raw.when.as_ref().map(|w| w.get_ref().clone()),
+        action,
+        message,
+        code,
+        max_delay,
+        limit_list,
+        line,
+    })
+}

@@ -1,0 +1,632 @@
+//! The rate-limit policy: at each stage, every applicable limit of the current config
+//! generation is decided as one; the strongest countermeasure of the limits that are over
+//! wins.
+//!
+//! Charging (issue item 6):
+//! * strict limits charge attempts at check time, as in Exim;
+//! * leaky Exim and GCRA limits on recipients and bytes are *checked* without storing (a dry
+//!   run that also counts this session's own not-yet-charged events) and *charged* when
+//!   upstream accepts the message. Concurrent sessions may each pass the dry run before
+//!   either commits: the overshoot is bounded by the events in flight at once;
+//! * buckets reserve at check time, commit on upstream's 2xx (ham) or 5xx (spam, when
+//!   dynamic multipliers are on) and cancel on refusal or abandonment: exact.
+//!
+//! A dry run is a decision holding the limits plus a sentinel request that is always over:
+//! the store then refuses it and writes nothing for leaky limits, but still answers
+//! `over` for each limit, atomically.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use tracing::{info, warn};
+
+use super::action::{self, header_line, var_value, Outcome};
+use super::authdelay;
+use super::concurrency::{SlotGuard, Slots};
+use super::model::{Action, Counted, LimitDef, PolicyModel, RateDef};
+use super::request::{apply_result, request};
+use super::{BoxFuture, Facts, Policy, SessionPolicy, Stage, Verdict};
+use crate::limit::bucket::{BucketOp, Verdict as Spamminess};
+use crate::limit::gcra::GcraSpec;
+use crate::limit::rate::Rate;
+use crate::limit::spec::UpdateMode;
+use crate::limit::SessionCache;
+use crate::smtp::reply::Reply;
+use crate::store::{Algorithm, Decision, LimitRequest, LimitResult, Store};
+
+/// The sentinel of a dry run: always over, never written (its weight exceeds its burst).
+fn sentinel() -> LimitRequest {
+    LimitRequest {
+        key: "floodgate/dry-run".into(),
+        algorithm: Algorithm::Gcra(
+            GcraSpec::new(1.0, Rate::new(1.0, 1.0).expect("rate")).expect("spec"),
+        ),
+        count: 2.0,
+        unique: None,
+        blocking: true,
+    }
+}
+
+struct Inner {
+    current: RwLock<Arc<PolicyModel>>,
+    store: Arc<dyn Store>,
+    slots: Arc<Slots>,
+}
+
+/// The floodgate policy: the current generation of limits over one store that outlives
+/// reloads.
+#[derive(Clone)]
+pub struct RatePolicy {
+    inner: Arc<Inner>,
+}
+
+impl RatePolicy {
+    /// A policy running `model` over `store`.
+    pub fn new(model: Arc<PolicyModel>, store: Arc<dyn Store>) -> RatePolicy {
+        RatePolicy {
+            inner: Arc::new(Inner {
+                current: RwLock::new(model),
+                store,
+                slots: Arc::new(Slots::default()),
+            }),
+        }
+    }
+
+    /// Makes `model` the generation every later check uses (sessions in flight included).
+    pub fn install(&self, model: Arc<PolicyModel>) {
+        *self
+            .inner
+            .current
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = model;
+    }
+
+    /// The generation in force.
+    pub fn current(&self) -> Arc<PolicyModel> {
+        self.inner
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Policy for RatePolicy {
+    fn session(&self) -> Box<dyn SessionPolicy> {
+        let mut cache = SessionCache::new();
+        cache.start_connection();
+        Box::new(RateSession {
+            inner: self.inner.clone(),
+            cache,
+            step: Vec::new(),
+            txn: Vec::new(),
+            headers: Vec::new(),
+            slots: HashMap::new(),
+        })
+    }
+
+    fn reload(&self, config: &crate::config::Config) {
+        self.install(config.policy.clone());
+    }
+}
+
+/// A charge to settle when upstream answers.
+#[derive(Clone, Debug)]
+struct Pending {
+    key: String,
+    algorithm: Algorithm,
+    count: f64,
+    unique: Option<String>,
+}
+
+impl Pending {
+    fn is_bucket(&self) -> bool {
+        matches!(self.algorithm, Algorithm::Bucket { .. })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// From the Exim session cache; nothing is asked.
+    Cached,
+    /// Decided and stored now.
+    Now,
+    /// Checked now without storing; charged on upstream's acceptance.
+    DryRun,
+    /// Bucket check that reserves; settled on upstream's answer.
+    Reserve,
+    /// Bucket check, committed at once.
+    BucketNow,
+    /// Concurrency slot.
+    Slot,
+}
+
+struct Eval<'m> {
+    def: &'m LimitDef,
+    class: Class,
+    key: String,
+    req: Option<LimitRequest>,
+    outcome: Outcome,
+    slot: Option<SlotGuard>,
+}
+
+struct RateSession {
+    inner: Arc<Inner>,
+    cache: SessionCache,
+    /// Charges of the MAIL or RCPT being judged (kept if upstream accepts it).
+    step: Vec<Pending>,
+    /// Charges of the transaction (settled at end of data).
+    txn: Vec<Pending>,
+    /// Headers for the message: limit name → line.
+    headers: Vec<(String, String)>,
+    /// Concurrency slots held: limit name → guard.
+    slots: HashMap<String, SlotGuard>,
+}
+
+impl RateSession {
+    fn model(&self) -> Arc<PolicyModel> {
+        self.inner
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Charges of this session not yet in the store, per key (for dry runs).
+    fn local_pending(&self, key: &str) -> f64 {
+        self.txn
+            .iter()
+            .chain(&self.step)
+            .filter(|p| !p.is_bucket() && p.key == key)
+            .map(|p| p.count)
+            .sum()
+    }
+
+    fn applies(def: &LimitDef, stage: Stage, facts: &Facts, model: &PolicyModel) -> bool {
+        def.stage == stage
+            && def
+                .when
+                .as_ref()
+                .is_none_or(|c| c.eval(facts, &model.lists))
+    }
+
+    async fn decide(&self, d: &Decision) -> Option<Vec<LimitResult>> {
+        if d.limits.is_empty() {
+            return Some(Vec::new());
+        }
+        match self.inner.store.decide(d).await {
+            Ok(r) => Some(r.limits),
+            Err(e) => {
+                // Fail open, visibly: a broken store must not stop all mail.
+                warn!(error = %e, "rate limit store failed; letting the event through");
+                None
+            }
+        }
+    }
+
+    async fn run_check(&mut self, stage: Stage, facts: &Facts) -> Verdict {
+        let model = self.model();
+        self.cache.start_command();
+        if stage == Stage::Mail {
+            self.cache.reset_message();
+            self.headers.clear();
+        }
+        let mut evals: Vec<Eval<'_>> = Vec::new();
+        for def in &model.limits {
+            if !Self::applies(def, stage, facts, &model) {
+                continue;
+            }
+            let key_text = match &def.key {
+                Some(t) => {
+                    t.expand(|v, out| var_value(v, facts, Some(def), None, &model.hostname, out))
+                }
+                None => facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
+            };
+            let (mut req, mut outcome) = request(def, &model, stage, facts, &key_text);
+            let auth_fail = def.counted == Counted::AuthFailures;
+            let class = match &def.rate {
+                RateDef::Concurrency(_) => {
+                    if self.slots.contains_key(&def.name) {
+                        continue;
+                    }
+                    Class::Slot
+                }
+                _ if auth_fail => {
+                    // Before an AUTH exchange: would one more failure be over?
+                    req.count = 1.0;
+                    if matches!(req.algorithm, Algorithm::Bucket { .. }) {
+                        Class::BucketNow
+                    } else {
+                        Class::DryRun
+                    }
+                }
+                RateDef::Bucket(_)
+                    if def.counted.reserved() || def.counted == Counted::Messages =>
+                {
+                    Class::Reserve
+                }
+                RateDef::Bucket(_) => Class::BucketNow,
+                RateDef::Exim { resolved, .. } => {
+                    if let Some(rate) = self.cache.get(resolved.cache, &req.key) {
+                        outcome.value = rate;
+                        outcome.over =
+                            rate.partial_cmp(&outcome.limit) != Some(std::cmp::Ordering::Less);
+                        Class::Cached
+                    } else if def.mode == UpdateMode::Leaky && def.counted.reserved() {
+                        Class::DryRun
+                    } else {
+                        Class::Now
+                    }
+                }
+                RateDef::Gcra(_) if def.mode == UpdateMode::Leaky && def.counted.reserved() => {
+                    Class::DryRun
+                }
+                RateDef::Gcra(_) => Class::Now,
+            };
+            let key = req.key.clone();
+            evals.push(Eval {
+                def,
+                class,
+                key,
+                req: Some(req),
+                outcome,
+                slot: None,
+            });
+        }
+        if evals.is_empty() {
+            return Verdict::Continue;
+        }
+        // Concurrency slots first (local, exact).
+        let mut refused = false;
+        for e in evals.iter_mut().filter(|e| e.class == Class::Slot) {
+            let RateDef::Concurrency(max) = e.def.rate else {
+                continue;
+            };
+            match self.inner.slots.acquire(&e.key, max) {
+                Ok(g) => {
+                    e.outcome.value = self.inner.slots.held(&e.key) as f64;
+                    e.slot = Some(g);
+                }
+                Err(held) => {
+                    e.outcome.value = held as f64 + 1.0;
+                    e.outcome.over = true;
+                    refused |= e.def.action.blocks();
+                }
+            }
+        }
+        // Dry run.
+        let dry: Vec<usize> = (0..evals.len())
+            .filter(|&i| evals[i].class == Class::DryRun)
+            .collect();
+        if !dry.is_empty() {
+            let mut d = Decision::default();
+            for &i in &dry {
+                let mut r = evals[i].req.clone().expect("request");
+                r.count += self.local_pending(&r.key);
+                if let Algorithm::Ewma { mode, .. } = &mut r.algorithm {
+                    *mode = UpdateMode::Leaky;
+                }
+                d.limits.push(r);
+            }
+            d.limits.push(sentinel());
+            if let Some(results) = self.decide(&d).await {
+                for (&i, r) in dry.iter().zip(&results) {
+                    apply_result(&mut evals[i].outcome, r);
+                    refused |= r.over && evals[i].def.action.blocks();
+                }
+            }
+        }
+        refused |= evals
+            .iter()
+            .any(|e| e.class == Class::Cached && e.outcome.over && e.def.action.blocks());
+        // The decision that stores.
+        let now: Vec<usize> = (0..evals.len())
+            .filter(|&i| {
+                matches!(
+                    evals[i].class,
+                    Class::Now | Class::Reserve | Class::BucketNow
+                )
+            })
+            .collect();
+        if !now.is_empty() {
+            let mut d = Decision::default();
+            for &i in &now {
+                d.limits.push(evals[i].req.clone().expect("request"));
+            }
+            if refused {
+                // Someone already refused: strict limits still charge, nothing else does.
+                d.limits.push(sentinel());
+            }
+            if let Some(results) = self.decide(&d).await {
+                for (&i, r) in now.iter().zip(&results) {
+                    apply_result(&mut evals[i].outcome, r);
+                }
+                refused |= now
+                    .iter()
+                    .zip(&results)
+                    .any(|(&i, r)| r.over && evals[i].def.action.blocks());
+            }
+        }
+        // Settle.
+        let mut commit_now = Decision::default();
+        for e in &mut evals {
+            let req = e.req.as_ref().expect("request");
+            match e.class {
+                Class::Now => {
+                    if let RateDef::Exim { resolved, .. } = &e.def.rate {
+                        self.cache
+                            .remember(resolved.cache, &req.key, e.outcome.value);
+                    }
+                }
+                Class::DryRun if !refused && e.def.counted != Counted::AuthFailures => {
+                    let mut algorithm = req.algorithm.clone();
+                    if let Algorithm::Ewma { mode, .. } = &mut algorithm {
+                        // Upstream accepted: the charge is due, over or not.
+                        *mode = UpdateMode::Strict;
+                    }
+                    let p = Pending {
+                        key: req.key.clone(),
+                        algorithm,
+                        count: req.count,
+                        unique: req.unique.clone(),
+                    };
+                    self.pending_for(stage).push(p);
+                }
+                Class::Reserve if !refused && !e.outcome.over => {
+                    let p = Pending {
+                        key: req.key.clone(),
+                        algorithm: req.algorithm.clone(),
+                        count: req.count,
+                        unique: None,
+                    };
+                    self.pending_for(stage).push(p);
+                }
+                Class::BucketNow if !refused && !e.outcome.over => {
+                    let mut r = req.clone();
+                    if let Algorithm::Bucket { op, .. } = &mut r.algorithm {
+                        *op = BucketOp::Commit(Spamminess::Other);
+                    }
+                    r.blocking = false;
+                    commit_now.limits.push(r);
+                }
+                Class::Slot if !refused => {
+                    if let Some(g) = e.slot.take() {
+                        self.slots.insert(e.def.name.clone(), g);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !commit_now.limits.is_empty() {
+            self.decide(&commit_now).await;
+        }
+        // Countermeasures.
+        let mut strongest: Option<&Eval<'_>> = None;
+        for e in &evals {
+            if e.def.action == Action::Header && stage != Stage::Connect {
+                let line = header_line(e.def, &e.outcome);
+                self.headers.retain(|(n, _)| n != &e.def.name);
+                self.headers.push((e.def.name.clone(), line));
+            }
+            if !e.outcome.over {
+                continue;
+            }
+            info!(
+                limit = %e.def.name,
+                stage = stage.as_str(),
+                key = %e.key,
+                rate = e.outcome.value,
+                limit_value = %e.outcome.limit_text,
+                action = e.def.action.as_str(),
+                client = %facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
+                user = facts.user.as_deref().unwrap_or(""),
+                "rate limit over"
+            );
+            if strongest.is_none_or(|s| e.def.action.rank() > s.def.action.rank()) {
+                strongest = Some(e);
+            }
+        }
+        let Some(s) = strongest else {
+            return Verdict::Continue;
+        };
+        let v = action::verdict(s.def, stage, facts, &s.outcome, &model.hostname);
+        if let Verdict::Delay(d) = &v {
+            info!(limit = %s.def.name, delay_ms = d.as_millis() as u64, "rate limit delay");
+        }
+        v
+    }
+
+    fn pending_for(&mut self, stage: Stage) -> &mut Vec<Pending> {
+        match stage {
+            Stage::Mail | Stage::Rcpt => &mut self.step,
+            _ => &mut self.txn,
+        }
+    }
+
+    /// A decision that settles `pending`: commit (with a verdict for dynamic buckets) or not.
+    fn settle(pending: Vec<Pending>, commit: Option<Spamminess>) -> Decision {
+        let mut d = Decision::default();
+        // Sum non-unique charges per key: one request per key and algorithm.
+        let mut merged: Vec<Pending> = Vec::new();
+        for p in pending {
+            if p.unique.is_none() {
+                if let Some(m) = merged
+                    .iter_mut()
+                    .find(|m| m.unique.is_none() && m.key == p.key && m.algorithm == p.algorithm)
+                {
+                    m.count += p.count;
+                    continue;
+                }
+            }
+            merged.push(p);
+        }
+        for p in merged {
+            let algorithm = match (p.algorithm, commit) {
+                (Algorithm::Bucket { spec, .. }, Some(v)) => Algorithm::Bucket {
+                    spec,
+                    op: BucketOp::Commit(v),
+                },
+                (Algorithm::Bucket { spec, .. }, None) => Algorithm::Bucket {
+                    spec,
+                    op: BucketOp::Cancel,
+                },
+                (other, Some(_)) => other,
+                // Nothing was stored for a dry-run charge: dropping it is the refund.
+                (_, None) => continue,
+            };
+            d.limits.push(LimitRequest {
+                key: p.key,
+                algorithm,
+                count: p.count,
+                unique: p.unique,
+                blocking: false,
+            });
+        }
+        d
+    }
+
+    /// Releases pending charges from a synchronous context (abandon, drop).
+    fn release_detached(&self, pending: Vec<Pending>) {
+        let d = Self::settle(pending, None);
+        if d.limits.is_empty() {
+            return;
+        }
+        let store = self.inner.store.clone();
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                if let Err(e) = store.decide(&d).await {
+                    warn!(error = %e, "cannot release rate limit reservations");
+                }
+            });
+        }
+    }
+
+    async fn auth_result(&mut self, facts: &Facts) -> Verdict {
+        if facts.auth_succeeded {
+            return Verdict::Continue;
+        }
+        let model = self.model();
+        // auth_failures limits count the failure now.
+        let mut d = Decision::default();
+        for def in &model.limits {
+            if def.counted != Counted::AuthFailures
+                || !Self::applies(def, Stage::Auth, facts, &model)
+            {
+                continue;
+            }
+            let key_text = match &def.key {
+                Some(t) => {
+                    t.expand(|v, out| var_value(v, facts, Some(def), None, &model.hostname, out))
+                }
+                None => facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
+            };
+            let (mut req, _) = request(def, &model, Stage::Auth, facts, &key_text);
+            req.blocking = false;
+            if let Algorithm::Bucket { op, .. } = &mut req.algorithm {
+                *op = BucketOp::Commit(Spamminess::Other);
+            }
+            d.limits.push(req);
+        }
+        self.decide(&d).await;
+        if !model.auth.enabled {
+            return Verdict::Continue;
+        }
+        let ip = facts.client_ip.map(|i| i.to_string());
+        let keys =
+            authdelay::failure_keys(&model.auth, ip.as_deref(), facts.auth_attempt.as_deref());
+        let d = authdelay::failure_decision(&model.auth, keys);
+        let Some(results) = self.decide(&d).await else {
+            return Verdict::Continue;
+        };
+        let n = results.iter().map(|r| r.value).fold(0.0, f64::max);
+        let delay = authdelay::delay_for(&model.auth, n);
+        info!(
+            client = %ip.as_deref().unwrap_or(""),
+            user = facts.auth_attempt.as_deref().unwrap_or(""),
+            failures = (n * 100.0).round() / 100.0,
+            delay_ms = delay.as_millis() as u64,
+            "auth failure delay"
+        );
+        if delay.is_zero() {
+            Verdict::Continue
+        } else {
+            Verdict::Delay(delay)
+        }
+    }
+
+    async fn message_result(&mut self, reply: &Reply) -> Verdict {
+        let mut pending = std::mem::take(&mut self.txn);
+        pending.append(&mut self.step);
+        let mut d = match reply.code / 100 {
+            2 => Self::settle(pending, Some(Spamminess::Ham)),
+            // Upstream refused it for good: for dynamic buckets that is spam (charged, and the
+            // multipliers shrink); everything else is released.
+            5 => {
+                let (spam, rest): (Vec<Pending>, Vec<Pending>) = pending.into_iter().partition(|p| {
+                    matches!(p.algorithm, Algorithm::Bucket { spec, .. } if spec.dynamic.is_some())
+                });
+                let mut d = Self::settle(spam, Some(Spamminess::Spam));
+                d.limits.extend(Self::settle(rest, None).limits);
+                d
+            }
+            _ => Self::settle(pending, None),
+        };
+        d.limits.shrink_to_fit();
+        self.decide(&d).await;
+        self.headers.clear();
+        self.cache.reset_message();
+        Verdict::Continue
+    }
+}
+
+impl SessionPolicy for RateSession {
+    fn check<'a>(&'a mut self, stage: Stage, facts: &'a Facts) -> BoxFuture<'a, Verdict> {
+        Box::pin(self.run_check(stage, facts))
+    }
+
+    fn after_upstream<'a>(
+        &'a mut self,
+        stage: Stage,
+        facts: &'a Facts,
+        reply: &'a Reply,
+    ) -> BoxFuture<'a, Verdict> {
+        Box::pin(async move {
+            match stage {
+                Stage::Auth => self.auth_result(facts).await,
+                Stage::Mail | Stage::Rcpt => {
+                    let step = std::mem::take(&mut self.step);
+                    if reply.is_completion() {
+                        self.txn.extend(step);
+                    } else {
+                        let d = Self::settle(step, None);
+                        self.decide(&d).await;
+                    }
+                    Verdict::Continue
+                }
+                Stage::Message => self.message_result(reply).await,
+                _ => Verdict::Continue,
+            }
+        })
+    }
+
+    fn message_headers(&mut self) -> Vec<String> {
+        self.headers.iter().map(|(_, l)| l.clone()).collect()
+    }
+
+    fn transaction_abandoned(&mut self) {
+        // Exim's smtp_reset (RSET, HELO/EHLO, STARTTLS) forgets the per-message cache.
+        self.cache.reset_message();
+        let mut pending = std::mem::take(&mut self.txn);
+        pending.append(&mut self.step);
+        self.headers.clear();
+        self.release_detached(pending);
+    }
+}
+
+impl Drop for RateSession {
+    fn drop(&mut self) {
+        let mut pending = std::mem::take(&mut self.txn);
+        pending.append(&mut self.step);
+        self.release_detached(pending);
+    }
+}

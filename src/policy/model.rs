@@ -1,0 +1,295 @@
+//! The limits model: `[lists]`, `[[limit]]` and `[auth_failures]` compiled from the config
+//! into checked, ready-to-run definitions. Every refusal names the file, line and column.
+
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+use super::condition::{Condition, Subject};
+use super::lists::Lists;
+use super::template::Template;
+use super::Stage;
+use crate::config::{AuthFailuresConfig, ConfigError, LimitConfig, ListsConfig};
+use crate::limit::bucket::BucketSpec;
+use crate::limit::gcra::GcraSpec;
+use crate::limit::spec::{Acl, Resolved, UpdateMode};
+use crate::limit::LimitSpec;
+
+pub use super::compile::compile;
+
+/// The hard cap of every delay floodgate imposes (well below the 5-minute client timeouts of
+/// RFC 5321 §4.5.3.2).
+pub const HARD_MAX_DELAY: Duration = Duration::from_secs(120);
+/// The default cap of a limit's delay.
+pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(30);
+
+/// What a limit counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// Connections (one per session).
+    Connections,
+    /// Commands.
+    Commands,
+    /// Messages.
+    Messages,
+    /// Recipients.
+    Recipients,
+    /// Distinct recipient addresses (per_addr).
+    DistinctRecipients,
+    /// Distinct values of a template (Exim `unique=`).
+    Distinct,
+    /// Message bytes.
+    Bytes,
+    /// Failed AUTH attempts.
+    AuthFailures,
+    /// Sessions at once (a concurrency limit).
+    Sessions,
+}
+
+impl Counted {
+    pub(super) fn parse(w: &str) -> Option<Counted> {
+        Some(match w {
+            "connections" => Counted::Connections,
+            "commands" => Counted::Commands,
+            "messages" => Counted::Messages,
+            "recipients" => Counted::Recipients,
+            "distinct_recipients" => Counted::DistinctRecipients,
+            "bytes" => Counted::Bytes,
+            "auth_failures" => Counted::AuthFailures,
+            "sessions" => Counted::Sessions,
+            _ => return None,
+        })
+    }
+
+    /// The config word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Counted::Connections => "connections",
+            Counted::Commands => "commands",
+            Counted::Messages => "messages",
+            Counted::Recipients => "recipients",
+            Counted::DistinctRecipients => "distinct_recipients",
+            Counted::Distinct => "distinct values",
+            Counted::Bytes => "bytes",
+            Counted::AuthFailures => "auth_failures",
+            Counted::Sessions => "sessions",
+        }
+    }
+
+    /// Whether upstream's acceptance decides the charge (item 6: recipients and bytes).
+    pub fn reserved(self) -> bool {
+        matches!(
+            self,
+            Counted::Recipients | Counted::DistinctRecipients | Counted::Bytes
+        )
+    }
+
+    pub(super) fn default_stage(self) -> Stage {
+        match self {
+            Counted::Connections | Counted::Sessions => Stage::Connect,
+            Counted::Commands => Stage::Command,
+            Counted::Messages => Stage::Mail,
+            Counted::Recipients | Counted::DistinctRecipients | Counted::Distinct => Stage::Rcpt,
+            Counted::Bytes => Stage::Message,
+            Counted::AuthFailures => Stage::Auth,
+        }
+    }
+}
+
+/// The rate of a limit.
+#[derive(Clone, Debug)]
+pub enum RateDef {
+    /// Exim `ratelimit` (EWMA), verbatim.
+    Exim {
+        /// The parsed string.
+        spec: LimitSpec,
+        /// Resolved for the limit's stage.
+        resolved: Resolved,
+        /// The `unique=` template (per_addr uses the normalized recipient instead).
+        unique: Option<Template>,
+    },
+    /// Token bucket.
+    Gcra(GcraSpec),
+    /// Rspamd-style leaky bucket (reservations, optional dynamic multipliers).
+    Bucket(BucketSpec),
+    /// At most this many sessions at once per key.
+    Concurrency(u64),
+}
+
+/// How long a `delay` countermeasure waits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DelayKind {
+    /// Always this long.
+    Fixed(Duration),
+    /// Seconds over the limit: `$sender_rate - $sender_rate_limit` for Exim limits, the
+    /// retry-after for buckets.
+    Computed,
+}
+
+/// The countermeasure of a limit that is over.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Action {
+    /// Log only.
+    Warn,
+    /// Add an `X-Floodgate-Rate` header to the message.
+    Header,
+    /// Slow the client down, then go on.
+    Delay(DelayKind),
+    /// 4xx; the session goes on.
+    Defer,
+    /// 5xx (only when asked for).
+    Deny,
+    /// 421 and close.
+    Disconnect,
+}
+
+impl Action {
+    /// The config word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Warn => "warn",
+            Action::Header => "header",
+            Action::Delay(_) => "delay",
+            Action::Defer => "defer",
+            Action::Deny => "deny",
+            Action::Disconnect => "disconnect",
+        }
+    }
+
+    /// Whether being over refuses the event (and so the whole decision).
+    pub fn blocks(self) -> bool {
+        matches!(self, Action::Defer | Action::Deny | Action::Disconnect)
+    }
+
+    /// Strength order when several limits are over.
+    pub fn rank(self) -> u8 {
+        match self {
+            Action::Warn => 0,
+            Action::Header => 1,
+            Action::Delay(_) => 2,
+            Action::Defer => 3,
+            Action::Deny => 4,
+            Action::Disconnect => 5,
+        }
+    }
+}
+
+/// One compiled `[[limit]]`.
+#[derive(Clone, Debug)]
+pub struct LimitDef {
+    /// Its name.
+    pub name: String,
+    /// Where it is checked.
+    pub stage: Stage,
+    /// What it counts.
+    pub counted: Counted,
+    /// The key template (for Exim limits: the key items of the string, if any).
+    pub key: Option<Template>,
+    /// The rate.
+    pub rate: RateDef,
+    /// Update mode (leaky, strict, readonly).
+    pub mode: UpdateMode,
+    /// The condition, if any.
+    pub when: Option<Condition>,
+    /// The condition as written.
+    pub when_text: Option<String>,
+    /// The countermeasure.
+    pub action: Action,
+    /// Reply text template.
+    pub message: Option<Template>,
+    /// Reply code override.
+    pub code: Option<u16>,
+    /// Delay cap.
+    pub max_delay: Duration,
+    /// Per-key limits: list name and what is looked up.
+    pub limit_list: Option<(String, Subject)>,
+    /// 1-based line of the `[[limit]]` in the config.
+    pub line: usize,
+}
+
+/// Auth failure timeouts, compiled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuthDelay {
+    /// On or off.
+    pub enabled: bool,
+    /// The first delay.
+    pub base: Duration,
+    /// The cap.
+    pub max: Duration,
+    /// The decay period in whole seconds.
+    pub decay_secs: u32,
+}
+
+/// Everything the policy needs from the config.
+#[derive(Clone, Debug)]
+pub struct PolicyModel {
+    /// Limits in file order.
+    pub limits: Vec<LimitDef>,
+    /// Named lists.
+    pub lists: Lists,
+    /// AUTH failure timeouts.
+    pub auth: AuthDelay,
+    /// floodgate's hostname (for replies).
+    pub hostname: String,
+}
+
+impl Default for PolicyModel {
+    fn default() -> Self {
+        PolicyModel {
+            limits: Vec::new(),
+            lists: Lists::default(),
+            auth: AuthDelay {
+                enabled: false,
+                base: Duration::from_secs(1),
+                max: DEFAULT_MAX_DELAY,
+                decay_secs: 600,
+            },
+            hostname: "floodgate".into(),
+        }
+    }
+}
+
+/// The raw sections to compile.
+pub struct PolicySource<'a> {
+    /// `[lists]`.
+    pub lists: &'a ListsConfig,
+    /// `[[limit]]`.
+    pub limits: &'a [LimitConfig],
+    /// `[auth_failures]`.
+    pub auth_failures: &'a AuthFailuresConfig,
+    /// The config file's directory (for list files).
+    pub base: &'a Path,
+    /// `[server] hostname`.
+    pub hostname: &'a str,
+}
+
+/// Makes a config error at a span of the config text.
+pub type At<'a> = &'a dyn Fn(Range<usize>, String) -> ConfigError;
+
+pub(super) fn stage_of(w: &str) -> Option<Stage> {
+    Some(match w {
+        "connect" => Stage::Connect,
+        "helo" => Stage::Helo,
+        "auth" => Stage::Auth,
+        "mail" => Stage::Mail,
+        "rcpt" => Stage::Rcpt,
+        "data" => Stage::Data,
+        "message" => Stage::Message,
+        "command" => Stage::Command,
+        _ => return None,
+    })
+}
+
+/// Exim's ACL for a stage (decides which per_* options count there).
+pub fn acl_of(stage: Stage) -> Acl {
+    match stage {
+        Stage::Connect => Acl::Connect,
+        Stage::Helo => Acl::Helo,
+        Stage::Auth => Acl::Auth,
+        Stage::Mail => Acl::Mail,
+        Stage::Rcpt => Acl::Rcpt,
+        Stage::Data => Acl::Predata,
+        Stage::Message => Acl::Data,
+        Stage::Command => Acl::Unknown,
+    }
+}

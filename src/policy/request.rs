@@ -1,0 +1,216 @@
+//! Turning one limit and one event into a store request: the key, the count, the limit in
+//! force (a per-key value from a list), and the outcome skeleton for templates.
+
+use super::action::{var_value, Outcome};
+use super::model::{Counted, LimitDef, PolicyModel, RateDef};
+use super::{Facts, Stage};
+use crate::limit::bucket::BucketOp;
+use crate::limit::gcra::GcraSpec;
+use crate::limit::rate::Rate;
+use crate::limit::spec::{CountSource, UpdateMode};
+use crate::limit::unique::UniqueKind;
+use crate::store::{Algorithm, LimitRequest, LimitResult};
+
+pub(super) fn count_of(def: &LimitDef, stage: Stage, facts: &Facts) -> f64 {
+    match &def.rate {
+        RateDef::Exim { resolved, .. } => match resolved.count {
+            CountSource::Fixed(v) => v,
+            CountSource::MessageSize => facts.message_size as f64,
+            CountSource::RecipientsCount => facts.recipients_count as f64,
+        },
+        _ => match def.counted {
+            Counted::Recipients if stage != Stage::Rcpt => facts.recipients_count as f64,
+            Counted::Bytes => facts.message_size as f64,
+            _ => 1.0,
+        },
+    }
+}
+
+fn limit_value(def: &LimitDef, model: &PolicyModel, facts: &Facts) -> Option<(f64, String)> {
+    let (list, by) = def.limit_list.as_ref()?;
+    let list = model.lists.get(list)?;
+    let found = match by {
+        super::condition::Subject::ClientIp => list.lookup_ip(facts.client_ip?),
+        s => {
+            let v = s.value(facts)?;
+            if v.contains('@') {
+                list.lookup_address(&v)
+            } else {
+                list.lookup_text(&v)
+            }
+        }
+    }??;
+    let m: f64 = found.parse().ok()?;
+    Some((m, found.to_string()))
+}
+
+/// Builds the store request and the outcome skeleton of one limit.
+pub(super) fn request(
+    def: &LimitDef,
+    model: &PolicyModel,
+    stage: Stage,
+    facts: &Facts,
+    key_text: &str,
+) -> (LimitRequest, Outcome) {
+    let count = count_of(def, stage, facts);
+    let over_value = limit_value(def, model, facts);
+    let blocking = def.action.blocks();
+    match &def.rate {
+        RateDef::Exim {
+            spec,
+            resolved,
+            unique,
+        } => {
+            let (limit, limit_text) =
+                over_value.unwrap_or((spec.limit(), spec.limit_text().to_string()));
+            let ip = facts.client_ip.map(|i| i.to_string()).unwrap_or_default();
+            let key = if spec.key_text().is_some() {
+                spec.database_key(key_text, &ip)
+            } else if def.key.is_some() {
+                spec.database_key(key_text, key_text)
+            } else {
+                spec.database_key("", &ip)
+            };
+            let unique = if spec.unique().is_some() {
+                Some(match unique {
+                    Some(t) => t.expand(|v, out| {
+                        var_value(v, facts, Some(def), None, &model.hostname, out)
+                    }),
+                    // per_addr; outside RCPT Exim reads the same record with a dummy value.
+                    None if resolved.forced_readonly => String::new(),
+                    None => facts.recipient_normalized.clone().unwrap_or_default(),
+                })
+            } else {
+                None
+            };
+            (
+                LimitRequest {
+                    key,
+                    algorithm: Algorithm::Ewma {
+                        limit,
+                        period_secs: spec.period_secs(),
+                        mode: resolved.update,
+                        unique_kind: UniqueKind::Bloom,
+                    },
+                    count,
+                    unique,
+                    blocking,
+                },
+                Outcome {
+                    value: 0.0,
+                    limit,
+                    limit_text,
+                    period_text: spec.period_text().to_string(),
+                    over: false,
+                    retry_after: None,
+                },
+            )
+        }
+        RateDef::Gcra(g) => {
+            let mut g = *g;
+            let mut limit_text = fmt_num(g.burst);
+            if let Some((m, t)) = over_value {
+                if let Some(ng) =
+                    Rate::new(m, g.rate.period_secs()).and_then(|r| GcraSpec::new(m, r))
+                {
+                    g = ng;
+                    limit_text = t;
+                }
+            }
+            (
+                LimitRequest {
+                    key: format!("gcra/{}/{}", def.name, key_text),
+                    algorithm: Algorithm::Gcra(g),
+                    count,
+                    unique: None,
+                    blocking,
+                },
+                Outcome {
+                    value: 0.0,
+                    limit: g.burst,
+                    limit_text,
+                    period_text: fmt_period(g.rate.period_secs()),
+                    over: false,
+                    retry_after: None,
+                },
+            )
+        }
+        RateDef::Bucket(b) => {
+            let mut b = *b;
+            let mut limit_text = fmt_num(b.burst);
+            if let Some((m, t)) = over_value {
+                if let Some(r) = Rate::new(m, b.rate.period_secs()) {
+                    b.burst = m;
+                    b.rate = r;
+                    limit_text = t;
+                }
+            }
+            (
+                LimitRequest {
+                    key: format!("bucket/{}/{}", def.name, key_text),
+                    algorithm: Algorithm::Bucket {
+                        spec: b,
+                        op: BucketOp::Check,
+                    },
+                    count,
+                    unique: None,
+                    blocking,
+                },
+                Outcome {
+                    value: 0.0,
+                    limit: b.burst,
+                    limit_text,
+                    period_text: fmt_period(b.rate.period_secs()),
+                    over: false,
+                    retry_after: None,
+                },
+            )
+        }
+        RateDef::Concurrency(n) => (
+            LimitRequest {
+                key: format!("sessions/{}/{}", def.name, key_text),
+                algorithm: Algorithm::Ewma {
+                    limit: *n as f64,
+                    period_secs: 1,
+                    mode: UpdateMode::Readonly,
+                    unique_kind: UniqueKind::Bloom,
+                },
+                count: 1.0,
+                unique: None,
+                blocking,
+            },
+            Outcome {
+                value: 0.0,
+                limit: *n as f64,
+                limit_text: n.to_string(),
+                period_text: "session".into(),
+                over: false,
+                retry_after: None,
+            },
+        ),
+    }
+}
+
+fn fmt_num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+fn fmt_period(secs: f64) -> String {
+    let s = secs.round() as u64;
+    match s {
+        s if s % 86400 == 0 => format!("{}d", s / 86400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+pub(super) fn apply_result(o: &mut Outcome, r: &LimitResult) {
+    o.value = r.value;
+    o.over = r.over;
+    o.retry_after = r.retry_after;
+}

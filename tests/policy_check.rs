@@ -1,0 +1,100 @@
+//! `floodgate check`: the shipped configs pass and print their limits; pitfalls are warned
+//! about; a broken policy exits 1 naming file and line.
+
+#[allow(unused_imports)]
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+fn check(path: &std::path::Path) -> Output {
+    run_with_timeout(
+        Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .arg("check")
+            .arg("--config")
+            .arg(path),
+        Duration::from_secs(30),
+    )
+}
+
+#[test]
+fn shipped_configs_pass() {
+    let out = check(&repo_root().join("conf/cambridge.toml"));
+    assert!(out.ok(), "{out}");
+    let s = &out.stdout;
+    assert!(s.contains("list bulk_senders: 3 entries"), "{s}");
+    assert!(
+        s.contains("limit hermes-per-user: stage=mail key=\"${authenticated_id}\" ratelimit m=100 per 1h (3600s, EWMA, burst ~m) counts=messages mode=leaky action=warn"),
+        "{s}"
+    );
+    assert!(
+        s.contains("limit ppsw-per-ip: stage=rcpt key=\"${sender_host_address}\" ratelimit m=200 per 1h (3600s, EWMA, burst ~m) counts=recipients mode=strict action=warn per-key-limit-from=bulk_senders by=client_ip"),
+        "{s}"
+    );
+    assert!(!s.contains("warning:"), "{s}");
+    let out = check(&repo_root().join("conf/floodgate.toml"));
+    assert!(out.ok(), "{out}");
+    assert!(out.stdout.contains("auth_failures: delay 1000ms"), "{out}");
+}
+
+#[test]
+fn pitfalls_are_warned_about() {
+    let rec_addr = closed_port();
+    let cfg = FloodgateConfig::new(rec_addr).extra(
+        r#"
+[[limit]]
+name = "one"
+ratelimit = "1 / 1h / per_rcpt"
+[[limit]]
+name = "typo"
+ratelimit = "10 / 60m / per_rcpt / leakey"
+[[limit]]
+name = "hour"
+ratelimit = "10 / 1h / per_mail / gcra-like / ${authenticated_id}"
+[[limit]]
+name = "fine"
+count = "messages"
+rate = "10 / 1m"
+burst = "10"
+"#,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.toml");
+    std::fs::write(&path, cfg.toml()).unwrap();
+    let out = check(&path);
+    assert!(out.ok(), "{out}");
+    let warnings: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 4, "{warnings:#?}");
+    assert!(warnings[0].contains("limit one") && warnings[0].contains("refuses every event"));
+    assert!(warnings[1].contains("\"leakey\" is not an option, so it is key text"));
+    assert!(
+        warnings[2].contains("limit typo")
+            && warnings[2].contains("period \"60m\" is the same time as \"1h\"")
+    );
+    assert!(warnings[3].contains("\"gcra-like\" is not an option"));
+    assert!(out.stdout.contains("limit fine: stage=mail key=\"${sender_host_address}\" gcra rate=10/60s burst=10 counts=messages mode=leaky action=defer"), "{out}");
+}
+
+#[test]
+fn a_broken_policy_exits_1_naming_file_and_line() {
+    let cfg = FloodgateConfig::new(closed_port())
+        .extra("[[limit]]\nname = \"x\"\nratelimit = \"10 / 1h\"\nwhen = \"autenticated\"\n");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.toml");
+    let text = cfg.toml();
+    std::fs::write(&path, &text).unwrap();
+    let out = check(&path);
+    assert_eq!(out.code, Some(1), "{out}");
+    let line = text.lines().position(|l| l.starts_with("when =")).unwrap() + 1;
+    let want = format!(
+        "{}:{line}:9: limit x: when: unknown word `autenticated`",
+        path.display()
+    );
+    assert!(out.stderr.contains(&want), "want {want}\n{out}");
+}

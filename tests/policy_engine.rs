@@ -1,0 +1,347 @@
+//! The rate policy without network: decisions taken together, reservations and refunds,
+//! dynamic multipliers, concurrency and global limits, headers, reload.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use floodgate::config::Config;
+use floodgate::policy::{Facts, Policy, RatePolicy, SessionPolicy, Stage, Verdict};
+use floodgate::smtp::reply::Reply;
+use floodgate::store::{MemoryStore, Record, Store};
+
+const HEAD: &str = r#"
+[[listener]]
+address = "127.0.0.1:0"
+[upstream]
+address = "127.0.0.1:2525"
+"#;
+
+fn config(limits: &str) -> Config {
+    Config::parse(
+        Path::new("/etc/floodgate/t.toml"),
+        &format!("{HEAD}{limits}"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn policy(limits: &str) -> (RatePolicy, Arc<MemoryStore>) {
+    let store = Arc::new(MemoryStore::default());
+    (RatePolicy::new(config(limits).policy, store.clone()), store)
+}
+
+fn facts(ip: &str) -> Facts {
+    Facts {
+        client_ip: Some(ip.parse().unwrap()),
+        listener: "relay".into(),
+        sender: Some("s@example.org".into()),
+        recipient: Some("r@example.com".into()),
+        recipient_normalized: Some("r@example.com".into()),
+        ..Facts::default()
+    }
+}
+
+fn ok() -> Reply {
+    Reply::new(250, "2.0.0 ok")
+}
+
+async fn rcpt(s: &mut Box<dyn SessionPolicy>, f: &Facts, upstream: u16) -> Verdict {
+    let v = s.check(Stage::Rcpt, f).await;
+    if v == Verdict::Continue {
+        s.after_upstream(Stage::Rcpt, f, &Reply::new(upstream, "x"))
+            .await;
+    }
+    v
+}
+
+fn code(v: &Verdict) -> u16 {
+    match v {
+        Verdict::Reply(r) | Verdict::Disconnect(r) => r.code,
+        _ => 0,
+    }
+}
+
+fn ewma_rate(store: &MemoryStore, key: &str) -> Option<f64> {
+    store.inspect_key(key).into_iter().find_map(|r| match r {
+        Record::Ewma(s) => Some(s.rate),
+        _ => None,
+    })
+}
+
+#[tokio::test]
+async fn one_refusal_charges_no_other_limit() {
+    let (p, store) = policy(
+        r#"
+[[limit]]
+name = "minute"
+ratelimit = "2 / 1m / per_cmd / leaky / k"
+stage = "mail"
+[[limit]]
+name = "day"
+ratelimit = "100 / 1d / per_cmd / leaky / k"
+stage = "mail"
+"#,
+    );
+    let mut s = p.session();
+    let f = facts("192.0.2.1");
+    let mut codes = Vec::new();
+    for _ in 0..6 {
+        codes.push(code(&s.check(Stage::Mail, &f).await));
+    }
+    assert_eq!(codes, vec![0, 0, 450, 450, 450, 450]);
+    // The day window counted only the two events that passed both.
+    let day = ewma_rate(&store, "1d/per_cmd/k").unwrap();
+    assert!((1.9..2.01).contains(&day), "{day}");
+}
+
+#[tokio::test]
+async fn bucket_reservations_are_refunded_when_not_accepted() {
+    let (p, _store) = policy(
+        r#"
+[[limit]]
+name = "rcpts"
+count = "recipients"
+algorithm = "bucket"
+rate = "3 / 1h"
+burst = "3"
+"#,
+    );
+    let f = facts("192.0.2.2");
+    let mut s = p.session();
+    // Upstream refuses two recipients: they are not charged.
+    assert_eq!(rcpt(&mut s, &f, 550).await, Verdict::Continue);
+    assert_eq!(rcpt(&mut s, &f, 450).await, Verdict::Continue);
+    // Two accepted, then the transaction is abandoned: refunded.
+    assert_eq!(rcpt(&mut s, &f, 250).await, Verdict::Continue);
+    assert_eq!(rcpt(&mut s, &f, 250).await, Verdict::Continue);
+    s.transaction_abandoned();
+    tokio::task::yield_now().await;
+    // Now a whole message of three, accepted by upstream, is charged.
+    for _ in 0..3 {
+        assert_eq!(rcpt(&mut s, &f, 250).await, Verdict::Continue);
+    }
+    assert_eq!(code(&rcpt(&mut s, &f, 250).await), 450);
+    s.after_upstream(Stage::Message, &f, &ok()).await;
+    assert_eq!(code(&rcpt(&mut s, &f, 250).await), 450);
+}
+
+#[tokio::test]
+async fn leaky_ewma_recipients_are_charged_on_upstream_accept() {
+    let (p, store) = policy(
+        r#"
+[[limit]]
+name = "rcpts"
+ratelimit = "10 / 1h / per_rcpt / k"
+"#,
+    );
+    let f = facts("192.0.2.3");
+    let mut s = p.session();
+    for _ in 0..3 {
+        assert_eq!(rcpt(&mut s, &f, 250).await, Verdict::Continue);
+    }
+    s.transaction_abandoned();
+    tokio::task::yield_now().await;
+    assert_eq!(
+        ewma_rate(&store, "1h/per_rcpt/k"),
+        None,
+        "abandoned: nothing charged"
+    );
+    for _ in 0..3 {
+        assert_eq!(rcpt(&mut s, &f, 250).await, Verdict::Continue);
+    }
+    s.after_upstream(Stage::Message, &f, &Reply::new(554, "5.7.1 no"))
+        .await;
+    assert_eq!(
+        ewma_rate(&store, "1h/per_rcpt/k"),
+        None,
+        "refused: nothing charged"
+    );
+    for _ in 0..3 {
+        assert_eq!(rcpt(&mut s, &f, 250).await, Verdict::Continue);
+    }
+    s.after_upstream(Stage::Message, &f, &ok()).await;
+    assert_eq!(ewma_rate(&store, "1h/per_rcpt/k"), Some(3.0));
+}
+
+fn dyn_rate(store: &MemoryStore, key: &str) -> u32 {
+    store
+        .inspect_key(key)
+        .into_iter()
+        .find_map(|r| match r {
+            Record::Bucket(b) => Some(b.dyn_rate),
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[tokio::test]
+async fn dynamic_multipliers_follow_upstream() {
+    let (p, store) = policy(
+        r#"
+[[limit]]
+name = "dyn"
+count = "messages"
+stage = "message"
+algorithm = "bucket"
+rate = "100 / 1h"
+burst = "100"
+dynamic = true
+"#,
+    );
+    let f = facts("192.0.2.4");
+    let key = "bucket/dyn/192.0.2.4";
+    let mut s = p.session();
+    assert_eq!(s.check(Stage::Message, &f).await, Verdict::Continue);
+    s.after_upstream(Stage::Message, &f, &ok()).await;
+    let ham = dyn_rate(&store, key);
+    assert!(ham > 10000, "{ham}");
+    // Spam verdicts (upstream's 5xx at end of data) shrink it.
+    for _ in 0..5 {
+        assert_eq!(s.check(Stage::Message, &f).await, Verdict::Continue);
+        s.after_upstream(Stage::Message, &f, &Reply::new(550, "5.7.1 spam"))
+            .await;
+    }
+    let spam = dyn_rate(&store, key);
+    assert!(spam < ham, "{spam} {ham}");
+    // A 4xx is neither: nothing moves, the reservation is released.
+    assert_eq!(s.check(Stage::Message, &f).await, Verdict::Continue);
+    s.after_upstream(Stage::Message, &f, &Reply::new(451, "4.3.0 later"))
+        .await;
+    assert_eq!(dyn_rate(&store, key), spam);
+    let pending = store.inspect_key(key).into_iter().find_map(|r| match r {
+        Record::Bucket(b) => Some(b.pending),
+        _ => None,
+    });
+    assert_eq!(pending, Some(0.0));
+}
+
+#[tokio::test]
+async fn sessions_at_once_per_ip() {
+    let (p, _store) = policy(
+        r#"
+[[limit]]
+name = "conc"
+max = 1
+key = "${client_ip/24}"
+"#,
+    );
+    let f = facts("192.0.2.5");
+    let mut a = p.session();
+    assert_eq!(a.check(Stage::Connect, &f).await, Verdict::Continue);
+    let mut b = p.session();
+    let v = b.check(Stage::Connect, &facts("192.0.2.77")).await;
+    assert!(
+        matches!(&v, Verdict::Disconnect(r) if r.code == 421),
+        "{v:?}"
+    );
+    assert_eq!(
+        b.check(Stage::Connect, &facts("198.51.100.1")).await,
+        Verdict::Continue
+    );
+    drop(a);
+    let mut c = p.session();
+    assert_eq!(c.check(Stage::Connect, &f).await, Verdict::Continue);
+}
+
+#[tokio::test]
+async fn global_limit_over_all_clients() {
+    let (p, _store) = policy(
+        r#"
+[[limit]]
+name = "per-user"
+count = "messages"
+key = "${client_ip}"
+rate = "5 / 1m"
+burst = "5"
+[[limit]]
+name = "everyone"
+count = "messages"
+key = "all"
+rate = "3 / 1m"
+burst = "3"
+"#,
+    );
+    let mut codes = Vec::new();
+    for i in 1..=4 {
+        let mut s = p.session();
+        codes.push(code(
+            &s.check(Stage::Mail, &facts(&format!("192.0.2.{i}"))).await,
+        ));
+    }
+    assert_eq!(codes, vec![0, 0, 0, 450]);
+}
+
+#[tokio::test]
+async fn header_countermeasure_and_reload() {
+    let (p, _store) = policy(
+        r#"
+[[limit]]
+name = "score"
+ratelimit = "1 / 1h / per_mail / strict"
+stage = "mail"
+action = "header"
+"#,
+    );
+    let f = facts("192.0.2.9");
+    let mut s = p.session();
+    assert_eq!(s.check(Stage::Mail, &f).await, Verdict::Continue);
+    let h = s.message_headers();
+    assert_eq!(h.len(), 1);
+    assert!(
+        h[0].starts_with("X-Floodgate-Rate: score; rate=1; limit=1"),
+        "{}",
+        h[0]
+    );
+    assert!(h[0].ends_with("over=yes"), "{}", h[0]);
+    // A reload turns it into a deferral, for the running session too.
+    p.install(
+        config(
+            r#"
+[[limit]]
+name = "score"
+ratelimit = "1 / 1h / per_mail / strict"
+stage = "mail"
+message = "4.7.1 slow down, ${sender_rate} per ${sender_rate_period}"
+"#,
+        )
+        .policy,
+    );
+    let v = s.check(Stage::Mail, &f).await;
+    assert!(
+        matches!(&v, Verdict::Reply(r) if r.code == 450 && r.lines[0] == "4.7.1 slow down, 2 per 1h"),
+        "{v:?}"
+    );
+}
+
+#[tokio::test]
+async fn auth_failure_limit_defers_further_attempts() {
+    let (p, store) = policy(
+        r#"
+[auth_failures]
+enabled = false
+[[limit]]
+name = "auth"
+count = "auth_failures"
+key = "${client_ip}"
+rate = "2 / 1h"
+burst = "2"
+action = "disconnect"
+"#,
+    );
+    let mut f = facts("192.0.2.10");
+    f.auth_attempt = Some("mallory".into());
+    let mut s = p.session();
+    let no = Reply::new(535, "5.7.8 no");
+    for _ in 0..2 {
+        assert_eq!(s.check(Stage::Auth, &f).await, Verdict::Continue);
+        assert_eq!(
+            s.after_upstream(Stage::Auth, &f, &no).await,
+            Verdict::Continue
+        );
+    }
+    let v = s.check(Stage::Auth, &f).await;
+    assert!(
+        matches!(&v, Verdict::Disconnect(r) if r.code == 421),
+        "{v:?}"
+    );
+    assert!(store.inspect("gcra/auth/192.0.2.10").await.unwrap().len() == 1);
+}
