@@ -285,6 +285,7 @@ impl Server {
     /// sockets: a session never changes thread, so no cross-thread wake-ups on the hot path.
     pub async fn run(self) {
         let mut done = Vec::new();
+        let mut closed = Vec::new();
         for w in 0..self.workers {
             let mut listeners = Vec::new();
             for b in &self.bound {
@@ -292,6 +293,8 @@ impl Server {
             }
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             done.push(rx);
+            let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<()>();
+            closed.push(closed_rx);
             let shared = self.shared.clone();
             let conns = self.conns.clone();
             let force = self.force.clone();
@@ -299,7 +302,7 @@ impl Server {
             let spawned = std::thread::Builder::new()
                 .name(format!("floodgate-w{w}"))
                 .spawn(move || {
-                    worker(w, listeners, shared, conns, force, stop);
+                    worker(w, listeners, shared, conns, force, stop, closed_tx);
                     let _ = tx.send(());
                 });
             if let Err(e) = spawned {
@@ -307,6 +310,14 @@ impl Server {
             }
         }
         drop(self.bound);
+        // Every worker has closed its listening descriptors: only then is the port closed.
+        for rx in closed {
+            let _ = rx.await;
+        }
+        info!(
+            sessions = self.conns.total(),
+            "no longer accepting; waiting for sessions"
+        );
         for rx in done {
             let _ = rx.await;
         }
@@ -324,6 +335,7 @@ fn worker(
     conns: Arc<ConnCounter>,
     force: CancellationToken,
     stop: CancellationToken,
+    closed: tokio::sync::oneshot::Sender<()>,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -359,8 +371,9 @@ fn worker(
         for l in loops {
             let _ = l.await;
         }
+        let _ = closed.send(());
         tracker.close();
-        debug!(worker = id, sessions = tracker.len(), "no longer accepting; waiting for sessions");
+        debug!(worker = id, sessions = tracker.len(), "worker stopped accepting");
         tracker.wait().await;
     });
 }
