@@ -16,9 +16,7 @@ type Handled = Result<Flow, UpstreamError>;
 
 /// From and Message-ID of a message, read from its header section only.
 fn header_fields(body: &[u8]) -> (Option<String>, Option<String>) {
-    let end = body
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
+    let end = memchr::memmem::find(body, b"\r\n\r\n")
         .map(|p| p + 4)
         .unwrap_or(body.len());
     let Some(msg) = mail_parser::MessageParser::new().parse_headers(&body[..end]) else {
