@@ -134,15 +134,16 @@ fn exact_int(what: &str, x: f64) -> Result<i64, StoreError> {
     }
 }
 
-/// Most limits in one decision: the script unpacks every key (and three
-/// reply values per limit) onto the Lua stack, which holds about 8 000.
-pub const MAX_LIMITS: usize = 2000;
+/// Most limits in one decision: the script unpacks every parameter (up to
+/// 14 per limit) onto the Lua stack, which holds about 8 000 values.
+pub const MAX_LIMITS: usize = 500;
 
 /// A decision encoded for the script.
 ///
-/// ARGV\[1\] packs every number as the script's `struct.unpack` reads it
+/// ARGV\[2\] packs every number as the script's `struct.unpack` reads it
 /// (little endian, no padding; `B` one byte, `d` one IEEE double, so values
-/// arrive bit-exact and unparsed):
+/// arrive bit-exact and unparsed); ARGV\[1\] is its format, so that one
+/// `struct.unpack` call reads the whole decision:
 ///
 /// * header `<Bddd`: explicit time (1) or Redis `TIME` (0), seconds,
 ///   microseconds, number of limits;
@@ -158,8 +159,8 @@ pub const MAX_LIMITS: usize = 2000;
 pub struct Encoded {
     /// KEYS: the record key of every limit, then the set key of every unique limit.
     pub keys: Vec<String>,
-    /// ARGV: the packed decision, the idle TTL in milliseconds (text), then
-    /// the unique values.
+    /// ARGV: the format of the packed decision, the packed decision, the
+    /// idle TTL in milliseconds (text), then the unique values.
     pub args: Vec<Vec<u8>>,
 }
 
@@ -183,7 +184,9 @@ pub fn encode(
     let mut keys = Vec::with_capacity(n + 1);
     let mut sets = Vec::new();
     let mut blob = Vec::with_capacity(25 + n * 70);
-    let mut args = Vec::with_capacity(2);
+    let mut layout = String::with_capacity(5 + n * 14);
+    layout.push_str("<Bddd");
+    let mut args = Vec::with_capacity(3);
     match now_us {
         Some(t) => {
             blob.push(1);
@@ -199,12 +202,19 @@ pub fn encode(
     put_d(&mut blob, n as f64);
     let ttl = idle_ttl.as_millis().clamp(1, i64::MAX as u128).to_string();
     args.push(Vec::new());
+    args.push(Vec::new());
     args.push(ttl.into_bytes());
     for req in &decision.limits {
+        layout.push_str(match req.algorithm {
+            Algorithm::Ewma { .. } => "BBdddBBddd",
+            Algorithm::Gcra(_) => "BBdddd",
+            Algorithm::Bucket { .. } => "BBdddBBBdddddd",
+        });
         encode_limit(namer, req, &mut keys, &mut sets, &mut blob, &mut args)?;
     }
     keys.append(&mut sets);
-    args[0] = blob;
+    args[0] = layout.into_bytes();
+    args[1] = blob;
     Ok(Encoded { keys, args })
 }
 
@@ -578,9 +588,10 @@ mod tests {
                 "fg:{g}:s:1h/per_rcpt/unique/a"
             ]
         );
-        assert_eq!(e.args[1], b"60000");
-        assert_eq!(e.args[2], b"bob");
-        let blob = &e.args[0];
+        assert_eq!(e.args[0], b"<BdddBBdddBBdddBBdddd");
+        assert_eq!(e.args[2], b"60000");
+        assert_eq!(e.args[3], b"bob");
+        let blob = &e.args[1];
         assert_eq!(blob.len(), 25 + (10 + 42) + (10 + 24));
         let d_at = |i: usize| f64::from_le_bytes(blob[i..i + 8].try_into().unwrap());
         assert_eq!(blob[0], 1);
@@ -601,8 +612,8 @@ mod tests {
         assert_eq!(&blob[77..79], &[2, 1]);
         assert_eq!(blob.len(), 79 + 8 + 24);
         let none = encode(&namer, &d, None, Duration::ZERO).unwrap();
-        assert_eq!(none.args[0][0], 0);
-        assert_eq!(none.args[1], b"1");
+        assert_eq!(none.args[1][0], 0);
+        assert_eq!(none.args[2], b"1");
     }
 
     #[test]
