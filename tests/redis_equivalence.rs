@@ -348,3 +348,124 @@ fn ewma_bit_exact_long_run() {
         assert!(!r.refused);
     });
 }
+
+/// The most limits one decision may carry (every algorithm, unique sets
+/// included) go through the script and agree with the memory store; one
+/// more is refused as invalid.
+#[test]
+fn largest_decision_agrees() {
+    use floodgate::store::redis::encode::MAX_LIMITS;
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _rt = rt.enter();
+    let redis = store_for(&server, HashTag::Global);
+    let memory = MemoryStore::default();
+    let templates = [
+        Template::Ewma {
+            limit: 5.0,
+            period: 60,
+            mode: UpdateMode::Leaky,
+            unique: None,
+        },
+        Template::Ewma {
+            limit: 5.0,
+            period: 60,
+            mode: UpdateMode::Strict,
+            unique: Some(UniqueKind::Bloom),
+        },
+        Template::Gcra(GcraSpec::new(3.0, Rate::new(1.0, 1.0).unwrap()).unwrap()),
+        Template::Bucket(BucketSpec {
+            burst: 4.0,
+            rate: Rate::new(1.0, 1.0).unwrap(),
+            dynamic: Some(Multipliers::default()),
+        }),
+    ];
+    // Mixed, then only buckets (the most parameters per limit).
+    for only_buckets in [false, true] {
+        let limits: Vec<LimitRequest> = (0..MAX_LIMITS)
+            .map(|i| {
+                let mut r = request(
+                    &templates,
+                    &Use {
+                        template: if only_buckets { 3 } else { i % 4 },
+                        count: 1.0,
+                        value: (i % 6) as u8,
+                        blocking: i % 3 != 0,
+                        op: (i % 5) as u8,
+                    },
+                );
+                r.key = format!("1h/per_mail/big{}", i % 97);
+                r
+            })
+            .collect();
+        let mut decision = Decision { limits };
+        rt.block_on(async {
+            for step in 0..3 {
+                let now = T0 + step * 250_000;
+                let m = memory.decide_at(now, &decision);
+                let r = redis.decide_at(Some(now), &decision).await.unwrap();
+                if let Err(e) = same_result(&m, &r) {
+                    panic!("step {step}: {e}");
+                }
+            }
+            decision.limits.push(decision.limits[0].clone());
+            assert!(matches!(
+                redis.decide_at(Some(T0), &decision).await,
+                Err(floodgate::store::StoreError::Invalid(_))
+            ));
+        });
+    }
+}
+
+/// A key holding something else than a record string (a hash of the
+/// earlier layout) reads as absent and is replaced by the next write.
+#[test]
+fn foreign_value_reads_as_absent() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _rt = rt.enter();
+    let redis = store_for(&server, HashTag::Global);
+    let admin = redis::Client::open(server.url()).unwrap();
+    let memory = MemoryStore::default();
+    let decision = Decision {
+        limits: vec![LimitRequest {
+            key: "1h/per_mail/old".into(),
+            algorithm: Algorithm::Gcra(GcraSpec::new(2.0, Rate::new(1.0, 60.0).unwrap()).unwrap()),
+            count: 1.0,
+            unique: None,
+            blocking: true,
+        }],
+    };
+    rt.block_on(async {
+        let mut con = admin.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg("fg:{g}:g:1h/per_mail/old")
+            .arg("s")
+            .arg("99999999999")
+            .arg("n")
+            .arg("0")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        for step in 0..3 {
+            let m = memory.decide_at(T0, &decision);
+            let r = redis.decide_at(Some(T0), &decision).await.unwrap();
+            same_result(&m, &r).unwrap_or_else(|e| panic!("step {step}: {e}"));
+        }
+        let kind: String = redis::cmd("TYPE")
+            .arg("fg:{g}:g:1h/per_mail/old")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(kind, "string");
+        let m = memory.inspect_key("1h/per_mail/old");
+        let r = redis.inspect("1h/per_mail/old").await.unwrap();
+        same_records(&m, &r).unwrap();
+    });
+}

@@ -1,13 +1,15 @@
 //! The Redis store's pure parts on arbitrary input: decoding a script reply
-//! never panics and keeps one result per limit; key identities are
-//! substrings of the key; C-formatted floats parse or are refused.
+//! never panics and keeps one result per limit; stored records decode or are
+//! refused; key identities are substrings of the key.
 #![no_main]
 
 use floodgate::limit::gcra::GcraSpec;
 use floodgate::limit::rate::Rate;
 use floodgate::limit::spec::UpdateMode;
 use floodgate::limit::unique::UniqueKind;
-use floodgate::store::redis::encode::{decode, identity_of, parse_float, Item};
+use floodgate::store::redis::encode::{
+    decode, decode_bucket, decode_ewma, decode_gcra, decode_unique, identity_of,
+};
 use floodgate::store::{Algorithm, Decision, LimitRequest};
 use libfuzzer_sys::fuzz_target;
 
@@ -33,22 +35,15 @@ fn limit(b: u8) -> LimitRequest {
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     assert!(text.contains(identity_of(&text)));
-    let _ = parse_float(&text);
+    let _ = (decode_ewma(data), decode_unique(data), decode_gcra(data), decode_bucket(data));
     let Some((&n, rest)) = data.split_first() else {
         return;
     };
     let decision = Decision {
         limits: (0..n % 4).map(limit).collect(),
     };
-    let items: Vec<Item> = text
-        .split(',')
-        .map(|s| match s.parse::<i64>() {
-            Ok(i) => Item::Int(i),
-            Err(_) => Item::Text(s.to_string()),
-        })
-        .collect();
-    let _ = rest;
-    if let Ok(r) = decode(&decision, &items) {
+    if let Ok(r) = decode(&decision, rest) {
         assert_eq!(r.limits.len(), decision.limits.len());
+        assert_eq!(rest.len(), 1 + 17 * decision.limits.len());
     }
 });

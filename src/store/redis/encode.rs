@@ -1,8 +1,8 @@
 //! Turning a [`Decision`] into the keys and arguments of the decision script,
 //! and its reply back into a [`DecisionResult`]. No I/O.
 
-use crate::limit::bucket::{BucketOp, Verdict};
-use crate::limit::ewma;
+use crate::limit::bucket::{BucketOp, BucketState, Verdict};
+use crate::limit::ewma::{self, EwmaState};
 use crate::limit::spec::UpdateMode;
 use crate::limit::unique::{bloom_size, UniqueKind};
 use crate::store::{Algorithm, Decision, DecisionResult, LimitRequest, LimitResult, StoreError};
@@ -116,12 +116,6 @@ pub fn bloom_words(text: &str) -> (u32, u32) {
     )
 }
 
-/// Shortest text that parses back to the same double (Lua's `tonumber`
-/// uses strtod, which is exact).
-fn num(x: f64) -> String {
-    format!("{x:?}")
-}
-
 fn finite(what: &str, x: f64) -> Result<f64, StoreError> {
     if x.is_finite() {
         Ok(x)
@@ -140,13 +134,38 @@ fn exact_int(what: &str, x: f64) -> Result<i64, StoreError> {
     }
 }
 
+/// Most limits in one decision: the script unpacks every parameter (up to
+/// 14 per limit) onto the Lua stack, which holds about 8 000 values.
+pub const MAX_LIMITS: usize = 500;
+
 /// A decision encoded for the script.
+///
+/// ARGV\[2\] packs every number as the script's `struct.unpack` reads it
+/// (little endian, no padding; `B` one byte, `d` one IEEE double, so values
+/// arrive bit-exact and unparsed); ARGV\[1\] is its format, so that one
+/// `struct.unpack` call reads the whole decision:
+///
+/// * header `<Bddd`: explicit time (1) or Redis `TIME` (0), seconds,
+///   microseconds, number of limits;
+/// * per limit `<BBd`: algorithm (1 EWMA, 2 GCRA, 3 bucket), blocking,
+///   count; then
+///   * EWMA `<ddBBddd`: limit, period, mode (0 leaky, 1 strict, 2 readonly),
+///     unique set (0 none, 1 Bloom, 2 exact), the two Bloom words, Bloom size;
+///   * GCRA `<ddd`: emission interval, tolerance and increment in ns;
+///   * bucket `<ddBBBdddddd`: burst, leak per second, op (0 check, 1 commit,
+///     2 cancel), verdict (0 other, 1 ham, 2 spam), dynamic, ham/spam rate
+///     factors, ham/spam burst factors, max rate and burst multipliers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Encoded {
-    /// KEYS: the record key, then the set key, per limit.
+    /// KEYS: the record key of every limit, then the set key of every unique limit.
     pub keys: Vec<String>,
-    /// ARGV.
-    pub args: Vec<String>,
+    /// ARGV: the format of the packed decision, the packed decision, the
+    /// idle TTL in milliseconds (text), then the unique values.
+    pub args: Vec<Vec<u8>>,
+}
+
+fn put_d(buf: &mut Vec<u8>, x: f64) {
+    buf.extend_from_slice(&x.to_le_bytes());
 }
 
 /// Encodes `decision` at `now_us` (`None`: the script reads Redis `TIME`).
@@ -156,22 +175,46 @@ pub fn encode(
     now_us: Option<i64>,
     idle_ttl: Duration,
 ) -> Result<Encoded, StoreError> {
-    let mut keys = Vec::with_capacity(decision.limits.len() * 2);
-    let mut args = Vec::with_capacity(3 + decision.limits.len() * 12);
+    let n = decision.limits.len();
+    if n > MAX_LIMITS {
+        return Err(StoreError::Invalid(format!(
+            "{n} limits in one decision (the Redis store takes at most {MAX_LIMITS})"
+        )));
+    }
+    let mut keys = Vec::with_capacity(n + 1);
+    let mut sets = Vec::new();
+    let mut blob = Vec::with_capacity(25 + n * 70);
+    let mut layout = String::with_capacity(5 + n * 14);
+    layout.push_str("<Bddd");
+    let mut args = Vec::with_capacity(3);
     match now_us {
         Some(t) => {
-            args.push(t.div_euclid(1_000_000).to_string());
-            args.push(t.rem_euclid(1_000_000).to_string());
+            blob.push(1);
+            put_d(&mut blob, t.div_euclid(1_000_000) as f64);
+            put_d(&mut blob, t.rem_euclid(1_000_000) as f64);
         }
         None => {
-            args.push(String::new());
-            args.push(String::new());
+            blob.push(0);
+            put_d(&mut blob, 0.0);
+            put_d(&mut blob, 0.0);
         }
     }
-    args.push(idle_ttl.as_millis().clamp(1, i64::MAX as u128).to_string());
+    put_d(&mut blob, n as f64);
+    let ttl = idle_ttl.as_millis().clamp(1, i64::MAX as u128).to_string();
+    args.push(Vec::new());
+    args.push(Vec::new());
+    args.push(ttl.into_bytes());
     for req in &decision.limits {
-        encode_limit(namer, req, &mut keys, &mut args)?;
+        layout.push_str(match req.algorithm {
+            Algorithm::Ewma { .. } => "BBdddBBddd",
+            Algorithm::Gcra(_) => "BBdddd",
+            Algorithm::Bucket { .. } => "BBdddBBBdddddd",
+        });
+        encode_limit(namer, req, &mut keys, &mut sets, &mut blob, &mut args)?;
     }
+    keys.append(&mut sets);
+    args[0] = layout.into_bytes();
+    args[1] = blob;
     Ok(Encoded { keys, args })
 }
 
@@ -179,10 +222,12 @@ fn encode_limit(
     namer: &KeyNamer,
     req: &LimitRequest,
     keys: &mut Vec<String>,
-    args: &mut Vec<String>,
+    sets: &mut Vec<String>,
+    blob: &mut Vec<u8>,
+    values: &mut Vec<Vec<u8>>,
 ) -> Result<(), StoreError> {
     let count = finite("count", req.count)?;
-    let blocking = if req.blocking { "1" } else { "0" };
+    let blocking = u8::from(req.blocking);
     match &req.algorithm {
         Algorithm::Ewma {
             limit,
@@ -195,144 +240,127 @@ fn encode_limit(
             }
             let kind = if req.unique.is_some() { 'u' } else { 'e' };
             keys.push(namer.name(kind, &req.key));
-            keys.push(namer.name('s', &req.key));
-            let mode = match mode {
-                UpdateMode::Leaky => "l",
-                UpdateMode::Strict => "s",
-                UpdateMode::Readonly => "r",
-            };
-            args.extend([
-                "E".into(),
-                blocking.into(),
-                num(count),
-                num(*limit),
-                period_secs.to_string(),
-                mode.into(),
-            ]);
+            blob.extend_from_slice(&[1, blocking]);
+            put_d(blob, count);
+            put_d(blob, *limit);
+            put_d(blob, f64::from(*period_secs));
+            blob.push(match mode {
+                UpdateMode::Leaky => 0,
+                UpdateMode::Strict => 1,
+                UpdateMode::Readonly => 2,
+            });
             match &req.unique {
-                None => args.extend(["-", "", "0", "0", "0"].map(String::from)),
+                None => {
+                    blob.push(0);
+                    blob.extend_from_slice(&[0; 24]);
+                }
                 Some(value) => {
                     let (h1, h2) = bloom_words(value);
-                    let flag = match unique_kind {
-                        UniqueKind::Bloom => "b",
-                        UniqueKind::Exact => "x",
-                    };
-                    args.extend([
-                        flag.into(),
-                        value.clone(),
-                        h1.to_string(),
-                        h2.to_string(),
-                        bloom_size(*limit).to_string(),
-                    ]);
+                    blob.push(match unique_kind {
+                        UniqueKind::Bloom => 1,
+                        UniqueKind::Exact => 2,
+                    });
+                    put_d(blob, f64::from(h1));
+                    put_d(blob, f64::from(h2));
+                    put_d(blob, bloom_size(*limit) as f64);
+                    sets.push(namer.name('s', &req.key));
+                    values.push(value.as_bytes().to_vec());
                 }
             }
         }
         Algorithm::Gcra(spec) => {
             keys.push(namer.name('g', &req.key));
-            keys.push(namer.name('s', &req.key));
             // The same integers as GcraSpec::evaluate.
             let t = spec.emission_ns();
             let tau = exact_int("burst", (spec.burst * t).round())?;
             let inc = exact_int("weight", (count.max(0.0) * t).round())?;
-            args.extend([
-                "G".into(),
-                blocking.into(),
-                num(count),
-                num(t),
-                tau.to_string(),
-                inc.to_string(),
-            ]);
+            blob.extend_from_slice(&[2, blocking]);
+            put_d(blob, count);
+            put_d(blob, t);
+            put_d(blob, tau as f64);
+            put_d(blob, inc as f64);
         }
         Algorithm::Bucket { spec, op } => {
             keys.push(namer.name('b', &req.key));
-            keys.push(namer.name('s', &req.key));
             let (op, verdict) = match op {
-                BucketOp::Check => ("c", "o"),
-                BucketOp::Commit(Verdict::Ham) => ("m", "h"),
-                BucketOp::Commit(Verdict::Spam) => ("m", "s"),
-                BucketOp::Commit(Verdict::Other) => ("m", "o"),
-                BucketOp::Cancel => ("x", "o"),
+                BucketOp::Check => (0, 0),
+                BucketOp::Commit(Verdict::Ham) => (1, 1),
+                BucketOp::Commit(Verdict::Spam) => (1, 2),
+                BucketOp::Commit(Verdict::Other) => (1, 0),
+                BucketOp::Cancel => (2, 0),
             };
             let m = spec.dynamic.unwrap_or_default();
-            args.extend([
-                "B".into(),
-                blocking.into(),
-                num(count),
-                num(spec.burst),
-                num(spec.rate.per_second()),
-                op.into(),
-                verdict.into(),
-                if spec.dynamic.is_some() { "1" } else { "0" }.into(),
-                num(m.ham_factor_rate),
-                num(m.spam_factor_rate),
-                num(m.ham_factor_burst),
-                num(m.spam_factor_burst),
-                num(m.max_rate_mult),
-                num(m.max_bucket_mult),
-            ]);
+            blob.extend_from_slice(&[3, blocking]);
+            put_d(blob, count);
+            put_d(blob, spec.burst);
+            put_d(blob, spec.rate.per_second());
+            blob.extend_from_slice(&[op, verdict, u8::from(spec.dynamic.is_some())]);
+            for x in [
+                m.ham_factor_rate,
+                m.spam_factor_rate,
+                m.ham_factor_burst,
+                m.spam_factor_burst,
+                m.max_rate_mult,
+                m.max_bucket_mult,
+            ] {
+                put_d(blob, x);
+            }
         }
     }
     Ok(())
 }
 
-/// One element of the script's reply.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Item {
-    /// An integer.
-    Int(i64),
-    /// A string.
-    Text(String),
-}
+/// Bytes of the reply per limit: flags, value, extra.
+const REPLY_LIMIT: usize = 17;
 
 fn bad(what: &str) -> StoreError {
     StoreError::Unavailable(format!("unexpected reply from the decision script: {what}"))
 }
 
-fn float(item: &Item) -> Result<f64, StoreError> {
-    match item {
-        Item::Text(s) => parse_float(s).ok_or_else(|| bad(s)),
-        Item::Int(i) => Ok(*i as f64),
+/// Reads little-endian doubles from `bytes`, which must hold exactly `N`.
+fn doubles<const N: usize>(bytes: &[u8]) -> Option<[f64; N]> {
+    if bytes.len() != 8 * N {
+        return None;
     }
-}
-
-/// Parses C's `%.17g` output (including `inf`, `-inf`, `nan`, `-nan`).
-pub fn parse_float(s: &str) -> Option<f64> {
-    if s.contains("nan") {
-        return Some(f64::NAN);
+    let mut out = [0.0; N];
+    for (x, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+        *x = f64::from_le_bytes(c.try_into().ok()?);
     }
-    s.parse().ok()
-}
-
-fn int(item: &Item) -> Result<i64, StoreError> {
-    match item {
-        Item::Int(i) => Ok(*i),
-        Item::Text(s) => s.parse().map_err(|_| bad(s)),
-    }
+    Some(out)
 }
 
 fn secs(d: f64) -> Option<Duration> {
     (d.is_finite() && d >= 0.0).then(|| Duration::from_secs_f64(d.min(1e12)))
 }
 
-/// Decodes the script's reply for `decision`.
-pub fn decode(decision: &Decision, reply: &[Item]) -> Result<DecisionResult, StoreError> {
-    if reply.len() != 1 + 5 * decision.limits.len() {
-        return Err(bad(&format!("{} items", reply.len())));
+/// Decodes the script's reply for `decision`: one byte `refused`, then per
+/// limit a flags byte (1 over, 2 stored, 4 seen known, 8 seen, 16 extra
+/// known) and two little-endian doubles, value and extra.
+pub fn decode(decision: &Decision, reply: &[u8]) -> Result<DecisionResult, StoreError> {
+    let n = decision.limits.len();
+    if reply.len() != 1 + REPLY_LIMIT * n {
+        return Err(bad(&format!("{} bytes for {n} limits", reply.len())));
     }
-    let refused = int(&reply[0])? != 0;
-    let mut limits = Vec::with_capacity(decision.limits.len());
-    for (req, r) in decision.limits.iter().zip(reply[1..].chunks_exact(5)) {
-        let value = float(&r[0])?;
-        let over = int(&r[1])? != 0;
-        let stored = int(&r[2])? != 0;
-        let seen = match int(&r[3])? {
-            -1 => None,
-            n => Some(n != 0),
-        };
-        let extra = match &r[4] {
-            Item::Text(s) if s.is_empty() => None,
-            other => Some(float(other)?),
-        };
+    let refused = match reply[0] {
+        0 => false,
+        1 => true,
+        b => return Err(bad(&format!("refused byte {b}"))),
+    };
+    let mut limits = Vec::with_capacity(n);
+    for (req, r) in decision
+        .limits
+        .iter()
+        .zip(reply[1..].chunks_exact(REPLY_LIMIT))
+    {
+        let flags = r[0];
+        if flags >= 32 {
+            return Err(bad(&format!("flags {flags}")));
+        }
+        let [value, extra] = doubles::<2>(&r[1..]).ok_or_else(|| bad("short limit"))?;
+        let over = flags & 1 != 0;
+        let stored = flags & 2 != 0;
+        let seen = (flags & 4 != 0).then_some(flags & 8 != 0);
+        let extra = (flags & 16 != 0).then_some(extra);
         let retry_after = match &req.algorithm {
             Algorithm::Ewma {
                 limit,
@@ -367,6 +395,57 @@ pub fn decode(decision: &Decision, reply: &[Item]) -> Result<DecisionResult, Sto
     Ok(DecisionResult { refused, limits })
 }
 
+/// A stored EWMA record (`<ddd`: seconds, microseconds, rate).
+pub fn decode_ewma(bytes: &[u8]) -> Option<EwmaState> {
+    let [ts, tu, rate] = doubles::<3>(bytes)?;
+    Some(EwmaState {
+        time_us: (ts as i64)
+            .saturating_mul(1_000_000)
+            .saturating_add(tu as i64),
+        rate,
+    })
+}
+
+/// A stored unique-EWMA record (`<dddddd`: seconds, microseconds, rate,
+/// set creation in seconds, set kind 1 Bloom / 2 exact, Bloom bytes):
+/// the EWMA state, creation time, kind and Bloom size.
+pub fn decode_unique(bytes: &[u8]) -> Option<(EwmaState, i64, UniqueKind, usize)> {
+    let [_, _, _, cr, k, n] = doubles::<6>(bytes)?;
+    let state = decode_ewma(&bytes[..24])?;
+    let kind = match k as u8 {
+        1 => UniqueKind::Bloom,
+        2 => UniqueKind::Exact,
+        _ => return None,
+    };
+    // A Bloom filter size is a small whole number of bytes.
+    if !(0.0..=1e9).contains(&n) {
+        return None;
+    }
+    Some((state, cr as i64, kind, n as usize))
+}
+
+/// A stored GCRA record (`<dd`: TAT seconds and nanoseconds) as the TAT in ns.
+pub fn decode_gcra(bytes: &[u8]) -> Option<i64> {
+    let [s, n] = doubles::<2>(bytes)?;
+    Some(
+        (s as i64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(n as i64),
+    )
+}
+
+/// A stored bucket record (`<ddddd`: last, level, pending, dynamic rate and burst).
+pub fn decode_bucket(bytes: &[u8]) -> Option<BucketState> {
+    let [l, b, p, dr, db] = doubles::<5>(bytes)?;
+    Some(BucketState {
+        last_ms: l,
+        level: b,
+        pending: p,
+        dyn_rate: dr as u32,
+        dyn_burst: db as u32,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,9 +471,54 @@ mod tests {
             prop_assert_eq!(lua_probes(&text, size), bloom_probes(text.as_bytes(), size).to_vec());
         }
 
+        /// Any reply bytes decode to one result per limit or to an error.
         #[test]
-        fn num_round_trips(x in any::<f64>().prop_filter("finite", |x| x.is_finite())) {
-            prop_assert_eq!(num(x).parse::<f64>().unwrap().to_bits(), x.to_bits());
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..80), n in 0usize..4) {
+            let d = Decision { limits: (0..n).map(|i| gcra(&format!("k{i}"))).collect() };
+            if let Ok(r) = decode(&d, &bytes) {
+                prop_assert_eq!(r.limits.len(), n);
+            }
+        }
+
+        /// Values and flags come back exactly as the script packs them.
+        #[test]
+        fn decode_reads_what_the_script_packs(
+            value in any::<f64>(), extra in any::<f64>(), flags in 0u8..32, refused in any::<bool>()
+        ) {
+            let d = Decision { limits: vec![gcra("k")] };
+            let mut reply = vec![u8::from(refused), flags];
+            reply.extend_from_slice(&value.to_le_bytes());
+            reply.extend_from_slice(&extra.to_le_bytes());
+            let r = decode(&d, &reply).unwrap();
+            prop_assert_eq!(r.refused, refused);
+            let l = r.limits[0];
+            prop_assert_eq!(l.value.to_bits(), value.to_bits());
+            prop_assert_eq!(l.over, flags & 1 != 0);
+            prop_assert_eq!(l.stored, flags & 2 != 0);
+            prop_assert_eq!(l.seen, (flags & 4 != 0).then_some(flags & 8 != 0));
+            prop_assert_eq!(l.retry_after.is_some(), flags & 16 != 0);
+        }
+
+        /// Stored records decode only from their exact layout, bit-exact.
+        #[test]
+        fn records_decode_exactly(
+            xs in proptest::collection::vec(any::<f64>(), 0..8),
+            secs in 0i64..4_000_000_000, micros in 0i64..1_000_000, rate in any::<f64>()
+        ) {
+            let raw: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+            prop_assert_eq!(decode_gcra(&raw).is_some(), xs.len() == 2);
+            prop_assert_eq!(decode_bucket(&raw).is_some(), xs.len() == 5);
+            prop_assert_eq!(decode_ewma(&raw).is_some(), xs.len() == 3);
+            if xs.len() != 6 {
+                prop_assert!(decode_unique(&raw).is_none());
+            }
+            let mut e = Vec::new();
+            for x in [secs as f64, micros as f64, rate] {
+                e.extend_from_slice(&x.to_le_bytes());
+            }
+            let st = decode_ewma(&e).unwrap();
+            prop_assert_eq!(st.time_us, secs * 1_000_000 + micros);
+            prop_assert_eq!(st.rate.to_bits(), rate.to_bits());
         }
 
         #[test]
@@ -418,21 +542,101 @@ mod tests {
     }
 
     #[test]
-    fn floats_parse_c_output() {
-        assert_eq!(parse_float("inf"), Some(f64::INFINITY));
-        assert_eq!(parse_float("-inf"), Some(f64::NEG_INFINITY));
-        assert!(parse_float("-nan").unwrap().is_nan());
-        assert_eq!(parse_float("1.5"), Some(1.5));
-        assert_eq!(parse_float("x"), None);
+    fn decode_checks_length_and_bytes() {
+        let d = Decision::default();
+        assert!(decode(&d, &[]).is_err());
+        assert!(decode(&d, &[2]).is_err());
+        assert_eq!(decode(&d, &[0]).unwrap(), DecisionResult::default());
+        let one = Decision {
+            limits: vec![gcra("k")],
+        };
+        let mut reply = vec![0u8; 1 + REPLY_LIMIT];
+        assert!(decode(&one, &reply).is_ok());
+        reply[1] = 32;
+        assert!(decode(&one, &reply).is_err());
+        assert!(decode(&one, &reply[..REPLY_LIMIT]).is_err());
+    }
+
+    /// The argument layout the script unpacks: header, then per limit the
+    /// common part and the algorithm's own; keys in limit order, set keys
+    /// and unique values last.
+    #[test]
+    fn encoded_layout() {
+        let namer = KeyNamer::new("fg:", HashTag::Global).unwrap();
+        let unique = LimitRequest {
+            key: "1h/per_rcpt/unique/a".into(),
+            algorithm: Algorithm::Ewma {
+                limit: 10.0,
+                period_secs: 3600,
+                mode: UpdateMode::Strict,
+                unique_kind: UniqueKind::Exact,
+            },
+            count: 1.5,
+            unique: Some("bob".into()),
+            blocking: false,
+        };
+        let d = Decision {
+            limits: vec![unique, gcra("g")],
+        };
+        let t = 1_718_000_000_123_456;
+        let e = encode(&namer, &d, Some(t), Duration::from_secs(60)).unwrap();
+        assert_eq!(
+            e.keys,
+            [
+                "fg:{g}:u:1h/per_rcpt/unique/a",
+                "fg:{g}:g:g",
+                "fg:{g}:s:1h/per_rcpt/unique/a"
+            ]
+        );
+        assert_eq!(e.args[0], b"<BdddBBdddBBdddBBdddd");
+        assert_eq!(e.args[2], b"60000");
+        assert_eq!(e.args[3], b"bob");
+        let blob = &e.args[1];
+        assert_eq!(blob.len(), 25 + (10 + 42) + (10 + 24));
+        let d_at = |i: usize| f64::from_le_bytes(blob[i..i + 8].try_into().unwrap());
+        assert_eq!(blob[0], 1);
+        assert_eq!(d_at(1), 1_718_000_000.0);
+        assert_eq!(d_at(9), 123_456.0);
+        assert_eq!(d_at(17), 2.0);
+        // EWMA: algo, blocking, count, limit, period, mode, unique kind, words, size.
+        assert_eq!(&blob[25..27], &[1, 0]);
+        assert_eq!(d_at(27), 1.5);
+        assert_eq!(d_at(35), 10.0);
+        assert_eq!(d_at(43), 3600.0);
+        assert_eq!(&blob[51..53], &[1, 2]);
+        let (h1, h2) = bloom_words("bob");
+        assert_eq!(d_at(53), f64::from(h1));
+        assert_eq!(d_at(61), f64::from(h2));
+        assert_eq!(d_at(69), bloom_size(10.0) as f64);
+        // GCRA: algo, blocking, count, then emission, tolerance, increment.
+        assert_eq!(&blob[77..79], &[2, 1]);
+        assert_eq!(blob.len(), 79 + 8 + 24);
+        let none = encode(&namer, &d, None, Duration::ZERO).unwrap();
+        assert_eq!(none.args[1][0], 0);
+        assert_eq!(none.args[2], b"1");
     }
 
     #[test]
-    fn decode_checks_length() {
-        let d = Decision::default();
-        assert!(decode(&d, &[]).is_err());
-        assert_eq!(
-            decode(&d, &[Item::Int(0)]).unwrap(),
-            DecisionResult::default()
-        );
+    fn too_many_limits_are_refused() {
+        let namer = KeyNamer::new("fg:", HashTag::Global).unwrap();
+        let d = Decision {
+            limits: (0..=MAX_LIMITS).map(|i| gcra(&i.to_string())).collect(),
+        };
+        assert!(matches!(
+            encode(&namer, &d, None, Duration::ZERO),
+            Err(StoreError::Invalid(_))
+        ));
+    }
+
+    fn gcra(key: &str) -> LimitRequest {
+        use crate::limit::gcra::GcraSpec;
+        use crate::limit::rate::Rate;
+        LimitRequest {
+            key: key.into(),
+            algorithm: Algorithm::Gcra(GcraSpec::new(3.0, Rate::new(1.0, 1.0).unwrap()).unwrap()),
+            count: 1.0,
+            unique: None,
+            blocking: true,
+        }
     }
 }

@@ -6,16 +6,23 @@
 //! * [`conn`]: connection manager, cluster, TLS, credentials.
 //! * [`failover`]: what happens when Redis does not answer (open, closed, local).
 //!
-//! Record layout (all hashes, TTL'd by the idle TTL on every write; token
-//! buckets expire when their TAT passes):
+//! Record layout: each record is one string of packed little-endian doubles
+//! (read with one `MGET` for the whole decision, written with `SET … PX`),
+//! TTL'd by the idle TTL on every write; GCRA records expire when their TAT
+//! passes. A key holding anything else (a hash of an older layout) reads as
+//! absent and is replaced by the next write.
 //!
-//! | key | fields |
+//! | key | doubles |
 //! |---|---|
-//! | `P{tag}:e:K` | `ts` `tu` (time, seconds + microseconds), `rate` |
-//! | `P{tag}:u:K` | the same, plus `cr` (set creation, seconds), `k` (`b` Bloom / `x` exact), `n` (Bloom bytes) |
-//! | `P{tag}:s:K` | the unique set: Bloom bytes as a string (Exim's bit order), or a Redis set |
-//! | `P{tag}:g:K` | `s` `n`: the TAT as seconds + nanoseconds |
-//! | `P{tag}:b:K` | `l` `b` `p` `dr` `db`, as Rspamd's buckets |
+//! | `P{tag}:e:K` | time (seconds, microseconds), rate |
+//! | `P{tag}:u:K` | the same, set creation (seconds), set kind (1 Bloom, 2 exact), Bloom bytes |
+//! | `P{tag}:s:K` | (the unique set: Bloom bytes as a string in Exim's bit order, or a Redis set) |
+//! | `P{tag}:g:K` | the TAT as seconds, nanoseconds |
+//! | `P{tag}:b:K` | last, level, pending, dynamic rate and burst multipliers, as Rspamd's buckets |
+//!
+//! Cost: one round trip per decision (`EVALSHA`; `SCRIPT LOAD` and a retry
+//! only after `NOSCRIPT`); in the script `TIME`, one `MGET` and one `SET`
+//! per written record, plus set commands for unique limits.
 //!
 //! Exactness: EWMA rates and bucket levels are bit-identical to the memory
 //! store (same double operations; `math.exp` is the C library's `exp`, as
@@ -31,21 +38,19 @@ pub use encode::{HashTag, KeyNamer};
 pub use failover::{FailoverStats, FailoverStore, FailureMode, FailurePolicy};
 
 use super::{Decision, DecisionResult, Record, Store, StoreError, StoreFuture, UniqueRecord};
-use crate::limit::bucket::BucketState;
-use crate::limit::ewma::EwmaState;
-use crate::limit::unique::UniqueSet;
+use crate::limit::unique::{UniqueKind, UniqueSet};
 use conn::{Conn, Connector};
-use encode::{decode, encode, parse_float, Item};
-use redis::{Script, Value};
-use std::collections::HashMap;
+use encode::{decode, encode};
+use redis::Script;
+use redis::{ErrorKind, ServerErrorKind, Value};
 use std::time::Duration;
 
 const DECIDE_LUA: &str = include_str!("decide.lua");
 
-/// Reads every record of one key: four hashes, then the set's type and content.
+/// Reads every record of one key: four records, then the set's type and content.
 const INSPECT_LUA: &str = r#"
-local out = {}
-for i = 1, 4 do out[i] = redis.call('HGETALL', KEYS[i]) end
+local out = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+for i = 1, 4 do if not out[i] then out[i] = '' end end
 local t = redis.call('TYPE', KEYS[5])['ok']
 out[5] = t
 if t == 'string' then out[6] = redis.call('GET', KEYS[5])
@@ -127,17 +132,6 @@ fn unavailable(e: &redis::RedisError) -> StoreError {
     StoreError::Unavailable(format!("redis: {e}"))
 }
 
-fn to_item(v: Value) -> Result<Item, StoreError> {
-    match v {
-        Value::Int(i) => Ok(Item::Int(i)),
-        Value::BulkString(b) => Ok(Item::Text(String::from_utf8_lossy(&b).into_owned())),
-        Value::SimpleString(s) => Ok(Item::Text(s)),
-        other => Err(StoreError::Unavailable(format!(
-            "unexpected reply item from the decision script: {other:?}"
-        ))),
-    }
-}
-
 /// The first text in a reply (a cluster's per-node map included).
 fn first_text(v: &Value) -> String {
     match v {
@@ -153,49 +147,16 @@ fn first_text(v: &Value) -> String {
     }
 }
 
-fn hash_of(v: &Value) -> HashMap<String, Vec<u8>> {
-    let mut m = HashMap::new();
-    let items: &[Value] = match v {
-        Value::Array(a) => a,
-        Value::Map(pairs) => {
-            for (k, v) in pairs {
-                if let (Value::BulkString(k), Value::BulkString(v)) = (k, v) {
-                    m.insert(String::from_utf8_lossy(k).into_owned(), v.clone());
-                }
-            }
-            return m;
-        }
-        _ => return m,
-    };
-    for pair in items.chunks_exact(2) {
-        if let (Value::BulkString(k), Value::BulkString(v)) = (&pair[0], &pair[1]) {
-            m.insert(String::from_utf8_lossy(k).into_owned(), v.clone());
-        }
+/// The bytes of a bulk-string reply item (empty for anything else).
+fn bytes_of(v: &Value) -> &[u8] {
+    match v {
+        Value::BulkString(b) => b,
+        _ => &[],
     }
-    m
 }
 
-fn field<T: std::str::FromStr>(h: &HashMap<String, Vec<u8>>, name: &str) -> Result<T, StoreError> {
-    h.get(name)
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| StoreError::Unavailable(format!("record field {name:?} missing or bad")))
-}
-
-fn float_field(h: &HashMap<String, Vec<u8>>, name: &str) -> Result<f64, StoreError> {
-    h.get(name)
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(parse_float)
-        .ok_or_else(|| StoreError::Unavailable(format!("record field {name:?} missing or bad")))
-}
-
-fn ewma_state(h: &HashMap<String, Vec<u8>>) -> Result<EwmaState, StoreError> {
-    let ts: i64 = field(h, "ts")?;
-    let tu: i64 = field(h, "tu")?;
-    Ok(EwmaState {
-        time_us: ts * 1_000_000 + tu,
-        rate: float_field(h, "rate")?,
-    })
+fn bad_record(kind: &str) -> StoreError {
+    StoreError::Unavailable(format!("stored {kind} record has a bad layout"))
 }
 
 impl RedisStore {
@@ -258,28 +219,36 @@ impl RedisStore {
             return Ok(DecisionResult::default());
         }
         let enc = encode(&self.namer, decision, now_us, self.options.idle_ttl)?;
+        // The command is built once, straight from the encoded parts
+        // (ScriptInvocation would copy every key and argument twice).
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.decide.get_hash()).arg(enc.keys.len());
+        for k in &enc.keys {
+            cmd.arg(k.as_str());
+        }
+        for a in &enc.args {
+            cmd.arg(a.as_slice());
+        }
         self.timed(async {
             let mut conn = self.conn().await?;
-            let mut inv = self.decide.prepare_invoke();
-            for k in &enc.keys {
-                inv.key(k);
-            }
-            for a in &enc.args {
-                inv.arg(a);
-            }
-            let reply: Value = inv
-                .invoke_async(&mut conn)
-                .await
-                .map_err(|e| unavailable(&e))?;
-            let items = match reply {
-                Value::Array(a) => a.into_iter().map(to_item).collect::<Result<Vec<_>, _>>()?,
-                other => {
-                    return Err(StoreError::Unavailable(format!(
-                        "unexpected reply from the decision script: {other:?}"
-                    )))
+            let reply = match cmd.query_async::<Value>(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    // First use on this server (or after SCRIPT FLUSH / a restart).
+                    self.decide
+                        .load_async(&mut conn)
+                        .await
+                        .map_err(|e| unavailable(&e))?;
+                    cmd.query_async::<Value>(&mut conn).await
                 }
-            };
-            decode(decision, &items)
+                other => other,
+            }
+            .map_err(|e| unavailable(&e))?;
+            match reply {
+                Value::BulkString(b) => decode(decision, &b),
+                other => Err(StoreError::Unavailable(format!(
+                    "unexpected reply from the decision script: {other:?}"
+                ))),
+            }
         })
         .await
     }
@@ -303,59 +272,55 @@ impl RedisStore {
             return Err(StoreError::Unavailable("bad inspect reply".into()));
         }
         let mut out = Vec::new();
-        let e = hash_of(&reply[0]);
+        let e = bytes_of(&reply[0]);
         if !e.is_empty() {
-            out.push(Record::Ewma(ewma_state(&e)?));
+            out.push(Record::Ewma(
+                encode::decode_ewma(e).ok_or_else(|| bad_record("EWMA"))?,
+            ));
         }
-        let u = hash_of(&reply[1]);
+        let u = bytes_of(&reply[1]);
         if !u.is_empty() {
-            let kind: String = field(&u, "k")?;
-            let set = if kind == "b" {
-                let size: usize = field(&u, "n")?;
-                let mut bits = match &reply[5] {
-                    Value::BulkString(b) => b.clone(),
-                    _ => Vec::new(),
-                };
-                bits.resize(size, 0);
-                UniqueSet::Bloom(bits.into_boxed_slice())
-            } else {
-                let members = match &reply[5] {
-                    Value::Array(a) | Value::Set(a) => a
-                        .iter()
-                        .filter_map(|v| match v {
-                            Value::BulkString(b) => {
-                                Some(String::from_utf8_lossy(b).into_owned().into_boxed_str())
-                            }
-                            _ => None,
-                        })
-                        .collect(),
-                    _ => Default::default(),
-                };
-                UniqueSet::Exact(members)
+            let (state, created_s, kind, size) =
+                encode::decode_unique(u).ok_or_else(|| bad_record("unique"))?;
+            let set = match kind {
+                UniqueKind::Bloom => {
+                    let mut bits = bytes_of(&reply[5]).to_vec();
+                    bits.resize(size, 0);
+                    UniqueSet::Bloom(bits.into_boxed_slice())
+                }
+                UniqueKind::Exact => {
+                    let members = match &reply[5] {
+                        Value::Array(a) | Value::Set(a) => a
+                            .iter()
+                            .filter_map(|v| match v {
+                                Value::BulkString(b) => {
+                                    Some(String::from_utf8_lossy(b).into_owned().into_boxed_str())
+                                }
+                                _ => None,
+                            })
+                            .collect(),
+                        _ => Default::default(),
+                    };
+                    UniqueSet::Exact(members)
+                }
             };
             out.push(Record::Unique(UniqueRecord {
-                state: ewma_state(&u)?,
-                created_s: field(&u, "cr")?,
+                state,
+                created_s,
                 set,
             }));
         }
-        let g = hash_of(&reply[2]);
+        let g = bytes_of(&reply[2]);
         if !g.is_empty() {
-            let s = float_field(&g, "s")? as i64;
-            let n = float_field(&g, "n")? as i64;
             out.push(Record::Gcra {
-                tat_ns: s.saturating_mul(1_000_000_000).saturating_add(n),
+                tat_ns: encode::decode_gcra(g).ok_or_else(|| bad_record("GCRA"))?,
             });
         }
-        let b = hash_of(&reply[3]);
+        let b = bytes_of(&reply[3]);
         if !b.is_empty() {
-            out.push(Record::Bucket(BucketState {
-                last_ms: float_field(&b, "l")?,
-                level: float_field(&b, "b")?,
-                pending: float_field(&b, "p")?,
-                dyn_rate: float_field(&b, "dr")? as u32,
-                dyn_burst: float_field(&b, "db")? as u32,
-            }));
+            out.push(Record::Bucket(
+                encode::decode_bucket(b).ok_or_else(|| bad_record("bucket"))?,
+            ));
         }
         Ok(out)
     }
