@@ -257,12 +257,7 @@ fn outage() -> Outage {
 /// What the closed failure mode documents (`[store] failure_mode`, README, and
 /// `store::redis::failover`): while Redis is down the next MAIL is deferred with
 /// 451 4.3.0 and nothing is relayed.
-///
-/// Ignored: floodgate relays instead. `RatePolicy::decide` (src/policy/engine.rs) turns
-/// every store error, `StoreError::Unavailable` from a closed limit included, into
-/// "letting the event through", so closed behaves as open. Un-ignore once fixed.
 #[test]
-#[ignore = "bug: the policy fails open on StoreError::Unavailable, so failure_mode = closed relays"]
 fn redis_killed_closed_mode_defers_451() {
     let o = outage();
     let relayed = o.rec.messages().len() - 2;

@@ -32,7 +32,7 @@ use crate::limit::rate::Rate;
 use crate::limit::spec::UpdateMode;
 use crate::limit::SessionCache;
 use crate::smtp::reply::Reply;
-use crate::store::{Algorithm, Decision, LimitRequest, LimitResult, Store};
+use crate::store::{Algorithm, Decision, LimitRequest, LimitResult, Store, StoreError};
 
 /// The sentinel of a dry run: always over, never written (its weight exceeds its burst).
 fn sentinel() -> LimitRequest {
@@ -102,6 +102,7 @@ impl Policy for RatePolicy {
             txn: Vec::new(),
             headers: Vec::new(),
             slots: HashMap::new(),
+            unavailable: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -161,6 +162,9 @@ struct RateSession {
     headers: Vec<(String, String)>,
     /// Concurrency slots held: limit name → guard.
     slots: HashMap<String, SlotGuard>,
+    /// Set when the store answered "unavailable" (Redis down, a limit failing closed)
+    /// during the current check.
+    unavailable: std::sync::atomic::AtomicBool,
 }
 
 impl RateSession {
@@ -196,8 +200,15 @@ impl RateSession {
         }
         match self.inner.store.decide(d).await {
             Ok(r) => Some(r.limits),
+            Err(StoreError::Unavailable(why)) => {
+                // The store's failure mode says "closed": the check answers 451 4.3.0.
+                warn!(error = %why, "rate limit store unavailable; failing closed");
+                self.unavailable
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                None
+            }
             Err(e) => {
-                // Fail open, visibly: a broken store must not stop all mail.
+                // Fail open, visibly: a malformed request must not stop all mail.
                 warn!(error = %e, "rate limit store failed; letting the event through");
                 None
             }
@@ -399,6 +410,19 @@ impl RateSession {
         }
         if !commit_now.limits.is_empty() {
             self.decide(&commit_now).await;
+        }
+        if self
+            .unavailable
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+            && evals.iter().any(|e| e.def.action.blocks())
+        {
+            let host = &model.hostname;
+            let text = format!("4.3.0 {host} Rate limit service unavailable, try again later");
+            return if stage == Stage::Connect {
+                Verdict::Disconnect(Reply::new(421, text))
+            } else {
+                Verdict::Reply(Reply::new(451, text))
+            };
         }
         // Countermeasures.
         let mut strongest: Option<&Eval<'_>> = None;
