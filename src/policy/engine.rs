@@ -370,13 +370,12 @@ impl RateSession {
             }
         }
         // Leaky Exim limits on reserved counts: Exim's own sequence, replayed.
-        for i in 0..evals.len() {
-            if evals[i].class != Class::Replay {
+        for e in &mut evals {
+            if e.class != Class::Replay {
                 continue;
             }
-            let req = evals[i].req.as_ref().expect("request");
+            let req = e.req.as_ref().expect("request");
             if let Some(r) = self.replayed(req, now_us).await {
-                let e = &mut evals[i];
                 e.outcome.value = r.rate;
                 e.outcome.over = r.over;
                 e.outcome.retry_after = r.retry_after;
