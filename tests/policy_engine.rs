@@ -453,3 +453,25 @@ action = "disconnect"
     );
     assert!(store.inspect("gcra/auth/192.0.2.10").await.unwrap().len() == 1);
 }
+
+/// Exim's leaky mode stores only events that are not over: a warn-only leaky limit lets
+/// every recipient through but charges only those that were under when checked.
+#[tokio::test]
+async fn leaky_warn_limit_charges_only_events_under_it() {
+    let (p, store) = policy(
+        r#"
+[[limit]]
+name = "measure"
+ratelimit = "2 / 1h / per_rcpt / leaky / w"
+action = "warn"
+"#,
+    );
+    let f = facts("192.0.2.10");
+    let mut s = p.session();
+    for _ in 0..5 {
+        assert_eq!(rcpt(&mut s, &f, 250).await, Verdict::Continue);
+    }
+    s.after_upstream(Stage::Message, &f, &ok()).await;
+    let rate = ewma_rate(&store, "1h/per_rcpt/w").expect("charged");
+    assert!((1.99..2.01).contains(&rate), "{rate}");
+}
