@@ -22,6 +22,7 @@ pub mod describe;
 pub mod engine;
 pub mod lists;
 pub mod model;
+mod replay;
 mod request;
 pub mod template;
 
