@@ -345,6 +345,9 @@ fn commands_sent_before_the_greeting_are_answered_in_order() {
     let codes: Vec<u16> = c.replies_until_close().iter().map(|r| r.code).collect();
     assert_eq!(codes, [250, 221]);
     by.finish(&rec);
+    // floodgate answers QUIT itself and then closes upstream with its own QUIT: wait for
+    // both upstream sessions to end before reading what upstream saw.
+    rec.wait_events("session_end", 2);
 
     let m = rec
         .messages()
