@@ -312,8 +312,6 @@ async fn rediss_url_and_tls_flag_decide_like_memory() {
 /// `url = "rediss://..."` (the form `[store] url` documents for TLS) with
 /// `ca_file` and without `tls = true`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: src/store/redis/conn.rs uses ca_pem only when tls = true, so a rediss:// URL \
-            without tls = true verifies against the system roots (UnknownIssuer)"]
 async fn rediss_url_with_ca_file_decides_like_memory() {
     let server = TlsRedis::start();
     let dir = tempfile::tempdir().unwrap();

@@ -139,6 +139,14 @@ impl StoreConfig {
         if self.url.is_none() && self.nodes.is_empty() {
             return Err("[store] backend = \"redis\" needs url (or nodes for a cluster)".into());
         }
+        // A rediss:// address means TLS whatever `tls` says, so the CA bundle applies.
+        let rediss = |a: &str| {
+            a.get(..9)
+                .is_some_and(|p| p.eq_ignore_ascii_case("rediss://"))
+        };
+        if self.url.as_deref().is_some_and(rediss) || self.nodes.iter().any(|n| rediss(n)) {
+            self.tls = true;
+        }
         let secrets = [
             self.password.is_some(),
             self.password_file.is_some(),
