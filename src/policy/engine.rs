@@ -143,6 +143,22 @@ struct Pending {
 }
 
 impl Pending {
+    /// The charge of a checked event, applied as checked once upstream accepts (an EWMA
+    /// limit is then stored whatever its mode: the check already decided).
+    fn charge(req: &LimitRequest, time_us: i64) -> Pending {
+        let mut algorithm = req.algorithm.clone();
+        if let Algorithm::Ewma { mode, .. } = &mut algorithm {
+            *mode = UpdateMode::Strict;
+        }
+        Pending {
+            key: req.key.clone(),
+            algorithm,
+            count: req.count,
+            unique: req.unique.clone(),
+            time_us,
+        }
+    }
+
     fn is_bucket(&self) -> bool {
         matches!(self.algorithm, Algorithm::Bucket { .. })
     }
@@ -457,37 +473,14 @@ impl RateSession {
                             .remember(resolved.cache, &req.key, e.outcome.value);
                     }
                 }
+                // A dry-run charge is due, over or not, once upstream accepts; Exim's leaky
+                // mode stores only an event that is not over (a warn, header or delay limit
+                // lets an over event through uncharged).
                 Class::DryRun if !refused && e.def.counted != Counted::AuthFailures => {
-                    let mut algorithm = req.algorithm.clone();
-                    if let Algorithm::Ewma { mode, .. } = &mut algorithm {
-                        // Upstream accepted: the charge is due, over or not.
-                        *mode = UpdateMode::Strict;
-                    }
-                    let p = Pending {
-                        key: req.key.clone(),
-                        algorithm,
-                        count: req.count,
-                        unique: req.unique.clone(),
-                        time_us: now_us,
-                    };
-                    self.pending_for(stage).push(p);
+                    self.pending_for(stage).push(Pending::charge(req, now_us));
                 }
-                // Exim's leaky mode stores only an event that is not over (a warn, header or
-                // delay limit lets an over event through uncharged).
                 Class::Replay if !refused && !e.outcome.over => {
-                    let mut algorithm = req.algorithm.clone();
-                    if let Algorithm::Ewma { mode, .. } = &mut algorithm {
-                        // Upstream accepted: the charge is due as checked.
-                        *mode = UpdateMode::Strict;
-                    }
-                    let p = Pending {
-                        key: req.key.clone(),
-                        algorithm,
-                        count: req.count,
-                        unique: req.unique.clone(),
-                        time_us: now_us,
-                    };
-                    self.pending_for(stage).push(p);
+                    self.pending_for(stage).push(Pending::charge(req, now_us));
                 }
                 Class::Reserve if !refused && !e.outcome.over => {
                     let p = Pending {

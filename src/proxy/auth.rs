@@ -111,7 +111,9 @@ impl Session {
         } else {
             info!(client = %self.peer.ip(), user = user.as_deref().unwrap_or(""), mechanism = %mechanism, code = reply.code, "authentication failed");
         }
-        let reply = self.after_upstream(Stage::Auth, reply).await;
+        let Some(reply) = self.after_upstream(Stage::Auth, reply).await else {
+            return Ok(Flow::Close);
+        };
         self.client.queue(&reply);
         Ok(Flow::Next)
     }

@@ -35,8 +35,6 @@ pub struct ClientConn {
     pub rbuf: BytesMut,
     wbuf: Vec<u8>,
     deadline: Instant,
-    /// Octets read from the client, in all.
-    pub bytes_in: u64,
 }
 
 impl ClientConn {
@@ -47,7 +45,6 @@ impl ClientConn {
             rbuf: BytesMut::with_capacity(4096),
             wbuf: Vec::with_capacity(1024),
             deadline: session_deadline,
-            bytes_in: 0,
         }
     }
 
@@ -63,7 +60,7 @@ impl ClientConn {
 
     /// Queues a reply; it is sent at the next flush.
     pub fn queue(&mut self, reply: &Reply) {
-        self.wbuf.extend_from_slice(&reply.to_wire());
+        reply.write_to(&mut self.wbuf);
     }
 
     /// Queues raw reply bytes.
@@ -123,10 +120,7 @@ impl ClientConn {
                 Err(_) => Err(end),
                 Ok(Err(e)) => Err(ReadEnd::Io(e)),
                 Ok(Ok(0)) => Err(ReadEnd::Eof),
-                Ok(Ok(n)) => {
-                    self.bytes_in += n as u64;
-                    Ok(n)
-                }
+                Ok(Ok(n)) => Ok(n),
             },
             _ = stop.cancelled() => Err(ReadEnd::Shutdown),
         }

@@ -3,7 +3,7 @@
 use tracing::{info, warn};
 
 use crate::config::{ClientIdentity, TlsMode};
-use crate::policy::Stage;
+use crate::policy::{Stage, Verdict};
 use crate::smtp::command::{Command, MailFrom, Param, RcptTo};
 use crate::smtp::ehlo::{filter_ehlo, parse_ehlo, EhloFilter};
 use crate::smtp::reply::Reply;
@@ -18,18 +18,10 @@ impl Session {
     /// Runs one parsed command.
     pub(super) async fn dispatch(&mut self, cmd: Command) -> Handled {
         match cmd {
-            Command::Ehlo(ref name) | Command::Helo(ref name) => {
-                let name = name.clone();
-                self.helo(cmd, name).await
-            }
-            Command::Mail(ref m) => {
-                let m = m.clone();
-                self.mail(cmd, m).await
-            }
-            Command::Rcpt(ref r) => {
-                let r = r.clone();
-                self.rcpt(cmd, r).await
-            }
+            // The parts are borrowed from `cmd`, a local: no copies per command.
+            Command::Ehlo(ref name) | Command::Helo(ref name) => self.helo(&cmd, name).await,
+            Command::Mail(ref m) => self.mail(&cmd, m).await,
+            Command::Rcpt(ref r) => self.rcpt(&cmd, r).await,
             Command::Data => self.data().await,
             Command::Bdat { size, .. } => self.bdat_refused(size).await,
             Command::Rset => {
@@ -77,9 +69,9 @@ impl Session {
         self.error_flow()
     }
 
-    async fn helo(&mut self, cmd: Command, name: String) -> Handled {
+    async fn helo(&mut self, cmd: &Command, name: &str) -> Handled {
         let ehlo = matches!(cmd, Command::Ehlo(_));
-        self.facts.helo = Some(name.clone());
+        self.facts.helo = Some(name.to_string());
         match self.judge(Stage::Helo).await {
             Judged::Go => {}
             Judged::Answered => return Ok(Flow::Next),
@@ -91,7 +83,7 @@ impl Session {
                 addr: self.peer.ip(),
                 port: self.peer.port(),
                 name: None,
-                helo: Some(&name),
+                helo: Some(name),
                 proto: if ehlo { "ESMTP" } else { "SMTP" },
             };
             match self.up()?.xclient(&attrs).await? {
@@ -154,7 +146,7 @@ impl Session {
         })
     }
 
-    async fn mail(&mut self, cmd: Command, m: MailFrom) -> Handled {
+    async fn mail(&mut self, cmd: &Command, m: &MailFrom) -> Handled {
         if !self.helo_seen {
             return Ok(self.refuse(503, "5.5.1 Error: send HELO/EHLO first"));
         }
@@ -188,7 +180,9 @@ impl Session {
             Judged::Close => return Ok(Flow::Close),
         }
         let reply = self.up()?.command(&cmd.to_wire()).await?;
-        let reply = self.after_upstream(Stage::Mail, reply).await;
+        let Some(reply) = self.after_upstream(Stage::Mail, reply).await else {
+            return Ok(Flow::Close);
+        };
         if reply.is_completion() {
             self.in_txn = true;
             self.rcpts.clear();
@@ -199,7 +193,7 @@ impl Session {
         Ok(Flow::Next)
     }
 
-    async fn rcpt(&mut self, cmd: Command, r: RcptTo) -> Handled {
+    async fn rcpt(&mut self, cmd: &Command, r: &RcptTo) -> Handled {
         if !self.in_txn {
             return Ok(self.refuse(503, "5.5.1 Error: need MAIL command"));
         }
@@ -219,7 +213,9 @@ impl Session {
             Judged::Close => return Ok(Flow::Close),
         }
         let reply = self.up()?.command(&cmd.to_wire()).await?;
-        let reply = self.after_upstream(Stage::Rcpt, reply).await;
+        let Some(reply) = self.after_upstream(Stage::Rcpt, reply).await else {
+            return Ok(Flow::Close);
+        };
         if reply.is_completion() {
             self.rcpts.push(r.recipient.as_str().to_string());
             self.facts.recipients_count = self.rcpts.len();
@@ -229,21 +225,24 @@ impl Session {
     }
 
     /// Tells the policy what upstream answered; it may delay the answer, or (for a reply
-    /// that did not change upstream's state) replace it.
-    pub(super) async fn after_upstream(&mut self, stage: Stage, reply: Reply) -> Reply {
-        let verdict = self.policy.after_upstream(stage, &self.facts, &reply).await;
-        match verdict {
-            crate::policy::Verdict::Continue => reply,
-            crate::policy::Verdict::Delay(d) => {
-                self.pause(d).await;
-                reply
+    /// that did not change upstream's state) replace it or close the session. `None`: the
+    /// session ends; what the client is owed is already queued (upstream's answer first,
+    /// then any 421), so a client never misses a success upstream gave.
+    pub(super) async fn after_upstream(&mut self, stage: Stage, reply: Reply) -> Option<Reply> {
+        let replaceable = !reply.is_completion() && !reply.is_intermediate();
+        match self.policy.after_upstream(stage, &self.facts, &reply).await {
+            Verdict::Delay(d) if !self.pause(d).await => {
+                self.client.queue(&reply);
+                self.stopped();
+                None
             }
-            crate::policy::Verdict::Reply(r) | crate::policy::Verdict::Disconnect(r)
-                if !reply.is_completion() && !reply.is_intermediate() =>
-            {
-                r
+            Verdict::Reply(r) if replaceable => Some(r),
+            Verdict::Disconnect(r) if replaceable => {
+                self.tally.refused += 1;
+                self.client.queue(&r);
+                None
             }
-            _ => reply,
+            _ => Some(reply),
         }
     }
 

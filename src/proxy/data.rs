@@ -8,7 +8,6 @@ use crate::policy::Stage;
 use crate::smtp::data::{encode_data, BarePolicy, DataDecoder};
 use crate::smtp::reply::Reply;
 
-use super::client::ReadEnd;
 use super::session::{Flow, Judged, Session};
 use super::upstream::UpstreamError;
 
@@ -63,11 +62,6 @@ impl Session {
             let left = data_deadline.saturating_duration_since(tokio::time::Instant::now());
             let idle = left.min(cfg.timeouts.command.0);
             if let Err(end) = self.client.fill(idle, &self.stop).await {
-                let end = if matches!(end, ReadEnd::Idle) && left <= cfg.timeouts.command.0 {
-                    ReadEnd::Idle
-                } else {
-                    end
-                };
                 let why = self.read_end(end);
                 info!(client = %self.peer.ip(), why, "message abandoned during DATA");
                 self.abort_upstream_txn().await?;
@@ -99,7 +93,6 @@ impl Session {
             }
         }
         let reply = self.relay_message(&body).await?;
-        let reply = self.after_upstream(Stage::Message, reply).await;
         if reply.is_completion() {
             self.tally.messages += 1;
             self.tally.recipients += self.rcpts.len() as u64;
@@ -116,11 +109,17 @@ impl Session {
             code = reply.code,
             "message"
         );
-        self.client.queue(&reply);
+        let answer = self.after_upstream(Stage::Message, reply).await;
         // The transaction ended with upstream's verdict: nothing is left to release.
         self.in_txn = false;
         self.reset_txn();
-        Ok(Flow::Next)
+        match answer {
+            Some(answer) => {
+                self.client.queue(&answer);
+                Ok(Flow::Next)
+            }
+            None => Ok(Flow::Close),
+        }
     }
 
     /// DATA upstream, the message with floodgate's own framing, and upstream's final reply.

@@ -145,7 +145,7 @@ impl Session {
             client = %s.peer.ip(),
             port = s.peer.port(),
             listener = %s.listener.name,
-            tls = s.client.is_tls(),
+            tls = s.client.tls_info().as_deref().unwrap_or("no"),
             user = s.facts.user.as_deref().unwrap_or(""),
             helo = s.facts.helo.as_deref().unwrap_or(""),
             commands = s.tally.commands,
@@ -263,13 +263,9 @@ impl Session {
                 Judged::Close => return Ok("closed by policy"),
             }
             if self.dispatch(cmd).await? == Flow::Close {
-                return Ok(self.close_reason());
+                return Ok("closed");
             }
         }
-    }
-
-    fn close_reason(&self) -> &'static str {
-        "closed"
     }
 
     /// The next framed line from the client, reading as needed.
@@ -346,6 +342,7 @@ impl Session {
                 if self.pause(d).await {
                     Judged::Go
                 } else {
+                    self.stopped();
                     Judged::Close
                 }
             }
@@ -363,7 +360,9 @@ impl Session {
         }
     }
 
-    /// Waits `d` (replies already queued go out first). False if floodgate is stopping.
+    /// Waits `d` (replies already queued go out first). False if the client went away or
+    /// floodgate is stopping; the caller then queues what is still owed and ends the session
+    /// (with [`Session::stopped`]).
     pub(super) async fn pause(&mut self, d: Duration) -> bool {
         if self.client.flush().await.is_err() {
             return false;
@@ -371,10 +370,16 @@ impl Session {
         tokio::select! {
             _ = tokio::time::sleep(d) => true,
             _ = self.stop.cancelled() => {
-                let end = self.read_end(ReadEnd::Shutdown);
-                debug!(end, "stopped during a delay");
+                debug!("stopped during a delay");
                 false
             }
+        }
+    }
+
+    /// Queues the 421 of a session ended by a shutdown while it waited.
+    pub(super) fn stopped(&mut self) {
+        if self.stop.is_cancelled() {
+            self.read_end(ReadEnd::Shutdown);
         }
     }
 

@@ -281,11 +281,6 @@ impl Upstream {
         })
         .await;
     }
-
-    /// Whether upstream traffic is encrypted.
-    pub fn is_tls(&self) -> bool {
-        self.stream.is_tls()
-    }
 }
 
 async fn connect_tcp(address: &str) -> Result<TcpStream, UpstreamError> {

@@ -21,7 +21,7 @@ use crate::config::StoreConfig;
 use crate::config::{Config, TlsMode};
 use crate::policy::{Policy, RatePolicy};
 use crate::proxy::{ListenerInfo, Session, Shared, Stream, UpstreamSettings};
-use crate::smtp::proxy_header::parse_proxy_header;
+use crate::smtp::proxy_header::{parse_proxy_header, V2_MAX, V2_SIGNATURE};
 use crate::store::open::{OpenError, Opened};
 use crate::store::{MemoryConfig, MemoryStore, SnapshotError, Store};
 
@@ -516,16 +516,15 @@ async fn read_proxy_header(
             Ok(None) => {}
             Err(_) => return Err("malformed PROXY header"),
         }
-        if buf.len() >= 4096 + 16 {
+        if buf.len() >= V2_MAX {
             return Err("PROXY header too long");
         }
         // Read one byte at a time for v1 and up to the announced length for v2, so no SMTP
         // byte (or TLS ClientHello) after the header is consumed here.
-        let want = proxy_bytes_wanted(&buf);
-        let mut chunk = vec![0u8; want];
+        let want = proxy_bytes_wanted(&buf) as u64;
         let n = match timeout(
             deadline.saturating_duration_since(Instant::now()),
-            tcp.read(&mut chunk),
+            (&mut *tcp).take(want).read_buf(&mut buf),
         )
         .await
         {
@@ -534,13 +533,13 @@ async fn read_proxy_header(
             Ok(Ok(0)) => return Err("connection closed before the PROXY header"),
             Ok(Ok(n)) => n,
         };
-        buf.extend_from_slice(&chunk[..n]);
+        debug_assert!(n as u64 <= want);
     }
 }
 
 /// How many bytes can safely be read next without reading past the header.
 fn proxy_bytes_wanted(buf: &[u8]) -> usize {
-    const V2_SIG: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
+    const V2_SIG: &[u8; 12] = &V2_SIGNATURE;
     if buf.is_empty() {
         return 1; // the first byte tells v1 ("P") from v2 ("\r")
     }

@@ -48,16 +48,29 @@ impl Reply {
     /// reply without lines is written as the bare code. The code is written
     /// modulo 1000 with three digits so the output is always well-formed.
     pub fn to_wire(&self) -> Vec<u8> {
-        let code = self.code % 1000;
         let mut out = Vec::with_capacity(self.lines.iter().map(|l| l.len() + 6).sum::<usize>() + 6);
+        self.write_to(&mut out);
+        out
+    }
+
+    /// Appends [`to_wire`](Self::to_wire)'s bytes to `out` without an allocation of its own
+    /// (the session queues every reply this way).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        let code = self.code % 1000;
+        let digits = [
+            b'0' + (code / 100) as u8,
+            b'0' + (code / 10 % 10) as u8,
+            b'0' + (code % 10) as u8,
+        ];
         let n = self.lines.len();
         if n == 0 {
-            out.extend_from_slice(format!("{code:03}\r\n").as_bytes());
-            return out;
+            out.extend_from_slice(&digits);
+            out.extend_from_slice(b"\r\n");
+            return;
         }
         for (i, line) in self.lines.iter().enumerate() {
             let last = i + 1 == n;
-            out.extend_from_slice(format!("{code:03}").as_bytes());
+            out.extend_from_slice(&digits);
             if last && line.is_empty() {
                 out.extend_from_slice(b"\r\n");
                 continue;
@@ -72,7 +85,6 @@ impl Reply {
             }
             out.extend_from_slice(b"\r\n");
         }
-        out
     }
 
     /// The first digit of the code: 2, 3, 4 or 5.
