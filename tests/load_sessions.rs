@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use loadkit::{dev_connector, fd_count, raise_nofile, rss_kib, status_kib, Smtp};
+use loadkit::{dev_connector, fd_count, raise_nofile, rss_kib, settled_fds, status_kib, Smtp};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -85,7 +85,10 @@ fn fit_sessions(sessions: usize) -> usize {
         "load: descriptor hard limit {got} cannot be raised to {want} (no CAP_SYS_RESOURCE?): \
          {fit} sessions instead of {sessions}"
     ));
-    assert!(fit >= 1000, "descriptor limit {got} is far too low for a load test");
+    assert!(
+        fit >= 1000,
+        "descriptor limit {got} is far too low for a load test"
+    );
     fit
 }
 
@@ -108,19 +111,6 @@ fn start_pair() -> (Recorder, Floodgate) {
         .log_level("warn");
     let fg = Floodgate::start(&cfg);
     (rec, fg)
-}
-
-/// floodgate's descriptor count once it has stopped changing (two equal readings 200 ms
-/// apart: the warm-up session's sockets are closed), bounded.
-fn settled_fds(pid: u32) -> usize {
-    let mut last = fd_count(pid);
-    wait_until(Duration::from_secs(20), "floodgate's descriptors to settle", || {
-        std::thread::sleep(Duration::from_millis(200));
-        let now = fd_count(pid);
-        let settled = now == last;
-        last = now;
-        settled.then_some(now)
-    })
 }
 
 /// Opens one session: greeting, EHLO, and with `tls` STARTTLS plus a second EHLO.
@@ -202,11 +192,7 @@ async fn full_session(
             Err(e) => Err(format!("full session: {what}: {e}")),
         }
     };
-    expect(
-        "MAIL",
-        c.cmd("MAIL FROM:<load@example.org>").await,
-        250,
-    )?;
+    expect("MAIL", c.cmd("MAIL FROM:<load@example.org>").await, 250)?;
     expect("RCPT", c.cmd("RCPT TO:<rcpt@example.net>").await, 250)?;
     expect("DATA", c.cmd("DATA").await, 354)?;
     let body = format!(
@@ -285,7 +271,12 @@ fn hold_sessions(kind: &'static str, listener: &str, n: usize, tls: bool) {
         .iter()
         .filter(|m| String::from_utf8_lossy(&m.data).contains(&token))
         .count();
-    assert_eq!(found, 1, "the legitimate message is in the record once ({} messages)", msgs.len());
+    assert_eq!(
+        found,
+        1,
+        "the legitimate message is in the record once ({} messages)",
+        msgs.len()
+    );
 
     Figures {
         kind,

@@ -81,6 +81,42 @@ pub fn fd_count(pid: u32) -> usize {
         .count()
 }
 
+/// `pid`'s descriptor count once it has stopped changing: two equal readings 200 ms apart
+/// (worker threads set up, sessions that just ended closed). Bounded: panics after 20 s.
+pub fn settled_fds(pid: u32) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut last = fd_count(pid);
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = fd_count(pid);
+        if now == last {
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "descriptors of {pid} still changing after 20 s ({last} -> {now})"
+        );
+        last = now;
+    }
+}
+
+/// What `pid`'s descriptors point at, one `fd -> target` a line (for failure messages).
+pub fn fd_listing(pid: u32) -> String {
+    let mut out = Vec::new();
+    if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for e in dir.flatten() {
+            let target = std::fs::read_link(e.path()).unwrap_or_default();
+            out.push(format!(
+                "{} -> {}",
+                e.file_name().to_string_lossy(),
+                target.display()
+            ));
+        }
+    }
+    out.sort();
+    out.join("\n")
+}
+
 /// A TLS connector trusting `certs/dev/ca.crt` (floodgate's dev certificate's CA).
 pub fn dev_connector() -> TlsConnector {
     let ca = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("certs/dev/ca.crt");
