@@ -20,13 +20,14 @@
 mod common;
 mod loadkit;
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use loadkit::{dev_connector, fd_count, raise_nofile, rss_kib, settled_fds, status_kib, Smtp};
+use loadkit::{
+    dev_connector, fd_count, raise_nofile, report, rss_kib, settled_fds, status_kib, Smtp,
+};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -47,20 +48,6 @@ fn env_count(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// Prints a figure where the lead can read it even without `--nocapture`, and keeps it
-/// in `target/tmp/load-figures.txt`.
-fn report(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("load-figures.txt");
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-    {
-        let _ = writeln!(f, "{line}");
-    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {

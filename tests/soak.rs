@@ -40,7 +40,9 @@ use common::{
     b64_encode, Floodgate, FloodgateConfig, ListenerSpec, Recorder, RecorderOptions, Reply,
     PASSWORD, USER,
 };
-use loadkit::{dev_connector, fd_count, fd_listing, raise_nofile, rss_kib, settled_fds, Smtp};
+use loadkit::{
+    dev_connector, fd_count, fd_listing, raise_nofile, report, rss_kib, settled_fds, Smtp,
+};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -77,10 +79,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn report(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// A small deterministic generator (xorshift64*), so a run's mix can be repeated.
@@ -410,7 +408,8 @@ impl Curve {
     }
 }
 
-/// Runs the load for `secs` seconds; returns the curve.
+/// Runs the load for `secs` seconds, then waits for the sessions in progress; returns the
+/// curve and when the load started (the curve's time origin).
 async fn drive(
     ctx: Arc<Ctx>,
     pid: u32,
@@ -418,7 +417,7 @@ async fn drive(
     rate: u64,
     sample_every: u64,
     seed: u64,
-) -> Curve {
+) -> (Curve, Instant) {
     let mut curve = Curve::new(secs);
     let start = Instant::now();
     let stop_at = start + Duration::from_secs(secs);
@@ -453,7 +452,7 @@ async fn drive(
         }
     }
     curve.sample(pid, start.elapsed().as_secs_f64(), &ctx.counts);
-    curve
+    (curve, start)
 }
 
 /// The `X-Soak-Id` of every message upstream accepted, with how often it came.
@@ -519,7 +518,7 @@ fn soak_mixed_load() {
     });
     rec.wait_idle();
     let fds_before = settled_fds(pid);
-    let mut curve = rt.block_on(drive(ctx.clone(), pid, secs, rate, sample_every, seed));
+    let (mut curve, start) = rt.block_on(drive(ctx.clone(), pid, secs, rate, sample_every, seed));
     let load_end = std::time::Instant::now();
 
     // Descriptors back to the baseline once the load stopped (bounded wait).
@@ -541,7 +540,7 @@ fn soak_mixed_load() {
         std::thread::sleep(Duration::from_millis(50));
     };
     let settle = load_end.elapsed().as_secs_f64();
-    curve.sample(pid, secs as f64 + settle, &ctx.counts);
+    curve.sample(pid, start.elapsed().as_secs_f64(), &ctx.counts);
 
     let c = &ctx.counts;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);

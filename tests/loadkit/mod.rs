@@ -69,6 +69,22 @@ pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
         .ok()
 }
 
+/// Prints a figure where the reader sees it even without `--nocapture` (straight to
+/// stderr, past the test harness's capture), and appends it to
+/// `target/tmp/load-figures.txt` (which `.ci/run` prints after the tests).
+pub fn report(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(io::stderr(), "{line}");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("load-figures.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
 /// Resident memory of `pid` in KiB.
 pub fn rss_kib(pid: u32) -> u64 {
     status_kib(pid, "VmRSS").unwrap_or_else(|| panic!("cannot read VmRSS of {pid}"))
