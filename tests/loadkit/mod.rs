@@ -261,16 +261,4 @@ impl Smtp {
         self.conn = Conn::Tls(Box::new(tls));
         Ok(None)
     }
-
-    /// Closes the connection politely enough (shutdown, no QUIT).
-    pub async fn close(mut self) {
-        let _ = timeout(Duration::from_secs(5), async {
-            match &mut self.conn {
-                Conn::Plain(s) => s.shutdown().await,
-                Conn::Tls(s) => s.shutdown().await,
-                Conn::Gone => Ok(()),
-            }
-        })
-        .await;
-    }
 }
