@@ -13,12 +13,25 @@ use super::upstream::UpstreamError;
 
 type Handled = Result<Flow, UpstreamError>;
 
+/// The header parser of [`header_fields`]: From and Message-ID parsed as mail-parser always
+/// parses them, every other field skipped to its end (parsing Date, Received and the rest
+/// only to throw them away was most of the cost of reading the header section).
+fn header_parser() -> &'static mail_parser::MessageParser {
+    static PARSER: std::sync::OnceLock<mail_parser::MessageParser> = std::sync::OnceLock::new();
+    PARSER.get_or_init(|| {
+        mail_parser::MessageParser::new()
+            .header_address(mail_parser::HeaderName::From)
+            .header_id(mail_parser::HeaderName::MessageId)
+            .default_header_ignore()
+    })
+}
+
 /// From and Message-ID of a message, read from its header section only.
 fn header_fields(body: &[u8]) -> (Option<String>, Option<String>) {
     let end = memchr::memmem::find(body, b"\r\n\r\n")
         .map(|p| p + 4)
         .unwrap_or(body.len());
-    let Some(msg) = mail_parser::MessageParser::new().parse_headers(&body[..end]) else {
+    let Some(msg) = header_parser().parse_headers(&body[..end]) else {
         return (None, None);
     };
     let from = msg
@@ -185,5 +198,84 @@ impl Session {
             502,
             "5.5.1 Error: BDAT not available, CHUNKING is not offered",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::header_fields;
+    use proptest::prelude::*;
+
+    /// What `header_fields` answered before it skipped the other fields: mail-parser with
+    /// every field parsed.
+    fn full_parse(body: &[u8]) -> (Option<String>, Option<String>) {
+        let end = memchr::memmem::find(body, b"\r\n\r\n")
+            .map(|p| p + 4)
+            .unwrap_or(body.len());
+        let Some(msg) = mail_parser::MessageParser::new().parse_headers(&body[..end]) else {
+            return (None, None);
+        };
+        let from = msg
+            .from()
+            .and_then(|a| a.first())
+            .and_then(|a| a.address())
+            .map(str::to_string);
+        (from, msg.message_id().map(str::to_string))
+    }
+
+    #[test]
+    fn reads_from_and_message_id() {
+        let m = b"Date: Sat, 21 Nov 2026 10:00:00 +0000\r\nFrom: A <a@example.org>\r\n\
+                  Subject: =?utf-8?q?hi?=\r\nMessage-ID: <1@x>\r\n\r\nbody\r\n";
+        assert_eq!(
+            header_fields(m),
+            (Some("a@example.org".into()), Some("1@x".into()))
+        );
+        assert_eq!(header_fields(b"\r\nFrom: a@b\r\n"), full_parse(b"\r\nFrom: a@b\r\n"));
+        assert_eq!(header_fields(b""), (None, None));
+    }
+
+    fn field() -> impl Strategy<Value = Vec<u8>> {
+        let name = prop_oneof![
+            Just("From"), Just("from"), Just("FROM "), Just("Message-ID"), Just("Message-Id"),
+            Just("Date"), Just("Subject"), Just("Received"), Just("Content-Type"), Just("To"),
+            Just("Resent-From"), Just("X-Other"), Just("References"), Just("Keywords"),
+        ];
+        let value = proptest::collection::vec(
+            prop_oneof![
+                Just(&b" "[..]), Just(&b"a@b.example"[..]), Just(&b"<"[..]), Just(&b">"[..]),
+                Just(&b"\""[..]), Just(&b"("[..]), Just(&b")"[..]), Just(&b","[..]),
+                Just(&b";"[..]), Just(&b":"[..]), Just(&b"\r\n "[..]), Just(&b"\r\n\t"[..]),
+                Just(&b"\n"[..]), Just(&b"\r"[..]), Just(&b"=?utf-8?q?x_y?="[..]),
+                Just(&b"Mon, 1 Jan 2024 00:00:00 +0000"[..]), Just(&b"\xc3\xa9"[..]),
+                Just(&b"\xff"[..]), Just(&b"Name"[..]), Just(&b"@"[..]), Just(&b"multipart/mixed; boundary=x"[..]),
+            ],
+            0..8,
+        );
+        (name, any::<bool>(), value).prop_map(|(n, colon, v)| {
+            let mut f = n.as_bytes().to_vec();
+            if colon {
+                f.push(b':');
+            }
+            f.extend(v.concat());
+            f.extend_from_slice(b"\r\n");
+            f
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Skipping the other fields never changes what is read from From and Message-ID.
+        #[test]
+        fn same_answer_as_parsing_every_field(
+            fields in proptest::collection::vec(field(), 0..8),
+            body in proptest::collection::vec(any::<u8>(), 0..20),
+        ) {
+            let mut m = fields.concat();
+            m.extend_from_slice(b"\r\n");
+            m.extend(body);
+            prop_assert_eq!(header_fields(&m), full_parse(&m));
+        }
     }
 }

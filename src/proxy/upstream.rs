@@ -12,6 +12,7 @@ use tokio::net::TcpStream;
 use tokio::time::timeout;
 
 use crate::config::{ClientIdentity, Config, TlsMode};
+use crate::smtp::command::Command;
 use crate::smtp::ehlo::{parse_ehlo, Capabilities};
 use crate::smtp::proxy_header::encode_proxy_v2;
 use crate::smtp::reply::{Reply, ReplyParser};
@@ -111,6 +112,8 @@ impl UpstreamSettings {
 pub struct Upstream {
     stream: Stream,
     rbuf: BytesMut,
+    /// Output buffer reused for every relayed command.
+    wbuf: Vec<u8>,
     parser: ReplyParser,
     reply_timeout: Duration,
     /// What upstream advertised in its last EHLO reply.
@@ -145,6 +148,7 @@ impl Upstream {
         let mut up = Upstream {
             stream,
             rbuf: BytesMut::with_capacity(4096),
+            wbuf: Vec::with_capacity(256),
             parser: ReplyParser::new(),
             reply_timeout: settings.reply_timeout,
             caps: Capabilities::default(),
@@ -180,6 +184,7 @@ impl Upstream {
             let Upstream {
                 stream,
                 rbuf,
+                wbuf,
                 parser,
                 reply_timeout,
                 caps,
@@ -190,6 +195,7 @@ impl Upstream {
             up = Upstream {
                 stream,
                 rbuf,
+                wbuf,
                 parser,
                 reply_timeout,
                 caps,
@@ -240,6 +246,17 @@ impl Upstream {
     /// Writes one command (already in wire form) and reads the whole reply.
     pub async fn command(&mut self, wire: &[u8]) -> Result<Reply, UpstreamError> {
         self.send(wire).await?;
+        self.read_reply().await
+    }
+
+    /// Relays one parsed client command in its canonical wire form and reads the reply.
+    pub async fn relay(&mut self, cmd: &Command) -> Result<Reply, UpstreamError> {
+        let mut wire = std::mem::take(&mut self.wbuf);
+        wire.clear();
+        cmd.write_wire(&mut wire);
+        let sent = self.send(&wire).await;
+        self.wbuf = wire;
+        sent?;
         self.read_reply().await
     }
 
