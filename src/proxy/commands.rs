@@ -230,7 +230,11 @@ impl Session {
     /// then any 421), so a client never misses a success upstream gave.
     pub(super) async fn after_upstream(&mut self, stage: Stage, reply: Reply) -> Option<Reply> {
         let replaceable = !reply.is_completion() && !reply.is_intermediate();
-        match self.policy.after_upstream(stage, &self.facts, &reply).await {
+        let verdict = match self.policy.after_upstream_now(stage, &self.facts, &reply) {
+            Some(v) => v,
+            None => self.policy.after_upstream(stage, &self.facts, &reply).await,
+        };
+        match verdict {
             Verdict::Delay(d) if !self.pause(d).await => {
                 self.client.queue(&reply);
                 self.stopped();
