@@ -709,6 +709,42 @@ impl SessionPolicy for RateSession {
         Box::pin(self.run_check(stage, facts))
     }
 
+    fn check_now(&mut self, stage: Stage, _facts: &Facts) -> Option<Verdict> {
+        {
+            let model = self.inner.current.read().unwrap_or_else(|e| e.into_inner());
+            if model.limits.iter().any(|d| d.stage == stage) {
+                return None;
+            }
+        }
+        // What run_check does when no limit is at this stage.
+        self.cache.start_command();
+        if stage == Stage::Mail {
+            self.cache.reset_message();
+            self.headers.clear();
+        }
+        Some(Verdict::Continue)
+    }
+
+    fn after_upstream_now(
+        &mut self,
+        stage: Stage,
+        _facts: &Facts,
+        _reply: &Reply,
+    ) -> Option<Verdict> {
+        // What after_upstream does when nothing is pending: there is nothing to settle.
+        match stage {
+            Stage::Auth => None,
+            Stage::Mail | Stage::Rcpt if self.step.is_empty() => Some(Verdict::Continue),
+            Stage::Message if self.step.is_empty() && self.txn.is_empty() => {
+                self.headers.clear();
+                self.cache.reset_message();
+                Some(Verdict::Continue)
+            }
+            Stage::Mail | Stage::Rcpt | Stage::Message => None,
+            _ => Some(Verdict::Continue),
+        }
+    }
+
     fn after_upstream<'a>(
         &'a mut self,
         stage: Stage,

@@ -140,6 +140,24 @@ pub trait SessionPolicy: Send {
     /// Judges one event before floodgate acts on it.
     fn check<'a>(&'a mut self, stage: Stage, facts: &'a Facts) -> BoxFuture<'a, Verdict>;
 
+    /// The verdict of [`check`](Self::check) when it can be given without waiting (no limit
+    /// at this stage, say), with the same effect on the policy's state; `None` when `check`
+    /// must be asked. The session asks this first on every event, which spares the boxed
+    /// future of `check` on the common path. The default always defers to `check`.
+    fn check_now(&mut self, _stage: Stage, _facts: &Facts) -> Option<Verdict> {
+        None
+    }
+
+    /// Like [`check_now`](Self::check_now) for [`after_upstream`](Self::after_upstream).
+    fn after_upstream_now(
+        &mut self,
+        _stage: Stage,
+        _facts: &Facts,
+        _reply: &Reply,
+    ) -> Option<Verdict> {
+        None
+    }
+
     /// Learns what upstream answered to something this policy let through (to commit or
     /// refund reservations, feed dynamic multipliers, or slow down failed AUTH). `Delay`
     /// delays the relayed answer; `Reply` and `Disconnect` replace upstream's answer only when
@@ -178,5 +196,13 @@ impl Policy for AllowAll {
 impl SessionPolicy for AllowAll {
     fn check<'a>(&'a mut self, _stage: Stage, _facts: &'a Facts) -> BoxFuture<'a, Verdict> {
         Box::pin(async { Verdict::Continue })
+    }
+
+    fn check_now(&mut self, _stage: Stage, _facts: &Facts) -> Option<Verdict> {
+        Some(Verdict::Continue)
+    }
+
+    fn after_upstream_now(&mut self, _: Stage, _: &Facts, _: &Reply) -> Option<Verdict> {
+        Some(Verdict::Continue)
     }
 }

@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::task::{ready, Poll};
+
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout, Instant};
@@ -11,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::smtp::reply::Reply;
 
+use super::deadline::{Deadline, StopWatch, WaitError};
 use super::stream::Stream;
 
 /// Why no more client input came.
@@ -35,6 +40,10 @@ pub struct ClientConn {
     pub rbuf: BytesMut,
     wbuf: Vec<u8>,
     deadline: Instant,
+    /// The one timer of every read and write wait.
+    timer: Deadline,
+    /// The shutdown token of [`fill`](Self::fill), watched from the session's task.
+    stop: Option<StopWatch>,
 }
 
 impl ClientConn {
@@ -45,6 +54,8 @@ impl ClientConn {
             rbuf: BytesMut::with_capacity(4096),
             wbuf: Vec::with_capacity(1024),
             deadline: session_deadline,
+            timer: Deadline::new(),
+            stop: None,
         }
     }
 
@@ -76,17 +87,17 @@ impl ClientConn {
         let Some(stream) = self.stream.as_mut() else {
             return Ok(());
         };
-        let res = timeout(Duration::from_secs(60), async {
-            stream.write_all(&self.wbuf).await?;
-            stream.flush().await
-        })
-        .await
-        .unwrap_or_else(|_| {
-            Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "client does not read its replies",
-            ))
-        });
+        let res = self
+            .timer
+            .write_all(stream, &self.wbuf, Duration::from_secs(60))
+            .await
+            .map_err(|e| match e {
+                WaitError::Io(e) => e,
+                WaitError::TimedOut => std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "client does not read its replies",
+                ),
+            });
         self.wbuf.clear();
         res
     }
@@ -104,10 +115,11 @@ impl ClientConn {
             return Err(ReadEnd::SessionDeadline);
         }
         let session_left = self.deadline - now;
-        let (wait, end) = if session_left < idle {
-            (session_left, ReadEnd::SessionDeadline)
+        let session_end = session_left < idle;
+        let until = if session_end {
+            self.deadline
         } else {
-            (idle, ReadEnd::Idle)
+            now + idle
         };
         let Some(stream) = self.stream.as_mut() else {
             return Err(ReadEnd::Eof);
@@ -115,15 +127,33 @@ impl ClientConn {
         if self.rbuf.capacity() - self.rbuf.len() < 1024 {
             self.rbuf.reserve(8192);
         }
-        tokio::select! {
-            r = timeout(wait, stream.read_buf(&mut self.rbuf)) => match r {
-                Err(_) => Err(end),
-                Ok(Err(e)) => Err(ReadEnd::Io(e)),
-                Ok(Ok(0)) => Err(ReadEnd::Eof),
-                Ok(Ok(n)) => Ok(n),
-            },
-            _ = stop.cancelled() => Err(ReadEnd::Shutdown),
-        }
+        let watch = match &mut self.stop {
+            Some(w) if w.token() == stop => w,
+            slot => slot.insert(StopWatch::new(stop.clone())),
+        };
+        let timer = &mut self.timer;
+        timer.arm(until);
+        let mut read = pin!(stream.read_buf(&mut self.rbuf));
+        poll_fn(|cx| {
+            // A stop wins over input that keeps coming (fast stop must be prompt).
+            if watch.poll(cx).is_ready() {
+                return Poll::Ready(Err(ReadEnd::Shutdown));
+            }
+            if let Poll::Ready(r) = read.as_mut().poll(cx) {
+                return Poll::Ready(match r {
+                    Err(e) => Err(ReadEnd::Io(e)),
+                    Ok(0) => Err(ReadEnd::Eof),
+                    Ok(n) => Ok(n),
+                });
+            }
+            ready!(timer.poll_expired(cx, until));
+            Poll::Ready(Err(if session_end {
+                ReadEnd::SessionDeadline
+            } else {
+                ReadEnd::Idle
+            }))
+        })
+        .await
     }
 
     /// Upgrades to TLS after a 220 to STARTTLS: every byte the client sent after the

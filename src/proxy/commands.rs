@@ -25,13 +25,13 @@ impl Session {
             Command::Data => self.data().await,
             Command::Bdat { size, .. } => self.bdat_refused(size).await,
             Command::Rset => {
-                let r = self.up()?.command(&cmd.to_wire()).await?;
+                let r = self.up()?.relay(&cmd).await?;
                 self.reset_txn();
                 self.client.queue(&r);
                 Ok(Flow::Next)
             }
             Command::Noop | Command::Help | Command::Vrfy(_) | Command::Expn(_) => {
-                let r = self.up()?.command(&cmd.to_wire()).await?;
+                let r = self.up()?.relay(&cmd).await?;
                 self.client.queue(&r);
                 Ok(Flow::Next)
             }
@@ -96,7 +96,7 @@ impl Session {
                 None => warn!("upstream does not offer XCLIENT; it sees floodgate's address"),
             }
         }
-        let reply = self.up()?.command(&cmd.to_wire()).await?;
+        let reply = self.up()?.relay(cmd).await?;
         if reply.is_completion() {
             self.helo_seen = true;
             self.reset_txn();
@@ -179,7 +179,7 @@ impl Session {
             }
             Judged::Close => return Ok(Flow::Close),
         }
-        let reply = self.up()?.command(&cmd.to_wire()).await?;
+        let reply = self.up()?.relay(cmd).await?;
         let Some(reply) = self.after_upstream(Stage::Mail, reply).await else {
             return Ok(Flow::Close);
         };
@@ -212,7 +212,7 @@ impl Session {
             Judged::Answered => return Ok(Flow::Next),
             Judged::Close => return Ok(Flow::Close),
         }
-        let reply = self.up()?.command(&cmd.to_wire()).await?;
+        let reply = self.up()?.relay(cmd).await?;
         let Some(reply) = self.after_upstream(Stage::Rcpt, reply).await else {
             return Ok(Flow::Close);
         };
@@ -230,7 +230,11 @@ impl Session {
     /// then any 421), so a client never misses a success upstream gave.
     pub(super) async fn after_upstream(&mut self, stage: Stage, reply: Reply) -> Option<Reply> {
         let replaceable = !reply.is_completion() && !reply.is_intermediate();
-        match self.policy.after_upstream(stage, &self.facts, &reply).await {
+        let verdict = match self.policy.after_upstream_now(stage, &self.facts, &reply) {
+            Some(v) => v,
+            None => self.policy.after_upstream(stage, &self.facts, &reply).await,
+        };
+        match verdict {
             Verdict::Delay(d) if !self.pause(d).await => {
                 self.client.queue(&reply);
                 self.stopped();

@@ -13,12 +13,35 @@ use super::upstream::UpstreamError;
 
 type Handled = Result<Flow, UpstreamError>;
 
+/// A message buffer to keep for the session's next message: small ones only, so a session
+/// that once relayed a large message does not hold its memory.
+fn keep_small(buf: Vec<u8>) -> Vec<u8> {
+    if buf.capacity() <= 1 << 20 {
+        buf
+    } else {
+        Vec::new()
+    }
+}
+
+/// The header parser of [`header_fields`]: From and Message-ID parsed as mail-parser always
+/// parses them, every other field skipped to its end (parsing Date, Received and the rest
+/// only to throw them away was most of the cost of reading the header section).
+fn header_parser() -> &'static mail_parser::MessageParser {
+    static PARSER: std::sync::OnceLock<mail_parser::MessageParser> = std::sync::OnceLock::new();
+    PARSER.get_or_init(|| {
+        mail_parser::MessageParser::new()
+            .header_address(mail_parser::HeaderName::From)
+            .header_id(mail_parser::HeaderName::MessageId)
+            .default_header_ignore()
+    })
+}
+
 /// From and Message-ID of a message, read from its header section only.
 fn header_fields(body: &[u8]) -> (Option<String>, Option<String>) {
     let end = memchr::memmem::find(body, b"\r\n\r\n")
         .map(|p| p + 4)
         .unwrap_or(body.len());
-    let Some(msg) = mail_parser::MessageParser::new().parse_headers(&body[..end]) else {
+    let Some(msg) = header_parser().parse_headers(&body[..end]) else {
         return (None, None);
     };
     let from = msg
@@ -53,7 +76,9 @@ impl Session {
         let max = cfg.smtp.max_message_size;
         let mut decoder = DataDecoder::new(cfg.smtp.max_text_line, bare, max);
         let hint = usize::try_from(self.facts.message_size.min(max)).unwrap_or(0);
-        let mut body = Vec::with_capacity(hint.clamp(4096, 1 << 24));
+        let mut body = std::mem::take(&mut self.spool);
+        body.clear();
+        body.reserve(hint.clamp(4096, 1 << 24));
         let data_deadline = tokio::time::Instant::now() + cfg.timeouts.data.0;
         loop {
             if decoder.feed(&mut self.client.rbuf, &mut body) {
@@ -93,6 +118,7 @@ impl Session {
             }
         }
         let reply = self.relay_message(&body).await?;
+        self.spool = keep_small(body);
         if reply.is_completion() {
             self.tally.messages += 1;
             self.tally.recipients += self.rcpts.len() as u64;
@@ -134,7 +160,9 @@ impl Session {
             return Ok(r);
         }
         let headers = self.policy.message_headers();
-        let mut wire = Vec::with_capacity(body.len() + body.len() / 64 + 8);
+        let mut wire = std::mem::take(&mut self.wire);
+        wire.clear();
+        wire.reserve(body.len() + body.len() / 64 + 8);
         for h in &headers {
             // Header lines from the policy are floodgate's own text; keep them single lines.
             let clean: String = h.chars().filter(|c| *c != '\r' && *c != '\n').collect();
@@ -143,8 +171,10 @@ impl Session {
         }
         encode_data(body, &mut wire);
         let up = self.up()?;
-        up.send(&wire).await?;
-        up.read_reply().await
+        let sent = up.send(&wire).await;
+        self.wire = keep_small(wire);
+        sent?;
+        self.up()?.read_reply().await
     }
 
     /// Ends the upstream transaction after floodgate refused a message (RSET, reply
@@ -185,5 +215,113 @@ impl Session {
             502,
             "5.5.1 Error: BDAT not available, CHUNKING is not offered",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::header_fields;
+    use proptest::prelude::*;
+
+    /// What `header_fields` answered before it skipped the other fields: mail-parser with
+    /// every field parsed.
+    fn full_parse(body: &[u8]) -> (Option<String>, Option<String>) {
+        let end = memchr::memmem::find(body, b"\r\n\r\n")
+            .map(|p| p + 4)
+            .unwrap_or(body.len());
+        let Some(msg) = mail_parser::MessageParser::new().parse_headers(&body[..end]) else {
+            return (None, None);
+        };
+        let from = msg
+            .from()
+            .and_then(|a| a.first())
+            .and_then(|a| a.address())
+            .map(str::to_string);
+        (from, msg.message_id().map(str::to_string))
+    }
+
+    #[test]
+    fn reads_from_and_message_id() {
+        let m = b"Date: Sat, 21 Nov 2026 10:00:00 +0000\r\nFrom: A <a@example.org>\r\n\
+                  Subject: =?utf-8?q?hi?=\r\nMessage-ID: <1@x>\r\n\r\nbody\r\n";
+        assert_eq!(
+            header_fields(m),
+            (Some("a@example.org".into()), Some("1@x".into()))
+        );
+        assert_eq!(
+            header_fields(b"\r\nFrom: a@b\r\n"),
+            full_parse(b"\r\nFrom: a@b\r\n")
+        );
+        assert_eq!(header_fields(b""), (None, None));
+    }
+
+    fn field() -> impl Strategy<Value = Vec<u8>> {
+        let name = prop_oneof![
+            Just("From"),
+            Just("from"),
+            Just("FROM "),
+            Just("Message-ID"),
+            Just("Message-Id"),
+            Just("Date"),
+            Just("Subject"),
+            Just("Received"),
+            Just("Content-Type"),
+            Just("To"),
+            Just("Resent-From"),
+            Just("X-Other"),
+            Just("References"),
+            Just("Keywords"),
+        ];
+        let value = proptest::collection::vec(
+            prop_oneof![
+                Just(&b" "[..]),
+                Just(&b"a@b.example"[..]),
+                Just(&b"<"[..]),
+                Just(&b">"[..]),
+                Just(&b"\""[..]),
+                Just(&b"("[..]),
+                Just(&b")"[..]),
+                Just(&b","[..]),
+                Just(&b";"[..]),
+                Just(&b":"[..]),
+                Just(&b"\r\n "[..]),
+                Just(&b"\r\n\t"[..]),
+                Just(&b"\n"[..]),
+                Just(&b"\r"[..]),
+                Just(&b"=?utf-8?q?x_y?="[..]),
+                Just(&b"Mon, 1 Jan 2024 00:00:00 +0000"[..]),
+                Just(&b"\xc3\xa9"[..]),
+                Just(&b"\xff"[..]),
+                Just(&b"Name"[..]),
+                Just(&b"@"[..]),
+                Just(&b"multipart/mixed; boundary=x"[..]),
+            ],
+            0..8,
+        );
+        (name, any::<bool>(), value).prop_map(|(n, colon, v)| {
+            let mut f = n.as_bytes().to_vec();
+            if colon {
+                f.push(b':');
+            }
+            f.extend(v.concat());
+            f.extend_from_slice(b"\r\n");
+            f
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Skipping the other fields never changes what is read from From and Message-ID.
+        #[test]
+        fn same_answer_as_parsing_every_field(
+            fields in proptest::collection::vec(field(), 0..8),
+            body in proptest::collection::vec(any::<u8>(), 0..20),
+        ) {
+            let mut m = fields.concat();
+            m.extend_from_slice(b"\r\n");
+            m.extend(body);
+            prop_assert_eq!(header_fields(&m), full_parse(&m));
+        }
     }
 }

@@ -6,6 +6,7 @@ mod auth;
 pub mod client;
 mod commands;
 mod data;
+mod deadline;
 pub mod session;
 pub mod stream;
 pub mod upstream;

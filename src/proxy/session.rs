@@ -90,6 +90,9 @@ pub struct Session {
     pub(super) peer: SocketAddr,
     pub(super) local: SocketAddr,
     pub(super) tally: Tally,
+    /// Buffers of the last message (spooled body, wire form), kept for the next one.
+    pub(super) spool: Vec<u8>,
+    pub(super) wire: Vec<u8>,
 }
 
 impl Session {
@@ -132,6 +135,8 @@ impl Session {
             peer,
             local,
             tally: Tally::default(),
+            spool: Vec::new(),
+            wire: Vec::new(),
         };
         let end = s.serve().await;
         if s.in_txn {
@@ -330,7 +335,10 @@ impl Session {
 
     /// Asks the policy about `stage` and applies delays; replies it gives are queued.
     pub(super) async fn judge(&mut self, stage: Stage) -> Judged {
-        let verdict = self.policy.check(stage, &self.facts).await;
+        let verdict = match self.policy.check_now(stage, &self.facts) {
+            Some(v) => v,
+            None => self.policy.check(stage, &self.facts).await,
+        };
         self.apply(verdict, stage).await
     }
 

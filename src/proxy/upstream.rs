@@ -7,16 +7,18 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::time::timeout;
+use tokio::time::{timeout, Instant};
 
 use crate::config::{ClientIdentity, Config, TlsMode};
+use crate::smtp::command::Command;
 use crate::smtp::ehlo::{parse_ehlo, Capabilities};
 use crate::smtp::proxy_header::encode_proxy_v2;
 use crate::smtp::reply::{Reply, ReplyParser};
 use crate::smtp::xclient::{xclient_command, XclientAttrs};
 
+use super::deadline::{Deadline, WaitError};
 use super::stream::Stream;
 
 /// How to reach upstream, prepared once per config.
@@ -111,6 +113,10 @@ impl UpstreamSettings {
 pub struct Upstream {
     stream: Stream,
     rbuf: BytesMut,
+    /// Output buffer reused for every relayed command.
+    wbuf: Vec<u8>,
+    /// The one timer of every wait on upstream.
+    timer: Deadline,
     parser: ReplyParser,
     reply_timeout: Duration,
     /// What upstream advertised in its last EHLO reply.
@@ -145,6 +151,8 @@ impl Upstream {
         let mut up = Upstream {
             stream,
             rbuf: BytesMut::with_capacity(4096),
+            wbuf: Vec::with_capacity(256),
+            timer: Deadline::new(),
             parser: ReplyParser::new(),
             reply_timeout: settings.reply_timeout,
             caps: Capabilities::default(),
@@ -180,6 +188,8 @@ impl Upstream {
             let Upstream {
                 stream,
                 rbuf,
+                wbuf,
+                timer,
                 parser,
                 reply_timeout,
                 caps,
@@ -190,6 +200,8 @@ impl Upstream {
             up = Upstream {
                 stream,
                 rbuf,
+                wbuf,
+                timer,
                 parser,
                 reply_timeout,
                 caps,
@@ -227,14 +239,13 @@ impl Upstream {
 
     /// Writes bytes and flushes.
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), UpstreamError> {
-        let t = self.reply_timeout;
-        timeout(t, async {
-            self.stream.write_all(bytes).await?;
-            self.stream.flush().await
-        })
-        .await
-        .map_err(|_| UpstreamError::Timeout("accepting data"))?
-        .map_err(UpstreamError::Lost)
+        self.timer
+            .write_all(&mut self.stream, bytes, self.reply_timeout)
+            .await
+            .map_err(|e| match e {
+                WaitError::TimedOut => UpstreamError::Timeout("accepting data"),
+                WaitError::Io(e) => UpstreamError::Lost(e),
+            })
     }
 
     /// Writes one command (already in wire form) and reads the whole reply.
@@ -243,31 +254,43 @@ impl Upstream {
         self.read_reply().await
     }
 
+    /// Relays one parsed client command in its canonical wire form and reads the reply.
+    pub async fn relay(&mut self, cmd: &Command) -> Result<Reply, UpstreamError> {
+        let mut wire = std::mem::take(&mut self.wbuf);
+        wire.clear();
+        cmd.write_wire(&mut wire);
+        let sent = self.send(&wire).await;
+        self.wbuf = wire;
+        sent?;
+        self.read_reply().await
+    }
+
     /// Reads one complete (possibly multi-line) reply.
     pub async fn read_reply(&mut self) -> Result<Reply, UpstreamError> {
-        let t = self.reply_timeout;
-        timeout(t, async {
-            loop {
-                match self.parser.parse(&mut self.rbuf) {
-                    Ok(Some(r)) => return Ok(r),
-                    Ok(None) => {}
-                    Err(e) => return Err(UpstreamError::Protocol(e.to_string())),
-                }
-                let n = self
-                    .stream
-                    .read_buf(&mut self.rbuf)
-                    .await
-                    .map_err(UpstreamError::Lost)?;
-                if n == 0 {
-                    return Err(UpstreamError::Lost(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "upstream closed the connection",
-                    )));
-                }
+        // The whole reply within the timeout, however many reads it takes.
+        let mut until = None;
+        loop {
+            match self.parser.parse(&mut self.rbuf) {
+                Ok(Some(r)) => return Ok(r),
+                Ok(None) => {}
+                Err(e) => return Err(UpstreamError::Protocol(e.to_string())),
             }
-        })
-        .await
-        .map_err(|_| UpstreamError::Timeout("waiting for a reply"))?
+            let until = *until.get_or_insert_with(|| Instant::now() + self.reply_timeout);
+            let n = self
+                .timer
+                .read_buf(&mut self.stream, &mut self.rbuf, until)
+                .await
+                .map_err(|e| match e {
+                    WaitError::TimedOut => UpstreamError::Timeout("waiting for a reply"),
+                    WaitError::Io(e) => UpstreamError::Lost(e),
+                })?;
+            if n == 0 {
+                return Err(UpstreamError::Lost(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "upstream closed the connection",
+                )));
+            }
+        }
     }
 
     /// Sends QUIT and closes, waiting briefly for the 221 (errors ignored: we are leaving).

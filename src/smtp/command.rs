@@ -377,21 +377,32 @@ impl Command {
     /// every command [`parse_command`] produces.
     pub fn to_wire(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
+        self.write_wire(&mut out);
+        out
+    }
+
+    /// Appends [`to_wire`](Self::to_wire)'s bytes to `out` (the session reuses one buffer
+    /// per upstream connection, so relaying a command allocates nothing).
+    pub fn write_wire(&self, out: &mut Vec<u8>) {
         let simple = |out: &mut Vec<u8>, verb: &str, arg: &str| {
             out.extend_from_slice(verb.as_bytes());
             out.push(b' ');
             out.extend_from_slice(arg.as_bytes());
         };
         match self {
-            Command::Helo(d) => simple(&mut out, "HELO", d),
-            Command::Ehlo(d) => simple(&mut out, "EHLO", d),
+            Command::Helo(d) => simple(out, "HELO", d),
+            Command::Ehlo(d) => simple(out, "EHLO", d),
             Command::Mail(m) => {
-                out.extend_from_slice(format!("MAIL FROM:{}", m.sender).as_bytes());
-                push_params(&mut out, &m.params);
+                out.extend_from_slice(b"MAIL FROM:<");
+                out.extend_from_slice(m.sender.as_str().as_bytes());
+                out.push(b'>');
+                push_params(out, &m.params);
             }
             Command::Rcpt(r) => {
-                out.extend_from_slice(format!("RCPT TO:{}", r.recipient).as_bytes());
-                push_params(&mut out, &r.params);
+                out.extend_from_slice(b"RCPT TO:<");
+                out.extend_from_slice(r.recipient.as_str().as_bytes());
+                out.push(b'>');
+                push_params(out, &r.params);
             }
             Command::Data => out.extend_from_slice(b"DATA"),
             Command::Bdat { size, last } => {
@@ -404,8 +415,8 @@ impl Command {
             Command::Noop => out.extend_from_slice(b"NOOP"),
             Command::Quit => out.extend_from_slice(b"QUIT"),
             Command::Help => out.extend_from_slice(b"HELP"),
-            Command::Vrfy(s) => simple(&mut out, "VRFY", s),
-            Command::Expn(s) => simple(&mut out, "EXPN", s),
+            Command::Vrfy(s) => simple(out, "VRFY", s),
+            Command::Expn(s) => simple(out, "EXPN", s),
             Command::StartTls => out.extend_from_slice(b"STARTTLS"),
             Command::Auth { mechanism, initial } => {
                 out.extend_from_slice(b"AUTH ");
@@ -418,7 +429,6 @@ impl Command {
             Command::Unknown(v) => out.extend_from_slice(v.as_bytes()),
         }
         out.extend_from_slice(b"\r\n");
-        out
     }
 
     /// Whether RFC 2920 requires this command to be the last of a pipelined
