@@ -13,11 +13,13 @@
 //! | [`server`] | listeners, admission, signals, reload, shutdown |
 //! | [`config`] | the TOML configuration model and its validation |
 //! | [`tls`] | rustls configurations (crypto provider: ring) |
+//! | [`report`] | the event log for measurement, `floodgate report`, alert delivery |
 
 pub mod config;
 pub mod limit;
 pub mod policy;
 pub mod proxy;
+pub mod report;
 pub mod server;
 pub mod simulate;
 pub mod smtp;

@@ -1,4 +1,4 @@
-//! The floodgate command line: `run`, `check`, `simulate`.
+//! The floodgate command line: `run`, `check`, `simulate`, `report`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -44,6 +44,34 @@ enum Cmd {
         /// Events, one JSON object a line; standard input when absent.
         file: Option<PathBuf>,
     },
+    /// Measure before limiting: per-key peaks of each limit from the event log, with a
+    /// suggested limit above all ordinary usage.
+    Report(ReportArgs),
+}
+
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// The config file (its limits, and `[report] events`).
+    #[arg(long, short, default_value = "conf/floodgate.toml")]
+    config: PathBuf,
+    /// The event log; `[report] events` when absent.
+    #[arg(long)]
+    events: Option<PathBuf>,
+    /// Only events from this time: RFC 3339 or a duration back from now (`24h`).
+    #[arg(long)]
+    since: Option<String>,
+    /// Only events before this time: RFC 3339 or a duration back from now.
+    #[arg(long)]
+    until: Option<String>,
+    /// Only this limit.
+    #[arg(long)]
+    limit: Option<String>,
+    /// Keys listed per limit.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 fn main() -> ExitCode {
@@ -52,6 +80,7 @@ fn main() -> ExitCode {
         Cmd::Run { config } => run(config),
         Cmd::Check { config } => check(config),
         Cmd::Simulate { limit, file } => simulate(&limit, file),
+        Cmd::Report(args) => report(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -88,6 +117,8 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let store = open_store(&config.store)?;
         let policy = build_policy(&config, store.as_store());
+        let observers = floodgate::report::Observers::start(&config)?;
+        policy.observe(observers.clone());
         let store_stop = tokio_util::sync::CancellationToken::new();
         let store_tasks = spawn_store_tasks(&store, &config.store, store_stop.clone());
         for w in warnings(&config.policy) {
@@ -106,6 +137,9 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let control = server.control();
         tokio::spawn(signals(control, sigs));
         server.run().await;
+        if !observers.events().drain(std::time::Duration::from_secs(5)) {
+            warn!("event log: not every event was written before exit");
+        }
         store_stop.cancel();
         let _ = store_tasks.await;
         Ok(())
@@ -214,6 +248,38 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
         st.idle_ttl
     )?;
     check_store(&config.store, &mut out)?;
+    if let Some(e) = &config.report.events {
+        writeln!(
+            out,
+            "report: events={} max_size={} queue={}",
+            e.display(),
+            config
+                .report
+                .max_size
+                .map_or("(none)".into(), |s| s.to_string()),
+            config.report.queue
+        )?;
+    }
+    if let Some(a) = &config.alerts {
+        writeln!(
+            out,
+            "alerts: period={} max_per_minute={} max_keys={} webhook={} command={}",
+            a.period
+                .map_or("(each limit's)".into(), |p| format!("{}s", p.as_secs_f64())),
+            a.max_per_minute,
+            a.max_keys,
+            a.webhook.as_ref().map_or("(none)".into(), |u| format!(
+                "{}://{}:{}{}",
+                if u.tls { "https" } else { "http" },
+                u.host,
+                u.port,
+                u.path
+            )),
+            a.command
+                .as_ref()
+                .map_or("(none)".into(), |c| format!("{c:?}"))
+        )?;
+    }
     for line in describe(&config.policy) {
         writeln!(out, "{line}")?;
     }
@@ -273,5 +339,46 @@ fn simulate(limit: &str, file: Option<PathBuf>) -> anyhow::Result<()> {
         }
         None => floodgate::simulate::run(limit, std::io::stdin().lock(), out)?,
     }
+    Ok(())
+}
+
+fn report(a: ReportArgs) -> anyhow::Result<()> {
+    use floodgate::report::{analyze, render, time};
+    let config = Config::load(&a.config)?;
+    let path = match a.events.or_else(|| config.report.events.clone()) {
+        Some(p) => p,
+        None => anyhow::bail!(
+            "no event log: give --events PATH or set [report] events in {}",
+            a.config.display()
+        ),
+    };
+    let now = floodgate::store::now_micros();
+    let at = |t: &Option<String>, what: &str| -> anyhow::Result<Option<i64>> {
+        t.as_deref()
+            .map(|s| time::parse_time_arg(s, now).with_context(|| format!("--{what}")))
+            .transpose()
+    };
+    let opts = analyze::Options {
+        since_us: at(&a.since, "since")?,
+        until_us: at(&a.until, "until")?,
+        limit: a.limit,
+        top: a.top,
+    };
+    let file =
+        std::fs::File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    let r = analyze::analyze(
+        &config.policy,
+        &path.display().to_string(),
+        std::io::BufReader::new(file),
+        &opts,
+    )?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &r)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(render::text(&r).as_bytes())?;
+    }
+    out.flush()?;
     Ok(())
 }

@@ -320,6 +320,10 @@ struct RawConfig {
     limit: Vec<LimitConfig>,
     #[serde(default)]
     auth_failures: AuthFailuresConfig,
+    #[serde(default)]
+    report: crate::report::ReportConfig,
+    #[serde(default)]
+    alerts: Option<crate::policy::alert::AlertsConfig>,
 }
 
 /// A validated configuration.
@@ -345,6 +349,10 @@ pub struct Config {
     pub log: LogConfig,
     /// `[lists]`, `[[limit]]` and `[auth_failures]`, compiled and checked.
     pub policy: std::sync::Arc<crate::policy::model::PolicyModel>,
+    /// `[report]`: the event log for measurement.
+    pub report: crate::report::ReportSettings,
+    /// `[alerts]`; `None` when absent or disabled.
+    pub alerts: Option<crate::policy::alert::AlertSettings>,
 }
 
 impl Config {
@@ -445,6 +453,11 @@ impl Config {
             },
             &|span, message| at(span, message),
         )?;
+        let report = raw.report.compile(&base, &at)?;
+        let alerts = match &raw.alerts {
+            Some(a) => a.compile(&base, &at)?,
+            None => None,
+        };
         Ok(Config {
             path: path.to_path_buf(),
             server: raw.server,
@@ -456,6 +469,8 @@ impl Config {
             store,
             log: raw.log,
             policy: std::sync::Arc::new(policy),
+            report,
+            alerts,
         })
     }
 

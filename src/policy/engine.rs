@@ -28,6 +28,7 @@ use std::sync::{Arc, RwLock};
 use tracing::{info, warn};
 
 use super::action::{self, header_line, var_value, Outcome};
+use super::alert::{Crossed, Evaluated, Observer};
 use super::authdelay;
 use super::concurrency::{SlotGuard, Slots};
 use super::model::{Action, Counted, LimitDef, PolicyModel, RateDef};
@@ -64,6 +65,8 @@ struct Inner {
     store: Arc<dyn Store>,
     slots: Arc<Slots>,
     clock: Clock,
+    /// The event log and alerts, when installed.
+    observer: std::sync::OnceLock<Arc<dyn Observer>>,
 }
 
 /// The floodgate policy: the current generation of limits over one store that outlives
@@ -88,6 +91,7 @@ impl RatePolicy {
                 store,
                 slots: Arc::new(Slots::default()),
                 clock,
+                observer: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -99,6 +103,12 @@ impl RatePolicy {
             .current
             .write()
             .unwrap_or_else(|e| e.into_inner()) = model;
+    }
+
+    /// Installs the observer that sees every evaluation and every limit over (the event log
+    /// and alerts); it is told of reloads too. Only the first call takes effect.
+    pub fn observe(&self, observer: Arc<dyn Observer>) {
+        let _ = self.inner.observer.set(observer);
     }
 
     /// The generation in force.
@@ -128,6 +138,9 @@ impl Policy for RatePolicy {
 
     fn reload(&self, config: &crate::config::Config) {
         self.install(config.policy.clone());
+        if let Some(o) = self.inner.observer.get() {
+            o.reload(config);
+        }
     }
 }
 
@@ -191,6 +204,8 @@ struct Eval<'m> {
     def: &'m LimitDef,
     class: Class,
     key: String,
+    /// The key text (for the observer).
+    key_text: String,
     req: Option<LimitRequest>,
     outcome: Outcome,
     slot: Option<SlotGuard>,
@@ -366,10 +381,24 @@ impl RateSession {
                 RateDef::Gcra(_) => Class::Now,
             };
             let key = req.key.clone();
+            if let Some(o) = self.inner.observer.get() {
+                // Evaluations only: cached answers and concurrency slots are not; auth
+                // failures are told when they happen (auth_result).
+                if !matches!(class, Class::Cached | Class::Slot) && !auth_fail {
+                    o.evaluated(&Evaluated {
+                        def,
+                        key: &key_text,
+                        count: req.count,
+                        unique: req.unique.as_deref(),
+                        time_us: now_us,
+                    });
+                }
+            }
             evals.push(Eval {
                 def,
                 class,
                 key,
+                key_text,
                 req: Some(req),
                 outcome,
                 slot: None,
@@ -546,6 +575,16 @@ impl RateSession {
                 user = facts.user.as_deref().unwrap_or(""),
                 "rate limit over"
             );
+            if let Some(o) = self.inner.observer.get() {
+                o.crossed(&Crossed {
+                    def: e.def,
+                    key: &e.key_text,
+                    outcome: &e.outcome,
+                    stage,
+                    facts,
+                    time_us: now_us,
+                });
+            }
             if strongest.is_none_or(|s| e.def.action.rank() > s.def.action.rank()) {
                 strongest = Some(e);
             }
@@ -646,6 +685,15 @@ impl RateSession {
                 None => facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
             };
             let (mut req, _) = request(def, &model, Stage::Auth, facts, &key_text);
+            if let Some(o) = self.inner.observer.get() {
+                o.evaluated(&Evaluated {
+                    def,
+                    key: &key_text,
+                    count: req.count,
+                    unique: req.unique.as_deref(),
+                    time_us: (self.inner.clock)(),
+                });
+            }
             req.blocking = false;
             if let Algorithm::Bucket { op, .. } = &mut req.algorithm {
                 *op = BucketOp::Commit(Spamminess::Other);

@@ -9,11 +9,13 @@
 //! * [`model`]: `[[limit]]` compiled and checked (compiled in `compile.rs`);
 //! * [`engine`]: [`RatePolicy`], deciding all limits of a stage as one;
 //! * [`action`]: countermeasures and reply texts;
+//! * [`alert`]: alerts when a key first crosses a limit, and the engine's [`alert::Observer`] hook;
 //! * [`authdelay`]: timeouts, not lockouts, after failed AUTH;
 //! * [`concurrency`]: sessions at once;
 //! * [`describe`]: what `floodgate check` prints, and its warnings.
 
 pub mod action;
+pub mod alert;
 pub mod authdelay;
 mod compile;
 pub mod concurrency;

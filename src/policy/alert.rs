@@ -1,0 +1,489 @@
+//! Alerts: one event when a key first crosses a limit in a period, and the hook through
+//! which the engine reports what it sees ([`Observer`]: every evaluation, for the event log
+//! of `floodgate report`; every limit that is over, for alerts).
+//!
+//! The decision here is cheap and synchronous (a map lookup under a mutex, only for limits
+//! that are over); delivery (log line, webhook, command) runs elsewhere, off the session
+//! path, fed through a bounded queue ([`Alerter::new`] returns its receiving end).
+//!
+//! # The alert, a stable JSON shape
+//!
+//! ```json
+//! {"event":"floodgate.alert","limit":"hermes-per-user","key":"alice","rate":101.2,
+//!  "limit_value":"100","period":"1h","action":"warn","stage":"mail",
+//!  "first_at":"2025-01-31T12:00:00.123456Z","client_ip":"192.0.2.7","user":"alice",
+//!  "host":"ppsw.example.ac.uk","suppressed":0}
+//! ```
+//!
+//! * `key`: the key text of the limit (the expanded key, or the client IP when the limit has
+//!   none), as in the event log; `rate`: the rate or level that crossed (`$sender_rate`);
+//!   `limit_value` and `period`: `$sender_rate_limit` and `$sender_rate_period` as text;
+//! * `first_at`: when the key crossed (RFC 3339, UTC); `client_ip` and `user` (`null` when
+//!   not authenticated) of the session that crossed it;
+//! * `suppressed`: alerts not delivered since the previous delivered one (`max_per_minute`).
+//!
+//! When alerts were suppressed and no later alert reported them, a summary follows at the
+//! end of the minute: `{"event":"floodgate.alert.suppressed","suppressed":<n>,
+//! "from":"<RFC 3339>","to":"<RFC 3339>","host":".."}`. Fields may be added; none will be
+//! renamed or removed.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use super::action::Outcome;
+use super::model::{LimitDef, RateDef};
+use super::{Facts, Stage};
+use crate::config::{parse_duration, Config, ConfigError};
+use crate::report::http::Url;
+use crate::report::time::rfc3339;
+
+/// What the engine tells an observer about one evaluation of one limit (one store
+/// request, not a cached answer).
+#[derive(Clone, Copy, Debug)]
+pub struct Evaluated<'a> {
+    /// The limit.
+    pub def: &'a LimitDef,
+    /// The key text (the expanded key, or the client IP when the limit has none).
+    pub key: &'a str,
+    /// The amount offered.
+    pub count: f64,
+    /// The value tested against the key's unique set, for unique limits.
+    pub unique: Option<&'a str>,
+    /// When (the policy clock, microseconds since the Unix epoch).
+    pub time_us: i64,
+}
+
+/// A limit that is over for one event.
+#[derive(Clone, Copy, Debug)]
+pub struct Crossed<'a> {
+    /// The limit.
+    pub def: &'a LimitDef,
+    /// The key text.
+    pub key: &'a str,
+    /// The rate, limit and period.
+    pub outcome: &'a Outcome,
+    /// Where.
+    pub stage: Stage,
+    /// The session's facts (client IP, user).
+    pub facts: &'a Facts,
+    /// When (microseconds since the Unix epoch).
+    pub time_us: i64,
+}
+
+/// Sees what the engine decides. Every method runs on the session path: it must be cheap
+/// and never block (queue work elsewhere).
+pub trait Observer: Send + Sync {
+    /// One evaluation of a limit (warn-mode limits included).
+    fn evaluated(&self, e: &Evaluated<'_>);
+    /// A limit is over for one event.
+    fn crossed(&self, c: &Crossed<'_>);
+    /// A new configuration is in force (SIGHUP).
+    fn reload(&self, config: &Config);
+}
+
+/// `[alerts]` as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// Alerts on or off (default on when the section is present).
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Alert a key again after this long; default: the limit's own period.
+    #[serde(default)]
+    pub period: Option<Spanned<String>>,
+    /// Alerts delivered per minute at most (default 60); more are counted as suppressed.
+    #[serde(default)]
+    pub max_per_minute: Option<Spanned<i64>>,
+    /// Keys remembered as already alerted at most (default 100000).
+    #[serde(default)]
+    pub max_keys: Option<Spanned<i64>>,
+    /// POST each alert here (`http://host:port/path` or `https://...`).
+    #[serde(default)]
+    pub webhook: Option<Spanned<String>>,
+    /// CA bundle for an https webhook; the system roots when absent.
+    #[serde(default)]
+    pub ca_file: Option<Spanned<String>>,
+    /// Time limit of one webhook delivery (default 5s).
+    #[serde(default)]
+    pub webhook_timeout: Option<Spanned<String>>,
+    /// Run this program (no shell) with the alert as JSON on stdin.
+    #[serde(default)]
+    pub command: Option<Spanned<Vec<String>>>,
+    /// Time limit of one command run (default 10s); it is killed after.
+    #[serde(default)]
+    pub command_timeout: Option<Spanned<String>>,
+}
+
+/// `[alerts]`, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AlertSettings {
+    /// Fixed re-alert period; `None`: each limit's own period.
+    pub period: Option<Duration>,
+    /// Delivered alerts per minute at most.
+    pub max_per_minute: u32,
+    /// Remembered keys at most.
+    pub max_keys: usize,
+    /// The webhook.
+    pub webhook: Option<Url>,
+    /// CA bundle for an https webhook.
+    pub ca_file: Option<PathBuf>,
+    /// Webhook time limit.
+    pub webhook_timeout: Duration,
+    /// The command and its arguments.
+    pub command: Option<Vec<String>>,
+    /// Command time limit.
+    pub command_timeout: Duration,
+}
+
+impl Default for AlertSettings {
+    fn default() -> Self {
+        AlertSettings {
+            period: None,
+            max_per_minute: 60,
+            max_keys: 100_000,
+            webhook: None,
+            ca_file: None,
+            webhook_timeout: Duration::from_secs(5),
+            command: None,
+            command_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl AlertsConfig {
+    /// Validates the section; `None` when alerts are off. `base` anchors relative paths;
+    /// `at` names the config position of an error.
+    pub fn compile(
+        &self,
+        base: &Path,
+        at: &dyn Fn(Range<usize>, String) -> ConfigError,
+    ) -> Result<Option<AlertSettings>, ConfigError> {
+        if self.enabled == Some(false) {
+            return Ok(None);
+        }
+        let mut s = AlertSettings::default();
+        let dur = |v: &Spanned<String>, what: &str| {
+            let d = parse_duration(v.get_ref())
+                .map_err(|e| at(v.span(), format!("[alerts] {what}: {e}")))?;
+            if d.is_zero() {
+                return Err(at(v.span(), format!("[alerts] {what} must be positive")));
+            }
+            Ok(d)
+        };
+        if let Some(p) = &self.period {
+            s.period = Some(dur(p, "period")?);
+        }
+        if let Some(t) = &self.webhook_timeout {
+            s.webhook_timeout = dur(t, "webhook_timeout")?;
+        }
+        if let Some(t) = &self.command_timeout {
+            s.command_timeout = dur(t, "command_timeout")?;
+        }
+        if let Some(n) = &self.max_per_minute {
+            s.max_per_minute = u32::try_from(*n.get_ref())
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| {
+                    at(
+                        n.span(),
+                        "[alerts] max_per_minute must be a positive number".into(),
+                    )
+                })?;
+        }
+        if let Some(n) = &self.max_keys {
+            s.max_keys = usize::try_from(*n.get_ref())
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| {
+                    at(
+                        n.span(),
+                        "[alerts] max_keys must be a positive number".into(),
+                    )
+                })?;
+        }
+        if let Some(w) = &self.webhook {
+            let url = Url::parse(w.get_ref())
+                .map_err(|e| at(w.span(), format!("[alerts] webhook: {e}")))?;
+            s.webhook = Some(url);
+        }
+        if let Some(c) = &self.ca_file {
+            let p = PathBuf::from(c.get_ref());
+            let p = if p.is_absolute() { p } else { base.join(p) };
+            if !p.is_file() {
+                return Err(at(
+                    c.span(),
+                    format!("[alerts] ca_file {} is not a readable file", p.display()),
+                ));
+            }
+            s.ca_file = Some(p);
+        }
+        if let Some(c) = &self.command {
+            let argv = c.get_ref();
+            let Some(prog) = argv.first() else {
+                return Err(at(
+                    c.span(),
+                    "[alerts] command needs at least the program".into(),
+                ));
+            };
+            if !Path::new(prog).is_absolute() {
+                return Err(at(
+                    c.span(),
+                    format!(
+                        "[alerts] command: the program {prog:?} must be an absolute path (no shell, no PATH search)"
+                    ),
+                ));
+            }
+            s.command = Some(argv.clone());
+        }
+        Ok(Some(s))
+    }
+}
+
+/// One alert, in its stable JSON shape (see the module documentation).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    /// Always `floodgate.alert`.
+    pub event: String,
+    /// The limit's name.
+    pub limit: String,
+    /// The key text.
+    pub key: String,
+    /// The rate or level that crossed.
+    pub rate: f64,
+    /// The limit in force, as text.
+    pub limit_value: String,
+    /// The limit's period, as text.
+    pub period: String,
+    /// The countermeasure.
+    pub action: String,
+    /// The SMTP stage.
+    pub stage: String,
+    /// When the key crossed (RFC 3339, UTC).
+    pub first_at: String,
+    /// The client of the session that crossed.
+    pub client_ip: Option<String>,
+    /// The authenticated user of that session.
+    pub user: Option<String>,
+    /// floodgate's hostname.
+    pub host: String,
+    /// Alerts suppressed since the previous delivered one.
+    pub suppressed: u64,
+}
+
+/// The summary of alerts that `max_per_minute` suppressed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Suppressed {
+    /// Always `floodgate.alert.suppressed`.
+    pub event: String,
+    /// How many.
+    pub suppressed: u64,
+    /// Start of the minute they fell in.
+    pub from: String,
+    /// End of that minute.
+    pub to: String,
+    /// floodgate's hostname.
+    pub host: String,
+}
+
+/// What the delivery side receives.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Notice {
+    /// An alert.
+    Alert(Alert),
+    /// A summary of suppressed alerts.
+    Suppressed(Suppressed),
+}
+
+impl Notice {
+    /// The JSON text delivered (one line).
+    pub fn to_json(&self) -> String {
+        match self {
+            Notice::Alert(a) => serde_json::to_string(a),
+            Notice::Suppressed(s) => serde_json::to_string(s),
+        }
+        .unwrap_or_default()
+    }
+}
+
+/// The re-alert period of a limit: its own period (Exim's `p`, a bucket's rate period);
+/// one hour for concurrency limits, which have none.
+pub fn limit_period(def: &LimitDef) -> Duration {
+    let secs = match &def.rate {
+        RateDef::Exim { spec, .. } => f64::from(spec.period_secs()),
+        RateDef::Gcra(g) => g.rate.period_secs(),
+        RateDef::Bucket(b) => b.rate.period_secs(),
+        RateDef::Concurrency(_) => 3600.0,
+    };
+    Duration::from_secs_f64(secs.clamp(1.0, 1e9))
+}
+
+const MINUTE_US: i64 = 60_000_000;
+
+#[derive(Default)]
+struct State {
+    /// (limit, key) → when it may alert again (µs).
+    seen: HashMap<(Arc<str>, String), i64>,
+    /// Start of the current one-minute window (µs), 0 before the first alert.
+    window_start: i64,
+    /// Alerts delivered in the window.
+    delivered: u32,
+    /// Suppressed and not yet reported.
+    suppressed: u64,
+    /// Start of the window of the first unreported suppression.
+    suppressed_since: i64,
+}
+
+/// Decides which crossings become alerts: once per key and period, at most
+/// `max_per_minute` a minute, with bounded memory.
+pub struct Alerter {
+    settings: Mutex<Option<Arc<AlertSettings>>>,
+    state: Mutex<State>,
+    tx: tokio::sync::mpsc::Sender<Notice>,
+    /// Notices lost because the delivery queue was full.
+    lost: std::sync::atomic::AtomicU64,
+}
+
+/// The delivery queue's length.
+pub const QUEUE: usize = 256;
+
+impl Alerter {
+    /// An alerter with `settings` (`None`: off), and the receiving end of its queue.
+    pub fn new(settings: Option<AlertSettings>) -> (Alerter, tokio::sync::mpsc::Receiver<Notice>) {
+        let (tx, rx) = tokio::sync::mpsc::channel(QUEUE);
+        (
+            Alerter {
+                settings: Mutex::new(settings.map(Arc::new)),
+                state: Mutex::new(State::default()),
+                tx,
+                lost: Default::default(),
+            },
+            rx,
+        )
+    }
+
+    /// The settings in force (`None`: off).
+    pub fn settings(&self) -> Option<Arc<AlertSettings>> {
+        self.settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the settings (reload). Keys already alerted stay remembered.
+    pub fn set_settings(&self, settings: Option<AlertSettings>) {
+        *self.settings.lock().unwrap_or_else(|e| e.into_inner()) = settings.map(Arc::new);
+    }
+
+    /// Notices dropped because delivery was too slow.
+    pub fn lost(&self) -> u64 {
+        self.lost.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Considers one crossing; queues an alert when it is the key's first in its period
+    /// and the minute's budget allows. Returns what was queued (for tests).
+    pub fn crossed(&self, c: &Crossed<'_>, host: &str) -> Option<Alert> {
+        let settings = self.settings()?;
+        let now = c.time_us;
+        let period = settings.period.unwrap_or_else(|| limit_period(c.def));
+        let period_us = i64::try_from(period.as_micros()).unwrap_or(i64::MAX);
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let id = (Arc::<str>::from(c.def.name.as_str()), c.key.to_string());
+        if st.seen.get(&id).is_some_and(|&until| now < until) {
+            return None;
+        }
+        if !st.seen.contains_key(&id) && st.seen.len() >= settings.max_keys {
+            st.seen.retain(|_, until| now < *until);
+            if st.seen.len() >= settings.max_keys {
+                // Still full of live entries: forget the one that expires first (a key
+                // forgotten early may alert again, within max_per_minute).
+                if let Some(k) = st
+                    .seen
+                    .iter()
+                    .min_by_key(|(_, &until)| until)
+                    .map(|(k, _)| k.clone())
+                {
+                    st.seen.remove(&k);
+                }
+            }
+        }
+        st.seen.insert(id, now.saturating_add(period_us));
+        if now >= st.window_start.saturating_add(MINUTE_US) || st.window_start == 0 {
+            st.window_start = now;
+            st.delivered = 0;
+        }
+        if st.delivered >= settings.max_per_minute {
+            if st.suppressed == 0 {
+                st.suppressed_since = st.window_start;
+                tracing::warn!(
+                    max_per_minute = settings.max_per_minute,
+                    "alerts suppressed: max_per_minute reached"
+                );
+            }
+            st.suppressed += 1;
+            return None;
+        }
+        st.delivered += 1;
+        let suppressed = std::mem::take(&mut st.suppressed);
+        drop(st);
+        let alert = Alert {
+            event: "floodgate.alert".into(),
+            limit: c.def.name.clone(),
+            key: c.key.to_string(),
+            rate: (c.outcome.value * 1000.0).round() / 1000.0,
+            limit_value: c.outcome.limit_text.clone(),
+            period: c.outcome.period_text.clone(),
+            action: c.def.action.as_str().into(),
+            stage: c.stage.as_str().into(),
+            first_at: rfc3339(now),
+            client_ip: c.facts.client_ip.map(|i| i.to_string()),
+            user: c.facts.user.clone(),
+            host: host.to_string(),
+            suppressed,
+        };
+        self.queue(Notice::Alert(alert.clone()));
+        Some(alert)
+    }
+
+    /// At the end of a minute with unreported suppressed alerts: queues (and returns) the
+    /// summary. Called periodically by the delivery side.
+    pub fn tick(&self, now_us: i64, host: &str) -> Option<Suppressed> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.suppressed == 0 || now_us < st.window_start.saturating_add(MINUTE_US) {
+            return None;
+        }
+        let s = Suppressed {
+            event: "floodgate.alert.suppressed".into(),
+            suppressed: std::mem::take(&mut st.suppressed),
+            from: rfc3339(st.suppressed_since),
+            to: rfc3339(st.window_start.saturating_add(MINUTE_US)),
+            host: host.to_string(),
+        };
+        drop(st);
+        self.queue(Notice::Suppressed(s.clone()));
+        Some(s)
+    }
+
+    /// Keys remembered now.
+    pub fn remembered(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .seen
+            .len()
+    }
+
+    fn queue(&self, n: Notice) {
+        if self.tx.try_send(n).is_err() {
+            self.lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,512 @@
+//! `floodgate report`: replays the event log per limit and key through the algorithms of
+//! `floodgate simulate` and summarises each limit's per-key peaks.
+//!
+//! # What is measured
+//!
+//! Demand: every logged event is charged, whatever the limit's mode or action (the log
+//! holds what was offered, see [`super::events`]).
+//!
+//! * Exim limits: the EWMA rate after each event, replayed exactly as `floodgate simulate`
+//!   does with the limit's string made strict (unique sets included); a key's peak is the
+//!   highest rate it reached, in events per the limit's period.
+//! * GCRA and bucket limits: the level a bucket with the limit's drain rate and no
+//!   capacity would reach (GCRA: the theoretical arrival time with an unlimited burst;
+//!   bucket: check then commit, without dynamic multipliers); a key's peak is its highest
+//!   level, in events, to compare with `burst`.
+//!
+//! # The suggested limit
+//!
+//! Per limit, over the keys' peaks:
+//!
+//! 1. *outliers* are the keys whose peak exceeds 10 × the median peak (none when the median
+//!    is 0);
+//! 2. the *ordinary maximum* is the highest peak among the other keys;
+//! 3. the suggestion is 2 × the ordinary maximum (headroom), rounded up to the next 1-2-5
+//!    step (…, 10, 20, 50, 100, …); it is never below 1.
+//!
+//! Every ordinary key is thus under the suggestion (strictly, so even Exim's `rate ≥ m`
+//! leaves it alone); the report lists the keys it would have limited (all outliers).
+//!
+//! Memory: one record and one peak per (limit, key); the log is read line by line.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limit::bucket::{BucketOp, BucketSpec, Verdict};
+use crate::limit::gcra::GcraSpec;
+use crate::limit::spec::UpdateMode;
+use crate::limit::unique::UniqueKind;
+use crate::policy::model::{LimitDef, PolicyModel, RateDef};
+use crate::store::{Algorithm, Decision, LimitRequest, MemoryConfig, MemoryStore};
+
+/// Outliers: peaks above this many times the median.
+pub const OUTLIER_FACTOR: f64 = 10.0;
+/// Headroom over the highest ordinary peak.
+pub const HEADROOM: f64 = 2.0;
+
+/// Why a report could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// An event line is not valid.
+    #[error("{path}:{line}: {detail}")]
+    Input {
+        /// The event log.
+        path: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        detail: String,
+    },
+    /// `--limit` names no limit of the config.
+    #[error("no limit called {0:?} in the config (limits: {1})")]
+    NoSuchLimit(String, String),
+    /// `--since` is not before `--until`.
+    #[error("--since must be before --until")]
+    EmptyRange,
+    /// Reading failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The event log.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// What to report on.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Only events at or after this time (µs).
+    pub since_us: Option<i64>,
+    /// Only events before this time (µs).
+    pub until_us: Option<i64>,
+    /// Only this limit.
+    pub limit: Option<String>,
+    /// Keys listed per limit.
+    pub top: usize,
+}
+
+/// One key and its peak.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KeyPeak {
+    /// The key text.
+    pub key: String,
+    /// Its peak rate or level.
+    pub peak: f64,
+    /// Its events.
+    pub events: u64,
+}
+
+/// The report of one limit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LimitReport {
+    /// The limit's name.
+    pub name: String,
+    /// `exim`, `gcra` or `bucket`.
+    pub algorithm: String,
+    /// What a peak is measured in (`messages per 1h`, `recipients in the bucket`).
+    pub unit: String,
+    /// The limit as configured (m, or burst).
+    pub configured: f64,
+    /// The period as text (Exim's p; a bucket's rate period).
+    pub period: String,
+    /// The countermeasure configured.
+    pub action: String,
+    /// Events replayed.
+    pub events: u64,
+    /// Distinct keys.
+    pub keys: usize,
+    /// Median of the keys' peaks (nearest rank).
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Highest peak.
+    pub max: f64,
+    /// The keys with the highest peaks, highest first.
+    pub top: Vec<KeyPeak>,
+    /// Peaks above this are outliers (`OUTLIER_FACTOR` × p50); absent when p50 is 0.
+    pub outlier_threshold: Option<f64>,
+    /// Highest peak among ordinary keys.
+    pub ordinary_max: f64,
+    /// The suggested limit (see the module documentation).
+    pub suggested: f64,
+    /// Keys the suggestion would have limited, highest first.
+    pub would_limit: Vec<KeyPeak>,
+    /// Keys whose peak was over the limit as configured.
+    pub over_configured: usize,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The event log read.
+    pub source: String,
+    /// `--since` (µs), if given.
+    pub since_us: Option<i64>,
+    /// `--until` (µs), if given.
+    pub until_us: Option<i64>,
+    /// First event replayed (µs).
+    pub first_us: Option<i64>,
+    /// Last event replayed (µs).
+    pub last_us: Option<i64>,
+    /// Event lines read.
+    pub lines: u64,
+    /// Events replayed.
+    pub events: u64,
+    /// Events outside `--since`/`--until`.
+    pub outside: u64,
+    /// Events of limits that are not in the config (or not reported on).
+    pub unknown_limit: u64,
+    /// Per limit, in config order (limits without events included).
+    pub limits: Vec<LimitReport>,
+}
+
+#[derive(Deserialize)]
+struct Event {
+    t: f64,
+    limit: String,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    count: Option<f64>,
+    #[serde(default)]
+    unique: Option<String>,
+}
+
+/// Per-key accounting of one limit.
+#[derive(Default)]
+struct Tally {
+    keys: HashMap<String, (f64, u64)>,
+    events: u64,
+}
+
+/// How one limit is replayed.
+enum Replay {
+    Ewma {
+        limit: f64,
+        period_secs: u32,
+        default_count: f64,
+        unique: Option<String>,
+        spec: Box<crate::limit::LimitSpec>,
+    },
+    Gcra(GcraSpec),
+    Bucket(BucketSpec),
+}
+
+fn replay_of(def: &LimitDef) -> Option<Replay> {
+    match &def.rate {
+        RateDef::Exim { spec, resolved, .. } => {
+            if resolved.update == UpdateMode::Readonly {
+                return None;
+            }
+            Some(Replay::Ewma {
+                limit: spec.limit(),
+                period_secs: spec.period_secs(),
+                default_count: spec.count().unwrap_or(1.0),
+                unique: spec.unique().map(str::to_string),
+                spec: Box::new(spec.clone()),
+            })
+        }
+        RateDef::Gcra(g) => GcraSpec::new(f64::MAX, g.rate).map(Replay::Gcra),
+        RateDef::Bucket(b) => Some(Replay::Bucket(BucketSpec {
+            burst: f64::MAX,
+            rate: b.rate,
+            dynamic: None,
+        })),
+        RateDef::Concurrency(_) => None,
+    }
+}
+
+/// Nearest-rank percentile of ascending `v` (`p` in (0, 1]).
+pub fn percentile(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let rank = (p * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+/// The smallest 1-2-5 step (1, 2, 5, 10, 20, …) at or above `x`; 1 for `x <= 1` (and NaN).
+pub fn step_125(x: f64) -> f64 {
+    if x.is_nan() || x <= 1.0 {
+        return 1.0;
+    }
+    if x.is_infinite() {
+        return x;
+    }
+    let mut decade = 10f64.powi(x.log10().floor() as i32);
+    // Guard the float log: start a decade below and walk up.
+    decade /= 10.0;
+    loop {
+        for m in [1.0, 2.0, 5.0] {
+            let v = m * decade;
+            if v >= x {
+                return v;
+            }
+        }
+        decade *= 10.0;
+    }
+}
+
+/// Whether a peak is over a limit value: Exim's `rate >= m`, a bucket's `level > burst`.
+fn is_over(algorithm: &str, peak: f64, limit: f64) -> bool {
+    if algorithm == "exim" {
+        peak >= limit
+    } else {
+        peak > limit
+    }
+}
+
+fn summarise(def: &LimitDef, tally: Tally, top: usize) -> LimitReport {
+    let (algorithm, configured, period_secs) = match &def.rate {
+        RateDef::Exim { spec, .. } => ("exim", spec.limit(), f64::from(spec.period_secs())),
+        RateDef::Gcra(g) => ("gcra", g.burst, g.rate.period_secs()),
+        RateDef::Bucket(b) => ("bucket", b.burst, b.rate.period_secs()),
+        RateDef::Concurrency(n) => ("concurrency", *n as f64, 0.0),
+    };
+    let period = crate::report::render::period_text(period_secs);
+    let what = def.counted.as_str().replace('_', " ");
+    let unit = if algorithm == "exim" {
+        format!("{what} per {period}")
+    } else {
+        format!("{what} in the bucket")
+    };
+    let mut keys: Vec<KeyPeak> = tally
+        .keys
+        .into_iter()
+        .map(|(key, (peak, events))| KeyPeak { key, peak, events })
+        .collect();
+    // Highest first; ties by key for a stable order.
+    keys.sort_by(|a, b| b.peak.total_cmp(&a.peak).then_with(|| a.key.cmp(&b.key)));
+    let mut asc: Vec<f64> = keys.iter().map(|k| k.peak).collect();
+    asc.reverse();
+    let p50 = percentile(&asc, 0.5);
+    let threshold = (p50 > 0.0).then_some(p50 * OUTLIER_FACTOR);
+    let ordinary_max = keys
+        .iter()
+        .map(|k| k.peak)
+        .filter(|&p| threshold.is_none_or(|t| p <= t))
+        .fold(0.0, f64::max);
+    // step_125(x) >= x > ordinary_max for any positive peak, and 1 > 0: no ordinary key is
+    // over the suggestion, even with Exim's `rate >= m`.
+    let suggested = step_125(ordinary_max * HEADROOM).max(1.0);
+    let would_limit = keys
+        .iter()
+        .filter(|k| is_over(algorithm, k.peak, suggested))
+        .cloned()
+        .collect();
+    let over_configured = keys
+        .iter()
+        .filter(|k| is_over(algorithm, k.peak, configured))
+        .count();
+    LimitReport {
+        name: def.name.clone(),
+        algorithm: algorithm.into(),
+        unit,
+        configured,
+        period,
+        action: def.action.as_str().into(),
+        events: tally.events,
+        keys: keys.len(),
+        p50,
+        p90: percentile(&asc, 0.9),
+        p99: percentile(&asc, 0.99),
+        max: asc.last().copied().unwrap_or(0.0),
+        top: keys.iter().take(top).cloned().collect(),
+        outlier_threshold: threshold,
+        ordinary_max,
+        suggested,
+        would_limit,
+        over_configured,
+    }
+}
+
+/// Reads the event log `input` (named `source` in errors) and reports on the limits of
+/// `model`.
+pub fn analyze(
+    model: &PolicyModel,
+    source: &str,
+    input: impl BufRead,
+    opts: &Options,
+) -> Result<Report, ReportError> {
+    if let (Some(s), Some(u)) = (opts.since_us, opts.until_us) {
+        if s >= u {
+            return Err(ReportError::EmptyRange);
+        }
+    }
+    let chosen: Vec<&LimitDef> = model
+        .limits
+        .iter()
+        .filter(|d| replay_of(d).is_some())
+        .filter(|d| opts.limit.as_ref().is_none_or(|n| *n == d.name))
+        .collect();
+    if let Some(n) = &opts.limit {
+        if chosen.is_empty() {
+            let names: Vec<&str> = model.limits.iter().map(|d| d.name.as_str()).collect();
+            return Err(ReportError::NoSuchLimit(n.clone(), names.join(", ")));
+        }
+    }
+    let index: HashMap<&str, usize> = chosen
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.name.as_str(), i))
+        .collect();
+    let replays: Vec<Replay> = chosen.iter().filter_map(|d| replay_of(d)).collect();
+    let mut tallies: Vec<Tally> = chosen.iter().map(|_| Tally::default()).collect();
+    let store = MemoryStore::new(MemoryConfig {
+        shards: 1,
+        ..MemoryConfig::default()
+    });
+    let mut report = Report {
+        source: source.to_string(),
+        since_us: opts.since_us,
+        until_us: opts.until_us,
+        first_us: None,
+        last_us: None,
+        lines: 0,
+        events: 0,
+        outside: 0,
+        unknown_limit: 0,
+        limits: Vec::new(),
+    };
+    let mut line = String::new();
+    let mut input = input;
+    let mut line_no = 0usize;
+    let mut decision = Decision::default();
+    loop {
+        line.clear();
+        let n = input.read_line(&mut line).map_err(|e| ReportError::Io {
+            path: source.to_string(),
+            source: e,
+        })?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        report.lines += 1;
+        let bad = |detail: String| ReportError::Input {
+            path: source.to_string(),
+            line: line_no,
+            detail,
+        };
+        let ev: Event = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        if !ev.t.is_finite() || ev.t.abs() > 9.0e12 {
+            return Err(bad(format!(
+                "\"t\" must be a finite number of seconds, got {}",
+                ev.t
+            )));
+        }
+        if let Some(c) = ev.count {
+            if !c.is_finite() || c < 0.0 {
+                return Err(bad(format!(
+                    "\"count\" must be a finite number >= 0, got {c}"
+                )));
+            }
+        }
+        let now_us = (ev.t * 1e6).round() as i64;
+        if opts.since_us.is_some_and(|s| now_us < s) || opts.until_us.is_some_and(|u| now_us >= u) {
+            report.outside += 1;
+            continue;
+        }
+        let Some(&i) = index.get(ev.limit.as_str()) else {
+            report.unknown_limit += 1;
+            continue;
+        };
+        let key_text = ev.key.unwrap_or_default();
+        let prefix = format!("{i}/");
+        decision.limits.clear();
+        let first_req = |key: String, algorithm: Algorithm, count: f64, unique| LimitRequest {
+            key,
+            algorithm,
+            count,
+            unique,
+            blocking: true,
+        };
+        match &replays[i] {
+            Replay::Ewma {
+                limit,
+                period_secs,
+                default_count,
+                unique,
+                spec,
+            } => {
+                if ev.unique.is_some() && unique.is_none() {
+                    return Err(bad(format!(
+                        "\"unique\" given but limit {} has no unique= or per_addr",
+                        ev.limit
+                    )));
+                }
+                let u = unique
+                    .as_ref()
+                    .map(|u| ev.unique.clone().unwrap_or_else(|| u.clone()));
+                decision.limits.push(first_req(
+                    prefix + &spec.database_key(&key_text, &key_text),
+                    Algorithm::Ewma {
+                        limit: *limit,
+                        period_secs: *period_secs,
+                        mode: UpdateMode::Strict,
+                        unique_kind: UniqueKind::Bloom,
+                    },
+                    ev.count.unwrap_or(*default_count),
+                    u,
+                ));
+            }
+            Replay::Gcra(g) => {
+                if ev.unique.is_some() {
+                    return Err(bad("\"unique\" applies to Exim limits only".into()));
+                }
+                decision.limits.push(first_req(
+                    prefix + &key_text,
+                    Algorithm::Gcra(*g),
+                    ev.count.unwrap_or(1.0),
+                    None,
+                ));
+            }
+            Replay::Bucket(b) => {
+                if ev.unique.is_some() {
+                    return Err(bad("\"unique\" applies to Exim limits only".into()));
+                }
+                let count = ev.count.unwrap_or(1.0);
+                for op in [BucketOp::Check, BucketOp::Commit(Verdict::Other)] {
+                    decision.limits.clear();
+                    decision.limits.push(first_req(
+                        prefix.clone() + &key_text,
+                        Algorithm::Bucket { spec: *b, op },
+                        count,
+                        None,
+                    ));
+                    if op == BucketOp::Check {
+                        store.decide_at(now_us, &decision);
+                    }
+                }
+            }
+        }
+        let result = store.decide_at(now_us, &decision);
+        let value = result.limits.first().map_or(0.0, |r| r.value);
+        let t = &mut tallies[i];
+        t.events += 1;
+        let e = t.keys.entry(key_text).or_insert((f64::NEG_INFINITY, 0));
+        e.0 = e.0.max(value);
+        e.1 += 1;
+        report.events += 1;
+        report.first_us = Some(report.first_us.map_or(now_us, |f| f.min(now_us)));
+        report.last_us = Some(report.last_us.map_or(now_us, |l| l.max(now_us)));
+    }
+    report.limits = chosen
+        .iter()
+        .zip(tallies)
+        .map(|(d, t)| summarise(d, t, opts.top))
+        .collect();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,274 @@
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::config::Config;
+
+fn model() -> Config {
+    let text = r#"
+[[listener]]
+address = "127.0.0.1:0"
+
+[upstream]
+address = "127.0.0.1:25"
+
+[[limit]]
+name = "exim"
+ratelimit = "100 / 1h / per_rcpt / leaky / ${authenticated_id}"
+action = "warn"
+
+[[limit]]
+name = "addr"
+ratelimit = "50 / 1h / per_addr / ${authenticated_id}"
+action = "warn"
+
+[[limit]]
+name = "tb"
+count = "messages"
+rate = "1 / 1s"
+burst = "3"
+action = "warn"
+
+[[limit]]
+name = "bk"
+count = "messages"
+algorithm = "bucket"
+rate = "1 / 1s"
+burst = "3"
+action = "warn"
+"#;
+    Config::parse(Path::new("/t/c.toml"), text).unwrap()
+}
+
+fn run(lines: &str, opts: &Options) -> Result<Report, ReportError> {
+    analyze(&model().policy, "ev", lines.as_bytes(), opts)
+}
+
+fn opts() -> Options {
+    Options {
+        top: 5,
+        ..Options::default()
+    }
+}
+
+fn line(t: f64, limit: &str, key: &str) -> String {
+    format!("{{\"t\":{t},\"limit\":\"{limit}\",\"key\":\"{key}\",\"count\":1}}\n")
+}
+
+/// The per-key maximum of `floodgate simulate`'s rates for `spec` over `events`.
+fn simulated_max(spec: &str, events: &str, key_field: &str) -> f64 {
+    let mut out = Vec::new();
+    crate::simulate::run(spec, events.as_bytes(), &mut out).unwrap();
+    String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["key"].as_str().unwrap().ends_with(key_field))
+        .map(|v| v["rate"].as_f64().unwrap())
+        .fold(f64::NEG_INFINITY, f64::max)
+}
+
+#[test]
+fn steps_and_percentiles() {
+    assert_eq!(step_125(0.0), 1.0);
+    assert_eq!(step_125(1.0), 1.0);
+    assert_eq!(step_125(1.01), 2.0);
+    assert_eq!(step_125(2.0), 2.0);
+    assert_eq!(step_125(3.0), 5.0);
+    assert_eq!(step_125(7.0), 10.0);
+    assert_eq!(step_125(10.0), 10.0);
+    assert_eq!(step_125(16.4), 20.0);
+    assert_eq!(step_125(1000.0), 1000.0);
+    assert_eq!(step_125(1001.0), 2000.0);
+    let v: Vec<f64> = (1..=100).map(f64::from).collect();
+    assert_eq!(percentile(&v, 0.5), 50.0);
+    assert_eq!(percentile(&v, 0.9), 90.0);
+    assert_eq!(percentile(&v, 0.99), 99.0);
+    assert_eq!(percentile(&v, 1.0), 100.0);
+    assert_eq!(percentile(&[4.0], 0.5), 4.0);
+    assert_eq!(percentile(&[], 0.5), 0.0);
+}
+
+#[test]
+fn exim_peaks_match_simulate_and_suggestion_covers_ordinary_keys() {
+    let mut ev = String::new();
+    let mut sim = String::new();
+    let users = [
+        ("alice", 3),
+        ("bob", 5),
+        ("carol", 8),
+        ("dave", 4),
+        ("mallory", 120),
+    ];
+    for (u, n) in users {
+        for i in 0..n {
+            let t = 1000.0 + f64::from(i) * 2.5;
+            ev.push_str(&line(t, "exim", u));
+            sim.push_str(&format!("{{\"t\":{t},\"key\":\"{u}\"}}\n"));
+        }
+    }
+    let r = run(&ev, &opts()).unwrap();
+    assert_eq!(r.events, 140);
+    let l = &r.limits[0];
+    assert_eq!((l.name.as_str(), l.keys, l.events), ("exim", 5, 140));
+    for (u, _) in users {
+        let want = simulated_max(
+            "100 / 1h / per_rcpt / strict / ${authenticated_id}",
+            &sim,
+            u,
+        );
+        let got = l.top.iter().find(|k| k.key == u).unwrap().peak;
+        // serde_json's float parsing may be one unit in the last place off.
+        assert!((got - want).abs() <= want * 1e-14, "{u}: {got} vs {want}");
+    }
+    assert_eq!(l.top[0].key, "mallory");
+    assert_eq!(l.max, l.top[0].peak);
+    // Median 5ish, mallory far above: an outlier; suggestion = 2 x carol's peak, 1-2-5.
+    let carol = l.top.iter().find(|k| k.key == "carol").unwrap().peak;
+    assert_eq!(l.ordinary_max, carol);
+    assert_eq!(l.suggested, step_125(2.0 * carol));
+    assert!(l.suggested > carol);
+    assert_eq!(l.would_limit.len(), 1);
+    assert_eq!(l.would_limit[0].key, "mallory");
+    assert_eq!(l.over_configured, 1);
+    // Other limits are reported, without events.
+    assert_eq!(r.limits.len(), 4);
+    assert_eq!(r.limits[1].keys, 0);
+}
+
+#[test]
+fn unique_sets_count_distinct_values() {
+    let mut ev = String::new();
+    for i in 0..10 {
+        let u = i % 3; // three distinct recipients
+        ev.push_str(&format!(
+            "{{\"t\":{},\"limit\":\"addr\",\"key\":\"alice\",\"count\":1,\"unique\":\"r{u}@x\"}}\n",
+            100 + i
+        ));
+    }
+    let r = run(&ev, &opts()).unwrap();
+    let l = r.limits.iter().find(|l| l.name == "addr").unwrap();
+    assert!(l.max < 3.0 && l.max > 2.9, "{}", l.max);
+}
+
+#[test]
+fn bucket_levels_are_demand() {
+    let mut ev = String::new();
+    // Five at once, then one 2s later: level 5, then 5 - 2 + 1 = 4.
+    for _ in 0..5 {
+        ev.push_str(&line(10.0, "tb", "k"));
+        ev.push_str(&line(10.0, "bk", "k"));
+    }
+    ev.push_str(&line(12.0, "tb", "k"));
+    ev.push_str(&line(12.0, "bk", "k"));
+    let r = run(&ev, &opts()).unwrap();
+    for name in ["tb", "bk"] {
+        let l = r.limits.iter().find(|l| l.name == name).unwrap();
+        assert!((l.max - 5.0).abs() < 1e-9, "{name}: {}", l.max);
+        assert_eq!(l.unit, "messages in the bucket");
+        assert_eq!(l.over_configured, 1, "{name}");
+        assert_eq!(l.suggested, 10.0);
+    }
+}
+
+#[test]
+fn since_until_and_filters() {
+    let mut ev = String::new();
+    for t in [10.0, 20.0, 30.0, 40.0] {
+        ev.push_str(&line(t, "exim", "a"));
+    }
+    ev.push_str(&line(25.0, "gone", "a"));
+    let o = Options {
+        since_us: Some(20_000_000),
+        until_us: Some(40_000_000),
+        ..opts()
+    };
+    let r = run(&ev, &o).unwrap();
+    assert_eq!((r.events, r.outside, r.unknown_limit), (2, 2, 1));
+    assert_eq!(r.first_us, Some(20_000_000));
+    assert_eq!(r.last_us, Some(30_000_000));
+    let o = Options {
+        limit: Some("tb".into()),
+        ..opts()
+    };
+    let r = run(&ev, &o).unwrap();
+    assert_eq!((r.events, r.limits.len()), (0, 1));
+    assert!(crate::report::render::text(&r).contains("no events in this period"));
+    let o = Options {
+        limit: Some("nope".into()),
+        ..opts()
+    };
+    let e = run(&ev, &o).unwrap_err().to_string();
+    assert!(
+        e.contains("no limit called \"nope\"") && e.contains("exim, addr"),
+        "{e}"
+    );
+    let o = Options {
+        since_us: Some(5),
+        until_us: Some(5),
+        ..opts()
+    };
+    assert!(matches!(run(&ev, &o), Err(ReportError::EmptyRange)));
+}
+
+#[test]
+fn corrupt_lines_name_their_number() {
+    let ev = format!(
+        "{}\n{}{{\"t\":1,\"limit\":",
+        line(1.0, "exim", "a"),
+        line(2.0, "exim", "a")
+    );
+    let e = run(&ev, &opts()).unwrap_err().to_string();
+    assert!(e.starts_with("ev:4: "), "{e}");
+    for (bad, want) in [
+        ("{\"t\":\"x\",\"limit\":\"exim\"}", "invalid type"),
+        ("{\"t\":1e300,\"limit\":\"exim\"}", "finite"),
+        ("{\"t\":1,\"limit\":\"exim\",\"count\":-1}", "count"),
+        ("{\"t\":1,\"limit\":\"exim\",\"unique\":\"x\"}", "unique"),
+        ("{\"t\":1,\"limit\":\"tb\",\"unique\":\"x\"}", "unique"),
+        ("{\"limit\":\"exim\"}", "missing field `t`"),
+        ("not json", "expected"),
+    ] {
+        let e = run(&format!("{bad}\n"), &opts()).unwrap_err().to_string();
+        assert!(e.starts_with("ev:1: ") && e.contains(want), "{bad}: {e}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// The suggestion is above every ordinary key's peak, outliers are exactly the keys
+    /// above the threshold, and every key the suggestion limits is an outlier.
+    #[test]
+    fn suggestion_is_above_ordinary_peaks(
+        counts in proptest::collection::vec(1u32..40, 1..12),
+        gap in 1u32..600,
+    ) {
+        let mut ev = String::new();
+        for (k, &n) in counts.iter().enumerate() {
+            for i in 0..n {
+                ev.push_str(&line(f64::from(i * gap) / 10.0, "exim", &format!("u{k}")));
+            }
+        }
+        let r = run(&ev, &opts()).unwrap();
+        let l = &r.limits[0];
+        prop_assert_eq!(l.keys, counts.len());
+        let mut all: Vec<f64> = Vec::new();
+        let top = Options { top: 100, ..opts() };
+        let full = run(&ev, &top).unwrap();
+        for k in &full.limits[0].top {
+            all.push(k.peak);
+            let outlier = l.outlier_threshold.is_some_and(|t| k.peak > t);
+            if !outlier {
+                prop_assert!(k.peak < l.suggested, "{} >= {}", k.peak, l.suggested);
+            }
+        }
+        for k in &l.would_limit {
+            prop_assert!(l.outlier_threshold.is_some_and(|t| k.peak > t));
+        }
+        all.sort_by(f64::total_cmp);
+        prop_assert_eq!(l.max, *all.last().unwrap());
+        prop_assert!(l.p50 <= l.p90 && l.p90 <= l.p99 && l.p99 <= l.max);
+    }
+}

@@ -1,0 +1,144 @@
+//! The text of `floodgate report` (the JSON form is the [`Report`] itself).
+
+use std::fmt::Write as _;
+
+use super::analyze::{Report, HEADROOM, OUTLIER_FACTOR};
+use super::time::rfc3339;
+
+/// A period in seconds as the config writes it (`1h`, `10m`, `1d`, `90s`).
+pub fn period_text(secs: f64) -> String {
+    let s = secs.round() as u64;
+    match s {
+        0 => "-".into(),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// A rate for people: up to three decimals, no trailing zeros.
+pub fn num(v: f64) -> String {
+    let s = format!("{:.3}", v);
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
+}
+
+/// The report as text.
+pub fn text(r: &Report) -> String {
+    let mut o = String::new();
+    let when = |t: Option<i64>, none: &str| t.map_or(none.to_string(), rfc3339);
+    let _ = writeln!(
+        o,
+        "floodgate report of {}: {} .. {}",
+        r.source,
+        when(r.since_us, "the beginning"),
+        when(r.until_us, "the end")
+    );
+    if r.events == 0 {
+        let _ = writeln!(
+            o,
+            "no events in this period ({} lines read, {} outside the period, {} of other limits): nothing to report",
+            r.lines, r.outside, r.unknown_limit
+        );
+        return o;
+    }
+    let _ = writeln!(
+        o,
+        "{} events from {} to {} ({} outside the period, {} of limits not reported on)",
+        r.events,
+        when(r.first_us, "-"),
+        when(r.last_us, "-"),
+        r.outside,
+        r.unknown_limit
+    );
+    for l in &r.limits {
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "limit {} ({} {}, period {}, action {}): {} events, {} keys",
+            l.name,
+            l.algorithm,
+            num(l.configured),
+            l.period,
+            l.action,
+            l.events,
+            l.keys
+        );
+        if l.keys == 0 {
+            let _ = writeln!(o, "  no events for this limit");
+            continue;
+        }
+        let _ = writeln!(
+            o,
+            "  peak per key ({}): p50 {}  p90 {}  p99 {}  max {}",
+            l.unit,
+            num(l.p50),
+            num(l.p90),
+            num(l.p99),
+            num(l.max)
+        );
+        let _ = writeln!(o, "  top {}:", l.top.len());
+        for k in &l.top {
+            let _ = writeln!(
+                o,
+                "    {:>12}  {}  ({} events)",
+                num(k.peak),
+                k.key,
+                k.events
+            );
+        }
+        let rule = match l.outlier_threshold {
+            Some(t) => format!(
+                "outliers: peak above {} x the median = {}",
+                num(OUTLIER_FACTOR),
+                num(t)
+            ),
+            None => "no outliers (median 0)".into(),
+        };
+        let _ = writeln!(
+            o,
+            "  suggested limit: {} ({} x {}, the highest peak of ordinary keys, rounded up to 1-2-5; {})",
+            num(l.suggested),
+            num(HEADROOM),
+            num(l.ordinary_max),
+            rule
+        );
+        if l.would_limit.is_empty() {
+            let _ = writeln!(o, "  it would have limited no key");
+        } else {
+            let _ = writeln!(o, "  it would have limited {} key(s):", l.would_limit.len());
+            for k in &l.would_limit {
+                let _ = writeln!(o, "    {:>12}  {}", num(k.peak), k.key);
+            }
+        }
+        let _ = writeln!(
+            o,
+            "  keys over the configured {}: {}",
+            num(l.configured),
+            l.over_configured
+        );
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_periods() {
+        assert_eq!(num(3.0), "3");
+        assert_eq!(num(2.99999), "3");
+        assert_eq!(num(0.125), "0.125");
+        assert_eq!(num(-0.0001), "0");
+        assert_eq!(period_text(3600.0), "1h");
+        assert_eq!(period_text(86_400.0 * 2.0), "2d");
+        assert_eq!(period_text(90.0), "90s");
+        assert_eq!(period_text(600.0), "10m");
+    }
+}
