@@ -133,13 +133,15 @@ fn case() -> impl Strategy<Value = Case> {
             0..6,
         ),
     )
-        .prop_map(|(normalize, chunk, upstream_script, policy_script, helo, parts)| Case {
-            normalize,
-            chunk,
-            upstream_script,
-            policy_script,
-            client: [helo.to_vec(), parts.concat()].concat(),
-        })
+        .prop_map(
+            |(normalize, chunk, upstream_script, policy_script, helo, parts)| Case {
+                normalize,
+                chunk,
+                upstream_script,
+                policy_script,
+                client: [helo.to_vec(), parts.concat()].concat(),
+            },
+        )
 }
 
 #[test]
@@ -166,7 +168,10 @@ fn upstream_holds_exactly_what_floodgate_counted() {
     // would hold vacuously.
     let (a, r) = (accepted.into_inner(), refused.into_inner());
     eprintln!("differential: {a} messages accepted, {r} refused by upstream");
-    assert!(a >= 20 && r >= 5, "only {a} accepted / {r} refused messages");
+    assert!(
+        a >= 20 && r >= 5,
+        "only {a} accepted / {r} refused messages"
+    );
 }
 
 /// A full ordinary session, so the property is known to see real messages.

@@ -171,11 +171,7 @@ async fn upstream_loop(
     }
 }
 
-async fn serve_upstream(
-    mut conn: TcpStream,
-    script: Vec<u8>,
-    tx: mpsc::UnboundedSender<UpResult>,
-) {
+async fn serve_upstream(mut conn: TcpStream, script: Vec<u8>, tx: mpsc::UnboundedSender<UpResult>) {
     let mut server = RefServer::new(&script);
     let mut capture = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
@@ -218,7 +214,9 @@ impl Harness {
         let upstream_script = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::unbounded_channel();
         let (client_listener, upstream_addr) = rt.block_on(async {
-            let up = TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+            let up = TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind upstream");
             let addr = up.local_addr().expect("upstream addr");
             tokio::spawn(upstream_loop(up, upstream_script.clone(), tx));
             let client = TcpListener::bind("127.0.0.1:0").await.expect("bind client");
@@ -259,8 +257,12 @@ impl Harness {
         case: &Case,
         results: &mut mpsc::UnboundedReceiver<UpResult>,
     ) -> Result<Summary, String> {
-        let addr = self.client_listener.local_addr().map_err(|e| e.to_string())?;
-        let (client, accepted) = tokio::join!(TcpStream::connect(addr), self.client_listener.accept());
+        let addr = self
+            .client_listener
+            .local_addr()
+            .map_err(|e| e.to_string())?;
+        let (client, accepted) =
+            tokio::join!(TcpStream::connect(addr), self.client_listener.accept());
         let client = client.map_err(|e| format!("connect: {e}"))?;
         let (server_side, peer) = accepted.map_err(|e| format!("accept: {e}"))?;
         let local = server_side.local_addr().map_err(|e| e.to_string())?;
@@ -300,7 +302,9 @@ impl Harness {
             (out, clean)
         };
         let ((), (client_out, clean_eof)) = tokio::join!(writer, reader);
-        session.await.map_err(|e| format!("session panicked: {e}"))?;
+        session
+            .await
+            .map_err(|e| format!("session panicked: {e}"))?;
         let up = results
             .recv()
             .await
