@@ -246,10 +246,25 @@ fn a_misbehaving_upstream_costs_only_that_session_a_421() {
     }
     // Timeouts say so; broken connections and garbage say the connection was lost.
     for tag in ["unterminated", "slow", "slowdata"] {
-        assert!(answers[tag].contains("did not answer"), "{tag}: {}", answers[tag]);
+        assert!(
+            answers[tag].contains("did not answer"),
+            "{tag}: {}",
+            answers[tag]
+        );
     }
-    for tag in ["garbage", "mixed", "longline", "closemail", "diemid", "garbagedata"] {
-        assert!(answers[tag].contains("connection lost"), "{tag}: {}", answers[tag]);
+    for tag in [
+        "garbage",
+        "mixed",
+        "longline",
+        "closemail",
+        "diemid",
+        "garbagedata",
+    ] {
+        assert!(
+            answers[tag].contains("connection lost"),
+            "{tag}: {}",
+            answers[tag]
+        );
     }
     // A healthy session after all that, and the honest one that waited.
     assert_eq!(attempt(addr, "after").code, 250);
@@ -377,10 +392,14 @@ fn snapshot_cannot_be_written(target: &'static str, error: &str) {
 
     drop(fault);
     // The next save after the fault holds the new state (the message sent during it).
-    wait_until(Duration::from_secs(10), "a snapshot after the fault", || {
-        let now = std::fs::read(&state).ok()?;
-        (now != before).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "a snapshot after the fault",
+        || {
+            let now = std::fs::read(&state).ok()?;
+            (now != before).then_some(())
+        },
+    );
     assert!(snapshot_records(&state).is_ok());
     assert!(
         std::fs::symlink_metadata(&tmp).is_err(),
@@ -493,15 +512,23 @@ fn redis_hanging_beyond_the_decision_timeout() {
     // Once Redis answers again, closed mode relays again (bounded retries while the
     // store notices).
     let mut n = 0;
-    wait_until(Duration::from_secs(20), "closed mode to relay again", || {
-        n += 1;
-        let tag = format!("c-after{n}");
-        (attempt(closed.addr("plain"), &tag).code == 250).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(20),
+        "closed mode to relay again",
+        || {
+            n += 1;
+            let tag = format!("c-after{n}");
+            (attempt(closed.addr("plain"), &tag).code == 250).then_some(())
+        },
+    );
     let senders: Vec<String> = rec.messages().iter().map(|m| m.mail_from.clone()).collect();
     assert!(!senders.iter().any(|s| s == "c-during@client.test"));
     for tag in ["c-before", "l-before", "l-during"] {
         let s = format!("{tag}@client.test");
-        assert_eq!(senders.iter().filter(|x| **x == s).count(), 1, "{senders:?}");
+        assert_eq!(
+            senders.iter().filter(|x| **x == s).count(),
+            1,
+            "{senders:?}"
+        );
     }
 }

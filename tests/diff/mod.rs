@@ -172,6 +172,7 @@ async fn upstream_loop(
 }
 
 async fn serve_upstream(mut conn: TcpStream, script: Vec<u8>, tx: mpsc::UnboundedSender<UpResult>) {
+    let _ = conn.set_nodelay(true);
     let mut server = RefServer::new(&script);
     let mut capture = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
@@ -265,6 +266,10 @@ impl Harness {
             tokio::join!(TcpStream::connect(addr), self.client_listener.accept());
         let client = client.map_err(|e| format!("connect: {e}"))?;
         let (server_side, peer) = accepted.map_err(|e| format!("accept: {e}"))?;
+        // As floodgate's own accept path does; small pipelined writes must not wait for
+        // delayed ACKs.
+        let _ = client.set_nodelay(true);
+        let _ = server_side.set_nodelay(true);
         let local = server_side.local_addr().map_err(|e| e.to_string())?;
         let shared = self.shared[usize::from(case.normalize)].clone();
         let info = ListenerInfo {
