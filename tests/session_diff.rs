@@ -154,9 +154,7 @@ fn upstream_holds_exactly_what_floodgate_counted() {
     let accepted = AtomicUsize::new(0);
     let refused = AtomicUsize::new(0);
     let outcome = runner.run(&case(), |case| {
-        let s = Harness::get()
-            .run(&case)
-            .map_err(|e| TestCaseError::fail(e))?;
+        let s = Harness::get().run(&case).map_err(TestCaseError::fail)?;
         accepted.fetch_add(s.accepted, Ordering::Relaxed);
         refused.fetch_add(s.messages - s.accepted, Ordering::Relaxed);
         Ok(())
