@@ -121,42 +121,51 @@ fn connections_waiting_for_a_proxy_header_count_against_the_total_cap() {
     );
     let plain = fg.addr("plain");
     let proxied = fg.addr("behind");
-    // Three connections that never finish their header (one sends half of it).
-    let mut silent: Vec<RawClient> = (0..3).map(|_| RawClient::connect(proxied)).collect();
-    silent[2].send(b"PROXY TCP4 192.0.2.9 ");
-    // Admission runs on floodgate's own schedule: poll until the waiting connections hold
-    // their places, then every new connection is refused with 421.
-    let r = wait_until(
-        Duration::from_secs(10),
-        "a refusal while three connections wait for their PROXY headers",
-        || {
-            let mut c = RawClient::connect(plain);
-            let r = c.reply();
-            match r.code {
-                220 => {
-                    c.send(b"QUIT\r\n");
-                    let _ = c.drain_until_close();
-                    None
+    // Six connections that start a header and never finish it. No other connection
+    // exists meanwhile, so exactly three hold the three places and three are refused, in
+    // whatever order floodgate accepts them.
+    let mut all: Vec<RawClient> = (0..6).map(|_| RawClient::connect(proxied)).collect();
+    for c in &mut all {
+        let _ = c.try_send(b"PROXY TCP4 192.0.2.9 ");
+        c.set_read_timeout(Duration::from_millis(100));
+    }
+    let mut refused = vec![false; all.len()];
+    wait_until(Duration::from_secs(10), "three refusals", || {
+        for (c, r) in all.iter_mut().zip(refused.iter_mut()) {
+            if !*r {
+                if let Ok(reply) = c.try_reply() {
+                    assert_421(&reply, "too many connections");
+                    *r = true;
                 }
-                _ => Some(r),
             }
-        },
-    );
-    assert_421(&r, "too many connections");
-    // A new connection on the PROXY listener is refused before its header, too.
-    let mut c = RawClient::connect(proxied);
-    assert_421(&c.reply(), "too many connections");
-    assert!(c.drain_until_close().is_empty());
+        }
+        (refused.iter().filter(|r| **r).count() == 3).then_some(())
+    });
+    let mut waiting: Vec<RawClient> = all
+        .into_iter()
+        .zip(&refused)
+        .filter(|(_, r)| !**r)
+        .map(|(c, _)| c)
+        .collect();
+    for c in &mut waiting {
+        c.set_read_timeout(REPLY_TIMEOUT);
+    }
+    // Every new connection is refused while they wait, on either listener.
+    for addr in [plain, proxied] {
+        let mut c = RawClient::connect(addr);
+        assert_421(&c.reply(), "too many connections");
+        assert!(c.drain_until_close().is_empty());
+    }
 
-    // The half-sent header is completed: that session is admitted and delivers.
-    silent[2].send(b"127.0.0.1 5555 25\r\n");
-    let g = silent[2].reply();
+    // One header is completed: that session is admitted and delivers.
+    let mut honest = waiting.pop().expect("a waiting connection");
+    honest.send(b"127.0.0.1 5555 25\r\n");
+    let g = honest.reply();
     assert_eq!(g.code, 220, "{g:?}");
-    let mut honest = silent.pop().expect("third");
     begin(&mut honest, "honest");
     finish(&mut honest, "honest");
     // The two silent ones leave: places are free again.
-    drop(silent);
+    drop(waiting);
     let mut c = wait_until(Duration::from_secs(10), "a free place", || {
         let mut c = RawClient::connect(plain);
         (c.reply().code == 220).then_some(c)
