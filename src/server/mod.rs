@@ -434,7 +434,29 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
             .iter()
             .any(|c| c.contains(peer.ip()))
     {
-        match read_proxy_header(&mut tcp, cfg.timeouts.proxy_header.0).await {
+        // A connection waiting for its PROXY header holds a place under the total cap
+        // (not under the per-IP cap: that belongs to the real client, named by the
+        // header, and a load balancer's address would hit it at once), so slow or
+        // silent headers cannot open descriptors without bound.
+        let Ok(waiting) = ctx
+            .conns
+            .admit(peer.ip(), cfg.server.max_connections, usize::MAX)
+        else {
+            let text = format!(
+                "421 4.7.0 {} Error: too many connections\r\n",
+                cfg.server.hostname
+            );
+            info!(proxy = %peer, reason = ?Refusal::Total, "connection refused");
+            let _ = timeout(Duration::from_secs(5), async {
+                let _ = tcp.write_all(text.as_bytes()).await;
+                let _ = tcp.shutdown().await;
+            })
+            .await;
+            return;
+        };
+        let header = read_proxy_header(&mut tcp, cfg.timeouts.proxy_header.0).await;
+        drop(waiting);
+        match header {
             Ok(Some(src)) => peer = src,
             Ok(None) => {}
             Err(why) => {
