@@ -106,9 +106,26 @@ fn init_logs(config: &Config) {
     }
 }
 
+/// Raises the open-file limit to the hard limit and warns when even that cannot hold
+/// `max_connections` sessions (two descriptors each).
+fn check_fd_limit(max_connections: usize) {
+    let needed = floodgate::server::FdLimit::needed(max_connections);
+    match floodgate::server::raise_fd_limit() {
+        Ok(l) if l.soft < needed => warn!(
+            soft = l.soft,
+            needed,
+            "the open-file limit cannot hold [server] max_connections sessions (two descriptors each): \
+             raise it (LimitNOFILE= in the systemd unit, ulimit -n) or lower max_connections"
+        ),
+        Ok(l) => info!(limit = l.soft, "open-file limit"),
+        Err(e) => warn!(error = %e, "cannot read or raise the open-file limit"),
+    }
+}
+
 fn run(path: PathBuf) -> anyhow::Result<()> {
     let config = Config::load(&path)?;
     init_logs(&config);
+    check_fd_limit(config.server.max_connections);
     // The control plane (signals, reload) runs here; sessions run on the server's workers.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

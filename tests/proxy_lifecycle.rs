@@ -440,32 +440,39 @@ for tag, header in (("tlsv1", "{}"), ("tlsv2", "{}")):
 }
 
 #[test]
-fn proxy_header_from_an_untrusted_peer_is_not_honoured() {
+fn proxy_header_from_an_untrusted_peer_is_refused_with_421() {
     let rec = Recorder::plain();
     let fg = proxy_floodgate(&rec, &["192.0.2.0/24"]);
     let mut c = RawClient::connect(fg.addr("plain"));
-    // Sent at once, as a load balancer would: floodgate must treat it as a command.
-    c.send(b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 25\r\n");
+    // Sent at once, as a load balancer would. Honouring it would let anyone choose their
+    // address; treating it as a command would count every client behind the balancer as
+    // the balancer: floodgate refuses it with 421 and closes.
+    c.send(b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 25\r\nMAIL FROM:<x@client.test>\r\n");
     let g = c.reply();
     assert_eq!(g.code, 220, "{g:?}");
     let r = c.reply();
-    assert_eq!(
-        r.class(),
-        5,
-        "the PROXY line must get an error reply: {r:?}"
+    assert_eq!(r.code, 421, "the PROXY line must get 421: {r:?}");
+    assert!(
+        r.text().contains("4.7.0") && r.text().contains("PROXY header not accepted from 127.0.0.1"),
+        "{r:?}"
     );
-    deliver(&mut c, "untrusted");
-    quit(&mut c);
+    let rest = c.drain_until_close();
+    assert!(rest.is_empty(), "nothing after the 421: {}", show(&rest));
+    // A legitimate session on the same listener still delivers.
+    let mut ok = RawClient::connect(fg.addr("plain"));
+    assert_eq!(ok.reply().code, 220);
+    deliver(&mut ok, "untrusted-bystander");
+    quit(&mut ok);
     rec.wait_idle();
-    let m = message_from(&rec, "untrusted");
+    let m = message_from(&rec, "untrusted-bystander");
     assert_eq!(
         m.xclient.get("ADDR").map(String::as_str),
         Some("127.0.0.1"),
         "{m:?}"
     );
     assert!(
-        !rec.commands().iter().any(|c| c.starts_with("PROXY")),
-        "a PROXY line reached upstream: {:?}",
+        !rec.commands().iter().any(|c| c.starts_with("PROXY") || c.contains("x@client.test")),
+        "the refused session reached upstream: {:?}",
         rec.commands()
     );
 }

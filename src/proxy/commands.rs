@@ -45,6 +45,22 @@ impl Session {
             Command::Auth {
                 mechanism, initial, ..
             } => self.auth(mechanism, initial).await,
+            Command::Unknown(verb) if verb == "PROXY" => {
+                // A PROXY header from a peer not in trusted_proxies (or on a listener without
+                // proxy_protocol) is a misconfigured load balancer: going on would count every
+                // client behind it as the balancer's address, so refuse loudly instead.
+                warn!(client = %self.peer.ip(), listener = %self.listener.name,
+                    "PROXY header from a peer not trusted for it: closing (see [server] trusted_proxies and the listener's proxy_protocol)");
+                self.client.queue(&Reply::new(
+                    421,
+                    format!(
+                        "4.7.0 {} PROXY header not accepted from {}",
+                        self.shared.config.server.hostname,
+                        self.peer.ip()
+                    ),
+                ));
+                Ok(Flow::Close)
+            }
             Command::Unknown(verb) => {
                 info!(client = %self.peer.ip(), verb = %verb, "unknown command");
                 self.client

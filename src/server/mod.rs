@@ -1,8 +1,10 @@
 //! Listeners, admission (connection caps, PROXY header, implicit TLS), signals, reload and
 //! shutdown. Protocol details live in `proxy` and `smtp`.
 
+mod fdlimit;
 mod limits;
 
+pub use fdlimit::{raise_fd_limit, FdLimit};
 pub use limits::{ConnCounter, ConnGuard, Refusal};
 
 use std::net::SocketAddr;
