@@ -13,7 +13,9 @@
 //! | [`server`] | listeners, admission, signals, reload, shutdown |
 //! | [`config`] | the TOML configuration model and its validation |
 //! | [`tls`] | rustls configurations (crypto provider: ring) |
+//! | [`admin`] | metrics, the admin API and the client side of the admin verbs |
 
+pub mod admin;
 pub mod config;
 pub mod limit;
 pub mod policy;

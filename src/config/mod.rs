@@ -2,11 +2,13 @@
 //!
 //! Every error names the file, the line and what is wrong; floodgate refuses to start on any.
 
+mod admin;
 mod duration;
 mod net;
 mod policy;
 mod store;
 
+pub use admin::{default_socket, AdminConfig, MetricsConfig, MIN_TOKEN_LEN};
 pub use duration::{parse_duration, ConfigDuration, DurationError};
 pub use net::{Cidr, CidrError};
 pub use policy::{AuthFailuresConfig, LimitConfig, ListConfig, ListsConfig};
@@ -320,6 +322,10 @@ struct RawConfig {
     limit: Vec<LimitConfig>,
     #[serde(default)]
     auth_failures: AuthFailuresConfig,
+    #[serde(default)]
+    metrics: Option<admin::RawMetrics>,
+    #[serde(default)]
+    admin: admin::RawAdmin,
 }
 
 /// A validated configuration.
@@ -345,6 +351,10 @@ pub struct Config {
     pub log: LogConfig,
     /// `[lists]`, `[[limit]]` and `[auth_failures]`, compiled and checked.
     pub policy: std::sync::Arc<crate::policy::model::PolicyModel>,
+    /// `[metrics]` (off when absent).
+    pub metrics: Option<MetricsConfig>,
+    /// `[admin]`, with the socket path resolved.
+    pub admin: AdminConfig,
 }
 
 impl Config {
@@ -435,6 +445,13 @@ impl Config {
         });
         let mut upstream = raw.upstream;
         upstream.ca_file = upstream.ca_file.map(abs);
+        let (metrics, admin) = admin::validate(
+            raw.metrics,
+            raw.admin,
+            &base,
+            store.path.as_deref(),
+            &|span, message| at(span, message),
+        )?;
         let policy = crate::policy::model::compile(
             &crate::policy::model::PolicySource {
                 lists: &raw.lists,
@@ -456,6 +473,8 @@ impl Config {
             store,
             log: raw.log,
             policy: std::sync::Arc::new(policy),
+            metrics,
+            admin,
         })
     }
 

@@ -1,0 +1,177 @@
+//! `[metrics]` and `[admin]`: where floodgate exports its counters and answers admin
+//! requests. Neither is changed by a reload.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::store::Secret;
+
+/// `[metrics]` as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetrics {
+    /// Where to serve `GET /metrics` over HTTP.
+    pub address: Spanned<SocketAddr>,
+    /// Allow a non-loopback address.
+    #[serde(default)]
+    pub allow_remote: bool,
+}
+
+/// `[admin]` as written.
+#[derive(Clone, Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    /// Serve the admin API at all (default true).
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// The unix socket (relative to the config file's directory).
+    #[serde(default)]
+    pub socket: Option<Spanned<PathBuf>>,
+    /// Also serve the admin API on this TCP address, guarded by a bearer token.
+    #[serde(default)]
+    pub address: Option<Spanned<SocketAddr>>,
+    /// The file holding the bearer token (relative to the config file's directory).
+    #[serde(default)]
+    pub token_file: Option<Spanned<PathBuf>>,
+    /// Allow a non-loopback TCP address.
+    #[serde(default)]
+    pub allow_remote: bool,
+}
+
+/// `[metrics]`, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// Where `GET /metrics` is served.
+    pub address: SocketAddr,
+}
+
+/// `[admin]`, validated.
+#[derive(Clone, Debug, Default)]
+pub struct AdminConfig {
+    /// The unix socket of the admin API (`None`: the admin API is off).
+    pub socket: Option<PathBuf>,
+    /// The token-guarded TCP address, with the token.
+    pub tcp: Option<(SocketAddr, Secret)>,
+}
+
+/// The shortest bearer token accepted.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// The socket path used when `[admin] socket` is not given: next to the memory store's
+/// snapshot when there is one, else in `$XDG_RUNTIME_DIR`, else in the temporary directory
+/// with the user id in its name. Works for a normal user running the example config.
+pub fn default_socket(state_path: Option<&Path>) -> PathBuf {
+    if let Some(dir) = state_path.and_then(Path::parent) {
+        if !dir.as_os_str().is_empty() {
+            return dir.join("floodgate-admin.sock");
+        }
+    }
+    if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(run).join("floodgate-admin.sock");
+    }
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
+    std::env::temp_dir().join(format!("floodgate-admin-{uid}.sock"))
+}
+
+fn loopback_only(
+    addr: &Spanned<SocketAddr>,
+    allow: bool,
+    section: &str,
+    at: &dyn Fn(Range<usize>, String) -> super::ConfigError,
+) -> Result<(), super::ConfigError> {
+    if !allow && !addr.get_ref().ip().is_loopback() {
+        return Err(at(
+            addr.span(),
+            format!(
+                "[{section}] address {} is not a loopback address: set allow_remote = true to serve it beyond this machine",
+                addr.get_ref()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates `[metrics]` and `[admin]`; relative paths are resolved against `base`, the
+/// token file is read now.
+pub fn validate(
+    metrics: Option<RawMetrics>,
+    admin: RawAdmin,
+    base: &Path,
+    state_path: Option<&Path>,
+    at: &dyn Fn(Range<usize>, String) -> super::ConfigError,
+) -> Result<(Option<MetricsConfig>, AdminConfig), super::ConfigError> {
+    let abs = |p: &Path| {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            base.join(p)
+        }
+    };
+    let metrics = match metrics {
+        Some(m) => {
+            loopback_only(&m.address, m.allow_remote, "metrics", at)?;
+            Some(MetricsConfig {
+                address: *m.address.get_ref(),
+            })
+        }
+        None => None,
+    };
+    if admin.enabled == Some(false) {
+        return Ok((metrics, AdminConfig::default()));
+    }
+    let socket = match &admin.socket {
+        Some(s) if s.get_ref().as_os_str().is_empty() => {
+            return Err(at(s.span(), "[admin] socket must not be empty".into()));
+        }
+        Some(s) => abs(s.get_ref()),
+        None => default_socket(state_path),
+    };
+    let tcp = match (&admin.address, &admin.token_file) {
+        (None, None) => None,
+        (None, Some(t)) => {
+            return Err(at(
+                t.span(),
+                "[admin] token_file is only used with address".into(),
+            ))
+        }
+        (Some(a), None) => {
+            return Err(at(
+                a.span(),
+                "[admin] address needs token_file (the bearer token clients must send)".into(),
+            ))
+        }
+        (Some(a), Some(t)) => {
+            loopback_only(a, admin.allow_remote, "admin", at)?;
+            let path = abs(t.get_ref());
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                at(
+                    t.span(),
+                    format!("[admin] token_file {}: cannot read: {e}", path.display()),
+                )
+            })?;
+            let token = text.trim();
+            if token.len() < MIN_TOKEN_LEN || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(at(
+                    t.span(),
+                    format!(
+                        "[admin] token_file {}: the token must be one word of at least {MIN_TOKEN_LEN} characters",
+                        path.display()
+                    ),
+                ));
+            }
+            Some((*a.get_ref(), Secret::new(token.to_string())))
+        }
+    };
+    Ok((
+        metrics,
+        AdminConfig {
+            socket: Some(socket),
+            tcp,
+        },
+    ))
+}
