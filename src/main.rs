@@ -1,4 +1,5 @@
-//! The floodgate command line: `run`, `check`, `simulate`.
+//! The floodgate command line: `run`, `check`, `simulate`, and the admin verbs `inspect`,
+//! `reset`, `top` and `reload` (which talk to a running floodgate over its admin socket).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,7 +13,10 @@ use tracing::{info, warn};
 use floodgate::config::{Config, LogFormat};
 use floodgate::policy::describe::{describe, warnings};
 use floodgate::policy::AllowAll;
-use floodgate::server::{build_policy, build_shared, open_store, spawn_store_tasks, Server};
+use floodgate::admin::api::AdminState;
+use floodgate::admin::client::{self, Verb};
+use floodgate::admin::{serve, Metrics};
+use floodgate::server::{build_policy_with, build_shared, open_store, spawn_store_tasks, Server};
 
 /// An SMTP submission proxy that stops outgoing email floods.
 #[derive(Parser)]
@@ -44,6 +48,50 @@ enum Cmd {
         /// Events, one JSON object a line; standard input when absent.
         file: Option<PathBuf>,
     },
+    /// Show, for every configured limit, what a running floodgate holds for KEY.
+    Inspect {
+        /// The key: a user name, an address, a client IP, any key text.
+        key: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Remove every record of KEY for every limit in a running floodgate.
+    Reset {
+        /// The key.
+        key: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// List the keys nearest (or furthest over) their limits, highest first.
+    Top {
+        /// Only this limit.
+        #[arg(long)]
+        limit: Option<String>,
+        /// How many keys.
+        #[arg(short = 'n', default_value_t = 20)]
+        n: usize,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Make a running floodgate reload its configuration (as SIGHUP does).
+    Reload {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+/// How the admin verbs find floodgate, and how they answer.
+#[derive(clap::Args)]
+struct AdminArgs {
+    /// The config file (its [admin] socket is used).
+    #[arg(long, short, default_value = "conf/floodgate.toml")]
+    config: PathBuf,
+    /// The admin socket (instead of reading the config).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Print floodgate's JSON answer instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 fn main() -> ExitCode {
@@ -52,6 +100,10 @@ fn main() -> ExitCode {
         Cmd::Run { config } => run(config),
         Cmd::Check { config } => check(config),
         Cmd::Simulate { limit, file } => simulate(&limit, file),
+        Cmd::Inspect { key, admin } => admin_verb(&admin, Verb::Inspect(key)),
+        Cmd::Reset { key, admin } => admin_verb(&admin, Verb::Reset(key)),
+        Cmd::Top { limit, n, admin } => admin_verb(&admin, Verb::Top { limit, n }),
+        Cmd::Reload { admin } => admin_verb(&admin, Verb::Reload),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -87,25 +139,60 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let store = open_store(&config.store)?;
-        let policy = build_policy(&config, store.as_store());
+        let metrics = Arc::new(Metrics::new());
+        metrics.attach_store(&store);
+        let policy = build_policy_with(&config, store.as_store(), metrics.clone());
         let store_stop = tokio_util::sync::CancellationToken::new();
         let store_tasks = spawn_store_tasks(&store, &config.store, store_stop.clone());
         for w in warnings(&config.policy) {
             warn!("{w}");
         }
-        let server = Server::bind(config, Arc::new(policy)).await?;
+        let admin_cfg = config.admin.clone();
+        let metrics_cfg = config.metrics.clone();
+        let server = Server::bind_with(config, Arc::new(policy), metrics.clone()).await?;
         let sigs = install_signals()?;
+        let control = server.control();
+        let admin_stop = tokio_util::sync::CancellationToken::new();
+        let state = Arc::new(AdminState {
+            control: control.clone(),
+            store: store.clone(),
+            metrics: metrics.clone(),
+        });
+        // Removed when `run` returns (at exit).
+        let socket_file = match &admin_cfg.socket {
+            Some(path) => match serve::serve_unix(path, state.clone(), admin_stop.clone()) {
+                Ok(f) => Some(f),
+                Err(e) if admin_cfg.default_socket => {
+                    warn!(error = %e, "no admin socket (set [admin] socket to choose one)");
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            },
+            None => None,
+        };
         {
             let mut out = std::io::stdout().lock();
+            if let Some(path) = &socket_file.as_ref().and(admin_cfg.socket.as_ref()) {
+                writeln!(out, "admin socket {}", path.display())?;
+            }
+            if let Some((address, token)) = admin_cfg.tcp.clone() {
+                let a = serve::serve_admin_tcp(address, token, state.clone(), admin_stop.clone())
+                    .await?;
+                writeln!(out, "admin address {a}")?;
+            }
+            if let Some(m) = &metrics_cfg {
+                let a = serve::serve_metrics(m.address, metrics.clone(), admin_stop.clone()).await?;
+                writeln!(out, "metrics address {a}")?;
+            }
             for (name, addr, tls) in server.local_addrs() {
                 writeln!(out, "listening {name} {addr} {}", tls.as_str())?;
                 info!(listener = %name, address = %addr, tls = tls.as_str(), "listening");
             }
             out.flush()?;
         }
-        let control = server.control();
         tokio::spawn(signals(control, sigs));
         server.run().await;
+        admin_stop.cancel();
         store_stop.cancel();
         let _ = store_tasks.await;
         Ok(())
@@ -272,6 +359,30 @@ fn simulate(limit: &str, file: Option<PathBuf>) -> anyhow::Result<()> {
             floodgate::simulate::run(limit, std::io::BufReader::new(input), out)?;
         }
         None => floodgate::simulate::run(limit, std::io::stdin().lock(), out)?,
+    }
+    Ok(())
+}
+
+/// Runs one admin verb against a running floodgate and prints the answer.
+fn admin_verb(args: &AdminArgs, verb: Verb) -> anyhow::Result<()> {
+    let socket = match &args.socket {
+        Some(s) => s.clone(),
+        None => {
+            let config = Config::load(&args.config)?;
+            config.admin.socket.clone().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: the admin API is off ([admin] enabled = false)",
+                    args.config.display()
+                )
+            })?
+        }
+    };
+    let answer = client::call(&socket, &verb)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{answer}")?;
+    } else {
+        write!(out, "{}", client::render(&verb, &answer))?;
     }
     Ok(())
 }

@@ -54,6 +54,9 @@ pub struct MetricsConfig {
 pub struct AdminConfig {
     /// The unix socket of the admin API (`None`: the admin API is off).
     pub socket: Option<PathBuf>,
+    /// The socket path is the default one (not written in the config): failing to bind it
+    /// is a warning, not a reason to refuse to start.
+    pub default_socket: bool,
     /// The token-guarded TCP address, with the token.
     pub tcp: Option<(SocketAddr, Secret)>,
 }
@@ -63,19 +66,31 @@ pub const MIN_TOKEN_LEN: usize = 16;
 
 /// The socket path used when `[admin] socket` is not given: next to the memory store's
 /// snapshot when there is one, else in `$XDG_RUNTIME_DIR`, else in the temporary directory
-/// with the user id in its name. Works for a normal user running the example config.
-pub fn default_socket(state_path: Option<&Path>) -> PathBuf {
+/// with the user id in its name; outside the state directory the name carries a hash of
+/// the config file's path, so two floodgates with different configs never collide. Works
+/// for a normal user running the example config.
+pub fn default_socket(state_path: Option<&Path>, config_path: &Path) -> PathBuf {
     if let Some(dir) = state_path.and_then(Path::parent) {
         if !dir.as_os_str().is_empty() {
             return dir.join("floodgate-admin.sock");
         }
     }
+    let canonical = std::fs::canonicalize(config_path).unwrap_or_else(|_| config_path.into());
+    // FNV-1a: stable across builds and platforms (std's hasher is not).
+    let hash = canonical
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    let tag = format!("{:08x}", hash as u32);
     if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
-        return PathBuf::from(run).join("floodgate-admin.sock");
+        return PathBuf::from(run).join(format!("floodgate-{tag}.sock"));
     }
     use std::os::unix::fs::MetadataExt;
     let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
-    std::env::temp_dir().join(format!("floodgate-admin-{uid}.sock"))
+    std::env::temp_dir().join(format!("floodgate-{uid}-{tag}.sock"))
 }
 
 fn loopback_only(
@@ -103,6 +118,7 @@ pub fn validate(
     admin: RawAdmin,
     base: &Path,
     state_path: Option<&Path>,
+    config_path: &Path,
     at: &dyn Fn(Range<usize>, String) -> super::ConfigError,
 ) -> Result<(Option<MetricsConfig>, AdminConfig), super::ConfigError> {
     let abs = |p: &Path| {
@@ -129,7 +145,7 @@ pub fn validate(
             return Err(at(s.span(), "[admin] socket must not be empty".into()));
         }
         Some(s) => abs(s.get_ref()),
-        None => default_socket(state_path),
+        None => default_socket(state_path, config_path),
     };
     let tcp = match (&admin.address, &admin.token_file) {
         (None, None) => None,
@@ -171,6 +187,7 @@ pub fn validate(
         metrics,
         AdminConfig {
             socket: Some(socket),
+            default_socket: admin.socket.is_none(),
             tcp,
         },
     ))

@@ -450,6 +450,7 @@ impl Config {
             raw.admin,
             &base,
             store.path.as_deref(),
+            path,
             &|span, message| at(span, message),
         )?;
         let policy = crate::policy::model::compile(
