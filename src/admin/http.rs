@@ -152,7 +152,7 @@ fn find_head_end(buf: &[u8], max: usize) -> Result<Option<usize>, HttpError> {
     }
     // A bare LF anywhere in the head is refused at once (no waiting for more).
     if memchr::memchr_iter(b'\n', window).any(|j| j == 0 || window[j - 1] != b'\r') {
-        return Err(HttpError::Bad("line not ended by CRLF"));
+        return Err(HttpError::Bad("bare CR or LF (lines must end in CRLF), or NUL, in the head"));
     }
     if buf.len() >= max {
         return Err(HttpError::TooLarge("request head"));
@@ -170,7 +170,7 @@ fn split_crlf(head: &[u8]) -> Result<impl Iterator<Item = &[u8]>, HttpError> {
             _ => true,
         };
         if !ok {
-            return Err(HttpError::Bad("bare CR, bare LF or NUL in the head"));
+            return Err(HttpError::Bad("bare CR or LF (lines must end in CRLF), or NUL, in the head"));
         }
     }
     let body = head.strip_suffix(b"\r\n").unwrap_or(head);
