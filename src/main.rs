@@ -10,12 +10,12 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing::{info, warn};
 
-use floodgate::config::{Config, LogFormat};
-use floodgate::policy::describe::{describe, warnings};
-use floodgate::policy::AllowAll;
 use floodgate::admin::api::AdminState;
 use floodgate::admin::client::{self, Verb};
 use floodgate::admin::{serve, Metrics};
+use floodgate::config::{Config, LogFormat};
+use floodgate::policy::describe::{describe, warnings};
+use floodgate::policy::AllowAll;
 use floodgate::server::{build_policy_with, build_shared, open_store, spawn_store_tasks, Server};
 
 /// An SMTP submission proxy that stops outgoing email floods.
@@ -181,7 +181,8 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
                 writeln!(out, "admin address {a}")?;
             }
             if let Some(m) = &metrics_cfg {
-                let a = serve::serve_metrics(m.address, metrics.clone(), admin_stop.clone()).await?;
+                let a =
+                    serve::serve_metrics(m.address, metrics.clone(), admin_stop.clone()).await?;
                 writeln!(out, "metrics address {a}")?;
             }
             for (name, addr, tls) in server.local_addrs() {

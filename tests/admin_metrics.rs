@@ -20,7 +20,10 @@ fn http(mut s: impl Read + Write, req: &str) -> (u16, String) {
         .get(9..12)
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("no status line in {text:?}"));
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
     (status, body)
 }
 
@@ -132,8 +135,14 @@ s.quit()
         ),
         ("floodgate_upstream_connects_total", 2),
         ("floodgate_upstream_errors_total{kind=\"connect\"}", 0),
-        ("floodgate_tls_handshakes_total{side=\"client\",result=\"ok\"}", 1),
-        ("floodgate_tls_handshakes_total{side=\"client\",result=\"failed\"}", 0),
+        (
+            "floodgate_tls_handshakes_total{side=\"client\",result=\"ok\"}",
+            1,
+        ),
+        (
+            "floodgate_tls_handshakes_total{side=\"client\",result=\"failed\"}",
+            0,
+        ),
         ("floodgate_auth_total{result=\"success\"}", 2),
         ("floodgate_auth_total{result=\"failure\"}", 1),
         (

@@ -161,7 +161,10 @@ fn inspect_top_reset_and_reload_on_the_memory_store() {
     assert!(pos("2h/per_mail/alice", "msgs-3") < pos("2h/per_mail/bob", "msgs-3"));
     assert!(pos("2h/per_mail/alice", "msgs-3") < pos("1h/per_mail/alice", "msgs-10"));
     assert!(pos("1h/per_mail/alice", "msgs-10") < pos("1h/per_mail/bob", "msgs-10"));
-    let ratios: Vec<f64> = entries.iter().map(|e| e["ratio"].as_f64().unwrap()).collect();
+    let ratios: Vec<f64> = entries
+        .iter()
+        .map(|e| e["ratio"].as_f64().unwrap())
+        .collect();
     assert!(ratios.windows(2).all(|w| w[0] >= w[1]), "{ratios:?}");
     let v = json(&sock, &["top", "--limit", "msgs-10", "-n", "1"]);
     let entries = v["entries"].as_array().unwrap();
@@ -169,7 +172,10 @@ fn inspect_top_reset_and_reload_on_the_memory_store() {
     assert_eq!(entries[0]["key"], "1h/per_mail/alice");
     assert_eq!(entries[0]["limit"], "msgs-10");
     let out = verb(&sock, &["top", "--limit", "nope"]);
-    assert!(!out.ok() && out.stderr.contains("no limit named \"nope\""), "{out}");
+    assert!(
+        !out.ok() && out.stderr.contains("no limit named \"nope\""),
+        "{out}"
+    );
 
     // reload: a changed limit is picked up.
     let cfg = std::fs::read_to_string(fg.config_path()).unwrap();
@@ -181,14 +187,20 @@ fn inspect_top_reset_and_reload_on_the_memory_store() {
     assert_eq!(limit(&v, "msgs-10")["limit_value"], 2.0);
     assert_eq!(limit(&v, "msgs-10")["over"], true);
     // A broken config is refused with its file and line; the old one stays.
-    fg.write_config(&format!("{cfg}\n[[limit]]\nname = \"broken\"\nratelimit = \"x\"\n"));
+    fg.write_config(&format!(
+        "{cfg}\n[[limit]]\nname = \"broken\"\nratelimit = \"x\"\n"
+    ));
     let out = verb(&sock, &["reload"]);
     assert!(!out.ok(), "{out}");
     let path = fg.config_path().display().to_string();
     assert!(out.stderr.contains(&format!("{path}:")), "{out}");
     let v = json(&sock, &["inspect", USER]);
     assert_eq!(limit(&v, "msgs-10")["limit_value"], 2.0);
-    assert!(v["limits"].as_array().unwrap().iter().all(|l| l["limit"] != "broken"));
+    assert!(v["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|l| l["limit"] != "broken"));
 }
 
 #[test]
@@ -288,7 +300,10 @@ fn token_guarded_tcp_address_and_bad_http() {
     let (st, text) = get("");
     assert_eq!(st, 401, "{text}");
     assert!(text.contains("missing Authorization"), "{text}");
-    assert_eq!(get("Authorization: Bearer wrong-token-of-some-len\r\n").0, 401);
+    assert_eq!(
+        get("Authorization: Bearer wrong-token-of-some-len\r\n").0,
+        401
+    );
     assert_eq!(get(&format!("Authorization: Bearer {token}x\r\n")).0, 401);
     let (st, text) = get(&format!("Authorization: Bearer {token}\r\n"));
     assert_eq!(st, 200, "{text}");
@@ -306,8 +321,16 @@ fn token_guarded_tcp_address_and_bad_http() {
         (text[9..12].parse::<u16>().unwrap(), text)
     };
     let cases: &[(&[u8], u16, &str)] = &[
-        (b"GET /v1/inspect?key=a HTTP/1.1\nHost: x\r\n\r\n", 400, "CRLF"),
-        (b"GET /v1/nothing HTTP/1.1\r\n\r\n", 404, "no endpoint /v1/nothing"),
+        (
+            b"GET /v1/inspect?key=a HTTP/1.1\nHost: x\r\n\r\n",
+            400,
+            "CRLF",
+        ),
+        (
+            b"GET /v1/nothing HTTP/1.1\r\n\r\n",
+            404,
+            "no endpoint /v1/nothing",
+        ),
         (b"GET /v1/reset?key=a HTTP/1.1\r\n\r\n", 405, "takes POST"),
         (b"POST /v1/top HTTP/1.1\r\n\r\n", 405, "takes GET"),
         (b"GET /v1/inspect HTTP/1.1\r\n\r\n", 400, "needs ?key=KEY"),
@@ -317,7 +340,11 @@ fn token_guarded_tcp_address_and_bad_http() {
             413,
             "too large",
         ),
-        (b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 400, "Transfer-Encoding"),
+        (
+            b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            400,
+            "Transfer-Encoding",
+        ),
         (b"GET /x", 400, "ended early"),
     ];
     for (req, status, words) in cases {
@@ -354,7 +381,11 @@ fn cli_without_a_running_floodgate() {
         )),
         "{out}"
     );
-    assert!(out.stderr.contains("is floodgate running with [admin] socket?"), "{out}");
+    assert!(
+        out.stderr
+            .contains("is floodgate running with [admin] socket?"),
+        "{out}"
+    );
     // With --config, the socket comes from the config.
     let rec_addr = closed_port();
     let cfg = FloodgateConfig::new(rec_addr).extra("[admin]\nsocket = \"x/admin.sock\"\n");

@@ -153,10 +153,7 @@ impl AdminState {
                 Err(e) => return store_error(&e),
             },
         }
-        Response::json(
-            200,
-            &json!({ "entries": top.finish(), "partial": partial }),
-        )
+        Response::json(200, &json!({ "entries": top.finish(), "partial": partial }))
     }
 
     fn reload(&self) -> Response {

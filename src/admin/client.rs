@@ -103,7 +103,9 @@ pub fn call(socket: &Path, verb: &Verb) -> Result<Value, ClientError> {
     let value: Value = serde_json::from_slice(&body).map_err(|_| garbled())?;
     if status != 200 {
         let msg = value["error"].as_str().unwrap_or("(no reason given)");
-        return Err(ClientError::Refused(format!("floodgate answered {status}: {msg}")));
+        return Err(ClientError::Refused(format!(
+            "floodgate answered {status}: {msg}"
+        )));
     }
     Ok(value)
 }
@@ -171,7 +173,12 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 fn yes(v: &Value) -> String {
-    if v.as_bool() == Some(true) { "yes" } else { "no" }.into()
+    if v.as_bool() == Some(true) {
+        "yes"
+    } else {
+        "no"
+    }
+    .into()
 }
 
 /// The human-readable form of an answer to `verb`.
@@ -200,7 +207,16 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                 return "no limits are configured\n".into();
             }
             table(
-                &["LIMIT", "ALGORITHM", "DATABASE KEY", "VALUE", "LIMIT", "PER", "OVER", "UNDER IN"],
+                &[
+                    "LIMIT",
+                    "ALGORITHM",
+                    "DATABASE KEY",
+                    "VALUE",
+                    "LIMIT",
+                    "PER",
+                    "OVER",
+                    "UNDER IN",
+                ],
                 &rows,
             )
         }
@@ -230,7 +246,15 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                 "no keys stored\n".to_string()
             } else {
                 table(
-                    &["DATABASE KEY", "LIMIT", "VALUE", "LIMIT", "OF LIMIT", "OVER", "UNDER IN"],
+                    &[
+                        "DATABASE KEY",
+                        "LIMIT",
+                        "VALUE",
+                        "LIMIT",
+                        "OF LIMIT",
+                        "OVER",
+                        "UNDER IN",
+                    ],
                     &rows,
                 )
             };
@@ -272,7 +296,10 @@ mod tests {
             "over": true, "until_under_secs": 803.2}]});
         let t = render(&Verb::Inspect("alice".into()), &v);
         assert!(t.starts_with("LIMIT     ALGORITHM  DATABASE KEY"), "{t}");
-        assert!(t.contains("per-user  ewma       1h/per_rcpt/alice  12.500  10"), "{t}");
+        assert!(
+            t.contains("per-user  ewma       1h/per_rcpt/alice  12.500  10"),
+            "{t}"
+        );
         assert!(t.contains("yes   13m24s"), "{t}");
         let r = render(&Verb::Reset("alice".into()), &json!({"removed": 1}));
         assert_eq!(r, "alice: removed 1 record\n");
@@ -283,6 +310,9 @@ mod tests {
         let e = call(Path::new("/nonexistent/floodgate.sock"), &Verb::Reload).unwrap_err();
         let s = e.to_string();
         assert!(s.contains("/nonexistent/floodgate.sock"), "{s}");
-        assert!(s.contains("is floodgate running with [admin] socket?"), "{s}");
+        assert!(
+            s.contains("is floodgate running with [admin] socket?"),
+            "{s}"
+        );
     }
 }

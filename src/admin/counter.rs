@@ -92,8 +92,8 @@ impl Gauge {
 
 /// Upper bounds of the decision-latency buckets, in seconds (`+Inf` is implicit).
 pub const LATENCY_BUCKETS: [f64; 14] = [
-    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-    0.05, 0.1, 0.25,
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25,
 ];
 
 /// A latency histogram with the fixed buckets of [`LATENCY_BUCKETS`].

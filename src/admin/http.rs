@@ -152,7 +152,9 @@ fn find_head_end(buf: &[u8], max: usize) -> Result<Option<usize>, HttpError> {
     }
     // A bare LF anywhere in the head is refused at once (no waiting for more).
     if memchr::memchr_iter(b'\n', window).any(|j| j == 0 || window[j - 1] != b'\r') {
-        return Err(HttpError::Bad("bare CR or LF (lines must end in CRLF), or NUL, in the head"));
+        return Err(HttpError::Bad(
+            "bare CR or LF (lines must end in CRLF), or NUL, in the head",
+        ));
     }
     if buf.len() >= max {
         return Err(HttpError::TooLarge("request head"));
@@ -170,7 +172,9 @@ fn split_crlf(head: &[u8]) -> Result<impl Iterator<Item = &[u8]>, HttpError> {
             _ => true,
         };
         if !ok {
-            return Err(HttpError::Bad("bare CR or LF (lines must end in CRLF), or NUL, in the head"));
+            return Err(HttpError::Bad(
+                "bare CR or LF (lines must end in CRLF), or NUL, in the head",
+            ));
         }
     }
     let body = head.strip_suffix(b"\r\n").unwrap_or(head);
@@ -358,7 +362,8 @@ impl Response {
 /// Parses a whole response as read up to the server's close: the status and the body
 /// (`Content-Length` bytes when given, else everything after the head).
 pub fn parse_response(buf: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
-    let end = memchr::memmem::find(buf, b"\r\n\r\n").ok_or(HttpError::Bad("incomplete response"))?;
+    let end =
+        memchr::memmem::find(buf, b"\r\n\r\n").ok_or(HttpError::Bad("incomplete response"))?;
     let head = std::str::from_utf8(&buf[..end]).map_err(|_| HttpError::Bad("response head"))?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or("");

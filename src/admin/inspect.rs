@@ -78,7 +78,8 @@ pub fn owners<'m>(model: &'m PolicyModel, key: &str, kind: RecordKind) -> Vec<&'
         .limits
         .iter()
         .filter(|d| {
-            key_prefix(d).is_some_and(|(p, k)| k == kind && key.len() > p.len() && key.starts_with(&p))
+            key_prefix(d)
+                .is_some_and(|(p, k)| k == kind && key.len() > p.len() && key.starts_with(&p))
         })
         .collect()
 }
@@ -300,11 +301,7 @@ action = "defer"
     #[test]
     fn database_keys() {
         let m = model(LIMITS);
-        let keys: Vec<_> = m
-            .limits
-            .iter()
-            .map(|d| database_key(d, "alice"))
-            .collect();
+        let keys: Vec<_> = m.limits.iter().map(|d| database_key(d, "alice")).collect();
         assert_eq!(keys[0].as_deref(), Some("1h/per_rcpt/alice"));
         assert_eq!(keys[1].as_deref(), Some("1h/per_mail/alice"));
         assert_eq!(keys[2].as_deref(), Some("gcra/tb/alice"));
@@ -319,7 +316,7 @@ action = "defer"
             time_us: now,
             rate: 20.0,
         });
-        let r = reading(def, Some("1h/per_rcpt/alice"), &[rec.clone()], now);
+        let r = reading(def, Some("1h/per_rcpt/alice"), std::slice::from_ref(&rec), now);
         assert!(r.stored && r.over);
         assert!((r.value - 20.0).abs() < 1e-9);
         let t = r.until_under_secs.unwrap();
@@ -353,12 +350,7 @@ action = "defer"
     fn top_orders_and_filters() {
         let m = model(LIMITS);
         let now = 1_000_000_000_000_000;
-        let ew = |rate| {
-            Record::Ewma(EwmaState {
-                time_us: now,
-                rate,
-            })
-        };
+        let ew = |rate| Record::Ewma(EwmaState { time_us: now, rate });
         let recs = vec![
             ("1h/per_rcpt/bob".to_string(), ew(3.0)),
             ("1h/per_rcpt/alice".to_string(), ew(12.0)),
@@ -366,7 +358,10 @@ action = "defer"
             ("foreign/key".to_string(), ew(100.0)),
         ];
         let t = top(&m, recs.clone(), now, None, 10);
-        let order: Vec<_> = t.iter().map(|e| (e.key.as_str(), e.reading.limit.as_str())).collect();
+        let order: Vec<_> = t
+            .iter()
+            .map(|e| (e.key.as_str(), e.reading.limit.as_str()))
+            .collect();
         assert_eq!(
             order,
             [

@@ -302,7 +302,12 @@ impl Metrics {
         let mut limits: Vec<(String, Vec<u64>)> = self
             .verdicts
             .iter()
-            .map(|e| (e.key().to_string(), e.value().0.iter().map(Counter::get).collect()))
+            .map(|e| {
+                (
+                    e.key().to_string(),
+                    e.value().0.iter().map(Counter::get).collect(),
+                )
+            })
             .collect();
         limits.sort();
         for (name, counts) in &limits {
@@ -621,7 +626,11 @@ mod tests {
             Some("1")
         );
         assert_eq!(
-            value(&t, "floodgate_store_decision_seconds_bucket{le=\"0.00005\"}").as_deref(),
+            value(
+                &t,
+                "floodgate_store_decision_seconds_bucket{le=\"0.00005\"}"
+            )
+            .as_deref(),
             Some("1")
         );
         assert_eq!(

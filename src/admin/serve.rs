@@ -26,10 +26,14 @@ const MAX_CONNS: usize = 16;
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// Something other than a socket sits at the socket path.
-    #[error("admin socket {0}: the path exists and is not a socket; remove it or set [admin] socket")]
+    #[error(
+        "admin socket {0}: the path exists and is not a socket; remove it or set [admin] socket"
+    )]
     NotASocket(PathBuf),
     /// A live process answers on the socket path.
-    #[error("admin socket {0}: another process is answering there (is floodgate already running?)")]
+    #[error(
+        "admin socket {0}: another process is answering there (is floodgate already running?)"
+    )]
     InUse(PathBuf),
     /// Binding or setting up failed.
     #[error("{what} {address}: {source}")]
@@ -143,7 +147,13 @@ pub async fn serve_admin_tcp(
     state: Arc<AdminState>,
     stop: CancellationToken,
 ) -> Result<std::net::SocketAddr, ServeError> {
-    serve_tcp("admin address", address, Mode::Token(state, Arc::new(token)), stop).await
+    serve_tcp(
+        "admin address",
+        address,
+        Mode::Token(state, Arc::new(token)),
+        stop,
+    )
+    .await
 }
 
 /// Serves `GET /metrics` on `address`; returns the bound address.

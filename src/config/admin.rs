@@ -171,7 +171,9 @@ pub fn validate(
                 )
             })?;
             let token = text.trim();
-            if token.len() < MIN_TOKEN_LEN || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            if token.len() < MIN_TOKEN_LEN
+                || token.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
                 return Err(at(
                     t.span(),
                     format!(
@@ -191,4 +193,137 @@ pub fn validate(
             tcp,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+    use std::path::Path;
+
+    const BASE: &str =
+        "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:25\"\n";
+
+    fn parse(extra: &str) -> Result<Config, String> {
+        Config::parse(Path::new("/etc/fg/f.toml"), &format!("{BASE}{extra}"))
+            .map_err(|e| e.to_string())
+    }
+
+    fn err(extra: &str) -> String {
+        parse(extra).unwrap_err()
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse("").unwrap();
+        assert!(c.metrics.is_none());
+        let s = c.admin.socket.unwrap();
+        assert!(c.admin.default_socket);
+        assert!(s.to_string_lossy().ends_with(".sock"), "{s:?}");
+        assert!(c.admin.tcp.is_none());
+        // Next to the state snapshot when there is one.
+        let c = parse("[store]\npath = \"state/limits\"\n").unwrap();
+        assert_eq!(
+            c.admin.socket.unwrap(),
+            Path::new("/etc/fg/state/floodgate-admin.sock")
+        );
+        // The same config path gives the same default; another config another one.
+        let a = super::default_socket(None, Path::new("/a/f.toml"));
+        assert_eq!(a, super::default_socket(None, Path::new("/a/f.toml")));
+        assert_ne!(a, super::default_socket(None, Path::new("/b/f.toml")));
+    }
+
+    #[test]
+    fn explicit_values() {
+        let c = parse("[metrics]\naddress = \"[::1]:9465\"\n[admin]\nsocket = \"run/a.sock\"\n")
+            .unwrap();
+        assert_eq!(c.metrics.unwrap().address, "[::1]:9465".parse().unwrap());
+        assert_eq!(c.admin.socket.unwrap(), Path::new("/etc/fg/run/a.sock"));
+        assert!(!c.admin.default_socket);
+        let c = parse("[metrics]\naddress = \"0.0.0.0:9465\"\nallow_remote = true\n").unwrap();
+        assert!(c.metrics.is_some());
+        let c = parse("[admin]\nenabled = false\n").unwrap();
+        assert!(c.admin.socket.is_none());
+    }
+
+    #[test]
+    fn token_file_is_read() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let t = dir.path().join("token");
+        std::fs::write(&t, "  0123456789abcdefXYZ \n").unwrap();
+        let c = parse(&format!(
+            "[admin]\naddress = \"127.0.0.1:9466\"\ntoken_file = \"{}\"\n",
+            t.display()
+        ))
+        .unwrap();
+        let (addr, token) = c.admin.tcp.unwrap();
+        assert_eq!(addr.port(), 9466);
+        assert_eq!(token.expose(), "0123456789abcdefXYZ");
+        assert_eq!(format!("{token:?}"), "<hidden>");
+        std::fs::write(&t, "short\n").unwrap();
+        let e = err(&format!(
+            "[admin]\naddress = \"127.0.0.1:9466\"\ntoken_file = \"{}\"\n",
+            t.display()
+        ));
+        assert!(e.starts_with("/etc/fg/f.toml:7:"), "{e}");
+        assert!(e.contains("at least 16 characters"), "{e}");
+        std::fs::write(&t, "0123456789abcdef 0123456789abcdef\n").unwrap();
+        let e = err(&format!(
+            "[admin]\naddress = \"127.0.0.1:9466\"\ntoken_file = \"{}\"\n",
+            t.display()
+        ));
+        assert!(e.contains("one word"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_file_line_and_column() {
+        let cases = [
+            (
+                "[metrics]\naddress = \"10.0.0.1:9465\"\n",
+                "6:11",
+                "not a loopback address",
+            ),
+            (
+                "[metrics]\naddress = \"nonsense\"\n",
+                "6:11",
+                "invalid socket address",
+            ),
+            ("[metrics]\n", "5:1", "missing field `address`"),
+            (
+                "[metrics]\naddress = \"127.0.0.1:1\"\nport = 3\n",
+                "7:1",
+                "unknown field `port`",
+            ),
+            ("[admin]\nsocket = \"\"\n", "6:10", "must not be empty"),
+            (
+                "[admin]\naddress = \"127.0.0.1:9466\"\n",
+                "6:11",
+                "needs token_file",
+            ),
+            (
+                "[admin]\ntoken_file = \"t\"\n",
+                "6:14",
+                "only used with address",
+            ),
+            (
+                "[admin]\naddress = \"192.0.2.1:9466\"\ntoken_file = \"/nonexistent\"\n",
+                "6:11",
+                "not a loopback address",
+            ),
+            (
+                "[admin]\naddress = \"127.0.0.1:9466\"\ntoken_file = \"/nonexistent/t\"\n",
+                "7:14",
+                "cannot read",
+            ),
+            ("[admin]\nenabled = \"yes\"\n", "6:11", "invalid type"),
+        ];
+        for (extra, at, what) in cases {
+            let e = err(extra);
+            assert!(e.contains(what), "{extra}: {e}");
+            assert!(
+                e.starts_with(&format!("/etc/fg/f.toml:{at}: ")),
+                "{extra}: {e}"
+            );
+            assert!(e.contains(what), "{extra}: {e}");
+        }
+    }
 }

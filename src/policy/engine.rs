@@ -556,7 +556,9 @@ impl RateSession {
             if !e.outcome.over {
                 continue;
             }
-            self.inner.metrics.verdict(&e.def.name, e.def.action.as_str());
+            self.inner
+                .metrics
+                .verdict(&e.def.name, e.def.action.as_str());
             info!(
                 limit = %e.def.name,
                 stage = stage.as_str(),

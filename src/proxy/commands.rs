@@ -265,7 +265,9 @@ impl Session {
             .queue(&Reply::new(220, "2.0.0 Ready to start TLS"));
         let handshake = self.shared.config.timeouts.tls_handshake.0;
         let handshake = self.client.starttls(&acceptor, handshake).await;
-        self.shared.metrics.tls_handshake(crate::admin::Side::Client, handshake.is_ok());
+        self.shared
+            .metrics
+            .tls_handshake(crate::admin::Side::Client, handshake.is_ok());
         match handshake {
             Ok(discarded) => {
                 if discarded > 0 {

@@ -97,7 +97,9 @@ impl Session {
         if reply.is_completion() {
             self.tally.messages += 1;
             self.tally.recipients += self.rcpts.len() as u64;
-            self.shared.metrics.message_relayed(self.rcpts.len(), outcome.size);
+            self.shared
+                .metrics
+                .message_relayed(self.rcpts.len(), outcome.size);
         }
         info!(
             client = %self.peer.ip(),

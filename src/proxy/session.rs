@@ -170,7 +170,10 @@ impl Session {
             }
         }
         let connected = Upstream::connect(&self.shared.upstream, self.peer, self.local).await;
-        self.shared.metrics.upstream_connected(connected.as_ref().err(), self.shared.config.upstream.tls != TlsMode::None);
+        self.shared.metrics.upstream_connected(
+            connected.as_ref().err(),
+            self.shared.config.upstream.tls != TlsMode::None,
+        );
         let greeting = match connected {
             Ok((up, greeting)) => {
                 self.up = Some(up);

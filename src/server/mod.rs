@@ -108,7 +108,11 @@ pub fn build_policy(config: &Config, store: Arc<dyn Store>) -> RatePolicy {
 
 /// The rate-limit policy of `config` over `store`, its verdicts and store decisions
 /// counted in `metrics`.
-pub fn build_policy_with(config: &Config, store: Arc<dyn Store>, metrics: Arc<Metrics>) -> RatePolicy {
+pub fn build_policy_with(
+    config: &Config,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+) -> RatePolicy {
     let store = Arc::new(crate::admin::MeteredStore::new(store, metrics.clone()));
     RatePolicy::with_metrics(config.policy.clone(), store, metrics)
 }
@@ -210,11 +214,15 @@ impl Control {
     pub fn reload(&self) -> Result<(), String> {
         let (path, policy, metrics) = {
             let cur = self.shared.read().expect("shared lock");
-            (cur.config.path.clone(), cur.policy.clone(), cur.metrics.clone())
+            (
+                cur.config.path.clone(),
+                cur.policy.clone(),
+                cur.metrics.clone(),
+            )
         };
         let config = Arc::new(Config::load(&path).map_err(|e| e.to_string())?);
-        let shared =
-            build_shared_with(config.clone(), policy.clone(), metrics).map_err(|e| e.to_string())?;
+        let shared = build_shared_with(config.clone(), policy.clone(), metrics)
+            .map_err(|e| e.to_string())?;
         for w in crate::policy::describe::warnings(&config.policy) {
             warn!("{w}");
         }
@@ -510,7 +518,9 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
                 return;
             };
             let hs = timeout(cfg.timeouts.tls_handshake.0, acceptor.accept(tcp)).await;
-            shared.metrics.tls_handshake(Side::Client, matches!(hs, Ok(Ok(_))));
+            shared
+                .metrics
+                .tls_handshake(Side::Client, matches!(hs, Ok(Ok(_))));
             match hs {
                 Ok(Ok(tls)) => Stream::ServerTls(Box::new(tls)),
                 Ok(Err(e)) => {

@@ -51,12 +51,21 @@ fn refusals() {
         (b"GET / HTTP/1.1\r\nNoColon\r\n\r\n", 400),
         (b"GET / HTTP/1.1\r\nX: a\x01b\r\n\r\n", 400),
         (b"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n", 400),
-        (b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", 400),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+            400,
+        ),
         (b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
         (b"POST / HTTP/1.1\r\nContent-Length: 0x10\r\n\r\n", 400),
-        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            400,
+        ),
         (b"POST / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n", 413),
-        (b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999999\r\n\r\n", 413),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999999\r\n\r\n",
+            413,
+        ),
     ];
     for (req, status) in bad {
         match parse(req) {
@@ -90,7 +99,10 @@ fn response_round_trip() {
     assert_eq!(status, 404);
     assert_eq!(body, r.body);
     let head = r.to_bytes(true);
-    assert_eq!(parse_response(&head).unwrap_err(), HttpError::Bad("truncated body"));
+    assert_eq!(
+        parse_response(&head).unwrap_err(),
+        HttpError::Bad("truncated body")
+    );
     assert!(parse_response(b"nonsense").is_err());
 }
 
