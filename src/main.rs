@@ -170,24 +170,29 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             },
             None => None,
         };
+        // The `listening` lines come first (scripts read them); then the admin and metrics
+        // addresses.
+        let mut extra = Vec::new();
+        if let Some(path) = socket_file.as_ref().and(admin_cfg.socket.as_ref()) {
+            extra.push(format!("admin socket {}", path.display()));
+        }
+        if let Some((address, token)) = admin_cfg.tcp.clone() {
+            let a =
+                serve::serve_admin_tcp(address, token, state.clone(), admin_stop.clone()).await?;
+            extra.push(format!("admin address {a}"));
+        }
+        if let Some(m) = &metrics_cfg {
+            let a = serve::serve_metrics(m.address, metrics.clone(), admin_stop.clone()).await?;
+            extra.push(format!("metrics address {a}"));
+        }
         {
             let mut out = std::io::stdout().lock();
-            if let Some(path) = &socket_file.as_ref().and(admin_cfg.socket.as_ref()) {
-                writeln!(out, "admin socket {}", path.display())?;
-            }
-            if let Some((address, token)) = admin_cfg.tcp.clone() {
-                let a = serve::serve_admin_tcp(address, token, state.clone(), admin_stop.clone())
-                    .await?;
-                writeln!(out, "admin address {a}")?;
-            }
-            if let Some(m) = &metrics_cfg {
-                let a =
-                    serve::serve_metrics(m.address, metrics.clone(), admin_stop.clone()).await?;
-                writeln!(out, "metrics address {a}")?;
-            }
             for (name, addr, tls) in server.local_addrs() {
                 writeln!(out, "listening {name} {addr} {}", tls.as_str())?;
                 info!(listener = %name, address = %addr, tls = tls.as_str(), "listening");
+            }
+            for line in extra {
+                writeln!(out, "{line}")?;
             }
             out.flush()?;
         }

@@ -316,7 +316,12 @@ action = "defer"
             time_us: now,
             rate: 20.0,
         });
-        let r = reading(def, Some("1h/per_rcpt/alice"), std::slice::from_ref(&rec), now);
+        let r = reading(
+            def,
+            Some("1h/per_rcpt/alice"),
+            std::slice::from_ref(&rec),
+            now,
+        );
         assert!(r.stored && r.over);
         assert!((r.value - 20.0).abs() < 1e-9);
         let t = r.until_under_secs.unwrap();
