@@ -14,7 +14,9 @@
 //! | [`config`] | the TOML configuration model and its validation |
 //! | [`tls`] | rustls configurations (crypto provider: ring) |
 //! | [`report`] | the event log for measurement, `floodgate report`, alert delivery |
+//! | [`admin`] | metrics, the admin API and the client side of the admin verbs |
 
+pub mod admin;
 pub mod config;
 pub mod limit;
 pub mod policy;

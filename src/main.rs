@@ -1,4 +1,6 @@
-//! The floodgate command line: `run`, `check`, `simulate`, `report`.
+//! The floodgate command line: `run`, `check`, `simulate`, `report`, and the admin verbs
+//! `inspect`, `reset`, `top` and `reload` (which talk to a running floodgate over its admin
+//! socket).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,10 +11,13 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing::{info, warn};
 
+use floodgate::admin::api::AdminState;
+use floodgate::admin::client::{self, Verb};
+use floodgate::admin::{serve, Metrics};
 use floodgate::config::{Config, LogFormat};
 use floodgate::policy::describe::{describe, warnings};
 use floodgate::policy::AllowAll;
-use floodgate::server::{build_policy, build_shared, open_store, spawn_store_tasks, Server};
+use floodgate::server::{build_policy_with, build_shared, open_store, spawn_store_tasks, Server};
 
 /// An SMTP submission proxy that stops outgoing email floods.
 #[derive(Parser)]
@@ -47,6 +52,36 @@ enum Cmd {
     /// Measure before limiting: per-key peaks of each limit from the event log, with a
     /// suggested limit above all ordinary usage.
     Report(ReportArgs),
+    /// Show, for every configured limit, what a running floodgate holds for KEY.
+    Inspect {
+        /// The key: a user name, an address, a client IP, any key text.
+        key: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Remove every record of KEY for every limit in a running floodgate.
+    Reset {
+        /// The key.
+        key: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// List the keys nearest (or furthest over) their limits, highest first.
+    Top {
+        /// Only this limit.
+        #[arg(long)]
+        limit: Option<String>,
+        /// How many keys.
+        #[arg(short = 'n', default_value_t = 20)]
+        n: usize,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Make a running floodgate reload its configuration (as SIGHUP does).
+    Reload {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
 }
 
 #[derive(clap::Args)]
@@ -74,6 +109,20 @@ struct ReportArgs {
     json: bool,
 }
 
+/// How the admin verbs find floodgate, and how they answer.
+#[derive(clap::Args)]
+struct AdminArgs {
+    /// The config file (its [admin] socket is used).
+    #[arg(long, short, default_value = "conf/floodgate.toml")]
+    config: PathBuf,
+    /// The admin socket (instead of reading the config).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Print floodgate's JSON answer instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -81,6 +130,10 @@ fn main() -> ExitCode {
         Cmd::Check { config } => check(config),
         Cmd::Simulate { limit, file } => simulate(&limit, file),
         Cmd::Report(args) => report(args),
+        Cmd::Inspect { key, admin } => admin_verb(&admin, Verb::Inspect(key)),
+        Cmd::Reset { key, admin } => admin_verb(&admin, Verb::Reset(key)),
+        Cmd::Top { limit, n, admin } => admin_verb(&admin, Verb::Top { limit, n }),
+        Cmd::Reload { admin } => admin_verb(&admin, Verb::Reload),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -133,7 +186,9 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let store = open_store(&config.store)?;
-        let policy = build_policy(&config, store.as_store());
+        let metrics = Arc::new(Metrics::new());
+        metrics.attach_store(&store);
+        let policy = build_policy_with(&config, store.as_store(), metrics.clone());
         let observers = floodgate::report::Observers::start(&config)?;
         policy.observe(observers.clone());
         let store_stop = tokio_util::sync::CancellationToken::new();
@@ -141,19 +196,58 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         for w in warnings(&config.policy) {
             warn!("{w}");
         }
-        let server = Server::bind(config, Arc::new(policy)).await?;
+        let admin_cfg = config.admin.clone();
+        let metrics_cfg = config.metrics.clone();
+        let server = Server::bind_with(config, Arc::new(policy), metrics.clone()).await?;
         let sigs = install_signals()?;
+        let control = server.control();
+        let admin_stop = tokio_util::sync::CancellationToken::new();
+        let state = Arc::new(AdminState {
+            control: control.clone(),
+            store: store.clone(),
+            metrics: metrics.clone(),
+        });
+        // Removed when `run` returns (at exit).
+        let socket_file = match &admin_cfg.socket {
+            Some(path) => match serve::serve_unix(path, state.clone(), admin_stop.clone()) {
+                Ok(f) => Some(f),
+                Err(e) if admin_cfg.default_socket => {
+                    warn!(error = %e, "no admin socket (set [admin] socket to choose one)");
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            },
+            None => None,
+        };
+        // The `listening` lines come first (scripts read them); then the admin and metrics
+        // addresses.
+        let mut extra = Vec::new();
+        if let Some(path) = socket_file.as_ref().and(admin_cfg.socket.as_ref()) {
+            extra.push(format!("admin socket {}", path.display()));
+        }
+        if let Some((address, token)) = admin_cfg.tcp.clone() {
+            let a =
+                serve::serve_admin_tcp(address, token, state.clone(), admin_stop.clone()).await?;
+            extra.push(format!("admin address {a}"));
+        }
+        if let Some(m) = &metrics_cfg {
+            let a = serve::serve_metrics(m.address, metrics.clone(), admin_stop.clone()).await?;
+            extra.push(format!("metrics address {a}"));
+        }
         {
             let mut out = std::io::stdout().lock();
             for (name, addr, tls) in server.local_addrs() {
                 writeln!(out, "listening {name} {addr} {}", tls.as_str())?;
                 info!(listener = %name, address = %addr, tls = tls.as_str(), "listening");
             }
+            for line in extra {
+                writeln!(out, "{line}")?;
+            }
             out.flush()?;
         }
-        let control = server.control();
         tokio::spawn(signals(control, sigs));
         server.run().await;
+        admin_stop.cancel();
         if !observers.events().drain(std::time::Duration::from_secs(5)) {
             warn!("event log: not every event was written before exit");
         }
@@ -397,5 +491,29 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
         out.write_all(render::text(&r).as_bytes())?;
     }
     out.flush()?;
+    Ok(())
+}
+
+/// Runs one admin verb against a running floodgate and prints the answer.
+fn admin_verb(args: &AdminArgs, verb: Verb) -> anyhow::Result<()> {
+    let socket = match &args.socket {
+        Some(s) => s.clone(),
+        None => {
+            let config = Config::load(&args.config)?;
+            config.admin.socket.clone().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: the admin API is off ([admin] enabled = false)",
+                    args.config.display()
+                )
+            })?
+        }
+    };
+    let answer = client::call(&socket, &verb)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{answer}")?;
+    } else {
+        write!(out, "{}", client::render(&verb, &answer))?;
+    }
     Ok(())
 }

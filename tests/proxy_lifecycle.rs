@@ -453,7 +453,9 @@ fn proxy_header_from_an_untrusted_peer_is_refused_with_421() {
     let r = c.reply();
     assert_eq!(r.code, 421, "the PROXY line must get 421: {r:?}");
     assert!(
-        r.text().contains("4.7.0") && r.text().contains("PROXY header not accepted from 127.0.0.1"),
+        r.text().contains("4.7.0")
+            && r.text()
+                .contains("PROXY header not accepted from 127.0.0.1"),
         "{r:?}"
     );
     let rest = c.drain_until_close();
@@ -471,7 +473,9 @@ fn proxy_header_from_an_untrusted_peer_is_refused_with_421() {
         "{m:?}"
     );
     assert!(
-        !rec.commands().iter().any(|c| c.starts_with("PROXY") || c.contains("x@client.test")),
+        !rec.commands()
+            .iter()
+            .any(|c| c.starts_with("PROXY") || c.contains("x@client.test")),
         "the refused session reached upstream: {:?}",
         rec.commands()
     );

@@ -2,11 +2,13 @@
 //!
 //! Every error names the file, the line and what is wrong; floodgate refuses to start on any.
 
+mod admin;
 mod duration;
 mod net;
 mod policy;
 mod store;
 
+pub use admin::{default_socket, AdminConfig, MetricsConfig, MIN_TOKEN_LEN};
 pub use duration::{parse_duration, ConfigDuration, DurationError};
 pub use net::{Cidr, CidrError};
 pub use policy::{AuthFailuresConfig, LimitConfig, ListConfig, ListsConfig};
@@ -324,6 +326,9 @@ struct RawConfig {
     report: crate::report::ReportConfig,
     #[serde(default)]
     alerts: Option<crate::policy::alert::AlertsConfig>,
+    metrics: Option<admin::RawMetrics>,
+    #[serde(default)]
+    admin: admin::RawAdmin,
 }
 
 /// A validated configuration.
@@ -353,6 +358,10 @@ pub struct Config {
     pub report: crate::report::ReportSettings,
     /// `[alerts]`; `None` when absent or disabled.
     pub alerts: Option<crate::policy::alert::AlertSettings>,
+    /// `[metrics]` (off when absent).
+    pub metrics: Option<MetricsConfig>,
+    /// `[admin]`, with the socket path resolved.
+    pub admin: AdminConfig,
 }
 
 impl Config {
@@ -443,6 +452,14 @@ impl Config {
         });
         let mut upstream = raw.upstream;
         upstream.ca_file = upstream.ca_file.map(abs);
+        let (metrics, admin) = admin::validate(
+            raw.metrics,
+            raw.admin,
+            &base,
+            store.path.as_deref(),
+            path,
+            &|span, message| at(span, message),
+        )?;
         let policy = crate::policy::model::compile(
             &crate::policy::model::PolicySource {
                 lists: &raw.lists,
@@ -471,6 +488,8 @@ impl Config {
             policy: std::sync::Arc::new(policy),
             report,
             alerts,
+            metrics,
+            admin,
         })
     }
 

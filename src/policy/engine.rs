@@ -67,6 +67,7 @@ struct Inner {
     clock: Clock,
     /// The event log and alerts, when installed.
     observer: std::sync::OnceLock<Arc<dyn Observer>>,
+    metrics: Arc<crate::admin::Metrics>,
 }
 
 /// The floodgate policy: the current generation of limits over one store that outlives
@@ -85,6 +86,25 @@ impl RatePolicy {
     /// A policy running `model` over `store`, timing checks with `clock` (for tests that
     /// replay the same times elsewhere; the store keeps its own clock).
     pub fn with_clock(model: Arc<PolicyModel>, store: Arc<dyn Store>, clock: Clock) -> RatePolicy {
+        RatePolicy::build(model, store, clock, Arc::default())
+    }
+
+    /// A policy running `model` over `store` on the system clock, counting the limits found
+    /// over in `metrics`.
+    pub fn with_metrics(
+        model: Arc<PolicyModel>,
+        store: Arc<dyn Store>,
+        metrics: Arc<crate::admin::Metrics>,
+    ) -> RatePolicy {
+        RatePolicy::build(model, store, Arc::new(now_micros), metrics)
+    }
+
+    fn build(
+        model: Arc<PolicyModel>,
+        store: Arc<dyn Store>,
+        clock: Clock,
+        metrics: Arc<crate::admin::Metrics>,
+    ) -> RatePolicy {
         RatePolicy {
             inner: Arc::new(Inner {
                 current: RwLock::new(model),
@@ -92,6 +112,7 @@ impl RatePolicy {
                 slots: Arc::new(Slots::default()),
                 clock,
                 observer: std::sync::OnceLock::new(),
+                metrics,
             }),
         }
     }
@@ -564,6 +585,9 @@ impl RateSession {
             if !e.outcome.over {
                 continue;
             }
+            self.inner
+                .metrics
+                .verdict(&e.def.name, e.def.action.as_str());
             info!(
                 limit = %e.def.name,
                 stage = stage.as_str(),

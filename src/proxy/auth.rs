@@ -105,6 +105,7 @@ impl Session {
         let user = observer.username().map(str::to_string);
         self.facts.auth_attempt = user.clone();
         self.facts.auth_succeeded = reply.code == 235;
+        self.shared.metrics.auth(reply.code == 235);
         if reply.code == 235 {
             self.facts.user = user.clone();
             info!(client = %self.peer.ip(), user = user.as_deref().unwrap_or(""), mechanism = %mechanism, "authenticated");

@@ -259,6 +259,7 @@ impl Session {
             Verdict::Reply(r) if replaceable => Some(r),
             Verdict::Disconnect(r) if replaceable => {
                 self.tally.refused += 1;
+                self.shared.metrics.refused.inc();
                 self.client.queue(&r);
                 None
             }
@@ -283,7 +284,11 @@ impl Session {
         self.client
             .queue(&Reply::new(220, "2.0.0 Ready to start TLS"));
         let handshake = self.shared.config.timeouts.tls_handshake.0;
-        match self.client.starttls(&acceptor, handshake).await {
+        let handshake = self.client.starttls(&acceptor, handshake).await;
+        self.shared
+            .metrics
+            .tls_handshake(crate::admin::Side::Client, handshake.is_ok());
+        match handshake {
             Ok(discarded) => {
                 if discarded > 0 {
                     warn!(

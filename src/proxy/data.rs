@@ -99,6 +99,7 @@ impl Session {
         if let Some(r) = refusal {
             info!(client = %self.peer.ip(), code = r.code, size = outcome.size, "message refused");
             self.tally.refused += 1;
+            self.shared.metrics.refused.inc();
             self.client.queue(&r);
             self.abort_upstream_txn().await?;
             return Ok(Flow::Next);
@@ -122,6 +123,9 @@ impl Session {
         if reply.is_completion() {
             self.tally.messages += 1;
             self.tally.recipients += self.rcpts.len() as u64;
+            self.shared
+                .metrics
+                .message_relayed(self.rcpts.len(), outcome.size);
         }
         info!(
             client = %self.peer.ip(),

@@ -31,6 +31,8 @@ pub struct Shared {
     pub tls: Option<TlsAcceptor>,
     /// The policy asked at every stage.
     pub policy: Arc<dyn Policy>,
+    /// The metrics registry (the same across reloads).
+    pub metrics: Arc<crate::admin::Metrics>,
 }
 
 /// The listener a session came in on.
@@ -173,6 +175,10 @@ impl Session {
             }
         }
         let connected = Upstream::connect(&self.shared.upstream, self.peer, self.local).await;
+        self.shared.metrics.upstream_connected(
+            connected.as_ref().err(),
+            self.shared.config.upstream.tls != TlsMode::None,
+        );
         let greeting = match connected {
             Ok((up, greeting)) => {
                 self.up = Some(up);
@@ -192,6 +198,7 @@ impl Session {
         match self.command_loop().await {
             Ok(end) => end,
             Err(e) => {
+                self.shared.metrics.upstream_failed(&e);
                 warn!(client = %self.peer.ip(), error = %e, "upstream failed");
                 let r = e.client_reply(&self.shared.config.server.hostname);
                 self.client.queue(&r);
@@ -250,6 +257,7 @@ impl Session {
                 }
             };
             self.tally.commands += 1;
+            self.shared.metrics.commands.inc();
             let cmd = match parse_command(&line) {
                 Ok(c) => c,
                 Err(e) => {
@@ -357,11 +365,13 @@ impl Session {
             Verdict::Reply(r) => {
                 debug!(client = %self.peer.ip(), stage = stage.as_str(), code = r.code, "answered by policy");
                 self.tally.refused += 1;
+                self.shared.metrics.refused.inc();
                 self.client.queue(&r);
                 Judged::Answered
             }
             Verdict::Disconnect(r) => {
                 self.tally.refused += 1;
+                self.shared.metrics.refused.inc();
                 self.client.queue(&r);
                 Judged::Close
             }

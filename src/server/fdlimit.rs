@@ -16,7 +16,9 @@ impl FdLimit {
     /// Descriptors needed for `max_connections` sessions: two each, plus room for
     /// listeners, the store, logs and the admin socket.
     pub fn needed(max_connections: usize) -> u64 {
-        (max_connections as u64).saturating_mul(2).saturating_add(64)
+        (max_connections as u64)
+            .saturating_mul(2)
+            .saturating_add(64)
     }
 }
 

@@ -19,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
+use crate::admin::metrics::ListenerMetrics;
+use crate::admin::{Metrics, Side};
 use crate::config::StoreConfig;
 use crate::config::{Config, TlsMode};
 use crate::policy::{Policy, RatePolicy};
@@ -43,8 +45,18 @@ pub enum ServerError {
     Tls(#[from] crate::tls::TlsError),
 }
 
-/// Builds what sessions share from a config (certificates loaded, upstream prepared).
+/// Builds what sessions share from a config (certificates loaded, upstream prepared), with
+/// a metrics registry of its own.
 pub fn build_shared(config: Arc<Config>, policy: Arc<dyn Policy>) -> Result<Shared, ServerError> {
+    build_shared_with(config, policy, Arc::new(Metrics::new()))
+}
+
+/// [`build_shared`] reporting to `metrics`.
+pub fn build_shared_with(
+    config: Arc<Config>,
+    policy: Arc<dyn Policy>,
+    metrics: Arc<Metrics>,
+) -> Result<Shared, ServerError> {
     let tls = match &config.tls {
         Some(t) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
             &t.certificate,
@@ -58,6 +70,7 @@ pub fn build_shared(config: Arc<Config>, policy: Arc<dyn Policy>) -> Result<Shar
         upstream,
         tls,
         policy,
+        metrics,
     })
 }
 
@@ -93,6 +106,17 @@ pub fn open_store(cfg: &StoreConfig) -> Result<Opened, OpenStoreError> {
 /// The rate-limit policy of `config` over `store`.
 pub fn build_policy(config: &Config, store: Arc<dyn Store>) -> RatePolicy {
     RatePolicy::new(config.policy.clone(), store)
+}
+
+/// The rate-limit policy of `config` over `store`, its verdicts and store decisions
+/// counted in `metrics`.
+pub fn build_policy_with(
+    config: &Config,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+) -> RatePolicy {
+    let store = Arc::new(crate::admin::MeteredStore::new(store, metrics.clone()));
+    RatePolicy::with_metrics(config.policy.clone(), store, metrics)
 }
 
 /// Starts the store's background tasks: for the memory store, idle expiry and periodic
@@ -139,6 +163,7 @@ struct Bound {
     address: SocketAddr,
     info: ListenerInfo,
     proxy_protocol: bool,
+    metrics: Arc<ListenerMetrics>,
 }
 
 /// A running floodgate: bound listeners and the state sessions share.
@@ -189,12 +214,17 @@ impl Control {
     /// new limits and lists, which every later check uses, in running sessions too. Any
     /// error (config, lists, certificates) refuses the whole reload.
     pub fn reload(&self) -> Result<(), String> {
-        let (path, policy) = {
+        let (path, policy, metrics) = {
             let cur = self.shared.read().expect("shared lock");
-            (cur.config.path.clone(), cur.policy.clone())
+            (
+                cur.config.path.clone(),
+                cur.policy.clone(),
+                cur.metrics.clone(),
+            )
         };
         let config = Arc::new(Config::load(&path).map_err(|e| e.to_string())?);
-        let shared = build_shared(config.clone(), policy.clone()).map_err(|e| e.to_string())?;
+        let shared = build_shared_with(config.clone(), policy.clone(), metrics)
+            .map_err(|e| e.to_string())?;
         for w in crate::policy::describe::warnings(&config.policy) {
             warn!("{w}");
         }
@@ -204,11 +234,27 @@ impl Control {
     }
 }
 
+impl Control {
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.shared.read().expect("shared lock").config.clone()
+    }
+}
+
 impl Server {
     /// Binds every listener of the config, once per worker.
     pub async fn bind(config: Config, policy: Arc<dyn Policy>) -> Result<Server, ServerError> {
+        Server::bind_with(config, policy, Arc::new(Metrics::new())).await
+    }
+
+    /// [`Server::bind`] reporting to `metrics`.
+    pub async fn bind_with(
+        config: Config,
+        policy: Arc<dyn Policy>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Server, ServerError> {
         let config = Arc::new(config);
-        let shared = build_shared(config.clone(), policy)?;
+        let shared = build_shared_with(config.clone(), policy, metrics.clone())?;
         let workers = match config.server.workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
@@ -239,6 +285,7 @@ impl Server {
                     tls: *l.tls.get_ref(),
                 },
                 proxy_protocol: l.proxy_protocol,
+                metrics: metrics.listener(&l.display_name()),
             });
         }
         Ok(Server {
@@ -257,6 +304,11 @@ impl Server {
             .iter()
             .map(|b| (b.info.name.clone(), b.address, b.info.tls))
             .collect()
+    }
+
+    /// The metrics registry sessions report to.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.read().expect("shared lock").metrics.clone()
     }
 
     /// The number of worker threads.
@@ -291,7 +343,12 @@ impl Server {
         for w in 0..self.workers {
             let mut listeners = Vec::new();
             for b in &self.bound {
-                listeners.push((b.sockets[w].try_clone(), b.info.clone(), b.proxy_protocol));
+                listeners.push((
+                    b.sockets[w].try_clone(),
+                    b.info.clone(),
+                    b.proxy_protocol,
+                    b.metrics.clone(),
+                ));
             }
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             done.push(rx);
@@ -327,7 +384,12 @@ impl Server {
     }
 }
 
-type WorkerListener = (std::io::Result<std::net::TcpListener>, ListenerInfo, bool);
+type WorkerListener = (
+    std::io::Result<std::net::TcpListener>,
+    ListenerInfo,
+    bool,
+    Arc<ListenerMetrics>,
+);
 
 /// One worker: its own runtime, its own sockets, its own sessions.
 fn worker(
@@ -352,7 +414,7 @@ fn worker(
     rt.block_on(async move {
         let tracker = TaskTracker::new();
         let mut loops = Vec::new();
-        for (socket, info, proxy_protocol) in listeners {
+        for (socket, info, proxy_protocol, listener_metrics) in listeners {
             let listener = match socket.and_then(TcpListener::from_std) {
                 Ok(l) => l,
                 Err(e) => {
@@ -367,6 +429,7 @@ fn worker(
                 force: force.clone(),
                 info,
                 proxy_protocol,
+                metrics: listener_metrics,
             };
             loops.push(tokio::spawn(accept_loop(listener, ctx, stop.clone())));
         }
@@ -398,6 +461,7 @@ struct AcceptCtx {
     force: CancellationToken,
     info: ListenerInfo,
     proxy_protocol: bool,
+    metrics: Arc<ListenerMetrics>,
 }
 
 async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, stop: CancellationToken) {
@@ -477,7 +541,11 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
             let Some(acceptor) = shared.tls.clone() else {
                 return;
             };
-            match timeout(cfg.timeouts.tls_handshake.0, acceptor.accept(tcp)).await {
+            let hs = timeout(cfg.timeouts.tls_handshake.0, acceptor.accept(tcp)).await;
+            shared
+                .metrics
+                .tls_handshake(Side::Client, matches!(hs, Ok(Ok(_))));
+            match hs {
                 Ok(Ok(tls)) => Stream::ServerTls(Box::new(tls)),
                 Ok(Err(e)) => {
                     debug!(client = %peer.ip(), error = %e, "TLS handshake failed");
@@ -503,6 +571,7 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
                 ),
             };
             info!(client = %peer.ip(), reason = ?why, "connection refused");
+            shared.metrics.connection_refused(&why);
             let mut stream = stream;
             let _ = timeout(Duration::from_secs(5), async {
                 let _ = stream.write_all(text.as_bytes()).await;
@@ -512,6 +581,7 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
             return;
         }
     };
+    let _open = shared.metrics.session_opened(&ctx.metrics);
     Session::run(
         shared,
         ctx.info.clone(),

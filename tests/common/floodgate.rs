@@ -224,6 +224,10 @@ impl FloodgateConfig {
             self.log_level
         ));
         t.push_str(&self.extra);
+        if !self.extra.contains("[admin]") {
+            // In the config's own temp dir (relative to the config file).
+            t.push_str("\n[admin]\nsocket = \"admin.sock\"\n");
+        }
         t
     }
 }
@@ -321,6 +325,11 @@ impl Floodgate {
             config,
             dir,
         }
+    }
+
+    /// The admin socket when the config leaves `[admin]` to the helpers.
+    pub fn admin_socket(&self) -> PathBuf {
+        self.dir.path().join("admin.sock")
     }
 
     /// The bound address of the listener called `name`.

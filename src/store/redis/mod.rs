@@ -32,6 +32,7 @@
 pub mod conn;
 pub mod encode;
 pub mod failover;
+mod scan;
 
 pub use conn::{redact_url, ConnectOptions};
 pub use encode::{HashTag, KeyNamer};

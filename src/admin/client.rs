@@ -1,0 +1,318 @@
+//! The CLI side of the admin verbs: one HTTP request over the admin socket, the answer
+//! shown as a table (or as the server's JSON).
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::http::{parse_response, percent_encode};
+
+/// How long the CLI waits for floodgate's answer.
+const TIMEOUT: Duration = Duration::from_secs(60);
+/// The largest answer read.
+const MAX_ANSWER: u64 = 64 << 20;
+
+/// Why an admin verb failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing answers at the socket path.
+    #[error("cannot connect to admin socket {path}: {source} — is floodgate running with [admin] socket?")]
+    Connect {
+        /// The socket path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The connection broke.
+    #[error("admin socket {path}: {source}")]
+    Io {
+        /// The socket path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// floodgate's answer could not be understood.
+    #[error("admin socket {0}: unreadable answer")]
+    Garbled(PathBuf),
+    /// floodgate refused the request.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// One of the admin verbs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verb {
+    /// Every limit's reading of a key.
+    Inspect(String),
+    /// Remove every record of a key.
+    Reset(String),
+    /// The keys nearest their limits.
+    Top {
+        /// Only this limit.
+        limit: Option<String>,
+        /// How many.
+        n: usize,
+    },
+    /// Reload the configuration.
+    Reload,
+}
+
+impl Verb {
+    /// Method and target of the request.
+    pub fn request(&self) -> (&'static str, String) {
+        match self {
+            Verb::Inspect(k) => ("GET", format!("/v1/inspect?key={}", percent_encode(k))),
+            Verb::Reset(k) => ("POST", format!("/v1/reset?key={}", percent_encode(k))),
+            Verb::Top { limit, n } => {
+                let mut t = format!("/v1/top?n={n}");
+                if let Some(l) = limit {
+                    t.push_str("&limit=");
+                    t.push_str(&percent_encode(l));
+                }
+                ("GET", t)
+            }
+            Verb::Reload => ("POST", "/v1/reload".into()),
+        }
+    }
+}
+
+/// Sends `verb` to the floodgate at `socket` and returns its JSON answer.
+pub fn call(socket: &Path, verb: &Verb) -> Result<Value, ClientError> {
+    let io = |source| ClientError::Io {
+        path: socket.to_path_buf(),
+        source,
+    };
+    let mut s = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
+        path: socket.to_path_buf(),
+        source,
+    })?;
+    s.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
+    s.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
+    let (method, target) = verb.request();
+    let req = format!(
+        "{method} {target} HTTP/1.1\r\nHost: floodgate\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).map_err(io)?;
+    let mut out = Vec::new();
+    s.take(MAX_ANSWER).read_to_end(&mut out).map_err(io)?;
+    let garbled = || ClientError::Garbled(socket.to_path_buf());
+    let (status, body) = parse_response(&out).map_err(|_| garbled())?;
+    let value: Value = serde_json::from_slice(&body).map_err(|_| garbled())?;
+    if status != 200 {
+        let msg = value["error"].as_str().unwrap_or("(no reason given)");
+        return Err(ClientError::Refused(format!(
+            "floodgate answered {status}: {msg}"
+        )));
+    }
+    Ok(value)
+}
+
+fn num(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{}", x as i64),
+        Some(x) => format!("{x:.3}"),
+        None => "-".into(),
+    }
+}
+
+fn until(v: &Value) -> String {
+    match v.as_f64() {
+        None => "never".into(),
+        Some(s) if s <= 0.0 => "now".into(),
+        Some(s) => human(s.ceil() as u64),
+    }
+}
+
+/// `1d2h`, `13m24s`, `5s`: the two largest units.
+fn human(mut s: u64) -> String {
+    let units = [("d", 86400), ("h", 3600), ("m", 60), ("s", 1)];
+    let mut out = String::new();
+    let mut parts = 0;
+    for (u, n) in units {
+        if s >= n && parts < 2 {
+            out.push_str(&format!("{}{u}", s / n));
+            s %= n;
+            parts += 1;
+        } else if parts > 0 {
+            parts = 2;
+        }
+    }
+    if out.is_empty() {
+        out.push_str("0s");
+    }
+    out
+}
+
+/// Lays out rows under a header, columns padded to their widest cell.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<width$}  ", width = w[i]));
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+fn yes(v: &Value) -> String {
+    if v.as_bool() == Some(true) {
+        "yes"
+    } else {
+        "no"
+    }
+    .into()
+}
+
+/// The human-readable form of an answer to `verb`.
+pub fn render(verb: &Verb, v: &Value) -> String {
+    match verb {
+        Verb::Inspect(_) => {
+            let rows: Vec<Vec<String>> = v["limits"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|l| {
+                    vec![
+                        l["limit"].as_str().unwrap_or("").into(),
+                        l["algorithm"].as_str().unwrap_or("").into(),
+                        l["key"].as_str().unwrap_or("(not stored)").into(),
+                        num(&l["value"]),
+                        num(&l["limit_value"]),
+                        l["period"].as_str().unwrap_or("").into(),
+                        yes(&l["over"]),
+                        until(&l["until_under_secs"]),
+                    ]
+                })
+                .collect();
+            if rows.is_empty() {
+                return "no limits are configured\n".into();
+            }
+            table(
+                &[
+                    "LIMIT",
+                    "ALGORITHM",
+                    "DATABASE KEY",
+                    "VALUE",
+                    "LIMIT",
+                    "PER",
+                    "OVER",
+                    "UNDER IN",
+                ],
+                &rows,
+            )
+        }
+        Verb::Reset(k) => {
+            let n = v["removed"].as_u64().unwrap_or(0);
+            format!("{k}: removed {n} record{}\n", if n == 1 { "" } else { "s" })
+        }
+        Verb::Top { .. } => {
+            let rows: Vec<Vec<String>> = v["entries"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|e| {
+                    vec![
+                        e["key"].as_str().unwrap_or("").into(),
+                        e["limit"].as_str().unwrap_or("").into(),
+                        num(&e["value"]),
+                        num(&e["limit_value"]),
+                        format!("{:.0}%", e["ratio"].as_f64().unwrap_or(0.0) * 100.0),
+                        yes(&e["over"]),
+                        until(&e["until_under_secs"]),
+                    ]
+                })
+                .collect();
+            let mut out = if rows.is_empty() {
+                "no keys stored\n".to_string()
+            } else {
+                table(
+                    &[
+                        "DATABASE KEY",
+                        "LIMIT",
+                        "VALUE",
+                        "LIMIT",
+                        "OF LIMIT",
+                        "OVER",
+                        "UNDER IN",
+                    ],
+                    &rows,
+                )
+            };
+            if v["partial"].as_bool() == Some(true) {
+                out.push_str("(partial: the store holds more keys than were scanned)\n");
+            }
+            out
+        }
+        Verb::Reload => "configuration reloaded\n".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn requests_are_encoded() {
+        assert_eq!(
+            Verb::Inspect("a b@c/d".into()).request(),
+            ("GET", "/v1/inspect?key=a%20b%40c%2Fd".into())
+        );
+        assert_eq!(
+            Verb::Top {
+                limit: Some("x".into()),
+                n: 3
+            }
+            .request()
+            .1,
+            "/v1/top?n=3&limit=x"
+        );
+    }
+
+    #[test]
+    fn tables() {
+        let v = json!({"limits": [{"limit": "per-user", "algorithm": "ewma",
+            "key": "1h/per_rcpt/alice", "value": 12.5, "limit_value": 10.0, "period": "1h",
+            "over": true, "until_under_secs": 803.2}]});
+        let t = render(&Verb::Inspect("alice".into()), &v);
+        assert!(t.starts_with("LIMIT     ALGORITHM  DATABASE KEY"), "{t}");
+        assert!(
+            t.contains("per-user  ewma       1h/per_rcpt/alice  12.500  10"),
+            "{t}"
+        );
+        assert!(t.contains("yes   13m24s"), "{t}");
+        let r = render(&Verb::Reset("alice".into()), &json!({"removed": 1}));
+        assert_eq!(r, "alice: removed 1 record\n");
+    }
+
+    #[test]
+    fn connect_error_says_what_to_do() {
+        let e = call(Path::new("/nonexistent/floodgate.sock"), &Verb::Reload).unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("/nonexistent/floodgate.sock"), "{s}");
+        assert!(
+            s.contains("is floodgate running with [admin] socket?"),
+            "{s}"
+        );
+    }
+}

@@ -1,0 +1,677 @@
+//! The metrics registry and its Prometheus text exposition (format 0.0.4), written by hand.
+//!
+//! Every instrumentation point is one call on [`Metrics`], reached through
+//! [`crate::proxy::Shared`] (sessions), the server's accept context (admission), the policy
+//! (verdicts) and [`super::MeteredStore`] (store decisions). Counters are sharded relaxed
+//! atomics ([`super::counter`]); nothing on the session path takes a lock.
+//!
+//! Verdicts by limit name use a small sharded map (`DashMap`, limit name → one counter per
+//! countermeasure). It is touched only when a limit is over, which is rare next to the
+//! commands that pass; a per-generation table indexed by limit position would save the
+//! hash of the name but would have to be rebuilt and re-linked on every reload. Counts of a
+//! limit survive reloads (Prometheus counters must not go backwards) and the map is bounded
+//! by the limit names the configs have used.
+//!
+//! Labels carry only configured names (listeners, limits) and fixed words: never a user
+//! name, an address or a key.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use dashmap::DashMap;
+
+use super::counter::{Counter, Gauge, Histogram, LATENCY_BUCKETS};
+use crate::proxy::UpstreamError;
+use crate::server::Refusal;
+use crate::store::open::Opened;
+use crate::store::StoreError;
+
+/// The countermeasures, in the order of [`LimitCounters`].
+pub const ACTIONS: [&str; 6] = ["warn", "header", "delay", "defer", "deny", "disconnect"];
+
+/// The kinds of upstream failure, in the order of the registry's counters.
+const UPSTREAM_KINDS: [&str; 5] = ["connect", "timeout", "lost", "protocol", "tls"];
+
+/// Which end of a TLS handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// floodgate as the server, towards a client (STARTTLS or implicit TLS).
+    Client,
+    /// floodgate as the client, towards upstream.
+    Upstream,
+}
+
+/// Counters of one listener.
+#[derive(Debug, Default)]
+pub struct ListenerMetrics {
+    /// Sessions admitted on it.
+    pub sessions: Counter,
+}
+
+/// Verdict counters of one limit, one per countermeasure ([`ACTIONS`] order).
+#[derive(Debug, Default)]
+pub struct LimitCounters([Counter; 6]);
+
+/// Every counter floodgate exports.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    listeners: RwLock<Vec<(Arc<str>, Arc<ListenerMetrics>)>>,
+    /// Sessions open now.
+    pub sessions_open: Gauge,
+    /// Command lines received.
+    pub commands: Counter,
+    /// Messages upstream accepted.
+    pub messages: Counter,
+    /// Recipients of the messages upstream accepted.
+    pub recipients: Counter,
+    /// Bytes of the messages upstream accepted.
+    pub bytes: Counter,
+    /// Commands and messages floodgate refused itself (policy, size, bad line endings).
+    pub refused: Counter,
+    verdicts: DashMap<Box<str>, LimitCounters>,
+    /// Upstream sessions set up.
+    pub upstream_connects: Counter,
+    upstream_errors: [Counter; 5],
+    /// Store decisions asked.
+    pub store_decisions: Counter,
+    /// Store decisions that failed because the store was unavailable.
+    pub store_unavailable: Counter,
+    /// Store decisions refused as invalid.
+    pub store_invalid: Counter,
+    /// Store decision latency.
+    pub store_latency: Histogram,
+    tls_ok: [Counter; 2],
+    tls_failed: [Counter; 2],
+    /// AUTH exchanges upstream accepted (235).
+    pub auth_ok: Counter,
+    /// AUTH exchanges upstream refused.
+    pub auth_failed: Counter,
+    /// Connections refused by `max_connections`.
+    pub refused_total_cap: Counter,
+    /// Connections refused by `max_connections_per_ip`.
+    pub refused_per_ip_cap: Counter,
+    store: OnceLock<Opened>,
+}
+
+/// Keeps a session counted as open; dropping it closes it.
+#[derive(Debug)]
+pub struct OpenSession(Arc<Metrics>);
+
+impl Drop for OpenSession {
+    fn drop(&mut self) {
+        self.0.sessions_open.dec();
+    }
+}
+
+impl Metrics {
+    /// An empty registry.
+    pub fn new() -> Metrics {
+        Metrics::default()
+    }
+
+    /// The counters of listener `name` (registered on first use; listeners are fixed for
+    /// the life of the process).
+    pub fn listener(&self, name: &str) -> Arc<ListenerMetrics> {
+        let mut ls = self.listeners.write().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, m)) = ls.iter().find(|(n, _)| &**n == name) {
+            return m.clone();
+        }
+        let m = Arc::new(ListenerMetrics::default());
+        ls.push((name.into(), m.clone()));
+        m
+    }
+
+    /// A session was admitted on `listener`; it counts as open until the guard drops.
+    pub fn session_opened(self: &Arc<Self>, listener: &ListenerMetrics) -> OpenSession {
+        listener.sessions.inc();
+        self.sessions_open.inc();
+        OpenSession(self.clone())
+    }
+
+    /// A connection refused by a cap.
+    pub fn connection_refused(&self, why: &Refusal) {
+        match why {
+            Refusal::Total => self.refused_total_cap.inc(),
+            Refusal::PerIp => self.refused_per_ip_cap.inc(),
+        }
+    }
+
+    /// A message upstream accepted, with its recipients and size.
+    pub fn message_relayed(&self, recipients: usize, bytes: u64) {
+        self.messages.inc();
+        self.recipients.add(recipients as u64);
+        self.bytes.add(bytes);
+    }
+
+    /// A limit that was over, and its countermeasure (`warn`, `defer`, …).
+    pub fn verdict(&self, limit: &str, action: &str) {
+        let Some(i) = ACTIONS.iter().position(|a| *a == action) else {
+            return;
+        };
+        if let Some(c) = self.verdicts.get(limit) {
+            c.0[i].inc();
+            return;
+        }
+        self.verdicts.entry(limit.into()).or_default().0[i].inc();
+    }
+
+    /// How many times `limit` was over with `action`.
+    pub fn verdicts_of(&self, limit: &str, action: &str) -> u64 {
+        let i = ACTIONS.iter().position(|a| *a == action);
+        match (self.verdicts.get(limit), i) {
+            (Some(c), Some(i)) => c.0[i].get(),
+            _ => 0,
+        }
+    }
+
+    /// The outcome of setting up an upstream session (`None`: it worked); `tls` says
+    /// whether the set-up included a TLS handshake with upstream.
+    pub fn upstream_connected(&self, error: Option<&UpstreamError>, tls: bool) {
+        match error {
+            None => {
+                self.upstream_connects.inc();
+                if tls {
+                    self.tls_handshake(Side::Upstream, true);
+                }
+            }
+            Some(e) => {
+                if tls && matches!(e, UpstreamError::Tls(_)) {
+                    self.tls_handshake(Side::Upstream, false);
+                }
+                self.upstream_failed(e);
+            }
+        }
+    }
+
+    /// An upstream failure.
+    pub fn upstream_failed(&self, e: &UpstreamError) {
+        let i = match e {
+            UpstreamError::Connect { .. } => 0,
+            UpstreamError::Timeout(_) => 1,
+            UpstreamError::Lost(_) => 2,
+            UpstreamError::Protocol(_) => 3,
+            UpstreamError::Tls(_) => 4,
+        };
+        self.upstream_errors[i].inc();
+    }
+
+    /// Upstream failures of one kind (`connect`, `timeout`, `lost`, `protocol`, `tls`).
+    pub fn upstream_errors_of(&self, kind: &str) -> u64 {
+        UPSTREAM_KINDS
+            .iter()
+            .position(|k| *k == kind)
+            .map_or(0, |i| self.upstream_errors[i].get())
+    }
+
+    /// A TLS handshake on `side` that worked or failed.
+    pub fn tls_handshake(&self, side: Side, ok: bool) {
+        let i = side as usize;
+        if ok {
+            self.tls_ok[i].inc()
+        } else {
+            self.tls_failed[i].inc()
+        }
+    }
+
+    /// An AUTH exchange that upstream judged.
+    pub fn auth(&self, ok: bool) {
+        if ok {
+            self.auth_ok.inc()
+        } else {
+            self.auth_failed.inc()
+        }
+    }
+
+    /// A store decision that took `elapsed` and ended with `error`.
+    pub fn store_decision(&self, elapsed: std::time::Duration, error: Option<&StoreError>) {
+        self.store_decisions.inc();
+        self.store_latency.observe(elapsed);
+        match error {
+            Some(StoreError::Unavailable(_)) => self.store_unavailable.inc(),
+            Some(StoreError::Invalid(_)) => self.store_invalid.inc(),
+            None => {}
+        }
+    }
+
+    /// Makes the store's own figures (memory keys, Redis failover) part of the exposition.
+    pub fn attach_store(&self, store: &Opened) {
+        let _ = self.store.set(store.clone());
+    }
+
+    /// The Prometheus text exposition (format 0.0.4).
+    pub fn render(&self) -> String {
+        let mut w = Writer(String::with_capacity(8192));
+        w.head(
+            "floodgate_sessions_total",
+            "counter",
+            "Sessions admitted, by listener.",
+        );
+        for (name, m) in self
+            .listeners
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            w.sample(
+                "floodgate_sessions_total",
+                &[("listener", name)],
+                m.sessions.get(),
+            );
+        }
+        w.one(
+            "floodgate_sessions_open",
+            "gauge",
+            "Sessions open now.",
+            self.sessions_open.get(),
+        );
+        w.one(
+            "floodgate_commands_total",
+            "counter",
+            "Command lines received from clients.",
+            self.commands.get(),
+        );
+        w.one(
+            "floodgate_messages_relayed_total",
+            "counter",
+            "Messages upstream accepted.",
+            self.messages.get(),
+        );
+        w.one(
+            "floodgate_recipients_relayed_total",
+            "counter",
+            "Recipients of the messages upstream accepted.",
+            self.recipients.get(),
+        );
+        w.one(
+            "floodgate_bytes_relayed_total",
+            "counter",
+            "Bytes of the messages upstream accepted.",
+            self.bytes.get(),
+        );
+        w.one(
+            "floodgate_refused_total",
+            "counter",
+            "Commands and messages floodgate refused itself (limits, size, line endings).",
+            self.refused.get(),
+        );
+        w.head(
+            "floodgate_policy_verdicts_total",
+            "counter",
+            "Limits found over, by limit name and countermeasure.",
+        );
+        let mut limits: Vec<(String, Vec<u64>)> = self
+            .verdicts
+            .iter()
+            .map(|e| {
+                (
+                    e.key().to_string(),
+                    e.value().0.iter().map(Counter::get).collect(),
+                )
+            })
+            .collect();
+        limits.sort();
+        for (name, counts) in &limits {
+            for (action, n) in ACTIONS.iter().zip(counts) {
+                if *n > 0 {
+                    w.sample(
+                        "floodgate_policy_verdicts_total",
+                        &[("limit", name), ("action", action)],
+                        *n,
+                    );
+                }
+            }
+        }
+        w.one(
+            "floodgate_upstream_connects_total",
+            "counter",
+            "Upstream sessions set up.",
+            self.upstream_connects.get(),
+        );
+        w.head(
+            "floodgate_upstream_errors_total",
+            "counter",
+            "Upstream failures, by kind.",
+        );
+        for (k, c) in UPSTREAM_KINDS.iter().zip(&self.upstream_errors) {
+            w.sample("floodgate_upstream_errors_total", &[("kind", k)], c.get());
+        }
+        w.one(
+            "floodgate_store_decisions_total",
+            "counter",
+            "Rate-limit store decisions.",
+            self.store_decisions.get(),
+        );
+        w.head(
+            "floodgate_store_errors_total",
+            "counter",
+            "Rate-limit store decisions that failed, by kind.",
+        );
+        w.sample(
+            "floodgate_store_errors_total",
+            &[("kind", "unavailable")],
+            self.store_unavailable.get(),
+        );
+        w.sample(
+            "floodgate_store_errors_total",
+            &[("kind", "invalid")],
+            self.store_invalid.get(),
+        );
+        self.render_latency(&mut w);
+        self.render_store(&mut w);
+        w.head(
+            "floodgate_tls_handshakes_total",
+            "counter",
+            "TLS handshakes, by side and result.",
+        );
+        for (i, side) in ["client", "upstream"].iter().enumerate() {
+            w.sample(
+                "floodgate_tls_handshakes_total",
+                &[("side", side), ("result", "ok")],
+                self.tls_ok[i].get(),
+            );
+            w.sample(
+                "floodgate_tls_handshakes_total",
+                &[("side", side), ("result", "failed")],
+                self.tls_failed[i].get(),
+            );
+        }
+        w.head(
+            "floodgate_auth_total",
+            "counter",
+            "AUTH exchanges judged by upstream, by result.",
+        );
+        w.sample(
+            "floodgate_auth_total",
+            &[("result", "success")],
+            self.auth_ok.get(),
+        );
+        w.sample(
+            "floodgate_auth_total",
+            &[("result", "failure")],
+            self.auth_failed.get(),
+        );
+        w.head(
+            "floodgate_connections_refused_total",
+            "counter",
+            "Connections refused by the connection caps, by cap.",
+        );
+        w.sample(
+            "floodgate_connections_refused_total",
+            &[("cap", "max_connections")],
+            self.refused_total_cap.get(),
+        );
+        w.sample(
+            "floodgate_connections_refused_total",
+            &[("cap", "max_connections_per_ip")],
+            self.refused_per_ip_cap.get(),
+        );
+        w.0
+    }
+
+    fn render_latency(&self, w: &mut Writer) {
+        let name = "floodgate_store_decision_seconds";
+        w.head(name, "histogram", "Rate-limit store decision latency.");
+        let (cum, count, sum) = self.store_latency.snapshot();
+        for (b, n) in LATENCY_BUCKETS.iter().zip(&cum) {
+            let le = format!("{b}");
+            w.sample(&format!("{name}_bucket"), &[("le", &le)], *n);
+        }
+        w.sample(&format!("{name}_bucket"), &[("le", "+Inf")], count);
+        let _ = writeln!(w.0, "{name}_sum {sum}");
+        let _ = writeln!(w.0, "{name}_count {count}");
+    }
+
+    fn render_store(&self, w: &mut Writer) {
+        match self.store.get() {
+            Some(Opened::Memory(m)) => {
+                let s = m.stats();
+                w.head(
+                    "floodgate_store_keys",
+                    "gauge",
+                    "Keys in the memory store, by record kind.",
+                );
+                for (kind, n) in [
+                    ("ewma", s.ewma_keys),
+                    ("unique", s.unique_keys),
+                    ("gcra", s.gcra_keys),
+                    ("bucket", s.bucket_keys),
+                ] {
+                    w.sample("floodgate_store_keys", &[("kind", kind)], n as u64);
+                }
+                w.one(
+                    "floodgate_store_evictions_total",
+                    "counter",
+                    "Keys evicted from the memory store because of the key cap.",
+                    s.evictions,
+                );
+            }
+            Some(Opened::Redis(f)) => {
+                let s = f.stats();
+                w.one(
+                    "floodgate_redis_down",
+                    "gauge",
+                    "1 while Redis is considered down and the failure mode applies.",
+                    u64::from(s.down),
+                );
+                w.head(
+                    "floodgate_redis_decisions_total",
+                    "counter",
+                    "Decisions by who answered them.",
+                );
+                w.sample(
+                    "floodgate_redis_decisions_total",
+                    &[("answered_by", "redis")],
+                    s.redis_decisions,
+                );
+                w.sample(
+                    "floodgate_redis_decisions_total",
+                    &[("answered_by", "fallback")],
+                    s.fallback_decisions,
+                );
+                w.one(
+                    "floodgate_redis_closed_failures_total",
+                    "counter",
+                    "Decisions refused because a closed limit could not be checked.",
+                    s.closed_failures,
+                );
+                w.one(
+                    "floodgate_redis_errors_total",
+                    "counter",
+                    "Redis errors and timeouts.",
+                    s.redis_errors,
+                );
+                w.head(
+                    "floodgate_redis_switches_total",
+                    "counter",
+                    "Switches between Redis and the failure mode.",
+                );
+                w.sample(
+                    "floodgate_redis_switches_total",
+                    &[("to", "fallback")],
+                    s.switches_to_fallback,
+                );
+                w.sample(
+                    "floodgate_redis_switches_total",
+                    &[("to", "redis")],
+                    s.switches_to_redis,
+                );
+            }
+            None => {}
+        }
+    }
+}
+
+/// Builds the exposition text.
+struct Writer(String);
+
+impl Writer {
+    fn head(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+
+    fn one(&mut self, name: &str, kind: &str, help: &str, v: impl std::fmt::Display) {
+        self.head(name, kind, help);
+        let _ = writeln!(self.0, "{name} {v}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: u64) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            self.0.push('{');
+            for (i, (k, val)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.0.push(',');
+                }
+                self.0.push_str(k);
+                self.0.push_str("=\"");
+                escape_label(&mut self.0, val);
+                self.0.push('"');
+            }
+            self.0.push('}');
+        }
+        let _ = writeln!(self.0, " {v}");
+    }
+}
+
+/// Escapes a label value as the text format requires (backslash, quote, newline).
+fn escape_label(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample `series` (name with labels, as rendered).
+    fn value(text: &str, series: &str) -> Option<String> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map(str::to_string)
+    }
+
+    #[test]
+    fn renders_every_family_once_with_type_lines() {
+        let m = Arc::new(Metrics::new());
+        let l = m.listener("submission");
+        let guard = m.session_opened(&l);
+        m.commands.add(7);
+        m.message_relayed(3, 1200);
+        m.verdict("per-user", "defer");
+        m.verdict("per-user", "defer");
+        m.verdict("per-ip", "warn");
+        m.verdict("per-ip", "nonsense");
+        m.tls_handshake(Side::Client, true);
+        m.tls_handshake(Side::Upstream, false);
+        m.auth(false);
+        m.connection_refused(&Refusal::PerIp);
+        m.store_decision(std::time::Duration::from_micros(30), None);
+        m.store_decision(
+            std::time::Duration::from_millis(30),
+            Some(&StoreError::Unavailable("x".into())),
+        );
+        let t = m.render();
+        assert_eq!(
+            value(&t, "floodgate_sessions_total{listener=\"submission\"}").as_deref(),
+            Some("1")
+        );
+        assert_eq!(value(&t, "floodgate_sessions_open").as_deref(), Some("1"));
+        drop(guard);
+        assert_eq!(
+            value(&m.render(), "floodgate_sessions_open").as_deref(),
+            Some("0")
+        );
+        assert_eq!(value(&t, "floodgate_commands_total").as_deref(), Some("7"));
+        assert_eq!(
+            value(&t, "floodgate_recipients_relayed_total").as_deref(),
+            Some("3")
+        );
+        assert_eq!(
+            value(
+                &t,
+                "floodgate_policy_verdicts_total{limit=\"per-user\",action=\"defer\"}"
+            )
+            .as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            value(
+                &t,
+                "floodgate_policy_verdicts_total{limit=\"per-ip\",action=\"warn\"}"
+            )
+            .as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            value(
+                &t,
+                "floodgate_tls_handshakes_total{side=\"upstream\",result=\"failed\"}"
+            )
+            .as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            value(
+                &t,
+                "floodgate_connections_refused_total{cap=\"max_connections_per_ip\"}"
+            )
+            .as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            value(
+                &t,
+                "floodgate_store_decision_seconds_bucket{le=\"0.00005\"}"
+            )
+            .as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            value(&t, "floodgate_store_decision_seconds_count").as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            value(&t, "floodgate_store_errors_total{kind=\"unavailable\"}").as_deref(),
+            Some("1")
+        );
+        // Every family has exactly one TYPE line, and every sample belongs to one.
+        let mut types = std::collections::HashSet::new();
+        for l in t.lines().filter(|l| l.starts_with("# TYPE ")) {
+            let name = l.split(' ').nth(2).unwrap();
+            assert!(types.insert(name.to_string()), "duplicate TYPE {name}");
+        }
+        for l in t.lines().filter(|l| !l.starts_with('#')) {
+            let name = l.split(['{', ' ']).next().unwrap();
+            let base = name
+                .strip_suffix("_bucket")
+                .or_else(|| name.strip_suffix("_sum"))
+                .or_else(|| name.strip_suffix("_count"))
+                .filter(|b| types.contains(*b))
+                .unwrap_or(name);
+            assert!(types.contains(base), "sample without TYPE: {l}");
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::new();
+        m.verdict("a\"b\\c\nd", "deny");
+        let t = m.render();
+        assert!(t.contains("limit=\"a\\\"b\\\\c\\nd\",action=\"deny\"} 1"));
+    }
+
+    #[test]
+    fn listeners_register_once() {
+        let m = Metrics::new();
+        let a = m.listener("x");
+        let b = m.listener("x");
+        assert!(Arc::ptr_eq(&a, &b));
+    }
+}

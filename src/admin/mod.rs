@@ -1,0 +1,22 @@
+//! Operating floodgate: metrics, the admin API and the client side of the admin verbs.
+//!
+//! * [`counter`]: sharded relaxed-atomic counters, a gauge and a fixed-bucket histogram;
+//! * [`metrics`]: the registry every part reports to, and its Prometheus text;
+//! * [`metered`]: a store wrapper that counts and times decisions;
+//! * [`http`]: a strict, sans-I/O HTTP/1.1 request parser and response writer;
+//! * [`inspect`]: what a key means for every configured limit (inspect, top);
+//! * [`api`]: the endpoints (inspect, reset, top, reload, metrics);
+//! * [`serve`]: the unix socket, the token-guarded TCP address and the metrics address;
+//! * [`client`]: the CLI side: one request to the admin socket, tables or JSON.
+
+pub mod api;
+pub mod client;
+pub mod counter;
+pub mod http;
+pub mod inspect;
+pub mod metered;
+pub mod metrics;
+pub mod serve;
+
+pub use metered::MeteredStore;
+pub use metrics::{Metrics, Side};

@@ -1,0 +1,323 @@
+//! The admin and metrics transports: the admin unix socket (mode 0600), the optional
+//! token-guarded admin TCP address, and the metrics TCP address. One request per
+//! connection, read with a time limit and size bounds, answered, closed.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::api::{metrics_response, AdminState};
+use super::http::{parse_request, Limits, Response};
+use crate::config::Secret;
+
+/// Time allowed for a client to send its whole request.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once per listener; more wait.
+const MAX_CONNS: usize = 16;
+
+/// Why an admin or metrics listener could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Something other than a socket sits at the socket path.
+    #[error(
+        "admin socket {0}: the path exists and is not a socket; remove it or set [admin] socket"
+    )]
+    NotASocket(PathBuf),
+    /// A live process answers on the socket path.
+    #[error(
+        "admin socket {0}: another process is answering there (is floodgate already running?)"
+    )]
+    InUse(PathBuf),
+    /// Binding or setting up failed.
+    #[error("{what} {address}: {source}")]
+    Io {
+        /// Which listener.
+        what: &'static str,
+        /// Its address or path.
+        address: String,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// What a connection may ask.
+#[derive(Clone)]
+enum Mode {
+    /// Everything (the unix socket: file permissions guard it).
+    Admin(Arc<AdminState>),
+    /// Everything, with `Authorization: Bearer TOKEN`.
+    Token(Arc<AdminState>, Arc<Secret>),
+    /// Only `GET /metrics`.
+    Metrics(Arc<super::Metrics>),
+}
+
+/// Removes the admin socket file when dropped (at exit).
+#[derive(Debug)]
+pub struct SocketFile(PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        use std::os::unix::fs::FileTypeExt;
+        if std::fs::symlink_metadata(&self.0).is_ok_and(|m| m.file_type().is_socket()) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+/// Binds the admin socket at `path` with mode 0600 and serves it until `stop`. A stale
+/// socket file (nobody answering) is replaced; a live one or a non-socket is an error.
+/// The socket is bound under a temporary name, given its mode, then renamed into place,
+/// so it is never reachable with wider permissions.
+pub fn serve_unix(
+    path: &Path,
+    state: Arc<AdminState>,
+    stop: CancellationToken,
+) -> Result<SocketFile, ServeError> {
+    use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+    let io_err = |source| ServeError::Io {
+        what: "admin socket",
+        address: path.display().to_string(),
+        source,
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => return Err(ServeError::NotASocket(path.into())),
+        Ok(_) => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(ServeError::InUse(path.into()));
+            }
+            info!(path = %path.display(), "replacing a stale admin socket");
+            std::fs::remove_file(path).map_err(io_err)?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(e)),
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io_err)?;
+        }
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp).map_err(io_err)?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io_err(e));
+    }
+    info!(path = %path.display(), "admin API listening");
+    let mode = Mode::Admin(state);
+    tokio::spawn(async move {
+        let gate = Arc::new(Semaphore::new(MAX_CONNS));
+        loop {
+            let accepted = tokio::select! {
+                r = listener.accept() => r,
+                _ = stop.cancelled() => return,
+            };
+            match accepted {
+                Ok((s, _)) => spawn_conn(s, mode.clone(), gate.clone()),
+                Err(e) => {
+                    warn!(error = %e, "admin socket accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    Ok(SocketFile(path.to_path_buf()))
+}
+
+/// Serves the admin API on `address` for requests bearing `token`; returns the bound
+/// address.
+pub async fn serve_admin_tcp(
+    address: std::net::SocketAddr,
+    token: Secret,
+    state: Arc<AdminState>,
+    stop: CancellationToken,
+) -> Result<std::net::SocketAddr, ServeError> {
+    serve_tcp(
+        "admin address",
+        address,
+        Mode::Token(state, Arc::new(token)),
+        stop,
+    )
+    .await
+}
+
+/// Serves `GET /metrics` on `address`; returns the bound address.
+pub async fn serve_metrics(
+    address: std::net::SocketAddr,
+    metrics: Arc<super::Metrics>,
+    stop: CancellationToken,
+) -> Result<std::net::SocketAddr, ServeError> {
+    serve_tcp("metrics address", address, Mode::Metrics(metrics), stop).await
+}
+
+async fn serve_tcp(
+    what: &'static str,
+    address: std::net::SocketAddr,
+    mode: Mode,
+    stop: CancellationToken,
+) -> Result<std::net::SocketAddr, ServeError> {
+    let io_err = |source| ServeError::Io {
+        what,
+        address: address.to_string(),
+        source,
+    };
+    let listener = TcpListener::bind(address).await.map_err(io_err)?;
+    let bound = listener.local_addr().map_err(io_err)?;
+    info!(address = %bound, "{what} listening");
+    tokio::spawn(async move {
+        let gate = Arc::new(Semaphore::new(MAX_CONNS));
+        loop {
+            let accepted = tokio::select! {
+                r = listener.accept() => r,
+                _ = stop.cancelled() => return,
+            };
+            match accepted {
+                Ok((s, _)) => spawn_conn(s, mode.clone(), gate.clone()),
+                Err(e) => {
+                    warn!(error = %e, "{what} accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    Ok(bound)
+}
+
+fn spawn_conn<S>(stream: S, mode: Mode, gate: Arc<Semaphore>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let Ok(_permit) = gate.acquire_owned().await else {
+            return;
+        };
+        if let Err(e) = conn(stream, &mode).await {
+            debug!(error = %e, "admin connection ended with an error");
+        }
+    });
+}
+
+/// Reads one request (bounded in time and size), answers it, closes.
+async fn conn<S>(mut stream: S, mode: &Mode) -> io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let limits = Limits::default();
+    let mut buf = Vec::with_capacity(1024);
+    let read = tokio::time::timeout(READ_TIMEOUT, async {
+        loop {
+            match parse_request(&buf, &limits) {
+                Ok(Some((req, _))) => return Ok(req),
+                Ok(None) => {}
+                Err(e) => return Err(Response::error(e.status(), &e.to_string())),
+            }
+            let mut chunk = [0u8; 4096];
+            let n = stream.read(&mut chunk).await.map_err(|e| {
+                Response::error(400, &format!("connection error while reading: {e}"))
+            })?;
+            if n == 0 {
+                return Err(Response::error(400, "request ended early"));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    let (resp, head) = match read {
+        Err(_) => (Response::error(408, "request not received in time"), false),
+        Ok(Err(r)) => (r, false),
+        Ok(Ok(req)) => (answer(&req, mode).await, req.method == "HEAD"),
+    };
+    stream.write_all(&resp.to_bytes(head)).await?;
+    stream.shutdown().await
+}
+
+async fn answer(req: &super::http::Request, mode: &Mode) -> Response {
+    match mode {
+        Mode::Admin(state) => state.handle(req).await,
+        Mode::Token(state, token) => {
+            let given = req
+                .header("authorization")
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim);
+            match given {
+                Some(t) if ct_eq(t.as_bytes(), token.expose().as_bytes()) => {
+                    state.handle(req).await
+                }
+                Some(_) => Response::error(401, "wrong bearer token"),
+                None => Response::error(401, "missing Authorization: Bearer TOKEN"),
+            }
+        }
+        Mode::Metrics(m) => match (req.path.as_str(), req.method.as_str()) {
+            ("/metrics", "GET" | "HEAD") => metrics_response(m),
+            ("/metrics", other) => {
+                Response::error(405, &format!("/metrics takes GET, HEAD, not {other}"))
+            }
+            (p, _) => Response::error(404, &format!("no endpoint {p}: try /metrics")),
+        },
+    }
+}
+
+/// Compares in time that depends only on the lengths, never on where the bytes differ.
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    // Keep the optimiser from turning the fold into an early exit.
+    std::hint::black_box(diff) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_compare() {
+        assert!(ct_eq(b"abcdef", b"abcdef"));
+        assert!(!ct_eq(b"abcdef", b"abcdeg"));
+        assert!(!ct_eq(b"abc", b"abcd"));
+        assert!(ct_eq(b"", b""));
+    }
+
+    #[tokio::test]
+    async fn metrics_listener_answers_only_metrics() {
+        let m = Arc::new(super::super::Metrics::new());
+        m.commands.add(3);
+        let stop = CancellationToken::new();
+        let addr = serve_metrics("127.0.0.1:0".parse().unwrap(), m, stop.clone())
+            .await
+            .unwrap();
+        let ask = |req: &'static str| async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            s.read_to_end(&mut out).await.unwrap();
+            super::super::http::parse_response(&out).unwrap()
+        };
+        let (st, body) = ask("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert_eq!(st, 200);
+        assert!(String::from_utf8(body)
+            .unwrap()
+            .contains("\nfloodgate_commands_total 3\n"));
+        assert_eq!(ask("GET /v1/top HTTP/1.1\r\n\r\n").await.0, 404);
+        assert_eq!(ask("POST /metrics HTTP/1.1\r\n\r\n").await.0, 405);
+        assert_eq!(ask("GET /metrics HTTP/1.1\nX: y\r\n\r\n").await.0, 400);
+        assert_eq!(ask("GET /metrics HTTP/1.1\r\nX: y\r\n\r\n   ").await.0, 200);
+        stop.cancel();
+    }
+}
