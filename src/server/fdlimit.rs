@@ -45,8 +45,8 @@ pub fn raise_fd_limit() -> io::Result<FdLimit> {
         lim.rlim_cur = lim.rlim_max;
     }
     Ok(FdLimit {
-        soft: lim.rlim_cur as u64,
-        hard: lim.rlim_max as u64,
+        soft: lim.rlim_cur,
+        hard: lim.rlim_max,
     })
 }
 
