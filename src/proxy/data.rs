@@ -66,8 +66,9 @@ impl Session {
             Judged::Answered => return Ok(Flow::Next),
             Judged::Close => return Ok(Flow::Close),
         }
+        // Reply::new(354, "End data with <CR><LF>.<CR><LF>") without building a Reply per message.
         self.client
-            .queue(&Reply::new(354, "End data with <CR><LF>.<CR><LF>"));
+            .queue_bytes(b"354 End data with <CR><LF>.<CR><LF>\r\n");
         let cfg = self.shared.config.clone();
         let bare = match cfg.smtp.bare_line_endings {
             BareLineEndings::Reject => BarePolicy::Reject,
@@ -141,7 +142,7 @@ impl Session {
         self.reset_txn();
         match answer {
             Some(answer) => {
-                self.client.queue(&answer);
+                self.answer(answer);
                 Ok(Flow::Next)
             }
             None => Ok(Flow::Close),
@@ -159,6 +160,7 @@ impl Session {
             }
             return Ok(r);
         }
+        self.up()?.recycle(r);
         let headers = self.policy.message_headers();
         let mut wire = std::mem::take(&mut self.wire);
         wire.clear();
@@ -188,6 +190,7 @@ impl Session {
                 r.code
             )));
         }
+        self.up()?.recycle(r);
         Ok(())
     }
 
