@@ -340,6 +340,23 @@ mod tests {
     }
 
     #[test]
+    fn invalid_utf8_is_replaced_as_lossy() {
+        let got = parse_all(b"250-a\xffb\r\n250 \xc3\xa9\xc3\r\n").unwrap();
+        assert_eq!(
+            got,
+            vec![Reply::multi(250, ["a\u{FFFD}b", "\u{e9}\u{FFFD}"])]
+        );
+    }
+
+    #[test]
+    fn recycled_strings_start_empty() {
+        let mut p = ReplyParser::new();
+        p.recycle(Reply::multi(250, ["long text here", "more"]));
+        let mut buf = BytesMut::from(&b"250 ok\r\n"[..]);
+        assert_eq!(p.parse(&mut buf), Ok(Some(Reply::new(250, "ok"))));
+    }
+
+    #[test]
     fn code_only_line() {
         assert_eq!(parse_all(b"250\r\n").unwrap(), vec![Reply::new(250, "")]);
     }
