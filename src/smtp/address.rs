@@ -192,7 +192,6 @@ fn strip_route(text: &str) -> Result<&str, AddressError> {
     Ok(&text[colon + 1..])
 }
 
-/// Characters of RFC 5322 `atext`, plus any non-ASCII (RFC 6531 UTF8-non-ascii).
 /// Appends `s` lower-cased as `str::to_lowercase` does; ASCII (nearly every address) without
 /// the Unicode tables or a temporary string.
 fn push_lowercase(out: &mut String, s: &str) {
@@ -203,6 +202,7 @@ fn push_lowercase(out: &mut String, s: &str) {
     }
 }
 
+/// Characters of RFC 5322 `atext`, plus any non-ASCII (RFC 6531 UTF8-non-ascii).
 fn is_atext(c: char) -> bool {
     // A byte match rather than a search of the specials string: this runs per character
     // of every envelope address.
@@ -251,12 +251,13 @@ fn parse_local_part(s: &str) -> Result<(Option<String>, usize), AddressError> {
         }
         return Err(AddressError::BadLocalPart);
     }
-    let end = s.find('@').unwrap_or(s.len());
-    let local = &s[..end];
+    let end = memchr::memchr(b'@', s.as_bytes()).unwrap_or(s.len());
+    let local = &s.as_bytes()[..end];
+    // Bytewise as in check_domain: every byte of a non-ASCII character is atext.
     if local.is_empty()
         || !local
-            .split('.')
-            .all(|atom| !atom.is_empty() && atom.chars().all(is_atext))
+            .split(|&b| b == b'.')
+            .all(|atom| !atom.is_empty() && atom.iter().all(|&b| is_atext(char::from(b))))
     {
         return Err(AddressError::BadLocalPart);
     }
@@ -279,12 +280,14 @@ fn check_domain(d: &str) -> Result<(), AddressError> {
     if d.is_empty() || d.len() > MAX_DOMAIN {
         return Err(AddressError::BadDomain);
     }
-    let let_dig = |c: char| c.is_ascii_alphanumeric() || !c.is_ascii();
-    for label in d.split('.') {
+    // Bytes, not chars: a non-ASCII character is all bytes >= 0x80, each of which counts
+    // as a letter here exactly as the character does (and the text is valid UTF-8).
+    let let_dig = |b: u8| b.is_ascii_alphanumeric() || !b.is_ascii();
+    for label in d.as_bytes().split(|&b| b == b'.') {
         let ok = label.len() <= 63
-            && label.chars().next().is_some_and(let_dig)
-            && label.chars().last().is_some_and(let_dig)
-            && label.chars().all(|c| let_dig(c) || c == '-');
+            && label.first().is_some_and(|&b| let_dig(b))
+            && label.last().is_some_and(|&b| let_dig(b))
+            && label.iter().all(|&b| let_dig(b) || b == b'-');
         if !ok {
             return Err(AddressError::BadDomain);
         }
@@ -494,6 +497,28 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// The bytewise domain check answers as the char-wise definition does.
+        #[test]
+        fn domain_check_matches_char_definition(d in "[a-zA-Z0-9.\\-éΣ€_ ]{0,20}") {
+            let let_dig = |c: char| c.is_ascii_alphanumeric() || !c.is_ascii();
+            let want = !d.is_empty() && d.split('.').all(|label| {
+                label.len() <= 63
+                    && label.chars().next().is_some_and(let_dig)
+                    && label.chars().last().is_some_and(let_dig)
+                    && label.chars().all(|c| let_dig(c) || c == '-')
+            });
+            proptest::prop_assert_eq!(check_domain(&d).is_ok(), want);
+        }
+
+        /// The bytewise dot-atom check answers as the char-wise definition does.
+        #[test]
+        fn local_part_check_matches_char_definition(l in "[a-z.!#é€()<> ]{0,12}") {
+            let want = !l.is_empty()
+                && l.split('.').all(|atom| !atom.is_empty() && atom.chars().all(atext_reference));
+            let got = parse_local_part(&format!("{l}@x"));
+            proptest::prop_assert_eq!(got.is_ok(), want);
+        }
 
         /// `normalized` is the lower-cased local part (quotes removed) `@` the lower-cased
         /// domain, as `str::to_lowercase` writes them; `normalized_into` agrees and clears.
