@@ -12,7 +12,14 @@ fn decode(
     bare: BarePolicy,
     max: u64,
 ) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
-    let mut d = DataDecoder::new(1000, bare, max);
+    decode_with(DataDecoder::new(1000, bare, max), input, chunk)
+}
+
+fn decode_with(
+    mut d: DataDecoder,
+    input: &[u8],
+    chunk: usize,
+) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
     let mut body = Vec::new();
     let mut buf = BytesMut::new();
     let mut done = false;
@@ -43,6 +50,9 @@ fuzz_target!(|data: &[u8]| {
     };
     let whole = decode(input, input.len(), bare, max);
     assert_eq!(decode(input, chunk, bare, max), whole);
+    // The stuffed decoder (what the session spools) agrees on everything but the body.
+    let stuffed = decode_with(DataDecoder::new(1000, bare, max).stuffed(), input, chunk);
+    assert_eq!((stuffed.0, stuffed.2, &stuffed.3), (whole.0, whole.2, &whole.3));
     let (done, body, out, rest) = whole;
     assert!(body.len() as u64 <= max);
     assert_eq!(out.too_big, out.size > max);
@@ -68,6 +78,13 @@ fuzz_target!(|data: &[u8]| {
     // to exactly the body floodgate counted.
     let mut wire = Vec::new();
     encode_data(&body, &mut wire);
+    // ... and its body is that wire form without the end-of-data line.
+    let mut spooled = stuffed.1;
+    if !spooled.is_empty() && !spooled.ends_with(b"\r\n") {
+        spooled.extend_from_slice(b"\r\n");
+    }
+    spooled.extend_from_slice(b".\r\n");
+    assert_eq!(spooled, wire);
     let (done2, body2, out2, rest2) = decode(&wire, wire.len(), BarePolicy::Reject, u64::MAX);
     assert!(done2 && rest2.is_empty());
     assert!(!out2.bare_line_ending && !out2.normalized);

@@ -9,7 +9,7 @@ use crate::smtp::ehlo::{filter_ehlo, parse_ehlo, EhloFilter};
 use crate::smtp::reply::Reply;
 use crate::smtp::xclient::XclientAttrs;
 
-use super::session::{Flow, Judged, Session};
+use super::session::{FactSlot, Flow, Judged, Session};
 use super::upstream::UpstreamError;
 
 type Handled = Result<Flow, UpstreamError>;
@@ -27,7 +27,7 @@ impl Session {
             Command::Rset => {
                 let r = self.up()?.relay(&cmd).await?;
                 self.reset_txn();
-                self.client.queue(&r);
+                self.answer(r);
                 Ok(Flow::Next)
             }
             Command::Noop | Command::Help | Command::Vrfy(_) | Command::Expn(_) => {
@@ -185,7 +185,7 @@ impl Session {
                 .queue(&Reply::new(552, "5.3.4 Message size exceeds fixed limit"));
             return Ok(Flow::Next);
         }
-        self.facts.sender = Some(m.sender.as_str().to_string());
+        self.set_fact(FactSlot::Sender, m.sender.as_str());
         self.facts.message_size = size_hint;
         match self.judge(Stage::Mail).await {
             Judged::Go => {}
@@ -205,7 +205,7 @@ impl Session {
         } else {
             self.facts.sender = None;
         }
-        self.client.queue(&reply);
+        self.answer(reply);
         Ok(Flow::Next)
     }
 
@@ -221,8 +221,14 @@ impl Session {
         if !self.params_ok(&r.params, true) {
             return Ok(self.refuse(555, "5.5.4 Unsupported option"));
         }
-        self.facts.recipient = Some(r.recipient.as_str().to_string());
-        self.facts.recipient_normalized = Some(r.recipient.normalized());
+        self.set_fact(FactSlot::Recipient, r.recipient.as_str());
+        let mut normalized = self
+            .facts
+            .recipient_normalized
+            .take()
+            .unwrap_or_else(|| self.pooled(""));
+        r.recipient.normalized_into(&mut normalized);
+        self.facts.recipient_normalized = Some(normalized);
         match self.judge(Stage::Rcpt).await {
             Judged::Go => {}
             Judged::Answered => return Ok(Flow::Next),
@@ -233,10 +239,11 @@ impl Session {
             return Ok(Flow::Close);
         };
         if reply.is_completion() {
-            self.rcpts.push(r.recipient.as_str().to_string());
+            let rcpt = self.pooled(r.recipient.as_str());
+            self.rcpts.push(rcpt);
             self.facts.recipients_count = self.rcpts.len();
         }
-        self.client.queue(&reply);
+        self.answer(reply);
         Ok(Flow::Next)
     }
 

@@ -5,7 +5,7 @@ use tracing::{info, warn};
 
 use crate::config::BareLineEndings;
 use crate::policy::Stage;
-use crate::smtp::data::{encode_data, BarePolicy, DataDecoder};
+use crate::smtp::data::{BarePolicy, DataDecoder};
 use crate::smtp::reply::Reply;
 
 use super::session::{Flow, Judged, Session};
@@ -34,6 +34,24 @@ fn header_parser() -> &'static mail_parser::MessageParser {
             .header_id(mail_parser::HeaderName::MessageId)
             .default_header_ignore()
     })
+}
+
+/// The header section (through its blank line, or everything) of a message spooled in its
+/// dot-stuffed wire form, unstuffed: borrowed when no line of it starts with '.'.
+fn header_section(stuffed: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let end = memchr::memmem::find(stuffed, b"\r\n\r\n")
+        .map(|p| p + 4)
+        .unwrap_or(stuffed.len());
+    let head = &stuffed[..end];
+    if !head.starts_with(b".") && memchr::memmem::find(head, b"\r\n.").is_none() {
+        return std::borrow::Cow::Borrowed(head);
+    }
+    // Every line that starts with '.' here was stuffed: drop that one dot.
+    let mut out = Vec::with_capacity(head.len());
+    for line in head.split_inclusive(|&b| b == b'\n') {
+        out.extend_from_slice(line.strip_prefix(b".").unwrap_or(line));
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// From and Message-ID of a message, read from its header section only.
@@ -66,15 +84,17 @@ impl Session {
             Judged::Answered => return Ok(Flow::Next),
             Judged::Close => return Ok(Flow::Close),
         }
+        // Reply::new(354, "End data with <CR><LF>.<CR><LF>") without building a Reply per message.
         self.client
-            .queue(&Reply::new(354, "End data with <CR><LF>.<CR><LF>"));
+            .queue_bytes(b"354 End data with <CR><LF>.<CR><LF>\r\n");
         let cfg = self.shared.config.clone();
         let bare = match cfg.smtp.bare_line_endings {
             BareLineEndings::Reject => BarePolicy::Reject,
             BareLineEndings::Normalize => BarePolicy::Normalize,
         };
         let max = cfg.smtp.max_message_size;
-        let mut decoder = DataDecoder::new(cfg.smtp.max_text_line, bare, max);
+        // The body is spooled already dot-stuffed: relaying it needs no second pass.
+        let mut decoder = DataDecoder::new(cfg.smtp.max_text_line, bare, max).stuffed();
         let hint = usize::try_from(self.facts.message_size.min(max)).unwrap_or(0);
         let mut body = std::mem::take(&mut self.spool);
         body.clear();
@@ -105,7 +125,7 @@ impl Session {
             return Ok(Flow::Next);
         }
         self.facts.message_size = outcome.size;
-        let (from, message_id) = header_fields(&body);
+        let (from, message_id) = header_fields(&header_section(&body));
         self.facts.header_from = from;
         match self.judge(Stage::Message).await {
             Judged::Go => {}
@@ -118,8 +138,9 @@ impl Session {
                 return Ok(Flow::Close);
             }
         }
-        let reply = self.relay_message(&body).await?;
+        let reply = self.relay_message(&mut body).await;
         self.spool = keep_small(body);
+        let reply = reply?;
         if reply.is_completion() {
             self.tally.messages += 1;
             self.tally.recipients += self.rcpts.len() as u64;
@@ -145,7 +166,7 @@ impl Session {
         self.reset_txn();
         match answer {
             Some(answer) => {
-                self.client.queue(&answer);
+                self.answer(answer);
                 Ok(Flow::Next)
             }
             None => Ok(Flow::Close),
@@ -153,7 +174,9 @@ impl Session {
     }
 
     /// DATA upstream, the message with floodgate's own framing, and upstream's final reply.
-    async fn relay_message(&mut self, body: &[u8]) -> Result<Reply, UpstreamError> {
+    /// `body` is the message in its dot-stuffed wire form, as the decoder spooled it;
+    /// floodgate's end-of-data line is appended to it here.
+    async fn relay_message(&mut self, body: &mut Vec<u8>) -> Result<Reply, UpstreamError> {
         let r = self.up()?.command(b"DATA\r\n").await?;
         if r.code != 354 {
             // Upstream refused DATA: its transaction is still open; close it so both agree.
@@ -163,17 +186,28 @@ impl Session {
             }
             return Ok(r);
         }
+        self.up()?.recycle(r);
         let headers = self.policy.message_headers();
+        // The decoder's output always ends in CRLF (or is empty): only "." CRLF is missing.
+        body.extend_from_slice(b".\r\n");
+        if headers.is_empty() {
+            self.up()?.send(body).await?;
+            return self.up()?.read_reply().await;
+        }
         let mut wire = std::mem::take(&mut self.wire);
         wire.clear();
-        wire.reserve(body.len() + body.len() / 64 + 8);
+        wire.reserve(body.len() + 256);
         for h in &headers {
             // Header lines from the policy are floodgate's own text; keep them single lines.
             let clean: String = h.chars().filter(|c| *c != '\r' && *c != '\n').collect();
+            // A header line is text of the message too: dot-stuffed like the rest.
+            if clean.starts_with('.') {
+                wire.push(b'.');
+            }
             wire.extend_from_slice(clean.as_bytes());
             wire.extend_from_slice(b"\r\n");
         }
-        encode_data(body, &mut wire);
+        wire.extend_from_slice(body);
         let up = self.up()?;
         let sent = up.send(&wire).await;
         self.wire = keep_small(wire);
@@ -192,6 +226,7 @@ impl Session {
                 r.code
             )));
         }
+        self.up()?.recycle(r);
         Ok(())
     }
 
@@ -242,6 +277,22 @@ mod tests {
             .and_then(|a| a.address())
             .map(str::to_string);
         (from, msg.message_id().map(str::to_string))
+    }
+
+    #[test]
+    fn header_section_unstuffs_only_the_header() {
+        use super::header_section;
+        assert_eq!(&*header_section(b"A: b\r\n\r\n..x\r\n"), b"A: b\r\n\r\n");
+        assert!(matches!(
+            header_section(b"A: b\r\n\r\n..x\r\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(&*header_section(b"..A: b\r\n\r\n..x\r\n"), b".A: b\r\n\r\n");
+        assert_eq!(
+            &*header_section(b"From: a\r\n ..b\r\n..\r\nX"),
+            b"From: a\r\n ..b\r\n.\r\nX"
+        );
+        assert_eq!(&*header_section(b""), b"");
     }
 
     #[test]
@@ -315,6 +366,28 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// The unstuffed header section of the stuffed spool is the plain message's header
+        /// section, so From and Message-ID read the same.
+        #[test]
+        fn header_section_of_stuffed_is_plain_header(
+            lines in proptest::collection::vec(
+                proptest::collection::vec(prop_oneof![Just(b'.'), Just(b'a'), Just(b':'), Just(b' ')], 0..6),
+                0..8,
+            ),
+        ) {
+            let mut plain = Vec::new();
+            for l in &lines {
+                plain.extend_from_slice(l);
+                plain.extend_from_slice(b"\r\n");
+            }
+            let mut stuffed = Vec::new();
+            crate::smtp::data::encode_data(&plain, &mut stuffed);
+            stuffed.truncate(stuffed.len() - 3);
+            let end = memchr::memmem::find(&plain, b"\r\n\r\n").map(|p| p + 4).unwrap_or(plain.len());
+            prop_assert_eq!(&*super::header_section(&stuffed), &plain[..end]);
+            prop_assert_eq!(header_fields(&super::header_section(&stuffed)), header_fields(&plain));
+        }
 
         /// Skipping the other fields never changes what is read from From and Message-ID.
         #[test]

@@ -95,7 +95,13 @@ pub struct Session {
     /// Buffers of the last message (spooled body, wire form), kept for the next one.
     pub(super) spool: Vec<u8>,
     pub(super) wire: Vec<u8>,
+    /// Emptied strings of the last transaction's facts, reused by the next one.
+    pub(super) strings: Vec<String>,
 }
+
+/// Most strings a session keeps in [`Session::strings`], and the largest (capacity).
+const POOLED_STRINGS: usize = 8;
+const POOLED_STRING_CAPACITY: usize = 1024;
 
 impl Session {
     /// Runs a session to its end. `stream` is already through any PROXY header and, on an
@@ -139,6 +145,7 @@ impl Session {
             tally: Tally::default(),
             spool: Vec::new(),
             wire: Vec::new(),
+            strings: Vec::new(),
         };
         let end = s.serve().await;
         if s.in_txn {
@@ -415,12 +422,76 @@ impl Session {
             self.policy.transaction_abandoned();
         }
         self.in_txn = false;
-        self.rcpts.clear();
-        self.facts.sender = None;
-        self.facts.recipient = None;
-        self.facts.recipient_normalized = None;
+        for r in self.rcpts.drain(..) {
+            pool_string(&mut self.strings, Some(r));
+        }
+        pool_string(&mut self.strings, self.facts.sender.take());
+        pool_string(&mut self.strings, self.facts.recipient.take());
+        pool_string(&mut self.strings, self.facts.recipient_normalized.take());
         self.facts.recipients_count = 0;
         self.facts.message_size = 0;
         self.facts.header_from = None;
+    }
+
+    /// `text` in a string from the session's pool (no allocation once the pool is warm).
+    pub(super) fn pooled(&mut self, text: &str) -> String {
+        let mut s = self.strings.pop().unwrap_or_default();
+        s.push_str(text);
+        s
+    }
+
+    /// Replaces a fact's string, the old one going back to the pool.
+    pub(super) fn set_fact(&mut self, slot: FactSlot, text: &str) {
+        let s = self.pooled(text);
+        let old = match slot {
+            FactSlot::Sender => self.facts.sender.replace(s),
+            FactSlot::Recipient => self.facts.recipient.replace(s),
+        };
+        pool_string(&mut self.strings, old);
+    }
+
+    /// Queues a reply relayed from upstream, then hands it back to the reply parser.
+    pub(super) fn answer(&mut self, reply: Reply) {
+        self.client.queue(&reply);
+        if let Some(up) = self.up.as_mut() {
+            up.recycle(reply);
+        }
+    }
+}
+
+/// The fact strings [`Session::set_fact`] fills.
+pub(super) enum FactSlot {
+    /// `facts.sender`.
+    Sender,
+    /// `facts.recipient`.
+    Recipient,
+}
+
+/// Keeps an emptied `s` for reuse, up to the pool's bounds.
+pub(super) fn pool_string(pool: &mut Vec<String>, s: Option<String>) {
+    if let Some(mut s) = s {
+        if pool.len() < POOLED_STRINGS && s.capacity() <= POOLED_STRING_CAPACITY {
+            s.clear();
+            pool.push(s);
+        }
+    }
+}
+
+#[cfg(test)]
+mod pool_tests {
+    use super::pool_string;
+
+    #[test]
+    fn pool_is_bounded_and_keeps_only_empty_small_strings() {
+        let mut pool = Vec::new();
+        pool_string(&mut pool, None);
+        assert!(pool.is_empty());
+        pool_string(&mut pool, Some("x".repeat(2000)));
+        assert!(pool.is_empty(), "large strings are dropped");
+        for _ in 0..20 {
+            pool_string(&mut pool, Some(String::from("abc")));
+        }
+        assert_eq!(pool.len(), 8);
+        assert!(pool.iter().all(|s| s.is_empty() && s.capacity() >= 3));
     }
 }

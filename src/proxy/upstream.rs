@@ -265,6 +265,11 @@ impl Upstream {
         self.read_reply().await
     }
 
+    /// Hands a reply that has been answered back to the reply parser for reuse.
+    pub fn recycle(&mut self, reply: Reply) {
+        self.parser.recycle(reply);
+    }
+
     /// Reads one complete (possibly multi-line) reply.
     pub async fn read_reply(&mut self) -> Result<Reply, UpstreamError> {
         // The whole reply within the timeout, however many reads it takes.

@@ -68,7 +68,9 @@ pub enum AddressError {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Path {
     raw: String,
-    local: String,
+    /// The unquoted local part when it differs from the text before the '@' (a quoted
+    /// local part); `None` when it is that text, which spares a copy for nearly every path.
+    local: Option<String>,
     /// Byte index of the '@' separating local part and domain in `raw`.
     at: Option<usize>,
 }
@@ -78,7 +80,7 @@ impl Path {
     pub fn null() -> Self {
         Path {
             raw: String::new(),
-            local: String::new(),
+            local: None,
             at: None,
         }
     }
@@ -98,7 +100,7 @@ impl Path {
         if role == AddressRole::Recipient && mailbox.eq_ignore_ascii_case("postmaster") {
             return Ok(Path {
                 raw: mailbox.to_string(),
-                local: mailbox.to_string(),
+                local: None,
                 at: None,
             });
         }
@@ -133,7 +135,10 @@ impl Path {
 
     /// The local part with quoting removed.
     pub fn local_part(&self) -> &str {
-        &self.local
+        match &self.local {
+            Some(l) => l,
+            None => &self.raw[..self.at.unwrap_or(self.raw.len())],
+        }
     }
 
     /// The domain or address literal as written; `None` for `<Postmaster>`
@@ -151,12 +156,20 @@ impl Path {
     /// value Exim's `per_addr` unique counting uses. `""` for `<>`,
     /// `"postmaster"` for `<Postmaster>`.
     pub fn normalized(&self) -> String {
-        let mut out = self.local.to_lowercase();
+        let mut out = String::with_capacity(self.raw.len());
+        self.normalized_into(&mut out);
+        out
+    }
+
+    /// [`normalized`](Self::normalized) written into `out` (cleared first), so a caller can
+    /// keep one buffer instead of allocating per address.
+    pub fn normalized_into(&self, out: &mut String) {
+        out.clear();
+        push_lowercase(out, self.local_part());
         if let Some(d) = self.domain() {
             out.push('@');
-            out.push_str(&d.to_lowercase());
+            push_lowercase(out, d);
         }
-        out
     }
 }
 
@@ -179,20 +192,54 @@ fn strip_route(text: &str) -> Result<&str, AddressError> {
     Ok(&text[colon + 1..])
 }
 
+/// Appends `s` lower-cased as `str::to_lowercase` does; ASCII (nearly every address) without
+/// the Unicode tables or a temporary string.
+fn push_lowercase(out: &mut String, s: &str) {
+    if s.is_ascii() {
+        out.extend(s.bytes().map(|b| char::from(b.to_ascii_lowercase())));
+    } else {
+        out.push_str(&s.to_lowercase());
+    }
+}
+
 /// Characters of RFC 5322 `atext`, plus any non-ASCII (RFC 6531 UTF8-non-ascii).
 fn is_atext(c: char) -> bool {
-    c.is_ascii_alphanumeric() || "!#$%&'*+-/=?^_`{|}~".contains(c) || !c.is_ascii()
+    // A byte match rather than a search of the specials string: this runs per character
+    // of every envelope address.
+    c.is_ascii_alphanumeric()
+        || matches!(
+            c,
+            '!' | '#'
+                | '$'
+                | '%'
+                | '&'
+                | '\''
+                | '*'
+                | '+'
+                | '-'
+                | '/'
+                | '='
+                | '?'
+                | '^'
+                | '_'
+                | '`'
+                | '{'
+                | '|'
+                | '}'
+                | '~'
+        )
+        || !c.is_ascii()
 }
 
 /// Parses the local part at the start of `s`. Returns the unquoted local
 /// part and the byte index just after it (where the '@' must be).
-fn parse_local_part(s: &str) -> Result<(String, usize), AddressError> {
+fn parse_local_part(s: &str) -> Result<(Option<String>, usize), AddressError> {
     if let Some(rest) = s.strip_prefix('"') {
         let mut out = String::new();
         let mut chars = rest.char_indices();
         while let Some((i, c)) = chars.next() {
             match c {
-                '"' => return Ok((out, i + 2)),
+                '"' => return Ok((Some(out), i + 2)),
                 '\\' => match chars.next() {
                     Some((_, e)) if (' '..='~').contains(&e) => out.push(e),
                     _ => return Err(AddressError::BadLocalPart),
@@ -204,16 +251,17 @@ fn parse_local_part(s: &str) -> Result<(String, usize), AddressError> {
         }
         return Err(AddressError::BadLocalPart);
     }
-    let end = s.find('@').unwrap_or(s.len());
-    let local = &s[..end];
+    let end = memchr::memchr(b'@', s.as_bytes()).unwrap_or(s.len());
+    let local = &s.as_bytes()[..end];
+    // Bytewise as in check_domain: every byte of a non-ASCII character is atext.
     if local.is_empty()
         || !local
-            .split('.')
-            .all(|atom| !atom.is_empty() && atom.chars().all(is_atext))
+            .split(|&b| b == b'.')
+            .all(|atom| !atom.is_empty() && atom.iter().all(|&b| is_atext(char::from(b))))
     {
         return Err(AddressError::BadLocalPart);
     }
-    Ok((local.to_string(), end))
+    Ok((None, end))
 }
 
 fn check_domain_or_literal(d: &str) -> Result<(), AddressError> {
@@ -232,12 +280,14 @@ fn check_domain(d: &str) -> Result<(), AddressError> {
     if d.is_empty() || d.len() > MAX_DOMAIN {
         return Err(AddressError::BadDomain);
     }
-    let let_dig = |c: char| c.is_ascii_alphanumeric() || !c.is_ascii();
-    for label in d.split('.') {
+    // Bytes, not chars: a non-ASCII character is all bytes >= 0x80, each of which counts
+    // as a letter here exactly as the character does (and the text is valid UTF-8).
+    let let_dig = |b: u8| b.is_ascii_alphanumeric() || !b.is_ascii();
+    for label in d.as_bytes().split(|&b| b == b'.') {
         let ok = label.len() <= 63
-            && label.chars().next().is_some_and(let_dig)
-            && label.chars().last().is_some_and(let_dig)
-            && label.chars().all(|c| let_dig(c) || c == '-');
+            && label.first().is_some_and(|&b| let_dig(b))
+            && label.last().is_some_and(|&b| let_dig(b))
+            && label.iter().all(|&b| let_dig(b) || b == b'-');
         if !ok {
             return Err(AddressError::BadDomain);
         }
@@ -430,5 +480,64 @@ mod tests {
             Path::parse(&format!("a@{label}.org"), Recipient),
             Err(AddressError::BadDomain)
         );
+    }
+
+    /// The atext set as RFC 5322 §3.2.3 lists it (plus UTF-8), spelled independently of
+    /// `is_atext`'s match.
+    fn atext_reference(c: char) -> bool {
+        c.is_ascii_alphanumeric() || "!#$%&'*+-/=?^_`{|}~".contains(c) || !c.is_ascii()
+    }
+
+    #[test]
+    fn atext_matches_rfc_list() {
+        for c in (0u8..=0x7f).map(char::from).chain(['é', 'ß', '€']) {
+            assert_eq!(is_atext(c), atext_reference(c), "{c:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// The bytewise domain check answers as the char-wise definition does.
+        #[test]
+        fn domain_check_matches_char_definition(d in "[a-zA-Z0-9.\\-éΣ€_ ]{0,20}") {
+            let let_dig = |c: char| c.is_ascii_alphanumeric() || !c.is_ascii();
+            let want = !d.is_empty() && d.split('.').all(|label| {
+                label.len() <= 63
+                    && label.chars().next().is_some_and(let_dig)
+                    && label.chars().last().is_some_and(let_dig)
+                    && label.chars().all(|c| let_dig(c) || c == '-')
+            });
+            proptest::prop_assert_eq!(check_domain(&d).is_ok(), want);
+        }
+
+        /// The bytewise dot-atom check answers as the char-wise definition does.
+        #[test]
+        fn local_part_check_matches_char_definition(l in "[a-z.!#é€()<> ]{0,12}") {
+            let want = !l.is_empty()
+                && l.split('.').all(|atom| !atom.is_empty() && atom.chars().all(atext_reference));
+            let got = parse_local_part(&format!("{l}@x"));
+            proptest::prop_assert_eq!(got.is_ok(), want);
+        }
+
+        /// `normalized` is the lower-cased local part (quotes removed) `@` the lower-cased
+        /// domain, as `str::to_lowercase` writes them; `normalized_into` agrees and clears.
+        #[test]
+        fn normalized_is_lowercased_parts(
+            local in "([A-Za-z0-9.!#]{1,12}|\"[ -~ÉΣß]{0,8}\"|[a-zΣÉİ]{1,6})",
+            domain in "[A-Za-z0-9ÀΣ]{1,10}(\\.[A-Za-z0-9]{1,8}){0,2}",
+        ) {
+            let text = format!("{local}@{domain}");
+            if let Ok(p) = Path::parse(&text, Recipient) {
+                let want = format!("{}@{}", p.local_part().to_lowercase(), domain.to_lowercase());
+                proptest::prop_assert_eq!(p.normalized(), want.clone());
+                let mut buf = String::from("stale");
+                p.normalized_into(&mut buf);
+                proptest::prop_assert_eq!(buf, want);
+                if !local.starts_with('"') {
+                    proptest::prop_assert_eq!(p.local_part(), local.as_str());
+                }
+            }
+        }
     }
 }

@@ -194,12 +194,22 @@ pub fn parse_command(line: &[u8]) -> Result<Command, CommandError> {
     if verb.is_empty() || !verb.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
         return Err(CommandError::BadVerb);
     }
-    let upper = verb.to_ascii_uppercase();
+    // The verb upper-cased on the stack (it is ASCII, checked above): every known verb fits,
+    // and only an unknown one is kept as a String.
+    let mut stack = [0u8; 8];
+    let upper = match stack.get_mut(..verb.len()) {
+        Some(buf) => {
+            buf.copy_from_slice(verb.as_bytes());
+            buf.make_ascii_uppercase();
+            std::str::from_utf8(buf).unwrap_or("")
+        }
+        None => "",
+    };
     let no_args = |cmd: Command, verb: &'static str| match rest {
         None => Ok(cmd),
         Some(_) => Err(CommandError::UnexpectedArgument { verb }),
     };
-    match upper.as_str() {
+    match upper {
         "HELO" => hello_arg(rest, "HELO domain").map(Command::Helo),
         "EHLO" => hello_arg(rest, "EHLO domain").map(Command::Ehlo),
         "MAIL" => {
@@ -220,7 +230,7 @@ pub fn parse_command(line: &[u8]) -> Result<Command, CommandError> {
         "EXPN" => string_arg(rest, "EXPN string").map(Command::Expn),
         "BDAT" => bdat(rest),
         "AUTH" => auth(rest),
-        _ => Ok(Command::Unknown(upper)),
+        _ => Ok(Command::Unknown(verb.to_ascii_uppercase())),
     }
 }
 

@@ -185,7 +185,14 @@ pub struct ReplyParser {
     max_lines: usize,
     code: Option<u16>,
     lines: Vec<String>,
+    /// Emptied line strings of replies given back with [`ReplyParser::recycle`].
+    spare: Vec<String>,
 }
+
+/// Most line strings [`ReplyParser::recycle`] keeps, and the largest it keeps (octets of
+/// capacity): enough for the one-line replies of a transaction, never an EHLO's worth.
+const SPARE_LINES: usize = 4;
+const SPARE_LINE_CAPACITY: usize = 512;
 
 impl Default for ReplyParser {
     fn default() -> Self {
@@ -207,6 +214,23 @@ impl ReplyParser {
             max_lines: max_lines.max(1),
             code: None,
             lines: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Gives a reply that is no longer needed back to the parser, whose next replies reuse
+    /// its line vector and strings instead of allocating (a session relays several replies
+    /// per message). Purely an optimisation: parsing is the same with or without it.
+    pub fn recycle(&mut self, mut reply: Reply) {
+        for mut line in reply.lines.drain(..) {
+            if self.spare.len() < SPARE_LINES && line.capacity() <= SPARE_LINE_CAPACITY {
+                line.clear();
+                self.spare.push(line);
+            }
+        }
+        // Only into an empty parser: a partial multi-line reply keeps its own vector.
+        if self.lines.capacity() == 0 && reply.lines.capacity() <= SPARE_LINES {
+            self.lines = reply.lines;
         }
     }
 
@@ -239,6 +263,8 @@ impl ReplyParser {
                 return Err(ReplyError::NotCrlf);
             }
             let (code, last, text) = parse_line(&buf[..lf - 1])?;
+            let mut line = self.spare.pop().unwrap_or_default();
+            push_lossy(&mut line, text);
             buf.advance(lf + 1);
             match self.code {
                 None => self.code = Some(code),
@@ -250,7 +276,7 @@ impl ReplyParser {
             if self.lines.len() >= self.max_lines {
                 return Err(ReplyError::TooManyLines);
             }
-            self.lines.push(text);
+            self.lines.push(line);
             if last {
                 let code = self.code.take().unwrap_or(code);
                 return Ok(Some(Reply {
@@ -262,8 +288,17 @@ impl ReplyParser {
     }
 }
 
+/// Appends `text` to `out`, invalid UTF-8 replaced as `String::from_utf8_lossy` does
+/// (checked with `from_utf8` first: replies are nearly always ASCII).
+fn push_lossy(out: &mut String, text: &[u8]) {
+    match std::str::from_utf8(text) {
+        Ok(t) => out.push_str(t),
+        Err(_) => out.push_str(&String::from_utf8_lossy(text)),
+    }
+}
+
 /// Parses one reply line without CRLF into (code, is_last, text).
-fn parse_line(line: &[u8]) -> Result<(u16, bool, String), ReplyError> {
+fn parse_line(line: &[u8]) -> Result<(u16, bool, &[u8]), ReplyError> {
     if line.len() < 3 {
         return Err(ReplyError::BadCode);
     }
@@ -278,7 +313,7 @@ fn parse_line(line: &[u8]) -> Result<(u16, bool, String), ReplyError> {
         Some(b'-') => (false, &line[4..]),
         Some(_) => return Err(ReplyError::BadSeparator),
     };
-    Ok((code, last, String::from_utf8_lossy(text).into_owned()))
+    Ok((code, last, text))
 }
 
 #[cfg(test)]
@@ -302,6 +337,23 @@ mod tests {
             parse_all(b"220 mx ESMTP\r\n250-mx\r\n250-PIPELINING\r\n250 SIZE 10\r\n").unwrap();
         assert_eq!(got[0], Reply::new(220, "mx ESMTP"));
         assert_eq!(got[1], Reply::multi(250, ["mx", "PIPELINING", "SIZE 10"]));
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_as_lossy() {
+        let got = parse_all(b"250-a\xffb\r\n250 \xc3\xa9\xc3\r\n").unwrap();
+        assert_eq!(
+            got,
+            vec![Reply::multi(250, ["a\u{FFFD}b", "\u{e9}\u{FFFD}"])]
+        );
+    }
+
+    #[test]
+    fn recycled_strings_start_empty() {
+        let mut p = ReplyParser::new();
+        p.recycle(Reply::multi(250, ["long text here", "more"]));
+        let mut buf = BytesMut::from(&b"250 ok\r\n"[..]);
+        assert_eq!(p.parse(&mut buf), Ok(Some(Reply::new(250, "ok"))));
     }
 
     #[test]
@@ -417,6 +469,26 @@ mod tests {
             buf.extend_from_slice(&wire[cut..]);
             while let Some(r) = p.parse(&mut buf).unwrap() { got.push(r); }
             prop_assert_eq!(got, rs);
+        }
+
+        /// Replies given back with `recycle` (whatever their lines) never change what is
+        /// parsed next, invalid UTF-8 included.
+        #[test]
+        fn recycling_does_not_matter(rs in proptest::collection::vec(reply_strategy(), 1..6),
+                                     junk in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let mut wire: Vec<u8> = rs.iter().flat_map(|r| r.to_wire()).collect();
+            wire.extend_from_slice(b"250 ");
+            wire.extend_from_slice(&junk.iter().map(|&b| if b == b'\r' || b == b'\n' { b'x' } else { b }).collect::<Vec<_>>());
+            wire.extend_from_slice(b"\r\n");
+            let plain = parse_all(&wire).unwrap();
+            let mut p = ReplyParser::new();
+            let mut buf = BytesMut::from(&wire[..]);
+            let mut got = Vec::new();
+            while let Some(r) = p.parse(&mut buf).unwrap() {
+                got.push(r.clone());
+                p.recycle(r);
+            }
+            prop_assert_eq!(got, plain);
         }
 
         #[test]

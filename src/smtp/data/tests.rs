@@ -217,7 +217,14 @@ fn chunked_decode(
     bare: BarePolicy,
     max: u64,
 ) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
-    let mut d = DataDecoder::new(1000, bare, max);
+    chunked_decode_with(DataDecoder::new(1000, bare, max), input, cuts)
+}
+
+fn chunked_decode_with(
+    mut d: DataDecoder,
+    input: &[u8],
+    cuts: &[usize],
+) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
     let mut body = Vec::new();
     let mut buf = BytesMut::new();
     let mut cuts: Vec<usize> = cuts.iter().map(|&c| c.min(input.len())).collect();
@@ -294,4 +301,40 @@ proptest! {
         if !want.is_empty() && !want.ends_with(b"\r\n") { want.extend_from_slice(b"\r\n"); }
         prop_assert_eq!(again, want);
     }
+
+    /// The stuffed decoder writes exactly what encode_data writes for the plain decoder's
+    /// body (less the end-of-data line), with the same outcome and leftover, however the
+    /// input is split.
+    #[test]
+    fn stuffed_is_decode_then_encode(input in smtpish(), cuts in proptest::collection::vec(0usize..120, 0..8),
+                                     normalize in any::<bool>(), max in 0u64..150, tail in any::<bool>()) {
+        let bare = if normalize { BarePolicy::Normalize } else { BarePolicy::Reject };
+        let mut input = input;
+        if tail {
+            input.extend_from_slice(b"\r\n.\r\n");
+        }
+        let (done, plain, out, rest) = chunked_decode(&input, &[], bare, max);
+        let (sdone, stuffed, sout, srest) =
+            chunked_decode_with(DataDecoder::new(1000, bare, max).stuffed(), &input, &cuts);
+        prop_assert_eq!((sdone, sout, srest), (done, out, rest));
+        if !out.too_big {
+            let mut got = stuffed;
+            if !got.is_empty() && !got.ends_with(b"\r\n") {
+                got.extend_from_slice(b"\r\n");
+            }
+            got.extend_from_slice(b".\r\n");
+            prop_assert_eq!(got, encode(&plain));
+        }
+    }
+}
+
+#[test]
+fn stuffed_keeps_leading_dots_stuffed() {
+    let mut d = DataDecoder::new(1000, BarePolicy::Reject, BIG).stuffed();
+    let mut buf = BytesMut::from(&b"..a\r\n...\r\n.b\r\nc\r\n.\r\nMAIL"[..]);
+    let mut body = Vec::new();
+    assert!(d.feed(&mut buf, &mut body));
+    assert_eq!(body, b"..a\r\n...\r\nb\r\nc\r\n");
+    assert_eq!(d.outcome().size, 14);
+    assert_eq!(&buf[..], b"MAIL");
 }
