@@ -1,0 +1,213 @@
+//! Exim's result cache within one check: two limits of one stage whose Exim specs give the
+//! same database key (and the same cache) are one evaluation, as in Exim (exim-ratelimit.md
+//! §4 step 1): the later one is answered from the earlier one's rate with its own m, and
+//! nothing more is counted.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use floodgate::config::Config;
+use floodgate::limit::ewma::next_rate;
+use floodgate::policy::{Facts, Policy, RatePolicy, SessionPolicy, Stage, Verdict};
+use floodgate::smtp::reply::Reply;
+use floodgate::store::{
+    Decision, DecisionResult, MemoryStore, Record, Store, StoreError, StoreFuture,
+};
+
+const HEAD: &str = r#"
+[[listener]]
+address = "127.0.0.1:0"
+[upstream]
+address = "127.0.0.1:2525"
+"#;
+
+/// 2023-11-14T22:13:20Z, a whole second.
+const T0: i64 = 1_700_000_000_000_000;
+/// 36 s: x = i/p = 0.01 at p = 1h.
+const GAP: i64 = 36_000_000;
+
+/// A memory store on the test's clock, so that every decay is exact and known.
+struct FixedStore {
+    inner: MemoryStore,
+    clock: Arc<AtomicI64>,
+}
+
+impl Store for FixedStore {
+    fn decide<'a>(&'a self, d: &'a Decision) -> StoreFuture<'a, DecisionResult> {
+        let r = Ok(self.inner.decide_at(self.clock.load(Ordering::SeqCst), d));
+        Box::pin(std::future::ready(r))
+    }
+    fn inspect<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Record>> {
+        Box::pin(std::future::ready(Ok(self.inner.inspect_key(key))))
+    }
+    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
+        Box::pin(std::future::ready(Ok::<_, StoreError>(
+            self.inner.reset_key(key),
+        )))
+    }
+}
+
+struct Rig {
+    policy: RatePolicy,
+    store: Arc<FixedStore>,
+    clock: Arc<AtomicI64>,
+}
+
+impl Rig {
+    fn new(limits: &str) -> Rig {
+        let cfg = Config::parse(
+            Path::new("/etc/floodgate/t.toml"),
+            &format!("{HEAD}{limits}"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let clock = Arc::new(AtomicI64::new(T0));
+        let store = Arc::new(FixedStore {
+            inner: MemoryStore::default(),
+            clock: clock.clone(),
+        });
+        let tick = clock.clone();
+        let policy = RatePolicy::with_clock(
+            cfg.policy,
+            store.clone(),
+            Arc::new(move || tick.load(Ordering::SeqCst)),
+        );
+        Rig {
+            policy,
+            store,
+            clock,
+        }
+    }
+
+    fn advance(&self, us: i64) {
+        self.clock.fetch_add(us, Ordering::SeqCst);
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.load(Ordering::SeqCst)
+    }
+
+    /// The stored EWMA record of `key`: (time, rate).
+    fn ewma(&self, key: &str) -> Option<(i64, f64)> {
+        self.store
+            .inner
+            .inspect_key(key)
+            .into_iter()
+            .find_map(|r| match r {
+                Record::Ewma(s) => Some((s.time_us, s.rate)),
+                Record::Unique(u) => Some((u.state.time_us, u.state.rate)),
+                _ => None,
+            })
+    }
+}
+
+fn facts(ip: &str) -> Facts {
+    Facts {
+        client_ip: Some(ip.parse().unwrap()),
+        listener: "relay".into(),
+        sender: Some("s@example.org".into()),
+        recipient: Some("r@example.com".into()),
+        recipient_normalized: Some("r@example.com".into()),
+        ..Facts::default()
+    }
+}
+
+fn ok() -> Reply {
+    Reply::new(250, "2.0.0 ok")
+}
+
+/// The reply text of a refusal, "" when the command goes on.
+fn text(v: &Verdict) -> String {
+    match v {
+        Verdict::Reply(r) | Verdict::Disconnect(r) => format!("{} {}", r.code, r.text()),
+        Verdict::Continue => String::new(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The X-Floodgate-Rate header of limit `name`, "" if none.
+fn header(s: &mut Box<dyn SessionPolicy>, name: &str) -> String {
+    s.message_headers()
+        .into_iter()
+        .find(|h| h.starts_with(&format!("X-Floodgate-Rate: {name};")))
+        .unwrap_or_default()
+}
+
+/// `$sender_rate`'s rounding.
+fn round1(v: f64) -> f64 {
+    (v * 10.0).round() / 10.0
+}
+
+/// One EWMA step at p = 1h after `gap` µs from `prev` (Exim §4 step 4).
+fn step(prev: Option<(i64, f64)>, now: i64, count: f64) -> f64 {
+    let st = prev.map(|(t, r)| floodgate::limit::ewma::EwmaState {
+        time_us: t,
+        rate: r,
+    });
+    next_rate(st.as_ref(), now, count, 3600)
+}
+
+/// A warn at 2 and a defer at 4 on the same per_mail strict key count each message once.
+///
+/// One MAIL every 36 s at p = 1h: x = 0.01, a = e^-0.01 = 0.990050, (1 - a)/x = 0.995017,
+/// so rate(n+1) = 0.995017 + 0.990050 · rate(n):
+///   MAIL 1: 1 (new key)             warn no,  defer no
+///   MAIL 2: 1.985067                warn no,  defer no
+///   MAIL 3: 2.960332                warn yes, defer no
+///   MAIL 4: 3.925893                warn yes, defer no
+///   MAIL 5: 4.881847                warn yes, defer yes (strict: stored anyway)
+/// With every MAIL counted twice the defer would already answer at MAIL 3 (about 5.9).
+#[tokio::test]
+async fn per_mail_warn_and_defer_count_each_message_once() {
+    let rig = Rig::new(
+        r#"
+[[limit]]
+name = "warn"
+ratelimit = "2 / 1h / per_mail / strict"
+stage = "mail"
+action = "header"
+[[limit]]
+name = "defer"
+ratelimit = "4 / 1h / per_mail / strict"
+stage = "mail"
+message = "4.7.1 rate ${sender_rate} limit ${sender_rate_limit}"
+"#,
+    );
+    let f = facts("192.0.2.1");
+    let key = "1h/per_mail/192.0.2.1";
+    let mut prev: Option<(i64, f64)> = None;
+    let expected = [1.0, 1.985067, 2.960332, 3.925893, 4.881847];
+    for (n, want) in expected.into_iter().enumerate() {
+        if n > 0 {
+            rig.advance(GAP);
+        }
+        let mut s = rig.policy.session();
+        let v = s.check(Stage::Mail, &f).await;
+        let rate = step(prev, rig.now(), 1.0);
+        assert!((rate - want).abs() < 1e-6, "MAIL {}: formula {rate}", n + 1);
+        // Stored once, exactly the formula's rate at this instant.
+        assert_eq!(rig.ewma(key), Some((rig.now(), rate)), "MAIL {}", n + 1);
+        prev = Some((rig.now(), rate));
+        let warn_over = if rate >= 2.0 { "yes" } else { "no" };
+        assert_eq!(
+            header(&mut s, "warn"),
+            format!(
+                "X-Floodgate-Rate: warn; rate={}; limit=2; period=1h; over={warn_over}",
+                round1(rate)
+            ),
+            "MAIL {}",
+            n + 1
+        );
+        if rate >= 4.0 {
+            assert_eq!(
+                text(&v),
+                format!("450 4.7.1 rate {} limit 4", round1(rate)),
+                "MAIL {}",
+                n + 1
+            );
+        } else {
+            assert_eq!(text(&v), "", "MAIL {}", n + 1);
+            s.after_upstream(Stage::Mail, &f, &ok()).await;
+        }
+    }
+}
