@@ -35,7 +35,9 @@ struct FixedStore {
 
 impl Store for FixedStore {
     fn decide<'a>(&'a self, d: &'a Decision) -> StoreFuture<'a, DecisionResult> {
-        let r = Ok(self.inner.decide_at(self.clock.load(Ordering::SeqCst), d));
+        let r = d
+            .validate()
+            .map(|()| self.inner.decide_at(self.clock.load(Ordering::SeqCst), d));
         Box::pin(std::future::ready(r))
     }
     fn inspect<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Record>> {
@@ -152,10 +154,10 @@ fn step(prev: Option<(i64, f64)>, now: i64, count: f64) -> f64 {
 /// One MAIL every 36 s at p = 1h: x = 0.01, a = e^-0.01 = 0.990050, (1 - a)/x = 0.995017,
 /// so rate(n+1) = 0.995017 + 0.990050 · rate(n):
 ///   MAIL 1: 1 (new key)             warn no,  defer no
-///   MAIL 2: 1.985067                warn no,  defer no
-///   MAIL 3: 2.960332                warn yes, defer no
-///   MAIL 4: 3.925893                warn yes, defer no
-///   MAIL 5: 4.881847                warn yes, defer yes (strict: stored anyway)
+///   MAIL 2: 1.985066                warn no,  defer no
+///   MAIL 3: 2.960331                warn yes, defer no
+///   MAIL 4: 3.925892                warn yes, defer no
+///   MAIL 5: 4.881846                warn yes, defer yes (strict: stored anyway)
 /// With every MAIL counted twice the defer would already answer at MAIL 3 (about 5.9).
 #[tokio::test]
 async fn per_mail_warn_and_defer_count_each_message_once() {
@@ -176,7 +178,7 @@ message = "4.7.1 rate ${sender_rate} limit ${sender_rate_limit}"
     let f = facts("192.0.2.1");
     let key = "1h/per_mail/192.0.2.1";
     let mut prev: Option<(i64, f64)> = None;
-    let expected = [1.0, 1.985067, 2.960332, 3.925893, 4.881847];
+    let expected = [1.0, 1.985066, 2.960331, 3.925892, 4.881846];
     for (n, want) in expected.into_iter().enumerate() {
         if n > 0 {
             rig.advance(GAP);

@@ -1,11 +1,14 @@
 //! The in-process store: sharded hash tables behind mutexes, one lock
 //! section per decision, idle expiry and a key cap with eviction.
 
-use super::eval::Write;
+use super::eval::{self, Write};
 use super::inline::InlineVec;
 use super::key::Lookup;
 use super::shard::{kind_of, Shard};
-use super::{Decision, DecisionResult, LimitRequest, Record, RecordKind, Store, StoreFuture};
+use super::{
+    same_target_ok, Algorithm, Decision, DecisionResult, LimitRequest, LimitResult, Record,
+    RecordKind, Store, StoreFuture,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -189,6 +192,10 @@ impl MemoryStore {
             InlineVec::new();
         let results = &mut out.limits;
         for (n, (req, &p)) in reqs.iter().zip(pos.iter()).enumerate() {
+            if let Some(result) = same(reqs, results, &keys, &pos, &guards, n, now_us) {
+                results.push(result);
+                continue;
+            }
             let shard = &mut *guards[p].1;
             let key = &keys[n];
             let (result, write) = shard.eval(req, key, now_us, false);
@@ -222,6 +229,10 @@ impl MemoryStore {
             }
             results.clear();
             for (n, (req, &p)) in reqs.iter().zip(pos.iter()).enumerate() {
+                if let Some(result) = same(reqs, results, &keys, &pos, &guards, n, now_us) {
+                    results.push(result);
+                    continue;
+                }
                 let shard = &mut *guards[p].1;
                 let (result, write) = shard.eval(req, &keys[n], now_us, true);
                 self.write(shard, req, &keys[n], write);
@@ -322,6 +333,34 @@ impl MemoryStore {
     }
 }
 
+/// The answer of request `n` when it is a valid [`Algorithm::Same`]: from the result of
+/// its earlier EWMA request and the state now stored on that request's key. `None` for
+/// any other request (an invalid `Same` is answered by [`Shard::eval`]).
+fn same<const N: usize>(
+    reqs: &[LimitRequest],
+    results: &[LimitResult],
+    keys: &InlineVec<Lookup<'_>, N>,
+    pos: &InlineVec<usize, N>,
+    guards: &InlineVec<(usize, MutexGuard<'_, Shard>), N>,
+    n: usize,
+    now_us: i64,
+) -> Option<LimitResult> {
+    let Algorithm::Same { of, limit } = reqs[n].algorithm else {
+        return None;
+    };
+    if !same_target_ok(reqs, n, of) {
+        return None;
+    }
+    let kept = guards[pos[of]].1.ewma_state(&reqs[of], &keys[of]);
+    Some(eval::same(
+        &reqs[of],
+        &results[of],
+        kept.as_ref(),
+        limit,
+        now_us,
+    ))
+}
+
 /// Calls [`MemoryStore::expire_idle`] every `interval` until `shutdown` is
 /// cancelled.
 pub async fn run_expiry(
@@ -347,8 +386,10 @@ pub async fn run_expiry(
 
 impl Store for MemoryStore {
     fn decide<'a>(&'a self, decision: &'a Decision) -> StoreFuture<'a, DecisionResult> {
-        let result = self.decide_at(super::now_micros(), decision);
-        Box::pin(std::future::ready(Ok(result)))
+        let result = decision
+            .validate()
+            .map(|()| self.decide_at(super::now_micros(), decision));
+        Box::pin(std::future::ready(result))
     }
 
     fn inspect<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Record>> {
