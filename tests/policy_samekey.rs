@@ -213,3 +213,283 @@ message = "4.7.1 rate ${sender_rate} limit ${sender_rate_limit}"
         }
     }
 }
+
+/// Exim's rates for one event every 36 s at p = 1h starting on a new key (see above).
+const SEQ: [f64; 6] = [
+    1.0,
+    1.985066458832357,
+    2.960331342631215,
+    3.925892178697676,
+    4.881845523919982,
+    5.828286974429289,
+];
+
+/// RCPT (per-command cache): a strict per_rcpt pair counts each recipient once; the fifth
+/// recipient is at 4.88 >= 4 and deferred (and, strict, still counted once).
+#[tokio::test]
+async fn per_rcpt_pair_in_rcpt_counts_each_recipient_once() {
+    let rig = Rig::new(
+        r#"
+[[limit]]
+name = "warn"
+ratelimit = "2 / 1h / per_rcpt / strict"
+action = "warn"
+[[limit]]
+name = "defer"
+ratelimit = "4 / 1h / per_rcpt / strict"
+message = "4.7.1 rate ${sender_rate}"
+"#,
+    );
+    let f = facts("192.0.2.2");
+    let key = "1h/per_rcpt/192.0.2.2";
+    let mut s = rig.policy.session();
+    assert_eq!(text(&s.check(Stage::Mail, &f).await), "");
+    for (n, want) in SEQ[..5].iter().enumerate() {
+        if n > 0 {
+            rig.advance(GAP);
+        }
+        let v = s.check(Stage::Rcpt, &f).await;
+        let (_, rate) = rig.ewma(key).expect("stored");
+        assert!((rate - want).abs() < 1e-12, "RCPT {}: {rate}", n + 1);
+        if n < 4 {
+            assert_eq!(text(&v), "", "RCPT {}", n + 1);
+            s.after_upstream(Stage::Rcpt, &f, &ok()).await;
+        } else {
+            assert_eq!(text(&v), "450 4.7.1 rate 4.9");
+        }
+    }
+}
+
+/// Leaky per_rcpt pair: the first is replayed over the pending recipients, the second is
+/// answered from its rate; on acceptance each recipient is charged once (not twice).
+/// (The defer comes first: a leaky limit that is over does not store the event, so a
+/// leaky warn at 2 first would, as in Exim, stop counting from the third recipient.)
+#[tokio::test]
+async fn leaky_per_rcpt_pair_is_charged_once() {
+    let rig = Rig::new(
+        r#"
+[[limit]]
+name = "defer"
+ratelimit = "4 / 1h / per_rcpt / leaky"
+message = "4.7.1 rate ${sender_rate}"
+[[limit]]
+name = "warn"
+ratelimit = "2 / 1h / per_rcpt / leaky"
+action = "header"
+"#,
+    );
+    let f = facts("192.0.2.3");
+    let key = "1h/per_rcpt/192.0.2.3";
+    let mut s = rig.policy.session();
+    assert_eq!(text(&s.check(Stage::Mail, &f).await), "");
+    // Replayed at the check times: 1, 1.99, 2.96, 3.93 pass; the fifth is 4.88 >= 4. The
+    // warn header is answered from the defer limit's replayed rate with its own m.
+    for (n, want) in SEQ[..5].iter().enumerate() {
+        if n > 0 {
+            rig.advance(GAP);
+        }
+        let v = s.check(Stage::Rcpt, &f).await;
+        let warn_over = if *want >= 2.0 { "yes" } else { "no" };
+        assert_eq!(
+            header(&mut s, "warn"),
+            format!(
+                "X-Floodgate-Rate: warn; rate={}; limit=2; period=1h; over={warn_over}",
+                round1(*want)
+            ),
+            "RCPT {}",
+            n + 1
+        );
+        if n < 4 {
+            assert_eq!(text(&v), "", "RCPT {}", n + 1);
+            s.after_upstream(Stage::Rcpt, &f, &ok()).await;
+        } else {
+            assert_eq!(text(&v), "450 4.7.1 rate 4.9");
+        }
+    }
+    assert_eq!(rig.ewma(key), None, "nothing charged before acceptance");
+    s.after_upstream(Stage::Message, &f, &ok()).await;
+    // The four accepted recipients, charged one by one at commit time (one instant: Exim's
+    // 1e-9 s interval, whose rounding moves each by ~1e-7), so about 4; twice would be 8.
+    let (_, rate) = rig.ewma(key).expect("charged");
+    assert!((3.999..4.001).contains(&rate), "charged once each: {rate}");
+}
+
+/// per_conn (connection cache): counted once per connection by the pair; the fifth
+/// connection is at 4.88 >= 4.
+#[tokio::test]
+async fn per_conn_pair_counts_each_connection_once() {
+    let rig = Rig::new(
+        r#"
+[[limit]]
+name = "warn"
+ratelimit = "2 / 1h / per_conn / strict"
+stage = "connect"
+action = "warn"
+[[limit]]
+name = "defer"
+ratelimit = "4 / 1h / per_conn / strict"
+stage = "connect"
+message = "4.7.1 rate ${sender_rate}"
+"#,
+    );
+    let f = facts("192.0.2.4");
+    let key = "1h/per_conn/192.0.2.4";
+    for (n, want) in SEQ[..5].iter().enumerate() {
+        if n > 0 {
+            rig.advance(GAP);
+        }
+        let mut s = rig.policy.session();
+        let v = s.check(Stage::Connect, &f).await;
+        let (_, rate) = rig.ewma(key).expect("stored");
+        assert!((rate - want).abs() < 1e-12, "connection {}: {rate}", n + 1);
+        if n < 4 {
+            assert_eq!(text(&v), "", "connection {}", n + 1);
+        } else {
+            assert_eq!(text(&v), "421 4.7.1 rate 4.9");
+        }
+    }
+}
+
+/// Exim test 0038: a readonly check followed in the same command by a strict per_rcpt
+/// check of the same key: the second is answered from the readonly result (the decayed
+/// stored rate) and nothing is counted, ever.
+#[tokio::test]
+async fn readonly_then_strict_in_rcpt_counts_nothing() {
+    let rig = Rig::new(
+        r#"
+[[limit]]
+name = "look"
+ratelimit = "2 / 1h / per_rcpt / readonly"
+action = "header"
+[[limit]]
+name = "defer"
+ratelimit = "4 / 1h / per_rcpt / strict"
+message = "4.7.1 rate ${sender_rate}"
+"#,
+    );
+    let f = facts("192.0.2.5");
+    let key = "1h/per_rcpt/192.0.2.5";
+    let seeded = floodgate::limit::ewma::EwmaState {
+        time_us: T0,
+        rate: 4.5,
+    };
+    rig.store
+        .inner
+        .insert_record(key, Record::Ewma(seeded));
+    let mut s = rig.policy.session();
+    assert_eq!(text(&s.check(Stage::Mail, &f).await), "");
+    // 36 s later: 4.5 · e^-0.01 = 4.455223 >= 4: deferred, not counted.
+    rig.advance(GAP);
+    let v = s.check(Stage::Rcpt, &f).await;
+    let decayed = 4.5 * (-0.01f64).exp();
+    assert_eq!(text(&v), format!("450 4.7.1 rate {}", round1(decayed)));
+    assert_eq!(rig.ewma(key), Some((T0, 4.5)), "nothing counted");
+    // 432 s after the seed: 4.5 · e^-0.12 = 3.991 < 4: passes, still nothing counted.
+    rig.advance(11 * GAP);
+    for _ in 0..3 {
+        let v = s.check(Stage::Rcpt, &f).await;
+        assert_eq!(text(&v), "");
+        assert_eq!(
+            header(&mut s, "look"),
+            "X-Floodgate-Rate: look; rate=4; limit=2; period=1h; over=yes"
+        );
+        s.after_upstream(Stage::Rcpt, &f, &ok()).await;
+    }
+    assert_eq!(rig.ewma(key), Some((T0, 4.5)), "nothing counted");
+}
+
+/// The reverse order: strict first, then readonly in the same command: the readonly check
+/// (per-command cache) is answered from the fresh rate itself. On a new key with m = 1 the
+/// fresh rate is exactly 1, so it is over; reading the record back 1e-9 s later would give
+/// 0.99999999999972 and not be over.
+#[tokio::test]
+async fn strict_then_readonly_in_rcpt_sees_the_fresh_rate() {
+    let rig = Rig::new(
+        r#"
+[[limit]]
+name = "count"
+ratelimit = "10 / 1h / per_rcpt / strict"
+action = "header"
+[[limit]]
+name = "look"
+ratelimit = "1 / 1h / per_rcpt / readonly"
+action = "header"
+"#,
+    );
+    let f = facts("192.0.2.6");
+    let mut s = rig.policy.session();
+    assert_eq!(text(&s.check(Stage::Mail, &f).await), "");
+    assert_eq!(text(&s.check(Stage::Rcpt, &f).await), "");
+    assert_eq!(
+        header(&mut s, "look"),
+        "X-Floodgate-Rate: look; rate=1; limit=1; period=1h; over=yes"
+    );
+    assert_eq!(rig.ewma("1h/per_rcpt/192.0.2.6"), Some((T0, 1.0)));
+}
+
+/// The alias is over and blocking while the first is not: the decision is refused as a
+/// whole, so a leaky limit on another key in it is not charged; the strict first one is
+/// (Exim charges strict attempts).
+#[tokio::test]
+async fn alias_refusal_is_all_or_nothing() {
+    let rig = Rig::new(
+        r#"
+[[limit]]
+name = "count"
+ratelimit = "10 / 1h / per_mail / strict"
+stage = "mail"
+action = "header"
+[[limit]]
+name = "other"
+ratelimit = "5 / 1h / per_mail / leaky / other-${client_ip}"
+stage = "mail"
+action = "header"
+[[limit]]
+name = "defer"
+ratelimit = "1 / 1h / per_mail / strict"
+stage = "mail"
+message = "4.7.1 rate ${sender_rate} over ${sender_rate_limit}"
+"#,
+    );
+    let f = facts("192.0.2.7");
+    let mut s = rig.policy.session();
+    let v = s.check(Stage::Mail, &f).await;
+    assert_eq!(text(&v), "450 4.7.1 rate 1 over 1");
+    assert_eq!(rig.ewma("1h/per_mail/192.0.2.7"), Some((T0, 1.0)));
+    assert_eq!(rig.ewma("1h/per_mail/other-192.0.2.7"), None, "leaky not charged");
+    assert_eq!(
+        header(&mut s, "count"),
+        "X-Floodgate-Rate: count; rate=1; limit=10; period=1h; over=no"
+    );
+}
+
+/// Different period texts give different keys: no aliasing, both are charged.
+#[tokio::test]
+async fn different_keys_are_both_charged() {
+    let rig = Rig::new(
+        r#"
+[[limit]]
+name = "hour"
+ratelimit = "2 / 1h / per_mail / strict"
+stage = "mail"
+action = "header"
+[[limit]]
+name = "sixty"
+ratelimit = "4 / 60m / per_mail / strict"
+stage = "mail"
+action = "header"
+"#,
+    );
+    let f = facts("192.0.2.8");
+    for (n, want) in SEQ[..3].iter().enumerate() {
+        if n > 0 {
+            rig.advance(GAP);
+        }
+        let mut s = rig.policy.session();
+        assert_eq!(text(&s.check(Stage::Mail, &f).await), "");
+        for key in ["1h/per_mail/192.0.2.8", "60m/per_mail/192.0.2.8"] {
+            let (_, rate) = rig.ewma(key).expect("stored");
+            assert!((rate - want).abs() < 1e-12, "MAIL {} {key}: {rate}", n + 1);
+        }
+    }
+}
