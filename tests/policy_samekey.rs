@@ -3,6 +3,9 @@
 //! §4 step 1): the later one is answered from the earlier one's rate with its own m, and
 //! nothing more is counted.
 
+#[path = "common/redis.rs"]
+mod redis_server;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -11,6 +14,7 @@ use floodgate::config::Config;
 use floodgate::limit::ewma::next_rate;
 use floodgate::policy::{Facts, Policy, RatePolicy, SessionPolicy, Stage, Verdict};
 use floodgate::smtp::reply::Reply;
+use floodgate::store::redis::{ConnectOptions, RedisOptions, RedisStore};
 use floodgate::store::{
     Decision, DecisionResult, MemoryStore, Record, Store, StoreError, StoreFuture,
 };
@@ -47,6 +51,27 @@ impl Store for FixedStore {
         Box::pin(std::future::ready(Ok::<_, StoreError>(
             self.inner.reset_key(key),
         )))
+    }
+}
+
+/// A Redis store on the test's clock.
+struct FixedRedis {
+    inner: RedisStore,
+    clock: Arc<AtomicI64>,
+}
+
+impl Store for FixedRedis {
+    fn decide<'a>(&'a self, d: &'a Decision) -> StoreFuture<'a, DecisionResult> {
+        Box::pin(
+            self.inner
+                .decide_at(Some(self.clock.load(Ordering::SeqCst)), d),
+        )
+    }
+    fn inspect<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Record>> {
+        self.inner.inspect(key)
+    }
+    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
+        self.inner.reset(key)
     }
 }
 
@@ -492,4 +517,90 @@ action = "header"
             assert!((rate - want).abs() < 1e-12, "MAIL {} {key}: {rate}", n + 1);
         }
     }
+}
+
+/// The same through the Redis store (the decision script answers the alias): a strict
+/// per_mail pair counts each message once, and the alias refusing the fifth MAIL leaves a
+/// leaky limit on another key of the same decision uncharged.
+#[test]
+fn redis_store_counts_once_and_refuses_all_or_nothing() {
+    let server = redis_server::RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _rt = rt.enter();
+    let cfg = Config::parse(
+        Path::new("/etc/floodgate/t.toml"),
+        &format!(
+            r#"{HEAD}
+[[limit]]
+name = "warn"
+ratelimit = "2 / 1h / per_mail / strict"
+stage = "mail"
+action = "header"
+[[limit]]
+name = "other"
+ratelimit = "100 / 1h / per_mail / leaky / other-${{client_ip}}"
+stage = "mail"
+action = "header"
+[[limit]]
+name = "defer"
+ratelimit = "4 / 1h / per_mail / strict"
+stage = "mail"
+message = "4.7.1 rate ${{sender_rate}}"
+"#
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let redis = RedisStore::new(RedisOptions {
+        connect: ConnectOptions {
+            url: Some(server.url()),
+            connect_timeout: std::time::Duration::from_secs(5),
+            ..Default::default()
+        },
+        timeout: std::time::Duration::from_secs(5),
+        ..Default::default()
+    })
+    .unwrap();
+    let clock = Arc::new(AtomicI64::new(T0));
+    let store = Arc::new(FixedRedis {
+        inner: redis,
+        clock: clock.clone(),
+    });
+    let tick = clock.clone();
+    let policy = RatePolicy::with_clock(
+        cfg.policy,
+        store.clone(),
+        Arc::new(move || tick.load(Ordering::SeqCst)),
+    );
+    let f = facts("192.0.2.9");
+    let rate_of = |key: &'static str| {
+        let store = store.clone();
+        async move {
+            store.inspect(key).await.unwrap().into_iter().find_map(|r| match r {
+                Record::Ewma(s) => Some(s.rate),
+                _ => None,
+            })
+        }
+    };
+    rt.block_on(async {
+        for (n, want) in SEQ[..5].iter().enumerate() {
+            if n > 0 {
+                clock.fetch_add(GAP, Ordering::SeqCst);
+            }
+            let mut s = policy.session();
+            let v = s.check(Stage::Mail, &f).await;
+            let rate = rate_of("1h/per_mail/192.0.2.9").await.expect("stored");
+            assert!((rate - want).abs() < 1e-12, "MAIL {}: {rate}", n + 1);
+            let other = rate_of("1h/per_mail/other-192.0.2.9").await.expect("stored");
+            // The leaky limit on the other key saw the first four MAILs only.
+            assert!((other - SEQ[n.min(3)]).abs() < 1e-12, "MAIL {}: {other}", n + 1);
+            if n < 4 {
+                assert_eq!(text(&v), "", "MAIL {}", n + 1);
+            } else {
+                assert_eq!(text(&v), "450 4.7.1 rate 4.9");
+            }
+        }
+    });
 }

@@ -668,6 +668,122 @@ mod tests {
         ));
     }
 
+    fn ewma_req(key: &str, mode: UpdateMode, unique: Option<&str>) -> LimitRequest {
+        LimitRequest {
+            key: key.into(),
+            algorithm: Algorithm::Ewma {
+                limit: 10.0,
+                period_secs: 3600,
+                mode,
+                unique_kind: UniqueKind::Bloom,
+            },
+            count: 2.0,
+            unique: unique.map(str::to_string),
+            blocking: true,
+        }
+    }
+
+    fn same(of: usize, limit: f64) -> LimitRequest {
+        LimitRequest {
+            key: "own".into(),
+            algorithm: Algorithm::Same { of, limit },
+            count: f64::NAN,
+            unique: None,
+            blocking: true,
+        }
+    }
+
+    /// A same limit: its key is the earlier limit's record key (same slot), its count is
+    /// ignored (even when not finite), then `of` counted from 1 and its own limit.
+    #[test]
+    fn same_layout() {
+        let namer = KeyNamer::new("fg:", HashTag::Identity).unwrap();
+        let d = Decision {
+            limits: vec![
+                gcra("g"),
+                ewma_req("1h/per_rcpt/unique/alice", UpdateMode::Strict, Some("x")),
+                same(1, 4.5),
+            ],
+        };
+        let e = encode(&namer, &d, Some(1_000_000), Duration::from_secs(1)).unwrap();
+        assert_eq!(
+            e.keys,
+            [
+                "fg:{g}:g:g",
+                "fg:{alice}:u:1h/per_rcpt/unique/alice",
+                "fg:{alice}:u:1h/per_rcpt/unique/alice",
+                "fg:{alice}:s:1h/per_rcpt/unique/alice",
+            ]
+        );
+        assert_eq!(e.args[0], b"<BdddBBddddBBdddBBdddBBddd");
+        let blob = &e.args[1];
+        let tail = &blob[blob.len() - 26..];
+        assert_eq!(&tail[..2], &[4, 1]);
+        let d_at = |i: usize| f64::from_le_bytes(tail[i..i + 8].try_into().unwrap());
+        assert_eq!((d_at(2), d_at(10), d_at(18)), (0.0, 2.0, 4.5));
+    }
+
+    #[test]
+    fn invalid_same_is_not_encoded() {
+        let namer = KeyNamer::new("fg:", HashTag::Global).unwrap();
+        for limits in [
+            vec![same(0, 1.0)],
+            vec![gcra("g"), same(0, 1.0)],
+            vec![ewma_req("k", UpdateMode::Leaky, None), same(3, 1.0)],
+        ] {
+            let d = Decision { limits };
+            assert!(matches!(
+                encode(&namer, &d, None, Duration::ZERO),
+                Err(StoreError::Invalid(_))
+            ));
+        }
+    }
+
+    /// The retry of an over same limit: from the base the script sends, the earlier
+    /// limit's period and next count (0 after a seen unique value or for readonly), and
+    /// its own m.
+    #[test]
+    fn same_retry_from_reply() {
+        let reply = |seen: u8, extra: f64| {
+            let mut r = vec![1u8];
+            // The earlier limit: stored, seen flags, rate 6.
+            r.push(2 + seen);
+            r.extend_from_slice(&6.0f64.to_le_bytes());
+            r.extend_from_slice(&0.0f64.to_le_bytes());
+            // The alias: over, extra known.
+            r.push(1 + 16);
+            r.extend_from_slice(&6.0f64.to_le_bytes());
+            r.extend_from_slice(&extra.to_le_bytes());
+            r
+        };
+        let d = Decision {
+            limits: vec![
+                ewma_req("1h/per_rcpt/unique/k", UpdateMode::Strict, Some("v")),
+                same(0, 4.0),
+            ],
+        };
+        let fresh = decode(&d, &reply(4, 6.0)).unwrap();
+        let alias = fresh.limits[1];
+        assert!(alias.over && !alias.stored && alias.seen.is_none());
+        // 3600 · ln(6 / (4 - 2)).
+        let want = 3600.0 * 3.0f64.ln();
+        assert!((alias.retry_after.unwrap().as_secs_f64() - want).abs() < 1e-6);
+        // Seen before: the next attempt adds nothing, 3600 · ln(6 / 4).
+        let seen = decode(&d, &reply(4 + 8, 6.0)).unwrap();
+        let want = 3600.0 * 1.5f64.ln();
+        assert!((seen.limits[1].retry_after.unwrap().as_secs_f64() - want).abs() < 1e-6);
+        // Not over: zero.
+        let mut under = reply(4, 0.0);
+        under[18] = 0;
+        let r = decode(&d, &under).unwrap();
+        assert_eq!(r.limits[1].retry_after, Some(Duration::ZERO));
+        // A same limit whose `of` is not earlier cannot come back from the script.
+        let bad = Decision {
+            limits: vec![ewma_req("k", UpdateMode::Strict, None), same(5, 4.0)],
+        };
+        assert!(decode(&bad, &reply(4, 6.0)).is_err());
+    }
+
     fn gcra(key: &str) -> LimitRequest {
         use crate::limit::gcra::GcraSpec;
         use crate::limit::rate::Rate;
