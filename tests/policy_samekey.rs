@@ -398,9 +398,7 @@ message = "4.7.1 rate ${sender_rate}"
         time_us: T0,
         rate: 4.5,
     };
-    rig.store
-        .inner
-        .insert_record(key, Record::Ewma(seeded));
+    rig.store.inner.insert_record(key, Record::Ewma(seeded));
     let mut s = rig.policy.session();
     assert_eq!(text(&s.check(Stage::Mail, &f).await), "");
     // 36 s later: 4.5 · e^-0.01 = 4.455223 >= 4: deferred, not counted.
@@ -481,7 +479,11 @@ message = "4.7.1 rate ${sender_rate} over ${sender_rate_limit}"
     let v = s.check(Stage::Mail, &f).await;
     assert_eq!(text(&v), "450 4.7.1 rate 1 over 1");
     assert_eq!(rig.ewma("1h/per_mail/192.0.2.7"), Some((T0, 1.0)));
-    assert_eq!(rig.ewma("1h/per_mail/other-192.0.2.7"), None, "leaky not charged");
+    assert_eq!(
+        rig.ewma("1h/per_mail/other-192.0.2.7"),
+        None,
+        "leaky not charged"
+    );
     assert_eq!(
         header(&mut s, "count"),
         "X-Floodgate-Rate: count; rate=1; limit=10; period=1h; over=no"
@@ -578,10 +580,15 @@ message = "4.7.1 rate ${{sender_rate}}"
     let rate_of = |key: &'static str| {
         let store = store.clone();
         async move {
-            store.inspect(key).await.unwrap().into_iter().find_map(|r| match r {
-                Record::Ewma(s) => Some(s.rate),
-                _ => None,
-            })
+            store
+                .inspect(key)
+                .await
+                .unwrap()
+                .into_iter()
+                .find_map(|r| match r {
+                    Record::Ewma(s) => Some(s.rate),
+                    _ => None,
+                })
         }
     };
     rt.block_on(async {
@@ -593,9 +600,15 @@ message = "4.7.1 rate ${{sender_rate}}"
             let v = s.check(Stage::Mail, &f).await;
             let rate = rate_of("1h/per_mail/192.0.2.9").await.expect("stored");
             assert!((rate - want).abs() < 1e-12, "MAIL {}: {rate}", n + 1);
-            let other = rate_of("1h/per_mail/other-192.0.2.9").await.expect("stored");
+            let other = rate_of("1h/per_mail/other-192.0.2.9")
+                .await
+                .expect("stored");
             // The leaky limit on the other key saw the first four MAILs only.
-            assert!((other - SEQ[n.min(3)]).abs() < 1e-12, "MAIL {}: {other}", n + 1);
+            assert!(
+                (other - SEQ[n.min(3)]).abs() < 1e-12,
+                "MAIL {}: {other}",
+                n + 1
+            );
             if n < 4 {
                 assert_eq!(text(&v), "", "MAIL {}", n + 1);
             } else {

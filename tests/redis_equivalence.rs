@@ -205,14 +205,18 @@ fn event(n_templates: usize) -> impl Strategy<Value = Event> {
             blocking,
             op,
         });
-    let alias = (any::<u8>(), any::<u8>(), 0.0f64..12.0, prop::bool::weighted(0.7)).prop_map(
-        |(pick, at, limit, blocking)| Alias {
+    let alias = (
+        any::<u8>(),
+        any::<u8>(),
+        0.0f64..12.0,
+        prop::bool::weighted(0.7),
+    )
+        .prop_map(|(pick, at, limit, blocking)| Alias {
             pick,
             at,
             limit,
             blocking,
-        },
-    );
+        });
     (
         delta,
         prop::collection::vec(one_use, 1..4),
@@ -297,10 +301,7 @@ fn decision(templates: &[Template], ev: &Event) -> Decision {
             at,
             LimitRequest {
                 key,
-                algorithm: Algorithm::Same {
-                    of,
-                    limit: a.limit,
-                },
+                algorithm: Algorithm::Same { of, limit: a.limit },
                 count: 1.0,
                 unique: None,
                 blocking: a.blocking,

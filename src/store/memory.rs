@@ -580,9 +580,15 @@ mod tests {
         let store = MemoryStore::default();
         let bad = [
             vec![same(0, 1.0, true)],
-            vec![same(1, 1.0, true), ewma_req("k", 1.0, UpdateMode::Strict, true)],
+            vec![
+                same(1, 1.0, true),
+                ewma_req("k", 1.0, UpdateMode::Strict, true),
+            ],
             vec![gcra("g"), same(0, 1.0, true)],
-            vec![ewma_req("k", 9.0, UpdateMode::Strict, true), same(5, 1.0, true)],
+            vec![
+                ewma_req("k", 9.0, UpdateMode::Strict, true),
+                same(5, 1.0, true),
+            ],
         ];
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -603,7 +609,10 @@ mod tests {
             assert_eq!(r.limits[i], eval::invalid_same());
         }
         let ok = Decision {
-            limits: vec![ewma_req("k", 1.0, UpdateMode::Strict, true), same(0, 1.0, true)],
+            limits: vec![
+                ewma_req("k", 1.0, UpdateMode::Strict, true),
+                same(0, 1.0, true),
+            ],
         };
         assert!(ok.validate().is_ok());
     }

@@ -415,14 +415,16 @@ pub fn decode(decision: &Decision, reply: &[u8]) -> Result<DecisionResult, Store
                 extra.map(|ns| Duration::from_nanos(if ns > 0.0 { ns as u64 } else { 0 }))
             }
             Algorithm::Bucket { .. } => extra.and_then(|ms| secs(ms / 1000.0)),
-            Algorithm::Same { of, limit } => match (extra, decision.limits.get(*of), limits.get(*of)) {
-                (None, _, _) => Some(Duration::ZERO),
-                (Some(base), Some(of_req), Some(of_res)) => {
-                    same_retry(base, of_req, of_res.seen, *limit)
+            Algorithm::Same { of, limit } => {
+                match (extra, decision.limits.get(*of), limits.get(*of)) {
+                    (None, _, _) => Some(Duration::ZERO),
+                    (Some(base), Some(of_req), Some(of_res)) => {
+                        same_retry(base, of_req, of_res.seen, *limit)
+                    }
+                    // Not an earlier limit: the script never answers so (encode refuses it).
+                    (Some(_), _, _) => return Err(bad(&format!("limit answered from {of}"))),
                 }
-                // Not an earlier limit: the script never answers so (encode refuses it).
-                (Some(_), _, _) => return Err(bad(&format!("limit answered from {of}"))),
-            },
+            }
         };
         limits.push(LimitResult {
             value,
