@@ -439,3 +439,37 @@ ratelimit = "2.5 / 1d / per_rcpt / strict"
     assert_eq!(c.cmd("MAIL FROM:<s@example.org>").code, 250);
     assert_eq!(c.cmd("RCPT TO:<c@example.com>").code, 450);
 }
+
+/// "Warn before you block" on one key through the binary: the warn and the defer limit
+/// share `1h/per_mail/<ip>`, so each MAIL is counted once (Exim's cache, §4 step 1).
+/// Quick MAILs at p = 1h: 1, 1.99..., 2.99...: the third reaches the defer's m = 2. Were
+/// each MAIL counted by both limits, the second would already be at 3.99... and deferred.
+#[test]
+fn warn_and_defer_on_one_key_count_each_message_once() {
+    let (_rec, fg) = start(
+        r#"
+[[limit]]
+name = "early"
+ratelimit = "1.5 / 1h / per_mail / strict"
+stage = "mail"
+action = "warn"
+[[limit]]
+name = "block"
+ratelimit = "2 / 1h / per_mail / strict"
+stage = "mail"
+message = "4.7.1 rate ${sender_rate}"
+"#,
+    );
+    let mut c = session(&fg);
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let r = c.cmd("MAIL FROM:<s@example.org>");
+        codes.push(r.code);
+        if r.code == 250 {
+            assert_eq!(c.cmd("RSET").code, 250);
+        } else {
+            assert!(r.text().trim().ends_with("4.7.1 rate 3"), "{}", r.text());
+        }
+    }
+    assert_eq!(codes, vec![250, 250, 450]);
+}

@@ -1,7 +1,8 @@
 //! The same event sequences give the same decisions, rates and stored
 //! records on the memory store and on a real Redis (property test), for every
 //! algorithm: EWMA (leaky, strict, readonly), unique sets (Bloom and exact),
-//! GCRA, and buckets with reservations and dynamic multipliers.
+//! GCRA, buckets with reservations and dynamic multipliers, and limits answered
+//! from an earlier EWMA limit of their decision (`Algorithm::Same`).
 
 #[path = "common/redis.rs"]
 mod redis_server;
@@ -159,11 +160,23 @@ struct Use {
     op: u8,
 }
 
+/// A limit answered from an earlier EWMA limit of the event (if the event has one).
+#[derive(Debug, Clone)]
+struct Alias {
+    /// Picks the EWMA limit.
+    pick: u8,
+    /// Picks the position after it.
+    at: u8,
+    limit: f64,
+    blocking: bool,
+}
+
 #[derive(Debug, Clone)]
 struct Event {
     /// Microseconds since the previous event (0 is common: same instant).
     delta_us: i64,
     uses: Vec<Use>,
+    aliases: Vec<Alias>,
 }
 
 fn event(n_templates: usize) -> impl Strategy<Value = Event> {
@@ -192,8 +205,28 @@ fn event(n_templates: usize) -> impl Strategy<Value = Event> {
             blocking,
             op,
         });
-    (delta, prop::collection::vec(one_use, 1..4))
-        .prop_map(|(delta_us, uses)| Event { delta_us, uses })
+    let alias = (
+        any::<u8>(),
+        any::<u8>(),
+        0.0f64..12.0,
+        prop::bool::weighted(0.7),
+    )
+        .prop_map(|(pick, at, limit, blocking)| Alias {
+            pick,
+            at,
+            limit,
+            blocking,
+        });
+    (
+        delta,
+        prop::collection::vec(one_use, 1..4),
+        prop::collection::vec(alias, 0..3),
+    )
+        .prop_map(|(delta_us, uses, aliases)| Event {
+            delta_us,
+            uses,
+            aliases,
+        })
 }
 
 fn scenario() -> impl Strategy<Value = (Vec<Template>, Vec<Event>)> {
@@ -243,6 +276,41 @@ fn request(templates: &[Template], u: &Use) -> LimitRequest {
     }
 }
 
+/// The limits of one event: its uses, then each alias inserted after the EWMA limit it
+/// is answered from.
+fn decision(templates: &[Template], ev: &Event) -> Decision {
+    let mut limits: Vec<LimitRequest> = ev.uses.iter().map(|u| request(templates, u)).collect();
+    for a in &ev.aliases {
+        let ewmas: Vec<usize> = (0..limits.len())
+            .filter(|&i| matches!(limits[i].algorithm, Algorithm::Ewma { .. }))
+            .collect();
+        if ewmas.is_empty() {
+            break;
+        }
+        let of = ewmas[a.pick as usize % ewmas.len()];
+        let at = of + 1 + a.at as usize % (limits.len() - of);
+        for l in &mut limits[at..] {
+            if let Algorithm::Same { of: o, .. } = &mut l.algorithm {
+                if *o >= at {
+                    *o += 1;
+                }
+            }
+        }
+        let key = limits[of].key.clone();
+        limits.insert(
+            at,
+            LimitRequest {
+                key,
+                algorithm: Algorithm::Same { of, limit: a.limit },
+                count: 1.0,
+                unique: None,
+                blocking: a.blocking,
+            },
+        );
+    }
+    Decision { limits }
+}
+
 fn run_property(tag: HashTag, cases: u32) {
     let server = RedisServer::start();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -265,9 +333,7 @@ fn run_property(tag: HashTag, cases: u32) {
             let mut now = T0;
             for (n, ev) in events.iter().enumerate() {
                 now += ev.delta_us;
-                let decision = Decision {
-                    limits: ev.uses.iter().map(|u| request(&templates, u)).collect(),
-                };
+                let decision = decision(&templates, ev);
                 let m = memory.decide_at(now, &decision);
                 let r = redis
                     .decide_at(Some(now), &decision)
@@ -467,5 +533,108 @@ fn foreign_value_reads_as_absent() {
         let m = memory.inspect_key("1h/per_mail/old");
         let r = redis.inspect("1h/per_mail/old").await.unwrap();
         same_records(&m, &r).unwrap();
+    });
+}
+
+/// Limits answered from an earlier EWMA limit (Exim's cache): the same values, refusals,
+/// retry times and records on both stores, for leaky, strict, readonly and unique first
+/// limits, with the alias refusing while the first is under (nothing leaky charged).
+#[test]
+fn same_limits_agree() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _rt = rt.enter();
+    let redis = store_for(&server, HashTag::Identity);
+    let memory = MemoryStore::default();
+    let ewma = |key: &str, limit: f64, mode: UpdateMode, unique: Option<&str>| LimitRequest {
+        key: key.into(),
+        algorithm: Algorithm::Ewma {
+            limit,
+            period_secs: 60,
+            mode,
+            unique_kind: UniqueKind::Exact,
+        },
+        count: 1.0,
+        unique: unique.map(str::to_string),
+        blocking: false,
+    };
+    let same = |of: usize, limit: f64, blocking: bool| LimitRequest {
+        key: "ignored".into(),
+        algorithm: Algorithm::Same { of, limit },
+        count: 1.0,
+        unique: None,
+        blocking,
+    };
+    let bucket = LimitRequest {
+        key: "1h/per_mail/b".into(),
+        algorithm: Algorithm::Bucket {
+            spec: BucketSpec {
+                burst: 50.0,
+                rate: Rate::new(1.0, 1.0).unwrap(),
+                dynamic: None,
+            },
+            op: BucketOp::Check,
+        },
+        count: 1.0,
+        unique: None,
+        blocking: true,
+    };
+    let decisions = [
+        // Warn before block on one key, with a bucket charged only when not refused.
+        vec![
+            ewma("1h/per_mail/a", 2.0, UpdateMode::Leaky, None),
+            bucket.clone(),
+            same(0, 4.0, true),
+        ],
+        vec![
+            ewma("1h/per_mail/a", 2.0, UpdateMode::Strict, None),
+            same(0, 3.0, true),
+            ewma("1h/per_mail/c", 9.0, UpdateMode::Leaky, None),
+        ],
+        vec![
+            ewma("1h/per_mail/a", 2.0, UpdateMode::Readonly, None),
+            same(0, 3.0, true),
+        ],
+        vec![
+            ewma("1h/per_rcpt/unique/u", 9.0, UpdateMode::Leaky, Some("x")),
+            same(0, 2.0, true),
+            same(0, 1.0, false),
+        ],
+    ];
+    rt.block_on(async {
+        let mut now = T0;
+        for step in 0..12 {
+            for (n, limits) in decisions.iter().enumerate() {
+                now += 1_500_000;
+                let d = Decision {
+                    limits: limits.clone(),
+                };
+                let m = memory.decide_at(now, &d);
+                let r = redis.decide_at(Some(now), &d).await.unwrap();
+                if let Err(e) = same_result(&m, &r) {
+                    panic!("step {step} decision {n}: {e}");
+                }
+            }
+        }
+        for key in [
+            "1h/per_mail/a",
+            "1h/per_mail/b",
+            "1h/per_mail/c",
+            "1h/per_rcpt/unique/u",
+        ] {
+            let m = memory.inspect_key(key);
+            assert!(!m.is_empty(), "{key}");
+            same_records(&m, &redis.inspect(key).await.unwrap()).unwrap();
+        }
+        // Refused somewhere along the way, and answered over by an alias.
+        let d = Decision {
+            limits: decisions[0].clone(),
+        };
+        let r = redis.decide_at(Some(now), &d).await.unwrap();
+        assert!(r.refused && !r.limits[0].stored && r.limits[2].over);
+        assert!(r.limits[2].retry_after.is_some());
     });
 }

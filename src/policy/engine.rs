@@ -219,6 +219,10 @@ enum Class {
     BucketNow,
     /// Concurrency slot.
     Slot,
+    /// Answered from the earlier Exim limit at this index of the check, which has the same
+    /// database key and cache (Exim's cache, exim-ratelimit.md §4 step 1): its rate against
+    /// this limit's own m; nothing is counted or remembered.
+    Same(usize),
 }
 
 struct Eval<'m> {
@@ -390,6 +394,15 @@ impl RateSession {
                         outcome.over =
                             rate.partial_cmp(&outcome.limit) != Some(std::cmp::Ordering::Less);
                         Class::Cached
+                    } else if let Some(j) = evals.iter().position(|e| {
+                        // An earlier limit of this check already puts the key in the cache
+                        // (a cached one would have answered above).
+                        matches!(e.class, Class::Now | Class::Replay)
+                            && e.key == req.key
+                            && matches!(&e.def.rate, RateDef::Exim { resolved: r, .. }
+                                if r.cache == resolved.cache)
+                    }) {
+                        Class::Same(j)
                     } else if def.mode == UpdateMode::Leaky && def.counted.reserved() {
                         Class::Replay
                     } else {
@@ -405,7 +418,7 @@ impl RateSession {
             if let Some(o) = self.inner.observer.get() {
                 // Evaluations only: cached answers and concurrency slots are not; auth
                 // failures are told when they happen (auth_result).
-                if !matches!(class, Class::Cached | Class::Slot) && !auth_fail {
+                if !matches!(class, Class::Cached | Class::Same(_) | Class::Slot) && !auth_fail {
                     o.evaluated(&Evaluated {
                         def,
                         key: &key_text,
@@ -447,16 +460,28 @@ impl RateSession {
             }
         }
         // Leaky Exim limits on reserved counts: Exim's own sequence, replayed.
-        for e in &mut evals {
-            if e.class != Class::Replay {
+        for j in 0..evals.len() {
+            if evals[j].class != Class::Replay {
                 continue;
             }
-            let req = e.req.as_ref().expect("request");
-            if let Some(r) = self.replayed(req, now_us).await {
-                e.outcome.value = r.rate;
-                e.outcome.over = r.over;
-                e.outcome.retry_after = r.retry_after;
-                refused |= r.over && e.def.action.blocks();
+            let req = evals[j].req.as_ref().expect("request");
+            let Some(r) = self.replayed(req, now_us).await else {
+                continue;
+            };
+            let e = &mut evals[j];
+            e.outcome.value = r.rate;
+            e.outcome.over = r.over;
+            e.outcome.retry_after = r.retry_after;
+            refused |= r.over && e.def.action.blocks();
+            // Limits answered from this one's rate (Exim's cache), each with its own m.
+            for a in evals.iter_mut().filter(|a| a.class == Class::Same(j)) {
+                let o = &mut a.outcome;
+                o.value = r.rate;
+                o.over = r.rate.partial_cmp(&o.limit) != Some(std::cmp::Ordering::Less);
+                let blocks = o.over && a.def.action.blocks();
+                // The replayed event is charged only if nothing refuses it.
+                o.retry_after = r.retry_for(o.limit, !r.over && !blocks && !refused);
+                refused |= blocks;
             }
         }
         // Dry run.
@@ -486,17 +511,27 @@ impl RateSession {
             .any(|e| e.class == Class::Cached && e.outcome.over && e.def.action.blocks());
         // The decision that stores.
         let now: Vec<usize> = (0..evals.len())
-            .filter(|&i| {
-                matches!(
-                    evals[i].class,
-                    Class::Now | Class::Reserve | Class::BucketNow
-                )
+            .filter(|&i| match evals[i].class {
+                Class::Now | Class::Reserve | Class::BucketNow => true,
+                Class::Same(j) => evals[j].class == Class::Now,
+                _ => false,
             })
             .collect();
         if !now.is_empty() {
             let mut d = Decision::default();
             for &i in &now {
-                d.limits.push(evals[i].req.clone().expect("request"));
+                let mut req = evals[i].req.clone().expect("request");
+                if let Class::Same(j) = evals[i].class {
+                    // Answered by the store from j's fresh rate, in the same decision (so a
+                    // refusal it causes is all-or-nothing like any other).
+                    let of = now.iter().position(|&k| k == j).expect("earlier limit");
+                    req.algorithm = Algorithm::Same {
+                        of,
+                        limit: evals[i].outcome.limit,
+                    };
+                    req.unique = None;
+                }
+                d.limits.push(req);
             }
             if refused {
                 // Someone already refused: strict limits still charge, nothing else does.

@@ -34,6 +34,29 @@ pub(super) struct Replayed {
     pub over: bool,
     /// How long until the same event would pass (zero when under).
     pub retry_after: Option<Duration>,
+    /// The rate that stays if the event is not charged: the stored rate (this session's
+    /// pending events included) decayed to the event's time.
+    pub kept: f64,
+    /// The amount the event counted (0 for a unique value already seen).
+    pub count: f64,
+    /// p in whole seconds.
+    pub period_secs: u32,
+}
+
+impl Replayed {
+    /// When the same event, compared with limit `limit` (this one's, or another limit's
+    /// answered from this rate as Exim's cache does, §4 step 1), would pass: zero when
+    /// under, `None` when no wait is enough. `charged`: whether this event is charged (then
+    /// its rate stays, else [`Replayed::kept`]).
+    pub fn retry_for(&self, limit: f64, charged: bool) -> Option<Duration> {
+        if self.rate.partial_cmp(&limit) == Some(std::cmp::Ordering::Less) {
+            return Some(Duration::ZERO);
+        }
+        let base = if charged { self.rate } else { self.kept };
+        ewma::retry_after_secs(base, self.count, limit, self.period_secs)
+            .filter(|d| d.is_finite() && *d >= 0.0)
+            .map(|d| Duration::from_secs_f64(d.min(1e12)))
+    }
 }
 
 /// The limit being replayed.
@@ -128,22 +151,20 @@ pub(super) fn replay(
     }
     let before = state.ewma;
     let (out, count) = state.evaluate(new, limit);
-    let retry_after = if out.over {
-        // Over in leaky mode: nothing is stored, so the wait is from the rate that stays.
-        let base = before.map_or(0.0, |p| {
-            ewma::decayed_rate(&p, new.time_us, limit.period_secs)
-        });
-        ewma::retry_after_secs(base, count, limit.limit, limit.period_secs)
-            .filter(|d| d.is_finite() && *d >= 0.0)
-            .map(|d| Duration::from_secs_f64(d.min(1e12)))
-    } else {
-        Some(Duration::ZERO)
-    };
-    Replayed {
+    let kept = before.map_or(0.0, |p| {
+        ewma::decayed_rate(&p, new.time_us, limit.period_secs)
+    });
+    let mut r = Replayed {
         rate: out.rate,
         over: out.over,
-        retry_after,
-    }
+        retry_after: None,
+        kept,
+        count,
+        period_secs: limit.period_secs,
+    };
+    // Over in leaky mode: nothing is stored, so the wait is from the rate that stays.
+    r.retry_after = r.retry_for(limit.limit, false);
+    r
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Evaluating one limit request against the current record, without
 //! touching the store: the result plus the write to perform.
 
-use super::{LimitRequest, LimitResult, UniqueRecord};
+use super::{Algorithm, LimitRequest, LimitResult, UniqueRecord};
 use crate::limit::bucket::{BucketOp, BucketSpec, BucketState};
 use crate::limit::ewma::{self, EwmaParams, EwmaState};
 use crate::limit::gcra::GcraSpec;
@@ -93,6 +93,82 @@ fn retry(
         count
     };
     ewma::retry_after_secs(base, count, params.limit, params.period_secs).and_then(secs)
+}
+
+/// The count the next attempt of an EWMA request adds: 0 for readonly or for a unique
+/// value already in the set, else the request's count.
+pub(crate) fn next_count(req: &LimitRequest, seen: Option<bool>) -> f64 {
+    match req.algorithm {
+        Algorithm::Ewma {
+            mode: UpdateMode::Readonly,
+            ..
+        } => 0.0,
+        _ if seen == Some(true) => 0.0,
+        _ => req.count,
+    }
+}
+
+/// The answer to an invalid [`Algorithm::Same`] (its `of` is not an earlier EWMA request):
+/// not over, nothing stored.
+pub(crate) fn invalid_same() -> LimitResult {
+    LimitResult {
+        value: 0.0,
+        over: false,
+        stored: false,
+        seen: None,
+        retry_after: Some(Duration::ZERO),
+    }
+}
+
+/// Retry-after of an over [`Algorithm::Same`] of limit `limit` answered from the EWMA
+/// request `of` (whose result said `of_seen`): `base` is the rate that stays stored on
+/// `of`'s key. The same arithmetic as an over EWMA limit of `of` with m = `limit`.
+pub(crate) fn same_retry(
+    base: f64,
+    of: &LimitRequest,
+    of_seen: Option<bool>,
+    limit: f64,
+) -> Option<Duration> {
+    let Algorithm::Ewma { period_secs, .. } = of.algorithm else {
+        return None;
+    };
+    ewma::retry_after_secs(base, next_count(of, of_seen), limit, period_secs).and_then(secs)
+}
+
+/// [`Algorithm::Same`]: Exim's cached answer (§4 step 1) from the result `of_res` of the
+/// EWMA request `of`, with this request's own `limit`. `kept` is the state stored on `of`'s
+/// key now (after `of` was applied): when `of` did not store, the retry time counts from
+/// its decayed rate.
+pub(crate) fn same(
+    of: &LimitRequest,
+    of_res: &LimitResult,
+    kept: Option<&EwmaState>,
+    limit: f64,
+    now_us: i64,
+) -> LimitResult {
+    let Algorithm::Ewma { period_secs, .. } = of.algorithm else {
+        return invalid_same();
+    };
+    let value = of_res.value;
+    // As ewma::evaluate: a NaN on either side is over.
+    let over = value.partial_cmp(&limit) != Some(std::cmp::Ordering::Less);
+    let retry_after = if over {
+        let base = if of_res.stored {
+            value
+        } else {
+            kept.map_or(0.0, |p| ewma::decayed_rate(p, now_us, period_secs))
+        };
+        same_retry(base, of, of_res.seen, limit)
+    } else {
+        Some(Duration::ZERO)
+    };
+    LimitResult {
+        value,
+        over,
+        stored: false,
+        seen: None,
+        retry_after,
+    }
 }
 
 /// EWMA with a unique set (Exim §4 step 3 and §6).

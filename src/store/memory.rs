@@ -1,11 +1,14 @@
 //! The in-process store: sharded hash tables behind mutexes, one lock
 //! section per decision, idle expiry and a key cap with eviction.
 
-use super::eval::Write;
+use super::eval::{self, Write};
 use super::inline::InlineVec;
 use super::key::Lookup;
 use super::shard::{kind_of, Shard};
-use super::{Decision, DecisionResult, LimitRequest, Record, RecordKind, Store, StoreFuture};
+use super::{
+    same_target_ok, Algorithm, Decision, DecisionResult, LimitRequest, LimitResult, Record,
+    RecordKind, Store, StoreFuture,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -189,6 +192,10 @@ impl MemoryStore {
             InlineVec::new();
         let results = &mut out.limits;
         for (n, (req, &p)) in reqs.iter().zip(pos.iter()).enumerate() {
+            if let Some(result) = same(reqs, results, &keys, &pos, &guards, n, now_us) {
+                results.push(result);
+                continue;
+            }
             let shard = &mut *guards[p].1;
             let key = &keys[n];
             let (result, write) = shard.eval(req, key, now_us, false);
@@ -222,6 +229,10 @@ impl MemoryStore {
             }
             results.clear();
             for (n, (req, &p)) in reqs.iter().zip(pos.iter()).enumerate() {
+                if let Some(result) = same(reqs, results, &keys, &pos, &guards, n, now_us) {
+                    results.push(result);
+                    continue;
+                }
                 let shard = &mut *guards[p].1;
                 let (result, write) = shard.eval(req, &keys[n], now_us, true);
                 self.write(shard, req, &keys[n], write);
@@ -322,6 +333,34 @@ impl MemoryStore {
     }
 }
 
+/// The answer of request `n` when it is a valid [`Algorithm::Same`]: from the result of
+/// its earlier EWMA request and the state now stored on that request's key. `None` for
+/// any other request (an invalid `Same` is answered by [`Shard::eval`]).
+fn same<const N: usize>(
+    reqs: &[LimitRequest],
+    results: &[LimitResult],
+    keys: &InlineVec<Lookup<'_>, N>,
+    pos: &InlineVec<usize, N>,
+    guards: &InlineVec<(usize, MutexGuard<'_, Shard>), N>,
+    n: usize,
+    now_us: i64,
+) -> Option<LimitResult> {
+    let Algorithm::Same { of, limit } = reqs[n].algorithm else {
+        return None;
+    };
+    if !same_target_ok(reqs, n, of) {
+        return None;
+    }
+    let kept = guards[pos[of]].1.ewma_state(&reqs[of], &keys[of]);
+    Some(eval::same(
+        &reqs[of],
+        &results[of],
+        kept.as_ref(),
+        limit,
+        now_us,
+    ))
+}
+
 /// Calls [`MemoryStore::expire_idle`] every `interval` until `shutdown` is
 /// cancelled.
 pub async fn run_expiry(
@@ -347,8 +386,10 @@ pub async fn run_expiry(
 
 impl Store for MemoryStore {
     fn decide<'a>(&'a self, decision: &'a Decision) -> StoreFuture<'a, DecisionResult> {
-        let result = self.decide_at(super::now_micros(), decision);
-        Box::pin(std::future::ready(Ok(result)))
+        let result = decision
+            .validate()
+            .map(|()| self.decide_at(super::now_micros(), decision));
+        Box::pin(std::future::ready(result))
     }
 
     fn inspect<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Record>> {
@@ -359,5 +400,220 @@ impl Store for MemoryStore {
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
         let n = self.reset_key(key);
         Box::pin(std::future::ready(Ok(n)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::ewma::{self, EwmaState};
+    use crate::limit::gcra::GcraSpec;
+    use crate::limit::rate::Rate;
+    use crate::limit::spec::UpdateMode;
+    use crate::limit::unique::UniqueKind;
+    use crate::store::StoreError;
+
+    const T0: i64 = 1_700_000_000_000_000;
+
+    fn ewma_req(key: &str, limit: f64, mode: UpdateMode, blocking: bool) -> LimitRequest {
+        LimitRequest {
+            key: key.into(),
+            algorithm: Algorithm::Ewma {
+                limit,
+                period_secs: 3600,
+                mode,
+                unique_kind: UniqueKind::Bloom,
+            },
+            count: 1.0,
+            unique: None,
+            blocking,
+        }
+    }
+
+    fn same(of: usize, limit: f64, blocking: bool) -> LimitRequest {
+        LimitRequest {
+            // Ignored, like the count.
+            key: "ignored".into(),
+            algorithm: Algorithm::Same { of, limit },
+            count: 7.0,
+            unique: None,
+            blocking,
+        }
+    }
+
+    fn gcra(key: &str) -> LimitRequest {
+        LimitRequest {
+            key: key.into(),
+            algorithm: Algorithm::Gcra(GcraSpec::new(5.0, Rate::new(1.0, 1.0).unwrap()).unwrap()),
+            count: 1.0,
+            unique: None,
+            blocking: true,
+        }
+    }
+
+    fn rate(store: &MemoryStore, key: &str) -> Option<EwmaState> {
+        store.inspect_key(key).into_iter().find_map(|r| match r {
+            Record::Ewma(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    /// Answered from the earlier rate with its own m; counted once, nothing written for it.
+    #[test]
+    fn same_shares_the_rate_and_counts_once() {
+        let store = MemoryStore::default();
+        let d = Decision {
+            limits: vec![
+                ewma_req("k", 10.0, UpdateMode::Strict, true),
+                same(0, 1.0, false),
+                same(0, 1.5, true),
+            ],
+        };
+        let r = store.decide_at(T0, &d);
+        assert!(!r.refused, "the over alias does not block");
+        assert_eq!(r.limits[0].value, 1.0);
+        let alias = r.limits[1];
+        assert_eq!((alias.value, alias.over, alias.stored), (1.0, true, false));
+        assert_eq!(alias.seen, None);
+        // Over with count 1 >= m 1: no wait is enough.
+        assert_eq!(alias.retry_after, None);
+        assert!(!r.limits[2].over);
+        assert_eq!(r.limits[2].retry_after, Some(Duration::ZERO));
+        assert_eq!(
+            rate(&store, "k"),
+            Some(EwmaState {
+                time_us: T0,
+                rate: 1.0
+            })
+        );
+        assert!(store.inspect_key("ignored").is_empty());
+    }
+
+    /// A blocking alias over refuses the decision: leaky limits and GCRA are not charged,
+    /// and the retry counts from the rate that stays stored (the decayed record).
+    #[test]
+    fn same_refusal_is_all_or_nothing() {
+        let store = MemoryStore::default();
+        store.insert_record(
+            "k",
+            Record::Ewma(EwmaState {
+                time_us: T0,
+                rate: 3.0,
+            }),
+        );
+        let now = T0 + 36_000_000;
+        let d = Decision {
+            limits: vec![
+                ewma_req("k", 10.0, UpdateMode::Leaky, true),
+                gcra("g"),
+                same(0, 2.0, true),
+            ],
+        };
+        let r = store.decide_at(now, &d);
+        assert!(r.refused);
+        let prev = EwmaState {
+            time_us: T0,
+            rate: 3.0,
+        };
+        let fresh = ewma::next_rate(Some(&prev), now, 1.0, 3600);
+        assert_eq!(r.limits[0].value, fresh);
+        assert!(!r.limits[0].over && !r.limits[0].stored);
+        assert_eq!(r.limits[2].value, fresh);
+        assert!(r.limits[2].over);
+        let kept = ewma::decayed_rate(&prev, now, 3600);
+        let wait = ewma::retry_after_secs(kept, 1.0, 2.0, 3600).unwrap();
+        assert_eq!(r.limits[2].retry_after, Some(Duration::from_secs_f64(wait)));
+        // 3600 · ln(2.970149 / (2 - 1)) = 3919.0 s.
+        assert!((3918.9..3919.1).contains(&wait), "{wait}");
+        assert_eq!(rate(&store, "k"), Some(prev), "leaky not charged");
+        assert!(store.inspect_key("g").is_empty(), "GCRA not charged");
+        // A strict first limit is still charged; the retry then counts from its new rate.
+        let d = Decision {
+            limits: vec![
+                ewma_req("k", 10.0, UpdateMode::Strict, true),
+                same(0, 2.0, true),
+            ],
+        };
+        let r = store.decide_at(now, &d);
+        assert!(r.refused && r.limits[0].stored);
+        let wait = ewma::retry_after_secs(fresh, 1.0, 2.0, 3600).unwrap();
+        assert_eq!(r.limits[1].retry_after, Some(Duration::from_secs_f64(wait)));
+        assert_eq!(
+            rate(&store, "k"),
+            Some(EwmaState {
+                time_us: now,
+                rate: fresh
+            })
+        );
+    }
+
+    /// A readonly first limit: the alias gets the decayed rate and nothing is written.
+    #[test]
+    fn same_after_readonly_counts_nothing() {
+        let store = MemoryStore::default();
+        let prev = EwmaState {
+            time_us: T0,
+            rate: 4.5,
+        };
+        store.insert_record("k", Record::Ewma(prev));
+        let now = T0 + 36_000_000;
+        let d = Decision {
+            limits: vec![
+                ewma_req("k", 2.0, UpdateMode::Readonly, false),
+                same(0, 4.0, true),
+            ],
+        };
+        let r = store.decide_at(now, &d);
+        let decayed = ewma::decayed_rate(&prev, now, 3600);
+        assert_eq!(r.limits[1].value, decayed);
+        assert!(r.refused && r.limits[1].over);
+        // Readonly attempts add nothing: the wait is for the decay alone.
+        let wait = ewma::retry_after_secs(decayed, 0.0, 4.0, 3600).unwrap();
+        assert_eq!(r.limits[1].retry_after, Some(Duration::from_secs_f64(wait)));
+        assert_eq!(rate(&store, "k"), Some(prev));
+    }
+
+    /// `of` not an earlier EWMA request: the trait refuses it as invalid; the infallible
+    /// decide_at answers it not over.
+    #[test]
+    fn invalid_same_is_refused() {
+        let store = MemoryStore::default();
+        let bad = [
+            vec![same(0, 1.0, true)],
+            vec![
+                same(1, 1.0, true),
+                ewma_req("k", 1.0, UpdateMode::Strict, true),
+            ],
+            vec![gcra("g"), same(0, 1.0, true)],
+            vec![
+                ewma_req("k", 9.0, UpdateMode::Strict, true),
+                same(5, 1.0, true),
+            ],
+        ];
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for limits in bad {
+            let d = Decision { limits };
+            assert!(matches!(d.validate(), Err(StoreError::Invalid(_))), "{d:?}");
+            assert!(matches!(
+                rt.block_on(store.decide(&d)),
+                Err(StoreError::Invalid(_))
+            ));
+            let r = store.decide_at(T0, &d);
+            let i = d
+                .limits
+                .iter()
+                .position(|l| matches!(l.algorithm, Algorithm::Same { .. }))
+                .unwrap();
+            assert_eq!(r.limits[i], eval::invalid_same());
+        }
+        let ok = Decision {
+            limits: vec![
+                ewma_req("k", 1.0, UpdateMode::Strict, true),
+                same(0, 1.0, true),
+            ],
+        };
+        assert!(ok.validate().is_ok());
     }
 }

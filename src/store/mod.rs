@@ -58,6 +58,32 @@ pub enum Algorithm {
         /// What to do.
         op: BucketOp,
     },
+    /// Exim's result cache (exim-ratelimit.md §4 step 1): answered from request `of` of
+    /// the same decision, which must come earlier and be [`Algorithm::Ewma`]. Used when two
+    /// Exim limits of one event share a database key and a cache: Exim evaluates the first
+    /// and answers the second from the first's rate with its own m.
+    ///
+    /// The result's value is request `of`'s value (the rate); `over` is `value >= limit`
+    /// (as for [`Algorithm::Ewma`]; a NaN on either side is over, m = 0 always is);
+    /// `stored` is false and `seen` is `None`: nothing is read or written, and the
+    /// request's own `key`, `count` and `unique` are ignored. When over, `retry_after` is
+    /// computed as for an over EWMA of limit `limit` on request `of`'s key, period and count:
+    /// from the rate that stays stored after request `of` (its rate if it stored, else the
+    /// decayed stored rate) until an event of `of`'s count would be under `limit`.
+    ///
+    /// Being over refuses the decision when `blocking`, like any limit, so the
+    /// all-or-nothing rule holds: leaky limits and buckets are not charged, strict ones are.
+    ///
+    /// A request whose `of` is not an earlier EWMA request of its decision is invalid:
+    /// [`Decision::validate`] and every [`Store::decide`] reject it with
+    /// [`StoreError::Invalid`]; the infallible [`MemoryStore::decide_at`] answers it
+    /// `over = false` with value 0 and refuses nothing.
+    Same {
+        /// Index (in [`Decision::limits`]) of the request whose answer this one shares.
+        of: usize,
+        /// This request's own limit m.
+        limit: f64,
+    },
 }
 
 /// One limit of a decision.
@@ -80,6 +106,30 @@ pub struct LimitRequest {
 pub struct Decision {
     /// The limits, in order.
     pub limits: Vec<LimitRequest>,
+}
+
+impl Decision {
+    /// Checks what a store cannot apply as asked: every [`Algorithm::Same`] must name an
+    /// earlier [`Algorithm::Ewma`] request of this decision.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        for (i, req) in self.limits.iter().enumerate() {
+            if let Algorithm::Same { of, .. } = req.algorithm {
+                if !same_target_ok(&self.limits, i, of) {
+                    return Err(StoreError::Invalid(format!(
+                        "limit {i} ({}) is answered from limit {of}, which is not an earlier \
+                         EWMA limit of the decision",
+                        req.key
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether request `i` may be answered from request `of` of `limits`.
+pub(crate) fn same_target_ok(limits: &[LimitRequest], i: usize, of: usize) -> bool {
+    of < i && matches!(limits.get(of), Some(r) if matches!(r.algorithm, Algorithm::Ewma { .. }))
 }
 
 /// The answer for one limit.

@@ -16,10 +16,11 @@ pub(crate) struct Shard {
     pub(crate) bucket: Table<BucketState>,
 }
 
-/// Which table a request uses.
+/// Which table a request uses. An [`Algorithm::Same`] request uses none (it never
+/// writes); it is given the EWMA table.
 pub(crate) fn kind_of(req: &LimitRequest) -> RecordKind {
     match (&req.algorithm, &req.unique) {
-        (Algorithm::Ewma { .. }, None) => RecordKind::Ewma,
+        (Algorithm::Ewma { .. }, None) | (Algorithm::Same { .. }, _) => RecordKind::Ewma,
         (Algorithm::Ewma { .. }, Some(_)) => RecordKind::Unique,
         (Algorithm::Gcra(_), _) => RecordKind::Gcra,
         (Algorithm::Bucket { .. }, _) => RecordKind::Bucket,
@@ -97,6 +98,17 @@ impl Shard {
             Algorithm::Bucket { spec, op } => {
                 eval::bucket(self.bucket.get(&key.id()), req, spec, *op, now_us, suppress)
             }
+            // Answered by the decision from an earlier request (memory.rs decide_many);
+            // reaching here means there is none.
+            Algorithm::Same { .. } => (eval::invalid_same(), Write::Nothing),
+        }
+    }
+
+    /// The EWMA state stored for the EWMA request `req` (plain or unique record).
+    pub(crate) fn ewma_state(&self, req: &LimitRequest, key: &Lookup<'_>) -> Option<EwmaState> {
+        match req.unique {
+            None => self.ewma.get(&key.id()).copied(),
+            Some(_) => self.unique.get(&key.id()).map(|r| r.state),
         }
     }
 

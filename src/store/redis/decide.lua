@@ -22,7 +22,7 @@
 --
 -- P, the unpacked parameters: P[1] explicit time (1) or TIME (0), P[2]
 -- seconds, P[3] microseconds, P[4] number of limits; then each limit from
--- offset o: P[o] algorithm (1 EWMA, 2 GCRA, 3 bucket), P[o+1] blocking,
+-- offset o: P[o] algorithm (1 EWMA, 2 GCRA, 3 bucket, 4 same), P[o+1] blocking,
 -- P[o+2] count, and
 --   EWMA   P[o+3] limit, +4 period, +5 mode (0 leaky, 1 strict, 2 readonly),
 --          +6 unique set (0 none, 1 Bloom, 2 exact), +7 +8 Bloom words,
@@ -31,11 +31,14 @@
 --   bucket P[o+3] burst, +4 leak per second, +5 op (0 check, 1 commit,
 --          2 cancel), +6 verdict (0 other, 1 ham, 2 spam), +7 dynamic,
 --          +8 +9 ham/spam rate factors, +10 +11 ham/spam burst factors,
---          +12 +13 max rate/burst multipliers.
+--          +12 +13 max rate/burst multipliers;
+--   same   P[o+3] the (earlier, EWMA) limit it is answered from, counted from 1,
+--          +4 its own limit. Its KEYS entry is that limit's record key (read, never
+--          written); its count is ignored.
 
 local MAX_EXACT = 65536
 -- Parameters per limit, by algorithm.
-local SIZE = { 10, 6, 14 }
+local SIZE = { 10, 6, 14, 5 }
 
 local P = { struct.unpack(ARGV[1], ARGV[2]) }
 local explicit = P[1] == 1
@@ -101,7 +104,7 @@ end
 
 -- Which algorithms (and unique sets) the decision uses: creating a closure
 -- costs time on every call, so only the evaluators needed are made.
-local any = { false, false, false }
+local any = { false, false, false, false }
 local uniques = 0
 do
   local o = 5
@@ -117,8 +120,12 @@ end
 -- are suppressed, and returns value, over, stored, seen (-1 not applicable,
 -- 0, 1) and extra (nil: none).
 
+-- Per limit of the current pass: its offset in P, value and whether it stored
+-- (for the "same" limits answered from an earlier one).
+local offs, vals, stores = {}, {}, {}
+
 -- ---------------------------------------------------------------- EWMA
-local eval_ewma
+local eval_ewma, eval_same
 if any[1] then
   local function next_rate(has, ps, pu, prate, count, period)
     if not has then return count end
@@ -235,6 +242,33 @@ if any[1] then
       end
     end
     return rate, over, store, seen, base
+  end
+
+  -- Exim's cached answer (src/store/eval.rs `same`): the rate of the earlier
+  -- EWMA limit j compared with this limit's own m; nothing read or written.
+  -- Extra, when over: the rate that stays stored on j's key (j's rate if j
+  -- stored, else j's record decayed to now), for the retry time.
+  if any[4] then
+    eval_same = function(i, o)
+      local j, limit = P[o + 3], P[o + 4]
+      local value = vals[j]
+      local over = not (value < limit)
+      local base = nil
+      if over then
+        if stores[j] then
+          base = value
+        else
+          local st = cache[KEYS[j]]
+          local period = P[offs[j] + 4]
+          if st.exists then
+            base = next_rate(true, st.ts, st.tu, st.rate, 0.0, period)
+          else
+            base = 0.0
+          end
+        end
+      end
+      return value, over, false, -1, base
+    end
   end
 end
 
@@ -395,10 +429,21 @@ for attempt = 1, 2 do
   local o = 5
   for i = 1, n do
     local algo = P[o]
+    offs[i] = o
     local value, over, stored, seen, extra
     if algo == 1 then value, over, stored, seen, extra = eval_ewma(i, o, suppress, sets[i])
     elseif algo == 2 then value, over, stored, seen, extra = eval_gcra(i, o, suppress)
-    else value, over, stored, seen, extra = eval_bucket(i, o, suppress) end
+    elseif algo == 3 then value, over, stored, seen, extra = eval_bucket(i, o, suppress)
+    else
+      local j = P[o + 3]
+      if eval_same ~= nil and j >= 1 and j < i and P[offs[j]] == 1 then
+        value, over, stored, seen, extra = eval_same(i, o)
+      else
+        -- Not answerable (encode.rs refuses it): as the memory store, not over.
+        value, over, stored, seen, extra = 0.0, false, false, -1, nil
+      end
+    end
+    vals[i] = value; stores[i] = stored
     if over and P[o + 1] == 1 then refused = true end
     local flags = 0
     if over then flags = 1 end
@@ -417,7 +462,8 @@ for i = 1, n do
   local algo = P[o]
   local key = KEYS[i]
   local st = cache[key]
-  if st.dirty then
+  -- A "same" limit writes nothing (its key is an earlier limit's).
+  if algo ~= 4 and st.dirty then
     st.dirty = false
     if algo == 1 then
       local u = sets[i]

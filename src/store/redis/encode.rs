@@ -5,6 +5,7 @@ use crate::limit::bucket::{BucketOp, BucketState, Verdict};
 use crate::limit::ewma::{self, EwmaState};
 use crate::limit::spec::UpdateMode;
 use crate::limit::unique::{bloom_size, UniqueKind};
+use crate::store::eval::same_retry;
 use crate::store::{Algorithm, Decision, DecisionResult, LimitRequest, LimitResult, StoreError};
 use md5::{Digest, Md5};
 use std::time::Duration;
@@ -147,14 +148,16 @@ pub const MAX_LIMITS: usize = 500;
 ///
 /// * header `<Bddd`: explicit time (1) or Redis `TIME` (0), seconds,
 ///   microseconds, number of limits;
-/// * per limit `<BBd`: algorithm (1 EWMA, 2 GCRA, 3 bucket), blocking,
-///   count; then
+/// * per limit `<BBd`: algorithm (1 EWMA, 2 GCRA, 3 bucket, 4 same), blocking,
+///   count (0 for same); then
 ///   * EWMA `<ddBBddd`: limit, period, mode (0 leaky, 1 strict, 2 readonly),
 ///     unique set (0 none, 1 Bloom, 2 exact), the two Bloom words, Bloom size;
 ///   * GCRA `<ddd`: emission interval, tolerance and increment in ns;
 ///   * bucket `<ddBBBdddddd`: burst, leak per second, op (0 check, 1 commit,
 ///     2 cancel), verdict (0 other, 1 ham, 2 spam), dynamic, ham/spam rate
 ///     factors, ham/spam burst factors, max rate and burst multipliers.
+///   * same `<dd`: the earlier EWMA limit it is answered from (counted from
+///     1), its own limit. Its KEYS entry is that limit's record key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Encoded {
     /// KEYS: the record key of every limit, then the set key of every unique limit.
@@ -175,6 +178,7 @@ pub fn encode(
     now_us: Option<i64>,
     idle_ttl: Duration,
 ) -> Result<Encoded, StoreError> {
+    decision.validate()?;
     let n = decision.limits.len();
     if n > MAX_LIMITS {
         return Err(StoreError::Invalid(format!(
@@ -209,8 +213,17 @@ pub fn encode(
             Algorithm::Ewma { .. } => "BBdddBBddd",
             Algorithm::Gcra(_) => "BBdddd",
             Algorithm::Bucket { .. } => "BBdddBBBdddddd",
+            Algorithm::Same { .. } => "BBddd",
         });
-        encode_limit(namer, req, &mut keys, &mut sets, &mut blob, &mut args)?;
+        encode_limit(
+            namer,
+            &decision.limits,
+            req,
+            &mut keys,
+            &mut sets,
+            &mut blob,
+            &mut args,
+        )?;
     }
     keys.append(&mut sets);
     args[0] = layout.into_bytes();
@@ -220,14 +233,19 @@ pub fn encode(
 
 fn encode_limit(
     namer: &KeyNamer,
+    limits: &[LimitRequest],
     req: &LimitRequest,
     keys: &mut Vec<String>,
     sets: &mut Vec<String>,
     blob: &mut Vec<u8>,
     values: &mut Vec<Vec<u8>>,
 ) -> Result<(), StoreError> {
-    let count = finite("count", req.count)?;
     let blocking = u8::from(req.blocking);
+    let count = match req.algorithm {
+        // Ignored: Exim's cached answer counts nothing.
+        Algorithm::Same { .. } => 0.0,
+        _ => finite("count", req.count)?,
+    };
     match &req.algorithm {
         Algorithm::Ewma {
             limit,
@@ -306,6 +324,20 @@ fn encode_limit(
                 put_d(blob, x);
             }
         }
+        Algorithm::Same { of, limit } => {
+            // `of` is an earlier EWMA request (validated). Its record key stands in for
+            // this request's own: read by the MGET, never written, in `of`'s hash slot.
+            let target = limits
+                .get(*of)
+                .ok_or_else(|| StoreError::Invalid(format!("no limit {of} to answer from")))?;
+            let kind = if target.unique.is_some() { 'u' } else { 'e' };
+            keys.push(namer.name(kind, &target.key));
+            blob.extend_from_slice(&[4, blocking]);
+            put_d(blob, count);
+            // The script counts limits from 1.
+            put_d(blob, (*of + 1) as f64);
+            put_d(blob, *limit);
+        }
     }
     Ok(())
 }
@@ -346,7 +378,7 @@ pub fn decode(decision: &Decision, reply: &[u8]) -> Result<DecisionResult, Store
         1 => true,
         b => return Err(bad(&format!("refused byte {b}"))),
     };
-    let mut limits = Vec::with_capacity(n);
+    let mut limits: Vec<LimitResult> = Vec::with_capacity(n);
     for (req, r) in decision
         .limits
         .iter()
@@ -383,6 +415,16 @@ pub fn decode(decision: &Decision, reply: &[u8]) -> Result<DecisionResult, Store
                 extra.map(|ns| Duration::from_nanos(if ns > 0.0 { ns as u64 } else { 0 }))
             }
             Algorithm::Bucket { .. } => extra.and_then(|ms| secs(ms / 1000.0)),
+            Algorithm::Same { of, limit } => {
+                match (extra, decision.limits.get(*of), limits.get(*of)) {
+                    (None, _, _) => Some(Duration::ZERO),
+                    (Some(base), Some(of_req), Some(of_res)) => {
+                        same_retry(base, of_req, of_res.seen, *limit)
+                    }
+                    // Not an earlier limit: the script never answers so (encode refuses it).
+                    (Some(_), _, _) => return Err(bad(&format!("limit answered from {of}"))),
+                }
+            }
         };
         limits.push(LimitResult {
             value,
@@ -626,6 +668,122 @@ mod tests {
             encode(&namer, &d, None, Duration::ZERO),
             Err(StoreError::Invalid(_))
         ));
+    }
+
+    fn ewma_req(key: &str, mode: UpdateMode, unique: Option<&str>) -> LimitRequest {
+        LimitRequest {
+            key: key.into(),
+            algorithm: Algorithm::Ewma {
+                limit: 10.0,
+                period_secs: 3600,
+                mode,
+                unique_kind: UniqueKind::Bloom,
+            },
+            count: 2.0,
+            unique: unique.map(str::to_string),
+            blocking: true,
+        }
+    }
+
+    fn same(of: usize, limit: f64) -> LimitRequest {
+        LimitRequest {
+            key: "own".into(),
+            algorithm: Algorithm::Same { of, limit },
+            count: f64::NAN,
+            unique: None,
+            blocking: true,
+        }
+    }
+
+    /// A same limit: its key is the earlier limit's record key (same slot), its count is
+    /// ignored (even when not finite), then `of` counted from 1 and its own limit.
+    #[test]
+    fn same_layout() {
+        let namer = KeyNamer::new("fg:", HashTag::Identity).unwrap();
+        let d = Decision {
+            limits: vec![
+                gcra("g"),
+                ewma_req("1h/per_rcpt/unique/alice", UpdateMode::Strict, Some("x")),
+                same(1, 4.5),
+            ],
+        };
+        let e = encode(&namer, &d, Some(1_000_000), Duration::from_secs(1)).unwrap();
+        assert_eq!(
+            e.keys,
+            [
+                "fg:{g}:g:g",
+                "fg:{alice}:u:1h/per_rcpt/unique/alice",
+                "fg:{alice}:u:1h/per_rcpt/unique/alice",
+                "fg:{alice}:s:1h/per_rcpt/unique/alice",
+            ]
+        );
+        assert_eq!(e.args[0], b"<BdddBBddddBBdddBBdddBBddd");
+        let blob = &e.args[1];
+        let tail = &blob[blob.len() - 26..];
+        assert_eq!(&tail[..2], &[4, 1]);
+        let d_at = |i: usize| f64::from_le_bytes(tail[i..i + 8].try_into().unwrap());
+        assert_eq!((d_at(2), d_at(10), d_at(18)), (0.0, 2.0, 4.5));
+    }
+
+    #[test]
+    fn invalid_same_is_not_encoded() {
+        let namer = KeyNamer::new("fg:", HashTag::Global).unwrap();
+        for limits in [
+            vec![same(0, 1.0)],
+            vec![gcra("g"), same(0, 1.0)],
+            vec![ewma_req("k", UpdateMode::Leaky, None), same(3, 1.0)],
+        ] {
+            let d = Decision { limits };
+            assert!(matches!(
+                encode(&namer, &d, None, Duration::ZERO),
+                Err(StoreError::Invalid(_))
+            ));
+        }
+    }
+
+    /// The retry of an over same limit: from the base the script sends, the earlier
+    /// limit's period and next count (0 after a seen unique value or for readonly), and
+    /// its own m.
+    #[test]
+    fn same_retry_from_reply() {
+        let reply = |seen: u8, extra: f64| {
+            let mut r = vec![1u8];
+            // The earlier limit: stored, seen flags, rate 6.
+            r.push(2 + seen);
+            r.extend_from_slice(&6.0f64.to_le_bytes());
+            r.extend_from_slice(&0.0f64.to_le_bytes());
+            // The alias: over, extra known.
+            r.push(1 + 16);
+            r.extend_from_slice(&6.0f64.to_le_bytes());
+            r.extend_from_slice(&extra.to_le_bytes());
+            r
+        };
+        let d = Decision {
+            limits: vec![
+                ewma_req("1h/per_rcpt/unique/k", UpdateMode::Strict, Some("v")),
+                same(0, 4.0),
+            ],
+        };
+        let fresh = decode(&d, &reply(4, 6.0)).unwrap();
+        let alias = fresh.limits[1];
+        assert!(alias.over && !alias.stored && alias.seen.is_none());
+        // 3600 · ln(6 / (4 - 2)).
+        let want = 3600.0 * 3.0f64.ln();
+        assert!((alias.retry_after.unwrap().as_secs_f64() - want).abs() < 1e-6);
+        // Seen before: the next attempt adds nothing, 3600 · ln(6 / 4).
+        let seen = decode(&d, &reply(4 + 8, 6.0)).unwrap();
+        let want = 3600.0 * 1.5f64.ln();
+        assert!((seen.limits[1].retry_after.unwrap().as_secs_f64() - want).abs() < 1e-6);
+        // Not over: zero.
+        let mut under = reply(4, 0.0);
+        under[18] = 0;
+        let r = decode(&d, &under).unwrap();
+        assert_eq!(r.limits[1].retry_after, Some(Duration::ZERO));
+        // A same limit whose `of` is not earlier cannot come back from the script.
+        let bad = Decision {
+            limits: vec![ewma_req("k", UpdateMode::Strict, None), same(5, 4.0)],
+        };
+        assert!(decode(&bad, &reply(4, 6.0)).is_err());
     }
 
     fn gcra(key: &str) -> LimitRequest {

@@ -225,6 +225,8 @@ impl FailoverStore {
         now_us: i64,
         decision: &Decision,
     ) -> Result<DecisionResult, StoreError> {
+        // As the Redis store would (encode): an invalid request is an error, not a fallback.
+        decision.validate()?;
         let modes: Vec<FailureMode> = decision
             .limits
             .iter()
