@@ -235,15 +235,22 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             extra.push(format!("metrics address {a}"));
         }
         {
-            let mut out = std::io::stdout().lock();
+            // One write for all the lines: a script that reads only the first line and
+            // closes the pipe must not find a later line failing. A stdout nobody reads any
+            // more is not a reason to stop serving.
+            let mut text = String::new();
             for (name, addr, tls) in server.local_addrs() {
-                writeln!(out, "listening {name} {addr} {}", tls.as_str())?;
+                text.push_str(&format!("listening {name} {addr} {}\n", tls.as_str()));
                 info!(listener = %name, address = %addr, tls = tls.as_str(), "listening");
             }
             for line in extra {
-                writeln!(out, "{line}")?;
+                text.push_str(&line);
+                text.push('\n');
             }
-            out.flush()?;
+            let mut out = std::io::stdout().lock();
+            if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                warn!(error = %e, "cannot write the listening lines to stdout");
+            }
         }
         tokio::spawn(signals(control, sigs));
         server.run().await;

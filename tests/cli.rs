@@ -179,19 +179,42 @@ fn a_second_floodgate_on_the_same_port_is_refused() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start floodgate");
+    // The reader stays alive to the end: the first floodgate's stdout stays open.
+    let mut first_out = std::io::BufReader::new(first.stdout.take().unwrap());
     let mut line = String::new();
-    std::io::BufReader::new(first.stdout.take().unwrap())
-        .read_line(&mut line)
-        .expect("listening line");
+    first_out.read_line(&mut line).expect("listening line");
     let addr = line.split_whitespace().nth(2).expect("address").to_string();
     let (_d2, second_cfg) = temp_config(&format!(
         "[[listener]]\naddress = \"{addr}\"\n[upstream]\naddress = \"127.0.0.1:25\"\n"
     ));
-    let out = floodgate(&["run", "--config", second_cfg.to_str().unwrap()], b"");
+    let mut second = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["run", "--config", second_cfg.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the second floodgate");
+    // Bounded: a second floodgate that did start would otherwise run forever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = second.try_wait().expect("wait") {
+            break Some(st);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = second.kill();
+            let _ = second.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let first_alive = first.try_wait().expect("wait").is_none();
     let _ = first.kill();
     let _ = first.wait();
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut err).expect("stderr");
+    assert!(first_alive, "the first floodgate exited");
+    let status = status.expect("the second floodgate kept running on a port already in use");
+    assert_eq!(status.code(), Some(1), "{err}");
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
 }
 

@@ -82,6 +82,55 @@ burst = "10"
 }
 
 #[test]
+fn a_leaky_warn_listed_before_its_defer_on_one_record_is_warned_about() {
+    let warnings_for = |limits: &str| -> Vec<String> {
+        let cfg = FloodgateConfig::new(closed_port()).extra(limits);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.toml");
+        std::fs::write(&path, cfg.toml()).unwrap();
+        let out = check(&path);
+        assert!(out.ok(), "{out}");
+        out.stdout
+            .lines()
+            .filter(|l| l.starts_with("warning:"))
+            .map(str::to_string)
+            .collect()
+    };
+    let limit = |name: &str, spec: &str, action: &str| {
+        format!("[[limit]]\nname = \"{name}\"\nratelimit = \"{spec}\"\naction = \"{action}\"\n")
+    };
+    // Leaky warn at 50 first: once over 50 it stops storing, the defer at 100 never fires.
+    let w = warnings_for(
+        &(limit("soft", "50 / 1h / per_mail", "warn")
+            + &limit("hard", "100 / 1h / per_mail", "defer")),
+    );
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(
+        w[0].contains("limit hard")
+            && w[0].contains("shares its record with limit soft")
+            && w[0].contains("make soft strict or list hard first"),
+        "{w:#?}"
+    );
+    // The defer first, a strict warn, or another period: nothing to say.
+    for ok in [
+        limit("hard", "100 / 1h / per_mail", "defer")
+            + &limit("soft", "50 / 1h / per_mail", "warn"),
+        limit("soft", "50 / 1h / per_mail / strict", "warn")
+            + &limit("hard", "100 / 1h / per_mail", "defer"),
+        limit("soft", "50 / 60m / per_mail", "warn")
+            + &limit("hard", "100 / 1h / per_mail", "defer"),
+        limit("soft", "50 / 1h / per_mail / ${sender_address}", "warn")
+            + &limit("hard", "100 / 1h / per_mail", "defer"),
+    ] {
+        let w = warnings_for(&ok);
+        assert!(
+            !w.iter().any(|l| l.contains("shares its record")),
+            "{ok}\n{w:#?}"
+        );
+    }
+}
+
+#[test]
 fn a_broken_policy_exits_1_naming_file_and_line() {
     let cfg = FloodgateConfig::new(closed_port())
         .extra("[[limit]]\nname = \"x\"\nratelimit = \"10 / 1h\"\nwhen = \"autenticated\"\n");

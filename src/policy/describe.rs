@@ -2,7 +2,7 @@
 //! (exim-ratelimit.md): a limit ≤ 1 refuses every event, an unknown option silently becomes
 //! key text, and `1h` and `60m` are different keys.
 
-use super::model::{LimitDef, PolicyModel, RateDef};
+use super::model::{Counted, LimitDef, PolicyModel, RateDef};
 use crate::limit::spec::UpdateMode;
 
 /// One line per limit: stage, key, rate and burst, what is counted, mode, countermeasure.
@@ -129,6 +129,55 @@ pub fn warnings(model: &PolicyModel) -> Vec<String> {
             ));
         }
         periods.push((p, text, d.name.clone()));
+    }
+    w.extend(capped_by_a_leaky_twin(model));
+    w
+}
+
+/// Two Exim limits of one stage on the same record and cache: the later one is answered
+/// from the earlier one's rate (Exim's cache). When the earlier one is leaky with a lower
+/// m, it stops storing once over, so the rate stays near its m and the later limit can
+/// never be reached — the usual "warn before defer" written in the wrong order.
+fn capped_by_a_leaky_twin(model: &PolicyModel) -> Vec<String> {
+    let mut w = Vec::new();
+    let exim: Vec<_> = model
+        .limits
+        .iter()
+        .filter_map(|d| match &d.rate {
+            RateDef::Exim { spec, resolved, .. } if d.counted != Counted::AuthFailures => {
+                let key = d.key.as_ref().map(|t| t.text()).unwrap_or("");
+                Some((d, spec, resolved, spec.database_key(key, key)))
+            }
+            _ => None,
+        })
+        .collect();
+    for (i, (a, a_spec, a_res, a_key)) in exim.iter().enumerate() {
+        if a_res.update != UpdateMode::Leaky {
+            continue;
+        }
+        for (b, b_spec, b_res, b_key) in &exim[i + 1..] {
+            let twin = a.stage == b.stage
+                && a_key == b_key
+                && a_res.cache == b_res.cache
+                && a.when_text == b.when_text
+                && a.limit_list.is_none()
+                && b.limit_list.is_none();
+            if twin && a_spec.limit() < b_spec.limit() {
+                w.push(format!(
+                    "limit {} (line {}) shares its record with limit {} (line {}) and is answered from its rate; {} is leaky and stops counting once over m = {}, so {} (m = {}) is never reached: make {} strict or list {} first",
+                    b.name,
+                    b.line,
+                    a.name,
+                    a.line,
+                    a.name,
+                    a_spec.limit_text(),
+                    b.name,
+                    b_spec.limit_text(),
+                    a.name,
+                    b.name
+                ));
+            }
+        }
     }
     w
 }

@@ -7,7 +7,7 @@
 //! * leaky Exim and GCRA limits on recipients and bytes are *checked* without storing and
 //!   *charged* when upstream accepts the message. For Exim limits the check reads the stored
 //!   record and replays this session's own pending events, each at its own check time, then
-//!   the new one, with Exim's formula (see [`super::replay`]): one session gets exactly
+//!   the new one, with Exim's formula (see `policy::replay`): one session gets exactly
 //!   Exim's answers. The charge applies the accepted events one by one, in order, at commit
 //!   time (the store takes no explicit time): the stored rate differs from Exim's by the
 //!   decay between check and commit, and by the rounding of same-instant intervals (Exim's

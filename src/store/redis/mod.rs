@@ -2,7 +2,7 @@
 //! applied by one Lua script (`EVALSHA`, reloaded on `NOSCRIPT`), with time
 //! from Redis `TIME`, giving the same answers as [`super::MemoryStore`].
 //!
-//! * [`encode`]: decision → script keys and arguments, reply → result.
+//! * [`encode`](mod@encode): decision → script keys and arguments, reply → result.
 //! * [`conn`]: connection manager, cluster, TLS, credentials.
 //! * [`failover`]: what happens when Redis does not answer (open, closed, local).
 //!
