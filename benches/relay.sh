@@ -7,6 +7,7 @@
 # Needs ../shared/bench (install-tools.sh installs smtp-source/smtp-sink and nginx).
 # floodgate listens on 127.0.0.1:26259 and relays to the sink on 127.0.0.1:26250 with the
 # default policy and client_identity = "none" (smtp-sink does not authorise XCLIENT).
+# FLOODGATE_WORKERS=N sets [server] workers (default: one event loop per core).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 HARNESS=${HARNESS:-$ROOT/../shared/bench}
@@ -16,6 +17,7 @@ TMP=$(mktemp -d /tmp/floodgate-bench.XXXXXX)
 cat >"$TMP/floodgate.toml" <<TOML
 [server]
 max_connections_per_ip = 10000
+workers = ${FLOODGATE_WORKERS:-0}
 [[listener]]
 name = "bench"
 address = "127.0.0.1:26259"
