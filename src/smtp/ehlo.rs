@@ -308,6 +308,26 @@ mod tests {
         );
     }
 
+    /// Found by `filter_only_narrows` (once kept in proptest-regressions): with several SIZE
+    /// lines, the first valid one wins both before and after filtering.
+    #[test]
+    fn first_valid_size_line_wins_before_and_after_filtering() {
+        let f = EhloFilter {
+            offer_starttls: false,
+            offer_auth: false,
+            chunking: false,
+        };
+        for lines in [
+            ["hi", "PIPELINING", "SIZE", "SIZE 1"],
+            ["hi", "PIPELINING", "SIZE x", "SIZE 1"],
+        ] {
+            let up = Reply::multi(250, lines);
+            let before = parse_ehlo(&up);
+            let after = parse_ehlo(&filter_ehlo(&up, &f));
+            assert_eq!(after.size, before.size, "{lines:?}");
+        }
+    }
+
     fn ehlo_line() -> impl Strategy<Value = String> {
         prop_oneof![
             Just("PIPELINING".to_string()),
