@@ -267,13 +267,18 @@ impl FailoverStore {
         now_us: Option<i64>,
         decision: &Decision,
     ) -> Result<DecisionResult, StoreError> {
-        let Some(_probe) = self.try_redis() else {
+        let Some(probe) = self.try_redis() else {
             return self.fallback_local(now_us, decision);
         };
         match self.redis.decide_at(now_us, decision).await {
             Ok(r) => {
                 self.redis_decisions.fetch_add(1, Ordering::Relaxed);
-                self.came_back();
+                // Only a probe brings Redis back. A call sent while Redis was up can be
+                // answered after a later call found it down: that late answer says nothing
+                // about Redis now, and switching back on it would clear the local counts.
+                if probe.is_some() {
+                    self.came_back();
+                }
                 Ok(r)
             }
             Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
