@@ -131,6 +131,50 @@ fn a_leaky_warn_listed_before_its_defer_on_one_record_is_warned_about() {
 }
 
 #[test]
+fn a_limit_answered_from_an_earlier_stage_cache_is_warned_about() {
+    let warnings_for = |limits: &str| -> Vec<String> {
+        let cfg = FloodgateConfig::new(closed_port()).extra(limits);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.toml");
+        std::fs::write(&path, cfg.toml()).unwrap();
+        let out = check(&path);
+        assert!(out.ok(), "{out}");
+        out.stdout
+            .lines()
+            .filter(|l| l.starts_with("warning:") && l.contains("reads the same record"))
+            .map(str::to_string)
+            .collect()
+    };
+    let limit = |name: &str, stage: &str, spec: &str| {
+        format!("[[limit]]\nname = \"{name}\"\nstage = \"{stage}\"\nratelimit = \"{spec}\"\n")
+    };
+    // Exim test 0038: per_byte in DATA after per_mail in MAIL (same record: per_byte is
+    // stored under per_mail) is answered from the message cache and never counts a byte.
+    let w = warnings_for(
+        &(limit("mails", "mail", "100 / 1h / per_mail")
+            + &limit("bytes", "message", "10M / 1h / per_byte")),
+    );
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(
+        w[0].contains("limit bytes")
+            && w[0].contains("limit mails")
+            && w[0].contains("same message at mail"),
+        "{w:#?}"
+    );
+    // Another period text, the byte limit first, or the same count: nothing to say.
+    for ok in [
+        limit("mails", "mail", "100 / 1h / per_mail")
+            + &limit("bytes", "message", "10M / 60m / per_byte"),
+        limit("bytes", "message", "10M / 1h / per_byte")
+            + &limit("mails", "message", "100 / 2h / per_mail"),
+        limit("a", "mail", "100 / 1h / per_mail") + &limit("b", "rcpt", "200 / 1h / per_mail"),
+    ] {
+        let w = warnings_for(&ok);
+        assert!(w.is_empty(), "{ok}\n{w:#?}");
+    }
+}
+
+#[test]
 fn a_broken_policy_exits_1_naming_file_and_line() {
     let cfg = FloodgateConfig::new(closed_port())
         .extra("[[limit]]\nname = \"x\"\nratelimit = \"10 / 1h\"\nwhen = \"autenticated\"\n");

@@ -3,7 +3,8 @@
 //! key text, and `1h` and `60m` are different keys.
 
 use super::model::{Counted, LimitDef, PolicyModel, RateDef};
-use crate::limit::spec::UpdateMode;
+use super::Stage;
+use crate::limit::spec::{CacheScope, UpdateMode};
 
 /// One line per limit: stage, key, rate and burst, what is counted, mode, countermeasure.
 pub fn describe(model: &PolicyModel) -> Vec<String> {
@@ -131,6 +132,74 @@ pub fn warnings(model: &PolicyModel) -> Vec<String> {
         periods.push((p, text, d.name.clone()));
     }
     w.extend(capped_by_a_leaky_twin(model));
+    w.extend(answered_from_an_earlier_stage(model));
+    w
+}
+
+/// Where a stage falls in the life of a cache: only a limit checked at an earlier stage
+/// within the same message (MAIL to end of message) or connection can fill the cache a
+/// later one reads. `Command` runs at every command: no fixed place.
+fn cache_order(scope: CacheScope, stage: Stage) -> Option<u8> {
+    let order = match stage {
+        Stage::Connect => 0,
+        Stage::Helo => 1,
+        Stage::Auth => 2,
+        Stage::Mail => 3,
+        Stage::Rcpt => 4,
+        Stage::Data => 5,
+        Stage::Message => 6,
+        Stage::Command => return None,
+    };
+    match scope {
+        CacheScope::Connection => Some(order),
+        CacheScope::Message if order >= 3 => Some(order),
+        _ => None,
+    }
+}
+
+/// Exim test 0038's pitfall: a limit on the same record and cache as one checked at an
+/// earlier stage of the same message (or connection) is answered from that one's cached
+/// rate and never adds its own count — per_byte in DATA after per_mail in MAIL never counts
+/// a byte. Harmless when both count the same thing, so only different counts are reported.
+fn answered_from_an_earlier_stage(model: &PolicyModel) -> Vec<String> {
+    let mut w = Vec::new();
+    let exim: Vec<_> = model
+        .limits
+        .iter()
+        .filter_map(|d| match &d.rate {
+            RateDef::Exim { spec, resolved, .. } if d.counted != Counted::AuthFailures => {
+                let key = d.key.as_ref().map(|t| t.text()).unwrap_or("");
+                Some((d, resolved, spec.database_key(key, key)))
+            }
+            _ => None,
+        })
+        .collect();
+    for (b, b_res, b_key) in &exim {
+        let Some(b_at) = cache_order(b_res.cache, b.stage) else {
+            continue;
+        };
+        let earlier = exim.iter().find(|(a, a_res, a_key)| {
+            a_key == b_key
+                && a_res.cache == b_res.cache
+                && a_res.count != b_res.count
+                && (a.when_text.is_none() || a.when_text == b.when_text)
+                && cache_order(a_res.cache, a.stage).is_some_and(|a_at| a_at < b_at)
+        });
+        if let Some((a, _, key)) = earlier {
+            let scope = match b_res.cache {
+                CacheScope::Connection => "connection",
+                _ => "message",
+            };
+            w.push(format!(
+                "limit {} (line {}) reads the same record ({key}) as limit {} (line {}), checked earlier in the same {scope} at {}: as in Exim, it is answered from that cached rate and never adds its own count; give it another period text or key to count separately",
+                b.name,
+                b.line,
+                a.name,
+                a.line,
+                a.stage.as_str()
+            ));
+        }
+    }
     w
 }
 
