@@ -81,26 +81,29 @@ burst = "10"
     assert!(out.stdout.contains("limit fine: stage=mail key=\"${sender_host_address}\" gcra rate=10/60s burst=10 counts=messages mode=leaky action=defer"), "{out}");
 }
 
+/// The `warning:` lines `floodgate check` prints for a config with `limits` (which it
+/// must accept).
+fn check_warnings(limits: &str) -> Vec<String> {
+    let cfg = FloodgateConfig::new(closed_port()).extra(limits);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.toml");
+    std::fs::write(&path, cfg.toml()).unwrap();
+    let out = check(&path);
+    assert!(out.ok(), "{out}");
+    out.stdout
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn a_leaky_warn_listed_before_its_defer_on_one_record_is_warned_about() {
-    let warnings_for = |limits: &str| -> Vec<String> {
-        let cfg = FloodgateConfig::new(closed_port()).extra(limits);
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.toml");
-        std::fs::write(&path, cfg.toml()).unwrap();
-        let out = check(&path);
-        assert!(out.ok(), "{out}");
-        out.stdout
-            .lines()
-            .filter(|l| l.starts_with("warning:"))
-            .map(str::to_string)
-            .collect()
-    };
     let limit = |name: &str, spec: &str, action: &str| {
         format!("[[limit]]\nname = \"{name}\"\nratelimit = \"{spec}\"\naction = \"{action}\"\n")
     };
     // Leaky warn at 50 first: once over 50 it stops storing, the defer at 100 never fires.
-    let w = warnings_for(
+    let w = check_warnings(
         &(limit("soft", "50 / 1h / per_mail", "warn")
             + &limit("hard", "100 / 1h / per_mail", "defer")),
     );
@@ -122,7 +125,7 @@ fn a_leaky_warn_listed_before_its_defer_on_one_record_is_warned_about() {
         limit("soft", "50 / 1h / per_mail / ${sender_address}", "warn")
             + &limit("hard", "100 / 1h / per_mail", "defer"),
     ] {
-        let w = warnings_for(&ok);
+        let w = check_warnings(&ok);
         assert!(
             !w.iter().any(|l| l.contains("shares its record")),
             "{ok}\n{w:#?}"
@@ -133,16 +136,9 @@ fn a_leaky_warn_listed_before_its_defer_on_one_record_is_warned_about() {
 #[test]
 fn a_limit_answered_from_an_earlier_stage_cache_is_warned_about() {
     let warnings_for = |limits: &str| -> Vec<String> {
-        let cfg = FloodgateConfig::new(closed_port()).extra(limits);
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.toml");
-        std::fs::write(&path, cfg.toml()).unwrap();
-        let out = check(&path);
-        assert!(out.ok(), "{out}");
-        out.stdout
-            .lines()
-            .filter(|l| l.starts_with("warning:") && l.contains("reads the same record"))
-            .map(str::to_string)
+        check_warnings(limits)
+            .into_iter()
+            .filter(|l| l.contains("reads the same record"))
             .collect()
     };
     let limit = |name: &str, stage: &str, spec: &str| {

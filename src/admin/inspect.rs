@@ -139,7 +139,7 @@ pub fn reading(def: &LimitDef, db_key: Option<&str>, records: &[Record], now_us:
                 r.value = decayed_rate(&s, now_us, p);
             }
             // Exim's truth value is rate >= m; the decay takes p·ln(rate/m) to get under.
-            r.over = r.value >= m;
+            r.over = crate::limit::ewma::is_over(r.value, m);
             if r.over {
                 r.until_under_secs = Some(f64::from(p) * (r.value / m).ln());
             }

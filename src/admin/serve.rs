@@ -119,23 +119,7 @@ pub fn serve_unix(
         return Err(io_err(e));
     }
     info!(path = %path.display(), "admin API listening");
-    let mode = Mode::Admin(state);
-    tokio::spawn(async move {
-        let gate = Arc::new(Semaphore::new(MAX_CONNS));
-        loop {
-            let accepted = tokio::select! {
-                r = listener.accept() => r,
-                _ = stop.cancelled() => return,
-            };
-            match accepted {
-                Ok((s, _)) => spawn_conn(s, mode.clone(), gate.clone()),
-                Err(e) => {
-                    warn!(error = %e, "admin socket accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        }
-    });
+    spawn_accept_loop(listener, "admin socket", Mode::Admin(state), stop);
     Ok(SocketFile(path.to_path_buf()))
 }
 
@@ -179,15 +163,49 @@ async fn serve_tcp(
     let listener = TcpListener::bind(address).await.map_err(io_err)?;
     let bound = listener.local_addr().map_err(io_err)?;
     info!(address = %bound, "{what} listening");
+    spawn_accept_loop(listener, what, mode, stop);
+    Ok(bound)
+}
+
+/// A listener the accept loop serves: the admin unix socket or a TCP address.
+trait Accept: Send + 'static {
+    /// One accepted connection.
+    type Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// Waits for the next connection.
+    fn next(&self) -> impl std::future::Future<Output = io::Result<Self::Conn>> + Send;
+}
+
+impl Accept for UnixListener {
+    type Conn = tokio::net::UnixStream;
+    async fn next(&self) -> io::Result<Self::Conn> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+impl Accept for TcpListener {
+    type Conn = tokio::net::TcpStream;
+    async fn next(&self) -> io::Result<Self::Conn> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+/// Accepts on `listener` until `stop`, serving each connection as `mode` allows, at most
+/// [`MAX_CONNS`] at once. An accept error (out of descriptors) backs off instead of spinning.
+fn spawn_accept_loop<L: Accept>(
+    listener: L,
+    what: &'static str,
+    mode: Mode,
+    stop: CancellationToken,
+) {
     tokio::spawn(async move {
         let gate = Arc::new(Semaphore::new(MAX_CONNS));
         loop {
             let accepted = tokio::select! {
-                r = listener.accept() => r,
+                r = listener.next() => r,
                 _ = stop.cancelled() => return,
             };
             match accepted {
-                Ok((s, _)) => spawn_conn(s, mode.clone(), gate.clone()),
+                Ok(s) => spawn_conn(s, mode.clone(), gate.clone()),
                 Err(e) => {
                     warn!(error = %e, "{what} accept failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -195,7 +213,6 @@ async fn serve_tcp(
             }
         }
     });
-    Ok(bound)
 }
 
 fn spawn_conn<S>(stream: S, mode: Mode, gate: Arc<Semaphore>)

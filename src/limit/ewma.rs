@@ -67,6 +67,12 @@ pub fn next_rate(prev: Option<&EwmaState>, now_us: i64, count: f64, period_secs:
     rate
 }
 
+/// Exim's test of a rate against its limit m: over when `rate >= m`. Exim computes
+/// `rate < limit ? FAIL : OK`, so a NaN on either side is over (and m = 0 always is).
+pub fn is_over(rate: f64, limit: f64) -> bool {
+    rate.partial_cmp(&limit) != Some(std::cmp::Ordering::Less)
+}
+
 /// One evaluation of an Exim limit on a key's state.
 pub fn evaluate(
     prev: Option<&EwmaState>,
@@ -80,8 +86,7 @@ pub fn evaluate(
         count
     };
     let rate = next_rate(prev, now_us, count, params.period_secs);
-    // Exim tests `rate < limit ? FAIL : OK`, so a NaN on either side is over.
-    let over = rate.partial_cmp(&params.limit) != Some(std::cmp::Ordering::Less);
+    let over = is_over(rate, params.limit);
     let store = match params.mode {
         UpdateMode::Strict => true,
         UpdateMode::Leaky => !over,

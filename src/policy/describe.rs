@@ -4,7 +4,7 @@
 
 use super::model::{Counted, LimitDef, PolicyModel, RateDef};
 use super::Stage;
-use crate::limit::spec::{CacheScope, UpdateMode};
+use crate::limit::spec::{CacheScope, LimitSpec, Resolved, UpdateMode};
 
 /// One line per limit: stage, key, rate and burst, what is counted, mode, countermeasure.
 pub fn describe(model: &PolicyModel) -> Vec<String> {
@@ -136,6 +136,23 @@ pub fn warnings(model: &PolicyModel) -> Vec<String> {
     w
 }
 
+/// The Exim limits that read and write a rate record (auth-failure limits keep their own),
+/// in config order, each with the record's database key as written (the key template's
+/// text stands for its expansion: the same text gives the same record).
+fn records(model: &PolicyModel) -> Vec<(&LimitDef, &LimitSpec, &Resolved, String)> {
+    model
+        .limits
+        .iter()
+        .filter_map(|d| match &d.rate {
+            RateDef::Exim { spec, resolved, .. } if d.counted != Counted::AuthFailures => {
+                let key = d.key.as_ref().map(|t| t.text()).unwrap_or("");
+                Some((d, spec, resolved, spec.database_key(key, key)))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Where a stage falls in the life of a cache: only a limit checked at an earlier stage
 /// within the same message (MAIL to end of message) or connection can fill the cache a
 /// later one reads. `Command` runs at every command: no fixed place.
@@ -163,29 +180,19 @@ fn cache_order(scope: CacheScope, stage: Stage) -> Option<u8> {
 /// a byte. Harmless when both count the same thing, so only different counts are reported.
 fn answered_from_an_earlier_stage(model: &PolicyModel) -> Vec<String> {
     let mut w = Vec::new();
-    let exim: Vec<_> = model
-        .limits
-        .iter()
-        .filter_map(|d| match &d.rate {
-            RateDef::Exim { spec, resolved, .. } if d.counted != Counted::AuthFailures => {
-                let key = d.key.as_ref().map(|t| t.text()).unwrap_or("");
-                Some((d, resolved, spec.database_key(key, key)))
-            }
-            _ => None,
-        })
-        .collect();
-    for (b, b_res, b_key) in &exim {
+    let exim = records(model);
+    for (b, _, b_res, b_key) in &exim {
         let Some(b_at) = cache_order(b_res.cache, b.stage) else {
             continue;
         };
-        let earlier = exim.iter().find(|(a, a_res, a_key)| {
+        let earlier = exim.iter().find(|(a, _, a_res, a_key)| {
             a_key == b_key
                 && a_res.cache == b_res.cache
                 && a_res.count != b_res.count
                 && (a.when_text.is_none() || a.when_text == b.when_text)
                 && cache_order(a_res.cache, a.stage).is_some_and(|a_at| a_at < b_at)
         });
-        if let Some((a, _, key)) = earlier {
+        if let Some((a, _, _, key)) = earlier {
             let scope = match b_res.cache {
                 CacheScope::Connection => "connection",
                 _ => "message",
@@ -209,17 +216,7 @@ fn answered_from_an_earlier_stage(model: &PolicyModel) -> Vec<String> {
 /// never be reached — the usual "warn before defer" written in the wrong order.
 fn capped_by_a_leaky_twin(model: &PolicyModel) -> Vec<String> {
     let mut w = Vec::new();
-    let exim: Vec<_> = model
-        .limits
-        .iter()
-        .filter_map(|d| match &d.rate {
-            RateDef::Exim { spec, resolved, .. } if d.counted != Counted::AuthFailures => {
-                let key = d.key.as_ref().map(|t| t.text()).unwrap_or("");
-                Some((d, spec, resolved, spec.database_key(key, key)))
-            }
-            _ => None,
-        })
-        .collect();
+    let exim = records(model);
     for (i, (a, a_spec, a_res, a_key)) in exim.iter().enumerate() {
         if a_res.update != UpdateMode::Leaky {
             continue;

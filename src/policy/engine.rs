@@ -36,6 +36,7 @@ use super::replay::{self, replay};
 use super::request::{apply_result, request};
 use super::{BoxFuture, Facts, Policy, SessionPolicy, Stage, Verdict};
 use crate::limit::bucket::{BucketOp, Verdict as Spamminess};
+use crate::limit::ewma::is_over;
 use crate::limit::gcra::GcraSpec;
 use crate::limit::rate::Rate;
 use crate::limit::spec::UpdateMode;
@@ -391,8 +392,7 @@ impl RateSession {
                 RateDef::Exim { resolved, .. } => {
                     if let Some(rate) = self.cache.get(resolved.cache, &req.key) {
                         outcome.value = rate;
-                        outcome.over =
-                            rate.partial_cmp(&outcome.limit) != Some(std::cmp::Ordering::Less);
+                        outcome.over = is_over(rate, outcome.limit);
                         Class::Cached
                     } else if let Some(j) = evals.iter().position(|e| {
                         // An earlier limit of this check already puts the key in the cache
@@ -477,7 +477,7 @@ impl RateSession {
             for a in evals.iter_mut().filter(|a| a.class == Class::Same(j)) {
                 let o = &mut a.outcome;
                 o.value = r.rate;
-                o.over = r.rate.partial_cmp(&o.limit) != Some(std::cmp::Ordering::Less);
+                o.over = is_over(r.rate, o.limit);
                 let blocks = o.over && a.def.action.blocks();
                 // The replayed event is charged only if nothing refuses it.
                 o.retry_after = r.retry_for(o.limit, !r.over && !blocks && !refused);

@@ -49,7 +49,7 @@ impl Replayed {
     /// under, `None` when no wait is enough. `charged`: whether this event is charged (then
     /// its rate stays, else [`Replayed::kept`]).
     pub fn retry_for(&self, limit: f64, charged: bool) -> Option<Duration> {
-        if self.rate.partial_cmp(&limit) == Some(std::cmp::Ordering::Less) {
+        if !ewma::is_over(self.rate, limit) {
             return Some(Duration::ZERO);
         }
         let base = if charged { self.rate } else { self.kept };

@@ -255,7 +255,7 @@ pub fn step_125(x: f64) -> f64 {
 /// Whether a peak is over a limit value: Exim's `rate >= m`, a bucket's `level > burst`.
 fn is_over(algorithm: &str, peak: f64, limit: f64) -> bool {
     if algorithm == "exim" {
-        peak >= limit
+        crate::limit::ewma::is_over(peak, limit)
     } else {
         peak > limit
     }

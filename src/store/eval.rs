@@ -150,8 +150,7 @@ pub(crate) fn same(
         return invalid_same();
     };
     let value = of_res.value;
-    // As ewma::evaluate: a NaN on either side is over.
-    let over = value.partial_cmp(&limit) != Some(std::cmp::Ordering::Less);
+    let over = ewma::is_over(value, limit);
     let retry_after = if over {
         let base = if of_res.stored {
             value

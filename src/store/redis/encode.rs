@@ -5,7 +5,7 @@ use crate::limit::bucket::{BucketOp, BucketState, Verdict};
 use crate::limit::ewma::{self, EwmaState};
 use crate::limit::spec::UpdateMode;
 use crate::limit::unique::{bloom_size, UniqueKind};
-use crate::store::eval::same_retry;
+use crate::store::eval::{next_count, same_retry};
 use crate::store::{Algorithm, Decision, DecisionResult, LimitRequest, LimitResult, StoreError};
 use md5::{Digest, Md5};
 use std::time::Duration;
@@ -395,20 +395,13 @@ pub fn decode(decision: &Decision, reply: &[u8]) -> Result<DecisionResult, Store
         let extra = (flags & 16 != 0).then_some(extra);
         let retry_after = match &req.algorithm {
             Algorithm::Ewma {
-                limit,
-                period_secs,
-                mode,
-                ..
+                limit, period_secs, ..
             } => match extra {
                 // Not over.
                 None => Some(Duration::ZERO),
                 Some(base) => {
-                    let count = if *mode == UpdateMode::Readonly || seen == Some(true) {
-                        0.0
-                    } else {
-                        req.count
-                    };
-                    ewma::retry_after_secs(base, count, *limit, *period_secs).and_then(secs)
+                    ewma::retry_after_secs(base, next_count(req, seen), *limit, *period_secs)
+                        .and_then(secs)
                 }
             },
             Algorithm::Gcra(_) => {
