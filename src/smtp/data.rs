@@ -134,7 +134,7 @@ impl DataDecoder {
     /// `buf`. Once done, further calls consume nothing and return true.
     pub fn feed(&mut self, buf: &mut bytes::BytesMut, body: &mut Vec<u8>) -> bool {
         let (used, done) = self.feed_slice(buf, body);
-        let _ = buf.split_to(used);
+        bytes::Buf::advance(buf, used);
         done
     }
 
@@ -146,6 +146,16 @@ impl DataDecoder {
         }
         let mut i = 0;
         while i < input.len() {
+            if !self.pending_cr && self.col == 0 {
+                // Whole clean lines are written as they came, in one copy: see `clean_run`.
+                let run = self.clean_run(&input[i..]);
+                if run > 0 {
+                    self.emit(&input[i..i + run], body);
+                    self.start = LineStart::Clean;
+                    i += run;
+                    continue;
+                }
+            }
             if self.pending_cr {
                 self.pending_cr = false;
                 if input[i] == b'\n' {
@@ -193,6 +203,31 @@ impl DataDecoder {
             }
         }
         (i, false)
+    }
+
+    /// The length of the longest prefix of `input` made of whole clean lines: each ended by
+    /// CRLF, with no other CR or LF, not starting with '.', and within the line limit. Such
+    /// lines are the same in the message and in its dot-stuffed wire form, so they are copied
+    /// without looking at them again. Called only at the start of a line.
+    fn clean_run(&self, input: &[u8]) -> usize {
+        let mut j = 0;
+        while let Some(&first) = input.get(j) {
+            if first == b'.' {
+                break;
+            }
+            let rest = &input[j..];
+            let Some(stop) = memchr::memchr2(b'\r', b'\n', rest) else {
+                break;
+            };
+            if rest[stop] != b'\r' || rest.get(stop + 1) != Some(&b'\n') {
+                break;
+            }
+            if stop + 2 > self.max_line_len {
+                break;
+            }
+            j += stop + 2;
+        }
+        j
     }
 
     /// Finishes the current line. `crlf` tells whether it ended in a real

@@ -248,8 +248,47 @@ fn smtpish() -> impl Strategy<Value = Vec<u8>> {
     )
 }
 
+/// Mostly whole lines ended by CRLF (what real mail is), with the odd dot, bare CR or LF.
+fn lineish() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(
+        prop_oneof![
+            6 => Just(&b"\r\n"[..]), 4 => Just(&b"ab"[..]), 2 => Just(&b"."[..]),
+            1 => Just(&b"\r"[..]), 1 => Just(&b"\n"[..]), 1 => Just(&b"xyzxyzxyz"[..])
+        ],
+        0..60,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+/// Fed one octet at a time: never a whole line in one call, so every octet goes through
+/// the per-octet path and none through the whole-line fast path.
+fn octet_by_octet(d: DataDecoder, input: &[u8]) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
+    let cuts: Vec<usize> = (1..input.len()).collect();
+    chunked_decode_with(d, input, &cuts)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The whole-line fast path gives exactly what the per-octet path gives: same body,
+    /// outcome and leftover, for any line limit, size cap and mode.
+    #[test]
+    fn fast_path_is_the_per_octet_path(input in prop_oneof![lineish(), smtpish()],
+                                       tail in any::<bool>(), normalize in any::<bool>(),
+                                       stuffed in any::<bool>(), line in 2usize..24,
+                                       max in 0u64..200) {
+        let bare = if normalize { BarePolicy::Normalize } else { BarePolicy::Reject };
+        let mut input = input;
+        if tail {
+            input.extend_from_slice(b"\r\n.\r\nQUIT\r\n");
+        }
+        let mut d = DataDecoder::new(line, bare, max);
+        if stuffed {
+            d = d.stuffed();
+        }
+        let whole = chunked_decode_with(d.clone(), &input, &[]);
+        prop_assert_eq!(octet_by_octet(d, &input), whole);
+    }
 
     /// Any split of the input gives the same body, outcome and leftover.
     #[test]
