@@ -2,7 +2,6 @@
 //! `inspect`, `reset`, `top` and `reload` (which talk to a running floodgate over its admin
 //! socket).
 
-
 /// mimalloc instead of the system allocator: sessions allocate and free small buffers and
 /// tokio's cache-aligned I/O state on every connection, where glibc's malloc (and its
 /// memalign path) was about a tenth of floodgate's own CPU time under load.

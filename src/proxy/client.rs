@@ -184,7 +184,11 @@ impl ClientConn {
     pub async fn close(&mut self) {
         let _ = self.flush().await;
         if let Some(mut s) = self.stream.take() {
-            let _ = timeout(Duration::from_secs(2), s.shutdown()).await;
+            // TLS ends with close_notify. Plain TCP needs nothing: dropping the socket sends
+            // the FIN a shutdown would (and a client that already left made that fail).
+            if s.is_tls() {
+                let _ = timeout(Duration::from_secs(2), s.shutdown()).await;
+            }
         }
     }
 }

@@ -39,10 +39,7 @@ fn header_parser() -> &'static mail_parser::MessageParser {
 /// The header section (through its blank line, or everything) of a message spooled in its
 /// dot-stuffed wire form, unstuffed: borrowed when no line of it starts with '.'.
 fn header_section(stuffed: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    let end = memchr::memmem::find(stuffed, b"\r\n\r\n")
-        .map(|p| p + 4)
-        .unwrap_or(stuffed.len());
-    let head = &stuffed[..end];
+    let head = &stuffed[..header_end(stuffed)];
     if !head.starts_with(b".") && memchr::memmem::find(head, b"\r\n.").is_none() {
         return std::borrow::Cow::Borrowed(head);
     }
@@ -54,12 +51,72 @@ fn header_section(stuffed: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     std::borrow::Cow::Owned(out)
 }
 
+/// The end of the header section: just past its blank line (the first CRLF CRLF), or the
+/// end of `msg`. The searcher is built once.
+fn header_end(msg: &[u8]) -> usize {
+    static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+        std::sync::OnceLock::new();
+    FINDER
+        .get_or_init(|| memchr::memmem::Finder::new(b"\r\n\r\n"))
+        .find(msg)
+        .map_or(msg.len(), |p| p + 4)
+}
+
+/// Copies the From and Message-ID fields (with their folded lines) of a plain header section
+/// into `out`, which mail-parser then reads instead of the whole section. `None` when the
+/// section is anything but plain (a bare CR or LF, a line before the first field, a field
+/// name that is not printable ASCII followed by ':', no final CRLF): mail-parser then reads
+/// it all, so what is found never depends on this shortcut.
+fn wanted_fields(head: &[u8], out: &mut Vec<u8>) -> Option<()> {
+    let mut rest = head;
+    let mut keep = false;
+    let mut first = true;
+    while !rest.is_empty() {
+        let lf = memchr::memchr(b'\n', rest)?;
+        let line = &rest[..=lf];
+        let text = line.strip_suffix(b"\r\n")?;
+        if memchr::memchr(b'\r', text).is_some() {
+            return None;
+        }
+        if text.is_empty() {
+            // The blank line ends the section; a section that starts with it is left to
+            // mail-parser.
+            return if first { None } else { Some(()) };
+        }
+        if text[0] == b' ' || text[0] == b'\t' {
+            if first {
+                return None;
+            }
+        } else {
+            let colon = memchr::memchr(b':', text)?;
+            let name = &text[..colon];
+            if name.is_empty() || !name.iter().all(|b| (33..=126).contains(b)) {
+                return None;
+            }
+            keep = name.eq_ignore_ascii_case(b"from") || name.eq_ignore_ascii_case(b"message-id");
+        }
+        if keep {
+            out.extend_from_slice(line);
+        }
+        first = false;
+        rest = &rest[lf + 1..];
+    }
+    Some(())
+}
+
 /// From and Message-ID of a message, read from its header section only.
 fn header_fields(body: &[u8]) -> (Option<String>, Option<String>) {
-    let end = memchr::memmem::find(body, b"\r\n\r\n")
-        .map(|p| p + 4)
-        .unwrap_or(body.len());
-    let Some(msg) = header_parser().parse_headers(&body[..end]) else {
+    let head = &body[..header_end(body)];
+    let mut wanted = Vec::new();
+    let fields = match wanted_fields(head, &mut wanted) {
+        Some(()) if wanted.is_empty() => return (None, None),
+        Some(()) => {
+            wanted.extend_from_slice(b"\r\n");
+            &wanted[..]
+        }
+        None => head,
+    };
+    let Some(msg) = header_parser().parse_headers(fields) else {
         return (None, None);
     };
     let from = msg
@@ -310,6 +367,30 @@ mod tests {
         assert_eq!(header_fields(b""), (None, None));
     }
 
+    #[test]
+    fn shortcut_keeps_folded_and_repeated_fields() {
+        let m = b"Received: from x\r\n\tby y\r\nFrom: A\r\n <a@example.org>\r\nTo: b@c\r\n\
+                  from: c@d\r\nMessage-Id:\r\n <1@x>\r\n\r\nFrom: body@e\r\n";
+        let mut wanted = Vec::new();
+        assert!(super::wanted_fields(&m[..super::header_end(m)], &mut wanted).is_some());
+        assert_eq!(
+            wanted,
+            b"From: A\r\n <a@example.org>\r\nfrom: c@d\r\nMessage-Id:\r\n <1@x>\r\n"
+        );
+        assert_eq!(header_fields(m), full_parse(m));
+        assert_eq!(header_fields(m).1.as_deref(), Some("1@x"));
+        // Not plain: left to mail-parser whole.
+        for odd in [
+            &b" folded first\r\nFrom: a@b\r\n\r\n"[..],
+            b"From: a@b\n\r\n",
+            b"\r\nFrom: a@b\r\n",
+        ] {
+            assert!(super::wanted_fields(odd, &mut Vec::new()).is_none());
+            assert_eq!(header_fields(odd), full_parse(odd));
+        }
+        assert_eq!(header_fields(b"Subject: x\r\n\r\n"), (None, None));
+    }
+
     fn field() -> impl Strategy<Value = Vec<u8>> {
         let name = prop_oneof![
             Just("From"),
@@ -387,6 +468,38 @@ mod tests {
             let end = memchr::memmem::find(&plain, b"\r\n\r\n").map(|p| p + 4).unwrap_or(plain.len());
             prop_assert_eq!(&*super::header_section(&stuffed), &plain[..end]);
             prop_assert_eq!(header_fields(&super::header_section(&stuffed)), header_fields(&plain));
+        }
+
+        /// Plain sections (CRLF lines, every field named and followed by ':') go through
+        /// the shortcut, and it reads what parsing every field reads.
+        #[test]
+        fn shortcut_reads_what_a_full_parse_reads(
+            fields in proptest::collection::vec(field(), 1..8),
+        ) {
+            let plain: Vec<Vec<u8>> = fields
+                .into_iter()
+                .filter(|f| {
+                    let text = &f[..f.len() - 2];
+                    let named = text
+                        .iter()
+                        .position(|&b| b == b':')
+                        .is_some_and(|c| c > 0 && text[..c].iter().all(|b| (33..=126).contains(b)));
+                    // Folded lines are plain; a bare CR or LF is not.
+                    let bare = text.iter().enumerate().any(|(i, &b)| match b {
+                        b'\r' => text.get(i + 1) != Some(&b'\n')
+                            || !matches!(text.get(i + 2), Some(b' ' | b'\t')),
+                        b'\n' => i == 0 || text[i - 1] != b'\r',
+                        _ => false,
+                    });
+                    named && !bare
+                })
+                .collect();
+            prop_assume!(!plain.is_empty());
+            let mut m = plain.concat();
+            m.extend_from_slice(b"\r\nbody\r\n");
+            let mut wanted = Vec::new();
+            prop_assert!(super::wanted_fields(&m[..super::header_end(&m)], &mut wanted).is_some());
+            prop_assert_eq!(header_fields(&m), full_parse(&m));
         }
 
         /// Skipping the other fields never changes what is read from From and Message-ID.

@@ -90,7 +90,8 @@ pub struct Session {
     pub(super) errors: u32,
     pub(super) stop: CancellationToken,
     pub(super) peer: SocketAddr,
-    pub(super) local: SocketAddr,
+    /// The address the client connected to, when upstream needs it (PROXY v2).
+    pub(super) local: Option<SocketAddr>,
     pub(super) tally: Tally,
     /// Buffers of the last message (spooled body, wire form), kept for the next one.
     pub(super) spool: Vec<u8>,
@@ -112,7 +113,7 @@ impl Session {
         listener: ListenerInfo,
         stream: Stream,
         peer: SocketAddr,
-        local: SocketAddr,
+        local: Option<SocketAddr>,
         stop: CancellationToken,
     ) {
         let started = Instant::now();

@@ -109,6 +109,9 @@ impl UpstreamSettings {
     }
 }
 
+/// The longest floodgate waits for upstream's 221 (and TLS close) when leaving.
+const QUIT_WAIT: Duration = Duration::from_secs(2);
+
 /// One upstream SMTP connection, driven one command at a time.
 pub struct Upstream {
     stream: Stream,
@@ -129,7 +132,7 @@ impl Upstream {
     pub async fn connect(
         settings: &UpstreamSettings,
         client: SocketAddr,
-        local: SocketAddr,
+        local: Option<SocketAddr>,
     ) -> Result<(Upstream, Reply), UpstreamError> {
         let tcp = timeout(settings.connect_timeout, connect_tcp(&settings.address))
             .await
@@ -137,7 +140,7 @@ impl Upstream {
         let _ = tcp.set_nodelay(true);
         let mut stream = Stream::Plain(tcp);
         if settings.identity == ClientIdentity::ProxyV2 {
-            let header = encode_proxy_v2(client, local);
+            let header = encode_proxy_v2(client, local.unwrap_or(client));
             stream
                 .write_all(&header)
                 .await
@@ -300,14 +303,13 @@ impl Upstream {
 
     /// Sends QUIT and closes, waiting briefly for the 221 (errors ignored: we are leaving).
     pub async fn quit(mut self) {
-        let _ = timeout(Duration::from_secs(2), async {
-            if self.stream.write_all(b"QUIT\r\n").await.is_ok() && self.stream.flush().await.is_ok()
-            {
-                let _ = self.read_reply().await;
-            }
-            let _ = self.stream.shutdown().await;
-        })
-        .await;
+        // At most 2 s for the 221, on the connection's own timer.
+        self.reply_timeout = self.reply_timeout.min(QUIT_WAIT);
+        let _ = self.command(b"QUIT\r\n").await;
+        // TLS ends with close_notify; plain TCP is closed by dropping the socket.
+        if self.stream.is_tls() {
+            let _ = timeout(QUIT_WAIT, self.stream.shutdown()).await;
+        }
     }
 }
 

@@ -22,7 +22,7 @@ use tracing::{debug, error, info, warn};
 use crate::admin::metrics::ListenerMetrics;
 use crate::admin::{Metrics, Side};
 use crate::config::StoreConfig;
-use crate::config::{Config, TlsMode};
+use crate::config::{ClientIdentity, Config, TlsMode};
 use crate::policy::{Policy, RatePolicy};
 use crate::proxy::{ListenerInfo, Session, Shared, Stream, UpstreamSettings};
 use crate::smtp::proxy_header::{parse_proxy_header, V2_MAX, V2_SIGNATURE};
@@ -489,9 +489,14 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, stop: CancellationTo
 
 async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
     let _ = tcp.set_nodelay(true);
-    let local = tcp.local_addr().unwrap_or(peer);
     let shared = ctx.shared.read().expect("shared lock").clone();
     let cfg = shared.config.clone();
+    // Only a PROXY v2 header towards upstream needs the local address: no syscall otherwise.
+    let local = if cfg.upstream.client_identity == ClientIdentity::ProxyV2 {
+        tcp.local_addr().ok()
+    } else {
+        None
+    };
     let mut tcp = tcp;
     if ctx.proxy_protocol
         && cfg
