@@ -281,7 +281,7 @@ impl Harness {
             info,
             Stream::Plain(server_side),
             peer,
-            local,
+            Some(local),
             CancellationToken::new(),
         ));
         let (mut rd, mut wr) = client.into_split();
