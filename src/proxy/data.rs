@@ -157,6 +157,7 @@ impl Session {
         body.clear();
         body.reserve(hint.clamp(4096, 1 << 24));
         let data_deadline = tokio::time::Instant::now() + cfg.timeouts.data.0;
+        self.client.set_bulk(true);
         loop {
             if decoder.feed(&mut self.client.rbuf, &mut body) {
                 break;
@@ -164,12 +165,14 @@ impl Session {
             let left = data_deadline.saturating_duration_since(tokio::time::Instant::now());
             let idle = left.min(cfg.timeouts.command.0);
             if let Err(end) = self.client.fill(idle, &self.stop).await {
+                self.client.set_bulk(false);
                 let why = self.read_end(end);
                 info!(client = %self.peer.ip(), why, "message abandoned during DATA");
                 self.abort_upstream_txn().await?;
                 return Ok(Flow::Close);
             }
         }
+        self.client.set_bulk(false);
         let outcome = decoder.outcome();
         self.tally.bytes += outcome.size;
         let refusal = outcome.rejection();
