@@ -10,6 +10,7 @@
 //! whatever the client sent; with [`BarePolicy::Reject`] such messages are
 //! also flagged so the session can refuse them.
 
+use super::line_ends::LineEnds;
 use super::reply::Reply;
 
 /// What to do with bare CR / bare LF line endings inside a message.
@@ -210,22 +211,22 @@ impl DataDecoder {
     /// lines are the same in the message and in its dot-stuffed wire form, so they are copied
     /// without looking at them again. Called only at the start of a line.
     fn clean_run(&self, input: &[u8]) -> usize {
+        let mut ends = LineEnds::new(input);
         let mut j = 0;
         while let Some(&first) = input.get(j) {
             if first == b'.' {
                 break;
             }
-            let rest = &input[j..];
-            let Some(stop) = memchr::memchr2(b'\r', b'\n', rest) else {
+            let Some(stop) = ends.next_from(j) else {
                 break;
             };
-            if rest[stop] != b'\r' || rest.get(stop + 1) != Some(&b'\n') {
+            if input[stop] != b'\r' || input.get(stop + 1) != Some(&b'\n') {
                 break;
             }
-            if stop + 2 > self.max_line_len {
+            if stop + 2 - j > self.max_line_len {
                 break;
             }
-            j += stop + 2;
+            j = stop + 2;
         }
         j
     }

@@ -18,6 +18,7 @@ pub mod command;
 pub mod data;
 pub mod ehlo;
 pub mod line;
+pub mod line_ends;
 pub mod proxy_header;
 pub mod reply;
 pub mod sasl;
