@@ -473,3 +473,44 @@ message = "4.7.1 rate ${sender_rate}"
     }
     assert_eq!(codes, vec![250, 250, 450]);
 }
+
+/// A limit keyed by the header From works when nothing logs the message line: at log level
+/// "warn" the header is parsed for the policy alone.
+#[test]
+fn header_from_limit_works_without_message_logs() {
+    let rec = Recorder::plain();
+    let cfg = FloodgateConfig::new(rec.addr()).log_level("warn").extra(
+        r#"
+[[limit]]
+name = "per-from"
+count = "messages"
+stage = "message"
+key = "${header_from}"
+algorithm = "bucket"
+rate = "2 / 1h"
+burst = "2"
+action = "defer"
+"#,
+    );
+    let fg = Floodgate::start(&cfg);
+    let mut c = session(&fg);
+    let mut send = |from: &str| {
+        assert_eq!(c.cmd("MAIL FROM:<s@example.org>").code, 250);
+        assert_eq!(c.cmd("RCPT TO:<r@example.com>").code, 250);
+        assert_eq!(c.cmd("DATA").code, 354);
+        c.send(format!("From: <{from}>\r\nSubject: t\r\n\r\nhello\r\n.\r\n").as_bytes());
+        c.reply().code
+    };
+    let codes: Vec<u16> = [
+        "a@example.org",
+        "a@example.org",
+        "a@example.org",
+        "b@example.org",
+    ]
+    .iter()
+    .map(|f| send(f))
+    .collect();
+    // The third message from a@ is over; b@ has its own key.
+    assert_eq!(codes, [250, 250, 451, 250]);
+    assert_eq!(rec.messages().len(), 3);
+}

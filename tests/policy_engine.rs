@@ -475,3 +475,40 @@ action = "warn"
     let rate = ewma_rate(&store, "1h/per_rcpt/w").expect("charged");
     assert!((1.99..2.01).contains(&rate), "{rate}");
 }
+
+/// The policy says whether it reads the header From (the session parses the header only
+/// then, or for its log line), wherever a limit may name it; a reload changes the answer.
+#[test]
+fn reads_header_from_wherever_a_limit_names_it() {
+    let with = |field: &str| {
+        format!(
+            "[lists]\nfroms = {{ entries = [\"a@b.example\"] }}\n[[limit]]\nname = \"l\"\ncount = \"messages\"\nrate = \"1 / 1h\"\nburst = \"1\"\n{field}\n"
+        )
+    };
+    let reads = |limits: &str| policy(limits).0.reads_header_from();
+    assert!(!reads(""));
+    assert!(!reads(&with("key = \"${sender_address}\"")));
+    assert!(!reads(&with(
+        "when = \"sender == \\\"x\\\" || authenticated\""
+    )));
+    assert!(reads(&with("key = \"${header_from}\"")));
+    assert!(reads(&with("key = \"d-${header_from_domain}\"")));
+    assert!(reads(&with(
+        "when = \"authenticated && !(header_from in froms)\""
+    )));
+    assert!(reads(&with("message = \"slow down ${header_from}\"")));
+    assert!(reads(&with(
+        "limit_list = \"froms\"\nlimit_by = \"header_from\""
+    )));
+    assert!(!reads(&with(
+        "limit_list = \"froms\"\nlimit_by = \"sender\""
+    )));
+    assert!(reads(
+        "[[limit]]\nratelimit = \"1 / 1h / per_mail / unique=${header_from} / ${client_ip}\"\n"
+    ));
+    let (p, _) = policy(&with("key = \"${header_from}\""));
+    p.reload(&config(""));
+    assert!(!p.reads_header_from());
+    p.reload(&config(&with("when = \"header_from == \\\"a@b\\\"\"")));
+    assert!(p.reads_header_from());
+}

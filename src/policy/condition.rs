@@ -122,6 +122,20 @@ pub enum Condition {
     Or(Box<Condition>, Box<Condition>),
 }
 
+impl Condition {
+    /// Whether the condition looks at `subject`.
+    pub fn reads(&self, subject: Subject) -> bool {
+        match self {
+            Condition::InList(s, _) | Condition::Equals(s, _) => *s == subject,
+            Condition::Not(c) => c.reads(subject),
+            Condition::And(a, b) | Condition::Or(a, b) => a.reads(subject) || b.reads(subject),
+            Condition::Const(_) | Condition::Authenticated | Condition::Tls | Condition::Bounce => {
+                false
+            }
+        }
+    }
+}
+
 /// Why a condition was refused; `at` is the byte offset in the condition text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message} (at character {})", at + 1)]

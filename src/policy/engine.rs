@@ -69,6 +69,8 @@ struct Inner {
     /// The event log and alerts, when installed.
     observer: std::sync::OnceLock<Arc<dyn Observer>>,
     metrics: Arc<crate::admin::Metrics>,
+    /// Whether the generation in force reads the header From.
+    header_from: std::sync::atomic::AtomicBool,
 }
 
 /// The floodgate policy: the current generation of limits over one store that outlives
@@ -108,6 +110,7 @@ impl RatePolicy {
     ) -> RatePolicy {
         RatePolicy {
             inner: Arc::new(Inner {
+                header_from: model.reads_header_from().into(),
                 current: RwLock::new(model),
                 store,
                 slots: Arc::new(Slots::default()),
@@ -120,6 +123,10 @@ impl RatePolicy {
 
     /// Makes `model` the generation every later check uses (sessions in flight included).
     pub fn install(&self, model: Arc<PolicyModel>) {
+        self.inner.header_from.store(
+            model.reads_header_from(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         *self
             .inner
             .current
@@ -156,6 +163,12 @@ impl Policy for RatePolicy {
             slots: HashMap::new(),
             unavailable: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    fn reads_header_from(&self) -> bool {
+        self.inner
+            .header_from
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn reload(&self, config: &crate::config::Config) {

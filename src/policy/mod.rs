@@ -132,6 +132,12 @@ pub trait Policy: Send + Sync {
     /// reservations, concurrency slots, released when it is dropped).
     fn session(&self) -> Box<dyn SessionPolicy>;
 
+    /// Whether the policy reads [`Facts::header_from`]: if not, and nothing logs it,
+    /// the session does not parse the message header for it. The default says yes.
+    fn reads_header_from(&self) -> bool {
+        true
+    }
+
     /// A new config was loaded (SIGHUP): later checks, in new and running sessions, use
     /// it. The default ignores it.
     fn reload(&self, _config: &crate::config::Config) {}
@@ -192,6 +198,10 @@ pub struct AllowAll;
 impl Policy for AllowAll {
     fn session(&self) -> Box<dyn SessionPolicy> {
         Box::new(AllowAll)
+    }
+
+    fn reads_header_from(&self) -> bool {
+        false
     }
 }
 

@@ -207,6 +207,30 @@ pub struct LimitDef {
     pub line: usize,
 }
 
+impl LimitDef {
+    /// Whether the limit reads the header From: in its key, `unique=`, condition, reply
+    /// text or per-key list lookup. Only then must the message's header be parsed for it.
+    pub fn reads_header_from(&self) -> bool {
+        let templates = [
+            self.key.as_ref(),
+            self.message.as_ref(),
+            match &self.rate {
+                RateDef::Exim { unique, .. } => unique.as_ref(),
+                _ => None,
+            },
+        ];
+        templates
+            .into_iter()
+            .flatten()
+            .any(Template::reads_header_from)
+            || self
+                .when
+                .as_ref()
+                .is_some_and(|c| c.reads(Subject::HeaderFrom))
+            || matches!(self.limit_list, Some((_, Subject::HeaderFrom)))
+    }
+}
+
 /// Auth failure timeouts, compiled.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AuthDelay {
@@ -231,6 +255,13 @@ pub struct PolicyModel {
     pub auth: AuthDelay,
     /// floodgate's hostname (for replies).
     pub hostname: String,
+}
+
+impl PolicyModel {
+    /// Whether any limit reads the header From.
+    pub fn reads_header_from(&self) -> bool {
+        self.limits.iter().any(LimitDef::reads_header_from)
+    }
 }
 
 impl Default for PolicyModel {

@@ -128,6 +128,13 @@ fn is_name_byte(b: u8) -> bool {
 }
 
 impl Template {
+    /// Whether the template reads the header From (`$header_from`, `$header_from_domain`).
+    pub fn reads_header_from(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|p| matches!(p, Part::Var(Var::HeaderFrom | Var::HeaderFromDomain)))
+    }
+
     /// Parses template text.
     pub fn parse(text: &str) -> Result<Template, TemplateError> {
         let b = text.as_bytes();

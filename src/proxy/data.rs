@@ -185,7 +185,14 @@ impl Session {
             return Ok(Flow::Next);
         }
         self.facts.message_size = outcome.size;
-        let (from, message_id) = header_fields(&header_section(&body));
+        // The header is parsed for the message's log line and for limits that read the
+        // header From; with neither, nobody would see the result.
+        let (from, message_id) =
+            if tracing::enabled!(tracing::Level::INFO) || self.shared.policy.reads_header_from() {
+                header_fields(&header_section(&body))
+            } else {
+                (None, None)
+            };
         self.facts.header_from = from;
         match self.judge(Stage::Message).await {
             Judged::Go => {}
