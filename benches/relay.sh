@@ -8,6 +8,8 @@
 # floodgate listens on 127.0.0.1:26259 and relays to the sink on 127.0.0.1:26250 with the
 # default policy and client_identity = "none" (smtp-sink does not authorise XCLIENT).
 # FLOODGATE_WORKERS=N sets [server] workers (default: one event loop per core).
+# FLOODGATE_LOG_LEVEL sets [log] level (default warn; "info" adds the per-session and
+# per-message log lines, written to a file, as a postmaster would run it).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 HARNESS=${HARNESS:-$ROOT/../shared/bench}
@@ -26,7 +28,7 @@ tls = "none"
 address = "127.0.0.1:26250"
 client_identity = "none"
 [log]
-level = "warn"
+level = "${FLOODGATE_LOG_LEVEL:-warn}"
 TOML
 "$ROOT/target/release/floodgate" run --config "$TMP/floodgate.toml" >"$TMP/stdout" 2>"$TMP/stderr" &
 FG=$!

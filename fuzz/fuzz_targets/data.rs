@@ -1,5 +1,7 @@
-//! DataDecoder: chunking does not matter, the body is canonical, and the
-//! differential check decode -> encode_data -> decode gives the same body.
+//! DataDecoder: chunking does not matter (one octet at a time never takes the whole-line
+//! fast path, so this compares the two), the body is canonical, and the differential check
+//! decode -> encode_data -> decode gives the same body. The line limit varies so the fast
+//! path's limit check is reached with short inputs too.
 #![no_main]
 
 use bytes::BytesMut;
@@ -9,10 +11,11 @@ use libfuzzer_sys::fuzz_target;
 fn decode(
     input: &[u8],
     chunk: usize,
+    line: usize,
     bare: BarePolicy,
     max: u64,
 ) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
-    decode_with(DataDecoder::new(1000, bare, max), input, chunk)
+    decode_with(DataDecoder::new(line, bare, max), input, chunk)
 }
 
 fn decode_with(
@@ -34,8 +37,14 @@ fn decode_with(
 }
 
 fuzz_target!(|data: &[u8]| {
-    let (flags, chunk, input) = match data {
-        [a, b, rest @ ..] => (*a, usize::from(*b) + 1, rest),
+    let (flags, chunk, line, input) = match data {
+        // 255: RFC 5321's 1000; otherwise a short limit, 2 to 256 octets.
+        [a, b, c, rest @ ..] => (
+            *a,
+            usize::from(*b) + 1,
+            if *c == 255 { 1000 } else { usize::from(*c) + 2 },
+            rest,
+        ),
         _ => return,
     };
     let bare = if flags & 1 == 0 {
@@ -48,10 +57,11 @@ fuzz_target!(|data: &[u8]| {
     } else {
         u64::from(flags >> 2) * 8
     };
-    let whole = decode(input, input.len(), bare, max);
-    assert_eq!(decode(input, chunk, bare, max), whole);
+    let whole = decode(input, input.len(), line, bare, max);
+    assert_eq!(decode(input, chunk, line, bare, max), whole);
+    assert_eq!(decode(input, 1, line, bare, max), whole);
     // The stuffed decoder (what the session spools) agrees on everything but the body.
-    let stuffed = decode_with(DataDecoder::new(1000, bare, max).stuffed(), input, chunk);
+    let stuffed = decode_with(DataDecoder::new(line, bare, max).stuffed(), input, chunk);
     assert_eq!((stuffed.0, stuffed.2, &stuffed.3), (whole.0, whole.2, &whole.3));
     let (done, body, out, rest) = whole;
     assert!(body.len() as u64 <= max);
@@ -85,7 +95,8 @@ fuzz_target!(|data: &[u8]| {
     }
     spooled.extend_from_slice(b".\r\n");
     assert_eq!(spooled, wire);
-    let (done2, body2, out2, rest2) = decode(&wire, wire.len(), BarePolicy::Reject, u64::MAX);
+    let (done2, body2, out2, rest2) =
+        decode(&wire, wire.len(), 1000, BarePolicy::Reject, u64::MAX);
     assert!(done2 && rest2.is_empty());
     assert!(!out2.bare_line_ending && !out2.normalized);
     let mut want = body;
