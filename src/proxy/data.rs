@@ -1,6 +1,9 @@
 //! DATA: floodgate answers 354 itself, spools the whole message (re-framed, never spliced),
 //! checks it, and only then runs DATA upstream with its own dot-stuffing and end-of-data.
 
+use std::sync::OnceLock;
+
+use memchr::memmem::Finder;
 use tracing::{info, warn};
 
 use crate::config::BareLineEndings;
@@ -40,7 +43,8 @@ fn header_parser() -> &'static mail_parser::MessageParser {
 /// dot-stuffed wire form, unstuffed: borrowed when no line of it starts with '.'.
 fn header_section(stuffed: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     let head = &stuffed[..header_end(stuffed)];
-    if !head.starts_with(b".") && memchr::memmem::find(head, b"\r\n.").is_none() {
+    static DOT_LINE: OnceLock<Finder<'static>> = OnceLock::new();
+    if !head.starts_with(b".") && finder(&DOT_LINE, b"\r\n.").find(head).is_none() {
         return std::borrow::Cow::Borrowed(head);
     }
     // Every line that starts with '.' here was stuffed: drop that one dot.
@@ -51,13 +55,20 @@ fn header_section(stuffed: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     std::borrow::Cow::Owned(out)
 }
 
+/// The searcher for `needle`, built once into `cell` (building one costs more than a search
+/// of a header section).
+fn finder(
+    cell: &'static OnceLock<Finder<'static>>,
+    needle: &'static [u8],
+) -> &'static Finder<'static> {
+    cell.get_or_init(|| Finder::new(needle))
+}
+
 /// The end of the header section: just past its blank line (the first CRLF CRLF), or the
-/// end of `msg`. The searcher is built once.
+/// end of `msg`.
 fn header_end(msg: &[u8]) -> usize {
-    static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
-        std::sync::OnceLock::new();
-    FINDER
-        .get_or_init(|| memchr::memmem::Finder::new(b"\r\n\r\n"))
+    static BLANK_LINE: OnceLock<Finder<'static>> = OnceLock::new();
+    finder(&BLANK_LINE, b"\r\n\r\n")
         .find(msg)
         .map_or(msg.len(), |p| p + 4)
 }
