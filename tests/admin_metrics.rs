@@ -204,3 +204,64 @@ fn metrics_address_must_be_loopback() {
     assert!(out.stderr.contains("is not a loopback address"), "{out}");
     assert!(out.stderr.contains("f.toml:"), "{out}");
 }
+
+/// With two workers, sessions are spread evenly whichever worker's event loop accepts them
+/// (without balancing, a run of connections usually lands on one worker), and a session
+/// handed to the other worker relays like any other.
+#[test]
+fn sessions_are_spread_evenly_over_the_workers() {
+    let rec = Recorder::plain();
+    let metrics = closed_port();
+    let cfg = FloodgateConfig::new(rec.addr())
+        .server("workers", "2")
+        .extra(&format!("[metrics]\naddress = \"{metrics}\"\n"));
+    let fg = Floodgate::start(&cfg);
+    let addr = fg.addr("submission");
+
+    // One at a time, each fully set up before the next: every accept sees the counts of
+    // all the sessions before it.
+    const N: usize = 20;
+    let mut clients = Vec::new();
+    for i in 0..N {
+        let mut c = RawClient::connect_greeted(addr);
+        assert_eq!(c.ehlo(&format!("c{i}.test")).code, 250);
+        clients.push(c);
+    }
+    let text = get_tcp(metrics, "/metrics").1;
+    let w0 = sample(&text, r#"floodgate_worker_sessions{worker="0"}"#);
+    let w1 = sample(&text, r#"floodgate_worker_sessions{worker="1"}"#);
+    assert_eq!((w0, w1), (10, 10), "\n{text}");
+    let handoffs = sample(&text, "floodgate_worker_handoffs_total");
+    assert!(handoffs <= N as u64, "{handoffs}");
+
+    // Every session relays, on whichever worker it runs.
+    for (i, c) in clients.iter_mut().enumerate() {
+        assert_eq!(c.cmd("MAIL FROM:<a@client.test>").code, 250);
+        assert_eq!(c.cmd(&format!("RCPT TO:<r{i}@dest.test>")).code, 250);
+        assert_eq!(c.cmd("DATA").code, 354);
+        c.send(b"Subject: spread\r\n\r\nx\r\n.\r\n");
+        assert_eq!(c.reply().code, 250);
+        assert_eq!(c.cmd("QUIT").code, 221);
+    }
+    let mut got: Vec<String> = rec.messages().into_iter().flat_map(|m| m.rcpts).collect();
+    got.sort();
+    let mut want: Vec<String> = (0..N).map(|i| format!("r{i}@dest.test")).collect();
+    want.sort();
+    assert_eq!(got, want);
+
+    // The counts follow the sessions down.
+    drop(clients);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = get_tcp(metrics, "/metrics").1;
+        let open = (
+            sample(&text, r#"floodgate_worker_sessions{worker="0"}"#),
+            sample(&text, r#"floodgate_worker_sessions{worker="1"}"#),
+        );
+        if open == (0, 0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still open: {open:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -91,6 +91,7 @@ pub struct Metrics {
     /// Connections refused by `max_connections_per_ip`.
     pub refused_per_ip_cap: Counter,
     store: OnceLock<Opened>,
+    workers: OnceLock<Arc<crate::server::WorkerLoads>>,
 }
 
 /// Keeps a session counted as open; dropping it closes it.
@@ -238,6 +239,11 @@ impl Metrics {
         let _ = self.store.set(store.clone());
     }
 
+    /// Makes the workers' session counts part of the exposition.
+    pub fn attach_workers(&self, loads: Arc<crate::server::WorkerLoads>) {
+        let _ = self.workers.set(loads);
+    }
+
     /// The Prometheus text exposition (format 0.0.4).
     pub fn render(&self) -> String {
         let mut w = Writer(String::with_capacity(8192));
@@ -264,6 +270,26 @@ impl Metrics {
             "Sessions open now.",
             self.sessions_open.get(),
         );
+        if let Some(loads) = self.workers.get() {
+            w.head(
+                "floodgate_worker_sessions",
+                "gauge",
+                "Sessions open now, by worker thread.",
+            );
+            for (i, n) in loads.sessions().into_iter().enumerate() {
+                w.sample(
+                    "floodgate_worker_sessions",
+                    &[("worker", &i.to_string())],
+                    n as u64,
+                );
+            }
+            w.one(
+                "floodgate_worker_handoffs_total",
+                "counter",
+                "Connections accepted by one worker and served by a less loaded one.",
+                loads.handoffs(),
+            );
+        }
         w.one(
             "floodgate_commands_total",
             "counter",

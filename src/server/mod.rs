@@ -1,9 +1,11 @@
 //! Listeners, admission (connection caps, PROXY header, implicit TLS), signals, reload and
 //! shutdown. Protocol details live in `proxy` and `smtp`.
 
+mod balance;
 mod fdlimit;
 mod limits;
 
+pub use balance::{WorkerLoad, WorkerLoads};
 pub use fdlimit::{raise_fd_limit, FdLimit};
 pub use limits::{ConnCounter, ConnGuard, Refusal};
 
@@ -14,6 +16,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -172,6 +175,7 @@ pub struct Server {
     workers: usize,
     shared: Arc<RwLock<Arc<Shared>>>,
     conns: Arc<ConnCounter>,
+    loads: Arc<WorkerLoads>,
     /// Stops accepting (graceful shutdown starts).
     accepting: CancellationToken,
     /// Ends every session now.
@@ -288,11 +292,14 @@ impl Server {
                 metrics: metrics.listener(&l.display_name()),
             });
         }
+        let loads = Arc::new(WorkerLoads::new(workers));
+        metrics.attach_workers(loads.clone());
         Ok(Server {
             bound,
             workers,
             shared: Arc::new(RwLock::new(Arc::new(shared))),
             conns: Arc::new(ConnCounter::default()),
+            loads,
             accepting: CancellationToken::new(),
             force: CancellationToken::new(),
         })
@@ -340,6 +347,12 @@ impl Server {
     pub async fn run(self) {
         let mut done = Vec::new();
         let mut closed = Vec::new();
+        let (inboxes, mut receivers): (Vec<_>, Vec<_>) =
+            (0..self.workers).map(|_| mpsc::unbounded_channel()).unzip();
+        let balance = Arc::new(Balance {
+            loads: self.loads.clone(),
+            inboxes,
+        });
         for w in 0..self.workers {
             let mut listeners = Vec::new();
             for b in &self.bound {
@@ -358,10 +371,19 @@ impl Server {
             let conns = self.conns.clone();
             let force = self.force.clone();
             let stop = self.accepting.clone();
+            let inbox = receivers.remove(0);
+            let ctx = WorkerCtx {
+                id: w,
+                shared,
+                conns,
+                force,
+                stop,
+                balance: balance.clone(),
+            };
             let spawned = std::thread::Builder::new()
                 .name(format!("floodgate-w{w}"))
                 .spawn(move || {
-                    worker(w, listeners, shared, conns, force, stop, closed_tx);
+                    worker(ctx, listeners, inbox, closed_tx);
                     let _ = tx.send(());
                 });
             if let Err(e) = spawned {
@@ -369,6 +391,7 @@ impl Server {
             }
         }
         drop(self.bound);
+        drop(balance);
         // Every worker has closed its listening descriptors: only then is the port closed.
         for rx in closed {
             let _ = rx.await;
@@ -391,16 +414,41 @@ type WorkerListener = (
     Arc<ListenerMetrics>,
 );
 
-/// One worker: its own runtime, its own sockets, its own sessions.
-fn worker(
+/// What a worker thread needs besides its listening sockets.
+struct WorkerCtx {
     id: usize,
-    listeners: Vec<WorkerListener>,
     shared: Arc<RwLock<Arc<Shared>>>,
     conns: Arc<ConnCounter>,
     force: CancellationToken,
     stop: CancellationToken,
+    balance: Arc<Balance>,
+}
+
+/// Session counts and the inboxes through which workers hand connections to each other
+/// (see [`balance`]).
+struct Balance {
+    loads: Arc<WorkerLoads>,
+    inboxes: Vec<mpsc::UnboundedSender<Handoff>>,
+}
+
+/// A connection accepted by one worker for another to serve.
+struct Handoff {
+    /// Index of the listener it came in on.
+    listener: usize,
+    tcp: std::net::TcpStream,
+    peer: SocketAddr,
+    /// Counts the session on the receiving worker.
+    load: WorkerLoad,
+}
+
+/// One worker: its own runtime, its own sockets, its own sessions.
+fn worker(
+    w: WorkerCtx,
+    listeners: Vec<WorkerListener>,
+    inbox: mpsc::UnboundedReceiver<Handoff>,
     closed: tokio::sync::oneshot::Sender<()>,
 ) {
+    let id = w.id;
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -413,26 +461,37 @@ fn worker(
     };
     rt.block_on(async move {
         let tracker = TaskTracker::new();
-        let mut loops = Vec::new();
-        for (socket, info, proxy_protocol, listener_metrics) in listeners {
-            let listener = match socket.and_then(TcpListener::from_std) {
-                Ok(l) => l,
-                Err(e) => {
-                    error!(error = %e, worker = id, listener = %info.name, "cannot use listener socket");
-                    continue;
-                }
-            };
-            let ctx = AcceptCtx {
-                shared: shared.clone(),
-                conns: conns.clone(),
+        let mut ctxs = Vec::new();
+        let mut sockets = Vec::new();
+        for (index, (socket, info, proxy_protocol, listener_metrics)) in
+            listeners.into_iter().enumerate()
+        {
+            let ctx = Arc::new(AcceptCtx {
+                worker: id,
+                listener: index,
+                shared: w.shared.clone(),
+                conns: w.conns.clone(),
                 tracker: tracker.clone(),
-                force: force.clone(),
+                force: w.force.clone(),
+                balance: w.balance.clone(),
                 info,
                 proxy_protocol,
                 metrics: listener_metrics,
-            };
-            loops.push(tokio::spawn(accept_loop(listener, ctx, stop.clone())));
+            });
+            match socket.and_then(TcpListener::from_std) {
+                Ok(l) => sockets.push((l, ctx.clone())),
+                Err(e) => {
+                    error!(error = %e, worker = id, listener = %ctx.info.name, "cannot use listener socket");
+                }
+            }
+            ctxs.push(ctx);
         }
+        let mut loops = Vec::new();
+        for (listener, ctx) in sockets {
+            loops.push(tokio::spawn(accept_loop(listener, ctx, w.stop.clone())));
+        }
+        loops.push(tokio::spawn(inbox_loop(inbox, ctxs, w.stop.clone())));
+        drop(w);
         for l in loops {
             let _ = l.await;
         }
@@ -455,17 +514,21 @@ fn bind_listener(address: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 struct AcceptCtx {
+    /// The worker this context belongs to.
+    worker: usize,
+    /// The listener's index in the config.
+    listener: usize,
     shared: Arc<RwLock<Arc<Shared>>>,
     conns: Arc<ConnCounter>,
     tracker: TaskTracker,
     force: CancellationToken,
+    balance: Arc<Balance>,
     info: ListenerInfo,
     proxy_protocol: bool,
     metrics: Arc<ListenerMetrics>,
 }
 
-async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, stop: CancellationToken) {
-    let ctx = Arc::new(ctx);
+async fn accept_loop(listener: TcpListener, ctx: Arc<AcceptCtx>, stop: CancellationToken) {
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -473,10 +536,12 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, stop: CancellationTo
         };
         match accepted {
             Ok((tcp, peer)) => {
-                let ctx = ctx.clone();
-                ctx.tracker
-                    .clone()
-                    .spawn(async move { admit(tcp, peer, &ctx).await });
+                let load = ctx.balance.loads.assign(ctx.worker);
+                if load.worker() == ctx.worker {
+                    serve(tcp, peer, load, ctx.clone());
+                } else {
+                    hand_off(tcp, peer, load, &ctx);
+                }
             }
             Err(e) => {
                 // Out of descriptors and similar: back off instead of spinning.
@@ -484,6 +549,75 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, stop: CancellationTo
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+    }
+}
+
+/// Starts the session of a connection on this worker.
+fn serve(tcp: TcpStream, peer: SocketAddr, load: WorkerLoad, ctx: Arc<AcceptCtx>) {
+    ctx.tracker.clone().spawn(async move {
+        admit(tcp, peer, &ctx).await;
+        drop(load);
+    });
+}
+
+/// Sends a connection to the worker `load` counts it on; if that worker no longer takes
+/// connections (it is stopping), serves it here.
+fn hand_off(tcp: TcpStream, peer: SocketAddr, load: WorkerLoad, ctx: &Arc<AcceptCtx>) {
+    let tcp = match tcp.into_std() {
+        Ok(t) => t,
+        Err(e) => {
+            warn!(client = %peer.ip(), error = %e, "cannot pass a connection to another worker");
+            return;
+        }
+    };
+    let target = load.worker();
+    let handoff = Handoff {
+        listener: ctx.listener,
+        tcp,
+        peer,
+        load,
+    };
+    if let Err(mpsc::error::SendError(back)) = ctx.balance.inboxes[target].send(handoff) {
+        drop(back.load);
+        let load = ctx.balance.loads.count(ctx.worker);
+        match TcpStream::from_std(back.tcp) {
+            Ok(tcp) => serve(tcp, back.peer, load, ctx.clone()),
+            Err(e) => warn!(client = %back.peer.ip(), error = %e, "cannot take back a connection"),
+        }
+    }
+}
+
+/// Serves the connections other workers hand to this one, until floodgate stops accepting;
+/// those already sent by then are still served.
+async fn inbox_loop(
+    mut inbox: mpsc::UnboundedReceiver<Handoff>,
+    ctxs: Vec<Arc<AcceptCtx>>,
+    stop: CancellationToken,
+) {
+    let take = |h: Handoff| {
+        let Some(ctx) = ctxs.get(h.listener) else {
+            return;
+        };
+        match TcpStream::from_std(h.tcp) {
+            Ok(tcp) => serve(tcp, h.peer, h.load, ctx.clone()),
+            Err(e) => {
+                warn!(client = %h.peer.ip(), error = %e, "cannot take a connection from another worker")
+            }
+        }
+    };
+    loop {
+        let next = tokio::select! {
+            h = inbox.recv() => h,
+            _ = stop.cancelled() => break,
+        };
+        match next {
+            Some(h) => take(h),
+            None => return,
+        }
+    }
+    inbox.close();
+    while let Ok(h) = inbox.try_recv() {
+        take(h);
     }
 }
 
