@@ -125,6 +125,83 @@ fn a_client_trickling_one_byte_at_a_time_gets_421_at_the_command_timeout() {
     never_relayed(&rec, "trickle");
 }
 
+/// Sends `bytes` one per 200 ms until floodgate answers; returns the reply, how many bytes
+/// went out first, and anything after the reply.
+fn trickle_until_reply(c: &mut RawClient, bytes: &[u8]) -> (Reply, usize, Vec<u8>) {
+    c.set_read_timeout(Duration::from_millis(200));
+    for (i, b) in bytes.iter().enumerate() {
+        if c.try_send(&[*b]).is_err() {
+            panic!("connection broke after {i} bytes without a reply");
+        }
+        match c.try_reply() {
+            Ok(r) => {
+                c.set_read_timeout(REPLY_TIMEOUT);
+                let rest = c.drain_until_close();
+                return (r, i + 1, rest);
+            }
+            Err(_) if c.saw_eof() => panic!("closed without a reply after {i} bytes"),
+            Err(_) => {}
+        }
+    }
+    panic!("no reply while trickling {} bytes", bytes.len());
+}
+
+#[test]
+fn a_message_trickled_in_gets_421_at_the_data_timeout_and_is_never_relayed() {
+    let rec = Recorder::plain();
+    let fg = Floodgate::start(
+        &FloodgateConfig::new(rec.addr())
+            .timeout("command", "10s")
+            .timeout("data", "2s"),
+    );
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    assert_eq!(c.ehlo("slow.test").code, 250);
+    assert_eq!(c.cmd("MAIL FROM:<a@slow.test>").code, 250);
+    assert_eq!(c.cmd("RCPT TO:<b@dest.test>").code, 250);
+    assert_eq!(c.cmd("DATA").code, 354);
+    // Each octet comes well within the 10 s command timeout, but the message as a whole
+    // (about 8 s at one octet per 200 ms) takes longer than the 2 s DATA timeout.
+    let body = b"Subject: trickled\r\n\r\nthis message never ends in time\r\n.\r\n";
+    let (r, sent, rest) = trickle_until_reply(&mut c, body);
+    assert_code(&r, 421, "4.4.2");
+    assert!(sent > 5 && sent < body.len(), "reply after {sent} octets");
+    assert!(rest.is_empty(), "bytes after 421: {}", show(&rest));
+    rec.wait_idle();
+    assert!(
+        rec.messages().is_empty(),
+        "relayed: {:?}",
+        rec.messages().len()
+    );
+}
+
+#[test]
+fn a_session_gets_421_at_the_session_timeout_however_busy_it_is() {
+    let rec = Recorder::plain();
+    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).timeout("session", "2s"));
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    let t0 = std::time::Instant::now();
+    // A NOOP every 100 ms: every command is prompt, the session as a whole is not.
+    let reply = loop {
+        let r = c.cmd("NOOP");
+        if r.code != 250 {
+            break r;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "no session timeout");
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert_code(&reply, 421, "4.4.2");
+    assert!(
+        reply.text().contains("session too long"),
+        "{}",
+        reply.text()
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
 #[test]
 fn a_line_that_never_ends_is_refused_once_it_does_and_the_session_goes_on() {
     let rec = Recorder::plain();

@@ -33,6 +33,28 @@ pub enum ReadEnd {
     Io(std::io::Error),
 }
 
+/// The bounds of one wait for client input that may take several reads (a command line, a
+/// message): each read may last `idle`, and all of them together must end `total` after the
+/// first read began. The clock is read once per read, and not at all while the input is
+/// already buffered.
+#[derive(Debug, Clone, Copy)]
+pub struct Wait {
+    idle: Duration,
+    total: Duration,
+    until: Option<Instant>,
+}
+
+impl Wait {
+    /// Reads of at most `idle` each, all of them within `total`.
+    pub fn new(idle: Duration, total: Duration) -> Self {
+        Wait {
+            idle,
+            total,
+            until: None,
+        }
+    }
+}
+
 /// Read buffer room for commands: most sessions are idle between commands, so this is kept
 /// small.
 const COMMAND_READ: usize = 8192;
@@ -126,11 +148,12 @@ impl ClientConn {
         res
     }
 
-    /// Flushes, then waits for more input (at most `idle`, the session deadline, or until
-    /// `stop` fires). Returns the number of new bytes (never 0: end of input is `Eof`).
+    /// Flushes, then waits for more input (within the bounds of `wait`, the session deadline,
+    /// or until `stop` fires). Returns the number of new bytes (never 0: end of input is
+    /// `Eof`).
     pub async fn fill(
         &mut self,
-        idle: Duration,
+        wait: &mut Wait,
         stop: &CancellationToken,
     ) -> Result<usize, ReadEnd> {
         self.flush().await.map_err(ReadEnd::Io)?;
@@ -138,13 +161,10 @@ impl ClientConn {
         if now >= self.deadline {
             return Err(ReadEnd::SessionDeadline);
         }
-        let session_left = self.deadline - now;
-        let session_end = session_left < idle;
-        let until = if session_end {
-            self.deadline
-        } else {
-            now + idle
-        };
+        let whole = *wait.until.get_or_insert(now + wait.total);
+        let until = whole.min(now + wait.idle);
+        let session_end = self.deadline < until;
+        let until = if session_end { self.deadline } else { until };
         let Some(stream) = self.stream.as_mut() else {
             return Err(ReadEnd::Eof);
         };

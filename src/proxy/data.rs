@@ -11,6 +11,7 @@ use crate::policy::Stage;
 use crate::smtp::data::{BarePolicy, DataDecoder};
 use crate::smtp::reply::Reply;
 
+use super::client::Wait;
 use super::session::{Flow, Judged, Session};
 use super::upstream::UpstreamError;
 
@@ -167,15 +168,13 @@ impl Session {
         let mut body = std::mem::take(&mut self.spool);
         body.clear();
         body.reserve(hint.clamp(4096, 1 << 24));
-        let data_deadline = tokio::time::Instant::now() + cfg.timeouts.data.0;
+        let mut wait = Wait::new(cfg.timeouts.command.0, cfg.timeouts.data.0);
         self.client.set_bulk(true);
         loop {
             if decoder.feed(&mut self.client.rbuf, &mut body) {
                 break;
             }
-            let left = data_deadline.saturating_duration_since(tokio::time::Instant::now());
-            let idle = left.min(cfg.timeouts.command.0);
-            if let Err(end) = self.client.fill(idle, &self.stop).await {
+            if let Err(end) = self.client.fill(&mut wait, &self.stop).await {
                 self.client.set_bulk(false);
                 let why = self.read_end(end);
                 info!(client = %self.peer.ip(), why, "message abandoned during DATA");
@@ -312,7 +311,8 @@ impl Session {
     /// so they are never read as commands.
     pub(super) async fn bdat_refused(&mut self, size: u64) -> Handled {
         let mut left = size;
-        let deadline = tokio::time::Instant::now() + self.shared.config.timeouts.data.0;
+        let timeouts = &self.shared.config.timeouts;
+        let mut wait = Wait::new(timeouts.command.0, timeouts.data.0);
         loop {
             let take = left.min(self.client.rbuf.len() as u64) as usize;
             let _ = self.client.rbuf.split_to(take);
@@ -320,10 +320,7 @@ impl Session {
             if left == 0 {
                 break;
             }
-            let idle = deadline
-                .saturating_duration_since(tokio::time::Instant::now())
-                .min(self.shared.config.timeouts.command.0);
-            if let Err(end) = self.client.fill(idle, &self.stop).await {
+            if let Err(end) = self.client.fill(&mut wait, &self.stop).await {
                 self.read_end(end);
                 return Ok(Flow::Close);
             }

@@ -17,7 +17,7 @@ use crate::smtp::ehlo::Capabilities;
 use crate::smtp::line::{LineEvent, LineFramer};
 use crate::smtp::reply::Reply;
 
-use super::client::{ClientConn, ReadEnd};
+use super::client::{ClientConn, ReadEnd, Wait};
 use super::stream::Stream;
 use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
 
@@ -293,13 +293,13 @@ impl Session {
     /// `[timeouts] command` bounds the wait for the whole line, not each read: a client
     /// trickling one byte at a time must not hold the session open forever.
     pub(super) async fn next_event(&mut self) -> Result<LineEvent, &'static str> {
-        let deadline = Instant::now() + self.shared.config.timeouts.command.0;
+        let command = self.shared.config.timeouts.command.0;
+        let mut wait = Wait::new(command, command);
         loop {
             if let Some(e) = self.framer.next_line(&mut self.client.rbuf) {
                 return Ok(e);
             }
-            let idle = deadline.saturating_duration_since(Instant::now());
-            if let Err(end) = self.client.fill(idle, &self.stop).await {
+            if let Err(end) = self.client.fill(&mut wait, &self.stop).await {
                 return Err(self.read_end(end));
             }
         }
