@@ -27,6 +27,11 @@ fn keep_small(buf: Vec<u8>) -> Vec<u8> {
     }
 }
 
+/// Room the spool starts with when the client gave no SIZE: most messages fit, so they are
+/// spooled without the buffer growing (each growth copies what is already in). Only the
+/// octets written are touched, so a short message costs no more memory than before.
+const SPOOL_START: usize = 64 * 1024;
+
 /// The header parser of [`header_fields`]: From and Message-ID parsed as mail-parser always
 /// parses them, every other field skipped to its end (parsing Date, Received and the rest
 /// only to throw them away was most of the cost of reading the header section).
@@ -167,7 +172,7 @@ impl Session {
         let hint = usize::try_from(self.facts.message_size.min(max)).unwrap_or(0);
         let mut body = std::mem::take(&mut self.spool);
         body.clear();
-        body.reserve(hint.clamp(4096, 1 << 24));
+        body.reserve(hint.clamp(SPOOL_START, 1 << 24));
         let mut wait = Wait::new(cfg.timeouts.command.0, cfg.timeouts.data.0);
         self.client.set_bulk(true);
         loop {
