@@ -3,12 +3,11 @@
 
 use std::time::Duration;
 
-use std::future::{poll_fn, Future};
-use std::pin::pin;
+use std::future::poll_fn;
 use std::task::{ready, Poll};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::time::{timeout, Instant};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -16,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::smtp::reply::Reply;
 
 use super::deadline::{Deadline, StopWatch, WaitError};
-use super::stream::Stream;
+use super::stream::{ReadInto, Stream};
 
 /// Why no more client input came.
 #[derive(Debug)]
@@ -178,13 +177,13 @@ impl ClientConn {
         };
         let timer = &mut self.timer;
         timer.arm(until);
-        let mut read = pin!(stream.read_buf(&mut self.rbuf));
+        let rbuf = &mut self.rbuf;
         poll_fn(|cx| {
             // A stop wins over input that keeps coming (fast stop must be prompt).
             if watch.poll(cx).is_ready() {
                 return Poll::Ready(Err(ReadEnd::Shutdown));
             }
-            if let Poll::Ready(r) = read.as_mut().poll(cx) {
+            if let Poll::Ready(r) = stream.poll_read_into(cx, rbuf) {
                 return Poll::Ready(match r {
                     Err(e) => Err(ReadEnd::Io(e)),
                     Ok(0) => Err(ReadEnd::Eof),

@@ -10,13 +10,15 @@
 
 use std::future::{poll_fn, Future};
 use std::io;
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::AsyncWrite;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use super::stream::ReadInto;
 
 /// Why a wait ended without its result.
 #[derive(Debug)]
@@ -65,16 +67,15 @@ impl Deadline {
 
     /// Reads once into `buf` (returns the count, 0 at end of input) unless `until` passes
     /// first.
-    pub(super) async fn read_buf<R: AsyncRead + Unpin>(
+    pub(super) async fn read_buf<R: ReadInto>(
         &mut self,
         r: &mut R,
         buf: &mut bytes::BytesMut,
         until: Instant,
     ) -> Result<usize, WaitError> {
         self.arm(until);
-        let mut read = pin!(r.read_buf(buf));
         poll_fn(|cx| {
-            if let Poll::Ready(r) = read.as_mut().poll(cx) {
+            if let Poll::Ready(r) = r.poll_read_into(cx, buf) {
                 return Poll::Ready(r.map_err(WaitError::Io));
             }
             ready!(self.poll_expired(cx, until));
@@ -172,6 +173,16 @@ impl StopWatch {
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    impl ReadInto for tokio::io::DuplexStream {
+        fn poll_read_into(
+            &mut self,
+            cx: &mut Context<'_>,
+            buf: &mut bytes::BytesMut,
+        ) -> Poll<io::Result<usize>> {
+            tokio_util::io::poll_read_buf(Pin::new(self), cx, buf)
+        }
+    }
 
     #[tokio::test]
     async fn deadline_fires_at_the_latest_until_not_the_first() {

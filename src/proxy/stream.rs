@@ -2,7 +2,9 @@
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
+
+use bytes::BytesMut;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -42,6 +44,40 @@ impl Stream {
             c.map(|c| c.suite())
                 .unwrap_or(rustls::CipherSuite::Unknown(0))
         ))
+    }
+}
+
+/// Reading into the spare room of a buffer, as `AsyncReadExt::read_buf` does, but polled
+/// in place (no future per read).
+pub(super) trait ReadInto {
+    /// Reads once into `buf`'s spare capacity: the number of octets read, 0 at end of input.
+    fn poll_read_into(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+    ) -> Poll<io::Result<usize>>;
+}
+
+impl ReadInto for Stream {
+    fn poll_read_into(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+    ) -> Poll<io::Result<usize>> {
+        match self {
+            // Plain TCP reads on readiness directly: `try_read_buf` costs no syscall while
+            // the socket is known not to be readable, and `poll_read_ready` registers the
+            // task until it is.
+            Stream::Plain(tcp) => loop {
+                match tcp.try_read_buf(buf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        ready!(tcp.poll_read_ready(cx))?;
+                    }
+                    done => return Poll::Ready(done),
+                }
+            },
+            tls => tokio_util::io::poll_read_buf(Pin::new(tls), cx, buf),
+        }
     }
 }
 
