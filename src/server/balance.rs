@@ -59,7 +59,7 @@ impl WorkerLoads {
         self.handoffs.load(Ordering::Relaxed)
     }
 
-    /// Chooses the worker for a connection worker `me` accepted ([`pick`]) and counts the
+    /// Chooses the worker for a connection worker `me` accepted (see `pick`) and counts the
     /// session there until the returned guard drops.
     pub fn assign(self: &Arc<Self>, me: usize) -> WorkerLoad {
         let loads = self.sessions();
