@@ -95,26 +95,7 @@ fn a_client_trickling_one_byte_at_a_time_gets_421_at_the_command_timeout() {
         let mut c = RawClient::connect_greeted(addr);
         // 35 bytes at one per 200 ms is about 7 s, well past the 2 s command timeout; the
         // line never ends, so only a whole-command timeout can stop it.
-        let line = b"EHLO trickle.client.test.example.o";
-        c.set_read_timeout(Duration::from_millis(200));
-        for (i, b) in line.iter().enumerate() {
-            if c.try_send(&[*b]).is_err() {
-                panic!("connection broke after {i} bytes without a reply");
-            }
-            match c.try_reply() {
-                Ok(r) => {
-                    c.set_read_timeout(REPLY_TIMEOUT);
-                    let rest = c.drain_until_close();
-                    return (r, i + 1, rest);
-                }
-                Err(_) if c.saw_eof() => panic!("closed without a reply after {i} bytes"),
-                Err(_) => {}
-            }
-        }
-        panic!(
-            "no reply while trickling {} bytes over more than 3x the command timeout",
-            line.len()
-        );
+        trickle_until_reply(&mut c, b"EHLO trickle.client.test.example.o")
     });
     // Meanwhile an honest client (well within the 2 s per command) delivers.
     Bystander::run(addr, "honest", &rec);

@@ -36,7 +36,7 @@ pub enum ReadEnd {
 /// message): each read may last `idle`, and all of them together must end `total` after the
 /// first read began. The clock is read once per read, and not at all while the input is
 /// already buffered.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct Wait {
     idle: Duration,
     total: Duration,

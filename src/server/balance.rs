@@ -19,16 +19,22 @@ pub struct WorkerLoads {
 }
 
 /// Which worker serves a connection just accepted by worker `me`, given the workers' live
-/// session counts: `me` unless another worker has fewer sessions, then the first of the least
-/// loaded. The counts differ by at most one afterwards if they did before.
-pub fn pick(loads: &[usize], me: usize) -> usize {
-    let Some((least, &fewest)) = loads.iter().enumerate().min_by_key(|&(_, &n)| n) else {
-        return me;
-    };
-    if loads.get(me).is_some_and(|&mine| mine > fewest) {
-        least
-    } else {
-        me
+/// session counts in worker order: `me` unless another worker has fewer sessions, then the
+/// first of the least loaded. The counts differ by at most one afterwards if they did before.
+pub fn pick(loads: impl IntoIterator<Item = usize>, me: usize) -> usize {
+    let mut mine = None;
+    let mut least: Option<(usize, usize)> = None;
+    for (worker, n) in loads.into_iter().enumerate() {
+        if worker == me {
+            mine = Some(n);
+        }
+        if least.is_none_or(|(_, fewest)| n < fewest) {
+            least = Some((worker, n));
+        }
+    }
+    match (mine, least) {
+        (Some(mine), Some((worker, fewest))) if mine > fewest => worker,
+        _ => me,
     }
 }
 
@@ -39,11 +45,6 @@ impl WorkerLoads {
             sessions: (0..workers.max(1)).map(|_| AtomicUsize::new(0)).collect(),
             handoffs: AtomicU64::new(0),
         }
-    }
-
-    /// The number of workers.
-    pub fn workers(&self) -> usize {
-        self.sessions.len()
     }
 
     /// Live sessions of each worker.
@@ -62,8 +63,8 @@ impl WorkerLoads {
     /// Chooses the worker for a connection worker `me` accepted (see `pick`) and counts the
     /// session there until the returned guard drops.
     pub fn assign(self: &Arc<Self>, me: usize) -> WorkerLoad {
-        let loads = self.sessions();
-        let worker = pick(&loads, me.min(loads.len() - 1));
+        let loads = self.sessions.iter().map(|n| n.load(Ordering::Relaxed));
+        let worker = pick(loads, me);
         if worker != me {
             self.handoffs.fetch_add(1, Ordering::Relaxed);
         }
@@ -107,14 +108,15 @@ mod tests {
 
     #[test]
     fn keeps_a_connection_unless_another_worker_has_fewer_sessions() {
-        assert_eq!(pick(&[0, 0], 0), 0);
-        assert_eq!(pick(&[0, 0], 1), 1);
-        assert_eq!(pick(&[1, 0], 0), 1);
-        assert_eq!(pick(&[1, 0], 1), 1);
-        assert_eq!(pick(&[3, 3, 2], 0), 2);
-        assert_eq!(pick(&[2, 3, 2], 0), 0);
-        assert_eq!(pick(&[5], 0), 0);
-        assert_eq!(pick(&[], 0), 0);
+        assert_eq!(pick([0, 0], 0), 0);
+        assert_eq!(pick([0, 0], 1), 1);
+        assert_eq!(pick([1, 0], 0), 1);
+        assert_eq!(pick([1, 0], 1), 1);
+        assert_eq!(pick([3, 3, 2], 0), 2);
+        assert_eq!(pick([3, 2, 2], 0), 1);
+        assert_eq!(pick([2, 3, 2], 0), 0);
+        assert_eq!(pick([5], 0), 0);
+        assert_eq!(pick([], 0), 0);
     }
 
     #[test]

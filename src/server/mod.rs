@@ -347,13 +347,13 @@ impl Server {
     pub async fn run(self) {
         let mut done = Vec::new();
         let mut closed = Vec::new();
-        let (inboxes, mut receivers): (Vec<_>, Vec<_>) =
+        let (inboxes, receivers): (Vec<_>, Vec<_>) =
             (0..self.workers).map(|_| mpsc::unbounded_channel()).unzip();
         let balance = Arc::new(Balance {
             loads: self.loads.clone(),
             inboxes,
         });
-        for w in 0..self.workers {
+        for (w, inbox) in receivers.into_iter().enumerate() {
             let mut listeners = Vec::new();
             for b in &self.bound {
                 listeners.push((
@@ -371,7 +371,6 @@ impl Server {
             let conns = self.conns.clone();
             let force = self.force.clone();
             let stop = self.accepting.clone();
-            let inbox = receivers.remove(0);
             let ctx = WorkerCtx {
                 id: w,
                 shared,
