@@ -5,7 +5,7 @@
 #![no_main]
 
 use bytes::BytesMut;
-use floodgate::smtp::{encode_data, BarePolicy, DataDecoder, DataOutcome};
+use floodgate::smtp::{encode_data, BarePolicy, DataDecoder, DataOutcome, Wire};
 use libfuzzer_sys::fuzz_target;
 
 fn decode(
@@ -63,6 +63,22 @@ fuzz_target!(|data: &[u8]| {
     // The stuffed decoder (what the session spools) agrees on everything but the body.
     let stuffed = decode_with(DataDecoder::new(line, bare, max).stuffed(), input, chunk);
     assert_eq!((stuffed.0, stuffed.2, &stuffed.3), (whole.0, whole.2, &whole.3));
+    // The held decoder (what the session relays from) agrees too, and its wire form is the
+    // stuffed body with the end-of-data line.
+    let held = decode_held(input, chunk, line, bare, max);
+    assert_eq!((held.0, held.2), (whole.0, whole.2));
+    if let Some(wire) = &held.1 {
+        assert_eq!(&held.3, &whole.3);
+        if !whole.2.too_big {
+            let mut want = stuffed.1.clone();
+            want.extend_from_slice(b".\r\n");
+            assert_eq!(wire.as_bytes(), &want[..]);
+            if wire.is_held() {
+                // Held means uncopied: the client's own octets, the start of its input.
+                assert!(input.starts_with(wire.as_bytes()));
+            }
+        }
+    }
     let (done, body, out, rest) = whole;
     assert!(body.len() as u64 <= max);
     assert_eq!(out.too_big, out.size > max);
@@ -108,6 +124,34 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(out2.size, out.size);
     }
 });
+
+/// Fed as the session feeds it: the buffer keeps the held message; once done, the rest of
+/// the input follows it in the buffer and the wire form is taken off.
+fn decode_held(
+    input: &[u8],
+    chunk: usize,
+    line: usize,
+    bare: BarePolicy,
+    max: u64,
+) -> (bool, Option<Wire>, DataOutcome, Vec<u8>) {
+    let mut d = DataDecoder::new(line, bare, max).held();
+    let mut body = Vec::new();
+    let mut buf = BytesMut::new();
+    let mut fed = 0;
+    loop {
+        let piece = &input[fed..input.len().min(fed + chunk.max(1))];
+        buf.extend_from_slice(piece);
+        fed += piece.len();
+        if d.feed_held(&mut buf, &mut body) {
+            buf.extend_from_slice(&input[fed..]);
+            let wire = d.take_wire(&mut buf, body);
+            return (true, Some(wire), d.outcome(), buf.to_vec());
+        }
+        if fed == input.len() {
+            return (false, None, d.outcome(), Vec::new());
+        }
+    }
+}
 
 fn consumed_len(input: &[u8], rest: &[u8]) -> usize {
     assert!(input.ends_with(rest));

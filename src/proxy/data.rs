@@ -1,5 +1,11 @@
 //! DATA: floodgate answers 354 itself, spools the whole message (re-framed, never spliced),
 //! checks it, and only then runs DATA upstream with its own dot-stuffing and end-of-data.
+//!
+//! The spool is the client's input buffer itself while the message's lines are already in
+//! the canonical wire form (CRLF endings, stuffed dots, "." CRLF at the end): the decoder
+//! checks every line, and the octets relayed are then exactly the ones floodgate would have
+//! written (`DataDecoder::held`; property-tested and fuzzed against the copying decoder).
+//! A message with any line to change is copied and re-encoded as it is decoded.
 
 use std::sync::OnceLock;
 
@@ -8,7 +14,7 @@ use tracing::{info, warn};
 
 use crate::config::BareLineEndings;
 use crate::policy::Stage;
-use crate::smtp::data::{BarePolicy, DataDecoder};
+use crate::smtp::data::{BarePolicy, DataDecoder, Wire};
 use crate::smtp::reply::Reply;
 
 use super::client::Wait;
@@ -16,21 +22,6 @@ use super::session::{Flow, Judged, Session};
 use super::upstream::UpstreamError;
 
 type Handled = Result<Flow, UpstreamError>;
-
-/// A message buffer to keep for the session's next message: small ones only, so a session
-/// that once relayed a large message does not hold its memory.
-fn keep_small(buf: Vec<u8>) -> Vec<u8> {
-    if buf.capacity() <= 1 << 20 {
-        buf
-    } else {
-        Vec::new()
-    }
-}
-
-/// Room the spool starts with when the client gave no SIZE: most messages fit, so they are
-/// spooled without the buffer growing (each growth copies what is already in). Only the
-/// octets written are touched, so a short message costs no more memory than before.
-const SPOOL_START: usize = 64 * 1024;
 
 /// The header parser of [`header_fields`]: From and Message-ID parsed as mail-parser always
 /// parses them, every other field skipped to its end (parsing Date, Received and the rest
@@ -167,16 +158,17 @@ impl Session {
             BareLineEndings::Normalize => BarePolicy::Normalize,
         };
         let max = cfg.smtp.max_message_size;
-        // The body is spooled already dot-stuffed: relaying it needs no second pass.
-        let mut decoder = DataDecoder::new(cfg.smtp.max_text_line, bare, max).stuffed();
-        let hint = usize::try_from(self.facts.message_size.min(max)).unwrap_or(0);
-        let mut body = std::mem::take(&mut self.spool);
-        body.clear();
-        body.reserve(hint.clamp(SPOOL_START, 1 << 24));
+        // The message stays in the input buffer, already in its dot-stuffed wire form, unless
+        // one of its lines has to change on the way (then it is copied into `body`).
+        let mut decoder = DataDecoder::new(cfg.smtp.max_text_line, bare, max).held();
+        let mut body = Vec::new();
         let mut wait = Wait::new(cfg.timeouts.command.0, cfg.timeouts.data.0);
         self.client.set_bulk(true);
+        // A size announced with MAIL (and allowed) is room made at once, not grown into.
+        let hint = usize::try_from(self.facts.message_size.min(max)).unwrap_or(0);
+        self.client.rbuf.reserve(hint.min(1 << 24));
         loop {
-            if decoder.feed(&mut self.client.rbuf, &mut body) {
+            if decoder.feed_held(&mut self.client.rbuf, &mut body) {
                 break;
             }
             if let Err(end) = self.client.fill(&mut wait, &self.stop).await {
@@ -187,6 +179,8 @@ impl Session {
                 return Ok(Flow::Close);
             }
         }
+        // Taken before the read buffer shrinks, so only what follows the message is moved.
+        let wire = decoder.take_wire(&mut self.client.rbuf, body);
         self.client.set_bulk(false);
         let outcome = decoder.outcome();
         self.tally.bytes += outcome.size;
@@ -204,7 +198,7 @@ impl Session {
         // header From; with neither, nobody would see the result.
         let (from, message_id) =
             if tracing::enabled!(tracing::Level::INFO) || self.shared.policy.reads_header_from() {
-                header_fields(&header_section(&body))
+                header_fields(&header_section(wire.message()))
             } else {
                 (None, None)
             };
@@ -220,8 +214,8 @@ impl Session {
                 return Ok(Flow::Close);
             }
         }
-        let reply = self.relay_message(&mut body).await;
-        self.spool = keep_small(body);
+        let reply = self.relay_message(&wire).await;
+        drop(wire);
         let reply = reply?;
         if reply.is_completion() {
             self.tally.messages += 1;
@@ -256,9 +250,9 @@ impl Session {
     }
 
     /// DATA upstream, the message with floodgate's own framing, and upstream's final reply.
-    /// `body` is the message in its dot-stuffed wire form, as the decoder spooled it;
-    /// floodgate's end-of-data line is appended to it here.
-    async fn relay_message(&mut self, body: &mut Vec<u8>) -> Result<Reply, UpstreamError> {
+    /// `wire` is the message in its dot-stuffed wire form with its end-of-data line, as
+    /// the decoder handed it over.
+    async fn relay_message(&mut self, wire: &Wire) -> Result<Reply, UpstreamError> {
         let r = self.up()?.command(b"DATA\r\n").await?;
         if r.code != 354 {
             // Upstream refused DATA: its transaction is still open; close it so both agree.
@@ -270,15 +264,12 @@ impl Session {
         }
         self.up()?.recycle(r);
         let headers = self.policy.message_headers();
-        // The decoder's output always ends in CRLF (or is empty): only "." CRLF is missing.
-        body.extend_from_slice(b".\r\n");
         if headers.is_empty() {
-            self.up()?.send(body).await?;
+            self.up()?.send(wire.as_bytes()).await?;
             return self.up()?.read_reply().await;
         }
-        let mut wire = std::mem::take(&mut self.wire);
-        wire.clear();
-        wire.reserve(body.len() + 256);
+        let body = wire.as_bytes();
+        let mut wire = Vec::with_capacity(body.len() + 256);
         for h in &headers {
             // Header lines from the policy are floodgate's own text; keep them single lines.
             let clean: String = h.chars().filter(|c| *c != '\r' && *c != '\n').collect();
@@ -290,10 +281,7 @@ impl Session {
             wire.extend_from_slice(b"\r\n");
         }
         wire.extend_from_slice(body);
-        let up = self.up()?;
-        let sent = up.send(&wire).await;
-        self.wire = keep_small(wire);
-        sent?;
+        self.up()?.send(&wire).await?;
         self.up()?.read_reply().await
     }
 

@@ -93,9 +93,6 @@ pub struct Session {
     /// The address the client connected to, when upstream needs it (PROXY v2).
     pub(super) local: Option<SocketAddr>,
     pub(super) tally: Tally,
-    /// Buffers of the last message (spooled body, wire form), kept for the next one.
-    pub(super) spool: Vec<u8>,
-    pub(super) wire: Vec<u8>,
     /// Emptied strings of the last transaction's facts, reused by the next one.
     pub(super) strings: Vec<String>,
 }
@@ -144,8 +141,6 @@ impl Session {
             peer,
             local,
             tally: Tally::default(),
-            spool: Vec::new(),
-            wire: Vec::new(),
             strings: Vec::new(),
         };
         let end = s.serve().await;

@@ -10,6 +10,8 @@
 //! whatever the client sent; with [`BarePolicy::Reject`] such messages are
 //! also flagged so the session can refuse them.
 
+use std::ops::Range;
+
 use super::line_ends::LineEnds;
 use super::reply::Reply;
 
@@ -87,7 +89,47 @@ pub struct DataDecoder {
     pending_cr: bool,
     /// Write the dot-stuffed wire form instead of the message ([`DataDecoder::stuffed`]).
     stuffed: bool,
+    /// The wire form written so far is, octet for octet, the input consumed so far: it is
+    /// left where it is instead of being copied ([`DataDecoder::held`]).
+    mirror: bool,
+    /// While mirroring: octets at the front of the input that are decoded but not consumed.
+    scanned: usize,
+    /// While mirroring: the wire form so far is the first `held` octets of the input.
+    held: usize,
     out: DataOutcome,
+}
+
+/// A message's dot-stuffed wire form with floodgate's end-of-data line, as
+/// [`DataDecoder::take_wire`] hands it over.
+#[derive(Debug)]
+pub enum Wire {
+    /// The client's own octets, split off its input buffer uncopied: every line of the
+    /// message came as CRLF-ended text, stuffed as RFC 5321 says (what honest clients send).
+    Held(bytes::BytesMut),
+    /// Decoded into a buffer of its own (a line was normalised or unstuffed differently
+    /// from how it came). Holds the end-of-data line too.
+    Copied(Vec<u8>),
+}
+
+impl Wire {
+    /// The octets to send after upstream's 354: message, then "." CRLF.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Wire::Held(b) => b,
+            Wire::Copied(v) => v,
+        }
+    }
+
+    /// The message without the end-of-data line.
+    pub fn message(&self) -> &[u8] {
+        let all = self.as_bytes();
+        &all[..all.len().saturating_sub(3)]
+    }
+
+    /// Whether the message was taken from the input buffer uncopied.
+    pub fn is_held(&self) -> bool {
+        matches!(self, Wire::Held(_))
+    }
 }
 
 impl DataDecoder {
@@ -104,6 +146,9 @@ impl DataDecoder {
             dot_first: false,
             pending_cr: false,
             stuffed: false,
+            mirror: false,
+            scanned: 0,
+            held: 0,
             out: DataOutcome::default(),
         }
     }
@@ -114,6 +159,19 @@ impl DataDecoder {
     /// [`DataOutcome`] still describe the message itself (stuffing dots are not counted).
     pub fn stuffed(mut self) -> Self {
         self.stuffed = true;
+        self
+    }
+
+    /// Makes the decoder (already [`stuffed`](Self::stuffed)) leave the message in the
+    /// input buffer for as long as its wire form is the input itself, which is the case
+    /// when every line ends in CRLF and every leading dot is a stuffing dot: fed through
+    /// [`feed_held`](Self::feed_held), nothing is consumed and nothing copied until
+    /// [`take_wire`](Self::take_wire) splits the message off. At the first line whose wire
+    /// form differs, what was held is copied into the body and decoding goes on as
+    /// [`feed`](Self::feed) does.
+    pub fn held(mut self) -> Self {
+        self.stuffed = true;
+        self.mirror = true;
         self
     }
 
@@ -139,19 +197,60 @@ impl DataDecoder {
         done
     }
 
+    /// [`feed`](Self::feed) for a [`held`](Self::held) decoder: the message stays at the
+    /// front of `buf` while it can (then `body` is untouched); once it cannot, `body` gets
+    /// the wire form so far and input is consumed as [`feed`](Self::feed) consumes it.
+    /// Returns true when end-of-data was read; then [`take_wire`](Self::take_wire).
+    pub fn feed_held(&mut self, buf: &mut bytes::BytesMut, body: &mut Vec<u8>) -> bool {
+        if !self.mirror {
+            return self.feed(buf, body);
+        }
+        let (used, done) = self.feed_from(buf, self.scanned, body);
+        if self.mirror {
+            self.scanned = used;
+        } else {
+            bytes::Buf::advance(buf, used);
+            self.scanned = 0;
+        }
+        done
+    }
+
+    /// Once [`feed_held`](Self::feed_held) returned true: the wire form with the
+    /// end-of-data line, split off the front of `buf` when it was held there (bytes after
+    /// it stay in `buf`), or `body` with "." CRLF appended.
+    pub fn take_wire(&mut self, buf: &mut bytes::BytesMut, mut body: Vec<u8>) -> Wire {
+        if self.mirror {
+            let scanned = std::mem::take(&mut self.scanned);
+            self.held = 0;
+            // Complete, the held octets end with the end-of-data line itself; incomplete
+            // (an abandoned message), they are only dropped.
+            return Wire::Held(buf.split_to(scanned.min(buf.len())));
+        }
+        // The decoder's output always ends in CRLF (or is empty): only "." CRLF is missing.
+        body.extend_from_slice(b".\r\n");
+        Wire::Copied(body)
+    }
+
     /// Like [`feed`](Self::feed) on a plain slice: returns the number of
     /// octets consumed and whether end-of-data was reached.
     pub fn feed_slice(&mut self, input: &[u8], body: &mut Vec<u8>) -> (usize, bool) {
+        self.feed_from(input, 0, body)
+    }
+
+    /// Decodes `input` from `start`; returns where it stopped and whether end-of-data was
+    /// reached. While mirroring, `input` is the whole input from the message's first octet,
+    /// so the wire form so far is `input[..self.held]`.
+    fn feed_from(&mut self, input: &[u8], start: usize, body: &mut Vec<u8>) -> (usize, bool) {
         if self.out.complete {
-            return (0, true);
+            return (start, true);
         }
-        let mut i = 0;
+        let mut i = start;
         while i < input.len() {
             if !self.pending_cr && self.col == 0 {
                 // Whole clean lines are written as they came, in one copy: see `clean_run`.
                 let run = self.clean_run(&input[i..]);
                 if run > 0 {
-                    self.emit(&input[i..i + run], body);
+                    self.put(input, i..i + run, body);
                     self.start = LineStart::Clean;
                     i += run;
                     continue;
@@ -161,12 +260,12 @@ impl DataDecoder {
                 self.pending_cr = false;
                 if input[i] == b'\n' {
                     i += 1;
-                    if self.end_line(true, body) {
+                    if self.end_line(input, Some(i), body) {
                         return (i, true);
                     }
                 } else {
                     // A bare CR ends the line; the byte is read again below.
-                    self.end_line(false, body);
+                    self.end_line(input, None, body);
                 }
                 continue;
             }
@@ -186,11 +285,12 @@ impl DataDecoder {
                 && rest.first() == Some(&b'.')
                 && self.out.size < self.max_size
             {
-                // The line's text starts with '.' (it came as ".."): stuffed again. Only
-                // while there is room, as the text itself; not counted in the size.
-                body.push(b'.');
+                // The line's text starts with '.' (it came as ".."): stuffed again, with
+                // the dot that came first. Only while there is room, as the text itself;
+                // not counted in the size.
+                self.put_dot(input, i, body);
             }
-            self.emit(&rest[..stop], body);
+            self.put(input, i..i + stop, body);
             self.col += stop;
             i += stop;
             if i == input.len() {
@@ -200,7 +300,7 @@ impl DataDecoder {
             if input[i - 1] == b'\r' {
                 self.pending_cr = true;
             } else {
-                self.end_line(false, body);
+                self.end_line(input, None, body);
             }
         }
         (i, false)
@@ -231,9 +331,12 @@ impl DataDecoder {
         j
     }
 
-    /// Finishes the current line. `crlf` tells whether it ended in a real
-    /// CRLF. Returns true if it was the end-of-data line.
-    fn end_line(&mut self, crlf: bool, body: &mut Vec<u8>) -> bool {
+    /// Finishes the current line. `crlf` is `Some(end)` when it ended in a real CRLF,
+    /// `input[end - 2..end]`, and `None` for a bare CR or LF. Returns true if it was the
+    /// end-of-data line.
+    fn end_line(&mut self, input: &[u8], crlf: Option<usize>, body: &mut Vec<u8>) -> bool {
+        let ending = crlf;
+        let crlf = ending.is_some();
         if crlf && self.start == LineStart::Clean && self.dot_first && self.col == 1 {
             self.out.complete = true;
             return true;
@@ -249,7 +352,18 @@ impl DataDecoder {
         if text_len + 2 > self.max_line_len {
             self.out.line_too_long = true;
         }
-        self.emit(b"\r\n", body);
+        match ending {
+            // Mirroring, the whole input is at hand and this CRLF is in it.
+            Some(end) if self.mirror => self.put(input, end - 2..end, body),
+            _ => {
+                // A CRLF the input has not got here (a bare ending), or one that may have
+                // begun in an earlier input (not mirroring): written as such.
+                if self.mirror {
+                    self.unmirror(input, body);
+                }
+                self.emit(b"\r\n", body);
+            }
+        }
         self.start = if crlf {
             LineStart::Clean
         } else {
@@ -258,6 +372,46 @@ impl DataDecoder {
         self.col = 0;
         self.dot_first = false;
         false
+    }
+
+    /// Writes the message octets `input[range]` to the wire form. While mirroring, octets
+    /// that continue the held wire form (and fit within the size limit) are only counted.
+    fn put(&mut self, input: &[u8], range: Range<usize>, body: &mut Vec<u8>) {
+        if range.is_empty() {
+            // Nothing written (a line's text may be empty after its dot): nothing to match.
+            return;
+        }
+        if self.mirror {
+            let n = range.len() as u64;
+            if range.start == self.held && n <= self.max_size.saturating_sub(self.out.size) {
+                self.held = range.end;
+                self.out.size += n;
+                return;
+            }
+            self.unmirror(input, body);
+        }
+        self.emit(&input[range], body);
+    }
+
+    /// Writes the stuffing dot of a line whose text starts with '.', which is the dot the
+    /// line came with, just before `at` (not counted in the size).
+    fn put_dot(&mut self, input: &[u8], at: usize, body: &mut Vec<u8>) {
+        if self.mirror {
+            // Mirroring, the whole input is at hand, so the line's first dot is in it.
+            if at > 0 && at - 1 == self.held {
+                self.held = at;
+                return;
+            }
+            self.unmirror(input, body);
+        }
+        body.push(b'.');
+    }
+
+    /// Ends mirroring: the wire form so far, `input[..held]`, is copied into `body`.
+    fn unmirror(&mut self, input: &[u8], body: &mut Vec<u8>) {
+        body.extend_from_slice(&input[..self.held]);
+        self.mirror = false;
+        self.held = 0;
     }
 
     fn emit(&mut self, bytes: &[u8], body: &mut Vec<u8>) {

@@ -377,3 +377,122 @@ fn stuffed_keeps_leading_dots_stuffed() {
     assert_eq!(d.outcome().size, 14);
     assert_eq!(&buf[..], b"MAIL");
 }
+
+/// Feeds `input` to a held decoder split at `cuts`, as the session does (the buffer keeps
+/// what is held); returns (done, wire form if done, outcome, rest of buffer if done).
+fn held_decode(
+    d: DataDecoder,
+    input: &[u8],
+    cuts: &[usize],
+) -> (bool, Option<Wire>, DataOutcome, Vec<u8>) {
+    let mut d = d.held();
+    let mut body = Vec::new();
+    let mut buf = BytesMut::new();
+    let mut cuts: Vec<usize> = cuts.iter().map(|&c| c.min(input.len())).collect();
+    cuts.sort_unstable();
+    let mut prev = 0;
+    for c in cuts.into_iter().chain(std::iter::once(input.len())) {
+        buf.extend_from_slice(&input[prev..c]);
+        prev = c;
+        if d.feed_held(&mut buf, &mut body) {
+            // Further input goes to the buffer, after the message.
+            buf.extend_from_slice(&input[prev..]);
+            let wire = d.take_wire(&mut buf, body);
+            return (true, Some(wire), d.outcome(), buf.to_vec());
+        }
+    }
+    (false, None, d.outcome(), Vec::new())
+}
+
+#[test]
+fn held_leaves_an_honest_message_in_place() {
+    let input = b"Subject: x\r\n\r\n..dot\r\nline\r\n.\r\nQUIT\r\n";
+    let (done, wire, out, rest) = held_decode(
+        DataDecoder::new(1000, BarePolicy::Reject, BIG),
+        input,
+        &[3, 17, 30],
+    );
+    assert!(done);
+    let wire = wire.unwrap();
+    assert!(wire.is_held());
+    assert_eq!(wire.as_bytes(), &input[..input.len() - 6]);
+    assert_eq!(wire.message(), b"Subject: x\r\n\r\n..dot\r\nline\r\n");
+    assert_eq!(out.size, 26);
+    assert_eq!(rest, b"QUIT\r\n");
+    // The empty message is its end-of-data line.
+    let (_, wire, _, rest) = held_decode(
+        DataDecoder::new(1000, BarePolicy::Reject, BIG),
+        b".\r\nRSET\r\n",
+        &[],
+    );
+    let wire = wire.unwrap();
+    assert!(wire.is_held());
+    assert_eq!((wire.as_bytes(), wire.message()), (&b".\r\n"[..], &b""[..]));
+    assert_eq!(rest, b"RSET\r\n");
+}
+
+#[test]
+fn held_copies_from_the_first_line_that_changes() {
+    let d = || DataDecoder::new(1000, BarePolicy::Normalize, BIG);
+    // A leading dot that is not a stuffing dot is dropped: from there on, a copy.
+    let (_, wire, _, _) = held_decode(d(), b"a\r\n.b\r\nc\r\n.\r\n", &[]);
+    let wire = wire.unwrap();
+    assert!(!wire.is_held());
+    assert_eq!(wire.as_bytes(), b"a\r\nb\r\nc\r\n.\r\n");
+    // A bare LF is written as CRLF.
+    let (_, wire, out, _) = held_decode(d(), b"a\r\nb\nc\r\n.\r\n", &[5]);
+    let wire = wire.unwrap();
+    assert!(!wire.is_held() && out.normalized);
+    assert_eq!(wire.as_bytes(), b"a\r\nb\r\nc\r\n.\r\n");
+    // Past the size limit only the first octets are kept (the message is refused).
+    let (_, wire, out, rest) = held_decode(
+        DataDecoder::new(1000, BarePolicy::Reject, 4),
+        b"abc\r\ndef\r\n.\r\nX",
+        &[],
+    );
+    // (The copy holds only the first 4 octets, as the stuffed decoder's body would.)
+    assert!(out.too_big && !wire.unwrap().is_held());
+    assert_eq!(rest, b"X");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Held or copied, the wire form is what the stuffed decoder writes (with "." CRLF),
+    /// with the same outcome and leftover, however the input is split; and an input made
+    /// only of CRLF lines with stuffed dots is never copied.
+    #[test]
+    fn held_is_the_stuffed_wire_form(input in prop_oneof![lineish(), smtpish()],
+                                     cuts in proptest::collection::vec(0usize..140, 0..8),
+                                     normalize in any::<bool>(), line in 2usize..24,
+                                     max in 0u64..200, tail in any::<bool>()) {
+        let bare = if normalize { BarePolicy::Normalize } else { BarePolicy::Reject };
+        let mut input = input;
+        if tail {
+            input.extend_from_slice(b"\r\n.\r\nQUIT\r\n");
+        }
+        let d = DataDecoder::new(line, bare, max);
+        let (done, stuffed, out, rest) = chunked_decode_with(d.clone().stuffed(), &input, &[]);
+        let (hdone, wire, hout, hrest) = held_decode(d, &input, &cuts);
+        prop_assert_eq!((hdone, hout), (done, out));
+        if let Some(wire) = wire {
+            prop_assert_eq!(&hrest, &rest);
+            let mut want = stuffed;
+            want.extend_from_slice(b".\r\n");
+            if !out.too_big {
+                prop_assert_eq!(wire.as_bytes(), &want[..]);
+            }
+            let end = input.len() - hrest.len();
+            let honest = input[..end].split_inclusive(|&b| b == b'\n').all(|l| {
+                l.ends_with(b"\r\n")
+                    && !l[..l.len() - 2].contains(&b'\r')
+                    && !l[..l.len() - 2].contains(&b'\n')
+                    && (!l.starts_with(b".") || l.starts_with(b"..") || l == b".\r\n")
+            });
+            if honest && !out.too_big {
+                prop_assert!(wire.is_held());
+                prop_assert_eq!(wire.as_bytes(), &input[..end]);
+            }
+        }
+    }
+}
