@@ -172,6 +172,8 @@ impl Session {
                 break;
             }
             if let Err(end) = self.client.fill(&mut wait, &self.stop).await {
+                // The session ends here: what was held of the message is dropped, not moved.
+                self.client.rbuf.clear();
                 self.client.set_bulk(false);
                 let why = self.read_end(end);
                 info!(client = %self.peer.ip(), why, "message abandoned during DATA");
@@ -268,20 +270,19 @@ impl Session {
             self.up()?.send(wire.as_bytes()).await?;
             return self.up()?.read_reply().await;
         }
-        let body = wire.as_bytes();
-        let mut wire = Vec::with_capacity(body.len() + 256);
+        let mut out = Vec::with_capacity(wire.as_bytes().len() + 256);
         for h in &headers {
             // Header lines from the policy are floodgate's own text; keep them single lines.
             let clean: String = h.chars().filter(|c| *c != '\r' && *c != '\n').collect();
             // A header line is text of the message too: dot-stuffed like the rest.
             if clean.starts_with('.') {
-                wire.push(b'.');
+                out.push(b'.');
             }
-            wire.extend_from_slice(clean.as_bytes());
-            wire.extend_from_slice(b"\r\n");
+            out.extend_from_slice(clean.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
-        wire.extend_from_slice(body);
-        self.up()?.send(&wire).await?;
+        out.extend_from_slice(wire.as_bytes());
+        self.up()?.send(&out).await?;
         self.up()?.read_reply().await
     }
 
