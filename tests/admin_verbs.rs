@@ -416,3 +416,89 @@ fn socket_file_is_replaced_when_stale_and_removed_at_exit() {
     assert!(fg.terminate().success());
     assert!(!sock.exists(), "socket left behind");
 }
+
+/// A socket that another local user put at the admin socket path (the temporary directory
+/// is shared): the verbs send it nothing and say whose it is, and floodgate run by root
+/// replaces it with its own. The squatter runs as uid 65534, which needs root here.
+#[test]
+fn another_users_socket_is_neither_trusted_nor_kept() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("another_users_socket_is_neither_trusted_nor_kept: needs root, not run");
+        return;
+    }
+    // A sticky, world-writable directory, as the temporary directory is.
+    let dir = tempfile::Builder::new()
+        .prefix("floodgate-squat")
+        .tempdir_in(std::env::temp_dir())
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let sock = dir.path().join("admin.sock");
+    let squatter = r#"
+import os, socket, sys
+os.setgid(65534); os.setuid(65534)
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1]); s.listen(8)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    data = c.recv(65536)
+    print("received", len(data), flush=True)
+    c.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{"entries": []}')
+    c.close()
+"#;
+    /// Killed however the test ends (a squatter left running would hold the test's pipes).
+    struct Squatter(std::process::Child);
+    impl Drop for Squatter {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut sq = Squatter(
+        std::process::Command::new("python3")
+            .args(["-c", squatter])
+            .arg(&sock)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3"),
+    );
+    let mut out = std::io::BufReader::new(sq.0.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+
+    let got = verb(&sock, &["top"]);
+    assert!(!got.ok(), "{got}");
+    assert!(
+        got.stderr.contains(&format!(
+            "admin socket {} is served by uid 65534, neither this user (uid 0) nor root",
+            sock.display()
+        )),
+        "{got}"
+    );
+
+    // floodgate (root) takes the path over; the verbs then reach floodgate itself.
+    let rec = Recorder::plain();
+    let mut fg = start(&rec, &format!("[admin]\nsocket = \"{}\"\n", sock.display()));
+    let v = json(&sock, &["top"]);
+    assert!(v["entries"].as_array().is_some(), "{v}");
+    assert!(
+        fg.stderr()
+            .contains("replacing another user's socket at the admin socket path"),
+        "{}",
+        fg.stderr()
+    );
+    assert!(fg.terminate().success());
+    drop(sq);
+    // The squatter was connected to once (by the refused verb) and sent nothing.
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert_eq!(
+        rest.trim(),
+        "received 0",
+        "the verb sent the squatter: {rest}"
+    );
+}

@@ -40,6 +40,20 @@ pub enum ClientError {
     /// floodgate refused the request.
     #[error("{0}")]
     Refused(String),
+    /// The socket is served by another user: not floodgate's (or not ours to trust).
+    #[error(
+        "admin socket {path} is served by uid {uid}, neither this user (uid {me}) nor root: \
+         not talking to it (another user may have put a socket there; give --socket or \
+         [admin] socket a private path)"
+    )]
+    Untrusted {
+        /// The socket path.
+        path: PathBuf,
+        /// The user serving it.
+        uid: u32,
+        /// This process's user.
+        me: u32,
+    },
 }
 
 /// One of the admin verbs.
@@ -89,6 +103,18 @@ pub fn call(socket: &Path, verb: &Verb) -> Result<Value, ClientError> {
         path: socket.to_path_buf(),
         source,
     })?;
+    // Before a request is sent: nothing, not even the verb, goes to a stranger's socket.
+    let (uid, me) = (
+        super::peer::peer_uid(&s).map_err(io)?,
+        super::peer::my_uid(),
+    );
+    if !super::peer::trusted(uid, me) {
+        return Err(ClientError::Untrusted {
+            path: socket.to_path_buf(),
+            uid,
+            me,
+        });
+    }
     s.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
     s.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
     let (method, target) = verb.request();

@@ -7,7 +7,8 @@
 //! * [`inspect`]: what a key means for every configured limit (inspect, top);
 //! * [`api`]: the endpoints (inspect, reset, top, reload, metrics);
 //! * [`serve`]: the unix socket, the token-guarded TCP address and the metrics address;
-//! * [`client`]: the CLI side: one request to the admin socket, tables or JSON.
+//! * [`client`]: the CLI side: one request to the admin socket, tables or JSON;
+//! * [`peer`]: whose process is at the other end of the admin socket.
 
 pub mod api;
 pub mod client;
@@ -16,6 +17,7 @@ pub mod http;
 pub mod inspect;
 pub mod metered;
 pub mod metrics;
+pub mod peer;
 pub mod serve;
 
 pub use metered::MeteredStore;

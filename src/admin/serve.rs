@@ -22,6 +22,37 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once per listener; more wait.
 const MAX_CONNS: usize = 16;
 
+/// What to do with a socket found at the admin socket path.
+#[derive(Debug, PartialEq, Eq)]
+enum Existing {
+    /// Leave it and fail: it belongs to this user `uid` that floodgate may not displace.
+    Refuse(u32),
+    /// A live floodgate (or other process) of this user or root answers there.
+    InUse,
+    /// Remove it and bind anew; `Some(uid)`: it was another user's (only root does this).
+    Replace(Option<u32>),
+}
+
+/// The verdict on a socket at the admin path owned by `owner`, `live` when something
+/// answers there, served by `server` (its peer's user, when it could be read), for a
+/// floodgate running as `me`. Another user's socket is never used: root replaces it (it
+/// can, and a squatter must not keep floodgate's admin API from starting); anyone else
+/// refuses it by name, since the sticky temporary directory lets nobody else remove it.
+fn existing_socket(owner: u32, live: bool, server: Option<io::Result<u32>>, me: u32) -> Existing {
+    use super::peer::trusted;
+    let server = server.and_then(Result::ok);
+    let stranger = [Some(owner), server]
+        .into_iter()
+        .flatten()
+        .find(|&uid| !trusted(uid, me));
+    match stranger {
+        Some(uid) if me != 0 => Existing::Refuse(uid),
+        Some(uid) => Existing::Replace(Some(uid)),
+        None if live => Existing::InUse,
+        None => Existing::Replace(None),
+    }
+}
+
 /// Why an admin or metrics listener could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -35,6 +66,17 @@ pub enum ServeError {
         "admin socket {0}: another process is answering there (is floodgate already running?)"
     )]
     InUse(PathBuf),
+    /// Another user's socket (listening or left over) sits at the socket path.
+    #[error(
+        "admin socket {path}: a socket of uid {uid}, another user, is there; floodgate neither \
+         uses nor removes it (set [admin] socket to a private path)"
+    )]
+    OtherUser {
+        /// The socket path.
+        path: PathBuf,
+        /// Its owner, or the user serving it.
+        uid: u32,
+    },
     /// Binding or setting up failed.
     #[error("{what} {address}: {source}")]
     Io {
@@ -72,7 +114,8 @@ impl Drop for SocketFile {
 }
 
 /// Binds the admin socket at `path` with mode 0600 and serves it until `stop`. A stale
-/// socket file (nobody answering) is replaced; a live one or a non-socket is an error.
+/// socket file (nobody answering) is replaced; a live one or a non-socket is an error, and
+/// so is another user's socket unless floodgate runs as root (see `existing_socket`).
 /// The socket is bound under a temporary name, given its mode, then renamed into place,
 /// so it is never reachable with wider permissions.
 pub fn serve_unix(
@@ -88,11 +131,25 @@ pub fn serve_unix(
     };
     match std::fs::symlink_metadata(path) {
         Ok(m) if !m.file_type().is_socket() => return Err(ServeError::NotASocket(path.into())),
-        Ok(_) => {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(ServeError::InUse(path.into()));
+        Ok(m) => {
+            use std::os::unix::fs::MetadataExt;
+            let live = std::os::unix::net::UnixStream::connect(path).ok();
+            let server = live.as_ref().map(super::peer::peer_uid);
+            match existing_socket(m.uid(), live.is_some(), server, super::peer::my_uid()) {
+                Existing::Refuse(uid) => {
+                    return Err(ServeError::OtherUser {
+                        path: path.into(),
+                        uid,
+                    })
+                }
+                Existing::InUse => return Err(ServeError::InUse(path.into())),
+                Existing::Replace(Some(uid)) => {
+                    warn!(path = %path.display(), uid, "replacing another user's socket at the admin socket path");
+                }
+                Existing::Replace(None) => {
+                    info!(path = %path.display(), "replacing a stale admin socket");
+                }
             }
-            info!(path = %path.display(), "replacing a stale admin socket");
             std::fs::remove_file(path).map_err(io_err)?;
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -309,6 +366,31 @@ mod tests {
         assert!(!ct_eq(b"abcdef", b"abcdeg"));
         assert!(!ct_eq(b"abc", b"abcd"));
         assert!(ct_eq(b"", b""));
+    }
+
+    #[test]
+    fn another_users_socket_is_refused_or_replaced_by_root_only() {
+        use Existing::*;
+        let ok = |uid| Some(Ok(uid));
+        // Our own: stale is replaced, live is a running floodgate.
+        assert_eq!(existing_socket(1000, false, None, 1000), Replace(None));
+        assert_eq!(existing_socket(1000, true, ok(1000), 1000), InUse);
+        // Root's socket is trusted by everyone.
+        assert_eq!(existing_socket(0, true, ok(0), 1000), InUse);
+        assert_eq!(existing_socket(0, false, None, 1000), Replace(None));
+        // Another user's: by file owner or by the process answering, refused by name...
+        assert_eq!(existing_socket(4242, false, None, 1000), Refuse(4242));
+        assert_eq!(existing_socket(1000, true, ok(4242), 1000), Refuse(4242));
+        assert_eq!(existing_socket(4242, true, ok(4242), 1000), Refuse(4242));
+        // ... and replaced by root, which can and must not be kept out.
+        assert_eq!(
+            existing_socket(4242, true, ok(4242), 0),
+            Replace(Some(4242))
+        );
+        assert_eq!(existing_socket(0, true, ok(4242), 0), Replace(Some(4242)));
+        // A live socket whose peer cannot be read is judged by its owner.
+        let unread = Some(Err(io::Error::other("no peer")));
+        assert_eq!(existing_socket(1000, true, unread, 1000), InUse);
     }
 
     #[tokio::test]
