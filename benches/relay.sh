@@ -30,7 +30,10 @@ client_identity = "none"
 [log]
 level = "${FLOODGATE_LOG_LEVEL:-warn}"
 TOML
-"$ROOT/target/release/floodgate" run --config "$TMP/floodgate.toml" >"$TMP/stdout" 2>"$TMP/stderr" &
+# In a session of its own, as the harness starts nginx and smtp-sink (setsid) and as a daemon
+# runs: with the kernel's scheduler autogroups, a process left in this script's session shares
+# one CPU share with smtp-source, which the harness's own servers do not.
+setsid "$ROOT/target/release/floodgate" run --config "$TMP/floodgate.toml" >"$TMP/stdout" 2>"$TMP/stderr" </dev/null &
 FG=$!
 trap 'kill $FG 2>/dev/null; wait $FG 2>/dev/null; rm -rf "$TMP"' EXIT
 for _ in $(seq 50); do grep -q '^listening' "$TMP/stdout" 2>/dev/null && break; sleep 0.1; done
