@@ -571,6 +571,8 @@ fn proxy_v2_identity_tells_upstream_the_client_address_and_port() {
     assert_eq!(proxies[0]["src"], me.to_string().as_str());
     assert_eq!(proxies[0]["dst"], fg.addr("plain").to_string().as_str());
     assert_eq!(proxies[1]["src"], "192.0.2.7:5555");
+    // Behind a balancer the client connected to the balancer's address, as its header says.
+    assert_eq!(proxies[1]["dst"], "127.0.0.1:25");
     // Both messages went through sessions that began with the header.
     for tag in ["direct", "relayed"] {
         let m = message_from(&rec, tag);

@@ -625,7 +625,7 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
     let shared = ctx.shared.read().expect("shared lock").clone();
     let cfg = shared.config.clone();
     // Only a PROXY v2 header towards upstream needs the local address: no syscall otherwise.
-    let local = if cfg.upstream.client_identity == ClientIdentity::ProxyV2 {
+    let mut local = if cfg.upstream.client_identity == ClientIdentity::ProxyV2 {
         tcp.local_addr().ok()
     } else {
         None
@@ -661,7 +661,14 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
         let header = read_proxy_header(&mut tcp, cfg.timeouts.proxy_header.0).await;
         drop(waiting);
         match header {
-            Ok(Some(src)) => peer = src,
+            Ok(Some((src, dst))) => {
+                peer = src;
+                // The address the client connected to is the balancer's, as its header
+                // says: that is what a PROXY v2 header towards upstream passes on.
+                if let (Some(_), Some(dst)) = (local, dst) {
+                    local = Some(dst);
+                }
+            }
             Ok(None) => {}
             Err(why) => {
                 warn!(proxy = %peer, why, "bad PROXY header; closing");
@@ -731,19 +738,20 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
     .await;
 }
 
-/// Reads a PROXY v1/v2 header byte-exactly (never past its end). `Ok(None)`: a LOCAL or
-/// UNKNOWN header, keep the socket's address.
+/// Reads a PROXY v1/v2 header byte-exactly (never past its end): the client's address and
+/// the one it connected to. `Ok(None)`: a LOCAL or UNKNOWN header, keep the socket's
+/// addresses.
 async fn read_proxy_header(
     tcp: &mut TcpStream,
     limit: Duration,
-) -> Result<Option<SocketAddr>, &'static str> {
+) -> Result<Option<(SocketAddr, Option<SocketAddr>)>, &'static str> {
     let deadline = Instant::now() + limit;
     let mut buf = BytesMut::with_capacity(256);
     loop {
         match parse_proxy_header(&buf) {
             Ok(Some((h, used))) => {
                 debug_assert_eq!(used, buf.len());
-                return Ok(h.source);
+                return Ok(h.source.map(|src| (src, h.destination)));
             }
             Ok(None) => {}
             Err(_) => return Err("malformed PROXY header"),
