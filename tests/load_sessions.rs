@@ -161,7 +161,12 @@ async fn open_many(
             open_one(addr, i, tls).await
         });
     }
-    let mut open = Vec::with_capacity(n);
+    gather(set).await
+}
+
+/// Waits for every task of `set`: the sessions that came through, and the failures.
+async fn gather(mut set: JoinSet<Result<Smtp, String>>) -> (Vec<Smtp>, Vec<String>) {
+    let mut open = Vec::with_capacity(set.len());
     let mut failed = Vec::new();
     while let Some(r) = set.join_next().await {
         match r {
@@ -386,15 +391,7 @@ fn sessions_idle_after_a_message() {
                 send_message(&mut c, i).await.map(|()| c)
             });
         }
-        let (mut open, mut failed) = (Vec::new(), Vec::new());
-        while let Some(r) = set.join_next().await {
-            match r {
-                Ok(Ok(c)) => open.push(c),
-                Ok(Err(e)) => failed.push(e),
-                Err(e) => failed.push(format!("task: {e}")),
-            }
-        }
-        (open, failed)
+        gather(set).await
     });
     assert!(
         failed.is_empty(),

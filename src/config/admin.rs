@@ -88,8 +88,7 @@ pub fn default_socket(state_path: Option<&Path>, config_path: &Path) -> PathBuf 
     if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
         return PathBuf::from(run).join(format!("floodgate-{tag}.sock"));
     }
-    use std::os::unix::fs::MetadataExt;
-    let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
+    let uid = crate::admin::peer::my_uid();
     std::env::temp_dir().join(format!("floodgate-{uid}-{tag}.sock"))
 }
 

@@ -331,11 +331,10 @@ impl DataDecoder {
         j
     }
 
-    /// Finishes the current line. `crlf` is `Some(end)` when it ended in a real CRLF,
+    /// Finishes the current line. `ending` is `Some(end)` when it ended in a real CRLF,
     /// `input[end - 2..end]`, and `None` for a bare CR or LF. Returns true if it was the
     /// end-of-data line.
-    fn end_line(&mut self, input: &[u8], crlf: Option<usize>, body: &mut Vec<u8>) -> bool {
-        let ending = crlf;
+    fn end_line(&mut self, input: &[u8], ending: Option<usize>, body: &mut Vec<u8>) -> bool {
         let crlf = ending.is_some();
         if crlf && self.start == LineStart::Clean && self.dot_first && self.col == 1 {
             self.out.complete = true;

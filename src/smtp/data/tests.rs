@@ -227,16 +227,27 @@ fn chunked_decode_with(
 ) -> (bool, Vec<u8>, DataOutcome, Vec<u8>) {
     let mut body = Vec::new();
     let mut buf = BytesMut::new();
-    let mut cuts: Vec<usize> = cuts.iter().map(|&c| c.min(input.len())).collect();
-    cuts.sort_unstable();
-    let mut prev = 0;
     let mut done = false;
-    for c in cuts.into_iter().chain(std::iter::once(input.len())) {
-        buf.extend_from_slice(&input[prev..c]);
-        prev = c;
+    for (piece, _) in pieces(input, cuts) {
+        buf.extend_from_slice(piece);
         done = d.feed(&mut buf, &mut body);
     }
     (done, body, d.outcome(), buf.to_vec())
+}
+
+/// `input` cut at `cuts` (any order, clamped to its length): each piece with what follows it.
+fn pieces<'a>(input: &'a [u8], cuts: &[usize]) -> Vec<(&'a [u8], &'a [u8])> {
+    let mut cuts: Vec<usize> = cuts.iter().map(|&c| c.min(input.len())).collect();
+    cuts.sort_unstable();
+    cuts.push(input.len());
+    let mut prev = 0;
+    cuts.into_iter()
+        .map(|c| {
+            let piece = (&input[prev..c], &input[c..]);
+            prev = c;
+            piece
+        })
+        .collect()
 }
 
 fn smtpish() -> impl Strategy<Value = Vec<u8>> {
@@ -388,15 +399,11 @@ fn held_decode(
     let mut d = d.held();
     let mut body = Vec::new();
     let mut buf = BytesMut::new();
-    let mut cuts: Vec<usize> = cuts.iter().map(|&c| c.min(input.len())).collect();
-    cuts.sort_unstable();
-    let mut prev = 0;
-    for c in cuts.into_iter().chain(std::iter::once(input.len())) {
-        buf.extend_from_slice(&input[prev..c]);
-        prev = c;
+    for (piece, after) in pieces(input, cuts) {
+        buf.extend_from_slice(piece);
         if d.feed_held(&mut buf, &mut body) {
             // Further input goes to the buffer, after the message.
-            buf.extend_from_slice(&input[prev..]);
+            buf.extend_from_slice(after);
             let wire = d.take_wire(&mut buf, body);
             return (true, Some(wire), d.outcome(), buf.to_vec());
         }
