@@ -1,10 +1,12 @@
 //! DataDecoder: chunking does not matter (one octet at a time never takes the whole-line
 //! fast path, so this compares the two), the body is canonical, and the differential check
 //! decode -> encode_data -> decode gives the same body. The line limit varies so the fast
-//! path's limit check is reached with short inputs too.
+//! path's limit check is reached with short inputs too. The block-wise clean-line check the
+//! fast path uses is compared with the same check made line by line.
 #![no_main]
 
 use bytes::BytesMut;
+use floodgate::smtp::clean_lines::{clean_run, clean_run_by_lines};
 use floodgate::smtp::{encode_data, BarePolicy, DataDecoder, DataOutcome, Wire};
 use libfuzzer_sys::fuzz_target;
 
@@ -57,6 +59,10 @@ fuzz_target!(|data: &[u8]| {
     } else {
         u64::from(flags >> 2) * 8
     };
+    for skip in [0, 1, 2] {
+        let from = &input[skip.min(input.len())..];
+        assert_eq!(clean_run(from, line), clean_run_by_lines(from, line));
+    }
     let whole = decode(input, input.len(), line, bare, max);
     assert_eq!(decode(input, chunk, line, bare, max), whole);
     assert_eq!(decode(input, 1, line, bare, max), whole);

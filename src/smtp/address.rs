@@ -196,7 +196,9 @@ fn strip_route(text: &str) -> Result<&str, AddressError> {
 /// the Unicode tables or a temporary string.
 fn push_lowercase(out: &mut String, s: &str) {
     if s.is_ascii() {
-        out.extend(s.bytes().map(|b| char::from(b.to_ascii_lowercase())));
+        let start = out.len();
+        out.push_str(s);
+        out[start..].make_ascii_lowercase();
     } else {
         out.push_str(&s.to_lowercase());
     }

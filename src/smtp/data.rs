@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use super::line_ends::LineEnds;
+use super::clean_lines::clean_run;
 use super::reply::Reply;
 
 /// What to do with bare CR / bare LF line endings inside a message.
@@ -247,8 +247,9 @@ impl DataDecoder {
         let mut i = start;
         while i < input.len() {
             if !self.pending_cr && self.col == 0 {
-                // Whole clean lines are written as they came, in one copy: see `clean_run`.
-                let run = self.clean_run(&input[i..]);
+                // Whole clean lines are written as they came, in one copy (see
+                // `smtp::clean_lines`).
+                let run = clean_run(&input[i..], self.max_line_len);
                 if run > 0 {
                     self.put(input, i..i + run, body);
                     self.start = LineStart::Clean;
@@ -304,31 +305,6 @@ impl DataDecoder {
             }
         }
         (i, false)
-    }
-
-    /// The length of the longest prefix of `input` made of whole clean lines: each ended by
-    /// CRLF, with no other CR or LF, not starting with '.', and within the line limit. Such
-    /// lines are the same in the message and in its dot-stuffed wire form, so they are copied
-    /// without looking at them again. Called only at the start of a line.
-    fn clean_run(&self, input: &[u8]) -> usize {
-        let mut ends = LineEnds::new(input);
-        let mut j = 0;
-        while let Some(&first) = input.get(j) {
-            if first == b'.' {
-                break;
-            }
-            let Some(stop) = ends.next_from(j) else {
-                break;
-            };
-            if input[stop] != b'\r' || input.get(stop + 1) != Some(&b'\n') {
-                break;
-            }
-            if stop + 2 - j > self.max_line_len {
-                break;
-            }
-            j = stop + 2;
-        }
-        j
     }
 
     /// Finishes the current line. `ending` is `Some(end)` when it ended in a real CRLF,

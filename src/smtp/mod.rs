@@ -14,11 +14,11 @@
 #![warn(missing_docs)]
 
 pub mod address;
+pub mod clean_lines;
 pub mod command;
 pub mod data;
 pub mod ehlo;
 pub mod line;
-pub mod line_ends;
 pub mod proxy_header;
 pub mod reply;
 pub mod sasl;
