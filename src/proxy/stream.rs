@@ -67,7 +67,11 @@ impl ReadInto for Stream {
         match self {
             // Plain TCP reads on readiness directly: `try_read_buf` costs no syscall while
             // the socket is known not to be readable, and `poll_read_ready` registers the
-            // task until it is.
+            // task until it is. Unlike tokio's `poll_read`, a short read does not mark the
+            // socket unreadable, so the next wait tries a read first: about eight of those
+            // per relayed message find nothing (EAGAIN), but the others find what the peer
+            // sent meanwhile without a trip through epoll. Measured both ways (big-reuse,
+            // paired): this way is 5-8 % faster, with fewer sleeps per message.
             Stream::Plain(tcp) => loop {
                 match tcp.try_read_buf(buf) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
