@@ -420,6 +420,40 @@ message = "4.7.1 slow down, ${sender_rate} per ${sender_rate_period}"
     );
 }
 
+/// A session that read a generation without a limit at RCPT answers RCPT without waiting;
+/// after a reload that adds one, the same session must wait for the check instead, and the
+/// check counts against the new limit.
+#[tokio::test]
+async fn reload_reaches_the_quick_answer_of_a_running_session() {
+    let (p, _store) = policy(
+        r#"
+[[limit]]
+name = "senders"
+ratelimit = "100 / 1h / per_mail"
+stage = "mail"
+"#,
+    );
+    let f = facts("192.0.2.11");
+    let mut s = p.session();
+    assert_eq!(s.check_now(Stage::Rcpt, &f), Some(Verdict::Continue));
+    assert_eq!(s.check_now(Stage::Mail, &f), None);
+    p.install(
+        config(
+            r#"
+[[limit]]
+name = "recipients"
+ratelimit = "0 / 1h / per_rcpt / strict"
+stage = "rcpt"
+"#,
+        )
+        .policy,
+    );
+    assert_eq!(s.check_now(Stage::Rcpt, &f), None);
+    assert_eq!(s.check_now(Stage::Mail, &f), Some(Verdict::Continue));
+    let v = s.check(Stage::Rcpt, &f).await;
+    assert!(matches!(&v, Verdict::Reply(r) if r.code == 450), "{v:?}");
+}
+
 #[tokio::test]
 async fn auth_failure_limit_defers_further_attempts() {
     let (p, store) = policy(

@@ -23,6 +23,7 @@
 //! `over` for each limit, atomically.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use tracing::{info, warn};
@@ -63,6 +64,11 @@ fn sentinel() -> LimitRequest {
 
 struct Inner {
     current: RwLock<Arc<PolicyModel>>,
+    /// Moves on at every [`RatePolicy::install`]. Sessions keep the model they last read
+    /// and read `current` again only when this has moved: a load of a value written only on
+    /// reload, where taking the lock and counting the `Arc` at every command would pass
+    /// their cache lines between the workers' cores.
+    generation: AtomicU64,
     store: Arc<dyn Store>,
     slots: Arc<Slots>,
     clock: Clock,
@@ -112,6 +118,7 @@ impl RatePolicy {
             inner: Arc::new(Inner {
                 header_from: model.reads_header_from().into(),
                 current: RwLock::new(model),
+                generation: AtomicU64::new(0),
                 store,
                 slots: Arc::new(Slots::default()),
                 clock,
@@ -123,15 +130,15 @@ impl RatePolicy {
 
     /// Makes `model` the generation every later check uses (sessions in flight included).
     pub fn install(&self, model: Arc<PolicyModel>) {
-        self.inner.header_from.store(
-            model.reads_header_from(),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.inner
+            .header_from
+            .store(model.reads_header_from(), Ordering::Relaxed);
         *self
             .inner
             .current
             .write()
             .unwrap_or_else(|e| e.into_inner()) = model;
+        self.inner.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Installs the observer that sees every evaluation and every limit over (the event log
@@ -154,7 +161,11 @@ impl Policy for RatePolicy {
     fn session(&self) -> Box<dyn SessionPolicy> {
         let mut cache = SessionCache::new();
         cache.start_connection();
+        // The generation before the model: a reload in between is only read again later.
+        let generation = self.inner.generation.load(Ordering::Acquire);
         Box::new(RateSession {
+            model: self.current(),
+            generation,
             inner: self.inner.clone(),
             cache,
             step: Vec::new(),
@@ -166,9 +177,7 @@ impl Policy for RatePolicy {
     }
 
     fn reads_header_from(&self) -> bool {
-        self.inner
-            .header_from
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.inner.header_from.load(Ordering::Relaxed)
     }
 
     fn reload(&self, config: &crate::config::Config) {
@@ -252,6 +261,10 @@ struct Eval<'m> {
 
 struct RateSession {
     inner: Arc<Inner>,
+    /// The generation of limits this session last read, and its number
+    /// ([`Inner::generation`]).
+    model: Arc<PolicyModel>,
+    generation: u64,
     cache: SessionCache,
     /// Charges of the MAIL or RCPT being judged (kept if upstream accepts it).
     step: Vec<Pending>,
@@ -267,12 +280,24 @@ struct RateSession {
 }
 
 impl RateSession {
-    fn model(&self) -> Arc<PolicyModel> {
-        self.inner
-            .current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+    /// The generation in force, for a whole check.
+    fn model(&mut self) -> Arc<PolicyModel> {
+        self.refresh();
+        self.model.clone()
+    }
+
+    /// Reads the generation in force again if a reload installed one since the last read.
+    fn refresh(&mut self) {
+        let generation = self.inner.generation.load(Ordering::Acquire);
+        if generation != self.generation {
+            self.model = self
+                .inner
+                .current
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            self.generation = generation;
+        }
     }
 
     /// Charges of this session not yet in the store, per key (for GCRA dry runs).
@@ -347,8 +372,7 @@ impl RateSession {
             Err(StoreError::Unavailable(why)) => {
                 // The store's failure mode says "closed": the check answers 451 4.3.0.
                 warn!(error = %why, "rate limit store unavailable; failing closed");
-                self.unavailable
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                self.unavailable.store(true, Ordering::Relaxed);
                 None
             }
             Err(e) => {
@@ -609,9 +633,7 @@ impl RateSession {
         if !commit_now.limits.is_empty() {
             self.decide(&commit_now).await;
         }
-        if self
-            .unavailable
-            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        if self.unavailable.swap(false, Ordering::Relaxed)
             && evals.iter().any(|e| e.def.action.blocks())
         {
             let host = &model.hostname;
@@ -830,11 +852,9 @@ impl SessionPolicy for RateSession {
     }
 
     fn check_now(&mut self, stage: Stage, _facts: &Facts) -> Option<Verdict> {
-        {
-            let model = self.inner.current.read().unwrap_or_else(|e| e.into_inner());
-            if model.limits.iter().any(|d| d.stage == stage) {
-                return None;
-            }
+        self.refresh();
+        if self.model.limits.iter().any(|d| d.stage == stage) {
+            return None;
         }
         // What run_check does when no limit is at this stage.
         self.cache.start_command();

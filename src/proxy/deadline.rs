@@ -125,8 +125,9 @@ impl Deadline {
 }
 
 /// Watches a cancellation token from one task: the waker is registered with the token once
-/// (again only if the task's waker changes); later polls are one atomic load, not a lock of
-/// the token's waiter list, which every session of the process shares.
+/// (again only if the task's waker changes); later polls only ask whether it is cancelled
+/// (one uncontended lock: each worker's sessions share a token of their own, see
+/// `server::worker`), not a re-registration in the token's waiter list.
 pub(super) struct StopWatch {
     token: CancellationToken,
     wait: Pin<Box<WaitForCancellationFutureOwned>>,

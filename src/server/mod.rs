@@ -460,6 +460,12 @@ fn worker(
     };
     rt.block_on(async move {
         let tracker = TaskTracker::new();
+        // The sessions of this worker watch a child of the shared token: a token is a mutex
+        // that every check of it takes, and one shared by both workers' sessions would have
+        // its cache line passed between the cores at every poll. Cancelling the parent
+        // cancels every child.
+        let force = w.force.child_token();
+        let stop = w.stop.child_token();
         let mut ctxs = Vec::new();
         let mut sockets = Vec::new();
         for (index, (socket, info, proxy_protocol, listener_metrics)) in
@@ -471,7 +477,7 @@ fn worker(
                 shared: w.shared.clone(),
                 conns: w.conns.clone(),
                 tracker: tracker.clone(),
-                force: w.force.clone(),
+                force: force.clone(),
                 balance: w.balance.clone(),
                 info,
                 proxy_protocol,
@@ -487,9 +493,9 @@ fn worker(
         }
         let mut loops = Vec::new();
         for (listener, ctx) in sockets {
-            loops.push(tokio::spawn(accept_loop(listener, ctx, w.stop.clone())));
+            loops.push(tokio::spawn(accept_loop(listener, ctx, stop.clone())));
         }
-        loops.push(tokio::spawn(inbox_loop(inbox, ctxs, w.stop.clone())));
+        loops.push(tokio::spawn(inbox_loop(inbox, ctxs, stop.clone())));
         drop(w);
         for l in loops {
             let _ = l.await;
