@@ -270,6 +270,47 @@ action = "header"
     }
 }
 
+/// Exim remembers a computed rate in the check's cache even when it is leaky and replayed
+/// (reference step 7): a per_rcpt limit checked at DATA and again, same key and period, at
+/// the end of the message is answered the second time from the first answer (with its own
+/// m), not replayed again with the first check's pending charge counted twice.
+#[tokio::test]
+async fn a_replayed_rate_answers_the_same_key_later_in_the_message() {
+    let (p, store) = policy(
+        r#"
+[[limit]]
+name = "at-data"
+ratelimit = "10 / 1h / per_rcpt / leaky / ${client_ip}"
+stage = "data"
+action = "header"
+[[limit]]
+name = "at-end"
+ratelimit = "3 / 1h / per_rcpt / leaky / ${client_ip}"
+stage = "message"
+action = "header"
+"#,
+    );
+    let mut f = facts("192.0.2.12");
+    f.recipients_count = 2;
+    let mut s = p.session();
+    assert_eq!(s.check(Stage::Mail, &f).await, Verdict::Continue);
+    assert_eq!(s.check(Stage::Data, &f).await, Verdict::Continue);
+    assert_eq!(s.check(Stage::Message, &f).await, Verdict::Continue);
+    let headers = s.message_headers().join("\n");
+    // Both see the rate of the two recipients counted once: 2, under 10 and under 3.
+    assert!(
+        headers.contains("at-data; rate=2; limit=10; period=1h; over=no"),
+        "{headers}"
+    );
+    assert!(
+        headers.contains("at-end; rate=2; limit=3; period=1h; over=no"),
+        "{headers}"
+    );
+    s.after_upstream(Stage::Message, &f, &ok()).await;
+    let stored = ewma_rate(&store, "1h/per_rcpt/192.0.2.12").expect("charged");
+    assert!((stored - 2.0).abs() < 0.01, "stored {stored}");
+}
+
 fn dyn_rate(store: &MemoryStore, key: &str) -> u32 {
     store
         .inspect_key(key)

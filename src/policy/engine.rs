@@ -497,6 +497,7 @@ impl RateSession {
             }
         }
         // Leaky Exim limits on reserved counts: Exim's own sequence, replayed.
+        let mut replayed = vec![false; evals.len()];
         for j in 0..evals.len() {
             if evals[j].class != Class::Replay {
                 continue;
@@ -505,6 +506,7 @@ impl RateSession {
             let Some(r) = self.replayed(req, now_us).await else {
                 continue;
             };
+            replayed[j] = true;
             let e = &mut evals[j];
             e.outcome.value = r.rate;
             e.outcome.over = r.over;
@@ -586,7 +588,7 @@ impl RateSession {
         }
         // Settle.
         let mut commit_now = Decision::default();
-        for e in &mut evals {
+        for (e, replayed) in evals.iter_mut().zip(replayed) {
             let req = e.req.as_ref().expect("request");
             match e.class {
                 Class::Now => {
@@ -601,8 +603,16 @@ impl RateSession {
                 Class::DryRun if !refused && e.def.counted != Counted::AuthFailures => {
                     self.pending_for(stage).push(Pending::charge(req, now_us));
                 }
-                Class::Replay if !refused && !e.outcome.over => {
-                    self.pending_for(stage).push(Pending::charge(req, now_us));
+                Class::Replay => {
+                    // Exim remembers the rate it computed, stored or not (a store that could
+                    // not be read computed none).
+                    if let (RateDef::Exim { resolved, .. }, true) = (&e.def.rate, replayed) {
+                        self.cache
+                            .remember(resolved.cache, &req.key, e.outcome.value);
+                    }
+                    if !refused && !e.outcome.over {
+                        self.pending_for(stage).push(Pending::charge(req, now_us));
+                    }
                 }
                 Class::Reserve if !refused && !e.outcome.over => {
                     let p = Pending {
