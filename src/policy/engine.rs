@@ -257,6 +257,9 @@ struct Eval<'m> {
     req: Option<LimitRequest>,
     outcome: Outcome,
     slot: Option<SlotGuard>,
+    /// A [`Class::Replay`] that computed its rate (the store could be read): a rate Exim
+    /// would remember.
+    replayed: bool,
 }
 
 struct RateSession {
@@ -473,6 +476,7 @@ impl RateSession {
                 req: Some(req),
                 outcome,
                 slot: None,
+                replayed: false,
             });
         }
         if evals.is_empty() {
@@ -497,7 +501,6 @@ impl RateSession {
             }
         }
         // Leaky Exim limits on reserved counts: Exim's own sequence, replayed.
-        let mut replayed = vec![false; evals.len()];
         for j in 0..evals.len() {
             if evals[j].class != Class::Replay {
                 continue;
@@ -506,8 +509,8 @@ impl RateSession {
             let Some(r) = self.replayed(req, now_us).await else {
                 continue;
             };
-            replayed[j] = true;
             let e = &mut evals[j];
+            e.replayed = true;
             e.outcome.value = r.rate;
             e.outcome.over = r.over;
             e.outcome.retry_after = r.retry_after;
@@ -588,7 +591,7 @@ impl RateSession {
         }
         // Settle.
         let mut commit_now = Decision::default();
-        for (e, replayed) in evals.iter_mut().zip(replayed) {
+        for e in &mut evals {
             let req = e.req.as_ref().expect("request");
             match e.class {
                 Class::Now => {
@@ -606,7 +609,7 @@ impl RateSession {
                 Class::Replay => {
                     // Exim remembers the rate it computed, stored or not (a store that could
                     // not be read computed none).
-                    if let (RateDef::Exim { resolved, .. }, true) = (&e.def.rate, replayed) {
+                    if let (RateDef::Exim { resolved, .. }, true) = (&e.def.rate, e.replayed) {
                         self.cache
                             .remember(resolved.cache, &req.key, e.outcome.value);
                     }

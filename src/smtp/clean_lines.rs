@@ -106,7 +106,7 @@ fn blocks_with(input: &[u8], max_line: usize, masks: impl Fn(&[u8; 64]) -> Masks
 }
 
 /// Bit `k` of each mask is set where octet `k` of a block is CR, LF or '.'.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct Masks {
     cr: u64,
     lf: u64,
@@ -126,11 +126,7 @@ fn masks_sse2(block: &[u8; 64]) -> Masks {
             _mm_set1_epi8(b'\n' as i8),
             _mm_set1_epi8(b'.' as i8),
         );
-        let mut m = Masks {
-            cr: 0,
-            lf: 0,
-            dot: 0,
-        };
+        let mut m = Masks::default();
         for k in 0..4 {
             let v = _mm_loadu_si128(block.as_ptr().add(16 * k).cast::<__m128i>());
             let bits = |c| u64::from(_mm_movemask_epi8(_mm_cmpeq_epi8(v, c)) as u16) << (16 * k);
@@ -155,11 +151,7 @@ unsafe fn masks_avx2(block: &[u8; 64]) -> Masks {
         _mm256_set1_epi8(b'\n' as i8),
         _mm256_set1_epi8(b'.' as i8),
     );
-    let mut m = Masks {
-        cr: 0,
-        lf: 0,
-        dot: 0,
-    };
+    let mut m = Masks::default();
     for k in 0..2 {
         // SAFETY: reads octets 32k..32k+32, inside `block`, with no alignment requirement.
         let v = unsafe { _mm256_loadu_si256(block.as_ptr().add(32 * k).cast::<__m256i>()) };
