@@ -5,37 +5,8 @@
 #   benches/relay.sh [bench.sh options...]     e.g.  benches/relay.sh -n 3 -m 20000
 #
 # Needs ../shared/bench (install-tools.sh installs smtp-source/smtp-sink and nginx).
-# floodgate listens on 127.0.0.1:26259 and relays to the sink on 127.0.0.1:26250 with the
-# default policy and client_identity = "none" (smtp-sink does not authorise XCLIENT).
-# FLOODGATE_WORKERS=N sets [server] workers (default: one event loop per core).
-# FLOODGATE_LOG_LEVEL sets [log] level (default warn; "info" adds the per-session and
-# per-message log lines, written to a file, as a postmaster would run it).
+# floodgate listens on 127.0.0.1:26259 (see floodgate-up.sh for its config and settings).
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-HARNESS=${HARNESS:-$ROOT/../shared/bench}
-[[ -x $HARNESS/bench.sh ]] || { echo "no harness at $HARNESS" >&2; exit 1; }
-cargo build --release --manifest-path "$ROOT/Cargo.toml" --bin floodgate
-TMP=$(mktemp -d /tmp/floodgate-bench.XXXXXX)
-cat >"$TMP/floodgate.toml" <<TOML
-[server]
-max_connections_per_ip = 10000
-workers = ${FLOODGATE_WORKERS:-0}
-[[listener]]
-name = "bench"
-address = "127.0.0.1:26259"
-tls = "none"
-[upstream]
-address = "127.0.0.1:26250"
-client_identity = "none"
-[log]
-level = "${FLOODGATE_LOG_LEVEL:-warn}"
-TOML
-# In a session of its own, as the harness starts nginx and smtp-sink (setsid) and as a daemon
-# runs: with the kernel's scheduler autogroups, a process left in this script's session shares
-# one CPU share with smtp-source, which the harness's own servers do not.
-setsid "$ROOT/target/release/floodgate" run --config "$TMP/floodgate.toml" >"$TMP/stdout" 2>"$TMP/stderr" </dev/null &
-FG=$!
-trap 'kill $FG 2>/dev/null; wait $FG 2>/dev/null; rm -rf "$TMP"' EXIT
-for _ in $(seq 50); do grep -q '^listening' "$TMP/stdout" 2>/dev/null && break; sleep 0.1; done
-grep -q '^listening' "$TMP/stdout" || { cat "$TMP/stderr" >&2; exit 1; }
+. "$(dirname "$0")/floodgate-up.sh"
+trap floodgate_down EXIT
 "$HARNESS/bench.sh" -P "direct nstream proxy" -x 127.0.0.1:26259 "$@"
