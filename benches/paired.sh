@@ -30,10 +30,11 @@ for profile in $PROFILES; do
     esac
 done
 . "$(dirname "$0")/floodgate-up.sh"
-SINKLOG="$TMP/sink.log"
+SINKLOG="$TMP/sink.log" SINK="" NS=""
+# Set before the sink and nginx start, so floodgate is stopped if either fails to.
+trap 'kill $NS $SINK 2>/dev/null; floodgate_down' EXIT
 SINK=$("$HARNESS/sink.sh" -p 26250 -L "$SINKLOG")
 NS=$("$HARNESS/relay-nstream.sh" -d "$TMP/nstream" -p 26258 -u 127.0.0.1:26250)
-trap 'kill "$NS" "$SINK" 2>/dev/null; floodgate_down' EXIT
 
 flags() {
     case "$1" in
