@@ -8,9 +8,14 @@
 #   benches/paired.sh [-n PAIRS] [-m MESSAGES] [-F "PROFILES"]   (defaults: 16, 6000, all four)
 #
 # Same parts and ports as the shared harness (../shared/bench): smtp-sink on 26250, nginx
-# stream on 26258, floodgate on 26259 (see floodgate-up.sh). Prints one line per profile:
-# the median ratio with its range, pairs floodgate won, and each relay's median msgs/s. Every
-# run must deliver every message (checked against the sink's counter), else it stops.
+# stream on 26258, floodgate on 26259 (see floodgate-up.sh). Prints two lines per profile:
+# the median ratio with its range, pairs floodgate won, and each relay's median msgs/s; then
+# each relay's median CPU µs per message, and in how many runs one worker did nearly all of a
+# relay's work (90 % of its workers' CPU or more). nginx's workers race to accept, so on
+# long-lived connections some runs end with every session on one worker, which costs less CPU
+# per message on a small machine; floodgate spreads sessions evenly, and the ratio is also
+# given over the pairs where nginx spread them (when there are both kinds). Every run must
+# deliver every message (checked against the sink's counter), else it stops.
 set -euo pipefail
 PAIRS=16 M=6000 PROFILES="small small-reuse big big-reuse"
 while getopts "n:m:F:h" o; do
@@ -18,7 +23,7 @@ while getopts "n:m:F:h" o; do
         n) PAIRS=$OPTARG ;;
         m) M=$OPTARG ;;
         F) PROFILES=$OPTARG ;;
-        h) sed -n '2,13p' "$0"; exit 0 ;;
+        h) sed -n '2,18p' "$0"; exit 0 ;;
         *) exit 2 ;;
     esac
 done
@@ -45,32 +50,62 @@ flags() {
     esac
 }
 
-# run PORT PROFILE: msgs/s of one load.sh run, after checking every message arrived.
+# relay_ticks PORT: the CPU ticks each worker of the relay on PORT has used so far, in a
+# fixed order (nginx's worker processes; floodgate's event-loop threads).
+relay_ticks() {
+    local stats
+    if [[ $1 == 26258 ]]; then
+        # shellcheck disable=SC2046
+        stats=$(printf '/proc/%s/stat ' $(pgrep -P "$NS" | sort -n))
+    else
+        stats=$(grep -l '^floodgate-w' /proc/"$FG"/task/*/comm | sed 's/comm$/stat/' | tr '\n' ' ')
+    fi
+    # shellcheck disable=SC2086
+    cat $stats | awk '{printf "%d ", $14 + $15}'
+}
+
+TICK=$(getconf CLK_TCK)
+
+# run PORT PROFILE: "msgs/s CPU-µs-per-message one-worker(0|1)" of one load.sh run, after
+# checking every message arrived. One worker did the work when it used 90 % or more of the
+# run's CPU over all workers.
 run() {
-    local line sent delivered
+    local line sent delivered rate before after
+    before=$(relay_ticks "$1")
     # shellcheck disable=SC2046
     line=$("$HARNESS/load.sh" -t "127.0.0.1:$1" -s 10 -m "$M" $(flags "$2") -k "$SINKLOG")
+    after=$(relay_ticks "$1")
     sent=$(grep -o 'sent=[0-9]*' <<<"$line" | cut -d= -f2)
     delivered=$(grep -o 'delivered=[0-9]*' <<<"$line" | cut -d= -f2)
     if [[ $sent != "$M" || $delivered != "$M" ]]; then
         echo "port $1, $2: sent=$sent delivered=$delivered of $M" >&2
         exit 1
     fi
-    grep -o 'msgs_per_s=[0-9.]*' <<<"$line" | cut -d= -f2
+    rate=$(grep -o 'msgs_per_s=[0-9.]*' <<<"$line" | cut -d= -f2)
+    awk -v r="$rate" -v t="$TICK" -v m="$M" -v before="$before" -v after="$after" 'BEGIN {
+        n = split(before, b, " "); split(after, a, " ")
+        for (i = 1; i <= n; i++) { d = a[i] - b[i]; sum += d; if (d > most) most = d }
+        printf "%s %.1f %d\n", r, sum / t * 1e6 / m, (sum > 0 && most >= 0.9 * sum) }'
 }
 
-median() { sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+median() { sort -g | awk '{v[NR]=$1} END{if (NR) print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
 for profile in $PROFILES; do
-    ratios=() fgs=() nss=()
+    ratios=() fgs=() nss=() fgcpu=() nscpu=() split=() fgone=0 nsone=0
     for i in $(seq "$PAIRS"); do
+        # Each run in an assignment of its own, so that a failed one stops the script.
         if ((i % 2)); then
-            ns=$(run 26258 "$profile"); fg=$(run 26259 "$profile")
+            nso=$(run 26258 "$profile"); fgo=$(run 26259 "$profile")
         else
-            fg=$(run 26259 "$profile"); ns=$(run 26258 "$profile")
+            fgo=$(run 26259 "$profile"); nso=$(run 26258 "$profile")
         fi
-        fgs+=("$fg") nss+=("$ns")
-        ratios+=("$(awk -v a="$fg" -v b="$ns" 'BEGIN{printf "%.4f", a/b}')")
+        read -r ns nc n1 <<<"$nso"
+        read -r fg fc f1 <<<"$fgo"
+        fgs+=("$fg") nss+=("$ns") fgcpu+=("$fc") nscpu+=("$nc")
+        fgone=$((fgone + f1)) nsone=$((nsone + n1))
+        ratio=$(awk -v a="$fg" -v b="$ns" 'BEGIN{printf "%.4f", a/b}')
+        ratios+=("$ratio")
+        ((n1)) || split+=("$ratio")
     done
     r=$(printf '%s\n' "${ratios[@]}" | median)
     lo=$(printf '%s\n' "${ratios[@]}" | sort -g | head -1)
@@ -79,4 +114,12 @@ for profile in $PROFILES; do
     printf '%-12s floodgate/nginx-stream %.3f (%.2f-%.2f), floodgate ahead in %d of %d pairs; msgs/s floodgate %.0f, nginx %.0f\n' \
         "$profile" "$r" "$lo" "$hi" "$won" "$PAIRS" \
         "$(printf '%s\n' "${fgs[@]}" | median)" "$(printf '%s\n' "${nss[@]}" | median)"
+    printf '%-12s relay CPU µs/msg floodgate %.1f, nginx %.1f; one worker did the work in %d of %d floodgate runs, %d of %d nginx runs' \
+        "" "$(printf '%s\n' "${fgcpu[@]}" | median)" "$(printf '%s\n' "${nscpu[@]}" | median)" \
+        "$fgone" "$PAIRS" "$nsone" "$PAIRS"
+    if ((nsone > 0 && ${#split[@]} > 0)); then
+        printf '; floodgate/nginx where nginx spread them %.3f (%d pairs)' \
+            "$(printf '%s\n' "${split[@]}" | median)" "${#split[@]}"
+    fi
+    echo
 done
