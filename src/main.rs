@@ -56,7 +56,8 @@ enum Cmd {
         file: Option<PathBuf>,
     },
     /// Measure before limiting: per-key peaks of each limit from the event log, with a
-    /// suggested limit above all ordinary usage.
+    /// suggested limit above all ordinary usage (keys with their own limit from a
+    /// `limit_list` are shown against it instead).
     Report(ReportArgs),
     /// Show, for every configured limit, what a running floodgate holds for KEY.
     Inspect {

@@ -269,6 +269,66 @@ fn report_over_a_recorded_run() {
     assert!(out.stdout.contains("no events in this period"), "{out}");
 }
 
+/// A `limit_list` gives the flood sender a limit of its own: its events carry it, and the
+/// report sets it apart from the ordinary senders instead of calling it an outlier.
+#[test]
+fn keys_with_their_own_limit_are_reported_against_it() {
+    let rec = Recorder::plain();
+    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).extra(
+        r#"
+[report]
+events = "events.jsonl"
+
+[lists]
+bulk = { entries = ["flood@example.org 1000"] }
+
+[[limit]]
+name = "per-sender"
+ratelimit = "100 / 1h / per_mail / ${sender_address}"
+action = "warn"
+limit_list = "bulk"
+limit_by = "sender"
+"#,
+    ));
+    send_all(&fg);
+    let messages: u32 = SENDERS.iter().map(|(_, n)| n).sum();
+    let events = read_events(&fg.dir().join("events.jsonl"), messages as usize);
+    for e in &events {
+        let own = e.get("own_limit").and_then(Value::as_f64);
+        if e["key"] == "flood@example.org" {
+            assert_eq!(own, Some(1000.0), "{e}");
+        } else {
+            assert_eq!(own, None, "{e}");
+        }
+    }
+    let cfg = fg.config_path().to_str().unwrap().to_string();
+    let out = run(&["report", "--config", &cfg, "--json"]);
+    assert!(out.ok(), "{out}");
+    let r: Value = serde_json::from_str(&out.stdout).unwrap();
+    let l = &r["limits"][0];
+    assert_eq!(l["keys"], SENDERS.len());
+    assert_eq!(l["own_limit_keys"], 1);
+    assert_eq!(l["over_own_limit"], 0);
+    assert_eq!(l["own_limit_top"][0]["key"], "flood@example.org");
+    assert_eq!(l["own_limit_top"][0]["own_limit"], 1000.0);
+    assert!(l["would_limit"].as_array().unwrap().is_empty(), "{l}");
+    assert!(
+        l["top"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|k| k["key"] != "flood@example.org"),
+        "{l}"
+    );
+    let out = run(&["report", "--config", &cfg]);
+    assert!(out.ok(), "{out}");
+    assert!(
+        out.stdout
+            .contains("keys with their own limit (limit_list): 1, over it: 0"),
+        "{out}"
+    );
+}
+
 /// RFC 3339 (UTC, microseconds) of seconds since the epoch, written the long way round
 /// (days from civil), independently of floodgate's formatter.
 fn rfc3339(t: f64) -> String {

@@ -16,6 +16,8 @@ pub struct Outcome {
     pub value: f64,
     /// The limit in force (after any per-key value from a list).
     pub limit: f64,
+    /// The limit in force is the key's own value from the limit's `limit_list`.
+    pub from_list: bool,
     /// The limit as text (`$sender_rate_limit`).
     pub limit_text: String,
     /// The period as text (`$sender_rate_period`).

@@ -55,6 +55,8 @@ pub struct Evaluated<'a> {
     pub count: f64,
     /// The value tested against the key's unique set, for unique limits.
     pub unique: Option<&'a str>,
+    /// The key's own limit, when the limit's `limit_list` gives it one.
+    pub own_limit: Option<f64>,
     /// When (the policy clock, microseconds since the Unix epoch).
     pub time_us: i64,
 }

@@ -464,6 +464,7 @@ impl RateSession {
                         key: &key_text,
                         count: req.count,
                         unique: req.unique.as_deref(),
+                        own_limit: outcome.from_list.then_some(outcome.limit),
                         time_us: now_us,
                     });
                 }
@@ -791,13 +792,14 @@ impl RateSession {
                 }
                 None => facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
             };
-            let (mut req, _) = request(def, &model, Stage::Auth, facts, &key_text);
+            let (mut req, outcome) = request(def, &model, Stage::Auth, facts, &key_text);
             if let Some(o) = self.inner.observer.get() {
                 o.evaluated(&Evaluated {
                     def,
                     key: &key_text,
                     count: req.count,
                     unique: req.unique.as_deref(),
+                    own_limit: outcome.from_list.then_some(outcome.limit),
                     time_us: (self.inner.clock)(),
                 });
             }

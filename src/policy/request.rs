@@ -61,6 +61,7 @@ pub(super) fn request(
             resolved,
             unique,
         } => {
+            let from_list = over_value.is_some();
             let (limit, limit_text) =
                 over_value.unwrap_or((spec.limit(), spec.limit_text().to_string()));
             let ip = facts.client_ip.map(|i| i.to_string()).unwrap_or_default();
@@ -99,6 +100,7 @@ pub(super) fn request(
                 Outcome {
                     value: 0.0,
                     limit,
+                    from_list,
                     limit_text,
                     period_text: spec.period_text().to_string(),
                     over: false,
@@ -109,12 +111,14 @@ pub(super) fn request(
         RateDef::Gcra(g) => {
             let mut g = *g;
             let mut limit_text = fmt_num(g.burst);
+            let mut from_list = false;
             if let Some((m, t)) = over_value {
                 if let Some(ng) =
                     Rate::new(m, g.rate.period_secs()).and_then(|r| GcraSpec::new(m, r))
                 {
                     g = ng;
                     limit_text = t;
+                    from_list = true;
                 }
             }
             (
@@ -128,6 +132,7 @@ pub(super) fn request(
                 Outcome {
                     value: 0.0,
                     limit: g.burst,
+                    from_list,
                     limit_text,
                     period_text: fmt_period(g.rate.period_secs()),
                     over: false,
@@ -138,11 +143,13 @@ pub(super) fn request(
         RateDef::Bucket(b) => {
             let mut b = *b;
             let mut limit_text = fmt_num(b.burst);
+            let mut from_list = false;
             if let Some((m, t)) = over_value {
                 if let Some(r) = Rate::new(m, b.rate.period_secs()) {
                     b.burst = m;
                     b.rate = r;
                     limit_text = t;
+                    from_list = true;
                 }
             }
             (
@@ -159,6 +166,7 @@ pub(super) fn request(
                 Outcome {
                     value: 0.0,
                     limit: b.burst,
+                    from_list,
                     limit_text,
                     period_text: fmt_period(b.rate.period_secs()),
                     over: false,
@@ -182,6 +190,7 @@ pub(super) fn request(
             Outcome {
                 value: 0.0,
                 limit: *n as f64,
+                from_list: false,
                 limit_text: n.to_string(),
                 period_text: "session".into(),
                 over: false,

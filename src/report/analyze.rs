@@ -27,6 +27,16 @@
 //! Every ordinary key is thus under the suggestion (strictly, so even Exim's `rate ≥ m`
 //! leaves it alone); the report lists the keys it would have limited (all outliers).
 //!
+//! # Keys with their own limit
+//!
+//! A limit with a `limit_list` gives some keys a limit of their own; the event log says so on
+//! each of their events (`own_limit`). Such a key (as of its last event) is left out of the
+//! percentiles, the outliers and the suggestion, which are about the limit everyone else
+//! gets: a bulk sender allowed 5000 an hour would otherwise pass for an outlier, or lift the
+//! suggestion for all. It is reported beside them, its peak against its own limit. A GCRA or
+//! bucket key with its own limit is replayed with the drain rate that limit gives it (its
+//! value per the limit's period, as floodgate applies it).
+//!
 //! Memory: one record and one peak per (limit, key); the log is read line by line.
 
 use std::collections::HashMap;
@@ -36,6 +46,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::limit::bucket::{BucketOp, BucketSpec, Verdict};
 use crate::limit::gcra::GcraSpec;
+use crate::limit::rate::Rate;
 use crate::limit::spec::UpdateMode;
 use crate::limit::unique::UniqueKind;
 use crate::policy::model::{LimitDef, PolicyModel, RateDef};
@@ -99,6 +110,21 @@ pub struct KeyPeak {
     pub events: u64,
 }
 
+/// A key with a limit of its own (from the limit's `limit_list`) and its peak.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OwnLimitPeak {
+    /// The key text.
+    pub key: String,
+    /// Its peak rate or level.
+    pub peak: f64,
+    /// Its events.
+    pub events: u64,
+    /// Its own limit (at its last event).
+    pub own_limit: f64,
+    /// The peak was over its own limit.
+    pub over: bool,
+}
+
 /// The report of one limit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LimitReport {
@@ -116,9 +142,10 @@ pub struct LimitReport {
     pub action: String,
     /// Events replayed.
     pub events: u64,
-    /// Distinct keys.
+    /// Distinct keys, those with their own limit included.
     pub keys: usize,
-    /// Median of the keys' peaks (nearest rank).
+    /// Median of the peaks of the keys without their own limit (nearest rank); so are
+    /// the other percentiles, the maximum, the top, the outliers and the suggestion.
     pub p50: f64,
     /// 90th percentile.
     pub p90: f64,
@@ -138,6 +165,12 @@ pub struct LimitReport {
     pub would_limit: Vec<KeyPeak>,
     /// Keys whose peak was over the limit as configured.
     pub over_configured: usize,
+    /// Keys with a limit of their own from `limit_list`.
+    pub own_limit_keys: usize,
+    /// Of those, the ones whose peak was over their own limit.
+    pub over_own_limit: usize,
+    /// Keys with their own limit, the nearest to it (peak / own limit) first.
+    pub own_limit_top: Vec<OwnLimitPeak>,
 }
 
 /// The whole report.
@@ -175,12 +208,21 @@ struct Event {
     count: Option<f64>,
     #[serde(default)]
     unique: Option<String>,
+    #[serde(default)]
+    own_limit: Option<f64>,
+}
+
+/// One key's peak, events and own limit (as of its last event).
+struct KeyTally {
+    peak: f64,
+    events: u64,
+    own_limit: Option<f64>,
 }
 
 /// Per-key accounting of one limit.
 #[derive(Default)]
 struct Tally {
-    keys: HashMap<String, (f64, u64)>,
+    keys: HashMap<String, KeyTally>,
     events: u64,
 }
 
@@ -275,11 +317,31 @@ fn summarise(def: &LimitDef, tally: Tally, top: usize) -> LimitReport {
     } else {
         format!("{what} in the bucket")
     };
-    let mut keys: Vec<KeyPeak> = tally
-        .keys
-        .into_iter()
-        .map(|(key, (peak, events))| KeyPeak { key, peak, events })
-        .collect();
+    let all_keys = tally.keys.len();
+    let mut own: Vec<OwnLimitPeak> = Vec::new();
+    let mut keys: Vec<KeyPeak> = Vec::new();
+    for (key, k) in tally.keys {
+        match k.own_limit {
+            Some(own_limit) => own.push(OwnLimitPeak {
+                over: is_over(algorithm, k.peak, own_limit),
+                key,
+                peak: k.peak,
+                events: k.events,
+                own_limit,
+            }),
+            None => keys.push(KeyPeak {
+                key,
+                peak: k.peak,
+                events: k.events,
+            }),
+        }
+    }
+    // Nearest to their own limit first; ties by key.
+    own.sort_by(|a, b| {
+        (b.peak / b.own_limit)
+            .total_cmp(&(a.peak / a.own_limit))
+            .then_with(|| a.key.cmp(&b.key))
+    });
     // Highest first; ties by key for a stable order.
     keys.sort_by(|a, b| b.peak.total_cmp(&a.peak).then_with(|| a.key.cmp(&b.key)));
     let mut asc: Vec<f64> = keys.iter().map(|k| k.peak).collect();
@@ -311,7 +373,7 @@ fn summarise(def: &LimitDef, tally: Tally, top: usize) -> LimitReport {
         period,
         action: def.action.as_str().into(),
         events: tally.events,
-        keys: keys.len(),
+        keys: all_keys,
         p50,
         p90: percentile(&asc, 0.9),
         p99: percentile(&asc, 0.99),
@@ -322,6 +384,9 @@ fn summarise(def: &LimitDef, tally: Tally, top: usize) -> LimitReport {
         suggested,
         would_limit,
         over_configured,
+        own_limit_keys: own.len(),
+        over_own_limit: own.iter().filter(|k| k.over).count(),
+        own_limit_top: own.into_iter().take(top).collect(),
     }
 }
 
@@ -411,6 +476,13 @@ pub fn analyze(
                 )));
             }
         }
+        if let Some(m) = ev.own_limit {
+            if !m.is_finite() || m <= 0.0 {
+                return Err(bad(format!(
+                    "\"own_limit\" must be a finite number > 0, got {m}"
+                )));
+            }
+        }
         let now_us = (ev.t * 1e6).round() as i64;
         if opts.since_us.is_some_and(|s| now_us < s) || opts.until_us.is_some_and(|u| now_us >= u) {
             report.outside += 1;
@@ -463,9 +535,15 @@ pub fn analyze(
                 if ev.unique.is_some() {
                     return Err(bad("\"unique\" applies to Exim limits only".into()));
                 }
+                // A key's own limit m is also its drain rate: m per the limit's period.
+                let g = ev
+                    .own_limit
+                    .and_then(|m| Rate::new(m, g.rate.period_secs()))
+                    .and_then(|r| GcraSpec::new(f64::MAX, r))
+                    .unwrap_or(*g);
                 decision.limits.push(first_req(
                     prefix + &key_text,
-                    Algorithm::Gcra(*g),
+                    Algorithm::Gcra(g),
                     ev.count.unwrap_or(1.0),
                     None,
                 ));
@@ -475,11 +553,18 @@ pub fn analyze(
                     return Err(bad("\"unique\" applies to Exim limits only".into()));
                 }
                 let count = ev.count.unwrap_or(1.0);
+                let mut spec = *b;
+                if let Some(r) = ev
+                    .own_limit
+                    .and_then(|m| Rate::new(m, b.rate.period_secs()))
+                {
+                    spec.rate = r;
+                }
                 for op in [BucketOp::Check, BucketOp::Commit(Verdict::Other)] {
                     decision.limits.clear();
                     decision.limits.push(first_req(
                         prefix.clone() + &key_text,
-                        Algorithm::Bucket { spec: *b, op },
+                        Algorithm::Bucket { spec, op },
                         count,
                         None,
                     ));
@@ -493,9 +578,14 @@ pub fn analyze(
         let value = result.limits.first().map_or(0.0, |r| r.value);
         let t = &mut tallies[i];
         t.events += 1;
-        let e = t.keys.entry(key_text).or_insert((f64::NEG_INFINITY, 0));
-        e.0 = e.0.max(value);
-        e.1 += 1;
+        let k = t.keys.entry(key_text).or_insert(KeyTally {
+            peak: f64::NEG_INFINITY,
+            events: 0,
+            own_limit: None,
+        });
+        k.peak = k.peak.max(value);
+        k.events += 1;
+        k.own_limit = ev.own_limit;
         report.events += 1;
         report.first_us = Some(report.first_us.map_or(now_us, |f| f.min(now_us)));
         report.last_us = Some(report.last_us.map_or(now_us, |l| l.max(now_us)));

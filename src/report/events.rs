@@ -1,8 +1,10 @@
 //! The event log for measurement (`[report] events`): one JSON line per evaluation of a
-//! limit, in the shape of `floodgate simulate`'s input plus the limit's name:
+//! limit, in the shape of `floodgate simulate`'s input plus the limit's name, and the key's
+//! own limit when the limit's `limit_list` gives it one:
 //!
 //! ```json
 //! {"t":1738324800.123456,"limit":"hermes-per-user","key":"alice","count":1}
+//! {"t":1738324800.500000,"limit":"hermes-per-user","key":"newsletter","count":1,"own_limit":5000}
 //! {"t":1738324801.000002,"limit":"per-addr","key":"alice","count":1,"unique":"bob@example.org"}
 //! ```
 //!
@@ -48,6 +50,8 @@ pub struct Record {
     pub key: String,
     /// The amount offered.
     pub count: f64,
+    /// The key's own limit from the limit's `limit_list`, when it has one.
+    pub own_limit: Option<f64>,
     /// The unique value, for unique limits.
     pub unique: Option<String>,
 }
@@ -70,18 +74,28 @@ impl Record {
         out.extend_from_slice(b",\"key\":");
         let _ = serde_json::to_writer(&mut *out, &self.key);
         out.extend_from_slice(b",\"count\":");
-        if self.count.fract() == 0.0 && self.count.abs() < 1e15 {
-            let _ = write!(out, "{}", self.count as i64);
-        } else if self.count.is_finite() {
-            let _ = write!(out, "{}", self.count);
-        } else {
-            out.push(b'0');
+        push_number(out, self.count);
+        if let Some(m) = self.own_limit {
+            out.extend_from_slice(b",\"own_limit\":");
+            push_number(out, m);
         }
         if let Some(u) = &self.unique {
             out.extend_from_slice(b",\"unique\":");
             let _ = serde_json::to_writer(&mut *out, u);
         }
         out.push(b'}');
+    }
+}
+
+/// A JSON number: integers without a fraction, anything not finite as 0.
+fn push_number(out: &mut Vec<u8>, v: f64) {
+    use std::io::Write as _;
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        let _ = write!(out, "{}", v as i64);
+    } else if v.is_finite() {
+        let _ = write!(out, "{v}");
+    } else {
+        out.push(b'0');
     }
 }
 
@@ -324,6 +338,7 @@ mod tests {
             limit: "l\"1".into(),
             key: key.into(),
             count: 1.0,
+            own_limit: None,
             unique: unique.map(str::to_string),
         }
     }
@@ -345,6 +360,16 @@ mod tests {
         assert_eq!(
             String::from_utf8(v).unwrap(),
             r#"{"t":0.000005,"limit":"l\"1","key":"k","count":2.5}"#
+        );
+        let mut v = Vec::new();
+        Record {
+            own_limit: Some(500.0),
+            ..rec(5, "k", Some("b@x"))
+        }
+        .to_line(&mut v);
+        assert_eq!(
+            String::from_utf8(v).unwrap(),
+            r#"{"t":0.000005,"limit":"l\"1","key":"k","count":1,"own_limit":500,"unique":"b@x"}"#
         );
     }
 

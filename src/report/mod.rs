@@ -90,6 +90,7 @@ impl Observer for Observers {
             limit: e.def.name.clone(),
             key: e.key.to_string(),
             count: e.count,
+            own_limit: e.own_limit,
             unique: e.unique.map(str::to_string),
         });
     }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::analyze::{Report, HEADROOM, OUTLIER_FACTOR};
+use super::analyze::{LimitReport, Report, HEADROOM, OUTLIER_FACTOR};
 use super::time::rfc3339;
 
 /// A period in seconds as the config writes it (`1h`, `10m`, `1d`, `90s`).
@@ -73,57 +73,89 @@ pub fn text(r: &Report) -> String {
             let _ = writeln!(o, "  no events for this limit");
             continue;
         }
-        let _ = writeln!(
-            o,
-            "  peak per key ({}): p50 {}  p90 {}  p99 {}  max {}",
-            l.unit,
-            num(l.p50),
-            num(l.p90),
-            num(l.p99),
-            num(l.max)
-        );
-        let _ = writeln!(o, "  top {}:", l.top.len());
-        for k in &l.top {
-            let _ = writeln!(
-                o,
-                "    {:>12}  {}  ({} events)",
-                num(k.peak),
-                k.key,
-                k.events
-            );
-        }
-        let rule = match l.outlier_threshold {
-            Some(t) => format!(
-                "outliers: peak above {} x the median = {}",
-                num(OUTLIER_FACTOR),
-                num(t)
-            ),
-            None => "no outliers (median 0)".into(),
-        };
-        let _ = writeln!(
-            o,
-            "  suggested limit: {} ({} x {}, the highest peak of ordinary keys, rounded up to 1-2-5; {})",
-            num(l.suggested),
-            num(HEADROOM),
-            num(l.ordinary_max),
-            rule
-        );
-        if l.would_limit.is_empty() {
-            let _ = writeln!(o, "  it would have limited no key");
+        if l.keys > l.own_limit_keys {
+            ordinary(&mut o, l);
         } else {
-            let _ = writeln!(o, "  it would have limited {} key(s):", l.would_limit.len());
-            for k in &l.would_limit {
-                let _ = writeln!(o, "    {:>12}  {}", num(k.peak), k.key);
-            }
+            let _ = writeln!(o, "  every key has its own limit (limit_list)");
         }
-        let _ = writeln!(
-            o,
-            "  keys over the configured {}: {}",
-            num(l.configured),
-            l.over_configured
-        );
+        if l.own_limit_keys > 0 {
+            own_limits(&mut o, l);
+        }
     }
     o
+}
+
+/// The peaks of the keys without their own limit, and the suggestion.
+fn ordinary(o: &mut String, l: &LimitReport) {
+    let _ = writeln!(
+        o,
+        "  peak per key ({}): p50 {}  p90 {}  p99 {}  max {}",
+        l.unit,
+        num(l.p50),
+        num(l.p90),
+        num(l.p99),
+        num(l.max)
+    );
+    let _ = writeln!(o, "  top {}:", l.top.len());
+    for k in &l.top {
+        let _ = writeln!(
+            o,
+            "    {:>12}  {}  ({} events)",
+            num(k.peak),
+            k.key,
+            k.events
+        );
+    }
+    let rule = match l.outlier_threshold {
+        Some(t) => format!(
+            "outliers: peak above {} x the median = {}",
+            num(OUTLIER_FACTOR),
+            num(t)
+        ),
+        None => "no outliers (median 0)".into(),
+    };
+    let _ = writeln!(
+        o,
+        "  suggested limit: {} ({} x {}, the highest peak of ordinary keys, rounded up to 1-2-5; {})",
+        num(l.suggested),
+        num(HEADROOM),
+        num(l.ordinary_max),
+        rule
+    );
+    if l.would_limit.is_empty() {
+        let _ = writeln!(o, "  it would have limited no key");
+    } else {
+        let _ = writeln!(o, "  it would have limited {} key(s):", l.would_limit.len());
+        for k in &l.would_limit {
+            let _ = writeln!(o, "    {:>12}  {}", num(k.peak), k.key);
+        }
+    }
+    let _ = writeln!(
+        o,
+        "  keys over the configured {}: {}",
+        num(l.configured),
+        l.over_configured
+    );
+}
+
+/// The keys with a limit of their own, against it.
+fn own_limits(o: &mut String, l: &LimitReport) {
+    let _ = writeln!(
+        o,
+        "  keys with their own limit (limit_list): {}, over it: {}",
+        l.own_limit_keys, l.over_own_limit
+    );
+    for k in &l.own_limit_top {
+        let _ = writeln!(
+            o,
+            "    {:>12} of {:<8} {}  ({} events){}",
+            num(k.peak),
+            num(k.own_limit),
+            k.key,
+            k.events,
+            if k.over { "  over" } else { "" }
+        );
+    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ fn outcome() -> Outcome {
     Outcome {
         value: 3.5,
         limit: 2.0,
+        from_list: false,
         limit_text: "2".into(),
         period_text: "10s".into(),
         over: true,

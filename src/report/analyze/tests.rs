@@ -172,6 +172,91 @@ fn bucket_levels_are_demand() {
     }
 }
 
+fn own_line(t: f64, limit: &str, key: &str, own: f64) -> String {
+    format!(
+        "{{\"t\":{t},\"limit\":\"{limit}\",\"key\":\"{key}\",\"count\":1,\"own_limit\":{own}}}\n"
+    )
+}
+
+#[test]
+fn keys_with_their_own_limit_stand_apart() {
+    // Ten ordinary users at 2 messages each; "bulk", allowed 500 by limit_list, sends 300
+    // and "greedy", allowed 100, sends 150 (all within one minute, period 1h).
+    let mut ev = String::new();
+    for u in 0..10 {
+        for i in 0..2 {
+            ev.push_str(&line(f64::from(i), "exim", &format!("u{u}")));
+        }
+    }
+    for i in 0..300 {
+        ev.push_str(&own_line(f64::from(i) * 0.1, "exim", "bulk", 500.0));
+    }
+    for i in 0..150 {
+        ev.push_str(&own_line(f64::from(i) * 0.1, "exim", "greedy", 100.0));
+    }
+    let r = run(&ev, &opts()).unwrap();
+    let l = r.limits.iter().find(|l| l.name == "exim").unwrap();
+    assert_eq!((l.keys, l.own_limit_keys, l.over_own_limit), (12, 2, 1));
+    // The ordinary keys alone decide the percentiles and the suggestion: without the split
+    // "bulk" and "greedy" would be the outliers the suggestion limits.
+    assert!(l.max < 3.0, "{}", l.max);
+    assert_eq!(l.suggested, 5.0);
+    assert!(l.would_limit.is_empty());
+    assert_eq!(l.over_configured, 0);
+    assert!(l.top.iter().all(|k| k.key.starts_with('u')));
+    // Nearest to its own limit first: greedy (~150 of 100), then bulk (~300 of 500).
+    let names: Vec<&str> = l.own_limit_top.iter().map(|k| k.key.as_str()).collect();
+    assert_eq!(names, ["greedy", "bulk"]);
+    assert!(l.own_limit_top[0].over && !l.own_limit_top[1].over);
+    assert_eq!(l.own_limit_top[1].own_limit, 500.0);
+    assert!(
+        l.own_limit_top[1].peak > 290.0,
+        "{}",
+        l.own_limit_top[1].peak
+    );
+    let text = crate::report::render::text(&r);
+    assert!(
+        text.contains("keys with their own limit (limit_list): 2, over it: 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("of 100      greedy  (150 events)  over"),
+        "{text}"
+    );
+
+    // Only keys with their own limit: no suggestion is made for the others.
+    let r = run(&own_line(1.0, "exim", "bulk", 500.0), &opts()).unwrap();
+    let text = crate::report::render::text(&r);
+    assert!(text.contains("every key has its own limit"), "{text}");
+    assert!(!text.contains("suggested limit"), "{text}");
+}
+
+#[test]
+fn a_bucket_key_with_its_own_limit_drains_at_its_own_rate() {
+    // tb and bk drain 1 a second; "big" is allowed 4 (so drains 4 a second) by its list
+    // value. Eight events at 10 s and eight at 12 s: an ordinary key reaches 8 - 2 + 8 = 14,
+    // "big" 8 - 8 + 8 = 8, over its own 4.
+    let mut ev = String::new();
+    for name in ["tb", "bk"] {
+        for t in [10.0, 12.0] {
+            for _ in 0..8 {
+                ev.push_str(&line(t, name, "small"));
+                ev.push_str(&own_line(t, name, "big", 4.0));
+            }
+        }
+    }
+    let r = run(&ev, &opts()).unwrap();
+    for name in ["tb", "bk"] {
+        let l = r.limits.iter().find(|l| l.name == name).unwrap();
+        assert!((l.max - 14.0).abs() < 1e-9, "{name}: {}", l.max);
+        assert_eq!((l.keys, l.own_limit_keys, l.over_own_limit), (2, 1, 1));
+        let big = &l.own_limit_top[0];
+        assert_eq!((big.key.as_str(), big.own_limit), ("big", 4.0));
+        assert!((big.peak - 8.0).abs() < 1e-9, "{name}: {}", big.peak);
+        assert!(big.over, "{name}");
+    }
+}
+
 #[test]
 fn since_until_and_filters() {
     let mut ev = String::new();
@@ -225,6 +310,11 @@ fn corrupt_lines_name_their_number() {
         ("{\"t\":\"x\",\"limit\":\"exim\"}", "invalid type"),
         ("{\"t\":1e300,\"limit\":\"exim\"}", "finite"),
         ("{\"t\":1,\"limit\":\"exim\",\"count\":-1}", "count"),
+        ("{\"t\":1,\"limit\":\"exim\",\"own_limit\":0}", "own_limit"),
+        (
+            "{\"t\":1,\"limit\":\"exim\",\"own_limit\":\"5\"}",
+            "invalid type",
+        ),
         ("{\"t\":1,\"limit\":\"exim\",\"unique\":\"x\"}", "unique"),
         ("{\"t\":1,\"limit\":\"tb\",\"unique\":\"x\"}", "unique"),
         ("{\"limit\":\"exim\"}", "missing field `t`"),
