@@ -163,7 +163,7 @@ pub struct LimitReport {
     pub suggested: f64,
     /// Keys the suggestion would have limited, highest first.
     pub would_limit: Vec<KeyPeak>,
-    /// Keys whose peak was over the limit as configured.
+    /// Keys without their own limit whose peak was over the limit as configured.
     pub over_configured: usize,
     /// Keys with a limit of their own from `limit_list`.
     pub own_limit_keys: usize,
