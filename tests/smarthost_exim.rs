@@ -190,6 +190,41 @@ s.quit()
     assert!(ex.messages_from("auth-none@client.test").is_empty());
 }
 
+/// A client on IPv6 reaches an IPv4-only Exim: the PROXY v2 header carries the IPv6
+/// address, which Exim takes as the client's.
+#[test]
+fn ipv6_client_is_named_by_an_ipv4_exim() {
+    let ex = Exim::shared();
+    let cfg = FloodgateConfig::new(ex.addr(EximPort::Proxy))
+        .identity("proxy-v2")
+        .log_level("info")
+        .listeners(vec![ListenerSpec::new("v6", "none").at("[::1]:0")]);
+    let fg = Floodgate::start(&cfg);
+    let v6 = fg.addr("v6");
+    let mut c = RawClient::connect_greeted(v6);
+    let client_port = c.local_addr().port();
+    c.ehlo("six.client.test");
+    assert_eq!(c.cmd("MAIL FROM:<ipv6@client.test>").code, 250);
+    assert_eq!(c.cmd("RCPT TO:<bob@example.test>").code, 250);
+    assert_eq!(c.cmd("DATA").code, 354);
+    c.send(b"Subject: six\r\n\r\nover v6\r\n.\r\n");
+    assert_eq!(c.reply().code, 250);
+    assert_eq!(c.cmd("QUIT").code, 221);
+    let m = &ex.wait_messages_from("ipv6@client.test", 1, DELIVERY)[0];
+    assert_eq!(m.var("sender_host_address"), "::1", "{}", m.head());
+    assert_eq!(m.var("sender_host_port"), client_port.to_string());
+    assert_eq!(m.var("proxy_external_address"), "::1");
+    assert_eq!(m.var("proxy_external_port"), v6.port().to_string());
+    assert_eq!(m.var("proxy_local_address"), "127.0.0.1");
+    assert!(
+        received(m)[0].starts_with(&format!(
+            "from [::1] (port={client_port} helo=six.client.test)"
+        )),
+        "{}",
+        m.head()
+    );
+}
+
 /// AUTH PLAIN without an initial response, byte by byte: Exim's empty challenge, then
 /// the credentials on their own line, decided by Exim.
 #[test]
