@@ -4,6 +4,8 @@
 //!
 //! Include with `#[path = "common/exim.rs"] mod exim;` (std + tempfile only).
 //!
+//! The configuration is `tests/common/exim.conf`, filled in per daemon.
+//!
 //! One daemon listens on three loopback ports (see [`EximPort`]): one expecting a PROXY
 //! header from 127.0.0.1 (floodgate), one without `hosts_proxy`, and one that also limits
 //! each host to one connection at a time. Every accepted message is delivered to one
@@ -126,126 +128,48 @@ struct Ports {
     one_per_host: u16,
 }
 
-/// The configuration file for a daemon in `dir` on `ports`.
+/// The configuration file for a daemon in `dir` on `ports`: `exim.conf` (next to this
+/// file) with every `@NAME@` replaced.
 fn config_text(bin: &Path, dir: &Path, ports: Ports) -> String {
-    let d = dir.display();
-    let Ports {
-        proxy,
-        plain,
-        one_per_host,
-    } = ports;
-    let cert = dev_cert("upstream.crt");
-    let key = dev_cert("upstream.key");
-    format!(
-        r#"# Written by tests/common/exim.rs.
-exim_path = {bin}
-keep_environment =
-exim_user = root
-exim_group = root
-primary_hostname = {EXIM_HOSTNAME}
-qualify_domain = {LOCAL_DOMAIN}
-spool_directory = {d}/spool
-log_file_path = {d}/log/%slog
-pid_file_path = {d}/exim.pid
-log_selector = +all -received_recipients -delivery_size -queue_time -deliver_time
-daemon_smtp_ports = {proxy} : {plain} : {one_per_host}
-local_interfaces = 127.0.0.1
-daemon_startup_retries = 0
-# The PROXY header is required from floodgate's address, except on the plain port.
-hosts_proxy = ${{if eq{{$received_port}}{{{plain}}}{{}}{{127.0.0.1}}}}
-# Checked by the daemon before it reads the PROXY header.
-smtp_accept_max_per_host = ${{if eq{{$received_port}}{{{one_per_host}}}{{1}}{{0}}}}
-smtp_accept_max = 200
-smtp_accept_queue_per_connection = 0
-message_size_limit = {EXIM_SIZE_LIMIT}
-host_lookup =
-rfc1413_hosts =
-tls_certificate = {cert}
-tls_privatekey = {key}
-acl_smtp_rcpt = acl_rcpt
-acl_smtp_data = acl_data
+    let values = [
+        ("@EXIM_PATH@", bin.display().to_string()),
+        ("@DIR@", dir.display().to_string()),
+        ("@HOSTNAME@", EXIM_HOSTNAME.to_string()),
+        ("@LOCAL_DOMAIN@", LOCAL_DOMAIN.to_string()),
+        ("@VIA_FLOODGATE_DOMAIN@", VIA_FLOODGATE_DOMAIN.to_string()),
+        ("@PROXY_PORT@", ports.proxy.to_string()),
+        ("@PLAIN_PORT@", ports.plain.to_string()),
+        ("@ONE_PER_HOST_PORT@", ports.one_per_host.to_string()),
+        ("@SIZE_LIMIT@", EXIM_SIZE_LIMIT.to_string()),
+        ("@CERT@", dev_cert("upstream.crt").display().to_string()),
+        ("@KEY@", dev_cert("upstream.key").display().to_string()),
+        ("@USER@", EXIM_USER.to_string()),
+        ("@PASSWORD@", EXIM_PASSWORD.to_string()),
+    ];
+    let mut text = include_str!("exim.conf").to_string();
+    for (name, value) in values {
+        text = text.replace(name, &value);
+    }
+    if let Some(left) = placeholder(&text) {
+        panic!("exim.conf has a placeholder config_text does not fill: {left}");
+    }
+    text
+}
 
-begin acl
-
-acl_rcpt:
-  accept authenticated = *
-  accept domains = {LOCAL_DOMAIN} : {VIA_FLOODGATE_DOMAIN}
-  deny message = relay not permitted
-
-acl_data:
-  warn add_header = X-Exim-Vars: sender_host_address=$sender_host_address; \
-         sender_host_port=$sender_host_port; received_ip_address=$received_ip_address; \
-         received_port=$received_port; proxy_session=$proxy_session; \
-         proxy_external_address=$proxy_external_address; \
-         proxy_external_port=$proxy_external_port; \
-         proxy_local_address=$proxy_local_address; proxy_local_port=$proxy_local_port; \
-         tls_in_cipher=$tls_in_cipher; authenticated_id=$authenticated_id; \
-         received_protocol=$received_protocol
-  accept
-
-begin routers
-
-to_floodgate:
-  driver = manualroute
-  domains = {VIA_FLOODGATE_DOMAIN}
-  condition = ${{if !def:h_X-Exim-Client:}}
-  route_list = * 127.0.0.1
-  self = send
-  transport = to_floodgate
-  headers_add = X-Exim-Client: {EXIM_HOSTNAME}
-
-local:
-  driver = accept
-  transport = store
-
-begin transports
-
-to_floodgate:
-  driver = smtp
-  port = $header_X-Floodgate-Port:
-  user = Debian-exim
-  allow_localhost
-  hosts_require_tls = 127.0.0.1
-
-store:
-  driver = appendfile
-  directory = {d}/mail
-  maildir_format
-  batch_max = 1000
-  user = Debian-exim
-  group = Debian-exim
-  envelope_to_add
-  return_path_add
-
-begin retry
-*  *  F,1m,1m
-
-begin authenticators
-
-plain:
-  driver = plaintext
-  public_name = PLAIN
-  server_prompts = :
-  server_condition = ${{if and {{{{eq{{$auth2}}{{{EXIM_USER}}}}}{{eq{{$auth3}}{{{EXIM_PASSWORD}}}}}}}}}
-  server_set_id = $auth2
-
-login:
-  driver = plaintext
-  public_name = LOGIN
-  server_prompts = <| Username:: | Password::
-  server_condition = ${{if and {{{{eq{{$auth1}}{{{EXIM_USER}}}}}{{eq{{$auth2}}{{{EXIM_PASSWORD}}}}}}}}}
-  server_set_id = $auth1
-
-cram:
-  driver = cram_md5
-  public_name = CRAM-MD5
-  server_secret = ${{if eq{{$auth1}}{{{EXIM_USER}}}{{{EXIM_PASSWORD}}}fail}}
-  server_set_id = $auth1
-"#,
-        bin = bin.display(),
-        cert = cert.display(),
-        key = key.display(),
-    )
+/// The first `@NAME@` (upper-case letters and `_`) in `text`.
+fn placeholder(text: &str) -> Option<&str> {
+    let mut rest = text;
+    while let Some(start) = rest.find('@') {
+        let after = &rest[start + 1..];
+        let len = after
+            .find(|c: char| !(c.is_ascii_uppercase() || c == '_'))
+            .unwrap_or(after.len());
+        if len > 0 && after[len..].starts_with('@') {
+            return Some(&rest[start..start + len + 2]);
+        }
+        rest = after;
+    }
+    None
 }
 
 /// Starts `bin` as a foreground daemon (`-bdf`) under an `sh` watchdog that stops it by
