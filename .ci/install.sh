@@ -8,6 +8,7 @@
 #   libio-socket-inet6-perl, libdigest-hmac-perl : swaks over ::1, CRAM-MD5
 #   redis-server                        : shared-state tests of later issues
 #   cargo-fuzz                          : `cargo +nightly fuzz run` smoke in .ci/run
+#   Exim 4 (unpacked, not installed)    : tests/smarthost_exim.rs (.ci/install-exim.sh)
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -32,6 +33,8 @@ if ((${#missing[@]})); then
 else
     echo "install.sh: apt packages present (${want[*]})"
 fi
+
+"$(dirname "$0")/install-exim.sh"
 
 if cargo fuzz --version >/dev/null 2>&1; then
     echo "install.sh: cargo-fuzz present ($(cargo fuzz --version 2>/dev/null))"
