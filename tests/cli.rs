@@ -187,7 +187,10 @@ fn simulate_tests_an_events_unique_without_unique_in_the_spec() {
 #[test]
 fn simulate_counts_count_n_per_event_with_per_rcpt() {
     let events = "{\"t\": 0, \"key\": \"k\"}\n{\"t\": 1, \"key\": \"k\"}\n";
-    for spec in ["10 / 1h / count=3 / per_rcpt", "10 / 1h / per_rcpt / count=3"] {
+    for spec in [
+        "10 / 1h / count=3 / per_rcpt",
+        "10 / 1h / per_rcpt / count=3",
+    ] {
         let out = simulate_lines(spec, events);
         assert_eq!(out[0]["rate"], 3.0, "{spec}");
         let second = out[1]["rate"].as_f64().unwrap();

@@ -519,7 +519,10 @@ mod tests {
         // Text on the right of == and != must be quoted.
         let e = parse("authenticated && listener == submission").unwrap_err();
         assert_eq!(e.at, 29);
-        assert!(e.message.contains("`submission` after `==` is not quoted"), "{e}");
+        assert!(
+            e.message.contains("`submission` after `==` is not quoted"),
+            "{e}"
+        );
         assert!(e.message.contains("listener == \"submission\""), "{e}");
         let e = parse("user != admin.example").unwrap_err();
         assert_eq!(e.at, 8);
