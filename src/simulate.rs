@@ -4,8 +4,11 @@
 //! Each line is one evaluation of the limit (no session caching). `t` is
 //! rounded to the nearest microsecond; `key` is the expanded key text, or
 //! the client IP when the spec has no key text; `count` defaults to the
-//! limit's `count=`, else 1; `unique` is the value tested against the key's
-//! unique set (the spec needs `unique=` or `per_addr`). Blank lines are skipped.
+//! limit's `count=`, else 1 (as in Exim's RCPT ACL, where `per_rcpt` leaves a
+//! `count=` in force); `unique` is the value tested against the key's unique
+//! set: Exim expands `unique=` per evaluation, so an event's `unique` puts
+//! unique counting in force for that event (its database key has `unique/`)
+//! whether or not the spec has `unique=`. Blank lines are skipped.
 //!
 //! Output: one JSON line per event:
 //! `{"t":..,"key":"<database key>","rate":..,"over":..,"stored":..}` plus
@@ -184,21 +187,24 @@ pub fn run(spec: &str, input: impl BufRead, mut output: impl Write) -> Result<()
         let key_text = ev.key.unwrap_or_default();
         let (db_key, algorithm, count, unique) = match &sim {
             Sim::Exim(s) => {
-                if ev.unique.is_some() && s.unique().is_none() {
-                    return Err(bad(
-                        "\"unique\" given but the limit has no unique= or per_addr".into(),
-                    ));
-                }
-                let unique = s
-                    .unique()
-                    .map(|u| ev.unique.clone().unwrap_or_else(|| u.to_string()));
+                // An event's `unique` is what the spec's `unique=` expanded to for
+                // this evaluation; without one the spec's own text is used.
+                let with_unique;
+                let (s, unique) = match (&ev.unique, s.unique()) {
+                    (Some(u), None) => {
+                        with_unique = s.with_unique(u);
+                        (&with_unique, Some(u.clone()))
+                    }
+                    (Some(u), Some(_)) => (s, Some(u.clone())),
+                    (None, own) => (s, own.map(str::to_string)),
+                };
                 let algorithm = Algorithm::Ewma {
                     limit: s.limit(),
                     period_secs: s.period_secs(),
                     mode: s.update_mode(),
                     unique_kind: UniqueKind::Bloom,
                 };
-                let count = ev.count.unwrap_or_else(|| s.count().unwrap_or(1.0));
+                let count = ev.count.unwrap_or_else(|| s.rcpt_count());
                 (
                     s.database_key(&key_text, &key_text),
                     algorithm,
@@ -247,4 +253,111 @@ pub fn run(spec: &str, input: impl BufRead, mut output: impl Write) -> Result<()
     }
     output.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sim(spec: &str, input: &str) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        run(spec, input.as_bytes(), &mut out).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn rates(out: &[serde_json::Value]) -> Vec<f64> {
+        out.iter().map(|o| o["rate"].as_f64().unwrap()).collect()
+    }
+
+    fn events(times: &[f64], extra: &str) -> String {
+        times
+            .iter()
+            .map(|t| format!("{{\"t\": {t}, \"key\": \"k\"{extra}}}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn event_unique_is_tested_without_unique_in_the_spec() {
+        // TV11's recipients through a plain per_rcpt spec: the same seen/over as per_addr.
+        let input: String = ["x", "x", "y", "x", "z", "z", "w", "w"]
+            .iter()
+            .enumerate()
+            .map(|(t, u)| format!("{{\"t\": {t}, \"key\": \"k\", \"unique\": \"{u}\"}}\n"))
+            .collect();
+        let out = sim("3/1h/per_rcpt", &input);
+        let seen: Vec<bool> = out.iter().map(|o| o["seen"].as_bool().unwrap()).collect();
+        assert_eq!(seen, [false, true, false, true, false, true, false, false]);
+        let over: Vec<bool> = out.iter().map(|o| o["over"].as_bool().unwrap()).collect();
+        assert_eq!(over, [false, false, false, false, false, false, true, true]);
+        assert_eq!(out[0]["key"], "1h/per_rcpt/unique/k");
+        let addr = sim("3/1h/per_addr", &input);
+        assert_eq!(rates(&out), rates(&addr));
+        // Without "unique" the spec's own (non-unique) record is used.
+        let out = sim("3/1h/per_rcpt", &events(&[0.0, 1.0], ""));
+        assert_eq!(out[0]["key"], "1h/per_rcpt/k");
+        assert!(out[0].get("seen").is_none());
+        // TV1's second rate: the repeat counts.
+        assert!((out[1]["rate"].as_f64().unwrap() - 1.99958).abs() < 5e-6);
+    }
+
+    #[test]
+    fn count_with_per_rcpt_counts_n_per_event() {
+        // TV10: 3.0, 5.99875, 8.99667, 11.99375 (over), whichever comes first.
+        for spec in ["10/1h/per_rcpt/count=3", "10/1h/count=3/per_rcpt"] {
+            let out = sim(spec, &events(&[0.0, 1.0, 2.0, 3.0], ""));
+            let r = rates(&out);
+            assert_eq!(r[0], 3.0, "{spec}");
+            assert!((r[1] - 5.99875).abs() < 5e-6, "{spec}: {r:?}");
+            assert!((r[3] - 11.99375).abs() < 5e-6, "{spec}: {r:?}");
+            assert_eq!(out[3]["over"], true, "{spec}");
+        }
+        // An event's own count still wins; readonly counts nothing.
+        let out = sim("10/1h/count=3/per_rcpt", &events(&[0.0], ", \"count\": 1"));
+        assert_eq!(out[0]["rate"], 1.0);
+        let out = sim("10/1h/count=3/per_rcpt/readonly", &events(&[0.0], ""));
+        assert_eq!(out[0]["rate"], 0.0);
+        // per_byte after count= takes the message size, unknown here: 1.
+        let out = sim("10/1h/count=3/per_byte", &events(&[0.0], ""));
+        assert_eq!(out[0]["rate"], 1.0);
+    }
+
+    proptest! {
+        /// An event's unique through a spec without unique= behaves exactly like the same
+        /// spec with a unique= item: same key, rates, verdicts and seen flags.
+        #[test]
+        fn event_unique_equals_a_unique_item(
+            evs in proptest::collection::vec((0u32..5000, 0u8..4), 1..40),
+            m in 1u8..8,
+            strict in any::<bool>(),
+        ) {
+            let mut t = 0u64;
+            let input: String = evs.iter().map(|(dt, u)| {
+                t += u64::from(*dt);
+                format!("{{\"t\": {}, \"key\": \"k\", \"unique\": \"u{u}\"}}\n", t as f64 / 1000.0)
+            }).collect();
+            let mode = if strict { "strict" } else { "leaky" };
+            let plain = sim(&format!("{m}/1m/per_rcpt/{mode}"), &input);
+            let item = sim(&format!("{m}/1m/per_rcpt/{mode}/unique=x"), &input);
+            prop_assert_eq!(plain, item);
+        }
+
+        /// `count=N` with per_rcpt, in either order, is the same as events of count N.
+        #[test]
+        fn count_item_equals_event_count(
+            times in proptest::collection::vec(0u32..100_000, 1..30),
+            n in 0u8..5,
+        ) {
+            let mut t = 0u64;
+            let times: Vec<f64> = times.iter().map(|d| { t += u64::from(*d); t as f64 / 1000.0 }).collect();
+            let want = sim("10/1h/per_rcpt", &events(&times, &format!(", \"count\": {n}")));
+            for spec in [format!("10/1h/per_rcpt/count={n}"), format!("10/1h/count={n}/per_rcpt")] {
+                prop_assert_eq!(&sim(&spec, &events(&times, "")), &want);
+            }
+        }
+    }
 }

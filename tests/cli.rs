@@ -150,6 +150,54 @@ fn simulate_replays_events_and_reports_rates() {
     assert_eq!(lines[2]["over"], true);
 }
 
+fn simulate_lines(spec: &str, events: &str) -> Vec<serde_json::Value> {
+    let out = floodgate(&["simulate", "--limit", spec], events.as_bytes());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
+
+#[test]
+fn simulate_tests_an_events_unique_without_unique_in_the_spec() {
+    let out = simulate_lines(
+        "2 / 1h / per_rcpt / ${authenticated_id}",
+        "{\"t\": 0, \"key\": \"alice\", \"unique\": \"x@example.net\"}\n\
+         {\"t\": 1, \"key\": \"alice\", \"unique\": \"x@example.net\"}\n\
+         {\"t\": 2, \"key\": \"alice\", \"unique\": \"y@example.net\"}\n",
+    );
+    assert_eq!(out.len(), 3);
+    assert_eq!(out[0]["key"], "1h/per_rcpt/unique/alice");
+    let seen: Vec<_> = out.iter().map(|o| o["seen"].as_bool()).collect();
+    assert_eq!(seen, [Some(false), Some(true), Some(false)]);
+    // The repeat adds nothing: two distinct recipients stay under 2, where three
+    // events without "unique" reach it.
+    let over: Vec<_> = out.iter().map(|o| o["over"].as_bool()).collect();
+    assert_eq!(over, [Some(false), Some(false), Some(false)]);
+    let out = simulate_lines(
+        "2 / 1h / per_rcpt / ${authenticated_id}",
+        "{\"t\": 0, \"key\": \"alice\"}\n{\"t\": 1, \"key\": \"alice\"}\n\
+         {\"t\": 2, \"key\": \"alice\"}\n",
+    );
+    assert_eq!(out[0]["key"], "1h/per_rcpt/alice");
+    assert_eq!(out[2]["over"], true);
+}
+
+#[test]
+fn simulate_counts_count_n_per_event_with_per_rcpt() {
+    let events = "{\"t\": 0, \"key\": \"k\"}\n{\"t\": 1, \"key\": \"k\"}\n";
+    for spec in [
+        "10 / 1h / count=3 / per_rcpt",
+        "10 / 1h / per_rcpt / count=3",
+    ] {
+        let out = simulate_lines(spec, events);
+        assert_eq!(out[0]["rate"], 3.0, "{spec}");
+        let second = out[1]["rate"].as_f64().unwrap();
+        assert!((second - 5.99875).abs() < 5e-6, "{spec}: {second}");
+    }
+}
+
 #[test]
 fn simulate_bad_spec_and_bad_event_are_clear() {
     let out = floodgate(&["simulate", "--limit", "10 / 1H"], b"");

@@ -206,6 +206,27 @@ fn counts_in_item_order() {
         Some(2.5)
     );
     assert!(LimitSpec::parse("0/1h/count=5k").is_err());
+    // One RCPT ACL evaluation: count= in force whatever per_rcpt's place.
+    let rc = |t: &str| LimitSpec::parse(t).unwrap().rcpt_count();
+    assert_eq!(rc("10/1h/count=3/per_rcpt"), 3.0);
+    assert_eq!(rc("10/1h/per_rcpt/count=3"), 3.0);
+    assert_eq!(rc("10/1h/per_rcpt"), 1.0);
+    assert_eq!(rc("10/1h/count=3/per_byte"), 1.0);
+    assert_eq!(rc("10/1h/per_byte/count=3"), 3.0);
+    assert_eq!(rc("10/1h/count=3/readonly"), 0.0);
+}
+
+#[test]
+fn with_unique_is_a_unique_item() {
+    let s = LimitSpec::parse("10/1h/per_rcpt/${authenticated_id}").unwrap();
+    let u = s.with_unique("x@example.net");
+    assert_eq!(u.unique(), Some("x@example.net"));
+    assert_eq!(u.database_key("alice", ""), "1h/per_rcpt/unique/alice");
+    assert_eq!(
+        u,
+        LimitSpec::parse("10/1h/per_rcpt/${authenticated_id}/unique=x@example.net").unwrap()
+    );
+    assert_eq!(s.database_key("alice", ""), "1h/per_rcpt/alice");
 }
 
 #[test]

@@ -485,6 +485,17 @@ fn simulate_contract() {
         (out[0]["seen"].as_bool(), out[1]["seen"].as_bool()),
         (Some(false), Some(true))
     );
+    // An event's unique is tested against the key's set without unique= in the spec.
+    let out = simulate(
+        "4/1h",
+        "{\"t\":0,\"key\":\"k\",\"unique\":\"a\"}\n{\"t\":1,\"key\":\"k\",\"unique\":\"a\"}\n",
+    )
+    .unwrap();
+    assert_eq!(out[0]["key"], "1h/per_mail/unique/k");
+    assert_eq!(
+        (out[0]["seen"].as_bool(), out[1]["seen"].as_bool()),
+        (Some(false), Some(true))
+    );
     // Other algorithms.
     let out = simulate(
         "gcra: burst=2, rate=1 / 1s",
@@ -506,7 +517,7 @@ fn simulate_errors_name_the_line() {
     assert!(e.starts_with("line 2: "), "{e}");
     let e = simulate("4/1h", "{\"t\":0}\n{\"t\":1,\"count\":-1}\n").unwrap_err();
     assert!(e.starts_with("line 2: "), "{e}");
-    let e = simulate("4/1h", "{\"t\":0,\"unique\":\"a\"}\n").unwrap_err();
+    let e = simulate("gcra: burst=2, rate=1 / 1s", "{\"t\":0,\"unique\":\"a\"}\n").unwrap_err();
     assert!(e.starts_with("line 1: "), "{e}");
     let e = simulate("4/1h", "{\"key\":\"a\"}\n").unwrap_err();
     assert!(e.starts_with("line 1: "), "{e}");

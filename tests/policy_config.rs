@@ -201,6 +201,18 @@ fn templates_and_conditions_point_inside_the_string() {
         "athenticated",
         "unknown word `athenticated`",
     );
+    // Text after == / != is quoted; a bare word is refused at the word.
+    refused_at(
+        "[[limit]]\nratelimit = \"10 / 1h\"\nwhen = 'authenticated && listener != relay'\n",
+        "relay'",
+        "`relay` after `!=` is not quoted",
+    );
+    refused_at(
+        "[[limit]]\nratelimit = \"10 / 1h\"\nwhen = \"helo == mail.example.org\"\n",
+        "mail.example.org",
+        "(`helo == \"mail.example.org\"`)",
+    );
+    accepted("[[limit]]\nratelimit = \"10 / 1h\"\nwhen = 'helo == \"mail.example.org\"'\n");
 }
 
 #[test]

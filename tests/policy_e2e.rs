@@ -111,13 +111,13 @@ fn leaky_against_strict_under_retries() {
         r#"
 [[limit]]
 name = "leaky"
-when = 'listener == plain && helo == "leaky.test"'
+when = 'listener == "plain" && helo == "leaky.test"'
 ratelimit = "3 / 1h / per_rcpt / leaky / L-${client_ip}"
 message = "4.7.1 rate ${sender_rate}"
 
 [[limit]]
 name = "strict"
-when = "listener == plain && helo == strict.test"
+when = 'listener == "plain" && helo == "strict.test"'
 ratelimit = "3 / 1h / per_rcpt / strict / S-${client_ip}"
 message = "4.7.1 rate ${sender_rate}"
 "#,

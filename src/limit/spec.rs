@@ -353,6 +353,29 @@ impl LimitSpec {
         self.unique.as_deref()
     }
 
+    /// The spec as Exim reads it when its `unique=` expands to `text` for one
+    /// evaluation: unique counting in force with that text (and `unique/` in the
+    /// database key). Exim expands the whole argument per evaluation, so the
+    /// event text an evaluation tests is a property of that evaluation.
+    pub fn with_unique(&self, text: &str) -> LimitSpec {
+        LimitSpec {
+            unique: Some(text.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// The count one evaluation of the RCPT ACL adds: the last `count=` (a
+    /// `per_rcpt` after it counts one recipient per RCPT there, which is what
+    /// `count=` already sets), 1 when there is none or a `per_byte` comes after
+    /// it (the message size is not known at RCPT), 0 when readonly.
+    pub fn rcpt_count(&self) -> f64 {
+        // Every per_* option is allowed in the RCPT ACL, so this never fails.
+        match self.resolve(Acl::Rcpt).map(|r| r.count) {
+            Ok(CountSource::Fixed(v)) => v,
+            _ => 1.0,
+        }
+    }
+
     /// The joined key text (template), or `None` when the key defaults to the client IP.
     pub fn key_text(&self) -> Option<&str> {
         self.key.as_deref()

@@ -10,6 +10,7 @@
 //! subject := client_ip | user | sender | sender_domain | recipient | recipient_domain
 //!          | helo | header_from | listener
 //! ```
+//! Text after `==` and `!=` is always in double quotes: a bare word there is an error.
 //! `bounce` is a null sender or a sender whose local part is `postmaster` or
 //! `mailer-daemon`. A missing value (no user yet, no recipient at MAIL) is never in a list
 //! and never equal to any text. Text comparisons ignore case.
@@ -223,7 +224,7 @@ fn lex(text: &str) -> Result<Vec<(usize, Tok)>, ConditionError> {
     Ok(out)
 }
 
-/// Bytes of bare words: names, and unquoted texts such as `mail.example.org`.
+/// Bytes of bare words: condition words, subjects and list names.
 fn is_word_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.' | b'@')
 }
@@ -335,8 +336,15 @@ impl Parser<'_> {
             }
             Some(op @ (Tok::Eq | Tok::Ne)) => {
                 self.pos += 1;
+                let op_text = if op == Tok::Ne { "!=" } else { "==" };
                 match self.peek().cloned() {
-                    Some(Tok::Str(s)) | Some(Tok::Word(s)) => {
+                    // A bare word would be read as text, so `user == admin` (a subject
+                    // name or a typo of one) silently compares with the word itself.
+                    Some(Tok::Word(w)) => self.err(format!(
+                        "`{w}` after `{op_text}` is not quoted: text is written in double \
+                         quotes (`{word} {op_text} \"{w}\"`)"
+                    )),
+                    Some(Tok::Str(s)) => {
                         self.pos += 1;
                         let c = Condition::Equals(subject, s);
                         Ok(if op == Tok::Ne {
@@ -468,8 +476,8 @@ mod tests {
         assert!(!t("!authenticated"));
         assert!(t("client_ip in trusted"));
         assert!(t("user in vip && listener == \"submission\""));
-        assert!(t("listener == submission"));
-        assert!(!t("listener != submission"));
+        assert!(t("listener == \"submission\""));
+        assert!(!t("listener != \"submission\""));
         assert!(t("recipient in postmaster"));
         assert!(!t("!(client_ip in trusted) && !(recipient in postmaster)"));
         assert!(t("false || tls || (true && !bounce)"));
@@ -508,6 +516,18 @@ mod tests {
         assert!(parse("user ==").is_err());
         assert!(parse("user in").is_err());
         assert!(parse("helo == \"x").is_err());
+        // Text on the right of == and != must be quoted.
+        let e = parse("authenticated && listener == submission").unwrap_err();
+        assert_eq!(e.at, 29);
+        assert!(
+            e.message.contains("`submission` after `==` is not quoted"),
+            "{e}"
+        );
+        assert!(e.message.contains("listener == \"submission\""), "{e}");
+        let e = parse("user != admin.example").unwrap_err();
+        assert_eq!(e.at, 8);
+        assert!(e.message.contains("`user != \"admin.example\"`"), "{e}");
+        assert!(parse("helo == user").is_err());
         assert!(parse(&"!".repeat(100)).is_err());
         assert!(parse(&format!("{}tls{}", "(".repeat(100), ")".repeat(100))).is_err());
     }
@@ -534,6 +554,23 @@ mod tests {
         #[test]
         fn never_panics(s in "\\PC{0,60}") {
             let _ = parse(&s);
+        }
+
+        /// A bare word after == or != is refused at the word, whatever the word; the same
+        /// text quoted is accepted.
+        #[test]
+        fn unquoted_text_is_refused(
+            subject in prop_oneof![Just("user"), Just("listener"), Just("helo"), Just("client_ip")],
+            ne in any::<bool>(),
+            word in "[a-zA-Z0-9_.@-]{1,20}",
+        ) {
+            let op = if ne { "!=" } else { "==" };
+            let text = format!("tls && {subject} {op} {word}");
+            let e = parse(&text).unwrap_err();
+            prop_assert_eq!(e.at, text.len() - word.len());
+            prop_assert!(e.message.contains("is not quoted"), "{}", e);
+            let quoted = format!("tls && {subject} {op} \"{word}\"");
+            prop_assert!(parse(&quoted).is_ok());
         }
 
         #[test]
