@@ -210,14 +210,16 @@ fn postfix_itself_answers_auth_plain_without_initial_response_with_334_space() {
     assert_eq!(c.cmd("*").code, 501);
 }
 
+/// One client line of an AUTH exchange, the exact reply expected (if checked) and its code.
+type AuthStep = (String, Option<&'static [u8]>, u16);
+
 #[test]
 fn auth_plain_and_login_with_and_without_initial_response_reach_dovecot() {
     let pf = postfix();
     let _log = pf.log_on_panic();
     let fg = floodgate(pf, PfListener::Plain, "none", "");
     let plain = b64(&format!("\0{USER}\0{PASSWORD}"));
-    // Each case: the exchange as (client line, exact reply expected or just its code).
-    let cases: Vec<(&str, Vec<(String, Option<&[u8]>, u16)>)> = vec![
+    let cases: Vec<(&str, Vec<AuthStep>)> = vec![
         ("plain-ir", vec![(format!("AUTH PLAIN {plain}"), None, 235)]),
         (
             // s-nail's way: AUTH PLAIN, then wait for "334 " (space included).

@@ -236,4 +236,6 @@ mod recorder;
 
 pub use floodgate::*;
 pub use raw::*;
+// Not every test crate uses the recorder (the real-Postfix tests do not).
+#[allow(unused_imports)]
 pub use recorder::*;
