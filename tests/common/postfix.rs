@@ -584,8 +584,26 @@ impl Postfix {
         )
         .expect("write master.cf");
 
-        // `postfix check` validates the configuration and creates the queue directories
-        // with their owners and modes.
+        // postconf reports a main.cf it cannot parse on stderr (`postfix check` would log
+        // it where no one reads it: to syslog, before maillog_file is known).
+        let postconf = Command::new("/usr/sbin/postconf")
+            .arg("-c")
+            .arg(&conf)
+            .arg("-n")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run postconf");
+        let postconf_err = String::from_utf8_lossy(&postconf.stderr);
+        if !postconf.status.success() || postconf_err.contains("fatal") {
+            panic!(
+                "postconf refused {}/main.cf ({}):\n{postconf_err}\n--- main.cf ---\n{}",
+                conf.display(),
+                postconf.status,
+                cfg.main_cf_text(root, owner)
+            );
+        }
+        // `postfix check` validates the rest and creates the queue directories with their
+        // owners and modes.
         let check = Command::new(postfix_bin())
             .arg("-c")
             .arg(&conf)
