@@ -6,48 +6,45 @@
 //! * [`stop_group_at_exit`]: an `atexit` hook for instances shared by all tests of a binary
 //!   (kept in a `static`, never dropped), run when the test binary exits normally or with
 //!   failures;
-//! * `PR_SET_PDEATHSIG`: the daemons are forked from one thread that lives as long as the
-//!   test process, so the kernel sends them SIGTERM if the test binary is killed outright.
+//! * a watchdog (`sh`) per daemon that blocks reading a pipe only the test process holds:
+//!   when the test binary dies in any way (SIGKILL included) the pipe reaches end of file
+//!   and the watchdog stops the daemon's group. (`PR_SET_PDEATHSIG` is not enough: with it
+//!   set, Postfix's master outlived a SIGKILLed test binary here, and Dovecot's workers
+//!   outlived their master.)
 
 use std::fs::File;
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{mpsc, Mutex, Once, OnceLock};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, Once};
 use std::thread;
 use std::time::{Duration, Instant};
 
-type SpawnJob = (Command, mpsc::Sender<io::Result<Child>>);
+/// The watchdog: waits for end of file on stdin, then SIGTERM to process group `$1`, then
+/// (after at most 10 s of it still existing) SIGKILL. `kill -SIG -PGID` is the form dash's
+/// built-in `kill` takes for a group (it rejects `--`).
+const WATCHDOG: &str = r#"read -r _
+kill -TERM -"$1" 2>/dev/null || exit 0
+i=0
+while [ "$i" -lt 50 ] && kill -0 -"$1" 2>/dev/null; do sleep 0.2; i=$((i + 1)); done
+kill -KILL -"$1" 2>/dev/null
+exit 0"#;
 
-/// Forks `cmd` on the keeper thread (which never exits, so the parent-death signal fires
-/// only when the whole test process goes away).
-fn spawn_on_keeper(cmd: Command) -> io::Result<Child> {
-    static KEEPER: OnceLock<Mutex<mpsc::Sender<SpawnJob>>> = OnceLock::new();
-    let keeper = KEEPER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<SpawnJob>();
-        thread::Builder::new()
-            .name("daemon-keeper".into())
-            .spawn(move || {
-                for (mut cmd, reply) in rx {
-                    let _ = reply.send(cmd.spawn());
-                }
-                // The senders live in a static: this point is never reached while the
-                // process runs, and the thread must not end (see PR_SET_PDEATHSIG).
-                loop {
-                    thread::park();
-                }
-            })
-            .expect("start the daemon keeper thread");
-        Mutex::new(tx)
-    });
-    let (tx, rx) = mpsc::channel();
-    keeper
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .send((cmd, tx))
-        .expect("daemon keeper thread is gone");
-    rx.recv().expect("daemon keeper thread is gone")
+/// Starts the watchdog of process group `pgid`; it acts when the returned pipe closes.
+fn watchdog(pgid: u32) -> io::Result<(Child, ChildStdin)> {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(WATCHDOG)
+        .arg("floodgate-test-watchdog")
+        .arg(pgid.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    let pipe = child.stdin.take().expect("piped stdin");
+    Ok((child, pipe))
 }
 
 /// True when the tests run as root (Postfix's master and Dovecot need it).
@@ -68,11 +65,13 @@ pub struct Daemon {
     child: Mutex<Child>,
     pid: u32,
     stopped: bool,
+    /// The watchdog and the write end of its pipe (closed to let it go).
+    watchdog: Option<(Child, ChildStdin)>,
 }
 
 impl Daemon {
     /// Starts `cmd` (stdin closed, stdout and stderr into `stderr_file`) as the leader of a
-    /// new process group. Panics naming `what` when it cannot be started.
+    /// new process group, with its watchdog. Panics naming `what` when it cannot start.
     pub fn spawn(what: &'static str, mut cmd: Command, stderr_file: &Path) -> Daemon {
         let err = File::create(stderr_file).expect("daemon stderr file");
         let out = err.try_clone().expect("clone stderr file");
@@ -80,26 +79,25 @@ impl Daemon {
             .stdout(out)
             .stderr(err)
             .process_group(0);
-        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory of
-        // the parent; it is the only call made between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let shown = format!("{cmd:?}");
-        let child =
-            spawn_on_keeper(cmd).unwrap_or_else(|e| panic!("cannot start {what} ({shown}): {e}"));
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what} ({cmd:?}): {e}"));
         let pid = child.id();
-        Daemon {
+        let mut daemon = Daemon {
             what,
             child: Mutex::new(child),
             pid,
             stopped: false,
+            watchdog: None,
+        };
+        match watchdog(pid) {
+            Ok(w) => daemon.watchdog = Some(w),
+            Err(e) => {
+                daemon.stop();
+                panic!("cannot start the watchdog of {what} (sh): {e}");
+            }
         }
+        daemon
     }
 
     /// The daemon's process id (also its process group id).
@@ -140,6 +138,15 @@ impl Daemon {
         }
         // Stragglers of the group (workers that outlived the leader) get SIGKILL.
         signal_group(self.pid, libc::SIGKILL);
+        drop(child);
+        if let Some((mut wd, pipe)) = self.watchdog.take() {
+            // End of file: the watchdog finds the group gone and exits; reap it off the
+            // test's thread.
+            drop(pipe);
+            thread::spawn(move || {
+                let _ = wd.wait();
+            });
+        }
     }
 }
 

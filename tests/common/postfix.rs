@@ -728,6 +728,25 @@ impl Postfix {
             .into_owned()
     }
 
+    /// Waits (bounded by [`DELIVERY_TIMEOUT`]) until a line of Postfix's log satisfies
+    /// `pred` and returns it; panics with the logs, naming `what`, when time runs out.
+    /// (Postfix writes its log through postlogd, a little after the fact.)
+    pub fn wait_log(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + DELIVERY_TIMEOUT;
+        loop {
+            if let Some(line) = self.log().lines().find(|l| pred(l)) {
+                return line.to_string();
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "no line in Postfix's log {what} within {DELIVERY_TIMEOUT:?}\n{}",
+                    self.logs()
+                );
+            }
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+
     /// Postfix's log, master's stderr and Dovecot's logs, for failure messages.
     pub fn logs(&self) -> String {
         let stderr = fs::read_to_string(self.dir.path().join("master.stderr")).unwrap_or_default();
