@@ -24,7 +24,22 @@
 //! is `error:`).
 //!
 //! Tests that share one instance call [`Postfix::shared`]; messages are told apart by a
-//! unique token (in the subject, say) with [`Postfix::wait_messages`].
+//! unique token (in the subject, say) with [`Postfix::wait_messages`]. A test that needs
+//! another configuration starts its own with [`Postfix::start`] (stopped on drop):
+//!
+//! ```text
+//! static PF: OnceLock<Postfix> = OnceLock::new();
+//! let pf = Postfix::shared(&PF, || PostfixConfig::default().sasl());
+//! let _log = pf.log_on_panic();                  // Postfix's and Dovecot's logs on failure
+//! let fg = Floodgate::start(&FloodgateConfig::new(pf.addr(PfListener::Plain)).identity("xclient"));
+//! // ... a client sends a message with TOKEN in its subject to fg.addr("plain") ...
+//! let m = &pf.wait_messages(TOKEN, 1)[0];
+//! assert!(m.postfix_received().contains("[127.0.0.1]"));
+//! pf.settle();                                    // queue empty: every accepted message is in
+//! assert_eq!(pf.messages_with(TOKEN).len(), 1);   // the maildir, so counting is exact
+//!
+//! let own = Postfix::start(&PostfixConfig::default().xclient_hosts("").inet_protocols("ipv4"));
+//! ```
 
 use std::fs;
 use std::io::{Read, Write};
@@ -525,7 +540,8 @@ pub struct Postfix {
 impl Postfix {
     /// Starts Postfix (and Dovecot if `cfg.sasl`), waiting (bounded) until every listener
     /// accepts connections and the plain one greets. Panics with Postfix's and Dovecot's
-    /// logs when either cannot start; a port taken meanwhile is retried with new ports.
+    /// logs when either cannot start; a master that exits at start (a port taken
+    /// meanwhile) is tried again with new ports, three times in all.
     pub fn start(cfg: &PostfixConfig) -> Postfix {
         assert!(
             daemon::is_root(),
@@ -548,7 +564,8 @@ impl Postfix {
         panic!("{last}");
     }
 
-    /// One start attempt; `Err` only when a listener's port was taken (worth retrying).
+    /// One start attempt; `Err` when the master exited before every listener was ready
+    /// (a port taken meanwhile, most likely: worth retrying with new ports).
     fn try_start(cfg: &PostfixConfig) -> Result<Postfix, String> {
         let dir = TempDir::new().expect("tempdir");
         let root = dir.path();
@@ -654,16 +671,21 @@ impl Postfix {
                     break;
                 }
                 if let Some(status) = self.master.exited() {
-                    let why = format!(
+                    // The master reports startup errors (a port taken, above all) to
+                    // syslog only: name the ports someone else holds instead.
+                    let taken: Vec<String> = self
+                        .ports
+                        .iter()
+                        .filter(|(_, p)| TcpListener::bind(("127.0.0.1", *p)).is_err())
+                        .map(|(l, p)| format!("{} ({p})", l.name()))
+                        .collect();
+                    return Err(format!(
                         "postfix master exited ({status}) before listener {} (port {port}) \
-                         was ready\n{}",
+                         was ready; ports now in use by another process: {taken:?} \
+                         (the master logs its own startup errors to syslog only)\n{}",
                         l.name(),
                         self.logs()
-                    );
-                    if why.contains("Address already in use") {
-                        return Err(why);
-                    }
-                    panic!("{why}");
+                    ));
                 }
                 if Instant::now() >= deadline {
                     panic!(
