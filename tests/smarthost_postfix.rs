@@ -299,7 +299,7 @@ fn auth_plain_and_login_with_and_without_initial_response_reach_dovecot() {
 }
 
 #[test]
-fn python_smtplib_starttls_and_login_through_floodgate() {
+fn python_smtplib_starttls_auth_plain_and_cram_md5_through_floodgate() {
     let pf = postfix();
     let _log = pf.log_on_panic();
     let fg = floodgate(pf, PfListener::Plain, "none", "");
@@ -319,6 +319,14 @@ code, resp = s.docmd(base64.b64encode(("\0%s\0%s" % (USER, PASSWORD)).encode()).
 out("plain", code)
 s.sendmail("sender@client.test", ["rcpt@dest.test"], b"Subject: {tok}\r\n\r\nvia smtplib\r\n")
 s.quit()
+# CRAM-MD5: Dovecot checks the digest of the challenge Postfix relayed through floodgate.
+s = smtplib.SMTP(HOST, PORT, timeout=30)
+s.starttls(context=ctx())
+s.ehlo("client.example")
+s.user, s.password = USER, PASSWORD
+code, resp = s.auth("CRAM-MD5", s.auth_cram_md5)
+out("cram", code)
+s.quit()
 "#
         ),
         CLIENT_TIMEOUT,
@@ -330,6 +338,7 @@ s.quit()
         "{out}"
     );
     assert_eq!(out.field("plain").as_deref(), Some("235"), "{out}");
+    assert_eq!(out.field("cram").as_deref(), Some("235"), "{out}");
     let m = &pf.wait_messages(&tok, 1)[0];
     assert!(
         m.postfix_received()
