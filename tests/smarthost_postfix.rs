@@ -119,6 +119,26 @@ fn straight_to_postfix_a_message_is_delivered_to_the_maildir() {
     );
 }
 
+#[test]
+fn delivered_headers_are_unfolded_and_matched_without_case() {
+    let m = common::postfix::Delivered {
+        path: "x".into(),
+        raw: b"Return-Path: <a@b>\nReceived: from x (unknown [IPv6:::1])\n\tby smarthost.test \
+               (Postfix)\nreceived: second\nSubject: s\n\nReceived: in the body\n"
+            .to_vec(),
+    };
+    assert_eq!(
+        m.headers("RECEIVED"),
+        [
+            "from x (unknown [IPv6:::1]) by smarthost.test (Postfix)",
+            "second"
+        ]
+    );
+    assert_eq!(m.header("subject").as_deref(), Some("s"));
+    assert_eq!(m.header("X-Missing"), None);
+    assert_eq!(m.body(), b"Received: in the body\n");
+}
+
 // ---------------------------------------------------------------------------------------
 // The client's identity: XCLIENT and PROXY v2
 // ---------------------------------------------------------------------------------------
