@@ -7,7 +7,7 @@
 #   libnet-ssleay-perl, libio-socket-ssl-perl : swaks --tls / --tls-on-connect
 #   libio-socket-inet6-perl, libdigest-hmac-perl : swaks over ::1, CRAM-MD5
 #   redis-server                        : shared-state tests of later issues
-#   postfix, dovecot-core               : the real smart host of tests/smarthost_postfix.rs
+#   postfix, dovecot-core               : the real smart host of tests/smarthost_postfix*.rs
 #                                         (private instances; no system daemon is left running)
 #   cargo-fuzz                          : `cargo +nightly fuzz run` smoke in .ci/run
 set -euo pipefail
