@@ -31,12 +31,16 @@
 //! static PF: OnceLock<Postfix> = OnceLock::new();
 //! let pf = Postfix::shared(&PF, || PostfixConfig::default().sasl());
 //! let _log = pf.log_on_panic();                  // Postfix's and Dovecot's logs on failure
-//! let fg = Floodgate::start(&FloodgateConfig::new(pf.addr(PfListener::Plain)).identity("xclient"));
-//! // ... a client sends a message with TOKEN in its subject to fg.addr("plain") ...
-//! let m = &pf.wait_messages(TOKEN, 1)[0];
+//! // XCLIENT (PROXY v2 for PfListener::Proxy), the listener's TLS, AUTH without TLS allowed:
+//! let fg = Floodgate::start(&pf.floodgate_config(PfListener::Plain).extra("[smtp]\n..."));
+//! let tok = token("what");
+//! let mut c = RawClient::connect_greeted(fg.addr("plain"));
+//! c.ehlo("client.example");
+//! assert_eq!(send_small_message(&mut c, &tok), [250, 250, 354, 250]);
+//! let m = &pf.wait_messages(&tok, 1)[0];
 //! assert!(m.postfix_received().contains("[127.0.0.1]"));
 //! pf.settle();                                    // queue empty: every accepted message is in
-//! assert_eq!(pf.messages_with(TOKEN).len(), 1);   // the maildir, so counting is exact
+//! assert_eq!(pf.messages_with(&tok).len(), 1);    // the maildir, so counting is exact
 //!
 //! let own = Postfix::start(&PostfixConfig::default().xclient_hosts("").inet_protocols("ipv4"));
 //! ```
