@@ -26,7 +26,7 @@ pub mod xclient;
 
 pub use address::{AddressError, AddressRole, Path};
 pub use command::{parse_command, Command, CommandError, MailFrom, Param, RcptTo};
-pub use data::{encode_data, BarePolicy, ChunkReader, DataDecoder, DataOutcome, Wire};
+pub use data::{encode_data, BarePolicy, ChunkReader, DataDecoder, DataOutcome, LineMode, Wire};
 pub use ehlo::{filter_ehlo, parse_ehlo, Capabilities, EhloFilter};
 pub use line::{LineEvent, LineFramer};
 pub use proxy_header::{encode_proxy_v2, parse_proxy_header, ProxyHeader, ProxyHeaderError};
