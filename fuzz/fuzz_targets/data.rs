@@ -7,7 +7,7 @@
 
 use bytes::BytesMut;
 use floodgate::smtp::clean_lines::{clean_run, clean_run_by_lines};
-use floodgate::smtp::{encode_data, BarePolicy, DataDecoder, DataOutcome, Wire};
+use floodgate::smtp::{encode_data, BarePolicy, DataDecoder, DataOutcome, LineMode, Wire};
 use libfuzzer_sys::fuzz_target;
 
 fn decode(
@@ -86,6 +86,24 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let (done, body, out, rest) = whole;
+    if done {
+        let used = &input[..input.len() - rest.len()];
+        match out.mode {
+            LineMode::LfOnly => assert!(
+                used.ends_with(b"\n.\n") || used.ends_with(b"\n.\r\n"),
+                "LF-only message ended elsewhere"
+            ),
+            _ => assert!(
+                used == b".\r\n" || used.ends_with(b"\r\n.\r\n"),
+                "CRLF message ended elsewhere than CRLF . CRLF"
+            ),
+        }
+        if out.mode == LineMode::LfOnly {
+            let first = used.iter().position(|&b| b == b'\n').unwrap();
+            assert!(first > 0 && used[first - 1] != b'\r');
+            assert!(used[..first].contains(&b':') && !used.starts_with(b"."));
+        }
+    }
     assert!(body.len() as u64 <= max);
     assert_eq!(out.too_big, out.size > max);
     assert!(out.size >= body.len() as u64);

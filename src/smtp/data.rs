@@ -535,38 +535,5 @@ pub fn encode_data(body: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b".\r\n");
 }
 
-/// Reads the exact octet count of one BDAT chunk (RFC 3030): no dot
-/// stuffing, no line structure. Also used to skip the chunk of a BDAT that
-/// was refused, since its octets are on the wire regardless.
-#[derive(Debug, Clone)]
-pub struct ChunkReader {
-    remaining: u64,
-}
-
-impl ChunkReader {
-    /// A reader for a chunk of `size` octets (from `Command::Bdat`).
-    pub fn new(size: u64) -> Self {
-        ChunkReader { remaining: size }
-    }
-
-    /// Octets of the chunk not yet read.
-    pub fn remaining(&self) -> u64 {
-        self.remaining
-    }
-
-    /// Moves up to the rest of the chunk from the front of `buf` into `body`
-    /// (or drops it when `body` is `None`); bytes after the chunk stay in
-    /// `buf`. Returns true when the whole chunk has been read.
-    pub fn feed(&mut self, buf: &mut bytes::BytesMut, body: Option<&mut Vec<u8>>) -> bool {
-        let take = usize::try_from(self.remaining).map_or(buf.len(), |r| r.min(buf.len()));
-        let chunk = buf.split_to(take);
-        if let Some(body) = body {
-            body.extend_from_slice(&chunk);
-        }
-        self.remaining -= take as u64;
-        self.remaining == 0
-    }
-}
-
 #[cfg(test)]
 mod tests;

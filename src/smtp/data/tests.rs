@@ -295,25 +295,6 @@ fn encode_stuffs_and_terminates() {
     assert_eq!(encode(b"x\n.\ny\r.\r"), b"x\r\n..\r\ny\r\n..\r\n.\r\n");
 }
 
-#[test]
-fn bdat_chunk_reader() {
-    let mut r = ChunkReader::new(5);
-    let mut body = Vec::new();
-    let mut buf = BytesMut::from(&b"ab"[..]);
-    assert!(!r.feed(&mut buf, Some(&mut body)));
-    assert_eq!(r.remaining(), 3);
-    buf.extend_from_slice(b"c\r\nXQUIT\r\n");
-    assert!(r.feed(&mut buf, Some(&mut body)));
-    assert_eq!(body, b"abc\r\n");
-    assert_eq!(&buf[..], b"XQUIT\r\n");
-    // Skipping a refused chunk.
-    let mut skip = ChunkReader::new(3);
-    let mut buf = BytesMut::from(&b"xyzRSET\r\n"[..]);
-    assert!(skip.feed(&mut buf, None));
-    assert_eq!(&buf[..], b"RSET\r\n");
-    assert!(ChunkReader::new(0).feed(&mut BytesMut::new(), None));
-}
-
 fn chunked_decode(
     input: &[u8],
     cuts: &[usize],
