@@ -53,9 +53,8 @@ fn a_long_line_is_relayed_unchanged_by_default() {
 #[test]
 fn a_line_over_max_text_line_gets_a_content_code_not_500() {
     let rec = Recorder::plain();
-    let fg = Floodgate::start(
-        &FloodgateConfig::new(rec.addr()).extra("[smtp]\nmax_text_line = 1000\n"),
-    );
+    let fg =
+        Floodgate::start(&FloodgateConfig::new(rec.addr()).extra("[smtp]\nmax_text_line = 1000\n"));
     let (mut c, _) = session(&fg);
     envelope(&mut c);
     assert_eq!(c.cmd("DATA").code, 354);
@@ -64,7 +63,11 @@ fn a_line_over_max_text_line_gets_a_content_code_not_500() {
     msg.extend_from_slice(b"\r\n.\r\n");
     c.send(&msg);
     let r = c.reply();
-    assert_eq!((r.code, r.enhanced().as_deref()), (554, Some("5.6.0")), "{r:?}");
+    assert_eq!(
+        (r.code, r.enhanced().as_deref()),
+        (554, Some("5.6.0")),
+        "{r:?}"
+    );
     // The session goes on, and nothing was delivered.
     assert_eq!(c.cmd("NOOP").code, 250);
     assert_eq!(c.cmd("QUIT").code, 221);
@@ -74,7 +77,8 @@ fn a_line_over_max_text_line_gets_a_content_code_not_500() {
 
 /// What `smtplib.sendmail` with bytes and many web applications send: every line, and the
 /// end of data, with LF alone.
-const LF_ONLY: &[u8] = b"From: <s@client.test>\nSubject: lf only\n\nfirst line\n..leading dot\nlast line\n.\n";
+const LF_ONLY: &[u8] =
+    b"From: <s@client.test>\nSubject: lf only\n\nfirst line\n..leading dot\nlast line\n.\n";
 
 #[test]
 fn an_lf_only_message_ends_at_lf_dot_lf_and_is_relayed_with_crlf() {
@@ -106,7 +110,11 @@ fn an_lf_only_message_under_reject_is_refused_at_once() {
     assert_eq!(c.cmd("DATA").code, 354);
     c.send(LF_ONLY);
     let r = c.reply();
-    assert_eq!((r.code, r.enhanced().as_deref()), (550, Some("5.5.2")), "{r:?}");
+    assert_eq!(
+        (r.code, r.enhanced().as_deref()),
+        (550, Some("5.5.2")),
+        "{r:?}"
+    );
     assert_eq!(c.cmd("QUIT").code, 221);
     rec.wait_idle();
     assert!(rec.messages().is_empty());
@@ -130,7 +138,11 @@ fn python_smtplib_sends_an_lf_only_message_through() {
     let m = rec.messages();
     assert_eq!(m.len(), 1);
     assert!(!m[0].bare_lf);
-    assert!(m[0].data.starts_with(b"Subject: py\r\n\r\nhello\r\n"), "{}", show(&m[0].data));
+    assert!(
+        m[0].data.starts_with(b"Subject: py\r\n\r\nhello\r\n"),
+        "{}",
+        show(&m[0].data)
+    );
 }
 
 /// A message that began with CRLF lines and then carries LF "." LF and a second envelope:
@@ -149,14 +161,20 @@ fn lf_dot_lf_inside_a_crlf_message_is_smuggling_in_both_modes() {
               RCPT TO:<victim@dest.test>\r\nDATA\r\nsmuggled\r\n.\r\nQUIT\r\n",
         );
         let codes: Vec<u16> = c.replies_until_close().iter().map(|r| r.code).collect();
-        assert_eq!(codes, [if reject { 550 } else { 250 }, 221], "reject={reject}");
+        assert_eq!(
+            codes,
+            [if reject { 550 } else { 250 }, 221],
+            "reject={reject}"
+        );
         rec.wait_idle();
         for m in rec.messages() {
             assert_eq!(m.rcpts, ["r@dest.test"]);
             assert!(!m.bare_lf && !m.bare_cr);
         }
         assert!(
-            !rec.commands().iter().any(|l| l.contains("evil@") || l.contains("victim@")),
+            !rec.commands()
+                .iter()
+                .any(|l| l.contains("evil@") || l.contains("victim@")),
             "reject={reject}: {:?}",
             rec.commands()
         );
@@ -206,7 +224,10 @@ fn bdat_is_offered_and_relayed_as_bdat_when_upstream_offers_chunking() {
     rec.wait_idle();
     let m = rec.messages();
     assert_eq!(m.len(), 2);
-    assert!(m[0].bdat, "relayed as DATA although upstream offers CHUNKING");
+    assert!(
+        m[0].bdat,
+        "relayed as DATA although upstream offers CHUNKING"
+    );
     assert_eq!(m[0].data, BDAT_RELAYED);
     assert!(!m[0].bare_lf && !m[0].bare_cr);
     assert!(!m[1].bdat);
@@ -232,7 +253,10 @@ fn bdat_is_relayed_as_dot_stuffed_data_when_upstream_lacks_chunking() {
     assert!(ehlo.keywords().iter().any(|k| k == "CHUNKING"), "{ehlo:?}");
     envelope(&mut c);
     let r = bdat_message(&mut c);
-    assert_eq!(r.iter().map(|r| r.code).collect::<Vec<_>>(), [250, 250, 250]);
+    assert_eq!(
+        r.iter().map(|r| r.code).collect::<Vec<_>>(),
+        [250, 250, 250]
+    );
     assert_eq!(c.cmd("QUIT").code, 221);
     rec.wait_idle();
     let m = rec.messages();
@@ -308,14 +332,22 @@ fn bdat_over_max_message_size_gets_552_and_nothing_is_delivered() {
     c.send(&wire);
     let r = c.replies(4);
     assert_eq!(r[0].code, 250, "{r:?}");
-    assert_eq!((r[1].code, r[1].enhanced().as_deref()), (552, Some("5.3.4")), "{r:?}");
+    assert_eq!(
+        (r[1].code, r[1].enhanced().as_deref()),
+        (552, Some("5.3.4")),
+        "{r:?}"
+    );
     assert_eq!((r[2].code, r[3].code), (503, 250), "{r:?}");
     assert_eq!(c.cmd("QUIT").code, 221);
     rec.wait_idle();
     assert!(rec.messages().is_empty(), "{:?}", rec.messages());
     never_a_command(&rec, "inside@");
     // Upstream's transaction was reset.
-    assert!(rec.commands().iter().any(|l| l == "RSET"), "{:?}", rec.commands());
+    assert!(
+        rec.commands().iter().any(|l| l == "RSET"),
+        "{:?}",
+        rec.commands()
+    );
 }
 
 #[test]
@@ -338,7 +370,11 @@ action = "defer"
     for want in [250, 451] {
         envelope(&mut c);
         let r = bdat_message(&mut c);
-        assert_eq!(r.iter().map(|r| r.code).collect::<Vec<_>>(), [250, 250, want], "{r:?}");
+        assert_eq!(
+            r.iter().map(|r| r.code).collect::<Vec<_>>(),
+            [250, 250, want],
+            "{r:?}"
+        );
     }
     // The session goes on after the refusal.
     envelope(&mut c);
@@ -367,12 +403,15 @@ fn bdat_in_lf_only_chunks_is_normalized_or_refused() {
         let r = c.reply();
         assert_eq!(r.code, if reject { 550 } else { 250 }, "{r:?}");
         assert_eq!(c.cmd("QUIT").code, 221);
-    rec.wait_idle();
+        rec.wait_idle();
         let m = rec.messages();
         assert_eq!(m.len(), usize::from(!reject));
         if let Some(m) = m.first() {
             assert!(!m.bare_lf && !m.bare_cr);
-            assert_eq!(m.data, b"Subject: lf\r\n\r\nx\r\n..\r\nMAIL FROM:<inside@client.test>\r\n");
+            assert_eq!(
+                m.data,
+                b"Subject: lf\r\n\r\nx\r\n..\r\nMAIL FROM:<inside@client.test>\r\n"
+            );
         }
         never_a_command(&rec, "inside@");
     }
@@ -381,7 +420,8 @@ fn bdat_in_lf_only_chunks_is_normalized_or_refused() {
 #[test]
 fn chunking_off_hides_it_and_refuses_bdat() {
     let rec = Recorder::plain();
-    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).extra("[smtp]\nchunking = false\n"));
+    let fg =
+        Floodgate::start(&FloodgateConfig::new(rec.addr()).extra("[smtp]\nchunking = false\n"));
     let (mut c, ehlo) = session(&fg);
     assert!(!ehlo.keywords().iter().any(|k| k == "CHUNKING"), "{ehlo:?}");
     envelope(&mut c);

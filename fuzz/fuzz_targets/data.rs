@@ -68,7 +68,10 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(decode(input, 1, line, bare, max), whole);
     // The stuffed decoder (what the session spools) agrees on everything but the body.
     let stuffed = decode_with(DataDecoder::new(line, bare, max).stuffed(), input, chunk);
-    assert_eq!((stuffed.0, stuffed.2, &stuffed.3), (whole.0, whole.2, &whole.3));
+    assert_eq!(
+        (stuffed.0, stuffed.2, &stuffed.3),
+        (whole.0, whole.2, &whole.3)
+    );
     // The held decoder (what the session relays from) agrees too, and its wire form is the
     // stuffed body with the end-of-data line.
     let held = decode_held(input, chunk, line, bare, max);
@@ -135,8 +138,7 @@ fuzz_target!(|data: &[u8]| {
     }
     spooled.extend_from_slice(b".\r\n");
     assert_eq!(spooled, wire);
-    let (done2, body2, out2, rest2) =
-        decode(&wire, wire.len(), 1000, BarePolicy::Reject, u64::MAX);
+    let (done2, body2, out2, rest2) = decode(&wire, wire.len(), 1000, BarePolicy::Reject, u64::MAX);
     assert!(done2 && rest2.is_empty());
     assert!(!out2.bare_line_ending && !out2.normalized);
     let mut want = body;

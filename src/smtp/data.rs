@@ -132,7 +132,9 @@ impl FirstLine {
         for &b in text {
             self = match self {
                 FirstLine::Name(n) if b == b':' && n > 0 => FirstLine::Field,
-                FirstLine::Name(n) if (33..=126).contains(&b) && b != b':' => FirstLine::Name(n + 1),
+                FirstLine::Name(n) if (33..=126).contains(&b) && b != b':' => {
+                    FirstLine::Name(n + 1)
+                }
                 FirstLine::Name(_) => FirstLine::Other,
                 done => return done,
             };

@@ -329,7 +329,10 @@ mod tests {
             filter_ehlo(&Reply::multi(250, ["hi", "chunking", "PIPELINING"]), &f).lines,
             ["hi", "CHUNKING", "PIPELINING", "STARTTLS"]
         );
-        let off = EhloFilter { chunking: false, ..f };
+        let off = EhloFilter {
+            chunking: false,
+            ..f
+        };
         assert_eq!(
             filter_ehlo(&Reply::multi(250, ["hi", "CHUNKING"]), &off).lines,
             ["hi", "STARTTLS"]

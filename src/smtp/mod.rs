@@ -27,8 +27,8 @@ pub mod sasl;
 pub mod xclient;
 
 pub use address::{AddressError, AddressRole, Path};
-pub use command::{parse_command, Command, CommandError, MailFrom, Param, RcptTo};
 pub use bdat::{ChunkReader, ChunkedBody};
+pub use command::{parse_command, Command, CommandError, MailFrom, Param, RcptTo};
 pub use data::{encode_data, BarePolicy, DataDecoder, DataOutcome, LineMode, Wire};
 pub use ehlo::{filter_ehlo, parse_ehlo, Capabilities, EhloFilter};
 pub use line::{LineEvent, LineFramer};

@@ -76,14 +76,22 @@ fn chunks_join_into_one_canonical_message() {
     assert_eq!(out.rejection(), None);
     assert!(out.complete && !out.normalized && out.size == body.len() as u64);
     // BDAT content is not dot-stuffed: CRLF "." CRLF is text, kept as it came.
-    let (body, out) = assemble(&[b"a\r\n.\r\nMAIL FROM:<x@y>\r\n"], BarePolicy::Reject, BIG, 1000);
+    let (body, out) = assemble(
+        &[b"a\r\n.\r\nMAIL FROM:<x@y>\r\n"],
+        BarePolicy::Reject,
+        BIG,
+        1000,
+    );
     assert_eq!(body, b"a\r\n.\r\nMAIL FROM:<x@y>\r\n");
     assert_eq!(out.rejection(), None);
     // The empty message (BDAT 0 LAST).
     let (body, out) = assemble(&[b""], BarePolicy::Reject, BIG, 1000);
     assert!(body.is_empty() && out.complete && out.rejection().is_none());
     // A last line without a line end stays so.
-    assert_eq!(assemble(&[b"a\r\nb"], BarePolicy::Reject, BIG, 1000).0, b"a\r\nb");
+    assert_eq!(
+        assemble(&[b"a\r\nb"], BarePolicy::Reject, BIG, 1000).0,
+        b"a\r\nb"
+    );
 }
 
 #[test]
@@ -97,7 +105,12 @@ fn bare_line_endings_follow_the_policy() {
     let r = out.rejection().unwrap();
     assert_eq!((r.code, r.enhanced()), (550, Some((5, 5, 2))));
     // The smuggling payloads in a chunk are text with canonical line ends.
-    let (body, _) = assemble(&[b"x\n.\nMAIL FROM:<e@x>\r\n"], BarePolicy::Normalize, BIG, 1000);
+    let (body, _) = assemble(
+        &[b"x\n.\nMAIL FROM:<e@x>\r\n"],
+        BarePolicy::Normalize,
+        BIG,
+        1000,
+    );
     assert_eq!(body, b"x\r\n.\r\nMAIL FROM:<e@x>\r\n");
 }
 
@@ -120,19 +133,34 @@ fn size_and_line_limits() {
     assert!(out.too_big && out.size == 11);
     // Line limit, CRLF included, also for a last line without its CRLF.
     let line = [b'x'; 998];
-    assert!(!assemble(&[&line, b"\r\n"], BarePolicy::Reject, BIG, 1000).1.line_too_long);
-    assert!(!assemble(&[&line], BarePolicy::Reject, BIG, 1000).1.line_too_long);
+    assert!(
+        !assemble(&[&line, b"\r\n"], BarePolicy::Reject, BIG, 1000)
+            .1
+            .line_too_long
+    );
+    assert!(
+        !assemble(&[&line], BarePolicy::Reject, BIG, 1000)
+            .1
+            .line_too_long
+    );
     let out = assemble(&[&line, b"x\r\n"], BarePolicy::Reject, BIG, 1000).1;
     assert!(out.line_too_long);
     assert_eq!(out.rejection().unwrap().code, 554);
-    assert!(assemble(&[&line, b"x"], BarePolicy::Reject, BIG, 1000).1.line_too_long);
+    assert!(
+        assemble(&[&line, b"x"], BarePolicy::Reject, BIG, 1000)
+            .1
+            .line_too_long
+    );
 }
+
+/// Commands seen, messages ended by LAST (body, outcome), and octets left unread.
+type Stream = (Vec<String>, Vec<(Vec<u8>, DataOutcome)>, usize);
 
 /// Client input run through the command framer and parser as the session does: each
 /// BDAT's chunk is read by a `ChunkReader` into the message, every other line is a
 /// command. Returns the commands (in wire form), the messages (body, outcome) ended by
 /// LAST, and the octets left when the input ran out.
-fn run_stream(input: &[u8], cuts: &[usize], bare: BarePolicy, max: u64) -> (Vec<String>, Vec<(Vec<u8>, DataOutcome)>, usize) {
+fn run_stream(input: &[u8], cuts: &[usize], bare: BarePolicy, max: u64) -> Stream {
     let mut framer = LineFramer::new(512);
     let mut buf = BytesMut::new();
     let mut commands = Vec::new();

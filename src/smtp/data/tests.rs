@@ -163,7 +163,10 @@ fn an_lf_only_message_ends_at_lf_dot_lf() {
         assert!(done, "{bare:?}");
         assert_eq!(rest, b"QUIT\r\n");
         assert_eq!(out.mode, LineMode::LfOnly);
-        assert_eq!(body, b"Subject: lf\r\nFrom: a@b\r\n\r\nline one\r\n.dot\r\n");
+        assert_eq!(
+            body,
+            b"Subject: lf\r\nFrom: a@b\r\n\r\nline one\r\n.dot\r\n"
+        );
         match bare {
             BarePolicy::Normalize => assert!(out.normalized && out.rejection().is_none()),
             // Refused at once, not after the data timeout.
@@ -233,8 +236,14 @@ fn only_a_header_field_ended_by_lf_makes_a_message_lf_only() {
             assert_eq!(out.mode, mode, "long {first:?}");
         }
     }
-    assert_eq!(decode(b"", BarePolicy::Normalize).2.mode, LineMode::Undecided);
-    assert_eq!(decode(b"Subject: x", BarePolicy::Normalize).2.mode, LineMode::Undecided);
+    assert_eq!(
+        decode(b"", BarePolicy::Normalize).2.mode,
+        LineMode::Undecided
+    );
+    assert_eq!(
+        decode(b"Subject: x", BarePolicy::Normalize).2.mode,
+        LineMode::Undecided
+    );
     // The empty message ends at once; its mode never needs deciding.
     assert!(decode(b".\r\n", BarePolicy::Reject).0);
 }
@@ -466,7 +475,11 @@ proptest! {
 /// ends with CRLF "." CRLF.
 fn after_crlf_first_line() -> impl Strategy<Value = Vec<u8>> {
     (
-        prop_oneof![Just(&b"Subject: x\r\n"[..]), Just(&b"\r\n"[..]), Just(&b"a\r\n"[..])],
+        prop_oneof![
+            Just(&b"Subject: x\r\n"[..]),
+            Just(&b"\r\n"[..]),
+            Just(&b"a\r\n"[..])
+        ],
         prop_oneof![lineish(), smtpish()],
     )
         .prop_map(|(first, rest)| [first, &rest[..]].concat())
@@ -476,7 +489,10 @@ fn after_crlf_first_line() -> impl Strategy<Value = Vec<u8>> {
 /// LF "." LF; with the plain body it stands for.
 fn lf_only_message() -> impl Strategy<Value = (Vec<u8>, Vec<u8>)> {
     proptest::collection::vec(
-        proptest::collection::vec(prop_oneof![Just(b'.'), Just(b'a'), Just(b':'), Just(b' ')], 0..8),
+        proptest::collection::vec(
+            prop_oneof![Just(b'.'), Just(b'a'), Just(b':'), Just(b' ')],
+            0..8,
+        ),
         0..10,
     )
     .prop_map(|lines| {
