@@ -92,8 +92,11 @@ impl Session {
         let timeouts = &self.shared.config.timeouts;
         let mut wait = Wait::new(timeouts.command.0, timeouts.data.0);
         let mut reader = ChunkReader::new(size);
+        // Reads of message size only for a chunk that is not in the buffer already.
         let bulk = size > self.client.rbuf.len() as u64;
-        self.client.set_bulk(bulk);
+        if bulk {
+            self.client.set_bulk(true);
+        }
         let res = loop {
             if reader.feed(&mut self.client.rbuf, body.as_deref_mut()) {
                 break Ok(());

@@ -302,7 +302,16 @@ impl Session {
         if self.upstream_chunking {
             let mut out = format!("BDAT {} LAST\r\n", message.len()).into_bytes();
             out.extend_from_slice(message);
-            return self.up()?.command(&out).await;
+            let r = self.up()?.command(&out).await?;
+            if !r.is_completion() {
+                // A refused chunk fails upstream's transaction (RFC 3030 §4); RSET makes sure
+                // it is over there as it is here.
+                let reset = self.up()?.command(b"RSET\r\n").await?;
+                if !reset.is_completion() {
+                    warn!(code = reset.code, "upstream refused RSET");
+                }
+            }
+            return Ok(r);
         }
         let r = self.up()?.command(b"DATA\r\n").await?;
         if r.code != 354 {
