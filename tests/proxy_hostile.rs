@@ -291,7 +291,9 @@ fn a_pipelined_flood_of_2000_recipients_is_answered_in_order() {
 #[test]
 fn bdat_is_refused_only_after_its_octets_and_nothing_inside_runs() {
     let rec = Recorder::plain();
-    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()));
+    // CHUNKING not offered: BDAT is refused (with CHUNKING on, see tests/proxy_message.rs).
+    let fg =
+        Floodgate::start(&FloodgateConfig::new(rec.addr()).extra("[smtp]\nchunking = false\n"));
     let addr = fg.addr("plain");
     let by = Bystander::open(addr, "honest");
 

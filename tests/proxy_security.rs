@@ -51,9 +51,11 @@ fn assert_no_victim(rec: &Recorder) {
 }
 
 #[test]
-fn smuggling_payloads_are_rejected_whole_by_default() {
+fn smuggling_payloads_are_rejected_whole_under_reject() {
     let rec = Recorder::plain();
-    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()));
+    let fg = Floodgate::start(
+        &FloodgateConfig::new(rec.addr()).extra("[smtp]\nbare_line_endings = \"reject\""),
+    );
     for p in SMUGGLING {
         let replies = smuggle(&fg, p);
         let codes: Vec<u16> = replies.iter().map(|r| r.code).collect();
@@ -76,10 +78,9 @@ fn smuggling_payloads_are_rejected_whole_by_default() {
 
 #[test]
 fn smuggling_payloads_under_normalize_deliver_exactly_what_was_acknowledged() {
+    // `normalize` is the default: the default config is this mode.
     let rec = Recorder::plain();
-    let fg = Floodgate::start(
-        &FloodgateConfig::new(rec.addr()).extra("[smtp]\nbare_line_endings = \"normalize\""),
-    );
+    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()));
     let mut acked = 0;
     for p in SMUGGLING {
         let replies = smuggle(&fg, p);
@@ -217,7 +218,9 @@ fn chunking_works_if_offered(fg: &Floodgate, rec: &Recorder, keywords: &[String]
     );
     let m = rec.messages();
     assert_eq!(m.len(), before + 1);
-    assert_eq!(m[before].data, b"ab\r\ncd\n");
+    // A bare LF in a chunk never reaches upstream raw: written as CRLF (the default
+    // `bare_line_endings = "normalize"`).
+    assert_eq!(m[before].data, b"ab\r\ncd\r\n");
 }
 
 #[test]

@@ -7,7 +7,7 @@
 
 use bytes::BytesMut;
 use floodgate::smtp::clean_lines::{clean_run, clean_run_by_lines};
-use floodgate::smtp::{encode_data, BarePolicy, DataDecoder, DataOutcome, Wire};
+use floodgate::smtp::{encode_data, BarePolicy, DataDecoder, DataOutcome, LineMode, Wire};
 use libfuzzer_sys::fuzz_target;
 
 fn decode(
@@ -68,7 +68,10 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(decode(input, 1, line, bare, max), whole);
     // The stuffed decoder (what the session spools) agrees on everything but the body.
     let stuffed = decode_with(DataDecoder::new(line, bare, max).stuffed(), input, chunk);
-    assert_eq!((stuffed.0, stuffed.2, &stuffed.3), (whole.0, whole.2, &whole.3));
+    assert_eq!(
+        (stuffed.0, stuffed.2, &stuffed.3),
+        (whole.0, whole.2, &whole.3)
+    );
     // The held decoder (what the session relays from) agrees too, and its wire form is the
     // stuffed body with the end-of-data line.
     let held = decode_held(input, chunk, line, bare, max);
@@ -86,6 +89,24 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let (done, body, out, rest) = whole;
+    if done {
+        let used = &input[..input.len() - rest.len()];
+        match out.mode {
+            LineMode::LfOnly => assert!(
+                used.ends_with(b"\n.\n") || used.ends_with(b"\n.\r\n"),
+                "LF-only message ended elsewhere"
+            ),
+            _ => assert!(
+                used == b".\r\n" || used.ends_with(b"\r\n.\r\n"),
+                "CRLF message ended elsewhere than CRLF . CRLF"
+            ),
+        }
+        if out.mode == LineMode::LfOnly {
+            let first = used.iter().position(|&b| b == b'\n').unwrap();
+            assert!(first > 0 && used[first - 1] != b'\r');
+            assert!(used[..first].contains(&b':') && !used.starts_with(b"."));
+        }
+    }
     assert!(body.len() as u64 <= max);
     assert_eq!(out.too_big, out.size > max);
     assert!(out.size >= body.len() as u64);
@@ -117,8 +138,7 @@ fuzz_target!(|data: &[u8]| {
     }
     spooled.extend_from_slice(b".\r\n");
     assert_eq!(spooled, wire);
-    let (done2, body2, out2, rest2) =
-        decode(&wire, wire.len(), 1000, BarePolicy::Reject, u64::MAX);
+    let (done2, body2, out2, rest2) = decode(&wire, wire.len(), 1000, BarePolicy::Reject, u64::MAX);
     assert!(done2 && rest2.is_empty());
     assert!(!out2.bare_line_ending && !out2.normalized);
     let mut want = body;

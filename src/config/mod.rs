@@ -255,7 +255,9 @@ fn default_identity() -> ClientIdentity {
 pub struct SmtpConfig {
     /// Longest command line, CRLF included (RFC 5321: 512 plus extension slack).
     pub max_command_line: usize,
-    /// Longest message line, CRLF included.
+    /// Longest message line accepted, CRLF included (at least RFC 5321's 1000); a
+    /// longer line refuses the message with 554 5.6.0. Lines up to it are relayed
+    /// unchanged, as Postfix and Exim take them.
     pub max_text_line: usize,
     /// Longest AUTH response line (RFC 4954: 12288).
     pub max_auth_line: usize,
@@ -265,17 +267,24 @@ pub struct SmtpConfig {
     pub bare_line_endings: BareLineEndings,
     /// Recipients per message.
     pub max_recipients: usize,
+    /// Offer CHUNKING (RFC 3030 BDAT) to clients after EHLO.
+    pub chunking: bool,
 }
+
+/// The default `[smtp] max_text_line`: far above RFC 5321's 1000, so the long lines
+/// real mail carries (HTML without line breaks, long base64) are relayed unchanged.
+pub const DEFAULT_MAX_TEXT_LINE: usize = 1024 * 1024;
 
 impl Default for SmtpConfig {
     fn default() -> Self {
         SmtpConfig {
             max_command_line: 2048,
-            max_text_line: 1000,
+            max_text_line: DEFAULT_MAX_TEXT_LINE,
             max_auth_line: 12288,
             max_message_size: 50 * 1024 * 1024,
-            bare_line_endings: BareLineEndings::Reject,
+            bare_line_endings: BareLineEndings::Normalize,
             max_recipients: 1000,
+            chunking: true,
         }
     }
 }

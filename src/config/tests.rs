@@ -134,3 +134,30 @@ fn small_limits_refused() {
     let e = err(&format!("{GOOD}\n[smtp]\nmax_command_line = 100\n"));
     assert!(e.contains("at least 512"), "{e}");
 }
+
+#[test]
+fn message_defaults_take_long_lines_lf_only_mail_and_bdat() {
+    let c = Config::parse(Path::new("/etc/floodgate/f.toml"), GOOD).unwrap();
+    assert_eq!(c.smtp.max_text_line, DEFAULT_MAX_TEXT_LINE);
+    assert!(c.smtp.max_text_line > 1000);
+    assert_eq!(c.smtp.bare_line_endings, BareLineEndings::Normalize);
+    assert!(c.smtp.chunking);
+    let text = format!(
+        "{GOOD}\n[smtp]\nmax_text_line = 1000\nbare_line_endings = \"reject\"\nchunking = false\n"
+    );
+    let c = Config::parse(Path::new("/etc/floodgate/f.toml"), &text).unwrap();
+    assert_eq!(c.smtp.max_text_line, 1000);
+    assert_eq!(c.smtp.bare_line_endings, BareLineEndings::Reject);
+    assert!(!c.smtp.chunking);
+}
+
+#[test]
+fn bad_message_keys_are_named() {
+    let e = err(&format!("{GOOD}\n[smtp]\nmax_text_line = 999\n"));
+    assert!(e.contains("max_text_line must be at least 1000"), "{e}");
+    let e = err(&format!("{GOOD}\n[smtp]\nchunking = \"yes\"\n"));
+    assert!(e.starts_with("/etc/floodgate/test.toml:15:"), "{e}");
+    assert!(e.contains("expected a boolean"), "{e}");
+    let e = err(&format!("{GOOD}\n[smtp]\nbare_line_endings = \"strip\"\n"));
+    assert!(e.contains("unknown variant `strip`"), "{e}");
+}

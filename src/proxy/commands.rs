@@ -23,7 +23,7 @@ impl Session {
             Command::Mail(ref m) => self.mail(&cmd, m).await,
             Command::Rcpt(ref r) => self.rcpt(&cmd, r).await,
             Command::Data => self.data().await,
-            Command::Bdat { size, .. } => self.bdat_refused(size).await,
+            Command::Bdat { size, last } => self.bdat(size, last).await,
             Command::Rset => {
                 let r = self.up()?.relay(&cmd).await?;
                 self.reset_txn();
@@ -123,8 +123,9 @@ impl Session {
             let filter = EhloFilter {
                 offer_starttls: self.listener.tls == TlsMode::Starttls && tls_ready && !client_tls,
                 offer_auth: client_tls || self.auth_without_tls(),
-                chunking: false,
+                chunking: self.shared.config.smtp.chunking,
             };
+            self.upstream_chunking = parse_ehlo(&reply).chunking;
             let filtered = filter_ehlo(&reply, &filter);
             self.offered = parse_ehlo(&filtered);
             self.client.queue(&filtered);

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use crate::config::BareLineEndings;
 use crate::policy::Stage;
-use crate::smtp::data::{BarePolicy, DataDecoder, Wire};
+use crate::smtp::data::{encode_data, BarePolicy, DataDecoder, DataOutcome, Wire};
 use crate::smtp::reply::Reply;
 
 use super::client::Wait;
@@ -22,6 +22,22 @@ use super::session::{Flow, Judged, Session};
 use super::upstream::UpstreamError;
 
 type Handled = Result<Flow, UpstreamError>;
+
+/// The decoder's policy for `[smtp] bare_line_endings`.
+pub(super) fn bare_policy(b: BareLineEndings) -> BarePolicy {
+    match b {
+        BareLineEndings::Reject => BarePolicy::Reject,
+        BareLineEndings::Normalize => BarePolicy::Normalize,
+    }
+}
+
+/// A message spooled whole, as it is relayed.
+pub(super) enum Spooled {
+    /// From DATA: its dot-stuffed wire form with the end-of-data line.
+    Data(Wire),
+    /// From BDAT: the message itself, canonical line ends, not stuffed.
+    Chunked(Vec<u8>),
+}
 
 /// The header parser of [`header_fields`]: From and Message-ID parsed as mail-parser always
 /// parses them, every other field skipped to its end (parsing Date, Received and the rest
@@ -144,6 +160,10 @@ impl Session {
         if self.rcpts.is_empty() {
             return Ok(self.refuse(554, "5.5.1 Error: no valid recipients"));
         }
+        if self.chunked.is_some() {
+            // RFC 3030 §2: one transaction is DATA or BDAT, never both.
+            return Ok(self.refuse(503, "5.5.1 Error: DATA after BDAT"));
+        }
         match self.judge(Stage::Data).await {
             Judged::Go => {}
             Judged::Answered => return Ok(Flow::Next),
@@ -153,10 +173,7 @@ impl Session {
         self.client
             .queue_bytes(b"354 End data with <CR><LF>.<CR><LF>\r\n");
         let cfg = self.shared.config.clone();
-        let bare = match cfg.smtp.bare_line_endings {
-            BareLineEndings::Reject => BarePolicy::Reject,
-            BareLineEndings::Normalize => BarePolicy::Normalize,
-        };
+        let bare = bare_policy(cfg.smtp.bare_line_endings);
         let max = cfg.smtp.max_message_size;
         // The message stays in the input buffer, already in its dot-stuffed wire form, unless
         // one of its lines has to change on the way (then it is copied into `body`).
@@ -184,7 +201,15 @@ impl Session {
         // Taken before the read buffer shrinks, so only what follows the message is moved.
         let wire = decoder.take_wire(&mut self.client.rbuf, body);
         self.client.set_bulk(false);
-        let outcome = decoder.outcome();
+        self.finish_message(decoder.outcome(), Spooled::Data(wire))
+            .await
+    }
+
+    /// The end of a message, DATA or BDAT, once it is spooled whole: counted, refused if a
+    /// limit says so, asked about at the message stage, and relayed with upstream's verdict
+    /// going back to the client. A refused message is never relayed: upstream's transaction
+    /// is reset.
+    pub(super) async fn finish_message(&mut self, outcome: DataOutcome, msg: Spooled) -> Handled {
         self.tally.bytes += outcome.size;
         let refusal = outcome.rejection();
         if let Some(r) = refusal {
@@ -200,7 +225,10 @@ impl Session {
         // header From; with neither, nobody would see the result.
         let (from, message_id) =
             if tracing::enabled!(tracing::Level::INFO) || self.shared.policy.reads_header_from() {
-                header_fields(&header_section(wire.message()))
+                match &msg {
+                    Spooled::Data(wire) => header_fields(&header_section(wire.message())),
+                    Spooled::Chunked(body) => header_fields(body),
+                }
             } else {
                 (None, None)
             };
@@ -216,8 +244,11 @@ impl Session {
                 return Ok(Flow::Close);
             }
         }
-        let reply = self.relay_message(&wire).await;
-        drop(wire);
+        let reply = match &msg {
+            Spooled::Data(wire) => self.relay_message(wire).await,
+            Spooled::Chunked(body) => self.relay_chunked(body).await,
+        };
+        drop(msg);
         let reply = reply?;
         if reply.is_completion() {
             self.tally.messages += 1;
@@ -249,6 +280,51 @@ impl Session {
             }
             None => Ok(Flow::Close),
         }
+    }
+
+    /// A message taken in BDAT chunks, relayed as one `BDAT n LAST` when upstream offers
+    /// CHUNKING, else as DATA with floodgate's dot-stuffing and end-of-data line; with
+    /// upstream's final reply. `body` has canonical line ends and no stuffing.
+    async fn relay_chunked(&mut self, body: &[u8]) -> Result<Reply, UpstreamError> {
+        let headers = self.policy.message_headers();
+        let mut plain = Vec::new();
+        for h in &headers {
+            // Header lines from the policy are floodgate's own text; keep them single lines.
+            plain.extend(h.bytes().filter(|b| *b != b'\r' && *b != b'\n'));
+            plain.extend_from_slice(b"\r\n");
+        }
+        let message: &[u8] = if plain.is_empty() {
+            body
+        } else {
+            plain.extend_from_slice(body);
+            &plain
+        };
+        if self.upstream_chunking {
+            let mut out = format!("BDAT {} LAST\r\n", message.len()).into_bytes();
+            out.extend_from_slice(message);
+            let r = self.up()?.command(&out).await?;
+            if !r.is_completion() {
+                // A refused chunk fails upstream's transaction (RFC 3030 §4); RSET makes sure
+                // it is over there as it is here.
+                let reset = self.up()?.command(b"RSET\r\n").await?;
+                if !reset.is_completion() {
+                    warn!(code = reset.code, "upstream refused RSET");
+                }
+            }
+            return Ok(r);
+        }
+        let r = self.up()?.command(b"DATA\r\n").await?;
+        if r.code != 354 {
+            let reset = self.up()?.command(b"RSET\r\n").await?;
+            if !reset.is_completion() {
+                warn!(code = reset.code, "upstream refused RSET");
+            }
+            return Ok(r);
+        }
+        self.up()?.recycle(r);
+        let mut out = Vec::with_capacity(message.len() + message.len() / 64 + 5);
+        encode_data(message, &mut out);
+        self.up()?.command(&out).await
     }
 
     /// DATA upstream, the message with floodgate's own framing, and upstream's final reply.
@@ -299,30 +375,6 @@ impl Session {
         }
         self.up()?.recycle(r);
         Ok(())
-    }
-
-    /// BDAT without CHUNKING offered: refuse it, but consume its octets (RFC 3030 §3)
-    /// so they are never read as commands.
-    pub(super) async fn bdat_refused(&mut self, size: u64) -> Handled {
-        let mut left = size;
-        let timeouts = &self.shared.config.timeouts;
-        let mut wait = Wait::new(timeouts.command.0, timeouts.data.0);
-        loop {
-            let take = left.min(self.client.rbuf.len() as u64) as usize;
-            let _ = self.client.rbuf.split_to(take);
-            left -= take as u64;
-            if left == 0 {
-                break;
-            }
-            if let Err(end) = self.client.fill(&mut wait, &self.stop).await {
-                self.read_end(end);
-                return Ok(Flow::Close);
-            }
-        }
-        Ok(self.refuse(
-            502,
-            "5.5.1 Error: BDAT not available, CHUNKING is not offered",
-        ))
     }
 }
 

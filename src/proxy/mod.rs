@@ -3,6 +3,7 @@
 //! one command at a time, in order.
 
 mod auth;
+mod bdat;
 pub mod client;
 mod commands;
 mod data;

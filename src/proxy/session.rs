@@ -86,6 +86,10 @@ pub struct Session {
     pub(super) in_txn: bool,
     pub(super) rcpts: Vec<String>,
     pub(super) offered: Capabilities,
+    /// Upstream offered CHUNKING in its reply to the client's EHLO: BDAT is relayed as BDAT.
+    pub(super) upstream_chunking: bool,
+    /// The message of a BDAT transaction, from its first chunk to its LAST.
+    pub(super) chunked: Option<crate::smtp::ChunkedBody>,
     pub(super) xclient_done: bool,
     pub(super) errors: u32,
     pub(super) stop: CancellationToken,
@@ -135,6 +139,8 @@ impl Session {
             in_txn: false,
             rcpts: Vec::new(),
             offered: Capabilities::default(),
+            upstream_chunking: false,
+            chunked: None,
             xclient_done: false,
             errors: 0,
             stop,
@@ -418,6 +424,7 @@ impl Session {
             self.policy.transaction_abandoned();
         }
         self.in_txn = false;
+        self.chunked = None;
         for r in self.rcpts.drain(..) {
             pool_string(&mut self.strings, Some(r));
         }

@@ -1,14 +1,25 @@
 //! DATA framing (RFC 5321 §4.1.4, §4.5.2): the end-of-data line, dot
 //! (un)stuffing, and the SMTP smuggling defence.
 //!
-//! End of data is only CRLF "." CRLF, where the start of DATA counts as
+//! End of data is CRLF "." CRLF, where the start of DATA counts as
 //! following a CRLF. Lines are ended by CRLF; a bare CR (not followed by LF)
 //! or a bare LF also ends a line, but such a line is never part of an
 //! end-of-data sequence: `\n.\n`, `\r.\r`, `\r\n.\r`, `\n.\r\n` and
-//! `.\r\r\n` all keep the stream in DATA. The decoded body is always
-//! canonical (every line ends in CRLF), so upstream never sees a bare CR or LF
-//! whatever the client sent; with [`BarePolicy::Reject`] such messages are
-//! also flagged so the session can refuse them.
+//! `.\r\r\n` all keep the stream in DATA.
+//!
+//! One exception, as Exim makes it: a message whose first line is a header field
+//! ended by a bare LF comes from a client that ends every line with LF alone, and
+//! such a client ends its message with LF "." LF too. That message is *LF-only*
+//! ([`LineMode::LfOnly`]): a "." line begun after a line end that is not a bare CR
+//! and ended by LF (bare or CRLF) ends it. A message whose first line ends in CRLF
+//! never ends at a bare LF, so the smuggling payloads above stay message text
+//! inside it. Either way floodgate re-frames what it relays, so upstream ends the
+//! message exactly where floodgate did.
+//!
+//! The decoded body is always canonical (every line ends in CRLF), so upstream
+//! never sees a bare CR or LF whatever the client sent; with
+//! [`BarePolicy::Reject`] such messages are also flagged so the session can
+//! refuse them.
 
 use std::ops::Range;
 
@@ -22,6 +33,20 @@ pub enum BarePolicy {
     Reject,
     /// Accept it, writing every bare CR or LF as CRLF.
     Normalize,
+}
+
+/// How a message ends its lines, decided by its first line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LineMode {
+    /// The first line has not ended yet.
+    #[default]
+    Undecided,
+    /// Only CRLF "." CRLF ends the message (every message whose first line is not a
+    /// header field ended by a bare LF).
+    Crlf,
+    /// The first line is a header field ended by a bare LF: LF "." LF ends the
+    /// message too.
+    LfOnly,
 }
 
 /// What the decoder saw in one message.
@@ -40,12 +65,15 @@ pub struct DataOutcome {
     pub too_big: bool,
     /// The end-of-data line has been consumed.
     pub complete: bool,
+    /// How the message ends its lines (decided at the end of its first line).
+    pub mode: LineMode,
 }
 
 impl DataOutcome {
     /// The reply refusing this message, or `None` if it may be relayed.
     /// Size comes first (552 5.3.4), then bare line endings (550 5.5.2, as
-    /// Postfix answers), then over-long lines (500 5.5.2).
+    /// Postfix answers), then over-long lines (554 5.6.0: a content limit,
+    /// never the command-syntax 500).
     pub fn rejection(&self) -> Option<Reply> {
         if self.too_big {
             Some(Reply::new(
@@ -56,8 +84,8 @@ impl DataOutcome {
             Some(Reply::new(550, "5.5.2 Message contains bare <CR> or <LF>"))
         } else if self.line_too_long {
             Some(Reply::new(
-                500,
-                "5.5.2 Message contains a line that is too long",
+                554,
+                "5.6.0 Message contains a line longer than the limit",
             ))
         } else {
             None
@@ -70,8 +98,49 @@ impl DataOutcome {
 enum LineStart {
     /// After CRLF or at the start of DATA: "." CRLF here ends the message.
     Clean,
-    /// After a bare CR or LF: "." here is only a (stuffed) line.
-    Bare,
+    /// After a bare LF: "." here ends only an LF-only message.
+    BareLf,
+    /// After a bare CR: "." here is only a (stuffed) line.
+    BareCr,
+}
+
+/// How a line ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// CRLF, at `input[end - 2..end]`.
+    Crlf(usize),
+    /// A LF without a CR before it.
+    BareLf,
+    /// A CR without a LF after it.
+    BareCr,
+}
+
+/// How far the first line looks like a header field (RFC 5322 §2.2: a name of
+/// printable ASCII other than ':', then ':').
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FirstLine {
+    /// This many octets of a field name so far.
+    Name(usize),
+    /// Name and ':' seen.
+    Field,
+    /// Not a header field.
+    Other,
+}
+
+impl FirstLine {
+    fn scan(mut self, text: &[u8]) -> FirstLine {
+        for &b in text {
+            self = match self {
+                FirstLine::Name(n) if b == b':' && n > 0 => FirstLine::Field,
+                FirstLine::Name(n) if (33..=126).contains(&b) && b != b':' => {
+                    FirstLine::Name(n + 1)
+                }
+                FirstLine::Name(_) => FirstLine::Other,
+                done => return done,
+            };
+        }
+        self
+    }
 }
 
 /// Streaming decoder for the body of one DATA command.
@@ -96,6 +165,8 @@ pub struct DataDecoder {
     scanned: usize,
     /// While mirroring: the wire form so far is the first `held` octets of the input.
     held: usize,
+    /// The first line so far, while [`DataOutcome::mode`] is undecided.
+    first: FirstLine,
     out: DataOutcome,
 }
 
@@ -149,6 +220,7 @@ impl DataDecoder {
             mirror: false,
             scanned: 0,
             held: 0,
+            first: FirstLine::Name(0),
             out: DataOutcome::default(),
         }
     }
@@ -251,6 +323,10 @@ impl DataDecoder {
                 // `smtp::clean_lines`).
                 let run = clean_run(&input[i..], self.max_line_len);
                 if run > 0 {
+                    if self.out.mode == LineMode::Undecided {
+                        // The first line ended in CRLF.
+                        self.out.mode = LineMode::Crlf;
+                    }
                     self.put(input, i..i + run, body);
                     self.start = LineStart::Clean;
                     i += run;
@@ -261,12 +337,12 @@ impl DataDecoder {
                 self.pending_cr = false;
                 if input[i] == b'\n' {
                     i += 1;
-                    if self.end_line(input, Some(i), body) {
+                    if self.end_line(input, Ending::Crlf(i), body) {
                         return (i, true);
                     }
                 } else {
                     // A bare CR ends the line; the byte is read again below.
-                    self.end_line(input, None, body);
+                    self.end_line(input, Ending::BareCr, body);
                 }
                 continue;
             }
@@ -275,6 +351,8 @@ impl DataDecoder {
                 // end-of-data line.
                 self.dot_first = true;
                 self.col = 1;
+                // A first line starting with '.' is not read as a header field.
+                self.first = FirstLine::Other;
                 i += 1;
                 continue;
             }
@@ -291,6 +369,9 @@ impl DataDecoder {
                 // not counted in the size.
                 self.put_dot(input, i, body);
             }
+            if self.out.mode == LineMode::Undecided {
+                self.first = self.first.scan(&rest[..stop]);
+            }
             self.put(input, i..i + stop, body);
             self.col += stop;
             i += stop;
@@ -300,21 +381,26 @@ impl DataDecoder {
             i += 1;
             if input[i - 1] == b'\r' {
                 self.pending_cr = true;
-            } else {
-                self.end_line(input, None, body);
+            } else if self.end_line(input, Ending::BareLf, body) {
+                return (i, true);
             }
         }
         (i, false)
     }
 
-    /// Finishes the current line. `ending` is `Some(end)` when it ended in a real CRLF,
-    /// `input[end - 2..end]`, and `None` for a bare CR or LF. Returns true if it was the
-    /// end-of-data line.
-    fn end_line(&mut self, input: &[u8], ending: Option<usize>, body: &mut Vec<u8>) -> bool {
-        let crlf = ending.is_some();
-        if crlf && self.start == LineStart::Clean && self.dot_first && self.col == 1 {
+    /// Finishes the current line. Returns true if it was the end-of-data line.
+    fn end_line(&mut self, input: &[u8], ending: Ending, body: &mut Vec<u8>) -> bool {
+        let crlf = matches!(ending, Ending::Crlf(_));
+        if self.dot_first && self.col == 1 && self.ends_data(ending) {
             self.out.complete = true;
             return true;
+        }
+        if self.out.mode == LineMode::Undecided {
+            self.out.mode = if ending == Ending::BareLf && self.first == FirstLine::Field {
+                LineMode::LfOnly
+            } else {
+                LineMode::Crlf
+            };
         }
         if !crlf {
             match self.bare {
@@ -329,7 +415,7 @@ impl DataDecoder {
         }
         match ending {
             // Mirroring, the whole input is at hand and this CRLF is in it.
-            Some(end) if self.mirror => self.put(input, end - 2..end, body),
+            Ending::Crlf(end) if self.mirror => self.put(input, end - 2..end, body),
             _ => {
                 // A CRLF the input has not got here (a bare ending), or one that may have
                 // begun in an earlier input (not mirroring): written as such.
@@ -339,14 +425,29 @@ impl DataDecoder {
                 self.emit(b"\r\n", body);
             }
         }
-        self.start = if crlf {
-            LineStart::Clean
-        } else {
-            LineStart::Bare
+        self.start = match ending {
+            Ending::Crlf(_) => LineStart::Clean,
+            Ending::BareLf => LineStart::BareLf,
+            Ending::BareCr => LineStart::BareCr,
         };
         self.col = 0;
         self.dot_first = false;
         false
+    }
+
+    /// Whether a line that is only "." (its text empty after the dot), begun as
+    /// `self.start` says and ended by `ending`, is the end-of-data line. CRLF "." CRLF
+    /// always is; in an LF-only message a "." line ended by LF and begun after a LF is
+    /// too. A bare CR is never part of an end of data, and the first line of a message
+    /// never ends it with a bare LF (its mode is not known yet).
+    fn ends_data(&self, ending: Ending) -> bool {
+        match (self.start, ending) {
+            (LineStart::Clean, Ending::Crlf(_)) => true,
+            (LineStart::Clean | LineStart::BareLf, Ending::Crlf(_) | Ending::BareLf) => {
+                self.out.mode == LineMode::LfOnly
+            }
+            _ => false,
+        }
     }
 
     /// Writes the message octets `input[range]` to the wire form. While mirroring, octets
@@ -434,39 +535,6 @@ pub fn encode_data(body: &[u8], out: &mut Vec<u8>) {
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b".\r\n");
-}
-
-/// Reads the exact octet count of one BDAT chunk (RFC 3030): no dot
-/// stuffing, no line structure. Also used to skip the chunk of a BDAT that
-/// was refused, since its octets are on the wire regardless.
-#[derive(Debug, Clone)]
-pub struct ChunkReader {
-    remaining: u64,
-}
-
-impl ChunkReader {
-    /// A reader for a chunk of `size` octets (from `Command::Bdat`).
-    pub fn new(size: u64) -> Self {
-        ChunkReader { remaining: size }
-    }
-
-    /// Octets of the chunk not yet read.
-    pub fn remaining(&self) -> u64 {
-        self.remaining
-    }
-
-    /// Moves up to the rest of the chunk from the front of `buf` into `body`
-    /// (or drops it when `body` is `None`); bytes after the chunk stay in
-    /// `buf`. Returns true when the whole chunk has been read.
-    pub fn feed(&mut self, buf: &mut bytes::BytesMut, body: Option<&mut Vec<u8>>) -> bool {
-        let take = usize::try_from(self.remaining).map_or(buf.len(), |r| r.min(buf.len()));
-        let chunk = buf.split_to(take);
-        if let Some(body) = body {
-            body.extend_from_slice(&chunk);
-        }
-        self.remaining -= take as u64;
-        self.remaining == 0
-    }
 }
 
 #[cfg(test)]

@@ -94,7 +94,8 @@ pub struct EhloFilter {
     pub offer_starttls: bool,
     /// Pass AUTH on (typically only once the session is TLS).
     pub offer_auth: bool,
-    /// Pass CHUNKING on (only when BDAT is relayed).
+    /// Offer CHUNKING: floodgate takes BDAT itself (relaying it as BDAT or as DATA), so
+    /// it is offered whether or not upstream offers it.
     pub chunking: bool,
 }
 
@@ -105,7 +106,8 @@ pub const OBSERVABLE_MECHANISMS: [&str; 4] = ["PLAIN", "LOGIN", "XOAUTH2", "CRAM
 /// kept, then only the allow-listed keywords in upstream's order
 /// (PIPELINING, SIZE n, 8BITMIME, SMTPUTF8, DSN, ENHANCEDSTATUSCODES; AUTH
 /// with only observable mechanisms when `offer_auth`; CHUNKING only if
-/// `chunking`), plus STARTTLS last when `offer_starttls`. Drops XCLIENT,
+/// `chunking`, and then also when upstream lacks it, after upstream's keywords),
+/// plus STARTTLS last when `offer_starttls`. Drops XCLIENT,
 /// XFORWARD, STARTTLS from upstream, unknown keywords and `AUTH=` legacy
 /// lines. Keywords are written in canonical upper case, each at most once.
 /// A reply other than 250 is returned unchanged.
@@ -148,6 +150,9 @@ pub fn filter_ehlo(reply: &Reply, filter: &EhloFilter) -> Reply {
             seen.push(kw);
             lines.push(out);
         }
+    }
+    if filter.chunking && !seen.iter().any(|k| k == "CHUNKING") {
+        lines.push("CHUNKING".to_string());
     }
     if filter.offer_starttls {
         lines.push("STARTTLS".to_string());
@@ -308,6 +313,32 @@ mod tests {
         );
     }
 
+    #[test]
+    fn chunking_is_offered_with_or_without_upstream() {
+        let f = EhloFilter {
+            offer_starttls: true,
+            offer_auth: false,
+            chunking: true,
+        };
+        assert_eq!(
+            filter_ehlo(&Reply::multi(250, ["hi", "PIPELINING"]), &f).lines,
+            ["hi", "PIPELINING", "CHUNKING", "STARTTLS"]
+        );
+        // Upstream's own line stays where it was, once.
+        assert_eq!(
+            filter_ehlo(&Reply::multi(250, ["hi", "chunking", "PIPELINING"]), &f).lines,
+            ["hi", "CHUNKING", "PIPELINING", "STARTTLS"]
+        );
+        let off = EhloFilter {
+            chunking: false,
+            ..f
+        };
+        assert_eq!(
+            filter_ehlo(&Reply::multi(250, ["hi", "CHUNKING"]), &off).lines,
+            ["hi", "STARTTLS"]
+        );
+    }
+
     /// Found by `filter_only_narrows` (once kept in proptest-regressions): with several SIZE
     /// lines, the first valid one wins both before and after filtering.
     #[test]
@@ -343,8 +374,8 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
-        /// Filtering never adds a capability upstream lacks (except STARTTLS,
-        /// which floodgate itself offers), and never passes XCLIENT on.
+        /// Filtering never adds a capability upstream lacks (except STARTTLS and
+        /// CHUNKING, which floodgate itself offers), and never passes XCLIENT on.
         #[test]
         fn filter_only_narrows(lines in proptest::collection::vec(ehlo_line(), 1..10),
                                tls in any::<bool>(), auth in any::<bool>(), chunking in any::<bool>()) {
@@ -355,7 +386,8 @@ mod tests {
             prop_assert!(after.xclient.is_empty());
             prop_assert_eq!(after.starttls, tls);
             prop_assert!(!after.pipelining || before.pipelining);
-            prop_assert!(!after.chunking || (before.chunking && chunking));
+            // CHUNKING is floodgate's own offer, with or without upstream's.
+            prop_assert_eq!(after.chunking, chunking);
             prop_assert!(after.size.is_none() || after.size == before.size);
             prop_assert!(auth || after.auth.is_empty());
             for m in &after.auth {

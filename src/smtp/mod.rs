@@ -6,7 +6,8 @@
 //! Data flows one way: [`line::LineFramer`] cuts client bytes into lines,
 //! [`command::parse_command`] turns a line into a [`Command`] whose
 //! [`Command::to_wire`] is what goes upstream; [`data::DataDecoder`] and
-//! [`data::encode_data`] re-frame message content; [`reply::ReplyParser`]
+//! [`data::encode_data`] re-frame message content, [`bdat::ChunkReader`] and
+//! [`bdat::ChunkedBody`] take BDAT chunks; [`reply::ReplyParser`]
 //! reads upstream's replies and [`ehlo::filter_ehlo`] rewrites its EHLO list;
 //! [`sasl::SaslObserver`] learns the user name; [`proxy_header`] and
 //! [`xclient`] carry the real client address.
@@ -14,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod address;
+pub mod bdat;
 pub mod clean_lines;
 pub mod command;
 pub mod data;
@@ -25,8 +27,9 @@ pub mod sasl;
 pub mod xclient;
 
 pub use address::{AddressError, AddressRole, Path};
+pub use bdat::{ChunkReader, ChunkedBody};
 pub use command::{parse_command, Command, CommandError, MailFrom, Param, RcptTo};
-pub use data::{encode_data, BarePolicy, ChunkReader, DataDecoder, DataOutcome, Wire};
+pub use data::{encode_data, BarePolicy, DataDecoder, DataOutcome, LineMode, Wire};
 pub use ehlo::{filter_ehlo, parse_ehlo, Capabilities, EhloFilter};
 pub use line::{LineEvent, LineFramer};
 pub use proxy_header::{encode_proxy_v2, parse_proxy_header, ProxyHeader, ProxyHeaderError};

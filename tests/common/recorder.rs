@@ -39,6 +39,8 @@ pub struct RecorderOptions {
     pub host: String,
     /// `--proxy-protocol`: expect a PROXY v2 header before the greeting.
     pub proxy_protocol: bool,
+    /// `--no-chunking`: no CHUNKING in EHLO, BDAT refused.
+    pub no_chunking: bool,
 }
 
 impl Default for RecorderOptions {
@@ -55,6 +57,7 @@ impl Default for RecorderOptions {
             idle_timeout: 30.0,
             host: "127.0.0.1".into(),
             proxy_protocol: false,
+            no_chunking: false,
         }
     }
 }
@@ -233,6 +236,9 @@ impl Recorder {
         }
         if opts.proxy_protocol {
             cmd.arg("--proxy-protocol");
+        }
+        if opts.no_chunking {
+            cmd.arg("--no-chunking");
         }
         for (u, p) in &opts.users {
             cmd.arg("--user").arg(format!("{u}:{p}"));

@@ -148,6 +148,7 @@ client_identity = "none"
 max_recipients = {MAX_RECIPIENTS}
 max_message_size = {MAX_MESSAGE_SIZE}
 bare_line_endings = "{}"
+chunking = false
 "#,
         certs.join("server.crt").display(),
         certs.join("server.key").display(),

@@ -394,11 +394,10 @@ class Session:
         ]
         if self.srv.tls_ctx is not None and not self.tls:
             caps.append("250 STARTTLS")
-        caps += [
-            "250 XCLIENT NAME ADDR PORT PROTO HELO LOGIN",
-            "250 CHUNKING",
-            "250 X-FOO",
-        ]
+        caps.append("250 XCLIENT NAME ADDR PORT PROTO HELO LOGIN")
+        if not self.cfg.no_chunking:
+            caps.append("250 CHUNKING")
+        caps.append("250 X-FOO")
         await self.reply(*caps)
 
     async def cmd_NOOP(self, arg: str) -> None:
@@ -584,6 +583,9 @@ class Session:
             await self.fill()
         chunk = bytes(self.buf[:size])
         del self.buf[:size]
+        if self.cfg.no_chunking:
+            await self.error("502 5.5.1 Error: command not implemented")
+            return
         if self.mail_from is None:
             await self.error("503 5.5.1 Error: need MAIL command")
             return
@@ -814,6 +816,9 @@ def parse_args(argv=None):
     ap.add_argument("--idle-timeout", type=float, default=60.0, help="seconds per read")
     ap.add_argument(
         "--proxy-protocol", action="store_true", help="read a PROXY v2 header before the greeting"
+    )
+    ap.add_argument(
+        "--no-chunking", action="store_true", help="leave CHUNKING out of EHLO and refuse BDAT (502)"
     )
     a = ap.parse_args(argv)
     if not ipaddress.ip_address(a.host).is_loopback:

@@ -463,6 +463,24 @@ def run_fault_checks() -> None:
         finally:
             r.stop()
 
+    @check("--no-chunking: no CHUNKING in EHLO, BDAT read whole and refused 502, DATA still works")
+    def _():
+        r = Recorder("--no-chunking", tls=False)
+        try:
+            c = Raw(r.port)
+            c.reply()
+            c.send(b"EHLO c\r\n")
+            assert b"CHUNKING" not in c.reply()
+            c.send(b"MAIL FROM:<a@x>\r\nRCPT TO:<b@y>\r\nBDAT 6 LAST\r\nNOOP\r\nDATA\r\n")
+            reps = c.replies(4)
+            assert reps[2].startswith(b"502 5.5.1") and reps[3].startswith(b"354"), reps
+            c.send(b"Subject: d\r\n\r\nx\r\n.\r\n")
+            assert c.reply().startswith(b"250 2.0.0 Ok")
+            m = r.events("message")[-1]
+            assert not m["bdat"] and base64.b64decode(m["data_b64"]) == b"Subject: d\r\n\r\nx\r\n"
+        finally:
+            r.stop()
+
     @check("idle timeout: 421 4.4.2 then close")
     def _():
         r = Recorder("--idle-timeout", "0.5")

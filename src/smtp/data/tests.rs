@@ -133,7 +133,119 @@ fn line_length_limit() {
     long.extend_from_slice(b"\r\n.\r\n");
     let out = decode(&long, BarePolicy::Reject).2;
     assert!(out.line_too_long);
-    assert_eq!(out.rejection().unwrap().code, 500);
+    // A content limit: 554 5.6.0, never the command-syntax 500.
+    let r = out.rejection().unwrap();
+    assert_eq!((r.code, r.enhanced()), (554, Some((5, 6, 0))));
+}
+
+#[test]
+fn a_long_line_under_a_generous_limit_is_text() {
+    let mut msg = b"Subject: long\r\n\r\n".to_vec();
+    msg.extend(std::iter::repeat_n(b'x', 5000));
+    msg.extend_from_slice(b"\r\n.\r\n");
+    let mut d = DataDecoder::new(1 << 20, BarePolicy::Reject, BIG).held();
+    let mut buf = BytesMut::from(&msg[..]);
+    let mut body = Vec::new();
+    assert!(d.feed_held(&mut buf, &mut body));
+    let out = d.outcome();
+    assert!(!out.line_too_long && out.rejection().is_none());
+    // Relayed exactly as it came.
+    let wire = d.take_wire(&mut buf, body);
+    assert!(wire.is_held());
+    assert_eq!(wire.as_bytes(), &msg[..]);
+}
+
+#[test]
+fn an_lf_only_message_ends_at_lf_dot_lf() {
+    let input = b"Subject: lf\nFrom: a@b\n\nline one\n..dot\n.\nQUIT\r\n";
+    for bare in [BarePolicy::Normalize, BarePolicy::Reject] {
+        let (done, body, out, rest) = decode(input, bare);
+        assert!(done, "{bare:?}");
+        assert_eq!(rest, b"QUIT\r\n");
+        assert_eq!(out.mode, LineMode::LfOnly);
+        assert_eq!(
+            body,
+            b"Subject: lf\r\nFrom: a@b\r\n\r\nline one\r\n.dot\r\n"
+        );
+        match bare {
+            BarePolicy::Normalize => assert!(out.normalized && out.rejection().is_none()),
+            // Refused at once, not after the data timeout.
+            BarePolicy::Reject => assert_eq!(out.rejection().unwrap().code, 550),
+        }
+    }
+    // LF "." CRLF and CRLF "." LF end it too; a bare CR never does.
+    for (end, ends) in [
+        (&b"\n.\r\n"[..], true),
+        (b"\r\n.\n", true),
+        (b"\r\n.\r\n", true),
+        (b"\r.\r", false),
+        (b"\n.\r", false),
+        (b"\r.\n", false),
+        (b"\n.\r\r\n", false),
+    ] {
+        let mut input = b"X-A: b\n\nbody".to_vec();
+        input.extend_from_slice(end);
+        input.extend_from_slice(b"NOOP\r\n");
+        let (done, _, out, rest) = decode(&input, BarePolicy::Normalize);
+        assert_eq!(done, ends, "{end:?}");
+        assert_eq!(out.mode, LineMode::LfOnly);
+        if ends {
+            assert_eq!(rest, b"NOOP\r\n");
+        }
+    }
+}
+
+/// The smuggling payload is LF "." LF inside a message that began with CRLF lines: that
+/// message never ends there, whatever the mode.
+#[test]
+fn a_crlf_message_never_ends_at_lf_dot_lf() {
+    let input = b"Subject: x\r\n\r\nbody\n.\nMAIL FROM:<evil@x.org>\r\n";
+    for bare in [BarePolicy::Normalize, BarePolicy::Reject] {
+        let (done, body, out, _) = decode(input, bare);
+        assert!(!done);
+        assert_eq!(out.mode, LineMode::Crlf);
+        assert!(body.ends_with(b"\r\nMAIL FROM:<evil@x.org>\r\n"));
+    }
+}
+
+#[test]
+fn only_a_header_field_ended_by_lf_makes_a_message_lf_only() {
+    for (first, mode) in [
+        (&b"Subject: x\n"[..], LineMode::LfOnly),
+        (b"X:\n", LineMode::LfOnly),
+        (b"Subject: x\r\n", LineMode::Crlf),
+        (b"Subject: x\r", LineMode::Crlf),
+        (b"hello\n", LineMode::Crlf),
+        (b"\n", LineMode::Crlf),
+        (b": no name\n", LineMode::Crlf),
+        (b"Sub ject: x\n", LineMode::Crlf),
+        (b".Subject: x\n", LineMode::Crlf),
+        (b"..Subject: x\n", LineMode::Crlf),
+        (b".\n", LineMode::Crlf),
+    ] {
+        let mut input = first.to_vec();
+        input.extend_from_slice(b"next\n");
+        let (done, _, out, _) = decode(&input, BarePolicy::Normalize);
+        assert!(!done);
+        assert_eq!(out.mode, mode, "{first:?}");
+        // A first line too long for the fast path is read the same way.
+        let mut long = input.clone();
+        long.splice(0..0, std::iter::repeat_n(b'X', 200));
+        let (_, _, out, _) = decode(&long, BarePolicy::Normalize);
+        if first.starts_with(b"Subject") {
+            assert_eq!(out.mode, mode, "long {first:?}");
+        }
+    }
+    assert_eq!(
+        decode(b"", BarePolicy::Normalize).2.mode,
+        LineMode::Undecided
+    );
+    assert_eq!(
+        decode(b"Subject: x", BarePolicy::Normalize).2.mode,
+        LineMode::Undecided
+    );
+    // The empty message ends at once; its mode never needs deciding.
+    assert!(decode(b".\r\n", BarePolicy::Reject).0);
 }
 
 #[test]
@@ -190,25 +302,6 @@ fn encode_stuffs_and_terminates() {
     assert_eq!(encode(b"."), b"..\r\n.\r\n");
     // Bare line endings never reach the wire.
     assert_eq!(encode(b"x\n.\ny\r.\r"), b"x\r\n..\r\ny\r\n..\r\n.\r\n");
-}
-
-#[test]
-fn bdat_chunk_reader() {
-    let mut r = ChunkReader::new(5);
-    let mut body = Vec::new();
-    let mut buf = BytesMut::from(&b"ab"[..]);
-    assert!(!r.feed(&mut buf, Some(&mut body)));
-    assert_eq!(r.remaining(), 3);
-    buf.extend_from_slice(b"c\r\nXQUIT\r\n");
-    assert!(r.feed(&mut buf, Some(&mut body)));
-    assert_eq!(body, b"abc\r\n");
-    assert_eq!(&buf[..], b"XQUIT\r\n");
-    // Skipping a refused chunk.
-    let mut skip = ChunkReader::new(3);
-    let mut buf = BytesMut::from(&b"xyzRSET\r\n"[..]);
-    assert!(skip.feed(&mut buf, None));
-    assert_eq!(&buf[..], b"RSET\r\n");
-    assert!(ChunkReader::new(0).feed(&mut BytesMut::new(), None));
 }
 
 fn chunked_decode(
@@ -375,6 +468,90 @@ proptest! {
             got.extend_from_slice(b".\r\n");
             prop_assert_eq!(got, encode(&plain));
         }
+    }
+}
+
+/// Any text after a first line ending in CRLF: what is consumed (if the message ended)
+/// ends with CRLF "." CRLF.
+fn after_crlf_first_line() -> impl Strategy<Value = Vec<u8>> {
+    (
+        prop_oneof![
+            Just(&b"Subject: x\r\n"[..]),
+            Just(&b"\r\n"[..]),
+            Just(&b"a\r\n"[..])
+        ],
+        prop_oneof![lineish(), smtpish()],
+    )
+        .prop_map(|(first, rest)| [first, &rest[..]].concat())
+}
+
+/// An LF-only message: a header field, then LF-ended lines (dot-stuffed with LF), then
+/// LF "." LF; with the plain body it stands for.
+fn lf_only_message() -> impl Strategy<Value = (Vec<u8>, Vec<u8>)> {
+    proptest::collection::vec(
+        proptest::collection::vec(
+            prop_oneof![Just(b'.'), Just(b'a'), Just(b':'), Just(b' ')],
+            0..8,
+        ),
+        0..10,
+    )
+    .prop_map(|lines| {
+        let mut wire = b"Subject: lf\n".to_vec();
+        let mut plain = b"Subject: lf\r\n".to_vec();
+        for l in lines {
+            if l.first() == Some(&b'.') {
+                wire.push(b'.');
+            }
+            wire.extend_from_slice(&l);
+            wire.push(b'\n');
+            plain.extend_from_slice(&l);
+            plain.extend_from_slice(b"\r\n");
+        }
+        wire.extend_from_slice(b".\n");
+        (wire, plain)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// A message whose first line ends in CRLF ends nowhere but at CRLF "." CRLF, whatever
+    /// bare CRs and LFs follow (the smuggling payloads among them), in both modes and
+    /// however the input is split.
+    #[test]
+    fn a_crlf_message_ends_only_at_crlf_dot_crlf(input in after_crlf_first_line(),
+                                                 cuts in proptest::collection::vec(0usize..140, 0..6),
+                                                 normalize in any::<bool>()) {
+        let bare = if normalize { BarePolicy::Normalize } else { BarePolicy::Reject };
+        let (done, _, out, rest) = chunked_decode(&input, &cuts, bare, BIG);
+        prop_assert_eq!(out.mode, LineMode::Crlf);
+        if done {
+            let used = &input[..input.len() - rest.len()];
+            prop_assert!(used.ends_with(b"\r\n.\r\n"), "ended at {:?}", used);
+        }
+    }
+
+    /// An LF-only message ends exactly at its LF "." LF, in both modes, and reads as its
+    /// lines with CRLF; the text after it is left for the command loop.
+    #[test]
+    fn an_lf_only_message_ends_at_its_lf_dot_lf((wire, plain) in lf_only_message(),
+                                               cuts in proptest::collection::vec(0usize..140, 0..6),
+                                               normalize in any::<bool>()) {
+        let bare = if normalize { BarePolicy::Normalize } else { BarePolicy::Reject };
+        let mut input = wire.clone();
+        input.extend_from_slice(b"QUIT\r\n");
+        let (done, body, out, rest) = chunked_decode(&input, &cuts, bare, BIG);
+        prop_assert!(done);
+        prop_assert_eq!(out.mode, LineMode::LfOnly);
+        prop_assert_eq!(rest, b"QUIT\r\n".to_vec());
+        prop_assert_eq!(&body, &plain);
+        prop_assert_eq!(out.rejection().is_some(), !normalize);
+        // Held, it is copied and re-framed: the wire form is the plain body, stuffed.
+        let (hdone, wire_form, _, _) = held_decode(DataDecoder::new(1000, bare, BIG), &input, &cuts);
+        prop_assert!(hdone);
+        let wire_form = wire_form.unwrap();
+        prop_assert!(!wire_form.is_held());
+        prop_assert_eq!(wire_form.as_bytes(), &encode(&plain)[..]);
     }
 }
 

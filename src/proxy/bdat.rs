@@ -1,0 +1,147 @@
+//! BDAT (RFC 3030): each chunk is read whole ([`ChunkReader`]) into the message
+//! ([`ChunkedBody`]) and answered on its own; the LAST chunk ends the message, which then
+//! goes the way of a DATA message (size and content limits, the message stage, relaying).
+//! The data stage is asked once per message, at its first chunk. A chunk that is refused is
+//! still read off the wire, so nothing inside it is ever taken for a command; a refusal ends
+//! the transaction (RFC 3030 §4: the client sends no more chunks, and those already
+//! pipelined are answered 503 and skipped).
+
+use tracing::info;
+
+use crate::policy::Stage;
+use crate::smtp::bdat::{ChunkReader, ChunkedBody};
+use crate::smtp::reply::Reply;
+
+use super::client::{ReadEnd, Wait};
+use super::data::{bare_policy, Spooled};
+use super::session::{Flow, Judged, Session};
+use super::upstream::UpstreamError;
+
+type Handled = Result<Flow, UpstreamError>;
+
+impl Session {
+    /// One `BDAT size [LAST]` and its chunk.
+    pub(super) async fn bdat(&mut self, size: u64, last: bool) -> Handled {
+        if !self.offered.chunking {
+            return self.bdat_refused(size).await;
+        }
+        if !self.in_txn || self.rcpts.is_empty() {
+            // Also what chunks pipelined after a refused one get. Not counted as errors:
+            // a client that pipelined its chunks cannot take them back.
+            let reply = if self.in_txn {
+                Reply::new(554, "5.5.1 Error: no valid recipients")
+            } else {
+                Reply::new(503, "5.5.1 Error: need MAIL command")
+            };
+            return self.skip_chunk(size, reply).await;
+        }
+        let mut body = match self.chunked.take() {
+            Some(body) => body,
+            None => {
+                match self.judge(Stage::Data).await {
+                    Judged::Go => {}
+                    Judged::Answered => {
+                        // The policy's reply is queued: the chunk is read and dropped, and
+                        // the transaction ends so later chunks are not asked about again.
+                        if let Err(end) = self.read_chunk(size, None).await {
+                            return self.chunk_abandoned(end).await;
+                        }
+                        self.abort_upstream_txn().await?;
+                        return Ok(Flow::Next);
+                    }
+                    Judged::Close => return Ok(Flow::Close),
+                }
+                let smtp = &self.shared.config.smtp;
+                ChunkedBody::new(
+                    smtp.max_text_line,
+                    bare_policy(smtp.bare_line_endings),
+                    smtp.max_message_size,
+                )
+            }
+        };
+        if !body.announce(size) {
+            info!(client = %self.peer.ip(), size = body.announced(), "message refused: chunks over max_message_size");
+            self.tally.refused += 1;
+            self.shared.metrics.refused.inc();
+            self.abort_upstream_txn().await?;
+            let reply = body.finish().rejection().unwrap_or_else(|| {
+                Reply::new(552, "5.3.4 Message size exceeds fixed maximum message size")
+            });
+            return self.skip_chunk(size, reply).await;
+        }
+        if let Err(end) = self.read_chunk(size, Some(&mut body)).await {
+            return self.chunk_abandoned(end).await;
+        }
+        if !last {
+            self.chunked = Some(body);
+            self.client
+                .queue(&Reply::new(250, format!("2.0.0 {size} octets received")));
+            return Ok(Flow::Next);
+        }
+        let outcome = body.finish();
+        self.finish_message(outcome, Spooled::Chunked(body.take_body()))
+            .await
+    }
+
+    /// Reads a chunk of `size` octets off the client input into `body`, or drops it.
+    async fn read_chunk(
+        &mut self,
+        size: u64,
+        mut body: Option<&mut ChunkedBody>,
+    ) -> Result<(), ReadEnd> {
+        let timeouts = &self.shared.config.timeouts;
+        let mut wait = Wait::new(timeouts.command.0, timeouts.data.0);
+        let mut reader = ChunkReader::new(size);
+        // Reads of message size only for a chunk that is not in the buffer already.
+        let bulk = size > self.client.rbuf.len() as u64;
+        if bulk {
+            self.client.set_bulk(true);
+        }
+        let res = loop {
+            if reader.feed(&mut self.client.rbuf, body.as_deref_mut()) {
+                break Ok(());
+            }
+            if let Err(end) = self.client.fill(&mut wait, &self.stop).await {
+                break Err(end);
+            }
+        };
+        if bulk {
+            self.client.set_bulk(false);
+        }
+        res
+    }
+
+    /// Reads and drops a chunk, then queues `reply` for it.
+    async fn skip_chunk(&mut self, size: u64, reply: Reply) -> Handled {
+        if let Err(end) = self.read_chunk(size, None).await {
+            self.read_end(end);
+            return Ok(Flow::Close);
+        }
+        self.client.queue(&reply);
+        Ok(Flow::Next)
+    }
+
+    /// The client went away (or timed out) inside a chunk: the message is dropped and
+    /// upstream's transaction reset.
+    async fn chunk_abandoned(&mut self, end: ReadEnd) -> Handled {
+        let why = self.read_end(end);
+        info!(client = %self.peer.ip(), why, "message abandoned during BDAT");
+        if self.in_txn {
+            self.abort_upstream_txn().await?;
+        }
+        Ok(Flow::Close)
+    }
+
+    /// BDAT without CHUNKING offered: refuse it, but consume its octets (RFC 3030 §3)
+    /// so they are never read as commands.
+    pub(super) async fn bdat_refused(&mut self, size: u64) -> Handled {
+        if let Err(end) = self.read_chunk(size, None).await {
+            self.read_end(end);
+            return Ok(Flow::Close);
+        }
+        Ok(self.refuse(
+            502,
+            "5.5.1 Error: BDAT not available, CHUNKING is not offered",
+        ))
+    }
+}
