@@ -7,6 +7,7 @@ mod duration;
 mod net;
 mod policy;
 mod store;
+mod words;
 
 pub use admin::{default_socket, AdminConfig, MetricsConfig, MIN_TOKEN_LEN};
 pub use duration::{parse_duration, ConfigDuration, DurationError};
@@ -187,6 +188,13 @@ pub struct ListenerConfig {
     /// Accept a PROXY v1/v2 header from `[server] trusted_proxies`.
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// Refuse MAIL before STARTTLS (`530 5.7.0`); met from the start on an implicit-TLS
+    /// listener.
+    #[serde(default)]
+    pub require_tls: bool,
+    /// Refuse MAIL before a successful AUTH (`530 5.7.0`).
+    #[serde(default)]
+    pub require_auth: bool,
 }
 
 fn default_listener_tls() -> Spanned<TlsMode> {
@@ -443,6 +451,12 @@ impl Config {
         }
         if smtp.max_auth_line < 512 {
             return Err(at(0..0, "[smtp] max_auth_line must be at least 512".into()));
+        }
+        if smtp.max_message_size == 0 {
+            return Err(at(
+                0..0,
+                "[smtp] max_message_size must be at least 1 (0 would refuse every message)".into(),
+            ));
         }
         let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let tls = raw.tls.map(|t| TlsConfig {

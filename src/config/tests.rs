@@ -134,3 +134,37 @@ fn small_limits_refused() {
     let e = err(&format!("{GOOD}\n[smtp]\nmax_command_line = 100\n"));
     assert!(e.contains("at least 512"), "{e}");
 }
+
+#[test]
+fn zero_max_message_size_is_refused() {
+    let e = err(&format!("{GOOD}\n[smtp]\nmax_message_size = 0\n"));
+    assert!(e.contains("max_message_size must be at least 1"), "{e}");
+}
+
+#[test]
+fn listener_requirements_default_off_and_read_as_booleans() {
+    let c = Config::parse(Path::new("/etc/floodgate/f.toml"), GOOD).unwrap();
+    assert!(!c.listeners[0].require_tls && !c.listeners[0].require_auth);
+    let text = GOOD.replace(
+        "tls = \"starttls\"\n",
+        "tls = \"starttls\"\nrequire_tls = true\nrequire_auth = true\n",
+    );
+    let c = Config::parse(Path::new("/etc/floodgate/f.toml"), &text).unwrap();
+    assert!(c.listeners[0].require_tls && c.listeners[0].require_auth);
+}
+
+#[test]
+fn listener_requirements_of_the_wrong_type_name_their_line() {
+    for (key, value) in [
+        ("require_tls", "\"yes\""),
+        ("require_auth", "1"),
+        ("require_tls", "\"true\""),
+    ] {
+        let e = err(&GOOD.replace(
+            "tls = \"starttls\"\n",
+            &format!("tls = \"starttls\"\n{key} = {value}\n"),
+        ));
+        assert!(e.starts_with("/etc/floodgate/test.toml:5:"), "{e}");
+        assert!(e.contains("expected a boolean"), "{e}");
+    }
+}

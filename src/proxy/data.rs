@@ -139,10 +139,10 @@ fn header_fields(body: &[u8]) -> (Option<String>, Option<String>) {
 impl Session {
     pub(super) async fn data(&mut self) -> Handled {
         if !self.in_txn {
-            return Ok(self.refuse(503, "5.5.1 Error: need MAIL command"));
+            return Ok(self.refuse(503, "5.5.1 Send MAIL first"));
         }
         if self.rcpts.is_empty() {
-            return Ok(self.refuse(554, "5.5.1 Error: no valid recipients"));
+            return Ok(self.refuse(554, "5.5.1 No valid recipients"));
         }
         match self.judge(Stage::Data).await {
             Judged::Go => {}
@@ -188,7 +188,16 @@ impl Session {
         self.tally.bytes += outcome.size;
         let refusal = outcome.rejection();
         if let Some(r) = refusal {
-            info!(client = %self.peer.ip(), code = r.code, size = outcome.size, "message refused");
+            info!(
+                client = %self.peer.ip(),
+                user = self.facts.user.as_deref().unwrap_or(""),
+                sender = self.facts.sender.as_deref().unwrap_or(""),
+                recipients = self.rcpts.len(),
+                size = outcome.size,
+                code = r.code,
+                reason = r.text().as_str(),
+                "message refused"
+            );
             self.tally.refused += 1;
             self.shared.metrics.refused.inc();
             self.client.queue(&r);
@@ -234,7 +243,7 @@ impl Session {
             size = outcome.size,
             from = self.facts.header_from.as_deref().unwrap_or(""),
             message_id = message_id.as_deref().unwrap_or(""),
-            upstream = %reply.lines.last().map(String::as_str).unwrap_or(""),
+            upstream = reply.lines.last().map(String::as_str).unwrap_or(""),
             code = reply.code,
             "message"
         );
@@ -319,10 +328,7 @@ impl Session {
                 return Ok(Flow::Close);
             }
         }
-        Ok(self.refuse(
-            502,
-            "5.5.1 Error: BDAT not available, CHUNKING is not offered",
-        ))
+        Ok(self.refuse(502, "5.5.1 BDAT not available, CHUNKING is not offered"))
     }
 }
 
