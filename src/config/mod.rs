@@ -419,6 +419,31 @@ impl Config {
                     ),
                 ));
             }
+            let auth_in_clear = raw.tls.as_ref().is_some_and(|t| t.auth_without_tls);
+            if *l.tls.get_ref() == TlsMode::None
+                && (l.require_tls || (l.require_auth && !auth_in_clear))
+            {
+                let (key, why) = if l.require_tls {
+                    ("require_tls", "TLS is never offered there")
+                } else {
+                    (
+                        "require_auth",
+                        "AUTH is offered only after TLS ([tls] auth_without_tls = false)",
+                    )
+                };
+                // The listener's `tls` line, or the [[listener]] list when it has none.
+                let span = match l.tls.span() {
+                    s if s.is_empty() => listeners_span.clone(),
+                    s => s,
+                };
+                return Err(at(
+                    span,
+                    format!(
+                        "listener {} has {key} = true but tls = \"none\": {why}, so every MAIL would be refused",
+                        l.display_name()
+                    ),
+                ));
+            }
         }
         let up_span = raw.upstream.address.span();
         if split_host_port(raw.upstream.address.get_ref()).is_none() {

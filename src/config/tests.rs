@@ -168,3 +168,33 @@ fn listener_requirements_of_the_wrong_type_name_their_line() {
         assert!(e.contains("expected a boolean"), "{e}");
     }
 }
+
+#[test]
+fn requirements_no_client_could_meet_are_refused() {
+    let plain = |keys: &str, auth_without_tls: bool| {
+        format!(
+            "[[listener]]\nname = \"relay\"\naddress = \"127.0.0.1:0\"\n{keys}\n\
+             [tls]\ncertificate = \"c.crt\"\nprivate_key = \"c.key\"\nauth_without_tls = {auth_without_tls}\n\
+             [upstream]\naddress = \"127.0.0.1:25\"\n"
+        )
+    };
+    let e = err(&plain("require_tls = true", true));
+    assert!(
+        e.contains("listener relay has require_tls = true but tls = \"none\""),
+        "{e}"
+    );
+    let e = err(&plain("require_auth = true", false));
+    assert!(
+        e.contains("listener relay has require_auth = true but tls = \"none\""),
+        "{e}"
+    );
+    assert!(e.contains("auth_without_tls = false"), "{e}");
+    assert!(e.starts_with("/etc/floodgate/test.toml:1:"), "{e}");
+    // AUTH in the clear allowed: require_auth can be met on a plain listener.
+    let c = Config::parse(
+        Path::new("/etc/f.toml"),
+        &plain("require_auth = true", true),
+    )
+    .unwrap();
+    assert!(c.listeners[0].require_auth);
+}
