@@ -152,8 +152,9 @@ fn main() -> ExitCode {
 }
 
 fn init_logs(config: &Config) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(floodgate::tls::log_directives(&config.log.level))
+    });
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -316,11 +317,13 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
     for l in &config.listeners {
         writeln!(
             out,
-            "listener {}: {} tls={} proxy_protocol={}",
+            "listener {}: {} tls={} proxy_protocol={} require_tls={} require_auth={}",
             l.display_name(),
             l.address,
             l.tls.get_ref().as_str(),
-            l.proxy_protocol
+            l.proxy_protocol,
+            l.require_tls,
+            l.require_auth
         )?;
     }
     if let Some(t) = &config.tls {
@@ -335,10 +338,10 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
     let u = &config.upstream;
     writeln!(
         out,
-        "upstream: {} tls={} client_identity={:?} server_name={} helo={}",
+        "upstream: {} tls={} client_identity={} server_name={} helo={}",
         u.address.get_ref(),
         u.tls.as_str(),
-        u.client_identity,
+        u.client_identity.as_str(),
         config.upstream_server_name(),
         config.helo_name()
     )?;
@@ -351,8 +354,8 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
     let m = &config.smtp;
     writeln!(
         out,
-        "smtp: command_line={} text_line={} auth_line={} message_size={} recipients={} bare_line_endings={:?}",
-        m.max_command_line, m.max_text_line, m.max_auth_line, m.max_message_size, m.max_recipients, m.bare_line_endings
+        "smtp: command_line={} text_line={} auth_line={} message_size={} recipients={} bare_line_endings={}",
+        m.max_command_line, m.max_text_line, m.max_auth_line, m.max_message_size, m.max_recipients, m.bare_line_endings.as_str()
     )?;
     let t = &config.timeouts;
     writeln!(

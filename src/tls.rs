@@ -98,3 +98,53 @@ fn pem_err(path: &Path, e: rustls::pki_types::pem::Error) -> TlsError {
         },
     }
 }
+
+/// The log filter for `[log] level`, with rustls's own messages kept to errors unless the
+/// level names rustls itself (`"info,rustls=debug"`). rustls logs what it sees of a peer
+/// (an IP address sent as SNI, warning alerts, unexpected handshake messages) without
+/// saying which peer, mostly about handshakes that go on to succeed; floodgate logs every
+/// failed client handshake itself, with the client's address, listener and rustls's error.
+pub fn log_directives(level: &str) -> String {
+    let names_rustls = level
+        .split(',')
+        .any(|d| d.trim().split(['=', '[', ':']).next() == Some("rustls"));
+    if names_rustls || level.trim().is_empty() {
+        level.to_string()
+    } else {
+        format!("{level},rustls=error")
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::log_directives;
+
+    #[test]
+    fn rustls_is_quieted_unless_named() {
+        assert_eq!(log_directives("info"), "info,rustls=error");
+        assert_eq!(log_directives("debug"), "debug,rustls=error");
+        assert_eq!(
+            log_directives("warn,floodgate=debug"),
+            "warn,floodgate=debug,rustls=error"
+        );
+        assert_eq!(log_directives("info,rustls=debug"), "info,rustls=debug");
+        assert_eq!(log_directives("info, rustls=warn"), "info, rustls=warn");
+        assert_eq!(
+            log_directives("info,rustls::msgs=warn"),
+            "info,rustls::msgs=warn"
+        );
+        // A target that only starts with "rustls" is another crate.
+        assert_eq!(
+            log_directives("info,rustls_pemfile=debug"),
+            "info,rustls_pemfile=debug,rustls=error"
+        );
+    }
+
+    #[test]
+    fn the_directives_are_a_valid_filter() {
+        for level in ["info", "debug", "warn,floodgate=trace", "info,rustls=debug"] {
+            let d = log_directives(level);
+            tracing_subscriber::EnvFilter::try_new(&d).unwrap_or_else(|e| panic!("{d}: {e}"));
+        }
+    }
+}

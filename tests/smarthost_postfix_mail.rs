@@ -63,6 +63,30 @@ fn size_is_advertised_and_a_declared_size_over_postfix_limit_is_refused() {
 }
 
 #[test]
+fn size_advertised_is_floodgates_own_limit_when_smaller_than_postfixs() {
+    let pf = postfix();
+    let _log = pf.log_on_panic();
+    // Postfix advertises SIZE 10240000; floodgate takes at most 1 MiB.
+    let fg = floodgate(pf, "[smtp]\nmax_message_size = 1048576\n");
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    let ehlo = c.ehlo("client.example");
+    let size: Vec<&String> = ehlo
+        .lines
+        .iter()
+        .filter(|l| l.to_ascii_uppercase().starts_with("SIZE"))
+        .collect();
+    assert_eq!(size, ["SIZE 1048576"], "{ehlo:?}");
+    // A declared size between the two limits is refused by floodgate itself.
+    let r = c.cmd("MAIL FROM:<between@client.test> SIZE=2000000");
+    assert_eq!(
+        (r.code, r.enhanced().as_deref()),
+        (552, Some("5.3.4")),
+        "{r:?}"
+    );
+    assert_eq!(c.cmd("QUIT").code, 221);
+}
+
+#[test]
 fn dsn_parameters_reach_postfix_which_reports_the_delivery() {
     let pf = postfix();
     let _log = pf.log_on_panic();

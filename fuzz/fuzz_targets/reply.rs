@@ -55,6 +55,13 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(&reparse(r), r);
         }
         let _ = parse_ehlo(r);
+        // The SIZE a client is offered never exceeds floodgate's own limit.
+        let own = u64::from(c) + 1;
+        let mut capped = r.clone();
+        floodgate::smtp::ehlo::cap_size(&mut capped, own);
+        if let Some(n) = parse_ehlo(&capped).size {
+            assert!(n >= 1 && n <= own, "SIZE {n} over {own}");
+        }
         for bits in 0..8u8 {
             let f = EhloFilter {
                 offer_starttls: bits & 1 != 0,

@@ -7,6 +7,7 @@ mod duration;
 mod net;
 mod policy;
 mod store;
+mod words;
 
 pub use admin::{default_socket, AdminConfig, MetricsConfig, MIN_TOKEN_LEN};
 pub use duration::{parse_duration, ConfigDuration, DurationError};
@@ -187,6 +188,13 @@ pub struct ListenerConfig {
     /// Accept a PROXY v1/v2 header from `[server] trusted_proxies`.
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// Refuse MAIL before STARTTLS (`530 5.7.0`); met from the start on an implicit-TLS
+    /// listener.
+    #[serde(default)]
+    pub require_tls: bool,
+    /// Refuse MAIL before a successful AUTH (`530 5.7.0`).
+    #[serde(default)]
+    pub require_auth: bool,
 }
 
 fn default_listener_tls() -> Spanned<TlsMode> {
@@ -420,6 +428,31 @@ impl Config {
                     ),
                 ));
             }
+            let auth_in_clear = raw.tls.as_ref().is_some_and(|t| t.auth_without_tls);
+            if *l.tls.get_ref() == TlsMode::None
+                && (l.require_tls || (l.require_auth && !auth_in_clear))
+            {
+                let (key, why) = if l.require_tls {
+                    ("require_tls", "TLS is never offered there")
+                } else {
+                    (
+                        "require_auth",
+                        "AUTH is offered only after TLS ([tls] auth_without_tls = false)",
+                    )
+                };
+                // The listener's `tls` line, or the [[listener]] list when it has none.
+                let span = match l.tls.span() {
+                    s if s.is_empty() => listeners_span.clone(),
+                    s => s,
+                };
+                return Err(at(
+                    span,
+                    format!(
+                        "listener {} has {key} = true but tls = \"none\": {why}, so every MAIL would be refused",
+                        l.display_name()
+                    ),
+                ));
+            }
         }
         let up_span = raw.upstream.address.span();
         if split_host_port(raw.upstream.address.get_ref()).is_none() {
@@ -452,6 +485,12 @@ impl Config {
         }
         if smtp.max_auth_line < 512 {
             return Err(at(0..0, "[smtp] max_auth_line must be at least 512".into()));
+        }
+        if smtp.max_message_size == 0 {
+            return Err(at(
+                0..0,
+                "[smtp] max_message_size must be at least 1 (0 would refuse every message)".into(),
+            ));
         }
         let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let tls = raw.tls.map(|t| TlsConfig {

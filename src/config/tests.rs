@@ -161,3 +161,67 @@ fn bad_message_keys_are_named() {
     let e = err(&format!("{GOOD}\n[smtp]\nbare_line_endings = \"strip\"\n"));
     assert!(e.contains("unknown variant `strip`"), "{e}");
 }
+
+#[test]
+fn zero_max_message_size_is_refused() {
+    let e = err(&format!("{GOOD}\n[smtp]\nmax_message_size = 0\n"));
+    assert!(e.contains("max_message_size must be at least 1"), "{e}");
+}
+
+#[test]
+fn listener_requirements_default_off_and_read_as_booleans() {
+    let c = Config::parse(Path::new("/etc/floodgate/f.toml"), GOOD).unwrap();
+    assert!(!c.listeners[0].require_tls && !c.listeners[0].require_auth);
+    let text = GOOD.replace(
+        "tls = \"starttls\"\n",
+        "tls = \"starttls\"\nrequire_tls = true\nrequire_auth = true\n",
+    );
+    let c = Config::parse(Path::new("/etc/floodgate/f.toml"), &text).unwrap();
+    assert!(c.listeners[0].require_tls && c.listeners[0].require_auth);
+}
+
+#[test]
+fn listener_requirements_of_the_wrong_type_name_their_line() {
+    for (key, value) in [
+        ("require_tls", "\"yes\""),
+        ("require_auth", "1"),
+        ("require_tls", "\"true\""),
+    ] {
+        let e = err(&GOOD.replace(
+            "tls = \"starttls\"\n",
+            &format!("tls = \"starttls\"\n{key} = {value}\n"),
+        ));
+        assert!(e.starts_with("/etc/floodgate/test.toml:5:"), "{e}");
+        assert!(e.contains("expected a boolean"), "{e}");
+    }
+}
+
+#[test]
+fn requirements_no_client_could_meet_are_refused() {
+    let plain = |keys: &str, auth_without_tls: bool| {
+        format!(
+            "[[listener]]\nname = \"relay\"\naddress = \"127.0.0.1:0\"\n{keys}\n\
+             [tls]\ncertificate = \"c.crt\"\nprivate_key = \"c.key\"\nauth_without_tls = {auth_without_tls}\n\
+             [upstream]\naddress = \"127.0.0.1:25\"\n"
+        )
+    };
+    let e = err(&plain("require_tls = true", true));
+    assert!(
+        e.contains("listener relay has require_tls = true but tls = \"none\""),
+        "{e}"
+    );
+    let e = err(&plain("require_auth = true", false));
+    assert!(
+        e.contains("listener relay has require_auth = true but tls = \"none\""),
+        "{e}"
+    );
+    assert!(e.contains("auth_without_tls = false"), "{e}");
+    assert!(e.starts_with("/etc/floodgate/test.toml:1:"), "{e}");
+    // AUTH in the clear allowed: require_auth can be met on a plain listener.
+    let c = Config::parse(
+        Path::new("/etc/f.toml"),
+        &plain("require_auth = true", true),
+    )
+    .unwrap();
+    assert!(c.listeners[0].require_auth);
+}

@@ -183,14 +183,14 @@ pub fn reply_text(
                 .unwrap_or_else(|| ", try again later".into());
             if facts.user.is_some() {
                 format!(
-                    "Error: {} sends too many {what}: {} per {}, the limit is {}{retry}",
+                    "{} sends too many {what}: {} per {}, the limit is {}{retry}",
                     facts.user.as_deref().unwrap_or(""),
                     round1(o.value),
                     o.period_text,
                     o.limit_text
                 )
             } else {
-                format!("Error: too many {what} from you{retry}")
+                format!("Too many {what} from you{retry}")
             }
         }
     };

@@ -17,13 +17,13 @@ type Handled = Result<Flow, UpstreamError>;
 impl Session {
     pub(super) async fn auth(&mut self, mechanism: String, initial: Option<String>) -> Handled {
         if !self.helo_seen {
-            return Ok(self.refuse(503, "5.5.1 Error: send EHLO first"));
+            return Ok(self.refuse(503, "5.5.1 Send EHLO first"));
         }
-        if self.facts.user.is_some() {
-            return Ok(self.refuse(503, "5.5.1 Error: already authenticated"));
+        if self.authenticated {
+            return Ok(self.refuse(503, "5.5.1 Already authenticated"));
         }
         if self.in_txn {
-            return Ok(self.refuse(503, "5.5.1 Error: MAIL transaction in progress"));
+            return Ok(self.refuse(503, "5.5.1 MAIL transaction in progress"));
         }
         if !self.client.is_tls() && !self.auth_without_tls() {
             return Ok(self.refuse(
@@ -107,6 +107,7 @@ impl Session {
         self.facts.auth_succeeded = reply.code == 235;
         self.shared.metrics.auth(reply.code == 235);
         if reply.code == 235 {
+            self.authenticated = true;
             self.facts.user = user.clone();
             info!(client = %self.peer.ip(), user = user.as_deref().unwrap_or(""), mechanism = %mechanism, "authenticated");
         } else {

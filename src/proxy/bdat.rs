@@ -29,9 +29,9 @@ impl Session {
             // Also what chunks pipelined after a refused one get. Not counted as errors:
             // a client that pipelined its chunks cannot take them back.
             let reply = if self.in_txn {
-                Reply::new(554, "5.5.1 Error: no valid recipients")
+                Reply::new(554, "5.5.1 No valid recipients")
             } else {
-                Reply::new(503, "5.5.1 Error: need MAIL command")
+                Reply::new(503, "5.5.1 Send MAIL first")
             };
             return self.skip_chunk(size, reply).await;
         }
@@ -139,9 +139,6 @@ impl Session {
             self.read_end(end);
             return Ok(Flow::Close);
         }
-        Ok(self.refuse(
-            502,
-            "5.5.1 Error: BDAT not available, CHUNKING is not offered",
-        ))
+        Ok(self.refuse(502, "5.5.1 BDAT not available, CHUNKING is not offered"))
     }
 }

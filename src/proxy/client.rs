@@ -76,12 +76,16 @@ pub struct ClientConn {
     stop: Option<StopWatch>,
     /// Reading a message: [`fill`](Self::fill) reads up to [`BULK_READ`] at a time.
     bulk: bool,
+    /// TLS version and cipher, noted when TLS is established: the session's log line is
+    /// written after the stream is closed and gone.
+    tls_info: Option<String>,
 }
 
 impl ClientConn {
     /// Wraps an accepted (and, for implicit TLS, already encrypted) connection.
     pub fn new(stream: Stream, session_deadline: Instant) -> Self {
         ClientConn {
+            tls_info: stream.tls_info(),
             stream: Some(stream),
             rbuf: BytesMut::with_capacity(4096),
             wbuf: Vec::with_capacity(1024),
@@ -109,9 +113,10 @@ impl ClientConn {
         self.stream.as_ref().is_some_and(Stream::is_tls)
     }
 
-    /// TLS version and cipher, for logs.
-    pub fn tls_info(&self) -> Option<String> {
-        self.stream.as_ref().and_then(Stream::tls_info)
+    /// TLS version and cipher, for logs: those of the session's TLS, also after
+    /// [`close`](Self::close).
+    pub fn tls_info(&self) -> Option<&str> {
+        self.tls_info.as_deref()
     }
 
     /// Queues a reply; it is sent at the next flush.
@@ -220,7 +225,9 @@ impl ClientConn {
             .map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
             })??;
-        self.stream = Some(Stream::ServerTls(Box::new(tls)));
+        let stream = Stream::ServerTls(Box::new(tls));
+        self.tls_info = stream.tls_info();
+        self.stream = Some(stream);
         Ok(discarded)
     }
 

@@ -5,7 +5,8 @@ use tracing::{info, warn};
 use crate::config::{ClientIdentity, TlsMode};
 use crate::policy::{Stage, Verdict};
 use crate::smtp::command::{Command, MailFrom, Param, RcptTo};
-use crate::smtp::ehlo::{filter_ehlo, parse_ehlo, EhloFilter};
+use crate::smtp::ehlo::{cap_size, filter_ehlo, parse_ehlo, EhloFilter};
+use crate::smtp::help::{help_reply, HelpCommands};
 use crate::smtp::reply::Reply;
 use crate::smtp::xclient::XclientAttrs;
 
@@ -30,7 +31,16 @@ impl Session {
                 self.answer(r);
                 Ok(Flow::Next)
             }
-            Command::Noop | Command::Help | Command::Vrfy(_) | Command::Expn(_) => {
+            Command::Help => {
+                let commands = HelpCommands {
+                    starttls: self.starttls_offered(),
+                    auth: !self.offered.auth.is_empty(),
+                    bdat: self.offered.chunking,
+                };
+                self.client.queue(&help_reply(&commands));
+                Ok(Flow::Next)
+            }
+            Command::Noop | Command::Vrfy(_) | Command::Expn(_) => {
                 let r = self.up()?.relay(&cmd).await?;
                 self.client.queue(&r);
                 Ok(Flow::Next)
@@ -64,7 +74,7 @@ impl Session {
             Command::Unknown(verb) => {
                 info!(client = %self.peer.ip(), verb = %verb, "unknown command");
                 self.client
-                    .queue(&Reply::new(502, "5.5.1 Error: command not implemented"));
+                    .queue(&Reply::new(502, "5.5.1 Command not recognized"));
                 Ok(self.error_flow())
             }
         }
@@ -126,7 +136,8 @@ impl Session {
                 chunking: self.shared.config.smtp.chunking,
             };
             self.upstream_chunking = parse_ehlo(&reply).chunking;
-            let filtered = filter_ehlo(&reply, &filter);
+            let mut filtered = filter_ehlo(&reply, &filter);
+            cap_size(&mut filtered, self.shared.config.smtp.max_message_size);
             self.offered = parse_ehlo(&filtered);
             self.client.queue(&filtered);
         } else {
@@ -137,6 +148,11 @@ impl Session {
             self.client.queue(&reply);
         }
         Ok(Flow::Next)
+    }
+
+    /// STARTTLS is available: a STARTTLS listener with a certificate, not yet TLS.
+    fn starttls_offered(&self) -> bool {
+        self.listener.tls == TlsMode::Starttls && self.shared.tls.is_some() && !self.client.is_tls()
     }
 
     pub(super) fn auth_without_tls(&self) -> bool {
@@ -165,10 +181,18 @@ impl Session {
 
     async fn mail(&mut self, cmd: &Command, m: &MailFrom) -> Handled {
         if !self.helo_seen {
-            return Ok(self.refuse(503, "5.5.1 Error: send HELO/EHLO first"));
+            return Ok(self.refuse(503, "5.5.1 Send HELO or EHLO first"));
+        }
+        if self.listener.require_tls && !self.client.is_tls() {
+            info!(client = %self.peer.ip(), listener = %self.listener.name, "MAIL refused: the listener requires TLS");
+            return Ok(self.refuse(530, "5.7.0 Must issue a STARTTLS command first"));
+        }
+        if self.listener.require_auth && !self.authenticated {
+            info!(client = %self.peer.ip(), listener = %self.listener.name, "MAIL refused: the listener requires AUTH");
+            return Ok(self.refuse(530, "5.7.0 Authentication required"));
         }
         if self.in_txn {
-            return Ok(self.refuse(503, "5.5.1 Error: nested MAIL command"));
+            return Ok(self.refuse(503, "5.5.1 Nested MAIL command"));
         }
         if !self.params_ok(&m.params, false) {
             return Ok(self.refuse(555, "5.5.4 Unsupported option"));
@@ -212,11 +236,11 @@ impl Session {
 
     async fn rcpt(&mut self, cmd: &Command, r: &RcptTo) -> Handled {
         if !self.in_txn {
-            return Ok(self.refuse(503, "5.5.1 Error: need MAIL command"));
+            return Ok(self.refuse(503, "5.5.1 Send MAIL first"));
         }
         if self.rcpts.len() >= self.shared.config.smtp.max_recipients {
             self.client
-                .queue(&Reply::new(452, "4.5.3 Error: too many recipients"));
+                .queue(&Reply::new(452, "4.5.3 Too many recipients"));
             return Ok(Flow::Next);
         }
         if !self.params_ok(&r.params, true) {
@@ -278,16 +302,16 @@ impl Session {
     async fn starttls(&mut self) -> Handled {
         let acceptor = match (&self.shared.tls, self.listener.tls) {
             (Some(a), TlsMode::Starttls) => a.clone(),
-            _ => return Ok(self.refuse(502, "5.5.1 Error: command not implemented")),
+            _ => return Ok(self.refuse(502, "5.5.1 STARTTLS not available on this port")),
         };
         if self.client.is_tls() {
-            return Ok(self.refuse(554, "5.5.1 Error: TLS already active"));
+            return Ok(self.refuse(554, "5.5.1 TLS already active"));
         }
         if self.in_txn {
-            return Ok(self.refuse(503, "5.5.1 Error: MAIL transaction in progress"));
+            return Ok(self.refuse(503, "5.5.1 MAIL transaction in progress"));
         }
-        if self.facts.user.is_some() {
-            return Ok(self.refuse(503, "5.5.1 Error: already authenticated"));
+        if self.authenticated {
+            return Ok(self.refuse(503, "5.5.1 Already authenticated"));
         }
         self.client
             .queue(&Reply::new(220, "2.0.0 Ready to start TLS"));
@@ -316,7 +340,7 @@ impl Session {
                 Ok(Flow::Next)
             }
             Err(e) => {
-                info!(client = %self.peer.ip(), error = %e, "STARTTLS handshake failed");
+                info!(client = %self.peer.ip(), port = self.peer.port(), listener = %self.listener.name, error = %e, "STARTTLS handshake failed");
                 Ok(Flow::Close)
             }
         }

@@ -155,14 +155,14 @@ fn header_fields(body: &[u8]) -> (Option<String>, Option<String>) {
 impl Session {
     pub(super) async fn data(&mut self) -> Handled {
         if !self.in_txn {
-            return Ok(self.refuse(503, "5.5.1 Error: need MAIL command"));
+            return Ok(self.refuse(503, "5.5.1 Send MAIL first"));
         }
         if self.rcpts.is_empty() {
-            return Ok(self.refuse(554, "5.5.1 Error: no valid recipients"));
+            return Ok(self.refuse(554, "5.5.1 No valid recipients"));
         }
         if self.chunked.is_some() {
             // RFC 3030 §2: one transaction is DATA or BDAT, never both.
-            return Ok(self.refuse(503, "5.5.1 Error: DATA after BDAT"));
+            return Ok(self.refuse(503, "5.5.1 DATA after BDAT: one message is sent one way"));
         }
         match self.judge(Stage::Data).await {
             Judged::Go => {}
@@ -213,7 +213,16 @@ impl Session {
         self.tally.bytes += outcome.size;
         let refusal = outcome.rejection();
         if let Some(r) = refusal {
-            info!(client = %self.peer.ip(), code = r.code, size = outcome.size, "message refused");
+            info!(
+                client = %self.peer.ip(),
+                user = self.facts.user.as_deref().unwrap_or(""),
+                sender = self.facts.sender.as_deref().unwrap_or(""),
+                recipients = self.rcpts.len(),
+                size = outcome.size,
+                code = r.code,
+                reason = r.text().as_str(),
+                "message refused"
+            );
             self.tally.refused += 1;
             self.shared.metrics.refused.inc();
             self.client.queue(&r);
@@ -265,7 +274,7 @@ impl Session {
             size = outcome.size,
             from = self.facts.header_from.as_deref().unwrap_or(""),
             message_id = message_id.as_deref().unwrap_or(""),
-            upstream = %reply.lines.last().map(String::as_str).unwrap_or(""),
+            upstream = reply.lines.last().map(String::as_str).unwrap_or(""),
             code = reply.code,
             "message"
         );

@@ -42,6 +42,10 @@ pub struct ListenerInfo {
     pub name: Arc<str>,
     /// Its TLS mode.
     pub tls: TlsMode,
+    /// MAIL only once the session is TLS.
+    pub require_tls: bool,
+    /// MAIL only after a successful AUTH.
+    pub require_auth: bool,
 }
 
 /// What the loop does after a command.
@@ -91,6 +95,8 @@ pub struct Session {
     /// The message of a BDAT transaction, from its first chunk to its LAST.
     pub(super) chunked: Option<crate::smtp::ChunkedBody>,
     pub(super) xclient_done: bool,
+    /// Upstream accepted an AUTH (235) in this session.
+    pub(super) authenticated: bool,
     pub(super) errors: u32,
     pub(super) stop: CancellationToken,
     pub(super) peer: SocketAddr,
@@ -142,6 +148,7 @@ impl Session {
             upstream_chunking: false,
             chunked: None,
             xclient_done: false,
+            authenticated: false,
             errors: 0,
             stop,
             peer,
@@ -161,7 +168,7 @@ impl Session {
             client = %s.peer.ip(),
             port = s.peer.port(),
             listener = %s.listener.name,
-            tls = s.client.tls_info().as_deref().unwrap_or("no"),
+            tls = s.client.tls_info().unwrap_or("no"),
             user = s.facts.user.as_deref().unwrap_or(""),
             helo = s.facts.helo.as_deref().unwrap_or(""),
             commands = s.tally.commands,
@@ -200,11 +207,21 @@ impl Session {
                 return "upstream unavailable";
             }
         };
-        self.client.queue(&greeting);
-        if greeting.code != 220 {
-            return self.refused_session().await;
-        }
-        match self.command_loop().await {
+        let result = match greeting.class() {
+            _ if greeting.code == 220 => {
+                self.client.queue(&greeting);
+                self.command_loop().await
+            }
+            4 | 5 => {
+                self.client.queue(&greeting);
+                return self.refused_at_greeting(&greeting).await;
+            }
+            _ => Err(UpstreamError::Protocol(format!(
+                "greeting with reply code {}",
+                greeting.code
+            ))),
+        };
+        match result {
             Ok(end) => end,
             Err(e) => {
                 self.shared.metrics.upstream_failed(&e);
@@ -218,8 +235,26 @@ impl Session {
         }
     }
 
-    /// Upstream greeted with something other than 220: answer 503 until QUIT (RFC 5321 §3.1).
-    async fn refused_session(&mut self) -> &'static str {
+    /// Upstream refused the session in its greeting; that reply is already queued for the
+    /// client, and upstream's session is ended at once. A 4xx (421: service not available)
+    /// closes the session, as 421 says it will (RFC 5321 §3.8). A 5xx (554: no SMTP service
+    /// here) keeps it until QUIT, answering 503 to everything else: RFC 5321 §3.1 says a
+    /// server that greets with 554 MUST wait for QUIT and SHOULD answer 503 meanwhile, and
+    /// a client that is closed on instead may retry at once. The wait is bounded by the
+    /// command timeout and `[server] max_errors`.
+    async fn refused_at_greeting(&mut self, greeting: &Reply) -> &'static str {
+        warn!(
+            client = %self.peer.ip(),
+            code = greeting.code,
+            upstream = greeting.text().as_str(),
+            "upstream refused the session in its greeting; its reply is passed on"
+        );
+        if let Some(up) = self.up.take() {
+            up.quit().await;
+        }
+        if greeting.class() != 5 {
+            return "upstream greeting refused";
+        }
         loop {
             match self.next_event().await {
                 Err(end) => return end,
@@ -229,7 +264,7 @@ impl Session {
                 }
                 Ok(_) => {
                     self.client
-                        .queue(&Reply::new(503, "5.5.1 Error: session refused, send QUIT"));
+                        .queue(&Reply::new(503, "5.5.1 Session refused, send QUIT"));
                     if self.count_error() {
                         return "too many errors";
                     }
@@ -247,8 +282,7 @@ impl Session {
             let line = match event {
                 LineEvent::Line(l) => l,
                 LineEvent::TooLong => {
-                    self.client
-                        .queue(&Reply::new(500, "5.5.2 Error: line too long"));
+                    self.client.queue(&Reply::new(500, "5.5.2 Line too long"));
                     if self.count_error() {
                         return Ok("too many errors");
                     }
@@ -257,7 +291,7 @@ impl Session {
                 LineEvent::BareLineEnding => {
                     self.client.queue(&Reply::new(
                         500,
-                        "5.5.2 Error: bare <CR> or <LF> received, lines must end in <CR><LF>",
+                        "5.5.2 Bare <CR> or <LF> received, lines must end in <CR><LF>",
                     ));
                     if self.count_error() {
                         return Ok("too many errors");
@@ -315,14 +349,14 @@ impl Session {
             ReadEnd::Idle => {
                 self.client.queue(&Reply::new(
                     421,
-                    format!("4.4.2 {host} Error: timeout exceeded"),
+                    format!("4.4.2 {host} timeout exceeded, closing connection"),
                 ));
                 "idle timeout"
             }
             ReadEnd::SessionDeadline => {
                 self.client.queue(&Reply::new(
                     421,
-                    format!("4.4.2 {host} Error: session too long"),
+                    format!("4.4.2 {host} session too long, closing connection"),
                 ));
                 "session timeout"
             }
@@ -343,7 +377,7 @@ impl Session {
             let host = &self.shared.config.server.hostname;
             self.client.queue(&Reply::new(
                 421,
-                format!("4.7.0 {host} Error: too many errors"),
+                format!("4.7.0 {host} too many errors, closing connection"),
             ));
             return true;
         }

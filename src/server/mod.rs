@@ -287,6 +287,8 @@ impl Server {
                 info: ListenerInfo {
                     name: l.display_name().into(),
                     tls: *l.tls.get_ref(),
+                    require_tls: l.require_tls,
+                    require_auth: l.require_auth,
                 },
                 proxy_protocol: l.proxy_protocol,
                 metrics: metrics.listener(&l.display_name()),
@@ -653,7 +655,7 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
             .admit(peer.ip(), cfg.server.max_connections, usize::MAX)
         else {
             let text = format!(
-                "421 4.7.0 {} Error: too many connections\r\n",
+                "421 4.7.0 {} too many connections, try again later\r\n",
                 cfg.server.hostname
             );
             info!(proxy = %peer, reason = ?Refusal::Total, "connection refused");
@@ -698,12 +700,13 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
                 .tls_handshake(Side::Client, matches!(hs, Ok(Ok(_))));
             match hs {
                 Ok(Ok(tls)) => Stream::ServerTls(Box::new(tls)),
+                // No session line follows: this line is the connection's only trace.
                 Ok(Err(e)) => {
-                    debug!(client = %peer.ip(), error = %e, "TLS handshake failed");
+                    info!(client = %peer.ip(), port = peer.port(), listener = %ctx.info.name, error = %e, "TLS handshake failed");
                     return;
                 }
                 Err(_) => {
-                    debug!(client = %peer.ip(), "TLS handshake timed out");
+                    info!(client = %peer.ip(), port = peer.port(), listener = %ctx.info.name, "TLS handshake timed out");
                     return;
                 }
             }
@@ -715,9 +718,11 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
         Err(why) => {
             let host = &cfg.server.hostname;
             let text = match why {
-                Refusal::Total => format!("421 4.7.0 {host} Error: too many connections\r\n"),
+                Refusal::Total => {
+                    format!("421 4.7.0 {host} too many connections, try again later\r\n")
+                }
                 Refusal::PerIp => format!(
-                    "421 4.7.0 {host} Error: too many connections from {}\r\n",
+                    "421 4.7.0 {host} too many connections from {}, try again later\r\n",
                     peer.ip()
                 ),
             };

@@ -160,6 +160,54 @@ pub fn filter_ehlo(reply: &Reply, filter: &EhloFilter) -> Reply {
     Reply { code: 250, lines }
 }
 
+/// The SIZE limit floodgate advertises to its client: the smaller of upstream's limit and
+/// its own `own` (`[smtp] max_message_size`), so a client never plans a message floodgate
+/// itself would refuse. `upstream` is what upstream's EHLO said: `Some(0)` for SIZE without
+/// a limit (RFC 1870: no fixed maximum), when floodgate's own limit is the only one. With no
+/// SIZE line upstream (`None`) there is none for the client either: a `SIZE=` parameter
+/// would reach an upstream that never offered the extension. `own = 0` means floodgate has
+/// no limit of its own.
+pub fn advertised_size(upstream: Option<u64>, own: u64) -> Option<u64> {
+    let up = upstream?;
+    Some(match (up, own) {
+        (0, o) => o,
+        (u, 0) => u,
+        (u, o) => u.min(o),
+    })
+}
+
+/// Rewrites the SIZE line of an EHLO reply (the first valid one, the one [`parse_ehlo`]
+/// reads) to [`advertised_size`] of upstream's value and `own`; everything else is kept.
+/// Meant for the output of [`filter_ehlo`], where SIZE appears at most once. A reply other
+/// than 250, or one without a valid SIZE line, is left as it is.
+pub fn cap_size(reply: &mut Reply, own: u64) {
+    if reply.code != 250 {
+        return;
+    }
+    let found = reply
+        .lines
+        .iter()
+        .enumerate()
+        .skip(1)
+        .find_map(|(i, line)| {
+            let (kw, params) = keyword_line(line)?;
+            (kw == "SIZE")
+                .then(|| size_value(&params))
+                .flatten()
+                .map(|n| (i, n))
+        });
+    let Some((i, up)) = found else {
+        return;
+    };
+    if let Some(n) = advertised_size(Some(up), own) {
+        reply.lines[i] = if n == 0 {
+            "SIZE".to_string()
+        } else {
+            format!("SIZE {n}")
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,6 +407,68 @@ mod tests {
         }
     }
 
+    #[test]
+    fn advertised_size_is_the_smaller_limit() {
+        assert_eq!(
+            advertised_size(Some(52_428_800), 1_048_576),
+            Some(1_048_576)
+        );
+        assert_eq!(advertised_size(Some(1000), 1_048_576), Some(1000));
+        assert_eq!(advertised_size(Some(4096), 4096), Some(4096));
+        // SIZE without a limit upstream: floodgate's own is the only one.
+        assert_eq!(advertised_size(Some(0), 1_048_576), Some(1_048_576));
+        // No SIZE upstream: none for the client.
+        assert_eq!(advertised_size(None, 1_048_576), None);
+        // No limit of floodgate's own: upstream's stands.
+        assert_eq!(advertised_size(Some(1000), 0), Some(1000));
+        assert_eq!(advertised_size(Some(0), 0), Some(0));
+    }
+
+    #[test]
+    fn cap_size_rewrites_only_the_size_line() {
+        let f = EhloFilter {
+            offer_starttls: true,
+            offer_auth: false,
+            chunking: false,
+        };
+        let mut r = filter_ehlo(&upstream(), &f);
+        let before = r.clone();
+        cap_size(&mut r, 1_048_576);
+        assert_eq!(r.lines[1], "SIZE 1048576");
+        assert_eq!(r.lines.len(), before.lines.len());
+        for (i, (a, b)) in r.lines.iter().zip(&before.lines).enumerate() {
+            if i != 1 {
+                assert_eq!(a, b);
+            }
+        }
+        // Upstream's smaller limit stays.
+        let mut r = Reply::multi(250, ["hi", "PIPELINING", "SIZE 1000"]);
+        cap_size(&mut r, 1_048_576);
+        assert_eq!(r.lines, ["hi", "PIPELINING", "SIZE 1000"]);
+        // SIZE with no number, and SIZE 0: floodgate's limit.
+        for line in ["SIZE", "SIZE 0", "size 000"] {
+            let mut r = Reply::multi(250, ["hi", line, "8BITMIME"]);
+            cap_size(&mut r, 4096);
+            assert_eq!(r.lines, ["hi", "SIZE 4096", "8BITMIME"], "{line}");
+        }
+        // The first valid SIZE line is the one rewritten, as parse_ehlo reads it.
+        let mut r = Reply::multi(250, ["hi", "SIZE x", "SIZE 9000"]);
+        cap_size(&mut r, 4096);
+        assert_eq!(r.lines, ["hi", "SIZE x", "SIZE 4096"]);
+        // No SIZE line, a refusal, or no own limit with an open upstream: unchanged.
+        for mut r in [
+            Reply::multi(250, ["hi", "PIPELINING"]),
+            Reply::new(554, "5.7.1 SIZE 1"),
+        ] {
+            let before = r.clone();
+            cap_size(&mut r, 4096);
+            assert_eq!(r, before);
+        }
+        let mut r = Reply::multi(250, ["hi", "SIZE"]);
+        cap_size(&mut r, 0);
+        assert_eq!(r.lines, ["hi", "SIZE"]);
+    }
+
     fn ehlo_line() -> impl Strategy<Value = String> {
         prop_oneof![
             Just("PIPELINING".to_string()),
@@ -393,6 +503,30 @@ mod tests {
             for m in &after.auth {
                 prop_assert!(before.auth.contains(m) && OBSERVABLE_MECHANISMS.contains(&m.as_str()));
             }
+        }
+
+        /// After capping, the client sees upstream's SIZE or floodgate's, whichever is
+        /// smaller, never more than floodgate's own limit, never "no limit", and every
+        /// other line as the filter left it.
+        #[test]
+        fn capped_size_never_exceeds_floodgates_limit(
+            lines in proptest::collection::vec(ehlo_line(), 1..10),
+            own in 1u64..=u64::MAX,
+        ) {
+            let f = EhloFilter { offer_starttls: false, offer_auth: true, chunking: true };
+            let filtered = filter_ehlo(&Reply::multi(250, lines), &f);
+            let mut capped = filtered.clone();
+            cap_size(&mut capped, own);
+            let before = parse_ehlo(&filtered);
+            let after = parse_ehlo(&capped);
+            prop_assert_eq!(after.size, advertised_size(before.size, own));
+            if let Some(n) = after.size {
+                prop_assert!(n >= 1 && n <= own);
+            }
+            prop_assert_eq!(capped.lines.len(), filtered.lines.len());
+            let changed = capped.lines.iter().zip(&filtered.lines).filter(|(a, b)| a != b).count();
+            prop_assert!(changed <= 1);
+            prop_assert_eq!(Capabilities { size: None, ..after }, Capabilities { size: None, ..before });
         }
     }
 }

@@ -20,6 +20,7 @@ pub mod clean_lines;
 pub mod command;
 pub mod data;
 pub mod ehlo;
+pub mod help;
 pub mod line;
 pub mod proxy_header;
 pub mod reply;

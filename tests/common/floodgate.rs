@@ -22,6 +22,10 @@ pub struct ListenerSpec {
     pub address: String,
     /// Accept a PROXY v1/v2 header (from `[server] trusted_proxies` only).
     pub proxy_protocol: bool,
+    /// `require_tls = true` (written only when set).
+    pub require_tls: bool,
+    /// `require_auth = true` (written only when set).
+    pub require_auth: bool,
 }
 
 impl ListenerSpec {
@@ -32,7 +36,16 @@ impl ListenerSpec {
             tls: tls.into(),
             address: "127.0.0.1:0".into(),
             proxy_protocol: false,
+            require_tls: false,
+            require_auth: false,
         }
+    }
+
+    /// The same listener with `require_tls` and `require_auth` as given.
+    pub fn requiring(mut self, tls: bool, auth: bool) -> ListenerSpec {
+        self.require_tls = tls;
+        self.require_auth = auth;
+        self
     }
 
     /// The same listener bound to `address` (e.g. `[::1]:0`).
@@ -201,9 +214,16 @@ impl FloodgateConfig {
         t.push('\n');
         for l in &self.listeners {
             t.push_str(&format!(
-                "[[listener]]\nname = \"{}\"\naddress = \"{}\"\ntls = \"{}\"\nproxy_protocol = {}\n\n",
+                "[[listener]]\nname = \"{}\"\naddress = \"{}\"\ntls = \"{}\"\nproxy_protocol = {}\n",
                 l.name, l.address, l.tls, l.proxy_protocol
             ));
+            if l.require_tls {
+                t.push_str("require_tls = true\n");
+            }
+            if l.require_auth {
+                t.push_str("require_auth = true\n");
+            }
+            t.push('\n');
         }
         t.push_str(&format!(
             "[tls]\ncertificate = \"{}\"\nprivate_key = \"{}\"\nauth_without_tls = {}\n\n",

@@ -276,6 +276,8 @@ impl Harness {
         let info = ListenerInfo {
             name: "diff".into(),
             tls: TlsMode::None,
+            require_tls: false,
+            require_auth: false,
         };
         let session = tokio::spawn(Session::run(
             shared,
