@@ -81,6 +81,19 @@ pub enum ClientIdentity {
     ProxyV2,
 }
 
+/// What floodgate does when upstream will not take the real client's identity (XCLIENT not
+/// offered or refused).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnIdentityRefused {
+    /// Refuse the client with 421 4.3.5 and close: upstream would see floodgate's address,
+    /// which is often trusted (`mynetworks`).
+    #[default]
+    Refuse,
+    /// Relay the session anyway, with floodgate's own address (logged and counted).
+    Relay,
+}
+
 /// What to do with a bare CR or LF inside message data.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -121,6 +134,9 @@ pub struct ServerConfig {
     /// Worker threads, each with its own event loop accepting from the listening sockets;
     /// 0 means one per CPU core.
     pub workers: usize,
+    /// Look up the client's name (reverse, then forward-confirmed) for XCLIENT NAME and
+    /// REVERSE_NAME and the Received line.
+    pub resolve_client_names: bool,
 }
 
 impl Default for ServerConfig {
@@ -133,6 +149,7 @@ impl Default for ServerConfig {
             trusted_proxies: Vec::new(),
             shutdown_grace: ConfigDuration(Duration::from_secs(30)),
             workers: 0,
+            resolve_client_names: true,
         }
     }
 }
@@ -155,6 +172,9 @@ pub struct Timeouts {
     pub upstream_connect: ConfigDuration,
     /// Each upstream reply.
     pub upstream_reply: ConfigDuration,
+    /// The client's name lookup (reverse and forward together); past it the name is
+    /// `[TEMPUNAVAIL]`.
+    pub client_name_lookup: ConfigDuration,
 }
 
 impl Default for Timeouts {
@@ -168,6 +188,7 @@ impl Default for Timeouts {
             proxy_header: s(5),
             upstream_connect: s(10),
             upstream_reply: s(300),
+            client_name_lookup: s(5),
         }
     }
 }
@@ -236,6 +257,9 @@ pub struct UpstreamConfig {
     /// floodgate's own EHLO name towards upstream.
     #[serde(default)]
     pub helo_name: Option<String>,
+    /// When upstream does not take XCLIENT: refuse the client (default) or relay anyway.
+    #[serde(default)]
+    pub on_identity_refused: OnIdentityRefused,
 }
 
 fn default_store() -> Spanned<StoreConfig> {
@@ -265,6 +289,10 @@ pub struct SmtpConfig {
     pub bare_line_endings: BareLineEndings,
     /// Recipients per message.
     pub max_recipients: usize,
+    /// Put floodgate's own `Received:` line at the top of every relayed message.
+    pub add_received: bool,
+    /// Name the authenticated user in that line.
+    pub received_show_user: bool,
 }
 
 impl Default for SmtpConfig {
@@ -276,6 +304,8 @@ impl Default for SmtpConfig {
             max_message_size: 50 * 1024 * 1024,
             bare_line_endings: BareLineEndings::Reject,
             max_recipients: 1000,
+            add_received: false,
+            received_show_user: false,
         }
     }
 }

@@ -7,7 +7,6 @@ use crate::policy::{Stage, Verdict};
 use crate::smtp::command::{Command, MailFrom, Param, RcptTo};
 use crate::smtp::ehlo::{filter_ehlo, parse_ehlo, EhloFilter};
 use crate::smtp::reply::Reply;
-use crate::smtp::xclient::XclientAttrs;
 
 use super::session::{FactSlot, Flow, Judged, Session};
 use super::upstream::UpstreamError;
@@ -95,21 +94,8 @@ impl Session {
         }
         if self.shared.upstream.identity() == ClientIdentity::Xclient && !self.xclient_done {
             self.xclient_done = true;
-            let attrs = XclientAttrs {
-                addr: self.peer.ip(),
-                port: self.peer.port(),
-                name: None,
-                helo: Some(name),
-                proto: if ehlo { "ESMTP" } else { "SMTP" },
-            };
-            match self.up()?.xclient(&attrs).await? {
-                Some(r) if r.code == 220 => {}
-                Some(r) => warn!(
-                    client = %self.peer.ip(),
-                    code = r.code,
-                    "upstream refused XCLIENT; it sees floodgate's address"
-                ),
-                None => warn!("upstream does not offer XCLIENT; it sees floodgate's address"),
+            if let Some(flow) = self.send_xclient(name, ehlo).await? {
+                return Ok(flow);
             }
         }
         let reply = self.up()?.relay(cmd).await?;

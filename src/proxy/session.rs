@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
-use crate::config::{Config, TlsMode};
+use crate::config::{ClientIdentity, Config, TlsMode};
 use crate::policy::{Facts, Policy, SessionPolicy, Stage, Verdict};
 use crate::smtp::command::{parse_command, Command};
 use crate::smtp::ehlo::Capabilities;
@@ -18,6 +18,7 @@ use crate::smtp::line::{LineEvent, LineFramer};
 use crate::smtp::reply::Reply;
 
 use super::client::{ClientConn, ReadEnd, Wait};
+use super::names::{ClientNames, NameResolver};
 use super::stream::Stream;
 use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
 
@@ -33,6 +34,8 @@ pub struct Shared {
     pub policy: Arc<dyn Policy>,
     /// The metrics registry (the same across reloads).
     pub metrics: Arc<crate::admin::Metrics>,
+    /// Client name lookups, cached.
+    pub names: Arc<NameResolver>,
 }
 
 /// The listener a session came in on.
@@ -90,8 +93,12 @@ pub struct Session {
     pub(super) errors: u32,
     pub(super) stop: CancellationToken,
     pub(super) peer: SocketAddr,
-    /// The address the client connected to, when upstream needs it (PROXY v2).
+    /// The address the client connected to, when upstream needs it (PROXY v2, XCLIENT).
     pub(super) local: Option<SocketAddr>,
+    /// The client's name lookup, started with the session.
+    pub(super) names_task: Option<tokio::task::JoinHandle<ClientNames>>,
+    /// Its outcome, once awaited.
+    pub(super) names: Option<ClientNames>,
     pub(super) tally: Tally,
     /// Emptied strings of the last transaction's facts, reused by the next one.
     pub(super) strings: Vec<String>,
@@ -140,6 +147,8 @@ impl Session {
             stop,
             peer,
             local,
+            names_task: None,
+            names: None,
             tally: Tally::default(),
             strings: Vec::new(),
         };
@@ -177,6 +186,7 @@ impl Session {
                 return "refused at connect";
             }
         }
+        self.start_name_lookup();
         let connected = Upstream::connect(&self.shared.upstream, self.peer, self.local).await;
         self.shared.metrics.upstream_connected(
             connected.as_ref().err(),
@@ -187,6 +197,14 @@ impl Session {
                 self.up = Some(up);
                 greeting
             }
+            Err(UpstreamError::Identity(p)) => {
+                // Counted with the upstream outcome above.
+                error!(client = %self.peer.ip(), port = self.peer.port(), problem = %p,
+                    "upstream did not take the client's identity: refusing the client");
+                self.client
+                    .queue(&super::identity::refusal_reply(&self.shared.config.server.hostname));
+                return "identity refused";
+            }
             Err(e) => {
                 warn!(client = %self.peer.ip(), error = %e, "upstream unavailable");
                 let r = e.client_reply(&self.shared.config.server.hostname);
@@ -194,6 +212,16 @@ impl Session {
                 return "upstream unavailable";
             }
         };
+        if greeting.code == 220 && self.shared.upstream.identity() == ClientIdentity::Xclient {
+            let offered = &self.up.as_ref().map(|u| u.caps.xclient.clone()).unwrap_or_default();
+            if let Some(p) = super::identity::xclient_offer_problem(offered) {
+                // Nothing to send XCLIENT to: decided once, before the client is greeted.
+                self.xclient_done = true;
+                if self.identity_refused(p).is_err() {
+                    return "identity refused";
+                }
+            }
+        }
         self.client.queue(&greeting);
         if greeting.code != 220 {
             return self.refused_session().await;
