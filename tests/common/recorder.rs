@@ -39,6 +39,16 @@ pub struct RecorderOptions {
     pub host: String,
     /// `--proxy-protocol`: expect a PROXY v2 header before the greeting.
     pub proxy_protocol: bool,
+    /// `--proxy-missing-reply`: with `proxy_protocol`, the reply when no header came within
+    /// `--proxy-timeout` (0.5 s here).
+    pub proxy_missing_reply: Option<String>,
+    /// `--xclient-attrs`: what EHLO lists after XCLIENT (`Some("")`: no XCLIENT); the
+    /// recorder's default is Postfix 3.7's list.
+    pub xclient_attrs: Option<String>,
+    /// `--xclient-reply`: answer every XCLIENT with this reply.
+    pub xclient_reply: Option<String>,
+    /// `--xclient-ipv4-only`: 501 to an IPv6 ADDR, as an IPv4-only Postfix.
+    pub xclient_ipv4_only: bool,
 }
 
 impl Default for RecorderOptions {
@@ -55,6 +65,10 @@ impl Default for RecorderOptions {
             idle_timeout: 30.0,
             host: "127.0.0.1".into(),
             proxy_protocol: false,
+            proxy_missing_reply: None,
+            xclient_attrs: None,
+            xclient_reply: None,
+            xclient_ipv4_only: false,
         }
     }
 }
@@ -233,6 +247,18 @@ impl Recorder {
         }
         if opts.proxy_protocol {
             cmd.arg("--proxy-protocol");
+        }
+        if let Some(r) = &opts.proxy_missing_reply {
+            cmd.args(["--proxy-timeout", "0.5", "--proxy-missing-reply", r]);
+        }
+        if let Some(a) = &opts.xclient_attrs {
+            cmd.args(["--xclient-attrs", a]);
+        }
+        if let Some(r) = &opts.xclient_reply {
+            cmd.args(["--xclient-reply", r]);
+        }
+        if opts.xclient_ipv4_only {
+            cmd.arg("--xclient-ipv4-only");
         }
         for (u, p) in &opts.users {
             cmd.arg("--user").arg(format!("{u}:{p}"));
