@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use common::*;
@@ -35,6 +37,19 @@ fn send_message(c: &mut RawClient, tag: &str) -> Reply {
     );
     c.send(format!("Subject: {tag}\r\n\r\nbody\r\n.\r\n").as_bytes());
     c.reply()
+}
+
+/// One series of floodgate's `/metrics` at `addr` (0 when absent).
+fn metric(addr: SocketAddr, series: &str) -> u64 {
+    let mut s = TcpStream::connect(addr).expect("connect metrics");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("metrics answer");
+    out.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0, |v| v.parse().expect("integer"))
 }
 
 fn xclient_recorder(opts: RecorderOptions) -> (Recorder, Floodgate) {
@@ -70,10 +85,18 @@ fn xclient_not_offered_refuses_the_client_at_the_greeting() {
 
 #[test]
 fn xclient_refused_with_550_refuses_the_client_and_relays_nothing() {
-    let (rec, fg) = xclient_recorder(RecorderOptions {
+    let rec = Recorder::start(RecorderOptions {
         xclient_reply: Some("550 5.7.0 Error: insufficient authorization".into()),
         ..RecorderOptions::default()
     });
+    let metrics = closed_port();
+    let fg = Floodgate::start(
+        &FloodgateConfig::new(rec.addr())
+            .identity("xclient")
+            .extra(&format!("[metrics]\naddress = \"{metrics}\"\n")),
+    );
+    let series = "floodgate_upstream_identity_refused_total{reason=\"xclient_refused\"}";
+    assert_eq!(metric(metrics, series), 0);
     let mut c = RawClient::connect_greeted(fg.addr("plain"));
     assert_refused(&c.cmd("EHLO client.test"));
     assert!(c.is_closed());
@@ -90,6 +113,7 @@ fn xclient_refused_with_550_refuses_the_client_and_relays_nothing() {
     let commands = rec.commands();
     assert!(!commands.iter().any(|c| c.starts_with("EHLO client.test")), "{commands:?}");
     assert_eq!(commands.last().map(String::as_str), Some("QUIT"), "{commands:?}");
+    assert_eq!(metric(metrics, series), 1);
 }
 
 #[test]
