@@ -78,7 +78,9 @@ fn xclient_not_offered_refuses_the_client_at_the_greeting() {
     assert!(rec.messages().is_empty());
     let verbs: Vec<String> = rec.commands();
     assert!(
-        !verbs.iter().any(|c| c.starts_with("MAIL") || c.starts_with("XCLIENT")),
+        !verbs
+            .iter()
+            .any(|c| c.starts_with("MAIL") || c.starts_with("XCLIENT")),
         "{verbs:?}"
     );
 }
@@ -111,8 +113,15 @@ fn xclient_refused_with_550_refuses_the_client_and_relays_nothing() {
     assert_eq!(rec.events_of("xclient_refused").len(), 1);
     assert!(rec.messages().is_empty());
     let commands = rec.commands();
-    assert!(!commands.iter().any(|c| c.starts_with("EHLO client.test")), "{commands:?}");
-    assert_eq!(commands.last().map(String::as_str), Some("QUIT"), "{commands:?}");
+    assert!(
+        !commands.iter().any(|c| c.starts_with("EHLO client.test")),
+        "{commands:?}"
+    );
+    assert_eq!(
+        commands.last().map(String::as_str),
+        Some("QUIT"),
+        "{commands:?}"
+    );
     assert_eq!(metric(metrics, series), 1);
 }
 
@@ -129,7 +138,10 @@ fn relay_anyway_only_when_the_operator_says_so() {
     );
     let mut c = RawClient::connect_greeted(fg.addr("plain"));
     assert_eq!(send_message(&mut c, "anyway").code, 250);
-    fg.wait_stderr("relaying with floodgate's own address", Duration::from_secs(10));
+    fg.wait_stderr(
+        "relaying with floodgate's own address",
+        Duration::from_secs(10),
+    );
     let m = rec.messages();
     assert_eq!(m.len(), 1);
     assert!(m[0].xclient.is_empty(), "{m:?}");
@@ -178,7 +190,10 @@ fn proxy_header_upstream_does_not_expect_is_not_answered_off_by_one() {
     fg.wait_stderr(REFUSED_LOG, Duration::from_secs(10));
     let log = fg.stderr();
     let line = log.lines().find(|l| l.contains(REFUSED_LOG)).unwrap();
-    assert!(line.contains("answered the PROXY v2 header as SMTP commands"), "{line}");
+    assert!(
+        line.contains("answered the PROXY v2 header as SMTP commands"),
+        "{line}"
+    );
     rec.wait_idle();
     assert!(rec.messages().is_empty());
 }
@@ -230,5 +245,113 @@ fn name_lookups_can_be_turned_off() {
     assert_eq!(send_message(&mut c, "anon").code, 250);
     let x = rec.wait_events("xclient", 1);
     assert_eq!(x[0]["attrs"]["NAME"].as_str(), Some("[UNAVAILABLE]"));
-    assert_eq!(x[0]["attrs"]["REVERSE_NAME"].as_str(), Some("[UNAVAILABLE]"));
+    assert_eq!(
+        x[0]["attrs"]["REVERSE_NAME"].as_str(),
+        Some("[UNAVAILABLE]")
+    );
+}
+
+fn received_floodgate(rec: &Recorder, show_user: bool) -> Floodgate {
+    Floodgate::start(
+        &FloodgateConfig::new(rec.addr())
+            .identity("proxy-v2")
+            .extra(&format!(
+                "[smtp]\nadd_received = true\nreceived_show_user = {show_user}\nmax_message_size = 2000\n"
+            )),
+    )
+}
+
+fn swaks_to(addr: SocketAddr, extra: &[&str]) -> Output {
+    let a = addr.to_string();
+    let mut args = vec![
+        "--server",
+        &a,
+        "--from",
+        "s@client.test",
+        "--to",
+        "r@dest.test",
+        "--helo",
+        "swaks.client.test",
+    ];
+    args.extend_from_slice(extra);
+    swaks(&args)
+}
+
+#[test]
+fn received_line_names_the_client_hop_and_its_tls() {
+    let rec = Recorder::start(RecorderOptions {
+        proxy_protocol: true,
+        ..RecorderOptions::default()
+    });
+    let fg = received_floodgate(&rec, true);
+    let ca = ca_file().to_string_lossy().into_owned();
+    let out = swaks_to(
+        fg.addr("submission"),
+        &[
+            "--tls",
+            "--tls-verify",
+            "--tls-ca-path",
+            &ca,
+            "--auth",
+            "PLAIN",
+            "--auth-user",
+            USER,
+            "--auth-password",
+            PASSWORD,
+        ],
+    );
+    assert!(out.ok(), "{out}");
+    let m = rec.messages();
+    assert_eq!(m.len(), 1);
+    let data = String::from_utf8_lossy(&m[0].data).into_owned();
+    let head = data.split("\r\n\r\n").next().unwrap();
+    let first: Vec<&str> = head.split("\r\n").take(5).collect();
+    assert!(
+        first[0].starts_with("Received: from swaks.client.test (localhost [127.0.0.1])"),
+        "{data}"
+    );
+    assert!(
+        first[1].starts_with("\t(using TLSv1.") && first[1].contains(" with cipher TLS_"),
+        "{data}"
+    );
+    assert_eq!(
+        first[2],
+        format!("\t(Authenticated sender: {USER})"),
+        "{data}"
+    );
+    assert_eq!(
+        first[3], "\tby floodgate.test (floodgate) with ESMTPSA;",
+        "{data}"
+    );
+    assert!(
+        first[4].starts_with('\t') && first[4].ends_with(" +0000"),
+        "{data}"
+    );
+}
+
+#[test]
+fn received_line_without_tls_or_user_and_counted_in_the_size() {
+    let rec = Recorder::start(RecorderOptions {
+        proxy_protocol: true,
+        ..RecorderOptions::default()
+    });
+    let fg = received_floodgate(&rec, false);
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    assert_eq!(send_message(&mut c, "small").code, 250);
+    let m = rec.messages();
+    let data = String::from_utf8_lossy(&m[0].data).into_owned();
+    assert!(
+        data.starts_with("Received: from client.test (localhost [127.0.0.1])\r\n\tby floodgate.test (floodgate) with ESMTP;\r\n\t"),
+        "{data}"
+    );
+    let received = data.find("Subject:").unwrap();
+    // A message that fits max_message_size alone but not with the Received line is refused:
+    // what floodgate relays never exceeds the limit.
+    let body = "x".repeat(2000 - received - "Subject: big\r\n\r\n".len() - 2 + 1);
+    c.send(b"MAIL FROM:<big@client.test>\r\nRCPT TO:<r@dest.test>\r\nDATA\r\n");
+    assert_eq!(c.replies(3)[2].code, 354);
+    c.send(format!("Subject: big\r\n\r\n{body}\r\n.\r\n").as_bytes());
+    let r = c.reply();
+    assert_eq!(r.code, 552, "{r:?}");
+    assert_eq!(rec.messages().len(), 1);
 }

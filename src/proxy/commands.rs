@@ -101,6 +101,7 @@ impl Session {
         let reply = self.up()?.relay(cmd).await?;
         if reply.is_completion() {
             self.helo_seen = true;
+            self.ehlo = ehlo;
             self.reset_txn();
         }
         if ehlo && reply.code == 250 {

@@ -157,7 +157,12 @@ impl Session {
             BareLineEndings::Reject => BarePolicy::Reject,
             BareLineEndings::Normalize => BarePolicy::Normalize,
         };
-        let max = cfg.smtp.max_message_size;
+        // floodgate's own Received line is part of what is relayed: it counts towards the size.
+        let received = self.received_header().await;
+        let max = cfg
+            .smtp
+            .max_message_size
+            .saturating_sub(received.as_ref().map_or(0, |r| r.len() as u64));
         // The message stays in the input buffer, already in its dot-stuffed wire form, unless
         // one of its lines has to change on the way (then it is copied into `body`).
         let mut decoder = DataDecoder::new(cfg.smtp.max_text_line, bare, max).held();
@@ -216,7 +221,7 @@ impl Session {
                 return Ok(Flow::Close);
             }
         }
-        let reply = self.relay_message(&wire).await;
+        let reply = self.relay_message(&wire, received.as_deref()).await;
         drop(wire);
         let reply = reply?;
         if reply.is_completion() {
@@ -253,8 +258,12 @@ impl Session {
 
     /// DATA upstream, the message with floodgate's own framing, and upstream's final reply.
     /// `wire` is the message in its dot-stuffed wire form with its end-of-data line, as
-    /// the decoder handed it over.
-    async fn relay_message(&mut self, wire: &Wire) -> Result<Reply, UpstreamError> {
+    /// the decoder handed it over; `received`, floodgate's Received line, goes on top.
+    async fn relay_message(
+        &mut self,
+        wire: &Wire,
+        received: Option<&[u8]>,
+    ) -> Result<Reply, UpstreamError> {
         let r = self.up()?.command(b"DATA\r\n").await?;
         if r.code != 354 {
             // Upstream refused DATA: its transaction is still open; close it so both agree.
@@ -266,11 +275,13 @@ impl Session {
         }
         self.up()?.recycle(r);
         let headers = self.policy.message_headers();
-        if headers.is_empty() {
+        if headers.is_empty() && received.is_none() {
             self.up()?.send(wire.as_bytes()).await?;
             return self.up()?.read_reply().await;
         }
-        let mut out = Vec::with_capacity(wire.as_bytes().len() + 256);
+        let mut out = Vec::with_capacity(wire.as_bytes().len() + 512);
+        // Already in wire form: CRLF lines, none starting with '.'.
+        out.extend_from_slice(received.unwrap_or_default());
         for h in &headers {
             // Header lines from the policy are floodgate's own text; keep them single lines.
             let clean: String = h.chars().filter(|c| *c != '\r' && *c != '\n').collect();

@@ -11,6 +11,7 @@
 use tracing::{error, warn};
 
 use crate::config::{ClientIdentity, OnIdentityRefused};
+use crate::smtp::received::{received_header, ReceivedInfo};
 use crate::smtp::reply::Reply;
 use crate::smtp::xclient::{xclient_carries_addr, XclientAttrs};
 
@@ -102,7 +103,10 @@ pub fn greeting_problem(identity: ClientIdentity, greeting: &Reply) -> Option<Id
     match greeting.code {
         220 | 421 => None,
         554 if identity == ClientIdentity::ProxyV2
-            && greeting.text().to_ascii_lowercase().contains("synchronization") =>
+            && greeting
+                .text()
+                .to_ascii_lowercase()
+                .contains("synchronization") =>
         {
             Some(IdentityProblem::ProxyHeaderNotExpected { reply: reply() })
         }
@@ -144,7 +148,49 @@ pub fn refusal_reply(hostname: &str) -> Reply {
     )
 }
 
+/// TLS version and cipher in the words of a Received line (`TLSv1.3`,
+/// `TLS_AES_256_GCM_SHA384`) from the session's TLS description (`TLSv1_3
+/// TLS13_AES_256_GCM_SHA384`, rustls' names).
+pub fn received_tls(info: &str) -> (String, String) {
+    let (version, cipher) = info.split_once(' ').unwrap_or((info, ""));
+    let cipher = match cipher.strip_prefix("TLS13_") {
+        Some(rest) => format!("TLS_{rest}"),
+        None => cipher.to_string(),
+    };
+    (version.replace('_', "."), cipher)
+}
+
 impl Session {
+    /// floodgate's Received line for the message being received, when `[smtp] add_received`
+    /// asks for one.
+    pub(super) async fn received_header(&mut self) -> Option<Vec<u8>> {
+        let cfg = self.shared.config.clone();
+        if !cfg.smtp.add_received {
+            return None;
+        }
+        let names = self.client_names().await;
+        let tls = self.client.tls_info().map(|t| received_tls(&t));
+        let time = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let info = ReceivedInfo {
+            helo: self.facts.helo.as_deref(),
+            name: names.name.known(),
+            addr: self.peer.ip(),
+            by: &cfg.server.hostname,
+            ehlo: self.ehlo,
+            tls: tls.as_ref().map(|(v, c)| (v.as_str(), c.as_str())),
+            authenticated: self.facts.user.is_some(),
+            user: self
+                .facts
+                .user
+                .as_deref()
+                .filter(|_| cfg.smtp.received_show_user),
+            time,
+        };
+        Some(received_header(&info))
+    }
+
     /// Starts the client's name lookup when something will use it (XCLIENT, the Received
     /// line) and lookups are on; it runs while upstream is reached and the client greeted.
     pub(super) fn start_name_lookup(&mut self) {
@@ -162,7 +208,9 @@ impl Session {
     /// timeout), or none when lookups are off.
     pub(super) async fn client_names(&mut self) -> ClientNames {
         if let Some(task) = self.names_task.take() {
-            let names = task.await.unwrap_or_else(|_| ClientNames::temp_unavailable());
+            let names = task
+                .await
+                .unwrap_or_else(|_| ClientNames::temp_unavailable());
             self.names = Some(names);
         }
         self.names.clone().unwrap_or_default()
@@ -235,9 +283,15 @@ mod tests {
             ClientIdentity::ProxyV2,
         ] {
             assert_eq!(greeting_problem(id, &r(220, "pf.test ESMTP Postfix")), None);
-            assert_eq!(greeting_problem(id, &r(421, "4.3.0 pf.test Server local error")), None);
+            assert_eq!(
+                greeting_problem(id, &r(421, "4.3.0 pf.test Server local error")),
+                None
+            );
             assert_eq!(greeting_problem(id, &r(554, "5.7.1 go away")), None);
-            let p = greeting_problem(id, &r(503, "Command refused, required Proxy negotiation failed"));
+            let p = greeting_problem(
+                id,
+                &r(503, "Command refused, required Proxy negotiation failed"),
+            );
             assert_eq!(p.as_ref().map(IdentityProblem::kind), Some("bad_greeting"));
             assert!(p.unwrap().to_string().contains("\"503 Command refused"));
         }
@@ -252,7 +306,10 @@ mod tests {
     #[test]
     fn proxy_probe() {
         assert_eq!(proxy_probe_problem(&r(250, "2.0.0 Ok")), None);
-        assert_eq!(proxy_probe_problem(&Reply::multi(250, ["pf.test", "PIPELINING"])), None);
+        assert_eq!(
+            proxy_probe_problem(&Reply::multi(250, ["pf.test", "PIPELINING"])),
+            None
+        );
         let p = proxy_probe_problem(&r(500, "5.5.2 Error: bad syntax")).unwrap();
         assert_eq!(p.kind(), "proxy_header_not_expected");
         assert!(!p.relayable());
@@ -276,7 +333,10 @@ mod tests {
 
     #[test]
     fn xclient_replies() {
-        assert_eq!(xclient_reply_problem(&r(220, "pf.test ESMTP Postfix")), None);
+        assert_eq!(
+            xclient_reply_problem(&r(220, "pf.test ESMTP Postfix")),
+            None
+        );
         for (code, text) in [
             (550, "5.7.0 Error: insufficient authorization"),
             (501, "5.5.4 Bad ADDR syntax: IPV6:2001:db8::1"),
@@ -303,13 +363,37 @@ mod tests {
     #[test]
     fn kinds_are_listed() {
         let all = [
-            IdentityProblem::XclientNotOffered { offered: String::new() },
-            IdentityProblem::XclientRefused { reply: String::new() },
-            IdentityProblem::ProxyHeaderNotExpected { reply: String::new() },
-            IdentityProblem::BadGreeting { reply: String::new() },
+            IdentityProblem::XclientNotOffered {
+                offered: String::new(),
+            },
+            IdentityProblem::XclientRefused {
+                reply: String::new(),
+            },
+            IdentityProblem::ProxyHeaderNotExpected {
+                reply: String::new(),
+            },
+            IdentityProblem::BadGreeting {
+                reply: String::new(),
+            },
         ];
         let kinds: Vec<&str> = all.iter().map(IdentityProblem::kind).collect();
         assert_eq!(kinds, PROBLEM_KINDS);
+    }
+
+    #[test]
+    fn tls_words_for_the_received_line() {
+        assert_eq!(
+            received_tls("TLSv1_3 TLS13_AES_256_GCM_SHA384"),
+            ("TLSv1.3".to_string(), "TLS_AES_256_GCM_SHA384".to_string())
+        );
+        assert_eq!(
+            received_tls("TLSv1_2 TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
+            (
+                "TLSv1.2".to_string(),
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".to_string()
+            )
+        );
+        assert_eq!(received_tls("odd"), ("odd".to_string(), String::new()));
     }
 
     #[test]

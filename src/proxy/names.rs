@@ -188,15 +188,21 @@ impl NameResolver {
     pub async fn lookup(&self, ip: IpAddr) -> ClientNames {
         let ip = ip.to_canonical();
         let now = Instant::now();
-        if let Some(n) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(ip, now) {
+        if let Some(n) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(ip, now)
+        {
             return n;
         }
         let deadline = now + self.timeout;
         let names = self.resolve(ip, deadline).await;
-        self.cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(ip, names.clone(), Instant::now());
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            ip,
+            names.clone(),
+            Instant::now(),
+        );
         names
     }
 
@@ -347,7 +353,12 @@ mod tests {
 
     #[test]
     fn hostnames() {
-        for good in ["localhost", "mail.example.org", "a-b.c_d.example.", "x1.example.com"] {
+        for good in [
+            "localhost",
+            "mail.example.org",
+            "a-b.c_d.example.",
+            "x1.example.com",
+        ] {
             assert!(valid_hostname(good), "{good}");
         }
         for bad in [
@@ -374,13 +385,27 @@ mod tests {
         let c = ip("192.0.2.1");
         let found = |n: &str| Lookup::Found(n.to_string());
         assert_eq!(
-            confirm(c, found("host.example."), Some(Lookup::Found(vec![ip("192.0.2.9"), c]))),
-            ClientNames { name: known("host.example"), reverse: known("host.example") }
+            confirm(
+                c,
+                found("host.example."),
+                Some(Lookup::Found(vec![ip("192.0.2.9"), c]))
+            ),
+            ClientNames {
+                name: known("host.example"),
+                reverse: known("host.example")
+            }
         );
         // The name does not lead back to the client: only the reverse name is known.
         assert_eq!(
-            confirm(c, found("liar.example"), Some(Lookup::Found(vec![ip("198.51.100.1")]))),
-            ClientNames { name: ClientName::Unavailable, reverse: known("liar.example") }
+            confirm(
+                c,
+                found("liar.example"),
+                Some(Lookup::Found(vec![ip("198.51.100.1")]))
+            ),
+            ClientNames {
+                name: ClientName::Unavailable,
+                reverse: known("liar.example")
+            }
         );
         assert_eq!(
             confirm(c, found("gone.example"), Some(Lookup::NotFound)).name,
@@ -388,11 +413,20 @@ mod tests {
         );
         assert_eq!(
             confirm(c, found("slow.example"), Some(Lookup::TempFail)),
-            ClientNames { name: ClientName::TempUnavailable, reverse: known("slow.example") }
+            ClientNames {
+                name: ClientName::TempUnavailable,
+                reverse: known("slow.example")
+            }
         );
-        assert_eq!(confirm(c, found("late.example"), None).name, ClientName::TempUnavailable);
+        assert_eq!(
+            confirm(c, found("late.example"), None).name,
+            ClientName::TempUnavailable
+        );
         assert_eq!(confirm(c, Lookup::NotFound, None), ClientNames::default());
-        assert_eq!(confirm(c, Lookup::TempFail, None), ClientNames::temp_unavailable());
+        assert_eq!(
+            confirm(c, Lookup::TempFail, None),
+            ClientNames::temp_unavailable()
+        );
         // A PTR record that names an address is no name.
         assert_eq!(
             confirm(c, found("192.0.2.1"), Some(Lookup::Found(vec![c]))),
@@ -400,7 +434,12 @@ mod tests {
         );
         // IPv4-mapped client addresses compare as IPv4.
         assert_eq!(
-            confirm(ip("::ffff:192.0.2.1"), found("h.example"), Some(Lookup::Found(vec![c]))).name,
+            confirm(
+                ip("::ffff:192.0.2.1"),
+                found("h.example"),
+                Some(Lookup::Found(vec![c]))
+            )
+            .name,
             known("h.example")
         );
     }
@@ -409,12 +448,18 @@ mod tests {
     fn cache_expires_and_stays_bounded() {
         let t0 = Instant::now();
         let mut cache = NameCache::new(2);
-        let named = ClientNames { name: known("a"), reverse: known("a") };
+        let named = ClientNames {
+            name: known("a"),
+            reverse: known("a"),
+        };
         cache.insert(ip("192.0.2.1"), named.clone(), t0);
         assert_eq!(cache.get(ip("192.0.2.1"), t0), Some(named.clone()));
         assert_eq!(cache.get(ip("192.0.2.1"), t0 + TTL), None);
         cache.insert(ip("192.0.2.2"), ClientNames::temp_unavailable(), t0);
-        assert!(cache.get(ip("192.0.2.2"), t0 + TEMP_TTL).is_none(), "temporary kept too long");
+        assert!(
+            cache.get(ip("192.0.2.2"), t0 + TEMP_TTL).is_none(),
+            "temporary kept too long"
+        );
         // Full: the entry expiring soonest (the temporary one) makes room.
         cache.insert(ip("192.0.2.3"), named.clone(), t0);
         assert_eq!(cache.len(), 2);
@@ -450,11 +495,22 @@ mod tests {
     #[tokio::test]
     async fn no_place_to_look_up_in_time_gives_tempunavail_briefly() {
         let r = NameResolver::new(Duration::from_millis(50));
-        let all = r.slots.clone().acquire_many_owned(MAX_IN_FLIGHT as u32).await.unwrap();
-        assert_eq!(r.lookup(ip("127.0.0.1")).await, ClientNames::temp_unavailable());
+        let all = r
+            .slots
+            .clone()
+            .acquire_many_owned(MAX_IN_FLIGHT as u32)
+            .await
+            .unwrap();
+        assert_eq!(
+            r.lookup(ip("127.0.0.1")).await,
+            ClientNames::temp_unavailable()
+        );
         drop(all);
         // Cached as temporary: the next lookup within TEMP_TTL gives the same.
-        assert_eq!(r.lookup(ip("127.0.0.1")).await, ClientNames::temp_unavailable());
+        assert_eq!(
+            r.lookup(ip("127.0.0.1")).await,
+            ClientNames::temp_unavailable()
+        );
     }
 
     proptest! {

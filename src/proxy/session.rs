@@ -86,6 +86,8 @@ pub struct Session {
     pub(super) framer: LineFramer,
     pub(super) facts: Facts,
     pub(super) helo_seen: bool,
+    /// The client's last greeting was EHLO (not HELO).
+    pub(super) ehlo: bool,
     pub(super) in_txn: bool,
     pub(super) rcpts: Vec<String>,
     pub(super) offered: Capabilities,
@@ -139,6 +141,7 @@ impl Session {
             listener,
             up: None,
             helo_seen: false,
+            ehlo: false,
             in_txn: false,
             rcpts: Vec::new(),
             offered: Capabilities::default(),
@@ -201,8 +204,9 @@ impl Session {
                 // Counted with the upstream outcome above.
                 error!(client = %self.peer.ip(), port = self.peer.port(), problem = %p,
                     "upstream did not take the client's identity: refusing the client");
-                self.client
-                    .queue(&super::identity::refusal_reply(&self.shared.config.server.hostname));
+                self.client.queue(&super::identity::refusal_reply(
+                    &self.shared.config.server.hostname,
+                ));
                 return "identity refused";
             }
             Err(e) => {
@@ -213,7 +217,11 @@ impl Session {
             }
         };
         if greeting.code == 220 && self.shared.upstream.identity() == ClientIdentity::Xclient {
-            let offered = &self.up.as_ref().map(|u| u.caps.xclient.clone()).unwrap_or_default();
+            let offered = &self
+                .up
+                .as_ref()
+                .map(|u| u.caps.xclient.clone())
+                .unwrap_or_default();
             if let Some(p) = super::identity::xclient_offer_problem(offered) {
                 // Nothing to send XCLIENT to: decided once, before the client is greeted.
                 self.xclient_done = true;

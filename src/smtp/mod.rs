@@ -20,6 +20,7 @@ pub mod data;
 pub mod ehlo;
 pub mod line;
 pub mod proxy_header;
+pub mod received;
 pub mod reply;
 pub mod sasl;
 pub mod xclient;

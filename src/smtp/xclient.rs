@@ -255,7 +255,9 @@ mod tests {
         };
         let line = String::from_utf8(xclient_command(&a, &postfix())).unwrap();
         assert!(
-            line.starts_with("XCLIENT NAME=[TEMPUNAVAIL] REVERSE_NAME=[UNAVAILABLE] HELO=[UNAVAILABLE] "),
+            line.starts_with(
+                "XCLIENT NAME=[TEMPUNAVAIL] REVERSE_NAME=[UNAVAILABLE] HELO=[UNAVAILABLE] "
+            ),
             "{line}"
         );
         assert_eq!(ClientName::Known("a b".into()).xclient_value(), "a+20b");
@@ -267,7 +269,10 @@ mod tests {
     fn addr_is_what_makes_xclient_useful() {
         assert!(xclient_carries_addr(&postfix()));
         assert!(xclient_carries_addr(&["addr".to_string()]));
-        assert!(!xclient_carries_addr(&["NAME".to_string(), "HELO".to_string()]));
+        assert!(!xclient_carries_addr(&[
+            "NAME".to_string(),
+            "HELO".to_string()
+        ]));
         assert!(!xclient_carries_addr(&[]));
     }
 
@@ -324,7 +329,13 @@ mod tests {
         };
         let line = String::from_utf8(xclient_command(&a, &postfix())).unwrap();
         assert!(line.len() <= XCLIENT_MAX);
-        assert!(line.contains(&format!("NAME={} REVERSE_NAME=[UNAVAILABLE]", short.known().unwrap())), "{line}");
+        assert!(
+            line.contains(&format!(
+                "NAME={} REVERSE_NAME=[UNAVAILABLE]",
+                short.known().unwrap()
+            )),
+            "{line}"
+        );
     }
 
     proptest! {
