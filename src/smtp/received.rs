@@ -6,13 +6,14 @@
 //!
 //! ```text
 //! Received: from HELO (NAME [ADDR])
-//! 	(using TLSv1.3 with cipher TLS_AES_256_GCM_SHA384)
-//! 	(Authenticated sender: USER)
-//! 	by HOSTNAME (floodgate) with ESMTPSA;
-//! 	Wed, 25 Nov 2026 16:21:19 +0000
+//!     (using TLSv1.3 with cipher TLS_AES_256_GCM_SHA384)
+//!     (Authenticated sender: USER)
+//!     by HOSTNAME (floodgate) with ESMTPSA;
+//!     Wed, 25 Nov 2026 16:21:19 +0000
 //! ```
 //!
-//! `with` is the RFC 3848 protocol type (`SMTP`, `ESMTP`, `ESMTPS`, `ESMTPA`, `ESMTPSA`).
+//! Continuation lines start with a tab. `with` is the RFC 3848 protocol type (`SMTP`,
+//! `ESMTP`, `ESMTPS`, `ESMTPA`, `ESMTPSA`).
 //! Every line ends in CRLF, none starts with `.`, and no line is longer than 998 octets,
 //! so the bytes go into the DATA stream as they are.
 
