@@ -7,6 +7,8 @@
 #   libnet-ssleay-perl, libio-socket-ssl-perl : swaks --tls / --tls-on-connect
 #   libio-socket-inet6-perl, libdigest-hmac-perl : swaks over ::1, CRAM-MD5
 #   redis-server                        : shared-state tests of later issues
+#   postfix, dovecot-core               : the real smart host of tests/smarthost_postfix.rs
+#                                         (private instances; no system daemon is left running)
 #   cargo-fuzz                          : `cargo +nightly fuzz run` smoke in .ci/run
 set -euo pipefail
 
@@ -17,7 +19,7 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 want=(swaks libnet-ssleay-perl libio-socket-ssl-perl libio-socket-inet6-perl
-    libdigest-hmac-perl openssl python3 redis-server)
+    libdigest-hmac-perl openssl python3 redis-server postfix dovecot-core)
 missing=()
 for pkg in "${want[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
@@ -27,11 +29,33 @@ done
 
 if ((${#missing[@]})); then
     echo "install.sh: installing ${missing[*]}"
+    # Postfix must not ask which mail configuration to use, nor get one: the tests run
+    # their own instances with `postfix -c DIR`.
+    echo "postfix postfix/main_mailer_type select No configuration" | $SUDO debconf-set-selections
+    # No package may start its daemon: deny service starts for the length of the install
+    # when the machine has no policy of its own (Docker images usually do).
+    policy=/usr/sbin/policy-rc.d
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\n# written by floodgate .ci/install.sh for one apt-get run\nexit 101\n' |
+            $SUDO tee "$policy" >/dev/null
+        $SUDO chmod 755 "$policy"
+        trap '$SUDO rm -f "$policy"' EXIT
+    fi
     $SUDO apt-get update -q </dev/null
     $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
 else
     echo "install.sh: apt packages present (${want[*]})"
 fi
+
+# Whatever installed them, no system Postfix or Dovecot may keep running (the tests start
+# private instances; a system one would hold port 25 and add nothing).
+for svc in postfix dovecot; do
+    if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
+        $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
+    elif [[ -x /etc/init.d/$svc ]]; then
+        $SUDO /etc/init.d/"$svc" stop >/dev/null 2>&1 || true
+    fi
+done
 
 if cargo fuzz --version >/dev/null 2>&1; then
     echo "install.sh: cargo-fuzz present ($(cargo fuzz --version 2>/dev/null))"

@@ -44,9 +44,13 @@ impl Reply {
     /// The wire form, e.g. `"250-a\r\n250 b\r\n"`.
     ///
     /// Control characters other than TAB in the text (CR and LF above all)
-    /// are written as spaces, so no text can break the reply framing. A
-    /// reply without lines is written as the bare code. The code is written
-    /// modulo 1000 with three digits so the output is always well-formed.
+    /// are written as spaces, so no text can break the reply framing. An
+    /// empty last line (or a reply without lines) is written as the bare code
+    /// (RFC 5321 `Reply-code [ SP textstring ] CRLF`), except for the AUTH
+    /// continuation 334, which RFC 4954 writes `"334" SP [base64] CRLF`: its
+    /// space is always there, because clients wait for `334 ` before sending
+    /// their response. The code is written modulo 1000 with three digits so
+    /// the output is always well-formed.
     pub fn to_wire(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.lines.iter().map(|l| l.len() + 6).sum::<usize>() + 6);
         self.write_to(&mut out);
@@ -62,16 +66,22 @@ impl Reply {
             b'0' + (code / 10 % 10) as u8,
             b'0' + (code % 10) as u8,
         ];
+        // RFC 4954 §4: a server challenge is `"334" SP [base64] CRLF`, space included
+        // even when the challenge is empty.
+        let bare_code_allowed = code != 334;
         let n = self.lines.len();
         if n == 0 {
             out.extend_from_slice(&digits);
+            if !bare_code_allowed {
+                out.push(b' ');
+            }
             out.extend_from_slice(b"\r\n");
             return;
         }
         for (i, line) in self.lines.iter().enumerate() {
             let last = i + 1 == n;
             out.extend_from_slice(&digits);
-            if last && line.is_empty() {
+            if last && line.is_empty() && bare_code_allowed {
                 out.extend_from_slice(b"\r\n");
                 continue;
             }
@@ -418,6 +428,29 @@ mod tests {
     }
 
     #[test]
+    fn empty_auth_continuation_keeps_its_space() {
+        // RFC 4954: `"334" SP [base64] CRLF`; s-nail waits for "334 " after AUTH PLAIN.
+        assert_eq!(Reply::new(334, "").to_wire(), b"334 \r\n");
+        assert_eq!(
+            Reply::multi(334, Vec::<String>::new()).to_wire(),
+            b"334 \r\n"
+        );
+        assert_eq!(
+            Reply::new(334, "VXNlcm5hbWU6").to_wire(),
+            b"334 VXNlcm5hbWU6\r\n"
+        );
+        // As Postfix sends it, parsed and written again: the space survives.
+        let relayed = parse_all(b"334 \r\n").unwrap();
+        assert_eq!(relayed, vec![Reply::new(334, "")]);
+        assert_eq!(relayed[0].to_wire(), b"334 \r\n");
+        // And a server that forgot the space gets it added on the way to the client.
+        assert_eq!(parse_all(b"334\r\n").unwrap()[0].to_wire(), b"334 \r\n");
+        // Other codes keep RFC 5321's bare form.
+        assert_eq!(Reply::new(354, "").to_wire(), b"354\r\n");
+        assert_eq!(Reply::new(235, "").to_wire(), b"235\r\n");
+    }
+
+    #[test]
     fn classes_and_enhanced() {
         let r = Reply::new(451, "4.7.1 slow down");
         assert_eq!(r.class(), 4);
@@ -489,6 +522,20 @@ mod tests {
                 p.recycle(r);
             }
             prop_assert_eq!(got, plain);
+        }
+
+        /// Every reply's last line is the code followed by SP or CRLF, and a 334 always
+        /// by SP (RFC 4954), whatever its text.
+        #[test]
+        fn last_line_separator(code in 200u16..=559, lines in proptest::collection::vec("[ -~]{0,8}", 0..4)) {
+            let wire = Reply { code, lines }.to_wire();
+            let body = &wire[..wire.len() - 2];
+            let start = body.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let last = &body[start..];
+            prop_assert!(last.len() == 3 || last[3] == b' ', "{:?}", String::from_utf8_lossy(&wire));
+            if code == 334 {
+                prop_assert_eq!(last.get(3), Some(&b' '));
+            }
         }
 
         #[test]

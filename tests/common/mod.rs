@@ -7,6 +7,7 @@
 //!   parsed, stderr kept in a file and printed when a test fails, killed on drop.
 //! * [`swaks`], [`python`], [`smtplib`]: real clients run with a time limit.
 //! * [`RawClient`]: byte-exact SMTP over plain TCP with bounded reads.
+//! * [`postfix::Postfix`]: a private real Postfix (with Dovecot SASL) as the smart host.
 //!
 //! Every wait is bounded; running out of time fails the test with a message saying what
 //! was awaited. Nothing here binds or connects beyond 127.0.0.1 / ::1.
@@ -226,10 +227,15 @@ pub fn smtplib(addr: SocketAddr, body: &str, limit: Duration) -> Output {
     )
 }
 
+pub mod daemon;
+pub mod dovecot;
 mod floodgate;
+pub mod postfix;
 mod raw;
 mod recorder;
 
 pub use floodgate::*;
 pub use raw::*;
+// Not every test crate uses the recorder (the real-Postfix tests do not).
+#[allow(unused_imports)]
 pub use recorder::*;
