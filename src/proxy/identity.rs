@@ -32,7 +32,7 @@ pub enum IdentityProblem {
         offered: String,
     },
     /// XCLIENT was answered with something other than 220.
-    #[error("upstream refused XCLIENT with \"{reply}\" (Postfix: 550 5.7.0 means floodgate is not in smtpd_authorized_xclient_hosts; 501 Bad ADDR syntax for an IPv6 client means upstream runs without IPv6)")]
+    #[error("upstream refused XCLIENT with \"{reply}\" (Postfix: 550 5.7.0 means floodgate is not in smtpd_authorized_xclient_hosts; 501 Bad ADDR or DESTADDR syntax for an IPv6 address means upstream runs without IPv6: inet_protocols)")]
     XclientRefused {
         /// Upstream's reply, quoted.
         reply: String,
