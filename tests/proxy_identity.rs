@@ -355,3 +355,35 @@ fn received_line_without_tls_or_user_and_counted_in_the_size() {
     assert_eq!(r.code, 552, "{r:?}");
     assert_eq!(rec.messages().len(), 1);
 }
+
+#[test]
+fn upstream_that_refuses_every_command_for_want_of_a_proxy_header_is_reported() {
+    // As Exim 4.96 with floodgate in hosts_proxy and no header sent: a 220 after its wait,
+    // then 503 to everything. Whether floodgate's own EHLO or the client's meets the 503,
+    // the client gets 421 4.3.5, never the 503 as its answer.
+    for identity in ["xclient", "none"] {
+        let rec = Recorder::start(RecorderOptions {
+            proxy_protocol: true,
+            proxy_missing_503: true,
+            ..RecorderOptions::default()
+        });
+        let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).identity(identity));
+        let mut c = RawClient::connect(fg.addr("plain"));
+        let first = c.reply();
+        let r = if identity == "none" {
+            assert_eq!(first.code, 220, "{first:?}");
+            c.cmd("EHLO client.test")
+        } else {
+            first
+        };
+        assert_refused(&r);
+        assert!(c.is_closed(), "{identity}");
+        fg.wait_stderr(REFUSED_LOG, Duration::from_secs(10));
+        let log = fg.stderr();
+        let line = log.lines().find(|l| l.contains(REFUSED_LOG)).unwrap();
+        assert!(
+            line.contains("it expects a PROXY header"),
+            "{identity}: {line}"
+        );
+    }
+}

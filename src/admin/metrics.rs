@@ -91,7 +91,7 @@ pub struct Metrics {
     pub refused_total_cap: Counter,
     /// Connections refused by `max_connections_per_ip`.
     pub refused_per_ip_cap: Counter,
-    identity_refused: [Counter; 4],
+    identity_refused: [Counter; 5],
     store: OnceLock<Opened>,
     workers: OnceLock<Arc<crate::server::WorkerLoads>>,
 }

@@ -99,6 +99,10 @@ impl Session {
             }
         }
         let reply = self.up()?.relay(cmd).await?;
+        if let Some(p) = super::identity::helo_problem(&reply) {
+            // Never the client's answer: upstream refuses every command of this session.
+            return Ok(self.identity_refused(p).err().unwrap_or(Flow::Close));
+        }
         if reply.is_completion() {
             self.helo_seen = true;
             self.ehlo = ehlo;

@@ -44,8 +44,14 @@ pub enum IdentityProblem {
         /// Upstream's reply, quoted.
         reply: String,
     },
-    /// The greeting was no SMTP greeting (220, 421 or 554), as a server waiting for a PROXY
-    /// header that never came answers (Exim: 503).
+    /// Upstream greeted, then refused floodgate's or the client's EHLO with 503: what Exim
+    /// answers to every command when `hosts_proxy` lists floodgate and no header came.
+    #[error("upstream refuses EHLO with \"{reply}\": it expects a PROXY header (Exim: floodgate is in hosts_proxy; Postfix: smtpd_upstream_proxy_protocol); set client_identity = \"proxy-v2\" or stop upstream from expecting one")]
+    ProxyHeaderExpected {
+        /// Upstream's reply, quoted.
+        reply: String,
+    },
+    /// The greeting was no SMTP greeting (220, 421 or 554).
     #[error("upstream greeted with \"{reply}\", which is no SMTP greeting: does it expect a PROXY header (Postfix smtpd_upstream_proxy_protocol, Exim hosts_proxy)? Then set client_identity = \"proxy-v2\"")]
     BadGreeting {
         /// Upstream's greeting, quoted.
@@ -60,6 +66,7 @@ impl IdentityProblem {
             IdentityProblem::XclientNotOffered { .. } => "xclient_not_offered",
             IdentityProblem::XclientRefused { .. } => "xclient_refused",
             IdentityProblem::ProxyHeaderNotExpected { .. } => "proxy_header_not_expected",
+            IdentityProblem::ProxyHeaderExpected { .. } => "proxy_header_expected",
             IdentityProblem::BadGreeting { .. } => "bad_greeting",
         }
     }
@@ -77,10 +84,11 @@ impl IdentityProblem {
 }
 
 /// The labels of [`IdentityProblem::kind`], in a fixed order (for the metrics registry).
-pub const PROBLEM_KINDS: [&str; 4] = [
+pub const PROBLEM_KINDS: [&str; 5] = [
     "xclient_not_offered",
     "xclient_refused",
     "proxy_header_not_expected",
+    "proxy_header_expected",
     "bad_greeting",
 ];
 
@@ -95,30 +103,31 @@ pub fn quote_reply(reply: &Reply) -> String {
 }
 
 /// What a greeting says about the identity setup: a code other than 220, 421 and 554 is no
-/// greeting (RFC 5321 §4.3.2) and, in practice, a server that waited for a PROXY header;
-/// Exim's `554 SMTP synchronization error` after a PROXY header is a header it did not
-/// expect (it read the header as input sent before its banner).
-pub fn greeting_problem(identity: ClientIdentity, greeting: &Reply) -> Option<IdentityProblem> {
-    let reply = || quote_reply(greeting);
+/// greeting (RFC 5321 §4.3.2); a server that waited in vain for a PROXY header may answer
+/// so.
+pub fn greeting_problem(greeting: &Reply) -> Option<IdentityProblem> {
     match greeting.code {
-        220 | 421 => None,
-        554 if identity == ClientIdentity::ProxyV2
-            && greeting
-                .text()
-                .to_ascii_lowercase()
-                .contains("synchronization") =>
-        {
-            Some(IdentityProblem::ProxyHeaderNotExpected { reply: reply() })
-        }
-        554 => None,
-        _ => Some(IdentityProblem::BadGreeting { reply: reply() }),
+        220 | 421 | 554 => None,
+        _ => Some(IdentityProblem::BadGreeting {
+            reply: quote_reply(greeting),
+        }),
     }
+}
+
+/// What a 503 to EHLO or HELO means: they are never out of sequence after a greeting, so
+/// upstream refuses every command, as Exim does for a host in `hosts_proxy` that sent no
+/// PROXY header.
+pub fn helo_problem(reply: &Reply) -> Option<IdentityProblem> {
+    (reply.code == 503).then(|| IdentityProblem::ProxyHeaderExpected {
+        reply: quote_reply(reply),
+    })
 }
 
 /// The reply to floodgate's first command after a PROXY header (NOOP, or EHLO when it needs
 /// upstream's extensions): upstream that read the header as commands answers those first
-/// (Postfix: `500 5.5.2 Error: bad syntax`, three times, then 221 to the `QUIT` of the
-/// signature), so anything but 250 here means the header was not expected.
+/// (Postfix: `500 5.5.2 Error: bad syntax` three times; Exim 4.96: `500 unrecognized
+/// command` twice, `501 NUL characters are not allowed`; both then 221 to the `QUIT` of
+/// the signature), so anything but 250 here means the header was not expected.
 pub fn proxy_probe_problem(reply: &Reply) -> Option<IdentityProblem> {
     (reply.code != 250).then(|| IdentityProblem::ProxyHeaderNotExpected {
         reply: quote_reply(reply),
@@ -277,30 +286,27 @@ mod tests {
 
     #[test]
     fn greetings() {
-        for id in [
-            ClientIdentity::None,
-            ClientIdentity::Xclient,
-            ClientIdentity::ProxyV2,
-        ] {
-            assert_eq!(greeting_problem(id, &r(220, "pf.test ESMTP Postfix")), None);
-            assert_eq!(
-                greeting_problem(id, &r(421, "4.3.0 pf.test Server local error")),
-                None
-            );
-            assert_eq!(greeting_problem(id, &r(554, "5.7.1 go away")), None);
-            let p = greeting_problem(
-                id,
-                &r(503, "Command refused, required Proxy negotiation failed"),
-            );
-            assert_eq!(p.as_ref().map(IdentityProblem::kind), Some("bad_greeting"));
-            assert!(p.unwrap().to_string().contains("\"503 Command refused"));
-        }
-        let sync = r(554, "SMTP synchronization error");
-        assert_eq!(greeting_problem(ClientIdentity::Xclient, &sync), None);
+        assert_eq!(greeting_problem(&r(220, "pf.test ESMTP Postfix")), None);
         assert_eq!(
-            greeting_problem(ClientIdentity::ProxyV2, &sync).map(|p| p.kind()),
-            Some("proxy_header_not_expected")
+            greeting_problem(&r(421, "4.3.0 pf.test Server local error")),
+            None
         );
+        assert_eq!(greeting_problem(&r(554, "5.7.1 go away")), None);
+        let p = greeting_problem(&r(503, "Command refused")).unwrap();
+        assert_eq!(p.kind(), "bad_greeting");
+        assert!(p.to_string().contains("\"503 Command refused\""), "{p}");
+        assert!(!p.relayable());
+    }
+
+    #[test]
+    fn helo_refused_with_503_means_a_proxy_header_was_expected() {
+        let exim = r(503, "Command refused, required Proxy negotiation failed");
+        let p = helo_problem(&exim).unwrap();
+        assert_eq!(p.kind(), "proxy_header_expected");
+        assert!(!p.relayable());
+        assert!(p.to_string().contains("hosts_proxy"), "{p}");
+        assert_eq!(helo_problem(&r(250, "ok")), None);
+        assert_eq!(helo_problem(&r(501, "5.5.4 Syntax: EHLO hostname")), None);
     }
 
     #[test]
@@ -370,6 +376,9 @@ mod tests {
                 reply: String::new(),
             },
             IdentityProblem::ProxyHeaderNotExpected {
+                reply: String::new(),
+            },
+            IdentityProblem::ProxyHeaderExpected {
                 reply: String::new(),
             },
             IdentityProblem::BadGreeting {

@@ -19,7 +19,7 @@ use crate::smtp::reply::{Reply, ReplyParser};
 use crate::smtp::xclient::{xclient_command, XclientAttrs};
 
 use super::deadline::{Deadline, WaitError};
-use super::identity::{greeting_problem, proxy_probe_problem, IdentityProblem};
+use super::identity::{greeting_problem, helo_problem, proxy_probe_problem, IdentityProblem};
 use super::stream::Stream;
 
 /// How to reach upstream, prepared once per config.
@@ -167,7 +167,7 @@ impl Upstream {
             caps: Capabilities::default(),
         };
         let greeting = up.read_reply().await?;
-        if let Some(p) = greeting_problem(settings.identity, &greeting) {
+        if let Some(p) = greeting_problem(&greeting) {
             return Err(UpstreamError::Identity(p));
         }
         if greeting.code != 220 {
@@ -245,6 +245,9 @@ impl Upstream {
 
     /// Takes upstream's answer to floodgate's EHLO: its extensions, or an error.
     fn ehlo_reply(&mut self, r: &Reply) -> Result<(), UpstreamError> {
+        if let Some(p) = helo_problem(r) {
+            return Err(UpstreamError::Identity(p));
+        }
         if r.code != 250 {
             return Err(UpstreamError::Protocol(format!(
                 "upstream refused floodgate's EHLO with {}",

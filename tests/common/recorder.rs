@@ -42,6 +42,9 @@ pub struct RecorderOptions {
     /// `--proxy-missing-reply`: with `proxy_protocol`, the reply when no header came within
     /// `--proxy-timeout` (0.5 s here).
     pub proxy_missing_reply: Option<String>,
+    /// `--proxy-missing-503`: with `proxy_protocol`, no header within 0.5 s: greet, then 503
+    /// to every command but QUIT (as Exim for a host in `hosts_proxy`).
+    pub proxy_missing_503: bool,
     /// `--xclient-attrs`: what EHLO lists after XCLIENT (`Some("")`: no XCLIENT); the
     /// recorder's default is Postfix 3.7's list.
     pub xclient_attrs: Option<String>,
@@ -66,6 +69,7 @@ impl Default for RecorderOptions {
             host: "127.0.0.1".into(),
             proxy_protocol: false,
             proxy_missing_reply: None,
+            proxy_missing_503: false,
             xclient_attrs: None,
             xclient_reply: None,
             xclient_ipv4_only: false,
@@ -250,6 +254,9 @@ impl Recorder {
         }
         if let Some(r) = &opts.proxy_missing_reply {
             cmd.args(["--proxy-timeout", "0.5", "--proxy-missing-reply", r]);
+        }
+        if opts.proxy_missing_503 {
+            cmd.args(["--proxy-timeout", "0.5", "--proxy-missing-503"]);
         }
         if let Some(a) = &opts.xclient_attrs {
             cmd.args(["--xclient-attrs", a]);

@@ -11,7 +11,8 @@ usage: recorder.py [--host 127.0.0.1] [--port 0] [--record FILE]
                    [--user NAME:PASSWORD ...] [--reject-rcpt SUB ...] [--defer-rcpt SUB ...]
                    [--fault none|refuse|die-mid-data|garbage|slow|reset-after-data-cmd]
                    [--fault-after N] [--delay S] [--idle-timeout S] [--hostname NAME]
-                   [--proxy-protocol [--proxy-timeout S --proxy-missing-reply "CODE TEXT"]]
+                   [--proxy-protocol [--proxy-timeout S]
+                    [--proxy-missing-reply "CODE TEXT" | --proxy-missing-503]]
                    [--xclient-attrs "NAME ADDR ..."] [--xclient-reply "CODE TEXT"]
                    [--xclient-ipv4-only]
 
@@ -22,6 +23,8 @@ authorization"); --xclient-ipv4-only answers an IPv6 ADDR as an IPv4-only Postfi
 (501 5.5.4 Bad ADDR syntax). --proxy-missing-reply: with --proxy-protocol, when no PROXY
 header came within --proxy-timeout seconds, send this reply and close (Exim: "503 Command
 refused, required Proxy negotiation failed"; Postfix: "421 4.3.0 <host> Server local error").
+--proxy-missing-503 instead greets and answers every command but QUIT with "503 Command
+refused, required Proxy negotiation failed", as Exim 4.96 does for a host in hosts_proxy.
 
 On start it prints `READY <port>` on stdout (flushed). SIGTERM/SIGINT: clean exit 0.
 Loopback addresses only.
@@ -218,6 +221,7 @@ class Session:
         self.errors = 0
         self.messages = 0
         self.xclient: dict[str, str] = {}
+        self.refuse_all = False
         self.reset_session()
 
     # ----- state -------------------------------------------------------------------
@@ -323,11 +327,14 @@ class Session:
 
     async def read_proxy_header(self) -> None:
         """Reads a PROXY v2 header before the greeting and records it (plain listeners)."""
-        if self.cfg.proxy_missing_reply:
+        if self.cfg.proxy_missing_reply or self.cfg.proxy_missing_503:
             try:
                 await asyncio.wait_for(self._fill_to(16), self.cfg.proxy_timeout)
             except asyncio.TimeoutError:
                 self.record("proxy", error="no header", raw_b64=b64(bytes(self.buf[:64])))
+                if self.cfg.proxy_missing_503:
+                    self.refuse_all = True
+                    return
                 await self.send_raw((self.cfg.proxy_missing_reply + "\r\n").encode("utf-8"))
                 raise Closed("proxy-header")
         while len(self.buf) < 16:
@@ -380,6 +387,9 @@ class Session:
         verb, _, arg = text.partition(" ")
         verb = verb.upper()
         self.record("command", verb=verb, line=text if verb != "AUTH" else "AUTH " + arg.split(" ")[0])
+        if self.refuse_all and verb != "QUIT":
+            await self.reply("503 Command refused, required Proxy negotiation failed")
+            return
         handler = getattr(self, "cmd_" + verb.replace("-", "_"), None)
         if not verb or handler is None or not verb.isalpha():
             await self.error("502 5.5.2 Error: command not recognized")
@@ -852,6 +862,11 @@ def parse_args(argv=None):
     )
     ap.add_argument("--proxy-timeout", type=float, default=3.0, help="seconds to wait for it")
     ap.add_argument("--proxy-missing-reply", default="", help="reply when no header came in time")
+    ap.add_argument(
+        "--proxy-missing-503",
+        action="store_true",
+        help="no header in time: greet, then 503 to every command but QUIT (Exim hosts_proxy)",
+    )
     ap.add_argument("--xclient-attrs", default=POSTFIX_XCLIENT, help="listed after XCLIENT")
     ap.add_argument("--xclient-reply", default="", help="answer every XCLIENT with this")
     ap.add_argument("--xclient-ipv4-only", action="store_true", help="501 to an IPv6 ADDR")

@@ -434,6 +434,15 @@ def run_fault_checks() -> None:
             assert r.events("proxy")[-1]["error"] == "no header"
         finally:
             r.stop()
+        r = Recorder("--proxy-protocol", "--proxy-timeout", "0.2", "--proxy-missing-503")
+        try:
+            c = Raw(r.port)
+            assert c.reply().startswith(b"220 "), "greets after the wait"
+            c.send(b"EHLO c\r\nNOOP\r\nQUIT\r\n")
+            reps = c.replies(3)
+            assert [x[:3] for x in reps] == [b"503", b"503", b"221"], reps
+        finally:
+            r.stop()
 
     @check("--implicit-tls: TLS first, no STARTTLS advertised, message recorded with tls=true")
     def _():
