@@ -21,6 +21,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use dashmap::DashMap;
 
 use super::counter::{Counter, Gauge, Histogram, LATENCY_BUCKETS};
+use crate::proxy::identity::PROBLEM_KINDS;
 use crate::proxy::UpstreamError;
 use crate::server::Refusal;
 use crate::store::open::Opened;
@@ -90,6 +91,7 @@ pub struct Metrics {
     pub refused_total_cap: Counter,
     /// Connections refused by `max_connections_per_ip`.
     pub refused_per_ip_cap: Counter,
+    identity_refused: [Counter; 5],
     store: OnceLock<Opened>,
     workers: OnceLock<Arc<crate::server::WorkerLoads>>,
 }
@@ -192,8 +194,28 @@ impl Metrics {
             UpstreamError::Lost(_) => 2,
             UpstreamError::Protocol(_) => 3,
             UpstreamError::Tls(_) => 4,
+            UpstreamError::Identity(p) => {
+                self.identity_refused(p.kind());
+                return;
+            }
         };
         self.upstream_errors[i].inc();
+    }
+
+    /// Upstream did not take a client's identity (`kind`: one of
+    /// [`crate::proxy::identity::PROBLEM_KINDS`]).
+    pub fn identity_refused(&self, kind: &str) {
+        if let Some(i) = PROBLEM_KINDS.iter().position(|k| *k == kind) {
+            self.identity_refused[i].inc();
+        }
+    }
+
+    /// Identity refusals of one kind.
+    pub fn identity_refused_of(&self, kind: &str) -> u64 {
+        PROBLEM_KINDS
+            .iter()
+            .position(|k| *k == kind)
+            .map_or(0, |i| self.identity_refused[i].get())
     }
 
     /// Upstream failures of one kind (`connect`, `timeout`, `lost`, `protocol`, `tls`).
@@ -360,6 +382,18 @@ impl Metrics {
         );
         for (k, c) in UPSTREAM_KINDS.iter().zip(&self.upstream_errors) {
             w.sample("floodgate_upstream_errors_total", &[("kind", k)], c.get());
+        }
+        w.head(
+            "floodgate_upstream_identity_refused_total",
+            "counter",
+            "Sessions whose client identity upstream did not take (XCLIENT not offered or refused, PROXY header not expected), by reason.",
+        );
+        for (k, c) in PROBLEM_KINDS.iter().zip(&self.identity_refused) {
+            w.sample(
+                "floodgate_upstream_identity_refused_total",
+                &[("reason", k)],
+                c.get(),
+            );
         }
         w.one(
             "floodgate_store_decisions_total",

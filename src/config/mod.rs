@@ -82,6 +82,19 @@ pub enum ClientIdentity {
     ProxyV2,
 }
 
+/// What floodgate does when upstream will not take the real client's identity (XCLIENT not
+/// offered or refused).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnIdentityRefused {
+    /// Refuse the client with 421 4.3.5 and close: upstream would see floodgate's address,
+    /// which is often trusted (`mynetworks`).
+    #[default]
+    Refuse,
+    /// Relay the session anyway, with floodgate's own address (logged and counted).
+    Relay,
+}
+
 /// What to do with a bare CR or LF inside message data.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -122,6 +135,9 @@ pub struct ServerConfig {
     /// Worker threads, each with its own event loop accepting from the listening sockets;
     /// 0 means one per CPU core.
     pub workers: usize,
+    /// Look up the client's name (reverse, then forward-confirmed) for XCLIENT NAME and
+    /// REVERSE_NAME and the Received line.
+    pub resolve_client_names: bool,
 }
 
 impl Default for ServerConfig {
@@ -134,6 +150,7 @@ impl Default for ServerConfig {
             trusted_proxies: Vec::new(),
             shutdown_grace: ConfigDuration(Duration::from_secs(30)),
             workers: 0,
+            resolve_client_names: true,
         }
     }
 }
@@ -156,6 +173,9 @@ pub struct Timeouts {
     pub upstream_connect: ConfigDuration,
     /// Each upstream reply.
     pub upstream_reply: ConfigDuration,
+    /// The client's name lookup (reverse and forward together); past it the name is
+    /// `[TEMPUNAVAIL]`.
+    pub client_name_lookup: ConfigDuration,
 }
 
 impl Default for Timeouts {
@@ -169,6 +189,7 @@ impl Default for Timeouts {
             proxy_header: s(5),
             upstream_connect: s(10),
             upstream_reply: s(300),
+            client_name_lookup: s(5),
         }
     }
 }
@@ -244,6 +265,9 @@ pub struct UpstreamConfig {
     /// floodgate's own EHLO name towards upstream.
     #[serde(default)]
     pub helo_name: Option<String>,
+    /// When upstream does not take XCLIENT: refuse the client (default) or relay anyway.
+    #[serde(default)]
+    pub on_identity_refused: OnIdentityRefused,
 }
 
 fn default_store() -> Spanned<StoreConfig> {
@@ -277,6 +301,10 @@ pub struct SmtpConfig {
     pub max_recipients: usize,
     /// Offer CHUNKING (RFC 3030 BDAT) to clients after EHLO.
     pub chunking: bool,
+    /// Put floodgate's own `Received:` line at the top of every relayed message.
+    pub add_received: bool,
+    /// Name the authenticated user in that line.
+    pub received_show_user: bool,
 }
 
 /// The default `[smtp] max_text_line`: far above RFC 5321's 1000, so the long lines
@@ -293,6 +321,8 @@ impl Default for SmtpConfig {
             bare_line_endings: BareLineEndings::Normalize,
             max_recipients: 1000,
             chunking: true,
+            add_received: false,
+            received_show_user: false,
         }
     }
 }

@@ -51,11 +51,15 @@ impl Session {
                     }
                     Judged::Close => return Ok(Flow::Close),
                 }
+                // floodgate's own Received line is part of what is relayed: it counts
+                // towards the size, as for DATA.
+                self.received = self.received_header().await;
+                let received = self.received.as_ref().map_or(0, |r| r.len() as u64);
                 let smtp = &self.shared.config.smtp;
                 ChunkedBody::new(
                     smtp.max_text_line,
                     bare_policy(smtp.bare_line_endings),
-                    smtp.max_message_size,
+                    smtp.max_message_size.saturating_sub(received),
                 )
             }
         };

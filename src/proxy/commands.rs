@@ -8,7 +8,6 @@ use crate::smtp::command::{Command, MailFrom, Param, RcptTo};
 use crate::smtp::ehlo::{cap_size, filter_ehlo, parse_ehlo, EhloFilter};
 use crate::smtp::help::{help_reply, HelpCommands};
 use crate::smtp::reply::Reply;
-use crate::smtp::xclient::XclientAttrs;
 
 use super::session::{FactSlot, Flow, Judged, Session};
 use super::upstream::UpstreamError;
@@ -105,26 +104,18 @@ impl Session {
         }
         if self.shared.upstream.identity() == ClientIdentity::Xclient && !self.xclient_done {
             self.xclient_done = true;
-            let attrs = XclientAttrs {
-                addr: self.peer.ip(),
-                port: self.peer.port(),
-                name: None,
-                helo: Some(name),
-                proto: if ehlo { "ESMTP" } else { "SMTP" },
-            };
-            match self.up()?.xclient(&attrs).await? {
-                Some(r) if r.code == 220 => {}
-                Some(r) => warn!(
-                    client = %self.peer.ip(),
-                    code = r.code,
-                    "upstream refused XCLIENT; it sees floodgate's address"
-                ),
-                None => warn!("upstream does not offer XCLIENT; it sees floodgate's address"),
+            if let Some(flow) = self.send_xclient(name, ehlo).await? {
+                return Ok(flow);
             }
         }
         let reply = self.up()?.relay(cmd).await?;
+        if let Some(p) = super::identity::helo_problem(&reply) {
+            // Never the client's answer: upstream refuses every command of this session.
+            return Ok(self.identity_refused(p).err().unwrap_or(Flow::Close));
+        }
         if reply.is_completion() {
             self.helo_seen = true;
+            self.ehlo = ehlo;
             self.reset_txn();
         }
         if ehlo && reply.code == 250 {

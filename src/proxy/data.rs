@@ -174,7 +174,12 @@ impl Session {
             .queue_bytes(b"354 End data with <CR><LF>.<CR><LF>\r\n");
         let cfg = self.shared.config.clone();
         let bare = bare_policy(cfg.smtp.bare_line_endings);
-        let max = cfg.smtp.max_message_size;
+        // floodgate's own Received line is part of what is relayed: it counts towards the size.
+        self.received = self.received_header().await;
+        let max = cfg
+            .smtp
+            .max_message_size
+            .saturating_sub(self.received.as_ref().map_or(0, |r| r.len() as u64));
         // The message stays in the input buffer, already in its dot-stuffed wire form, unless
         // one of its lines has to change on the way (then it is copied into `body`).
         let mut decoder = DataDecoder::new(cfg.smtp.max_text_line, bare, max).held();
@@ -253,9 +258,10 @@ impl Session {
                 return Ok(Flow::Close);
             }
         }
+        let received = self.received.take();
         let reply = match &msg {
-            Spooled::Data(wire) => self.relay_message(wire).await,
-            Spooled::Chunked(body) => self.relay_chunked(body).await,
+            Spooled::Data(wire) => self.relay_message(wire, received.as_deref()).await,
+            Spooled::Chunked(body) => self.relay_chunked(body, received.as_deref()).await,
         };
         drop(msg);
         let reply = reply?;
@@ -293,10 +299,18 @@ impl Session {
 
     /// A message taken in BDAT chunks, relayed as one `BDAT n LAST` when upstream offers
     /// CHUNKING, else as DATA with floodgate's dot-stuffing and end-of-data line; with
-    /// upstream's final reply. `body` has canonical line ends and no stuffing.
-    async fn relay_chunked(&mut self, body: &[u8]) -> Result<Reply, UpstreamError> {
+    /// upstream's final reply. `body` has canonical line ends and no stuffing; `received`,
+    /// floodgate's Received line, goes on top.
+    async fn relay_chunked(
+        &mut self,
+        body: &[u8],
+        received: Option<&[u8]>,
+    ) -> Result<Reply, UpstreamError> {
         let headers = self.policy.message_headers();
         let mut plain = Vec::new();
+        if let Some(r) = received {
+            plain.extend_from_slice(r);
+        }
         for h in &headers {
             // Header lines from the policy are floodgate's own text; keep them single lines.
             plain.extend(h.bytes().filter(|b| *b != b'\r' && *b != b'\n'));
@@ -338,8 +352,12 @@ impl Session {
 
     /// DATA upstream, the message with floodgate's own framing, and upstream's final reply.
     /// `wire` is the message in its dot-stuffed wire form with its end-of-data line, as
-    /// the decoder handed it over.
-    async fn relay_message(&mut self, wire: &Wire) -> Result<Reply, UpstreamError> {
+    /// the decoder handed it over; `received`, floodgate's Received line, goes on top.
+    async fn relay_message(
+        &mut self,
+        wire: &Wire,
+        received: Option<&[u8]>,
+    ) -> Result<Reply, UpstreamError> {
         let r = self.up()?.command(b"DATA\r\n").await?;
         if r.code != 354 {
             // Upstream refused DATA: its transaction is still open; close it so both agree.
@@ -351,11 +369,13 @@ impl Session {
         }
         self.up()?.recycle(r);
         let headers = self.policy.message_headers();
-        if headers.is_empty() {
+        if headers.is_empty() && received.is_none() {
             self.up()?.send(wire.as_bytes()).await?;
             return self.up()?.read_reply().await;
         }
-        let mut out = Vec::with_capacity(wire.as_bytes().len() + 256);
+        let mut out = Vec::with_capacity(wire.as_bytes().len() + 512);
+        // Already in wire form: CRLF lines, none starting with '.'.
+        out.extend_from_slice(received.unwrap_or_default());
         for h in &headers {
             // Header lines from the policy are floodgate's own text; keep them single lines.
             let clean: String = h.chars().filter(|c| *c != '\r' && *c != '\n').collect();

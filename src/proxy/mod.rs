@@ -8,6 +8,8 @@ pub mod client;
 mod commands;
 mod data;
 mod deadline;
+pub mod identity;
+pub mod names;
 pub mod session;
 pub mod stream;
 pub mod upstream;

@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
-use crate::config::{Config, TlsMode};
+use crate::config::{ClientIdentity, Config, TlsMode};
 use crate::policy::{Facts, Policy, SessionPolicy, Stage, Verdict};
 use crate::smtp::command::{parse_command, Command};
 use crate::smtp::ehlo::Capabilities;
@@ -18,6 +18,7 @@ use crate::smtp::line::{LineEvent, LineFramer};
 use crate::smtp::reply::Reply;
 
 use super::client::{ClientConn, ReadEnd, Wait};
+use super::names::{ClientNames, NameResolver};
 use super::stream::Stream;
 use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
 
@@ -33,6 +34,8 @@ pub struct Shared {
     pub policy: Arc<dyn Policy>,
     /// The metrics registry (the same across reloads).
     pub metrics: Arc<crate::admin::Metrics>,
+    /// Client name lookups, cached.
+    pub names: Arc<NameResolver>,
 }
 
 /// The listener a session came in on.
@@ -87,6 +90,8 @@ pub struct Session {
     pub(super) framer: LineFramer,
     pub(super) facts: Facts,
     pub(super) helo_seen: bool,
+    /// The client's last greeting was EHLO (not HELO).
+    pub(super) ehlo: bool,
     pub(super) in_txn: bool,
     pub(super) rcpts: Vec<String>,
     pub(super) offered: Capabilities,
@@ -94,14 +99,20 @@ pub struct Session {
     pub(super) upstream_chunking: bool,
     /// The message of a BDAT transaction, from its first chunk to its LAST.
     pub(super) chunked: Option<crate::smtp::ChunkedBody>,
+    /// floodgate's Received line for the message being taken, made when it starts.
+    pub(super) received: Option<Vec<u8>>,
     pub(super) xclient_done: bool,
     /// Upstream accepted an AUTH (235) in this session.
     pub(super) authenticated: bool,
     pub(super) errors: u32,
     pub(super) stop: CancellationToken,
     pub(super) peer: SocketAddr,
-    /// The address the client connected to, when upstream needs it (PROXY v2).
+    /// The address the client connected to, when upstream needs it (PROXY v2, XCLIENT).
     pub(super) local: Option<SocketAddr>,
+    /// The client's name lookup, started with the session.
+    pub(super) names_task: Option<tokio::task::JoinHandle<ClientNames>>,
+    /// Its outcome, once awaited.
+    pub(super) names: Option<ClientNames>,
     pub(super) tally: Tally,
     /// Emptied strings of the last transaction's facts, reused by the next one.
     pub(super) strings: Vec<String>,
@@ -142,17 +153,21 @@ impl Session {
             listener,
             up: None,
             helo_seen: false,
+            ehlo: false,
             in_txn: false,
             rcpts: Vec::new(),
             offered: Capabilities::default(),
             upstream_chunking: false,
             chunked: None,
+            received: None,
             xclient_done: false,
             authenticated: false,
             errors: 0,
             stop,
             peer,
             local,
+            names_task: None,
+            names: None,
             tally: Tally::default(),
             strings: Vec::new(),
         };
@@ -190,6 +205,7 @@ impl Session {
                 return "refused at connect";
             }
         }
+        self.start_name_lookup();
         let connected = Upstream::connect(&self.shared.upstream, self.peer, self.local).await;
         self.shared.metrics.upstream_connected(
             connected.as_ref().err(),
@@ -200,6 +216,15 @@ impl Session {
                 self.up = Some(up);
                 greeting
             }
+            Err(UpstreamError::Identity(p)) => {
+                // Counted with the upstream outcome above.
+                error!(client = %self.peer.ip(), port = self.peer.port(), problem = %p,
+                    "upstream did not take the client's identity: refusing the client");
+                self.client.queue(&super::identity::refusal_reply(
+                    &self.shared.config.server.hostname,
+                ));
+                return "identity refused";
+            }
             Err(e) => {
                 warn!(client = %self.peer.ip(), error = %e, "upstream unavailable");
                 let r = e.client_reply(&self.shared.config.server.hostname);
@@ -207,6 +232,20 @@ impl Session {
                 return "upstream unavailable";
             }
         };
+        if greeting.code == 220 && self.shared.upstream.identity() == ClientIdentity::Xclient {
+            let offered = &self
+                .up
+                .as_ref()
+                .map(|u| u.caps.xclient.clone())
+                .unwrap_or_default();
+            if let Some(p) = super::identity::xclient_offer_problem(offered) {
+                // Nothing to send XCLIENT to: decided once, before the client is greeted.
+                self.xclient_done = true;
+                if self.identity_refused(p).is_err() {
+                    return "identity refused";
+                }
+            }
+        }
         let result = match greeting.class() {
             _ if greeting.code == 220 => {
                 self.client.queue(&greeting);
@@ -459,6 +498,7 @@ impl Session {
         }
         self.in_txn = false;
         self.chunked = None;
+        self.received = None;
         for r in self.rcpts.drain(..) {
             pool_string(&mut self.strings, Some(r));
         }

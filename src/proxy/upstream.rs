@@ -19,6 +19,7 @@ use crate::smtp::reply::{Reply, ReplyParser};
 use crate::smtp::xclient::{xclient_command, XclientAttrs};
 
 use super::deadline::{Deadline, WaitError};
+use super::identity::{greeting_problem, helo_problem, proxy_probe_problem, IdentityProblem};
 use super::stream::Stream;
 
 /// How to reach upstream, prepared once per config.
@@ -56,6 +57,10 @@ pub enum UpstreamError {
     /// TLS towards upstream failed.
     #[error("upstream TLS failed: {0}")]
     Tls(String),
+    /// Upstream did not take the client's identity (a PROXY header it did not expect, a
+    /// greeting that shows it waited for one).
+    #[error("{0}")]
+    Identity(IdentityProblem),
 }
 
 impl UpstreamError {
@@ -71,6 +76,7 @@ impl UpstreamError {
             UpstreamError::Lost(_) | UpstreamError::Protocol(_) => {
                 format!("4.4.2 {hostname} Upstream connection lost, try again later")
             }
+            UpstreamError::Identity(_) => return super::identity::refusal_reply(hostname),
         };
         Reply::new(421, text)
     }
@@ -161,12 +167,30 @@ impl Upstream {
             caps: Capabilities::default(),
         };
         let greeting = up.read_reply().await?;
+        if let Some(p) = greeting_problem(&greeting) {
+            return Err(UpstreamError::Identity(p));
+        }
         if greeting.code != 220 {
             return Ok((up, greeting));
         }
         let needs_ehlo =
             settings.tls == TlsMode::Starttls || settings.identity == ClientIdentity::Xclient;
-        if needs_ehlo {
+        if settings.identity == ClientIdentity::ProxyV2 {
+            // The first reply after the greeting must answer floodgate's own command: an
+            // upstream that read the header as commands answers those first.
+            let probe = if needs_ehlo {
+                format!("EHLO {}\r\n", settings.helo_name)
+            } else {
+                "NOOP\r\n".to_string()
+            };
+            let r = up.command(probe.as_bytes()).await?;
+            if let Some(p) = proxy_probe_problem(&r) {
+                return Err(UpstreamError::Identity(p));
+            }
+            if needs_ehlo {
+                up.ehlo_reply(&r)?;
+            }
+        } else if needs_ehlo {
             up.ehlo(&settings.helo_name).await?;
         }
         if settings.tls == TlsMode::Starttls {
@@ -216,13 +240,21 @@ impl Upstream {
 
     async fn ehlo(&mut self, name: &str) -> Result<(), UpstreamError> {
         let r = self.command(format!("EHLO {name}\r\n").as_bytes()).await?;
+        self.ehlo_reply(&r)
+    }
+
+    /// Takes upstream's answer to floodgate's EHLO: its extensions, or an error.
+    fn ehlo_reply(&mut self, r: &Reply) -> Result<(), UpstreamError> {
+        if let Some(p) = helo_problem(r) {
+            return Err(UpstreamError::Identity(p));
+        }
         if r.code != 250 {
             return Err(UpstreamError::Protocol(format!(
                 "upstream refused floodgate's EHLO with {}",
                 r.code
             )));
         }
-        self.caps = parse_ehlo(&r);
+        self.caps = parse_ehlo(r);
         Ok(())
     }
 

@@ -68,12 +68,16 @@ pub fn build_shared_with(
         None => None,
     };
     let upstream = UpstreamSettings::from_config(&config)?;
+    let names = Arc::new(crate::proxy::names::NameResolver::new(
+        config.timeouts.client_name_lookup.0,
+    ));
     Ok(Shared {
         config,
         upstream,
         tls,
         policy,
         metrics,
+        names,
     })
 }
 
@@ -632,8 +636,9 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
     let _ = tcp.set_nodelay(true);
     let shared = ctx.shared.read().expect("shared lock").clone();
     let cfg = shared.config.clone();
-    // Only a PROXY v2 header towards upstream needs the local address: no syscall otherwise.
-    let mut local = if cfg.upstream.client_identity == ClientIdentity::ProxyV2 {
+    // Only a PROXY v2 header and XCLIENT (DESTADDR, DESTPORT) towards upstream need the
+    // local address: no syscall otherwise.
+    let mut local = if cfg.upstream.client_identity != ClientIdentity::None {
         tcp.local_addr().ok()
     } else {
         None

@@ -23,6 +23,7 @@ pub mod ehlo;
 pub mod help;
 pub mod line;
 pub mod proxy_header;
+pub mod received;
 pub mod reply;
 pub mod sasl;
 pub mod xclient;
@@ -36,7 +37,7 @@ pub use line::{LineEvent, LineFramer};
 pub use proxy_header::{encode_proxy_v2, parse_proxy_header, ProxyHeader, ProxyHeaderError};
 pub use reply::{Reply, ReplyError, ReplyParser};
 pub use sasl::{Mechanism, SaslObserver};
-pub use xclient::{xclient_command, xtext_encode, XclientAttrs};
+pub use xclient::{xclient_command, xtext_encode, ClientName, XclientAttrs};
 
 /// RFC 5321 §4.5.3.1.4: command line limit, CRLF included. floodgate allows
 /// more (see [`DEFAULT_COMMAND_LINE_MAX`]) because extensions raise it.

@@ -87,6 +87,8 @@ pub struct FloodgateConfig {
     pub extra: String,
     /// `[tls] auth_without_tls` (AUTH on plain listeners, for tests).
     pub auth_without_tls: bool,
+    /// More `[upstream]` keys, one `key = value` TOML line each.
+    pub upstream_keys: Vec<String>,
 }
 
 impl FloodgateConfig {
@@ -118,6 +120,7 @@ impl FloodgateConfig {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
             extra: String::new(),
+            upstream_keys: Vec::new(),
             auth_without_tls: false,
         }
     }
@@ -152,6 +155,12 @@ impl FloodgateConfig {
             Some(slot) => slot.1 = value.into(),
             None => self.timeouts.push((key.into(), value.into())),
         }
+        self
+    }
+
+    /// One more `[upstream]` key; `value` is TOML (quote strings yourself).
+    pub fn upstream_key(mut self, key: &str, value: &str) -> Self {
+        self.upstream_keys.push(format!("{key} = {value}"));
         self
     }
 
@@ -239,8 +248,12 @@ impl FloodgateConfig {
             self.client_identity,
             path(ca_file())
         ));
+        for line in &self.upstream_keys {
+            t.push_str(line);
+            t.push('\n');
+        }
         t.push_str(&format!(
-            "[log]\nlevel = \"{}\"\nformat = \"text\"\n\n",
+            "\n[log]\nlevel = \"{}\"\nformat = \"text\"\n\n",
             self.log_level
         ));
         t.push_str(&self.extra);

@@ -41,6 +41,19 @@ pub struct RecorderOptions {
     pub proxy_protocol: bool,
     /// `--no-chunking`: no CHUNKING in EHLO, BDAT refused.
     pub no_chunking: bool,
+    /// `--proxy-missing-reply`: with `proxy_protocol`, the reply when no header came within
+    /// `--proxy-timeout` (0.5 s here).
+    pub proxy_missing_reply: Option<String>,
+    /// `--proxy-missing-503`: with `proxy_protocol`, no header within 0.5 s: greet, then 503
+    /// to every command but QUIT (as Exim for a host in `hosts_proxy`).
+    pub proxy_missing_503: bool,
+    /// `--xclient-attrs`: what EHLO lists after XCLIENT (`Some("")`: no XCLIENT); the
+    /// recorder's default is Postfix 3.7's list.
+    pub xclient_attrs: Option<String>,
+    /// `--xclient-reply`: answer every XCLIENT with this reply.
+    pub xclient_reply: Option<String>,
+    /// `--xclient-ipv4-only`: 501 to an IPv6 ADDR, as an IPv4-only Postfix.
+    pub xclient_ipv4_only: bool,
 }
 
 impl Default for RecorderOptions {
@@ -58,6 +71,11 @@ impl Default for RecorderOptions {
             host: "127.0.0.1".into(),
             proxy_protocol: false,
             no_chunking: false,
+            proxy_missing_reply: None,
+            proxy_missing_503: false,
+            xclient_attrs: None,
+            xclient_reply: None,
+            xclient_ipv4_only: false,
         }
     }
 }
@@ -239,6 +257,21 @@ impl Recorder {
         }
         if opts.no_chunking {
             cmd.arg("--no-chunking");
+        }
+        if let Some(r) = &opts.proxy_missing_reply {
+            cmd.args(["--proxy-timeout", "0.5", "--proxy-missing-reply", r]);
+        }
+        if opts.proxy_missing_503 {
+            cmd.args(["--proxy-timeout", "0.5", "--proxy-missing-503"]);
+        }
+        if let Some(a) = &opts.xclient_attrs {
+            cmd.args(["--xclient-attrs", a]);
+        }
+        if let Some(r) = &opts.xclient_reply {
+            cmd.args(["--xclient-reply", r]);
+        }
+        if opts.xclient_ipv4_only {
+            cmd.arg("--xclient-ipv4-only");
         }
         for (u, p) in &opts.users {
             cmd.arg("--user").arg(format!("{u}:{p}"));

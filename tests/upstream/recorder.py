@@ -11,7 +11,20 @@ usage: recorder.py [--host 127.0.0.1] [--port 0] [--record FILE]
                    [--user NAME:PASSWORD ...] [--reject-rcpt SUB ...] [--defer-rcpt SUB ...]
                    [--fault none|refuse|die-mid-data|garbage|slow|reset-after-data-cmd]
                    [--fault-after N] [--delay S] [--idle-timeout S] [--hostname NAME]
-                   [--proxy-protocol]
+                   [--proxy-protocol [--proxy-timeout S]
+                    [--proxy-missing-reply "CODE TEXT" | --proxy-missing-503]]
+                   [--xclient-attrs "NAME ADDR ..."] [--xclient-reply "CODE TEXT"]
+                   [--xclient-ipv4-only]
+
+--xclient-attrs is what EHLO lists after XCLIENT (default: Postfix 3.7's list; "" lists no
+XCLIENT at all, as Postfix does for a client not in smtpd_authorized_xclient_hosts).
+--xclient-reply answers every XCLIENT with that reply (e.g. "550 5.7.0 Error: insufficient
+authorization"); --xclient-ipv4-only answers an IPv6 ADDR as an IPv4-only Postfix does
+(501 5.5.4 Bad ADDR syntax). --proxy-missing-reply: with --proxy-protocol, when no PROXY
+header came within --proxy-timeout seconds, send this reply and close (Exim: "503 Command
+refused, required Proxy negotiation failed"; Postfix: "421 4.3.0 <host> Server local error").
+--proxy-missing-503 instead greets and answers every command but QUIT with "503 Command
+refused, required Proxy negotiation failed", as Exim 4.96 does for a host in hosts_proxy.
 
 On start it prints `READY <port>` on stdout (flushed). SIGTERM/SIGINT: clean exit 0.
 Loopback addresses only.
@@ -26,6 +39,7 @@ Record lines (all have "event", "session" (int, 0 for server events) and "time")
   tls            STARTTLS handshake done; injected: base64 of bytes that were
                  pipelined after STARTTLS and discarded ("" when none)
   xclient        attrs {NAME: value, ...} (xtext-decoded)
+  xclient_refused attrs, reply (--xclient-reply / --xclient-ipv4-only refused it)
   auth           mechanism, user, ok
   message        id, mail_from, mail_params, rcpts, data_b64 (wire bytes between the
                  354 and the final CRLF.CRLF, dot-stuffed, incl. the last line's CRLF),
@@ -62,7 +76,11 @@ MAX_SIZE = 52428800
 MAX_RCPTS = 1000
 MAX_ERRORS = 20
 
-XCLIENT_ATTRS = ("NAME", "ADDR", "PORT", "PROTO", "HELO", "LOGIN", "DESTADDR", "DESTPORT")
+XCLIENT_ATTRS = (
+    "NAME", "ADDR", "PORT", "PROTO", "HELO", "LOGIN", "DESTADDR", "DESTPORT", "REVERSE_NAME",
+)
+# What Postfix 3.7 lists after XCLIENT for an authorized client.
+POSTFIX_XCLIENT = "NAME ADDR PROTO HELO REVERSE_NAME PORT LOGIN DESTADDR DESTPORT"
 
 PROXY_V2_SIG = b"\r\n\r\n\x00\r\nQUIT\n"
 
@@ -203,6 +221,7 @@ class Session:
         self.errors = 0
         self.messages = 0
         self.xclient: dict[str, str] = {}
+        self.refuse_all = False
         self.reset_session()
 
     # ----- state -------------------------------------------------------------------
@@ -308,6 +327,16 @@ class Session:
 
     async def read_proxy_header(self) -> None:
         """Reads a PROXY v2 header before the greeting and records it (plain listeners)."""
+        if self.cfg.proxy_missing_reply or self.cfg.proxy_missing_503:
+            try:
+                await asyncio.wait_for(self._fill_to(16), self.cfg.proxy_timeout)
+            except asyncio.TimeoutError:
+                self.record("proxy", error="no header", raw_b64=b64(bytes(self.buf[:64])))
+                if self.cfg.proxy_missing_503:
+                    self.refuse_all = True
+                    return
+                await self.send_raw((self.cfg.proxy_missing_reply + "\r\n").encode("utf-8"))
+                raise Closed("proxy-header")
         while len(self.buf) < 16:
             await self.fill()
         length = struct.unpack("!H", bytes(self.buf[14:16]))[0]
@@ -321,6 +350,10 @@ class Session:
             self.record("proxy", error=str(e), raw_b64=b64(header[:64]))
             raise Closed("proxy-header")
         self.record("proxy", **fields)
+
+    async def _fill_to(self, n: int) -> None:
+        while len(self.buf) < n:
+            await self.fill()
 
     async def greet(self) -> None:
         await self.reply("220 %s ESMTP recorder" % self.cfg.hostname)
@@ -354,6 +387,9 @@ class Session:
         verb, _, arg = text.partition(" ")
         verb = verb.upper()
         self.record("command", verb=verb, line=text if verb != "AUTH" else "AUTH " + arg.split(" ")[0])
+        if self.refuse_all and verb != "QUIT":
+            await self.reply("503 Command refused, required Proxy negotiation failed")
+            return
         handler = getattr(self, "cmd_" + verb.replace("-", "_"), None)
         if not verb or handler is None or not verb.isalpha():
             await self.error("502 5.5.2 Error: command not recognized")
@@ -394,7 +430,8 @@ class Session:
         ]
         if self.srv.tls_ctx is not None and not self.tls:
             caps.append("250 STARTTLS")
-        caps.append("250 XCLIENT NAME ADDR PORT PROTO HELO LOGIN")
+        if self.cfg.xclient_attrs.strip():
+            caps.append("250 XCLIENT " + self.cfg.xclient_attrs.strip())
         if not self.cfg.no_chunking:
             caps.append("250 CHUNKING")
         caps.append("250 X-FOO")
@@ -461,6 +498,14 @@ class Session:
             attrs[name] = xtext_decode(value)
         if not attrs:
             await self.error("501 5.5.4 Syntax: XCLIENT attribute=value [attribute=value ...]")
+            return
+        if self.cfg.xclient_reply:
+            self.record("xclient_refused", attrs=attrs, reply=self.cfg.xclient_reply)
+            await self.error(self.cfg.xclient_reply)
+            return
+        if self.cfg.xclient_ipv4_only and attrs.get("ADDR", "").upper().startswith("IPV6:"):
+            self.record("xclient_refused", attrs=attrs, reply="501")
+            await self.error("501 5.5.4 Bad ADDR syntax: %s" % attrs["ADDR"])
             return
         self.xclient.update(attrs)
         self.record("xclient", attrs=attrs)
@@ -820,6 +865,16 @@ def parse_args(argv=None):
     ap.add_argument(
         "--no-chunking", action="store_true", help="leave CHUNKING out of EHLO and refuse BDAT (502)"
     )
+    ap.add_argument("--proxy-timeout", type=float, default=3.0, help="seconds to wait for it")
+    ap.add_argument("--proxy-missing-reply", default="", help="reply when no header came in time")
+    ap.add_argument(
+        "--proxy-missing-503",
+        action="store_true",
+        help="no header in time: greet, then 503 to every command but QUIT (Exim hosts_proxy)",
+    )
+    ap.add_argument("--xclient-attrs", default=POSTFIX_XCLIENT, help="listed after XCLIENT")
+    ap.add_argument("--xclient-reply", default="", help="answer every XCLIENT with this")
+    ap.add_argument("--xclient-ipv4-only", action="store_true", help="501 to an IPv6 ADDR")
     a = ap.parse_args(argv)
     if not ipaddress.ip_address(a.host).is_loopback:
         ap.error("refusing non-loopback address %s" % a.host)

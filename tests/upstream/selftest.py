@@ -172,7 +172,9 @@ def run_main_checks(r: Recorder, have_swaks: bool) -> None:
                 assert s.has_extn(k), k
             assert s.esmtp_features["auth"].split() == ["PLAIN", "LOGIN", "CRAM-MD5", "XOAUTH2"]
             assert s.esmtp_features["size"] == "52428800"
-            assert s.esmtp_features["xclient"].split() == ["NAME", "ADDR", "PORT", "PROTO", "HELO", "LOGIN"]
+            assert s.esmtp_features["xclient"].split() == [
+                "NAME", "ADDR", "PROTO", "HELO", "REVERSE_NAME", "PORT", "LOGIN", "DESTADDR", "DESTPORT"
+            ], "Postfix 3.7's list"
             code, _ = s.helo("client.test")
             assert code == 250
 
@@ -389,6 +391,59 @@ def run_main_checks(r: Recorder, have_swaks: bool) -> None:
 
 
 def run_fault_checks() -> None:
+    @check("--xclient-attrs '': no XCLIENT listed; --xclient-reply / --xclient-ipv4-only refuse it")
+    def _():
+        r = Recorder("--xclient-attrs", "")
+        try:
+            with smtplib.SMTP("127.0.0.1", r.port, timeout=10) as s:
+                s.ehlo("client.test")
+                assert not s.has_extn("xclient")
+        finally:
+            r.stop()
+        r = Recorder("--xclient-reply", "550 5.7.0 Error: insufficient authorization")
+        try:
+            c = Raw(r.port)
+            c.reply()
+            c.send(b"EHLO proxy.test\r\n")
+            c.reply()
+            c.send(b"XCLIENT ADDR=192.0.2.1\r\n")
+            assert c.reply().startswith(b"550 5.7.0 Error: insufficient"), "refused"
+            assert r.events("xclient_refused")[-1]["attrs"] == {"ADDR": "192.0.2.1"}
+            assert not r.events("xclient")
+        finally:
+            r.stop()
+        r = Recorder("--xclient-ipv4-only")
+        try:
+            c = Raw(r.port)
+            c.reply()
+            c.send(b"EHLO proxy.test\r\nXCLIENT ADDR=IPV6:2001:db8::1\r\nXCLIENT ADDR=192.0.2.1\r\n")
+            reps = c.replies(3)
+            assert reps[1].startswith(b"501 5.5.4 Bad ADDR syntax: IPV6:2001:db8::1"), reps
+            assert reps[2].startswith(b"220 "), reps
+        finally:
+            r.stop()
+
+    @check("--proxy-protocol --proxy-missing-reply: no header in time gets that reply, then close")
+    def _():
+        r = Recorder("--proxy-protocol", "--proxy-timeout", "0.2", "--proxy-missing-reply",
+                     "503 Command refused, required Proxy negotiation failed")
+        try:
+            c = Raw(r.port)
+            assert c.reply().startswith(b"503 Command refused"), "missing-header reply"
+            assert c.closed()
+            assert r.events("proxy")[-1]["error"] == "no header"
+        finally:
+            r.stop()
+        r = Recorder("--proxy-protocol", "--proxy-timeout", "0.2", "--proxy-missing-503")
+        try:
+            c = Raw(r.port)
+            assert c.reply().startswith(b"220 "), "greets after the wait"
+            c.send(b"EHLO c\r\nNOOP\r\nQUIT\r\n")
+            reps = c.replies(3)
+            assert [x[:3] for x in reps] == [b"503", b"503", b"221"], reps
+        finally:
+            r.stop()
+
     @check("--implicit-tls: TLS first, no STARTTLS advertised, message recorded with tls=true")
     def _():
         r = Recorder("--implicit-tls")
