@@ -338,30 +338,50 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
     let u = &config.upstream;
     writeln!(
         out,
-        "upstream: {} tls={} client_identity={} server_name={} helo={}",
+        "upstream: {} tls={} client_identity={} on_identity_refused={} server_name={} helo={}",
         u.address.get_ref(),
         u.tls.as_str(),
         u.client_identity.as_str(),
+        u.on_identity_refused.as_str(),
         config.upstream_server_name(),
         config.helo_name()
     )?;
     let s = &config.server;
     writeln!(
         out,
-        "server: hostname={} max_connections={} per_ip={} max_errors={} shutdown_grace={}",
-        s.hostname, s.max_connections, s.max_connections_per_ip, s.max_errors, s.shutdown_grace
+        "server: hostname={} max_connections={} per_ip={} max_errors={} shutdown_grace={} resolve_client_names={}",
+        s.hostname,
+        s.max_connections,
+        s.max_connections_per_ip,
+        s.max_errors,
+        s.shutdown_grace,
+        s.resolve_client_names
     )?;
     let m = &config.smtp;
     writeln!(
         out,
-        "smtp: command_line={} text_line={} auth_line={} message_size={} recipients={} bare_line_endings={}",
-        m.max_command_line, m.max_text_line, m.max_auth_line, m.max_message_size, m.max_recipients, m.bare_line_endings.as_str()
+        "smtp: command_line={} text_line={} auth_line={} message_size={} recipients={} bare_line_endings={} chunking={} add_received={} received_show_user={}",
+        m.max_command_line,
+        m.max_text_line,
+        m.max_auth_line,
+        m.max_message_size,
+        m.max_recipients,
+        m.bare_line_endings.as_str(),
+        m.chunking,
+        m.add_received,
+        m.received_show_user
     )?;
     let t = &config.timeouts;
     writeln!(
         out,
-        "timeouts: command={} data={} session={} tls_handshake={} upstream_connect={} upstream_reply={}",
-        t.command, t.data, t.session, t.tls_handshake, t.upstream_connect, t.upstream_reply
+        "timeouts: command={} data={} session={} tls_handshake={} upstream_connect={} upstream_reply={} client_name_lookup={}",
+        t.command,
+        t.data,
+        t.session,
+        t.tls_handshake,
+        t.upstream_connect,
+        t.upstream_reply,
+        t.client_name_lookup
     )?;
     let st = &config.store;
     writeln!(

@@ -329,6 +329,10 @@ fn snapshot_round_trip() {
     assert_eq!(loaded.snapshot_bytes().len(), store.snapshot_bytes().len());
     // No temporary file is left behind.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    // The records name users and addresses: the file is its owner's alone, whatever the umask.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "snapshot mode {mode:o}");
     // Decisions continue identically after a restart.
     let d = Decision {
         limits: vec![ewma("e", 5.0, UpdateMode::Leaky, true)],

@@ -427,7 +427,22 @@ fn check_prints_the_listener_requirements_and_refuses_a_wrong_type() {
     // The config's words, not Rust's names for them.
     assert!(text.contains("client_identity=proxy-v2"), "{text}");
     assert!(text.contains("bare_line_endings=normalize"), "{text}");
-    for debug_word in ["ProxyV2", "Xclient", "Normalize", "Reject", "Starttls"] {
+    assert!(text.contains("on_identity_refused=refuse"), "{text}");
+    assert!(
+        text.contains("chunking=true add_received=false received_show_user=false"),
+        "{text}"
+    );
+    assert!(text.contains("resolve_client_names=true"), "{text}");
+    assert!(text.contains("client_name_lookup=5s"), "{text}");
+    for debug_word in [
+        "ProxyV2",
+        "Xclient",
+        "Normalize",
+        "Reject",
+        "Starttls",
+        "Refuse",
+        "Relay",
+    ] {
         assert!(!text.contains(debug_word), "{debug_word} in {text}");
     }
 

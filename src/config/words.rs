@@ -1,7 +1,7 @@
 //! The config's own words for its enumerations, for `floodgate check` and logs: what an
 //! operator wrote, not Rust's names for it.
 
-use super::{BareLineEndings, ClientIdentity, LogFormat};
+use super::{BareLineEndings, ClientIdentity, LogFormat, OnIdentityRefused};
 
 impl ClientIdentity {
     /// The config word (`none`, `xclient`, `proxy-v2`).
@@ -24,6 +24,16 @@ impl BareLineEndings {
     }
 }
 
+impl OnIdentityRefused {
+    /// The config word (`refuse`, `relay`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnIdentityRefused::Refuse => "refuse",
+            OnIdentityRefused::Relay => "relay",
+        }
+    }
+}
+
 impl LogFormat {
     /// The config word (`text`, `json`).
     pub fn as_str(self) -> &'static str {
@@ -38,6 +48,18 @@ impl LogFormat {
 mod tests {
     use super::*;
     use serde::Deserialize;
+
+    #[test]
+    fn identity_refusal_words_read_back() {
+        #[derive(Deserialize)]
+        struct W {
+            on: OnIdentityRefused,
+        }
+        for on in [OnIdentityRefused::Refuse, OnIdentityRefused::Relay] {
+            let w: W = toml::from_str(&format!("on = \"{}\"\n", on.as_str())).unwrap();
+            assert_eq!(w.on, on);
+        }
+    }
 
     /// Each word reads back as the value it names: the words are the config's.
     #[test]
