@@ -595,3 +595,46 @@ first.quit()
     assert!(!refused[0].contains("127.0.0.3"), "{refused:?}");
     eprintln!("second client got: {second}");
 }
+
+/// floodgate's side of the three ways its settings and Exim's can disagree: each is
+/// recognised, the client gets 421 4.3.5 (never one of Exim's replies as the answer to its
+/// own command) and the session ends before any of its commands could reach Exim as
+/// floodgate's; an error names the setting to fix.
+#[test]
+fn misconfigured_identity_towards_exim_refuses_the_client() {
+    let ex = Exim::shared();
+    // (client_identity, Exim port, what floodgate's error says)
+    let cases = [
+        // Exim 4.96 has no XCLIENT: relaying as floodgate would make every client look local.
+        ("xclient", EximPort::Plain, "XCLIENT"),
+        // A header Exim does not expect is read as commands (500, 500, 501, 221).
+        ("proxy-v2", EximPort::Plain, "PROXY v2 header as SMTP commands"),
+        // No header where Exim expects one: 503 to every command after the greeting.
+        ("none", EximPort::Proxy, "expects a PROXY header"),
+    ];
+    for (identity, port, says) in cases {
+        let cfg = FloodgateConfig::new(ex.addr(port))
+            .identity(identity)
+            .log_level("info");
+        let fg = Floodgate::start(&cfg);
+        let mut c = RawClient::connect(fg.addr("plain"));
+        let mut r = c.reply();
+        if r.code == 220 {
+            r = c.cmd("EHLO client.test");
+        }
+        assert_eq!(
+            (r.code, r.enhanced().as_deref()),
+            (421, Some("4.3.5")),
+            "{identity} to {port:?}: {r:?}\n{}",
+            fg.stderr()
+        );
+        // floodgate closes after its 421: no later command can reach Exim.
+        assert!(
+            c.replies_until_close().is_empty(),
+            "{identity}: more after the 421"
+        );
+        fg.wait_stderr("upstream did not take the client's identity", DELIVERY);
+        let log = fg.stderr();
+        assert!(log.contains(says), "{identity}: {says:?} not in\n{log}");
+    }
+}
