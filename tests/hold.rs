@@ -97,6 +97,17 @@ fn send(fg: &Floodgate, n: usize) -> Vec<(u16, String)> {
     out
 }
 
+/// The body of a GET on the admin socket.
+fn admin_get(socket: &Path, target: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
 /// Unstuffs the recorder's wire data.
 fn unstuff(data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -191,10 +202,21 @@ fn held_messages_are_listed_shown_released_and_deleted() {
     assert!(out.ok(), "{out}");
     rec.wait_events("message", 3);
     assert!(held(&sock).is_empty());
-    let metrics = fg.stderr();
-    assert!(metrics.contains("message held"), "{metrics}");
-    assert!(metrics.contains("held message released"), "{metrics}");
-    assert!(metrics.contains("held message deleted"), "{metrics}");
+    let log = fg.stderr();
+    assert!(log.contains("message held"), "{log}");
+    assert!(log.contains("held message released"), "{log}");
+    assert!(log.contains("held message deleted"), "{log}");
+    let metrics = admin_get(&sock, "/metrics");
+    for line in [
+        "floodgate_held_messages 0",
+        "floodgate_held_bytes 0",
+        "floodgate_held_total{event=\"held\"} 3",
+        "floodgate_held_total{event=\"released\"} 2",
+        "floodgate_held_total{event=\"deleted\"} 1",
+        "floodgate_policy_verdicts_total{limit=\"per-user\",action=\"hold\"} 3",
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
 }
 
 #[test]

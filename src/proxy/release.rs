@@ -169,7 +169,7 @@ mod tests {
         assert_eq!(
             h,
             "X-Floodgate-Released: id=abc-1; by=\"ops__Bcc: x@y\"; reason=\"said _ok__ fine\"; \
-             at=Thu, 1 Jan 1970 00:00:00 +0000\r\n"
+             at=Thu, 01 Jan 1970 00:00:00 +0000\r\n"
         );
     }
 }

@@ -296,6 +296,19 @@ mod tests {
             b"XCLIENT NAME=[UNAVAILABLE] ADDR=IPV6:2001:db8::1\r\n"
         );
         assert!(xclient_command(&a, &["LOGIN".to_string()]).is_empty());
+        // LOGIN only when set and offered, before ADDR.
+        let with_login = XclientAttrs {
+            login: Some("al ice"),
+            ..a
+        };
+        assert_eq!(
+            xclient_command(&with_login, &["LOGIN".to_string(), "ADDR".to_string()]),
+            b"XCLIENT LOGIN=al+20ice ADDR=IPV6:2001:db8::1\r\n"
+        );
+        assert_eq!(
+            xclient_command(&with_login, &["addr".to_string()]),
+            b"XCLIENT ADDR=IPV6:2001:db8::1\r\n"
+        );
         assert!(xclient_command(&a, &[]).is_empty());
     }
 
