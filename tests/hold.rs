@@ -102,7 +102,11 @@ fn admin_get(socket: &Path, target: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
@@ -133,15 +137,24 @@ fn held_messages_are_listed_shown_released_and_deleted() {
     for (i, m) in list.iter().enumerate() {
         let i = i + 1;
         assert_eq!(m["subject"], format!("held {i}"));
-        assert_eq!(m["recipients"], serde_json::json!([format!("r{i}@example.com")]));
+        assert_eq!(
+            m["recipients"],
+            serde_json::json!([format!("r{i}@example.com")])
+        );
         assert_eq!(m["sender"], "alice@example.org");
         assert_eq!(m["key"], USER);
         assert_eq!(m["limit"], "per-user");
-        assert!(replies[i].1.contains(m["id"].as_str().unwrap()), "{replies:?}");
+        assert!(
+            replies[i].1.contains(m["id"].as_str().unwrap()),
+            "{replies:?}"
+        );
     }
     let text = verb(&sock, &["held", "list"]);
     assert!(text.ok(), "{text}");
-    assert!(text.stdout.contains("SUBJECT") && text.stdout.contains("held 2"), "{text}");
+    assert!(
+        text.stdout.contains("SUBJECT") && text.stdout.contains("held 2"),
+        "{text}"
+    );
     assert!(text.stdout.contains("r3@example.com"), "{text}");
     let only = verb(&sock, &["held", "list", "--key", "nobody", "--json"]);
     assert!(only.stdout.contains("\"held\":[]"), "{only}");
@@ -171,11 +184,18 @@ fn held_messages_are_listed_shown_released_and_deleted() {
             && trace.contains("reason=\"checked\""),
         "{trace}"
     );
-    assert_eq!(&content[first_end..], &body(1)[..], "identical octets after the trace header");
+    assert_eq!(
+        &content[first_end..],
+        &body(1)[..],
+        "identical octets after the trace header"
+    );
     assert_eq!(m.rcpts, ["r1@example.com"]);
     assert_eq!(m.mail_from, "alice@example.org");
     assert_eq!(m.xclient.get("ADDR").map(String::as_str), Some("127.0.0.1"));
-    assert_eq!(m.xclient.get("HELO").map(String::as_str), Some("laptop.test"));
+    assert_eq!(
+        m.xclient.get("HELO").map(String::as_str),
+        Some("laptop.test")
+    );
     assert_eq!(m.auth_user.as_deref(), Some(USER));
     assert_eq!(held(&sock).len(), 2);
 
@@ -193,7 +213,10 @@ fn held_messages_are_listed_shown_released_and_deleted() {
     ] {
         let out = verb(&sock, &args);
         assert!(!out.ok(), "{args:?}: {out}");
-        assert!(out.stderr.contains("no held message with id"), "{args:?}: {out}");
+        assert!(
+            out.stderr.contains("no held message with id"),
+            "{args:?}: {out}"
+        );
     }
     assert_eq!(rec.messages().len(), 2, "nothing else delivered");
 
@@ -229,7 +252,11 @@ fn a_full_spool_defers_and_loses_nothing() {
     assert_eq!(codes, [250, 250, 250, 452], "{replies:?}");
     assert!(replies[3].1.contains(" 4.3.1 "), "{replies:?}");
     assert_eq!(held(&fg.admin_socket()).len(), 2);
-    assert_eq!(rec.messages().len(), 1, "the deferred message was not relayed either");
+    assert_eq!(
+        rec.messages().len(),
+        1,
+        "the deferred message was not relayed either"
+    );
     // Only held files in the directory: nothing half-written.
     let names: Vec<String> = std::fs::read_dir(spool.path())
         .unwrap()
@@ -271,13 +298,16 @@ fn held_mail_survives_a_restart_and_two_releases_deliver_once() {
     assert_eq!(ok, 1, "{both:?}");
     let loser = both.iter().find(|o| !o.ok()).unwrap();
     assert!(
-        loser.stderr.contains("being released")
-            || loser.stderr.contains("no held message with id"),
+        loser.stderr.contains("being released") || loser.stderr.contains("no held message with id"),
         "{loser}"
     );
     rec.wait_events("message", 2);
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(rec.messages().len(), 2, "the held message was delivered once");
+    assert_eq!(
+        rec.messages().len(),
+        2,
+        "the held message was delivered once"
+    );
     assert!(held(&sock).is_empty());
 }
 
@@ -321,7 +351,10 @@ fn ttl_expiry_can_release() {
     assert!(send(&fg, 2).iter().all(|r| r.0 == 250));
     rec.wait_events("message", 2);
     let m = &rec.messages()[1];
-    assert!(unstuff(&m.data).starts_with(b"X-Floodgate-Released: "), "{m:?}");
+    assert!(
+        unstuff(&m.data).starts_with(b"X-Floodgate-Released: "),
+        "{m:?}"
+    );
     assert!(String::from_utf8_lossy(&m.data).contains("by=\"expiry\""));
     assert!(held(&fg.admin_socket()).is_empty());
 }
@@ -388,7 +421,11 @@ fn hold_settings_are_checked() {
         assert!(out.stderr.contains(want), "{extra}: {out}");
     }
     let path = tmp.path().join("floodgate.toml");
-    std::fs::write(&path, format!("{base}\n[hold]\ndir = \"/tmp\"\nttl = \"2d\"\n")).unwrap();
+    std::fs::write(
+        &path,
+        format!("{base}\n[hold]\ndir = \"/tmp\"\nttl = \"2d\"\n"),
+    )
+    .unwrap();
     let out = run_with_timeout(
         Command::new(env!("CARGO_BIN_EXE_floodgate"))
             .arg("check")
@@ -397,5 +434,8 @@ fn hold_settings_are_checked() {
         Duration::from_secs(20),
     );
     assert!(out.ok(), "{out}");
-    assert!(out.stdout.contains("hold: dir=/tmp") && out.stdout.contains("ttl=172800s"), "{out}");
+    assert!(
+        out.stdout.contains("hold: dir=/tmp") && out.stdout.contains("ttl=172800s"),
+        "{out}"
+    );
 }

@@ -69,7 +69,11 @@ fn a_held_message_released_to_postfix_arrives_intact_from_the_original_client() 
     assert_eq!(held.len(), 1, "{v}");
     assert_eq!(held[0]["subject"], format!("{tok} 1"));
     pf.settle();
-    assert_eq!(pf.messages_with(&tok).len(), 1, "Postfix got only the first");
+    assert_eq!(
+        pf.messages_with(&tok).len(),
+        1,
+        "Postfix got only the first"
+    );
 
     let id = held[0]["id"].as_str().unwrap();
     let out = verb(&["held", "release", id, "--reason", "postfix test"]);
@@ -88,8 +92,14 @@ fn a_held_message_released_to_postfix_arrives_intact_from_the_original_client() 
     let after = &text[at..];
     let trace_end = after.find('\n').unwrap() + 1;
     assert!(after[..trace_end].contains(&format!("id={id};")), "{after}");
-    let sent = message(&tok, 1).replace("\r\n", "\n").replace("\n..", "\n.");
-    assert_eq!(&after[trace_end..], sent, "identical body after the trace header");
+    let sent = message(&tok, 1)
+        .replace("\r\n", "\n")
+        .replace("\n..", "\n.");
+    assert_eq!(
+        &after[trace_end..],
+        sent,
+        "identical body after the trace header"
+    );
     assert_eq!(text.matches("X-Floodgate-Released:").count(), 1);
     // The original client through XCLIENT: its HELO and address, not floodgate's.
     let received = m.postfix_received();
@@ -98,5 +108,8 @@ fn a_held_message_released_to_postfix_arrives_intact_from_the_original_client() 
         "{received}"
     );
     let after_release = verb(&["held", "list", "--json"]);
-    assert!(after_release.stdout.contains("\"held\":[]"), "{after_release}");
+    assert!(
+        after_release.stdout.contains("\"held\":[]"),
+        "{after_release}"
+    );
 }

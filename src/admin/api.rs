@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::http::{Request, Response};
 use super::held;
+use super::http::{Request, Response};
 use super::inspect::{database_key, reading, TopBuilder};
 use super::Metrics;
 use crate::server::Control;

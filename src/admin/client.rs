@@ -389,8 +389,14 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                 ("id", text("id")),
                 ("key", text("key")),
                 ("limit", text("limit")),
-                ("held at", crate::smtp::received::rfc5322_date(v["time"].as_i64().unwrap_or(0))),
-                ("client", format!("{} port {}", text("client"), num(&v["client_port"]))),
+                (
+                    "held at",
+                    crate::smtp::received::rfc5322_date(v["time"].as_i64().unwrap_or(0)),
+                ),
+                (
+                    "client",
+                    format!("{} port {}", text("client"), num(&v["client_port"])),
+                ),
                 ("user", text("user")),
                 ("helo", text("helo")),
                 ("tls", text("tls")),

@@ -148,12 +148,9 @@ pub async fn expire_loop(
 ) {
     loop {
         let sh = shared();
-        let every = sh
-            .hold
-            .as_ref()
-            .map_or(Duration::from_secs(60), |s| {
-                (s.settings().ttl / 4).clamp(Duration::from_millis(500), Duration::from_secs(60))
-            });
+        let every = sh.hold.as_ref().map_or(Duration::from_secs(60), |s| {
+            (s.settings().ttl / 4).clamp(Duration::from_millis(500), Duration::from_secs(60))
+        });
         if let Some(spool) = sh.hold.clone() {
             expire_once(&sh, &spool).await;
             crate::proxy::refresh_hold_gauges(&spool, &sh.metrics);

@@ -94,7 +94,7 @@ pub fn valid_id(id: &str) -> bool {
 
 fn escape(v: &str, out: &mut Vec<u8>) {
     for &b in v.as_bytes() {
-        if b == b'%' || b < 0x20 || b >= 0x7f {
+        if b == b'%' || !(0x20..0x7f).contains(&b) {
             out.extend_from_slice(format!("%{b:02X}").as_bytes());
         } else {
             out.push(b);
@@ -114,7 +114,7 @@ fn unescape(v: &[u8]) -> Option<String> {
             }
             out.push(u8::from_str_radix(hex, 16).ok()?);
             i += 3;
-        } else if b < 0x20 || b >= 0x7f {
+        } else if !(0x20..0x7f).contains(&b) {
             return None;
         } else {
             out.push(b);
@@ -130,7 +130,10 @@ fn addr_text(a: SocketAddr) -> String {
 
 fn parse_addr(v: &str) -> Option<SocketAddr> {
     let (ip, port) = v.split_once(' ')?;
-    Some(SocketAddr::new(ip.parse::<IpAddr>().ok()?, port.parse().ok()?))
+    Some(SocketAddr::new(
+        ip.parse::<IpAddr>().ok()?,
+        port.parse().ok()?,
+    ))
 }
 
 impl HeldMessage {
@@ -242,8 +245,8 @@ impl HeldMessage {
             .ok()
             .filter(|t| t.to_string() == time_text)
             .ok_or(FormatError::Value("time"))?;
-        let client = parse_addr(&need(take("client"), "client")?)
-            .ok_or(FormatError::Value("client"))?;
+        let client =
+            parse_addr(&need(take("client"), "client")?).ok_or(FormatError::Value("client"))?;
         let local = match take("local") {
             Some(v) => Some(parse_addr(&v).ok_or(FormatError::Value("local"))?),
             None => None,
@@ -320,7 +323,10 @@ mod tests {
             proto: "ESMTP".into(),
             tls: None,
             mail: "<alice@example.org> BODY=8BITMIME".into(),
-            rcpts: vec!["<bob@example.net> NOTIFY=NEVER".into(), "<c@d.example>".into()],
+            rcpts: vec![
+                "<bob@example.net> NOTIFY=NEVER".into(),
+                "<c@d.example>".into(),
+            ],
             body: b"Subject: hi\r\n\r\nline\r\nend\n\r\n".to_vec(),
         }
     }
@@ -365,7 +371,8 @@ mod tests {
         extra.push(b'x');
         assert_eq!(HeldMessage::decode(&extra), Err(FormatError::Truncated));
         let text = String::from_utf8_lossy(&good).to_string();
-        let swap = |from: &str, to: &str| HeldMessage::decode(text.replacen(from, to, 1).as_bytes());
+        let swap =
+            |from: &str, to: &str| HeldMessage::decode(text.replacen(from, to, 1).as_bytes());
         assert_eq!(swap("key alice\n", ""), Err(FormatError::Missing("key")));
         assert_eq!(
             swap("key alice\n", "key alice\nkey bob\n"),
@@ -375,10 +382,22 @@ mod tests {
             swap("key alice\n", "colour red\n"),
             Err(FormatError::Field("colour".into()))
         );
-        assert_eq!(swap("time 1764000000", "time x"), Err(FormatError::Value("time")));
-        assert_eq!(swap("time 1764000000", "time 01764000000"), Err(FormatError::Value("time")));
-        assert_eq!(swap("client 192.0.2.7 50123", "client x"), Err(FormatError::Value("client")));
-        assert_eq!(swap("id 18f-1a-0", "id ../x"), Err(FormatError::Value("id")));
+        assert_eq!(
+            swap("time 1764000000", "time x"),
+            Err(FormatError::Value("time"))
+        );
+        assert_eq!(
+            swap("time 1764000000", "time 01764000000"),
+            Err(FormatError::Value("time"))
+        );
+        assert_eq!(
+            swap("client 192.0.2.7 50123", "client x"),
+            Err(FormatError::Value("client"))
+        );
+        assert_eq!(
+            swap("id 18f-1a-0", "id ../x"),
+            Err(FormatError::Value("id"))
+        );
         assert_eq!(swap("key alice", "key a%zz"), Err(FormatError::Line(3)));
         assert_eq!(swap("key alice", "keyalice"), Err(FormatError::Line(3)));
         assert_eq!(swap("body 27", "body 99"), Err(FormatError::Truncated));
@@ -415,23 +434,31 @@ mod tests {
             (text(), proptest::collection::vec(text(), 0..4)),
             proptest::collection::vec(any::<u8>(), 0..64),
         )
-            .prop_map(|(id, (key, limit, time, client), (local, user, helo, tls), (mail, rcpts), body)| {
-                HeldMessage {
+            .prop_map(
+                |(
                     id,
-                    key,
-                    limit,
-                    time,
-                    client,
-                    local,
-                    user,
-                    helo,
-                    proto: "ESMTP".into(),
-                    tls,
-                    mail,
-                    rcpts,
+                    (key, limit, time, client),
+                    (local, user, helo, tls),
+                    (mail, rcpts),
                     body,
-                }
-            })
+                )| {
+                    HeldMessage {
+                        id,
+                        key,
+                        limit,
+                        time,
+                        client,
+                        local,
+                        user,
+                        helo,
+                        proto: "ESMTP".into(),
+                        tls,
+                        mail,
+                        rcpts,
+                        body,
+                    }
+                },
+            )
     }
 
     proptest! {

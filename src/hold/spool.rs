@@ -246,10 +246,7 @@ impl Spool {
         }
         let tmp = self.settings.dir.join(format!("tmp.{}", m.id));
         let written = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)?;
+            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
             f.write_all(&bytes)?;
             f.sync_all()
         })();
@@ -444,7 +441,7 @@ mod tests {
         s.store(&msg("k1", 0)).unwrap();
         s.claim("k1").unwrap();
         // A write that crashed before its rename.
-        fs::write(d.path().join("tmp.k2"), &msg("k2", 0).encode()).unwrap();
+        fs::write(d.path().join("tmp.k2"), msg("k2", 0).encode()).unwrap();
         assert_eq!(s.list().unwrap().len(), 1);
         let s = Spool::open(settings(d.path())).unwrap();
         s.recover().unwrap();

@@ -127,9 +127,11 @@ impl Session {
             helo: self.facts.helo.clone(),
             proto: if self.ehlo { "ESMTP" } else { "SMTP" }.into(),
             tls: self.client.tls_info().map(|t| t.to_string()),
-            mail: self.envelope.mail.clone().unwrap_or_else(|| {
-                format!("<{}>", self.facts.sender.as_deref().unwrap_or(""))
-            }),
+            mail: self
+                .envelope
+                .mail
+                .clone()
+                .unwrap_or_else(|| format!("<{}>", self.facts.sender.as_deref().unwrap_or(""))),
             rcpts: self.envelope.rcpts.clone(),
             body,
         };

@@ -178,7 +178,7 @@ impl Session {
             return None;
         }
         let names = self.client_names().await;
-        let tls = self.client.tls_info().map(|t| received_tls(&t));
+        let tls = self.client.tls_info().map(received_tls);
         let time = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
