@@ -1,7 +1,7 @@
 //! The hold spool: messages floodgate accepted from the client but keeps instead of
 //! relaying (`action = "hold"`), until an operator releases or deletes them or they expire.
 //!
-//! * [`format`]: the held file (pure: serialisation and parsing);
+//! * [`format`](mod@format): the held file (pure: serialisation and parsing);
 //! * [`spool`]: the directory (atomic writes, listing, claims, limits).
 
 pub mod format;
