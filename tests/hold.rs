@@ -439,3 +439,41 @@ fn hold_settings_are_checked() {
         "{out}"
     );
 }
+
+#[test]
+fn a_bdat_message_is_held_and_released_with_the_same_octets() {
+    let rec = Recorder::start(RecorderOptions::default());
+    let spool = TempDir::new().unwrap();
+    let fg = Floodgate::start(&config(&rec, spool.path(), ""));
+    assert_eq!(send(&fg, 1)[0].0, 250);
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    assert_eq!(c.ehlo("laptop.test").code, 250);
+    let token = b64_encode(format!("\0{USER}\0{PASSWORD}").as_bytes());
+    assert_eq!(c.cmd(&format!("AUTH PLAIN {token}")).code, 235);
+    assert_eq!(c.cmd("MAIL FROM:<alice@example.org>").code, 250);
+    assert_eq!(c.cmd("RCPT TO:<chunked@example.com>").code, 250);
+    let msg = b"Subject: chunked\r\n\r\n.starts with a dot\r\nend\r\n";
+    let (a, b) = msg.split_at(20);
+    c.send(format!("BDAT {}\r\n", a.len()).as_bytes());
+    c.send(a);
+    assert_eq!(c.reply().code, 250);
+    c.send(format!("BDAT {} LAST\r\n", b.len()).as_bytes());
+    c.send(b);
+    let r = c.reply();
+    assert_eq!(r.code, 250, "{r:?}");
+    assert!(r.text().contains("queued as"), "{r:?}");
+    assert_eq!(c.cmd("QUIT").code, 221);
+    let sock = fg.admin_socket();
+    let list = held(&sock);
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["subject"], "chunked");
+    assert_eq!(list[0]["size"], msg.len());
+    assert_eq!(rec.messages().len(), 1);
+    let id = list[0]["id"].as_str().unwrap();
+    assert!(verb(&sock, &["held", "release", id]).ok());
+    rec.wait_events("message", 2);
+    let content = unstuff(&rec.messages()[1].data);
+    let first_end = content.iter().position(|&b| b == b'\n').unwrap() + 1;
+    assert!(content.starts_with(b"X-Floodgate-Released: "));
+    assert_eq!(&content[first_end..], &msg[..]);
+}
