@@ -102,6 +102,17 @@ impl Session {
         out
     }
 
+    /// Ends upstream's transaction: it saw MAIL and RCPT, and must never deliver a message
+    /// floodgate holds.
+    async fn reset_upstream(&mut self) -> Result<(), UpstreamError> {
+        let r = self.up()?.command(b"RSET\r\n").await?;
+        if !r.is_completion() {
+            warn!(code = r.code, "upstream refused RSET");
+        }
+        self.up()?.recycle(r);
+        Ok(())
+    }
+
     /// Writes the message to the hold spool and answers the client: 250 once it is on
     /// disk, 452 4.3.1 when the spool is full, 451 4.3.0 when it cannot be written (the
     /// client keeps the message and retries). Upstream's transaction is reset either way.
@@ -138,11 +149,6 @@ impl Session {
         let id = held.id.clone();
         let recipients = held.rcpts.len();
         let stored = store_blocking(spool.clone(), held).await;
-        // Upstream saw MAIL and RCPT; it must never deliver a held message.
-        let r = self.up()?.command(b"RSET\r\n").await?;
-        if !r.is_completion() {
-            warn!(code = r.code, "upstream refused RSET");
-        }
         let metrics = self.shared.metrics.clone();
         refresh_gauges(&spool, &metrics);
         match stored {
@@ -166,13 +172,17 @@ impl Session {
                 let answer = self.after_upstream(Stage::Message, reply).await;
                 self.in_txn = false;
                 self.reset_txn();
-                match answer {
+                let flow = match answer {
                     Some(a) => {
                         self.client.queue(&a);
-                        Ok(Flow::Next)
+                        Flow::Next
                     }
-                    None => Ok(Flow::Close),
-                }
+                    None => Flow::Close,
+                };
+                // After the client's answer is queued: a failing upstream ends the session
+                // with a 421 after it, never instead of it (the message is safe on disk).
+                self.reset_upstream().await?;
+                Ok(flow)
             }
             Err(e) => {
                 metrics.hold.refused.inc();
@@ -192,6 +202,7 @@ impl Session {
                 };
                 self.tally.refused += 1;
                 self.client.queue(&reply);
+                self.reset_upstream().await?;
                 Ok(Flow::Next)
             }
         }
