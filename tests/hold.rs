@@ -477,3 +477,30 @@ fn a_bdat_message_is_held_and_released_with_the_same_octets() {
     assert!(content.starts_with(b"X-Floodgate-Released: "));
     assert_eq!(&content[first_end..], &msg[..]);
 }
+
+#[test]
+fn a_recipient_refused_at_release_keeps_the_message_held() {
+    let rec = Recorder::start(RecorderOptions::default());
+    let spool = TempDir::new().unwrap();
+    let mut fg = Floodgate::start(&config(&rec, spool.path(), ""));
+    assert!(send(&fg, 2).iter().all(|r| r.0 == 250));
+    fg.terminate();
+    // The same spool in front of an upstream that now refuses that recipient.
+    let refusing = Recorder::start(RecorderOptions {
+        reject_rcpt: vec!["r1@".into()],
+        ..RecorderOptions::default()
+    });
+    let fg = Floodgate::start(&config(&refusing, spool.path(), ""));
+    let sock = fg.admin_socket();
+    let id = held(&sock)[0]["id"].as_str().unwrap().to_string();
+    let out = verb(&sock, &["held", "release", &id]);
+    assert!(!out.ok(), "{out}");
+    assert!(
+        out.stderr.contains("RCPT TO:<r1@example.com>")
+            && out.stderr.contains("550")
+            && out.stderr.contains("stays held"),
+        "{out}"
+    );
+    assert_eq!(held(&sock).len(), 1);
+    assert!(refusing.messages().is_empty());
+}
