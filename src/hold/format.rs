@@ -405,6 +405,15 @@ mod tests {
     }
 
     #[test]
+    fn the_fuzz_seed_reads() {
+        let seed = include_bytes!("../../fuzz/corpus/held_file/seed-sample");
+        let m = HeldMessage::decode(seed).unwrap();
+        assert_eq!(m.user.as_deref(), Some("alé"));
+        assert_eq!(m.recipients(), vec!["c@d", "e@f"]);
+        assert_eq!(m.encode(), seed);
+    }
+
+    #[test]
     fn ids() {
         assert!(valid_id("18f-1a-0"));
         for bad in ["", "-x", "a/b", "..", "a.b", "a b", &"x".repeat(65)] {
