@@ -504,3 +504,25 @@ fn a_recipient_refused_at_release_keeps_the_message_held() {
     assert_eq!(held(&sock).len(), 1);
     assert!(refusing.messages().is_empty());
 }
+
+#[test]
+fn a_spool_that_cannot_be_written_defers_with_451() {
+    let rec = Recorder::start(RecorderOptions::default());
+    let parent = TempDir::new().unwrap();
+    let dir = parent.path().join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    let fg = Floodgate::start(&config(&rec, &dir, ""));
+    // The directory goes away under the running floodgate: nothing can be written.
+    std::fs::remove_dir(&dir).unwrap();
+    let replies = send(&fg, 2);
+    assert_eq!(replies[0].0, 250);
+    assert_eq!(replies[1].0, 451, "{replies:?}");
+    assert!(replies[1].1.contains(" 4.3.0 "), "{replies:?}");
+    assert_eq!(
+        rec.messages().len(),
+        1,
+        "the deferred message was not relayed"
+    );
+    assert!(fg.stderr().contains("message not held: deferred"));
+    assert!(!dir.exists(), "nothing was written anywhere");
+}
