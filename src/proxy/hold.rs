@@ -148,9 +148,8 @@ impl Session {
         };
         let id = held.id.clone();
         let recipients = held.rcpts.len();
-        let stored = store_blocking(spool.clone(), held).await;
         let metrics = self.shared.metrics.clone();
-        refresh_gauges(&spool, &metrics);
+        let stored = store_blocking(spool, held, metrics.clone()).await;
         match stored {
             Ok(()) => {
                 metrics.hold.held.inc();
@@ -209,9 +208,17 @@ impl Session {
     }
 }
 
-/// Stores `held` in the spool off the event loop.
-async fn store_blocking(spool: Arc<Spool>, held: HeldMessage) -> Result<(), SpoolError> {
-    tokio::task::spawn_blocking(move || spool.store(&held))
+/// Stores `held` in the spool off the event loop, and updates the spool's gauges.
+async fn store_blocking(
+    spool: Arc<Spool>,
+    held: HeldMessage,
+    metrics: Arc<crate::admin::Metrics>,
+) -> Result<(), SpoolError> {
+    tokio::task::spawn_blocking(move || {
+        let stored = spool.store(&held);
+        refresh_gauges(&spool, &metrics);
+        stored
+    })
         .await
         .unwrap_or_else(|e| {
             Err(SpoolError::Io {
