@@ -113,3 +113,60 @@ fn a_held_message_released_to_postfix_arrives_intact_from_the_original_client() 
         "{after_release}"
     );
 }
+
+#[test]
+fn a_released_message_of_an_authenticated_user_reaches_postfix_as_that_user() {
+    let pf = Postfix::start(&PostfixConfig::default().sasl());
+    let _log = pf.log_on_panic();
+    let spool = TempDir::new().unwrap();
+    let limits = format!(
+        "[[limit]]\nname = \"per-user\"\nwhen = \"authenticated\"\ncount = \"recipients\"\n\
+         key = \"${{authenticated_id}}\"\nalgorithm = \"bucket\"\nrate = \"1 / 1h\"\n\
+         burst = \"1\"\naction = \"hold\"\n\n[hold]\ndir = \"{}\"\n",
+        spool.path().display()
+    );
+    let fg = Floodgate::start(&pf.floodgate_config(PfListener::Plain).extra(&limits));
+    let tok = token("holdauth");
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    assert_eq!(c.ehlo("client.example").code, 250);
+    let plain = common::postfix::b64(&format!("\0{USER}\0{PASSWORD}"));
+    assert_eq!(c.cmd(&format!("AUTH PLAIN {plain}")).code, 235);
+    for n in 0..2 {
+        assert_eq!(c.cmd("MAIL FROM:<sender@client.test>").code, 250);
+        assert_eq!(c.cmd(&format!("RCPT TO:<rcpt-{tok}@dest.test>")).code, 250);
+        assert_eq!(c.cmd("DATA").code, 354);
+        c.send(message(&tok, n).as_bytes());
+        c.send(b".\r\n");
+        assert_eq!(c.reply().code, 250);
+    }
+    assert_eq!(c.cmd("QUIT").code, 221);
+    pf.wait_messages(&tok, 1);
+    let sock = fg.admin_socket();
+    let verb = |args: &[&str]| {
+        run_with_timeout(
+            Command::new(env!("CARGO_BIN_EXE_floodgate"))
+                .args(args)
+                .arg("--socket")
+                .arg(&sock),
+            Duration::from_secs(30),
+        )
+    };
+    let out = verb(&["held", "release", "--key", USER]);
+    assert!(out.ok(), "{out}");
+    let msgs = pf.wait_messages(&tok, 2);
+    let released = msgs
+        .iter()
+        .find(|m| m.text().contains("X-Floodgate-Released: "))
+        .unwrap_or_else(|| panic!("{msgs:?}"));
+    let original = msgs
+        .iter()
+        .find(|m| !m.text().contains("X-Floodgate-Released: "))
+        .unwrap();
+    // Both as the authenticated user: the release through XCLIENT LOGIN.
+    let (r1, r2) = (original.postfix_received(), released.postfix_received());
+    assert!(r1.contains("with ESMTPA"), "{r1}");
+    assert!(
+        r2.contains("with ESMTPA") && r2.starts_with("from client.example ("),
+        "{r2}"
+    );
+}

@@ -219,11 +219,11 @@ async fn store_blocking(
         refresh_gauges(&spool, &metrics);
         stored
     })
-        .await
-        .unwrap_or_else(|e| {
-            Err(SpoolError::Io {
-                path: "hold spool".into(),
-                source: std::io::Error::other(e.to_string()),
-            })
+    .await
+    .unwrap_or_else(|e| {
+        Err(SpoolError::Io {
+            path: "hold spool".into(),
+            source: std::io::Error::other(e.to_string()),
         })
+    })
 }
