@@ -526,3 +526,33 @@ fn a_spool_that_cannot_be_written_defers_with_451() {
     assert!(fg.stderr().contains("message not held: deferred"));
     assert!(!dir.exists(), "nothing was written anywhere");
 }
+
+#[test]
+fn held_verbs_refuse_bad_arguments_clearly() {
+    let run = |args: &[&str]| {
+        run_with_timeout(
+            Command::new(env!("CARGO_BIN_EXE_floodgate"))
+                .args(args)
+                .args(["--socket", "/nonexistent/floodgate.sock"]),
+            Duration::from_secs(20),
+        )
+    };
+    let none = run(&["held", "release"]);
+    assert!(!none.ok() && none.stderr.contains("required"), "{none}");
+    let both = run(&["held", "delete", "some-id", "--key", "alice"]);
+    assert!(
+        !both.ok() && both.stderr.contains("cannot be used with"),
+        "{both}"
+    );
+    let unknown = run(&["held", "frobnicate"]);
+    assert!(
+        !unknown.ok() && unknown.stderr.contains("unrecognized subcommand"),
+        "{unknown}"
+    );
+    // Well-formed, but nothing is running there.
+    let down = run(&["held", "list"]);
+    assert!(
+        !down.ok() && down.stderr.contains("cannot connect to admin socket"),
+        "{down}"
+    );
+}
