@@ -1,5 +1,5 @@
 //! The floodgate command line: `run`, `check`, `simulate`, `report`, and the admin verbs
-//! `inspect`, `reset`, `top` and `reload` (which talk to a running floodgate over its admin
+//! `inspect`, `reset`, `top`, `reload` and `held` (which talk to a running floodgate over its admin
 //! socket).
 
 /// mimalloc instead of the system allocator: sessions allocate and free small buffers and
@@ -89,6 +89,65 @@ enum Cmd {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Messages in the hold spool: list, show, release, delete.
+    Held {
+        #[command(subcommand)]
+        verb: HeldCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum HeldCmd {
+    /// List held messages: id, key, limit, sender, recipients, size, when, Subject.
+    List {
+        /// Only the messages held for this key.
+        #[arg(long)]
+        key: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Show one held message's envelope, client and header section.
+    Show {
+        /// The held message's id.
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Relay held messages upstream as they would have been relayed; each leaves the
+    /// spool only once upstream accepted it for every recipient.
+    Release(HeldTargetArgs),
+    /// Delete held messages.
+    Delete(HeldTargetArgs),
+}
+
+#[derive(clap::Args)]
+struct HeldTargetArgs {
+    /// The held message's id.
+    #[arg(required_unless_present = "key", conflicts_with = "key")]
+    id: Option<String>,
+    /// Every message held for this key instead.
+    #[arg(long)]
+    key: Option<String>,
+    /// Why (logged, and written in a released message's trace header).
+    #[arg(long, default_value = "")]
+    reason: String,
+    #[command(flatten)]
+    admin: AdminArgs,
+}
+
+impl HeldTargetArgs {
+    fn target(self) -> (AdminArgs, client::HeldTarget) {
+        let by = std::env::var("SUDO_USER")
+            .or_else(|_| std::env::var("USER"))
+            .unwrap_or_else(|_| "admin".into());
+        let t = client::HeldTarget {
+            id: self.id,
+            key: self.key,
+            by,
+            reason: self.reason,
+        };
+        (self.admin, t)
+    }
 }
 
 #[derive(clap::Args)]
@@ -141,6 +200,18 @@ fn main() -> ExitCode {
         Cmd::Reset { key, admin } => admin_verb(&admin, Verb::Reset(key)),
         Cmd::Top { limit, n, admin } => admin_verb(&admin, Verb::Top { limit, n }),
         Cmd::Reload { admin } => admin_verb(&admin, Verb::Reload),
+        Cmd::Held { verb } => match verb {
+            HeldCmd::List { key, admin } => admin_verb(&admin, Verb::HeldList(key)),
+            HeldCmd::Show { id, admin } => admin_verb(&admin, Verb::HeldShow(id)),
+            HeldCmd::Release(a) => {
+                let (admin, t) = a.target();
+                admin_verb(&admin, Verb::HeldRelease(t))
+            }
+            HeldCmd::Delete(a) => {
+                let (admin, t) = a.target();
+                admin_verb(&admin, Verb::HeldDelete(t))
+            }
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -207,6 +278,16 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let admin_cfg = config.admin.clone();
         let metrics_cfg = config.metrics.clone();
         let server = Server::bind_with(config, Arc::new(policy), metrics.clone()).await?;
+        let hold_stop = tokio_util::sync::CancellationToken::new();
+        if let Some(spool) = server.control().shared().hold.clone() {
+            spool.recover()?;
+            floodgate::proxy::refresh_hold_gauges(&spool, &metrics);
+            let control = server.control();
+            tokio::spawn(floodgate::admin::held::expire_loop(
+                move || control.shared(),
+                hold_stop.clone(),
+            ));
+        }
         let sigs = install_signals()?;
         let control = server.control();
         let admin_stop = tokio_util::sync::CancellationToken::new();
@@ -263,6 +344,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         tokio::spawn(signals(control, sigs));
         server.run().await;
         admin_stop.cancel();
+        hold_stop.cancel();
         if !observers.events().drain(std::time::Duration::from_secs(5)) {
             warn!("event log: not every event was written before exit");
         }
@@ -324,6 +406,22 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
             l.proxy_protocol,
             l.require_tls,
             l.require_auth
+        )?;
+    }
+    if let Some(h) = &config.hold {
+        writeln!(
+            out,
+            "hold: dir={} max_messages={} max_bytes={} ttl={}s on_expiry={} (held messages are answered 250 once on disk and relayed only by `floodgate held release`{})",
+            h.dir.display(),
+            h.max_messages,
+            h.max_bytes,
+            h.ttl.as_secs(),
+            h.on_expiry.as_str(),
+            if h.on_expiry == floodgate::hold::OnExpiry::Release {
+                " or when their ttl passes"
+            } else {
+                "; deleted when their ttl passes"
+            }
         )?;
     }
     if let Some(t) = &config.tls {

@@ -587,3 +587,45 @@ fn reads_header_from_wherever_a_limit_names_it() {
     p.reload(&config(&with("when = \"header_from == \\\"a@b\\\"\"")));
     assert!(p.reads_header_from());
 }
+
+#[tokio::test]
+async fn hold_gives_its_limit_and_key_and_a_refusal_is_stronger() {
+    let hold = r#"
+[[limit]]
+name = "hold-rcpt"
+count = "recipients"
+algorithm = "bucket"
+rate = "1 / 1h"
+burst = "1"
+action = "hold"
+[hold]
+dir = "/var/lib/floodgate/hold"
+"#;
+    let (p, _) = policy(hold);
+    let mut s = p.session();
+    let f = facts("192.0.2.7");
+    assert_eq!(rcpt(&mut s, &f, 250).await, Verdict::Continue);
+    assert_eq!(
+        rcpt(&mut s, &f, 250).await,
+        Verdict::Hold(floodgate::policy::HoldOrder {
+            limit: "hold-rcpt".into(),
+            key: "192.0.2.7".into(),
+        })
+    );
+    // A defer over at the same time wins: the message is refused, not held.
+    let both = format!(
+        "{hold}
+[[limit]]
+name = \"defer-rcpt\"
+count = \"recipients\"
+algorithm = \"bucket\"
+rate = \"1 / 1h\"
+burst = \"1\"
+action = \"defer\"
+"
+    );
+    let (p, _) = policy(&both);
+    let mut s = p.session();
+    assert_eq!(rcpt(&mut s, &f, 250).await, Verdict::Continue);
+    assert_eq!(code(&rcpt(&mut s, &f, 250).await), 450);
+}

@@ -30,6 +30,7 @@ fuzz_target!(|data: &[u8]| {
         helo: Some(helo),
         proto: "ESMTP",
         dest: Some((addr, 587).into()),
+        login: None,
     };
     let all: Vec<String> = "NAME ADDR PROTO HELO REVERSE_NAME PORT LOGIN DESTADDR DESTPORT"
         .split(' ')

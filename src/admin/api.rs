@@ -7,6 +7,10 @@
 //! | POST | `/v1/reset?key=KEY` | removes every record of KEY for every limit |
 //! | GET | `/v1/top?limit=NAME&n=N` | keys by value relative to their limit |
 //! | POST | `/v1/reload` | the same as SIGHUP |
+//! | GET | `/v1/held?key=KEY` | held messages (all, or those of KEY) |
+//! | GET | `/v1/held/show?id=ID` | one held message: envelope, client, header section |
+//! | POST | `/v1/held/release?id=ID` or `?key=KEY` (`&by=WHO&reason=TEXT`) | relays it upstream |
+//! | POST | `/v1/held/delete?id=ID` or `?key=KEY` (`&by=WHO&reason=TEXT`) | removes it |
 //!
 //! HEAD is accepted wherever GET is. Answers are JSON (`{"error": …}` on failure).
 
@@ -15,6 +19,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::held;
 use super::http::{Request, Response};
 use super::inspect::{database_key, reading, TopBuilder};
 use super::Metrics;
@@ -37,6 +42,18 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
 }
 
+/// The answer for a held message that could not be shown, released or deleted.
+fn held_error(e: &held::HeldError) -> Response {
+    use crate::hold::SpoolError;
+    let status = match e {
+        held::HeldError::Spool(SpoolError::NotFound(_)) => 404,
+        held::HeldError::Spool(SpoolError::Busy(_)) => 409,
+        held::HeldError::Release(_) => 502,
+        held::HeldError::Spool(_) => 500,
+    };
+    Response::error(status, &e.to_string())
+}
+
 fn store_error(e: &StoreError) -> Response {
     Response::error(503, &e.to_string())
 }
@@ -48,8 +65,8 @@ impl AdminState {
         let post = req.method == "POST";
         let (allowed, ok) = match req.path.as_str() {
             "/metrics" => ("GET, HEAD", get),
-            "/v1/inspect" | "/v1/top" => ("GET, HEAD", get),
-            "/v1/reset" | "/v1/reload" => ("POST", post),
+            "/v1/inspect" | "/v1/top" | "/v1/held" | "/v1/held/show" => ("GET, HEAD", get),
+            "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" => ("POST", post),
             _ => return Response::error(404, &format!("no endpoint {}", req.path)),
         };
         if !ok {
@@ -78,8 +95,111 @@ impl AdminState {
                 };
                 self.top(req.param("limit"), n).await
             }
+            "/v1/held" => self.held_list(req.param("key")).await,
+            "/v1/held/show" => match req.param("id") {
+                Some(id) => self.held_show(id).await,
+                None => Response::error(400, "held show needs ?id=ID"),
+            },
+            "/v1/held/release" | "/v1/held/delete" => {
+                let release = req.path == "/v1/held/release";
+                self.held_act(req, release).await
+            }
             _ => self.reload(),
         }
+    }
+
+    /// The hold spool in force, or the answer saying there is none.
+    fn spool(&self) -> Result<(Arc<crate::proxy::Shared>, Arc<crate::hold::Spool>), Response> {
+        let shared = self.control.shared();
+        match shared.hold.clone() {
+            Some(s) => Ok((shared, s)),
+            None => Err(Response::error(
+                404,
+                "no hold spool: the configuration has no [hold] section",
+            )),
+        }
+    }
+
+    async fn held_list(&self, key: Option<&str>) -> Response {
+        let (_, spool) = match self.spool() {
+            Ok(s) => s,
+            Err(r) => return r,
+        };
+        let s = spool.clone();
+        match held::blocking(move || s.list()).await {
+            Ok(all) => {
+                let list: Vec<_> = all
+                    .iter()
+                    .filter(|m| key.is_none_or(|k| m.key == k))
+                    .map(held::summary)
+                    .collect();
+                Response::json(200, &json!({ "held": list }))
+            }
+            Err(e) => held_error(&e.into()),
+        }
+    }
+
+    async fn held_show(&self, id: &str) -> Response {
+        let (_, spool) = match self.spool() {
+            Ok(s) => s,
+            Err(r) => return r,
+        };
+        let (s, owned) = (spool.clone(), id.to_string());
+        match held::blocking(move || s.get(&owned)).await {
+            Ok(m) => Response::json(200, &held::detail(&m)),
+            Err(e) => held_error(&e.into()),
+        }
+    }
+
+    async fn held_act(&self, req: &Request, release: bool) -> Response {
+        let (shared, spool) = match self.spool() {
+            Ok(s) => s,
+            Err(r) => return r,
+        };
+        let (id, key) = (req.param("id"), req.param("key"));
+        if id.is_some() == key.is_some() {
+            return Response::error(400, "give either ?id=ID or ?key=KEY");
+        }
+        let ids = match held::select(&spool, id, key).await {
+            Ok(ids) => ids,
+            Err(e) => return held_error(&e.into()),
+        };
+        let by = crate::proxy::release::ReleaseBy {
+            by: req.param("by").unwrap_or("admin").to_string(),
+            reason: req.param("reason").unwrap_or("").to_string(),
+            at: crate::hold::spool::now_secs() as i64,
+        };
+        let mut done = Vec::new();
+        let mut failed = Vec::new();
+        for id in &ids {
+            let r = if release {
+                held::release_one(&shared, &spool, id, &by).await
+            } else {
+                held::delete_one(&shared, &spool, id, &by).await
+            };
+            match r {
+                Ok(()) => done.push(id.clone()),
+                Err(e) => failed.push((id.clone(), e)),
+            }
+        }
+        crate::proxy::refresh_hold_gauges(&spool, &self.metrics);
+        let verb = if release { "released" } else { "deleted" };
+        if let (Some(_), Some((_, e))) = (id, failed.first()) {
+            return held_error(e);
+        }
+        if !failed.is_empty() {
+            let why: Vec<String> = failed.iter().map(|(i, e)| format!("{i}: {e}")).collect();
+            return Response::error(
+                502,
+                &format!(
+                    "{} {verb}, {} not: {}",
+                    done.len(),
+                    failed.len(),
+                    why.join("; ")
+                ),
+            );
+        }
+        Response::json(200, &json!({ verb: done }))
     }
 
     async fn inspect(&self, key: &str) -> Response {

@@ -72,6 +72,43 @@ pub enum Verb {
     },
     /// Reload the configuration.
     Reload,
+    /// List held messages (all, or those of a key).
+    HeldList(Option<String>),
+    /// One held message's envelope and header section.
+    HeldShow(String),
+    /// Release (relay) held messages: one id, or every one of a key.
+    HeldRelease(HeldTarget),
+    /// Delete held messages: one id, or every one of a key.
+    HeldDelete(HeldTarget),
+}
+
+/// Which held messages a release or delete acts on, who asks and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldTarget {
+    /// One message by id…
+    pub id: Option<String>,
+    /// …or every message held for this key.
+    pub key: Option<String>,
+    /// Who asks (for the log and the trace header).
+    pub by: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl HeldTarget {
+    fn query(&self) -> String {
+        let mut q = match (&self.id, &self.key) {
+            (Some(id), _) => format!("id={}", percent_encode(id)),
+            (None, Some(k)) => format!("key={}", percent_encode(k)),
+            (None, None) => String::new(),
+        };
+        q.push_str(&format!(
+            "&by={}&reason={}",
+            percent_encode(&self.by),
+            percent_encode(&self.reason)
+        ));
+        q
+    }
 }
 
 impl Verb {
@@ -89,6 +126,11 @@ impl Verb {
                 ("GET", t)
             }
             Verb::Reload => ("POST", "/v1/reload".into()),
+            Verb::HeldList(None) => ("GET", "/v1/held".into()),
+            Verb::HeldList(Some(k)) => ("GET", format!("/v1/held?key={}", percent_encode(k))),
+            Verb::HeldShow(id) => ("GET", format!("/v1/held/show?id={}", percent_encode(id))),
+            Verb::HeldRelease(t) => ("POST", format!("/v1/held/release?{}", t.query())),
+            Verb::HeldDelete(t) => ("POST", format!("/v1/held/delete?{}", t.query())),
         }
     }
 }
@@ -290,6 +332,101 @@ pub fn render(verb: &Verb, v: &Value) -> String {
             out
         }
         Verb::Reload => "configuration reloaded\n".into(),
+        Verb::HeldList(_) => {
+            let rows: Vec<Vec<String>> = v["held"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|m| {
+                    let rcpts: Vec<&str> = m["recipients"]
+                        .as_array()
+                        .map(Vec::as_slice)
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .collect();
+                    vec![
+                        m["id"].as_str().unwrap_or("").into(),
+                        m["key"].as_str().unwrap_or("").into(),
+                        m["limit"].as_str().unwrap_or("").into(),
+                        m["sender"].as_str().unwrap_or("").into(),
+                        rcpts.join(","),
+                        num(&m["size"]),
+                        crate::smtp::received::rfc5322_date(m["time"].as_i64().unwrap_or(0)),
+                        m["subject"].as_str().unwrap_or("").into(),
+                    ]
+                })
+                .collect();
+            if rows.is_empty() {
+                return "no held messages\n".into();
+            }
+            table(
+                &[
+                    "ID",
+                    "KEY",
+                    "LIMIT",
+                    "SENDER",
+                    "RECIPIENTS",
+                    "SIZE",
+                    "HELD AT",
+                    "SUBJECT",
+                ],
+                &rows,
+            )
+        }
+        Verb::HeldShow(_) => {
+            let text = |k: &str| v[k].as_str().unwrap_or("").to_string();
+            let rcpts: Vec<&str> = v["rcpts"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            let mut out = String::new();
+            for (name, value) in [
+                ("id", text("id")),
+                ("key", text("key")),
+                ("limit", text("limit")),
+                (
+                    "held at",
+                    crate::smtp::received::rfc5322_date(v["time"].as_i64().unwrap_or(0)),
+                ),
+                (
+                    "client",
+                    format!("{} port {}", text("client"), num(&v["client_port"])),
+                ),
+                ("user", text("user")),
+                ("helo", text("helo")),
+                ("tls", text("tls")),
+                ("mail from", text("mail")),
+                ("rcpt to", rcpts.join(", ")),
+                ("size", num(&v["size"])),
+            ] {
+                out.push_str(&format!("{name:<10} {value}\n"));
+            }
+            out.push('\n');
+            out.push_str(&text("headers").replace("\r\n", "\n"));
+            out
+        }
+        Verb::HeldRelease(_) | Verb::HeldDelete(_) => {
+            let (verb, list) = match verb {
+                Verb::HeldRelease(_) => ("released", &v["released"]),
+                _ => ("deleted", &v["deleted"]),
+            };
+            let ids: Vec<&str> = list
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            if ids.is_empty() {
+                return format!("no held messages {verb}\n");
+            }
+            ids.iter().map(|i| format!("{i}: {verb}\n")).collect()
+        }
     }
 }
 

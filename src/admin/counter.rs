@@ -88,6 +88,11 @@ impl Gauge {
     pub fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed)
     }
+
+    /// Sets the value (a gauge read from elsewhere, such as the hold spool).
+    pub fn set(&self, v: i64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
 }
 
 /// Upper bounds of the decision-latency buckets, in seconds (`+Inf` is implicit).

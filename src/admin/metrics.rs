@@ -28,7 +28,15 @@ use crate::store::open::Opened;
 use crate::store::StoreError;
 
 /// The countermeasures, in the order of [`LimitCounters`].
-pub const ACTIONS: [&str; 6] = ["warn", "header", "delay", "defer", "deny", "disconnect"];
+pub const ACTIONS: [&str; 7] = [
+    "warn",
+    "header",
+    "delay",
+    "hold",
+    "defer",
+    "deny",
+    "disconnect",
+];
 
 /// The kinds of upstream failure, in the order of the registry's counters.
 const UPSTREAM_KINDS: [&str; 5] = ["connect", "timeout", "lost", "protocol", "tls"];
@@ -51,7 +59,26 @@ pub struct ListenerMetrics {
 
 /// Verdict counters of one limit, one per countermeasure ([`ACTIONS`] order).
 #[derive(Debug, Default)]
-pub struct LimitCounters([Counter; 6]);
+pub struct LimitCounters([Counter; 7]);
+
+/// The hold spool's gauges and counters.
+#[derive(Debug, Default)]
+pub struct HoldMetrics {
+    /// Messages held now.
+    pub messages: Gauge,
+    /// Octets of held files now.
+    pub bytes: Gauge,
+    /// Messages put on hold.
+    pub held: Counter,
+    /// Messages released (relayed upstream).
+    pub released: Counter,
+    /// Messages deleted by an operator.
+    pub deleted: Counter,
+    /// Messages whose ttl passed (deleted or released by `on_expiry`).
+    pub expired: Counter,
+    /// Messages the spool could not take (full or unwritable): deferred with a 4xx.
+    pub refused: Counter,
+}
 
 /// Every counter floodgate exports.
 #[derive(Debug, Default)]
@@ -92,6 +119,8 @@ pub struct Metrics {
     /// Connections refused by `max_connections_per_ip`.
     pub refused_per_ip_cap: Counter,
     identity_refused: [Counter; 5],
+    /// The hold spool: messages and octets held now, and what happened to held messages.
+    pub hold: HoldMetrics,
     store: OnceLock<Opened>,
     workers: OnceLock<Arc<crate::server::WorkerLoads>>,
 }
@@ -418,6 +447,7 @@ impl Metrics {
         );
         self.render_latency(&mut w);
         self.render_store(&mut w);
+        self.render_hold(&mut w);
         w.head(
             "floodgate_tls_handshakes_total",
             "counter",
@@ -466,6 +496,36 @@ impl Metrics {
             self.refused_per_ip_cap.get(),
         );
         w.0
+    }
+
+    fn render_hold(&self, w: &mut Writer) {
+        let h = &self.hold;
+        w.one(
+            "floodgate_held_messages",
+            "gauge",
+            "Messages in the hold spool now.",
+            h.messages.get(),
+        );
+        w.one(
+            "floodgate_held_bytes",
+            "gauge",
+            "Octets of the hold spool's files now.",
+            h.bytes.get(),
+        );
+        w.head(
+            "floodgate_held_total",
+            "counter",
+            "Held messages by what happened: held, released, deleted, expired, refused (spool full or unwritable).",
+        );
+        for (what, c) in [
+            ("held", &h.held),
+            ("released", &h.released),
+            ("deleted", &h.deleted),
+            ("expired", &h.expired),
+            ("refused", &h.refused),
+        ] {
+            w.sample("floodgate_held_total", &[("event", what)], c.get());
+        }
     }
 
     fn render_latency(&self, w: &mut Writer) {

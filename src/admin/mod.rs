@@ -4,6 +4,7 @@
 //! * [`metrics`]: the registry every part reports to, and its Prometheus text;
 //! * [`metered`]: a store wrapper that counts and times decisions;
 //! * [`http`]: a strict, sans-I/O HTTP/1.1 request parser and response writer;
+//! * [`held`]: the hold spool's verbs (list, show, release, delete) and its expiry;
 //! * [`inspect`]: what a key means for every configured limit (inspect, top);
 //! * [`api`]: the endpoints (inspect, reset, top, reload, metrics);
 //! * [`serve`]: the unix socket, the token-guarded TCP address and the metrics address;
@@ -13,6 +14,7 @@
 pub mod api;
 pub mod client;
 pub mod counter;
+pub mod held;
 pub mod http;
 pub mod inspect;
 pub mod metered;

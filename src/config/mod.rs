@@ -4,6 +4,7 @@
 
 mod admin;
 mod duration;
+mod hold;
 mod net;
 mod policy;
 mod store;
@@ -376,6 +377,8 @@ struct RawConfig {
     metrics: Option<admin::RawMetrics>,
     #[serde(default)]
     admin: admin::RawAdmin,
+    #[serde(default)]
+    hold: Option<Spanned<hold::RawHold>>,
 }
 
 /// A validated configuration.
@@ -409,6 +412,8 @@ pub struct Config {
     pub metrics: Option<MetricsConfig>,
     /// `[admin]`, with the socket path resolved.
     pub admin: AdminConfig,
+    /// `[hold]`, with its directory made absolute; `None` when absent.
+    pub hold: Option<crate::hold::HoldSettings>,
 }
 
 impl Config {
@@ -553,6 +558,7 @@ impl Config {
             Some(a) => a.compile(&base, &at)?,
             None => None,
         };
+        let hold = hold::validate(raw.hold, &abs, &policy, &at)?;
         Ok(Config {
             path: path.to_path_buf(),
             server: raw.server,
@@ -568,6 +574,7 @@ impl Config {
             alerts,
             metrics,
             admin,
+            hold,
         })
     }
 

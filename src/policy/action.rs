@@ -212,7 +212,8 @@ pub fn verdict(
     hostname: &str,
 ) -> Verdict {
     match def.action {
-        Action::Warn | Action::Header => Verdict::Continue,
+        // The engine gives a hold its key (see `Verdict::Hold`); without one, go on.
+        Action::Warn | Action::Header | Action::Hold => Verdict::Continue,
         Action::Delay(kind) => {
             let d = delay_of(def, kind, o);
             if d.is_zero() {

@@ -451,6 +451,18 @@ fn compile_limit(
                 Action::Delay(DelayKind::Fixed(v))
             }
         }
+        "hold" => {
+            if !matches!(
+                stage,
+                Stage::Mail | Stage::Rcpt | Stage::Data | Stage::Message
+            ) {
+                return Err(err(
+                    action_span,
+                    "action = \"hold\" holds a message: it is for limits at the mail, rcpt, data or message stage".into(),
+                ));
+            }
+            Action::Hold
+        }
         "defer" => Action::Defer,
         "deny" => Action::Deny,
         "disconnect" => Action::Disconnect,
@@ -458,7 +470,7 @@ fn compile_limit(
             return Err(err(
                 action_span,
                 format!(
-                    "unknown action {other:?}: use warn, header, delay, defer, deny or disconnect"
+                    "unknown action {other:?}: use warn, header, delay, hold, defer, deny or disconnect"
                 ),
             ))
         }

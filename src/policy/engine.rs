@@ -700,6 +700,12 @@ impl RateSession {
         let Some(s) = strongest else {
             return Verdict::Continue;
         };
+        if s.def.action == Action::Hold {
+            return Verdict::Hold(super::HoldOrder {
+                limit: s.def.name.clone(),
+                key: s.key_text.clone(),
+            });
+        }
         let v = action::verdict(s.def, stage, facts, &s.outcome, &model.hostname);
         if let Verdict::Delay(d) = &v {
             info!(limit = %s.def.name, delay_ms = d.as_millis() as u64, "rate limit delay");

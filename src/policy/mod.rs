@@ -121,6 +121,17 @@ pub enum Verdict {
     Reply(Reply),
     /// Answer with this reply (a 421) and close the session.
     Disconnect(Reply),
+    /// Go on, but keep the transaction's message in the hold spool instead of relaying it.
+    Hold(HoldOrder),
+}
+
+/// Which limit holds a transaction's message, for which key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldOrder {
+    /// The limit's name.
+    pub limit: String,
+    /// The key it counted.
+    pub key: String,
 }
 
 /// A boxed future, so that policies can be async (a shared store) and still be objects.

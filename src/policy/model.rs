@@ -135,6 +135,9 @@ pub enum Action {
     Header,
     /// Slow the client down, then go on.
     Delay(DelayKind),
+    /// Accept the message from the client and keep it in the hold spool instead of
+    /// relaying it.
+    Hold,
     /// 4xx; the session goes on.
     Defer,
     /// 5xx (only when asked for).
@@ -150,6 +153,7 @@ impl Action {
             Action::Warn => "warn",
             Action::Header => "header",
             Action::Delay(_) => "delay",
+            Action::Hold => "hold",
             Action::Defer => "defer",
             Action::Deny => "deny",
             Action::Disconnect => "disconnect",
@@ -167,9 +171,10 @@ impl Action {
             Action::Warn => 0,
             Action::Header => 1,
             Action::Delay(_) => 2,
-            Action::Defer => 3,
-            Action::Deny => 4,
-            Action::Disconnect => 5,
+            Action::Hold => 3,
+            Action::Defer => 4,
+            Action::Deny => 5,
+            Action::Disconnect => 6,
         }
     }
 }

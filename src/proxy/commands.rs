@@ -203,6 +203,8 @@ impl Session {
         }
         self.set_fact(FactSlot::Sender, m.sender.as_str());
         self.facts.message_size = size_hint;
+        // A new transaction: only its own checks may hold it.
+        self.hold = None;
         match self.judge(Stage::Mail).await {
             Judged::Go => {}
             Judged::Answered => {
@@ -218,6 +220,7 @@ impl Session {
         if reply.is_completion() {
             self.in_txn = true;
             self.rcpts.clear();
+            self.note_mail(cmd);
         } else {
             self.facts.sender = None;
         }
@@ -257,6 +260,7 @@ impl Session {
         if reply.is_completion() {
             let rcpt = self.pooled(r.recipient.as_str());
             self.rcpts.push(rcpt);
+            self.note_rcpt(cmd);
             self.facts.recipients_count = self.rcpts.len();
         }
         self.answer(reply);

@@ -259,6 +259,11 @@ impl Session {
             }
         }
         let received = self.received.take();
+        if let Some(order) = self.hold.take() {
+            return self
+                .hold_message(&msg, order, received.as_deref(), outcome.size)
+                .await;
+        }
         let reply = match &msg {
             Spooled::Data(wire) => self.relay_message(wire, received.as_deref()).await,
             Spooled::Chunked(body) => self.relay_chunked(body, received.as_deref()).await,

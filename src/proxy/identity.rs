@@ -258,6 +258,7 @@ impl Session {
             helo: Some(helo),
             proto: if ehlo { "ESMTP" } else { "SMTP" },
             dest: self.local,
+            login: None,
         };
         let up = self.up()?;
         let reply = match up.xclient(&attrs).await? {

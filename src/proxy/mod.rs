@@ -8,12 +8,15 @@ pub mod client;
 mod commands;
 mod data;
 mod deadline;
+mod hold;
 pub mod identity;
 pub mod names;
+pub mod release;
 pub mod session;
 pub mod stream;
 pub mod upstream;
 
+pub use hold::refresh_gauges as refresh_hold_gauges;
 pub use session::{ListenerInfo, Session, Shared};
 pub use stream::Stream;
 pub use upstream::{UpstreamError, UpstreamSettings};

@@ -36,6 +36,8 @@ pub struct Shared {
     pub metrics: Arc<crate::admin::Metrics>,
     /// Client name lookups, cached.
     pub names: Arc<NameResolver>,
+    /// The hold spool, when `[hold]` is configured.
+    pub hold: Option<Arc<crate::hold::Spool>>,
 }
 
 /// The listener a session came in on.
@@ -116,6 +118,10 @@ pub struct Session {
     pub(super) tally: Tally,
     /// Emptied strings of the last transaction's facts, reused by the next one.
     pub(super) strings: Vec<String>,
+    /// The transaction's message goes to the hold spool instead of upstream.
+    pub(super) hold: Option<crate::policy::HoldOrder>,
+    /// With a hold spool: the transaction's MAIL and accepted RCPT arguments as relayed.
+    pub(super) envelope: super::hold::Envelope,
 }
 
 /// Most strings a session keeps in [`Session::strings`], and the largest (capacity).
@@ -170,6 +176,8 @@ impl Session {
             names: None,
             tally: Tally::default(),
             strings: Vec::new(),
+            hold: None,
+            envelope: Default::default(),
         };
         let end = s.serve().await;
         if s.in_txn {
@@ -457,6 +465,10 @@ impl Session {
                 self.client.queue(&r);
                 Judged::Close
             }
+            Verdict::Hold(order) => {
+                self.hold_transaction(order);
+                Judged::Go
+            }
         }
     }
 
@@ -499,6 +511,8 @@ impl Session {
         self.in_txn = false;
         self.chunked = None;
         self.received = None;
+        self.hold = None;
+        self.envelope.clear();
         for r in self.rcpts.drain(..) {
             pool_string(&mut self.strings, Some(r));
         }

@@ -46,6 +46,9 @@ pub enum ServerError {
     /// TLS material could not be loaded.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// The hold spool cannot be used.
+    #[error(transparent)]
+    Hold(#[from] crate::hold::SpoolError),
 }
 
 /// Builds what sessions share from a config (certificates loaded, upstream prepared), with
@@ -71,6 +74,10 @@ pub fn build_shared_with(
     let names = Arc::new(crate::proxy::names::NameResolver::new(
         config.timeouts.client_name_lookup.0,
     ));
+    let hold = match &config.hold {
+        Some(h) => Some(Arc::new(crate::hold::Spool::open(h.clone())?)),
+        None => None,
+    };
     Ok(Shared {
         config,
         upstream,
@@ -78,6 +85,7 @@ pub fn build_shared_with(
         policy,
         metrics,
         names,
+        hold,
     })
 }
 
@@ -246,6 +254,11 @@ impl Control {
     /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
         self.shared.read().expect("shared lock").config.clone()
+    }
+
+    /// What sessions share now (config, upstream, hold spool).
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.read().expect("shared lock").clone()
     }
 }
 

@@ -70,6 +70,10 @@ pub struct XclientAttrs<'a> {
     pub proto: &'a str,
     /// The address and port the client connected to (`DESTADDR`, `DESTPORT`).
     pub dest: Option<SocketAddr>,
+    /// The SASL login name (`LOGIN`): sent only when set, for a message floodgate
+    /// relays on its own (a released held message), never for a relayed session, whose
+    /// AUTH upstream checks itself.
+    pub login: Option<&'a str>,
 }
 
 /// Most octets of an XCLIENT line, CRLF included (RFC 5321 command limit).
@@ -123,6 +127,9 @@ pub fn xclient_command(attrs: &XclientAttrs, supported: &[String]) -> Vec<u8> {
             if has("DESTPORT") {
                 parts.push(format!("DESTPORT={}", dest.port()));
             }
+        }
+        if let (Some(login), true) = (attrs.login, has("LOGIN")) {
+            parts.push(format!("LOGIN={}", xtext_encode(login)));
         }
         if has("PORT") {
             parts.push(format!("PORT={}", attrs.port));
@@ -205,6 +212,7 @@ mod tests {
             helo,
             proto: "ESMTP",
             dest: None,
+            login: None,
         }
     }
 
@@ -288,6 +296,19 @@ mod tests {
             b"XCLIENT NAME=[UNAVAILABLE] ADDR=IPV6:2001:db8::1\r\n"
         );
         assert!(xclient_command(&a, &["LOGIN".to_string()]).is_empty());
+        // LOGIN only when set and offered, before ADDR.
+        let with_login = XclientAttrs {
+            login: Some("al ice"),
+            ..a
+        };
+        assert_eq!(
+            xclient_command(&with_login, &["LOGIN".to_string(), "ADDR".to_string()]),
+            b"XCLIENT LOGIN=al+20ice ADDR=IPV6:2001:db8::1\r\n"
+        );
+        assert_eq!(
+            xclient_command(&with_login, &["addr".to_string()]),
+            b"XCLIENT ADDR=IPV6:2001:db8::1\r\n"
+        );
         assert!(xclient_command(&a, &[]).is_empty());
     }
 

@@ -1,0 +1,229 @@
+//! Holding a message: instead of relaying it, floodgate writes it with its envelope and
+//! client to the hold spool, answers 250 once it is on disk, and resets upstream's
+//! transaction.
+
+use std::sync::Arc;
+
+use tracing::{info, warn};
+
+use crate::hold::spool::{new_id, now_secs};
+use crate::hold::{HeldMessage, Spool, SpoolError};
+use crate::policy::{HoldOrder, Stage};
+use crate::smtp::command::Command;
+use crate::smtp::reply::Reply;
+
+use super::data::Spooled;
+use super::session::{Flow, Session};
+use super::upstream::UpstreamError;
+
+/// The transaction's envelope as relayed, kept only when a hold spool is configured.
+#[derive(Default, Debug)]
+pub(super) struct Envelope {
+    /// `<sender> PARAMS` of the accepted MAIL.
+    pub mail: Option<String>,
+    /// `<recipient> PARAMS` of each accepted RCPT.
+    pub rcpts: Vec<String>,
+}
+
+impl Envelope {
+    pub(super) fn clear(&mut self) {
+        self.mail = None;
+        self.rcpts.clear();
+    }
+}
+
+/// The argument of a MAIL or RCPT command in its canonical wire form: `<path> PARAMS`.
+fn argument(cmd: &Command) -> String {
+    let mut wire = Vec::new();
+    cmd.write_wire(&mut wire);
+    let text = String::from_utf8_lossy(&wire);
+    let text = text.trim_end_matches("\r\n");
+    let arg = text
+        .strip_prefix("MAIL FROM:")
+        .or_else(|| text.strip_prefix("RCPT TO:"))
+        .unwrap_or(text);
+    arg.to_string()
+}
+
+/// Sets the hold spool's gauges from what it holds.
+pub fn refresh_gauges(spool: &Spool, metrics: &crate::admin::Metrics) {
+    if let Ok((n, bytes)) = spool.usage() {
+        metrics.hold.messages.set(n as i64);
+        metrics.hold.bytes.set(bytes as i64);
+    }
+}
+
+impl Session {
+    /// Holds the current transaction's message instead of relaying it: the client still
+    /// sends it and gets 250 once it is on disk; upstream's transaction is reset. The entry
+    /// point for anything that decides a transaction is to be held (a limit with
+    /// `action = "hold"`, a restricted key). Without a hold spool it does nothing: the
+    /// configuration refuses hold actions without `[hold]`.
+    pub fn hold_transaction(&mut self, order: HoldOrder) {
+        if self.shared.hold.is_some() && self.hold.is_none() {
+            self.hold = Some(order);
+        }
+    }
+
+    /// Notes an accepted MAIL for a message that may be held.
+    pub(super) fn note_mail(&mut self, cmd: &Command) {
+        if self.shared.hold.is_some() {
+            self.envelope.mail = Some(argument(cmd));
+            self.envelope.rcpts.clear();
+        }
+    }
+
+    /// Notes an accepted RCPT for a message that may be held.
+    pub(super) fn note_rcpt(&mut self, cmd: &Command) {
+        if self.shared.hold.is_some() {
+            self.envelope.rcpts.push(argument(cmd));
+        }
+    }
+
+    /// The message octets as floodgate relays them: its Received line and the policy's
+    /// header lines on top, CRLF lines, not dot-stuffed.
+    fn relayed_octets(&mut self, msg: &Spooled, received: Option<&[u8]>) -> Vec<u8> {
+        let headers = self.policy.message_headers();
+        let mut out = Vec::new();
+        out.extend_from_slice(received.unwrap_or_default());
+        for h in &headers {
+            out.extend(h.bytes().filter(|b| *b != b'\r' && *b != b'\n'));
+            out.extend_from_slice(b"\r\n");
+        }
+        match msg {
+            Spooled::Chunked(body) => out.extend_from_slice(body),
+            Spooled::Data(wire) => {
+                // Every line starting with '.' was stuffed: drop that one dot.
+                for line in wire.message().split_inclusive(|&b| b == b'\n') {
+                    out.extend_from_slice(line.strip_prefix(b".").unwrap_or(line));
+                }
+            }
+        }
+        out
+    }
+
+    /// Ends upstream's transaction: it saw MAIL and RCPT, and must never deliver a message
+    /// floodgate holds.
+    async fn reset_upstream(&mut self) -> Result<(), UpstreamError> {
+        let r = self.up()?.command(b"RSET\r\n").await?;
+        if !r.is_completion() {
+            warn!(code = r.code, "upstream refused RSET");
+        }
+        self.up()?.recycle(r);
+        Ok(())
+    }
+
+    /// Writes the message to the hold spool and answers the client: 250 once it is on
+    /// disk, 452 4.3.1 when the spool is full, 451 4.3.0 when it cannot be written (the
+    /// client keeps the message and retries). Upstream's transaction is reset either way.
+    pub(super) async fn hold_message(
+        &mut self,
+        msg: &Spooled,
+        order: HoldOrder,
+        received: Option<&[u8]>,
+        size: u64,
+    ) -> Result<Flow, UpstreamError> {
+        let Some(spool) = self.shared.hold.clone() else {
+            return Err(UpstreamError::Protocol("no hold spool".into()));
+        };
+        let body = self.relayed_octets(msg, received);
+        let held = HeldMessage {
+            id: new_id(),
+            key: order.key.clone(),
+            limit: order.limit.clone(),
+            time: now_secs(),
+            client: self.peer,
+            local: self.local,
+            user: self.facts.user.clone(),
+            helo: self.facts.helo.clone(),
+            proto: if self.ehlo { "ESMTP" } else { "SMTP" }.into(),
+            tls: self.client.tls_info().map(|t| t.to_string()),
+            mail: self
+                .envelope
+                .mail
+                .clone()
+                .unwrap_or_else(|| format!("<{}>", self.facts.sender.as_deref().unwrap_or(""))),
+            rcpts: self.envelope.rcpts.clone(),
+            body,
+        };
+        let id = held.id.clone();
+        let recipients = held.rcpts.len();
+        let metrics = self.shared.metrics.clone();
+        let stored = store_blocking(spool, held, metrics.clone()).await;
+        match stored {
+            Ok(()) => {
+                metrics.hold.held.inc();
+                info!(
+                    client = %self.peer.ip(),
+                    user = self.facts.user.as_deref().unwrap_or(""),
+                    sender = self.facts.sender.as_deref().unwrap_or(""),
+                    recipients,
+                    size,
+                    id = %id,
+                    limit = %order.limit,
+                    key = %order.key,
+                    "message held"
+                );
+                self.tally.messages += 1;
+                self.tally.recipients += recipients as u64;
+                let reply = Reply::new(250, format!("2.0.0 Ok: queued as {id}"));
+                // The policy counts a held message as one the client sent.
+                let answer = self.after_upstream(Stage::Message, reply).await;
+                self.in_txn = false;
+                self.reset_txn();
+                let flow = match answer {
+                    Some(a) => {
+                        self.client.queue(&a);
+                        Flow::Next
+                    }
+                    None => Flow::Close,
+                };
+                // After the client's answer is queued: a failing upstream ends the session
+                // with a 421 after it, never instead of it (the message is safe on disk).
+                self.reset_upstream().await?;
+                Ok(flow)
+            }
+            Err(e) => {
+                metrics.hold.refused.inc();
+                warn!(client = %self.peer.ip(), error = %e, limit = %order.limit, key = %order.key,
+                    "message not held: deferred");
+                self.reset_txn();
+                let host = &self.shared.config.server.hostname;
+                let reply = match e {
+                    SpoolError::Full(_) => Reply::new(
+                        452,
+                        format!("4.3.1 {host} Insufficient system storage, try again later"),
+                    ),
+                    _ => Reply::new(
+                        451,
+                        format!("4.3.0 {host} Local error in processing, try again later"),
+                    ),
+                };
+                self.tally.refused += 1;
+                self.client.queue(&reply);
+                self.reset_upstream().await?;
+                Ok(Flow::Next)
+            }
+        }
+    }
+}
+
+/// Stores `held` in the spool off the event loop, and updates the spool's gauges.
+async fn store_blocking(
+    spool: Arc<Spool>,
+    held: HeldMessage,
+    metrics: Arc<crate::admin::Metrics>,
+) -> Result<(), SpoolError> {
+    tokio::task::spawn_blocking(move || {
+        let stored = spool.store(&held);
+        refresh_gauges(&spool, &metrics);
+        stored
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(SpoolError::Io {
+            path: "hold spool".into(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    })
+}

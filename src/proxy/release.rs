@@ -1,0 +1,175 @@
+//! Releasing a held message: a new upstream session carrying the original client's
+//! identity (XCLIENT with address, HELO and login, or a PROXY v2 header), the original
+//! envelope, and the held octets with one trace header on top.
+
+use crate::config::ClientIdentity;
+use crate::hold::HeldMessage;
+use crate::smtp::data::encode_data;
+use crate::smtp::reply::Reply;
+use crate::smtp::xclient::{ClientName, XclientAttrs};
+
+use super::identity::quote_reply;
+use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
+
+/// Why a release did not deliver; the message stays held.
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    /// Upstream could not be reached or failed.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// Upstream refused a step.
+    #[error("upstream refused {step}: {reply}")]
+    Refused {
+        /// What floodgate sent.
+        step: String,
+        /// Upstream's answer, quoted.
+        reply: String,
+    },
+}
+
+/// Who released a message and why, for its trace header.
+#[derive(Clone, Debug)]
+pub struct ReleaseBy {
+    /// Who: an operator's text, or `expiry`.
+    pub by: String,
+    /// Why.
+    pub reason: String,
+    /// When (seconds since the Unix epoch).
+    pub at: i64,
+}
+
+/// One header value word: printable ASCII, no `;` or `"` (they delimit the header's
+/// parts); anything else becomes `_`.
+fn clean(s: &str, max: usize) -> String {
+    s.chars()
+        .take(max)
+        .map(|c| {
+            if c.is_ascii_graphic() && c != ';' && c != '"' || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The trace header line (with CRLF) added to a released message.
+pub fn trace_header(id: &str, by: &ReleaseBy) -> Vec<u8> {
+    format!(
+        "X-Floodgate-Released: id={id}; by=\"{}\"; reason=\"{}\"; at={}\r\n",
+        clean(&by.by, 100),
+        clean(&by.reason, 200),
+        crate::smtp::received::rfc5322_date(by.at)
+    )
+    .into_bytes()
+}
+
+fn refused(step: &str, r: &Reply) -> ReleaseError {
+    ReleaseError::Refused {
+        step: step.to_string(),
+        reply: quote_reply(r),
+    }
+}
+
+/// Relays `m` through upstream. `Ok` with upstream's final reply only when every recipient
+/// and the message were accepted; otherwise upstream's transaction is reset and the reason
+/// returned.
+pub async fn relay_held(
+    settings: &UpstreamSettings,
+    m: &HeldMessage,
+    by: &ReleaseBy,
+) -> Result<Reply, ReleaseError> {
+    let (mut up, greeting) = Upstream::connect(settings, m.client, m.local).await?;
+    if greeting.code != 220 {
+        up.quit().await;
+        return Err(refused("the session (greeting)", &greeting));
+    }
+    let outcome = transaction(&mut up, settings, m, by).await;
+    if outcome.is_err() {
+        let _ = up.command(b"RSET\r\n").await;
+    }
+    up.quit().await;
+    outcome
+}
+
+async fn transaction(
+    up: &mut Upstream,
+    settings: &UpstreamSettings,
+    m: &HeldMessage,
+    by: &ReleaseBy,
+) -> Result<Reply, ReleaseError> {
+    if settings.identity() == ClientIdentity::Xclient {
+        let none = ClientName::Unavailable;
+        let attrs = XclientAttrs {
+            addr: m.client.ip(),
+            port: m.client.port(),
+            name: &none,
+            reverse_name: &none,
+            helo: m.helo.as_deref(),
+            proto: &m.proto,
+            dest: m.local,
+            login: m.user.as_deref(),
+        };
+        match up.xclient(&attrs).await? {
+            None => {
+                return Err(ReleaseError::Refused {
+                    step: "XCLIENT".into(),
+                    reply: "upstream does not offer XCLIENT".into(),
+                })
+            }
+            Some(r) if r.code != 220 => return Err(refused("XCLIENT", &r)),
+            Some(_) => {}
+        }
+    }
+    let helo = m.helo.as_deref().unwrap_or("floodgate.invalid");
+    let hello = if m.proto == "SMTP" { "HELO" } else { "EHLO" };
+    let r = up.command(format!("{hello} {helo}\r\n").as_bytes()).await?;
+    if r.code != 250 {
+        return Err(refused(hello, &r));
+    }
+    let mail = format!("MAIL FROM:{}\r\n", m.mail);
+    let r = up.command(mail.as_bytes()).await?;
+    if !r.is_completion() {
+        return Err(refused(mail.trim_end(), &r));
+    }
+    for rcpt in &m.rcpts {
+        let line = format!("RCPT TO:{rcpt}\r\n");
+        let r = up.command(line.as_bytes()).await?;
+        if !r.is_completion() {
+            return Err(refused(line.trim_end(), &r));
+        }
+    }
+    let r = up.command(b"DATA\r\n").await?;
+    if r.code != 354 {
+        return Err(refused("DATA", &r));
+    }
+    let mut plain = trace_header(&m.id, by);
+    plain.extend_from_slice(&m.body);
+    let mut out = Vec::with_capacity(plain.len() + plain.len() / 64 + 5);
+    encode_data(&plain, &mut out);
+    let r = up.command(&out).await?;
+    if !r.is_completion() {
+        return Err(refused("the message", &r));
+    }
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_header_is_one_clean_line() {
+        let by = ReleaseBy {
+            by: "ops\r\nBcc: x@y".into(),
+            reason: "said \"ok\"; fine".into(),
+            at: 0,
+        };
+        let h = String::from_utf8(trace_header("abc-1", &by)).unwrap();
+        assert_eq!(
+            h,
+            "X-Floodgate-Released: id=abc-1; by=\"ops__Bcc: x@y\"; reason=\"said _ok__ fine\"; \
+             at=Thu, 01 Jan 1970 00:00:00 +0000\r\n"
+        );
+    }
+}
