@@ -28,7 +28,18 @@ use crate::store::open::Opened;
 use crate::store::StoreError;
 
 /// The countermeasures, in the order of [`LimitCounters`].
-pub const ACTIONS: [&str; 6] = ["warn", "header", "delay", "defer", "deny", "disconnect"];
+pub const ACTIONS: [&str; 7] = [
+    "warn",
+    "header",
+    "delay",
+    "defer",
+    "deny",
+    "disconnect",
+    "restrict",
+];
+
+/// The events of the restricted set, in the order of the registry's counters.
+pub const RESTRICTION_EVENTS: [&str; 3] = ["restricted", "released", "refused"];
 
 /// The kinds of upstream failure, in the order of the registry's counters.
 const UPSTREAM_KINDS: [&str; 5] = ["connect", "timeout", "lost", "protocol", "tls"];
@@ -51,7 +62,7 @@ pub struct ListenerMetrics {
 
 /// Verdict counters of one limit, one per countermeasure ([`ACTIONS`] order).
 #[derive(Debug, Default)]
-pub struct LimitCounters([Counter; 6]);
+pub struct LimitCounters([Counter; 7]);
 
 /// Every counter floodgate exports.
 #[derive(Debug, Default)]
@@ -92,6 +103,7 @@ pub struct Metrics {
     /// Connections refused by `max_connections_per_ip`.
     pub refused_per_ip_cap: Counter,
     identity_refused: [Counter; 5],
+    restriction_events: [Counter; 3],
     store: OnceLock<Opened>,
     workers: OnceLock<Arc<crate::server::WorkerLoads>>,
 }
@@ -156,6 +168,22 @@ impl Metrics {
             return;
         }
         self.verdicts.entry(limit.into()).or_default().0[i].inc();
+    }
+
+    /// A restriction event: `restricted`, `released` or `refused` (a MAIL FROM of a
+    /// restricted key).
+    pub fn restriction(&self, event: &str) {
+        if let Some(i) = RESTRICTION_EVENTS.iter().position(|e| *e == event) {
+            self.restriction_events[i].inc();
+        }
+    }
+
+    /// How many restriction events of `event` there were.
+    pub fn restrictions_of(&self, event: &str) -> u64 {
+        RESTRICTION_EVENTS
+            .iter()
+            .position(|e| *e == event)
+            .map_or(0, |i| self.restriction_events[i].get())
     }
 
     /// How many times `limit` was over with `action`.
@@ -368,6 +396,14 @@ impl Metrics {
                     );
                 }
             }
+        }
+        w.head(
+            "floodgate_restrictions_total",
+            "counter",
+            "Restricted-set events: keys restricted, released, and MAIL FROMs refused because restricted.",
+        );
+        for (event, c) in RESTRICTION_EVENTS.iter().zip(&self.restriction_events) {
+            w.sample("floodgate_restrictions_total", &[("event", event)], c.get());
         }
         w.one(
             "floodgate_upstream_connects_total",

@@ -22,6 +22,7 @@ pub mod concurrency;
 pub mod condition;
 pub mod describe;
 pub mod engine;
+pub mod evidence;
 pub mod lists;
 pub mod model;
 mod replay;

@@ -32,6 +32,7 @@
 pub mod conn;
 pub mod encode;
 pub mod failover;
+mod restrict;
 mod scan;
 
 pub use conn::{redact_url, ConnectOptions};
@@ -393,5 +394,32 @@ impl Store for RedisStore {
 
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
         Box::pin(self.reset_key(key))
+    }
+
+    fn may_restrict(&self) -> bool {
+        true
+    }
+
+    fn restricted<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> StoreFuture<'a, Option<super::Restriction>> {
+        Box::pin(self.restricted_keys(keys))
+    }
+
+    fn restrict<'a>(
+        &'a self,
+        r: super::Restriction,
+        dur: Option<i64>,
+    ) -> StoreFuture<'a, super::Restriction> {
+        Box::pin(async move { self.restrict_key(&r, dur).await })
+    }
+
+    fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<super::Restriction>> {
+        Box::pin(self.release_key(key))
+    }
+
+    fn restrictions(&self) -> StoreFuture<'_, Vec<super::Restriction>> {
+        Box::pin(self.restriction_list())
     }
 }
