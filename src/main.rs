@@ -84,6 +84,36 @@ enum Cmd {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// List the restricted keys of a running floodgate (with Redis: of the fleet), with the
+    /// limit, the rate that tripped it, who, why, and the evidence.
+    Restricted {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// End KEY's restriction (fleet-wide with Redis) and reset the tripping limit's records
+    /// of KEY, so its next message goes through.
+    Release {
+        /// The restricted key.
+        key: String,
+        /// Why (logged and sent with the alert).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Restrict KEY by hand: every MAIL FROM of a session with KEY is refused.
+    Restrict {
+        /// The key: a user name, a client IP…
+        key: String,
+        /// How long: a duration (`24h`) or `until_released`.
+        #[arg(long = "for", value_parser = parse_restrict_for)]
+        duration: String,
+        /// Why (logged and sent with the alert).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Make a running floodgate reload its configuration (as SIGHUP does).
     Reload {
         #[command(flatten)]
@@ -139,6 +169,21 @@ fn main() -> ExitCode {
         Cmd::Report(args) => report(args),
         Cmd::Inspect { key, admin } => admin_verb(&admin, Verb::Inspect(key)),
         Cmd::Reset { key, admin } => admin_verb(&admin, Verb::Reset(key)),
+        Cmd::Restricted { admin } => admin_verb(&admin, Verb::Restricted),
+        Cmd::Release { key, reason, admin } => admin_verb(&admin, Verb::Release { key, reason }),
+        Cmd::Restrict {
+            key,
+            duration,
+            reason,
+            admin,
+        } => admin_verb(
+            &admin,
+            Verb::Restrict {
+                key,
+                duration,
+                reason,
+            },
+        ),
         Cmd::Top { limit, n, admin } => admin_verb(&admin, Verb::Top { limit, n }),
         Cmd::Reload { admin } => admin_verb(&admin, Verb::Reload),
     };
@@ -199,6 +244,8 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let policy = build_policy_with(&config, store.as_store(), metrics.clone());
         let observers = floodgate::report::Observers::start(&config)?;
         policy.observe(observers.clone());
+        let admin_policy = policy.clone();
+        let admin_observer: Arc<dyn floodgate::policy::alert::Observer> = observers.clone();
         let store_stop = tokio_util::sync::CancellationToken::new();
         let store_tasks = spawn_store_tasks(&store, &config.store, store_stop.clone());
         for w in warnings(&config.policy) {
@@ -214,6 +261,8 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             control: control.clone(),
             store: store.clone(),
             metrics: metrics.clone(),
+            observer: Some(admin_observer),
+            policy: Some(admin_policy),
         });
         // Removed when `run` returns (at exit).
         let socket_file = match &admin_cfg.socket {
@@ -512,6 +561,13 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
 }
 
 /// Runs one admin verb against a running floodgate and prints the answer.
+/// `--for`: a duration or `until_released`, checked before anything is sent.
+fn parse_restrict_for(text: &str) -> Result<String, String> {
+    floodgate::store::RestrictFor::parse(text)
+        .map(|_| text.trim().to_string())
+        .map_err(|e| e.to_string())
+}
+
 fn admin_verb(args: &AdminArgs, verb: Verb) -> anyhow::Result<()> {
     let socket = match &args.socket {
         Some(s) => s.clone(),

@@ -7,6 +7,9 @@
 //! | POST | `/v1/reset?key=KEY` | removes every record of KEY for every limit |
 //! | GET | `/v1/top?limit=NAME&n=N` | keys by value relative to their limit |
 //! | POST | `/v1/reload` | the same as SIGHUP |
+//! | GET | `/v1/restricted` | the restricted keys (see [`super::restricted`]) |
+//! | POST | `/v1/release?key=KEY&reason=TEXT` | ends a restriction |
+//! | POST | `/v1/restrict?key=KEY&for=DURATION&reason=TEXT` | restricts by hand |
 //!
 //! HEAD is accepted wherever GET is. Answers are JSON (`{"error": …}` on failure).
 
@@ -35,6 +38,10 @@ pub struct AdminState {
     pub store: Opened,
     /// The metrics registry.
     pub metrics: Arc<Metrics>,
+    /// Where restriction notices go (the alerts), if anywhere.
+    pub observer: Option<Arc<dyn crate::policy::alert::Observer>>,
+    /// The running policy (the evidence of a restriction by hand), if any.
+    pub policy: Option<crate::policy::RatePolicy>,
 }
 
 fn store_error(e: &StoreError) -> Response {
@@ -48,8 +55,8 @@ impl AdminState {
         let post = req.method == "POST";
         let (allowed, ok) = match req.path.as_str() {
             "/metrics" => ("GET, HEAD", get),
-            "/v1/inspect" | "/v1/top" => ("GET, HEAD", get),
-            "/v1/reset" | "/v1/reload" => ("POST", post),
+            "/v1/inspect" | "/v1/top" | "/v1/restricted" => ("GET, HEAD", get),
+            "/v1/reset" | "/v1/reload" | "/v1/release" | "/v1/restrict" => ("POST", post),
             _ => return Response::error(404, &format!("no endpoint {}", req.path)),
         };
         if !ok {
@@ -78,6 +85,9 @@ impl AdminState {
                 };
                 self.top(req.param("limit"), n).await
             }
+            "/v1/restricted" => self.restricted().await,
+            "/v1/release" => self.release(req).await,
+            "/v1/restrict" => self.restrict(req).await,
             _ => self.reload(),
         }
     }
