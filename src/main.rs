@@ -457,6 +457,7 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
                 .map_or("(none)".into(), |c| format!("{c:?}"))
         )?;
     }
+    check_restricted(&config, &mut out)?;
     for line in describe(&config.policy) {
         writeln!(out, "{line}")?;
     }
@@ -561,6 +562,45 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
 }
 
 /// Runs one admin verb against a running floodgate and prints the answer.
+/// What stays restricted, when the memory store's snapshot can be read; a restriction by a
+/// limit that is no longer configured is named as such (it is not freed by its removal).
+fn check_restricted(config: &Config, out: &mut impl Write) -> anyhow::Result<()> {
+    if config.store.backend != "memory" {
+        return Ok(());
+    }
+    let Some(path) = &config.store.path else {
+        return Ok(());
+    };
+    let store = floodgate::store::MemoryStore::default();
+    match store.load_snapshot_if_present(path) {
+        Ok(Some(_)) => {}
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            writeln!(out, "restricted: cannot read the snapshot: {e}")?;
+            return Ok(());
+        }
+    }
+    let now = floodgate::store::now_micros();
+    for r in store.restricted_set().list(now) {
+        let known = r.limit == "admin" || config.policy.limits.iter().any(|d| d.name == r.limit);
+        writeln!(
+            out,
+            "restricted: {} by {} since {} until {}{}",
+            r.key,
+            r.limit,
+            floodgate::report::time::rfc3339(r.since_us),
+            r.until_us
+                .map_or("released".into(), floodgate::report::time::rfc3339),
+            if known {
+                ""
+            } else {
+                " (its limit is no longer configured: it stays restricted until released)"
+            }
+        )?;
+    }
+    Ok(())
+}
+
 /// `--for`: a duration or `until_released`, checked before anything is sent.
 fn parse_restrict_for(text: &str) -> Result<String, String> {
     floodgate::store::RestrictFor::parse(text)
