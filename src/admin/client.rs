@@ -358,7 +358,11 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                             ev["messages"].as_u64().unwrap_or(0),
                             ev["recipients"].as_u64().unwrap_or(0),
                             ev["refusals"].as_u64().unwrap_or(0),
-                            if ips.is_empty() { "-".into() } else { ips.join(",") }
+                            if ips.is_empty() {
+                                "-".into()
+                            } else {
+                                ips.join(",")
+                            }
                         ),
                     ]
                 })

@@ -118,7 +118,9 @@ impl AdminState {
         let dur = match req.param("for").map(RestrictFor::parse) {
             Some(Ok(d)) => d,
             Some(Err(e)) => return Response::error(400, &e.to_string()),
-            None => return Response::error(400, "say how long: for=DURATION|until_released (--for)"),
+            None => {
+                return Response::error(400, "say how long: for=DURATION|until_released (--for)")
+            }
         };
         let evidence = self
             .policy

@@ -10,8 +10,8 @@ use toml::Spanned;
 use super::condition::{Condition, Subject};
 use super::lists::{Lists, NamedList};
 use super::model::{
-    acl_of, stage_of, Action, At, AuthDelay, Counted, DelayKind, LimitDef, RestrictDef, PolicyModel,
-    PolicySource, RateDef, DEFAULT_MAX_DELAY, HARD_MAX_DELAY,
+    acl_of, stage_of, Action, At, AuthDelay, Counted, DelayKind, LimitDef, PolicyModel,
+    PolicySource, RateDef, RestrictDef, DEFAULT_MAX_DELAY, HARD_MAX_DELAY,
 };
 use super::template::{Template, Var};
 use super::Stage;
@@ -564,8 +564,12 @@ fn restrict_def(
     err: &dyn Fn(Range<usize>, String) -> ConfigError,
 ) -> Result<Option<RestrictDef>, ConfigError> {
     let spans = [
-        raw.restrict_key.as_ref().map(|v| ("restrict_key", v.span())),
-        raw.restrict_for.as_ref().map(|v| ("restrict_for", v.span())),
+        raw.restrict_key
+            .as_ref()
+            .map(|v| ("restrict_key", v.span())),
+        raw.restrict_for
+            .as_ref()
+            .map(|v| ("restrict_for", v.span())),
         raw.while_restricted
             .as_ref()
             .map(|v| ("while_restricted", v.span())),
@@ -587,8 +591,8 @@ fn restrict_def(
         def.key = Some(template(k, &format!("limit {name}: restrict_key"), at)?);
     }
     if let Some(f) = &raw.restrict_for {
-        def.duration =
-            crate::store::RestrictFor::parse(f.get_ref()).map_err(|e| err(f.span(), e.to_string()))?;
+        def.duration = crate::store::RestrictFor::parse(f.get_ref())
+            .map_err(|e| err(f.span(), e.to_string()))?;
     }
     if let Some(w) = &raw.while_restricted {
         match w.get_ref().as_str() {
@@ -618,7 +622,11 @@ fn restrict_def(
         def.code = v as u16;
     }
     if let Some(m) = &raw.restricted_message {
-        def.message = Some(template(m, &format!("limit {name}: restricted_message"), at)?);
+        def.message = Some(template(
+            m,
+            &format!("limit {name}: restricted_message"),
+            at,
+        )?);
     }
     Ok(Some(def))
 }

@@ -75,10 +75,10 @@ fn describe_limit(d: &LimitDef) -> String {
         s.push_str(&format!(" when={w:?}"));
     }
     if let Some(r) = &d.restrict {
-        let rkey = r
-            .key
-            .as_ref()
-            .map_or_else(|| format!("{key} (the limit's key)"), |t| t.text().to_string());
+        let rkey = r.key.as_ref().map_or_else(
+            || format!("{key} (the limit's key)"),
+            |t| t.text().to_string(),
+        );
         let how_long = match r.duration {
             crate::store::RestrictFor::UntilReleased => {
                 "until `floodgate release KEY` ends it".to_string()

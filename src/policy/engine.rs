@@ -31,8 +31,8 @@ use tracing::{info, warn};
 use super::action::{self, header_line, var_value, Outcome};
 use super::alert::{Crossed, Evaluated, Observer};
 use super::authdelay;
-use super::evidence::{Evidence, Fact};
 use super::concurrency::{SlotGuard, Slots};
+use super::evidence::{Evidence, Fact};
 use super::model::{Action, Counted, LimitDef, PolicyModel, RateDef};
 use super::replay::{self, replay};
 use super::request::{apply_result, request};
@@ -759,9 +759,7 @@ impl RateSession {
             },
             _ => return,
         };
-        self.inner
-            .evidence
-            .note(&evidence_key(facts), fact, now_us);
+        self.inner.evidence.note(&evidence_key(facts), fact, now_us);
     }
 
     /// The restricted answer when a key of this session is restricted; the store's failure
@@ -823,7 +821,14 @@ impl RateSession {
         let rdef = e.def.restrict.as_ref()?;
         let key = match &rdef.key {
             Some(t) => t.expand(|v, out| {
-                var_value(v, facts, Some(e.def), Some(&e.outcome), &model.hostname, out)
+                var_value(
+                    v,
+                    facts,
+                    Some(e.def),
+                    Some(&e.outcome),
+                    &model.hostname,
+                    out,
+                )
             }),
             None => e.key_text.clone(),
         };
@@ -852,6 +857,12 @@ impl RateSession {
         };
         match self.inner.store.restrict(r, rdef.duration.micros()).await {
             Ok(r) => {
+                // The restriction takes over from the limit's record of the key: when it
+                // ends (by time or release) the key starts afresh instead of being
+                // restricted again by the rate that restricted it.
+                if let Err(err) = self.inner.store.reset(&e.key).await {
+                    warn!(error = %err, key = %e.key, "restrict: the limit's record was not reset");
+                }
                 self.inner.metrics.restriction("restricted");
                 info!(
                     key = %r.key,

@@ -413,10 +413,7 @@ impl Store for MemoryStore {
         !self.restricted.is_empty()
     }
 
-    fn restricted<'a>(
-        &'a self,
-        keys: &'a [String],
-    ) -> StoreFuture<'a, Option<super::Restriction>> {
+    fn restricted<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, Option<super::Restriction>> {
         let r = self.restricted.check(keys, super::now_micros());
         Box::pin(std::future::ready(Ok(r)))
     }

@@ -251,11 +251,7 @@ pub trait Store: Send + Sync {
 
     /// Restricts `r.key` from the store's now for `dur` microseconds (`None`: until
     /// released), replacing any restriction of the key; returns it as stored (with its times).
-    fn restrict<'a>(
-        &'a self,
-        r: Restriction,
-        dur: Option<i64>,
-    ) -> StoreFuture<'a, Restriction> {
+    fn restrict<'a>(&'a self, r: Restriction, dur: Option<i64>) -> StoreFuture<'a, Restriction> {
         let _ = (r, dur);
         Box::pin(std::future::ready(Err(StoreError::Invalid(
             "this store keeps no restricted set".into(),

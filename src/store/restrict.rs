@@ -220,10 +220,7 @@ mod tests {
             RestrictFor::parse("24h"),
             Ok(RestrictFor::For(Duration::from_secs(86_400)))
         );
-        assert_eq!(
-            RestrictFor::parse("2s").unwrap().micros(),
-            Some(2_000_000)
-        );
+        assert_eq!(RestrictFor::parse("2s").unwrap().micros(), Some(2_000_000));
         assert!(matches!(
             RestrictFor::parse("forever"),
             Err(RestrictForError::Syntax(_))

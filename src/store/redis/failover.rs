@@ -348,10 +348,7 @@ impl Store for FailoverStore {
         Box::pin(async move { self.redis.restrict_key(&r, dur).await })
     }
 
-    fn release<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> StoreFuture<'a, Option<crate::store::Restriction>> {
+    fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<crate::store::Restriction>> {
         Box::pin(self.redis.release_key(key))
     }
 

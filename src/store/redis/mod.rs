@@ -400,10 +400,7 @@ impl Store for RedisStore {
         true
     }
 
-    fn restricted<'a>(
-        &'a self,
-        keys: &'a [String],
-    ) -> StoreFuture<'a, Option<super::Restriction>> {
+    fn restricted<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, Option<super::Restriction>> {
         Box::pin(self.restricted_keys(keys))
     }
 

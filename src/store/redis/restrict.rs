@@ -118,7 +118,10 @@ impl RedisStore {
     }
 
     /// The restriction in force on the first of `keys` that has one (one script call).
-    pub async fn restricted_keys(&self, keys: &[String]) -> Result<Option<Restriction>, StoreError> {
+    pub async fn restricted_keys(
+        &self,
+        keys: &[String],
+    ) -> Result<Option<Restriction>, StoreError> {
         if keys.is_empty() {
             return Ok(None);
         }
@@ -137,7 +140,10 @@ impl RedisStore {
     ) -> Result<Restriction, StoreError> {
         let json = serde_json::to_string(r).map_err(|e| StoreError::Invalid(e.to_string()))?;
         let d = dur.map(|d| d.to_string()).unwrap_or_default();
-        match self.run(script(&RESTRICT, RESTRICT_LUA), &[&r.key, &json, &d]).await? {
+        match self
+            .run(script(&RESTRICT, RESTRICT_LUA), &[&r.key, &json, &d])
+            .await?
+        {
             redis::Value::BulkString(b) => parse(&String::from_utf8_lossy(&b)),
             other => Err(StoreError::Unavailable(format!(
                 "unexpected reply from the restrict script: {other:?}"
