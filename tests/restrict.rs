@@ -322,6 +322,20 @@ fn a_restriction_on_one_node_refuses_on_another_sharing_redis() {
     );
     assert!(out.ok(), "{out}");
     assert_eq!(codes(&send(a.addr("plain"), USER, PASSWORD, 1)), [250]);
+
+    // A node whose config restricts nothing still enforces a restriction by hand made on
+    // another node (it looks again at least every second while the set is empty).
+    let plain = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n",
+        redis.url()
+    );
+    let c = start(&rec, &plain);
+    assert_eq!(codes(&send(c.addr("plain"), "bob", "b0bpass", 1)), [250]);
+    let out = verb(&a.admin_socket(), &["restrict", "bob", "--for", "until_released", "--reason", "phished"]);
+    assert!(out.ok(), "{out}");
+    wait_until(Duration::from_secs(20), "c to refuse bob", || {
+        (codes(&send(c.addr("plain"), "bob", "b0bpass", 1)) == [450]).then_some(())
+    });
 }
 
 #[test]

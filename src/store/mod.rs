@@ -236,9 +236,10 @@ pub trait Store: Send + Sync {
     /// Removes every record stored under `key`; returns how many were removed.
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize>;
 
-    /// Whether a restriction check can find anything without asking the backend: `false`
-    /// only when the store knows its restricted set is empty (the memory store, one atomic
-    /// load). A store that cannot tell cheaply answers `true`.
+    /// Whether a restriction check could find anything, answered without asking the
+    /// backend: the memory store knows (one atomic load); Redis answers from its last check
+    /// (see [`redis::RedisStore::restrict_hint`]). The policy checks every MAIL FROM while
+    /// a limit restricts, and otherwise only when this says so.
     fn may_restrict(&self) -> bool {
         false
     }

@@ -314,7 +314,7 @@ impl Store for FailoverStore {
     }
 
     fn may_restrict(&self) -> bool {
-        true
+        self.redis.restrict_hint()
     }
 
     fn restricted<'a>(

@@ -120,6 +120,10 @@ pub struct RedisStore {
     reset: Script,
     namer: KeyNamer,
     options: RedisOptions,
+    /// The restricted set was non-empty at the last check.
+    restrict_hint: std::sync::atomic::AtomicBool,
+    /// When the last check was, microseconds since the epoch.
+    restrict_hint_at: std::sync::atomic::AtomicI64,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -175,6 +179,8 @@ impl RedisStore {
             reset: Script::new(RESET_LUA),
             namer,
             options,
+            restrict_hint: std::sync::atomic::AtomicBool::new(true),
+            restrict_hint_at: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
@@ -397,7 +403,7 @@ impl Store for RedisStore {
     }
 
     fn may_restrict(&self) -> bool {
-        true
+        self.restrict_hint()
     }
 
     fn restricted<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, Option<super::Restriction>> {

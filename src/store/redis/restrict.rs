@@ -11,7 +11,8 @@ use redis::Script;
 use super::{unavailable, RedisStore};
 use crate::store::{Restriction, StoreError};
 
-/// Check: ARGV are candidate keys; answers the first restriction in force, or nil.
+/// Check: ARGV are candidate keys; answers `{restriction or "", entries in the set}`: the
+/// first restriction in force among them, and the set's size (for the empty-set hint).
 const CHECK_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -22,12 +23,16 @@ for i = 1, #ARGV do
     if type(u) == 'number' and u <= now then
       redis.call('HDEL', KEYS[1], ARGV[i])
     else
-      return v
+      return {v, redis.call('HLEN', KEYS[1])}
     end
   end
 end
-return false
+return {'', redis.call('HLEN', KEYS[1])}
 "#;
+
+/// How long "the set was empty" is believed without asking again (see
+/// [`RedisStore::restrict_hint`]).
+const HINT_US: i64 = 1_000_000;
 
 /// Restrict: ARGV[1] key, ARGV[2] restriction JSON, ARGV[3] duration in µs or "".
 /// Answers the restriction as stored.
@@ -126,10 +131,40 @@ impl RedisStore {
             return Ok(None);
         }
         let args: Vec<&str> = keys.iter().map(String::as_str).collect();
-        match self.run(script(&CHECK, CHECK_LUA), &args).await? {
-            redis::Value::BulkString(b) => parse(&String::from_utf8_lossy(&b)).map(Some),
+        let reply = self.run(script(&CHECK, CHECK_LUA), &args).await?;
+        let redis::Value::Array(items) = reply else {
+            return Err(StoreError::Unavailable(format!(
+                "unexpected reply from the restriction check: {reply:?}"
+            )));
+        };
+        let len = match items.get(1) {
+            Some(redis::Value::Int(n)) => *n,
+            _ => 1,
+        };
+        self.set_hint(len > 0);
+        match items.first() {
+            Some(redis::Value::BulkString(b)) if !b.is_empty() => {
+                parse(&String::from_utf8_lossy(b)).map(Some)
+            }
             _ => Ok(None),
         }
+    }
+
+    fn set_hint(&self, nonempty: bool) {
+        self.restrict_hint
+            .store(nonempty, std::sync::atomic::Ordering::Relaxed);
+        self.restrict_hint_at
+            .store(crate::store::now_micros(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a check could find a restriction, without a round trip: true when the set was
+    /// non-empty at the last check, or the last check is older than a second. Used only
+    /// while no limit restricts (then a restriction by hand on another node is seen within
+    /// a second); with a restricting limit every MAIL FROM is checked.
+    pub fn restrict_hint(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.restrict_hint.load(Relaxed)
+            || crate::store::now_micros() - self.restrict_hint_at.load(Relaxed) > HINT_US
     }
 
     /// Restricts `r.key` from the server's now for `dur` µs (`None`: until released).
@@ -140,6 +175,7 @@ impl RedisStore {
     ) -> Result<Restriction, StoreError> {
         let json = serde_json::to_string(r).map_err(|e| StoreError::Invalid(e.to_string()))?;
         let d = dur.map(|d| d.to_string()).unwrap_or_default();
+        self.set_hint(true);
         match self
             .run(script(&RESTRICT, RESTRICT_LUA), &[&r.key, &json, &d])
             .await?
