@@ -331,7 +331,17 @@ fn a_restriction_on_one_node_refuses_on_another_sharing_redis() {
     );
     let c = start(&rec, &plain);
     assert_eq!(codes(&send(c.addr("plain"), "bob", "b0bpass", 1)), [250]);
-    let out = verb(&a.admin_socket(), &["restrict", "bob", "--for", "until_released", "--reason", "phished"]);
+    let out = verb(
+        &a.admin_socket(),
+        &[
+            "restrict",
+            "bob",
+            "--for",
+            "until_released",
+            "--reason",
+            "phished",
+        ],
+    );
     assert!(out.ok(), "{out}");
     wait_until(Duration::from_secs(20), "c to refuse bob", || {
         (codes(&send(c.addr("plain"), "bob", "b0bpass", 1)) == [450]).then_some(())

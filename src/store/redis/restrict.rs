@@ -153,8 +153,10 @@ impl RedisStore {
     fn set_hint(&self, nonempty: bool) {
         self.restrict_hint
             .store(nonempty, std::sync::atomic::Ordering::Relaxed);
-        self.restrict_hint_at
-            .store(crate::store::now_micros(), std::sync::atomic::Ordering::Relaxed);
+        self.restrict_hint_at.store(
+            crate::store::now_micros(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Whether a check could find a restriction, without a round trip: true when the set was
