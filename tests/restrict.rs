@@ -124,6 +124,14 @@ fn check_evidence(ev: &Value) {
     assert!(ev["messages"].as_u64().unwrap() >= 6, "{ev}");
     assert!(ev["recipients"].as_u64().unwrap() >= 5, "{ev}");
     assert!(ev["refusals"].is_u64(), "{ev}");
+    let subjects = ev["subjects"].as_array().unwrap();
+    assert!(!subjects.is_empty() && subjects.len() <= 5, "{ev}");
+    assert!(
+        subjects
+            .iter()
+            .all(|s| s.as_str().unwrap().starts_with("note ")),
+        "{ev}"
+    );
 }
 
 #[test]

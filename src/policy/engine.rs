@@ -121,7 +121,7 @@ impl RatePolicy {
     ) -> RatePolicy {
         RatePolicy {
             inner: Arc::new(Inner {
-                header_from: model.reads_header_from().into(),
+                header_from: (model.reads_header_from() || model.restricts()).into(),
                 current: RwLock::new(model),
                 generation: AtomicU64::new(0),
                 store,
@@ -136,9 +136,10 @@ impl RatePolicy {
 
     /// Makes `model` the generation every later check uses (sessions in flight included).
     pub fn install(&self, model: Arc<PolicyModel>) {
-        self.inner
-            .header_from
-            .store(model.reads_header_from(), Ordering::Relaxed);
+        self.inner.header_from.store(
+            model.reads_header_from() || model.restricts(),
+            Ordering::Relaxed,
+        );
         *self
             .inner
             .current
@@ -757,6 +758,10 @@ impl RateSession {
                 Some(r) => Fact::Recipient(r),
                 None => return,
             },
+            Stage::Message => match facts.subject.as_deref() {
+                Some(s) => Fact::Subject(s),
+                None => return,
+            },
             _ => return,
         };
         self.inner.evidence.note(&evidence_key(facts), fact, now_us);
@@ -1086,8 +1091,9 @@ impl SessionPolicy for RateSession {
         if self.model.limits.iter().any(|d| d.stage == stage) {
             return None;
         }
-        // The restricted set is checked at MAIL, and evidence noted at MAIL and RCPT.
-        if matches!(stage, Stage::Mail | Stage::Rcpt)
+        // The restricted set is checked at MAIL, and evidence noted at MAIL, RCPT and the
+        // end of the message.
+        if matches!(stage, Stage::Mail | Stage::Rcpt | Stage::Message)
             && (self.model.restricts() || (stage == Stage::Mail && self.inner.store.may_restrict()))
         {
             return None;

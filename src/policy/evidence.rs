@@ -1,8 +1,10 @@
 //! What a node saw of a key recently, for the notice and listing of a restriction: client
-//! addresses, recipient domains, counts of messages, recipients and refusals.
+//! addresses, recipient domains, Subjects of the last messages, counts of messages,
+//! recipients and refusals.
 //!
-//! Bounded per node: at most [`MAX_KEYS`] keys (the least recently seen is forgotten first)
-//! and [`MAX_ITEMS`] addresses and domains per key. Counts start when the key is first seen
+//! Bounded per node: at most [`MAX_KEYS`] keys (the least recently seen is forgotten first),
+//! [`MAX_ITEMS`] addresses and domains and [`MAX_SUBJECTS`] Subjects (each at most
+//! [`MAX_SUBJECT_CHARS`] characters) per key. Counts start when the key is first seen
 //! by this node (or after it was forgotten).
 
 use std::collections::{HashMap, VecDeque};
@@ -15,11 +17,16 @@ use serde_json::json;
 pub const MAX_KEYS: usize = 10_000;
 /// Most client addresses and recipient domains remembered per key.
 pub const MAX_ITEMS: usize = 32;
+/// Most Subjects remembered per key (the last ones).
+pub const MAX_SUBJECTS: usize = 5;
+/// Longest Subject kept, in characters.
+pub const MAX_SUBJECT_CHARS: usize = 200;
 
 #[derive(Default)]
 struct Ring {
     ips: VecDeque<IpAddr>,
     domains: VecDeque<String>,
+    subjects: VecDeque<String>,
     messages: u64,
     recipients: u64,
     refusals: u64,
@@ -41,6 +48,8 @@ pub enum Fact<'a> {
     Mail(Option<IpAddr>),
     /// A RCPT TO to this address.
     Recipient(&'a str),
+    /// A message with this Subject reached the end of its data.
+    Subject(&'a str),
     /// A refusal by floodgate.
     Refused,
 }
@@ -94,17 +103,29 @@ impl Evidence {
                     .to_ascii_lowercase();
                 push_bounded(&mut r.domains, d);
             }
+            Fact::Subject(s) => {
+                if r.subjects.len() >= MAX_SUBJECTS {
+                    r.subjects.pop_front();
+                }
+                let s: String = s
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(MAX_SUBJECT_CHARS)
+                    .collect();
+                r.subjects.push_back(s);
+            }
             Fact::Refused => r.refusals += 1,
         }
     }
 
     /// The evidence about the first of `keys` this node has seen, as JSON: `client_ips`
     /// (most recent last), `top_recipient_domains` (`[domain, count]`, most first, at most
-    /// 5), `messages`, `recipients`, `refusals`, `since` (RFC 3339).
+    /// 5), `subjects` (the last ones, most recent last), `messages`, `recipients`,
+    /// `refusals`, `since` (RFC 3339).
     pub fn of(&self, keys: &[&str]) -> serde_json::Value {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         let Some(r) = keys.iter().find_map(|k| map.get(*k)) else {
-            return json!({"client_ips": [], "top_recipient_domains": [], "messages": 0,
+            return json!({"client_ips": [], "top_recipient_domains": [], "subjects": [], "messages": 0,
                 "recipients": 0, "refusals": 0, "since": null});
         };
         let mut counts: HashMap<&str, u64> = HashMap::new();
@@ -117,6 +138,7 @@ impl Evidence {
         json!({
             "client_ips": r.ips.iter().map(|i| i.to_string()).collect::<Vec<_>>(),
             "top_recipient_domains": top,
+            "subjects": r.subjects,
             "messages": r.messages,
             "recipients": r.recipients,
             "refusals": r.refusals,
@@ -149,10 +171,24 @@ mod tests {
         }
         e.note("alice", Fact::Recipient("x@other.net"), 101);
         e.note("alice", Fact::Refused, 102);
+        for i in 0..7 {
+            e.note(
+                "alice",
+                Fact::Subject(&format!("s{i}\r\n{}", "x".repeat(300))),
+                103,
+            );
+        }
         let v = e.of(&["nobody", "alice"]);
         assert_eq!(v["messages"], 100);
         assert_eq!(v["recipients"], 101);
         assert_eq!(v["refusals"], 1);
+        let subjects = v["subjects"].as_array().unwrap();
+        assert_eq!(subjects.len(), MAX_SUBJECTS);
+        assert!(subjects[0].as_str().unwrap().starts_with("s2x"));
+        assert_eq!(
+            subjects[4].as_str().unwrap().chars().count(),
+            MAX_SUBJECT_CHARS
+        );
         assert_eq!(v["client_ips"], json!(["192.0.2.7"]));
         assert_eq!(v["top_recipient_domains"][0][0], "example.org");
         assert_eq!(v["top_recipient_domains"][0][1], (MAX_ITEMS - 1) as u64);
