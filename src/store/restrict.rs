@@ -248,6 +248,30 @@ mod tests {
         assert!(s.is_empty());
     }
 
+    #[test]
+    fn snapshot_keeps_restrictions() {
+        let store = crate::store::MemoryStore::default();
+        let mut a = r("alice");
+        a.evidence = serde_json::json!({"subjects": ["hi"]});
+        store.restricted_set().insert(a, None, 5);
+        store.restricted_set().insert(r("10.0.0.1"), Some(10), 5);
+        let bytes = store.snapshot_bytes();
+        let again = crate::store::MemoryStore::default();
+        let n = again
+            .load_snapshot_bytes(std::path::Path::new("t"), &bytes)
+            .unwrap();
+        assert_eq!(n, 2);
+        let mut got = again.restricted_set().all();
+        got.sort_by(|a, b| a.key.cmp(&b.key));
+        let mut want = store.restricted_set().all();
+        want.sort_by(|a, b| a.key.cmp(&b.key));
+        assert_eq!(got, want);
+        assert_eq!(got[1].evidence["subjects"][0], "hi");
+        // Each restriction is kept as JSON text.
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        assert!(text.contains("\"by\":\"test\""));
+    }
+
     proptest! {
         #[test]
         fn restrict_for_never_panics(s in "\\PC{0,20}") {
