@@ -654,6 +654,31 @@ mod tests {
     }
 
     #[test]
+    fn counts_restriction_events() {
+        let m = Metrics::new();
+        m.restriction("restricted");
+        m.restriction("restricted");
+        m.restriction("released");
+        m.restriction("nonsense");
+        m.verdict("per-user", "restrict");
+        let t = m.render();
+        assert!(
+            t.contains("floodgate_restrictions_total{event=\"restricted\"} 2"),
+            "{t}"
+        );
+        assert!(
+            t.contains("floodgate_restrictions_total{event=\"released\"} 1"),
+            "{t}"
+        );
+        assert!(
+            t.contains("floodgate_restrictions_total{event=\"refused\"} 0"),
+            "{t}"
+        );
+        assert_eq!(m.restrictions_of("restricted"), 2);
+        assert_eq!(m.verdicts_of("per-user", "restrict"), 1);
+    }
+
+    #[test]
     fn renders_every_family_once_with_type_lines() {
         let m = Arc::new(Metrics::new());
         let l = m.listener("submission");
