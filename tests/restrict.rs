@@ -408,3 +408,33 @@ fn bad_restrict_settings_are_clear_config_errors() {
         "{out}"
     );
 }
+
+#[test]
+fn redis_down_while_checking_follows_the_failure_mode_and_is_logged() {
+    let mut redis = redis_server::RedisServer::start();
+    let rec = Recorder::start(users());
+    let start_mode = |mode: &str| {
+        start(
+            &rec,
+            &format!(
+                "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"300ms\"\n\
+                 connect_timeout = \"300ms\"\nfailure_mode = \"{mode}\"\n{}",
+                redis.url(),
+                limit("until_released")
+            ),
+        )
+    };
+    let closed = start_mode("closed");
+    let open = start_mode("open");
+    assert_eq!(codes(&send(closed.addr("plain"), USER, PASSWORD, 1)), [250]);
+    assert_eq!(codes(&send(open.addr("plain"), USER, PASSWORD, 1)), [250]);
+    redis.kill();
+    // closed: the restricted set cannot be read, MAIL FROM gets 451 4.3.0.
+    let r = send(closed.addr("plain"), USER, PASSWORD, 1);
+    assert_eq!(codes(&r), [451], "{r:?}");
+    assert!(r[0].1.contains("4.3.0"), "{r:?}");
+    closed.wait_stderr("restricted set not readable", Duration::from_secs(10));
+    // open: the message goes on (the limits fail open too).
+    assert_eq!(codes(&send(open.addr("plain"), USER, PASSWORD, 1)), [250]);
+    open.wait_stderr("restricted set not readable", Duration::from_secs(10));
+}
