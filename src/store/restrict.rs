@@ -162,8 +162,11 @@ impl RestrictedSet {
             .filter(|r| r.expired(now_us))
             .map(|r| r.key.clone())
             .collect();
-        let out = gone.iter().filter_map(|k| map.remove(k)).collect();
+        let out: Vec<Restriction> = gone.iter().filter_map(|k| map.remove(k)).collect();
         self.len.store(map.len(), Ordering::Release);
+        for r in &out {
+            tracing::info!(key = %r.key, limit = %r.limit, by = "expiry", "key released");
+        }
         out
     }
 
