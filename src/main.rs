@@ -84,6 +84,36 @@ enum Cmd {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// List the restricted keys of a running floodgate (with Redis: of the fleet), with the
+    /// limit, the rate that tripped it, who, why, and the evidence.
+    Restricted {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// End KEY's restriction (fleet-wide with Redis) and reset the tripping limit's records
+    /// of KEY, so its next message goes through.
+    Release {
+        /// The restricted key.
+        key: String,
+        /// Why (logged and sent with the alert).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Restrict KEY by hand: every MAIL FROM of a session with KEY is refused.
+    Restrict {
+        /// The key: a user name, a client IP…
+        key: String,
+        /// How long: a duration (`24h`) or `until_released`.
+        #[arg(long = "for", value_parser = parse_restrict_for)]
+        duration: String,
+        /// Why (logged and sent with the alert).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Make a running floodgate reload its configuration (as SIGHUP does).
     Reload {
         #[command(flatten)]
@@ -198,6 +228,21 @@ fn main() -> ExitCode {
         Cmd::Report(args) => report(args),
         Cmd::Inspect { key, admin } => admin_verb(&admin, Verb::Inspect(key)),
         Cmd::Reset { key, admin } => admin_verb(&admin, Verb::Reset(key)),
+        Cmd::Restricted { admin } => admin_verb(&admin, Verb::Restricted),
+        Cmd::Release { key, reason, admin } => admin_verb(&admin, Verb::Release { key, reason }),
+        Cmd::Restrict {
+            key,
+            duration,
+            reason,
+            admin,
+        } => admin_verb(
+            &admin,
+            Verb::Restrict {
+                key,
+                duration,
+                reason,
+            },
+        ),
         Cmd::Top { limit, n, admin } => admin_verb(&admin, Verb::Top { limit, n }),
         Cmd::Reload { admin } => admin_verb(&admin, Verb::Reload),
         Cmd::Held { verb } => match verb {
@@ -270,6 +315,8 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let policy = build_policy_with(&config, store.as_store(), metrics.clone());
         let observers = floodgate::report::Observers::start(&config)?;
         policy.observe(observers.clone());
+        let admin_policy = policy.clone();
+        let admin_observer: Arc<dyn floodgate::policy::alert::Observer> = observers.clone();
         let store_stop = tokio_util::sync::CancellationToken::new();
         let store_tasks = spawn_store_tasks(&store, &config.store, store_stop.clone());
         for w in warnings(&config.policy) {
@@ -295,6 +342,8 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             control: control.clone(),
             store: store.clone(),
             metrics: metrics.clone(),
+            observer: Some(admin_observer),
+            policy: Some(admin_policy),
         });
         // Removed when `run` returns (at exit).
         let socket_file = match &admin_cfg.socket {
@@ -526,6 +575,7 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
                 .map_or("(none)".into(), |c| format!("{c:?}"))
         )?;
     }
+    check_restricted(&config, &mut out)?;
     for line in describe(&config.policy) {
         writeln!(out, "{line}")?;
     }
@@ -630,6 +680,52 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
 }
 
 /// Runs one admin verb against a running floodgate and prints the answer.
+/// What stays restricted, when the memory store's snapshot can be read; a restriction by a
+/// limit that is no longer configured is named as such (it is not freed by its removal).
+fn check_restricted(config: &Config, out: &mut impl Write) -> anyhow::Result<()> {
+    if config.store.backend != "memory" {
+        return Ok(());
+    }
+    let Some(path) = &config.store.path else {
+        return Ok(());
+    };
+    let store = floodgate::store::MemoryStore::default();
+    match store.load_snapshot_if_present(path) {
+        Ok(Some(_)) => {}
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            writeln!(out, "restricted: cannot read the snapshot: {e}")?;
+            return Ok(());
+        }
+    }
+    let now = floodgate::store::now_micros();
+    for r in store.restricted_set().list(now) {
+        let known = r.limit == "admin" || config.policy.limits.iter().any(|d| d.name == r.limit);
+        writeln!(
+            out,
+            "restricted: {} by {} since {} until {}{}",
+            r.key,
+            r.limit,
+            floodgate::report::time::rfc3339(r.since_us),
+            r.until_us
+                .map_or("released".into(), floodgate::report::time::rfc3339),
+            if known {
+                ""
+            } else {
+                " (its limit is no longer configured: it stays restricted until released)"
+            }
+        )?;
+    }
+    Ok(())
+}
+
+/// `--for`: a duration or `until_released`, checked before anything is sent.
+fn parse_restrict_for(text: &str) -> Result<String, String> {
+    floodgate::store::RestrictFor::parse(text)
+        .map(|_| text.trim().to_string())
+        .map_err(|e| e.to_string())
+}
+
 fn admin_verb(args: &AdminArgs, verb: Verb) -> anyhow::Result<()> {
     let socket = match &args.socket {
         Some(s) => s.clone(),

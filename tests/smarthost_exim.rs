@@ -608,7 +608,11 @@ fn misconfigured_identity_towards_exim_refuses_the_client() {
         // Exim 4.96 has no XCLIENT: relaying as floodgate would make every client look local.
         ("xclient", EximPort::Plain, "XCLIENT"),
         // A header Exim does not expect is read as commands (500, 500, 501, 221).
-        ("proxy-v2", EximPort::Plain, "PROXY v2 header as SMTP commands"),
+        (
+            "proxy-v2",
+            EximPort::Plain,
+            "PROXY v2 header as SMTP commands",
+        ),
         // No header where Exim expects one: 503 to every command after the greeting.
         ("none", EximPort::Proxy, "expects a PROXY header"),
     ];

@@ -11,6 +11,9 @@
 //! | GET | `/v1/held/show?id=ID` | one held message: envelope, client, header section |
 //! | POST | `/v1/held/release?id=ID` or `?key=KEY` (`&by=WHO&reason=TEXT`) | relays it upstream |
 //! | POST | `/v1/held/delete?id=ID` or `?key=KEY` (`&by=WHO&reason=TEXT`) | removes it |
+//! | GET | `/v1/restricted` | the restricted keys (see [`super::restricted`]) |
+//! | POST | `/v1/release?key=KEY&reason=TEXT` | ends a restriction |
+//! | POST | `/v1/restrict?key=KEY&for=DURATION&reason=TEXT` | restricts by hand |
 //!
 //! HEAD is accepted wherever GET is. Answers are JSON (`{"error": …}` on failure).
 
@@ -40,6 +43,10 @@ pub struct AdminState {
     pub store: Opened,
     /// The metrics registry.
     pub metrics: Arc<Metrics>,
+    /// Where restriction notices go (the alerts), if anywhere.
+    pub observer: Option<Arc<dyn crate::policy::alert::Observer>>,
+    /// The running policy (the evidence of a restriction by hand), if any.
+    pub policy: Option<crate::policy::RatePolicy>,
 }
 
 /// The answer for a held message that could not be shown, released or deleted.
@@ -65,8 +72,11 @@ impl AdminState {
         let post = req.method == "POST";
         let (allowed, ok) = match req.path.as_str() {
             "/metrics" => ("GET, HEAD", get),
-            "/v1/inspect" | "/v1/top" | "/v1/held" | "/v1/held/show" => ("GET, HEAD", get),
-            "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" => ("POST", post),
+            "/v1/inspect" | "/v1/top" | "/v1/held" | "/v1/held/show" | "/v1/restricted" => {
+                ("GET, HEAD", get)
+            }
+            "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" | "/v1/release"
+            | "/v1/restrict" => ("POST", post),
             _ => return Response::error(404, &format!("no endpoint {}", req.path)),
         };
         if !ok {
@@ -104,6 +114,9 @@ impl AdminState {
                 let release = req.path == "/v1/held/release";
                 self.held_act(req, release).await
             }
+            "/v1/restricted" => self.restricted().await,
+            "/v1/release" => self.release(req).await,
+            "/v1/restrict" => self.restrict(req).await,
             _ => self.reload(),
         }
     }

@@ -80,6 +80,24 @@ pub enum Verb {
     HeldRelease(HeldTarget),
     /// Delete held messages: one id, or every one of a key.
     HeldDelete(HeldTarget),
+    /// List the restricted keys.
+    Restricted,
+    /// End a key's restriction.
+    Release {
+        /// The key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// Restrict a key by hand.
+    Restrict {
+        /// The key.
+        key: String,
+        /// A duration or `until_released`.
+        duration: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Which held messages a release or delete acts on, who asks and why.
@@ -131,6 +149,28 @@ impl Verb {
             Verb::HeldShow(id) => ("GET", format!("/v1/held/show?id={}", percent_encode(id))),
             Verb::HeldRelease(t) => ("POST", format!("/v1/held/release?{}", t.query())),
             Verb::HeldDelete(t) => ("POST", format!("/v1/held/delete?{}", t.query())),
+            Verb::Restricted => ("GET", "/v1/restricted".into()),
+            Verb::Release { key, reason } => (
+                "POST",
+                format!(
+                    "/v1/release?key={}&reason={}",
+                    percent_encode(key),
+                    percent_encode(reason)
+                ),
+            ),
+            Verb::Restrict {
+                key,
+                duration,
+                reason,
+            } => (
+                "POST",
+                format!(
+                    "/v1/restrict?key={}&for={}&reason={}",
+                    percent_encode(key),
+                    percent_encode(duration),
+                    percent_encode(reason)
+                ),
+            ),
         }
     }
 }
@@ -427,6 +467,58 @@ pub fn render(verb: &Verb, v: &Value) -> String {
             }
             ids.iter().map(|i| format!("{i}: {verb}\n")).collect()
         }
+        Verb::Restricted => {
+            let rows: Vec<Vec<String>> = v["restricted"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|r| {
+                    let ev = &r["evidence"];
+                    let ips: Vec<&str> = ev["client_ips"]
+                        .as_array()
+                        .map(Vec::as_slice)
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(|i| i.as_str())
+                        .collect();
+                    vec![
+                        r["key"].as_str().unwrap_or("").into(),
+                        r["limit"].as_str().unwrap_or("").into(),
+                        r["since"].as_str().unwrap_or("").into(),
+                        r["until"].as_str().unwrap_or("until released").into(),
+                        num(&r["rate"]),
+                        r["by"].as_str().unwrap_or("").into(),
+                        r["reason"].as_str().unwrap_or("").into(),
+                        format!(
+                            "{} msgs, {} rcpts, {} refused; ips {}",
+                            ev["messages"].as_u64().unwrap_or(0),
+                            ev["recipients"].as_u64().unwrap_or(0),
+                            ev["refusals"].as_u64().unwrap_or(0),
+                            if ips.is_empty() {
+                                "-".into()
+                            } else {
+                                ips.join(",")
+                            }
+                        ),
+                    ]
+                })
+                .collect();
+            if rows.is_empty() {
+                return "nobody is restricted\n".into();
+            }
+            table(
+                &[
+                    "KEY", "LIMIT", "SINCE", "UNTIL", "RATE", "BY", "REASON", "EVIDENCE",
+                ],
+                &rows,
+            )
+        }
+        Verb::Release { key, .. } => format!("{key}: released\n"),
+        Verb::Restrict { key, .. } => format!(
+            "{key}: restricted until {}\n",
+            v["restricted"]["until"].as_str().unwrap_or("released")
+        ),
     }
 }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::Metrics;
-use crate::store::{Decision, DecisionResult, Record, Store, StoreFuture};
+use crate::store::{Decision, DecisionResult, Record, Restriction, Store, StoreFuture};
 
 /// Wraps a store: every decision is counted, timed into the latency histogram, and its
 /// failures counted by kind. Inspect and reset pass straight through (they are the admin's
@@ -38,6 +38,26 @@ impl Store for MeteredStore {
 
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
         self.inner.reset(key)
+    }
+
+    fn may_restrict(&self) -> bool {
+        self.inner.may_restrict()
+    }
+
+    fn restricted<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, Option<Restriction>> {
+        self.inner.restricted(keys)
+    }
+
+    fn restrict<'a>(&'a self, r: Restriction, dur: Option<i64>) -> StoreFuture<'a, Restriction> {
+        self.inner.restrict(r, dur)
+    }
+
+    fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Restriction>> {
+        self.inner.release(key)
+    }
+
+    fn restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
+        self.inner.restrictions()
     }
 }
 

@@ -28,7 +28,7 @@ use crate::store::open::Opened;
 use crate::store::StoreError;
 
 /// The countermeasures, in the order of [`LimitCounters`].
-pub const ACTIONS: [&str; 7] = [
+pub const ACTIONS: [&str; 8] = [
     "warn",
     "header",
     "delay",
@@ -36,7 +36,11 @@ pub const ACTIONS: [&str; 7] = [
     "defer",
     "deny",
     "disconnect",
+    "restrict",
 ];
+
+/// The events of the restricted set, in the order of the registry's counters.
+pub const RESTRICTION_EVENTS: [&str; 3] = ["restricted", "released", "refused"];
 
 /// The kinds of upstream failure, in the order of the registry's counters.
 const UPSTREAM_KINDS: [&str; 5] = ["connect", "timeout", "lost", "protocol", "tls"];
@@ -59,7 +63,7 @@ pub struct ListenerMetrics {
 
 /// Verdict counters of one limit, one per countermeasure ([`ACTIONS`] order).
 #[derive(Debug, Default)]
-pub struct LimitCounters([Counter; 7]);
+pub struct LimitCounters([Counter; 8]);
 
 /// The hold spool's gauges and counters.
 #[derive(Debug, Default)]
@@ -121,6 +125,7 @@ pub struct Metrics {
     identity_refused: [Counter; 5],
     /// The hold spool: messages and octets held now, and what happened to held messages.
     pub hold: HoldMetrics,
+    restriction_events: [Counter; 3],
     store: OnceLock<Opened>,
     workers: OnceLock<Arc<crate::server::WorkerLoads>>,
 }
@@ -185,6 +190,22 @@ impl Metrics {
             return;
         }
         self.verdicts.entry(limit.into()).or_default().0[i].inc();
+    }
+
+    /// A restriction event: `restricted`, `released` or `refused` (a MAIL FROM of a
+    /// restricted key).
+    pub fn restriction(&self, event: &str) {
+        if let Some(i) = RESTRICTION_EVENTS.iter().position(|e| *e == event) {
+            self.restriction_events[i].inc();
+        }
+    }
+
+    /// How many restriction events of `event` there were.
+    pub fn restrictions_of(&self, event: &str) -> u64 {
+        RESTRICTION_EVENTS
+            .iter()
+            .position(|e| *e == event)
+            .map_or(0, |i| self.restriction_events[i].get())
     }
 
     /// How many times `limit` was over with `action`.
@@ -397,6 +418,14 @@ impl Metrics {
                     );
                 }
             }
+        }
+        w.head(
+            "floodgate_restrictions_total",
+            "counter",
+            "Restricted-set events: keys restricted, released, and MAIL FROMs refused because restricted.",
+        );
+        for (event, c) in RESTRICTION_EVENTS.iter().zip(&self.restriction_events) {
+            w.sample("floodgate_restrictions_total", &[("event", event)], c.get());
         }
         w.one(
             "floodgate_upstream_connects_total",
@@ -675,6 +704,31 @@ mod tests {
         text.lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
             .map(str::to_string)
+    }
+
+    #[test]
+    fn counts_restriction_events() {
+        let m = Metrics::new();
+        m.restriction("restricted");
+        m.restriction("restricted");
+        m.restriction("released");
+        m.restriction("nonsense");
+        m.verdict("per-user", "restrict");
+        let t = m.render();
+        assert!(
+            t.contains("floodgate_restrictions_total{event=\"restricted\"} 2"),
+            "{t}"
+        );
+        assert!(
+            t.contains("floodgate_restrictions_total{event=\"released\"} 1"),
+            "{t}"
+        );
+        assert!(
+            t.contains("floodgate_restrictions_total{event=\"refused\"} 0"),
+            "{t}"
+        );
+        assert_eq!(m.restrictions_of("restricted"), 2);
+        assert_eq!(m.verdicts_of("per-user", "restrict"), 1);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! * [`held`]: the hold spool's verbs (list, show, release, delete) and its expiry;
 //! * [`inspect`]: what a key means for every configured limit (inspect, top);
 //! * [`api`]: the endpoints (inspect, reset, top, reload, metrics);
+//! * [`restricted`]: the restricted set's endpoints (restricted, release, restrict);
 //! * [`serve`]: the unix socket, the token-guarded TCP address and the metrics address;
 //! * [`client`]: the CLI side: one request to the admin socket, tables or JSON;
 //! * [`peer`]: whose process is at the other end of the admin socket.
@@ -20,6 +21,7 @@ pub mod inspect;
 pub mod metered;
 pub mod metrics;
 pub mod peer;
+pub mod restricted;
 pub mod serve;
 
 pub use metered::MeteredStore;

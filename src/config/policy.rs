@@ -66,6 +66,16 @@ pub struct LimitConfig {
     pub limit_list: Option<Spanned<String>>,
     /// What is looked up in `limit_list` (a condition subject, default client_ip).
     pub limit_by: Option<Spanned<String>>,
+    /// action = "restrict": the key restricted (a template; default the limit's key).
+    pub restrict_key: Option<Spanned<String>>,
+    /// action = "restrict": a duration (`"24h"`) or `"until_released"` (the default).
+    pub restrict_for: Option<Spanned<String>>,
+    /// action = "restrict": what a restricted key's MAIL FROM gets, `"defer"` or `"hold"`.
+    pub while_restricted: Option<Spanned<String>>,
+    /// action = "restrict": reply code to a restricted key's MAIL FROM (4xx or 5xx).
+    pub restricted_code: Option<Spanned<i64>>,
+    /// action = "restrict": reply text template to a restricted key's MAIL FROM.
+    pub restricted_message: Option<Spanned<String>>,
 }
 
 /// `[auth_failures]`: timeouts, not lockouts, after failed AUTH.

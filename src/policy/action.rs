@@ -100,6 +100,8 @@ pub fn var_value(
             }
         }
         Var::Hostname => out.push_str(hostname),
+        // Known only to the answer of a restricted key (see `restricted_reply`).
+        Var::RestrictedSince | Var::RestrictedUntil => {}
     }
 }
 
@@ -134,6 +136,7 @@ fn default_code(def: &LimitDef, stage: Stage) -> (u16, &'static str) {
         Action::Disconnect => (421, "4.7.0"),
         Action::Deny if stage == Stage::Connect => (554, "5.7.1"),
         Action::Deny => (550, "5.7.1"),
+        Action::Restrict => (450, "4.7.1"),
         _ if connection => (421, "4.7.0"),
         _ => match stage {
             Stage::Auth => (454, "4.7.0"),
@@ -222,7 +225,7 @@ pub fn verdict(
                 Verdict::Delay(d)
             }
         }
-        Action::Defer | Action::Deny | Action::Disconnect => {
+        Action::Defer | Action::Deny | Action::Disconnect | Action::Restrict => {
             let (code, text) = reply_text(def, stage, facts, o, hostname);
             let reply = Reply::new(code, text);
             if code == 421 || stage == Stage::Connect {
@@ -231,6 +234,66 @@ pub fn verdict(
                 Verdict::Reply(reply)
             }
         }
+    }
+}
+
+/// Microseconds since the epoch as RFC 3339 UTC text (whole seconds).
+pub fn utc_text(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The answer to a MAIL FROM of a restricted key: the restricting limit's
+/// `restricted_code` and `restricted_message` when `def` is that limit (still configured),
+/// else 450 with the default text.
+pub fn restricted_reply(
+    def: Option<&LimitDef>,
+    r: &crate::store::Restriction,
+    facts: &Facts,
+    hostname: &str,
+) -> Reply {
+    let rdef = def.and_then(|d| d.restrict.as_ref());
+    let code = rdef.map_or(super::model::DEFAULT_RESTRICTED_CODE, |d| d.code);
+    let until = r
+        .until_us
+        .map_or_else(|| "until released".to_string(), utc_text);
+    let body = match rdef.and_then(|d| d.message.as_ref()) {
+        Some(t) => t.expand(|v, out| match v {
+            Var::RestrictedSince => out.push_str(&utc_text(r.since_us)),
+            Var::RestrictedUntil => out.push_str(&until),
+            Var::LimitName => out.push_str(&r.limit),
+            other => var_value(other, facts, def, None, hostname, out),
+        }),
+        None => format!(
+            "{} is restricted since {} ({}), until {until}; contact your postmaster",
+            r.key,
+            utc_text(r.since_us),
+            r.limit
+        ),
+    };
+    let body: String = body.chars().filter(|c| *c != '\r' && *c != '\n').collect();
+    let enhanced = if code / 100 == 5 { "5.7.1" } else { "4.7.1" };
+    if starts_with_enhanced(&body) {
+        Reply::new(code, body)
+    } else {
+        Reply::new(code, format!("{enhanced} {body}"))
     }
 }
 
@@ -249,6 +312,13 @@ pub fn header_line(def: &LimitDef, o: &Outcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_text_is_rfc3339() {
+        assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_text(951_782_400_000_000), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_text(1_764_091_060_500_000), "2025-11-25T17:17:40Z");
+    }
 
     #[test]
     fn enhanced_detection() {

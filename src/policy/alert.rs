@@ -87,6 +87,37 @@ pub trait Observer: Send + Sync {
     fn crossed(&self, c: &Crossed<'_>);
     /// A new configuration is in force (SIGHUP).
     fn reload(&self, config: &Config);
+    /// A key was restricted or released: the notice (`floodgate.restricted` or
+    /// `floodgate.released`, see [`restriction_notice`]).
+    fn restriction(&self, notice: &serde_json::Value) {
+        let _ = notice;
+    }
+}
+
+/// The notice of a restriction event, a stable JSON shape:
+/// `{"event":"floodgate.restricted"|"floodgate.released","key","limit","since","until",
+/// "rate","limit_value","by","reason","evidence":{"client_ips","top_recipient_domains",
+/// "messages","recipients","refusals","since"},"host"}` (`until`: `null` for until released).
+pub fn restriction_notice(
+    event: &str,
+    r: &crate::store::Restriction,
+    by: &str,
+    reason: &str,
+    host: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "event": event,
+        "key": r.key,
+        "limit": r.limit,
+        "since": rfc3339(r.since_us),
+        "until": r.until_us.map(rfc3339),
+        "rate": r.rate,
+        "limit_value": r.limit_text,
+        "by": by,
+        "reason": reason,
+        "evidence": r.evidence,
+        "host": host,
+    })
 }
 
 /// `[alerts]` as written.
@@ -300,6 +331,8 @@ pub enum Notice {
     Alert(Alert),
     /// A summary of suppressed alerts.
     Suppressed(Suppressed),
+    /// A restriction or release (never suppressed: each is an admin-worthy event).
+    Restriction(serde_json::Value),
 }
 
 impl Notice {
@@ -308,6 +341,7 @@ impl Notice {
         match self {
             Notice::Alert(a) => serde_json::to_string(a),
             Notice::Suppressed(s) => serde_json::to_string(s),
+            Notice::Restriction(v) => serde_json::to_string(v),
         }
         .unwrap_or_default()
     }
@@ -478,6 +512,11 @@ impl Alerter {
             .unwrap_or_else(|e| e.into_inner())
             .seen
             .len()
+    }
+
+    /// Queues a restriction notice for delivery (log line, webhook, command).
+    pub fn restriction(&self, notice: &serde_json::Value) {
+        self.queue(Notice::Restriction(notice.clone()));
     }
 
     fn queue(&self, n: Notice) {

@@ -11,7 +11,7 @@ use super::condition::{Condition, Subject};
 use super::lists::{Lists, NamedList};
 use super::model::{
     acl_of, stage_of, Action, At, AuthDelay, Counted, DelayKind, LimitDef, PolicyModel,
-    PolicySource, RateDef, DEFAULT_MAX_DELAY, HARD_MAX_DELAY,
+    PolicySource, RateDef, RestrictDef, DEFAULT_MAX_DELAY, HARD_MAX_DELAY,
 };
 use super::template::{Template, Var};
 use super::Stage;
@@ -466,15 +466,17 @@ fn compile_limit(
         "defer" => Action::Defer,
         "deny" => Action::Deny,
         "disconnect" => Action::Disconnect,
+        "restrict" => Action::Restrict,
         other => {
             return Err(err(
                 action_span,
                 format!(
-                    "unknown action {other:?}: use warn, header, delay, hold, defer, deny or disconnect"
+                    "unknown action {other:?}: use warn, header, delay, hold, defer, deny, disconnect or restrict"
                 ),
             ))
         }
     };
+    let restrict = restrict_def(raw, action, &name, at, &err)?;
     if raw.delay.is_some() && !matches!(action, Action::Delay(_)) {
         return Err(err(
             raw.delay.as_ref().map_or(0..0, |d| d.span()),
@@ -561,5 +563,82 @@ fn compile_limit(
         max_delay,
         limit_list,
         line,
+        restrict,
     })
+}
+
+/// The restriction settings of a limit: only with `action = "restrict"`.
+fn restrict_def(
+    raw: &LimitConfig,
+    action: Action,
+    name: &str,
+    at: At<'_>,
+    err: &dyn Fn(Range<usize>, String) -> ConfigError,
+) -> Result<Option<RestrictDef>, ConfigError> {
+    let spans = [
+        raw.restrict_key
+            .as_ref()
+            .map(|v| ("restrict_key", v.span())),
+        raw.restrict_for
+            .as_ref()
+            .map(|v| ("restrict_for", v.span())),
+        raw.while_restricted
+            .as_ref()
+            .map(|v| ("while_restricted", v.span())),
+        raw.restricted_code
+            .as_ref()
+            .map(|v| ("restricted_code", v.span())),
+        raw.restricted_message
+            .as_ref()
+            .map(|v| ("restricted_message", v.span())),
+    ];
+    if action != Action::Restrict {
+        if let Some((k, span)) = spans.into_iter().flatten().next() {
+            return Err(err(span, format!("`{k}` goes with action = \"restrict\"")));
+        }
+        return Ok(None);
+    }
+    let mut def = RestrictDef::default();
+    if let Some(k) = &raw.restrict_key {
+        def.key = Some(template(k, &format!("limit {name}: restrict_key"), at)?);
+    }
+    if let Some(f) = &raw.restrict_for {
+        def.duration = crate::store::RestrictFor::parse(f.get_ref())
+            .map_err(|e| err(f.span(), e.to_string()))?;
+    }
+    if let Some(w) = &raw.while_restricted {
+        match w.get_ref().as_str() {
+            "defer" => {}
+            "hold" => {
+                return Err(err(
+                    w.span(),
+                    "while_restricted = \"hold\" needs [hold] (the hold spool), which this floodgate does not have; use \"defer\"".into(),
+                ))
+            }
+            other => {
+                return Err(err(
+                    w.span(),
+                    format!("while_restricted {other:?}: use \"defer\" or \"hold\""),
+                ))
+            }
+        }
+    }
+    if let Some(c) = &raw.restricted_code {
+        let v = *c.get_ref();
+        if !(400..600).contains(&v) || v == 421 {
+            return Err(err(
+                c.span(),
+                format!("restricted_code {v}: use a 4xx (not 421) or 5xx code"),
+            ));
+        }
+        def.code = v as u16;
+    }
+    if let Some(m) = &raw.restricted_message {
+        def.message = Some(template(
+            m,
+            &format!("limit {name}: restricted_message"),
+            at,
+        )?);
+    }
+    Ok(Some(def))
 }

@@ -74,6 +74,25 @@ fn describe_limit(d: &LimitDef) -> String {
     if let Some(w) = &d.when_text {
         s.push_str(&format!(" when={w:?}"));
     }
+    if let Some(r) = &d.restrict {
+        let rkey = r.key.as_ref().map_or_else(
+            || format!("{key} (the limit's key)"),
+            |t| t.text().to_string(),
+        );
+        let how_long = match r.duration {
+            crate::store::RestrictFor::UntilReleased => {
+                "until `floodgate release KEY` ends it".to_string()
+            }
+            f => format!("for {} (then released automatically)", f.text()),
+        };
+        s.push_str(&format!(
+            "; when over: the key {rkey:?} is restricted {how_long}; while restricted each MAIL FROM of the key gets {} {} (while_restricted=defer); restrictions outlive restarts and reloads",
+            r.code,
+            r.message
+                .as_ref()
+                .map_or("(the default text)".to_string(), |m| format!("{:?}", m.text()))
+        ));
+    }
     s
 }
 

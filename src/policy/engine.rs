@@ -32,6 +32,7 @@ use super::action::{self, header_line, var_value, Outcome};
 use super::alert::{Crossed, Evaluated, Observer};
 use super::authdelay;
 use super::concurrency::{SlotGuard, Slots};
+use super::evidence::{Evidence, Fact};
 use super::model::{Action, Counted, LimitDef, PolicyModel, RateDef};
 use super::replay::{self, replay};
 use super::request::{apply_result, request};
@@ -43,7 +44,9 @@ use crate::limit::rate::Rate;
 use crate::limit::spec::UpdateMode;
 use crate::limit::SessionCache;
 use crate::smtp::reply::Reply;
-use crate::store::{now_micros, Algorithm, Decision, LimitRequest, LimitResult, Store, StoreError};
+use crate::store::{
+    now_micros, Algorithm, Decision, LimitRequest, LimitResult, Restriction, Store, StoreError,
+};
 
 /// The policy's clock: microseconds since the Unix epoch. It times this session's pending
 /// events for the replay of leaky Exim limits, so it must agree with the store's clock.
@@ -77,6 +80,8 @@ struct Inner {
     metrics: Arc<crate::admin::Metrics>,
     /// Whether the generation in force reads the header From.
     header_from: std::sync::atomic::AtomicBool,
+    /// What this node saw of each key recently (for restriction notices).
+    evidence: Evidence,
 }
 
 /// The floodgate policy: the current generation of limits over one store that outlives
@@ -116,7 +121,7 @@ impl RatePolicy {
     ) -> RatePolicy {
         RatePolicy {
             inner: Arc::new(Inner {
-                header_from: model.reads_header_from().into(),
+                header_from: (model.reads_header_from() || model.restricts()).into(),
                 current: RwLock::new(model),
                 generation: AtomicU64::new(0),
                 store,
@@ -124,15 +129,17 @@ impl RatePolicy {
                 clock,
                 observer: std::sync::OnceLock::new(),
                 metrics,
+                evidence: Evidence::default(),
             }),
         }
     }
 
     /// Makes `model` the generation every later check uses (sessions in flight included).
     pub fn install(&self, model: Arc<PolicyModel>) {
-        self.inner
-            .header_from
-            .store(model.reads_header_from(), Ordering::Relaxed);
+        self.inner.header_from.store(
+            model.reads_header_from() || model.restricts(),
+            Ordering::Relaxed,
+        );
         *self
             .inner
             .current
@@ -145,6 +152,12 @@ impl RatePolicy {
     /// and alerts); it is told of reloads too. Only the first call takes effect.
     pub fn observe(&self, observer: Arc<dyn Observer>) {
         let _ = self.inner.observer.set(observer);
+    }
+
+    /// What this node saw recently of the first of `keys` it knows (see
+    /// [`Evidence::of`]).
+    pub fn evidence(&self, keys: &[&str]) -> serde_json::Value {
+        self.inner.evidence.of(keys)
     }
 
     /// The generation in force.
@@ -393,6 +406,15 @@ impl RateSession {
         if stage == Stage::Mail {
             self.cache.reset_message();
             self.headers.clear();
+        }
+        let restricts = model.restricts();
+        if restricts {
+            self.note_evidence(stage, facts, now_us);
+        }
+        if stage == Stage::Mail && (restricts || self.inner.store.may_restrict()) {
+            if let Some(v) = self.check_restricted(&model, facts, now_us).await {
+                return v;
+            }
         }
         let mut evals: Vec<Eval<'_>> = Vec::new();
         for def in &model.limits {
@@ -700,6 +722,27 @@ impl RateSession {
         let Some(s) = strongest else {
             return Verdict::Continue;
         };
+        let mut restricted: Option<(&LimitDef, Restriction)> = None;
+        for e in evals
+            .iter()
+            .filter(|e| e.outcome.over && e.def.action == Action::Restrict)
+        {
+            if let Some(r) = self.restrict_over(e, facts, &model).await {
+                restricted.get_or_insert((e.def, r));
+            }
+        }
+        if restricts {
+            let key = evidence_key(facts);
+            self.inner.evidence.note(&key, Fact::Refused, now_us);
+        }
+        if let (Action::Restrict, Some((def, r))) = (s.def.action, &restricted) {
+            let reply = action::restricted_reply(Some(def), r, facts, &model.hostname);
+            return if stage == Stage::Connect {
+                Verdict::Disconnect(reply)
+            } else {
+                Verdict::Reply(reply)
+            };
+        }
         if s.def.action == Action::Hold {
             return Verdict::Hold(super::HoldOrder {
                 limit: s.def.name.clone(),
@@ -711,6 +754,152 @@ impl RateSession {
             info!(limit = %s.def.name, delay_ms = d.as_millis() as u64, "rate limit delay");
         }
         v
+    }
+
+    /// Notes what this event says about its key (restricting configs only).
+    fn note_evidence(&self, stage: Stage, facts: &Facts, now_us: i64) {
+        let fact = match stage {
+            Stage::Mail => Fact::Mail(facts.client_ip),
+            Stage::Rcpt => match facts.recipient.as_deref() {
+                Some(r) => Fact::Recipient(r),
+                None => return,
+            },
+            Stage::Message => match facts.subject.as_deref() {
+                Some(s) => Fact::Subject(s),
+                None => return,
+            },
+            _ => return,
+        };
+        self.inner.evidence.note(&evidence_key(facts), fact, now_us);
+    }
+
+    /// The restricted answer when a key of this session is restricted; the store's failure
+    /// mode when the set cannot be read.
+    async fn check_restricted(
+        &self,
+        model: &PolicyModel,
+        facts: &Facts,
+        now_us: i64,
+    ) -> Option<Verdict> {
+        let keys = restrict_candidates(model, facts);
+        if keys.is_empty() {
+            return None;
+        }
+        match self.inner.store.restricted(&keys).await {
+            Ok(None) => None,
+            Ok(Some(r)) => {
+                self.inner.metrics.restriction("refused");
+                if model.restricts() {
+                    self.inner
+                        .evidence
+                        .note(&evidence_key(facts), Fact::Refused, now_us);
+                }
+                info!(
+                    key = %r.key,
+                    limit = %r.limit,
+                    client = %facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
+                    user = facts.user.as_deref().unwrap_or(""),
+                    "restricted key refused"
+                );
+                let def = model.limits.iter().find(|d| d.name == r.limit);
+                Some(Verdict::Reply(action::restricted_reply(
+                    def,
+                    &r,
+                    facts,
+                    &model.hostname,
+                )))
+            }
+            Err(e) => {
+                warn!(error = %e, "restricted set unavailable; failing closed");
+                let host = &model.hostname;
+                Some(Verdict::Reply(Reply::new(
+                    451,
+                    format!("4.3.0 {host} Rate limit service unavailable, try again later"),
+                )))
+            }
+        }
+    }
+
+    /// Puts the key of an over `restrict` limit in the restricted set; tells the log, the
+    /// metrics and the alerts. `None` when the store could not take it (the event is then
+    /// deferred as by `defer`).
+    async fn restrict_over(
+        &self,
+        e: &Eval<'_>,
+        facts: &Facts,
+        model: &PolicyModel,
+    ) -> Option<Restriction> {
+        let rdef = e.def.restrict.as_ref()?;
+        let key = match &rdef.key {
+            Some(t) => t.expand(|v, out| {
+                var_value(
+                    v,
+                    facts,
+                    Some(e.def),
+                    Some(&e.outcome),
+                    &model.hostname,
+                    out,
+                )
+            }),
+            None => e.key_text.clone(),
+        };
+        if key.is_empty() {
+            warn!(limit = %e.def.name, "restrict: the restrict key is empty; not restricting");
+            return None;
+        }
+        let ekey = evidence_key(facts);
+        let by = format!("limit {} on {}", e.def.name, model.hostname);
+        let reason = format!(
+            "rate {} over the limit {} per {}",
+            (e.outcome.value * 10.0).round() / 10.0,
+            e.outcome.limit_text,
+            e.outcome.period_text
+        );
+        let r = Restriction {
+            key: key.clone(),
+            limit: e.def.name.clone(),
+            since_us: 0,
+            until_us: None,
+            rate: Some(e.outcome.value),
+            limit_text: format!("{} / {}", e.outcome.limit_text, e.outcome.period_text),
+            by: by.clone(),
+            reason: reason.clone(),
+            evidence: self.inner.evidence.of(&[key.as_str(), ekey.as_str()]),
+        };
+        match self.inner.store.restrict(r, rdef.duration.micros()).await {
+            Ok(r) => {
+                // The restriction takes over from the limit's record of the key: when it
+                // ends (by time or release) the key starts afresh instead of being
+                // restricted again by the rate that restricted it.
+                if let Err(err) = self.inner.store.reset(&e.key).await {
+                    warn!(error = %err, key = %e.key, "restrict: the limit's record was not reset");
+                }
+                self.inner.metrics.restriction("restricted");
+                info!(
+                    key = %r.key,
+                    limit = %r.limit,
+                    until = %r.until_us.map_or_else(|| "until_released".into(), crate::report::time::rfc3339),
+                    rate = e.outcome.value,
+                    by = %by,
+                    "key restricted"
+                );
+                if let Some(o) = self.inner.observer.get() {
+                    o.restriction(&super::alert::restriction_notice(
+                        "floodgate.restricted",
+                        &r,
+                        &by,
+                        &reason,
+                        &model.hostname,
+                    ));
+                }
+                Some(r)
+            }
+            Err(err) => {
+                warn!(error = %err, key = %key, limit = %e.def.name,
+                    "restrict: the store could not record the restriction");
+                None
+            }
+        }
     }
 
     fn pending_for(&mut self, stage: Stage) -> &mut Vec<Pending> {
@@ -867,6 +1056,37 @@ impl RateSession {
     }
 }
 
+/// The key evidence is noted under: the authenticated user, else the client address.
+fn evidence_key(facts: &Facts) -> String {
+    match (&facts.user, facts.client_ip) {
+        (Some(u), _) => u.clone(),
+        (None, Some(ip)) => ip.to_string(),
+        (None, None) => String::new(),
+    }
+}
+
+/// The keys of a session that a restriction can name: the user, the client address, and the
+/// restrict key of every restricting limit as this session expands it.
+fn restrict_candidates(model: &PolicyModel, facts: &Facts) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::with_capacity(2);
+    if let Some(u) = &facts.user {
+        keys.push(u.clone());
+    }
+    if let Some(ip) = facts.client_ip {
+        keys.push(ip.to_string());
+    }
+    for def in &model.limits {
+        let Some(r) = &def.restrict else { continue };
+        let t = r.key.as_ref().or(def.key.as_ref());
+        let Some(t) = t else { continue };
+        let k = t.expand(|v, out| var_value(v, facts, Some(def), None, &model.hostname, out));
+        if !k.is_empty() && !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
 impl SessionPolicy for RateSession {
     fn check<'a>(&'a mut self, stage: Stage, facts: &'a Facts) -> BoxFuture<'a, Verdict> {
         Box::pin(self.run_check(stage, facts))
@@ -875,6 +1095,13 @@ impl SessionPolicy for RateSession {
     fn check_now(&mut self, stage: Stage, _facts: &Facts) -> Option<Verdict> {
         self.refresh();
         if self.model.limits.iter().any(|d| d.stage == stage) {
+            return None;
+        }
+        // The restricted set is checked at MAIL, and evidence noted at MAIL, RCPT and the
+        // end of the message.
+        if matches!(stage, Stage::Mail | Stage::Rcpt | Stage::Message)
+            && (self.model.restricts() || (stage == Stage::Mail && self.inner.store.may_restrict()))
+        {
             return None;
         }
         // What run_check does when no limit is at this stage.

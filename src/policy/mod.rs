@@ -22,6 +22,7 @@ pub mod concurrency;
 pub mod condition;
 pub mod describe;
 pub mod engine;
+pub mod evidence;
 pub mod lists;
 pub mod model;
 mod replay;
@@ -106,6 +107,9 @@ pub struct Facts {
     pub message_size: u64,
     /// The header From address (stage Message).
     pub header_from: Option<String>,
+    /// The header Subject (stage Message), when the header is read (see
+    /// [`Policy::reads_header_from`]).
+    pub subject: Option<String>,
     /// The command verb (stage Command).
     pub command: Option<&'static str>,
 }
@@ -143,8 +147,9 @@ pub trait Policy: Send + Sync {
     /// reservations, concurrency slots, released when it is dropped).
     fn session(&self) -> Box<dyn SessionPolicy>;
 
-    /// Whether the policy reads [`Facts::header_from`]: if not, and nothing logs it,
-    /// the session does not parse the message header for it. The default says yes.
+    /// Whether the policy reads the message header ([`Facts::header_from`],
+    /// [`Facts::subject`]): if not, and nothing logs it, the session does not parse the
+    /// message header for it. The default says yes.
     fn reads_header_from(&self) -> bool {
         true
     }

@@ -144,6 +144,9 @@ pub enum Action {
     Deny,
     /// 421 and close.
     Disconnect,
+    /// Refuse, and put the key in the restricted set: every MAIL FROM of the key is refused
+    /// until the restriction ends.
+    Restrict,
 }
 
 impl Action {
@@ -157,12 +160,16 @@ impl Action {
             Action::Defer => "defer",
             Action::Deny => "deny",
             Action::Disconnect => "disconnect",
+            Action::Restrict => "restrict",
         }
     }
 
     /// Whether being over refuses the event (and so the whole decision).
     pub fn blocks(self) -> bool {
-        matches!(self, Action::Defer | Action::Deny | Action::Disconnect)
+        matches!(
+            self,
+            Action::Defer | Action::Deny | Action::Disconnect | Action::Restrict
+        )
     }
 
     /// Strength order when several limits are over.
@@ -173,8 +180,9 @@ impl Action {
             Action::Delay(_) => 2,
             Action::Hold => 3,
             Action::Defer => 4,
-            Action::Deny => 5,
-            Action::Disconnect => 6,
+            Action::Restrict => 5,
+            Action::Deny => 6,
+            Action::Disconnect => 7,
         }
     }
 }
@@ -210,6 +218,35 @@ pub struct LimitDef {
     pub limit_list: Option<(String, Subject)>,
     /// 1-based line of the `[[limit]]` in the config.
     pub line: usize,
+    /// The restriction settings of an `action = "restrict"` limit.
+    pub restrict: Option<RestrictDef>,
+}
+
+/// The default answer to a restricted key's MAIL FROM.
+pub const DEFAULT_RESTRICTED_CODE: u16 = 450;
+
+/// How a limit with `action = "restrict"` restricts.
+#[derive(Clone, Debug)]
+pub struct RestrictDef {
+    /// The key restricted (`None`: the limit's own key).
+    pub key: Option<Template>,
+    /// How long.
+    pub duration: crate::store::RestrictFor,
+    /// Reply code to a restricted key's MAIL FROM.
+    pub code: u16,
+    /// Reply text template (`${restricted_since}`, `${restricted_until}`, `${limit_name}`…).
+    pub message: Option<Template>,
+}
+
+impl Default for RestrictDef {
+    fn default() -> Self {
+        RestrictDef {
+            key: None,
+            duration: crate::store::RestrictFor::UntilReleased,
+            code: DEFAULT_RESTRICTED_CODE,
+            message: None,
+        }
+    }
 }
 
 impl LimitDef {
@@ -219,6 +256,8 @@ impl LimitDef {
         let templates = [
             self.key.as_ref(),
             self.message.as_ref(),
+            self.restrict.as_ref().and_then(|r| r.key.as_ref()),
+            self.restrict.as_ref().and_then(|r| r.message.as_ref()),
             match &self.rate {
                 RateDef::Exim { unique, .. } => unique.as_ref(),
                 _ => None,
@@ -263,6 +302,11 @@ pub struct PolicyModel {
 }
 
 impl PolicyModel {
+    /// Whether any limit restricts.
+    pub fn restricts(&self) -> bool {
+        self.limits.iter().any(|d| d.restrict.is_some())
+    }
+
     /// Whether any limit reads the header From.
     pub fn reads_header_from(&self) -> bool {
         self.limits.iter().any(LimitDef::reads_header_from)

@@ -55,6 +55,11 @@ pub enum Var {
     LimitName,
     /// `primary_hostname`: floodgate's `[server] hostname`.
     Hostname,
+    /// `restricted_since`: when the key's restriction began (RFC 3339, UTC; restricted
+    /// answers only).
+    RestrictedSince,
+    /// `restricted_until`: when it ends (RFC 3339, UTC), or `until released`.
+    RestrictedUntil,
 }
 
 impl Var {
@@ -85,6 +90,8 @@ impl Var {
         ("retry_after", Var::RetryAfter),
         ("limit_name", Var::LimitName),
         ("primary_hostname", Var::Hostname),
+        ("restricted_since", Var::RestrictedSince),
+        ("restricted_until", Var::RestrictedUntil),
     ];
 
     fn by_name(name: &str) -> Option<Var> {

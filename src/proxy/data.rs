@@ -39,8 +39,8 @@ pub(super) enum Spooled {
     Chunked(Vec<u8>),
 }
 
-/// The header parser of [`header_fields`]: From and Message-ID parsed as mail-parser always
-/// parses them, every other field skipped to its end (parsing Date, Received and the rest
+/// The header parser of [`header_fields`]: From, Message-ID and Subject parsed as
+/// mail-parser always parses them, every other field skipped to its end (parsing Date, Received and the rest
 /// only to throw them away was most of the cost of reading the header section).
 fn header_parser() -> &'static mail_parser::MessageParser {
     static PARSER: std::sync::OnceLock<mail_parser::MessageParser> = std::sync::OnceLock::new();
@@ -48,6 +48,7 @@ fn header_parser() -> &'static mail_parser::MessageParser {
         mail_parser::MessageParser::new()
             .header_address(mail_parser::HeaderName::From)
             .header_id(mail_parser::HeaderName::MessageId)
+            .header_text(mail_parser::HeaderName::Subject)
             .default_header_ignore()
     })
 }
@@ -117,7 +118,9 @@ fn wanted_fields(head: &[u8], out: &mut Vec<u8>) -> Option<()> {
             if name.is_empty() || !name.iter().all(|b| (33..=126).contains(b)) {
                 return None;
             }
-            keep = name.eq_ignore_ascii_case(b"from") || name.eq_ignore_ascii_case(b"message-id");
+            keep = name.eq_ignore_ascii_case(b"from")
+                || name.eq_ignore_ascii_case(b"message-id")
+                || name.eq_ignore_ascii_case(b"subject");
         }
         if keep {
             out.extend_from_slice(line);
@@ -128,12 +131,12 @@ fn wanted_fields(head: &[u8], out: &mut Vec<u8>) -> Option<()> {
     Some(())
 }
 
-/// From and Message-ID of a message, read from its header section only.
-fn header_fields(body: &[u8]) -> (Option<String>, Option<String>) {
+/// From, Message-ID and Subject of a message, read from its header section only.
+fn header_fields(body: &[u8]) -> (Option<String>, Option<String>, Option<String>) {
     let head = &body[..header_end(body)];
     let mut wanted = Vec::new();
     let fields = match wanted_fields(head, &mut wanted) {
-        Some(()) if wanted.is_empty() => return (None, None),
+        Some(()) if wanted.is_empty() => return (None, None, None),
         Some(()) => {
             wanted.extend_from_slice(b"\r\n");
             &wanted[..]
@@ -141,7 +144,7 @@ fn header_fields(body: &[u8]) -> (Option<String>, Option<String>) {
         None => head,
     };
     let Some(msg) = header_parser().parse_headers(fields) else {
-        return (None, None);
+        return (None, None, None);
     };
     let from = msg
         .from()
@@ -149,7 +152,8 @@ fn header_fields(body: &[u8]) -> (Option<String>, Option<String>) {
         .and_then(|a| a.address())
         .map(str::to_string);
     let id = msg.message_id().map(str::to_string);
-    (from, id)
+    let subject = msg.subject().map(str::to_string);
+    (from, id, subject)
 }
 
 impl Session {
@@ -237,16 +241,17 @@ impl Session {
         self.facts.message_size = outcome.size;
         // The header is parsed for the message's log line and for limits that read the
         // header From; with neither, nobody would see the result.
-        let (from, message_id) =
+        let (from, message_id, subject) =
             if tracing::enabled!(tracing::Level::INFO) || self.shared.policy.reads_header_from() {
                 match &msg {
                     Spooled::Data(wire) => header_fields(&header_section(wire.message())),
                     Spooled::Chunked(body) => header_fields(body),
                 }
             } else {
-                (None, None)
+                (None, None, None)
             };
         self.facts.header_from = from;
+        self.facts.subject = subject;
         match self.judge(Stage::Message).await {
             Judged::Go => {}
             Judged::Answered => {
@@ -419,19 +424,23 @@ mod tests {
 
     /// What `header_fields` answered before it skipped the other fields: mail-parser with
     /// every field parsed.
-    fn full_parse(body: &[u8]) -> (Option<String>, Option<String>) {
+    fn full_parse(body: &[u8]) -> (Option<String>, Option<String>, Option<String>) {
         let end = memchr::memmem::find(body, b"\r\n\r\n")
             .map(|p| p + 4)
             .unwrap_or(body.len());
         let Some(msg) = mail_parser::MessageParser::new().parse_headers(&body[..end]) else {
-            return (None, None);
+            return (None, None, None);
         };
         let from = msg
             .from()
             .and_then(|a| a.first())
             .and_then(|a| a.address())
             .map(str::to_string);
-        (from, msg.message_id().map(str::to_string))
+        (
+            from,
+            msg.message_id().map(str::to_string),
+            msg.subject().map(str::to_string),
+        )
     }
 
     #[test]
@@ -456,13 +465,17 @@ mod tests {
                   Subject: =?utf-8?q?hi?=\r\nMessage-ID: <1@x>\r\n\r\nbody\r\n";
         assert_eq!(
             header_fields(m),
-            (Some("a@example.org".into()), Some("1@x".into()))
+            (
+                Some("a@example.org".into()),
+                Some("1@x".into()),
+                Some("hi".into())
+            )
         );
         assert_eq!(
             header_fields(b"\r\nFrom: a@b\r\n"),
             full_parse(b"\r\nFrom: a@b\r\n")
         );
-        assert_eq!(header_fields(b""), (None, None));
+        assert_eq!(header_fields(b""), (None, None, None));
     }
 
     #[test]
@@ -486,7 +499,11 @@ mod tests {
             assert!(super::wanted_fields(odd, &mut Vec::new()).is_none());
             assert_eq!(header_fields(odd), full_parse(odd));
         }
-        assert_eq!(header_fields(b"Subject: x\r\n\r\n"), (None, None));
+        assert_eq!(
+            header_fields(b"Subject: x\r\n\r\n"),
+            (None, None, Some("x".into()))
+        );
+        assert_eq!(header_fields(b"To: x\r\n\r\n"), (None, None, None));
     }
 
     fn field() -> impl Strategy<Value = Vec<u8>> {

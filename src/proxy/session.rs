@@ -522,6 +522,7 @@ impl Session {
         self.facts.recipients_count = 0;
         self.facts.message_size = 0;
         self.facts.header_from = None;
+        self.facts.subject = None;
     }
 
     /// `text` in a string from the session's pool (no allocation once the pool is warm).

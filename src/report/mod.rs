@@ -100,6 +100,10 @@ impl Observer for Observers {
         self.alerter.crossed(c, &host);
     }
 
+    fn restriction(&self, notice: &serde_json::Value) {
+        self.alerter.restriction(notice);
+    }
+
     fn reload(&self, config: &Config) {
         self.events.apply(&config.report);
         if let Some(a) = &config.alerts {

@@ -60,6 +60,7 @@ pub struct MemoryStore {
     per_shard_cap: usize,
     config: MemoryConfig,
     evictions: AtomicU64,
+    restricted: super::RestrictedSet,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -86,7 +87,13 @@ impl MemoryStore {
             per_shard_cap: config.max_keys.div_ceil(n).max(1),
             config,
             evictions: AtomicU64::new(0),
+            restricted: super::RestrictedSet::default(),
         }
+    }
+
+    /// The restricted set (kept in the snapshot).
+    pub fn restricted_set(&self) -> &super::RestrictedSet {
+        &self.restricted
     }
 
     /// The configuration.
@@ -400,6 +407,35 @@ impl Store for MemoryStore {
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
         let n = self.reset_key(key);
         Box::pin(std::future::ready(Ok(n)))
+    }
+
+    fn may_restrict(&self) -> bool {
+        !self.restricted.is_empty()
+    }
+
+    fn restricted<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, Option<super::Restriction>> {
+        let r = self.restricted.check(keys, super::now_micros());
+        Box::pin(std::future::ready(Ok(r)))
+    }
+
+    fn restrict<'a>(
+        &'a self,
+        r: super::Restriction,
+        dur: Option<i64>,
+    ) -> StoreFuture<'a, super::Restriction> {
+        let r = self.restricted.insert(r, dur, super::now_micros());
+        Box::pin(std::future::ready(Ok(r)))
+    }
+
+    fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<super::Restriction>> {
+        let now = super::now_micros();
+        let r = self.restricted.remove(key).filter(|r| !r.expired(now));
+        Box::pin(std::future::ready(Ok(r)))
+    }
+
+    fn restrictions(&self) -> StoreFuture<'_, Vec<super::Restriction>> {
+        let v = self.restricted.list(super::now_micros());
+        Box::pin(std::future::ready(Ok(v)))
     }
 }
 

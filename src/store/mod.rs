@@ -17,6 +17,7 @@ mod key;
 mod memory;
 pub mod open;
 pub mod redis;
+mod restrict;
 mod shard;
 mod sip;
 mod snapshot;
@@ -24,6 +25,7 @@ mod table;
 
 pub use key::ThinKey;
 pub use memory::{run_expiry, MemoryConfig, MemoryStats, MemoryStore};
+pub use restrict::{RestrictFor, RestrictForError, RestrictedSet, Restriction};
 pub use snapshot::{run_snapshots, SnapshotError};
 
 use crate::limit::bucket::{BucketOp, BucketSpec, BucketState};
@@ -233,6 +235,40 @@ pub trait Store: Send + Sync {
 
     /// Removes every record stored under `key`; returns how many were removed.
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize>;
+
+    /// Whether a restriction check could find anything, answered without asking the
+    /// backend: the memory store knows (one atomic load); Redis answers from its last check
+    /// (see [`redis::RedisStore::restrict_hint`]). The policy checks every MAIL FROM while
+    /// a limit restricts, and otherwise only when this says so.
+    fn may_restrict(&self) -> bool {
+        false
+    }
+
+    /// The restriction in force on the first of `keys` that has one, at the store's time.
+    fn restricted<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, Option<Restriction>> {
+        let _ = keys;
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// Restricts `r.key` from the store's now for `dur` microseconds (`None`: until
+    /// released), replacing any restriction of the key; returns it as stored (with its times).
+    fn restrict<'a>(&'a self, r: Restriction, dur: Option<i64>) -> StoreFuture<'a, Restriction> {
+        let _ = (r, dur);
+        Box::pin(std::future::ready(Err(StoreError::Invalid(
+            "this store keeps no restricted set".into(),
+        ))))
+    }
+
+    /// Ends the restriction of `key`; returns it, or `None` when the key was not restricted.
+    fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Restriction>> {
+        let _ = key;
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// Every restriction in force, by key.
+    fn restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
 }
 
 /// Microseconds since the Unix epoch from the system clock (gettimeofday-like).

@@ -5,9 +5,10 @@
 //! Layout (little endian): magic `FLOODGATE-STATE\n` (16 bytes), version
 //! `u32`, payload length `u64`, payload, MD5 of the payload (16 bytes).
 //! Payload: record count `u64`, then per record: kind `u8`, key length `u32`,
-//! key bytes, and the kind's fields.
+//! key bytes, and the kind's fields. Kind 5 is a restriction of the restricted set: its key,
+//! then the restriction as JSON text.
 
-use super::{MemoryStore, Record, UniqueRecord};
+use super::{MemoryStore, Record, Restriction, UniqueRecord};
 use crate::limit::bucket::BucketState;
 use crate::limit::ewma::EwmaState;
 use crate::limit::unique::UniqueSet;
@@ -166,19 +167,35 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// What a snapshot holds.
+#[derive(Default)]
+struct Contents {
+    records: Vec<(String, Record)>,
+    restrictions: Vec<Restriction>,
+}
+
 /// Decodes a payload into records.
-fn decode(payload: &[u8]) -> Result<Vec<(String, Record)>, String> {
+fn decode(payload: &[u8]) -> Result<Contents, String> {
     let mut r = Reader {
         buf: payload,
         pos: 0,
     };
     let count = r.u64()?;
     let mut out = Vec::new();
+    let mut restrictions = Vec::new();
     for _ in 0..count {
         let at = r.pos;
         let kind = r.u8()?;
         let key = r.text()?;
         let rec = match kind {
+            5 => {
+                let json = r.text()?;
+                let mut res: Restriction = serde_json::from_str(&json)
+                    .map_err(|e| format!("bad restriction in the record at byte {at}: {e}"))?;
+                res.key = key;
+                restrictions.push(res);
+                continue;
+            }
             1 => Record::Ewma(r.ewma()?),
             2 => {
                 let state = r.ewma()?;
@@ -229,11 +246,14 @@ fn decode(payload: &[u8]) -> Result<Vec<(String, Record)>, String> {
             payload.len() - r.pos
         ));
     }
-    Ok(out)
+    Ok(Contents {
+        records: out,
+        restrictions,
+    })
 }
 
 /// Parses a whole snapshot file's bytes.
-fn parse_file(path: &Path, bytes: &[u8]) -> Result<Vec<(String, Record)>, SnapshotError> {
+fn parse_file(path: &Path, bytes: &[u8]) -> Result<Contents, SnapshotError> {
     let corrupt = |detail: String| SnapshotError::Corrupt {
         path: path.to_path_buf(),
         detail,
@@ -278,6 +298,15 @@ impl MemoryStore {
             encode(&mut payload, key, &rec);
             count += 1;
         });
+        for r in self.restricted_set().all() {
+            payload.push(5);
+            put_text(&mut payload, &r.key);
+            put_text(
+                &mut payload,
+                &serde_json::to_string(&r).unwrap_or_else(|_| "{}".into()),
+            );
+            count += 1;
+        }
         payload[..8].copy_from_slice(&count.to_le_bytes());
         let mut out = Vec::with_capacity(payload.len() + 44);
         out.extend_from_slice(MAGIC);
@@ -311,10 +340,13 @@ impl MemoryStore {
     /// Loads snapshot bytes (read from `path`, which is only used in error
     /// messages). Nothing is loaded unless the whole snapshot is valid.
     pub fn load_snapshot_bytes(&self, path: &Path, bytes: &[u8]) -> Result<usize, SnapshotError> {
-        let records = parse_file(path, bytes)?;
-        let n = records.len();
-        for (key, rec) in records {
+        let contents = parse_file(path, bytes)?;
+        let n = contents.records.len() + contents.restrictions.len();
+        for (key, rec) in contents.records {
             self.insert_record(&key, rec);
+        }
+        for r in contents.restrictions {
+            self.restricted_set().restore(r);
         }
         Ok(n)
     }

@@ -313,6 +313,49 @@ impl Store for FailoverStore {
         })
     }
 
+    fn may_restrict(&self) -> bool {
+        self.redis.restrict_hint()
+    }
+
+    fn restricted<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> StoreFuture<'a, Option<crate::store::Restriction>> {
+        Box::pin(async move {
+            match self.redis.restricted_keys(keys).await {
+                Ok(r) => Ok(r),
+                Err(e) => {
+                    // The store's failure mode decides, as for a limit: closed refuses
+                    // (451), open and local let the event through (no local copy of the set).
+                    let mode = self.policy.default;
+                    tracing::warn!(error = %e, failure_mode = mode.as_str(),
+                        "restricted set not readable");
+                    if mode == FailureMode::Closed {
+                        Err(e)
+                    } else {
+                        Ok(None)
+                    }
+                }
+            }
+        })
+    }
+
+    fn restrict<'a>(
+        &'a self,
+        r: crate::store::Restriction,
+        dur: Option<i64>,
+    ) -> StoreFuture<'a, crate::store::Restriction> {
+        Box::pin(async move { self.redis.restrict_key(&r, dur).await })
+    }
+
+    fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<crate::store::Restriction>> {
+        Box::pin(self.redis.release_key(key))
+    }
+
+    fn restrictions(&self) -> StoreFuture<'_, Vec<crate::store::Restriction>> {
+        Box::pin(self.redis.restriction_list())
+    }
+
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
         Box::pin(async move {
             let local = self.local.reset_key(key);

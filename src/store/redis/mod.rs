@@ -32,6 +32,7 @@
 pub mod conn;
 pub mod encode;
 pub mod failover;
+mod restrict;
 mod scan;
 
 pub use conn::{redact_url, ConnectOptions};
@@ -119,6 +120,10 @@ pub struct RedisStore {
     reset: Script,
     namer: KeyNamer,
     options: RedisOptions,
+    /// The restricted set was non-empty at the last check.
+    restrict_hint: std::sync::atomic::AtomicBool,
+    /// When the last check was, microseconds since the epoch.
+    restrict_hint_at: std::sync::atomic::AtomicI64,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -174,6 +179,8 @@ impl RedisStore {
             reset: Script::new(RESET_LUA),
             namer,
             options,
+            restrict_hint: std::sync::atomic::AtomicBool::new(true),
+            restrict_hint_at: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
@@ -393,5 +400,29 @@ impl Store for RedisStore {
 
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
         Box::pin(self.reset_key(key))
+    }
+
+    fn may_restrict(&self) -> bool {
+        self.restrict_hint()
+    }
+
+    fn restricted<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, Option<super::Restriction>> {
+        Box::pin(self.restricted_keys(keys))
+    }
+
+    fn restrict<'a>(
+        &'a self,
+        r: super::Restriction,
+        dur: Option<i64>,
+    ) -> StoreFuture<'a, super::Restriction> {
+        Box::pin(async move { self.restrict_key(&r, dur).await })
+    }
+
+    fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<super::Restriction>> {
+        Box::pin(self.release_key(key))
+    }
+
+    fn restrictions(&self) -> StoreFuture<'_, Vec<super::Restriction>> {
+        Box::pin(self.restriction_list())
     }
 }

@@ -1,0 +1,151 @@
+//! The admin endpoints of the restricted set: list, release, restrict by hand.
+//!
+//! | method | path | answer |
+//! |---|---|---|
+//! | GET | `/v1/restricted` | every restriction in force, with its evidence |
+//! | POST | `/v1/release?key=KEY&reason=TEXT` | ends KEY's restriction (404 when none) and resets the tripping limit's records of KEY |
+//! | POST | `/v1/restrict?key=KEY&for=DURATION\|until_released&reason=TEXT` | restricts KEY by hand |
+
+use serde_json::json;
+
+use super::api::AdminState;
+use super::http::{Request, Response};
+use super::inspect::database_key;
+use crate::policy::alert::restriction_notice;
+use crate::report::time::rfc3339;
+use crate::store::{RestrictFor, Restriction};
+
+/// The JSON of one restriction in the `restricted` listing.
+pub fn restriction_json(r: &Restriction) -> serde_json::Value {
+    json!({
+        "key": r.key,
+        "limit": r.limit,
+        "since": rfc3339(r.since_us),
+        "until": r.until_us.map(rfc3339),
+        "rate": r.rate,
+        "limit_value": r.limit_text,
+        "by": r.by,
+        "reason": r.reason,
+        "evidence": r.evidence,
+    })
+}
+
+fn reason_of(req: &Request) -> Result<String, Response> {
+    match req.param("reason").map(str::trim) {
+        Some(r) if !r.is_empty() => Ok(r.to_string()),
+        _ => Err(Response::error(400, "say why: reason=TEXT (--reason)")),
+    }
+}
+
+impl AdminState {
+    fn notify(&self, event: &str, r: &Restriction, by: &str, reason: &str) {
+        let host = self.control.config().server.hostname.clone();
+        let n = restriction_notice(event, r, by, reason, &host);
+        if let Some(o) = &self.observer {
+            o.restriction(&n);
+        }
+        self.metrics.restriction(if event == "floodgate.released" {
+            "released"
+        } else {
+            "restricted"
+        });
+    }
+
+    /// `GET /v1/restricted`.
+    pub(super) async fn restricted(&self) -> Response {
+        match self.store.as_store().restrictions().await {
+            Ok(list) => {
+                let v: Vec<_> = list.iter().map(restriction_json).collect();
+                Response::json(200, &json!({ "restricted": v }))
+            }
+            Err(e) => Response::error(503, &e.to_string()),
+        }
+    }
+
+    /// `POST /v1/release`.
+    pub(super) async fn release(&self, req: &Request) -> Response {
+        let Some(key) = req.param("key") else {
+            return Response::error(400, "release needs ?key=KEY");
+        };
+        let reason = match reason_of(req) {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
+        let store = self.store.as_store();
+        let r = match store.release(key).await {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                return Response::error(404, &format!("{key:?} is not restricted"));
+            }
+            Err(e) => return Response::error(503, &e.to_string()),
+        };
+        // The tripping limit's records of the key go too, so the next message passes
+        // instead of restricting the key again at once.
+        let config = self.control.config();
+        let mut keys: Vec<String> = config
+            .policy
+            .limits
+            .iter()
+            .filter(|d| d.name == r.limit)
+            .filter_map(|d| database_key(d, key))
+            .collect();
+        keys.dedup();
+        let mut removed = 0;
+        for k in &keys {
+            match store.reset(k).await {
+                Ok(n) => removed += n,
+                Err(e) => tracing::warn!(error = %e, key = %k, "release: reset failed"),
+            }
+        }
+        tracing::info!(key = %key, limit = %r.limit, by = "admin", reason = %reason, removed,
+            "key released");
+        self.notify("floodgate.released", &r, "admin", &reason);
+        Response::json(
+            200,
+            &json!({ "released": restriction_json(&r), "reason": reason, "removed": removed }),
+        )
+    }
+
+    /// `POST /v1/restrict`.
+    pub(super) async fn restrict(&self, req: &Request) -> Response {
+        let Some(key) = req.param("key").filter(|k| !k.is_empty()) else {
+            return Response::error(400, "restrict needs ?key=KEY");
+        };
+        let reason = match reason_of(req) {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
+        let dur = match req.param("for").map(RestrictFor::parse) {
+            Some(Ok(d)) => d,
+            Some(Err(e)) => return Response::error(400, &e.to_string()),
+            None => {
+                return Response::error(400, "say how long: for=DURATION|until_released (--for)")
+            }
+        };
+        let evidence = self
+            .policy
+            .as_ref()
+            .map_or(serde_json::Value::Null, |p| p.evidence(&[key]));
+        let r = Restriction {
+            key: key.to_string(),
+            limit: "admin".into(),
+            since_us: 0,
+            until_us: None,
+            rate: None,
+            limit_text: String::new(),
+            by: "admin".into(),
+            reason: reason.clone(),
+            evidence,
+        };
+        match self.store.as_store().restrict(r, dur.micros()).await {
+            Ok(r) => {
+                tracing::info!(key = %key, by = "admin", reason = %reason,
+                    until = %r.until_us.map_or_else(|| "until_released".into(), rfc3339),
+                    "key restricted");
+                self.notify("floodgate.restricted", &r, "admin", &reason);
+                Response::json(200, &json!({ "restricted": restriction_json(&r) }))
+            }
+            Err(e) => Response::error(503, &e.to_string()),
+        }
+    }
+}
