@@ -356,6 +356,49 @@ fn a_restriction_on_one_node_refuses_on_another_sharing_redis() {
     });
 }
 
+/// `while_restricted = "hold"`: the message that trips the limit and every later message
+/// of the restricted user are taken (250) and held, never relayed; `restricted` and
+/// `held list` name the user and the limit.
+#[test]
+fn while_restricted_hold_takes_and_holds_the_users_mail() {
+    let rec = Recorder::start(users());
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("hold");
+    std::fs::create_dir(&spool).unwrap();
+    let fg = start(
+        &rec,
+        &format!(
+            "{}while_restricted = \"hold\"\n\n[hold]\ndir = \"{}\"\n",
+            limit("until_released"),
+            spool.display()
+        ),
+    );
+    let sock = fg.admin_socket();
+    // send() asserts 250 for each message it gets to send; the MAIL FROM codes come back.
+    let first = send(fg.addr("plain"), USER, PASSWORD, 7);
+    assert_eq!(codes(&first), [250; 7], "{first:?}");
+    let again = send(fg.addr("plain"), USER, PASSWORD, 1);
+    assert_eq!(codes(&again), [250], "{again:?}");
+    // Upstream got the five under the limit; the sixth (which tripped it) and the rest
+    // are held for alice under the restricting limit.
+    assert_eq!(rec.messages().len(), 5);
+    let out = verb(&sock, &["held", "list", "--json"]);
+    assert!(out.ok(), "{out}");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let held = v["held"].as_array().unwrap();
+    assert_eq!(held.len(), 3, "{v}");
+    assert!(
+        held.iter()
+            .all(|m| m["key"] == USER && m["limit"] == "per-user"),
+        "{v}"
+    );
+    let r = json(&sock, &["restricted"]);
+    assert_eq!(r["restricted"][0]["key"], USER, "{r}");
+    // Another user is neither restricted nor held.
+    assert_eq!(codes(&send(fg.addr("plain"), "bob", "b0bpass", 1)), [250]);
+    assert_eq!(rec.messages().len(), 6);
+}
+
 #[test]
 fn bad_restrict_settings_are_clear_config_errors() {
     let cases = [

@@ -79,6 +79,19 @@ pub(super) fn validate(
                 ),
             ));
         }
+        if let Some(l) = policy
+            .limits
+            .iter()
+            .find(|l| l.restrict.as_ref().is_some_and(|r| r.hold))
+        {
+            return Err(at(
+                0..0,
+                format!(
+                    "limit {} has while_restricted = \"hold\", which needs [hold] (a [hold] section with a dir)",
+                    l.name
+                ),
+            ));
+        }
     }
     Ok(hold)
 }

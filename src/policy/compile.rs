@@ -609,12 +609,8 @@ fn restrict_def(
     if let Some(w) = &raw.while_restricted {
         match w.get_ref().as_str() {
             "defer" => {}
-            "hold" => {
-                return Err(err(
-                    w.span(),
-                    "while_restricted = \"hold\" needs [hold] (the hold spool), which this floodgate does not have; use \"defer\"".into(),
-                ))
-            }
+            // That [hold] exists is checked with the [hold] section (config::hold).
+            "hold" => def.hold = true,
             other => {
                 return Err(err(
                     w.span(),

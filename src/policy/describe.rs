@@ -85,13 +85,19 @@ fn describe_limit(d: &LimitDef) -> String {
             }
             f => format!("for {} (then released automatically)", f.text()),
         };
-        s.push_str(&format!(
-            "; when over: the key {rkey:?} is restricted {how_long}; while restricted each MAIL FROM of the key gets {} {} (while_restricted=defer); restrictions outlive restarts and reloads",
-            r.code,
-            r.message
-                .as_ref()
-                .map_or("(the default text)".to_string(), |m| format!("{:?}", m.text()))
-        ));
+        if r.hold {
+            s.push_str(&format!(
+                "; when over: the key {rkey:?} is restricted {how_long}; while restricted the key's messages are taken (250) and held in the [hold] spool, not relayed (while_restricted=hold); restrictions outlive restarts and reloads"
+            ));
+        } else {
+            s.push_str(&format!(
+                "; when over: the key {rkey:?} is restricted {how_long}; while restricted each MAIL FROM of the key gets {} {} (while_restricted=defer); restrictions outlive restarts and reloads",
+                r.code,
+                r.message
+                    .as_ref()
+                    .map_or("(the default text)".to_string(), |m| format!("{:?}", m.text()))
+            ));
+        }
     }
     s
 }

@@ -736,6 +736,19 @@ impl RateSession {
             self.inner.evidence.note(&key, Fact::Refused, now_us);
         }
         if let (Action::Restrict, Some((def, r))) = (s.def.action, &restricted) {
+            let holds = def.restrict.as_ref().is_some_and(|x| x.hold);
+            if holds
+                && matches!(
+                    stage,
+                    Stage::Mail | Stage::Rcpt | Stage::Data | Stage::Message
+                )
+            {
+                // while_restricted = "hold": the message that tripped it is held too.
+                return Verdict::Hold(super::HoldOrder {
+                    limit: r.limit.clone(),
+                    key: r.key.clone(),
+                });
+            }
             let reply = action::restricted_reply(Some(def), r, facts, &model.hostname);
             return if stage == Stage::Connect {
                 Verdict::Disconnect(reply)
@@ -794,14 +807,23 @@ impl RateSession {
                         .evidence
                         .note(&evidence_key(facts), Fact::Refused, now_us);
                 }
+                let def = model.limits.iter().find(|d| d.name == r.limit);
+                let holds = def.is_some_and(|d| d.restrict.as_ref().is_some_and(|x| x.hold));
                 info!(
                     key = %r.key,
                     limit = %r.limit,
                     client = %facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
                     user = facts.user.as_deref().unwrap_or(""),
+                    while_restricted = if holds { "hold" } else { "defer" },
                     "restricted key refused"
                 );
-                let def = model.limits.iter().find(|d| d.name == r.limit);
+                if holds {
+                    // while_restricted = "hold": the message is taken and held, not refused.
+                    return Some(Verdict::Hold(super::HoldOrder {
+                        limit: r.limit.clone(),
+                        key: r.key.clone(),
+                    }));
+                }
                 Some(Verdict::Reply(action::restricted_reply(
                     def,
                     &r,

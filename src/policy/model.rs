@@ -236,6 +236,9 @@ pub struct RestrictDef {
     pub code: u16,
     /// Reply text template (`${restricted_since}`, `${restricted_until}`, `${limit_name}`…).
     pub message: Option<Template>,
+    /// `while_restricted = "hold"`: a restricted key's messages are taken and held in the
+    /// hold spool instead of refused at MAIL FROM.
+    pub hold: bool,
 }
 
 impl Default for RestrictDef {
@@ -245,6 +248,7 @@ impl Default for RestrictDef {
             duration: crate::store::RestrictFor::UntilReleased,
             code: DEFAULT_RESTRICTED_CODE,
             message: None,
+            hold: false,
         }
     }
 }
