@@ -9,7 +9,6 @@ mod redis_server;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -61,25 +60,6 @@ fn start(rec: &Recorder, extra: &str) -> Floodgate {
     )
 }
 
-/// Runs `floodgate ARGS --socket SOCKET`.
-fn verb(socket: &Path, args: &[&str]) -> Output {
-    run_with_timeout(
-        Command::new(env!("CARGO_BIN_EXE_floodgate"))
-            .args(args)
-            .arg("--socket")
-            .arg(socket),
-        Duration::from_secs(30),
-    )
-}
-
-fn json(socket: &Path, args: &[&str]) -> Value {
-    let mut a = args.to_vec();
-    a.push("--json");
-    let out = verb(socket, &a);
-    assert!(out.ok(), "{out}");
-    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
-
 fn limit<'a>(v: &'a Value, name: &str) -> &'a Value {
     v["limits"]
         .as_array()
@@ -125,7 +105,7 @@ fn inspect_top_reset_and_reload_on_the_memory_store() {
 
     // inspect: the strict per_mail limits counted 4 MAILs; 10 is under, 3 is over and
     // decays under after p·ln(rate/m).
-    let v = json(&sock, &["inspect", USER]);
+    let v = admin_json(&sock, &["inspect", USER]);
     assert_eq!(v["key"], USER);
     let ten = limit(&v, "msgs-10");
     assert_eq!(ten["key"], "1h/per_mail/alice");
@@ -143,7 +123,7 @@ fn inspect_top_reset_and_reload_on_the_memory_store() {
     assert_eq!(bucket["algorithm"], "bucket");
     assert_eq!(bucket["stored"], true);
     // The human table names every limit.
-    let table = verb(&sock, &["inspect", USER]);
+    let table = admin_verb(&sock, &["inspect", USER]);
     assert!(table.ok(), "{table}");
     assert!(table.stdout.starts_with("LIMIT"), "{table}");
     for name in ["msgs-10", "msgs-3", "rcpt-bucket", "1h/per_mail/alice"] {
@@ -151,7 +131,7 @@ fn inspect_top_reset_and_reload_on_the_memory_store() {
     }
 
     // top: alice's EWMA keys above bob's; --limit keeps one limit; -n bounds.
-    let v = json(&sock, &["top"]);
+    let v = admin_json(&sock, &["top"]);
     let entries = v["entries"].as_array().unwrap();
     let first: Vec<(&str, &str)> = entries
         .iter()
@@ -166,12 +146,12 @@ fn inspect_top_reset_and_reload_on_the_memory_store() {
         .map(|e| e["ratio"].as_f64().unwrap())
         .collect();
     assert!(ratios.windows(2).all(|w| w[0] >= w[1]), "{ratios:?}");
-    let v = json(&sock, &["top", "--limit", "msgs-10", "-n", "1"]);
+    let v = admin_json(&sock, &["top", "--limit", "msgs-10", "-n", "1"]);
     let entries = v["entries"].as_array().unwrap();
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0]["key"], "1h/per_mail/alice");
     assert_eq!(entries[0]["limit"], "msgs-10");
-    let out = verb(&sock, &["top", "--limit", "nope"]);
+    let out = admin_verb(&sock, &["top", "--limit", "nope"]);
     assert!(
         !out.ok() && out.stderr.contains("no limit named \"nope\""),
         "{out}"
@@ -180,21 +160,21 @@ fn inspect_top_reset_and_reload_on_the_memory_store() {
     // reload: a changed limit is picked up.
     let cfg = std::fs::read_to_string(fg.config_path()).unwrap();
     fg.write_config(&cfg.replace("\"10 / 1h / strict", "\"2 / 1h / strict"));
-    let out = verb(&sock, &["reload"]);
+    let out = admin_verb(&sock, &["reload"]);
     assert!(out.ok(), "{out}");
     assert_eq!(out.stdout, "configuration reloaded\n");
-    let v = json(&sock, &["inspect", USER]);
+    let v = admin_json(&sock, &["inspect", USER]);
     assert_eq!(limit(&v, "msgs-10")["limit_value"], 2.0);
     assert_eq!(limit(&v, "msgs-10")["over"], true);
     // A broken config is refused with its file and line; the old one stays.
     fg.write_config(&format!(
         "{cfg}\n[[limit]]\nname = \"broken\"\nratelimit = \"x\"\n"
     ));
-    let out = verb(&sock, &["reload"]);
+    let out = admin_verb(&sock, &["reload"]);
     assert!(!out.ok(), "{out}");
     let path = fg.config_path().display().to_string();
     assert!(out.stderr.contains(&format!("{path}:")), "{out}");
-    let v = json(&sock, &["inspect", USER]);
+    let v = admin_json(&sock, &["inspect", USER]);
     assert_eq!(limit(&v, "msgs-10")["limit_value"], 2.0);
     assert!(v["limits"]
         .as_array()
@@ -212,7 +192,7 @@ fn reset_lets_a_deferred_user_send_again() {
     assert_eq!(rec.messages().len(), 1);
     // Still deferred in a new session.
     assert_eq!(send(&fg, USER, PASSWORD, 1), [450]);
-    let out = verb(&sock, &["reset", USER]);
+    let out = admin_verb(&sock, &["reset", USER]);
     assert!(out.ok(), "{out}");
     // Three records: one per EWMA limit (1h and 2h keys), and the bucket.
     assert_eq!(out.stdout, "alice: removed 3 records\n");
@@ -220,11 +200,11 @@ fn reset_lets_a_deferred_user_send_again() {
     let msgs = rec.messages();
     assert_eq!(msgs.len(), 2);
     assert_eq!(msgs[1].rcpts, ["r0@example.com"]);
-    let v = json(&sock, &["inspect", USER]);
+    let v = admin_json(&sock, &["inspect", USER]);
     assert_eq!(limit(&v, "rcpt-bucket")["stored"], true);
     // Nothing left to reset for a key never seen.
     assert_eq!(
-        json(&sock, &["reset", "nobody"])["removed"],
+        admin_json(&sock, &["reset", "nobody"])["removed"],
         0,
         "unknown key"
     );
@@ -244,11 +224,11 @@ fn verbs_on_the_redis_store() {
     let sock = fg.admin_socket();
     assert_eq!(send(&fg, USER, PASSWORD, 4), [250, 450, 450, 450]);
     assert_eq!(send(&fg, "bob", "b0bpass", 1), [250]);
-    let v = json(&sock, &["inspect", USER]);
+    let v = admin_json(&sock, &["inspect", USER]);
     let rate = limit(&v, "msgs-10")["value"].as_f64().unwrap();
     assert!(rate > 3.99 && rate <= 4.0, "{v}");
     assert_eq!(limit(&v, "msgs-3")["over"], true);
-    let v = json(&sock, &["top", "--limit", "msgs-3"]);
+    let v = admin_json(&sock, &["top", "--limit", "msgs-3"]);
     let keys: Vec<&str> = v["entries"]
         .as_array()
         .unwrap()
@@ -257,11 +237,11 @@ fn verbs_on_the_redis_store() {
         .collect();
     assert_eq!(keys, ["2h/per_mail/alice", "2h/per_mail/bob"]);
     assert_eq!(v["partial"], false);
-    let v = json(&sock, &["top", "-n", "2"]);
+    let v = admin_json(&sock, &["top", "-n", "2"]);
     assert_eq!(v["entries"].as_array().unwrap().len(), 2);
-    assert_eq!(json(&sock, &["reset", USER])["removed"], 3);
+    assert_eq!(admin_json(&sock, &["reset", USER])["removed"], 3);
     assert_eq!(send(&fg, USER, PASSWORD, 1), [250]);
-    let v = json(&sock, &["inspect", USER]);
+    let v = admin_json(&sock, &["inspect", USER]);
     let rate = limit(&v, "msgs-10")["value"].as_f64().unwrap();
     assert!(rate > 0.99 && rate <= 1.0, "{v}");
 }
@@ -372,7 +352,7 @@ fn token_guarded_tcp_address_and_bad_http() {
 fn cli_without_a_running_floodgate() {
     let dir = tempfile::TempDir::new().unwrap();
     let sock = dir.path().join("none.sock");
-    let out = verb(&sock, &["inspect", "alice"]);
+    let out = admin_verb(&sock, &["inspect", "alice"]);
     assert!(!out.ok(), "{out}");
     assert!(
         out.stderr.contains(&format!(
@@ -411,7 +391,7 @@ fn socket_file_is_replaced_when_stale_and_removed_at_exit() {
     drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
     assert!(sock.exists());
     let mut fg = start(&rec, &format!("[admin]\nsocket = \"{}\"\n", sock.display()));
-    let v = json(&sock, &["top"]);
+    let v = admin_json(&sock, &["top"]);
     assert_eq!(v["entries"].as_array().unwrap().len(), 0);
     assert!(fg.terminate().success());
     assert!(!sock.exists(), "socket left behind");
@@ -470,7 +450,7 @@ while True:
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();
     assert_eq!(line.trim(), "ready");
 
-    let got = verb(&sock, &["top"]);
+    let got = admin_verb(&sock, &["top"]);
     assert!(!got.ok(), "{got}");
     assert!(
         got.stderr.contains(&format!(
@@ -483,7 +463,7 @@ while True:
     // floodgate (root) takes the path over; the verbs then reach floodgate itself.
     let rec = Recorder::plain();
     let mut fg = start(&rec, &format!("[admin]\nsocket = \"{}\"\n", sock.display()));
-    let v = json(&sock, &["top"]);
+    let v = admin_json(&sock, &["top"]);
     assert!(v["entries"].as_array().is_some(), "{v}");
     assert!(
         fg.stderr()

@@ -44,19 +44,8 @@ fn config(rec: &Recorder, dir: &Path, hold_extra: &str) -> FloodgateConfig {
         .extra(&limits(dir, hold_extra))
 }
 
-/// Runs `floodgate ARGS --socket SOCKET`.
-fn verb(socket: &Path, args: &[&str]) -> Output {
-    run_with_timeout(
-        Command::new(env!("CARGO_BIN_EXE_floodgate"))
-            .args(args)
-            .arg("--socket")
-            .arg(socket),
-        Duration::from_secs(30),
-    )
-}
-
 fn held(socket: &Path) -> Vec<Value> {
-    let out = verb(socket, &["held", "list", "--json"]);
+    let out = admin_verb(socket, &["held", "list", "--json"]);
     assert!(out.ok(), "{out}");
     let v: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
     v["held"].as_array().cloned().unwrap_or_default()
@@ -149,19 +138,19 @@ fn held_messages_are_listed_shown_released_and_deleted() {
             "{replies:?}"
         );
     }
-    let text = verb(&sock, &["held", "list"]);
+    let text = admin_verb(&sock, &["held", "list"]);
     assert!(text.ok(), "{text}");
     assert!(
         text.stdout.contains("SUBJECT") && text.stdout.contains("held 2"),
         "{text}"
     );
     assert!(text.stdout.contains("r3@example.com"), "{text}");
-    let only = verb(&sock, &["held", "list", "--key", "nobody", "--json"]);
+    let only = admin_verb(&sock, &["held", "list", "--key", "nobody", "--json"]);
     assert!(only.stdout.contains("\"held\":[]"), "{only}");
 
     let id1 = list[0]["id"].as_str().unwrap().to_string();
     let id2 = list[1]["id"].as_str().unwrap().to_string();
-    let show = verb(&sock, &["held", "show", &id1]);
+    let show = admin_verb(&sock, &["held", "show", &id1]);
     assert!(show.ok(), "{show}");
     assert!(show.stdout.contains("Subject: held 1"), "{show}");
     assert!(show.stdout.contains("<r1@example.com>"), "{show}");
@@ -169,7 +158,7 @@ fn held_messages_are_listed_shown_released_and_deleted() {
 
     // Release: upstream gets the held octets with one trace header on top, from the
     // original client (XCLIENT ADDR, HELO and LOGIN).
-    let out = verb(&sock, &["held", "release", &id1, "--reason", "checked"]);
+    let out = admin_verb(&sock, &["held", "release", &id1, "--reason", "checked"]);
     assert!(out.ok(), "{out}");
     assert!(out.stdout.contains(&format!("{id1}: released")), "{out}");
     rec.wait_events("message", 2);
@@ -200,7 +189,7 @@ fn held_messages_are_listed_shown_released_and_deleted() {
     assert_eq!(held(&sock).len(), 2);
 
     // Delete one; a released or deleted id is then unknown, with a clear error.
-    let out = verb(&sock, &["held", "delete", &id2]);
+    let out = admin_verb(&sock, &["held", "delete", &id2]);
     assert!(out.ok(), "{out}");
     let left = held(&sock);
     assert_eq!(left.len(), 1);
@@ -211,7 +200,7 @@ fn held_messages_are_listed_shown_released_and_deleted() {
         vec!["held", "show", "no-such-id"],
         vec!["held", "release", "../etc"],
     ] {
-        let out = verb(&sock, &args);
+        let out = admin_verb(&sock, &args);
         assert!(!out.ok(), "{args:?}: {out}");
         assert!(
             out.stderr.contains("no held message with id"),
@@ -221,7 +210,7 @@ fn held_messages_are_listed_shown_released_and_deleted() {
     assert_eq!(rec.messages().len(), 2, "nothing else delivered");
 
     // Release by key takes the rest.
-    let out = verb(&sock, &["held", "release", "--key", USER]);
+    let out = admin_verb(&sock, &["held", "release", "--key", USER]);
     assert!(out.ok(), "{out}");
     rec.wait_events("message", 3);
     assert!(held(&sock).is_empty());
@@ -290,8 +279,8 @@ fn held_mail_survives_a_restart_and_two_releases_deliver_once() {
     assert_eq!(after, before);
     let id = after[0]["id"].as_str().unwrap().to_string();
     let both: Vec<Output> = std::thread::scope(|s| {
-        let a = s.spawn(|| verb(&sock, &["held", "release", &id]));
-        let b = s.spawn(|| verb(&sock, &["held", "release", &id]));
+        let a = s.spawn(|| admin_verb(&sock, &["held", "release", &id]));
+        let b = s.spawn(|| admin_verb(&sock, &["held", "release", &id]));
         vec![a.join().unwrap(), b.join().unwrap()]
     });
     let ok = both.iter().filter(|o| o.ok()).count();
@@ -320,7 +309,7 @@ fn upstream_down_during_release_keeps_the_message() {
     let sock = fg.admin_socket();
     let id = held(&sock)[0]["id"].as_str().unwrap().to_string();
     drop(rec);
-    let out = verb(&sock, &["held", "release", &id]);
+    let out = admin_verb(&sock, &["held", "release", &id]);
     assert!(!out.ok(), "{out}");
     assert!(
         out.stderr.contains("cannot connect to upstream") && out.stderr.contains("stays held"),
@@ -470,7 +459,7 @@ fn a_bdat_message_is_held_and_released_with_the_same_octets() {
     assert_eq!(list[0]["size"], msg.len());
     assert_eq!(rec.messages().len(), 1);
     let id = list[0]["id"].as_str().unwrap();
-    assert!(verb(&sock, &["held", "release", id]).ok());
+    assert!(admin_verb(&sock, &["held", "release", id]).ok());
     rec.wait_events("message", 2);
     let content = unstuff(&rec.messages()[1].data);
     let first_end = content.iter().position(|&b| b == b'\n').unwrap() + 1;
@@ -493,7 +482,7 @@ fn a_recipient_refused_at_release_keeps_the_message_held() {
     let fg = Floodgate::start(&config(&refusing, spool.path(), ""));
     let sock = fg.admin_socket();
     let id = held(&sock)[0]["id"].as_str().unwrap().to_string();
-    let out = verb(&sock, &["held", "release", &id]);
+    let out = admin_verb(&sock, &["held", "release", &id]);
     assert!(!out.ok(), "{out}");
     assert!(
         out.stderr.contains("RCPT TO:<r1@example.com>")

@@ -58,24 +58,6 @@ fn start(rec: &Recorder, extra: &str) -> Floodgate {
     )
 }
 
-fn verb(socket: &Path, args: &[&str]) -> Output {
-    run_with_timeout(
-        Command::new(env!("CARGO_BIN_EXE_floodgate"))
-            .args(args)
-            .arg("--socket")
-            .arg(socket),
-        Duration::from_secs(30),
-    )
-}
-
-fn json(socket: &Path, args: &[&str]) -> Value {
-    let mut a = args.to_vec();
-    a.push("--json");
-    let out = verb(socket, &a);
-    assert!(out.ok(), "{out}");
-    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
-
 /// One authenticated session sending `n` one-recipient messages; the MAIL FROM replies.
 fn send(addr: std::net::SocketAddr, user: &str, password: &str, n: usize) -> Vec<(u16, String)> {
     let mut c = RawClient::connect_greeted(addr);
@@ -166,7 +148,7 @@ fn sixth_message_restricts_until_released_and_release_lets_mail_through() {
     assert_eq!(rec.messages().len(), 6);
 
     // restricted lists the user, with the limit, the rate and the evidence.
-    let v = json(&sock, &["restricted"]);
+    let v = admin_json(&sock, &["restricted"]);
     let list = v["restricted"].as_array().unwrap();
     assert_eq!(list.len(), 1, "{v}");
     let r = &list[0];
@@ -176,7 +158,7 @@ fn sixth_message_restricts_until_released_and_release_lets_mail_through() {
     assert!(r["rate"].as_f64().unwrap() >= 5.0, "{r}");
     assert!(r["by"].as_str().unwrap().contains("per-user"), "{r}");
     check_evidence(&r["evidence"]);
-    let table = verb(&sock, &["restricted"]);
+    let table = admin_verb(&sock, &["restricted"]);
     assert!(
         table.ok() && table.stdout.contains("alice") && table.stdout.contains("until released"),
         "{table}"
@@ -190,21 +172,21 @@ fn sixth_message_restricts_until_released_and_release_lets_mail_through() {
     check_evidence(&n[0]["evidence"]);
 
     // Bad input: release without a restriction, restrict with a bad duration.
-    let out = verb(&sock, &["release", "nobody", "--reason", "test"]);
+    let out = admin_verb(&sock, &["release", "nobody", "--reason", "test"]);
     assert!(
         !out.ok() && out.stderr.contains("\"nobody\" is not restricted"),
         "{out}"
     );
-    let out = verb(
+    let out = admin_verb(
         &sock,
         &["restrict", "bob", "--for", "forever", "--reason", "x"],
     );
     assert!(!out.ok() && out.stderr.contains("until_released"), "{out}");
-    let out = verb(&sock, &["release", USER]);
+    let out = admin_verb(&sock, &["release", USER]);
     assert!(!out.ok() && out.stderr.contains("--reason"), "{out}");
 
     // release: the next message goes through (the limit's state was reset too).
-    let out = verb(&sock, &["release", USER, "--reason", "password changed"]);
+    let out = admin_verb(&sock, &["release", USER, "--reason", "password changed"]);
     assert!(out.ok() && out.stdout.contains("released"), "{out}");
     assert_eq!(codes(&send(fg.addr("plain"), USER, PASSWORD, 1)), [250]);
     assert_eq!(rec.messages().len(), 7);
@@ -213,13 +195,13 @@ fn sixth_message_restricts_until_released_and_release_lets_mail_through() {
     assert_eq!(n[0]["reason"], "password changed");
     assert_eq!(n[0]["by"], "admin");
     check_evidence(&n[0]["evidence"]);
-    assert!(json(&sock, &["restricted"])["restricted"]
+    assert!(admin_json(&sock, &["restricted"])["restricted"]
         .as_array()
         .unwrap()
         .is_empty());
 
     // restrict by hand, then the metrics count both kinds of event.
-    let v = json(
+    let v = admin_json(
         &sock,
         &["restrict", "bob", "--for", "1h", "--reason", "phished"],
     );
@@ -282,12 +264,12 @@ fn a_timed_restriction_ends_by_itself() {
     let first = send(fg.addr("plain"), USER, PASSWORD, 6);
     assert_eq!(codes(&first), [250, 250, 250, 250, 250, 450]);
     assert!(!first[5].1.contains("until released"), "{first:?}");
-    let v = json(&sock, &["restricted"]);
+    let v = admin_json(&sock, &["restricted"]);
     assert!(v["restricted"][0]["until"].is_string(), "{v}");
     // Released without a verb: listed no more, and MAIL FROM is no longer the restricted
     // answer (the rate limit itself still counts: the reset is the release verb's job).
     wait_until(Duration::from_secs(20), "the restriction to end", || {
-        json(&sock, &["restricted"])["restricted"]
+        admin_json(&sock, &["restricted"])["restricted"]
             .as_array()
             .unwrap()
             .is_empty()
@@ -322,9 +304,9 @@ fn a_restriction_on_one_node_refuses_on_another_sharing_redis() {
     assert_eq!(codes(&on_b), [450], "{on_b:?}");
     assert!(on_b[0].1.contains("restricted since"), "{on_b:?}");
     // Listed from either node; released from b, a lets the next message through.
-    let v = json(&b.admin_socket(), &["restricted"]);
+    let v = admin_json(&b.admin_socket(), &["restricted"]);
     assert_eq!(v["restricted"][0]["key"], USER, "{v}");
-    let out = verb(
+    let out = admin_verb(
         &b.admin_socket(),
         &["release", USER, "--reason", "reset by b"],
     );
@@ -339,7 +321,7 @@ fn a_restriction_on_one_node_refuses_on_another_sharing_redis() {
     );
     let c = start(&rec, &plain);
     assert_eq!(codes(&send(c.addr("plain"), "bob", "b0bpass", 1)), [250]);
-    let out = verb(
+    let out = admin_verb(
         &a.admin_socket(),
         &[
             "restrict",
@@ -382,7 +364,7 @@ fn while_restricted_hold_takes_and_holds_the_users_mail() {
     // Upstream got the five under the limit; the sixth (which tripped it) and the rest
     // are held for alice under the restricting limit.
     assert_eq!(rec.messages().len(), 5);
-    let out = verb(&sock, &["held", "list", "--json"]);
+    let out = admin_verb(&sock, &["held", "list", "--json"]);
     assert!(out.ok(), "{out}");
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     let held = v["held"].as_array().unwrap();
@@ -392,7 +374,7 @@ fn while_restricted_hold_takes_and_holds_the_users_mail() {
             .all(|m| m["key"] == USER && m["limit"] == "per-user"),
         "{v}"
     );
-    let r = json(&sock, &["restricted"]);
+    let r = admin_json(&sock, &["restricted"]);
     assert_eq!(r["restricted"][0]["key"], USER, "{r}");
     // Another user is neither restricted nor held.
     assert_eq!(codes(&send(fg.addr("plain"), "bob", "b0bpass", 1)), [250]);

@@ -289,14 +289,21 @@ fn yes(v: &Value) -> String {
     .into()
 }
 
+/// The elements of an array in an answer (none when absent).
+fn items(v: &Value) -> &[Value] {
+    v.as_array().map(Vec::as_slice).unwrap_or_default()
+}
+
+/// The strings of an array in an answer (none when absent).
+fn strings(v: &Value) -> Vec<&str> {
+    items(v).iter().filter_map(Value::as_str).collect()
+}
+
 /// The human-readable form of an answer to `verb`.
 pub fn render(verb: &Verb, v: &Value) -> String {
     match verb {
         Verb::Inspect(_) => {
-            let rows: Vec<Vec<String>> = v["limits"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
+            let rows: Vec<Vec<String>> = items(&v["limits"])
                 .iter()
                 .map(|l| {
                     vec![
@@ -333,10 +340,7 @@ pub fn render(verb: &Verb, v: &Value) -> String {
             format!("{k}: removed {n} record{}\n", if n == 1 { "" } else { "s" })
         }
         Verb::Top { .. } => {
-            let rows: Vec<Vec<String>> = v["entries"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
+            let rows: Vec<Vec<String>> = items(&v["entries"])
                 .iter()
                 .map(|e| {
                     vec![
@@ -373,19 +377,10 @@ pub fn render(verb: &Verb, v: &Value) -> String {
         }
         Verb::Reload => "configuration reloaded\n".into(),
         Verb::HeldList(_) => {
-            let rows: Vec<Vec<String>> = v["held"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
+            let rows: Vec<Vec<String>> = items(&v["held"])
                 .iter()
                 .map(|m| {
-                    let rcpts: Vec<&str> = m["recipients"]
-                        .as_array()
-                        .map(Vec::as_slice)
-                        .unwrap_or_default()
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .collect();
+                    let rcpts: Vec<&str> = strings(&m["recipients"]);
                     vec![
                         m["id"].as_str().unwrap_or("").into(),
                         m["key"].as_str().unwrap_or("").into(),
@@ -417,13 +412,7 @@ pub fn render(verb: &Verb, v: &Value) -> String {
         }
         Verb::HeldShow(_) => {
             let text = |k: &str| v[k].as_str().unwrap_or("").to_string();
-            let rcpts: Vec<&str> = v["rcpts"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(Value::as_str)
-                .collect();
+            let rcpts: Vec<&str> = strings(&v["rcpts"]);
             let mut out = String::new();
             for (name, value) in [
                 ("id", text("id")),
@@ -455,33 +444,18 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                 Verb::HeldRelease(_) => ("released", &v["released"]),
                 _ => ("deleted", &v["deleted"]),
             };
-            let ids: Vec<&str> = list
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(Value::as_str)
-                .collect();
+            let ids: Vec<&str> = strings(list);
             if ids.is_empty() {
                 return format!("no held messages {verb}\n");
             }
             ids.iter().map(|i| format!("{i}: {verb}\n")).collect()
         }
         Verb::Restricted => {
-            let rows: Vec<Vec<String>> = v["restricted"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
+            let rows: Vec<Vec<String>> = items(&v["restricted"])
                 .iter()
                 .map(|r| {
                     let ev = &r["evidence"];
-                    let ips: Vec<&str> = ev["client_ips"]
-                        .as_array()
-                        .map(Vec::as_slice)
-                        .unwrap_or_default()
-                        .iter()
-                        .filter_map(|i| i.as_str())
-                        .collect();
+                    let ips: Vec<&str> = strings(&ev["client_ips"]);
                     vec![
                         r["key"].as_str().unwrap_or("").into(),
                         r["limit"].as_str().unwrap_or("").into(),

@@ -42,6 +42,14 @@ pub const ACTIONS: [&str; 8] = [
 /// The events of the restricted set, in the order of the registry's counters.
 pub const RESTRICTION_EVENTS: [&str; 3] = ["restricted", "released", "refused"];
 
+/// The counter of `label` among `counters`, kept in the order of `labels`.
+fn labelled<'a>(labels: &[&str], counters: &'a [Counter], label: &str) -> Option<&'a Counter> {
+    labels
+        .iter()
+        .position(|l| *l == label)
+        .and_then(|i| counters.get(i))
+}
+
 /// The kinds of upstream failure, in the order of the registry's counters.
 const UPSTREAM_KINDS: [&str; 5] = ["connect", "timeout", "lost", "protocol", "tls"];
 
@@ -195,17 +203,14 @@ impl Metrics {
     /// A restriction event: `restricted`, `released` or `refused` (a MAIL FROM of a
     /// restricted key).
     pub fn restriction(&self, event: &str) {
-        if let Some(i) = RESTRICTION_EVENTS.iter().position(|e| *e == event) {
-            self.restriction_events[i].inc();
+        if let Some(c) = labelled(&RESTRICTION_EVENTS, &self.restriction_events, event) {
+            c.inc();
         }
     }
 
     /// How many restriction events of `event` there were.
     pub fn restrictions_of(&self, event: &str) -> u64 {
-        RESTRICTION_EVENTS
-            .iter()
-            .position(|e| *e == event)
-            .map_or(0, |i| self.restriction_events[i].get())
+        labelled(&RESTRICTION_EVENTS, &self.restriction_events, event).map_or(0, Counter::get)
     }
 
     /// How many times `limit` was over with `action`.
@@ -255,25 +260,19 @@ impl Metrics {
     /// Upstream did not take a client's identity (`kind`: one of
     /// [`crate::proxy::identity::PROBLEM_KINDS`]).
     pub fn identity_refused(&self, kind: &str) {
-        if let Some(i) = PROBLEM_KINDS.iter().position(|k| *k == kind) {
-            self.identity_refused[i].inc();
+        if let Some(c) = labelled(&PROBLEM_KINDS, &self.identity_refused, kind) {
+            c.inc();
         }
     }
 
     /// Identity refusals of one kind.
     pub fn identity_refused_of(&self, kind: &str) -> u64 {
-        PROBLEM_KINDS
-            .iter()
-            .position(|k| *k == kind)
-            .map_or(0, |i| self.identity_refused[i].get())
+        labelled(&PROBLEM_KINDS, &self.identity_refused, kind).map_or(0, Counter::get)
     }
 
     /// Upstream failures of one kind (`connect`, `timeout`, `lost`, `protocol`, `tls`).
     pub fn upstream_errors_of(&self, kind: &str) -> u64 {
-        UPSTREAM_KINDS
-            .iter()
-            .position(|k| *k == kind)
-            .map_or(0, |i| self.upstream_errors[i].get())
+        labelled(&UPSTREAM_KINDS, &self.upstream_errors, kind).map_or(0, Counter::get)
     }
 
     /// A TLS handshake on `side` that worked or failed.

@@ -11,24 +11,9 @@ use serde_json::json;
 use super::api::AdminState;
 use super::http::{Request, Response};
 use super::inspect::database_key;
-use crate::policy::alert::restriction_notice;
+use crate::policy::alert::{restriction_json, restriction_notice};
 use crate::report::time::rfc3339;
 use crate::store::{RestrictFor, Restriction};
-
-/// The JSON of one restriction in the `restricted` listing.
-pub fn restriction_json(r: &Restriction) -> serde_json::Value {
-    json!({
-        "key": r.key,
-        "limit": r.limit,
-        "since": rfc3339(r.since_us),
-        "until": r.until_us.map(rfc3339),
-        "rate": r.rate,
-        "limit_value": r.limit_text,
-        "by": r.by,
-        "reason": r.reason,
-        "evidence": r.evidence,
-    })
-}
 
 fn reason_of(req: &Request) -> Result<String, Response> {
     match req.param("reason").map(str::trim) {

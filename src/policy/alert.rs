@@ -94,10 +94,27 @@ pub trait Observer: Send + Sync {
     }
 }
 
-/// The notice of a restriction event, a stable JSON shape:
-/// `{"event":"floodgate.restricted"|"floodgate.released","key","limit","since","until",
-/// "rate","limit_value","by","reason","evidence":{"client_ips","top_recipient_domains",
-/// "messages","recipients","refusals","since"},"host"}` (`until`: `null` for until released).
+/// One restriction as JSON: `{"key","limit","since","until","rate","limit_value","by",
+/// "reason","evidence"}` (`until`: `null` for until released), as `floodgate restricted`
+/// lists it and as every restriction notice carries it.
+pub fn restriction_json(r: &crate::store::Restriction) -> serde_json::Value {
+    serde_json::json!({
+        "key": r.key,
+        "limit": r.limit,
+        "since": rfc3339(r.since_us),
+        "until": r.until_us.map(rfc3339),
+        "rate": r.rate,
+        "limit_value": r.limit_text,
+        "by": r.by,
+        "reason": r.reason,
+        "evidence": r.evidence,
+    })
+}
+
+/// The notice of a restriction event, a stable JSON shape: [`restriction_json`] with
+/// `"event"` (`floodgate.restricted` | `floodgate.released`), `"host"`, and `"by"` and
+/// `"reason"` of the event (a release's differ from the restriction's); the evidence is
+/// `{"client_ips","top_recipient_domains","messages","recipients","refusals","since"}`.
 pub fn restriction_notice(
     event: &str,
     r: &crate::store::Restriction,
@@ -105,19 +122,12 @@ pub fn restriction_notice(
     reason: &str,
     host: &str,
 ) -> serde_json::Value {
-    serde_json::json!({
-        "event": event,
-        "key": r.key,
-        "limit": r.limit,
-        "since": rfc3339(r.since_us),
-        "until": r.until_us.map(rfc3339),
-        "rate": r.rate,
-        "limit_value": r.limit_text,
-        "by": by,
-        "reason": reason,
-        "evidence": r.evidence,
-        "host": host,
-    })
+    let mut v = restriction_json(r);
+    v["event"] = event.into();
+    v["by"] = by.into();
+    v["reason"] = reason.into();
+    v["host"] = host.into();
+    v
 }
 
 /// `[alerts]` as written.

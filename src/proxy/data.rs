@@ -339,22 +339,13 @@ impl Session {
             if !r.is_completion() {
                 // A refused chunk fails upstream's transaction (RFC 3030 §4); RSET makes sure
                 // it is over there as it is here.
-                let reset = self.up()?.command(b"RSET\r\n").await?;
-                if !reset.is_completion() {
-                    warn!(code = reset.code, "upstream refused RSET");
-                }
+                self.reset_after_upstream_refusal().await?;
             }
             return Ok(r);
         }
-        let r = self.up()?.command(b"DATA\r\n").await?;
-        if r.code != 354 {
-            let reset = self.up()?.command(b"RSET\r\n").await?;
-            if !reset.is_completion() {
-                warn!(code = reset.code, "upstream refused RSET");
-            }
-            return Ok(r);
+        if let Some(refused) = self.open_upstream_data().await? {
+            return Ok(refused);
         }
-        self.up()?.recycle(r);
         let mut out = Vec::with_capacity(message.len() + message.len() / 64 + 5);
         encode_data(message, &mut out);
         self.up()?.command(&out).await
@@ -368,16 +359,9 @@ impl Session {
         wire: &Wire,
         received: Option<&[u8]>,
     ) -> Result<Reply, UpstreamError> {
-        let r = self.up()?.command(b"DATA\r\n").await?;
-        if r.code != 354 {
-            // Upstream refused DATA: its transaction is still open; close it so both agree.
-            let reset = self.up()?.command(b"RSET\r\n").await?;
-            if !reset.is_completion() {
-                warn!(code = reset.code, "upstream refused RSET");
-            }
-            return Ok(r);
+        if let Some(refused) = self.open_upstream_data().await? {
+            return Ok(refused);
         }
-        self.up()?.recycle(r);
         let headers = self.policy.message_headers();
         if headers.is_empty() && received.is_none() {
             self.up()?.send(wire.as_bytes()).await?;
@@ -399,6 +383,28 @@ impl Session {
         out.extend_from_slice(wire.as_bytes());
         self.up()?.send(&out).await?;
         self.up()?.read_reply().await
+    }
+
+    /// Sends DATA upstream; `Some(reply)` when upstream refused it (its transaction, still
+    /// open there, is then closed with RSET so both sides agree), `None` on 354.
+    async fn open_upstream_data(&mut self) -> Result<Option<Reply>, UpstreamError> {
+        let r = self.up()?.command(b"DATA\r\n").await?;
+        if r.code != 354 {
+            self.reset_after_upstream_refusal().await?;
+            return Ok(Some(r));
+        }
+        self.up()?.recycle(r);
+        Ok(None)
+    }
+
+    /// RSET after upstream refused DATA or the message's chunk, so both sides agree the
+    /// transaction is over; a refused RSET is only logged (upstream's refusal is the answer).
+    async fn reset_after_upstream_refusal(&mut self) -> Result<(), UpstreamError> {
+        let reset = self.up()?.command(b"RSET\r\n").await?;
+        if !reset.is_completion() {
+            warn!(code = reset.code, "upstream refused RSET");
+        }
+        Ok(())
     }
 
     /// Ends the upstream transaction after floodgate refused a message (RSET, reply

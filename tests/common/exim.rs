@@ -496,41 +496,17 @@ impl EximMessage {
 
     /// The header section (up to the first empty line), lossily decoded.
     pub fn head(&self) -> String {
-        let end = find(&self.raw, b"\n\n").unwrap_or(self.raw.len());
-        String::from_utf8_lossy(&self.raw[..end]).into_owned()
+        crate::common::delivered::head(&self.raw)
     }
 
     /// The bytes after the header section's empty line.
     pub fn body(&self) -> &[u8] {
-        match find(&self.raw, b"\n\n") {
-            Some(i) => &self.raw[i + 2..],
-            None => &[],
-        }
+        crate::common::delivered::body(&self.raw)
     }
 
     /// Every value of header `name` (case-insensitive), unfolded, in order.
     pub fn header(&self, name: &str) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        let mut current: Option<String> = None;
-        for line in self.head().lines() {
-            if line.starts_with([' ', '\t']) {
-                if let Some(v) = current.as_mut() {
-                    v.push(' ');
-                    v.push_str(line.trim());
-                }
-                continue;
-            }
-            if let Some(v) = current.take() {
-                out.push(v);
-            }
-            if let Some((n, v)) = line.split_once(':') {
-                if n.eq_ignore_ascii_case(name) {
-                    current = Some(v.trim().to_string());
-                }
-            }
-        }
-        out.extend(current);
-        out
+        crate::common::delivered::header_values(&self.head(), name)
     }
 
     /// The `X-Exim-Vars` header as a map: Exim's variables at the time of DATA. Exim
@@ -549,9 +525,4 @@ impl EximMessage {
     pub fn var(&self, name: &str) -> String {
         self.vars().remove(name).unwrap_or_default()
     }
-}
-
-/// The first position of `needle` in `hay`.
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }

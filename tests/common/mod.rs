@@ -182,6 +182,26 @@ pub fn run_with_timeout(cmd: &mut Command, limit: Duration) -> Output {
     }
 }
 
+/// Runs the admin verb `floodgate ARGS --socket SOCKET` (bounded like every client).
+pub fn admin_verb(socket: &Path, args: &[&str]) -> Output {
+    run_with_timeout(
+        Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args(args)
+            .arg("--socket")
+            .arg(socket),
+        Duration::from_secs(30),
+    )
+}
+
+/// [`admin_verb`] with `--json`, which must succeed; its answer parsed.
+pub fn admin_json(socket: &Path, args: &[&str]) -> serde_json::Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let out = admin_verb(socket, &a);
+    assert!(out.ok(), "{out}");
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
 /// Runs swaks with `args` (plus `--timeout 20`), for at most [`CLIENT_TIMEOUT`].
 pub fn swaks(args: &[&str]) -> Output {
     run_with_timeout(
@@ -228,6 +248,7 @@ pub fn smtplib(addr: SocketAddr, body: &str, limit: Duration) -> Output {
 }
 
 pub mod daemon;
+pub mod delivered;
 pub mod dovecot;
 mod floodgate;
 pub mod postfix;

@@ -66,9 +66,9 @@ use super::{FloodgateConfig, RawClient};
 mod config;
 mod maildir;
 
+use super::delivered::find;
 use config::{master_cf_text, postfix_owner, write_certs};
 pub use config::{PfListener, PostfixConfig};
-use maildir::find;
 pub use maildir::Delivered;
 
 /// How long Postfix and Dovecot may take to start.

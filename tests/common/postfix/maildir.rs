@@ -26,41 +26,17 @@ impl Delivered {
 
     /// The header section as text (up to the first empty line).
     pub fn head(&self) -> String {
-        let end = find(&self.raw, b"\n\n").unwrap_or(self.raw.len());
-        String::from_utf8_lossy(&self.raw[..end]).into_owned()
+        crate::common::delivered::head(&self.raw)
     }
 
     /// The body (after the first empty line).
     pub fn body(&self) -> &[u8] {
-        match find(&self.raw, b"\n\n") {
-            Some(i) => &self.raw[i + 2..],
-            None => &[],
-        }
+        crate::common::delivered::body(&self.raw)
     }
 
     /// The values of every header called `name` (case-insensitive), unfolded, in order.
     pub fn headers(&self, name: &str) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        let mut current: Option<String> = None;
-        for line in self.head().lines() {
-            if line.starts_with([' ', '\t']) {
-                if let Some(c) = current.as_mut() {
-                    c.push(' ');
-                    c.push_str(line.trim());
-                }
-                continue;
-            }
-            if let Some(c) = current.take() {
-                out.push(c);
-            }
-            if let Some((n, v)) = line.split_once(':') {
-                if n.eq_ignore_ascii_case(name) {
-                    current = Some(v.trim().to_string());
-                }
-            }
-        }
-        out.extend(current);
-        out
+        crate::common::delivered::header_values(&self.head(), name)
     }
 
     /// The first value of header `name`.
@@ -73,8 +49,4 @@ impl Delivered {
         self.header("Received")
             .unwrap_or_else(|| panic!("no Received header in {self:?}"))
     }
-}
-
-pub(super) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
