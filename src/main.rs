@@ -334,6 +334,20 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
                 move || control.shared(),
                 hold_stop.clone(),
             ));
+            // Paced messages: read back from the spool before any session, released by
+            // the pacer at their limits' rates.
+            let book = server.control().shared().paced.clone();
+            let n = floodgate::admin::paced::load(&spool, &book)?;
+            if n > 0 {
+                info!(messages = n, "paced messages waiting in the hold spool");
+            }
+            admin_policy.pace_with(book.clone());
+            let control = server.control();
+            tokio::spawn(floodgate::admin::paced::pace_loop(
+                move || control.shared(),
+                book,
+                hold_stop.clone(),
+            ));
         }
         let sigs = install_signals()?;
         let control = server.control();
@@ -493,6 +507,17 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
         config.upstream_server_name(),
         config.helo_name()
     )?;
+    if let Some(h) = &u.high_risk {
+        writeln!(
+            out,
+            "upstream.high_risk: {} tls={} client_identity={} server_name={} helo={} (messages of reroute limits are relayed here at the end of data, with the client's identity; its answer goes to the client, 451 when it cannot be reached)",
+            h.address.get_ref(),
+            h.tls.as_str(),
+            h.client_identity.as_str(),
+            floodgate::config::server_name_of(h),
+            h.helo_name.as_deref().unwrap_or_else(|| config.helo_name())
+        )?;
+    }
     let s = &config.server;
     writeln!(
         out,

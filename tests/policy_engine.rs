@@ -610,6 +610,7 @@ dir = "/var/lib/floodgate/hold"
         Verdict::Hold(floodgate::policy::HoldOrder {
             limit: "hold-rcpt".into(),
             key: "192.0.2.7".into(),
+            answer: floodgate::policy::TakenAnswer::Hold,
         })
     );
     // A defer over at the same time wins: the message is refused, not held.

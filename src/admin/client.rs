@@ -385,6 +385,10 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                         m["id"].as_str().unwrap_or("").into(),
                         m["key"].as_str().unwrap_or("").into(),
                         m["limit"].as_str().unwrap_or("").into(),
+                        match m["paced"].as_str() {
+                            Some(rate) => format!("paced {rate}"),
+                            None => "held".into(),
+                        },
                         m["sender"].as_str().unwrap_or("").into(),
                         rcpts.join(","),
                         num(&m["size"]),
@@ -401,6 +405,7 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                     "ID",
                     "KEY",
                     "LIMIT",
+                    "STATE",
                     "SENDER",
                     "RECIPIENTS",
                     "SIZE",
@@ -418,6 +423,13 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                 ("id", text("id")),
                 ("key", text("key")),
                 ("limit", text("limit")),
+                (
+                    "state",
+                    match v["paced"].as_str() {
+                        Some(rate) => format!("paced (released automatically at {rate})"),
+                        None => "held".into(),
+                    },
+                ),
                 (
                     "held at",
                     crate::smtp::received::rfc5322_date(v["time"].as_i64().unwrap_or(0)),

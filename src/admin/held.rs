@@ -49,6 +49,7 @@ pub fn summary(m: &HeldMessage) -> Value {
         "time": m.time,
         "client": m.client.ip().to_string(),
         "user": m.user,
+        "paced": m.paced,
     })
 }
 
@@ -165,7 +166,12 @@ pub async fn expire_loop(
 /// One round of expiry.
 pub async fn expire_once(shared: &Arc<Shared>, spool: &Arc<Spool>) {
     let s = spool.clone();
-    let expired = match blocking(move || s.expired(now_secs())).await {
+    // Paced messages are released by the pacer, not expired.
+    let expired = match blocking(move || s.expired(now_secs())).await.map(|v| {
+        v.into_iter()
+            .filter(|m| m.paced.is_none())
+            .collect::<Vec<_>>()
+    }) {
         Ok(e) => e,
         Err(e) => {
             warn!(error = %e, "hold spool: cannot look for expired messages");

@@ -28,11 +28,13 @@ use crate::store::open::Opened;
 use crate::store::StoreError;
 
 /// The countermeasures, in the order of [`LimitCounters`].
-pub const ACTIONS: [&str; 8] = [
+pub const ACTIONS: [&str; 10] = [
     "warn",
     "header",
     "delay",
     "hold",
+    "reroute",
+    "pace",
     "defer",
     "deny",
     "disconnect",
@@ -71,7 +73,7 @@ pub struct ListenerMetrics {
 
 /// Verdict counters of one limit, one per countermeasure ([`ACTIONS`] order).
 #[derive(Debug, Default)]
-pub struct LimitCounters([Counter; 8]);
+pub struct LimitCounters([Counter; 10]);
 
 /// The hold spool's gauges and counters.
 #[derive(Debug, Default)]
@@ -90,6 +92,26 @@ pub struct HoldMetrics {
     pub expired: Counter,
     /// Messages the spool could not take (full or unwritable): deferred with a 4xx.
     pub refused: Counter,
+}
+
+/// The graded answers: messages rerouted to the second smart host, messages paced.
+#[derive(Debug, Default)]
+pub struct GradedMetrics {
+    /// Rerouted messages the second smart host accepted.
+    pub rerouted: Counter,
+    /// Rerouted messages the second smart host refused (its answer went to the client).
+    pub reroute_refused: Counter,
+    /// Rerouted messages not delivered because the second smart host could not be reached
+    /// or failed (4xx to the client).
+    pub reroute_failed: Counter,
+    /// Messages paced (held for an automatic release).
+    pub paced: Counter,
+    /// Paced messages released.
+    pub paced_released: Counter,
+    /// Paced releases that failed and will be tried again.
+    pub paced_retries: Counter,
+    /// Paced messages waiting now.
+    pub paced_waiting: Gauge,
 }
 
 /// Every counter floodgate exports.
@@ -133,6 +155,8 @@ pub struct Metrics {
     identity_refused: [Counter; 5],
     /// The hold spool: messages and octets held now, and what happened to held messages.
     pub hold: HoldMetrics,
+    /// Reroute and pace.
+    pub graded: GradedMetrics,
     restriction_events: [Counter; 3],
     store: OnceLock<Opened>,
     workers: OnceLock<Arc<crate::server::WorkerLoads>>,
@@ -476,6 +500,7 @@ impl Metrics {
         self.render_latency(&mut w);
         self.render_store(&mut w);
         self.render_hold(&mut w);
+        self.render_graded(&mut w);
         w.head(
             "floodgate_tls_handshakes_total",
             "counter",
@@ -554,6 +579,40 @@ impl Metrics {
         ] {
             w.sample("floodgate_held_total", &[("event", what)], c.get());
         }
+    }
+
+    fn render_graded(&self, w: &mut Writer) {
+        let g = &self.graded;
+        w.head(
+            "floodgate_rerouted_total",
+            "counter",
+            "Messages of reroute limits by outcome at the second smart host: relayed, refused (its answer went to the client), failed (unreachable: 4xx to the client).",
+        );
+        for (what, c) in [
+            ("relayed", &g.rerouted),
+            ("refused", &g.reroute_refused),
+            ("failed", &g.reroute_failed),
+        ] {
+            w.sample("floodgate_rerouted_total", &[("outcome", what)], c.get());
+        }
+        w.head(
+            "floodgate_paced_total",
+            "counter",
+            "Paced messages by event: paced (held for an automatic release), released, retry (a release failed and will be tried again).",
+        );
+        for (what, c) in [
+            ("paced", &g.paced),
+            ("released", &g.paced_released),
+            ("retry", &g.paced_retries),
+        ] {
+            w.sample("floodgate_paced_total", &[("event", what)], c.get());
+        }
+        w.one(
+            "floodgate_paced_waiting",
+            "gauge",
+            "Paced messages waiting for their release now.",
+            g.paced_waiting.get(),
+        );
     }
 
     fn render_latency(&self, w: &mut Writer) {

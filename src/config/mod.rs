@@ -4,6 +4,7 @@
 
 mod admin;
 mod duration;
+mod graded;
 mod hold;
 mod net;
 mod policy;
@@ -269,6 +270,10 @@ pub struct UpstreamConfig {
     /// When upstream does not take XCLIENT: refuse the client (default) or relay anyway.
     #[serde(default)]
     pub on_identity_refused: OnIdentityRefused,
+    /// `[upstream.high_risk]`: the second smart host, with the same keys, that messages of
+    /// `action = "reroute"` limits go to. Only in `[upstream]` itself.
+    #[serde(default)]
+    pub high_risk: Option<Box<UpstreamConfig>>,
 }
 
 fn default_store() -> Spanned<StoreConfig> {
@@ -535,6 +540,7 @@ impl Config {
         });
         let mut upstream = raw.upstream;
         upstream.ca_file = upstream.ca_file.map(abs);
+        graded::check_high_risk(&mut upstream, &abs, &at)?;
         let (metrics, admin) = admin::validate(
             raw.metrics,
             raw.admin,
@@ -559,6 +565,7 @@ impl Config {
             None => None,
         };
         let hold = hold::validate(raw.hold, &abs, &policy, &at)?;
+        graded::check_actions(&policy, &upstream, hold.is_some(), &at)?;
         Ok(Config {
             path: path.to_path_buf(),
             server: raw.server,
@@ -588,13 +595,18 @@ impl Config {
 
     /// The TLS server name for upstream.
     pub fn upstream_server_name(&self) -> String {
-        if let Some(n) = &self.upstream.server_name {
-            return n.clone();
-        }
-        split_host_port(self.upstream.address.get_ref())
-            .map(|(h, _)| h.to_string())
-            .unwrap_or_default()
+        server_name_of(&self.upstream)
     }
+}
+
+/// The TLS server name of a smart host: its `server_name`, or the host of its `address`.
+pub fn server_name_of(u: &UpstreamConfig) -> String {
+    if let Some(n) = &u.server_name {
+        return n.clone();
+    }
+    split_host_port(u.address.get_ref())
+        .map(|(h, _)| h.to_string())
+        .unwrap_or_default()
 }
 
 /// Splits `host:port` or `[v6]:port`.

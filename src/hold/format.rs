@@ -5,6 +5,7 @@
 //! id 0192ab34cd-1a2b-0
 //! key alice
 //! limit per_user
+//! paced 30/60s messages
 //! time 1764000000
 //! client 192.0.2.7 50123
 //! local 192.0.2.1 587
@@ -38,6 +39,10 @@ pub struct HeldMessage {
     pub key: String,
     /// The limit that held it.
     pub limit: String,
+    /// For a paced message (`action = "pace"`): the rate it is released at, as
+    /// [`PaceRate`](super::pace::PaceRate) writes it; `None` for a message held for an
+    /// operator.
+    pub paced: Option<String>,
     /// When it was held (seconds since the Unix epoch).
     pub time: u64,
     /// The client's address.
@@ -151,6 +156,9 @@ impl HeldMessage {
         field("id", &self.id);
         field("key", &self.key);
         field("limit", &self.limit);
+        if let Some(p) = &self.paced {
+            field("paced", p);
+        }
         field("time", &self.time.to_string());
         field("client", &addr_text(self.client));
         if let Some(l) = self.local {
@@ -198,9 +206,9 @@ impl HeldMessage {
             let sp = memchr::memchr(b' ', line).ok_or(FormatError::Line(n))?;
             let (name, value) = (&line[..sp], &line[sp + 1..]);
             let value = unescape(value).ok_or(FormatError::Line(n))?;
-            const SINGLE: [&str; 12] = [
-                "id", "key", "limit", "time", "client", "local", "user", "helo", "proto", "tls",
-                "mail", "body",
+            const SINGLE: [&str; 13] = [
+                "id", "key", "limit", "paced", "time", "client", "local", "user", "helo",
+                "proto", "tls", "mail", "body",
             ];
             match name {
                 b"rcpt" => rcpts.push(value),
@@ -255,6 +263,7 @@ impl HeldMessage {
             id,
             key: need(take("key"), "key")?,
             limit: need(take("limit"), "limit")?,
+            paced: take("paced"),
             time,
             client,
             local,
@@ -315,6 +324,7 @@ mod tests {
             id: "18f-1a-0".into(),
             key: "alice".into(),
             limit: "per_user".into(),
+            paced: None,
             time: 1_764_000_000,
             client: "192.0.2.7:50123".parse().unwrap(),
             local: Some("[::1]:587".parse().unwrap()),
@@ -341,6 +351,27 @@ mod tests {
         assert_eq!(m.recipients(), vec!["bob@example.net", "c@d.example"]);
         assert_eq!(m.subject().as_deref(), Some("hi"));
         assert_eq!(m.header_section(), b"Subject: hi\r\n\r\n");
+    }
+
+    #[test]
+    fn paced_messages_say_so() {
+        let mut m = sample();
+        m.paced = Some("30/60s messages".into());
+        let bytes = m.encode();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            text.contains("limit per_user\npaced 30/60s messages\ntime "),
+            "{text}"
+        );
+        assert_eq!(HeldMessage::decode(&bytes), Ok(m));
+        // Out of its place, the file is not in canonical form.
+        let moved = text
+            .replace("paced 30/60s messages\n", "")
+            .replace("proto ESMTP\n", "proto ESMTP\npaced 30/60s messages\n");
+        assert_eq!(
+            HeldMessage::decode(moved.as_bytes()),
+            Err(FormatError::Value("canonical form"))
+        );
     }
 
     #[test]
@@ -433,7 +464,13 @@ mod tests {
     fn held() -> impl Strategy<Value = HeldMessage> {
         (
             "[a-z0-9][a-z0-9-]{0,20}",
-            (text(), text(), any::<u64>(), addr()),
+            (
+                text(),
+                text(),
+                any::<u64>(),
+                addr(),
+                proptest::option::of(text()),
+            ),
             (
                 proptest::option::of(addr()),
                 proptest::option::of(text()),
@@ -446,7 +483,7 @@ mod tests {
             .prop_map(
                 |(
                     id,
-                    (key, limit, time, client),
+                    (key, limit, time, client, paced),
                     (local, user, helo, tls),
                     (mail, rcpts),
                     body,
@@ -455,6 +492,7 @@ mod tests {
                         id,
                         key,
                         limit,
+                        paced,
                         time,
                         client,
                         local,

@@ -2,9 +2,11 @@
 //! relaying (`action = "hold"`), until an operator releases or deletes them or they expire.
 //!
 //! * [`format`](mod@format): the held file (pure: serialisation and parsing);
-//! * [`spool`]: the directory (atomic writes, listing, claims, limits).
+//! * [`spool`]: the directory (atomic writes, listing, claims, limits);
+//! * [`pace`]: paced messages (`action = "pace"`) waiting for their automatic release.
 
 pub mod format;
+pub mod pace;
 pub mod spool;
 
 pub use format::{FormatError, HeldMessage};

@@ -383,6 +383,7 @@ mod tests {
             id: id.into(),
             key: "alice".into(),
             limit: "l".into(),
+            paced: None,
             time,
             client: "127.0.0.1:1000".parse().unwrap(),
             local: None,

@@ -215,8 +215,11 @@ pub fn verdict(
     hostname: &str,
 ) -> Verdict {
     match def.action {
-        // The engine gives a hold its key (see `Verdict::Hold`); without one, go on.
-        Action::Warn | Action::Header | Action::Hold => Verdict::Continue,
+        // The engine gives a hold, reroute or pace its key (see `Verdict::Hold`); without
+        // one, go on.
+        Action::Warn | Action::Header | Action::Hold | Action::Reroute | Action::Pace => {
+            Verdict::Continue
+        }
         Action::Delay(kind) => {
             let d = delay_of(def, kind, o);
             if d.is_zero() {

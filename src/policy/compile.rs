@@ -463,6 +463,28 @@ fn compile_limit(
             }
             Action::Hold
         }
+        "reroute" | "pace" => {
+            if !matches!(
+                stage,
+                Stage::Mail | Stage::Rcpt | Stage::Data | Stage::Message
+            ) {
+                return Err(err(
+                    action_span,
+                    format!("action = \"{action_word}\" takes a message: it is for limits at the mail, rcpt, data or message stage"),
+                ));
+            }
+            if action_word == "reroute" {
+                Action::Reroute
+            } else {
+                if matches!(rate, RateDef::Concurrency(_)) {
+                    return Err(err(
+                        action_span,
+                        "action = \"pace\" releases at the limit's rate: it is for rate limits, not sessions at once".into(),
+                    ));
+                }
+                Action::Pace
+            }
+        }
         "defer" => Action::Defer,
         "deny" => Action::Deny,
         "disconnect" => Action::Disconnect,
@@ -471,7 +493,7 @@ fn compile_limit(
             return Err(err(
                 action_span,
                 format!(
-                    "unknown action {other:?}: use warn, header, delay, hold, defer, deny, disconnect or restrict"
+                    "unknown action {other:?}: use warn, header, delay, hold, reroute, pace, defer, deny, disconnect or restrict"
                 ),
             ))
         }

@@ -2,7 +2,8 @@
 //! (exim-ratelimit.md): a limit ≤ 1 refuses every event, an unknown option silently becomes
 //! key text, and `1h` and `60m` are different keys.
 
-use super::model::{Counted, LimitDef, PolicyModel, RateDef};
+use super::model::{Action, Counted, LimitDef, PolicyModel, RateDef};
+use crate::hold::pace::PaceUnit;
 use super::Stage;
 use crate::limit::spec::{CacheScope, LimitSpec, Resolved, UpdateMode};
 
@@ -99,7 +100,35 @@ fn describe_limit(d: &LimitDef) -> String {
             ));
         }
     }
+    match d.action {
+        Action::Reroute => s.push_str(
+            "; when over: the message is taken from the client and, at the end of its data, relayed to the second smart host [upstream.high_risk] with the client's identity, not to [upstream]; that host's answer goes to the client (down: 4xx, the client keeps the message)",
+        ),
+        Action::Pace => {
+            if let Some(r) = d.pace_rate() {
+                s.push_str(&format!(
+                    "; when over: the message is taken (250) and kept in the [hold] spool, then released automatically to [upstream] at the limit's rate ({r}: one message every {} per key{}), oldest first; while a key has paced messages waiting, its later messages queue behind them; a failed release is retried with backoff; paced messages outlive restarts",
+                    secs_text(r.interval(1.0)),
+                    match r.unit() {
+                        PaceUnit::Messages => "",
+                        PaceUnit::Recipients => ", times its recipients",
+                        PaceUnit::Bytes => ", times its octets",
+                    }
+                ));
+            }
+        }
+        _ => {}
+    }
     s
+}
+
+/// A wait in seconds, with milliseconds only when it has some.
+fn secs_text(d: std::time::Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{:.3}s", d.as_secs_f64())
+    }
 }
 
 fn mode_word(m: UpdateMode) -> &'static str {

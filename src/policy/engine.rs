@@ -82,6 +82,9 @@ struct Inner {
     header_from: std::sync::atomic::AtomicBool,
     /// What this node saw of each key recently (for restriction notices).
     evidence: Evidence,
+    /// The paced messages waiting, when installed: a key with some queues its later
+    /// messages behind them.
+    paced: std::sync::OnceLock<Arc<crate::hold::pace::PaceBook>>,
 }
 
 /// The floodgate policy: the current generation of limits over one store that outlives
@@ -130,6 +133,7 @@ impl RatePolicy {
                 observer: std::sync::OnceLock::new(),
                 metrics,
                 evidence: Evidence::default(),
+                paced: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -152,6 +156,13 @@ impl RatePolicy {
     /// and alerts); it is told of reloads too. Only the first call takes effect.
     pub fn observe(&self, observer: Arc<dyn Observer>) {
         let _ = self.inner.observer.set(observer);
+    }
+
+    /// Installs the book of paced messages waiting: while a key of an `action = "pace"`
+    /// limit has messages waiting, its later messages are paced too, behind them, so they
+    /// leave in order. Only the first call takes effect.
+    pub fn pace_with(&self, book: Arc<crate::hold::pace::PaceBook>) {
+        let _ = self.inner.paced.set(book);
     }
 
     /// What this node saw recently of the first of `keys` it knows (see
@@ -719,6 +730,11 @@ impl RateSession {
                 strongest = Some(e);
             }
         }
+        if strongest.is_none_or(|s| s.def.action.rank() < Action::Pace.rank()) {
+            if let Some(v) = self.queue_behind_paced(&evals) {
+                return v;
+            }
+        }
         let Some(s) = strongest else {
             return Verdict::Continue;
         };
@@ -747,6 +763,7 @@ impl RateSession {
                 return Verdict::Hold(super::HoldOrder {
                     limit: r.limit.clone(),
                     key: r.key.clone(),
+                    answer: super::TakenAnswer::Hold,
                 });
             }
             let reply = action::restricted_reply(Some(def), r, facts, &model.hostname);
@@ -756,10 +773,19 @@ impl RateSession {
                 Verdict::Reply(reply)
             };
         }
-        if s.def.action == Action::Hold {
+        if s.def.action.takes_message() {
+            let answer = match s.def.action {
+                Action::Reroute => super::TakenAnswer::Reroute,
+                Action::Pace => match s.def.pace_rate() {
+                    Some(r) => super::TakenAnswer::Pace(r),
+                    None => super::TakenAnswer::Hold,
+                },
+                _ => super::TakenAnswer::Hold,
+            };
             return Verdict::Hold(super::HoldOrder {
                 limit: s.def.name.clone(),
                 key: s.key_text.clone(),
+                answer,
             });
         }
         let v = action::verdict(s.def, stage, facts, &s.outcome, &model.hostname);
@@ -767,6 +793,22 @@ impl RateSession {
             info!(limit = %s.def.name, delay_ms = d.as_millis() as u64, "rate limit delay");
         }
         v
+    }
+
+    /// A pace order for an event of a key that has paced messages waiting, over its limit
+    /// or not: it queues behind them, so the key's messages leave in the order they came.
+    fn queue_behind_paced(&self, evals: &[Eval<'_>]) -> Option<Verdict> {
+        let book = self.inner.paced.get()?;
+        let e = evals
+            .iter()
+            .find(|e| e.def.action == Action::Pace && book.pending(&e.def.name, &e.key_text))?;
+        let rate = e.def.pace_rate()?;
+        info!(limit = %e.def.name, key = %e.key_text, "message paced behind earlier paced messages");
+        Some(Verdict::Hold(super::HoldOrder {
+            limit: e.def.name.clone(),
+            key: e.key_text.clone(),
+            answer: super::TakenAnswer::Pace(rate),
+        }))
     }
 
     /// Notes what this event says about its key (restricting configs only).
@@ -822,6 +864,7 @@ impl RateSession {
                     return Some(Verdict::Hold(super::HoldOrder {
                         limit: r.limit.clone(),
                         key: r.key.clone(),
+                        answer: super::TakenAnswer::Hold,
                     }));
                 }
                 Some(Verdict::Reply(action::restricted_reply(

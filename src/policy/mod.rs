@@ -129,13 +129,40 @@ pub enum Verdict {
     Hold(HoldOrder),
 }
 
-/// Which limit holds a transaction's message, for which key.
+/// Which limit holds a transaction's message, for which key, and what becomes of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HoldOrder {
     /// The limit's name.
     pub limit: String,
     /// The key it counted.
     pub key: String,
+    /// What happens to the message once taken.
+    pub answer: TakenAnswer,
+}
+
+/// What happens to a message floodgate takes from the client instead of relaying it to the
+/// main smart host.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum TakenAnswer {
+    /// Kept in the hold spool until an operator releases or deletes it, or it expires.
+    #[default]
+    Hold,
+    /// Relayed at the end of data to the high-risk smart host; its answer goes to the
+    /// client.
+    Reroute,
+    /// Kept in the hold spool and released automatically at this rate.
+    Pace(crate::hold::pace::PaceRate),
+}
+
+impl TakenAnswer {
+    /// The config word of the action that takes the message.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TakenAnswer::Hold => "hold",
+            TakenAnswer::Reroute => "reroute",
+            TakenAnswer::Pace(_) => "pace",
+        }
+    }
 }
 
 /// A boxed future, so that policies can be async (a shared store) and still be objects.

@@ -138,6 +138,13 @@ pub enum Action {
     /// Accept the message from the client and keep it in the hold spool instead of
     /// relaying it.
     Hold,
+    /// Take the message from the client and relay it, at the end of data, to the second
+    /// smart host (`[upstream.high_risk]`) instead of the main one; that host's answer goes
+    /// to the client.
+    Reroute,
+    /// Take the message (250), keep it in the hold spool and release it automatically at
+    /// the limit's own rate, oldest first per key.
+    Pace,
     /// 4xx; the session goes on.
     Defer,
     /// 5xx (only when asked for).
@@ -157,6 +164,8 @@ impl Action {
             Action::Header => "header",
             Action::Delay(_) => "delay",
             Action::Hold => "hold",
+            Action::Reroute => "reroute",
+            Action::Pace => "pace",
             Action::Defer => "defer",
             Action::Deny => "deny",
             Action::Disconnect => "disconnect",
@@ -172,18 +181,27 @@ impl Action {
         )
     }
 
-    /// Strength order when several limits are over.
+    /// Strength order when several limits are over: the graded answers (pace, then
+    /// reroute) are milder than a hold, which waits for an operator.
     pub fn rank(self) -> u8 {
         match self {
             Action::Warn => 0,
             Action::Header => 1,
             Action::Delay(_) => 2,
-            Action::Hold => 3,
-            Action::Defer => 4,
-            Action::Restrict => 5,
-            Action::Deny => 6,
-            Action::Disconnect => 7,
+            Action::Pace => 3,
+            Action::Reroute => 4,
+            Action::Hold => 5,
+            Action::Defer => 6,
+            Action::Restrict => 7,
+            Action::Deny => 8,
+            Action::Disconnect => 9,
         }
+    }
+
+    /// Whether the action takes the message from the client instead of relaying it to
+    /// the main smart host (hold, reroute, pace).
+    pub fn takes_message(self) -> bool {
+        matches!(self, Action::Hold | Action::Reroute | Action::Pace)
     }
 }
 
@@ -254,6 +272,24 @@ impl Default for RestrictDef {
 }
 
 impl LimitDef {
+    /// The rate at which an `action = "pace"` limit releases the messages it paces: its
+    /// own rate, in what it counts. `None` for concurrency limits.
+    pub fn pace_rate(&self) -> Option<crate::hold::pace::PaceRate> {
+        use crate::hold::pace::{PaceRate, PaceUnit};
+        let (amount, period) = match &self.rate {
+            RateDef::Exim { spec, .. } => (spec.limit(), f64::from(spec.period_secs())),
+            RateDef::Gcra(g) => (g.rate.amount(), g.rate.period_secs()),
+            RateDef::Bucket(b) => (b.rate.amount(), b.rate.period_secs()),
+            RateDef::Concurrency(_) => return None,
+        };
+        let unit = match self.counted {
+            Counted::Recipients | Counted::DistinctRecipients => PaceUnit::Recipients,
+            Counted::Bytes => PaceUnit::Bytes,
+            _ => PaceUnit::Messages,
+        };
+        PaceRate::new(amount, period, unit)
+    }
+
     /// Whether the limit reads the header From: in its key, `unique=`, condition, reply
     /// text or per-key list lookup. Only then must the message's header be parsed for it.
     pub fn reads_header_from(&self) -> bool {

@@ -265,6 +265,11 @@ impl Session {
         }
         let received = self.received.take();
         if let Some(order) = self.hold.take() {
+            if order.answer == crate::policy::TakenAnswer::Reroute {
+                return self
+                    .reroute_message(&msg, order, received.as_deref(), outcome.size)
+                    .await;
+            }
             return self
                 .hold_message(&msg, order, received.as_deref(), outcome.size)
                 .await;

@@ -8,7 +8,8 @@ use tracing::{info, warn};
 
 use crate::hold::spool::{new_id, now_secs};
 use crate::hold::{HeldMessage, Spool, SpoolError};
-use crate::policy::{HoldOrder, Stage};
+use crate::hold::pace::Paced;
+use crate::policy::{HoldOrder, Stage, TakenAnswer};
 use crate::smtp::command::Command;
 use crate::smtp::reply::Reply;
 
@@ -16,7 +17,8 @@ use super::data::Spooled;
 use super::session::{Flow, Session};
 use super::upstream::UpstreamError;
 
-/// The transaction's envelope as relayed, kept only when a hold spool is configured.
+/// The transaction's envelope as relayed, kept only when a hold spool or a second smart
+/// host is configured.
 #[derive(Default, Debug)]
 pub(super) struct Envelope {
     /// `<sender> PARAMS` of the accepted MAIL.
@@ -45,6 +47,15 @@ fn argument(cmd: &Command) -> String {
     arg.to_string()
 }
 
+/// How strong a way of taking a message is: a stronger order replaces a milder one.
+fn strength(a: &TakenAnswer) -> u8 {
+    match a {
+        TakenAnswer::Pace(_) => 0,
+        TakenAnswer::Reroute => 1,
+        TakenAnswer::Hold => 2,
+    }
+}
+
 /// Sets the hold spool's gauges from what it holds.
 pub fn refresh_gauges(spool: &Spool, metrics: &crate::admin::Metrics) {
     if let Ok((n, bytes)) = spool.usage() {
@@ -59,15 +70,33 @@ impl Session {
     /// point for anything that decides a transaction is to be held (a limit with
     /// `action = "hold"`, a restricted key). Without a hold spool it does nothing: the
     /// configuration refuses hold actions without `[hold]`.
+    ///
+    /// A reroute needs the second smart host, a pace the hold spool. A later, stronger
+    /// order of the same transaction replaces a milder one (pace, then reroute, then hold).
     pub fn hold_transaction(&mut self, order: HoldOrder) {
-        if self.shared.hold.is_some() && self.hold.is_none() {
+        let usable = match order.answer {
+            TakenAnswer::Reroute => self.shared.high_risk.is_some(),
+            TakenAnswer::Hold | TakenAnswer::Pace(_) => self.shared.hold.is_some(),
+        };
+        if usable
+            && self
+                .hold
+                .as_ref()
+                .is_none_or(|h| strength(&h.answer) < strength(&order.answer))
+        {
             self.hold = Some(order);
         }
     }
 
+    /// Whether a transaction's message may be taken (a hold spool or a second smart host):
+    /// only then is its envelope kept.
+    fn may_take(&self) -> bool {
+        self.shared.hold.is_some() || self.shared.high_risk.is_some()
+    }
+
     /// Notes an accepted MAIL for a message that may be held.
     pub(super) fn note_mail(&mut self, cmd: &Command) {
-        if self.shared.hold.is_some() {
+        if self.may_take() {
             self.envelope.mail = Some(argument(cmd));
             self.envelope.rcpts.clear();
         }
@@ -75,7 +104,7 @@ impl Session {
 
     /// Notes an accepted RCPT for a message that may be held.
     pub(super) fn note_rcpt(&mut self, cmd: &Command) {
-        if self.shared.hold.is_some() {
+        if self.may_take() {
             self.envelope.rcpts.push(argument(cmd));
         }
     }
@@ -102,9 +131,43 @@ impl Session {
         out
     }
 
+    /// The transaction's message as floodgate takes it (held, paced or rerouted): its
+    /// envelope, the client it came from, and the octets as they would be relayed.
+    pub(super) fn taken_message(
+        &mut self,
+        msg: &Spooled,
+        order: &HoldOrder,
+        received: Option<&[u8]>,
+    ) -> HeldMessage {
+        let body = self.relayed_octets(msg, received);
+        HeldMessage {
+            id: new_id(),
+            key: order.key.clone(),
+            limit: order.limit.clone(),
+            paced: match &order.answer {
+                TakenAnswer::Pace(rate) => Some(rate.to_string()),
+                _ => None,
+            },
+            time: now_secs(),
+            client: self.peer,
+            local: self.local,
+            user: self.facts.user.clone(),
+            helo: self.facts.helo.clone(),
+            proto: if self.ehlo { "ESMTP" } else { "SMTP" }.into(),
+            tls: self.client.tls_info().map(|t| t.to_string()),
+            mail: self
+                .envelope
+                .mail
+                .clone()
+                .unwrap_or_else(|| format!("<{}>", self.facts.sender.as_deref().unwrap_or(""))),
+            rcpts: self.envelope.rcpts.clone(),
+            body,
+        }
+    }
+
     /// Ends upstream's transaction: it saw MAIL and RCPT, and must never deliver a message
     /// floodgate holds.
-    async fn reset_upstream(&mut self) -> Result<(), UpstreamError> {
+    pub(super) async fn reset_upstream(&mut self) -> Result<(), UpstreamError> {
         let r = self.up()?.command(b"RSET\r\n").await?;
         if !r.is_completion() {
             warn!(code = r.code, "upstream refused RSET");
@@ -126,25 +189,16 @@ impl Session {
         let Some(spool) = self.shared.hold.clone() else {
             return Err(UpstreamError::Protocol("no hold spool".into()));
         };
-        let body = self.relayed_octets(msg, received);
-        let held = HeldMessage {
-            id: new_id(),
-            key: order.key.clone(),
-            limit: order.limit.clone(),
-            time: now_secs(),
-            client: self.peer,
-            local: self.local,
-            user: self.facts.user.clone(),
-            helo: self.facts.helo.clone(),
-            proto: if self.ehlo { "ESMTP" } else { "SMTP" }.into(),
-            tls: self.client.tls_info().map(|t| t.to_string()),
-            mail: self
-                .envelope
-                .mail
-                .clone()
-                .unwrap_or_else(|| format!("<{}>", self.facts.sender.as_deref().unwrap_or(""))),
-            rcpts: self.envelope.rcpts.clone(),
-            body,
+        let held = self.taken_message(msg, &order, received);
+        let paced = match &order.answer {
+            TakenAnswer::Pace(rate) => Some(Paced {
+                id: held.id.clone(),
+                limit: order.limit.clone(),
+                key: order.key.clone(),
+                rate: *rate,
+                weight: rate.weight(held.rcpts.len(), held.body.len()),
+            }),
+            _ => None,
         };
         let id = held.id.clone();
         let recipients = held.rcpts.len();
@@ -153,17 +207,36 @@ impl Session {
         match stored {
             Ok(()) => {
                 metrics.hold.held.inc();
-                info!(
-                    client = %self.peer.ip(),
-                    user = self.facts.user.as_deref().unwrap_or(""),
-                    sender = self.facts.sender.as_deref().unwrap_or(""),
-                    recipients,
-                    size,
-                    id = %id,
-                    limit = %order.limit,
-                    key = %order.key,
-                    "message held"
-                );
+                if let Some(p) = paced {
+                    info!(
+                        client = %self.peer.ip(),
+                        user = self.facts.user.as_deref().unwrap_or(""),
+                        sender = self.facts.sender.as_deref().unwrap_or(""),
+                        recipients,
+                        size,
+                        id = %id,
+                        limit = %order.limit,
+                        key = %order.key,
+                        rate = %p.rate,
+                        "message paced"
+                    );
+                    metrics.graded.paced.inc();
+                    self.shared.paced.add(p, crate::admin::paced::clock_ms());
+                    metrics.graded.paced_waiting.set(self.shared.paced.len() as i64);
+                } else {
+                    info!(
+                        client = %self.peer.ip(),
+                        user = self.facts.user.as_deref().unwrap_or(""),
+                        sender = self.facts.sender.as_deref().unwrap_or(""),
+                        recipients,
+                        size,
+                        id = %id,
+                        limit = %order.limit,
+                        key = %order.key,
+                        "message held"
+                    );
+                }
+                self.tally.messages += 1;
                 self.tally.messages += 1;
                 self.tally.recipients += recipients as u64;
                 let reply = Reply::new(250, format!("2.0.0 Ok: queued as {id}"));

@@ -12,6 +12,7 @@ mod hold;
 pub mod identity;
 pub mod names;
 pub mod release;
+mod reroute;
 pub mod session;
 pub mod stream;
 pub mod upstream;

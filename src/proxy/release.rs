@@ -24,6 +24,8 @@ pub enum ReleaseError {
         step: String,
         /// Upstream's answer, quoted.
         reply: String,
+        /// Upstream's answer itself, when it gave one (not for a missing extension).
+        answer: Option<Box<Reply>>,
     },
 }
 
@@ -68,6 +70,7 @@ fn refused(step: &str, r: &Reply) -> ReleaseError {
     ReleaseError::Refused {
         step: step.to_string(),
         reply: quote_reply(r),
+        answer: Some(Box::new(r.clone())),
     }
 }
 
@@ -79,12 +82,22 @@ pub async fn relay_held(
     m: &HeldMessage,
     by: &ReleaseBy,
 ) -> Result<Reply, ReleaseError> {
+    relay_with_trace(settings, m, &trace_header(&m.id, by)).await
+}
+
+/// Relays `m` through the smart host of `settings` as [`relay_held`] does, with `trace`
+/// (one header line with its CRLF) on top of its octets.
+pub async fn relay_with_trace(
+    settings: &UpstreamSettings,
+    m: &HeldMessage,
+    trace: &[u8],
+) -> Result<Reply, ReleaseError> {
     let (mut up, greeting) = Upstream::connect(settings, m.client, m.local).await?;
     if greeting.code != 220 {
         up.quit().await;
         return Err(refused("the session (greeting)", &greeting));
     }
-    let outcome = transaction(&mut up, settings, m, by).await;
+    let outcome = transaction(&mut up, settings, m, trace).await;
     if outcome.is_err() {
         let _ = up.command(b"RSET\r\n").await;
     }
@@ -96,7 +109,7 @@ async fn transaction(
     up: &mut Upstream,
     settings: &UpstreamSettings,
     m: &HeldMessage,
-    by: &ReleaseBy,
+    trace: &[u8],
 ) -> Result<Reply, ReleaseError> {
     if settings.identity() == ClientIdentity::Xclient {
         let none = ClientName::Unavailable;
@@ -115,6 +128,7 @@ async fn transaction(
                 return Err(ReleaseError::Refused {
                     step: "XCLIENT".into(),
                     reply: "upstream does not offer XCLIENT".into(),
+                    answer: None,
                 })
             }
             Some(r) if r.code != 220 => return Err(refused("XCLIENT", &r)),
@@ -143,7 +157,7 @@ async fn transaction(
     if r.code != 354 {
         return Err(refused("DATA", &r));
     }
-    let mut plain = trace_header(&m.id, by);
+    let mut plain = trace.to_vec();
     plain.extend_from_slice(&m.body);
     let mut out = Vec::with_capacity(plain.len() + plain.len() / 64 + 5);
     encode_data(&plain, &mut out);
@@ -154,9 +168,28 @@ async fn transaction(
     Ok(r)
 }
 
+/// The trace header line (with CRLF) of a message rerouted to the second smart host.
+pub fn reroute_header(limit: &str, at: i64) -> Vec<u8> {
+    format!(
+        "X-Floodgate-Rerouted: limit=\"{}\"; at={}\r\n",
+        clean(limit, 100),
+        crate::smtp::received::rfc5322_date(at)
+    )
+    .into_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reroute_header_is_one_clean_line() {
+        let h = String::from_utf8(reroute_header("high\r\nBcc: x;\"y\"", 0)).unwrap();
+        assert_eq!(
+            h,
+            "X-Floodgate-Rerouted: limit=\"high__Bcc: x__y_\"; at=Thu, 01 Jan 1970 00:00:00 +0000\r\n"
+        );
+    }
 
     #[test]
     fn trace_header_is_one_clean_line() {

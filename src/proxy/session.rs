@@ -38,6 +38,10 @@ pub struct Shared {
     pub names: Arc<NameResolver>,
     /// The hold spool, when `[hold]` is configured.
     pub hold: Option<Arc<crate::hold::Spool>>,
+    /// How to reach the second smart host, `[upstream.high_risk]`, when configured.
+    pub high_risk: Option<UpstreamSettings>,
+    /// Paced messages waiting for their release (the same book across reloads).
+    pub paced: Arc<crate::hold::pace::PaceBook>,
 }
 
 /// The listener a session came in on.

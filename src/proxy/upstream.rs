@@ -85,28 +85,52 @@ impl UpstreamError {
 impl UpstreamSettings {
     /// Prepares the upstream side from a validated config.
     pub fn from_config(config: &Config) -> Result<Self, crate::tls::TlsError> {
-        let tls_config = match config.upstream.tls {
+        Self::for_host(config, &config.upstream, "upstream")
+    }
+
+    /// Prepares the side of the second smart host, `[upstream.high_risk]`, when configured.
+    pub fn high_risk(config: &Config) -> Result<Option<Self>, crate::tls::TlsError> {
+        match &config.upstream.high_risk {
+            Some(h) => Self::for_host(config, h, "upstream.high_risk").map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Prepares the side of one smart host; `section` names it in errors.
+    fn for_host(
+        config: &Config,
+        host: &crate::config::UpstreamConfig,
+        section: &str,
+    ) -> Result<Self, crate::tls::TlsError> {
+        let tls_config = match host.tls {
             TlsMode::None => None,
-            _ => Some(crate::tls::client_config(
-                config.upstream.ca_file.as_deref(),
-            )?),
+            _ => Some(crate::tls::client_config(host.ca_file.as_deref())?),
         };
-        let name = config.upstream_server_name();
+        let name = crate::config::server_name_of(host);
         let server_name =
             ServerName::try_from(name.clone()).map_err(|_| crate::tls::TlsError::Pem {
                 path: config.path.clone(),
-                what: format!("upstream server_name {name:?} is not a valid TLS name"),
+                what: format!("{section} server_name {name:?} is not a valid TLS name"),
             })?;
+        let helo_name = host
+            .helo_name
+            .as_deref()
+            .unwrap_or_else(|| config.helo_name());
         Ok(UpstreamSettings {
-            address: config.upstream.address.get_ref().clone(),
-            tls: config.upstream.tls,
-            identity: config.upstream.client_identity,
+            address: host.address.get_ref().clone(),
+            tls: host.tls,
+            identity: host.client_identity,
             server_name,
             tls_config,
-            helo_name: config.helo_name().to_string(),
+            helo_name: helo_name.to_string(),
             connect_timeout: config.timeouts.upstream_connect.0,
             reply_timeout: config.timeouts.upstream_reply.0,
         })
+    }
+
+    /// The configured address (`host:port`).
+    pub fn address(&self) -> &str {
+        &self.address
     }
 
     /// How the real client is passed on.

@@ -78,6 +78,7 @@ pub fn build_shared_with(
         Some(h) => Some(Arc::new(crate::hold::Spool::open(h.clone())?)),
         None => None,
     };
+    let high_risk = UpstreamSettings::high_risk(&config)?;
     Ok(Shared {
         config,
         upstream,
@@ -86,6 +87,8 @@ pub fn build_shared_with(
         metrics,
         names,
         hold,
+        high_risk,
+        paced: Arc::default(),
     })
 }
 
@@ -239,8 +242,10 @@ impl Control {
             )
         };
         let config = Arc::new(Config::load(&path).map_err(|e| e.to_string())?);
-        let shared = build_shared_with(config.clone(), policy.clone(), metrics)
+        let mut shared = build_shared_with(config.clone(), policy.clone(), metrics)
             .map_err(|e| e.to_string())?;
+        // Paced messages keep waiting in the same queues.
+        shared.paced = self.shared.read().expect("shared lock").paced.clone();
         for w in crate::policy::describe::warnings(&config.policy) {
             warn!("{w}");
         }
