@@ -207,8 +207,8 @@ impl HeldMessage {
             let (name, value) = (&line[..sp], &line[sp + 1..]);
             let value = unescape(value).ok_or(FormatError::Line(n))?;
             const SINGLE: [&str; 13] = [
-                "id", "key", "limit", "paced", "time", "client", "local", "user", "helo",
-                "proto", "tls", "mail", "body",
+                "id", "key", "limit", "paced", "time", "client", "local", "user", "helo", "proto",
+                "tls", "mail", "body",
             ];
             match name {
                 b"rcpt" => rcpts.push(value),

@@ -3,8 +3,8 @@
 //! key text, and `1h` and `60m` are different keys.
 
 use super::model::{Action, Counted, LimitDef, PolicyModel, RateDef};
-use crate::hold::pace::PaceUnit;
 use super::Stage;
+use crate::hold::pace::PaceUnit;
 use crate::limit::spec::{CacheScope, LimitSpec, Resolved, UpdateMode};
 
 /// One line per limit: stage, key, rate and burst, what is counted, mode, countermeasure.

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
+use crate::hold::pace::Paced;
 use crate::hold::spool::{new_id, now_secs};
 use crate::hold::{HeldMessage, Spool, SpoolError};
-use crate::hold::pace::Paced;
 use crate::policy::{HoldOrder, Stage, TakenAnswer};
 use crate::smtp::command::Command;
 use crate::smtp::reply::Reply;
@@ -222,7 +222,10 @@ impl Session {
                     );
                     metrics.graded.paced.inc();
                     self.shared.paced.add(p, crate::admin::paced::clock_ms());
-                    metrics.graded.paced_waiting.set(self.shared.paced.len() as i64);
+                    metrics
+                        .graded
+                        .paced_waiting
+                        .set(self.shared.paced.len() as i64);
                 } else {
                     info!(
                         client = %self.peer.ip(),
