@@ -486,6 +486,17 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
                 "; deleted when their ttl passes"
             }
         )?;
+        if config
+            .policy
+            .limits
+            .iter()
+            .any(|l| l.action == floodgate::policy::model::Action::Pace)
+        {
+            writeln!(
+                out,
+                "hold: paced messages (action = \"pace\") are released automatically at their limit's rate, oldest first per key, retried with backoff when upstream fails; they do not expire"
+            )?;
+        }
     }
     if let Some(t) = &config.tls {
         writeln!(
