@@ -98,7 +98,11 @@ fn sixty_messages_against_thirty_a_minute_all_get_250_and_leave_in_order_over_mi
     // The paced ones wait in the spool, shown as paced.
     let sock = fg.admin_socket();
     let list = held(&sock);
-    assert!(list.len() >= 50, "most of the burst is paced: {}", list.len());
+    assert!(
+        list.len() >= 50,
+        "most of the burst is paced: {}",
+        list.len()
+    );
     assert!(
         list.iter().all(|m| m["paced"] == "30/60s messages"),
         "{list:?}"
@@ -172,7 +176,9 @@ fn paced_messages_outlive_a_restart_and_leave_in_order() {
     let got = wait_arrivals(&rec, 4, Duration::from_secs(90));
     let order: Vec<usize> = got.iter().map(|(i, _)| *i).collect();
     assert_eq!(order, [0, 1, 2, 3]);
-    assert!(fg.stderr().contains("paced messages waiting in the hold spool"));
+    assert!(fg
+        .stderr()
+        .contains("paced messages waiting in the hold spool"));
 }
 
 #[test]

@@ -510,9 +510,9 @@ mod tests {
                     }
                 }
             }
-            for k in 0..3 {
-                let expected: Vec<String> = (0..out[k].len()).map(|i| format!("{k}-{i}")).collect();
-                prop_assert_eq!(&out[k], &expected);
+            for (k, got) in out.iter().enumerate() {
+                let expected: Vec<String> = (0..got.len()).map(|i| format!("{k}-{i}")).collect();
+                prop_assert_eq!(got, &expected);
             }
         }
     }
