@@ -334,13 +334,16 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
                 move || control.shared(),
                 hold_stop.clone(),
             ));
-            // Paced messages: read back from the spool before any session, released by
-            // the pacer at their limits' rates.
-            let book = server.control().shared().paced.clone();
-            let n = floodgate::admin::paced::load(&spool, &book)?;
+            // Paced messages: read back from the spool before any session.
+            let n = floodgate::admin::paced::load(&spool, &server.control().shared().paced)?;
             if n > 0 {
                 info!(messages = n, "paced messages waiting in the hold spool");
             }
+        }
+        {
+            // The pacer releases paced messages at their limits' rates; it reads the spool in
+            // force at each round, so a [hold] added by a reload is paced too.
+            let book = server.control().shared().paced.clone();
             admin_policy.pace_with(book.clone());
             let control = server.control();
             tokio::spawn(floodgate::admin::paced::pace_loop(
