@@ -136,6 +136,7 @@ pub struct Metrics {
     restriction_events: [Counter; 3],
     store: OnceLock<Opened>,
     workers: OnceLock<Arc<crate::server::WorkerLoads>>,
+    log_dropped: OnceLock<crate::logs::DroppedLines>,
 }
 
 /// Keeps a session counted as open; dropping it closes it.
@@ -308,6 +309,18 @@ impl Metrics {
     /// Makes the store's own figures (memory keys, Redis failover) part of the exposition.
     pub fn attach_store(&self, store: &Opened) {
         let _ = self.store.set(store.clone());
+    }
+
+    /// Makes the count of log lines dropped by a full log queue part of the exposition.
+    pub fn attach_log(&self, dropped: crate::logs::DroppedLines) {
+        let _ = self.log_dropped.set(dropped);
+    }
+
+    /// Log lines dropped because the log queue was full (0 when no queue is attached).
+    pub fn log_lines_dropped(&self) -> u64 {
+        self.log_dropped
+            .get()
+            .map_or(0, crate::logs::DroppedLines::get)
     }
 
     /// Makes the workers' session counts part of the exposition.
@@ -522,6 +535,12 @@ impl Metrics {
             "floodgate_connections_refused_total",
             &[("cap", "max_connections_per_ip")],
             self.refused_per_ip_cap.get(),
+        );
+        w.one(
+            "floodgate_log_lines_dropped_total",
+            "counter",
+            "Log lines dropped because the log queue was full (the writer could not keep up).",
+            self.log_lines_dropped(),
         );
         w.0
     }
