@@ -69,9 +69,12 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Condvar, Mutex};
 
+    /// Whether the gate is open, and what went through it.
+    type GateState = Mutex<(bool, Vec<u8>)>;
+
     /// An output that takes nothing until it is opened, then records everything.
     #[derive(Clone, Default)]
-    struct Gated(Arc<(Mutex<(bool, Vec<u8>)>, Condvar)>);
+    struct Gated(Arc<(GateState, Condvar)>);
 
     impl Gated {
         fn open(&self) {
