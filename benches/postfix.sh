@@ -22,8 +22,10 @@
 # processes, not the disk; PF_BASE=/some/dir puts it elsewhere), a single smtpd listener on
 # 127.0.0.1:26260, every recipient relayed to discard:, XCLIENT allowed from 127.0.0.0/8.
 # Its master runs in the foreground in a session of its own and is stopped by its PID at
-# exit. floodgate listens on 127.0.0.1:26261 with one warn-mode limit, the memory store and
-# info logging (the per-session and per-message lines written to a file). Every run must
+# exit. floodgate listens on 127.0.0.1:26261 with one warn-mode limit (per client IP and
+# recipient, evaluated on every RCPT, set high enough never to be reached: a limit that is
+# over logs a line per event), the memory store and info logging (the per-session and
+# per-message lines written to a file). Every run must
 # deliver every message: the maillog's status=sent lines are counted after each run (the
 # next run starts once Postfix's queue is empty), else the script stops.
 #
@@ -40,7 +42,7 @@ while getopts "n:m:s:F:kh" o; do
         s) S=$OPTARG ;;
         F) PROFILES=$OPTARG ;;
         k) KEEP=1 ;;
-        h) sed -n '2,33p' "$0"; exit 0 ;;
+        h) sed -n '2,35p' "$0"; exit 0 ;;
         *) exit 2 ;;
     esac
 done
@@ -168,7 +170,7 @@ client_identity = "xclient"
 level = "info"
 [[limit]]
 name = "per-ip"
-ratelimit = "100 / 1h / per_rcpt / strict"
+ratelimit = "100000000 / 1h / per_rcpt / strict"
 action = "warn"
 EOF
 setsid "$FGBIN" run --config "$DIR/floodgate/floodgate.toml" </dev/null \
