@@ -750,6 +750,49 @@ mod tests {
     }
 
     #[test]
+    fn log_lines_dropped_reads_the_attached_queue() {
+        use std::io::Write;
+        let m = Metrics::new();
+        assert_eq!(
+            value(&m.render(), "floodgate_log_lines_dropped_total").as_deref(),
+            Some("0")
+        );
+        // A queue of one line in front of a writer that is stuck in its first write: the
+        // next line waits in the queue, every later one is dropped.
+        struct Stalled {
+            entered: std::sync::mpsc::Sender<()>,
+            gate: std::sync::mpsc::Receiver<()>,
+        }
+        impl Write for Stalled {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                let _ = self.entered.send(());
+                let _ = self.gate.recv();
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let (entered, stuck) = std::sync::mpsc::channel();
+        let (release, gate) = std::sync::mpsc::channel();
+        let mut q = crate::logs::spawn(Stalled { entered, gate }, 1);
+        m.attach_log(q.dropped.clone());
+        q.writer.write_all(b"first\n").unwrap();
+        stuck
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the writer thread takes the first line");
+        for _ in 0..10 {
+            q.writer.write_all(b"line\n").unwrap();
+        }
+        assert_eq!(m.log_lines_dropped(), 9);
+        assert_eq!(
+            value(&m.render(), "floodgate_log_lines_dropped_total").as_deref(),
+            Some("9")
+        );
+        drop(release);
+    }
+
+    #[test]
     fn renders_every_family_once_with_type_lines() {
         let m = Arc::new(Metrics::new());
         let l = m.listener("submission");
