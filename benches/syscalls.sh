@@ -89,7 +89,8 @@ count() {
 
 NSPIDS=$(pgrep -P "$NS" | sort -n | paste -sd,)
 printf '# %s, %s cores, kernel %s, %s messages per run, counted with %s\n' \
-    "$(date -u +%FT%TZ)" "$(nproc)" "$(uname -r)" "$M" "${STRACE:+strace -c -f}${STRACE:-perf stat -e syscalls:sys_enter_*}"
+    "$(date -u +%FT%TZ)" "$(nproc)" "$(uname -r)" "$M" \
+    "$([[ -n ${STRACE:-} ]] && echo 'strace -c -f' || echo 'perf stat -e syscalls:sys_enter_*')"
 printf '# load at start: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
 for profile in $PROFILES; do
     ns_sent=$(count nginx "$NSPIDS" "$profile")
