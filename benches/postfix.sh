@@ -86,12 +86,23 @@ DIR=$(mktemp -d "$base/floodgate-postfix-bench.XXXXXX")
 chmod 755 "$DIR"
 PF="$DIR/postfix" MASTER="" FG=""
 stop() {
+    set +e # a stopped process's exit status is not a failure here
     [[ -n $FG ]] && kill "$FG" 2>/dev/null && wait "$FG" 2>/dev/null
     if [[ -n $MASTER ]]; then
         kill "$MASTER" 2>/dev/null
         for _ in $(seq 100); do kill -0 "$MASTER" 2>/dev/null || break; sleep 0.1; done
         kill -0 "$MASTER" 2>/dev/null && kill -9 "$MASTER" 2>/dev/null
         wait "$MASTER" 2>/dev/null
+        # The master's children (its session) end on their own once it is gone; they are
+        # waited for (and stopped by PID if they linger) so the directory can be removed.
+        local left
+        for _ in $(seq 50); do
+            left=$(ps -o pid= -s "$MASTER" | tr -d ' ' | paste -sd' ')
+            [[ -z $left ]] && break
+            sleep 0.1
+        done
+        # shellcheck disable=SC2086
+        [[ -n $left ]] && kill -9 $left 2>/dev/null
     fi
     if ((KEEP)); then echo "# kept $DIR" >&2; else rm -rf "$DIR"; fi
 }
