@@ -9,7 +9,11 @@
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HARNESS=${HARNESS:-$ROOT/../shared/bench}
 [[ -x $HARNESS/bench.sh ]] || { echo "no harness at $HARNESS" >&2; exit 1; }
-cargo build --release --manifest-path "$ROOT/Cargo.toml" --bin floodgate
+# FLOODGATE_BIN=path runs that binary instead of building target/release/floodgate.
+if [[ -z ${FLOODGATE_BIN:-} ]]; then
+    cargo build --release --manifest-path "$ROOT/Cargo.toml" --bin floodgate
+fi
+FLOODGATE_BIN=${FLOODGATE_BIN:-$ROOT/target/release/floodgate}
 TMP=$(mktemp -d /tmp/floodgate-bench.XXXXXX)
 cat >"$TMP/floodgate.toml" <<TOML
 [server]
@@ -28,7 +32,7 @@ TOML
 # In a session of its own, as the harness starts nginx and smtp-sink (setsid) and as a daemon
 # runs: with the kernel's scheduler autogroups, a process left in the caller's session shares
 # one CPU share with smtp-source, which the harness's own servers do not.
-setsid "$ROOT/target/release/floodgate" run --config "$TMP/floodgate.toml" >"$TMP/stdout" 2>"$TMP/stderr" </dev/null &
+setsid "$FLOODGATE_BIN" run --config "$TMP/floodgate.toml" >"$TMP/stdout" 2>"$TMP/stderr" </dev/null &
 FG=$!
 floodgate_down() { kill "$FG" 2>/dev/null; wait "$FG" 2>/dev/null; rm -rf "$TMP"; }
 for _ in $(seq 50); do grep -q '^listening' "$TMP/stdout" 2>/dev/null && break; sleep 0.1; done

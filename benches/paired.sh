@@ -51,14 +51,15 @@ flags() {
 }
 
 # relay_ticks PORT: the CPU ticks each worker of the relay on PORT has used so far, in a
-# fixed order (nginx's worker processes; floodgate's event-loop threads).
+# fixed order (nginx's worker processes; floodgate's event-loop threads and its log writer).
 relay_ticks() {
     local stats
     if [[ $1 == 26258 ]]; then
         # shellcheck disable=SC2046
         stats=$(printf '/proc/%s/stat ' $(pgrep -P "$NS" | sort -n))
     else
-        stats=$(grep -l '^floodgate-w' /proc/"$FG"/task/*/comm | sed 's/comm$/stat/' | tr '\n' ' ')
+        stats=$(grep -l -e '^floodgate-w' /proc/"$FG"/task/*/comm | sed 's/comm$/stat/' | tr '\n' ' ')
+        stats+=$(grep -l -e '^floodgate-log' /proc/"$FG"/task/*/comm | sed 's/comm$/stat/' | tr '\n' ' ')
     fi
     # shellcheck disable=SC2086
     cat $stats | awk '{printf "%d ", $14 + $15}'

@@ -267,7 +267,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logs(config: &Config) {
+/// Installs the log subscriber writing through the log queue; the queue's guard must be
+/// kept until exit (dropping it writes what is still queued).
+fn init_logs(config: &Config) -> floodgate::logs::LogQueue {
+    let queue = floodgate::logs::spawn(std::io::stderr(), config.log.queue);
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(floodgate::tls::log_directives(&config.log.level))
     });
@@ -276,11 +279,12 @@ fn init_logs(config: &Config) {
         .with_env_filter(filter)
         // Colour codes only on a terminal: log files and pipes get plain text.
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(queue.writer.clone());
     match config.log.format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
+    queue
 }
 
 /// Raises the open-file limit to the hard limit and warns when even that cannot hold
@@ -301,7 +305,9 @@ fn check_fd_limit(max_connections: usize) {
 
 fn run(path: PathBuf) -> anyhow::Result<()> {
     let config = Config::load(&path)?;
-    init_logs(&config);
+    // Declared before the runtime, so dropped after it: the last lines are written at exit.
+    let logs = init_logs(&config);
+    let log_dropped = logs.dropped.clone();
     check_fd_limit(config.server.max_connections);
     // The control plane (signals, reload) runs here; sessions run on the server's workers.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -312,6 +318,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let store = open_store(&config.store)?;
         let metrics = Arc::new(Metrics::new());
         metrics.attach_store(&store);
+        metrics.attach_log(log_dropped);
         let policy = build_policy_with(&config, store.as_store(), metrics.clone());
         let observers = floodgate::report::Observers::start(&config)?;
         policy.observe(observers.clone());

@@ -221,3 +221,84 @@ fn fuzz_bytes_decode_to_cases() {
     assert_eq!(c.policy_script, b"c");
     assert_eq!(c.client, b"EHLO x\r\n");
 }
+
+/// Offsets into the client stream, as fractions (so they fit any length).
+fn cut_points() -> impl Strategy<Value = Vec<prop::sample::Index>> {
+    prop::collection::vec(any::<prop::sample::Index>(), 0..24)
+}
+
+/// How the client's bytes arrive never changes what floodgate does: the stream written in
+/// one piece, one byte at a time (every byte boundary a split), and cut at random points
+/// gives the same replies to the client and the same bytes upstream.
+#[test]
+fn split_points_change_neither_replies_nor_upstream_bytes() {
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 200,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let accepted = AtomicUsize::new(0);
+    let outcome = runner.run(&(case(), cut_points()), |(case, cuts)| {
+        let h = Harness::get();
+        let len = case.client.len().max(1);
+        let whole = h.run_split(&case, &[]).map_err(TestCaseError::fail)?;
+        let every: Vec<usize> = (1..case.client.len()).collect();
+        let bytes = h.run_split(&case, &every).map_err(TestCaseError::fail)?;
+        let cuts: Vec<usize> = cuts.iter().map(|i| i.index(len)).collect();
+        let random = h.run_split(&case, &cuts).map_err(TestCaseError::fail)?;
+        for (how, t) in [("byte by byte", &bytes), ("cut at random", &random)] {
+            prop_assert_eq!(
+                String::from_utf8_lossy(&t.client),
+                String::from_utf8_lossy(&whole.client),
+                "replies differ {}",
+                how
+            );
+            prop_assert_eq!(
+                String::from_utf8_lossy(&t.upstream),
+                String::from_utf8_lossy(&whole.upstream),
+                "upstream bytes differ {}",
+                how
+            );
+        }
+        accepted.fetch_add(whole.summary.accepted, Ordering::Relaxed);
+        Ok(())
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+    // Messages were relayed, so the transcripts compared hold real traffic.
+    let a = accepted.into_inner();
+    eprintln!("split points: {a} messages accepted");
+    assert!(a >= 3, "only {a} messages accepted in 200 cases");
+}
+
+/// The transcripts compared above are real traffic: an ordinary pipelined session written
+/// byte by byte relays its message and is told so.
+#[test]
+fn a_session_written_byte_by_byte_is_relayed_whole() {
+    let client = b"EHLO c.test\r\nMAIL FROM:<a@c.test>\r\nRCPT TO:<r1@d.test>\r\n\
+                   DATA\r\nSubject: x\r\n\r\n..dot\r\n.\r\nQUIT\r\n"
+        .to_vec();
+    let case = Case {
+        normalize: false,
+        chunk: usize::MAX,
+        upstream_script: vec![],
+        policy_script: vec![],
+        client: client.clone(),
+    };
+    let every: Vec<usize> = (1..client.len()).collect();
+    let t = Harness::get()
+        .run_split(&case, &every)
+        .expect("byte by byte");
+    assert_eq!(t.summary.accepted, 1);
+    let up = String::from_utf8_lossy(&t.upstream);
+    assert!(up.contains("MAIL FROM:<a@c.test>\r\n"), "{up}");
+    assert!(up.contains("\r\n..dot\r\n.\r\n"), "{up}");
+    let replies = String::from_utf8_lossy(&t.client);
+    assert!(replies.starts_with("220 "), "{replies}");
+    assert!(replies.contains("queued as REF"), "{replies}");
+    assert!(
+        replies.ends_with("221 2.0.0 Bye\r\n") || replies.contains("\r\n221 "),
+        "{replies}"
+    );
+}

@@ -160,6 +160,7 @@ pub struct Metrics {
     restriction_events: [Counter; 3],
     store: OnceLock<Opened>,
     workers: OnceLock<Arc<crate::server::WorkerLoads>>,
+    log_dropped: OnceLock<crate::logs::DroppedLines>,
 }
 
 /// Keeps a session counted as open; dropping it closes it.
@@ -332,6 +333,18 @@ impl Metrics {
     /// Makes the store's own figures (memory keys, Redis failover) part of the exposition.
     pub fn attach_store(&self, store: &Opened) {
         let _ = self.store.set(store.clone());
+    }
+
+    /// Makes the count of log lines dropped by a full log queue part of the exposition.
+    pub fn attach_log(&self, dropped: crate::logs::DroppedLines) {
+        let _ = self.log_dropped.set(dropped);
+    }
+
+    /// Log lines dropped because the log queue was full (0 when no queue is attached).
+    pub fn log_lines_dropped(&self) -> u64 {
+        self.log_dropped
+            .get()
+            .map_or(0, crate::logs::DroppedLines::get)
     }
 
     /// Makes the workers' session counts part of the exposition.
@@ -547,6 +560,12 @@ impl Metrics {
             "floodgate_connections_refused_total",
             &[("cap", "max_connections_per_ip")],
             self.refused_per_ip_cap.get(),
+        );
+        w.one(
+            "floodgate_log_lines_dropped_total",
+            "counter",
+            "Log lines dropped because the log queue was full (the writer could not keep up).",
+            self.log_lines_dropped(),
         );
         w.0
     }
@@ -787,6 +806,49 @@ mod tests {
         );
         assert_eq!(m.restrictions_of("restricted"), 2);
         assert_eq!(m.verdicts_of("per-user", "restrict"), 1);
+    }
+
+    #[test]
+    fn log_lines_dropped_reads_the_attached_queue() {
+        use std::io::Write;
+        let m = Metrics::new();
+        assert_eq!(
+            value(&m.render(), "floodgate_log_lines_dropped_total").as_deref(),
+            Some("0")
+        );
+        // A queue of one line in front of a writer that is stuck in its first write: the
+        // next line waits in the queue, every later one is dropped.
+        struct Stalled {
+            entered: std::sync::mpsc::Sender<()>,
+            gate: std::sync::mpsc::Receiver<()>,
+        }
+        impl Write for Stalled {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                let _ = self.entered.send(());
+                let _ = self.gate.recv();
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let (entered, stuck) = std::sync::mpsc::channel();
+        let (release, gate) = std::sync::mpsc::channel();
+        let mut q = crate::logs::spawn(Stalled { entered, gate }, 1);
+        m.attach_log(q.dropped.clone());
+        q.writer.write_all(b"first\n").unwrap();
+        stuck
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the writer thread takes the first line");
+        for _ in 0..10 {
+            q.writer.write_all(b"line\n").unwrap();
+        }
+        assert_eq!(m.log_lines_dropped(), 9);
+        assert_eq!(
+            value(&m.render(), "floodgate_log_lines_dropped_total").as_deref(),
+            Some("9")
+        );
+        drop(release);
     }
 
     #[test]

@@ -341,6 +341,8 @@ pub struct LogConfig {
     pub level: String,
     /// `text` or `json`.
     pub format: LogFormat,
+    /// Lines waiting for the log writer thread at most; more are dropped and counted.
+    pub queue: usize,
 }
 
 impl Default for LogConfig {
@@ -348,6 +350,7 @@ impl Default for LogConfig {
         LogConfig {
             level: "info".into(),
             format: LogFormat::Text,
+            queue: crate::logs::DEFAULT_QUEUE,
         }
     }
 }
@@ -530,6 +533,15 @@ impl Config {
             return Err(at(
                 0..0,
                 "[smtp] max_message_size must be at least 1 (0 would refuse every message)".into(),
+            ));
+        }
+        if !(1..=crate::logs::MAX_QUEUE).contains(&raw.log.queue) {
+            return Err(at(
+                0..0,
+                format!(
+                    "[log] queue must be between 1 and {} (lines waiting for the log writer)",
+                    crate::logs::MAX_QUEUE
+                ),
             ));
         }
         let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };

@@ -225,3 +225,26 @@ fn requirements_no_client_could_meet_are_refused() {
     .unwrap();
     assert!(c.listeners[0].require_auth);
 }
+
+#[test]
+fn log_queue_defaults_and_bounds() {
+    let c = Config::parse(Path::new("/etc/floodgate/f.toml"), GOOD).unwrap();
+    assert_eq!(c.log.queue, 65_536);
+    let c = Config::parse(
+        Path::new("/etc/floodgate/f.toml"),
+        &format!("{GOOD}\n[log]\nqueue = 1\n"),
+    )
+    .unwrap();
+    assert_eq!(c.log.queue, 1);
+    for bad in ["0", "16777217"] {
+        let e = err(&format!("{GOOD}\n[log]\nqueue = {bad}\n"));
+        assert!(
+            e.contains("[log] queue must be between 1 and 16777216"),
+            "{e}"
+        );
+    }
+    let e = err(&format!("{GOOD}\n[log]\nqueue = -5\n"));
+    assert!(e.starts_with("/etc/floodgate/test.toml:"), "{e}");
+    let e = err(&format!("{GOOD}\n[log]\nqueue = \"big\"\n"));
+    assert!(e.contains("invalid type"), "{e}");
+}

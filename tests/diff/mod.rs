@@ -88,6 +88,18 @@ pub struct Summary {
     pub accepted: usize,
 }
 
+/// One case's traffic: what it relayed, the bytes the client received and the bytes
+/// upstream received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transcript {
+    /// What was relayed.
+    pub summary: Summary,
+    /// Every byte floodgate sent the client.
+    pub client: Vec<u8>,
+    /// Every byte floodgate sent upstream.
+    pub upstream: Vec<u8>,
+}
+
 /// What the reference upstream saw on one connection.
 struct UpResult {
     capture: Vec<u8>,
@@ -242,13 +254,38 @@ impl Harness {
 
     /// Runs one case and checks the differential property; `Err` says what broke.
     pub fn run(&self, case: &Case) -> Result<Summary, String> {
+        let pieces: Vec<&[u8]> = case.client.chunks(case.chunk.max(1)).collect();
+        self.run_pieces(case, &pieces).map(|t| t.summary)
+    }
+
+    /// Runs one case with the client's bytes written in the pieces that `cuts` (offsets
+    /// into `case.client`, in any order; out-of-range and repeated ones are ignored) make,
+    /// checks the differential property, and returns what each side received.
+    pub fn run_split(&self, case: &Case, cuts: &[usize]) -> Result<Transcript, String> {
+        let mut cuts: Vec<usize> = cuts
+            .iter()
+            .copied()
+            .filter(|&c| c > 0 && c < case.client.len())
+            .collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut pieces = Vec::with_capacity(cuts.len() + 1);
+        let mut at = 0;
+        for c in cuts.into_iter().chain([case.client.len()]) {
+            pieces.push(&case.client[at..c]);
+            at = c;
+        }
+        self.run_pieces(case, &pieces)
+    }
+
+    fn run_pieces(&self, case: &Case, pieces: &[&[u8]]) -> Result<Transcript, String> {
         let mut results = self.results.lock().expect("one case at a time");
         // Anything left from a case that failed half-way is stale.
         while results.try_recv().is_ok() {}
         *self.upstream_script.lock().expect("script") = case.upstream_script.clone();
         self.policy.reset(&case.policy_script);
         self.rt.block_on(async {
-            timeout(CASE_LIMIT, self.run_case(case, &mut results))
+            timeout(CASE_LIMIT, self.run_case(case, pieces, &mut results))
                 .await
                 .map_err(|_| format!("the case did not finish within {CASE_LIMIT:?}"))?
         })
@@ -257,8 +294,9 @@ impl Harness {
     async fn run_case(
         &self,
         case: &Case,
+        pieces: &[&[u8]],
         results: &mut mpsc::UnboundedReceiver<UpResult>,
-    ) -> Result<Summary, String> {
+    ) -> Result<Transcript, String> {
         let addr = self
             .client_listener
             .local_addr()
@@ -289,7 +327,7 @@ impl Harness {
         ));
         let (mut rd, mut wr) = client.into_split();
         let writer = async {
-            for piece in case.client.chunks(case.chunk.max(1)) {
+            for piece in pieces {
                 if wr.write_all(piece).await.is_err() {
                     return;
                 }
@@ -317,7 +355,12 @@ impl Harness {
             .recv()
             .await
             .ok_or("the reference upstream never reported")?;
-        check(case, &up, &self.policy.events(), &client_out, clean_eof)
+        let summary = check(case, &up, &self.policy.events(), &client_out, clean_eof)?;
+        Ok(Transcript {
+            summary,
+            client: client_out,
+            upstream: up.capture,
+        })
     }
 }
 

@@ -1,0 +1,281 @@
+#!/usr/bin/env bash
+# What floodgate adds to the cost of submission in front of a real Postfix: Postfix's
+# smtp-source against (a) a private Postfix smtpd alone and (b) floodgate (release build,
+# XCLIENT) in front of that same Postfix, pair by pair, for small and big messages, with
+# and without connection reuse. Reports per profile the median of the pairs' throughput
+# ratios (b/a), each path's median msgs/s, floodgate's CPU per message and Postfix's CPU per
+# message on each path (both from /proc/PID/stat utime+stime; Postfix's over its master and
+# every process of its session, the reaped ones included through the master's cutime+cstime).
+#
+#   benches/postfix.sh [-n PAIRS] [-m MESSAGES] [-s SESSIONS] [-F "PROFILES"] [-k]
+#       defaults: 3 pairs, 5000 messages a run, 10 sessions, all four profiles
+#       -k  keep the run's directory (Postfix's maillog, floodgate's log) and say where
+#
+# Profiles (smtp-source flags, as ../shared/bench/bench.sh):
+#   small        -r 1 -l 1024          one TCP connection per message
+#   small-reuse  -r 1 -l 1024 -d       messages share the sessions' connections
+#   big          -r 5 -l 20480         one TCP connection per message
+#   big-reuse    -r 5 -l 20480 -d
+#
+# The Postfix instance is private: its own config_directory, queue and data directories and
+# maillog file under one directory (on /dev/shm when it exists, so the figures measure the
+# processes, not the disk; PF_BASE=/some/dir puts it elsewhere), a single smtpd listener on
+# 127.0.0.1:26260, every recipient relayed to discard:, XCLIENT allowed from 127.0.0.0/8.
+# Its master runs in the foreground in a session of its own and is stopped by its PID at
+# exit. floodgate listens on 127.0.0.1:26261 with one warn-mode limit (per client IP and
+# recipient, evaluated on every RCPT, set high enough never to be reached: a limit that is
+# over logs a line per event), the memory store and info logging (the per-session and
+# per-message lines written to a file). Every run must
+# deliver every message: the maillog's status=sent lines are counted after each run (the
+# next run starts once Postfix's queue is empty), else the script stops.
+#
+# Needs Debian's postfix package (/usr/sbin/postfix, /usr/lib/postfix/sbin/master,
+# smtp-source; no postfix daemon is started by it), root (Postfix's master starts as root),
+# and ../shared/bench (load.sh). FLOODGATE_BIN overrides target/release/floodgate, which is
+# built when missing.
+set -euo pipefail
+PAIRS=3 M=5000 S=10 PROFILES="small small-reuse big big-reuse" KEEP=0
+while getopts "n:m:s:F:kh" o; do
+    case "$o" in
+        n) PAIRS=$OPTARG ;;
+        m) M=$OPTARG ;;
+        s) S=$OPTARG ;;
+        F) PROFILES=$OPTARG ;;
+        k) KEEP=1 ;;
+        h) sed -n '2,35p' "$0"; exit 0 ;;
+        *) exit 2 ;;
+    esac
+done
+for v in "$PAIRS" "$M" "$S"; do
+    [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "-n, -m and -s take a count" >&2; exit 2; }
+done
+flags() {
+    case "$1" in
+        small) echo "-r 1 -l 1024" ;;
+        small-reuse) echo "-r 1 -l 1024 -d" ;;
+        big) echo "-r 5 -l 20480" ;;
+        big-reuse) echo "-r 5 -l 20480 -d" ;;
+        *) return 1 ;;
+    esac
+}
+for p in $PROFILES; do
+    flags "$p" >/dev/null || { echo "unknown profile $p (small, small-reuse, big, big-reuse)" >&2; exit 2; }
+done
+[[ $(id -u) == 0 ]] || { echo "Postfix's master must start as root" >&2; exit 2; }
+for f in /usr/sbin/postfix /usr/sbin/postconf /usr/lib/postfix/sbin/master; do
+    [[ -x $f ]] || { echo "$f missing: install Debian's postfix package" >&2; exit 2; }
+done
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+HARNESS=${HARNESS:-$ROOT/../shared/bench}
+[[ -x $HARNESS/load.sh ]] || { echo "no harness at $HARNESS" >&2; exit 2; }
+FGBIN=${FLOODGATE_BIN:-$ROOT/target/release/floodgate}
+if [[ ! -x $FGBIN ]]; then
+    cargo build --release --manifest-path "$ROOT/Cargo.toml" --bin floodgate
+fi
+PF_PORT=26260 FG_PORT=26261
+for port in $PF_PORT $FG_PORT; do
+    if ss -Hltn "sport = :$port" | grep -q .; then
+        echo "port $port is in use" >&2
+        exit 2
+    fi
+done
+
+base=${PF_BASE:-/dev/shm}
+[[ -d $base ]] || base=/tmp
+DIR=$(mktemp -d "$base/floodgate-postfix-bench.XXXXXX")
+chmod 755 "$DIR"
+PF="$DIR/postfix" MASTER="" FG=""
+stop() {
+    set +e # a stopped process's exit status is not a failure here
+    [[ -n $FG ]] && kill "$FG" 2>/dev/null && wait "$FG" 2>/dev/null
+    if [[ -n $MASTER ]]; then
+        kill "$MASTER" 2>/dev/null
+        for _ in $(seq 100); do kill -0 "$MASTER" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$MASTER" 2>/dev/null && kill -9 "$MASTER" 2>/dev/null
+        wait "$MASTER" 2>/dev/null
+        # The master's children (its session) end on their own once it is gone; they are
+        # waited for (and stopped by PID if they linger) so the directory can be removed.
+        local left
+        for _ in $(seq 50); do
+            left=$(ps -o pid= -s "$MASTER" | tr -d ' ' | paste -sd' ')
+            [[ -z $left ]] && break
+            sleep 0.1
+        done
+        # shellcheck disable=SC2086
+        [[ -n $left ]] && kill -9 $left 2>/dev/null
+    fi
+    if ((KEEP)); then echo "# kept $DIR" >&2; else rm -rf "$DIR"; fi
+}
+trap stop EXIT
+
+# --- the private Postfix -------------------------------------------------------------------
+mkdir -p "$PF/conf" "$PF/queue" "$PF/data"
+chown postfix:postfix "$PF/data"
+cat >"$PF/conf/main.cf" <<EOF
+# benches/postfix.sh: a private Postfix that relays every message to discard:
+compatibility_level = 3.6
+queue_directory = $PF/queue
+data_directory = $PF/data
+maillog_file = $PF/maillog
+maillog_file_prefixes = $PF
+myhostname = smarthost.bench
+mydomain = smarthost.bench
+myorigin = \$myhostname
+mydestination =
+relay_domains =
+local_recipient_maps =
+inet_interfaces = loopback-only
+inet_protocols = ipv4
+mynetworks = 127.0.0.0/8
+smtpd_authorized_xclient_hosts = 127.0.0.0/8
+smtpd_relay_restrictions = permit_mynetworks, reject
+default_transport = discard:benchmark
+relay_transport = discard:benchmark
+smtp_dns_support_level = disabled
+biff = no
+in_flow_delay = 0s
+smtpd_error_sleep_time = 0
+smtpd_client_connection_count_limit = 0
+smtpd_peername_lookup = no
+EOF
+cat >"$PF/conf/master.cf" <<EOF
+127.0.0.1:$PF_PORT inet n - n - - smtpd
+pickup    unix  n - n 60    1 pickup
+cleanup   unix  n - n -     0 cleanup
+qmgr      unix  n - n 300   1 qmgr
+rewrite   unix  - - n -     - trivial-rewrite
+bounce    unix  - - n -     0 bounce
+defer     unix  - - n -     0 bounce
+trace     unix  - - n -     0 bounce
+verify    unix  - - n -     1 verify
+flush     unix  n - n 1000? 0 flush
+proxymap  unix  - - n -     - proxymap
+proxywrite unix - - n -     1 proxymap
+showq     unix  n - n -     - showq
+error     unix  - - n -     - error
+retry     unix  - - n -     - error
+discard   unix  - - n -     - discard
+anvil     unix  - - n -     1 anvil
+scache    unix  - - n -     1 scache
+postlog   unix-dgram n - n - 1 postlogd
+EOF
+err=$(/usr/sbin/postconf -c "$PF/conf" -n 2>&1 >/dev/null) || true
+[[ $err != *fatal* ]] || { echo "postconf: $err" >&2; exit 1; }
+/usr/sbin/postfix -c "$PF/conf" check >&2 || { cat "$PF/maillog" >&2 2>/dev/null; exit 1; }
+setsid /usr/lib/postfix/sbin/master -d -c "$PF/conf" </dev/null >"$DIR/master.out" 2>&1 &
+MASTER=$!
+
+# --- floodgate in front of it ----------------------------------------------------------------
+mkdir -p "$DIR/floodgate"
+cat >"$DIR/floodgate/floodgate.toml" <<EOF
+[server]
+max_connections_per_ip = 10000
+[[listener]]
+name = "bench"
+address = "127.0.0.1:$FG_PORT"
+tls = "none"
+[upstream]
+address = "127.0.0.1:$PF_PORT"
+client_identity = "xclient"
+[log]
+level = "info"
+[[limit]]
+name = "per-ip"
+ratelimit = "100000000 / 1h / per_rcpt / strict"
+action = "warn"
+EOF
+setsid "$FGBIN" run --config "$DIR/floodgate/floodgate.toml" </dev/null \
+    >"$DIR/floodgate/stdout" 2>"$DIR/floodgate/log" &
+FG=$!
+
+ready() { # PORT: greets with 220 within 10 s
+    local i
+    for i in $(seq 100); do
+        if { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null; then
+            local g=""
+            read -r -t 5 g <&3 || true
+            exec 3>&-
+            [[ $g == 220* ]] && return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+ready $PF_PORT || { echo "Postfix did not greet on $PF_PORT" >&2; cat "$DIR/master.out" "$PF/maillog" >&2 2>/dev/null; exit 1; }
+ready $FG_PORT || { echo "floodgate did not greet on $FG_PORT" >&2; cat "$DIR/floodgate/log" >&2; exit 1; }
+
+TICK=$(getconf CLK_TCK)
+# Postfix's CPU ticks so far: every live process of the master's session (utime+stime) and
+# what the master reaped (cutime+cstime).
+pf_ticks() {
+    local t=0 p v
+    for p in $(ps -o pid= -s "$MASTER"); do
+        v=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null) || v=0
+        t=$((t + ${v:-0}))
+    done
+    v=$(awk '{print $16 + $17}' "/proc/$MASTER/stat")
+    echo $((t + v))
+}
+fg_ticks() { awk '{print $14 + $15}' "/proc/$FG/stat"; }
+delivered() { grep -c 'status=sent' "$PF/maillog" 2>/dev/null || true; }
+
+# run PORT PROFILE: "msgs/s floodgate-µs/msg postfix-µs/msg" of one load.sh run, once Postfix
+# has delivered every message of it.
+run() {
+    local line sent rate f0 f1 p0 p1 rcpts got before want
+    before=$(delivered) f0=$(fg_ticks) p0=$(pf_ticks)
+    # shellcheck disable=SC2046
+    line=$("$HARNESS/load.sh" -t "127.0.0.1:$1" -s "$S" -m "$M" $(flags "$2") -T 600)
+    sent=$(grep -o 'sent=[0-9]*' <<<"$line" | cut -d= -f2)
+    rcpts=$(grep -o 'rcpts=[0-9]*' <<<"$line" | cut -d= -f2)
+    if [[ $sent != "$M" ]]; then
+        echo "port $1, $2: sent=$sent of $M ($line)" >&2
+        exit 1
+    fi
+    want=$((before + M * rcpts))
+    # Delivery to discard: is part of what Postfix spends on the run: wait for it (bounded).
+    for _ in $(seq 1200); do
+        got=$(delivered)
+        ((got >= want)) && break
+        sleep 0.1
+    done
+    if ((got != want)); then
+        echo "port $1, $2: Postfix delivered $((got - before)) recipients, expected $((want - before))" >&2
+        exit 1
+    fi
+    f1=$(fg_ticks) p1=$(pf_ticks)
+    rate=$(grep -o 'msgs_per_s=[0-9.]*' <<<"$line" | cut -d= -f2)
+    awk -v r="$rate" -v t="$TICK" -v m="$M" -v f="$((f1 - f0))" -v p="$((p1 - p0))" \
+        'BEGIN { printf "%s %.1f %.1f\n", r, f / t * 1e6 / m, p / t * 1e6 / m }'
+}
+
+median() { sort -g | awk '{v[NR]=$1} END{if (NR) print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+
+printf '# %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s pairs\n' \
+    "$(date -u +%FT%TZ)" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
+    "$(uname -r)" "$(/usr/sbin/postconf -d -h mail_version)" "$M" "$S" "$PAIRS"
+printf '# load average at start: %s; Postfix queue under %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" "$base"
+for profile in $PROFILES; do
+    ratios=() pfr=() fgr=() fgcpu=() pfcpu_alone=() pfcpu_behind=()
+    for i in $(seq "$PAIRS"); do
+        # Each run in an assignment of its own, so that a failed one stops the script; the
+        # order swapped every other pair.
+        if ((i % 2)); then
+            a=$(run $PF_PORT "$profile"); b=$(run $FG_PORT "$profile")
+        else
+            b=$(run $FG_PORT "$profile"); a=$(run $PF_PORT "$profile")
+        fi
+        read -r ar _ ap <<<"$a"
+        read -r br bf bp <<<"$b"
+        pfr+=("$ar") fgr+=("$br") fgcpu+=("$bf") pfcpu_alone+=("$ap") pfcpu_behind+=("$bp")
+        ratios+=("$(awk -v a="$ar" -v b="$br" 'BEGIN{printf "%.4f", b/a}')")
+    done
+    printf '%-12s floodgate+Postfix / Postfix alone %.3f (%.2f-%.2f over %d pairs); msgs/s Postfix alone %.0f, behind floodgate %.0f\n' \
+        "$profile" "$(printf '%s\n' "${ratios[@]}" | median)" \
+        "$(printf '%s\n' "${ratios[@]}" | sort -g | head -1)" "$(printf '%s\n' "${ratios[@]}" | sort -g | tail -1)" \
+        "$PAIRS" "$(printf '%s\n' "${pfr[@]}" | median)" "$(printf '%s\n' "${fgr[@]}" | median)"
+    printf '%-12s CPU µs/msg: floodgate %.0f; Postfix alone %.0f, behind floodgate %.0f\n' "" \
+        "$(printf '%s\n' "${fgcpu[@]}" | median)" "$(printf '%s\n' "${pfcpu_alone[@]}" | median)" \
+        "$(printf '%s\n' "${pfcpu_behind[@]}" | median)"
+done
+printf '# load average at end: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
