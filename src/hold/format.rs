@@ -8,6 +8,8 @@
 //! time 1764000000
 //! client 192.0.2.7 50123
 //! local 192.0.2.1 587
+//! name laptop.example.org
+//! reverse_name laptop.example.org
 //! user alice
 //! helo laptop.example
 //! proto ESMTP
@@ -44,6 +46,12 @@ pub struct HeldMessage {
     pub client: SocketAddr,
     /// The address the client connected to, when known.
     pub local: Option<SocketAddr>,
+    /// The client's verified name (XCLIENT `NAME`) when the session knew it, or
+    /// `[TEMPUNAVAIL]` when its lookup failed for now; `None`: no name (`[UNAVAILABLE]`).
+    /// Files written before the field existed read as `None`.
+    pub name: Option<String>,
+    /// The client's reverse name (XCLIENT `REVERSE_NAME`), as `name`.
+    pub reverse_name: Option<String>,
     /// The authenticated user, if any.
     pub user: Option<String>,
     /// The client's HELO/EHLO name, if any.
@@ -156,6 +164,12 @@ impl HeldMessage {
         if let Some(l) = self.local {
             field("local", &addr_text(l));
         }
+        if let Some(n) = &self.name {
+            field("name", n);
+        }
+        if let Some(n) = &self.reverse_name {
+            field("reverse_name", n);
+        }
         if let Some(u) = &self.user {
             field("user", u);
         }
@@ -198,9 +212,21 @@ impl HeldMessage {
             let sp = memchr::memchr(b' ', line).ok_or(FormatError::Line(n))?;
             let (name, value) = (&line[..sp], &line[sp + 1..]);
             let value = unescape(value).ok_or(FormatError::Line(n))?;
-            const SINGLE: [&str; 12] = [
-                "id", "key", "limit", "time", "client", "local", "user", "helo", "proto", "tls",
-                "mail", "body",
+            const SINGLE: [&str; 14] = [
+                "id",
+                "key",
+                "limit",
+                "time",
+                "client",
+                "local",
+                "name",
+                "reverse_name",
+                "user",
+                "helo",
+                "proto",
+                "tls",
+                "mail",
+                "body",
             ];
             match name {
                 b"rcpt" => rcpts.push(value),
@@ -258,6 +284,8 @@ impl HeldMessage {
             time,
             client,
             local,
+            name: take("name"),
+            reverse_name: take("reverse_name"),
             user: take("user"),
             helo: take("helo"),
             proto: need(take("proto"), "proto")?,
@@ -318,6 +346,8 @@ mod tests {
             time: 1_764_000_000,
             client: "192.0.2.7:50123".parse().unwrap(),
             local: Some("[::1]:587".parse().unwrap()),
+            name: Some("laptop.example.org".into()),
+            reverse_name: Some("[TEMPUNAVAIL]".into()),
             user: Some("alice".into()),
             helo: Some("laptop.example".into()),
             proto: "ESMTP".into(),
@@ -341,6 +371,20 @@ mod tests {
         assert_eq!(m.recipients(), vec!["bob@example.net", "c@d.example"]);
         assert_eq!(m.subject().as_deref(), Some("hi"));
         assert_eq!(m.header_section(), b"Subject: hi\r\n\r\n");
+    }
+
+    #[test]
+    fn files_without_the_client_names_still_read() {
+        // As written before the names were kept: no `name` nor `reverse_name` line.
+        let mut m = sample();
+        m.name = None;
+        m.reverse_name = None;
+        let bytes = m.encode();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains("\nname ") && !text.contains("reverse_name"));
+        assert_eq!(HeldMessage::decode(&bytes), Ok(m));
+        let named = String::from_utf8_lossy(&sample().encode()).into_owned();
+        assert!(named.contains("\nname laptop.example.org\nreverse_name [TEMPUNAVAIL]\n"));
     }
 
     #[test]
@@ -440,6 +484,7 @@ mod tests {
                 proptest::option::of(text()),
                 proptest::option::of(text()),
             ),
+            (proptest::option::of(text()), proptest::option::of(text())),
             (text(), proptest::collection::vec(text(), 0..4)),
             proptest::collection::vec(any::<u8>(), 0..64),
         )
@@ -448,6 +493,7 @@ mod tests {
                     id,
                     (key, limit, time, client),
                     (local, user, helo, tls),
+                    (name, reverse_name),
                     (mail, rcpts),
                     body,
                 )| {
@@ -458,6 +504,8 @@ mod tests {
                         time,
                         client,
                         local,
+                        name,
+                        reverse_name,
                         user,
                         helo,
                         proto: "ESMTP".into(),

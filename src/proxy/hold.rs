@@ -11,6 +11,7 @@ use crate::hold::{HeldMessage, Spool, SpoolError};
 use crate::policy::{HoldOrder, Stage};
 use crate::smtp::command::Command;
 use crate::smtp::reply::Reply;
+use crate::smtp::xclient::{ClientName, TEMPUNAVAIL};
 
 use super::data::Spooled;
 use super::session::{Flow, Session};
@@ -114,7 +115,7 @@ impl Session {
     }
 
     /// Writes the message to the hold spool and answers the client: 250 once it is on
-    /// disk, 452 4.3.1 when the spool is full, 451 4.3.0 when it cannot be written (the
+    /// disk, 451 4.3.1 when the spool is full, 451 4.3.0 when it cannot be written (the
     /// client keeps the message and retries). Upstream's transaction is reset either way.
     pub(super) async fn hold_message(
         &mut self,
@@ -127,6 +128,7 @@ impl Session {
             return Err(UpstreamError::Protocol("no hold spool".into()));
         };
         let body = self.relayed_octets(msg, received);
+        let names = self.client_names().await;
         let held = HeldMessage {
             id: new_id(),
             key: order.key.clone(),
@@ -134,6 +136,8 @@ impl Session {
             time: now_secs(),
             client: self.peer,
             local: self.local,
+            name: kept_name(&names.name),
+            reverse_name: kept_name(&names.reverse),
             user: self.facts.user.clone(),
             helo: self.facts.helo.clone(),
             proto: if self.ehlo { "ESMTP" } else { "SMTP" }.into(),
@@ -191,7 +195,7 @@ impl Session {
                 let host = &self.shared.config.server.hostname;
                 let reply = match e {
                     SpoolError::Full(_) => Reply::new(
-                        452,
+                        451,
                         format!("4.3.1 {host} Insufficient system storage, try again later"),
                     ),
                     _ => Reply::new(
@@ -205,6 +209,15 @@ impl Session {
                 Ok(Flow::Next)
             }
         }
+    }
+}
+
+/// A client name as the held file keeps it: the name, `[TEMPUNAVAIL]`, or nothing.
+fn kept_name(n: &ClientName) -> Option<String> {
+    match n {
+        ClientName::Known(n) => Some(n.clone()),
+        ClientName::TempUnavailable => Some(TEMPUNAVAIL.into()),
+        ClientName::Unavailable => None,
     }
 }
 
