@@ -57,7 +57,7 @@ impl AdminState {
             Err(resp) => return resp,
         };
         let store = self.store.as_store();
-        let r = match store.release(key).await {
+        let mut r = match store.release(key).await {
             Ok(Some(r)) => r,
             Ok(None) => {
                 return Response::error(404, &format!("{key:?} is not restricted"));
@@ -84,6 +84,11 @@ impl AdminState {
         }
         tracing::info!(key = %key, limit = %r.limit, by = "admin", reason = %reason, removed,
             "key released");
+        // The notice carries what this node saw of the key up to now (held messages
+        // included), when it saw it; else the evidence of the restriction.
+        if let Some(ev) = self.policy.as_ref().and_then(|p| p.evidence_known(&[key])) {
+            r.evidence = ev;
+        }
         self.notify("floodgate.released", &r, "admin", &reason);
         Response::json(
             200,

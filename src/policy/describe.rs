@@ -98,6 +98,12 @@ fn describe_limit(d: &LimitDef) -> String {
                     .map_or("(the default text)".to_string(), |m| format!("{:?}", m.text()))
             ));
         }
+        if let Some(n) = &r.notify {
+            s.push_str(&format!(
+                "; each restriction is told once by a short mail to {:?} (notify_user), sent through upstream from the null sender <>, saying since, until, the limit and the restricted answer",
+                n.text()
+            ));
+        }
     }
     s
 }
