@@ -84,10 +84,9 @@ impl AdminState {
         }
         tracing::info!(key = %key, limit = %r.limit, by = "admin", reason = %reason, removed,
             "key released");
-        // The notice carries what this node saw of the key up to now (held messages
-        // included), when it saw it; else the evidence of the restriction.
-        if let Some(ev) = self.policy.as_ref().and_then(|p| p.evidence_known(&[key])) {
-            r.evidence = ev;
+        // The notice carries the restriction's evidence with the messages held since.
+        if let Some(p) = &self.policy {
+            p.update_held(&mut r.evidence, &[key]);
         }
         self.notify("floodgate.released", &r, "admin", &reason);
         Response::json(

@@ -184,9 +184,10 @@ impl RatePolicy {
         self.inner.evidence.of(keys)
     }
 
-    /// What this node saw of the first of `keys` it knows, `None` when it knows none.
-    pub fn evidence_known(&self, keys: &[&str]) -> Option<serde_json::Value> {
-        self.inner.evidence.known(keys)
+    /// Brings the `held` count of a restriction's evidence up to this node's (see
+    /// [`Evidence::update_held`]).
+    pub fn update_held(&self, evidence: &mut serde_json::Value, keys: &[&str]) {
+        self.inner.evidence.update_held(evidence, keys);
     }
 
     /// The generation in force.

@@ -151,13 +151,21 @@ impl Evidence {
         })
     }
 
-    /// [`Evidence::of`] when this node knows one of `keys`, else `None`.
-    pub fn known(&self, keys: &[&str]) -> Option<serde_json::Value> {
-        let knows = {
-            let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-            keys.iter().any(|k| map.contains_key(*k))
+    /// Brings the `held` count of `stored` (a restriction's evidence) up to this node's
+    /// count for the first of `keys` it knows, when that is higher: a release notice carries
+    /// the restriction's evidence with the messages held since.
+    pub fn update_held(&self, stored: &mut serde_json::Value, keys: &[&str]) {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(r) = keys.iter().find_map(|k| map.get(*k)) else {
+            return;
         };
-        knows.then(|| self.of(keys))
+        let was = stored
+            .get("held")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        if let Some(obj) = stored.as_object_mut() {
+            obj.insert("held".into(), json!(was.max(r.held)));
+        }
     }
 
     /// How many keys are remembered.
@@ -215,7 +223,12 @@ mod tests {
         assert_eq!(e.len(), MAX_KEYS);
         assert_eq!(e.of(&["zzz"])["messages"], 0);
         assert_eq!(e.of(&["zzz"])["held"], 0);
-        assert!(e.known(&["zzz"]).is_none());
-        assert_eq!(e.known(&["zzz", "k10"]).unwrap()["refusals"], 1);
+        let mut stored = json!({"messages": 7, "held": 1});
+        e.update_held(&mut stored, &["zzz"]);
+        assert_eq!(stored, json!({"messages": 7, "held": 1}));
+        e.note("k10", Fact::Held, 2_000);
+        e.note("k10", Fact::Held, 2_000);
+        e.update_held(&mut stored, &["zzz", "k10"]);
+        assert_eq!(stored, json!({"messages": 7, "held": 2}));
     }
 }

@@ -41,11 +41,8 @@ pub async fn sweep(
             since = %crate::report::time::rfc3339(r.since_us),
             until = %r.until_us.map(crate::report::time::rfc3339).unwrap_or_default(),
             "key released");
-        // What this node saw of the key up to now, when it saw it (held messages
-        // included); else the evidence of the restriction.
-        if let Some(ev) = evidence.known(&[r.key.as_str()]) {
-            r.evidence = ev;
-        }
+        // The restriction's evidence, with the messages held since.
+        evidence.update_held(&mut r.evidence, &[r.key.as_str()]);
         if let Some(o) = observer {
             o.restriction(&restriction_notice(
                 "floodgate.released",
