@@ -252,3 +252,55 @@ fn the_release_alert_counts_the_held_messages() {
     let listed = admin_json(&sock, &["held", "list"]);
     assert_eq!(listed["held"].as_array().unwrap().len(), 3, "{listed}");
 }
+
+fn check_config(dir: &Path, limit_lines: &str) -> Output {
+    let cfg = format!(
+        "[[listener]]\naddress = \"127.0.0.1:0\"\ntls = \"none\"\n[upstream]\naddress = \"127.0.0.1:25\"\n[[limit]]\nname = \"x\"\nrate = \"5 / 1h\"\nburst = \"5\"\ncount = \"messages\"\nkey = \"${{authenticated_id}}\"\n{limit_lines}\n"
+    );
+    let path = dir.join("f.toml");
+    std::fs::write(&path, cfg).unwrap();
+    run_with_timeout(
+        std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args(["check", "--config"])
+            .arg(&path),
+        Duration::from_secs(30),
+    )
+}
+
+#[test]
+fn notify_user_is_checked_and_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    for (lines, want) in [
+        (
+            "notify_user = \"${authenticated_id}\"",
+            "`notify_user` goes with action = \"restrict\"",
+        ),
+        (
+            "action = \"restrict\"\nnotify_user = \"${nope}\"",
+            "limit x: notify_user",
+        ),
+        (
+            "action = \"restrict\"\nnotify_user = \" \"",
+            "notify_user is empty",
+        ),
+        (
+            "action = \"restrict\"\nnotify_user = 5",
+            "f.toml:13:15: invalid type: integer `5`, expected a string",
+        ),
+    ] {
+        let out = check_config(dir.path(), lines);
+        assert!(!out.ok(), "{lines}: {out}");
+        assert!(out.stderr.contains(want), "{lines}: want {want:?} in {out}");
+    }
+    let out = check_config(
+        dir.path(),
+        "action = \"restrict\"\nnotify_user = \"${authenticated_id}@example.org\"",
+    );
+    assert!(out.ok(), "{out}");
+    assert!(
+        out.stdout.contains(
+            "each restriction is told once by a short mail to \"${authenticated_id}@example.org\" (notify_user)"
+        ),
+        "{out}"
+    );
+}
