@@ -56,16 +56,27 @@ pub async fn sweep(
     Ok(gone.len())
 }
 
-/// Sweeps `policy`'s store every `every` until `stop` fires; a failed sweep is logged and
-/// tried again at the next round.
+/// Sweeps `policy`'s store every `every` until `stop` fires; a failed sweep is tried again
+/// at the next round (logged when sweeping starts failing and when it works again, not at
+/// every round of an outage).
 pub async fn run(policy: RatePolicy, every: Duration, stop: CancellationToken) {
+    let mut failing = false;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = stop.cancelled() => return,
         }
-        if let Err(e) = policy.expire_restrictions().await {
-            warn!(error = %e, "cannot sweep the restricted set for expired restrictions");
+        match policy.expire_restrictions().await {
+            Ok(_) if failing => {
+                failing = false;
+                info!("the restricted set can be swept again");
+            }
+            Ok(_) => {}
+            Err(e) if !failing => {
+                failing = true;
+                warn!(error = %e, "cannot sweep the restricted set for expired restrictions");
+            }
+            Err(_) => {}
         }
     }
 }
