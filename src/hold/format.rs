@@ -458,6 +458,15 @@ mod tests {
     }
 
     #[test]
+    fn the_named_fuzz_seed_reads() {
+        let seed = include_bytes!("../../fuzz/corpus/held_file/seed-named");
+        let m = HeldMessage::decode(seed).unwrap();
+        assert_eq!(m.name.as_deref(), Some("client.example.org"));
+        assert_eq!(m.reverse_name.as_deref(), Some("[TEMPUNAVAIL]"));
+        assert_eq!(m.encode(), seed);
+    }
+
+    #[test]
     fn ids() {
         assert!(valid_id("18f-1a-0"));
         for bad in ["", "-x", "a/b", "..", "a.b", "a b", &"x".repeat(65)] {
