@@ -294,9 +294,14 @@ fn notify_user_is_checked_and_explained() {
     }
     let out = check_config(
         dir.path(),
-        "action = \"restrict\"\nnotify_user = \"${authenticated_id}@example.org\"",
+        "action = \"restrict\"\nrestrict_for = \"2s\"\nnotify_user = \"${authenticated_id}@example.org\"",
     );
     assert!(out.ok(), "{out}");
+    assert!(
+        out.stdout
+            .contains("for 2s (then released automatically, logged, counted and alerted once"),
+        "{out}"
+    );
     assert!(
         out.stdout.contains(
             "each restriction is told once by a short mail to \"${authenticated_id}@example.org\" (notify_user)"

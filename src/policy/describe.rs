@@ -83,7 +83,10 @@ fn describe_limit(d: &LimitDef) -> String {
             crate::store::RestrictFor::UntilReleased => {
                 "until `floodgate release KEY` ends it".to_string()
             }
-            f => format!("for {} (then released automatically)", f.text()),
+            f => format!(
+                "for {} (then released automatically, logged, counted and alerted once as floodgate.released by expiry)",
+                f.text()
+            ),
         };
         if r.hold {
             s.push_str(&format!(
