@@ -323,6 +323,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let observers = floodgate::report::Observers::start(&config)?;
         policy.observe(observers.clone());
         let admin_policy = policy.clone();
+        let sweep_policy = policy.clone();
         let admin_observer: Arc<dyn floodgate::policy::alert::Observer> = observers.clone();
         let store_stop = tokio_util::sync::CancellationToken::new();
         let store_tasks = spawn_store_tasks(&store, &config.store, store_stop.clone());
@@ -332,6 +333,20 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let admin_cfg = config.admin.clone();
         let metrics_cfg = config.metrics.clone();
         let server = Server::bind_with(config, Arc::new(policy), metrics.clone()).await?;
+        // Restrictions ended by time are told (log, metric, alert) by one node each.
+        let sweep_stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(floodgate::policy::expiry::run(
+            sweep_policy.clone(),
+            floodgate::policy::expiry::SWEEP_EVERY,
+            sweep_stop.clone(),
+        ));
+        {
+            // notify_user mail goes through the upstream in force.
+            let control = server.control();
+            sweep_policy.notify_with(Arc::new(floodgate::proxy::notify::UpstreamNotifier::new(
+                move || control.shared(),
+            )));
+        }
         let hold_stop = tokio_util::sync::CancellationToken::new();
         if let Some(spool) = server.control().shared().hold.clone() {
             spool.recover()?;
@@ -418,6 +433,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         server.run().await;
         admin_stop.cancel();
         hold_stop.cancel();
+        sweep_stop.cancel();
         if !observers.events().drain(std::time::Duration::from_secs(5)) {
             warn!("event log: not every event was written before exit");
         }

@@ -155,6 +155,10 @@ fn held_messages_are_listed_shown_released_and_deleted() {
     assert!(show.stdout.contains("Subject: held 1"), "{show}");
     assert!(show.stdout.contains("<r1@example.com>"), "{show}");
     assert!(show.stdout.contains("laptop.test"), "{show}");
+    assert!(
+        show.stdout.contains("localhost"),
+        "the client's name is kept: {show}"
+    );
 
     // Release: upstream gets the held octets with one trace header on top, from the
     // original client (XCLIENT ADDR, HELO and LOGIN).
@@ -186,6 +190,15 @@ fn held_messages_are_listed_shown_released_and_deleted() {
         Some("laptop.test")
     );
     assert_eq!(m.auth_user.as_deref(), Some(USER));
+    // The client's resolved name as the relayed session sent it, not [UNAVAILABLE].
+    let live = &msgs[0].xclient;
+    assert_eq!(
+        live.get("NAME").map(String::as_str),
+        Some("localhost"),
+        "{live:?}"
+    );
+    assert_eq!(m.xclient.get("NAME"), live.get("NAME"), "{:?}", m.xclient);
+    assert_eq!(m.xclient.get("REVERSE_NAME"), live.get("REVERSE_NAME"));
     assert_eq!(held(&sock).len(), 2);
 
     // Delete one; a released or deleted id is then unknown, with a clear error.
@@ -238,7 +251,7 @@ fn a_full_spool_defers_and_loses_nothing() {
     let fg = Floodgate::start(&config(&rec, spool.path(), "max_messages = 2"));
     let replies = send(&fg, 4);
     let codes: Vec<u16> = replies.iter().map(|r| r.0).collect();
-    assert_eq!(codes, [250, 250, 250, 452], "{replies:?}");
+    assert_eq!(codes, [250, 250, 250, 451], "{replies:?}");
     assert!(replies[3].1.contains(" 4.3.1 "), "{replies:?}");
     assert_eq!(held(&fg.admin_socket()).len(), 2);
     assert_eq!(
@@ -258,7 +271,7 @@ fn a_full_spool_defers_and_loses_nothing() {
     let spool2 = TempDir::new().unwrap();
     let fg2 = Floodgate::start(&config(&rec, spool2.path(), "max_bytes = 100"));
     let codes: Vec<u16> = send(&fg2, 2).iter().map(|r| r.0).collect();
-    assert_eq!(codes, [250, 452]);
+    assert_eq!(codes, [250, 451]);
     assert!(held(&fg2.admin_socket()).is_empty());
     assert_eq!(std::fs::read_dir(spool2.path()).unwrap().count(), 0);
 }

@@ -59,3 +59,56 @@ restrict_for = "until_released"
         assert!(pf.messages_with(&format!("{tok}-{i}")).is_empty());
     }
 }
+
+/// notify_user: Postfix receives one notice per restriction, from the null sender, for the
+/// address the template gives; over XCLIENT (floodgate's own session, no XCLIENT) and over
+/// a listener that expects a PROXY v2 header (floodgate's own connection named in it).
+#[test]
+fn postfix_receives_one_notice_per_restriction_from_the_null_sender() {
+    let pf = postfix();
+    let _log = pf.log_on_panic();
+    for (listener, name) in [(PfListener::Plain, "plain"), (PfListener::Proxy, "proxy")] {
+        let tok = token(&format!("notice-{name}"));
+        let cfg = pf.floodgate_config(listener).extra(&format!(
+            r#"
+[[limit]]
+name = "per-user"
+when = "authenticated"
+count = "messages"
+key = "${{authenticated_id}}"
+rate = "5 / 1h"
+burst = "5"
+action = "restrict"
+restricted_message = "4.7.1 restricted: call the help desk, ref {tok}"
+notify_user = "${{authenticated_id}}@notice-{name}.test"
+"#
+        ));
+        let fg = Floodgate::start(&cfg);
+        for i in 0..8 {
+            let mut c = RawClient::connect_greeted(fg.addr("plain"));
+            c.ehlo("client.example");
+            let r = c.cmd(&format!(
+                "AUTH PLAIN {}",
+                b64(&format!("\0{USER}\0{PASSWORD}"))
+            ));
+            assert_eq!(r.code, 235, "{r:?}");
+            send_small_message(&mut c, &format!("msg-{tok}-{i}"));
+            assert_eq!(c.cmd("QUIT").code, 221);
+        }
+        // The notice quotes the restricted answer, which carries the token.
+        let got = pf.wait_messages(&format!("ref {tok}"), 1);
+        pf.settle();
+        let notices = pf.messages_with(&format!("ref {tok}"));
+        assert_eq!(notices.len(), 1, "{name}: {got:?}");
+        let text = String::from_utf8_lossy(&notices[0].raw).into_owned();
+        for want in [
+            "Return-Path: <>\n".to_string(),
+            format!("Delivered-To: {USER}@notice-{name}.test\n"),
+            "Auto-Submitted: auto-generated\n".to_string(),
+            format!("Subject: Your account {USER} is restricted from sending mail\n"),
+        ] {
+            assert!(text.contains(&want), "{name}: {want:?} not in\n{text}");
+        }
+        assert_eq!(pf.messages_with(&format!("msg-{tok}")).len(), 5, "{name}");
+    }
+}

@@ -438,6 +438,7 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                     "client",
                     format!("{} port {}", text("client"), num(&v["client_port"])),
                 ),
+                ("name", text("name")),
                 ("user", text("user")),
                 ("helo", text("helo")),
                 ("tls", text("tls")),

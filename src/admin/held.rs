@@ -60,6 +60,8 @@ pub fn detail(m: &HeldMessage) -> Value {
     v["rcpts"] = json!(m.rcpts);
     v["client_port"] = json!(m.client.port());
     v["helo"] = json!(m.helo);
+    v["name"] = json!(m.name);
+    v["reverse_name"] = json!(m.reverse_name);
     v["proto"] = json!(m.proto);
     v["tls"] = json!(m.tls);
     v["headers"] = json!(String::from_utf8_lossy(m.header_section()));

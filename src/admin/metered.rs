@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::Metrics;
-use crate::store::{Decision, DecisionResult, Record, Restriction, Store, StoreFuture};
+use crate::store::{Decision, DecisionResult, Guarded, Record, Restriction, Store, StoreFuture};
 
 /// Wraps a store: every decision is counted, timed into the latency histogram, and its
 /// failures counted by kind. Inspect and reset pass straight through (they are the admin's
@@ -58,6 +58,33 @@ impl Store for MeteredStore {
 
     fn restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
         self.inner.restrictions()
+    }
+
+    fn restrict_once<'a>(
+        &'a self,
+        r: Restriction,
+        dur: Option<i64>,
+    ) -> StoreFuture<'a, (Restriction, bool)> {
+        self.inner.restrict_once(r, dur)
+    }
+
+    fn decide_unless_restricted<'a>(
+        &'a self,
+        keys: &'a [String],
+        decision: &'a Decision,
+    ) -> StoreFuture<'a, Guarded> {
+        // A decision like any other: counted and timed (the check rides along).
+        Box::pin(async move {
+            let start = Instant::now();
+            let r = self.inner.decide_unless_restricted(keys, decision).await;
+            self.metrics
+                .store_decision(start.elapsed(), r.as_ref().err());
+            r
+        })
+    }
+
+    fn expire_restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
+        self.inner.expire_restrictions()
     }
 }
 

@@ -42,7 +42,14 @@ pub const ACTIONS: [&str; 10] = [
 ];
 
 /// The events of the restricted set, in the order of the registry's counters.
-pub const RESTRICTION_EVENTS: [&str; 3] = ["restricted", "released", "refused"];
+pub const RESTRICTION_EVENTS: [&str; 6] = [
+    "restricted",
+    "released",
+    "refused",
+    "expired",
+    "user_notified",
+    "user_notice_failed",
+];
 
 /// The counter of `label` among `counters`, kept in the order of `labels`.
 fn labelled<'a>(labels: &[&str], counters: &'a [Counter], label: &str) -> Option<&'a Counter> {
@@ -157,7 +164,7 @@ pub struct Metrics {
     pub hold: HoldMetrics,
     /// Reroute and pace.
     pub graded: GradedMetrics,
-    restriction_events: [Counter; 3],
+    restriction_events: [Counter; 6],
     store: OnceLock<Opened>,
     workers: OnceLock<Arc<crate::server::WorkerLoads>>,
     log_dropped: OnceLock<crate::logs::DroppedLines>,
@@ -225,8 +232,9 @@ impl Metrics {
         self.verdicts.entry(limit.into()).or_default().0[i].inc();
     }
 
-    /// A restriction event: `restricted`, `released` or `refused` (a MAIL FROM of a
-    /// restricted key).
+    /// A restriction event: `restricted`, `released` (by an admin), `expired` (released by
+    /// time), `refused` (a MAIL FROM of a restricted key), `user_notified` or
+    /// `user_notice_failed` (the mail to the user, `notify_user`).
     pub fn restriction(&self, event: &str) {
         if let Some(c) = labelled(&RESTRICTION_EVENTS, &self.restriction_events, event) {
             c.inc();
@@ -458,7 +466,7 @@ impl Metrics {
         w.head(
             "floodgate_restrictions_total",
             "counter",
-            "Restricted-set events: keys restricted, released, and MAIL FROMs refused because restricted.",
+            "Restricted-set events: keys restricted, released (by an admin) or expired, MAIL FROMs refused because restricted, notices mailed to the user or failed.",
         );
         for (event, c) in RESTRICTION_EVENTS.iter().zip(&self.restriction_events) {
             w.sample("floodgate_restrictions_total", &[("event", event)], c.get());
@@ -789,6 +797,8 @@ mod tests {
         m.restriction("restricted");
         m.restriction("restricted");
         m.restriction("released");
+        m.restriction("expired");
+        m.restriction("user_notice_failed");
         m.restriction("nonsense");
         m.verdict("per-user", "restrict");
         let t = m.render();
@@ -804,6 +814,13 @@ mod tests {
             t.contains("floodgate_restrictions_total{event=\"refused\"} 0"),
             "{t}"
         );
+        for line in [
+            "floodgate_restrictions_total{event=\"expired\"} 1",
+            "floodgate_restrictions_total{event=\"user_notified\"} 0",
+            "floodgate_restrictions_total{event=\"user_notice_failed\"} 1",
+        ] {
+            assert!(t.contains(line), "{line}: {t}");
+        }
         assert_eq!(m.restrictions_of("restricted"), 2);
         assert_eq!(m.verdicts_of("per-user", "restrict"), 1);
     }

@@ -57,7 +57,7 @@ impl AdminState {
             Err(resp) => return resp,
         };
         let store = self.store.as_store();
-        let r = match store.release(key).await {
+        let mut r = match store.release(key).await {
             Ok(Some(r)) => r,
             Ok(None) => {
                 return Response::error(404, &format!("{key:?} is not restricted"));
@@ -84,6 +84,10 @@ impl AdminState {
         }
         tracing::info!(key = %key, limit = %r.limit, by = "admin", reason = %reason, removed,
             "key released");
+        // The notice carries the restriction's evidence with the messages held since.
+        if let Some(p) = &self.policy {
+            p.update_held(&mut r.evidence, &[key]);
+        }
         self.notify("floodgate.released", &r, "admin", &reason);
         Response::json(
             200,

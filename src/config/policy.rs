@@ -76,6 +76,9 @@ pub struct LimitConfig {
     pub restricted_code: Option<Spanned<i64>>,
     /// action = "restrict": reply text template to a restricted key's MAIL FROM.
     pub restricted_message: Option<Spanned<String>>,
+    /// action = "restrict": a template giving the address told of each restriction by a
+    /// short mail (`"${authenticated_id}"`).
+    pub notify_user: Option<Spanned<String>>,
 }
 
 /// `[auth_failures]`: timeouts, not lockouts, after failed AUTH.

@@ -9,6 +9,8 @@
 //! time 1764000000
 //! client 192.0.2.7 50123
 //! local 192.0.2.1 587
+//! name laptop.example.org
+//! reverse_name laptop.example.org
 //! user alice
 //! helo laptop.example
 //! proto ESMTP
@@ -49,6 +51,12 @@ pub struct HeldMessage {
     pub client: SocketAddr,
     /// The address the client connected to, when known.
     pub local: Option<SocketAddr>,
+    /// The client's verified name (XCLIENT `NAME`) when the session knew it, or
+    /// `[TEMPUNAVAIL]` when its lookup failed for now; `None`: no name (`[UNAVAILABLE]`).
+    /// Files written before the field existed read as `None`.
+    pub name: Option<String>,
+    /// The client's reverse name (XCLIENT `REVERSE_NAME`), as `name`.
+    pub reverse_name: Option<String>,
     /// The authenticated user, if any.
     pub user: Option<String>,
     /// The client's HELO/EHLO name, if any.
@@ -164,6 +172,12 @@ impl HeldMessage {
         if let Some(l) = self.local {
             field("local", &addr_text(l));
         }
+        if let Some(n) = &self.name {
+            field("name", n);
+        }
+        if let Some(n) = &self.reverse_name {
+            field("reverse_name", n);
+        }
         if let Some(u) = &self.user {
             field("user", u);
         }
@@ -206,9 +220,22 @@ impl HeldMessage {
             let sp = memchr::memchr(b' ', line).ok_or(FormatError::Line(n))?;
             let (name, value) = (&line[..sp], &line[sp + 1..]);
             let value = unescape(value).ok_or(FormatError::Line(n))?;
-            const SINGLE: [&str; 13] = [
-                "id", "key", "limit", "paced", "time", "client", "local", "user", "helo", "proto",
-                "tls", "mail", "body",
+            const SINGLE: [&str; 15] = [
+                "id",
+                "key",
+                "limit",
+                "paced",
+                "time",
+                "client",
+                "local",
+                "name",
+                "reverse_name",
+                "user",
+                "helo",
+                "proto",
+                "tls",
+                "mail",
+                "body",
             ];
             match name {
                 b"rcpt" => rcpts.push(value),
@@ -267,6 +294,8 @@ impl HeldMessage {
             time,
             client,
             local,
+            name: take("name"),
+            reverse_name: take("reverse_name"),
             user: take("user"),
             helo: take("helo"),
             proto: need(take("proto"), "proto")?,
@@ -328,6 +357,8 @@ mod tests {
             time: 1_764_000_000,
             client: "192.0.2.7:50123".parse().unwrap(),
             local: Some("[::1]:587".parse().unwrap()),
+            name: Some("laptop.example.org".into()),
+            reverse_name: Some("[TEMPUNAVAIL]".into()),
             user: Some("alice".into()),
             helo: Some("laptop.example".into()),
             proto: "ESMTP".into(),
@@ -372,6 +403,20 @@ mod tests {
             HeldMessage::decode(moved.as_bytes()),
             Err(FormatError::Value("canonical form"))
         );
+    }
+
+    #[test]
+    fn files_without_the_client_names_still_read() {
+        // As written before the names were kept: no `name` nor `reverse_name` line.
+        let mut m = sample();
+        m.name = None;
+        m.reverse_name = None;
+        let bytes = m.encode();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains("\nname ") && !text.contains("reverse_name"));
+        assert_eq!(HeldMessage::decode(&bytes), Ok(m));
+        let named = String::from_utf8_lossy(&sample().encode()).into_owned();
+        assert!(named.contains("\nname laptop.example.org\nreverse_name [TEMPUNAVAIL]\n"));
     }
 
     #[test]
@@ -445,6 +490,15 @@ mod tests {
     }
 
     #[test]
+    fn the_named_fuzz_seed_reads() {
+        let seed = include_bytes!("../../fuzz/corpus/held_file/seed-named");
+        let m = HeldMessage::decode(seed).unwrap();
+        assert_eq!(m.name.as_deref(), Some("client.example.org"));
+        assert_eq!(m.reverse_name.as_deref(), Some("[TEMPUNAVAIL]"));
+        assert_eq!(m.encode(), seed);
+    }
+
+    #[test]
     fn ids() {
         assert!(valid_id("18f-1a-0"));
         for bad in ["", "-x", "a/b", "..", "a.b", "a b", &"x".repeat(65)] {
@@ -477,6 +531,7 @@ mod tests {
                 proptest::option::of(text()),
                 proptest::option::of(text()),
             ),
+            (proptest::option::of(text()), proptest::option::of(text())),
             (text(), proptest::collection::vec(text(), 0..4)),
             proptest::collection::vec(any::<u8>(), 0..64),
         )
@@ -485,6 +540,7 @@ mod tests {
                     id,
                     (key, limit, time, client, paced),
                     (local, user, helo, tls),
+                    (name, reverse_name),
                     (mail, rcpts),
                     body,
                 )| {
@@ -496,6 +552,8 @@ mod tests {
                         time,
                         client,
                         local,
+                        name,
+                        reverse_name,
                         user,
                         helo,
                         proto: "ESMTP".into(),

@@ -387,6 +387,8 @@ mod tests {
             time,
             client: "127.0.0.1:1000".parse().unwrap(),
             local: None,
+            name: None,
+            reverse_name: None,
             user: None,
             helo: None,
             proto: "ESMTP".into(),

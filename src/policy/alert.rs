@@ -114,7 +114,8 @@ pub fn restriction_json(r: &crate::store::Restriction) -> serde_json::Value {
 /// The notice of a restriction event, a stable JSON shape: [`restriction_json`] with
 /// `"event"` (`floodgate.restricted` | `floodgate.released`), `"host"`, and `"by"` and
 /// `"reason"` of the event (a release's differ from the restriction's); the evidence is
-/// `{"client_ips","top_recipient_domains","messages","recipients","refusals","since"}`.
+/// `{"client_ips","top_recipient_domains","subjects","messages","recipients","refusals",
+/// "held","since"}`.
 pub fn restriction_notice(
     event: &str,
     r: &crate::store::Restriction,

@@ -613,6 +613,7 @@ fn restrict_def(
         raw.restricted_message
             .as_ref()
             .map(|v| ("restricted_message", v.span())),
+        raw.notify_user.as_ref().map(|v| ("notify_user", v.span())),
     ];
     if action != Action::Restrict {
         if let Some((k, span)) = spans.into_iter().flatten().next() {
@@ -657,6 +658,16 @@ fn restrict_def(
             &format!("limit {name}: restricted_message"),
             at,
         )?);
+    }
+    if let Some(n) = &raw.notify_user {
+        if n.get_ref().trim().is_empty() {
+            return Err(err(
+                n.span(),
+                "notify_user is empty: give an address or a template such as \"${authenticated_id}\""
+                    .into(),
+            ));
+        }
+        def.notify = Some(template(n, &format!("limit {name}: notify_user"), at)?);
     }
     Ok(Some(def))
 }

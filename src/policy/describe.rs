@@ -84,7 +84,10 @@ fn describe_limit(d: &LimitDef) -> String {
             crate::store::RestrictFor::UntilReleased => {
                 "until `floodgate release KEY` ends it".to_string()
             }
-            f => format!("for {} (then released automatically)", f.text()),
+            f => format!(
+                "for {} (then released automatically, logged, counted and alerted once as floodgate.released by expiry)",
+                f.text()
+            ),
         };
         if r.hold {
             s.push_str(&format!(
@@ -97,6 +100,12 @@ fn describe_limit(d: &LimitDef) -> String {
                 r.message
                     .as_ref()
                     .map_or("(the default text)".to_string(), |m| format!("{:?}", m.text()))
+            ));
+        }
+        if let Some(n) = &r.notify {
+            s.push_str(&format!(
+                "; each restriction is told once by a short mail to {:?} (notify_user), sent through upstream from the null sender <>, saying since, until, the limit and the restricted answer",
+                n.text()
             ));
         }
     }

@@ -45,7 +45,8 @@ use crate::limit::spec::UpdateMode;
 use crate::limit::SessionCache;
 use crate::smtp::reply::Reply;
 use crate::store::{
-    now_micros, Algorithm, Decision, LimitRequest, LimitResult, Restriction, Store, StoreError,
+    now_micros, Algorithm, Decision, Guarded, LimitRequest, LimitResult, Restriction, Store,
+    StoreError,
 };
 
 /// The policy's clock: microseconds since the Unix epoch. It times this session's pending
@@ -85,6 +86,8 @@ struct Inner {
     /// The paced messages waiting, when installed: a key with some queues its later
     /// messages behind them.
     paced: std::sync::OnceLock<Arc<crate::hold::pace::PaceBook>>,
+    /// Sends the mail of `notify_user`, when installed.
+    notifier: std::sync::OnceLock<Arc<dyn super::notice::Notifier>>,
 }
 
 /// The floodgate policy: the current generation of limits over one store that outlives
@@ -134,6 +137,7 @@ impl RatePolicy {
                 metrics,
                 evidence: Evidence::default(),
                 paced: std::sync::OnceLock::new(),
+                notifier: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -165,10 +169,36 @@ impl RatePolicy {
         let _ = self.inner.paced.set(book);
     }
 
+    /// Installs what sends the mail of `notify_user` (through upstream). Only the first
+    /// call takes effect; without one, no such mail is sent.
+    pub fn notify_with(&self, notifier: Arc<dyn super::notice::Notifier>) {
+        let _ = self.inner.notifier.set(notifier);
+    }
+
+    /// Ends every restriction whose time is over and tells of each (log, metric, alert);
+    /// see [`super::expiry`]. Returns how many ended.
+    pub async fn expire_restrictions(&self) -> Result<usize, StoreError> {
+        let host = self.current().hostname.clone();
+        super::expiry::sweep(
+            &*self.inner.store,
+            self.inner.observer.get(),
+            &self.inner.metrics,
+            &self.inner.evidence,
+            &host,
+        )
+        .await
+    }
+
     /// What this node saw recently of the first of `keys` it knows (see
     /// [`Evidence::of`]).
     pub fn evidence(&self, keys: &[&str]) -> serde_json::Value {
         self.inner.evidence.of(keys)
+    }
+
+    /// Brings the `held` count of a restriction's evidence up to this node's (see
+    /// [`Evidence::update_held`]).
+    pub fn update_held(&self, evidence: &mut serde_json::Value, keys: &[&str]) {
+        self.inner.evidence.update_held(evidence, keys);
     }
 
     /// The generation in force.
@@ -422,10 +452,12 @@ impl RateSession {
         if restricts {
             self.note_evidence(stage, facts, now_us);
         }
+        // The restricted set is checked at MAIL FROM: within the stage's decision when there
+        // is one (one round trip with Redis), else on its own before anything is counted.
+        // Until it passed, evaluations are not told (a restricted key's are not).
+        let mut guard: Option<Vec<String>> = None;
         if stage == Stage::Mail && (restricts || self.inner.store.may_restrict()) {
-            if let Some(v) = self.check_restricted(&model, facts, now_us).await {
-                return v;
-            }
+            guard = Some(restrict_candidates(&model, facts)).filter(|k| !k.is_empty());
         }
         let mut evals: Vec<Eval<'_>> = Vec::new();
         for def in &model.limits {
@@ -488,7 +520,7 @@ impl RateSession {
                 RateDef::Gcra(_) => Class::Now,
             };
             let key = req.key.clone();
-            if let Some(o) = self.inner.observer.get() {
+            if let Some(o) = self.inner.observer.get().filter(|_| guard.is_none()) {
                 // Evaluations only: cached answers and concurrency slots are not; auth
                 // failures are told when they happen (auth_result).
                 if !matches!(class, Class::Cached | Class::Same(_) | Class::Slot) && !auth_fail {
@@ -512,6 +544,16 @@ impl RateSession {
                 slot: None,
                 replayed: false,
             });
+        }
+        if let Some(keys) = guard.take() {
+            if folds_restricted(&evals) {
+                guard = Some(keys);
+            } else {
+                if let Some(v) = self.check_restricted(&model, facts, &keys, now_us).await {
+                    return v;
+                }
+                self.tell_evaluated(&evals, now_us);
+            }
         }
         if evals.is_empty() {
             return Verdict::Continue;
@@ -613,7 +655,17 @@ impl RateSession {
                 // Someone already refused: strict limits still charge, nothing else does.
                 d.limits.push(sentinel());
             }
-            if let Some(results) = self.decide(&d).await {
+            let results = match guard.take() {
+                Some(keys) => match self.decide_guarded(&keys, &d, &model, facts, now_us).await {
+                    Ok(r) => {
+                        self.tell_evaluated(&evals, now_us);
+                        r
+                    }
+                    Err(v) => return v,
+                },
+                None => self.decide(&d).await,
+            };
+            if let Some(results) = results {
                 for (&i, r) in now.iter().zip(&results) {
                     apply_result(&mut evals[i].outcome, r);
                 }
@@ -760,6 +812,9 @@ impl RateSession {
                 )
             {
                 // while_restricted = "hold": the message that tripped it is held too.
+                self.inner
+                    .evidence
+                    .note(&evidence_key(facts), Fact::Held, now_us);
                 return Verdict::Hold(super::HoldOrder {
                     limit: r.limit.clone(),
                     key: r.key.clone(),
@@ -782,6 +837,11 @@ impl RateSession {
                 },
                 _ => super::TakenAnswer::Hold,
             };
+            if restricts && !matches!(answer, super::TakenAnswer::Reroute) {
+                self.inner
+                    .evidence
+                    .note(&evidence_key(facts), Fact::Held, now_us);
+            }
             return Verdict::Hold(super::HoldOrder {
                 limit: s.def.name.clone(),
                 key: s.key_text.clone(),
@@ -828,61 +888,104 @@ impl RateSession {
         self.inner.evidence.note(&evidence_key(facts), fact, now_us);
     }
 
-    /// The restricted answer when a key of this session is restricted; the store's failure
-    /// mode when the set cannot be read.
+    /// The restricted answer when one of `keys` (the session's candidates) is restricted;
+    /// the store's failure mode when the set cannot be read.
     async fn check_restricted(
         &self,
         model: &PolicyModel,
         facts: &Facts,
+        keys: &[String],
         now_us: i64,
     ) -> Option<Verdict> {
-        let keys = restrict_candidates(model, facts);
-        if keys.is_empty() {
-            return None;
-        }
-        match self.inner.store.restricted(&keys).await {
+        match self.inner.store.restricted(keys).await {
             Ok(None) => None,
-            Ok(Some(r)) => {
-                self.inner.metrics.restriction("refused");
-                if model.restricts() {
-                    self.inner
-                        .evidence
-                        .note(&evidence_key(facts), Fact::Refused, now_us);
-                }
-                let def = model.limits.iter().find(|d| d.name == r.limit);
-                let holds = def.is_some_and(|d| d.restrict.as_ref().is_some_and(|x| x.hold));
-                info!(
-                    key = %r.key,
-                    limit = %r.limit,
-                    client = %facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
-                    user = facts.user.as_deref().unwrap_or(""),
-                    while_restricted = if holds { "hold" } else { "defer" },
-                    "restricted key refused"
-                );
-                if holds {
-                    // while_restricted = "hold": the message is taken and held, not refused.
-                    return Some(Verdict::Hold(super::HoldOrder {
-                        limit: r.limit.clone(),
-                        key: r.key.clone(),
-                        answer: super::TakenAnswer::Hold,
-                    }));
-                }
-                Some(Verdict::Reply(action::restricted_reply(
-                    def,
-                    &r,
-                    facts,
-                    &model.hostname,
-                )))
-            }
-            Err(e) => {
-                warn!(error = %e, "restricted set unavailable; failing closed");
-                let host = &model.hostname;
-                Some(Verdict::Reply(Reply::new(
-                    451,
-                    format!("4.3.0 {host} Rate limit service unavailable, try again later"),
-                )))
-            }
+            Ok(Some(r)) => Some(self.restricted_verdict(model, facts, r, now_us)),
+            Err(e) => Some(unreadable_verdict(model, &e)),
         }
+    }
+
+    /// The MAIL stage's decision guarded by the restricted set (see
+    /// [`Store::decide_unless_restricted`]): `Err` with the answer when a key is restricted
+    /// or the set cannot be read; else the decision's results as [`RateSession::decide`].
+    async fn decide_guarded(
+        &self,
+        keys: &[String],
+        d: &Decision,
+        model: &PolicyModel,
+        facts: &Facts,
+        now_us: i64,
+    ) -> Result<Option<Vec<LimitResult>>, Verdict> {
+        match self.inner.store.decide_unless_restricted(keys, d).await {
+            Ok(Guarded::Decided(r)) => Ok(Some(r.limits)),
+            Ok(Guarded::Restricted(r)) => Err(self.restricted_verdict(model, facts, r, now_us)),
+            Err(StoreError::Invalid(e)) => {
+                // As for any decision: fail open, visibly; the set is still checked.
+                warn!(error = %e, "rate limit store failed; letting the event through");
+                match self.check_restricted(model, facts, keys, now_us).await {
+                    Some(v) => Err(v),
+                    None => Ok(None),
+                }
+            }
+            Err(e) => Err(unreadable_verdict(model, &e)),
+        }
+    }
+
+    /// Tells the observer of the evaluations of a check (once the restricted set let it on).
+    fn tell_evaluated(&self, evals: &[Eval<'_>], now_us: i64) {
+        let Some(o) = self.inner.observer.get() else {
+            return;
+        };
+        for e in evals {
+            let Some(req) = &e.req else { continue };
+            if matches!(e.class, Class::Cached | Class::Same(_) | Class::Slot)
+                || e.def.counted == Counted::AuthFailures
+            {
+                continue;
+            }
+            o.evaluated(&Evaluated {
+                def: e.def,
+                key: &e.key_text,
+                count: req.count,
+                unique: req.unique.as_deref(),
+                own_limit: e.outcome.from_list.then_some(e.outcome.limit),
+                time_us: now_us,
+            });
+        }
+    }
+
+    /// The answer to a MAIL FROM of a restricted key: the restricted reply, or the message
+    /// taken to be held (`while_restricted = "hold"`).
+    fn restricted_verdict(
+        &self,
+        model: &PolicyModel,
+        facts: &Facts,
+        r: Restriction,
+        now_us: i64,
+    ) -> Verdict {
+        self.inner.metrics.restriction("refused");
+        let def = model.limits.iter().find(|d| d.name == r.limit);
+        let holds = def.is_some_and(|d| d.restrict.as_ref().is_some_and(|x| x.hold));
+        if model.restricts() {
+            let fact = if holds { Fact::Held } else { Fact::Refused };
+            self.inner.evidence.note(&evidence_key(facts), fact, now_us);
+        }
+        info!(
+            key = %r.key,
+            limit = %r.limit,
+            client = %facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
+            user = facts.user.as_deref().unwrap_or(""),
+            while_restricted = if holds { "hold" } else { "defer" },
+            "restricted key refused"
+        );
+        if holds {
+            // while_restricted = "hold": the message is taken and held, not refused.
+            return Verdict::Hold(super::HoldOrder {
+                limit: r.limit.clone(),
+                key: r.key.clone(),
+                answer: super::TakenAnswer::Hold,
+            });
+        }
+        Verdict::Reply(action::restricted_reply(def, &r, facts, &model.hostname))
     }
 
     /// Puts the key of an over `restrict` limit in the restricted set; tells the log, the
@@ -931,8 +1034,15 @@ impl RateSession {
             reason: reason.clone(),
             evidence: self.inner.evidence.of(&[key.as_str(), ekey.as_str()]),
         };
-        match self.inner.store.restrict(r, rdef.duration.micros()).await {
-            Ok(r) => {
+        match self
+            .inner
+            .store
+            .restrict_once(r, rdef.duration.micros())
+            .await
+        {
+            // Another session restricted the key meanwhile: it told of it.
+            Ok((r, false)) => Some(r),
+            Ok((r, true)) => {
                 // The restriction takes over from the limit's record of the key: when it
                 // ends (by time or release) the key starts afresh instead of being
                 // restricted again by the rate that restricted it.
@@ -957,12 +1067,29 @@ impl RateSession {
                         &model.hostname,
                     ));
                 }
+                self.notify_user(e.def, &r, facts, &model.hostname);
                 Some(r)
             }
             Err(err) => {
                 warn!(error = %err, key = %key, limit = %e.def.name,
                     "restrict: the store could not record the restriction");
                 None
+            }
+        }
+    }
+
+    /// Hands the `notify_user` mail of a new restriction to the notifier (never blocks).
+    fn notify_user(&self, def: &LimitDef, r: &Restriction, facts: &Facts, hostname: &str) {
+        let date = now_micros().div_euclid(1_000_000);
+        match super::notice::user_notice(def, r, facts, hostname, date) {
+            Ok(None) => {}
+            Ok(Some(n)) => match self.inner.notifier.get() {
+                Some(sender) => sender.notify(n),
+                None => warn!(key = %r.key, "notify_user: no way to send mail here; not told"),
+            },
+            Err(err) => {
+                self.inner.metrics.restriction("user_notice_failed");
+                warn!(key = %r.key, limit = %def.name, error = %err, "notify_user: not sent");
             }
         }
     }
@@ -1119,6 +1246,28 @@ impl RateSession {
         self.cache.reset_message();
         Verdict::Continue
     }
+}
+
+/// Whether the MAIL stage's restricted-set check can ride on its storing decision: there is
+/// one, and no store call comes before it (no replay, no dry run).
+fn folds_restricted(evals: &[Eval<'_>]) -> bool {
+    evals
+        .iter()
+        .any(|e| matches!(e.class, Class::Now | Class::Reserve | Class::BucketNow))
+        && !evals
+            .iter()
+            .any(|e| matches!(e.class, Class::Replay | Class::DryRun))
+}
+
+/// The answer when the restricted set cannot be read and the store's failure mode is
+/// closed: 451 4.3.0.
+fn unreadable_verdict(model: &PolicyModel, e: &StoreError) -> Verdict {
+    warn!(error = %e, "restricted set unavailable; failing closed");
+    let host = &model.hostname;
+    Verdict::Reply(Reply::new(
+        451,
+        format!("4.3.0 {host} Rate limit service unavailable, try again later"),
+    ))
 }
 
 /// The key evidence is noted under: the authenticated user, else the client address.

@@ -1,6 +1,6 @@
 //! What a node saw of a key recently, for the notice and listing of a restriction: client
 //! addresses, recipient domains, Subjects of the last messages, counts of messages,
-//! recipients and refusals.
+//! recipients, refusals and held messages.
 //!
 //! Bounded per node: at most [`MAX_KEYS`] keys (the least recently seen is forgotten first),
 //! [`MAX_ITEMS`] addresses and domains and [`MAX_SUBJECTS`] Subjects (each at most
@@ -30,6 +30,7 @@ struct Ring {
     messages: u64,
     recipients: u64,
     refusals: u64,
+    held: u64,
     first_us: i64,
     last_us: i64,
 }
@@ -52,6 +53,8 @@ pub enum Fact<'a> {
     Subject(&'a str),
     /// A refusal by floodgate.
     Refused,
+    /// A message floodgate took to hold instead of relaying.
+    Held,
 }
 
 /// The per-node ring of recent facts per key.
@@ -115,18 +118,19 @@ impl Evidence {
                 r.subjects.push_back(s);
             }
             Fact::Refused => r.refusals += 1,
+            Fact::Held => r.held += 1,
         }
     }
 
     /// The evidence about the first of `keys` this node has seen, as JSON: `client_ips`
     /// (most recent last), `top_recipient_domains` (`[domain, count]`, most first, at most
     /// 5), `subjects` (the last ones, most recent last), `messages`, `recipients`,
-    /// `refusals`, `since` (RFC 3339).
+    /// `refusals`, `held` (messages taken to hold), `since` (RFC 3339).
     pub fn of(&self, keys: &[&str]) -> serde_json::Value {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         let Some(r) = keys.iter().find_map(|k| map.get(*k)) else {
             return json!({"client_ips": [], "top_recipient_domains": [], "subjects": [], "messages": 0,
-                "recipients": 0, "refusals": 0, "since": null});
+                "recipients": 0, "refusals": 0, "held": 0, "since": null});
         };
         let mut counts: HashMap<&str, u64> = HashMap::new();
         for d in &r.domains {
@@ -142,8 +146,26 @@ impl Evidence {
             "messages": r.messages,
             "recipients": r.recipients,
             "refusals": r.refusals,
+            "held": r.held,
             "since": crate::report::time::rfc3339(r.first_us),
         })
+    }
+
+    /// Brings the `held` count of `stored` (a restriction's evidence) up to this node's
+    /// count for the first of `keys` it knows, when that is higher: a release notice carries
+    /// the restriction's evidence with the messages held since.
+    pub fn update_held(&self, stored: &mut serde_json::Value, keys: &[&str]) {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(r) = keys.iter().find_map(|k| map.get(*k)) else {
+            return;
+        };
+        let was = stored
+            .get("held")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        if let Some(obj) = stored.as_object_mut() {
+            obj.insert("held".into(), json!(was.max(r.held)));
+        }
     }
 
     /// How many keys are remembered.
@@ -171,6 +193,8 @@ mod tests {
         }
         e.note("alice", Fact::Recipient("x@other.net"), 101);
         e.note("alice", Fact::Refused, 102);
+        e.note("alice", Fact::Held, 102);
+        e.note("alice", Fact::Held, 102);
         for i in 0..7 {
             e.note(
                 "alice",
@@ -182,6 +206,7 @@ mod tests {
         assert_eq!(v["messages"], 100);
         assert_eq!(v["recipients"], 101);
         assert_eq!(v["refusals"], 1);
+        assert_eq!(v["held"], 2);
         let subjects = v["subjects"].as_array().unwrap();
         assert_eq!(subjects.len(), MAX_SUBJECTS);
         assert!(subjects[0].as_str().unwrap().starts_with("s2x"));
@@ -197,5 +222,13 @@ mod tests {
         }
         assert_eq!(e.len(), MAX_KEYS);
         assert_eq!(e.of(&["zzz"])["messages"], 0);
+        assert_eq!(e.of(&["zzz"])["held"], 0);
+        let mut stored = json!({"messages": 7, "held": 1});
+        e.update_held(&mut stored, &["zzz"]);
+        assert_eq!(stored, json!({"messages": 7, "held": 1}));
+        e.note("k10", Fact::Held, 2_000);
+        e.note("k10", Fact::Held, 2_000);
+        e.update_held(&mut stored, &["zzz", "k10"]);
+        assert_eq!(stored, json!({"messages": 7, "held": 2}));
     }
 }

@@ -257,6 +257,8 @@ pub struct RestrictDef {
     /// `while_restricted = "hold"`: a restricted key's messages are taken and held in the
     /// hold spool instead of refused at MAIL FROM.
     pub hold: bool,
+    /// `notify_user`: the address (a template) told of each restriction by a short mail.
+    pub notify: Option<Template>,
 }
 
 impl Default for RestrictDef {
@@ -267,6 +269,7 @@ impl Default for RestrictDef {
             code: DEFAULT_RESTRICTED_CODE,
             message: None,
             hold: false,
+            notify: None,
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::hold::{HeldMessage, Spool, SpoolError};
 use crate::policy::{HoldOrder, Stage, TakenAnswer};
 use crate::smtp::command::Command;
 use crate::smtp::reply::Reply;
+use crate::smtp::xclient::{ClientName, TEMPUNAVAIL};
 
 use super::data::Spooled;
 use super::session::{Flow, Session};
@@ -133,13 +134,14 @@ impl Session {
 
     /// The transaction's message as floodgate takes it (held, paced or rerouted): its
     /// envelope, the client it came from, and the octets as they would be relayed.
-    pub(super) fn taken_message(
+    pub(super) async fn taken_message(
         &mut self,
         msg: &Spooled,
         order: &HoldOrder,
         received: Option<&[u8]>,
     ) -> HeldMessage {
         let body = self.relayed_octets(msg, received);
+        let names = self.client_names().await;
         HeldMessage {
             id: new_id(),
             key: order.key.clone(),
@@ -151,6 +153,8 @@ impl Session {
             time: now_secs(),
             client: self.peer,
             local: self.local,
+            name: kept_name(&names.name),
+            reverse_name: kept_name(&names.reverse),
             user: self.facts.user.clone(),
             helo: self.facts.helo.clone(),
             proto: if self.ehlo { "ESMTP" } else { "SMTP" }.into(),
@@ -177,7 +181,7 @@ impl Session {
     }
 
     /// Writes the message to the hold spool and answers the client: 250 once it is on
-    /// disk, 452 4.3.1 when the spool is full, 451 4.3.0 when it cannot be written (the
+    /// disk, 451 4.3.1 when the spool is full, 451 4.3.0 when it cannot be written (the
     /// client keeps the message and retries). Upstream's transaction is reset either way.
     pub(super) async fn hold_message(
         &mut self,
@@ -189,7 +193,7 @@ impl Session {
         let Some(spool) = self.shared.hold.clone() else {
             return Err(UpstreamError::Protocol("no hold spool".into()));
         };
-        let held = self.taken_message(msg, &order, received);
+        let held = self.taken_message(msg, &order, received).await;
         let paced = match &order.answer {
             TakenAnswer::Pace(rate) => Some(Paced {
                 id: held.id.clone(),
@@ -267,7 +271,7 @@ impl Session {
                 let host = &self.shared.config.server.hostname;
                 let reply = match e {
                     SpoolError::Full(_) => Reply::new(
-                        452,
+                        451,
                         format!("4.3.1 {host} Insufficient system storage, try again later"),
                     ),
                     _ => Reply::new(
@@ -281,6 +285,15 @@ impl Session {
                 Ok(Flow::Next)
             }
         }
+    }
+}
+
+/// A client name as the held file keeps it: the name, `[TEMPUNAVAIL]`, or nothing.
+fn kept_name(n: &ClientName) -> Option<String> {
+    match n {
+        ClientName::Known(n) => Some(n.clone()),
+        ClientName::TempUnavailable => Some(TEMPUNAVAIL.into()),
+        ClientName::Unavailable => None,
     }
 }
 

@@ -11,6 +11,7 @@ mod deadline;
 mod hold;
 pub mod identity;
 pub mod names;
+pub mod notify;
 pub mod release;
 mod reroute;
 pub mod session;

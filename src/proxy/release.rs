@@ -6,7 +6,7 @@ use crate::config::ClientIdentity;
 use crate::hold::HeldMessage;
 use crate::smtp::data::encode_data;
 use crate::smtp::reply::Reply;
-use crate::smtp::xclient::{ClientName, XclientAttrs};
+use crate::smtp::xclient::{ClientName, XclientAttrs, TEMPUNAVAIL};
 
 use super::identity::quote_reply;
 use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
@@ -66,7 +66,17 @@ pub fn trace_header(id: &str, by: &ReleaseBy) -> Vec<u8> {
     .into_bytes()
 }
 
-fn refused(step: &str, r: &Reply) -> ReleaseError {
+/// A client name as the held file keeps it (see [`HeldMessage::name`]), for XCLIENT.
+pub fn client_name(kept: Option<&str>) -> ClientName {
+    match kept {
+        None | Some("") => ClientName::Unavailable,
+        Some(TEMPUNAVAIL) => ClientName::TempUnavailable,
+        Some(n) => ClientName::Known(n.to_string()),
+    }
+}
+
+/// The refusal of `step` by upstream's reply `r`.
+pub(super) fn refused(step: &str, r: &Reply) -> ReleaseError {
     ReleaseError::Refused {
         step: step.to_string(),
         reply: quote_reply(r),
@@ -112,12 +122,13 @@ async fn transaction(
     trace: &[u8],
 ) -> Result<Reply, ReleaseError> {
     if settings.identity() == ClientIdentity::Xclient {
-        let none = ClientName::Unavailable;
+        let name = client_name(m.name.as_deref());
+        let reverse = client_name(m.reverse_name.as_deref());
         let attrs = XclientAttrs {
             addr: m.client.ip(),
             port: m.client.port(),
-            name: &none,
-            reverse_name: &none,
+            name: &name,
+            reverse_name: &reverse,
             helo: m.helo.as_deref(),
             proto: &m.proto,
             dest: m.local,
@@ -188,6 +199,20 @@ mod tests {
         assert_eq!(
             h,
             "X-Floodgate-Rerouted: limit=\"high__Bcc: x__y_\"; at=Thu, 01 Jan 1970 00:00:00 +0000\r\n"
+        );
+    }
+
+    #[test]
+    fn kept_names_read_back() {
+        assert_eq!(client_name(None), ClientName::Unavailable);
+        assert_eq!(client_name(Some("")), ClientName::Unavailable);
+        assert_eq!(
+            client_name(Some("[TEMPUNAVAIL]")),
+            ClientName::TempUnavailable
+        );
+        assert_eq!(
+            client_name(Some("mx.example.org")),
+            ClientName::Known("mx.example.org".into())
         );
     }
 

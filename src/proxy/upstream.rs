@@ -137,6 +137,11 @@ impl UpstreamSettings {
     pub fn identity(&self) -> ClientIdentity {
         self.identity
     }
+
+    /// The name floodgate gives in its own EHLO.
+    pub fn helo_name(&self) -> &str {
+        &self.helo_name
+    }
 }
 
 /// The longest floodgate waits for upstream's 221 (and TLS close) when leaving.
@@ -164,13 +169,38 @@ impl Upstream {
         client: SocketAddr,
         local: Option<SocketAddr>,
     ) -> Result<(Upstream, Reply), UpstreamError> {
+        Upstream::open(settings, Some((client, local))).await
+    }
+
+    /// Connects as [`Upstream::connect`] for mail floodgate sends on its own behalf (the
+    /// notices of `notify_user`): with `client_identity = "proxy-v2"` the header names this
+    /// connection's own endpoints (floodgate is the client); XCLIENT is for the caller to
+    /// send or not.
+    pub async fn connect_own(
+        settings: &UpstreamSettings,
+    ) -> Result<(Upstream, Reply), UpstreamError> {
+        Upstream::open(settings, None).await
+    }
+
+    async fn open(
+        settings: &UpstreamSettings,
+        client: Option<(SocketAddr, Option<SocketAddr>)>,
+    ) -> Result<(Upstream, Reply), UpstreamError> {
         let tcp = timeout(settings.connect_timeout, connect_tcp(&settings.address))
             .await
             .map_err(|_| UpstreamError::Timeout("connecting"))??;
         let _ = tcp.set_nodelay(true);
+        // The PROXY header's source and destination: the client's, or this connection's.
+        let (source, destination) = match client {
+            Some((c, l)) => (c, l.unwrap_or(c)),
+            None => (
+                tcp.local_addr().map_err(UpstreamError::Lost)?,
+                tcp.peer_addr().map_err(UpstreamError::Lost)?,
+            ),
+        };
         let mut stream = Stream::Plain(tcp);
         if settings.identity == ClientIdentity::ProxyV2 {
-            let header = encode_proxy_v2(client, local.unwrap_or(client));
+            let header = encode_proxy_v2(source, destination);
             stream
                 .write_all(&header)
                 .await

@@ -428,13 +428,26 @@ impl Store for MemoryStore {
     }
 
     fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<super::Restriction>> {
-        let now = super::now_micros();
-        let r = self.restricted.remove(key).filter(|r| !r.expired(now));
+        let r = self.restricted.remove_in_force(key, super::now_micros());
         Box::pin(std::future::ready(Ok(r)))
     }
 
     fn restrictions(&self) -> StoreFuture<'_, Vec<super::Restriction>> {
         let v = self.restricted.list(super::now_micros());
+        Box::pin(std::future::ready(Ok(v)))
+    }
+
+    fn restrict_once<'a>(
+        &'a self,
+        r: super::Restriction,
+        dur: Option<i64>,
+    ) -> StoreFuture<'a, (super::Restriction, bool)> {
+        let r = self.restricted.insert_once(r, dur, super::now_micros());
+        Box::pin(std::future::ready(Ok(r)))
+    }
+
+    fn expire_restrictions(&self) -> StoreFuture<'_, Vec<super::Restriction>> {
+        let v = self.restricted.purge(super::now_micros());
         Box::pin(std::future::ready(Ok(v)))
     }
 }

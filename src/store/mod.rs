@@ -269,6 +269,49 @@ pub trait Store: Send + Sync {
     fn restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
         Box::pin(std::future::ready(Ok(Vec::new())))
     }
+
+    /// Restricts `r.key` as [`Store::restrict`] does, unless a restriction of the key is in
+    /// force: answers the restriction in force and whether this call made it (so that of
+    /// two sessions restricting one key at once, one tells of it).
+    fn restrict_once<'a>(
+        &'a self,
+        r: Restriction,
+        dur: Option<i64>,
+    ) -> StoreFuture<'a, (Restriction, bool)> {
+        Box::pin(async move { self.restrict(r, dur).await.map(|r| (r, true)) })
+    }
+
+    /// Checks `keys` against the restricted set and, only when none is restricted, applies
+    /// `decision`: the MAIL FROM check and the MAIL stage's limits in one step (Redis: one
+    /// round trip). A failure to read the set is an error, as for [`Store::restricted`].
+    fn decide_unless_restricted<'a>(
+        &'a self,
+        keys: &'a [String],
+        decision: &'a Decision,
+    ) -> StoreFuture<'a, Guarded> {
+        Box::pin(async move {
+            if let Some(r) = self.restricted(keys).await? {
+                return Ok(Guarded::Restricted(r));
+            }
+            self.decide(decision).await.map(Guarded::Decided)
+        })
+    }
+
+    /// Removes every restriction whose time is over and answers them. Each expired
+    /// restriction is answered once, to one caller, however many nodes share the set: the
+    /// caller tells of its release.
+    fn expire_restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+}
+
+/// What [`Store::decide_unless_restricted`] answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Guarded {
+    /// A key is restricted: this restriction; the decision was not applied.
+    Restricted(Restriction),
+    /// No key is restricted: the decision's answer.
+    Decided(DecisionResult),
 }
 
 /// Microseconds since the Unix epoch from the system clock (gettimeofday-like).

@@ -105,28 +105,16 @@ pub struct RestrictedSet {
 
 impl RestrictedSet {
     /// The restriction in force on the first of `keys` that has one at `now_us`. Expired
-    /// entries are dropped as they are found.
+    /// entries are skipped (and left for [`RestrictedSet::purge`], which answers them).
     pub fn check(&self, keys: &[String], now_us: i64) -> Option<Restriction> {
         if self.len.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let mut expired = false;
-        {
-            let map = self.map.read().unwrap_or_else(|e| e.into_inner());
-            for k in keys {
-                if let Some(r) = map.get(k.as_str()) {
-                    if r.expired(now_us) {
-                        expired = true;
-                    } else {
-                        return Some(r.clone());
-                    }
-                }
-            }
-        }
-        if expired {
-            self.purge(now_us);
-        }
-        None
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        keys.iter()
+            .filter_map(|k| map.get(k.as_str()))
+            .find(|r| !r.expired(now_us))
+            .cloned()
     }
 
     /// Adds (or replaces) `r`, stamping `since_us` with `now_us` and `until_us` from `dur`.
@@ -137,6 +125,25 @@ impl RestrictedSet {
         map.insert(r.key.clone(), r.clone());
         self.len.store(map.len(), Ordering::Release);
         r
+    }
+
+    /// As [`RestrictedSet::insert`] unless a restriction of the key is in force at `now_us`:
+    /// answers the restriction in force and whether this call made it.
+    pub fn insert_once(
+        &self,
+        mut r: Restriction,
+        dur: Option<i64>,
+        now_us: i64,
+    ) -> (Restriction, bool) {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = map.get(&r.key).filter(|o| !o.expired(now_us)) {
+            return (old.clone(), false);
+        }
+        r.since_us = now_us;
+        r.until_us = dur.map(|d| now_us.saturating_add(d));
+        map.insert(r.key.clone(), r.clone());
+        self.len.store(map.len(), Ordering::Release);
+        (r, true)
     }
 
     /// Puts back a restriction as it was (snapshot loading).
@@ -154,19 +161,39 @@ impl RestrictedSet {
         r
     }
 
-    /// Drops every restriction over at `now_us`; returns them.
+    /// Removes the restriction of `key` if it is in force at `now_us` (an expired one is
+    /// left for [`RestrictedSet::purge`]).
+    pub fn remove_in_force(&self, key: &str, now_us: i64) -> Option<Restriction> {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        if map.get(key).is_none_or(|r| r.expired(now_us)) {
+            return None;
+        }
+        let r = map.remove(key);
+        self.len.store(map.len(), Ordering::Release);
+        r
+    }
+
+    /// Removes every restriction over at `now_us` and returns them (each once: the caller
+    /// tells of their release).
     pub fn purge(&self, now_us: i64) -> Vec<Restriction> {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        {
+            let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+            if !map.values().any(|r| r.expired(now_us)) {
+                return Vec::new();
+            }
+        }
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
         let gone: Vec<String> = map
             .values()
             .filter(|r| r.expired(now_us))
             .map(|r| r.key.clone())
             .collect();
-        let out: Vec<Restriction> = gone.iter().filter_map(|k| map.remove(k)).collect();
+        let mut out: Vec<Restriction> = gone.iter().filter_map(|k| map.remove(k)).collect();
         self.len.store(map.len(), Ordering::Release);
-        for r in &out {
-            tracing::info!(key = %r.key, limit = %r.limit, by = "expiry", "key released");
-        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
         out
     }
 
@@ -246,9 +273,30 @@ mod tests {
         assert_eq!(s.check(&["a".into()], 500).unwrap().until_us, Some(1_010));
         assert!(s.check(&["a".into()], 1_010).is_none());
         assert_eq!(s.list(2_000).len(), 1);
-        assert!(s.remove("b").is_some());
+        // Over but not yet swept: no release takes it, the sweep answers it once.
+        assert!(s.remove_in_force("a", 2_000).is_none());
+        let gone = s.purge(2_000);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].key, "a");
+        assert!(s.purge(2_000).is_empty());
+        assert!(s.remove_in_force("b", 2_000).is_some());
         assert!(s.remove("b").is_none());
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn insert_once_keeps_the_restriction_in_force() {
+        let s = RestrictedSet::default();
+        let (a, made) = s.insert_once(r("a"), Some(100), 10);
+        assert!(made);
+        assert_eq!(a.until_us, Some(110));
+        let (again, made) = s.insert_once(r("a"), None, 50);
+        assert!(!made);
+        assert_eq!(again, a);
+        // Once over, a new restriction replaces it.
+        let (b, made) = s.insert_once(r("a"), None, 200);
+        assert!(made);
+        assert_eq!((b.since_us, b.until_us), (200, None));
     }
 
     #[test]

@@ -254,6 +254,7 @@ mod floodgate;
 pub mod postfix;
 mod raw;
 mod recorder;
+pub mod restrict;
 
 pub use floodgate::*;
 pub use raw::*;

@@ -11,7 +11,9 @@
 //! outage starts clean). Every switch is logged and counted.
 
 use super::RedisStore;
-use crate::store::{Decision, DecisionResult, MemoryStore, Record, Store, StoreError, StoreFuture};
+use crate::store::{
+    Decision, DecisionResult, Guarded, MemoryStore, Record, Store, StoreError, StoreFuture,
+};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -289,6 +291,19 @@ impl FailoverStore {
         }
     }
 
+    /// The restricted set could not be read: the store's failure mode decides, as for a
+    /// limit: closed refuses (the error, answered 451), open and local let the event
+    /// through (there is no local copy of the set). Logged either way.
+    fn unreadable(&self, e: StoreError) -> Result<(), StoreError> {
+        let mode = self.policy.default;
+        tracing::warn!(error = %e, failure_mode = mode.as_str(), "restricted set not readable");
+        if mode == FailureMode::Closed {
+            Err(e)
+        } else {
+            Ok(())
+        }
+    }
+
     fn fallback_local(
         &self,
         now_us: Option<i64>,
@@ -324,20 +339,51 @@ impl Store for FailoverStore {
         Box::pin(async move {
             match self.redis.restricted_keys(keys).await {
                 Ok(r) => Ok(r),
-                Err(e) => {
-                    // The store's failure mode decides, as for a limit: closed refuses
-                    // (451), open and local let the event through (no local copy of the set).
-                    let mode = self.policy.default;
-                    tracing::warn!(error = %e, failure_mode = mode.as_str(),
-                        "restricted set not readable");
-                    if mode == FailureMode::Closed {
-                        Err(e)
-                    } else {
-                        Ok(None)
+                Err(e) => self.unreadable(e).map(|()| None),
+            }
+        })
+    }
+
+    fn decide_unless_restricted<'a>(
+        &'a self,
+        keys: &'a [String],
+        decision: &'a Decision,
+    ) -> StoreFuture<'a, Guarded> {
+        Box::pin(async move {
+            let Some(probe) = self.try_redis() else {
+                // Redis is down and this is no probe: the failure mode answers for the set,
+                // the fallback for the limits.
+                self.unreadable(StoreError::Unavailable("Redis is down".into()))?;
+                return self.fallback_local(None, decision).map(Guarded::Decided);
+            };
+            match self.redis.decide_guarded(keys, decision).await {
+                Ok(g) => {
+                    self.redis_decisions.fetch_add(1, Ordering::Relaxed);
+                    if probe.is_some() {
+                        self.came_back();
                     }
+                    Ok(g)
+                }
+                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
+                Err(e) => {
+                    self.went_down(&e);
+                    self.unreadable(e)?;
+                    self.fallback_local(None, decision).map(Guarded::Decided)
                 }
             }
         })
+    }
+
+    fn restrict_once<'a>(
+        &'a self,
+        r: crate::store::Restriction,
+        dur: Option<i64>,
+    ) -> StoreFuture<'a, (crate::store::Restriction, bool)> {
+        Box::pin(async move { self.redis.restrict_key_once(&r, dur).await })
+    }
+
+    fn expire_restrictions(&self) -> StoreFuture<'_, Vec<crate::store::Restriction>> {
+        Box::pin(self.redis.sweep_restrictions())
     }
 
     fn restrict<'a>(

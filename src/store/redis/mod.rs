@@ -47,6 +47,7 @@ use redis::Script;
 use redis::{ErrorKind, ServerErrorKind, Value};
 use std::time::Duration;
 
+/// The decision script (also the body of the guarded decision, see `restrict`).
 const DECIDE_LUA: &str = include_str!("decide.lua");
 
 /// Reads every record of one key: four records, then the set's type and content.
@@ -227,10 +228,21 @@ impl RedisStore {
             return Ok(DecisionResult::default());
         }
         let enc = encode(&self.namer, decision, now_us, self.options.idle_ttl)?;
+        match self.eval(&self.decide, &enc).await? {
+            Value::BulkString(b) => decode(decision, &b),
+            other => Err(StoreError::Unavailable(format!(
+                "unexpected reply from the decision script: {other:?}"
+            ))),
+        }
+    }
+
+    /// Runs `script` (`EVALSHA`, loaded on `NOSCRIPT`) on encoded keys and arguments, under
+    /// the per-decision timeout.
+    async fn eval(&self, script: &Script, enc: &encode::Encoded) -> Result<Value, StoreError> {
         // The command is built once, straight from the encoded parts
         // (ScriptInvocation would copy every key and argument twice).
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.decide.get_hash()).arg(enc.keys.len());
+        cmd.arg(script.get_hash()).arg(enc.keys.len());
         for k in &enc.keys {
             cmd.arg(k.as_str());
         }
@@ -239,10 +251,10 @@ impl RedisStore {
         }
         self.timed(async {
             let mut conn = self.conn().await?;
-            let reply = match cmd.query_async::<Value>(&mut conn).await {
+            match cmd.query_async::<Value>(&mut conn).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                     // First use on this server (or after SCRIPT FLUSH / a restart).
-                    self.decide
+                    script
                         .load_async(&mut conn)
                         .await
                         .map_err(|e| unavailable(&e))?;
@@ -250,13 +262,7 @@ impl RedisStore {
                 }
                 other => other,
             }
-            .map_err(|e| unavailable(&e))?;
-            match reply {
-                Value::BulkString(b) => decode(decision, &b),
-                other => Err(StoreError::Unavailable(format!(
-                    "unexpected reply from the decision script: {other:?}"
-                ))),
-            }
+            .map_err(|e| unavailable(&e))
         })
         .await
     }
@@ -424,5 +430,25 @@ impl Store for RedisStore {
 
     fn restrictions(&self) -> StoreFuture<'_, Vec<super::Restriction>> {
         Box::pin(self.restriction_list())
+    }
+
+    fn decide_unless_restricted<'a>(
+        &'a self,
+        keys: &'a [String],
+        decision: &'a Decision,
+    ) -> StoreFuture<'a, super::Guarded> {
+        Box::pin(self.decide_guarded(keys, decision))
+    }
+
+    fn restrict_once<'a>(
+        &'a self,
+        r: super::Restriction,
+        dur: Option<i64>,
+    ) -> StoreFuture<'a, (super::Restriction, bool)> {
+        Box::pin(async move { self.restrict_key_once(&r, dur).await })
+    }
+
+    fn expire_restrictions(&self) -> StoreFuture<'_, Vec<super::Restriction>> {
+        Box::pin(self.sweep_restrictions())
     }
 }

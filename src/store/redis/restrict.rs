@@ -1,18 +1,25 @@
 //! The restricted set in Redis: one hash (`<prefix>{tag}:r:restricted`), field the restricted
 //! key, value `{"since_us":…,"until_us":…,"r":RESTRICTION}` (the restriction as JSON, wrapped
-//! as sent so the script never re-encodes it). Times come from the server's clock (`TIME`) so every
-//! node agrees on when a restriction began and ends; an expired entry is deleted by the
-//! first check or listing that finds it.
+//! as sent so the script never re-encodes it), and a sorted set of the timed ones by end time
+//! (`<prefix>{tag}:r:{restricted}until`, same hash slot). Times come from the server's clock
+//! (`TIME`) so every node agrees on when a restriction began and ends. An expired entry no
+//! longer restricts; it stays until a sweep ([`RedisStore::sweep_restrictions`], run by every
+//! node) removes it and answers it to that one node, which tells of the release.
+//!
+//! The check is folded into the MAIL stage's decision when there is one
+//! ([`RedisStore::decide_guarded`]): one script call checks the candidate keys and, only when
+//! none is restricted, applies the decision.
 
 use std::sync::OnceLock;
 
 use redis::Script;
 
 use super::{unavailable, RedisStore};
-use crate::store::{Restriction, StoreError};
+use crate::store::{Decision, Guarded, Restriction, StoreError};
 
-/// Check: ARGV are candidate keys; answers `{restriction or "", entries in the set}`: the
-/// first restriction in force among them, and the set's size (for the empty-set hint).
+/// Check: KEYS[1] the set; ARGV are candidate keys; answers `{restriction or "", entries
+/// in the set}`: the first restriction in force among them, and the set's size (for the
+/// empty-set hint). Expired entries are left for the sweep, which tells of them.
 const CHECK_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -20,9 +27,7 @@ for i = 1, #ARGV do
   local v = redis.call('HGET', KEYS[1], ARGV[i])
   if v then
     local u = cjson.decode(v).until_us
-    if type(u) == 'number' and u <= now then
-      redis.call('HDEL', KEYS[1], ARGV[i])
-    else
+    if not (type(u) == 'number' and u <= now) then
       return {v, redis.call('HLEN', KEYS[1])}
     end
   end
@@ -30,35 +35,74 @@ end
 return {'', redis.call('HLEN', KEYS[1])}
 "#;
 
+/// The guarded decision: the decision script as a function, run only when none of the
+/// candidate keys is restricted. KEYS: the decision's keys, then the set; ARGV: the
+/// decision's arguments, then the candidate keys, then their number. Answers
+/// `{1, restriction, entries}` (nothing applied) or `{0, the decision's reply, entries}`.
+const GUARD_HEAD: &str = "local function decide()\n";
+const GUARD_TAIL: &str = r#"
+end
+local set = KEYS[#KEYS]
+local nk = tonumber(ARGV[#ARGV])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+for i = #ARGV - nk, #ARGV - 1 do
+  local v = redis.call('HGET', set, ARGV[i])
+  if v then
+    local u = cjson.decode(v).until_us
+    if not (type(u) == 'number' and u <= now) then
+      return {1, v, redis.call('HLEN', set)}
+    end
+  end
+end
+return {0, decide(), redis.call('HLEN', set)}
+"#;
+
 /// How long "the set was empty" is believed without asking again (see
 /// [`RedisStore::restrict_hint`]).
 const HINT_US: i64 = 1_000_000;
 
-/// Restrict: ARGV[1] key, ARGV[2] restriction JSON, ARGV[3] duration in µs or "".
-/// Answers the restriction as stored.
+/// Restrict: KEYS[1] the set, KEYS[2] the until index; ARGV[1] key, ARGV[2] restriction
+/// JSON, ARGV[3] duration in µs or "", ARGV[4] "1" to keep a restriction in force instead
+/// of replacing it. Answers `{restriction as stored, 1 if made now}`.
 const RESTRICT_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if ARGV[4] == '1' then
+  local old = redis.call('HGET', KEYS[1], ARGV[1])
+  if old then
+    local u = cjson.decode(old).until_us
+    if not (type(u) == 'number' and u <= now) then return {old, 0} end
+  end
+end
 local u = 'null'
-if ARGV[3] ~= '' then u = string.format('%d', now + tonumber(ARGV[3])) end
+if ARGV[3] ~= '' then
+  local until_us = now + tonumber(ARGV[3])
+  u = string.format('%d', until_us)
+  redis.call('ZADD', KEYS[2], u, ARGV[1])
+else
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
 local v = '{"since_us":' .. string.format('%d', now) .. ',"until_us":' .. u .. ',"r":' .. ARGV[2] .. '}'
 redis.call('HSET', KEYS[1], ARGV[1], v)
-return v
+return {v, 1}
 "#;
 
-/// Release: ARGV[1] key; answers the restriction removed (nil if none in force).
+/// Release: ARGV[1] key; answers the restriction removed (nil if none in force; an
+/// expired one is left for the sweep).
 const RELEASE_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then return false end
-redis.call('HDEL', KEYS[1], ARGV[1])
 local u = cjson.decode(v).until_us
 if type(u) == 'number' and u <= now then return false end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
 return v
 "#;
 
-/// List: every restriction in force (expired ones deleted).
+/// List: every restriction in force.
 const LIST_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -66,14 +110,40 @@ local all = redis.call('HGETALL', KEYS[1])
 local out = {}
 for i = 1, #all, 2 do
   local u = cjson.decode(all[i + 1]).until_us
-  if type(u) == 'number' and u <= now then
-    redis.call('HDEL', KEYS[1], all[i])
-  else
+  if not (type(u) == 'number' and u <= now) then
     out[#out + 1] = all[i + 1]
   end
 end
 return out
 "#;
+
+/// Sweep: removes up to ARGV[1] restrictions whose until has passed (found by the until
+/// index) and answers them. Atomic: each expired restriction is answered to one caller only,
+/// however many nodes sweep.
+const SWEEP_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now),
+  'LIMIT', 0, tonumber(ARGV[1]))
+local out = {}
+for _, k in ipairs(due) do
+  redis.call('ZREM', KEYS[2], k)
+  local v = redis.call('HGET', KEYS[1], k)
+  if v then
+    local u = cjson.decode(v).until_us
+    if type(u) == 'number' and u <= now then
+      redis.call('HDEL', KEYS[1], k)
+      out[#out + 1] = v
+    elseif type(u) == 'number' then
+      redis.call('ZADD', KEYS[2], string.format('%d', u), k)
+    end
+  end
+end
+return out
+"#;
+
+/// Restrictions one sweep ends at most (the next sweep takes the rest).
+const SWEEP_MAX: usize = 1000;
 
 #[derive(serde::Deserialize)]
 struct Stored {
@@ -100,18 +170,37 @@ static CHECK: OnceLock<Script> = OnceLock::new();
 static RESTRICT: OnceLock<Script> = OnceLock::new();
 static RELEASE: OnceLock<Script> = OnceLock::new();
 static LIST: OnceLock<Script> = OnceLock::new();
+static SWEEP: OnceLock<Script> = OnceLock::new();
+static GUARDED: OnceLock<Script> = OnceLock::new();
+
+/// The guarded decision script: the decision script wrapped as a function after the check.
+fn guarded_script() -> &'static Script {
+    GUARDED.get_or_init(|| Script::new(&format!("{GUARD_HEAD}{}{GUARD_TAIL}", super::DECIDE_LUA)))
+}
+
+fn bulk_text(v: &redis::Value) -> Option<String> {
+    match v {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    }
+}
 
 impl RedisStore {
     fn set_name(&self) -> String {
         self.namer.name('r', "restricted")
     }
 
+    /// The index of timed restrictions by end time (same hash slot as the set).
+    fn until_name(&self) -> String {
+        self.namer.name('r', "{restricted}until")
+    }
+
     async fn run(&self, script: &Script, args: &[&str]) -> Result<redis::Value, StoreError> {
-        let name = self.set_name();
+        let keys = [self.set_name(), self.until_name()];
         self.timed(async {
             let mut conn = self.conn().await?;
             let mut inv = script.prepare_invoke();
-            inv.key(&name);
+            inv.key(&keys[0]).key(&keys[1]);
             for a in args {
                 inv.arg(*a);
             }
@@ -142,11 +231,59 @@ impl RedisStore {
             _ => 1,
         };
         self.set_hint(len > 0);
-        match items.first() {
-            Some(redis::Value::BulkString(b)) if !b.is_empty() => {
-                parse(&String::from_utf8_lossy(b)).map(Some)
-            }
+        match items.first().and_then(bulk_text) {
+            Some(t) if !t.is_empty() => parse(&t).map(Some),
             _ => Ok(None),
+        }
+    }
+
+    /// Whether the restricted set and every key of a decision can be named in one script
+    /// call: always on one server; on a cluster only with the global hash tag (one slot).
+    pub fn folds_restricted(&self) -> bool {
+        self.options.connect.nodes.is_empty()
+            || self.options.hash_tag == super::encode::HashTag::Global
+    }
+
+    /// Checks `keys` against the restricted set and, when none is restricted, applies
+    /// `decision`, in one script call (see [`crate::store::Store::decide_unless_restricted`]).
+    /// On a cluster with per-identity hash tags the two are separate calls.
+    pub async fn decide_guarded(
+        &self,
+        keys: &[String],
+        decision: &Decision,
+    ) -> Result<Guarded, StoreError> {
+        if keys.is_empty() || decision.limits.is_empty() || !self.folds_restricted() {
+            if let Some(r) = self.restricted_keys(keys).await? {
+                return Ok(Guarded::Restricted(r));
+            }
+            return self.decide_at(None, decision).await.map(Guarded::Decided);
+        }
+        let mut enc = super::encode::encode(&self.namer, decision, None, self.options.idle_ttl)?;
+        enc.keys.push(self.set_name());
+        for k in keys {
+            enc.args.push(k.as_bytes().to_vec());
+        }
+        enc.args.push(keys.len().to_string().into_bytes());
+        let reply = self.eval(guarded_script(), &enc).await?;
+        let redis::Value::Array(items) = reply else {
+            return Err(StoreError::Unavailable(format!(
+                "unexpected reply from the guarded decision: {reply:?}"
+            )));
+        };
+        if let Some(redis::Value::Int(n)) = items.get(2) {
+            self.set_hint(*n > 0);
+        }
+        match (items.first(), items.get(1)) {
+            (Some(redis::Value::Int(1)), Some(v)) => {
+                let t = bulk_text(v).unwrap_or_default();
+                parse(&t).map(Guarded::Restricted)
+            }
+            (Some(redis::Value::Int(0)), Some(redis::Value::BulkString(b))) => {
+                super::encode::decode(decision, b).map(Guarded::Decided)
+            }
+            _ => Err(StoreError::Unavailable(format!(
+                "unexpected reply from the guarded decision: {items:?}"
+            ))),
         }
     }
 
@@ -169,24 +306,49 @@ impl RedisStore {
             || crate::store::now_micros() - self.restrict_hint_at.load(Relaxed) > HINT_US
     }
 
+    async fn restrict_with(
+        &self,
+        r: &Restriction,
+        dur: Option<i64>,
+        keep: bool,
+    ) -> Result<(Restriction, bool), StoreError> {
+        let json = serde_json::to_string(r).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let d = dur.map(|d| d.to_string()).unwrap_or_default();
+        self.set_hint(true);
+        let keep = if keep { "1" } else { "0" };
+        let reply = self
+            .run(script(&RESTRICT, RESTRICT_LUA), &[&r.key, &json, &d, keep])
+            .await?;
+        match &reply {
+            redis::Value::Array(items) => match (items.first().and_then(bulk_text), items.get(1)) {
+                (Some(t), Some(redis::Value::Int(made))) => Ok((parse(&t)?, *made == 1)),
+                _ => Err(StoreError::Unavailable(format!(
+                    "unexpected reply from the restrict script: {reply:?}"
+                ))),
+            },
+            other => Err(StoreError::Unavailable(format!(
+                "unexpected reply from the restrict script: {other:?}"
+            ))),
+        }
+    }
+
     /// Restricts `r.key` from the server's now for `dur` µs (`None`: until released).
     pub async fn restrict_key(
         &self,
         r: &Restriction,
         dur: Option<i64>,
     ) -> Result<Restriction, StoreError> {
-        let json = serde_json::to_string(r).map_err(|e| StoreError::Invalid(e.to_string()))?;
-        let d = dur.map(|d| d.to_string()).unwrap_or_default();
-        self.set_hint(true);
-        match self
-            .run(script(&RESTRICT, RESTRICT_LUA), &[&r.key, &json, &d])
-            .await?
-        {
-            redis::Value::BulkString(b) => parse(&String::from_utf8_lossy(&b)),
-            other => Err(StoreError::Unavailable(format!(
-                "unexpected reply from the restrict script: {other:?}"
-            ))),
-        }
+        self.restrict_with(r, dur, false).await.map(|(r, _)| r)
+    }
+
+    /// Restricts `r.key` unless a restriction of it is in force; answers the one in force
+    /// and whether this call made it.
+    pub async fn restrict_key_once(
+        &self,
+        r: &Restriction,
+        dur: Option<i64>,
+    ) -> Result<(Restriction, bool), StoreError> {
+        self.restrict_with(r, dur, true).await
     }
 
     /// Ends the restriction of `key`; `None` when it had none in force.
@@ -202,12 +364,32 @@ impl RedisStore {
         let mut out = Vec::new();
         if let redis::Value::Array(items) = self.run(script(&LIST, LIST_LUA), &[]).await? {
             for v in items {
-                if let redis::Value::BulkString(b) = v {
-                    out.push(parse(&String::from_utf8_lossy(&b))?);
+                if let Some(t) = bulk_text(&v) {
+                    out.push(parse(&t)?);
                 }
             }
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    /// Removes the restrictions whose time is over and answers them: each to one caller
+    /// only, whichever node sweeps first.
+    pub async fn sweep_restrictions(&self) -> Result<Vec<Restriction>, StoreError> {
+        let max = SWEEP_MAX.to_string();
+        let mut out = Vec::new();
+        if let redis::Value::Array(items) = self.run(script(&SWEEP, SWEEP_LUA), &[&max]).await? {
+            for v in items {
+                if let Some(t) = bulk_text(&v) {
+                    match parse(&t) {
+                        Ok(r) => out.push(r),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "an expired restriction is unreadable")
+                        }
+                    }
+                }
+            }
+        }
         Ok(out)
     }
 }
