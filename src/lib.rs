@@ -20,6 +20,7 @@ pub mod admin;
 pub mod config;
 pub mod hold;
 pub mod limit;
+pub mod outcomes;
 pub mod policy;
 pub mod proxy;
 pub mod report;

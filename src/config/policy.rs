@@ -76,6 +76,16 @@ pub struct LimitConfig {
     pub restricted_code: Option<Spanned<i64>>,
     /// action = "restrict": reply text template to a restricted key's MAIL FROM.
     pub restricted_message: Option<Spanned<String>>,
+    /// A ratio limit: `"COUNT / COUNT"`.
+    pub ratio: Option<Spanned<String>>,
+    /// Ratio: over when the ratio is above this.
+    pub above: Option<Spanned<f64>>,
+    /// Ratio: the fewest denominator events to judge (default 1).
+    pub min_events: Option<Spanned<i64>>,
+    /// Ratio: the window.
+    pub period: Option<Spanned<String>>,
+    /// Ratio: count null-sender and auto-submitted messages too (default false).
+    pub include_automatic: Option<Spanned<bool>>,
 }
 
 /// `[auth_failures]`: timeouts, not lockouts, after failed AUTH.

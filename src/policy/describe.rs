@@ -51,6 +51,23 @@ fn describe_limit(d: &LimitDef) -> String {
             if b.dynamic.is_some() { " dynamic" } else { "" }
         ),
         RateDef::Concurrency(n) => format!("max {n} at once"),
+        RateDef::Ratio(r) => format!(
+            "ratio {} / {} over {}s, over when above {} with at least {} {} (counts kept per key in {}s slots: an event counts for {}s to {}s){}",
+            r.num.as_str(),
+            r.den.as_str(),
+            r.period_secs,
+            r.above,
+            r.min_events,
+            r.den.as_str(),
+            r.window().slot_us() / 1_000_000,
+            r.period_secs,
+            r.period_secs + (r.window().slot_us() / 1_000_000) as u64,
+            if r.include_automatic {
+                "; null-sender and auto-submitted messages count"
+            } else {
+                "; null-sender and auto-submitted messages left out"
+            }
+        ),
     };
     let key = d
         .key
