@@ -76,7 +76,7 @@ impl AdminState {
                 ("GET, HEAD", get)
             }
             "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" | "/v1/release"
-            | "/v1/restrict" => ("POST", post),
+            | "/v1/restrict" | "/v1/outcome" => ("POST", post),
             _ => return Response::error(404, &format!("no endpoint {}", req.path)),
         };
         if !ok {
@@ -117,6 +117,7 @@ impl AdminState {
             "/v1/restricted" => self.restricted().await,
             "/v1/release" => self.release(req).await,
             "/v1/restrict" => self.restrict(req).await,
+            "/v1/outcome" => self.outcome(req).await,
             _ => self.reload(),
         }
     }

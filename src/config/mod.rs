@@ -6,6 +6,7 @@ mod admin;
 mod duration;
 mod hold;
 mod net;
+pub mod outcomes;
 mod policy;
 mod store;
 mod words;
@@ -379,6 +380,8 @@ struct RawConfig {
     admin: admin::RawAdmin,
     #[serde(default)]
     hold: Option<Spanned<hold::RawHold>>,
+    #[serde(default)]
+    outcomes: Option<Spanned<outcomes::RawOutcomes>>,
 }
 
 /// A validated configuration.
@@ -414,6 +417,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// `[hold]`, with its directory made absolute; `None` when absent.
     pub hold: Option<crate::hold::HoldSettings>,
+    /// `[outcomes]`: the smart host's log to follow, if any.
+    pub outcomes: outcomes::OutcomesSettings,
 }
 
 impl Config {
@@ -559,6 +564,7 @@ impl Config {
             None => None,
         };
         let hold = hold::validate(raw.hold, &abs, &policy, &at)?;
+        let outcomes = outcomes::validate(raw.outcomes, &base, &at)?;
         Ok(Config {
             path: path.to_path_buf(),
             server: raw.server,
@@ -575,6 +581,7 @@ impl Config {
             metrics,
             admin,
             hold,
+            outcomes,
         })
     }
 
