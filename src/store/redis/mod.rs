@@ -346,6 +346,8 @@ impl RedisStore {
                 for k in &keys {
                     inv.key(k);
                 }
+                // The ratio window of the key (see `ratio`).
+                inv.key(self.namer.name('q', key));
                 inv.invoke_async(&mut conn)
                     .await
                     .map_err(|e| unavailable(&e))
