@@ -519,3 +519,32 @@ fn bad_outcomes_section_is_explained() {
     assert_eq!(f.path, Path::new("/etc/floodgate/mail.log"));
     assert_eq!(f.format, Format::Exim);
 }
+
+#[test]
+fn check_explains_ratio_limits_and_outcome_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "{HEAD}{BOUNCE_RATIO}include_automatic = true\n[[limit]]\nname = \"refused\"\ncount = \"refused_recipients\"\nrate = \"50 / 1h\"\nburst = \"50\"\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("limit bounce-ratio: stage=mail key=\"${authenticated_id}\" ratio bounced_recipients / recipients over 3600s, over when above 0.3 with at least 10 recipients (counts kept per key in 300s slots: an event counts for 3600s to 3900s); null-sender and auto-submitted messages count action=deny"),
+        "{text}"
+    );
+    assert!(
+        text.contains("limit refused: stage=rcpt key=\"${sender_host_address}\" gcra rate=50/3600s burst=50 counts=refused_recipients"),
+        "{text}"
+    );
+}

@@ -75,16 +75,28 @@ fn describe_limit(d: &LimitDef) -> String {
         .map_or("${sender_host_address}".to_string(), |k| {
             k.text().to_string()
         });
-    let mut s = format!(
-        "limit {}: stage={} key={:?} {} counts={} mode={} action={}",
-        d.name,
-        d.stage.as_str(),
-        key,
-        rate,
-        d.counted.as_str(),
-        mode_word(d.mode),
-        d.action.as_str()
-    );
+    let mut s = if matches!(d.rate, RateDef::Ratio(_)) {
+        // A ratio counts both sides of its expression and stores nothing when checked.
+        format!(
+            "limit {}: stage={} key={:?} {} action={}",
+            d.name,
+            d.stage.as_str(),
+            key,
+            rate,
+            d.action.as_str()
+        )
+    } else {
+        format!(
+            "limit {}: stage={} key={:?} {} counts={} mode={} action={}",
+            d.name,
+            d.stage.as_str(),
+            key,
+            rate,
+            d.counted.as_str(),
+            mode_word(d.mode),
+            d.action.as_str()
+        )
+    };
     if let Some((l, by)) = &d.limit_list {
         s.push_str(&format!(" per-key-limit-from={l} by={}", by.as_str()));
     }
