@@ -277,7 +277,10 @@ async fn bounce_ratio_from_log(format: Format, line: fn(&str, usize) -> String) 
     first.push("a line of no known shape".into());
     first.extend(null_ids.iter().map(|id| line(id, 0)));
     append(&log, &first);
-    assert_eq!(wait_num(&store, key, 2).await, RatioCounts { num: 2, den: 12 });
+    assert_eq!(
+        wait_num(&store, key, 2).await,
+        RatioCounts { num: 2, den: 12 }
+    );
     wait_opened(&p, first.len() as u64).await;
     // Rotation: renamed away, one more line into the old file, then a new file.
     std::fs::rename(&log, dir.path().join("mail.log.1")).unwrap();
@@ -357,7 +360,10 @@ async fn exim_bounces_in_the_log_trip_the_bounce_ratio() {
     wait_num(&store, key, 1).await;
     std::fs::rename(&log, dir.path().join("mainlog.1")).unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    append(&log, &(1..4).map(|i| exim_bounce(&ids[i], i)).collect::<Vec<_>>());
+    append(
+        &log,
+        &(1..4).map(|i| exim_bounce(&ids[i], i)).collect::<Vec<_>>(),
+    );
     assert_eq!(
         wait_num(&store, key, 4).await,
         RatioCounts { num: 4, den: 10 }
@@ -379,15 +385,27 @@ async fn null_sender_and_auto_submitted_count_on_neither_side() {
     assert_eq!(ratio_of(&store, key).await, RatioCounts::default());
     // Their bounces, reported by hand, are not charged: the messages were never indexed.
     for (id, r) in [("N1", "a@example.org"), ("N2", "b@example.org")] {
-        let n = floodgate::outcomes::report(&p, id, r, None, floodgate::outcomes::logline::Kind::Bounced)
-            .await
-            .unwrap();
+        let n = floodgate::outcomes::report(
+            &p,
+            id,
+            r,
+            None,
+            floodgate::outcomes::logline::Kind::Bounced,
+        )
+        .await
+        .unwrap();
         assert_eq!(n, floodgate::outcomes::index::Noted::UnknownQueueId);
     }
     assert_eq!(ratio_of(&store, key).await, RatioCounts::default());
     // A person's message counts.
     let mut person = facts("alice", "alice@example.com");
-    transaction(&mut s, &mut person, &[("c@example.org", 250)], &queued("N3")).await;
+    transaction(
+        &mut s,
+        &mut person,
+        &[("c@example.org", 250)],
+        &queued("N3"),
+    )
+    .await;
     assert_eq!(ratio_of(&store, key).await, RatioCounts { num: 0, den: 1 });
     // With include_automatic = true they count.
     let (p2, store2) = policy(&format!("{BOUNCE_RATIO}include_automatic = true\n"));

@@ -126,7 +126,11 @@ poll = "50ms"
     // 4 delivered, 6 bounced by the error transport after queueing.
     for i in 0..10 {
         let domain = if i < 6 { "bounce.test" } else { "dest.test" };
-        let (codes, end) = message(&mut c, &[format!("r{i}-{tok}@{domain}")], &format!("{tok}-{i}"));
+        let (codes, end) = message(
+            &mut c,
+            &[format!("r{i}-{tok}@{domain}")],
+            &format!("{tok}-{i}"),
+        );
         assert_eq!((codes, end), (vec![250], 250));
     }
     // Postfix logs the bounces; floodgate follows the log: the ratio goes to 0.6.
@@ -156,8 +160,11 @@ fn outcomes_reported_by_hand_count_once() {
     static PF: std::sync::OnceLock<Postfix> = std::sync::OnceLock::new();
     let pf = Postfix::shared(&PF, || PostfixConfig::default().sasl());
     let _log = pf.log_on_panic();
-    let fg = Floodgate::start(&pf.floodgate_config(PfListener::Plain).log_level("info").extra(
-        r#"
+    let fg = Floodgate::start(
+        &pf.floodgate_config(PfListener::Plain)
+            .log_level("info")
+            .extra(
+                r#"
 [[limit]]
 name = "bounce-ratio"
 key = "${authenticated_id}"
@@ -167,7 +174,8 @@ min_events = 10
 period = "1h"
 action = "deny"
 "#,
-    ));
+            ),
+    );
     let tok = token("by-hand");
     let mut c = RawClient::connect_greeted(fg.addr("plain"));
     login(&mut c);
@@ -191,10 +199,18 @@ action = "deny"
             .unwrap()
             .to_string()
     };
-    assert_eq!(outcome(&ids[0].0, &ids[0].1, "bounced"), "charged", "{ids:?}\n{}", fg.stderr());
+    assert_eq!(
+        outcome(&ids[0].0, &ids[0].1, "bounced"),
+        "charged",
+        "{ids:?}\n{}",
+        fg.stderr()
+    );
     assert_eq!(outcome(&ids[0].0, &ids[0].1, "bounced"), "duplicate");
     assert_eq!(outcome(&ids[1].0, &ids[1].1, "sent"), "not_charged");
-    assert_eq!(outcome("NOSUCHID", &ids[1].1, "bounced"), "unknown_queue_id");
+    assert_eq!(
+        outcome("NOSUCHID", &ids[1].1, "bounced"),
+        "unknown_queue_id"
+    );
     for (id, rcpt) in &ids[1..3] {
         assert_eq!(outcome(id, rcpt, "deferred"), "charged");
         assert_eq!(outcome(id, rcpt, "bounced"), "charged");

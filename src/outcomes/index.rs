@@ -173,13 +173,25 @@ mod tests {
     fn counts_each_recipient_once_per_kind() {
         let ix = Index::new(10);
         ix.insert("Q1", q(&["a@x", "B@x"]));
-        assert_eq!(ix.note("nope", "a@x", None, Kind::Bounced), Noted::UnknownQueueId);
-        assert!(matches!(ix.note("Q1", "a@x", None, Kind::Deferred), Noted::Charge(_)));
+        assert_eq!(
+            ix.note("nope", "a@x", None, Kind::Bounced),
+            Noted::UnknownQueueId
+        );
+        assert!(matches!(
+            ix.note("Q1", "a@x", None, Kind::Deferred),
+            Noted::Charge(_)
+        ));
         assert_eq!(ix.note("Q1", "A@X", None, Kind::Deferred), Noted::Duplicate);
-        assert!(matches!(ix.note("Q1", "a@x", None, Kind::Bounced), Noted::Charge(_)));
+        assert!(matches!(
+            ix.note("Q1", "a@x", None, Kind::Bounced),
+            Noted::Charge(_)
+        ));
         assert_eq!(ix.note("Q1", "a@x", None, Kind::Bounced), Noted::Duplicate);
         // Rewritten by the host: the original address names the recipient.
-        assert!(matches!(ix.note("Q1", "bob@elsewhere", Some("b@x"), Kind::Bounced), Noted::Charge(_)));
+        assert!(matches!(
+            ix.note("Q1", "bob@elsewhere", Some("b@x"), Kind::Bounced),
+            Noted::Charge(_)
+        ));
         assert_eq!(ix.note("Q1", "b@x", None, Kind::Bounced), Noted::Duplicate);
         // More distinct recipients than the message had.
         assert_eq!(ix.note("Q1", "c@x", None, Kind::Bounced), Noted::TooMany);
@@ -193,8 +205,14 @@ mod tests {
         ix.insert("Q2", q(&["a@x"]));
         ix.insert("Q3", q(&["a@x"]));
         assert_eq!(ix.len(), 2);
-        assert_eq!(ix.note("Q1", "a@x", None, Kind::Bounced), Noted::UnknownQueueId);
-        assert!(matches!(ix.note("Q3", "a@x", None, Kind::Bounced), Noted::Charge(_)));
+        assert_eq!(
+            ix.note("Q1", "a@x", None, Kind::Bounced),
+            Noted::UnknownQueueId
+        );
+        assert!(matches!(
+            ix.note("Q3", "a@x", None, Kind::Bounced),
+            Noted::Charge(_)
+        ));
         // Inserting again replaces without growing.
         ix.insert("Q3", q(&["a@x"]));
         assert_eq!(ix.len(), 2);

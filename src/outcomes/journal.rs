@@ -137,9 +137,19 @@ mod tests {
         .join("\n");
         let ix = Index::new(10);
         let r = replay(&ix, text.as_bytes());
-        assert_eq!(r, Rebuilt { queued: 1, outcomes: 1, bad: 1 });
+        assert_eq!(
+            r,
+            Rebuilt {
+                queued: 1,
+                outcomes: 1,
+                bad: 1
+            }
+        );
         // The outcome counted before the restart stays counted.
-        assert_eq!(ix.note("Q1", "bob@example.org", None, Kind::Bounced), Noted::Duplicate);
+        assert_eq!(
+            ix.note("Q1", "bob@example.org", None, Kind::Bounced),
+            Noted::Duplicate
+        );
         assert_eq!(
             ix.note("Q1", "eve@example.org", None, Kind::Bounced),
             Noted::Charge(q.keys.clone())

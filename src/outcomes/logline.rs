@@ -110,7 +110,9 @@ fn angle<'a>(text: &'a str, field: &str) -> Option<Option<&'a str>> {
         let boundary = at == 0 || text[..at].ends_with(' ');
         if boundary {
             let rest = &text[at + field.len()..];
-            let inner = rest.strip_prefix('<').and_then(|r| r.find('>').map(|e| &r[..e]));
+            let inner = rest
+                .strip_prefix('<')
+                .and_then(|r| r.find('>').map(|e| &r[..e]));
             return Some(inner);
         }
         from = at + field.len();
@@ -145,10 +147,7 @@ pub fn postfix(text: &str) -> Line<'_> {
         return Line::Unknown;
     }
     let status = &rest[status_at + 8..];
-    let word = status
-        .split(|c: char| c == ' ' || c == ',')
-        .next()
-        .unwrap_or("");
+    let word = status.split([' ', ',']).next().unwrap_or("");
     let kind = match word {
         "sent" => Kind::Sent,
         "bounced" => Kind::Bounced,
@@ -179,7 +178,9 @@ fn exim_id(w: &str) -> bool {
     let ok = |p: Option<&str>, lens: &[usize]| {
         p.is_some_and(|p| lens.contains(&p.len()) && p.bytes().all(|b| b.is_ascii_alphanumeric()))
     };
-    ok(parts.next(), &[6]) && ok(parts.next(), &[6, 11]) && ok(parts.next(), &[2, 4])
+    ok(parts.next(), &[6])
+        && ok(parts.next(), &[6, 11])
+        && ok(parts.next(), &[2, 4])
         && parts.next().is_none()
 }
 
@@ -258,17 +259,31 @@ mod tests {
     #[test]
     fn postfix_lines() {
         let sent = "Nov 25 19:30:01 relay postfix/smtp[2211]: 4XyzQ1bCDf: to=<bob@example.org>, relay=mx.example.org[192.0.2.7]:25, delay=0.4, delays=0.1/0/0.2/0.1, dsn=2.0.0, status=sent (250 2.0.0 OK 1732563001 x)";
-        assert_eq!(postfix(sent), out("4XyzQ1bCDf", "bob@example.org", None, Kind::Sent));
+        assert_eq!(
+            postfix(sent),
+            out("4XyzQ1bCDf", "bob@example.org", None, Kind::Sent)
+        );
         let bounced = "2026-11-25T19:30:01.123456+00:00 relay postfix/smtp[2211]: 3F1A2B3C4D: to=<nobody@example.org>, orig_to=<old@example.org>, relay=mx.example.org[192.0.2.7]:25, delay=0.5, delays=0.1/0/0.2/0.2, dsn=5.1.1, status=bounced (host mx.example.org[192.0.2.7] said: 550 5.1.1 <nobody@example.org>: Recipient address rejected: User unknown (in reply to RCPT TO command))";
         assert_eq!(
             postfix(bounced),
-            out("3F1A2B3C4D", "nobody@example.org", Some("old@example.org"), Kind::Bounced)
+            out(
+                "3F1A2B3C4D",
+                "nobody@example.org",
+                Some("old@example.org"),
+                Kind::Bounced
+            )
         );
         let deferred = "Nov 25 19:30:01 relay postfix/smtp[2211]: 3F1A2B3C4D: to=<later@example.net>, relay=none, delay=30, delays=0.1/0/30/0, dsn=4.4.1, status=deferred (connect to mx.example.net[192.0.2.9]:25: Connection refused)";
-        assert_eq!(postfix(deferred), out("3F1A2B3C4D", "later@example.net", None, Kind::Deferred));
+        assert_eq!(
+            postfix(deferred),
+            out("3F1A2B3C4D", "later@example.net", None, Kind::Deferred)
+        );
         // A local delivery and a multi-instance name.
         let local = "Nov 25 19:30:01 relay postfix-out/local[12]: ABC123: to=<root@relay.example>, orig_to=<root>, relay=local, delay=0, dsn=2.0.0, status=sent (delivered to mailbox)";
-        assert_eq!(postfix(local), out("ABC123", "root@relay.example", Some("root"), Kind::Sent));
+        assert_eq!(
+            postfix(local),
+            out("ABC123", "root@relay.example", Some("root"), Kind::Sent)
+        );
         // Lines that are not results.
         for other in [
             "Nov 25 19:30:01 relay postfix/smtpd[99]: connect from unknown[192.0.2.1]",
@@ -293,20 +308,45 @@ mod tests {
     #[test]
     fn exim_lines() {
         let sent = "2026-11-25 19:30:01 1rOBxk-0003Ab-2Q => bob@example.org R=dnslookup T=remote_smtp H=mx.example.org [192.0.2.7] X=TLS1.3:TLS_AES_256_GCM_SHA384:256 CV=yes C=\"250 2.0.0 OK\"";
-        assert_eq!(exim(sent), out("1rOBxk-0003Ab-2Q", "bob@example.org", None, Kind::Sent));
+        assert_eq!(
+            exim(sent),
+            out("1rOBxk-0003Ab-2Q", "bob@example.org", None, Kind::Sent)
+        );
         let more = "2026-11-25 19:30:01 1rOBxk-0003Ab-2Q -> carol@example.org R=dnslookup T=remote_smtp H=mx.example.org [192.0.2.7]";
-        assert_eq!(exim(more), out("1rOBxk-0003Ab-2Q", "carol@example.org", None, Kind::Sent));
+        assert_eq!(
+            exim(more),
+            out("1rOBxk-0003Ab-2Q", "carol@example.org", None, Kind::Sent)
+        );
         let bounced = "2026-11-25 19:30:01.123 +0000 [2211] 1rOBxk-00000003Abc-2Qxy ** nobody@example.org R=dnslookup T=remote_smtp H=mx.example.org [192.0.2.7]: SMTP error from remote mail server after RCPT TO:<nobody@example.org>: 550 5.1.1 User unknown";
         assert_eq!(
             exim(bounced),
-            out("1rOBxk-00000003Abc-2Qxy", "nobody@example.org", None, Kind::Bounced)
+            out(
+                "1rOBxk-00000003Abc-2Qxy",
+                "nobody@example.org",
+                None,
+                Kind::Bounced
+            )
         );
-        let bare = "2026-11-25 19:30:01 1rOBxk-0003Ab-2Q ** nobody@example.org: Unrouteable address";
-        assert_eq!(exim(bare), out("1rOBxk-0003Ab-2Q", "nobody@example.org", None, Kind::Bounced));
+        let bare =
+            "2026-11-25 19:30:01 1rOBxk-0003Ab-2Q ** nobody@example.org: Unrouteable address";
+        assert_eq!(
+            exim(bare),
+            out(
+                "1rOBxk-0003Ab-2Q",
+                "nobody@example.org",
+                None,
+                Kind::Bounced
+            )
+        );
         let deferred = "2026-11-25 19:30:01 1rOBxk-0003Ab-2Q == later@example.net <alias@example.com> R=dnslookup T=remote_smtp defer (-44) H=mx.example.net [192.0.2.9]: SMTP error from remote mail server after RCPT TO:<later@example.net>: 451 4.7.1 Greylisted";
         assert_eq!(
             exim(deferred),
-            out("1rOBxk-0003Ab-2Q", "later@example.net", Some("alias@example.com"), Kind::Deferred)
+            out(
+                "1rOBxk-0003Ab-2Q",
+                "later@example.net",
+                Some("alias@example.com"),
+                Kind::Deferred
+            )
         );
         for other in [
             "2026-11-25 19:30:01 1rOBxk-0003Ab-2Q <= alice@example.com H=(client) [192.0.2.1] P=esmtpsa A=plain:alice S=1234 id=x@y",

@@ -121,7 +121,10 @@ pub async fn line(policy: &RatePolicy, format: Format, text: &str) {
         }
         Line::Unknown => {
             stats.unknown_lines.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(line = text, "smart host log line of an unknown shape skipped");
+            tracing::debug!(
+                line = text,
+                "smart host log line of an unknown shape skipped"
+            );
         }
     }
 }

@@ -39,9 +39,18 @@ mod tests {
 
     #[test]
     fn real_replies() {
-        assert_eq!(parse_line("2.0.0 Ok: queued as 4XyzQ1bCDf"), Some("4XyzQ1bCDf"));
-        assert_eq!(parse_line("2.0.0 Ok: queued as 3F1A2B3C4D"), Some("3F1A2B3C4D"));
-        assert_eq!(parse_line("OK id=1rOBxk-0003Ab-2Q"), Some("1rOBxk-0003Ab-2Q"));
+        assert_eq!(
+            parse_line("2.0.0 Ok: queued as 4XyzQ1bCDf"),
+            Some("4XyzQ1bCDf")
+        );
+        assert_eq!(
+            parse_line("2.0.0 Ok: queued as 3F1A2B3C4D"),
+            Some("3F1A2B3C4D")
+        );
+        assert_eq!(
+            parse_line("OK id=1rOBxk-0003Ab-2Q"),
+            Some("1rOBxk-0003Ab-2Q")
+        );
         assert_eq!(
             parse_line("OK id=1rOBxk-00000003Abc-2Qxy"),
             Some("1rOBxk-00000003Abc-2Qxy")

@@ -119,7 +119,12 @@ pub struct RatioCharge {
 }
 
 /// The additions to ratio windows at the end of a transaction.
-pub fn ratio_charges(model: &PolicyModel, facts: &Facts, tally: &Tally, end: End) -> Vec<RatioCharge> {
+pub fn ratio_charges(
+    model: &PolicyModel,
+    facts: &Facts,
+    tally: &Tally,
+    end: End,
+) -> Vec<RatioCharge> {
     let auto = automatic(facts);
     let mut out = Vec::new();
     for def in &model.limits {

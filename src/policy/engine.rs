@@ -124,7 +124,10 @@ impl RatePolicy {
     ) -> RatePolicy {
         RatePolicy {
             inner: Arc::new(Inner {
-                header_from: (model.reads_header_from() || model.restricts() || model.follows_outcomes()).into(),
+                header_from: (model.reads_header_from()
+                    || model.restricts()
+                    || model.follows_outcomes())
+                .into(),
                 current: RwLock::new(model),
                 generation: AtomicU64::new(0),
                 store,

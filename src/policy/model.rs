@@ -130,9 +130,9 @@ impl Counted {
             Counted::Bytes => Stage::Message,
             Counted::AuthFailures => Stage::Auth,
             Counted::RefusedRecipients => Stage::Rcpt,
-            Counted::RefusedMessages
-            | Counted::BouncedRecipients
-            | Counted::DeferredRecipients => Stage::Mail,
+            Counted::RefusedMessages | Counted::BouncedRecipients | Counted::DeferredRecipients => {
+                Stage::Mail
+            }
         }
     }
 }

@@ -125,10 +125,7 @@ pub fn parse_expr(text: &str) -> Result<(Counted, Counted), ExprError> {
     if num == den {
         return Err(ExprError {
             at: 0,
-            message: format!(
-                "the ratio divides {} by itself (always 1)",
-                num.as_str()
-            ),
+            message: format!("the ratio divides {} by itself (always 1)", num.as_str()),
         });
     }
     Ok((num, den))
@@ -183,8 +180,8 @@ pub fn compile(
             "a ratio needs `period` (the window, such as \"1h\")".into(),
         )
     })?;
-    let p = parse_duration(period.get_ref())
-        .map_err(|e| err(period.span(), format!("period: {e}")))?;
+    let p =
+        parse_duration(period.get_ref()).map_err(|e| err(period.span(), format!("period: {e}")))?;
     if p.as_secs() < 12 || p.subsec_nanos() != 0 {
         return Err(err(
             period.span(),
@@ -214,10 +211,7 @@ pub fn compile(
             above: a,
             min_events,
             period_secs: p.as_secs(),
-            include_automatic: raw
-                .include_automatic
-                .as_ref()
-                .is_some_and(|v| *v.get_ref()),
+            include_automatic: raw.include_automatic.as_ref().is_some_and(|v| *v.get_ref()),
         }),
     ))
 }

@@ -107,7 +107,9 @@ impl Observer for Observers {
     fn queued(&self, queue_id: &str, queued: &crate::outcomes::index::Queued, time_us: i64) {
         if self.events.enabled() {
             self.events
-                .record_line(crate::outcomes::journal::queued_line(queue_id, queued, time_us));
+                .record_line(crate::outcomes::journal::queued_line(
+                    queue_id, queued, time_us,
+                ));
         }
     }
 
@@ -119,9 +121,10 @@ impl Observer for Observers {
         time_us: i64,
     ) {
         if self.events.enabled() {
-            self.events.record_line(crate::outcomes::journal::outcome_line(
-                queue_id, recipient, kind, time_us,
-            ));
+            self.events
+                .record_line(crate::outcomes::journal::outcome_line(
+                    queue_id, recipient, kind, time_us,
+                ));
         }
     }
 

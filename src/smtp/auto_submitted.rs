@@ -56,17 +56,29 @@ mod tests {
 
     #[test]
     fn keywords() {
-        assert!(is_automatic(b"From: a@b\r\nAuto-Submitted: auto-replied\r\n\r\nbody"));
-        assert!(is_automatic(b"auto-submitted:auto-generated; owner-email=x@y\r\n\r\n"));
-        assert!(is_automatic(b"Auto-Submitted:\r\n\tauto-notified (folded)\r\n\r\n"));
+        assert!(is_automatic(
+            b"From: a@b\r\nAuto-Submitted: auto-replied\r\n\r\nbody"
+        ));
+        assert!(is_automatic(
+            b"auto-submitted:auto-generated; owner-email=x@y\r\n\r\n"
+        ));
+        assert!(is_automatic(
+            b"Auto-Submitted:\r\n\tauto-notified (folded)\r\n\r\n"
+        ));
         assert!(!is_automatic(b"Auto-Submitted: no\r\n\r\n"));
-        assert!(!is_automatic(b"Auto-Submitted: No (a person wrote this)\r\n\r\n"));
+        assert!(!is_automatic(
+            b"Auto-Submitted: No (a person wrote this)\r\n\r\n"
+        ));
         assert!(!is_automatic(b"Auto-Submitted: (only a comment)\r\n\r\n"));
         assert!(!is_automatic(b"Subject: Auto-Submitted: yes\r\n\r\n"));
         // Only the header section is read.
-        assert!(!is_automatic(b"From: a@b\r\n\r\nAuto-Submitted: auto-replied\r\n"));
+        assert!(!is_automatic(
+            b"From: a@b\r\n\r\nAuto-Submitted: auto-replied\r\n"
+        ));
         // The first field counts.
-        assert!(!is_automatic(b"Auto-Submitted: no\nAuto-Submitted: auto-replied\n\n"));
+        assert!(!is_automatic(
+            b"Auto-Submitted: no\nAuto-Submitted: auto-replied\n\n"
+        ));
         assert!(!is_automatic(b""));
     }
 

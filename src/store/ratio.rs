@@ -93,12 +93,12 @@ impl Slots {
     }
 
     fn sum(&self) -> RatioCounts {
-        self.0.iter().fold(RatioCounts::default(), |a, &(_, n, d)| {
-            RatioCounts {
+        self.0
+            .iter()
+            .fold(RatioCounts::default(), |a, &(_, n, d)| RatioCounts {
                 num: a.num.saturating_add(n),
                 den: a.den.saturating_add(d),
-            }
-        })
+            })
     }
 }
 
@@ -126,7 +126,9 @@ impl RatioTable {
         if self.map.len() >= MAX_KEYS && !self.map.contains_key(key) {
             self.make_room(now_us);
         }
-        let mut e = self.map.entry(key.to_string())
+        let mut e = self
+            .map
+            .entry(key.to_string())
             .or_insert_with(|| (w, Slots::default()));
         let (win, slots) = &mut *e;
         *win = w;

@@ -369,7 +369,9 @@ impl Store for FailoverStore {
                 // The store's failure mode decides, as for a limit: closed refuses (451),
                 // open and local count locally meanwhile.
                 Err(e) if self.policy.default == FailureMode::Closed => Err(e),
-                Err(_) => Ok(self.local.ratio_at(key, window, add, crate::store::now_micros())),
+                Err(_) => Ok(self
+                    .local
+                    .ratio_at(key, window, add, crate::store::now_micros())),
             }
         })
     }

@@ -54,7 +54,9 @@ impl RedisStore {
         let reply: redis::Value = self
             .timed(async {
                 let mut conn = self.conn().await?;
-                let mut inv = RATIO.get_or_init(|| Script::new(RATIO_LUA)).prepare_invoke();
+                let mut inv = RATIO
+                    .get_or_init(|| Script::new(RATIO_LUA))
+                    .prepare_invoke();
                 inv.key(&name)
                     .arg(window.slot_us())
                     .arg(SLOTS)
