@@ -345,6 +345,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         policy
             .queue_index()
             .set_capacity(config.outcomes.remember);
+        metrics.attach_outcomes(policy.queue_index().clone());
         if let Some(events) = &config.report.events {
             let r = floodgate::outcomes::journal::rebuild(policy.queue_index(), events);
             if r.queued > 0 || r.bad > 0 {

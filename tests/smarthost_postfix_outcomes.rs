@@ -101,8 +101,15 @@ fn bounces_postfix_logs_trip_a_bounce_ratio() {
     );
     let _log = pf.log_on_panic();
     let maillog = pf.dir().join("maillog");
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
     let fg = Floodgate::start(&pf.floodgate_config(PfListener::Plain).extra(&format!(
         r#"
+[metrics]
+address = "{metrics}"
+
 [[limit]]
 name = "bounce-ratio"
 when = "authenticated"
@@ -153,6 +160,31 @@ poll = "50ms"
     let log = pf.log();
     assert!(log.matches("status=bounced").count() >= 4, "{log}");
     assert!(log.matches("status=bounced").count() <= 6, "{log}");
+    // The counters: Postfix's other lines skipped, the bounces charged.
+    let body = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(metrics).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    let sample = |name: &str| -> u64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().parse().unwrap()))
+            .unwrap_or_else(|| panic!("{name} missing:\n{body}"))
+    };
+    assert!(
+        sample("floodgate_outcomes_total{what=\"charged\"}") >= 4,
+        "{body}"
+    );
+    assert!(
+        sample("floodgate_outcomes_total{what=\"other_lines\"}") > 0,
+        "{body}"
+    );
+    assert_eq!(sample("floodgate_outcomes_queued"), 10, "{body}");
 }
 
 #[test]

@@ -136,6 +136,7 @@ pub struct Metrics {
     restriction_events: [Counter; 3],
     store: OnceLock<Opened>,
     workers: OnceLock<Arc<crate::server::WorkerLoads>>,
+    outcomes: OnceLock<Arc<crate::outcomes::index::Index>>,
 }
 
 /// Keeps a session counted as open; dropping it closes it.
@@ -308,6 +309,12 @@ impl Metrics {
     /// Makes the store's own figures (memory keys, Redis failover) part of the exposition.
     pub fn attach_store(&self, store: &Opened) {
         let _ = self.store.set(store.clone());
+    }
+
+    /// Makes the outcome counters (smart host log lines, reported outcomes) part of the
+    /// exposition.
+    pub fn attach_outcomes(&self, index: Arc<crate::outcomes::index::Index>) {
+        let _ = self.outcomes.set(index);
     }
 
     /// Makes the workers' session counts part of the exposition.
@@ -523,6 +530,22 @@ impl Metrics {
             &[("cap", "max_connections_per_ip")],
             self.refused_per_ip_cap.get(),
         );
+        if let Some(ix) = self.outcomes.get() {
+            w.head(
+                "floodgate_outcomes_total",
+                "counter",
+                "Smart host log lines and reported outcomes, by what became of them: lines, other_lines (not delivery results), unknown_lines (of no known shape, skipped), unknown_queue_ids, duplicates, charged, uncharged.",
+            );
+            for (what, v) in ix.stats().snapshot() {
+                w.sample("floodgate_outcomes_total", &[("what", what)], v);
+            }
+            w.one(
+                "floodgate_outcomes_queued",
+                "gauge",
+                "Queued messages remembered for their outcomes.",
+                ix.len(),
+            );
+        }
         w.0
     }
 
