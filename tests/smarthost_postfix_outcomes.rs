@@ -258,3 +258,73 @@ action = "deny"
     assert!(!out.ok(), "{out}");
     assert!(out.stderr.contains("bounced"), "{out}");
 }
+
+#[test]
+fn the_queued_messages_outlive_a_restart_through_the_event_log() {
+    static PF: std::sync::OnceLock<Postfix> = std::sync::OnceLock::new();
+    let pf = Postfix::shared(&PF, || PostfixConfig::default().sasl());
+    let _log = pf.log_on_panic();
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let cfg = pf.floodgate_config(PfListener::Plain).extra(&format!(
+        r#"
+[report]
+events = "{}"
+
+[[limit]]
+name = "bounces"
+key = "${{authenticated_id}}"
+count = "bounced_recipients"
+rate = "100 / 1h"
+burst = "100"
+"#,
+        events.display()
+    ));
+    let mut fg = Floodgate::start(&cfg);
+    let tok = token("restart");
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    login(&mut c);
+    let mut ids = Vec::new();
+    for i in 0..2 {
+        assert_eq!(c.cmd("MAIL FROM:<sender@client.test>").code, 250);
+        assert_eq!(c.cmd(&format!("RCPT TO:<r{i}-{tok}@dest.test>")).code, 250);
+        assert_eq!(c.cmd("DATA").code, 354);
+        c.send(format!("Subject: {tok}\r\n\r\nhi\r\n.\r\n").as_bytes());
+        let r = c.reply();
+        let text = r.text();
+        ids.push((
+            text.trim().rsplit(' ').next().unwrap().to_string(),
+            format!("r{i}-{tok}@dest.test"),
+        ));
+    }
+    assert_eq!(c.cmd("QUIT").code, 221);
+    let outcome = |sock: &std::path::Path, id: &str, rcpt: &str| {
+        admin_json(sock, &["outcome", id, rcpt, "bounced"])["counted"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(outcome(&fg.admin_socket(), &ids[0].0, &ids[0].1), "charged");
+    assert!(fg.terminate().success());
+    let text = std::fs::read_to_string(&events).unwrap();
+    assert_eq!(text.matches("{\"event\":\"queued\"").count(), 2, "{text}");
+    assert_eq!(text.matches("{\"event\":\"outcome\"").count(), 1, "{text}");
+    // A new floodgate reads them back: the counted bounce stays counted, the other is new.
+    let fg = Floodgate::start(&cfg);
+    assert_eq!(
+        outcome(&fg.admin_socket(), &ids[0].0, &ids[0].1),
+        "duplicate"
+    );
+    assert_eq!(outcome(&fg.admin_socket(), &ids[1].0, &ids[1].1), "charged");
+    // `floodgate report` reads the same log, skipping the queued and outcome lines.
+    let out = run_with_timeout(
+        std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .arg("report")
+            .arg("--config")
+            .arg(fg.config_path())
+            .arg("--events")
+            .arg(&events),
+        Duration::from_secs(30),
+    );
+    assert!(out.ok(), "{out}");
+}
