@@ -253,6 +253,12 @@ action = "deny"
     assert_eq!(outcome(&ids[3].0, &ids[3].1, "bounced"), "charged");
     let r = c.cmd("MAIL FROM:<sender@client.test>");
     assert_eq!(r.code, 550, "{r:?}");
+    // inspect shows the ratio: 4 bounced of 10.
+    let v = admin_json(&sock, &["inspect", USER]);
+    let l = &v["limits"][0];
+    assert_eq!(l["algorithm"], "ratio", "{v}");
+    assert_eq!(l["value"], 0.4, "{v}");
+    assert_eq!(l["over"], true, "{v}");
     // Bad input.
     let out = admin_verb(&sock, &["outcome", &ids[4].0, &ids[4].1, "exploded"]);
     assert!(!out.ok(), "{out}");

@@ -14,13 +14,14 @@ use crate::store::{Record, RecordKind};
 pub struct Reading {
     /// The limit's name.
     pub limit: String,
-    /// `ewma`, `gcra`, `bucket` or `sessions`.
+    /// `ewma`, `gcra`, `bucket`, `sessions` or `ratio`.
     pub algorithm: &'static str,
     /// The database key KEY maps to under this limit (`None`: not kept in the store).
     pub key: Option<String>,
     /// A record exists for the key.
     pub stored: bool,
-    /// EWMA: the rate decayed to now (Exim's readonly view); GCRA and buckets: the level.
+    /// EWMA: the rate decayed to now (Exim's readonly view); GCRA and buckets: the level;
+    /// ratios: numerator / denominator over the window (0 when the denominator is 0).
     pub value: f64,
     /// The limit (EWMA: m; GCRA: burst; bucket: capacity).
     pub limit_value: f64,
