@@ -566,3 +566,38 @@ fn check_explains_ratio_limits_and_outcome_counts() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_transaction_without_an_answered_message_still_counts_its_recipients_once() {
+    let (p, store) = policy(REFUSED_RATIO);
+    let mut s = p.session();
+    let f = facts("gina", "gina@example.com");
+    // MAIL, three recipients answered (two refused), then no message (held, say): the next
+    // MAIL counts them, once.
+    assert_eq!(s.check(Stage::Mail, &f).await, Verdict::Continue);
+    for code in [550, 550, 250] {
+        assert_eq!(s.check(Stage::Rcpt, &f).await, Verdict::Continue);
+        s.after_upstream(Stage::Rcpt, &f, &Reply::new(code, "x"))
+            .await;
+    }
+    assert_eq!(s.check(Stage::Mail, &f).await, Verdict::Continue);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let key = "ratio/refused-share/gina";
+    assert_eq!(
+        store
+            .ratio(key, RatioWindow::from_secs(3600), RatioCounts::default())
+            .await
+            .unwrap(),
+        RatioCounts { num: 2, den: 3 }
+    );
+    s.transaction_abandoned();
+    drop(s);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        store
+            .ratio(key, RatioWindow::from_secs(3600), RatioCounts::default())
+            .await
+            .unwrap(),
+        RatioCounts { num: 2, den: 3 }
+    );
+}

@@ -434,6 +434,7 @@ impl RateSession {
         if stage == Stage::Mail {
             self.cache.reset_message();
             self.headers.clear();
+            self.tally_abandoned();
         }
         let restricts = model.restricts();
         if restricts {
@@ -1305,6 +1306,10 @@ impl SessionPolicy for RateSession {
 
     fn check_now(&mut self, stage: Stage, _facts: &Facts) -> Option<Verdict> {
         self.refresh();
+        if stage == Stage::Mail {
+            // A transaction that ended without upstream's answer to a message (held, say).
+            self.tally_abandoned();
+        }
         if self.model.limits.iter().any(|d| d.stage == stage) {
             return None;
         }
