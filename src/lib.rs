@@ -21,6 +21,7 @@ pub mod config;
 pub mod hold;
 pub mod limit;
 pub mod logs;
+pub mod outcomes;
 pub mod policy;
 pub mod proxy;
 pub mod report;

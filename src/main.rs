@@ -101,6 +101,19 @@ enum Cmd {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Report what became of RCPT of the message upstream queued as QUEUEID (bounced,
+    /// deferred or sent): bounces and deferrals are charged, once, to the key that sent it.
+    Outcome {
+        /// Upstream's queue id.
+        queue_id: String,
+        /// The recipient.
+        rcpt: String,
+        /// bounced, deferred or sent.
+        #[arg(value_parser = ["bounced", "deferred", "sent"])]
+        result: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Restrict KEY by hand: every MAIL FROM of a session with KEY is refused.
     Restrict {
         /// The key: a user name, a client IP…
@@ -230,6 +243,19 @@ fn main() -> ExitCode {
         Cmd::Reset { key, admin } => admin_verb(&admin, Verb::Reset(key)),
         Cmd::Restricted { admin } => admin_verb(&admin, Verb::Restricted),
         Cmd::Release { key, reason, admin } => admin_verb(&admin, Verb::Release { key, reason }),
+        Cmd::Outcome {
+            queue_id,
+            rcpt,
+            result,
+            admin,
+        } => admin_verb(
+            &admin,
+            Verb::Outcome {
+                queue_id,
+                recipient: rcpt,
+                result,
+            },
+        ),
         Cmd::Restrict {
             key,
             duration,
@@ -322,6 +348,25 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let policy = build_policy_with(&config, store.as_store(), metrics.clone());
         let observers = floodgate::report::Observers::start(&config)?;
         policy.observe(observers.clone());
+        // Queued messages whose outcomes are still to come, from the event log.
+        policy
+            .queue_index()
+            .set_capacity(config.outcomes.remember);
+        metrics.attach_outcomes(policy.queue_index().clone());
+        if let Some(events) = &config.report.events {
+            let r = floodgate::outcomes::journal::rebuild(policy.queue_index(), events);
+            if r.queued > 0 || r.bad > 0 {
+                info!(queued = r.queued, outcomes = r.outcomes, unreadable = r.bad,
+                    "queued messages read back from the event log");
+            }
+        }
+        let _follower = match &config.outcomes.follow {
+            Some(f) => {
+                info!(path = %f.path.display(), format = ?f.format, "following the smart host's log");
+                Some(floodgate::outcomes::follow::start(policy.clone(), f.clone())?)
+            }
+            None => None,
+        };
         let admin_policy = policy.clone();
         let sweep_policy = policy.clone();
         let admin_observer: Arc<dyn floodgate::policy::alert::Observer> = observers.clone();

@@ -162,7 +162,8 @@ pub fn run(spec: &str, input: impl BufRead, mut output: impl Write) -> Result<()
     for (n, line) in input.lines().enumerate() {
         let line_no = n + 1;
         let line = line?;
-        if line.trim().is_empty() {
+        // Queued messages and their outcomes in an event log are not events to simulate.
+        if line.trim().is_empty() || line.trim_start().starts_with("{\"event\":") {
             continue;
         }
         let bad = |detail: String| SimulateError::Input {

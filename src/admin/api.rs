@@ -76,7 +76,7 @@ impl AdminState {
                 ("GET, HEAD", get)
             }
             "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" | "/v1/release"
-            | "/v1/restrict" => ("POST", post),
+            | "/v1/restrict" | "/v1/outcome" => ("POST", post),
             _ => return Response::error(404, &format!("no endpoint {}", req.path)),
         };
         if !ok {
@@ -117,6 +117,7 @@ impl AdminState {
             "/v1/restricted" => self.restricted().await,
             "/v1/release" => self.release(req).await,
             "/v1/restrict" => self.restrict(req).await,
+            "/v1/outcome" => self.outcome(req).await,
             _ => self.reload(),
         }
     }
@@ -234,7 +235,21 @@ impl AdminState {
                 Some(k) => &cache[k],
                 None => &Vec::new() as &Vec<Record>,
             };
-            limits.push(reading(def, db.as_deref(), records, now));
+            let mut r = reading(def, db.as_deref(), records, now);
+            // A ratio's two counts are in its window, not in the rate records.
+            if let (crate::policy::model::RateDef::Ratio(q), Some(k)) = (&def.rate, &db) {
+                match store.ratio(k, q.window(), Default::default()).await {
+                    Ok(c) => {
+                        let (value, over) = q.judge(c);
+                        r.stored = c.den > 0 || c.num > 0;
+                        r.value = value;
+                        r.over = over;
+                        r.until_under_secs = if over { None } else { Some(0.0) };
+                    }
+                    Err(e) => return store_error(&e),
+                }
+            }
+            limits.push(r);
         }
         Response::json(200, &json!({ "key": key, "limits": limits }))
     }

@@ -59,6 +59,15 @@ pub enum ClientError {
 /// One of the admin verbs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verb {
+    /// Report what became of one recipient of a queued message.
+    Outcome {
+        /// Upstream's queue id.
+        queue_id: String,
+        /// The recipient.
+        recipient: String,
+        /// bounced, deferred or sent.
+        result: String,
+    },
     /// Every limit's reading of a key.
     Inspect(String),
     /// Remove every record of a key.
@@ -150,6 +159,19 @@ impl Verb {
             Verb::HeldRelease(t) => ("POST", format!("/v1/held/release?{}", t.query())),
             Verb::HeldDelete(t) => ("POST", format!("/v1/held/delete?{}", t.query())),
             Verb::Restricted => ("GET", "/v1/restricted".into()),
+            Verb::Outcome {
+                queue_id,
+                recipient,
+                result,
+            } => (
+                "POST",
+                format!(
+                    "/v1/outcome?queue_id={}&recipient={}&result={}",
+                    percent_encode(queue_id),
+                    percent_encode(recipient),
+                    percent_encode(result)
+                ),
+            ),
             Verb::Release { key, reason } => (
                 "POST",
                 format!(
@@ -502,6 +524,13 @@ pub fn render(verb: &Verb, v: &Value) -> String {
             )
         }
         Verb::Release { key, .. } => format!("{key}: released\n"),
+        Verb::Outcome { .. } => format!(
+            "{} {}: {} ({})\n",
+            v["queue_id"].as_str().unwrap_or(""),
+            v["recipient"].as_str().unwrap_or(""),
+            v["result"].as_str().unwrap_or(""),
+            v["counted"].as_str().unwrap_or("")
+        ),
         Verb::Restrict { key, .. } => format!(
             "{key}: restricted until {}\n",
             v["restricted"]["until"].as_str().unwrap_or("released")

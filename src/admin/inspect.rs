@@ -14,13 +14,14 @@ use crate::store::{Record, RecordKind};
 pub struct Reading {
     /// The limit's name.
     pub limit: String,
-    /// `ewma`, `gcra`, `bucket` or `sessions`.
+    /// `ewma`, `gcra`, `bucket`, `sessions` or `ratio`.
     pub algorithm: &'static str,
     /// The database key KEY maps to under this limit (`None`: not kept in the store).
     pub key: Option<String>,
     /// A record exists for the key.
     pub stored: bool,
-    /// EWMA: the rate decayed to now (Exim's readonly view); GCRA and buckets: the level.
+    /// EWMA: the rate decayed to now (Exim's readonly view); GCRA and buckets: the level;
+    /// ratios: numerator / denominator over the window (0 when the denominator is 0).
     pub value: f64,
     /// The limit (EWMA: m; GCRA: burst; bucket: capacity).
     pub limit_value: f64,
@@ -51,6 +52,7 @@ pub fn database_key(def: &LimitDef, key: &str) -> Option<String> {
         RateDef::Gcra(_) => Some(format!("gcra/{}/{key}", def.name)),
         RateDef::Bucket(_) => Some(format!("bucket/{}/{key}", def.name)),
         RateDef::Concurrency(_) => None,
+        RateDef::Ratio(_) => Some(format!("ratio/{}/{key}", def.name)),
     }
 }
 
@@ -67,7 +69,8 @@ fn key_prefix(def: &LimitDef) -> Option<(String, RecordKind)> {
         )),
         RateDef::Gcra(_) => Some((format!("gcra/{}/", def.name), RecordKind::Gcra)),
         RateDef::Bucket(_) => Some((format!("bucket/{}/", def.name), RecordKind::Bucket)),
-        RateDef::Concurrency(_) => None,
+        // Ratio windows are not records of the rate tables.
+        RateDef::Concurrency(_) | RateDef::Ratio(_) => None,
     }
 }
 
@@ -90,6 +93,7 @@ fn algorithm_of(def: &LimitDef) -> &'static str {
         RateDef::Gcra(_) => "gcra",
         RateDef::Bucket(_) => "bucket",
         RateDef::Concurrency(_) => "sessions",
+        RateDef::Ratio(_) => "ratio",
     }
 }
 
@@ -99,6 +103,7 @@ fn period_of(def: &LimitDef) -> String {
         RateDef::Gcra(g) => g.rate.period_secs(),
         RateDef::Bucket(b) => b.rate.period_secs(),
         RateDef::Concurrency(_) => return "session".into(),
+        RateDef::Ratio(r) => r.period_secs as f64,
     };
     let s = secs.round() as u64;
     match s {
@@ -174,6 +179,9 @@ pub fn reading(def: &LimitDef, db_key: Option<&str>, records: &[Record], now_us:
         }
         RateDef::Concurrency(n) => {
             r.limit_value = *n as f64;
+        }
+        RateDef::Ratio(q) => {
+            r.limit_value = q.above;
         }
     }
     r

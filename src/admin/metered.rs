@@ -86,6 +86,15 @@ impl Store for MeteredStore {
     fn expire_restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
         self.inner.expire_restrictions()
     }
+
+    fn ratio<'a>(
+        &'a self,
+        key: &'a str,
+        window: crate::store::RatioWindow,
+        add: crate::store::RatioCounts,
+    ) -> StoreFuture<'a, crate::store::RatioCounts> {
+        self.inner.ratio(key, window, add)
+    }
 }
 
 #[cfg(test)]

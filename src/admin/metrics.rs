@@ -168,6 +168,7 @@ pub struct Metrics {
     store: OnceLock<Opened>,
     workers: OnceLock<Arc<crate::server::WorkerLoads>>,
     log_dropped: OnceLock<crate::logs::DroppedLines>,
+    outcomes: OnceLock<Arc<crate::outcomes::index::Index>>,
 }
 
 /// Keeps a session counted as open; dropping it closes it.
@@ -353,6 +354,12 @@ impl Metrics {
         self.log_dropped
             .get()
             .map_or(0, crate::logs::DroppedLines::get)
+    }
+
+    /// Makes the outcome counters (smart host log lines, reported outcomes) part of the
+    /// exposition.
+    pub fn attach_outcomes(&self, index: Arc<crate::outcomes::index::Index>) {
+        let _ = self.outcomes.set(index);
     }
 
     /// Makes the workers' session counts part of the exposition.
@@ -575,6 +582,22 @@ impl Metrics {
             "Log lines dropped because the log queue was full (the writer could not keep up).",
             self.log_lines_dropped(),
         );
+        if let Some(ix) = self.outcomes.get() {
+            w.head(
+                "floodgate_outcomes_total",
+                "counter",
+                "Smart host log lines and reported outcomes, by what became of them: lines, other_lines (not delivery results), unknown_lines (of no known shape, skipped), unknown_queue_ids, duplicates, charged, uncharged.",
+            );
+            for (what, v) in ix.stats().snapshot() {
+                w.sample("floodgate_outcomes_total", &[("what", what)], v);
+            }
+            w.one(
+                "floodgate_outcomes_queued",
+                "gauge",
+                "Queued messages remembered for their outcomes.",
+                ix.len(),
+            );
+        }
         w.0
     }
 

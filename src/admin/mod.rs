@@ -20,6 +20,7 @@ pub mod http;
 pub mod inspect;
 pub mod metered;
 pub mod metrics;
+pub mod outcome;
 pub mod paced;
 pub mod peer;
 pub mod restricted;

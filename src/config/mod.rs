@@ -7,6 +7,7 @@ mod duration;
 mod graded;
 mod hold;
 mod net;
+pub mod outcomes;
 mod policy;
 mod store;
 mod words;
@@ -387,6 +388,8 @@ struct RawConfig {
     admin: admin::RawAdmin,
     #[serde(default)]
     hold: Option<Spanned<hold::RawHold>>,
+    #[serde(default)]
+    outcomes: Option<Spanned<outcomes::RawOutcomes>>,
 }
 
 /// A validated configuration.
@@ -422,6 +425,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// `[hold]`, with its directory made absolute; `None` when absent.
     pub hold: Option<crate::hold::HoldSettings>,
+    /// `[outcomes]`: the smart host's log to follow, if any.
+    pub outcomes: outcomes::OutcomesSettings,
 }
 
 impl Config {
@@ -578,6 +583,7 @@ impl Config {
         };
         let hold = hold::validate(raw.hold, &abs, &policy, &at)?;
         graded::check_actions(&policy, &upstream, hold.is_some(), &at)?;
+        let outcomes = outcomes::validate(raw.outcomes, &base, &at)?;
         Ok(Config {
             path: path.to_path_buf(),
             server: raw.server,
@@ -594,6 +600,7 @@ impl Config {
             metrics,
             admin,
             hold,
+            outcomes,
         })
     }
 

@@ -79,6 +79,16 @@ pub struct LimitConfig {
     /// action = "restrict": a template giving the address told of each restriction by a
     /// short mail (`"${authenticated_id}"`).
     pub notify_user: Option<Spanned<String>>,
+    /// A ratio limit: `"COUNT / COUNT"`.
+    pub ratio: Option<Spanned<String>>,
+    /// Ratio: over when the ratio is above this.
+    pub above: Option<Spanned<f64>>,
+    /// Ratio: the fewest denominator events to judge (default 1).
+    pub min_events: Option<Spanned<i64>>,
+    /// Ratio: the window.
+    pub period: Option<Spanned<String>>,
+    /// Ratio: count null-sender and auto-submitted messages too (default false).
+    pub include_automatic: Option<Spanned<bool>>,
 }
 
 /// `[auth_failures]`: timeouts, not lockouts, after failed AUTH.

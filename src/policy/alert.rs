@@ -92,6 +92,20 @@ pub trait Observer: Send + Sync {
     fn restriction(&self, notice: &serde_json::Value) {
         let _ = notice;
     }
+    /// Upstream queued a message whose bounces and deferrals some limit counts.
+    fn queued(&self, queue_id: &str, queued: &crate::outcomes::index::Queued, time_us: i64) {
+        let _ = (queue_id, queued, time_us);
+    }
+    /// An outcome of a queued message was counted.
+    fn outcome(
+        &self,
+        queue_id: &str,
+        recipient: &str,
+        kind: crate::outcomes::logline::Kind,
+        time_us: i64,
+    ) {
+        let _ = (queue_id, recipient, kind, time_us);
+    }
 }
 
 /// One restriction as JSON: `{"key","limit","since","until","rate","limit_value","by",
@@ -366,6 +380,7 @@ pub fn limit_period(def: &LimitDef) -> Duration {
         RateDef::Gcra(g) => g.rate.period_secs(),
         RateDef::Bucket(b) => b.rate.period_secs(),
         RateDef::Concurrency(_) => 3600.0,
+        RateDef::Ratio(r) => r.period_secs as f64,
     };
     Duration::from_secs_f64(secs.clamp(1.0, 1e9))
 }

@@ -146,6 +146,7 @@ fn compile_limit(
         raw.rate.as_ref().map(|s| s.span()),
         raw.count.as_ref().map(|s| s.span()),
         raw.max.as_ref().map(|s| s.span()),
+        raw.ratio.as_ref().map(|s| s.span()),
     ]
     .into_iter()
     .flatten()
@@ -164,7 +165,7 @@ fn compile_limit(
 
     let explicit_count = match word(&raw.count) {
         Some((w, span)) => Some(Counted::parse(w).ok_or_else(|| {
-            err(span, format!("unknown count {w:?}: use connections, commands, messages, recipients, distinct_recipients, bytes, auth_failures or sessions"))
+            err(span, format!("unknown count {w:?}: use connections, commands, messages, recipients, distinct_recipients, bytes, auth_failures, sessions, refused_recipients, refused_messages, bounced_recipients or deferred_recipients"))
         })?),
         None => None,
     };
@@ -194,18 +195,27 @@ fn compile_limit(
         raw.ratelimit.is_some(),
         raw.rate.is_some(),
         raw.max.is_some(),
+        raw.ratio.is_some(),
     ];
     if given.iter().filter(|g| **g).count() != 1 {
         return Err(err(
             anchor,
-            "give exactly one of `ratelimit` (Exim syntax), `rate` with `burst`, or `max` (sessions at once)".into(),
+            "give exactly one of `ratelimit` (Exim syntax), `rate` with `burst`, `max` (sessions at once) or `ratio`".into(),
         ));
+    }
+    if raw.ratio.is_none() {
+        if let Some((k, span)) = super::ratio::stray_key(raw) {
+            return Err(err(span, format!("`{k}` goes with `ratio`")));
+        }
     }
     let mut key: Option<Template> = match &raw.key {
         Some(k) => Some(template(k, &format!("limit {name}: key"), at)?),
         None => None,
     };
-    let (counted, stage, rate, mode) = if let Some(rl) = &raw.ratelimit {
+    let (counted, stage, rate, mode) = if let Some(ratio) = &raw.ratio {
+        let (counted, stage, rate) = super::ratio::compile(raw, ratio, explicit_stage, &err)?;
+        (counted, stage, rate, UpdateMode::Readonly)
+    } else if let Some(rl) = &raw.ratelimit {
         let spec = LimitSpec::parse(rl.get_ref())
             .map_err(|e| err(rl.span(), format!("ratelimit: {e}")))?;
         if mode_word.is_some() {
@@ -230,14 +240,16 @@ fn compile_limit(
         let counted = match explicit_count {
             None => from_per,
             Some(c) if c == from_per => c,
-            Some(Counted::AuthFailures) if spec.per_mode() == PerMode::Cmd || spec.per_option().is_none() => {
-                Counted::AuthFailures
+            Some(c @ Counted::AuthFailures) if spec.per_mode() == PerMode::Cmd || spec.per_option().is_none() => {
+                c
             }
+            // Charged one by one when upstream answers (or reports) them.
+            Some(c) if c.outcome() && (spec.per_mode() == PerMode::Cmd || spec.per_option().is_none()) => c,
             Some(c) => {
                 return Err(err(
                     raw.count.as_ref().map_or(0..0, |c| c.span()),
                     format!(
-                        "count = {:?} disagrees with the ratelimit string, which counts {} (with `ratelimit` the per_* option says what is counted; only \"auth_failures\" may be added)",
+                        "count = {:?} disagrees with the ratelimit string, which counts {} (with `ratelimit` the per_* option says what is counted; only \"auth_failures\" and upstream's outcomes (refused_*, bounced_recipients, deferred_recipients) may be added, with per_cmd or no per_* option)",
                         c.as_str(),
                         from_per.as_str()
                     ),
@@ -480,6 +492,12 @@ fn compile_limit(
                     return Err(err(
                         action_span,
                         "action = \"pace\" releases at the limit's rate: it is for rate limits, not sessions at once".into(),
+                    ));
+                }
+                if matches!(rate, RateDef::Ratio(_)) {
+                    return Err(err(
+                        action_span,
+                        "action = \"pace\" releases at the limit's rate: a ratio limit has none (use hold, reroute, defer or restrict)".into(),
                     ));
                 }
                 Action::Pace

@@ -52,6 +52,23 @@ fn describe_limit(d: &LimitDef) -> String {
             if b.dynamic.is_some() { " dynamic" } else { "" }
         ),
         RateDef::Concurrency(n) => format!("max {n} at once"),
+        RateDef::Ratio(r) => format!(
+            "ratio {} / {} over {}s, over when above {} with at least {} {} (counts kept per key in {}s slots: an event counts for {}s to {}s){}",
+            r.num.as_str(),
+            r.den.as_str(),
+            r.period_secs,
+            r.above,
+            r.min_events,
+            r.den.as_str(),
+            r.window().slot_us() / 1_000_000,
+            r.period_secs,
+            r.period_secs + (r.window().slot_us() / 1_000_000) as u64,
+            if r.include_automatic {
+                "; null-sender and auto-submitted messages count"
+            } else {
+                "; null-sender and auto-submitted messages left out"
+            }
+        ),
     };
     let key = d
         .key
@@ -59,16 +76,28 @@ fn describe_limit(d: &LimitDef) -> String {
         .map_or("${sender_host_address}".to_string(), |k| {
             k.text().to_string()
         });
-    let mut s = format!(
-        "limit {}: stage={} key={:?} {} counts={} mode={} action={}",
-        d.name,
-        d.stage.as_str(),
-        key,
-        rate,
-        d.counted.as_str(),
-        mode_word(d.mode),
-        d.action.as_str()
-    );
+    let mut s = if matches!(d.rate, RateDef::Ratio(_)) {
+        // A ratio counts both sides of its expression and stores nothing when checked.
+        format!(
+            "limit {}: stage={} key={:?} {} action={}",
+            d.name,
+            d.stage.as_str(),
+            key,
+            rate,
+            d.action.as_str()
+        )
+    } else {
+        format!(
+            "limit {}: stage={} key={:?} {} counts={} mode={} action={}",
+            d.name,
+            d.stage.as_str(),
+            key,
+            rate,
+            d.counted.as_str(),
+            mode_word(d.mode),
+            d.action.as_str()
+        )
+    };
     if let Some((l, by)) = &d.limit_list {
         s.push_str(&format!(" per-key-limit-from={l} by={}", by.as_str()));
     }

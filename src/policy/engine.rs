@@ -31,6 +31,7 @@ use tracing::{info, warn};
 use super::action::{self, header_line, var_value, Outcome};
 use super::alert::{Crossed, Evaluated, Observer};
 use super::authdelay;
+use super::charge;
 use super::concurrency::{SlotGuard, Slots};
 use super::evidence::{Evidence, Fact};
 use super::model::{Action, Counted, LimitDef, PolicyModel, RateDef};
@@ -88,6 +89,8 @@ struct Inner {
     paced: std::sync::OnceLock<Arc<crate::hold::pace::PaceBook>>,
     /// Sends the mail of `notify_user`, when installed.
     notifier: std::sync::OnceLock<Arc<dyn super::notice::Notifier>>,
+    /// Queued messages whose bounces and deferrals are still to come.
+    queued: Arc<crate::outcomes::index::Index>,
 }
 
 /// The floodgate policy: the current generation of limits over one store that outlives
@@ -127,7 +130,10 @@ impl RatePolicy {
     ) -> RatePolicy {
         RatePolicy {
             inner: Arc::new(Inner {
-                header_from: (model.reads_header_from() || model.restricts()).into(),
+                header_from: (model.reads_header_from()
+                    || model.restricts()
+                    || model.follows_outcomes())
+                .into(),
                 current: RwLock::new(model),
                 generation: AtomicU64::new(0),
                 store,
@@ -138,6 +144,7 @@ impl RatePolicy {
                 evidence: Evidence::default(),
                 paced: std::sync::OnceLock::new(),
                 notifier: std::sync::OnceLock::new(),
+                queued: Arc::default(),
             }),
         }
     }
@@ -145,7 +152,7 @@ impl RatePolicy {
     /// Makes `model` the generation every later check uses (sessions in flight included).
     pub fn install(&self, model: Arc<PolicyModel>) {
         self.inner.header_from.store(
-            model.reads_header_from() || model.restricts(),
+            model.reads_header_from() || model.restricts() || model.follows_outcomes(),
             Ordering::Relaxed,
         );
         *self
@@ -201,6 +208,21 @@ impl RatePolicy {
         self.inner.evidence.update_held(evidence, keys);
     }
 
+    /// The index of queued messages whose outcomes are still to come.
+    pub fn queue_index(&self) -> &Arc<crate::outcomes::index::Index> {
+        &self.inner.queued
+    }
+
+    /// The store the policy decides against.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The observer (event log and alerts), once installed.
+    pub fn observer(&self) -> Option<&Arc<dyn Observer>> {
+        self.inner.observer.get()
+    }
+
     /// The generation in force.
     pub fn current(&self) -> Arc<PolicyModel> {
         self.inner
@@ -227,6 +249,7 @@ impl Policy for RatePolicy {
             headers: Vec::new(),
             slots: HashMap::new(),
             unavailable: std::sync::atomic::AtomicBool::new(false),
+            tally: charge::Tally::default(),
         })
     }
 
@@ -296,6 +319,8 @@ enum Class {
     BucketNow,
     /// Concurrency slot.
     Slot,
+    /// A ratio, read from its window.
+    Ratio,
     /// Answered from the earlier Exim limit at this index of the check, which has the same
     /// database key and cache (Exim's cache, exim-ratelimit.md §4 step 1): its rate against
     /// this limit's own m; nothing is counted or remembered.
@@ -334,6 +359,9 @@ struct RateSession {
     /// Set when the store answered "unavailable" (Redis down, a limit failing closed)
     /// during the current check.
     unavailable: std::sync::atomic::AtomicBool,
+    /// Upstream's answers to this transaction's recipients (ratio limits and outcome
+    /// counts only).
+    tally: charge::Tally,
 }
 
 impl RateSession {
@@ -447,6 +475,7 @@ impl RateSession {
         if stage == Stage::Mail {
             self.cache.reset_message();
             self.headers.clear();
+            self.tally_abandoned();
         }
         let restricts = model.restricts();
         if restricts {
@@ -478,6 +507,12 @@ impl RateSession {
                         continue;
                     }
                     Class::Slot
+                }
+                RateDef::Ratio(_) => Class::Ratio,
+                // Upstream's outcomes are charged when they happen: would one more be over?
+                _ if def.counted.outcome() => {
+                    req.count = 1.0;
+                    Class::DryRun
                 }
                 _ if auth_fail => {
                     // Before an AUTH exchange: would one more failure be over?
@@ -523,7 +558,12 @@ impl RateSession {
             if let Some(o) = self.inner.observer.get().filter(|_| guard.is_none()) {
                 // Evaluations only: cached answers and concurrency slots are not; auth
                 // failures are told when they happen (auth_result).
-                if !matches!(class, Class::Cached | Class::Same(_) | Class::Slot) && !auth_fail {
+                if !matches!(
+                    class,
+                    Class::Cached | Class::Same(_) | Class::Slot | Class::Ratio
+                ) && !auth_fail
+                    && !def.counted.outcome()
+                {
                     o.evaluated(&Evaluated {
                         def,
                         key: &key_text,
@@ -573,6 +613,32 @@ impl RateSession {
                     e.outcome.value = held as f64 + 1.0;
                     e.outcome.over = true;
                     refused |= e.def.action.blocks();
+                }
+            }
+        }
+        // Ratios: read from their windows.
+        for e in evals.iter_mut().filter(|e| e.class == Class::Ratio) {
+            let RateDef::Ratio(r) = &e.def.rate else {
+                continue;
+            };
+            match self
+                .inner
+                .store
+                .ratio(&e.key, r.window(), Default::default())
+                .await
+            {
+                Ok(c) => {
+                    let (value, over) = r.judge(c);
+                    e.outcome.value = value;
+                    e.outcome.over = over;
+                    refused |= over && e.def.action.blocks();
+                }
+                Err(StoreError::Unavailable(why)) => {
+                    warn!(error = %why, limit = %e.def.name, "ratio window unavailable; failing closed");
+                    self.unavailable.store(true, Ordering::Relaxed);
+                }
+                Err(err) => {
+                    warn!(error = %err, limit = %e.def.name, "ratio window not readable; letting the event through");
                 }
             }
         }
@@ -689,7 +755,11 @@ impl RateSession {
                 // A dry-run charge is due, over or not, once upstream accepts; Exim's leaky
                 // mode stores only an event that is not over (a warn, header or delay limit
                 // lets an over event through uncharged).
-                Class::DryRun if !refused && e.def.counted != Counted::AuthFailures => {
+                Class::DryRun
+                    if !refused
+                        && e.def.counted != Counted::AuthFailures
+                        && !e.def.counted.outcome() =>
+                {
                     self.pending_for(stage).push(Pending::charge(req, now_us));
                 }
                 Class::Replay => {
@@ -869,6 +939,126 @@ impl RateSession {
             key: e.key_text.clone(),
             answer: super::TakenAnswer::Pace(rate),
         }))
+    }
+
+    /// Charges one `counted` event (an outcome count) to the rate limits counting it.
+    async fn charge_now(&self, model: &PolicyModel, facts: &Facts, counted: Counted) {
+        let limits = charge::rate_limits(model, facts, counted);
+        if limits.is_empty() {
+            return;
+        }
+        let now_us = (self.inner.clock)();
+        let mut d = Decision::default();
+        for (def, key_text) in &limits {
+            if let Some(o) = self.inner.observer.get() {
+                o.evaluated(&Evaluated {
+                    def,
+                    key: key_text,
+                    count: 1.0,
+                    unique: None,
+                    own_limit: None,
+                    time_us: now_us,
+                });
+            }
+            d.limits
+                .push(charge::charge_request(def, model, facts, key_text, 1));
+        }
+        self.decide(&d).await;
+    }
+
+    /// Adds to ratio windows.
+    async fn add_ratios(&self, charges: &[charge::RatioCharge]) {
+        for c in charges {
+            if let Err(e) = self.inner.store.ratio(&c.key, c.window, c.add).await {
+                warn!(error = %e, limit = %c.limit, key = %c.key, "ratio window not updated");
+            }
+        }
+    }
+
+    /// Upstream answered a recipient: tallied for ratios; a refusal is charged now.
+    async fn rcpt_answered(&mut self, facts: &Facts, reply: &Reply) {
+        let model = self.model();
+        if !model.follows_outcomes() {
+            return;
+        }
+        match reply.code / 100 {
+            2 => self
+                .tally
+                .accepted
+                .push(facts.recipient.clone().unwrap_or_default()),
+            5 => {
+                self.tally.refused += 1;
+                self.charge_now(&model, facts, Counted::RefusedRecipients)
+                    .await;
+            }
+            _ => return,
+        }
+        self.tally.if_abandoned =
+            charge::ratio_charges(&model, facts, &self.tally, charge::End::Abandoned);
+    }
+
+    /// Upstream answered the end of data: refused messages charged, ratio windows
+    /// updated, and a queued message remembered for its later outcomes.
+    async fn message_answered(&mut self, facts: &Facts, reply: &Reply) {
+        let model = self.model();
+        if !model.follows_outcomes() {
+            return;
+        }
+        let tally = std::mem::take(&mut self.tally);
+        let end = match reply.code / 100 {
+            2 | 5 => charge::End::Answered {
+                refused: reply.code / 100 == 5,
+                bytes: facts.message_size,
+            },
+            _ => charge::End::Abandoned,
+        };
+        if reply.code / 100 == 5 {
+            self.charge_now(&model, facts, Counted::RefusedMessages)
+                .await;
+        }
+        self.add_ratios(&charge::ratio_charges(&model, facts, &tally, end))
+            .await;
+        if !reply.is_completion() {
+            return;
+        }
+        let keys = charge::queued_keys(&model, facts);
+        if keys.is_empty() {
+            return;
+        }
+        let Some(id) = crate::outcomes::queue_id::parse(&reply.lines) else {
+            warn!(
+                upstream = reply.lines.last().map(String::as_str).unwrap_or(""),
+                "no queue id in upstream's answer: the message's bounces cannot be counted"
+            );
+            return;
+        };
+        let queued = crate::outcomes::index::Queued {
+            keys,
+            recipients: tally.accepted,
+        };
+        if let Some(o) = self.inner.observer.get() {
+            o.queued(id, &queued, (self.inner.clock)());
+        }
+        self.inner.queued.insert(id, queued);
+    }
+
+    /// A transaction ended without a message upstream answered: its recipients still
+    /// count in ratio windows (from a synchronous context).
+    fn tally_abandoned(&mut self) {
+        let tally = std::mem::take(&mut self.tally);
+        if tally.if_abandoned.is_empty() {
+            return;
+        }
+        let store = self.inner.store.clone();
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                for c in tally.if_abandoned {
+                    if let Err(e) = store.ratio(&c.key, c.window, c.add).await {
+                        warn!(error = %e, limit = %c.limit, "ratio window not updated");
+                    }
+                }
+            });
+        }
     }
 
     /// Notes what this event says about its key (restricting configs only).
@@ -1308,6 +1498,10 @@ impl SessionPolicy for RateSession {
 
     fn check_now(&mut self, stage: Stage, _facts: &Facts) -> Option<Verdict> {
         self.refresh();
+        if stage == Stage::Mail {
+            // A transaction that ended without upstream's answer to a message (held, say).
+            self.tally_abandoned();
+        }
         if self.model.limits.iter().any(|d| d.stage == stage) {
             return None;
         }
@@ -1334,6 +1528,9 @@ impl SessionPolicy for RateSession {
         _reply: &Reply,
     ) -> Option<Verdict> {
         // What after_upstream does when nothing is pending: there is nothing to settle.
+        if charge::stage_followed(&self.model, stage) {
+            return None;
+        }
         match stage {
             Stage::Auth => None,
             Stage::Mail | Stage::Rcpt if self.step.is_empty() => Some(Verdict::Continue),
@@ -1357,6 +1554,9 @@ impl SessionPolicy for RateSession {
             match stage {
                 Stage::Auth => self.auth_result(facts).await,
                 Stage::Mail | Stage::Rcpt => {
+                    if stage == Stage::Rcpt {
+                        self.rcpt_answered(facts, reply).await;
+                    }
                     let step = std::mem::take(&mut self.step);
                     if reply.is_completion() {
                         self.txn.extend(step);
@@ -1366,7 +1566,10 @@ impl SessionPolicy for RateSession {
                     }
                     Verdict::Continue
                 }
-                Stage::Message => self.message_result(reply).await,
+                Stage::Message => {
+                    self.message_answered(facts, reply).await;
+                    self.message_result(reply).await
+                }
                 _ => Verdict::Continue,
             }
         })
@@ -1383,6 +1586,7 @@ impl SessionPolicy for RateSession {
         pending.append(&mut self.step);
         self.headers.clear();
         self.release_detached(pending);
+        self.tally_abandoned();
     }
 }
 
@@ -1391,5 +1595,6 @@ impl Drop for RateSession {
         let mut pending = std::mem::take(&mut self.txn);
         pending.append(&mut self.step);
         self.release_detached(pending);
+        self.tally_abandoned();
     }
 }

@@ -17,6 +17,7 @@
 pub mod action;
 pub mod alert;
 pub mod authdelay;
+pub mod charge;
 mod compile;
 pub mod concurrency;
 pub mod condition;
@@ -27,6 +28,7 @@ pub mod expiry;
 pub mod lists;
 pub mod model;
 pub mod notice;
+pub mod ratio;
 mod replay;
 mod request;
 pub mod template;
@@ -114,6 +116,9 @@ pub struct Facts {
     pub subject: Option<String>,
     /// The command verb (stage Command).
     pub command: Option<&'static str>,
+    /// The message has an `Auto-Submitted:` header other than `no` (stage Message), when
+    /// the header is read.
+    pub auto_submitted: bool,
 }
 
 /// The answer to a check.

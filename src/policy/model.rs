@@ -44,6 +44,15 @@ pub enum Counted {
     AuthFailures,
     /// Sessions at once (a concurrency limit).
     Sessions,
+    /// Recipients upstream refused with a 5xx at RCPT TO (charged when refused).
+    RefusedRecipients,
+    /// Messages upstream refused with a 5xx after the end of data (charged when refused).
+    RefusedMessages,
+    /// Recipients whose delivery upstream reported bounced after queueing (charged from
+    /// the smart host's log or `floodgate outcome`).
+    BouncedRecipients,
+    /// Recipients whose delivery upstream reported deferred after queueing (each once).
+    DeferredRecipients,
 }
 
 impl Counted {
@@ -57,6 +66,10 @@ impl Counted {
             "bytes" => Counted::Bytes,
             "auth_failures" => Counted::AuthFailures,
             "sessions" => Counted::Sessions,
+            "refused_recipients" => Counted::RefusedRecipients,
+            "refused_messages" => Counted::RefusedMessages,
+            "bounced_recipients" => Counted::BouncedRecipients,
+            "deferred_recipients" => Counted::DeferredRecipients,
             _ => return None,
         })
     }
@@ -73,7 +86,31 @@ impl Counted {
             Counted::Bytes => "bytes",
             Counted::AuthFailures => "auth_failures",
             Counted::Sessions => "sessions",
+            Counted::RefusedRecipients => "refused_recipients",
+            Counted::RefusedMessages => "refused_messages",
+            Counted::BouncedRecipients => "bounced_recipients",
+            Counted::DeferredRecipients => "deferred_recipients",
         }
+    }
+
+    /// Whether upstream's answer is the event counted (refused, bounced or deferred): the
+    /// check asks whether one more would be over, the charge comes when it happens.
+    pub fn outcome(self) -> bool {
+        matches!(
+            self,
+            Counted::RefusedRecipients
+                | Counted::RefusedMessages
+                | Counted::BouncedRecipients
+                | Counted::DeferredRecipients
+        )
+    }
+
+    /// Whether it is known only after upstream queued the message (bounced, deferred).
+    pub fn after_queueing(self) -> bool {
+        matches!(
+            self,
+            Counted::BouncedRecipients | Counted::DeferredRecipients
+        )
     }
 
     /// Whether upstream's acceptance decides the charge (item 6: recipients and bytes).
@@ -92,6 +129,10 @@ impl Counted {
             Counted::Recipients | Counted::DistinctRecipients | Counted::Distinct => Stage::Rcpt,
             Counted::Bytes => Stage::Message,
             Counted::AuthFailures => Stage::Auth,
+            Counted::RefusedRecipients => Stage::Rcpt,
+            Counted::RefusedMessages | Counted::BouncedRecipients | Counted::DeferredRecipients => {
+                Stage::Mail
+            }
         }
     }
 }
@@ -114,6 +155,8 @@ pub enum RateDef {
     Bucket(BucketSpec),
     /// At most this many sessions at once per key.
     Concurrency(u64),
+    /// One count over another across a window (`ratio = "bounced_recipients / recipients"`).
+    Ratio(super::ratio::RatioDef),
 }
 
 /// How long a `delay` countermeasure waits.
@@ -283,7 +326,7 @@ impl LimitDef {
             RateDef::Exim { spec, .. } => (spec.limit(), f64::from(spec.period_secs())),
             RateDef::Gcra(g) => (g.rate.amount(), g.rate.period_secs()),
             RateDef::Bucket(b) => (b.rate.amount(), b.rate.period_secs()),
-            RateDef::Concurrency(_) => return None,
+            RateDef::Concurrency(_) | RateDef::Ratio(_) => return None,
         };
         let unit = match self.counted {
             Counted::Recipients | Counted::DistinctRecipients => PaceUnit::Recipients,
@@ -353,6 +396,14 @@ impl PolicyModel {
     /// Whether any limit reads the header From.
     pub fn reads_header_from(&self) -> bool {
         self.limits.iter().any(LimitDef::reads_header_from)
+    }
+
+    /// Whether any limit is a ratio or counts upstream's outcomes: then upstream's answers
+    /// to RCPT and to the end of data are followed, and the header (Auto-Submitted) read.
+    pub fn follows_outcomes(&self) -> bool {
+        self.limits
+            .iter()
+            .any(|d| d.counted.outcome() || matches!(d.rate, RateDef::Ratio(_)))
     }
 }
 

@@ -174,6 +174,30 @@ pub(super) fn request(
                 },
             )
         }
+        RateDef::Ratio(r) => (
+            // Ratios are read from their window, not decided: the request only names it.
+            LimitRequest {
+                key: format!("ratio/{}/{}", def.name, key_text),
+                algorithm: Algorithm::Ewma {
+                    limit: r.above,
+                    period_secs: u32::try_from(r.period_secs).unwrap_or(u32::MAX),
+                    mode: UpdateMode::Readonly,
+                    unique_kind: UniqueKind::Bloom,
+                },
+                count: 0.0,
+                unique: None,
+                blocking,
+            },
+            Outcome {
+                value: 0.0,
+                limit: r.above,
+                from_list: false,
+                limit_text: format!("{} {} / {}", r.above, r.num.as_str(), r.den.as_str()),
+                period_text: fmt_period(r.period_secs as f64),
+                over: false,
+                retry_after: None,
+            },
+        ),
         RateDef::Concurrency(n) => (
             LimitRequest {
                 key: format!("sessions/{}/{}", def.name, key_text),

@@ -252,6 +252,14 @@ impl Session {
             };
         self.facts.header_from = from;
         self.facts.subject = subject;
+        // Ratio limits leave auto-submitted messages out (the policy then reads headers).
+        self.facts.auto_submitted = self.shared.policy.reads_header_from()
+            && match &msg {
+                Spooled::Data(wire) => {
+                    crate::smtp::auto_submitted::is_automatic(&header_section(wire.message()))
+                }
+                Spooled::Chunked(body) => crate::smtp::auto_submitted::is_automatic(body),
+            };
         match self.judge(Stage::Message).await {
             Judged::Go => {}
             Judged::Answered => {

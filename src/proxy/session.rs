@@ -527,6 +527,7 @@ impl Session {
         self.facts.message_size = 0;
         self.facts.header_from = None;
         self.facts.subject = None;
+        self.facts.auto_submitted = false;
     }
 
     /// `text` in a string from the session's pool (no allocation once the pool is warm).

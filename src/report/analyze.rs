@@ -259,7 +259,8 @@ fn replay_of(def: &LimitDef) -> Option<Replay> {
             rate: b.rate,
             dynamic: None,
         })),
-        RateDef::Concurrency(_) => None,
+        // Ratios and concurrency are not rates to replay.
+        RateDef::Concurrency(_) | RateDef::Ratio(_) => None,
     }
 }
 
@@ -309,6 +310,7 @@ fn summarise(def: &LimitDef, tally: Tally, top: usize) -> LimitReport {
         RateDef::Gcra(g) => ("gcra", g.burst, g.rate.period_secs()),
         RateDef::Bucket(b) => ("bucket", b.burst, b.rate.period_secs()),
         RateDef::Concurrency(n) => ("concurrency", *n as f64, 0.0),
+        RateDef::Ratio(r) => ("ratio", r.above, r.period_secs as f64),
     };
     let period = crate::report::render::period_text(period_secs);
     let what = def.counted.as_str().replace('_', " ");
@@ -453,7 +455,8 @@ pub fn analyze(
         }
         line_no += 1;
         let text = line.trim();
-        if text.is_empty() {
+        // Queued messages and their outcomes are not evaluations.
+        if text.is_empty() || text.starts_with("{\"event\":") {
             continue;
         }
         report.lines += 1;

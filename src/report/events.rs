@@ -99,9 +99,17 @@ fn push_number(out: &mut Vec<u8>, v: f64) {
     }
 }
 
+/// One line to write: an evaluation, or another event already encoded (queued messages and
+/// their outcomes: `{"event":"queued",...}`, `{"event":"outcome",...}`; such lines start
+/// with `{"event":` so readers of evaluations can skip them).
+enum Entry {
+    Eval(Record),
+    Line(String),
+}
+
 struct Shared {
     enabled: AtomicBool,
-    tx: OnceLock<SyncSender<Record>>,
+    tx: OnceLock<SyncSender<Entry>>,
     path: Mutex<Option<PathBuf>>,
     max_size: Mutex<Option<u64>>,
     reopen: AtomicBool,
@@ -170,6 +178,17 @@ impl EventLog {
 
     /// Queues one event; never blocks (a full queue drops it and counts the drop).
     pub fn record(&self, r: Record) {
+        self.send(Entry::Eval(r));
+    }
+
+    /// Queues one line that is not an evaluation (it must start with `{"event":`); never
+    /// blocks.
+    pub fn record_line(&self, line: String) {
+        debug_assert!(line.starts_with("{\"event\":"));
+        self.send(Entry::Line(line));
+    }
+
+    fn send(&self, r: Entry) {
         let s = &self.shared;
         let Some(tx) = s.tx.get() else { return };
         match tx.try_send(r) {
@@ -276,7 +295,7 @@ fn rotate(out: &mut Option<Output>) {
     }
 }
 
-fn writer(shared: Arc<Shared>, rx: Receiver<Record>) {
+fn writer(shared: Arc<Shared>, rx: Receiver<Entry>) {
     let mut out: Option<Output> = None;
     let mut line = Vec::with_capacity(256);
     let mut last_attempt = Instant::now();
@@ -303,7 +322,10 @@ fn writer(shared: Arc<Shared>, rx: Receiver<Record>) {
             n += 1;
             if let Some(o) = out.as_mut() {
                 line.clear();
-                r.to_line(&mut line);
+                match r {
+                    Entry::Eval(r) => r.to_line(&mut line),
+                    Entry::Line(l) => line.extend_from_slice(l.as_bytes()),
+                }
                 line.push(b'\n');
                 if let Err(e) = o.w.write_all(&line) {
                     warn!(error = %e, "cannot write the event log");

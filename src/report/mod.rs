@@ -104,6 +104,30 @@ impl Observer for Observers {
         self.alerter.restriction(notice);
     }
 
+    fn queued(&self, queue_id: &str, queued: &crate::outcomes::index::Queued, time_us: i64) {
+        if self.events.enabled() {
+            self.events
+                .record_line(crate::outcomes::journal::queued_line(
+                    queue_id, queued, time_us,
+                ));
+        }
+    }
+
+    fn outcome(
+        &self,
+        queue_id: &str,
+        recipient: &str,
+        kind: crate::outcomes::logline::Kind,
+        time_us: i64,
+    ) {
+        if self.events.enabled() {
+            self.events
+                .record_line(crate::outcomes::journal::outcome_line(
+                    queue_id, recipient, kind, time_us,
+                ));
+        }
+    }
+
     fn reload(&self, config: &Config) {
         self.events.apply(&config.report);
         if let Some(a) = &config.alerts {

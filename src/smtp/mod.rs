@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod address;
+pub mod auto_submitted;
 pub mod bdat;
 pub mod clean_lines;
 pub mod command;

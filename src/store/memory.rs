@@ -61,6 +61,7 @@ pub struct MemoryStore {
     config: MemoryConfig,
     evictions: AtomicU64,
     restricted: super::RestrictedSet,
+    ratios: super::ratio::RatioTable,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -88,6 +89,7 @@ impl MemoryStore {
             config,
             evictions: AtomicU64::new(0),
             restricted: super::RestrictedSet::default(),
+            ratios: super::ratio::RatioTable::default(),
         }
     }
 
@@ -266,6 +268,7 @@ impl MemoryStore {
 
     /// Removes every record under `key`; returns how many.
     pub fn reset_key(&self, key: &str) -> usize {
+        let ratio = usize::from(self.ratios.reset(key));
         let key = Lookup::new(key);
         let mut shard = self.lock(self.shard_of(&key));
         [
@@ -277,6 +280,18 @@ impl MemoryStore {
         .into_iter()
         .filter(|&k| shard.remove(k, &key))
         .count()
+            + ratio
+    }
+
+    /// Adds `add` to the ratio window of `key` at `now_us`; the counts over the window.
+    pub fn ratio_at(
+        &self,
+        key: &str,
+        window: super::RatioWindow,
+        add: super::RatioCounts,
+        now_us: i64,
+    ) -> super::RatioCounts {
+        self.ratios.apply(key, window, add, now_us)
     }
 
     /// Drops records idle for longer than the configured TTL at `now_us`.
@@ -430,6 +445,16 @@ impl Store for MemoryStore {
     fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<super::Restriction>> {
         let r = self.restricted.remove_in_force(key, super::now_micros());
         Box::pin(std::future::ready(Ok(r)))
+    }
+
+    fn ratio<'a>(
+        &'a self,
+        key: &'a str,
+        window: super::RatioWindow,
+        add: super::RatioCounts,
+    ) -> StoreFuture<'a, super::RatioCounts> {
+        let now = super::now_micros();
+        Box::pin(std::future::ready(Ok(self.ratio_at(key, window, add, now))))
     }
 
     fn restrictions(&self) -> StoreFuture<'_, Vec<super::Restriction>> {

@@ -16,6 +16,7 @@ mod inline;
 mod key;
 mod memory;
 pub mod open;
+pub mod ratio;
 pub mod redis;
 mod restrict;
 mod shard;
@@ -25,6 +26,7 @@ mod table;
 
 pub use key::ThinKey;
 pub use memory::{run_expiry, MemoryConfig, MemoryStats, MemoryStore};
+pub use ratio::{RatioCounts, RatioWindow};
 pub use restrict::{RestrictFor, RestrictForError, RestrictedSet, Restriction};
 pub use snapshot::{run_snapshots, SnapshotError};
 
@@ -302,6 +304,20 @@ pub trait Store: Send + Sync {
     /// caller tells of its release.
     fn expire_restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
         Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// Adds `add` to the ratio window of `key` (see [`ratio`]) at the store's time and
+    /// answers the counts over the window; a zero `add` only reads.
+    fn ratio<'a>(
+        &'a self,
+        key: &'a str,
+        window: RatioWindow,
+        add: RatioCounts,
+    ) -> StoreFuture<'a, RatioCounts> {
+        let _ = (key, window, add);
+        Box::pin(std::future::ready(Err(StoreError::Invalid(
+            "this store keeps no ratio windows".into(),
+        ))))
     }
 }
 

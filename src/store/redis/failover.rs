@@ -402,6 +402,26 @@ impl Store for FailoverStore {
         Box::pin(self.redis.restriction_list())
     }
 
+    fn ratio<'a>(
+        &'a self,
+        key: &'a str,
+        window: crate::store::RatioWindow,
+        add: crate::store::RatioCounts,
+    ) -> StoreFuture<'a, crate::store::RatioCounts> {
+        Box::pin(async move {
+            match self.redis.ratio_key(key, window, add).await {
+                Ok(r) => Ok(r),
+                // While Redis is down the local store keeps counting, as for limits.
+                // The store's failure mode decides, as for a limit: closed refuses (451),
+                // open and local count locally meanwhile.
+                Err(e) if self.policy.default == FailureMode::Closed => Err(e),
+                Err(_) => Ok(self
+                    .local
+                    .ratio_at(key, window, add, crate::store::now_micros())),
+            }
+        })
+    }
+
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
         Box::pin(async move {
             let local = self.local.reset_key(key);

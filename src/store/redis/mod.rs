@@ -32,6 +32,7 @@
 pub mod conn;
 pub mod encode;
 pub mod failover;
+mod ratio;
 mod restrict;
 mod scan;
 
@@ -67,6 +68,7 @@ const RESET_LUA: &str = r#"
 local n = 0
 for i = 1, 4 do n = n + redis.call('DEL', KEYS[i]) end
 redis.call('DEL', KEYS[5])
+if KEYS[6] then n = n + redis.call('DEL', KEYS[6]) end
 return n
 "#;
 
@@ -277,6 +279,7 @@ impl RedisStore {
                 for k in &keys {
                     inv.key(k);
                 }
+                inv.key(self.namer.name('q', key));
                 inv.invoke_async(&mut conn)
                     .await
                     .map_err(|e| unavailable(&e))
@@ -349,6 +352,8 @@ impl RedisStore {
                 for k in &keys {
                     inv.key(k);
                 }
+                // The ratio window of the key (see `ratio`).
+                inv.key(self.namer.name('q', key));
                 inv.invoke_async(&mut conn)
                     .await
                     .map_err(|e| unavailable(&e))
@@ -450,5 +455,14 @@ impl Store for RedisStore {
 
     fn expire_restrictions(&self) -> StoreFuture<'_, Vec<super::Restriction>> {
         Box::pin(self.sweep_restrictions())
+    }
+
+    fn ratio<'a>(
+        &'a self,
+        key: &'a str,
+        window: super::RatioWindow,
+        add: super::RatioCounts,
+    ) -> StoreFuture<'a, super::RatioCounts> {
+        Box::pin(self.ratio_key(key, window, add))
     }
 }

@@ -1,0 +1,220 @@
+//! The queued messages whose outcomes are still to come: queue id → the keys to charge and
+//! the recipients, in a bounded index (the oldest entries go first), and which outcomes of
+//! each were already counted, so a result logged again at every retry counts once.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+
+use super::logline::Kind;
+
+/// Default number of queued messages remembered.
+pub const DEFAULT_CAPACITY: usize = 100_000;
+
+/// One queued message.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Queued {
+    /// `(limit, key text)` pairs its bounces and deferrals are charged to.
+    pub keys: Vec<(String, String)>,
+    /// Its recipients, as accepted.
+    pub recipients: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    queued: Queued,
+    /// `(outcome, lower-cased recipient)` already counted.
+    counted: HashSet<(Kind, String)>,
+}
+
+/// What one reported outcome does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Noted {
+    /// The queue id is not in the index (not relayed by floodgate, or forgotten).
+    UnknownQueueId,
+    /// This recipient's outcome of this kind was counted before.
+    Duplicate,
+    /// More distinct recipients reported than the message had: not counted.
+    TooMany,
+    /// A delivery (nothing is charged), or a message with no keys to charge.
+    Nothing,
+    /// Charge these `(limit, key text)`.
+    Charge(Vec<(String, String)>),
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    map: HashMap<String, Entry>,
+    order: VecDeque<String>,
+}
+
+/// The bounded index.
+#[derive(Debug)]
+pub struct Index {
+    inner: Mutex<Inner>,
+    capacity: std::sync::atomic::AtomicUsize,
+    stats: super::Stats,
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Index::new(DEFAULT_CAPACITY)
+    }
+}
+
+impl Index {
+    /// An index of at most `capacity` queued messages.
+    pub fn new(capacity: usize) -> Index {
+        Index {
+            inner: Mutex::default(),
+            capacity: capacity.max(1).into(),
+            stats: super::Stats::default(),
+        }
+    }
+
+    /// Changes how many queued messages are remembered (the oldest go first when more).
+    pub fn set_capacity(&self, capacity: usize) {
+        self.capacity
+            .store(capacity.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The counters of outcomes seen.
+    pub fn stats(&self) -> &super::Stats {
+        &self.stats
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remembers a queued message (a queue id seen again replaces its entry).
+    pub fn insert(&self, queue_id: &str, queued: Queued) {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        if inner.map.remove(queue_id).is_some() {
+            inner.order.retain(|q| q != queue_id);
+        }
+        let capacity = self.capacity.load(std::sync::atomic::Ordering::Relaxed);
+        while inner.map.len() >= capacity {
+            let Some(old) = inner.order.pop_front() else {
+                break;
+            };
+            inner.map.remove(&old);
+        }
+        inner.order.push_back(queue_id.to_string());
+        inner.map.insert(
+            queue_id.to_string(),
+            Entry {
+                queued,
+                counted: HashSet::new(),
+            },
+        );
+    }
+
+    /// Notes an outcome of `recipient` (or its `original` address) of `queue_id`.
+    pub fn note(
+        &self,
+        queue_id: &str,
+        recipient: &str,
+        original: Option<&str>,
+        kind: Kind,
+    ) -> Noted {
+        let mut g = self.lock();
+        let Some(e) = g.map.get_mut(queue_id) else {
+            return Noted::UnknownQueueId;
+        };
+        let lower = |s: &str| s.to_ascii_lowercase();
+        // The address the message was given: the original when the host rewrote it.
+        let given = e
+            .queued
+            .recipients
+            .iter()
+            .find(|r| {
+                let r = lower(r);
+                r == lower(recipient) || original.is_some_and(|o| r == lower(o))
+            })
+            .map(|r| lower(r))
+            .unwrap_or_else(|| lower(original.unwrap_or(recipient)));
+        if !e.counted.insert((kind, given)) {
+            return Noted::Duplicate;
+        }
+        let of_kind = e.counted.iter().filter(|(k, _)| *k == kind).count();
+        if !e.queued.recipients.is_empty() && of_kind > e.queued.recipients.len() {
+            return Noted::TooMany;
+        }
+        if kind == Kind::Sent || e.queued.keys.is_empty() {
+            return Noted::Nothing;
+        }
+        Noted::Charge(e.queued.keys.clone())
+    }
+
+    /// Queued messages remembered.
+    pub fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// Whether none is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(rcpts: &[&str]) -> Queued {
+        Queued {
+            keys: vec![("bounces".into(), "alice".into())],
+            recipients: rcpts.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn counts_each_recipient_once_per_kind() {
+        let ix = Index::new(10);
+        ix.insert("Q1", q(&["a@x", "B@x"]));
+        assert_eq!(
+            ix.note("nope", "a@x", None, Kind::Bounced),
+            Noted::UnknownQueueId
+        );
+        assert!(matches!(
+            ix.note("Q1", "a@x", None, Kind::Deferred),
+            Noted::Charge(_)
+        ));
+        assert_eq!(ix.note("Q1", "A@X", None, Kind::Deferred), Noted::Duplicate);
+        assert!(matches!(
+            ix.note("Q1", "a@x", None, Kind::Bounced),
+            Noted::Charge(_)
+        ));
+        assert_eq!(ix.note("Q1", "a@x", None, Kind::Bounced), Noted::Duplicate);
+        // Rewritten by the host: the original address names the recipient.
+        assert!(matches!(
+            ix.note("Q1", "bob@elsewhere", Some("b@x"), Kind::Bounced),
+            Noted::Charge(_)
+        ));
+        assert_eq!(ix.note("Q1", "b@x", None, Kind::Bounced), Noted::Duplicate);
+        // More distinct recipients than the message had.
+        assert_eq!(ix.note("Q1", "c@x", None, Kind::Bounced), Noted::TooMany);
+        assert_eq!(ix.note("Q1", "c@x", None, Kind::Sent), Noted::Nothing);
+    }
+
+    #[test]
+    fn bounded_oldest_first() {
+        let ix = Index::new(2);
+        ix.insert("Q1", q(&["a@x"]));
+        ix.insert("Q2", q(&["a@x"]));
+        ix.insert("Q3", q(&["a@x"]));
+        assert_eq!(ix.len(), 2);
+        assert_eq!(
+            ix.note("Q1", "a@x", None, Kind::Bounced),
+            Noted::UnknownQueueId
+        );
+        assert!(matches!(
+            ix.note("Q3", "a@x", None, Kind::Bounced),
+            Noted::Charge(_)
+        ));
+        // Inserting again replaces without growing.
+        ix.insert("Q3", q(&["a@x"]));
+        assert_eq!(ix.len(), 2);
+    }
+}
