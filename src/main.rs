@@ -314,6 +314,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         metrics.attach_store(&store);
         let policy = build_policy_with(&config, store.as_store(), metrics.clone());
         let observers = floodgate::report::Observers::start(&config)?;
+        observers.keep_baselines(&config, store.as_store()).await;
         policy.observe(observers.clone());
         let admin_policy = policy.clone();
         let admin_observer: Arc<dyn floodgate::policy::alert::Observer> = observers.clone();

@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::held;
 use super::http::{Request, Response};
-use super::inspect::{database_key, reading, TopBuilder};
+use super::inspect::{database_key, reading_of_key, TopBuilder};
 use super::Metrics;
 use crate::server::Control;
 use crate::store::open::Opened;
@@ -234,7 +234,14 @@ impl AdminState {
                 Some(k) => &cache[k],
                 None => &Vec::new() as &Vec<Record>,
             };
-            limits.push(reading(def, db.as_deref(), records, now));
+            limits.push(reading_of_key(
+                def,
+                &config.policy,
+                key,
+                db.as_deref(),
+                records,
+                now,
+            ));
         }
         Response::json(200, &json!({ "key": key, "limits": limits }))
     }

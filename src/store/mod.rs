@@ -11,6 +11,7 @@
 //! mode). When not refused, every limit follows its own rule: strict stores,
 //! leaky stores iff it is not itself over, readonly never stores.
 
+pub mod baseline;
 mod eval;
 mod inline;
 mod key;
@@ -23,6 +24,7 @@ mod sip;
 mod snapshot;
 mod table;
 
+pub use baseline::BaselineSet;
 pub use key::ThinKey;
 pub use memory::{run_expiry, MemoryConfig, MemoryStats, MemoryStore};
 pub use restrict::{RestrictFor, RestrictForError, RestrictedSet, Restriction};
@@ -268,6 +270,19 @@ pub trait Store: Send + Sync {
     /// Every restriction in force, by key.
     fn restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
         Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// Keeps limit `limit`'s per-key baselines (replacing those it had), so that a restart
+    /// finds them. A store that keeps none ignores them.
+    fn save_baselines<'a>(&'a self, limit: &'a str, set: &'a BaselineSet) -> StoreFuture<'a, ()> {
+        let _ = (limit, set);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// Limit `limit`'s per-key baselines as last saved, if any.
+    fn load_baselines<'a>(&'a self, limit: &'a str) -> StoreFuture<'a, Option<BaselineSet>> {
+        let _ = limit;
+        Box::pin(std::future::ready(Ok(None)))
     }
 }
 
