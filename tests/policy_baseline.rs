@@ -130,6 +130,36 @@ fn a_quiet_user_trips_at_51_and_a_bulk_user_does_not() {
         ),
         "{table}"
     );
+
+    // floodgate report shows the same limits, from the same log.
+    let report = |json: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"));
+        cmd.arg("report").arg("--config").arg(fg.config_path());
+        if json {
+            cmd.arg("--json");
+        }
+        run_with_timeout(&mut cmd, std::time::Duration::from_secs(30))
+    };
+    let out = report(true);
+    assert!(out.ok(), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let b = &v["baselines"][0];
+    assert_eq!(b["limit"], "own-baseline", "{v}");
+    assert_eq!(b["keys"], 2, "{v}");
+    assert_eq!(b["at_floor"], 1, "{v}");
+    assert_eq!(b["top"][0]["key"], "bulk", "{v}");
+    assert_eq!(b["top"][0]["limit"], 2500.0, "{v}");
+    assert_eq!(b["top"][1]["key"], "quiet", "{v}");
+    let out = report(false);
+    assert!(out.ok(), "{out}");
+    assert!(
+        out.stdout.contains("limit = max(50, 5 x the key's daily peak); 2 keys with history, 1 of them at the floor; any other key: 50"),
+        "{out}"
+    );
+    assert!(
+        out.stdout.contains("keys with their own limit (baseline)"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -31,7 +31,7 @@ use std::sync::{Arc, RwLock};
 use crate::config::{ConfigError, LimitConfig};
 use crate::store::BaselineSet;
 
-use super::model::{Counted, RateDef};
+use super::model::RateDef;
 
 /// The factor when none is given.
 pub const DEFAULT_FACTOR: f64 = 5.0;
@@ -215,7 +215,6 @@ impl Baselines {
 pub(super) fn compile(
     raw: &LimitConfig,
     rate: &RateDef,
-    counted: Counted,
     readonly: bool,
     has_list: bool,
     err: &dyn Fn(Range<usize>, String) -> ConfigError,
@@ -252,12 +251,6 @@ pub(super) fn compile(
             ))
         }
     };
-    if counted == Counted::DistinctRecipients {
-        return Err(err(
-            text.span(),
-            "baseline counts amounts per day; distinct_recipients has none to count".into(),
-        ));
-    }
     if readonly {
         return Err(err(
             text.span(),

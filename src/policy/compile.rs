@@ -552,7 +552,6 @@ fn compile_limit(
     let baseline = super::baseline::compile(
         raw,
         &rate,
-        counted,
         mode == UpdateMode::Readonly,
         limit_list.is_some(),
         &err,

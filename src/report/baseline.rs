@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::config::{Config, ConfigError, LimitConfig};
@@ -353,6 +353,102 @@ impl BaselineKeeper {
                 warn!(limit = %limit, error = %e, "baselines not saved with the store");
             }
         }
+    }
+}
+
+/// One key's baseline in the report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BaselineKey {
+    /// The key text.
+    pub key: String,
+    /// Its percentile daily peak.
+    pub peak: f64,
+    /// Its limit.
+    pub limit: f64,
+}
+
+/// The per-key limits of one limit with a `baseline`, as `floodgate report` shows them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BaselineReport {
+    /// The limit's name.
+    pub limit: String,
+    /// The baseline (`p95 / 14d`).
+    pub baseline: String,
+    /// Its factor.
+    pub factor: f64,
+    /// Its floor (the limit of keys without history).
+    pub floor: f64,
+    /// As of when (µs): the days before this one's are the window.
+    pub as_of_us: i64,
+    /// Keys with history in the window.
+    pub keys: usize,
+    /// Of those, the ones whose limit is the floor.
+    pub at_floor: usize,
+    /// The keys with the highest limits, highest first (ties by key).
+    pub top: Vec<BaselineKey>,
+}
+
+/// The baselines of `model`'s limits from the event log `events` as of `as_of_us`, the
+/// `top` highest keys of each.
+pub fn summarise(
+    model: &PolicyModel,
+    events: &Path,
+    as_of_us: i64,
+    top: usize,
+) -> std::io::Result<Vec<BaselineReport>> {
+    let (mut sets, _) = compute(model, events, as_of_us)?;
+    let mut out = Vec::new();
+    for d in &model.limits {
+        let (Some(b), Some(set)) = (&d.baseline, sets.remove(&d.name)) else {
+            continue;
+        };
+        let mut keys: Vec<BaselineKey> = set
+            .peaks
+            .into_iter()
+            .map(|(key, peak)| BaselineKey {
+                limit: b.limit_of(Some(peak)),
+                key,
+                peak,
+            })
+            .collect();
+        keys.sort_by(|a, c| c.limit.total_cmp(&a.limit).then_with(|| a.key.cmp(&c.key)));
+        out.push(BaselineReport {
+            limit: d.name.clone(),
+            baseline: b.spec.text(),
+            factor: b.factor,
+            floor: b.floor,
+            as_of_us,
+            keys: keys.len(),
+            at_floor: keys.iter().filter(|k| k.limit <= b.floor).count(),
+            top: keys.into_iter().take(top).collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// The text of one limit's baselines in `floodgate report`.
+pub fn render(o: &mut String, b: &BaselineReport) {
+    use super::render::num;
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        o,
+        "  baseline {} as of {}: limit = max({}, {} x the key's daily peak); {} keys with history, {} of them at the floor; any other key: {}",
+        b.baseline,
+        super::time::rfc3339(b.as_of_us),
+        num(b.floor),
+        num(b.factor),
+        b.keys,
+        b.at_floor,
+        num(b.floor)
+    );
+    for k in &b.top {
+        let _ = writeln!(
+            o,
+            "    {:>12}  {}  (daily peak {})",
+            num(k.limit),
+            k.key,
+            num(k.peak)
+        );
     }
 }
 
