@@ -202,7 +202,8 @@ impl DailyPeaks {
                     .filter_map(|(key, mut k)| {
                         close(l.per_day, l.first_day, &mut k);
                         let p = l.def.percentile_of(&k.days);
-                        (p > 0.0).then_some((key, p))
+                        // Sums past f64's range (absurd counts) are no history.
+                        (p > 0.0 && p.is_finite()).then_some((key, p))
                     })
                     .collect();
                 (
