@@ -109,6 +109,11 @@ fn bad_baselines_are_refused_with_the_reason() {
         "floor must be a number of 0 or more, got -1",
     );
     refused(
+        &format!("{}floor = 0\n", b("p95 / 14d")),
+        "floor =",
+        "floor = 0 needs a ratelimit limit",
+    );
+    refused(
         &format!("{GOOD}factor = 5\n"),
         "factor =",
         "`factor` goes with `baseline`",

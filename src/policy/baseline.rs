@@ -20,8 +20,8 @@
 //! # Where the values live
 //!
 //! [`Baselines`] holds, per limit, the [`BaselineSet`] last computed from the event log
-//! (by [`crate::report::baseline`]); [`super::request`] reads it for every check of a
-//! baseline limit, the way a `limit_list` value is read. The set is kept with the store and
+//! (by [`crate::report::baseline`]); every check of a baseline limit reads the key's limit
+//! from it, the way a `limit_list` value is read. The set is kept with the store and
 //! carried from one configuration generation to the next.
 
 use std::collections::HashMap;
@@ -220,16 +220,17 @@ pub(super) fn compile(
     err: &dyn Fn(Range<usize>, String) -> ConfigError,
 ) -> Result<Option<BaselineDef>, ConfigError> {
     let Some(text) = &raw.baseline else {
-        for (k, span) in [
+        let stray = [
             raw.factor.as_ref().map(|v| ("factor", v.span())),
             raw.floor.as_ref().map(|v| ("floor", v.span())),
         ]
         .into_iter()
         .flatten()
-        {
-            return Err(err(span, format!("`{k}` goes with `baseline`")));
-        }
-        return Ok(None);
+        .next();
+        return match stray {
+            Some((k, span)) => Err(err(span, format!("`{k}` goes with `baseline`"))),
+            None => Ok(None),
+        };
     };
     let spec = BaselineSpec::parse(text.get_ref()).map_err(|e| err(text.span(), e.to_string()))?;
     let (configured, period_secs) = match rate {
@@ -288,6 +289,13 @@ pub(super) fn compile(
             return Err(err(
                 f.span(),
                 format!("floor must be a number of 0 or more, got {}", f.get_ref()),
+            ))
+        }
+        Some(f) if *f.get_ref() == 0.0 && !matches!(rate, RateDef::Exim { .. }) => {
+            return Err(err(
+                f.span(),
+                "floor = 0 needs a ratelimit limit (m = 0 refuses a key without history); a rate/burst limit cannot hold 0: give a floor above 0"
+                    .into(),
             ))
         }
         Some(f) => *f.get_ref(),
