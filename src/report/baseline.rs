@@ -230,7 +230,8 @@ pub fn log_files(events: &Path) -> Vec<PathBuf> {
 }
 
 /// Computes the baselines of `model`'s limits from the event log `events` as of `now_us`.
-/// A missing log gives empty sets (every key gets its floor).
+/// Neither `PATH` nor `PATH.1` there is a `NotFound` error: a log that went away must not
+/// replace the baselines in force with empty ones.
 pub fn compute(
     model: &PolicyModel,
     events: &Path,
@@ -240,7 +241,14 @@ pub fn compute(
     if peaks.is_empty() {
         return Ok((HashMap::new(), 0));
     }
-    for f in log_files(events) {
+    let files = log_files(events);
+    if files.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "no event log (neither the file nor its .1)",
+        ));
+    }
+    for f in files {
         let file = std::fs::File::open(&f)?;
         peaks.read(std::io::BufReader::new(file))?;
     }

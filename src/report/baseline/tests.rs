@@ -96,10 +96,13 @@ fn counts_are_summed_and_other_limits_ignored() {
 }
 
 #[test]
-fn compute_reads_the_rotated_file_first_and_survives_a_missing_log() {
+fn compute_reads_the_rotated_file_first_and_refuses_a_missing_log() {
     let m = daily("10 / 1d");
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events.jsonl");
+    let e = compute(&m, &events, NOW).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    std::fs::write(&events, "").unwrap();
     let (sets, _) = compute(&m, &events, NOW).unwrap();
     assert!(sets["own"].peaks.is_empty());
     let mut rotated = String::new();
@@ -152,6 +155,10 @@ async fn the_keeper_installs_saves_and_reuses_todays_set() {
     let next = Config::load(&path).unwrap();
     _k2.reload(&next);
     assert_eq!(*next.policy.baselines.get("own").unwrap(), saved);
+    // Computing again without a log keeps the values in force.
+    _k2.refresh().await;
+    assert_eq!(*next.policy.baselines.get("own").unwrap(), saved);
+    assert_eq!(store.baseline_shelf().get("own").unwrap(), saved);
 }
 
 #[test]
