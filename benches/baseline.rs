@@ -71,7 +71,7 @@ fn with_history(config: &Config) {
     config.policy.baselines.put(
         "per-user",
         Arc::new(BaselineSet {
-            signature: def.signature(),
+            signature: def.signature().to_string(),
             computed_us: 0,
             peaks,
         }),

@@ -95,7 +95,8 @@ impl BaselineSpec {
     }
 }
 
-/// A limit's baseline, compiled.
+/// A limit's baseline, compiled ([`BaselineDef::new`]; the signature is made there from
+/// `spec` and `window_secs`, so change those by making a new one).
 #[derive(Clone, Debug, PartialEq)]
 pub struct BaselineDef {
     /// Percentile and window.
@@ -106,16 +107,27 @@ pub struct BaselineDef {
     pub floor: f64,
     /// Width in seconds of the windows a daily peak is taken over (the limit's period).
     pub window_secs: i64,
+    /// [`BaselineDef::signature`], made once (it is compared at every check).
+    signature: String,
 }
 
 impl BaselineDef {
+    /// A baseline of `spec` scaled by `factor`, never under `floor`, over daily peaks taken
+    /// in windows of `window_secs`.
+    pub fn new(spec: BaselineSpec, factor: f64, floor: f64, window_secs: i64) -> BaselineDef {
+        BaselineDef {
+            signature: format!("p{}/{}d/{}s", spec.percentile, spec.days, window_secs),
+            spec,
+            factor,
+            floor,
+            window_secs,
+        }
+    }
+
     /// What a computed set must have been computed for to be used with this baseline
     /// (factor and floor are applied when read, so they may change freely).
-    pub fn signature(&self) -> String {
-        format!(
-            "p{}/{}d/{}s",
-            self.spec.percentile, self.spec.days, self.window_secs
-        )
+    pub fn signature(&self) -> &str {
+        &self.signature
     }
 
     /// The limit of a key whose percentile peak is `peak` (`None`: no history).
@@ -301,12 +313,12 @@ pub(super) fn compile(
         Some(f) => *f.get_ref(),
         None => configured,
     };
-    Ok(Some(BaselineDef {
+    Ok(Some(BaselineDef::new(
         spec,
         factor,
         floor,
-        window_secs: window_secs.max(1),
-    }))
+        window_secs.max(1),
+    )))
 }
 
 #[cfg(test)]
@@ -315,15 +327,15 @@ mod tests {
     use proptest::prelude::*;
 
     fn def(p: f64, days: u32) -> BaselineDef {
-        BaselineDef {
-            spec: BaselineSpec {
+        BaselineDef::new(
+            BaselineSpec {
                 percentile: p,
                 days,
             },
-            factor: 5.0,
-            floor: 50.0,
-            window_secs: DAY_SECS,
-        }
+            5.0,
+            50.0,
+            DAY_SECS,
+        )
     }
 
     #[test]
@@ -399,7 +411,7 @@ mod tests {
         b.put(
             "l",
             Arc::new(BaselineSet {
-                signature: def(95.0, 7).signature(),
+                signature: def(95.0, 7).signature().to_string(),
                 computed_us: 0,
                 peaks: HashMap::from([("alice".into(), 100.0)]),
             }),
@@ -408,7 +420,7 @@ mod tests {
         b.put(
             "l",
             Arc::new(BaselineSet {
-                signature: d.signature(),
+                signature: d.signature().to_string(),
                 computed_us: 0,
                 peaks: HashMap::from([("alice".into(), 100.0)]),
             }),

@@ -209,7 +209,7 @@ impl DailyPeaks {
                 (
                     name,
                     BaselineSet {
-                        signature: l.def.signature(),
+                        signature: l.def.signature().to_string(),
                         computed_us: now_us,
                         peaks,
                     },
