@@ -347,6 +347,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         metrics.attach_log(log_dropped);
         let policy = build_policy_with(&config, store.as_store(), metrics.clone());
         let observers = floodgate::report::Observers::start(&config)?;
+        observers.keep_baselines(&config, store.as_store()).await;
         policy.observe(observers.clone());
         // Queued messages whose outcomes are still to come, from the event log.
         policy
@@ -769,12 +770,19 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
     };
     let file =
         std::fs::File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-    let r = analyze::analyze(
+    let mut r = analyze::analyze(
         &config.policy,
         &path.display().to_string(),
         std::io::BufReader::new(file),
         &opts,
     )?;
+    r.baselines = floodgate::report::baseline::summarise(
+        &config.policy,
+        &path,
+        opts.until_us.unwrap_or(now),
+        opts.top,
+    )
+    .with_context(|| format!("baselines from {}", path.display()))?;
     let mut out = std::io::stdout().lock();
     if a.json {
         serde_json::to_writer_pretty(&mut out, &r)?;

@@ -1,7 +1,8 @@
 //! Fuzz target: `when` conditions, templates and list entries.
 //!
 //! Checks that parsing never panics, that an accepted condition evaluates without panicking
-//! and that its negation evaluates to the opposite, that an accepted template expands
+//! and that its negation evaluates to the opposite (a comparison of two subjects also
+//! reads the same both ways round), that an accepted template expands
 //! without panicking and that escaped literal text expands to itself, and that list text
 //! either loads or names a line inside it.
 #![no_main]
@@ -30,12 +31,31 @@ fuzz_target!(|data: &[u8]| {
         recipient: Some(format!("{}@example.org", text.len())),
         ..Facts::default()
     };
+    // A second session where sender and login both come from the input, so that subject
+    // comparisons (`sender != user`) meet equal, unequal and domain-less values.
+    let half: String = text.chars().take(12).collect();
+    let compared = Facts {
+        user: Some(half.to_uppercase()),
+        sender: Some(format!("{half}@{}", text.len() % 3)),
+        header_from: Some(half.clone()),
+        ..facts.clone()
+    };
     if let Ok(c) = Condition::parse(text, &|n| lists.contains(n)) {
         let a = c.eval(&facts, &lists);
+        let b = c.eval(&compared, &lists);
         // Wrapping may only fail on the nesting cap.
         match Condition::parse(&format!("!({text})"), &|n| lists.contains(n)) {
-            Ok(neg) => assert_eq!(neg.eval(&facts, &lists), !a, "{text}"),
+            Ok(neg) => {
+                assert_eq!(neg.eval(&facts, &lists), !a, "{text}");
+                assert_eq!(neg.eval(&compared, &lists), !b, "{text}");
+            }
             Err(e) => assert!(e.message.contains("nested too deeply"), "{text}: {e}"),
+        }
+        // A comparison of two subjects reads the same both ways round.
+        if let Condition::Compare(x, y, equal) = c {
+            let swapped = Condition::Compare(y, x, equal);
+            assert_eq!(swapped.eval(&facts, &lists), a, "{text}");
+            assert_eq!(swapped.eval(&compared, &lists), b, "{text}");
         }
     }
     if let Ok(t) = Template::parse(text) {

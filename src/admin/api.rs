@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::held;
 use super::http::{Request, Response};
-use super::inspect::{database_key, reading, TopBuilder};
+use super::inspect::{database_key, reading_of_key, TopBuilder};
 use super::Metrics;
 use crate::server::Control;
 use crate::store::open::Opened;
@@ -235,7 +235,7 @@ impl AdminState {
                 Some(k) => &cache[k],
                 None => &Vec::new() as &Vec<Record>,
             };
-            let mut r = reading(def, db.as_deref(), records, now);
+            let mut r = reading_of_key(def, &config.policy, key, db.as_deref(), records, now);
             // A ratio's two counts are in its window, not in the rate records.
             if let (crate::policy::model::RateDef::Ratio(q), Some(k)) = (&def.rate, &db) {
                 match store.ratio(k, q.window(), Default::default()).await {

@@ -343,7 +343,7 @@ pub fn render(verb: &Verb, v: &Value) -> String {
             if rows.is_empty() {
                 return "no limits are configured\n".into();
             }
-            table(
+            let mut out = table(
                 &[
                     "LIMIT",
                     "ALGORITHM",
@@ -355,7 +355,27 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                     "UNDER IN",
                 ],
                 &rows,
-            )
+            );
+            for l in items(&v["limits"]) {
+                let b = &l["baseline"];
+                if b.is_object() {
+                    let peak = if b["peak"].is_null() {
+                        "no history".to_string()
+                    } else {
+                        format!("daily peak {}", num(&b["peak"]))
+                    };
+                    out.push_str(&format!(
+                        "{}: baseline {}: {peak}, limit max({}, {} x peak) = {} (computed {})\n",
+                        l["limit"].as_str().unwrap_or(""),
+                        b["baseline"].as_str().unwrap_or(""),
+                        num(&b["floor"]),
+                        num(&b["factor"]),
+                        num(&l["limit_value"]),
+                        b["computed"].as_str().unwrap_or("not yet"),
+                    ));
+                }
+            }
+            out
         }
         Verb::Reset(k) => {
             let n = v["removed"].as_u64().unwrap_or(0);

@@ -31,6 +31,24 @@ pub struct Reading {
     pub over: bool,
     /// Seconds until under again (0 when under; `None` when no wait is enough).
     pub until_under_secs: Option<f64>,
+    /// The key's own limit from the limit's `baseline`, and how it was found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<BaselineReading>,
+}
+
+/// How a key's limit follows from its own history (`baseline`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BaselineReading {
+    /// The baseline as configured (`p95 / 14d`).
+    pub baseline: String,
+    /// The key's percentile daily peak (`None`: no history).
+    pub peak: Option<f64>,
+    /// The factor applied to it.
+    pub factor: f64,
+    /// The lowest limit.
+    pub floor: f64,
+    /// When the baselines were computed (RFC 3339; `None`: not yet).
+    pub computed: Option<String>,
 }
 
 impl Reading {
@@ -127,6 +145,7 @@ pub fn reading(def: &LimitDef, db_key: Option<&str>, records: &[Record], now_us:
         period: period_of(def),
         over: false,
         until_under_secs: Some(0.0),
+        baseline: None,
     };
     match &def.rate {
         RateDef::Exim { spec, .. } => {
@@ -184,6 +203,65 @@ pub fn reading(def: &LimitDef, db_key: Option<&str>, records: &[Record], now_us:
             r.limit_value = q.above;
         }
     }
+    r
+}
+
+/// Like [`reading`], for the key text `key`: a limit with a `baseline` is read against the
+/// key's own limit, and says how it was found.
+pub fn reading_of_key(
+    def: &LimitDef,
+    model: &PolicyModel,
+    key: &str,
+    db_key: Option<&str>,
+    records: &[Record],
+    now_us: i64,
+) -> Reading {
+    let Some(b) = &def.baseline else {
+        return reading(def, db_key, records, now_us);
+    };
+    let peak = model.baselines.peak(&def.name, b, key);
+    let m = b.limit_of(peak);
+    let mut own = def.clone();
+    match &mut own.rate {
+        RateDef::Gcra(g) => {
+            if let Some(ng) = crate::limit::rate::Rate::new(m, g.rate.period_secs())
+                .and_then(|r| crate::limit::gcra::GcraSpec::new(m, r))
+            {
+                *g = ng;
+            }
+        }
+        RateDef::Bucket(bk) => {
+            if let Some(r) = crate::limit::rate::Rate::new(m, bk.rate.period_secs()) {
+                bk.burst = m;
+                bk.rate = r;
+            }
+        }
+        RateDef::Exim { .. } | RateDef::Concurrency(_) | RateDef::Ratio(_) => {}
+    }
+    let mut r = reading(&own, db_key, records, now_us);
+    if let RateDef::Exim { spec, .. } = &def.rate {
+        r.limit_value = m;
+        r.over = crate::limit::ewma::is_over(r.value, m);
+        r.until_under_secs = Some(if r.over && m > 0.0 {
+            f64::from(spec.period_secs()) * (r.value / m).ln()
+        } else {
+            0.0
+        });
+        if r.over && m <= 0.0 {
+            r.until_under_secs = None;
+        }
+    }
+    r.baseline = Some(BaselineReading {
+        baseline: b.spec.text(),
+        peak,
+        factor: b.factor,
+        floor: b.floor,
+        computed: model
+            .baselines
+            .get(&def.name)
+            .filter(|s| s.signature == b.signature())
+            .map(|s| crate::report::time::rfc3339(s.computed_us)),
+    });
     r
 }
 

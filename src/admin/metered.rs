@@ -95,6 +95,21 @@ impl Store for MeteredStore {
     ) -> StoreFuture<'a, crate::store::RatioCounts> {
         self.inner.ratio(key, window, add)
     }
+
+    fn save_baselines<'a>(
+        &'a self,
+        limit: &'a str,
+        set: &'a crate::store::BaselineSet,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.save_baselines(limit, set)
+    }
+
+    fn load_baselines<'a>(
+        &'a self,
+        limit: &'a str,
+    ) -> StoreFuture<'a, Option<crate::store::BaselineSet>> {
+        self.inner.load_baselines(limit)
+    }
 }
 
 #[cfg(test)]

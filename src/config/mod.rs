@@ -577,6 +577,7 @@ impl Config {
             &|span, message| at(span, message),
         )?;
         let report = raw.report.compile(&base, &at)?;
+        crate::report::baseline::check_config(&raw.limit, &report, &at)?;
         let alerts = match &raw.alerts {
             Some(a) => a.compile(&base, &at)?,
             None => None,

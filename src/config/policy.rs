@@ -66,6 +66,12 @@ pub struct LimitConfig {
     pub limit_list: Option<Spanned<String>>,
     /// What is looked up in `limit_list` (a condition subject, default client_ip).
     pub limit_by: Option<Spanned<String>>,
+    /// A per-key limit from the key's own history: `"p95 / 14d"`.
+    pub baseline: Option<Spanned<String>>,
+    /// With `baseline`: the multiple of the key's percentile peak it may send (default 5).
+    pub factor: Option<Spanned<f64>>,
+    /// With `baseline`: the lowest per-key limit (default: the limit's own m or burst).
+    pub floor: Option<Spanned<f64>>,
     /// action = "restrict": the key restricted (a template; default the limit's key).
     pub restrict_key: Option<Spanned<String>>,
     /// action = "restrict": a duration (`"24h"`) or `"until_released"` (the default).

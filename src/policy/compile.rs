@@ -130,6 +130,7 @@ pub fn compile(src: &PolicySource<'_>, at: At<'_>) -> Result<PolicyModel, Config
         lists,
         auth,
         hostname: src.hostname.to_string(),
+        baselines: Default::default(),
     })
 }
 
@@ -588,7 +589,15 @@ fn compile_limit(
             None
         }
     };
+    let baseline = super::baseline::compile(
+        raw,
+        &rate,
+        mode == UpdateMode::Readonly,
+        limit_list.is_some(),
+        &err,
+    )?;
     Ok(LimitDef {
+        baseline,
         name,
         stage,
         counted,

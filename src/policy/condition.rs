@@ -7,10 +7,17 @@
 //! atom    := "true" | "false" | "authenticated" | "tls" | "bounce"
 //!          | subject "in" LIST            (a [lists] name)
 //!          | subject "==" "text" | subject "!=" "text"
-//! subject := client_ip | user | sender | sender_domain | recipient | recipient_domain
-//!          | helo | header_from | listener
+//!          | subject "==" subject | subject "!=" subject
+//! subject := client_ip | user | user_domain | sender | sender_domain | recipient
+//!          | recipient_domain | helo | header_from | listener
 //! ```
-//! Text after `==` and `!=` is always in double quotes: a bare word there is an error.
+//! Text after `==` and `!=` is always in double quotes: a bare word there is an error unless
+//! it names a subject, which compares the two subjects' values (`sender != user`: the envelope
+//! sender is not the login). `user_domain` is the part after the last `@` of the login, when
+//! it has one. A comparison of two subjects is false, with `==` and with `!=` alike, when
+//! either value is missing or empty (no login, no recipient yet, the null sender): there is
+//! nothing to compare, so `sender != user` never counts unauthenticated or bounce messages.
+//! The values are compared whole (a login `alice` is not the sender `alice@example.org`).
 //! `bounce` is a null sender or a sender whose local part is `postmaster` or
 //! `mailer-daemon`. A missing value (no user yet, no recipient at MAIL) is never in a list
 //! and never equal to any text. Text comparisons ignore case.
@@ -27,6 +34,8 @@ pub enum Subject {
     ClientIp,
     /// The authenticated user.
     User,
+    /// The authenticated user's domain (after the last `@` of the login, if any).
+    UserDomain,
     /// The envelope sender.
     Sender,
     /// The envelope sender's domain.
@@ -49,6 +58,7 @@ impl Subject {
         match self {
             Subject::ClientIp => "client_ip",
             Subject::User => "user",
+            Subject::UserDomain => "user_domain",
             Subject::Sender => "sender",
             Subject::SenderDomain => "sender_domain",
             Subject::Recipient => "recipient",
@@ -68,6 +78,7 @@ impl Subject {
         Some(match word {
             "client_ip" | "sender_host_address" => Subject::ClientIp,
             "user" | "authenticated_id" => Subject::User,
+            "user_domain" => Subject::UserDomain,
             "sender" | "sender_address" => Subject::Sender,
             "sender_domain" => Subject::SenderDomain,
             "recipient" => Subject::Recipient,
@@ -89,6 +100,7 @@ impl Subject {
         match self {
             Subject::ClientIp => facts.client_ip.map(|ip| ip.to_string()),
             Subject::User => facts.user.clone(),
+            Subject::UserDomain => domain(&facts.user),
             Subject::Sender => facts.sender.clone(),
             Subject::SenderDomain => domain(&facts.sender),
             Subject::Recipient => facts.recipient.clone(),
@@ -115,6 +127,9 @@ pub enum Condition {
     InList(Subject, String),
     /// The subject's value equals the text (case-insensitive).
     Equals(Subject, String),
+    /// Two subjects' values compared (case-insensitive); `true` asks for equal values,
+    /// `false` for different ones. False either way when a value is missing or empty.
+    Compare(Subject, Subject, bool),
     /// Negation.
     Not(Box<Condition>),
     /// Both.
@@ -128,6 +143,7 @@ impl Condition {
     pub fn reads(&self, subject: Subject) -> bool {
         match self {
             Condition::InList(s, _) | Condition::Equals(s, _) => *s == subject,
+            Condition::Compare(a, b, _) => *a == subject || *b == subject,
             Condition::Not(c) => c.reads(subject),
             Condition::And(a, b) | Condition::Or(a, b) => a.reads(subject) || b.reads(subject),
             Condition::Const(_) | Condition::Authenticated | Condition::Tls | Condition::Bounce => {
@@ -224,6 +240,10 @@ fn lex(text: &str) -> Result<Vec<(usize, Tok)>, ConditionError> {
     Ok(out)
 }
 
+/// The subject words, for error messages.
+const SUBJECT_WORDS: &str = "client_ip, user, user_domain, sender, sender_domain, recipient, \
+                             recipient_domain, helo, header_from, listener";
+
 /// Bytes of bare words: condition words, subjects and list names.
 fn is_word_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.' | b'@')
@@ -316,8 +336,7 @@ impl Parser<'_> {
             self.pos -= 1;
             return self.err(format!(
                 "unknown word `{word}`: expected authenticated, tls, bounce, true, false, or one of \
-                 client_ip, user, sender, sender_domain, recipient, recipient_domain, helo, \
-                 header_from, listener followed by `in LIST` or `== \"text\"`"
+                 {SUBJECT_WORDS} followed by `in LIST`, `== \"text\"` or `== SUBJECT`"
             ));
         };
         match self.peek().cloned() {
@@ -338,12 +357,19 @@ impl Parser<'_> {
                 self.pos += 1;
                 let op_text = if op == Tok::Ne { "!=" } else { "==" };
                 match self.peek().cloned() {
-                    // A bare word would be read as text, so `user == admin` (a subject
-                    // name or a typo of one) silently compares with the word itself.
-                    Some(Tok::Word(w)) => self.err(format!(
-                        "`{w}` after `{op_text}` is not quoted: text is written in double \
-                         quotes (`{word} {op_text} \"{w}\"`)"
-                    )),
+                    Some(Tok::Word(w)) => match Subject::parse(&w) {
+                        Some(other) => {
+                            self.pos += 1;
+                            Ok(Condition::Compare(subject, other, op == Tok::Eq))
+                        }
+                        // Reading a bare word as text would make a typo of a subject
+                        // (`sender != usr`) silently compare with the word itself.
+                        None => self.err(format!(
+                            "`{w}` after `{op_text}` is not quoted: text is written in double \
+                             quotes (`{word} {op_text} \"{w}\"`); to compare with another \
+                             subject name one of {SUBJECT_WORDS}"
+                        )),
+                    },
                     Some(Tok::Str(s)) => {
                         self.pos += 1;
                         let c = Condition::Equals(subject, s);
@@ -353,11 +379,11 @@ impl Parser<'_> {
                             c
                         })
                     }
-                    _ => self.err("expected \"text\" after the comparison".into()),
+                    _ => self.err("expected \"text\" or a subject after the comparison".into()),
                 }
             }
             _ => self.err(format!(
-                "expected `in LIST` or `== \"text\"` after `{word}`"
+                "expected `in LIST`, `== \"text\"` or `== SUBJECT` after `{word}`"
             )),
         }
     }
@@ -410,6 +436,12 @@ impl Condition {
             Condition::Equals(subject, text) => subject
                 .value(facts)
                 .is_some_and(|v| v.eq_ignore_ascii_case(text)),
+            Condition::Compare(a, b, equal) => match (a.value(facts), b.value(facts)) {
+                (Some(x), Some(y)) if !x.is_empty() && !y.is_empty() => {
+                    x.eq_ignore_ascii_case(&y) == *equal
+                }
+                _ => false,
+            },
             Condition::Not(c) => !c.eval(facts, lists),
             Condition::And(a, b) => a.eval(facts, lists) && b.eval(facts, lists),
             Condition::Or(a, b) => a.eval(facts, lists) || b.eval(facts, lists),
@@ -420,7 +452,12 @@ impl Condition {
     pub fn mentions_user(&self) -> bool {
         match self {
             Condition::Authenticated => true,
-            Condition::InList(s, _) | Condition::Equals(s, _) => *s == Subject::User,
+            Condition::InList(s, _) | Condition::Equals(s, _) => {
+                matches!(s, Subject::User | Subject::UserDomain)
+            }
+            Condition::Compare(a, b, _) => [a, b]
+                .iter()
+                .any(|s| matches!(s, Subject::User | Subject::UserDomain)),
             Condition::Not(c) => c.mentions_user(),
             Condition::And(a, b) | Condition::Or(a, b) => a.mentions_user() || b.mentions_user(),
             _ => false,
@@ -436,6 +473,9 @@ pub fn is_bounce(sender: &str) -> bool {
     let local = sender.rsplit_once('@').map_or(sender, |(l, _)| l);
     local.eq_ignore_ascii_case("postmaster") || local.eq_ignore_ascii_case("mailer-daemon")
 }
+
+#[cfg(test)]
+mod compare_tests;
 
 #[cfg(test)]
 mod tests {
@@ -527,7 +567,7 @@ mod tests {
         let e = parse("user != admin.example").unwrap_err();
         assert_eq!(e.at, 8);
         assert!(e.message.contains("`user != \"admin.example\"`"), "{e}");
-        assert!(parse("helo == user").is_err());
+        assert!(parse("helo == usr").is_err());
         assert!(parse(&"!".repeat(100)).is_err());
         assert!(parse(&format!("{}tls{}", "(".repeat(100), ")".repeat(100))).is_err());
     }
@@ -564,6 +604,7 @@ mod tests {
             ne in any::<bool>(),
             word in "[a-zA-Z0-9_.@-]{1,20}",
         ) {
+            prop_assume!(Subject::parse(&word).is_none());
             let op = if ne { "!=" } else { "==" };
             let text = format!("tls && {subject} {op} {word}");
             let e = parse(&text).unwrap_err();

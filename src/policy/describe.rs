@@ -101,6 +101,20 @@ fn describe_limit(d: &LimitDef) -> String {
     if let Some((l, by)) = &d.limit_list {
         s.push_str(&format!(" per-key-limit-from={l} by={}", by.as_str()));
     }
+    if let Some(b) = &d.baseline {
+        let configured = match &d.rate {
+            RateDef::Exim { spec, .. } => spec.limit(),
+            RateDef::Gcra(g) => g.burst,
+            RateDef::Bucket(b) => b.burst,
+            RateDef::Concurrency(n) => *n as f64,
+            RateDef::Ratio(_) => 0.0,
+        };
+        s.push_str(&format!(
+            " baseline={:?}: {}",
+            b.spec.text(),
+            b.describe(configured)
+        ));
+    }
     if let Some(w) = &d.when_text {
         s.push_str(&format!(" when={w:?}"));
     }
@@ -319,7 +333,9 @@ fn capped_by_a_leaky_twin(model: &PolicyModel) -> Vec<String> {
                 && a_res.cache == b_res.cache
                 && a.when_text == b.when_text
                 && a.limit_list.is_none()
-                && b.limit_list.is_none();
+                && b.limit_list.is_none()
+                && a.baseline.is_none()
+                && b.baseline.is_none();
             if twin && a_spec.limit() < b_spec.limit() {
                 w.push(format!(
                     "limit {} (line {}) shares its record with limit {} (line {}) and is answered from its rate; {} is leaky and stops counting once over m = {}, so {} (m = {}) is never reached: make {} strict or list {} first",

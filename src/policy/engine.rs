@@ -258,10 +258,12 @@ impl Policy for RatePolicy {
     }
 
     fn reload(&self, config: &crate::config::Config) {
-        self.install(config.policy.clone());
+        // The observers first: they carry state into the new generation (the per-key
+        // baselines) before any check reads it.
         if let Some(o) = self.inner.observer.get() {
             o.reload(config);
         }
+        self.install(config.policy.clone());
     }
 }
 

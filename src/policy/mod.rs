@@ -11,12 +11,14 @@
 //! * [`action`]: countermeasures and reply texts;
 //! * [`alert`]: alerts when a key first crosses a limit, and the engine's [`alert::Observer`] hook;
 //! * [`authdelay`]: timeouts, not lockouts, after failed AUTH;
+//! * [`baseline`]: per-key limits from each key's own history;
 //! * [`concurrency`]: sessions at once;
 //! * [`describe`]: what `floodgate check` prints, and its warnings.
 
 pub mod action;
 pub mod alert;
 pub mod authdelay;
+pub mod baseline;
 pub mod charge;
 mod compile;
 pub mod concurrency;

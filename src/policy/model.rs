@@ -277,6 +277,8 @@ pub struct LimitDef {
     pub max_delay: Duration,
     /// Per-key limits: list name and what is looked up.
     pub limit_list: Option<(String, Subject)>,
+    /// Per-key limits from each key's own history.
+    pub baseline: Option<super::baseline::BaselineDef>,
     /// 1-based line of the `[[limit]]` in the config.
     pub line: usize,
     /// The restriction settings of an `action = "restrict"` limit.
@@ -385,6 +387,8 @@ pub struct PolicyModel {
     pub auth: AuthDelay,
     /// floodgate's hostname (for replies).
     pub hostname: String,
+    /// The computed per-key baselines (carried from one generation to the next).
+    pub baselines: std::sync::Arc<super::baseline::Baselines>,
 }
 
 impl PolicyModel {
@@ -419,6 +423,7 @@ impl Default for PolicyModel {
                 decay_secs: 600,
             },
             hostname: "floodgate".into(),
+            baselines: Default::default(),
         }
     }
 }

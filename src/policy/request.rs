@@ -1,5 +1,6 @@
 //! Turning one limit and one event into a store request: the key, the count, the limit in
-//! force (a per-key value from a list), and the outcome skeleton for templates.
+//! force (a per-key value from a list or from the key's baseline), and the outcome skeleton
+//! for templates.
 
 use super::action::{var_value, Outcome};
 use super::model::{Counted, LimitDef, PolicyModel, RateDef};
@@ -44,6 +45,13 @@ fn limit_value(def: &LimitDef, model: &PolicyModel, facts: &Facts) -> Option<(f6
     Some((m, found.to_string()))
 }
 
+/// The key's own limit from the limit's baseline (the floor without history).
+fn baseline_value(def: &LimitDef, model: &PolicyModel, key_text: &str) -> Option<(f64, String)> {
+    let b = def.baseline.as_ref()?;
+    let m = model.baselines.limit(&def.name, b, key_text);
+    Some((m, fmt_num(m)))
+}
+
 /// Builds the store request and the outcome skeleton of one limit.
 pub(super) fn request(
     def: &LimitDef,
@@ -53,7 +61,8 @@ pub(super) fn request(
     key_text: &str,
 ) -> (LimitRequest, Outcome) {
     let count = count_of(def, stage, facts);
-    let over_value = limit_value(def, model, facts);
+    let over_value =
+        limit_value(def, model, facts).or_else(|| baseline_value(def, model, key_text));
     let blocking = def.action.blocks();
     match &def.rate {
         RateDef::Exim {

@@ -196,6 +196,10 @@ pub struct Report {
     pub unknown_limit: u64,
     /// Per limit, in config order (limits without events included).
     pub limits: Vec<LimitReport>,
+    /// The per-key limits of the limits with a `baseline`, as of the end of the period
+    /// (filled by [`super::baseline::summarise`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baselines: Vec<super::baseline::BaselineReport>,
 }
 
 #[derive(Deserialize)]
@@ -439,6 +443,7 @@ pub fn analyze(
         outside: 0,
         unknown_limit: 0,
         limits: Vec::new(),
+        baselines: Vec::new(),
     };
     let mut line = String::new();
     let mut input = input;

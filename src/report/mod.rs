@@ -11,6 +11,7 @@
 //! ([`crate::policy::RatePolicy::observe`]).
 
 pub mod analyze;
+pub mod baseline;
 pub mod config;
 pub mod deliver;
 pub mod events;
@@ -33,6 +34,7 @@ pub struct Observers {
     events: EventLog,
     alerter: Arc<Alerter>,
     host: Arc<RwLock<String>>,
+    baselines: std::sync::OnceLock<Arc<baseline::BaselineKeeper>>,
 }
 
 /// Why observers could not start.
@@ -58,7 +60,17 @@ impl Observers {
             events: EventLog::new(&config.report),
             alerter,
             host,
+            baselines: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Loads or computes the per-key baselines of `config`'s limits (from `store`, else
+    /// from the event log) and keeps them fresh from now on: daily and at every reload.
+    pub async fn keep_baselines(&self, config: &Config, store: Arc<dyn crate::store::Store>) {
+        if self.baselines.get().is_none() {
+            let keeper = baseline::BaselineKeeper::start(config, store).await;
+            let _ = self.baselines.set(keeper);
+        }
     }
 
     /// The event log.
@@ -129,6 +141,9 @@ impl Observer for Observers {
     }
 
     fn reload(&self, config: &Config) {
+        if let Some(k) = self.baselines.get() {
+            k.reload(config);
+        }
         self.events.apply(&config.report);
         if let Some(a) = &config.alerts {
             if let Err(e) = deliver::webhook_tls(a) {

@@ -73,13 +73,22 @@ pub fn text(r: &Report) -> String {
             let _ = writeln!(o, "  no events for this limit");
             continue;
         }
+        let baseline = r.baselines.iter().find(|b| b.limit == l.name);
+        let source = if baseline.is_some() {
+            "baseline"
+        } else {
+            "limit_list"
+        };
         if l.keys > l.own_limit_keys {
             ordinary(&mut o, l);
         } else {
-            let _ = writeln!(o, "  every key has its own limit (limit_list)");
+            let _ = writeln!(o, "  every key has its own limit ({source})");
         }
         if l.own_limit_keys > 0 {
-            own_limits(&mut o, l);
+            own_limits(&mut o, l, source);
+        }
+        if let Some(b) = baseline {
+            super::baseline::render(&mut o, b);
         }
     }
     o
@@ -139,10 +148,10 @@ fn ordinary(o: &mut String, l: &LimitReport) {
 }
 
 /// The keys with a limit of their own, against it.
-fn own_limits(o: &mut String, l: &LimitReport) {
+fn own_limits(o: &mut String, l: &LimitReport, source: &str) {
     let _ = writeln!(
         o,
-        "  keys with their own limit (limit_list): {}, over it: {}",
+        "  keys with their own limit ({source}): {}, over it: {}",
         l.own_limit_keys, l.over_own_limit
     );
     for k in &l.own_limit_top {

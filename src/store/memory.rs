@@ -62,6 +62,7 @@ pub struct MemoryStore {
     evictions: AtomicU64,
     restricted: super::RestrictedSet,
     ratios: super::ratio::RatioTable,
+    baselines: super::baseline::BaselineShelf,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -90,7 +91,13 @@ impl MemoryStore {
             evictions: AtomicU64::new(0),
             restricted: super::RestrictedSet::default(),
             ratios: super::ratio::RatioTable::default(),
+            baselines: super::baseline::BaselineShelf::default(),
         }
+    }
+
+    /// The per-key baselines (kept in the snapshot).
+    pub fn baseline_shelf(&self) -> &super::baseline::BaselineShelf {
+        &self.baselines
     }
 
     /// The restricted set (kept in the snapshot).
@@ -474,6 +481,19 @@ impl Store for MemoryStore {
     fn expire_restrictions(&self) -> StoreFuture<'_, Vec<super::Restriction>> {
         let v = self.restricted.purge(super::now_micros());
         Box::pin(std::future::ready(Ok(v)))
+    }
+
+    fn save_baselines<'a>(
+        &'a self,
+        limit: &'a str,
+        set: &'a super::BaselineSet,
+    ) -> StoreFuture<'a, ()> {
+        self.baselines.put(limit, set.clone());
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn load_baselines<'a>(&'a self, limit: &'a str) -> StoreFuture<'a, Option<super::BaselineSet>> {
+        Box::pin(std::future::ready(Ok(self.baselines.get(limit))))
     }
 }
 

@@ -11,6 +11,7 @@
 //! mode). When not refused, every limit follows its own rule: strict stores,
 //! leaky stores iff it is not itself over, readonly never stores.
 
+pub mod baseline;
 mod eval;
 mod inline;
 mod key;
@@ -24,6 +25,7 @@ mod sip;
 mod snapshot;
 mod table;
 
+pub use baseline::BaselineSet;
 pub use key::ThinKey;
 pub use memory::{run_expiry, MemoryConfig, MemoryStats, MemoryStore};
 pub use ratio::{RatioCounts, RatioWindow};
@@ -318,6 +320,19 @@ pub trait Store: Send + Sync {
         Box::pin(std::future::ready(Err(StoreError::Invalid(
             "this store keeps no ratio windows".into(),
         ))))
+    }
+
+    /// Keeps limit `limit`'s per-key baselines (replacing those it had), so that a restart
+    /// finds them. A store that keeps none ignores them.
+    fn save_baselines<'a>(&'a self, limit: &'a str, set: &'a BaselineSet) -> StoreFuture<'a, ()> {
+        let _ = (limit, set);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// Limit `limit`'s per-key baselines as last saved, if any.
+    fn load_baselines<'a>(&'a self, limit: &'a str) -> StoreFuture<'a, Option<BaselineSet>> {
+        let _ = limit;
+        Box::pin(std::future::ready(Ok(None)))
     }
 }
 

@@ -6,7 +6,8 @@
 //! `u32`, payload length `u64`, payload, MD5 of the payload (16 bytes).
 //! Payload: record count `u64`, then per record: kind `u8`, key length `u32`,
 //! key bytes, and the kind's fields. Kind 5 is a restriction of the restricted set: its key,
-//! then the restriction as JSON text.
+//! then the restriction as JSON text. Kind 6 is a limit's per-key baselines: the limit's
+//! name, then the [`super::BaselineSet`] as JSON text.
 
 use super::{MemoryStore, Record, Restriction, UniqueRecord};
 use crate::limit::bucket::BucketState;
@@ -172,6 +173,7 @@ impl<'a> Reader<'a> {
 struct Contents {
     records: Vec<(String, Record)>,
     restrictions: Vec<Restriction>,
+    baselines: Vec<(String, super::BaselineSet)>,
 }
 
 /// Decodes a payload into records.
@@ -183,6 +185,7 @@ fn decode(payload: &[u8]) -> Result<Contents, String> {
     let count = r.u64()?;
     let mut out = Vec::new();
     let mut restrictions = Vec::new();
+    let mut baselines = Vec::new();
     for _ in 0..count {
         let at = r.pos;
         let kind = r.u8()?;
@@ -194,6 +197,13 @@ fn decode(payload: &[u8]) -> Result<Contents, String> {
                     .map_err(|e| format!("bad restriction in the record at byte {at}: {e}"))?;
                 res.key = key;
                 restrictions.push(res);
+                continue;
+            }
+            6 => {
+                let json = r.text()?;
+                let set: super::BaselineSet = serde_json::from_str(&json)
+                    .map_err(|e| format!("bad baselines in the record at byte {at}: {e}"))?;
+                baselines.push((key, set));
                 continue;
             }
             1 => Record::Ewma(r.ewma()?),
@@ -249,6 +259,7 @@ fn decode(payload: &[u8]) -> Result<Contents, String> {
     Ok(Contents {
         records: out,
         restrictions,
+        baselines,
     })
 }
 
@@ -307,6 +318,15 @@ impl MemoryStore {
             );
             count += 1;
         }
+        for (limit, set) in self.baseline_shelf().all() {
+            payload.push(6);
+            put_text(&mut payload, &limit);
+            put_text(
+                &mut payload,
+                &serde_json::to_string(&set).unwrap_or_else(|_| "{}".into()),
+            );
+            count += 1;
+        }
         payload[..8].copy_from_slice(&count.to_le_bytes());
         let mut out = Vec::with_capacity(payload.len() + 44);
         out.extend_from_slice(MAGIC);
@@ -341,12 +361,15 @@ impl MemoryStore {
     /// messages). Nothing is loaded unless the whole snapshot is valid.
     pub fn load_snapshot_bytes(&self, path: &Path, bytes: &[u8]) -> Result<usize, SnapshotError> {
         let contents = parse_file(path, bytes)?;
-        let n = contents.records.len() + contents.restrictions.len();
+        let n = contents.records.len() + contents.restrictions.len() + contents.baselines.len();
         for (key, rec) in contents.records {
             self.insert_record(&key, rec);
         }
         for r in contents.restrictions {
             self.restricted_set().restore(r);
+        }
+        for (limit, set) in contents.baselines {
+            self.baseline_shelf().put(&limit, set);
         }
         Ok(n)
     }

@@ -422,6 +422,21 @@ impl Store for FailoverStore {
         })
     }
 
+    fn save_baselines<'a>(
+        &'a self,
+        limit: &'a str,
+        set: &'a crate::store::BaselineSet,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.redis.save_baseline_set(limit, set))
+    }
+
+    fn load_baselines<'a>(
+        &'a self,
+        limit: &'a str,
+    ) -> StoreFuture<'a, Option<crate::store::BaselineSet>> {
+        Box::pin(self.redis.load_baseline_set(limit))
+    }
+
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
         Box::pin(async move {
             let local = self.local.reset_key(key);

@@ -29,6 +29,7 @@
 //! Rust's). GCRA is exact while `|TAT − now|` plus the event weight stays
 //! under 2^53 ns (104 days); larger values are refused as invalid.
 
+mod baseline;
 pub mod conn;
 pub mod encode;
 pub mod failover;
@@ -464,5 +465,17 @@ impl Store for RedisStore {
         add: super::RatioCounts,
     ) -> StoreFuture<'a, super::RatioCounts> {
         Box::pin(self.ratio_key(key, window, add))
+    }
+
+    fn save_baselines<'a>(
+        &'a self,
+        limit: &'a str,
+        set: &'a super::BaselineSet,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.save_baseline_set(limit, set))
+    }
+
+    fn load_baselines<'a>(&'a self, limit: &'a str) -> StoreFuture<'a, Option<super::BaselineSet>> {
+        Box::pin(self.load_baseline_set(limit))
     }
 }
