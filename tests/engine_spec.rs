@@ -137,6 +137,24 @@ fn options_and_keys() {
     assert_eq!(s.database_key("alice", "192.0.2.1"), "1d/per_rcpt/alice");
     let s = LimitSpec::parse("10/1h/per_mail/unique=${local_part}@${domain}").unwrap();
     assert_eq!(s.unique(), Some("${local_part}@${domain}"));
+    // A slash inside a template variable is the variable's, written plain or doubled.
+    let net =
+        LimitSpec::parse("3 / 1h / per_mail / unique=${client_ip/24/64} / ${authenticated_id}")
+            .unwrap();
+    assert_eq!(net.unique(), Some("${client_ip/24/64}"));
+    assert_eq!(net.key_text(), Some("${authenticated_id}"));
+    let doubled =
+        LimitSpec::parse("3/1h/per_mail/unique=${client_ip//24//64}/${authenticated_id}").unwrap();
+    assert_eq!(doubled.unique(), net.unique());
+    assert_eq!(
+        LimitSpec::parse(&net.to_string()).unwrap().unique(),
+        net.unique()
+    );
+    // Outside a variable a slash still separates: `$x/y` is two items.
+    assert_eq!(
+        LimitSpec::parse("4/1h/${a}/b").unwrap().key_text(),
+        Some("${a}/b")
+    );
     assert_eq!(
         s.database_key("", "192.0.2.1"),
         "1h/per_mail/unique/192.0.2.1"

@@ -144,7 +144,9 @@ pub struct Resolved {
 }
 
 /// Splits an Exim `/`-separated list: items are trimmed, `//` is a literal
-/// `/`, and a trailing separator adds no empty item.
+/// `/`, and a trailing separator adds no empty item. A `/` inside a template variable
+/// (`${client_ip/24/64}`) belongs to it: Exim expands `${...}` before it splits the list, so
+/// such a slash never separates items there either.
 pub fn split_list(text: &str) -> Vec<String> {
     let b = text.as_bytes();
     let mut items = Vec::new();
@@ -157,15 +159,28 @@ pub fn split_list(text: &str) -> Vec<String> {
             break;
         }
         let mut item = Vec::new();
+        // Open `${` of template variables in this item.
+        let mut depth = 0usize;
         while i < b.len() {
+            if b[i] == b'$' && b.get(i + 1) == Some(&b'{') {
+                depth += 1;
+                item.extend_from_slice(b"${");
+                i += 2;
+                continue;
+            }
+            if b[i] == b'}' && depth > 0 {
+                depth -= 1;
+            }
             if b[i] == b'/' {
                 if i + 1 < b.len() && b[i + 1] == b'/' {
                     item.push(b'/');
                     i += 2;
                     continue;
                 }
-                i += 1;
-                break;
+                if depth == 0 {
+                    i += 1;
+                    break;
+                }
             }
             item.push(b[i]);
             i += 1;
