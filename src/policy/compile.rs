@@ -577,7 +577,7 @@ fn compile_limit(
             }
             let by = match &raw.limit_by {
                 Some(b) => super::condition::Subject::parse_word(b.get_ref())
-                    .ok_or_else(|| err(b.span(), format!("limit_by {:?} is not one of client_ip, user, sender, sender_domain, recipient, recipient_domain, helo, header_from, listener", b.get_ref())))?,
+                    .ok_or_else(|| err(b.span(), format!("limit_by {:?} is not one of client_ip, user, user_domain, sender, sender_domain, recipient, recipient_domain, helo, header_from, listener", b.get_ref())))?,
                 None => Subject::ClientIp,
             };
             Some((lname.clone(), by))
