@@ -150,6 +150,13 @@ fn options_and_keys() {
         LimitSpec::parse(&net.to_string()).unwrap().unique(),
         net.unique()
     );
+    // Only a closed variable of name characters and slashes holds its slashes: an unclosed
+    // `${` is plain text, and the printed spec reads back the same.
+    let open = LimitSpec::parse("100 / 2d / per_rcpt / pt / strict /d${authentd_idu").unwrap();
+    assert_eq!(open.key_text(), Some("pt/d${authentd_idu"));
+    let again = LimitSpec::parse(&open.to_string()).unwrap();
+    assert_eq!(again.key_text(), open.key_text());
+    assert_eq!(again.database_key("k", ""), open.database_key("k", ""));
     // Outside a variable a slash still separates: `$x/y` is two items.
     assert_eq!(
         LimitSpec::parse("4/1h/${a}/b").unwrap().key_text(),

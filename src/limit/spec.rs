@@ -159,17 +159,20 @@ pub fn split_list(text: &str) -> Vec<String> {
             break;
         }
         let mut item = Vec::new();
-        // Open `${` of template variables in this item.
-        let mut depth = 0usize;
         while i < b.len() {
-            if b[i] == b'$' && b.get(i + 1) == Some(&b'{') {
-                depth += 1;
-                item.extend_from_slice(b"${");
-                i += 2;
+            if let Some(end) = variable_end(b, i) {
+                // `${name/24/64}` whole; `//` in it is still one `/`.
+                let mut j = i;
+                while j < end {
+                    item.push(b[j]);
+                    j += if b[j] == b'/' && b[j + 1] == b'/' {
+                        2
+                    } else {
+                        1
+                    };
+                }
+                i = end;
                 continue;
-            }
-            if b[i] == b'}' && depth > 0 {
-                depth -= 1;
             }
             if b[i] == b'/' {
                 if i + 1 < b.len() && b[i + 1] == b'/' {
@@ -177,10 +180,8 @@ pub fn split_list(text: &str) -> Vec<String> {
                     i += 2;
                     continue;
                 }
-                if depth == 0 {
-                    i += 1;
-                    break;
-                }
+                i += 1;
+                break;
             }
             item.push(b[i]);
             i += 1;
@@ -192,6 +193,26 @@ pub fn split_list(text: &str) -> Vec<String> {
         items.push(String::from_utf8(item).unwrap_or_default());
     }
     items
+}
+
+/// When a template variable with slashes starts at `i` (`${`, then letters, digits, `_`
+/// and `/`, then `}`), the index just after its `}`.
+fn variable_end(b: &[u8], i: usize) -> Option<usize> {
+    if b.get(i) != Some(&b'$') || b.get(i + 1) != Some(&b'{') {
+        return None;
+    }
+    let mut j = i + 2;
+    let mut slash = false;
+    while let Some(&c) = b.get(j) {
+        match c {
+            b'}' => return slash.then_some(j + 1),
+            b'/' => slash = true,
+            c if c.is_ascii_alphanumeric() || c == b'_' => {}
+            _ => return None,
+        }
+        j += 1;
+    }
+    None
 }
 
 /// Reads `m`: a strtod number, one optional k/m/g suffix, nothing after it.
