@@ -508,6 +508,14 @@ fn bad_ratio_config_is_explained() {
             "`above` goes with `ratio`",
         ),
         ("count = \"bounces\"\nrate = \"1 / 1h\"\nburst = \"1\"", "unknown count"),
+        (
+            "ratio = \"bounced_recipients / recipients\"\nabove = 0.3\nperiod = \"1h\"\naction = \"pace\"",
+            "a ratio limit has none",
+        ),
+        (
+            "ratio = \"bounced_recipients / recipients\"\nabove = 0.3\nperiod = \"1h\"\nbaseline = \"p95 / 14d\"",
+            "baseline",
+        ),
     ];
     for (body, want) in cases {
         let e = config(&format!("[[limit]]\nname = \"r\"\n{body}\n")).unwrap_err();
