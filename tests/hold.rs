@@ -227,6 +227,8 @@ fn held_messages_are_listed_shown_released_and_deleted() {
     assert!(out.ok(), "{out}");
     rec.wait_events("message", 3);
     assert!(held(&sock).is_empty());
+    // The session counts each message once, relayed or held.
+    fg.wait_stderr("messages=4 recipients=4", Duration::from_secs(10));
     let log = fg.stderr();
     assert!(log.contains("message held"), "{log}");
     assert!(log.contains("held message released"), "{log}");

@@ -244,7 +244,6 @@ impl Session {
                     );
                 }
                 self.tally.messages += 1;
-                self.tally.messages += 1;
                 self.tally.recipients += recipients as u64;
                 let reply = Reply::new(250, format!("2.0.0 Ok: queued as {id}"));
                 // The policy counts a held message as one the client sent.

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use crate::policy::notice::{Notifier, UserNotice};
-use crate::smtp::data::encode_data;
 use crate::smtp::reply::Reply;
 
-use super::release::{refused, ReleaseError};
+use super::release::{end_session, refused, send_transaction, ReleaseError};
 use super::upstream::{Upstream, UpstreamSettings};
 use super::Shared;
 
@@ -27,11 +26,7 @@ pub async fn send_notice(
         return Err(refused("the session (greeting)", &greeting));
     }
     let outcome = transaction(&mut up, settings, notice).await;
-    if outcome.is_err() {
-        let _ = up.command(b"RSET\r\n").await;
-    }
-    up.quit().await;
-    outcome
+    end_session(up, outcome).await
 }
 
 async fn transaction(
@@ -45,30 +40,17 @@ async fn transaction(
         return Err(refused("EHLO", &r));
     }
     let mail = if notice.message.is_ascii() {
-        "MAIL FROM:<>\r\n"
+        "MAIL FROM:<>"
     } else {
-        "MAIL FROM:<> BODY=8BITMIME\r\n"
+        "MAIL FROM:<> BODY=8BITMIME"
     };
-    let r = up.command(mail.as_bytes()).await?;
-    if !r.is_completion() {
-        return Err(refused(mail.trim_end(), &r));
-    }
-    let rcpt = format!("RCPT TO:<{}>\r\n", notice.to);
-    let r = up.command(rcpt.as_bytes()).await?;
-    if !r.is_completion() {
-        return Err(refused(rcpt.trim_end(), &r));
-    }
-    let r = up.command(b"DATA\r\n").await?;
-    if r.code != 354 {
-        return Err(refused("DATA", &r));
-    }
-    let mut out = Vec::with_capacity(notice.message.len() + 64);
-    encode_data(&notice.message, &mut out);
-    let r = up.command(&out).await?;
-    if !r.is_completion() {
-        return Err(refused("the message", &r));
-    }
-    Ok(r)
+    send_transaction(
+        up,
+        mail,
+        &[format!("RCPT TO:<{}>", notice.to)],
+        &notice.message,
+    )
+    .await
 }
 
 /// The [`Notifier`] of a running floodgate: each notice is sent by its own task through the

@@ -108,11 +108,51 @@ pub async fn relay_with_trace(
         return Err(refused("the session (greeting)", &greeting));
     }
     let outcome = transaction(&mut up, settings, m, trace).await;
+    end_session(up, outcome).await
+}
+
+/// Ends floodgate's own upstream session: an unfinished transaction is reset, then QUIT.
+pub(super) async fn end_session(
+    mut up: Upstream,
+    outcome: Result<Reply, ReleaseError>,
+) -> Result<Reply, ReleaseError> {
     if outcome.is_err() {
         let _ = up.command(b"RSET\r\n").await;
     }
     up.quit().await;
     outcome
+}
+
+/// Sends one transaction after the greeting and hello: `mail` and each of `rcpts` (command
+/// lines without CRLF), then `body` dot-stuffed; `Ok` with upstream's answer to the message
+/// once it accepted every step.
+pub(super) async fn send_transaction(
+    up: &mut Upstream,
+    mail: &str,
+    rcpts: &[String],
+    body: &[u8],
+) -> Result<Reply, ReleaseError> {
+    let r = up.command(format!("{mail}\r\n").as_bytes()).await?;
+    if !r.is_completion() {
+        return Err(refused(mail, &r));
+    }
+    for rcpt in rcpts {
+        let r = up.command(format!("{rcpt}\r\n").as_bytes()).await?;
+        if !r.is_completion() {
+            return Err(refused(rcpt, &r));
+        }
+    }
+    let r = up.command(b"DATA\r\n").await?;
+    if r.code != 354 {
+        return Err(refused("DATA", &r));
+    }
+    let mut out = Vec::with_capacity(body.len() + body.len() / 64 + 5);
+    encode_data(body, &mut out);
+    let r = up.command(&out).await?;
+    if !r.is_completion() {
+        return Err(refused("the message", &r));
+    }
+    Ok(r)
 }
 
 async fn transaction(
@@ -152,31 +192,18 @@ async fn transaction(
     if r.code != 250 {
         return Err(refused(hello, &r));
     }
-    let mail = format!("MAIL FROM:{}\r\n", m.mail);
-    let r = up.command(mail.as_bytes()).await?;
-    if !r.is_completion() {
-        return Err(refused(mail.trim_end(), &r));
-    }
-    for rcpt in &m.rcpts {
-        let line = format!("RCPT TO:{rcpt}\r\n");
-        let r = up.command(line.as_bytes()).await?;
-        if !r.is_completion() {
-            return Err(refused(line.trim_end(), &r));
-        }
-    }
-    let r = up.command(b"DATA\r\n").await?;
-    if r.code != 354 {
-        return Err(refused("DATA", &r));
-    }
     let mut plain = trace.to_vec();
     plain.extend_from_slice(&m.body);
-    let mut out = Vec::with_capacity(plain.len() + plain.len() / 64 + 5);
-    encode_data(&plain, &mut out);
-    let r = up.command(&out).await?;
-    if !r.is_completion() {
-        return Err(refused("the message", &r));
-    }
-    Ok(r)
+    send_transaction(
+        up,
+        &format!("MAIL FROM:{}", m.mail),
+        &m.rcpts
+            .iter()
+            .map(|r| format!("RCPT TO:{r}"))
+            .collect::<Vec<_>>(),
+        &plain,
+    )
+    .await
 }
 
 /// The trace header line (with CRLF) of a message rerouted to the second smart host.
