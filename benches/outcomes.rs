@@ -104,7 +104,7 @@ fn bench(c: &mut Criterion) {
                 id
             },
             |id| {
-                rt.block_on(floodgate::outcomes::report(
+                rt.block_on(floodgate::policy::outcomes::report(
                     &p,
                     &id,
                     "nobody@example.org",
@@ -117,7 +117,7 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("report-duplicate", |b| {
         b.iter(|| {
-            rt.block_on(floodgate::outcomes::report(
+            rt.block_on(floodgate::policy::outcomes::report(
                 &p,
                 "Q0000000001",
                 "nobody@example.org",
@@ -162,7 +162,7 @@ fn bench(c: &mut Criterion) {
                 assert_eq!(lines.len(), LINES);
                 rt.block_on(async {
                     for l in &lines {
-                        floodgate::outcomes::line(&p, Format::Postfix, l).await;
+                        floodgate::policy::outcomes::line(&p, Format::Postfix, l).await;
                     }
                 });
                 total += start.elapsed();

@@ -1,6 +1,8 @@
 //! floodgate: an SMTP submission proxy that stops outgoing email floods.
 //!
-//! Data flows one way: bytes → commands → a decision → bytes.
+//! Data flows one way: bytes → SMTP dialogue → policy decision → store → relay. The floors
+//! (a module imports only from lower ones) are drawn in ARCHITECTURE.md beside this crate and
+//! checked by `tests/architecture.rs`.
 //!
 //! | module | owns |
 //! |---|---|
@@ -14,7 +16,10 @@
 //! | [`config`] | the TOML configuration model and its validation |
 //! | [`tls`] | rustls configurations (crypto provider: ring) |
 //! | [`report`] | the event log for measurement, `floodgate report`, alert delivery |
-//! | [`admin`] | metrics, the admin API and the client side of the admin verbs |
+//! | [`hold`] | the hold spool's file format and the pacing of releases |
+//! | [`outcomes`] | upstream's outcomes after queueing: queue ids, the index, log lines |
+//! | [`logs`] | the log writer off the session's thread |
+//! | [`admin`] | the admin API and the client side of the admin verbs |
 
 pub mod admin;
 pub mod config;

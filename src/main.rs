@@ -364,7 +364,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let _follower = match &config.outcomes.follow {
             Some(f) => {
                 info!(path = %f.path.display(), format = ?f.format, "following the smart host's log");
-                Some(floodgate::outcomes::follow::start(policy.clone(), f.clone())?)
+                Some(floodgate::policy::outcomes::follow(policy.clone(), f.clone())?)
             }
             None => None,
         };

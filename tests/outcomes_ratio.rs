@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use floodgate::config::Config;
-use floodgate::outcomes::follow::{self, FollowSettings};
+use floodgate::outcomes::follow::FollowSettings;
 use floodgate::outcomes::logline::Format;
+use floodgate::policy::outcomes::follow;
 use floodgate::policy::{Facts, Policy, RatePolicy, SessionPolicy, Stage, Verdict};
 use floodgate::smtp::reply::Reply;
 use floodgate::store::{MemoryStore, RatioCounts, RatioWindow, Store};
@@ -257,7 +258,7 @@ async fn bounce_ratio_from_log(format: Format, line: fn(&str, usize) -> String) 
     // Messages of other users and of the null sender are in the same log.
     let mut bounce_of_null = facts("alice", "");
     let null_ids = send_queued(&p, &mut bounce_of_null, "NUL0", 2).await;
-    let _running = follow::start(
+    let _running = follow(
         p.clone(),
         FollowSettings {
             path: log.clone(),
@@ -338,7 +339,7 @@ async fn exim_bounces_in_the_log_trip_the_bounce_ratio() {
         transaction(&mut s, &mut f, &[(&rcpt, 250)], &end).await;
         ids.push(id);
     }
-    let _running = follow::start(
+    let _running = follow(
         p.clone(),
         FollowSettings {
             path: log.clone(),
@@ -385,7 +386,7 @@ async fn null_sender_and_auto_submitted_count_on_neither_side() {
     assert_eq!(ratio_of(&store, key).await, RatioCounts::default());
     // Their bounces, reported by hand, are not charged: the messages were never indexed.
     for (id, r) in [("N1", "a@example.org"), ("N2", "b@example.org")] {
-        let n = floodgate::outcomes::report(
+        let n = floodgate::policy::outcomes::report(
             &p,
             id,
             r,

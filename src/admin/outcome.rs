@@ -33,7 +33,7 @@ impl AdminState {
         let Some(policy) = &self.policy else {
             return Response::error(503, "no policy is running");
         };
-        let counted = match crate::outcomes::report(policy, id, rcpt, None, kind).await {
+        let counted = match crate::policy::outcomes::report(policy, id, rcpt, None, kind).await {
             Ok(Noted::Charge(_)) => "charged",
             Ok(Noted::Duplicate) => "duplicate",
             Ok(Noted::UnknownQueueId) => "unknown_queue_id",

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::logline::Format;
-use crate::policy::RatePolicy;
+use tokio::sync::mpsc::Receiver;
 
 /// The longest line kept; longer ones are cut there.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -143,11 +143,11 @@ impl Drop for Running {
     }
 }
 
-/// Starts following `s.path` on the current tokio runtime: every line's outcome is
-/// reported to `policy`.
-pub fn start(policy: RatePolicy, s: FollowSettings) -> std::io::Result<Running> {
+/// Starts following `s.path` in a thread of its own: each batch of new lines arrives on the
+/// receiver; dropping the [`Running`] (or the receiver) stops the thread.
+pub fn start(s: &FollowSettings) -> std::io::Result<(Running, Receiver<Vec<String>>)> {
     let stop = Arc::new(AtomicBool::new(false));
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<String>>(64);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<String>>(64);
     let flag = stop.clone();
     let path = s.path.clone();
     let poll = s.poll;
@@ -165,15 +165,7 @@ pub fn start(policy: RatePolicy, s: FollowSettings) -> std::io::Result<Running> 
                 }
             }
         })?;
-    let format = s.format;
-    tokio::spawn(async move {
-        while let Some(lines) = rx.recv().await {
-            for l in lines {
-                super::line(&policy, format, &l).await;
-            }
-        }
-    });
-    Ok(Running { stop })
+    Ok((Running { stop }, rx))
 }
 
 #[cfg(test)]

@@ -144,7 +144,7 @@ impl BaselineDef {
     pub fn percentile_of(&self, daily: &[f64]) -> f64 {
         let mut v = daily.to_vec();
         v.sort_by(f64::total_cmp);
-        crate::report::analyze::percentile(&v, self.spec.percentile / 100.0)
+        super::figures::percentile(&v, self.spec.percentile / 100.0)
     }
 
     /// How `floodgate check` explains it.
@@ -161,14 +161,14 @@ impl BaselineDef {
             num(self.factor),
             self.spec.percentile,
             self.spec.days,
-            crate::report::render::period_text(self.window_secs as f64),
+            super::figures::period_text(self.window_secs as f64),
             num(self.floor),
         )
     }
 }
 
 fn num(v: f64) -> String {
-    crate::report::render::num(v)
+    super::figures::num(v)
 }
 
 /// The computed baselines of every limit that has one, shared by every configuration
@@ -289,7 +289,7 @@ pub(super) fn compile(
             text.span(),
             format!(
                 "baseline needs a period of at most 1d (daily peaks), this limit's is {}",
-                crate::report::render::period_text(period_secs)
+                super::figures::period_text(period_secs)
             ),
         ));
     }

@@ -39,6 +39,7 @@
 //!
 //! Memory: one record and one peak per (limit, key); the log is read line by line.
 
+pub use crate::policy::figures::percentile;
 use std::collections::HashMap;
 use std::io::BufRead;
 
@@ -268,15 +269,6 @@ fn replay_of(def: &LimitDef) -> Option<Replay> {
     }
 }
 
-/// Nearest-rank percentile of ascending `v` (`p` in (0, 1]).
-pub fn percentile(v: &[f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let rank = (p * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
 /// The smallest 1-2-5 step (1, 2, 5, 10, 20, …) at or above `x`; 1 for `x <= 1` (and NaN).
 pub fn step_125(x: f64) -> f64 {
     if x.is_nan() || x <= 1.0 {
@@ -316,7 +308,7 @@ fn summarise(def: &LimitDef, tally: Tally, top: usize) -> LimitReport {
         RateDef::Concurrency(n) => ("concurrency", *n as f64, 0.0),
         RateDef::Ratio(r) => ("ratio", r.above, r.period_secs as f64),
     };
-    let period = crate::report::render::period_text(period_secs);
+    let period = crate::policy::figures::period_text(period_secs);
     let what = def.counted.as_str().replace('_', " ");
     let unit = if algorithm == "exim" {
         format!("{what} per {period}")

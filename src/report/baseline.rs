@@ -437,7 +437,7 @@ pub fn summarise(
 
 /// The text of one limit's baselines in `floodgate report`.
 pub fn render(o: &mut String, b: &BaselineReport) {
-    use super::render::num;
+    use crate::policy::figures::num;
     use std::fmt::Write as _;
     let _ = writeln!(
         o,

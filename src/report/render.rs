@@ -4,29 +4,7 @@ use std::fmt::Write as _;
 
 use super::analyze::{LimitReport, Report, HEADROOM, OUTLIER_FACTOR};
 use super::time::rfc3339;
-
-/// A period in seconds as the config writes it (`1h`, `10m`, `1d`, `90s`).
-pub fn period_text(secs: f64) -> String {
-    let s = secs.round() as u64;
-    match s {
-        0 => "-".into(),
-        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
-}
-
-/// A rate for people: up to three decimals, no trailing zeros.
-pub fn num(v: f64) -> String {
-    let s = format!("{:.3}", v);
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".into()
-    } else {
-        s.to_string()
-    }
-}
+pub use crate::policy::figures::{num, period_text};
 
 /// The report as text.
 pub fn text(r: &Report) -> String {
