@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Unpack Debian's Exim 4 (exim4-daemon-heavy) into $EXIM_DIR (default /opt/exim4) for
-# the tests that run floodgate in front of a real Exim (tests/smarthost_exim.rs).
+# the tests that run floodgate in front of a real Exim (tests/smarthost/smarthost_exim.rs).
 # Idempotent: does nothing but check `exim -bV` when the binary is already there.
 #
 # Why unpack instead of `apt-get install exim4-daemon-heavy`: every Debian MTA package

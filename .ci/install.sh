@@ -10,7 +10,7 @@
 #   postfix, dovecot-core               : the real smart host of tests/smarthost_postfix*.rs
 #                                         (private instances; no system daemon is left running)
 #   cargo-fuzz                          : `cargo +nightly fuzz run` smoke in .ci/run
-#   Exim 4 (unpacked, not installed)    : tests/smarthost_exim.rs (.ci/install-exim.sh)
+#   Exim 4 (unpacked, not installed)    : tests/smarthost/smarthost_exim.rs (.ci/install-exim.sh)
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive

@@ -2,7 +2,7 @@
 //! `.ci/install-exim.sh` into /opt/exim4 (`EXIM_BIN` overrides the binary's path), run as
 //! root with a private configuration, spool, log and mail directory in a temp dir.
 //!
-//! Include with `#[path = "common/exim.rs"] mod exim;` (std + tempfile only).
+//! Reached as `common::exim` (std + tempfile only).
 //!
 //! The configuration is `tests/common/exim.conf`, filled in per daemon.
 //!

@@ -250,8 +250,10 @@ pub fn smtplib(addr: SocketAddr, body: &str, limit: Duration) -> Output {
 pub mod daemon;
 pub mod delivered;
 pub mod dovecot;
+pub mod exim;
 mod floodgate;
 pub mod postfix;
+pub mod redis;
 mod raw;
 mod recorder;
 pub mod restrict;

@@ -1,7 +1,7 @@
 //! Real `redis-server` processes for tests: one server, or a three-master
 //! cluster, on free loopback ports in temporary directories, stopped on drop.
 //!
-//! Include with `#[path = "common/redis.rs"] mod redis_server;`.
+//! Reached as `common::redis`.
 
 #![allow(dead_code)]
 

@@ -9,7 +9,11 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// Held by every load and soak run, so that runs measure floodgate alone, one at a time.
+pub static SERIAL: Mutex<()> = Mutex::new(());
 
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -1,0 +1,16 @@
+//! The limit maths and the engine without network: Exim vectors, Bloom filters, stores, properties.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod engine_bloom;
+mod engine_props;
+mod engine_spec;
+mod engine_store;
+mod engine_vectors;
+mod graded_engine;
+mod policy_engine;
+mod policy_samekey;
+mod policy_compare;
+mod policy_baseline;
+mod smtp_props;

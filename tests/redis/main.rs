@@ -1,0 +1,12 @@
+//! The Redis store against real redis-server processes: equivalence with memory, fleets, TLS, clusters.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod redis_baseline;
+mod redis_check;
+mod redis_equivalence;
+mod redis_fleet;
+mod redis_ratio;
+mod redis_shared;
+mod redis_tls;
