@@ -216,6 +216,10 @@ struct ReportArgs {
     /// JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Write the report as one self-contained HTML page with charts to FILE (instead of
+    /// the text).
+    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    html: Option<PathBuf>,
 }
 
 /// How the admin verbs find floodgate, and how they answer.
@@ -784,7 +788,26 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
     )
     .with_context(|| format!("baselines from {}", path.display()))?;
     let mut out = std::io::stdout().lock();
-    if a.json {
+    if let Some(html) = &a.html {
+        let file = std::fs::File::open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let charts = floodgate::report::html::collect(
+            &config.policy,
+            &path.display().to_string(),
+            std::io::BufReader::new(file),
+            &opts,
+            &r,
+        )?;
+        std::fs::write(html, floodgate::report::html::page(&r, &charts))
+            .with_context(|| format!("cannot write {}", html.display()))?;
+        writeln!(
+            out,
+            "floodgate report: {} limit(s), {} events: wrote {}",
+            r.limits.len(),
+            r.events,
+            html.display()
+        )?;
+    } else if a.json {
         serde_json::to_writer_pretty(&mut out, &r)?;
         writeln!(out)?;
     } else {
