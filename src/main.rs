@@ -59,6 +59,12 @@ enum Cmd {
     /// suggested limit above all ordinary usage (keys with their own limit from a
     /// `limit_list` are shown against it instead).
     Report(ReportArgs),
+    /// Write the man pages (DIR/man) and shell completions (DIR/completions), for packages.
+    #[command(hide = true)]
+    GenerateDocs {
+        /// Where to write them.
+        dir: PathBuf,
+    },
     /// Show, for every configured limit, what a running floodgate holds for KEY.
     Inspect {
         /// The key: a user name, an address, a client IP, any key text.
@@ -243,6 +249,7 @@ fn main() -> ExitCode {
         Cmd::Check { config } => check(config),
         Cmd::Simulate { limit, file } => simulate(&limit, file),
         Cmd::Report(args) => report(args),
+        Cmd::GenerateDocs { dir } => generate_docs(&dir),
         Cmd::Inspect { key, admin } => admin_verb(&admin, Verb::Inspect(key)),
         Cmd::Reset { key, admin } => admin_verb(&admin, Verb::Reset(key)),
         Cmd::Restricted { admin } => admin_verb(&admin, Verb::Restricted),
@@ -747,6 +754,14 @@ fn simulate(limit: &str, file: Option<PathBuf>) -> anyhow::Result<()> {
         }
         None => floodgate::simulate::run(limit, std::io::stdin().lock(), out)?,
     }
+    Ok(())
+}
+
+/// Writes the man pages and completions of this command line into `dir`.
+fn generate_docs(dir: &std::path::Path) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let files = floodgate::docs::generate(&Cli::command(), dir)?;
+    println!("wrote {} files into {}", files.len(), dir.display());
     Ok(())
 }
 
