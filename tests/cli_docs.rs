@@ -35,7 +35,10 @@ fn subcommands() -> Vec<String> {
 #[test]
 fn every_subcommand_has_its_man_page_and_completions() {
     let subs = subcommands();
-    assert!(!subs.iter().any(|s| s == "generate-docs"), "hidden: {subs:?}");
+    assert!(
+        !subs.iter().any(|s| s == "generate-docs"),
+        "hidden: {subs:?}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let out = floodgate(&["generate-docs", dir.path().to_str().unwrap()]);
     assert!(out.ok(), "{}", out.text());
@@ -43,8 +46,8 @@ fn every_subcommand_has_its_man_page_and_completions() {
     assert!(main.contains(".TH floodgate 1"));
     for s in &subs {
         let page = dir.path().join(format!("man/floodgate-{s}.1"));
-        let text = std::fs::read_to_string(&page)
-            .unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        let text =
+            std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
         assert!(text.contains(&format!(".TH floodgate-{s} 1")), "{s}");
         assert!(main.contains(s.as_str()), "floodgate.1 lacks {s}");
     }
@@ -66,5 +69,9 @@ fn an_unwritable_directory_is_refused_clearly() {
     std::fs::write(&file, "x").unwrap();
     let out = floodgate(&["generate-docs", file.to_str().unwrap()]);
     assert!(!out.ok());
-    assert!(out.stderr.contains(&format!("{}/man", file.display())), "{}", out.text());
+    assert!(
+        out.stderr.contains(&format!("{}/man", file.display())),
+        "{}",
+        out.text()
+    );
 }

@@ -86,7 +86,11 @@ fn promtool_checks_the_rules() {
         Duration::from_secs(60),
     );
     assert!(out.ok(), "promtool check rules failed:\n{}", out.text());
-    assert!(out.stdout.contains("SUCCESS: 8 rules found"), "{}", out.text());
+    assert!(
+        out.stdout.contains("SUCCESS: 8 rules found"),
+        "{}",
+        out.text()
+    );
 }
 
 /// One `GET` of Prometheus's HTTP API; the JSON body.

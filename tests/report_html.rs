@@ -196,11 +196,7 @@ fn chromium_shows_one_chart_per_limit() {
     let keep = repo_root().join("target/tmp/report-html.png");
     fs::create_dir_all(keep.parent().unwrap()).unwrap();
     fs::write(&keep, &png).unwrap();
-    println!(
-        "screenshot: {} ({} bytes)",
-        keep.display(),
-        png.len()
-    );
+    println!("screenshot: {} ({} bytes)", keep.display(), png.len());
 }
 
 /// The report's time over a fraction of a day at 100 events a second
