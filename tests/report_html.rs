@@ -246,3 +246,37 @@ fn report_time_for_a_day_fraction() {
     fs::create_dir_all(figures.parent().unwrap()).unwrap();
     fs::write(figures, line).unwrap();
 }
+
+#[test]
+fn bad_html_arguments_are_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, log) = setup(dir.path(), 60, 1, 5);
+    let base = [
+        "report",
+        "--config",
+        config.to_str().unwrap(),
+        "--events",
+        log.to_str().unwrap(),
+    ];
+    let mut both = base.to_vec();
+    both.extend(["--json", "--html", "x.html"]);
+    let out = floodgate(&both);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr
+            .contains("'--json' cannot be used with '--html <FILE>'"),
+        "{}",
+        out.stderr
+    );
+    let missing = dir.path().join("no/such/dir/r.html");
+    let mut unwritable = base.to_vec();
+    unwritable.extend(["--html", missing.to_str().unwrap()]);
+    let out = floodgate(&unwritable);
+    assert_eq!(out.code, Some(1), "{}", out.text());
+    assert!(
+        out.stderr
+            .contains(&format!("cannot write {}", missing.display())),
+        "{}",
+        out.stderr
+    );
+}
