@@ -9,7 +9,10 @@
 #   redis-server                        : shared-state tests of later issues
 #   postfix, dovecot-core               : the real smart host of tests/smarthost_postfix*.rs
 #                                         (private instances; no system daemon is left running)
+#   prometheus (with promtool)          : tests/operate/prometheus.rs (rules check, real scrape)
+#   chromium                            : tests/operate/report_html.rs (the HTML report, headless)
 #   cargo-fuzz                          : `cargo +nightly fuzz run` smoke in .ci/run
+#   cargo-deb                           : the .deb of .ci/package.sh
 #   Exim 4 (unpacked, not installed)    : tests/smarthost/smarthost_exim.rs (.ci/install-exim.sh)
 set -euo pipefail
 
@@ -20,7 +23,8 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 want=(swaks libnet-ssleay-perl libio-socket-ssl-perl libio-socket-inet6-perl
-    libdigest-hmac-perl openssl python3 redis-server postfix dovecot-core)
+    libdigest-hmac-perl openssl python3 redis-server postfix dovecot-core prometheus
+    chromium)
 missing=()
 for pkg in "${want[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
@@ -65,4 +69,11 @@ if cargo fuzz --version >/dev/null 2>&1; then
 else
     echo "install.sh: installing cargo-fuzz"
     cargo install cargo-fuzz --locked </dev/null
+fi
+
+if cargo deb --version >/dev/null 2>&1; then
+    echo "install.sh: cargo-deb present ($(cargo deb --version 2>/dev/null))"
+else
+    echo "install.sh: installing cargo-deb (once; kept in ~/.cargo/bin)"
+    cargo install cargo-deb --locked </dev/null
 fi

@@ -23,6 +23,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod docs;
 pub mod hold;
 pub mod limit;
 pub mod logs;

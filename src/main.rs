@@ -59,6 +59,12 @@ enum Cmd {
     /// suggested limit above all ordinary usage (keys with their own limit from a
     /// `limit_list` are shown against it instead).
     Report(ReportArgs),
+    /// Write the man pages (DIR/man) and shell completions (DIR/completions), for packages.
+    #[command(hide = true)]
+    GenerateDocs {
+        /// Where to write them.
+        dir: PathBuf,
+    },
     /// Show, for every configured limit, what a running floodgate holds for KEY.
     Inspect {
         /// The key: a user name, an address, a client IP, any key text.
@@ -216,6 +222,10 @@ struct ReportArgs {
     /// JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Write the report as one self-contained HTML page with charts to FILE (instead of
+    /// the text).
+    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    html: Option<PathBuf>,
 }
 
 /// How the admin verbs find floodgate, and how they answer.
@@ -239,6 +249,7 @@ fn main() -> ExitCode {
         Cmd::Check { config } => check(config),
         Cmd::Simulate { limit, file } => simulate(&limit, file),
         Cmd::Report(args) => report(args),
+        Cmd::GenerateDocs { dir } => generate_docs(&dir),
         Cmd::Inspect { key, admin } => admin_verb(&admin, Verb::Inspect(key)),
         Cmd::Reset { key, admin } => admin_verb(&admin, Verb::Reset(key)),
         Cmd::Restricted { admin } => admin_verb(&admin, Verb::Restricted),
@@ -746,6 +757,14 @@ fn simulate(limit: &str, file: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes the man pages and completions of this command line into `dir`.
+fn generate_docs(dir: &std::path::Path) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let files = floodgate::docs::generate(&Cli::command(), dir)?;
+    println!("wrote {} files into {}", files.len(), dir.display());
+    Ok(())
+}
+
 fn report(a: ReportArgs) -> anyhow::Result<()> {
     use floodgate::report::{analyze, render, time};
     let config = Config::load(&a.config)?;
@@ -784,7 +803,26 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
     )
     .with_context(|| format!("baselines from {}", path.display()))?;
     let mut out = std::io::stdout().lock();
-    if a.json {
+    if let Some(html) = &a.html {
+        let file = std::fs::File::open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let charts = floodgate::report::html::collect(
+            &config.policy,
+            &path.display().to_string(),
+            std::io::BufReader::new(file),
+            &opts,
+            &r,
+        )?;
+        std::fs::write(html, floodgate::report::html::page(&r, &charts))
+            .with_context(|| format!("cannot write {}", html.display()))?;
+        writeln!(
+            out,
+            "floodgate report: {} limit(s), {} events: wrote {}",
+            r.limits.len(),
+            r.events,
+            html.display()
+        )?;
+    } else if a.json {
         serde_json::to_writer_pretty(&mut out, &r)?;
         writeln!(out)?;
     } else {

@@ -388,6 +388,21 @@ fn summarise(def: &LimitDef, tally: Tally, top: usize) -> LimitReport {
     }
 }
 
+/// One replayed event, as [`analyze_traced`] shows it.
+#[derive(Clone, Copy, Debug)]
+pub struct Traced<'a> {
+    /// The limit's index in [`Report::limits`].
+    pub limit: usize,
+    /// The key.
+    pub key: &'a str,
+    /// The event's time (µs).
+    pub time_us: i64,
+    /// The key's rate or level after the event (what its peak is the highest of).
+    pub value: f64,
+    /// The key's own limit on this event, if it has one.
+    pub own_limit: Option<f64>,
+}
+
 /// Reads the event log `input` (named `source` in errors) and reports on the limits of
 /// `model`.
 pub fn analyze(
@@ -395,6 +410,18 @@ pub fn analyze(
     source: &str,
     input: impl BufRead,
     opts: &Options,
+) -> Result<Report, ReportError> {
+    analyze_traced(model, source, input, opts, &mut |_| {})
+}
+
+/// [`analyze`], showing `trace` every replayed event with the key's value after it (the
+/// charts of the HTML report are drawn from these).
+pub fn analyze_traced(
+    model: &PolicyModel,
+    source: &str,
+    input: impl BufRead,
+    opts: &Options,
+    trace: &mut dyn FnMut(&Traced<'_>),
 ) -> Result<Report, ReportError> {
     if let (Some(s), Some(u)) = (opts.since_us, opts.until_us) {
         if s >= u {
@@ -576,6 +603,13 @@ pub fn analyze(
         }
         let result = store.decide_at(now_us, &decision);
         let value = result.limits.first().map_or(0.0, |r| r.value);
+        trace(&Traced {
+            limit: i,
+            key: &key_text,
+            time_us: now_us,
+            value,
+            own_limit: ev.own_limit,
+        });
         let t = &mut tallies[i];
         t.events += 1;
         let k = t.keys.entry(key_text).or_insert(KeyTally {

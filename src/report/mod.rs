@@ -15,8 +15,10 @@ pub mod baseline;
 pub mod config;
 pub mod deliver;
 pub mod events;
+pub mod html;
 pub mod http;
 pub mod render;
+pub mod svg;
 pub mod time;
 
 use std::sync::{Arc, RwLock};

@@ -9,3 +9,4 @@ mod baseline_check;
 mod default_config;
 mod cli;
 mod readme_signals;
+mod cli_docs;

@@ -7,3 +7,5 @@ mod admin_metrics;
 mod admin_verbs;
 mod alerts;
 mod report;
+mod report_html;
+mod prometheus;

@@ -1,0 +1,537 @@
+//! Inline SVG charts for the HTML report: a histogram with marked values, and lines over
+//! time. Pure functions from numbers to markup; every text is escaped, every coordinate is
+//! finite.
+
+use std::fmt::Write as _;
+
+use super::render::num;
+use super::time::rfc3339;
+
+/// Chart width in SVG units.
+pub const WIDTH: f64 = 720.0;
+/// Chart height in SVG units.
+pub const HEIGHT: f64 = 260.0;
+const LEFT: f64 = 56.0;
+const RIGHT: f64 = 16.0;
+const TOP: f64 = 24.0;
+const BOTTOM: f64 = 40.0;
+
+/// Line colours, one per series (then again from the first).
+pub const PALETTE: [&str; 10] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+    "#7f7f7f", "#393b79",
+];
+
+/// `text` with `&`, `<`, `>`, `"` and `'` as character references: safe in element text
+/// and in quoted attribute values.
+pub fn esc(text: &str) -> String {
+    let mut o = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            // Control characters have no place in markup; show them as a replacement.
+            c if c.is_control() && c != '\n' && c != '\t' => o.push('\u{fffd}'),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// At most `max` characters of `text` (the last one an ellipsis when cut).
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut o: String = text.chars().take(max.saturating_sub(1)).collect();
+    o.push('…');
+    o
+}
+
+/// A finite number for a coordinate (0 for NaN and infinities).
+fn fin(v: f64) -> f64 {
+    if v.is_finite() {
+        v
+    } else {
+        0.0
+    }
+}
+
+/// Counts of `values` in `n` equal bins over `[0, hi)`; values at or above `hi` go in the
+/// last bin, values below 0 (and NaN) in the first. `n` is at least 1.
+pub fn bins(values: &[f64], hi: f64, n: usize) -> Vec<u64> {
+    let n = n.max(1);
+    let mut out = vec![0u64; n];
+    let hi = if hi.is_finite() && hi > 0.0 { hi } else { 1.0 };
+    for &v in values {
+        let i = if v.is_nan() || v <= 0.0 {
+            0
+        } else {
+            ((v / hi) * n as f64).floor().min((n - 1) as f64) as usize
+        };
+        out[i] += 1;
+    }
+    out
+}
+
+/// The 1-2-5 step (…, 0.1, 0.2, 0.5, 1, 2, 5, 10, …) nearest above `raw`.
+fn nice_step(raw: f64) -> f64 {
+    if !raw.is_finite() || raw <= 0.0 {
+        return 1.0;
+    }
+    let decade = 10f64.powf(raw.log10().floor());
+    for m in [1.0, 2.0, 5.0, 10.0] {
+        if m * decade >= raw * (1.0 - 1e-9) {
+            return m * decade;
+        }
+    }
+    10.0 * decade
+}
+
+/// A linear axis from 0: its top (a multiple of the tick step, at or above `max`) and its
+/// ticks (0 included, at most about `count` + 1).
+pub fn linear_axis(max: f64, count: usize) -> (f64, Vec<f64>) {
+    let max = if max.is_finite() && max > 0.0 {
+        max
+    } else {
+        1.0
+    };
+    let step = nice_step(max / count.max(1) as f64);
+    let steps = (max / step - 1e-9).ceil().max(1.0);
+    let top = steps * step;
+    let ticks = (0..=steps as usize).map(|i| i as f64 * step).collect();
+    (top, ticks)
+}
+
+/// The logarithmic count axis of a histogram: a count `c > 0` is drawn at `1 + log10(c)`,
+/// 0 at 0. Returns the top of the axis and the ticks (1, 10, 100, … up to `max`).
+pub fn log_axis(max: u64) -> (f64, Vec<u64>) {
+    let top = log_pos(max.max(1));
+    let mut ticks = vec![1u64];
+    while let Some(next) = ticks.last().and_then(|t| t.checked_mul(10)) {
+        if next > max {
+            break;
+        }
+        ticks.push(next);
+    }
+    (top.max(1.0), ticks)
+}
+
+/// Where count `c` sits on the [`log_axis`].
+pub fn log_pos(c: u64) -> f64 {
+    if c == 0 {
+        0.0
+    } else {
+        1.0 + (c as f64).log10()
+    }
+}
+
+/// One marked value on a histogram (a vertical line with its label).
+pub struct Marker<'a> {
+    /// Where, in the histogram's units.
+    pub value: f64,
+    /// Its label (escaped here).
+    pub label: &'a str,
+    /// Its class (`suggested`, `configured`), which the page's style colours.
+    pub class: &'a str,
+}
+
+fn plot_w() -> f64 {
+    WIDTH - LEFT - RIGHT
+}
+
+fn plot_h() -> f64 {
+    HEIGHT - TOP - BOTTOM
+}
+
+fn open_svg(o: &mut String, class: &str, limit: &str, title: &str) {
+    let _ = write!(
+        o,
+        r#"<svg class="{class}" data-limit="{}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img"><title>{}</title>"#,
+        esc(limit),
+        esc(title)
+    );
+    // Axes.
+    let (x0, y0) = (LEFT, TOP + plot_h());
+    let _ = write!(
+        o,
+        r##"<path class="axis" d="M{x0:.1} {TOP:.1} V{y0:.1} H{:.1}" fill="none" stroke="#444"/>"##,
+        LEFT + plot_w()
+    );
+}
+
+fn text(o: &mut String, x: f64, y: f64, anchor: &str, class: &str, body: &str) {
+    let _ = write!(
+        o,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="{anchor}" class="{class}">{}</text>"#,
+        fin(x),
+        fin(y),
+        esc(body)
+    );
+}
+
+/// A histogram of `values` (per-key peaks) in `n` bins from 0, counts on a logarithmic
+/// scale, with `markers` drawn as labelled vertical lines. `x_label` names the unit.
+pub fn histogram(
+    limit: &str,
+    values: &[f64],
+    n: usize,
+    markers: &[Marker<'_>],
+    x_label: &str,
+) -> String {
+    let data_max = values
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    let mark_max = markers.iter().map(|m| fin(m.value)).fold(0.0, f64::max);
+    let (x_top, x_ticks) = linear_axis(data_max.max(mark_max) * 1.05, 8);
+    let counts = bins(values, x_top, n);
+    let max_count = counts.iter().copied().max().unwrap_or(0);
+    let (y_top, y_ticks) = log_axis(max_count);
+    let x_at = |v: f64| LEFT + fin(v).clamp(0.0, x_top) / x_top * plot_w();
+    let y_at = |p: f64| TOP + plot_h() - p / y_top * plot_h();
+
+    let mut o = String::with_capacity(4096);
+    open_svg(
+        &mut o,
+        "histogram",
+        limit,
+        &format!("{limit}: keys by peak ({} keys)", values.len()),
+    );
+    for t in &y_ticks {
+        let y = y_at(log_pos(*t));
+        let _ = write!(
+            o,
+            r##"<line class="grid" x1="{LEFT:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
+            LEFT + plot_w()
+        );
+        text(&mut o, LEFT - 6.0, y + 4.0, "end", "tick", &t.to_string());
+    }
+    for t in &x_ticks {
+        text(
+            &mut o,
+            x_at(*t),
+            TOP + plot_h() + 16.0,
+            "middle",
+            "tick",
+            &num(*t),
+        );
+    }
+    let bw = plot_w() / counts.len() as f64;
+    for (i, c) in counts.iter().enumerate() {
+        if *c == 0 {
+            continue;
+        }
+        let y = y_at(log_pos(*c));
+        let lo = x_top * i as f64 / counts.len() as f64;
+        let hi = x_top * (i + 1) as f64 / counts.len() as f64;
+        let _ = write!(
+            o,
+            r##"<rect class="bar" x="{:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="#4c78a8"><title>{}</title></rect>"##,
+            LEFT + bw * i as f64 + 0.5,
+            (bw - 1.0).max(0.5),
+            TOP + plot_h() - y,
+            esc(&format!("{} .. {}: {c} keys", num(lo), num(hi)))
+        );
+    }
+    for (i, m) in markers.iter().enumerate() {
+        let x = x_at(m.value);
+        let _ = write!(
+            o,
+            r#"<line class="marker {}" x1="{x:.1}" y1="{TOP:.1}" x2="{x:.1}" y2="{:.1}" stroke-width="2" stroke-dasharray="6 3"/>"#,
+            esc(m.class),
+            TOP + plot_h()
+        );
+        // Labels alternate rows so two close markers stay readable.
+        let anchor = if x > LEFT + plot_w() * 0.7 {
+            "end"
+        } else {
+            "start"
+        };
+        let dx = if anchor == "end" { -4.0 } else { 4.0 };
+        text(
+            &mut o,
+            x + dx,
+            TOP + 12.0 + 14.0 * i as f64,
+            anchor,
+            &format!("label {}", m.class),
+            &format!("{} {}", m.label, num(m.value)),
+        );
+    }
+    text(
+        &mut o,
+        LEFT + plot_w() / 2.0,
+        HEIGHT - 6.0,
+        "middle",
+        "axis-label",
+        &format!("peak ({x_label}); keys per bin, log scale"),
+    );
+    o.push_str("</svg>");
+    o
+}
+
+/// One line over time: points `(time µs, value)` in time order.
+pub struct Line<'a> {
+    /// Its name in the legend (escaped and truncated here).
+    pub name: &'a str,
+    /// The points.
+    pub points: &'a [(i64, f64)],
+}
+
+/// A time label: the clock (UTC) for spans up to two days, else the date.
+fn time_label(us: i64, span_us: i64) -> String {
+    let s = rfc3339(us);
+    let (date, clock) = s.split_once('T').unwrap_or((&s, ""));
+    if span_us <= 2 * 86_400_000_000 {
+        clock.get(..5).unwrap_or(clock).to_string()
+    } else {
+        date.to_string()
+    }
+}
+
+/// Lines of values over `[t0, t1]` (µs), from 0 up, with `limit` as a dashed horizontal
+/// line labelled `limit_label`.
+pub fn lines(
+    limit_name: &str,
+    t0: i64,
+    t1: i64,
+    series: &[Line<'_>],
+    limit: f64,
+    limit_label: &str,
+    y_label: &str,
+) -> String {
+    let t1 = t1.max(t0.saturating_add(1_000_000));
+    let span = t1.saturating_sub(t0).max(1);
+    let data_max = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    let (y_top, y_ticks) = linear_axis(data_max.max(fin(limit)) * 1.05, 5);
+    let x_at = |t: i64| LEFT + (t.saturating_sub(t0)) as f64 / span as f64 * plot_w();
+    let y_at = |v: f64| TOP + plot_h() - fin(v).clamp(0.0, y_top) / y_top * plot_h();
+
+    let mut o = String::with_capacity(4096);
+    open_svg(
+        &mut o,
+        "rates",
+        limit_name,
+        &format!("{limit_name}: top keys over time"),
+    );
+    for t in &y_ticks {
+        let y = y_at(*t);
+        let _ = write!(
+            o,
+            r##"<line class="grid" x1="{LEFT:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
+            LEFT + plot_w()
+        );
+        text(&mut o, LEFT - 6.0, y + 4.0, "end", "tick", &num(*t));
+    }
+    for i in 0..=4 {
+        let t = t0.saturating_add(span / 4 * i);
+        text(
+            &mut o,
+            x_at(t),
+            TOP + plot_h() + 16.0,
+            "middle",
+            "tick",
+            &time_label(t, span),
+        );
+    }
+    let y = y_at(limit);
+    let _ = write!(
+        o,
+        r#"<line class="marker configured" x1="{LEFT:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke-width="2" stroke-dasharray="6 3"/>"#,
+        LEFT + plot_w()
+    );
+    text(
+        &mut o,
+        LEFT + plot_w() - 4.0,
+        y - 4.0,
+        "end",
+        "label configured",
+        &format!("{limit_label} {}", num(limit)),
+    );
+    for (i, s) in series.iter().enumerate() {
+        let colour = PALETTE[i % PALETTE.len()];
+        let mut pts = String::new();
+        for (t, v) in s.points {
+            let _ = write!(pts, "{:.1},{:.1} ", x_at(*t), y_at(*v));
+        }
+        let _ = write!(
+            o,
+            r#"<polyline class="series" points="{}" fill="none" stroke="{colour}" stroke-width="1.5"><title>{}</title></polyline>"#,
+            pts.trim_end(),
+            esc(&truncate(s.name, 1000))
+        );
+        // Legend: up to two columns of five in the top left corner.
+        let (col, row) = (i / 5, i % 5);
+        let lx = LEFT + 8.0 + 230.0 * col as f64;
+        let ly = TOP + 10.0 + 13.0 * row as f64;
+        let _ = write!(
+            o,
+            r#"<rect x="{lx:.1}" y="{:.1}" width="10" height="3" fill="{colour}"/>"#,
+            ly - 4.0
+        );
+        text(
+            &mut o,
+            lx + 14.0,
+            ly,
+            "start",
+            "legend",
+            &truncate(s.name, 32),
+        );
+    }
+    text(
+        &mut o,
+        LEFT + plot_w() / 2.0,
+        HEIGHT - 6.0,
+        "middle",
+        "axis-label",
+        &format!("time (UTC); {y_label}"),
+    );
+    o.push_str("</svg>");
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_covers_markup_and_quotes() {
+        assert_eq!(
+            esc(r#"<a href="x">Tom & 'Jerry'</a>"#),
+            "&lt;a href=&quot;x&quot;&gt;Tom &amp; &#39;Jerry&#39;&lt;/a&gt;"
+        );
+        assert_eq!(esc("plain ünïcode"), "plain ünïcode");
+        assert_eq!(esc("nul\0bell\x07"), "nul\u{fffd}bell\u{fffd}");
+    }
+
+    #[test]
+    fn truncation_counts_characters() {
+        assert_eq!(truncate("short", 10), "short");
+        assert_eq!(truncate("ééééééé", 4), "ééé…");
+        assert_eq!(truncate("abcdef", 6), "abcdef");
+    }
+
+    #[test]
+    fn bins_count_every_value_once() {
+        let v = [0.0, 0.5, 1.0, 9.99, 10.0, 250.0, -3.0, f64::NAN];
+        let b = bins(&v, 10.0, 10);
+        assert_eq!(b.iter().sum::<u64>(), v.len() as u64);
+        // 0, 0.5, -3, NaN in the first bin; 1.0 in the second; 9.99, 10 and 250 in the last.
+        assert_eq!(b[0], 4);
+        assert_eq!(b[1], 1);
+        assert_eq!(b[9], 3);
+        assert_eq!(bins(&[], 10.0, 0), vec![0]);
+        assert_eq!(bins(&[5.0], f64::NAN, 2), vec![0, 1]);
+    }
+
+    #[test]
+    fn linear_axis_is_nice_and_covers_the_maximum() {
+        assert_eq!(
+            linear_axis(10.0, 5),
+            (10.0, vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0])
+        );
+        let (top, ticks) = linear_axis(73.0, 5);
+        assert_eq!(top, 80.0);
+        assert_eq!(ticks.len(), 5);
+        assert_eq!(ticks[1], 20.0);
+        let (top, ticks) = linear_axis(0.0, 5);
+        assert_eq!(top, 1.0);
+        assert_eq!(ticks.first(), Some(&0.0));
+        let (top, _) = linear_axis(0.013, 4);
+        assert!((top - 0.015).abs() < 1e-12, "{top}");
+        for m in [0.3, 7.0, 99.0, 1234.5, 1e9] {
+            let (top, ticks) = linear_axis(m, 6);
+            assert!(top >= m, "{m}: {top}");
+            assert!(ticks.len() <= 8, "{m}: {ticks:?}");
+            assert_eq!(*ticks.last().unwrap(), top);
+        }
+    }
+
+    #[test]
+    fn log_axis_places_decades() {
+        assert_eq!(log_axis(0), (1.0, vec![1]));
+        assert_eq!(log_axis(1), (1.0, vec![1]));
+        assert_eq!(log_axis(100).1, vec![1, 10, 100]);
+        assert_eq!(log_axis(99).1, vec![1, 10]);
+        assert_eq!(log_pos(0), 0.0);
+        assert_eq!(log_pos(1), 1.0);
+        assert_eq!(log_pos(1000), 4.0);
+        assert_eq!(log_axis(u64::MAX).1.len(), 20);
+    }
+
+    #[test]
+    fn histogram_draws_bars_and_markers() {
+        let s = histogram(
+            "per<user>",
+            &[1.0, 1.0, 2.0, 40.0],
+            10,
+            &[
+                Marker {
+                    value: 20.0,
+                    label: "suggested",
+                    class: "suggested",
+                },
+                Marker {
+                    value: 30.0,
+                    label: "configured",
+                    class: "configured",
+                },
+            ],
+            "messages per 1h",
+        );
+        assert!(s.starts_with(r#"<svg class="histogram" data-limit="per&lt;user&gt;""#));
+        assert!(s.ends_with("</svg>"));
+        // The axis runs to 50 in bins of 5: 1, 1 and 2 share the first bin.
+        assert_eq!(s.matches("<rect class=\"bar\"").count(), 2, "{s}");
+        assert!(s.contains("<title>0 .. 5: 3 keys</title>"), "{s}");
+        assert!(s.contains("<title>40 .. 45: 1 keys</title>"), "{s}");
+        assert_eq!(s.matches("class=\"marker suggested\"").count(), 1);
+        assert_eq!(s.matches("class=\"marker configured\"").count(), 1);
+        assert!(s.contains("suggested 20"));
+        assert!(s.contains("configured 30"));
+        assert!(!s.contains("NaN") && !s.contains("inf"));
+    }
+
+    #[test]
+    fn lines_draw_one_polyline_per_series() {
+        let a = [(0i64, 1.0), (3_600_000_000, 5.0)];
+        let b = [(1_800_000_000i64, f64::INFINITY)];
+        let s = lines(
+            "l",
+            0,
+            3_600_000_000,
+            &[
+                Line {
+                    name: "alice",
+                    points: &a,
+                },
+                Line {
+                    name: "<bob>",
+                    points: &b,
+                },
+            ],
+            4.0,
+            "limit",
+            "messages per 1h",
+        );
+        assert_eq!(s.matches("<polyline").count(), 2);
+        assert!(s.contains("&lt;bob&gt;"));
+        assert!(!s.contains("<bob>"));
+        assert!(s.contains(">00:00<") && s.contains(">01:00<"), "{s}");
+        assert!(!s.contains("NaN") && !s.contains("inf"));
+    }
+
+    #[test]
+    fn time_labels_switch_to_dates_for_long_spans() {
+        assert_eq!(time_label(3_600_000_000, 3_600_000_000), "01:00");
+        assert_eq!(time_label(0, 10 * 86_400_000_000), "1970-01-01");
+    }
+}
