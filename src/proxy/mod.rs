@@ -5,9 +5,11 @@
 mod auth;
 mod bdat;
 pub mod client;
+mod client_info;
 mod commands;
 mod data;
 mod deadline;
+mod envelope;
 mod hold;
 pub mod identity;
 pub mod names;
