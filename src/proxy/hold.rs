@@ -129,7 +129,12 @@ impl Session {
             reverse_name: kept_name(&names.reverse),
             user: self.facts.user.clone(),
             helo: self.facts.helo.clone(),
-            proto: if self.dialogue.ehlo() { "ESMTP" } else { "SMTP" }.into(),
+            proto: if self.dialogue.ehlo() {
+                "ESMTP"
+            } else {
+                "SMTP"
+            }
+            .into(),
             tls: self.client.tls_info().map(|t| t.to_string()),
             mail: self
                 .envelope

@@ -300,18 +300,17 @@ impl Session {
                 },
                 Ok(_) => self.dialogue.on_bad_line(replies::session_refused()),
             };
-            match step {
+            let flow = match step {
                 Step::Close(reply) => {
                     self.client.queue(&reply);
                     return "quit";
                 }
-                Step::Refuse { reply, .. } => {
-                    if self.refuse_with(&reply) == Flow::Close {
-                        return "too many errors";
-                    }
-                }
+                Step::Refuse { reply, .. } => self.refuse_with(&reply),
                 // A refused session answers nothing else.
-                _ => {}
+                _ => Flow::Next,
+            };
+            if flow == Flow::Close {
+                return "too many errors";
             }
         }
     }

@@ -28,8 +28,8 @@ use crate::config::StoreConfig;
 use crate::config::{ClientIdentity, Config, TlsMode};
 use crate::policy::{Policy, RatePolicy};
 use crate::proxy::{ListenerInfo, Session, Shared, Stream, UpstreamSettings};
-use crate::smtp::proxy_header::{parse_proxy_header, V2_MAX, V2_SIGNATURE};
 use crate::smtp::dialogue::replies;
+use crate::smtp::proxy_header::{parse_proxy_header, V2_MAX, V2_SIGNATURE};
 use crate::store::open::{OpenError, Opened};
 use crate::store::{MemoryConfig, MemoryStore, SnapshotError, Store};
 

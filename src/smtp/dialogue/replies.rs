@@ -239,6 +239,9 @@ mod tests {
             proxy_header_refused("h", "::1".parse().unwrap()).to_wire(),
             b"421 4.7.0 h PROXY header not accepted from ::1\r\n"
         );
-        assert_eq!(chunk_received(7).to_wire(), b"250 2.0.0 7 octets received\r\n");
+        assert_eq!(
+            chunk_received(7).to_wire(),
+            b"250 2.0.0 7 octets received\r\n"
+        );
     }
 }

@@ -42,10 +42,16 @@ fn settings() -> Settings {
 /// A dialogue after an accepted EHLO.
 fn greeted(s: Settings) -> Dialogue {
     let mut d = Dialogue::new(s, false);
-    assert_eq!(d.on_command(&cmd("EHLO client.example")), Step::Ask(Stage::Ehlo));
+    assert_eq!(
+        d.on_command(&cmd("EHLO client.example")),
+        Step::Ask(Stage::Ehlo)
+    );
     assert!(matches!(
         d.on_upstream(Stage::Ehlo, &ehlo_list()),
-        Heard::Ehlo { abandoned: false, .. }
+        Heard::Ehlo {
+            abandoned: false,
+            ..
+        }
     ));
     d
 }
@@ -53,10 +59,16 @@ fn greeted(s: Settings) -> Dialogue {
 /// A dialogue inside a transaction with `n` accepted recipients.
 fn with_recipients(s: Settings, n: usize) -> Dialogue {
     let mut d = greeted(s);
-    assert_eq!(d.on_command(&cmd("MAIL FROM:<a@b.example>")), Step::Ask(Stage::Mail));
+    assert_eq!(
+        d.on_command(&cmd("MAIL FROM:<a@b.example>")),
+        Step::Ask(Stage::Mail)
+    );
     assert_eq!(d.on_upstream(Stage::Mail, &ok()), Heard::Accepted);
     for _ in 0..n {
-        assert_eq!(d.on_command(&cmd("RCPT TO:<c@d.example>")), Step::Ask(Stage::Rcpt));
+        assert_eq!(
+            d.on_command(&cmd("RCPT TO:<c@d.example>")),
+            Step::Ask(Stage::Rcpt)
+        );
         assert_eq!(d.on_upstream(Stage::Rcpt, &ok()), Heard::Accepted);
     }
     d
@@ -73,7 +85,10 @@ fn refused_with(step: Step) -> (u16, String) {
 fn mail_needs_helo() {
     let mut d = Dialogue::new(settings(), false);
     let (code, text) = refused_with(d.on_command(&cmd("MAIL FROM:<a@b>")));
-    assert_eq!((code, text.as_str()), (503, "5.5.1 Send HELO or EHLO first"));
+    assert_eq!(
+        (code, text.as_str()),
+        (503, "5.5.1 Send HELO or EHLO first")
+    );
 }
 
 #[test]
@@ -93,11 +108,17 @@ fn helo_offers_no_extensions() {
     let mut d = greeted(settings());
     assert!(d.offered().chunking);
     assert_eq!(d.on_command(&cmd("HELO x")), Step::Ask(Stage::Helo));
-    assert_eq!(d.on_upstream(Stage::Helo, &ok()), Heard::Reset { abandoned: false });
+    assert_eq!(
+        d.on_upstream(Stage::Helo, &ok()),
+        Heard::Reset { abandoned: false }
+    );
     assert!(!d.ehlo());
     assert_eq!(d.offered(), &Capabilities::default());
     // SIZE was not offered after HELO.
-    assert_eq!(refused_with(d.on_command(&cmd("MAIL FROM:<a@b> SIZE=10"))).0, 555);
+    assert_eq!(
+        refused_with(d.on_command(&cmd("MAIL FROM:<a@b> SIZE=10"))).0,
+        555
+    );
 }
 
 #[test]
@@ -131,7 +152,10 @@ fn ehlo_ends_an_open_transaction() {
     d.on_command(&cmd("EHLO x"));
     assert!(matches!(
         d.on_upstream(Stage::Ehlo, &ehlo_list()),
-        Heard::Ehlo { abandoned: true, .. }
+        Heard::Ehlo {
+            abandoned: true,
+            ..
+        }
     ));
     assert!(!d.in_transaction());
     assert_eq!(d.recipients(), 0);
@@ -151,7 +175,10 @@ fn mail_needs_tls_where_required() {
     let mut d = Dialogue::new(s, true);
     d.on_command(&cmd("EHLO x"));
     d.on_upstream(Stage::Ehlo, &ehlo_list());
-    assert_eq!(d.on_command(&cmd("MAIL FROM:<a@b>")), Step::Ask(Stage::Mail));
+    assert_eq!(
+        d.on_command(&cmd("MAIL FROM:<a@b>")),
+        Step::Ask(Stage::Mail)
+    );
 }
 
 #[test]
@@ -163,12 +190,18 @@ fn mail_needs_auth_where_required() {
         refused_with(d.on_command(&cmd("MAIL FROM:<a@b>"))),
         (530, "5.7.0 Authentication required".into())
     );
-    assert_eq!(d.on_command(&cmd("AUTH PLAIN")), Step::Auth(Mechanism::Plain));
+    assert_eq!(
+        d.on_command(&cmd("AUTH PLAIN")),
+        Step::Auth(Mechanism::Plain)
+    );
     assert_eq!(
         d.on_upstream(Stage::Auth, &Reply::new(235, "2.7.0 ok")),
         Heard::Accepted
     );
-    assert_eq!(d.on_command(&cmd("MAIL FROM:<a@b>")), Step::Ask(Stage::Mail));
+    assert_eq!(
+        d.on_command(&cmd("MAIL FROM:<a@b>")),
+        Step::Ask(Stage::Mail)
+    );
 }
 
 #[test]
@@ -196,7 +229,14 @@ fn refused_mail_opens_no_transaction() {
 #[test]
 fn mail_parameters_need_their_extension() {
     let mut d = greeted(settings());
-    for ok in ["SIZE=10", "BODY=8BITMIME", "SMTPUTF8", "RET=HDRS", "ENVID=x", "AUTH=<>"] {
+    for ok in [
+        "SIZE=10",
+        "BODY=8BITMIME",
+        "SMTPUTF8",
+        "RET=HDRS",
+        "ENVID=x",
+        "AUTH=<>",
+    ] {
         let line = format!("MAIL FROM:<a@b> {ok}");
         assert_eq!(d.on_command(&cmd(&line)), Step::Ask(Stage::Mail), "{ok}");
     }
@@ -207,9 +247,19 @@ fn mail_parameters_need_their_extension() {
     let mut plain = Dialogue::new(settings(), false);
     plain.on_command(&cmd("EHLO x"));
     plain.on_upstream(Stage::Ehlo, &Reply::multi(250, ["mx", "PIPELINING"]));
-    for refused in ["SIZE=10", "BODY=8BITMIME", "SMTPUTF8", "RET=HDRS", "AUTH=<>"] {
+    for refused in [
+        "SIZE=10",
+        "BODY=8BITMIME",
+        "SMTPUTF8",
+        "RET=HDRS",
+        "AUTH=<>",
+    ] {
         let line = format!("MAIL FROM:<a@b> {refused}");
-        assert_eq!(refused_with(plain.on_command(&cmd(&line))).0, 555, "{refused}");
+        assert_eq!(
+            refused_with(plain.on_command(&cmd(&line))).0,
+            555,
+            "{refused}"
+        );
     }
 }
 
@@ -220,7 +270,10 @@ fn rcpt_parameters_need_dsn() {
         d.on_command(&cmd("RCPT TO:<c@d> NOTIFY=NEVER ORCPT=rfc822;c@d")),
         Step::Ask(Stage::Rcpt)
     );
-    assert_eq!(refused_with(d.on_command(&cmd("RCPT TO:<c@d> SIZE=1"))).0, 555);
+    assert_eq!(
+        refused_with(d.on_command(&cmd("RCPT TO:<c@d> SIZE=1"))).0,
+        555
+    );
 }
 
 #[test]
@@ -228,8 +281,17 @@ fn size_over_the_limit_is_552_not_an_error() {
     let mut d = greeted(settings());
     let step = d.on_command(&cmd("MAIL FROM:<a@b> SIZE=1001"));
     assert_eq!(step, Step::Reply(replies::size_over_limit()));
-    assert_eq!(d.on_command(&cmd("MAIL FROM:<a@b> SIZE=1000")), Step::Ask(Stage::Mail));
-    assert_eq!(size_hint(&MailFrom { sender: crate::smtp::Path::null(), params: vec![] }), 0);
+    assert_eq!(
+        d.on_command(&cmd("MAIL FROM:<a@b> SIZE=1000")),
+        Step::Ask(Stage::Mail)
+    );
+    assert_eq!(
+        size_hint(&MailFrom {
+            sender: crate::smtp::Path::null(),
+            params: vec![]
+        }),
+        0
+    );
 }
 
 #[test]
@@ -287,10 +349,16 @@ fn data_after_bdat_is_refused() {
     let mut d = with_recipients(settings(), 1);
     assert_eq!(d.on_command(&cmd("BDAT 10")), Step::Chunk { first: true });
     d.chunk_taken();
-    assert_eq!(d.on_command(&cmd("BDAT 10 LAST")), Step::Chunk { first: false });
+    assert_eq!(
+        d.on_command(&cmd("BDAT 10 LAST")),
+        Step::Chunk { first: false }
+    );
     assert_eq!(
         refused_with(d.on_command(&Command::Data)),
-        (503, "5.5.1 DATA after BDAT: one message is sent one way".into())
+        (
+            503,
+            "5.5.1 DATA after BDAT: one message is sent one way".into()
+        )
     );
 }
 
@@ -304,7 +372,10 @@ fn bdat_needs_chunking_offered() {
     assert!(!d.offered().chunking);
     assert_eq!(
         d.on_command(&cmd("BDAT 5 LAST")),
-        Step::Discard { reply: replies::bdat_not_offered(), error: true }
+        Step::Discard {
+            reply: replies::bdat_not_offered(),
+            error: true
+        }
     );
 }
 
@@ -313,12 +384,18 @@ fn bdat_outside_a_transaction_is_skipped_without_an_error() {
     let mut d = greeted(settings());
     assert_eq!(
         d.on_command(&cmd("BDAT 5")),
-        Step::Discard { reply: replies::send_mail_first(), error: false }
+        Step::Discard {
+            reply: replies::send_mail_first(),
+            error: false
+        }
     );
     let mut d = with_recipients(settings(), 0);
     assert_eq!(
         d.on_command(&cmd("BDAT 5")),
-        Step::Discard { reply: replies::no_valid_recipients(), error: false }
+        Step::Discard {
+            reply: replies::no_valid_recipients(),
+            error: false
+        }
     );
 }
 
@@ -331,7 +408,10 @@ fn message_verdict_ends_the_transaction() {
         Heard::Reset { abandoned: false }
     );
     assert!(!d.in_transaction());
-    assert_eq!(d.on_command(&cmd("MAIL FROM:<a@b>")), Step::Ask(Stage::Mail));
+    assert_eq!(
+        d.on_command(&cmd("MAIL FROM:<a@b>")),
+        Step::Ask(Stage::Mail)
+    );
 }
 
 #[test]
@@ -340,10 +420,16 @@ fn rset_is_relayed_and_abandons_the_transaction() {
     d.on_command(&cmd("BDAT 3"));
     d.chunk_taken();
     assert_eq!(d.on_command(&Command::Rset), Step::Relay(Stage::Rset));
-    assert_eq!(d.on_upstream(Stage::Rset, &ok()), Heard::Reset { abandoned: true });
+    assert_eq!(
+        d.on_upstream(Stage::Rset, &ok()),
+        Heard::Reset { abandoned: true }
+    );
     assert!(!d.chunks_under_way());
     assert_eq!(d.on_command(&Command::Rset), Step::Relay(Stage::Rset));
-    assert_eq!(d.on_upstream(Stage::Rset, &ok()), Heard::Reset { abandoned: false });
+    assert_eq!(
+        d.on_upstream(Stage::Rset, &ok()),
+        Heard::Reset { abandoned: false }
+    );
 }
 
 #[test]
@@ -360,7 +446,9 @@ fn noop_vrfy_expn_are_relayed_and_change_nothing() {
 #[test]
 fn help_lists_what_the_session_accepts() {
     let mut d = Dialogue::new(settings(), false);
-    let Step::Reply(r) = d.on_command(&Command::Help) else { panic!() };
+    let Step::Reply(r) = d.on_command(&Command::Help) else {
+        panic!()
+    };
     assert_eq!(
         r.text(),
         "2.0.0 Commands accepted: EHLO HELO MAIL RCPT DATA RSET NOOP VRFY EXPN HELP QUIT"
@@ -368,8 +456,14 @@ fn help_lists_what_the_session_accepts() {
     let mut s = settings();
     s.starttls = true;
     let mut d = greeted(s);
-    let Step::Reply(r) = d.on_command(&Command::Help) else { panic!() };
-    assert!(r.text().contains("STARTTLS AUTH MAIL RCPT DATA BDAT"), "{}", r.text());
+    let Step::Reply(r) = d.on_command(&Command::Help) else {
+        panic!()
+    };
+    assert!(
+        r.text().contains("STARTTLS AUTH MAIL RCPT DATA BDAT"),
+        "{}",
+        r.text()
+    );
 }
 
 #[test]
@@ -385,7 +479,10 @@ fn unknown_verbs_are_errors_and_proxy_closes() {
         refused_with(d.on_command(&Command::Unknown("ETRN".into()))),
         (502, "5.5.1 Command not recognized".into())
     );
-    assert_eq!(d.on_command(&Command::Unknown("PROXY".into())), Step::ProxyHeader);
+    assert_eq!(
+        d.on_command(&Command::Unknown("PROXY".into())),
+        Step::ProxyHeader
+    );
 }
 
 #[test]
@@ -496,14 +593,20 @@ fn auth_needs_tls_unless_allowed_without() {
     let mut d = greeted(s);
     assert_eq!(
         refused_with(d.on_command(&cmd("AUTH PLAIN"))),
-        (538, "5.7.11 Encryption required for requested authentication mechanism".into())
+        (
+            538,
+            "5.7.11 Encryption required for requested authentication mechanism".into()
+        )
     );
 }
 
 #[test]
 fn auth_only_with_an_offered_readable_mechanism() {
     let mut d = greeted(settings());
-    assert_eq!(d.on_command(&cmd("AUTH login")), Step::Auth(Mechanism::Login));
+    assert_eq!(
+        d.on_command(&cmd("AUTH login")),
+        Step::Auth(Mechanism::Login)
+    );
     for m in ["AUTH CRAM-MD5", "AUTH GSSAPI"] {
         assert_eq!(
             refused_with(d.on_command(&cmd(m))),
@@ -548,10 +651,7 @@ fn refused_session_answers_only_quit() {
             "{c}"
         );
     }
-    assert_eq!(
-        refused_with(d.on_bad_line(replies::line_too_long())).0,
-        503
-    );
+    assert_eq!(refused_with(d.on_bad_line(replies::line_too_long())).0, 503);
     assert_eq!(d.on_command(&Command::Quit), Step::Close(replies::bye()));
     let mut open = Dialogue::new(settings(), false);
     assert_eq!(
