@@ -299,7 +299,7 @@ impl Dialogue {
     }
 
     /// Upstream refused the session in its greeting with a 5xx: from now on only QUIT is
-    /// answered (221), everything else gets 503 ([`Dialogue::on_refused_line`]).
+    /// answered (221), everything else gets 503 ([`Dialogue::on_command`], [`Dialogue::on_bad_line`]).
     pub fn refuse_session(&mut self) {
         self.phase = Phase::Refused;
     }
