@@ -14,6 +14,7 @@ mod hold;
 pub mod identity;
 pub mod names;
 pub mod notify;
+mod pool;
 pub mod release;
 mod reroute;
 pub mod session;

@@ -21,6 +21,7 @@ use super::client::{ClientConn, ReadEnd, Wait};
 use super::envelope::Envelope;
 use super::identity::{refusal_reply, xclient_offer_problem};
 use super::names::{ClientNames, NameResolver};
+use super::pool::pool_string;
 use super::stream::Stream;
 use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
 
@@ -119,10 +120,6 @@ pub struct Session {
     /// With a hold spool: the transaction's MAIL and accepted RCPT arguments as relayed.
     pub(super) envelope: Envelope,
 }
-
-/// Most strings a session keeps in [`Session::strings`], and the largest (capacity).
-const POOLED_STRINGS: usize = 8;
-const POOLED_STRING_CAPACITY: usize = 1024;
 
 impl Session {
     /// Runs a session to its end. `stream` is already through any PROXY header and, on an
@@ -575,34 +572,5 @@ fn dialogue_settings(shared: &Shared, listener: &ListenerInfo) -> Settings {
         auth_without_tls: cfg.tls.as_ref().is_some_and(|t| t.auth_without_tls),
         chunking: cfg.smtp.chunking,
         xclient: shared.upstream.identity() == ClientIdentity::Xclient,
-    }
-}
-
-/// Keeps an emptied `s` for reuse, up to the pool's bounds.
-pub(super) fn pool_string(pool: &mut Vec<String>, s: Option<String>) {
-    if let Some(mut s) = s {
-        if pool.len() < POOLED_STRINGS && s.capacity() <= POOLED_STRING_CAPACITY {
-            s.clear();
-            pool.push(s);
-        }
-    }
-}
-
-#[cfg(test)]
-mod pool_tests {
-    use super::pool_string;
-
-    #[test]
-    fn pool_is_bounded_and_keeps_only_empty_small_strings() {
-        let mut pool = Vec::new();
-        pool_string(&mut pool, None);
-        assert!(pool.is_empty());
-        pool_string(&mut pool, Some("x".repeat(2000)));
-        assert!(pool.is_empty(), "large strings are dropped");
-        for _ in 0..20 {
-            pool_string(&mut pool, Some(String::from("abc")));
-        }
-        assert_eq!(pool.len(), 8);
-        assert!(pool.iter().all(|s| s.is_empty() && s.capacity() >= 3));
     }
 }
