@@ -3,26 +3,19 @@
 //! (upstream down, refusing) leaves the message held; its queue tries again after a backoff,
 //! logged. Paced files are read back at start, so pacing outlives restarts.
 
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::hold::pace::{PaceBook, PaceRate, Paced};
+use crate::hold::pace::{clock_ms, PaceBook, PaceRate, Paced};
 use crate::hold::spool::now_secs;
 use crate::hold::{Spool, SpoolError};
 use crate::proxy::release::ReleaseBy;
 use crate::proxy::Shared;
 
 use super::held::{release_one, HeldError};
-
-/// Milliseconds on the pacer's monotonic clock (from the first call in the process).
-pub fn clock_ms() -> u64 {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    let origin = *ORIGIN.get_or_init(Instant::now);
-    u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
 
 /// Queues every paced message of the spool in `book`, oldest first: at start, before any
 /// session. Returns how many; unreadable pace rates are logged and left held.

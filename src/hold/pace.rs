@@ -13,8 +13,16 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fmt;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Milliseconds on the pacer's monotonic clock (from the first call in the process): the
+/// `now` that [`PaceBook`] is given.
+pub fn clock_ms() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
 
 /// What a paced limit counts, which decides a message's weight against its rate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

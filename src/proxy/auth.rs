@@ -5,8 +5,8 @@
 use tracing::info;
 
 use crate::policy::Stage;
+use crate::smtp::dialogue::{self, replies, Heard};
 use crate::smtp::line::LineEvent;
-use crate::smtp::reply::Reply;
 use crate::smtp::sasl::{Mechanism, SaslObserver};
 
 use super::session::{Flow, Judged, Session};
@@ -15,30 +15,13 @@ use super::upstream::UpstreamError;
 type Handled = Result<Flow, UpstreamError>;
 
 impl Session {
-    pub(super) async fn auth(&mut self, mechanism: String, initial: Option<String>) -> Handled {
-        if !self.helo_seen {
-            return Ok(self.refuse(503, "5.5.1 Send EHLO first"));
-        }
-        if self.authenticated {
-            return Ok(self.refuse(503, "5.5.1 Already authenticated"));
-        }
-        if self.in_txn {
-            return Ok(self.refuse(503, "5.5.1 MAIL transaction in progress"));
-        }
-        if !self.client.is_tls() && !self.auth_without_tls() {
-            return Ok(self.refuse(
-                538,
-                "5.7.11 Encryption required for requested authentication mechanism",
-            ));
-        }
-        let offered = self
-            .offered
-            .auth
-            .iter()
-            .any(|m| m.eq_ignore_ascii_case(&mechanism));
-        let Some(mech) = Mechanism::from_name(&mechanism).filter(|_| offered) else {
-            return Ok(self.refuse(504, "5.5.4 Unrecognized authentication type"));
-        };
+    /// One AUTH exchange with `mech`, the dialogue having allowed it.
+    pub(super) async fn auth(
+        &mut self,
+        mech: Mechanism,
+        mechanism: String,
+        initial: Option<String>,
+    ) -> Handled {
         self.facts.auth_attempt = None;
         self.facts.auth_succeeded = false;
         match self.judge(Stage::Auth).await {
@@ -87,10 +70,7 @@ impl Session {
                 LineEvent::TooLong | LineEvent::BareLineEnding => {
                     // Cancel upstream's exchange and swallow its 501.
                     let _ = self.up()?.command(b"*\r\n").await?;
-                    break Err(Reply::new(
-                        500,
-                        "5.5.6 Authentication exchange line is too long or malformed",
-                    ));
+                    break Err(replies::bad_auth_line());
                 }
             }
         };
@@ -106,8 +86,7 @@ impl Session {
         self.facts.auth_attempt = user.clone();
         self.facts.auth_succeeded = reply.code == 235;
         self.shared.metrics.auth(reply.code == 235);
-        if reply.code == 235 {
-            self.authenticated = true;
+        if self.dialogue.on_upstream(dialogue::Stage::Auth, &reply) == Heard::Accepted {
             self.facts.user = user.clone();
             info!(client = %self.peer.ip(), user = user.as_deref().unwrap_or(""), mechanism = %mechanism, "authenticated");
         } else {

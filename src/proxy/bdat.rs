@@ -10,6 +10,7 @@ use tracing::info;
 
 use crate::policy::Stage;
 use crate::smtp::bdat::{ChunkReader, ChunkedBody};
+use crate::smtp::dialogue::replies;
 use crate::smtp::reply::Reply;
 
 use super::client::{ReadEnd, Wait};
@@ -20,24 +21,12 @@ use super::upstream::UpstreamError;
 type Handled = Result<Flow, UpstreamError>;
 
 impl Session {
-    /// One `BDAT size [LAST]` and its chunk.
-    pub(super) async fn bdat(&mut self, size: u64, last: bool) -> Handled {
-        if !self.offered.chunking {
-            return self.bdat_refused(size).await;
-        }
-        if !self.in_txn || self.rcpts.is_empty() {
-            // Also what chunks pipelined after a refused one get. Not counted as errors:
-            // a client that pipelined its chunks cannot take them back.
-            let reply = if self.in_txn {
-                Reply::new(554, "5.5.1 No valid recipients")
-            } else {
-                Reply::new(503, "5.5.1 Send MAIL first")
-            };
-            return self.skip_chunk(size, reply).await;
-        }
+    /// One `BDAT size [LAST]` and its chunk, the dialogue having allowed it; `first`: the
+    /// first chunk of its message.
+    pub(super) async fn bdat(&mut self, size: u64, last: bool, first: bool) -> Handled {
         let mut body = match self.chunked.take() {
-            Some(body) => body,
-            None => {
+            Some(body) if !first => body,
+            _ => {
                 match self.judge(Stage::Data).await {
                     Judged::Go => {}
                     Judged::Answered => {
@@ -68,18 +57,19 @@ impl Session {
             self.tally.refused += 1;
             self.shared.metrics.refused.inc();
             self.abort_upstream_txn().await?;
-            let reply = body.finish().rejection().unwrap_or_else(|| {
-                Reply::new(552, "5.3.4 Message size exceeds fixed maximum message size")
-            });
-            return self.skip_chunk(size, reply).await;
+            let reply = body
+                .finish()
+                .rejection()
+                .unwrap_or_else(replies::chunks_over_limit);
+            return self.discard_chunk(size, &reply, false).await;
         }
         if let Err(end) = self.read_chunk(size, Some(&mut body)).await {
             return self.chunk_abandoned(end).await;
         }
         if !last {
             self.chunked = Some(body);
-            self.client
-                .queue(&Reply::new(250, format!("2.0.0 {size} octets received")));
+            self.dialogue.chunk_taken();
+            self.client.queue(&replies::chunk_received(size));
             return Ok(Flow::Next);
         }
         let outcome = body.finish();
@@ -115,13 +105,17 @@ impl Session {
         res
     }
 
-    /// Reads and drops a chunk, then queues `reply` for it.
-    async fn skip_chunk(&mut self, size: u64, reply: Reply) -> Handled {
+    /// Reads and drops a chunk (so its octets are never read as commands, RFC 3030 §3),
+    /// then queues `reply` for it; `error`: it counts as a protocol error.
+    pub(super) async fn discard_chunk(&mut self, size: u64, reply: &Reply, error: bool) -> Handled {
         if let Err(end) = self.read_chunk(size, None).await {
             self.read_end(end);
             return Ok(Flow::Close);
         }
-        self.client.queue(&reply);
+        if error {
+            return Ok(self.refuse_with(reply));
+        }
+        self.client.queue(reply);
         Ok(Flow::Next)
     }
 
@@ -130,19 +124,9 @@ impl Session {
     async fn chunk_abandoned(&mut self, end: ReadEnd) -> Handled {
         let why = self.read_end(end);
         info!(client = %self.peer.ip(), why, "message abandoned during BDAT");
-        if self.in_txn {
+        if self.dialogue.in_transaction() {
             self.abort_upstream_txn().await?;
         }
         Ok(Flow::Close)
-    }
-
-    /// BDAT without CHUNKING offered: refuse it, but consume its octets (RFC 3030 §3)
-    /// so they are never read as commands.
-    pub(super) async fn bdat_refused(&mut self, size: u64) -> Handled {
-        if let Err(end) = self.read_chunk(size, None).await {
-            self.read_end(end);
-            return Ok(Flow::Close);
-        }
-        Ok(self.refuse(502, "5.5.1 BDAT not available, CHUNKING is not offered"))
     }
 }

@@ -15,6 +15,7 @@ use tracing::{info, warn};
 use crate::config::BareLineEndings;
 use crate::policy::Stage;
 use crate::smtp::data::{encode_data, BarePolicy, DataDecoder, DataOutcome, Wire};
+use crate::smtp::dialogue::{self, replies};
 use crate::smtp::reply::Reply;
 
 use super::client::Wait;
@@ -157,25 +158,14 @@ fn header_fields(body: &[u8]) -> (Option<String>, Option<String>, Option<String>
 }
 
 impl Session {
+    /// DATA, the dialogue having allowed it: the data stage, 354, the message spooled.
     pub(super) async fn data(&mut self) -> Handled {
-        if !self.in_txn {
-            return Ok(self.refuse(503, "5.5.1 Send MAIL first"));
-        }
-        if self.rcpts.is_empty() {
-            return Ok(self.refuse(554, "5.5.1 No valid recipients"));
-        }
-        if self.chunked.is_some() {
-            // RFC 3030 §2: one transaction is DATA or BDAT, never both.
-            return Ok(self.refuse(503, "5.5.1 DATA after BDAT: one message is sent one way"));
-        }
         match self.judge(Stage::Data).await {
             Judged::Go => {}
             Judged::Answered => return Ok(Flow::Next),
             Judged::Close => return Ok(Flow::Close),
         }
-        // Reply::new(354, "End data with <CR><LF>.<CR><LF>") without building a Reply per message.
-        self.client
-            .queue_bytes(b"354 End data with <CR><LF>.<CR><LF>\r\n");
+        self.client.queue(replies::start_data());
         let cfg = self.shared.config.clone();
         let bare = bare_policy(cfg.smtp.bare_line_endings);
         // floodgate's own Received line is part of what is relayed: it counts towards the size.
@@ -226,7 +216,7 @@ impl Session {
                 client = %self.peer.ip(),
                 user = self.facts.user.as_deref().unwrap_or(""),
                 sender = self.facts.sender.as_deref().unwrap_or(""),
-                recipients = self.rcpts.len(),
+                recipients = self.dialogue.recipients(),
                 size = outcome.size,
                 code = r.code,
                 reason = r.text().as_str(),
@@ -290,16 +280,16 @@ impl Session {
         let reply = reply?;
         if reply.is_completion() {
             self.tally.messages += 1;
-            self.tally.recipients += self.rcpts.len() as u64;
+            self.tally.recipients += self.dialogue.recipients() as u64;
             self.shared
                 .metrics
-                .message_relayed(self.rcpts.len(), outcome.size);
+                .message_relayed(self.dialogue.recipients(), outcome.size);
         }
         info!(
             client = %self.peer.ip(),
             user = self.facts.user.as_deref().unwrap_or(""),
             sender = self.facts.sender.as_deref().unwrap_or(""),
-            recipients = self.rcpts.len(),
+            recipients = self.dialogue.recipients(),
             size = outcome.size,
             from = self.facts.header_from.as_deref().unwrap_or(""),
             message_id = message_id.as_deref().unwrap_or(""),
@@ -307,10 +297,10 @@ impl Session {
             code = reply.code,
             "message"
         );
-        let answer = self.after_upstream(Stage::Message, reply).await;
         // The transaction ended with upstream's verdict: nothing is left to release.
-        self.in_txn = false;
-        self.reset_txn();
+        let heard = self.dialogue.on_upstream(dialogue::Stage::Message, &reply);
+        let answer = self.after_upstream(Stage::Message, reply).await;
+        self.heard(heard);
         match answer {
             Some(answer) => {
                 self.answer(answer);
@@ -345,7 +335,7 @@ impl Session {
             plain.extend_from_slice(body);
             &plain
         };
-        if self.upstream_chunking {
+        if self.dialogue.upstream_chunking() {
             let mut out = format!("BDAT {} LAST\r\n", message.len()).into_bytes();
             out.extend_from_slice(message);
             let r = self.up()?.command(&out).await?;

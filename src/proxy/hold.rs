@@ -6,47 +6,19 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
-use crate::hold::pace::Paced;
+use crate::hold::pace::{clock_ms, Paced};
 use crate::hold::spool::{new_id, now_secs};
 use crate::hold::{HeldMessage, Spool, SpoolError};
 use crate::policy::{HoldOrder, Stage, TakenAnswer};
 use crate::smtp::command::Command;
+use crate::smtp::dialogue;
 use crate::smtp::reply::Reply;
 use crate::smtp::xclient::{ClientName, TEMPUNAVAIL};
 
 use super::data::Spooled;
+use super::envelope::argument;
 use super::session::{Flow, Session};
 use super::upstream::UpstreamError;
-
-/// The transaction's envelope as relayed, kept only when a hold spool or a second smart
-/// host is configured.
-#[derive(Default, Debug)]
-pub(super) struct Envelope {
-    /// `<sender> PARAMS` of the accepted MAIL.
-    pub mail: Option<String>,
-    /// `<recipient> PARAMS` of each accepted RCPT.
-    pub rcpts: Vec<String>,
-}
-
-impl Envelope {
-    pub(super) fn clear(&mut self) {
-        self.mail = None;
-        self.rcpts.clear();
-    }
-}
-
-/// The argument of a MAIL or RCPT command in its canonical wire form: `<path> PARAMS`.
-fn argument(cmd: &Command) -> String {
-    let mut wire = Vec::new();
-    cmd.write_wire(&mut wire);
-    let text = String::from_utf8_lossy(&wire);
-    let text = text.trim_end_matches("\r\n");
-    let arg = text
-        .strip_prefix("MAIL FROM:")
-        .or_else(|| text.strip_prefix("RCPT TO:"))
-        .unwrap_or(text);
-    arg.to_string()
-}
 
 /// How strong a way of taking a message is: a stronger order replaces a milder one.
 fn strength(a: &TakenAnswer) -> u8 {
@@ -157,7 +129,12 @@ impl Session {
             reverse_name: kept_name(&names.reverse),
             user: self.facts.user.clone(),
             helo: self.facts.helo.clone(),
-            proto: if self.ehlo { "ESMTP" } else { "SMTP" }.into(),
+            proto: if self.dialogue.ehlo() {
+                "ESMTP"
+            } else {
+                "SMTP"
+            }
+            .into(),
             tls: self.client.tls_info().map(|t| t.to_string()),
             mail: self
                 .envelope
@@ -225,7 +202,7 @@ impl Session {
                         "message paced"
                     );
                     metrics.graded.paced.inc();
-                    self.shared.paced.add(p, crate::admin::paced::clock_ms());
+                    self.shared.paced.add(p, clock_ms());
                     metrics
                         .graded
                         .paced_waiting
@@ -247,9 +224,9 @@ impl Session {
                 self.tally.recipients += recipients as u64;
                 let reply = Reply::new(250, format!("2.0.0 Ok: queued as {id}"));
                 // The policy counts a held message as one the client sent.
+                let heard = self.dialogue.on_upstream(dialogue::Stage::Message, &reply);
                 let answer = self.after_upstream(Stage::Message, reply).await;
-                self.in_txn = false;
-                self.reset_txn();
+                self.heard(heard);
                 let flow = match answer {
                     Some(a) => {
                         self.client.queue(&a);

@@ -5,13 +5,16 @@
 mod auth;
 mod bdat;
 pub mod client;
+mod client_info;
 mod commands;
 mod data;
 mod deadline;
+mod envelope;
 mod hold;
 pub mod identity;
 pub mod names;
 pub mod notify;
+mod pool;
 pub mod release;
 mod reroute;
 pub mod session;

@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 use crate::hold::spool::now_secs;
 use crate::policy::{HoldOrder, Stage};
+use crate::smtp::dialogue;
 use crate::smtp::reply::Reply;
 
 use super::data::Spooled;
@@ -73,9 +74,9 @@ impl Session {
                 self.tally.messages += 1;
                 self.tally.recipients += recipients as u64;
                 self.shared.metrics.message_relayed(recipients, size);
+                let heard = self.dialogue.on_upstream(dialogue::Stage::Message, &reply);
                 let answer = self.after_upstream(Stage::Message, reply).await;
-                self.in_txn = false;
-                self.reset_txn();
+                self.heard(heard);
                 answer
             }
             Err(e) => {

@@ -12,13 +12,16 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::{ClientIdentity, Config, TlsMode};
 use crate::policy::{Facts, Policy, SessionPolicy, Stage, Verdict};
-use crate::smtp::command::{parse_command, Command};
-use crate::smtp::ehlo::Capabilities;
+use crate::smtp::command::parse_command;
+use crate::smtp::dialogue::{replies, Dialogue, Heard, Settings, Step};
 use crate::smtp::line::{LineEvent, LineFramer};
 use crate::smtp::reply::Reply;
 
 use super::client::{ClientConn, ReadEnd, Wait};
+use super::envelope::Envelope;
+use super::identity::{refusal_reply, xclient_offer_problem};
 use super::names::{ClientNames, NameResolver};
+use super::pool::pool_string;
 use super::stream::Stream;
 use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
 
@@ -95,22 +98,12 @@ pub struct Session {
     pub(super) up: Option<Upstream>,
     pub(super) framer: LineFramer,
     pub(super) facts: Facts,
-    pub(super) helo_seen: bool,
-    /// The client's last greeting was EHLO (not HELO).
-    pub(super) ehlo: bool,
-    pub(super) in_txn: bool,
-    pub(super) rcpts: Vec<String>,
-    pub(super) offered: Capabilities,
-    /// Upstream offered CHUNKING in its reply to the client's EHLO: BDAT is relayed as BDAT.
-    pub(super) upstream_chunking: bool,
+    /// The protocol state and its sequencing rules.
+    pub(super) dialogue: Dialogue,
     /// The message of a BDAT transaction, from its first chunk to its LAST.
     pub(super) chunked: Option<crate::smtp::ChunkedBody>,
     /// floodgate's Received line for the message being taken, made when it starts.
     pub(super) received: Option<Vec<u8>>,
-    pub(super) xclient_done: bool,
-    /// Upstream accepted an AUTH (235) in this session.
-    pub(super) authenticated: bool,
-    pub(super) errors: u32,
     pub(super) stop: CancellationToken,
     pub(super) peer: SocketAddr,
     /// The address the client connected to, when upstream needs it (PROXY v2, XCLIENT).
@@ -125,12 +118,8 @@ pub struct Session {
     /// The transaction's message goes to the hold spool instead of upstream.
     pub(super) hold: Option<crate::policy::HoldOrder>,
     /// With a hold spool: the transaction's MAIL and accepted RCPT arguments as relayed.
-    pub(super) envelope: super::hold::Envelope,
+    pub(super) envelope: Envelope,
 }
-
-/// Most strings a session keeps in [`Session::strings`], and the largest (capacity).
-const POOLED_STRINGS: usize = 8;
-const POOLED_STRING_CAPACITY: usize = 1024;
 
 impl Session {
     /// Runs a session to its end. `stream` is already through any PROXY header and, on an
@@ -148,6 +137,7 @@ impl Session {
         let cfg = shared.config.clone();
         let deadline = started + cfg.timeouts.session.0;
         let tls = stream.is_tls();
+        let dialogue = Dialogue::new(dialogue_settings(&shared, &listener), tls);
         let mut s = Session {
             framer: LineFramer::new(cfg.smtp.max_command_line),
             client: ClientConn::new(stream, deadline),
@@ -162,17 +152,9 @@ impl Session {
             shared,
             listener,
             up: None,
-            helo_seen: false,
-            ehlo: false,
-            in_txn: false,
-            rcpts: Vec::new(),
-            offered: Capabilities::default(),
-            upstream_chunking: false,
+            dialogue,
             chunked: None,
             received: None,
-            xclient_done: false,
-            authenticated: false,
-            errors: 0,
             stop,
             peer,
             local,
@@ -184,7 +166,7 @@ impl Session {
             envelope: Default::default(),
         };
         let end = s.serve().await;
-        if s.in_txn {
+        if s.dialogue.in_transaction() {
             s.policy.transaction_abandoned();
         }
         s.client.close().await;
@@ -232,9 +214,8 @@ impl Session {
                 // Counted with the upstream outcome above.
                 error!(client = %self.peer.ip(), port = self.peer.port(), problem = %p,
                     "upstream did not take the client's identity: refusing the client");
-                self.client.queue(&super::identity::refusal_reply(
-                    &self.shared.config.server.hostname,
-                ));
+                self.client
+                    .queue(&refusal_reply(&self.shared.config.server.hostname));
                 return "identity refused";
             }
             Err(e) => {
@@ -250,9 +231,9 @@ impl Session {
                 .as_ref()
                 .map(|u| u.caps.xclient.clone())
                 .unwrap_or_default();
-            if let Some(p) = super::identity::xclient_offer_problem(offered) {
+            if let Some(p) = xclient_offer_problem(offered) {
                 // Nothing to send XCLIENT to: decided once, before the client is greeted.
-                self.xclient_done = true;
+                self.dialogue.xclient_settled();
                 if self.identity_refused(p).is_err() {
                     return "identity refused";
                 }
@@ -306,20 +287,27 @@ impl Session {
         if greeting.class() != 5 {
             return "upstream greeting refused";
         }
+        self.dialogue.refuse_session();
         loop {
-            match self.next_event().await {
+            let step = match self.next_event().await {
                 Err(end) => return end,
-                Ok(LineEvent::Line(l)) if matches!(parse_command(&l), Ok(Command::Quit)) => {
-                    self.client.queue(&Reply::new(221, "2.0.0 Bye"));
+                Ok(LineEvent::Line(l)) => match parse_command(&l) {
+                    Ok(cmd) => self.dialogue.on_command(&cmd),
+                    Err(_) => self.dialogue.on_bad_line(replies::session_refused()),
+                },
+                Ok(_) => self.dialogue.on_bad_line(replies::session_refused()),
+            };
+            let flow = match step {
+                Step::Close(reply) => {
+                    self.client.queue(&reply);
                     return "quit";
                 }
-                Ok(_) => {
-                    self.client
-                        .queue(&Reply::new(503, "5.5.1 Session refused, send QUIT"));
-                    if self.count_error() {
-                        return "too many errors";
-                    }
-                }
+                Step::Refuse { reply, .. } => self.refuse_with(&reply),
+                // A refused session answers nothing else.
+                _ => Flow::Next,
+            };
+            if flow == Flow::Close {
+                return "too many errors";
             }
         }
     }
@@ -333,18 +321,13 @@ impl Session {
             let line = match event {
                 LineEvent::Line(l) => l,
                 LineEvent::TooLong => {
-                    self.client.queue(&Reply::new(500, "5.5.2 Line too long"));
-                    if self.count_error() {
+                    if self.refuse_with(&replies::line_too_long()) == Flow::Close {
                         return Ok("too many errors");
                     }
                     continue;
                 }
                 LineEvent::BareLineEnding => {
-                    self.client.queue(&Reply::new(
-                        500,
-                        "5.5.2 Bare <CR> or <LF> received, lines must end in <CR><LF>",
-                    ));
-                    if self.count_error() {
+                    if self.refuse_with(&replies::bare_line_ending()) == Flow::Close {
                         return Ok("too many errors");
                     }
                     continue;
@@ -356,8 +339,7 @@ impl Session {
                 Ok(c) => c,
                 Err(e) => {
                     debug!(client = %self.peer.ip(), error = %e, "bad command");
-                    self.client.queue(&e.reply());
-                    if self.count_error() {
+                    if self.refuse_with(&e.reply()) == Flow::Close {
                         return Ok("too many errors");
                     }
                     continue;
@@ -398,41 +380,35 @@ impl Session {
             ReadEnd::Eof => "client closed",
             ReadEnd::Io(_) => "client connection error",
             ReadEnd::Idle => {
-                self.client.queue(&Reply::new(
-                    421,
-                    format!("4.4.2 {host} timeout exceeded, closing connection"),
-                ));
+                self.client.queue(&replies::idle_timeout(host));
                 "idle timeout"
             }
             ReadEnd::SessionDeadline => {
-                self.client.queue(&Reply::new(
-                    421,
-                    format!("4.4.2 {host} session too long, closing connection"),
-                ));
+                self.client.queue(&replies::session_too_long(host));
                 "session timeout"
             }
             ReadEnd::Shutdown => {
-                self.client.queue(&Reply::new(
-                    421,
-                    format!("4.3.2 {host} Service shutting down, try again later"),
-                ));
+                self.client.queue(&replies::shutting_down(host));
                 "shutdown"
             }
         }
     }
 
-    /// Counts a protocol error; past the cap queues a 421 and says to close.
-    pub(super) fn count_error(&mut self) -> bool {
-        self.errors += 1;
-        if self.errors >= self.shared.config.server.max_errors {
+    /// Queues a refusal and counts it as a protocol error; past the cap queues a 421 and
+    /// says to close.
+    pub(super) fn refuse_with(&mut self, reply: &Reply) -> Flow {
+        self.client.queue(reply);
+        self.error_flow()
+    }
+
+    /// After a client error: go on, or (past `[server] max_errors`, 421 queued) close.
+    pub(super) fn error_flow(&mut self) -> Flow {
+        if self.dialogue.count_error() {
             let host = &self.shared.config.server.hostname;
-            self.client.queue(&Reply::new(
-                421,
-                format!("4.7.0 {host} too many errors, closing connection"),
-            ));
-            return true;
+            self.client.queue(&replies::too_many_errors(host));
+            return Flow::Close;
         }
-        false
+        Flow::Next
     }
 
     /// Asks the policy about `stage` and applies delays; replies it gives are queued.
@@ -506,20 +482,39 @@ impl Session {
             .ok_or_else(|| UpstreamError::Protocol("no upstream session".into()))
     }
 
-    /// Forgets the transaction (after RSET, HELO/EHLO, STARTTLS, end of data); an open
-    /// transaction's reservations are released.
+    /// Ends the transaction without a verdict (a refused message, a client gone) and
+    /// forgets it; an open transaction's reservations are released.
     pub(super) fn reset_txn(&mut self) {
-        if self.in_txn {
+        let abandoned = self.dialogue.reset_transaction();
+        self.forget_txn(abandoned);
+    }
+
+    /// Applies what upstream's answer did to the dialogue: a transaction that is over is
+    /// forgotten. The client's answer, when the dialogue rewrote it (EHLO), is handed back.
+    pub(super) fn heard(&mut self, heard: Heard) -> Option<Reply> {
+        match heard {
+            Heard::Accepted | Heard::Refused => None,
+            Heard::Reset { abandoned } => {
+                self.forget_txn(abandoned);
+                None
+            }
+            Heard::Ehlo { answer, abandoned } => {
+                self.forget_txn(abandoned);
+                Some(answer)
+            }
+        }
+    }
+
+    /// Forgets the transaction's facts and message (after RSET, HELO/EHLO, STARTTLS, end
+    /// of data); `abandoned`: it was open, its reservations are released.
+    pub(super) fn forget_txn(&mut self, abandoned: bool) {
+        if abandoned {
             self.policy.transaction_abandoned();
         }
-        self.in_txn = false;
         self.chunked = None;
         self.received = None;
         self.hold = None;
         self.envelope.clear();
-        for r in self.rcpts.drain(..) {
-            pool_string(&mut self.strings, Some(r));
-        }
         pool_string(&mut self.strings, self.facts.sender.take());
         pool_string(&mut self.strings, self.facts.recipient.take());
         pool_string(&mut self.strings, self.facts.recipient_normalized.take());
@@ -564,31 +559,18 @@ pub(super) enum FactSlot {
     Recipient,
 }
 
-/// Keeps an emptied `s` for reuse, up to the pool's bounds.
-pub(super) fn pool_string(pool: &mut Vec<String>, s: Option<String>) {
-    if let Some(mut s) = s {
-        if pool.len() < POOLED_STRINGS && s.capacity() <= POOLED_STRING_CAPACITY {
-            s.clear();
-            pool.push(s);
-        }
-    }
-}
-
-#[cfg(test)]
-mod pool_tests {
-    use super::pool_string;
-
-    #[test]
-    fn pool_is_bounded_and_keeps_only_empty_small_strings() {
-        let mut pool = Vec::new();
-        pool_string(&mut pool, None);
-        assert!(pool.is_empty());
-        pool_string(&mut pool, Some("x".repeat(2000)));
-        assert!(pool.is_empty(), "large strings are dropped");
-        for _ in 0..20 {
-            pool_string(&mut pool, Some(String::from("abc")));
-        }
-        assert_eq!(pool.len(), 8);
-        assert!(pool.iter().all(|s| s.is_empty() && s.capacity() >= 3));
+/// The dialogue's settings for a session on `listener`.
+fn dialogue_settings(shared: &Shared, listener: &ListenerInfo) -> Settings {
+    let cfg = &shared.config;
+    Settings {
+        max_recipients: cfg.smtp.max_recipients,
+        max_message_size: cfg.smtp.max_message_size,
+        max_errors: cfg.server.max_errors,
+        require_tls: listener.require_tls,
+        require_auth: listener.require_auth,
+        starttls: listener.tls == TlsMode::Starttls && shared.tls.is_some(),
+        auth_without_tls: cfg.tls.as_ref().is_some_and(|t| t.auth_without_tls),
+        chunking: cfg.smtp.chunking,
+        xclient: shared.upstream.identity() == ClientIdentity::Xclient,
     }
 }

@@ -28,6 +28,7 @@ use crate::config::StoreConfig;
 use crate::config::{ClientIdentity, Config, TlsMode};
 use crate::policy::{Policy, RatePolicy};
 use crate::proxy::{ListenerInfo, Session, Shared, Stream, UpstreamSettings};
+use crate::smtp::dialogue::replies;
 use crate::smtp::proxy_header::{parse_proxy_header, V2_MAX, V2_SIGNATURE};
 use crate::store::open::{OpenError, Opened};
 use crate::store::{MemoryConfig, MemoryStore, SnapshotError, Store};
@@ -677,13 +678,10 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
             .conns
             .admit(peer.ip(), cfg.server.max_connections, usize::MAX)
         else {
-            let text = format!(
-                "421 4.7.0 {} too many connections, try again later\r\n",
-                cfg.server.hostname
-            );
+            let text = replies::too_many_connections(&cfg.server.hostname).to_wire();
             info!(proxy = %peer, reason = ?Refusal::Total, "connection refused");
             let _ = timeout(Duration::from_secs(5), async {
-                let _ = tcp.write_all(text.as_bytes()).await;
+                let _ = tcp.write_all(&text).await;
                 let _ = tcp.shutdown().await;
             })
             .await;
@@ -741,19 +739,15 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
         Err(why) => {
             let host = &cfg.server.hostname;
             let text = match why {
-                Refusal::Total => {
-                    format!("421 4.7.0 {host} too many connections, try again later\r\n")
-                }
-                Refusal::PerIp => format!(
-                    "421 4.7.0 {host} too many connections from {}, try again later\r\n",
-                    peer.ip()
-                ),
-            };
+                Refusal::Total => replies::too_many_connections(host),
+                Refusal::PerIp => replies::too_many_connections_from(host, peer.ip()),
+            }
+            .to_wire();
             info!(client = %peer.ip(), reason = ?why, "connection refused");
             shared.metrics.connection_refused(&why);
             let mut stream = stream;
             let _ = timeout(Duration::from_secs(5), async {
-                let _ = stream.write_all(text.as_bytes()).await;
+                let _ = stream.write_all(&text).await;
                 let _ = stream.shutdown().await;
             })
             .await;

@@ -9,7 +9,8 @@
 //! [`data::encode_data`] re-frame message content, [`bdat::ChunkReader`] and
 //! [`bdat::ChunkedBody`] take BDAT chunks; [`reply::ReplyParser`]
 //! reads upstream's replies and [`ehlo::filter_ehlo`] rewrites its EHLO list;
-//! [`sasl::SaslObserver`] learns the user name; [`proxy_header`] and
+//! [`sasl::SaslObserver`] learns the user name; [`dialogue::Dialogue`] holds the
+//! session's protocol state and its sequencing rules; [`proxy_header`] and
 //! [`xclient`] carry the real client address.
 
 #![warn(missing_docs)]
@@ -20,6 +21,7 @@ pub mod bdat;
 pub mod clean_lines;
 pub mod command;
 pub mod data;
+pub mod dialogue;
 pub mod ehlo;
 pub mod help;
 pub mod line;
