@@ -14,13 +14,15 @@
 //! | [`config`] | the TOML configuration model and its validation |
 //! | [`tls`] | rustls configurations (crypto provider: ring) |
 //! | [`report`] | the event log for measurement, `floodgate report`, alert delivery |
-//! | [`admin`] | metrics, the admin API and the client side of the admin verbs |
+//! | [`metrics`] | the metrics registry and its exposition; a leaf, it imports nothing of the crate |
+//! | [`admin`] | the admin API, the metrics endpoint and the client side of the admin verbs |
 
 pub mod admin;
 pub mod config;
 pub mod hold;
 pub mod limit;
 pub mod logs;
+pub mod metrics;
 pub mod outcomes;
 pub mod policy;
 pub mod proxy;
