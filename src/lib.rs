@@ -19,7 +19,8 @@
 //! | [`hold`] | the hold spool's file format and the pacing of releases |
 //! | [`outcomes`] | upstream's outcomes after queueing: queue ids, the index, log lines |
 //! | [`logs`] | the log writer off the session's thread |
-//! | [`admin`] | the admin API and the client side of the admin verbs |
+//! | [`metrics`] | the metrics registry and its exposition; a leaf, it imports nothing of the crate |
+//! | [`admin`] | the admin API, the metrics endpoint and the client side of the admin verbs |
 
 pub mod admin;
 pub mod config;
@@ -27,6 +28,7 @@ pub mod docs;
 pub mod hold;
 pub mod limit;
 pub mod logs;
+pub mod metrics;
 pub mod outcomes;
 pub mod policy;
 pub mod proxy;

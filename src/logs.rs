@@ -35,6 +35,18 @@ impl DroppedLines {
     pub fn get(&self) -> u64 {
         self.0.dropped_lines() as u64
     }
+
+    /// Makes the count part of the exposition, as `floodgate_log_lines_dropped_total`.
+    pub fn register_metrics(&self, metrics: &crate::metrics::Metrics) {
+        let dropped = self.clone();
+        metrics.scrape("log", move |w| {
+            w.counter(
+                "floodgate_log_lines_dropped_total",
+                "Log lines dropped because the log queue was full (the writer could not keep up).",
+                dropped.get(),
+            );
+        });
+    }
 }
 
 /// The writer side of the log queue: what a `tracing_subscriber::fmt` layer writes to.
@@ -175,5 +187,53 @@ mod tests {
         drop(q);
         assert_eq!(dropped, 0);
         assert_eq!(out.text().lines().count(), 100);
+    }
+
+    #[test]
+    fn log_lines_dropped_reads_the_attached_queue() {
+        /// The value of the sample `series` (name with labels, as rendered).
+        fn value(text: &str, series: &str) -> Option<String> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+                .map(str::to_string)
+        }
+        let m = crate::metrics::Metrics::new();
+        // A queue of one line in front of a writer that is stuck in its first write: the
+        // next line waits in the queue, every later one is dropped.
+        struct Stalled {
+            entered: std::sync::mpsc::Sender<()>,
+            gate: std::sync::mpsc::Receiver<()>,
+        }
+        impl Write for Stalled {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                let _ = self.entered.send(());
+                let _ = self.gate.recv();
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let (entered, stuck) = std::sync::mpsc::channel();
+        let (release, gate) = std::sync::mpsc::channel();
+        let mut q = spawn(Stalled { entered, gate }, 1);
+        q.dropped.register_metrics(&m);
+        assert_eq!(
+            value(&m.render(), "floodgate_log_lines_dropped_total").as_deref(),
+            Some("0")
+        );
+        q.writer.write_all(b"first\n").unwrap();
+        stuck
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the writer thread takes the first line");
+        for _ in 0..10 {
+            q.writer.write_all(b"line\n").unwrap();
+        }
+        assert_eq!(q.dropped.get(), 9);
+        assert_eq!(
+            value(&m.render(), "floodgate_log_lines_dropped_total").as_deref(),
+            Some("9")
+        );
+        drop(release);
     }
 }

@@ -354,8 +354,8 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let store = open_store(&config.store)?;
         let metrics = Arc::new(Metrics::new());
-        metrics.attach_store(&store);
-        metrics.attach_log(log_dropped);
+        floodgate::admin::metered::register_store_figures(&metrics, &store);
+        log_dropped.register_metrics(&metrics);
         let policy = build_policy_with(&config, store.as_store(), metrics.clone());
         let observers = floodgate::report::Observers::start(&config)?;
         observers.keep_baselines(&config, store.as_store()).await;
@@ -364,7 +364,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         policy
             .queue_index()
             .set_capacity(config.outcomes.remember);
-        metrics.attach_outcomes(policy.queue_index().clone());
+        policy.queue_index().register_metrics(&metrics);
         if let Some(events) = &config.report.events {
             let r = floodgate::outcomes::journal::rebuild(policy.queue_index(), events);
             if r.queued > 0 || r.bad > 0 {

@@ -320,5 +320,5 @@ impl AdminState {
 
 /// `GET /metrics`.
 pub fn metrics_response(m: &Metrics) -> Response {
-    Response::text(200, "text/plain; version=0.0.4; charset=utf-8", m.render())
+    Response::text(200, crate::metrics::CONTENT_TYPE, m.render())
 }

@@ -1,10 +1,83 @@
-//! A [`Store`] that counts and times the decisions of the store inside it.
+//! A [`Store`] that counts and times the decisions of the store inside it, and the store's
+//! own figures (memory keys, Redis failover) in the exposition.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::Metrics;
-use crate::store::{Decision, DecisionResult, Guarded, Record, Restriction, Store, StoreFuture};
+use crate::metrics::Metrics;
+use crate::store::open::Opened;
+use crate::store::{
+    Decision, DecisionResult, Guarded, Record, Restriction, Store, StoreError, StoreFuture,
+};
+
+/// Makes the store's own figures part of the exposition: key counts and evictions of the
+/// memory store, or the state and counts of Redis behind its failure mode.
+pub fn register_store_figures(metrics: &Metrics, store: &Opened) {
+    match store {
+        Opened::Memory(m) => {
+            let m = m.clone();
+            metrics.scrape("store", move |w| {
+                let s = m.stats();
+                w.gauges(
+                    "floodgate_store_keys",
+                    "Keys in the memory store, by record kind.",
+                    "kind",
+                    [
+                        ("ewma", s.ewma_keys),
+                        ("unique", s.unique_keys),
+                        ("gcra", s.gcra_keys),
+                        ("bucket", s.bucket_keys),
+                    ]
+                    .map(|(k, n)| (k, i64::try_from(n).unwrap_or(i64::MAX))),
+                );
+                w.counter(
+                    "floodgate_store_evictions_total",
+                    "Keys evicted from the memory store because of the key cap.",
+                    s.evictions,
+                );
+            });
+        }
+        Opened::Redis(f) => {
+            let f = f.clone();
+            metrics.scrape("store", move |w| {
+                let s = f.stats();
+                w.gauge(
+                    "floodgate_redis_down",
+                    "1 while Redis is considered down and the failure mode applies.",
+                    i64::from(s.down),
+                );
+                w.counters(
+                    "floodgate_redis_decisions_total",
+                    "Decisions by who answered them.",
+                    "answered_by",
+                    [
+                        ("redis", s.redis_decisions),
+                        ("fallback", s.fallback_decisions),
+                    ],
+                );
+                w.counter(
+                    "floodgate_redis_closed_failures_total",
+                    "Decisions refused because a closed limit could not be checked.",
+                    s.closed_failures,
+                );
+                w.counter(
+                    "floodgate_redis_errors_total",
+                    "Redis errors and timeouts.",
+                    s.redis_errors,
+                );
+                w.counters(
+                    "floodgate_redis_switches_total",
+                    "Switches between Redis and the failure mode.",
+                    "to",
+                    [
+                        ("fallback", s.switches_to_fallback),
+                        ("redis", s.switches_to_redis),
+                    ],
+                );
+            });
+        }
+    }
+}
 
 /// Wraps a store: every decision is counted, timed into the latency histogram, and its
 /// failures counted by kind. Inspect and reset pass straight through (they are the admin's
@@ -27,7 +100,7 @@ impl Store for MeteredStore {
             let start = Instant::now();
             let r = self.inner.decide(decision).await;
             self.metrics
-                .store_decision(start.elapsed(), r.as_ref().err());
+                .store_decision(start.elapsed(), r.as_ref().err().map(StoreError::label));
             r
         })
     }
@@ -78,7 +151,7 @@ impl Store for MeteredStore {
             let start = Instant::now();
             let r = self.inner.decide_unless_restricted(keys, decision).await;
             self.metrics
-                .store_decision(start.elapsed(), r.as_ref().err());
+                .store_decision(start.elapsed(), r.as_ref().err().map(StoreError::label));
             r
         })
     }
@@ -118,6 +191,15 @@ mod tests {
     use crate::limit::gcra::GcraSpec;
     use crate::limit::rate::Rate;
     use crate::store::{Algorithm, LimitRequest, MemoryStore};
+
+    #[test]
+    fn store_errors_are_labelled_as_the_metrics_count_them() {
+        let labels = [
+            StoreError::Unavailable(String::new()).label(),
+            StoreError::Invalid(String::new()).label(),
+        ];
+        assert_eq!(labels, crate::metrics::STORE_ERRORS);
+    }
 
     #[tokio::test]
     async fn counts_decisions() {

@@ -1,8 +1,8 @@
-//! Operating floodgate: metrics, the admin API and the client side of the admin verbs.
+//! Operating floodgate: the admin API, the metrics endpoint and the client side of the admin
+//! verbs.
 //!
-//! * [`counter`]: sharded relaxed-atomic counters, a gauge and a fixed-bucket histogram;
-//! * [`metrics`]: the registry every part reports to, and its Prometheus text;
-//! * [`metered`]: a store wrapper that counts and times decisions;
+//! * [`metered`]: a store wrapper that counts and times decisions, and the store's own
+//!   figures in the exposition (the registry itself is [`crate::metrics`]);
 //! * [`http`]: a strict, sans-I/O HTTP/1.1 request parser and response writer;
 //! * [`held`]: the hold spool's verbs (list, show, release, delete) and its expiry;
 //! * [`inspect`]: what a key means for every configured limit (inspect, top);
@@ -14,17 +14,15 @@
 
 pub mod api;
 pub mod client;
-pub mod counter;
 pub mod held;
 pub mod http;
 pub mod inspect;
 pub mod metered;
-pub mod metrics;
 pub mod outcome;
 pub mod paced;
 pub mod peer;
 pub mod restricted;
 pub mod serve;
 
+pub use crate::metrics::{Metrics, Side};
 pub use metered::MeteredStore;
-pub use metrics::{Metrics, Side};

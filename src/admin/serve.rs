@@ -396,7 +396,7 @@ mod tests {
     #[tokio::test]
     async fn metrics_listener_answers_only_metrics() {
         let m = Arc::new(super::super::Metrics::new());
-        m.commands.add(3);
+        m.commands.inc_by(3);
         let stop = CancellationToken::new();
         let addr = serve_metrics("127.0.0.1:0".parse().unwrap(), m, stop.clone())
             .await

@@ -71,6 +71,25 @@ impl Index {
         }
     }
 
+    /// Makes the outcome counters and the count of remembered messages part of the
+    /// exposition.
+    pub fn register_metrics(self: &std::sync::Arc<Self>, metrics: &crate::metrics::Metrics) {
+        let ix = self.clone();
+        metrics.scrape("outcomes", move |w| {
+            w.counters(
+                "floodgate_outcomes_total",
+                "Smart host log lines and reported outcomes, by what became of them: lines, other_lines (not delivery results), unknown_lines (of no known shape, skipped), unknown_queue_ids, duplicates, charged, uncharged.",
+                "what",
+                ix.stats().snapshot(),
+            );
+            w.gauge(
+                "floodgate_outcomes_queued",
+                "Queued messages remembered for their outcomes.",
+                i64::try_from(ix.len()).unwrap_or(i64::MAX),
+            );
+        });
+    }
+
     /// Changes how many queued messages are remembered (the oldest go first when more).
     pub fn set_capacity(&self, capacity: usize) {
         self.capacity

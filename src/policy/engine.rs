@@ -79,7 +79,7 @@ struct Inner {
     clock: Clock,
     /// The event log and alerts, when installed.
     observer: std::sync::OnceLock<Arc<dyn Observer>>,
-    metrics: Arc<crate::admin::Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
     /// Whether the generation in force reads the header From.
     header_from: std::sync::atomic::AtomicBool,
     /// What this node saw of each key recently (for restriction notices).
@@ -117,7 +117,7 @@ impl RatePolicy {
     pub fn with_metrics(
         model: Arc<PolicyModel>,
         store: Arc<dyn Store>,
-        metrics: Arc<crate::admin::Metrics>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> RatePolicy {
         RatePolicy::build(model, store, Arc::new(now_micros), metrics)
     }
@@ -126,7 +126,7 @@ impl RatePolicy {
         model: Arc<PolicyModel>,
         store: Arc<dyn Store>,
         clock: Clock,
-        metrics: Arc<crate::admin::Metrics>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> RatePolicy {
         RatePolicy {
             inner: Arc::new(Inner {

@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use super::alert::{restriction_notice, Observer};
 use super::engine::RatePolicy;
 use super::evidence::Evidence;
-use crate::admin::Metrics;
+use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 
 /// How often each node sweeps.

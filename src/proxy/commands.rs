@@ -209,7 +209,7 @@ impl Session {
         let handshake = self.client.starttls(&acceptor, handshake).await;
         self.shared
             .metrics
-            .tls_handshake(crate::admin::Side::Client, handshake.is_ok());
+            .tls_handshake(crate::metrics::Side::Client, handshake.is_ok());
         match handshake {
             Ok(discarded) => {
                 if discarded > 0 {

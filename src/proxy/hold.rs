@@ -30,7 +30,7 @@ fn strength(a: &TakenAnswer) -> u8 {
 }
 
 /// Sets the hold spool's gauges from what it holds.
-pub fn refresh_gauges(spool: &Spool, metrics: &crate::admin::Metrics) {
+pub fn refresh_gauges(spool: &Spool, metrics: &crate::metrics::Metrics) {
     if let Ok((n, bytes)) = spool.usage() {
         metrics.hold.messages.set(n as i64);
         metrics.hold.bytes.set(bytes as i64);
@@ -277,7 +277,7 @@ fn kept_name(n: &ClientName) -> Option<String> {
 async fn store_blocking(
     spool: Arc<Spool>,
     held: HeldMessage,
-    metrics: Arc<crate::admin::Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
 ) -> Result<(), SpoolError> {
     tokio::task::spawn_blocking(move || {
         let stored = spool.store(&held);

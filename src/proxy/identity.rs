@@ -75,7 +75,8 @@ impl IdentityProblem {
     }
 }
 
-/// The labels of [`IdentityProblem::kind`], in a fixed order (for the metrics registry).
+/// The labels of [`IdentityProblem::kind`], in a fixed order: the `reason` values the metrics
+/// count ([`crate::metrics::IDENTITY_REASONS`]).
 pub const PROBLEM_KINDS: [&str; 5] = [
     "xclient_not_offered",
     "xclient_refused",
@@ -272,6 +273,11 @@ mod tests {
         ];
         let kinds: Vec<&str> = all.iter().map(IdentityProblem::kind).collect();
         assert_eq!(kinds, PROBLEM_KINDS);
+    }
+
+    #[test]
+    fn problem_kinds_are_the_metrics_reasons() {
+        assert_eq!(PROBLEM_KINDS, crate::metrics::IDENTITY_REASONS);
     }
 
     #[test]

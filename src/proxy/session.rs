@@ -36,7 +36,7 @@ pub struct Shared {
     /// The policy asked at every stage.
     pub policy: Arc<dyn Policy>,
     /// The metrics registry (the same across reloads).
-    pub metrics: Arc<crate::admin::Metrics>,
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Client name lookups, cached.
     pub names: Arc<NameResolver>,
     /// The hold spool, when `[hold]` is configured.
@@ -202,7 +202,7 @@ impl Session {
         self.start_name_lookup();
         let connected = Upstream::connect(&self.shared.upstream, self.peer, self.local).await;
         self.shared.metrics.upstream_connected(
-            connected.as_ref().err(),
+            connected.as_ref().err().map(UpstreamError::label),
             self.shared.config.upstream.tls != TlsMode::None,
         );
         let greeting = match connected {
@@ -256,7 +256,7 @@ impl Session {
         match result {
             Ok(end) => end,
             Err(e) => {
-                self.shared.metrics.upstream_failed(&e);
+                self.shared.metrics.upstream_failed(e.label());
                 warn!(client = %self.peer.ip(), error = %e, "upstream failed");
                 let r = e.client_reply(&self.shared.config.server.hostname);
                 self.client.queue(&r);

@@ -12,6 +12,7 @@ use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
 
 use crate::config::{ClientIdentity, Config, TlsMode};
+use crate::metrics::UpstreamFailure;
 use crate::smtp::command::Command;
 use crate::smtp::ehlo::{parse_ehlo, Capabilities};
 use crate::smtp::proxy_header::encode_proxy_v2;
@@ -64,6 +65,19 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// How the metrics count this failure: by kind in `floodgate_upstream_errors_total`, or
+    /// an identity problem by its reason in `floodgate_upstream_identity_refused_total`.
+    pub fn label(&self) -> UpstreamFailure {
+        UpstreamFailure::Error(match self {
+            UpstreamError::Connect { .. } => "connect",
+            UpstreamError::Timeout(_) => "timeout",
+            UpstreamError::Lost(_) => "lost",
+            UpstreamError::Protocol(_) => "protocol",
+            UpstreamError::Tls(_) => "tls",
+            UpstreamError::Identity(p) => return UpstreamFailure::Identity(p.kind()),
+        })
+    }
+
     /// The reply for the client: 421 with an enhanced code; the session then ends.
     pub fn client_reply(&self, hostname: &str) -> Reply {
         let text = match self {
@@ -422,4 +436,35 @@ async fn tls_connect(settings: &UpstreamSettings, stream: Stream) -> Result<Stre
         .await
         .map_err(|e| UpstreamError::Tls(e.to_string()))?;
     Ok(Stream::ClientTls(Box::new(tls)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{IDENTITY_REASONS, UPSTREAM_KINDS};
+
+    #[test]
+    fn every_error_has_a_label_the_metrics_count() {
+        let io = || std::io::Error::other("x");
+        let errors = [
+            UpstreamError::Connect {
+                address: "a".into(),
+                source: io(),
+            },
+            UpstreamError::Timeout("x"),
+            UpstreamError::Lost(io()),
+            UpstreamError::Protocol("x".into()),
+            UpstreamError::Tls("x".into()),
+        ];
+        let kinds: Vec<UpstreamFailure> = errors.iter().map(UpstreamError::label).collect();
+        let want: Vec<UpstreamFailure> = UPSTREAM_KINDS.map(UpstreamFailure::Error).to_vec();
+        assert_eq!(kinds, want);
+        let identity = UpstreamError::Identity(IdentityProblem::XclientRefused {
+            reply: String::new(),
+        });
+        assert_eq!(
+            identity.label(),
+            UpstreamFailure::Identity(IDENTITY_REASONS[1])
+        );
+    }
 }

@@ -22,6 +22,16 @@ pub enum Refusal {
     PerIp,
 }
 
+impl Refusal {
+    /// The `cap` label of `floodgate_connections_refused_total`: the config key of the cap.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Refusal::Total => "max_connections",
+            Refusal::PerIp => "max_connections_per_ip",
+        }
+    }
+}
+
 /// Holds one admitted session's place; dropping it frees the place.
 pub struct ConnGuard {
     counter: Arc<ConnCounter>,
@@ -79,6 +89,14 @@ impl Drop for ConnGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_are_labelled_by_their_cap_key() {
+        assert_eq!(
+            [Refusal::Total.label(), Refusal::PerIp.label()],
+            crate::metrics::CAPS
+        );
+    }
 
     #[test]
     fn caps_and_release() {

@@ -22,10 +22,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
-use crate::admin::metrics::ListenerMetrics;
-use crate::admin::{Metrics, Side};
 use crate::config::StoreConfig;
 use crate::config::{ClientIdentity, Config, TlsMode};
+use crate::metrics::{ListenerMetrics, Metrics, Side};
 use crate::policy::{Policy, RatePolicy};
 use crate::proxy::{ListenerInfo, Session, Shared, Stream, UpstreamSettings};
 use crate::smtp::dialogue::replies;
@@ -182,7 +181,7 @@ struct Bound {
     address: SocketAddr,
     info: ListenerInfo,
     proxy_protocol: bool,
-    metrics: Arc<ListenerMetrics>,
+    metrics: ListenerMetrics,
 }
 
 /// A running floodgate: bound listeners and the state sessions share.
@@ -318,7 +317,7 @@ impl Server {
             });
         }
         let loads = Arc::new(WorkerLoads::new(workers));
-        metrics.attach_workers(loads.clone());
+        register_worker_metrics(&metrics, &loads);
         Ok(Server {
             bound,
             workers,
@@ -431,11 +430,33 @@ impl Server {
     }
 }
 
+/// Makes the workers' session counts part of the exposition.
+fn register_worker_metrics(metrics: &Metrics, loads: &Arc<WorkerLoads>) {
+    let loads = loads.clone();
+    metrics.scrape("workers", move |w| {
+        w.gauges(
+            "floodgate_worker_sessions",
+            "Sessions open now, by worker thread.",
+            "worker",
+            loads
+                .sessions()
+                .into_iter()
+                .enumerate()
+                .map(|(i, n)| (i.to_string(), i64::try_from(n).unwrap_or(i64::MAX))),
+        );
+        w.counter(
+            "floodgate_worker_handoffs_total",
+            "Connections accepted by one worker and served by a less loaded one.",
+            loads.handoffs(),
+        );
+    });
+}
+
 type WorkerListener = (
     std::io::Result<std::net::TcpListener>,
     ListenerInfo,
     bool,
-    Arc<ListenerMetrics>,
+    ListenerMetrics,
 );
 
 /// What a worker thread needs besides its listening sockets.
@@ -555,7 +576,7 @@ struct AcceptCtx {
     balance: Arc<Balance>,
     info: ListenerInfo,
     proxy_protocol: bool,
-    metrics: Arc<ListenerMetrics>,
+    metrics: ListenerMetrics,
 }
 
 async fn accept_loop(listener: TcpListener, ctx: Arc<AcceptCtx>, stop: CancellationToken) {
@@ -744,7 +765,7 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
             }
             .to_wire();
             info!(client = %peer.ip(), reason = ?why, "connection refused");
-            shared.metrics.connection_refused(&why);
+            shared.metrics.connection_refused(why.label());
             let mut stream = stream;
             let _ = timeout(Duration::from_secs(5), async {
                 let _ = stream.write_all(&text).await;

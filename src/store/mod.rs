@@ -226,6 +226,16 @@ pub enum StoreError {
     Invalid(String),
 }
 
+impl StoreError {
+    /// The `kind` label of `floodgate_store_errors_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Invalid(_) => "invalid",
+        }
+    }
+}
+
 /// A boxed future returned by [`Store`] methods.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 

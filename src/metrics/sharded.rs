@@ -1,13 +1,18 @@
-//! Lock-free counters for the metrics registry: relaxed atomics, sharded by thread so that
-//! the worker threads never write the same cache line.
+//! Lock-free storage for counters and the latency histogram: relaxed atomics, sharded by
+//! thread so that the worker threads never write the same cache line.
 //!
-//! A [`Counter`] is a row of cache-line-padded slots; each thread adds to the slot of its
-//! own (thread-local) index and a scrape sums the row. Relaxed ordering is enough: a
+//! A [`Sharded`] value is a row of cache-line-padded slots; each thread adds to the slot of
+//! its own (thread-local) index and a scrape sums the row. Relaxed ordering is enough: a
 //! scrape only needs every increment to show up eventually, not an order between them.
+//! [`Sharded`] is the storage of the registry's counters
+//! (`prometheus_client::metrics::counter::Counter<u64, Sharded>`).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use prometheus_client::metrics::counter::Atomic;
 
 /// Slots per counter (a power of two; more threads than slots share slots, still exact).
 const SLOTS: usize = 8;
@@ -36,62 +41,49 @@ fn slot() -> usize {
     })
 }
 
-/// A monotonically increasing count.
+/// A monotonically increasing count, one slot per thread group.
 #[derive(Default)]
-pub struct Counter {
+pub struct Sharded {
     slots: [Slot; SLOTS],
 }
 
-impl std::fmt::Debug for Counter {
+impl std::fmt::Debug for Sharded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Counter({})", self.get())
+        write!(f, "Sharded({})", self.total())
     }
 }
 
-impl Counter {
-    /// Adds one.
+impl Sharded {
+    /// Adds `n` to this thread's slot; returns the slot's value before the add.
     #[inline]
-    pub fn inc(&self) {
-        self.add(1);
+    fn add(&self, n: u64) -> u64 {
+        self.slots[slot()].0.fetch_add(n, Ordering::Relaxed)
     }
 
-    /// Adds `n`.
-    #[inline]
-    pub fn add(&self, n: u64) {
-        self.slots[slot()].0.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// The current total.
-    pub fn get(&self) -> u64 {
+    /// The sum of the slots.
+    fn total(&self) -> u64 {
         self.slots
             .iter()
             .fold(0u64, |a, s| a.wrapping_add(s.0.load(Ordering::Relaxed)))
     }
 }
 
-/// A value that goes up and down (sessions open).
-#[derive(Debug, Default)]
-pub struct Gauge(AtomicI64);
-
-impl Gauge {
-    /// Adds one.
-    pub fn inc(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+/// The storage of a counter. `inc` and `inc_by` return the value of this thread's slot
+/// before the add, not the counter's total: summing the row on every add would read the
+/// other threads' cache lines, which sharding exists to avoid. `get` is the total.
+impl Atomic<u64> for Sharded {
+    #[inline]
+    fn inc(&self) -> u64 {
+        self.add(1)
     }
 
-    /// Takes one away.
-    pub fn dec(&self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+    #[inline]
+    fn inc_by(&self, v: u64) -> u64 {
+        self.add(v)
     }
 
-    /// The current value.
-    pub fn get(&self) -> i64 {
-        self.0.load(Ordering::Relaxed)
-    }
-
-    /// Sets the value (a gauge read from elsewhere, such as the hold spool).
-    pub fn set(&self, v: i64) {
-        self.0.store(v, Ordering::Relaxed);
+    fn get(&self) -> u64 {
+        self.total()
     }
 }
 
@@ -105,9 +97,9 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
 #[derive(Default)]
 pub struct Histogram {
     /// Non-cumulative counts: one per bound, then the overflow.
-    buckets: [Counter; LATENCY_BUCKETS.len() + 1],
+    buckets: [Sharded; LATENCY_BUCKETS.len() + 1],
     /// Sum of observations in nanoseconds.
-    sum_ns: Counter,
+    sum_ns: Sharded,
 }
 
 impl std::fmt::Debug for Histogram {
@@ -129,7 +121,7 @@ impl Histogram {
             .iter()
             .position(|&b| secs <= b)
             .unwrap_or(LATENCY_BUCKETS.len());
-        self.buckets[i].inc();
+        self.buckets[i].add(1);
         self.sum_ns
             .add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     }
@@ -139,11 +131,28 @@ impl Histogram {
         let mut acc = 0u64;
         let mut cum = Vec::with_capacity(LATENCY_BUCKETS.len());
         for b in &self.buckets[..LATENCY_BUCKETS.len()] {
-            acc += b.get();
+            acc += b.total();
             cum.push(acc);
         }
-        let count = acc + self.buckets[LATENCY_BUCKETS.len()].get();
-        (cum, count, self.sum_ns.get() as f64 / 1e9)
+        let count = acc + self.buckets[LATENCY_BUCKETS.len()].total();
+        (cum, count, self.sum_ns.total() as f64 / 1e9)
+    }
+
+    /// Appends the histogram in the Prometheus text format as family `name`.
+    ///
+    /// Written here rather than by `prometheus_client`'s histogram encoder: that one prints
+    /// bounds below 1e-4 in Go's exponent form (`le="5e-05"`), which would rename three of
+    /// these series, exported since the first release as `le="0.00005"` and so on.
+    pub fn write_text(&self, out: &mut String, name: &str, help: &str) {
+        let (cum, count, sum) = self.snapshot();
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (bound, n) in LATENCY_BUCKETS.iter().zip(&cum) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {n}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum {sum}");
+        let _ = writeln!(out, "{name}_count {count}");
     }
 }
 
@@ -153,7 +162,9 @@ mod tests {
 
     #[test]
     fn counter_sums_over_threads() {
-        let c = std::sync::Arc::new(Counter::default());
+        let c = std::sync::Arc::new(
+            prometheus_client::metrics::counter::Counter::<u64, Sharded>::default(),
+        );
         let hs: Vec<_> = (0..12)
             .map(|_| {
                 let c = c.clone();
@@ -161,7 +172,7 @@ mod tests {
                     for _ in 0..1000 {
                         c.inc();
                     }
-                    c.add(5);
+                    c.inc_by(5);
                 })
             })
             .collect();
@@ -187,11 +198,20 @@ mod tests {
     }
 
     #[test]
-    fn gauge_goes_both_ways() {
-        let g = Gauge::default();
-        g.inc();
-        g.inc();
-        g.dec();
-        assert_eq!(g.get(), 1);
+    fn histogram_text_keeps_decimal_bounds() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(30));
+        let mut t = String::new();
+        h.write_text(&mut t, "x_seconds", "Latency.");
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "# HELP x_seconds Latency.");
+        assert_eq!(lines[1], "# TYPE x_seconds histogram");
+        assert_eq!(lines[2], "x_seconds_bucket{le=\"0.00001\"} 0");
+        assert_eq!(lines[4], "x_seconds_bucket{le=\"0.00005\"} 1");
+        assert_eq!(lines[15], "x_seconds_bucket{le=\"0.25\"} 1");
+        assert_eq!(lines[16], "x_seconds_bucket{le=\"+Inf\"} 1");
+        assert_eq!(lines[17], "x_seconds_sum 0.00003");
+        assert_eq!(lines[18], "x_seconds_count 1");
+        assert_eq!(lines.len(), 19);
     }
 }
