@@ -79,7 +79,8 @@ impl HeadCheck {
 
 /// A connection as hyper sees it: reads are checked with [`HeadCheck`], and writes are
 /// dropped until `answered` is set (by the service, as it hands hyper the API's answer), and
-/// so are shutdowns.
+/// so are shutdowns. An interim `100 Continue` is dropped too: a client that asked for one
+/// sends its body after a short wait, as it does with servers that never send one.
 #[derive(Debug)]
 pub struct Guard<'a, S> {
     inner: S,
