@@ -1,19 +1,22 @@
-//! The CLI side of the admin verbs: one HTTP request over the admin socket, the answer
-//! shown as a table (or as the server's JSON).
+//! The CLI side of the admin verbs: one HTTP request over the admin socket (hyper's
+//! HTTP/1.1 client), the answer shown as a table (or as the server's JSON).
 
-use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::rt::TokioIo;
 use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::http::{parse_response, percent_encode};
+use super::http::percent_encode;
 
 /// How long the CLI waits for floodgate's answer.
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// The largest answer read.
-const MAX_ANSWER: u64 = 64 << 20;
+const MAX_ANSWER: usize = 64 << 20;
 
 /// Why an admin verb failed.
 #[derive(Debug, thiserror::Error)]
@@ -203,7 +206,7 @@ pub fn call(socket: &Path, verb: &Verb) -> Result<Value, ClientError> {
         path: socket.to_path_buf(),
         source,
     };
-    let mut s = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
+    let s = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
         path: socket.to_path_buf(),
         source,
     })?;
@@ -219,17 +222,29 @@ pub fn call(socket: &Path, verb: &Verb) -> Result<Value, ClientError> {
             me,
         });
     }
-    s.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
-    s.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
+    s.set_nonblocking(true).map_err(io)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io)?;
     let (method, target) = verb.request();
-    let req = format!(
-        "{method} {target} HTTP/1.1\r\nHost: floodgate\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).map_err(io)?;
-    let mut out = Vec::new();
-    s.take(MAX_ANSWER).read_to_end(&mut out).map_err(io)?;
+    let answer = runtime.block_on(async {
+        let s = tokio::net::UnixStream::from_std(s)?;
+        tokio::time::timeout(TIMEOUT, exchange(s, method, &target, None))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {}s", TIMEOUT.as_secs()),
+                )
+            })?
+    });
     let garbled = || ClientError::Garbled(socket.to_path_buf());
-    let (status, body) = parse_response(&out).map_err(|_| garbled())?;
+    let (status, body) = match answer {
+        Ok(a) => a,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return Err(garbled()),
+        Err(e) => return Err(io(e)),
+    };
     let value: Value = serde_json::from_slice(&body).map_err(|_| garbled())?;
     if status != 200 {
         let msg = value["error"].as_str().unwrap_or("(no reason given)");
@@ -238,6 +253,58 @@ pub fn call(socket: &Path, verb: &Verb) -> Result<Value, ClientError> {
         )));
     }
     Ok(value)
+}
+
+/// Sends one request over `io`, a connected stream (the admin socket, or the admin TCP
+/// address with its bearer `token`), and returns the answer's status and body. An answer
+/// that is not HTTP, or a body over 64 MiB, is an `InvalidData` error.
+pub async fn exchange<S>(
+    io: S,
+    method: &str,
+    target: &str,
+    token: Option<&str>,
+) -> std::io::Result<(u16, Bytes)>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    use hyper::header;
+    let garbled = |e: &dyn std::fmt::Display| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
+    };
+    let fail = |e: hyper::Error| {
+        if e.is_parse() || e.is_parse_status() {
+            garbled(&e)
+        } else {
+            std::io::Error::other(e)
+        }
+    };
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(fail)?;
+    let driver = tokio::spawn(conn);
+    let mut req = hyper::Request::builder()
+        .method(hyper::Method::from_bytes(method.as_bytes()).map_err(|e| garbled(&e))?)
+        .uri(target)
+        .header(header::HOST, "floodgate")
+        .header(header::CONNECTION, "close");
+    if let Some(token) = token {
+        req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let req = req
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let answer = sender.send_request(req).await.map_err(fail)?;
+    let status = answer.status().as_u16();
+    let body = Limited::new(answer.into_body(), MAX_ANSWER)
+        .collect()
+        .await
+        .map_err(|e| match e.downcast::<hyper::Error>() {
+            Ok(e) => fail(*e),
+            Err(e) => garbled(&e),
+        })?
+        .to_bytes();
+    driver.abort();
+    Ok((status, body))
 }
 
 fn num(v: &Value) -> String {

@@ -1,21 +1,27 @@
-//! A small, strict HTTP/1.1 request parser and response writer, without I/O.
+//! The admin API's view of HTTP: the [`Request`] its handlers read and the [`Response`] they
+//! build, and their conversion from and to hyper's types. hyper reads and writes the wire
+//! (see [`super::serve`]); [`guard`] holds the request head to CRLF line endings and keeps
+//! error answers in the API's JSON shape.
 //!
-//! Only what the admin API and the metrics endpoint need: a request line, header fields and
-//! an optional body of bounded `Content-Length`. Anything loose is refused rather than
-//! guessed at: bare LF, obsolete line folding, whitespace before a colon, duplicate or
-//! non-numeric `Content-Length`, any `Transfer-Encoding`, versions other than 1.0 and 1.1.
-//! Every connection carries one request and gets `Connection: close`.
+//! Every connection carries one request and gets `Connection: close` and
+//! `Cache-Control: no-store`.
+
+pub mod guard;
 
 use std::fmt::Write as _;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderName, HeaderValue};
 
 /// Size bounds of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Request line plus header fields, with their CRLFs.
+    /// Request line plus header fields.
     pub max_head: usize,
     /// Header fields.
     pub max_headers: usize,
-    /// `Content-Length`.
+    /// The body.
     pub max_body: usize,
 }
 
@@ -29,7 +35,7 @@ impl Default for Limits {
     }
 }
 
-/// One parsed request.
+/// One request, as the handlers see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     /// The method, as sent (a token; case-sensitive, as HTTP says).
@@ -40,7 +46,7 @@ pub struct Request {
     pub query: Vec<(String, String)>,
     /// Header fields in order; names lower-cased, values trimmed.
     pub headers: Vec<(String, String)>,
-    /// The body (`Content-Length` bytes; empty without one).
+    /// The body (empty without one).
     pub body: Vec<u8>,
 }
 
@@ -59,6 +65,46 @@ impl Request {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The handlers' view of a request hyper parsed, with its whole `body`: the target must
+    /// be a path (origin form), whose path and query are percent-decoded to UTF-8, and
+    /// header values must be UTF-8.
+    pub fn from_parts(
+        parts: &hyper::http::request::Parts,
+        body: Vec<u8>,
+    ) -> Result<Request, HttpError> {
+        let uri = &parts.uri;
+        if uri.scheme().is_some() || uri.authority().is_some() || !uri.path().starts_with('/') {
+            return Err(HttpError::Bad("target must be an origin-form path"));
+        }
+        let path = percent_decode(uri.path(), false)?;
+        let mut query = Vec::new();
+        for pair in uri
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !p.is_empty())
+        {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            query.push((percent_decode(k, true)?, percent_decode(v, true)?));
+        }
+        let mut headers = Vec::with_capacity(parts.headers.len());
+        for (name, value) in &parts.headers {
+            let value = std::str::from_utf8(value.as_bytes())
+                .map_err(|_| HttpError::Bad("header field value is not UTF-8"))?;
+            headers.push((
+                name.as_str().to_string(),
+                value.trim_matches([' ', '\t']).to_string(),
+            ));
+        }
+        Ok(Request {
+            method: parts.method.as_str().to_string(),
+            path,
+            query,
+            headers,
+            body,
+        })
     }
 }
 
@@ -81,163 +127,6 @@ impl HttpError {
             HttpError::TooLarge(_) => 413,
         }
     }
-}
-
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// Parses one request from the start of `buf`. `Ok(None)`: incomplete, read more;
-/// `Ok(Some((request, used)))`: a whole request of `used` bytes.
-pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<(Request, usize)>, HttpError> {
-    let Some(head_len) = find_head_end(buf, limits.max_head)? else {
-        return Ok(None);
-    };
-    let head = &buf[..head_len - 2]; // keep each line's CRLF except the blank line's
-    let mut lines = split_crlf(head)?;
-    let request_line = lines.next().ok_or(HttpError::Bad("empty request"))?;
-    let (method, path, query) = parse_request_line(request_line)?;
-    let mut headers: Vec<(String, String)> = Vec::new();
-    let mut length: Option<usize> = None;
-    for line in lines {
-        if headers.len() == limits.max_headers {
-            return Err(HttpError::TooLarge("too many header fields"));
-        }
-        let (name, value) = parse_field(line)?;
-        match name.as_str() {
-            "content-length" => {
-                if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(HttpError::Bad("Content-Length is not a number"));
-                }
-                if length.is_some() {
-                    return Err(HttpError::Bad("more than one Content-Length"));
-                }
-                let n = value
-                    .parse::<usize>()
-                    .map_err(|_| HttpError::TooLarge("body"))?;
-                if n > limits.max_body {
-                    return Err(HttpError::TooLarge("body"));
-                }
-                length = Some(n);
-            }
-            "transfer-encoding" => {
-                return Err(HttpError::Bad("Transfer-Encoding is not supported"));
-            }
-            _ => {}
-        }
-        headers.push((name, value));
-    }
-    let body_len = length.unwrap_or(0);
-    let total = head_len + body_len;
-    if buf.len() < total {
-        return Ok(None);
-    }
-    Ok(Some((
-        Request {
-            method,
-            path,
-            query,
-            headers,
-            body: buf[head_len..total].to_vec(),
-        },
-        total,
-    )))
-}
-
-/// The length of the head with its blank line, once it is all in `buf`.
-fn find_head_end(buf: &[u8], max: usize) -> Result<Option<usize>, HttpError> {
-    let window = &buf[..buf.len().min(max)];
-    if let Some(i) = memchr::memmem::find(window, b"\r\n\r\n") {
-        return Ok(Some(i + 4));
-    }
-    // A bare LF anywhere in the head is refused at once (no waiting for more).
-    if memchr::memchr_iter(b'\n', window).any(|j| j == 0 || window[j - 1] != b'\r') {
-        return Err(HttpError::Bad(
-            "bare CR or LF (lines must end in CRLF), or NUL, in the head",
-        ));
-    }
-    if buf.len() >= max {
-        return Err(HttpError::TooLarge("request head"));
-    }
-    Ok(None)
-}
-
-/// The lines of `head` (each ended by CRLF, the last one included), without CRLFs.
-fn split_crlf(head: &[u8]) -> Result<impl Iterator<Item = &[u8]>, HttpError> {
-    for (i, &b) in head.iter().enumerate() {
-        let ok = match b {
-            b'\n' => i > 0 && head[i - 1] == b'\r',
-            b'\r' => head.get(i + 1) == Some(&b'\n'),
-            0 => false,
-            _ => true,
-        };
-        if !ok {
-            return Err(HttpError::Bad(
-                "bare CR or LF (lines must end in CRLF), or NUL, in the head",
-            ));
-        }
-    }
-    let body = head.strip_suffix(b"\r\n").unwrap_or(head);
-    Ok(memchr::memmem::find_iter(body, b"\r\n")
-        .chain(std::iter::once(body.len()))
-        .scan(0usize, move |start, end| {
-            let line = &body[*start..end];
-            *start = end + 2;
-            Some(line)
-        }))
-}
-
-type RequestLine = (String, String, Vec<(String, String)>);
-
-fn parse_request_line(line: &[u8]) -> Result<RequestLine, HttpError> {
-    let mut parts = line.split(|&b| b == b' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(HttpError::Bad("request line is not METHOD TARGET VERSION"));
-    };
-    if method.is_empty() || !method.iter().all(|&b| is_tchar(b)) {
-        return Err(HttpError::Bad("bad method"));
-    }
-    if version != b"HTTP/1.1" && version != b"HTTP/1.0" {
-        return Err(HttpError::Bad("only HTTP/1.0 and HTTP/1.1 are spoken"));
-    }
-    if target.first() != Some(&b'/') || !target.iter().all(|&b| (0x21..0x7f).contains(&b)) {
-        return Err(HttpError::Bad("target must be an origin-form path"));
-    }
-    let target = std::str::from_utf8(target).map_err(|_| HttpError::Bad("target"))?;
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    if path.contains('#') || query.contains('#') {
-        return Err(HttpError::Bad("fragment in target"));
-    }
-    let path = percent_decode(path, false)?;
-    let mut params = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        params.push((percent_decode(k, true)?, percent_decode(v, true)?));
-    }
-    // The method was checked to be ASCII.
-    Ok((String::from_utf8_lossy(method).into_owned(), path, params))
-}
-
-fn parse_field(line: &[u8]) -> Result<(String, String), HttpError> {
-    if line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
-        return Err(HttpError::Bad("obsolete line folding"));
-    }
-    let colon = memchr::memchr(b':', line).ok_or(HttpError::Bad("header field without colon"))?;
-    let name = &line[..colon];
-    if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
-        return Err(HttpError::Bad("bad header field name"));
-    }
-    let value = &line[colon + 1..];
-    if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-        return Err(HttpError::Bad("control character in a header field"));
-    }
-    let value = std::str::from_utf8(value).map_err(|_| HttpError::Bad("header field value"))?;
-    Ok((
-        String::from_utf8_lossy(name).to_ascii_lowercase(),
-        value.trim_matches([' ', '\t']).to_string(),
-    ))
 }
 
 /// Decodes `%XX` escapes (and, in a query, `+` as a space); the result must be UTF-8.
@@ -284,7 +173,9 @@ pub fn percent_encode(s: &str) -> String {
     out
 }
 
-/// A response: status, content type, body; always `Connection: close`.
+/// A response: status, content type, extra header fields, body; always sent with
+/// `Connection: close` and `Cache-Control: no-store` (and `WWW-Authenticate: Bearer` on a
+/// 401).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
     /// The status code.
@@ -293,22 +184,13 @@ pub struct Response {
     pub content_type: &'static str,
     /// The body.
     pub body: Vec<u8>,
+    /// More header fields (`Set-Cookie`, `Location`, …), in order.
+    pub headers: Vec<(&'static str, String)>,
 }
 
-/// The reason phrase of the status codes floodgate sends.
-pub fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        413 => "Content Too Large",
-        422 => "Unprocessable Content",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Unknown",
+impl From<HttpError> for Response {
+    fn from(e: HttpError) -> Response {
+        Response::error(e.status(), &e.to_string())
     }
 }
 
@@ -321,6 +203,7 @@ impl Response {
             status,
             content_type: "application/json",
             body,
+            headers: Vec::new(),
         }
     }
 
@@ -335,59 +218,76 @@ impl Response {
             status,
             content_type,
             body: body.into_bytes(),
+            headers: Vec::new(),
         }
     }
 
-    /// The wire form. `head_only` leaves the body out (for HEAD).
-    pub fn to_bytes(&self, head_only: bool) -> Vec<u8> {
-        let mut out = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\nCache-Control: no-store\r\n",
-            self.status,
-            reason(self.status),
-            self.content_type,
-            self.body.len()
-        );
+    /// The header fields every answer carries, in order.
+    fn fixed_headers(&self) -> Vec<(&'static str, String)> {
+        let mut fields = vec![
+            ("Content-Type", self.content_type.to_string()),
+            ("Content-Length", self.body.len().to_string()),
+            ("Connection", "close".to_string()),
+            ("Cache-Control", "no-store".to_string()),
+        ];
         if self.status == 401 {
-            out.push_str("WWW-Authenticate: Bearer\r\n");
+            fields.push(("WWW-Authenticate", "Bearer".to_string()));
+        }
+        fields
+    }
+
+    /// hyper's form of the response. A status or header field hyper cannot send (a handler's
+    /// mistake) becomes a 500 naming it.
+    pub fn into_hyper(self) -> hyper::Response<Full<Bytes>> {
+        let status = hyper::StatusCode::from_u16(self.status);
+        let mut fields = self.fixed_headers();
+        fields.extend(self.headers);
+        let mut map = hyper::HeaderMap::with_capacity(fields.len());
+        for (name, value) in fields {
+            match (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(&value),
+            ) {
+                (Ok(n), Ok(v)) => {
+                    map.append(n, v);
+                }
+                _ => {
+                    let why = format!("the answer's header field {name} cannot be sent");
+                    return Response::error(500, &why).into_hyper();
+                }
+            }
+        }
+        let Ok(status) = status else {
+            let why = format!("the answer's status {} cannot be sent", self.status);
+            return Response::error(500, &why).into_hyper();
+        };
+        let mut resp = hyper::Response::new(Full::new(Bytes::from(self.body)));
+        *resp.status_mut() = status;
+        *resp.headers_mut() = map;
+        resp
+    }
+
+    /// The wire form, for answers written before hyper understood a request (see
+    /// [`guard`]): the fields [`Response::into_hyper`] gives hyper, less any that could not
+    /// be sent.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let reason = hyper::StatusCode::from_u16(self.status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("Unknown");
+        let mut out = format!("HTTP/1.1 {} {reason}\r\n", self.status);
+        for (name, value) in self.fixed_headers().iter().chain(&self.headers) {
+            if HeaderName::from_bytes(name.as_bytes()).is_ok()
+                && HeaderValue::from_str(value).is_ok()
+            {
+                let _ = write!(out, "{name}: {value}\r\n");
+            }
         }
         out.push_str("\r\n");
         let mut out = out.into_bytes();
-        if !head_only {
-            out.extend_from_slice(&self.body);
-        }
+        out.extend_from_slice(&self.body);
         out
     }
-}
-
-/// Parses a whole response as read up to the server's close: the status and the body
-/// (`Content-Length` bytes when given, else everything after the head).
-pub fn parse_response(buf: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
-    let end =
-        memchr::memmem::find(buf, b"\r\n\r\n").ok_or(HttpError::Bad("incomplete response"))?;
-    let head = std::str::from_utf8(&buf[..end]).map_err(|_| HttpError::Bad("response head"))?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or("");
-    let mut parts = status_line.splitn(3, ' ');
-    let (Some(v), Some(code)) = (parts.next(), parts.next()) else {
-        return Err(HttpError::Bad("status line"));
-    };
-    if !v.starts_with("HTTP/1.") || code.len() != 3 {
-        return Err(HttpError::Bad("status line"));
-    }
-    let status: u16 = code.parse().map_err(|_| HttpError::Bad("status code"))?;
-    let mut body = &buf[end + 4..];
-    for l in lines {
-        if let Some((n, v)) = l.split_once(':') {
-            if n.eq_ignore_ascii_case("content-length") {
-                let n: usize = v
-                    .trim()
-                    .parse()
-                    .map_err(|_| HttpError::Bad("Content-Length"))?;
-                body = body.get(..n).ok_or(HttpError::Bad("truncated body"))?;
-            }
-        }
-    }
-    Ok((status, body.to_vec()))
 }
 
 #[cfg(test)]

@@ -3,12 +3,14 @@
 //!
 //! * [`metered`]: a store wrapper that counts and times decisions, and the store's own
 //!   figures in the exposition (the registry itself is [`crate::metrics`]);
-//! * [`http`]: a strict, sans-I/O HTTP/1.1 request parser and response writer;
+//! * [`http`]: the handlers' request and response, converted from and to hyper's, and the
+//!   guard that keeps request heads to CRLF and error answers in JSON;
 //! * [`held`]: the hold spool's verbs (list, show, release, delete) and its expiry;
 //! * [`inspect`]: what a key means for every configured limit (inspect, top);
 //! * [`api`]: the endpoints (inspect, reset, top, reload, metrics);
 //! * [`restricted`]: the restricted set's endpoints (restricted, release, restrict);
-//! * [`serve`]: the unix socket, the token-guarded TCP address and the metrics address;
+//! * [`serve`]: the unix socket, the token-guarded TCP address and the metrics address,
+//!   served by hyper;
 //! * [`client`]: the CLI side: one request to the admin socket, tables or JSON;
 //! * [`peer`]: whose process is at the other end of the admin socket.
 

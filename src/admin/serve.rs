@@ -1,20 +1,30 @@
 //! The admin and metrics transports: the admin unix socket (mode 0600), the optional
-//! token-guarded admin TCP address, and the metrics TCP address. One request per
-//! connection, read with a time limit and size bounds, answered, closed.
+//! token-guarded admin TCP address, and the metrics TCP address, served by hyper's HTTP/1.1
+//! server. One request per connection, read with a time limit and size bounds, answered,
+//! closed.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::{Body, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::api::{metrics_response, AdminState};
-use super::http::{parse_request, Limits, Response};
+use super::http::guard::Guard;
+use super::http::{HttpError, Limits, Request, Response};
 use crate::config::Secret;
 
 /// Time allowed for a client to send its whole request.
@@ -176,7 +186,13 @@ pub fn serve_unix(
         return Err(io_err(e));
     }
     info!(path = %path.display(), "admin API listening");
-    spawn_accept_loop(listener, "admin socket", Mode::Admin(state), stop);
+    spawn_accept_loop(
+        listener,
+        "admin socket",
+        Mode::Admin(state),
+        Bounds::default(),
+        stop,
+    );
     Ok(SocketFile(path.to_path_buf()))
 }
 
@@ -192,6 +208,7 @@ pub async fn serve_admin_tcp(
         "admin address",
         address,
         Mode::Token(state, Arc::new(token)),
+        Bounds::default(),
         stop,
     )
     .await
@@ -203,13 +220,21 @@ pub async fn serve_metrics(
     metrics: Arc<super::Metrics>,
     stop: CancellationToken,
 ) -> Result<std::net::SocketAddr, ServeError> {
-    serve_tcp("metrics address", address, Mode::Metrics(metrics), stop).await
+    serve_tcp(
+        "metrics address",
+        address,
+        Mode::Metrics(metrics),
+        Bounds::default(),
+        stop,
+    )
+    .await
 }
 
 async fn serve_tcp(
     what: &'static str,
     address: std::net::SocketAddr,
     mode: Mode,
+    bounds: Bounds,
     stop: CancellationToken,
 ) -> Result<std::net::SocketAddr, ServeError> {
     let io_err = |source| ServeError::Io {
@@ -220,7 +245,7 @@ async fn serve_tcp(
     let listener = TcpListener::bind(address).await.map_err(io_err)?;
     let bound = listener.local_addr().map_err(io_err)?;
     info!(address = %bound, "{what} listening");
-    spawn_accept_loop(listener, what, mode, stop);
+    spawn_accept_loop(listener, what, mode, bounds, stop);
     Ok(bound)
 }
 
@@ -246,12 +271,31 @@ impl Accept for TcpListener {
     }
 }
 
+/// Time and size bounds of one admin connection.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    /// Time allowed for the whole request, head and body.
+    read_timeout: Duration,
+    /// Sizes of the head and the body.
+    limits: Limits,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            read_timeout: READ_TIMEOUT,
+            limits: Limits::default(),
+        }
+    }
+}
+
 /// Accepts on `listener` until `stop`, serving each connection as `mode` allows, at most
 /// [`MAX_CONNS`] at once. An accept error (out of descriptors) backs off instead of spinning.
 fn spawn_accept_loop<L: Accept>(
     listener: L,
     what: &'static str,
     mode: Mode,
+    bounds: Bounds,
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
@@ -262,7 +306,7 @@ fn spawn_accept_loop<L: Accept>(
                 _ = stop.cancelled() => return,
             };
             match accepted {
-                Ok(s) => spawn_conn(s, mode.clone(), gate.clone()),
+                Ok(s) => spawn_conn(s, mode.clone(), bounds, gate.clone()),
                 Err(e) => {
                     warn!(error = %e, "{what} accept failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -272,7 +316,7 @@ fn spawn_accept_loop<L: Accept>(
     });
 }
 
-fn spawn_conn<S>(stream: S, mode: Mode, gate: Arc<Semaphore>)
+fn spawn_conn<S>(stream: S, mode: Mode, bounds: Bounds, gate: Arc<Semaphore>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -280,47 +324,81 @@ where
         let Ok(_permit) = gate.acquire_owned().await else {
             return;
         };
-        if let Err(e) = conn(stream, &mode).await {
+        if let Err(e) = conn(stream, &mode, bounds).await {
             debug!(error = %e, "admin connection ended with an error");
         }
     });
 }
 
-/// Reads one request (bounded in time and size), answers it, closes.
-async fn conn<S>(mut stream: S, mode: &Mode) -> io::Result<()>
+/// Serves one request with hyper (its head read within the time limit and size bounds),
+/// then closes. A request hyper could not read is answered here, in JSON (see
+/// [`super::http::guard`]).
+async fn conn<S>(mut stream: S, mode: &Mode, bounds: Bounds) -> io::Result<()>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let limits = Limits::default();
-    let mut buf = Vec::with_capacity(1024);
-    let read = tokio::time::timeout(READ_TIMEOUT, async {
-        loop {
-            match parse_request(&buf, &limits) {
-                Ok(Some((req, _))) => return Ok(req),
-                Ok(None) => {}
-                Err(e) => return Err(Response::error(e.status(), &e.to_string())),
-            }
-            let mut chunk = [0u8; 4096];
-            let n = stream.read(&mut chunk).await.map_err(|e| {
-                Response::error(400, &format!("connection error while reading: {e}"))
-            })?;
-            if n == 0 {
-                return Err(Response::error(400, "request ended early"));
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        }
-    })
-    .await;
-    let (resp, head) = match read {
-        Err(_) => (Response::error(408, "request not received in time"), false),
-        Ok(Err(r)) => (r, false),
-        Ok(Ok(req)) => (answer(&req, mode).await, req.method == "HEAD"),
+    let deadline = tokio::time::Instant::now() + bounds.read_timeout;
+    let answered = AtomicBool::new(false);
+    let mut guard = Guard::new(&mut stream, &answered);
+    let service = service_fn(|req| async {
+        let resp = match read_request(req, bounds.limits.max_body, deadline).await {
+            Ok(req) => answer(&req, mode).await,
+            Err(resp) => resp,
+        };
+        answered.store(true, Ordering::Release);
+        Ok::<_, Infallible>(resp.into_hyper())
+    });
+    let served = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(bounds.read_timeout)
+        .keep_alive(false)
+        .title_case_headers(true)
+        .max_headers(bounds.limits.max_headers)
+        .max_header_size(bounds.limits.max_head)
+        .serve_connection(TokioIo::new(&mut guard), service)
+        .await;
+    if answered.load(Ordering::Acquire) {
+        return served.map_err(io::Error::other);
+    }
+    let resp = match (guard.refused(), served) {
+        (Some(why), _) => HttpError::Bad(why).into(),
+        (None, Ok(())) if !guard.read_any() => return Ok(()),
+        (None, Ok(())) => Response::error(400, "request ended early"),
+        (None, Err(e)) if e.is_timeout() => Response::error(408, "request not received in time"),
+        (None, Err(e)) if e.is_parse_too_large() => HttpError::TooLarge("request head").into(),
+        (None, Err(e)) if e.is_parse() => Response::error(400, &format!("bad request: {e}")),
+        (None, Err(e)) if e.is_incomplete_message() => Response::error(400, "request ended early"),
+        (None, Err(e)) => Response::error(400, &format!("connection error while reading: {e}")),
     };
-    stream.write_all(&resp.to_bytes(head)).await?;
+    stream.write_all(&resp.to_bytes()).await?;
     stream.shutdown().await
 }
 
-async fn answer(req: &super::http::Request, mode: &Mode) -> Response {
+/// The whole request, its body read within `deadline` and `max_body`; or the answer saying
+/// why not.
+async fn read_request(
+    req: hyper::Request<Incoming>,
+    max_body: usize,
+    deadline: tokio::time::Instant,
+) -> Result<Request, Response> {
+    let (parts, body) = req.into_parts();
+    if parts.headers.contains_key(hyper::header::TRANSFER_ENCODING) {
+        return Err(HttpError::Bad("Transfer-Encoding is not supported").into());
+    }
+    if body.size_hint().lower() > max_body as u64 {
+        return Err(HttpError::TooLarge("body").into());
+    }
+    let body = match tokio::time::timeout_at(deadline, Limited::new(body, max_body).collect()).await
+    {
+        Err(_) => return Err(Response::error(408, "request not received in time")),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => return Err(HttpError::TooLarge("body").into()),
+        Ok(Err(_)) => return Err(Response::error(400, "request ended early")),
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    Request::from_parts(&parts, body.to_vec()).map_err(Response::from)
+}
+
+async fn answer(req: &Request, mode: &Mode) -> Response {
     match mode {
         Mode::Admin(state) => state.handle(req).await,
         Mode::Token(state, token) => {
@@ -357,66 +435,4 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn constant_time_compare() {
-        assert!(ct_eq(b"abcdef", b"abcdef"));
-        assert!(!ct_eq(b"abcdef", b"abcdeg"));
-        assert!(!ct_eq(b"abc", b"abcd"));
-        assert!(ct_eq(b"", b""));
-    }
-
-    #[test]
-    fn another_users_socket_is_refused_or_replaced_by_root_only() {
-        use Existing::*;
-        let ok = |uid| Some(Ok(uid));
-        // Our own: stale is replaced, live is a running floodgate.
-        assert_eq!(existing_socket(1000, false, None, 1000), Replace(None));
-        assert_eq!(existing_socket(1000, true, ok(1000), 1000), InUse);
-        // Root's socket is trusted by everyone.
-        assert_eq!(existing_socket(0, true, ok(0), 1000), InUse);
-        assert_eq!(existing_socket(0, false, None, 1000), Replace(None));
-        // Another user's: by file owner or by the process answering, refused by name...
-        assert_eq!(existing_socket(4242, false, None, 1000), Refuse(4242));
-        assert_eq!(existing_socket(1000, true, ok(4242), 1000), Refuse(4242));
-        assert_eq!(existing_socket(4242, true, ok(4242), 1000), Refuse(4242));
-        // ... and replaced by root, which can and must not be kept out.
-        assert_eq!(
-            existing_socket(4242, true, ok(4242), 0),
-            Replace(Some(4242))
-        );
-        assert_eq!(existing_socket(0, true, ok(4242), 0), Replace(Some(4242)));
-        // A live socket whose peer cannot be read is judged by its owner.
-        let unread = Some(Err(io::Error::other("no peer")));
-        assert_eq!(existing_socket(1000, true, unread, 1000), InUse);
-    }
-
-    #[tokio::test]
-    async fn metrics_listener_answers_only_metrics() {
-        let m = Arc::new(super::super::Metrics::new());
-        m.commands.inc_by(3);
-        let stop = CancellationToken::new();
-        let addr = serve_metrics("127.0.0.1:0".parse().unwrap(), m, stop.clone())
-            .await
-            .unwrap();
-        let ask = |req: &'static str| async move {
-            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            s.write_all(req.as_bytes()).await.unwrap();
-            let mut out = Vec::new();
-            s.read_to_end(&mut out).await.unwrap();
-            super::super::http::parse_response(&out).unwrap()
-        };
-        let (st, body) = ask("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
-        assert_eq!(st, 200);
-        assert!(String::from_utf8(body)
-            .unwrap()
-            .contains("\nfloodgate_commands_total 3\n"));
-        assert_eq!(ask("GET /v1/top HTTP/1.1\r\n\r\n").await.0, 404);
-        assert_eq!(ask("POST /metrics HTTP/1.1\r\n\r\n").await.0, 405);
-        assert_eq!(ask("GET /metrics HTTP/1.1\nX: y\r\n\r\n").await.0, 400);
-        assert_eq!(ask("GET /metrics HTTP/1.1\r\nX: y\r\n\r\n   ").await.0, 200);
-        stop.cancel();
-    }
-}
+mod tests;

@@ -1,12 +1,15 @@
-//! A tiny HTTP/1.1 client for alert webhooks: one `POST` per connection
-//! (`Connection: close`), http or https (rustls, as [`crate::tls`] builds it), a time limit
-//! on the whole exchange, and a strict status-line parser. Only the status code matters.
+//! The alert webhook's HTTP/1.1 client (hyper): one `POST` per connection
+//! (`Connection: close`), http or https (hyper-rustls, with the rustls configuration
+//! [`crate::tls`] builds), a time limit on the whole exchange. Only the status code matters.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::connect::{Connect, HttpConnector};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 
 /// A webhook address: `http://host[:port]/path` or `https://...`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,9 +30,6 @@ pub enum HttpError {
     /// The address is not an http(s) URL this client handles.
     #[error("bad URL {0:?}: write http://host:port/path or https://host:port/path")]
     Url(String),
-    /// The status line is malformed.
-    #[error("bad HTTP status line: {0}")]
-    Status(&'static str),
     /// The server answered with a status that is not 2xx.
     #[error("webhook answered {code} {reason}")]
     Refused {
@@ -38,7 +38,7 @@ pub enum HttpError {
         /// The reason phrase.
         reason: String,
     },
-    /// Connecting, TLS, writing or reading failed.
+    /// Connecting, TLS, writing or reading (a malformed answer included) failed.
     #[error("webhook: {0}")]
     Io(String),
     /// The whole exchange took longer than its time limit.
@@ -101,6 +101,12 @@ impl Url {
         })
     }
 
+    /// The absolute URI of the request.
+    fn uri(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.host_header(), self.path)
+    }
+
     /// The `Host` header value.
     fn host_header(&self) -> String {
         let h = if self.host.contains(':') {
@@ -117,133 +123,96 @@ impl Url {
     }
 }
 
-/// A parsed status line.
+/// The answer's status.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {
-    /// Minor version (`HTTP/1.x`).
-    pub minor: u8,
     /// The three-digit code.
     pub code: u16,
-    /// The reason phrase (may be empty).
+    /// The reason phrase as sent (the code's standard one when hyper did not keep it).
     pub reason: String,
 }
 
-/// Parses one status line, without its line ending: `HTTP/1.x SP 3DIGIT SP reason`
-/// (RFC 9112 §4; the space before an empty reason may be missing, as some servers do).
-pub fn parse_status_line(line: &[u8]) -> Result<Status, HttpError> {
-    let rest = line
-        .strip_prefix(b"HTTP/1.")
-        .ok_or(HttpError::Status("does not start with HTTP/1."))?;
-    let (&minor, rest) = rest
-        .split_first()
-        .ok_or(HttpError::Status("no minor version"))?;
-    if !minor.is_ascii_digit() {
-        return Err(HttpError::Status("minor version is not a digit"));
+/// The text of `e` and of each error that caused it.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
     }
-    let rest = rest
-        .strip_prefix(b" ")
-        .ok_or(HttpError::Status("no space after the version"))?;
-    if rest.len() < 3 || !rest[..3].iter().all(u8::is_ascii_digit) {
-        return Err(HttpError::Status("no three-digit status code"));
-    }
-    let code = rest[..3]
-        .iter()
-        .fold(0u16, |a, &d| a * 10 + u16::from(d - b'0'));
-    if !(100..=599).contains(&code) {
-        return Err(HttpError::Status("status code out of range"));
-    }
-    let reason = match &rest[3..] {
-        [] => &[][..],
-        [b' ', r @ ..] => r,
-        _ => return Err(HttpError::Status("no space after the status code")),
+    text
+}
+
+/// Sends `request` through a one-connection client over `connector`; only the status of
+/// the answer is read.
+async fn send<C>(
+    url: &Url,
+    connector: C,
+    request: hyper::Request<Full<Bytes>>,
+) -> Result<Status, HttpError>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    let client = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(0)
+        .build(connector);
+    let answer = client.request(request).await.map_err(|e| {
+        use std::error::Error as _;
+        match e.source() {
+            Some(cause) if e.is_connect() => HttpError::Io(format!(
+                "connect {}:{}: {}",
+                url.host,
+                url.port,
+                chain(cause)
+            )),
+            _ => HttpError::Io(chain(&e)),
+        }
+    })?;
+    let status = answer.status();
+    let reason = match answer.extensions().get::<hyper::ext::ReasonPhrase>() {
+        Some(r) => String::from_utf8_lossy(r.as_bytes()).into_owned(),
+        None => status.canonical_reason().unwrap_or("").to_string(),
     };
-    if reason
-        .iter()
-        .any(|&b| (b < b' ' && b != b'\t') || b == 0x7f)
-    {
-        return Err(HttpError::Status("control character in the reason phrase"));
-    }
     Ok(Status {
-        minor: minor - b'0',
-        code,
-        reason: String::from_utf8_lossy(reason).into_owned(),
+        code: status.as_u16(),
+        reason,
     })
 }
 
-/// The longest status line read.
-const MAX_STATUS_LINE: usize = 8192;
-
-/// Reads up to the first LF and parses the status line before it.
-async fn read_status(r: &mut (impl AsyncRead + Unpin)) -> Result<Status, HttpError> {
-    let mut line = Vec::with_capacity(64);
-    let mut byte = [0u8; 1];
-    loop {
-        let n = r
-            .read(&mut byte)
-            .await
-            .map_err(|e| HttpError::Io(e.to_string()))?;
-        if n == 0 {
-            return Err(HttpError::Io(
-                "connection closed before the status line".into(),
-            ));
-        }
-        if byte[0] == b'\n' {
-            break;
-        }
-        if line.len() >= MAX_STATUS_LINE {
-            return Err(HttpError::Status("status line too long"));
-        }
-        line.push(byte[0]);
-    }
-    if line.last() == Some(&b'\r') {
-        line.pop();
-    }
-    parse_status_line(&line)
-}
-
-async fn exchange(
-    mut s: impl AsyncRead + AsyncWrite + Unpin,
-    request: &[u8],
-) -> Result<Status, HttpError> {
-    s.write_all(request)
-        .await
-        .map_err(|e| HttpError::Io(e.to_string()))?;
-    s.flush().await.map_err(|e| HttpError::Io(e.to_string()))?;
-    read_status(&mut s).await
-}
-
-/// POSTs `body` (JSON) to `url`; `Ok` with the status when it is 2xx. `tls` is the client
-/// configuration for https (see [`crate::tls::client_config`]). The whole exchange is
-/// bounded by `limit`.
+/// POSTs `body` (JSON) to `url`; `Ok` with the status when it is 2xx (redirects are not
+/// followed: a 3xx is a refusal). `tls` is the client configuration for https (see
+/// [`crate::tls::client_config`]). The whole exchange is bounded by `limit`.
 pub async fn post_json(
     url: &Url,
     body: &str,
     tls: Option<Arc<rustls::ClientConfig>>,
     limit: Duration,
 ) -> Result<Status, HttpError> {
-    let request = format!(
-        "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: floodgate/{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        url.path,
-        url.host_header(),
-        env!("CARGO_PKG_VERSION"),
-        body.len()
-    );
+    use hyper::header;
+    let request = hyper::Request::post(url.uri())
+        .header(
+            header::USER_AGENT,
+            concat!("floodgate/", env!("CARGO_PKG_VERSION")),
+        )
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONNECTION, "close")
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .map_err(|_| HttpError::Url(url.uri()))?;
+    let mut tcp = HttpConnector::new();
+    tcp.set_nodelay(true);
     let work = async {
-        let tcp = TcpStream::connect((url.host.as_str(), url.port))
-            .await
-            .map_err(|e| HttpError::Io(format!("connect {}:{}: {e}", url.host, url.port)))?;
-        let _ = tcp.set_nodelay(true);
         if url.tls {
             let config = tls.ok_or_else(|| HttpError::Io("no TLS configuration".into()))?;
-            let name = rustls::pki_types::ServerName::try_from(url.host.clone())
-                .map_err(|e| HttpError::Io(e.to_string()))?;
-            let stream = tokio_rustls::TlsConnector::from(config)
-                .connect(name, tcp)
-                .await
-                .map_err(|e| HttpError::Io(format!("TLS: {e}")))?;
-            exchange(stream, request.as_bytes()).await
+            tcp.enforce_http(false);
+            let https = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config((*config).clone())
+                .https_only()
+                .enable_http1()
+                .wrap_connector(tcp);
+            send(url, https, request).await
         } else {
-            exchange(tcp, request.as_bytes()).await
+            send(url, tcp, request).await
         }
     };
     let status = tokio::time::timeout(limit, work)
@@ -262,47 +231,16 @@ pub async fn post_json(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::BodyExt;
+    use hyper::body::Incoming;
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
     use proptest::prelude::*;
-
-    #[test]
-    fn status_lines() {
-        assert_eq!(
-            parse_status_line(b"HTTP/1.1 200 OK"),
-            Ok(Status {
-                minor: 1,
-                code: 200,
-                reason: "OK".into()
-            })
-        );
-        assert_eq!(parse_status_line(b"HTTP/1.0 204").map(|s| s.code), Ok(204));
-        assert_eq!(
-            parse_status_line(b"HTTP/1.1 503 Service Unavailable").map(|s| s.reason),
-            Ok("Service Unavailable".into())
-        );
-        assert_eq!(
-            parse_status_line(b"HTTP/1.1 404 ").map(|s| s.reason),
-            Ok(String::new())
-        );
-        for bad in [
-            &b""[..],
-            b"HTTP/2 200 OK",
-            b"HTTP/1.1  200 OK",
-            b"HTTP/1.1 20 OK",
-            b"HTTP/1.1 2000 OK",
-            b"HTTP/1.1 099 x",
-            b"HTTP/1.1 600 x",
-            b"HTTP/1.x 200 OK",
-            b"http/1.1 200 OK",
-            b"HTTP/1.1 200 O\rK",
-            b"HTTP/1.1 200\tOK",
-        ] {
-            assert!(
-                parse_status_line(bad).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
-        }
-    }
+    use std::convert::Infallible;
+    use std::path::Path;
+    use std::sync::Mutex;
+    use tokio::net::TcpListener;
 
     #[test]
     fn urls() {
@@ -312,9 +250,11 @@ mod tests {
             (false, "127.0.0.1", 8080, "/hook?x=1")
         );
         assert_eq!(u.host_header(), "127.0.0.1:8080");
+        assert_eq!(u.uri(), "http://127.0.0.1:8080/hook?x=1");
         let u = Url::parse("https://alerts.example.org").unwrap();
         assert_eq!((u.tls, u.port, u.path.as_str()), (true, 443, "/"));
         assert_eq!(u.host_header(), "alerts.example.org");
+        assert_eq!(u.uri(), "https://alerts.example.org/");
         let u = Url::parse("http://[::1]:9/x").unwrap();
         assert_eq!((u.host.as_str(), u.port), ("::1", 9));
         assert_eq!(u.host_header(), "[::1]:9");
@@ -329,44 +269,189 @@ mod tests {
             "http://[::1/",
             "http://ho st/",
         ] {
-            assert!(Url::parse(bad).is_err(), "{bad}");
+            let e = Url::parse(bad).unwrap_err();
+            assert_eq!(e, HttpError::Url(bad.into()), "{bad}");
+            assert!(e.to_string().contains("write http://host:port/path"), "{e}");
+        }
+    }
+
+    /// What the webhook receiver saw of one request.
+    #[derive(Debug, Clone)]
+    struct Seen {
+        line: String,
+        host: String,
+        content_type: String,
+        agent: String,
+        body: Vec<u8>,
+    }
+
+    type Log = Arc<Mutex<Vec<Seen>>>;
+
+    /// A webhook receiver (hyper's server, over TLS when `tls` is given) answering every
+    /// request with `status` and, when given, a reason phrase of its own.
+    async fn hook(
+        status: u16,
+        reason: Option<&'static str>,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> (u16, Log) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let log: Log = Arc::default();
+        let seen = log.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = l.accept().await {
+                let (seen, tls) = (seen.clone(), tls.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: hyper::Request<Incoming>| {
+                        let seen = seen.clone();
+                        async move {
+                            let (parts, body) = req.into_parts();
+                            let body = body.collect().await.unwrap().to_bytes().to_vec();
+                            let header = |n| {
+                                parts.headers.get(n).map_or(String::new(), |v| {
+                                    v.to_str().unwrap_or_default().to_string()
+                                })
+                            };
+                            seen.lock().unwrap().push(Seen {
+                                line: format!("{} {} {:?}", parts.method, parts.uri, parts.version),
+                                host: header(hyper::header::HOST),
+                                content_type: header(hyper::header::CONTENT_TYPE),
+                                agent: header(hyper::header::USER_AGENT),
+                                body,
+                            });
+                            let mut resp = hyper::Response::new(Full::new(Bytes::new()));
+                            *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                            if let Some(r) = reason {
+                                resp.extensions_mut()
+                                    .insert(hyper::ext::ReasonPhrase::from_static(r.as_bytes()));
+                            }
+                            Ok::<_, Infallible>(resp)
+                        }
+                    });
+                    let http = http1::Builder::new();
+                    match tls {
+                        Some(c) => {
+                            if let Ok(s) = tokio_rustls::TlsAcceptor::from(c).accept(tcp).await {
+                                let _ = http.serve_connection(TokioIo::new(s), service).await;
+                            }
+                        }
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(tcp), service).await;
+                        }
+                    }
+                });
+            }
+        });
+        (port, log)
+    }
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    #[tokio::test]
+    async fn posts_json_and_reads_the_status() {
+        let (port, log) = hook(200, None, None).await;
+        let url = Url::parse(&format!("http://127.0.0.1:{port}/hook?x=1")).unwrap();
+        let status = post_json(&url, r#"{"event":"x"}"#, None, LIMIT)
+            .await
+            .unwrap();
+        assert_eq!(
+            status,
+            Status {
+                code: 200,
+                reason: "OK".into()
+            }
+        );
+        let seen = log.lock().unwrap()[0].clone();
+        assert_eq!(seen.line, "POST /hook?x=1 HTTP/1.1");
+        assert_eq!(seen.host, format!("127.0.0.1:{port}"));
+        assert_eq!(seen.content_type, "application/json");
+        assert!(seen.agent.starts_with("floodgate/"), "{seen:?}");
+        assert_eq!(seen.body, br#"{"event":"x"}"#);
+    }
+
+    #[tokio::test]
+    async fn other_statuses_are_refusals_with_their_reason() {
+        for (status, reason, want) in [
+            (503, None, "webhook answered 503 Service Unavailable"),
+            (503, Some("Busy Now"), "webhook answered 503 Busy Now"),
+            (302, None, "webhook answered 302 Found"),
+            (404, Some(""), "webhook answered 404 "),
+        ] {
+            let (port, log) = hook(status, reason, None).await;
+            let url = Url::parse(&format!("http://127.0.0.1:{port}/")).unwrap();
+            let e = post_json(&url, "{}", None, LIMIT).await.unwrap_err();
+            assert!(
+                matches!(e, HttpError::Refused { code, .. } if code == status),
+                "{e:?}"
+            );
+            assert_eq!(e.to_string(), want);
+            assert_eq!(
+                log.lock().unwrap().len(),
+                1,
+                "one request, no redirect followed"
+            );
         }
     }
 
     #[tokio::test]
-    async fn reads_status_across_reads() {
-        let (mut a, mut b) = tokio::io::duplex(16);
-        let w = tokio::spawn(async move {
-            for part in [&b"HTTP/1.1 2"[..], b"01 Created\r\nX: y\r\n\r\n"] {
-                a.write_all(part).await.unwrap();
-            }
-        });
-        let s = read_status(&mut b).await.unwrap();
-        assert_eq!((s.code, s.reason.as_str()), (201, "Created"));
-        w.await.unwrap();
+    async fn silence_times_out_and_refusal_names_the_address() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let url = Url::parse(&format!("http://127.0.0.1:{port}/")).unwrap();
+        // Accepted (by the backlog) but never answered.
+        let limit = Duration::from_millis(300);
+        let e = post_json(&url, "{}", None, limit).await.unwrap_err();
+        assert_eq!(e, HttpError::Timeout(limit));
+        assert_eq!(e.to_string(), "webhook timed out after 300ms");
+        drop(l);
+        let e = post_json(&url, "{}", None, LIMIT).await.unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("webhook: connect 127.0.0.1:{port}: ")),
+            "{text}"
+        );
+        assert!(text.contains("refused"), "{text}");
+    }
+
+    fn dev_cert(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("certs/dev")
+            .join(name)
+    }
+
+    #[tokio::test]
+    async fn https_checks_the_certificate() {
+        let server =
+            crate::tls::server_config(&dev_cert("server.crt"), &dev_cert("server.key")).unwrap();
+        let (port, log) = hook(204, None, Some(server)).await;
+        let url = Url::parse(&format!("https://127.0.0.1:{port}/tls")).unwrap();
+        let trusted = crate::tls::client_config(Some(&dev_cert("ca.crt"))).unwrap();
+        let status = post_json(&url, "{}", Some(trusted), LIMIT).await.unwrap();
+        assert_eq!(status.code, 204);
+        assert_eq!(log.lock().unwrap()[0].line, "POST /tls HTTP/1.1");
+        // A server whose certificate no trusted authority signed is not posted to.
+        let nobody = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let e = post_json(&url, "{}", Some(Arc::new(nobody)), LIMIT)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("certificate"), "{e}");
+        assert_eq!(log.lock().unwrap().len(), 1);
+        // https without a TLS configuration.
+        let e = post_json(&url, "{}", None, LIMIT).await.unwrap_err();
+        assert_eq!(e, HttpError::Io("no TLS configuration".into()));
     }
 
     proptest! {
-        #[test]
-        fn well_formed_lines_parse(minor in 0u8..10, code in 100u16..600, reason in "[ -~\t]{0,40}") {
-            let line = format!("HTTP/1.{minor} {code} {reason}");
-            let s = parse_status_line(line.as_bytes()).unwrap();
-            prop_assert_eq!((s.minor, s.code, s.reason), (minor, code, reason));
-        }
-
-        #[test]
-        fn any_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..64)) {
-            if let Ok(s) = parse_status_line(&b) {
-                prop_assert!((100..600).contains(&s.code));
-                prop_assert!(b.starts_with(b"HTTP/1."));
-            }
-        }
-
         #[test]
         fn url_parse_never_panics(s in "\\PC{0,60}") {
             if let Ok(u) = Url::parse(&s) {
                 prop_assert!(u.path.starts_with('/'));
                 prop_assert!(u.port > 0);
+                prop_assert!(u.uri().parse::<hyper::Uri>().is_ok());
             }
         }
     }
