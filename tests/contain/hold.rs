@@ -527,7 +527,7 @@ fn a_spool_that_cannot_be_written_defers_with_451() {
         1,
         "the deferred message was not relayed"
     );
-    assert!(fg.stderr().contains("message not held: deferred"));
+    fg.wait_stderr("message not held: deferred", Duration::from_secs(10));
     assert!(!dir.exists(), "nothing was written anywhere");
 }
 
