@@ -521,7 +521,10 @@ mod tests {
         assert_eq!(size_of::<Option<Entry<EwmaState>>>(), 40);
         assert_eq!(size_of::<Option<Entry<i64>>>(), 32);
         assert_eq!(size_of::<Option<Entry<BucketState>>>(), 56);
-        assert_eq!(size_of::<Option<Entry<Box<crate::store::UniqueRecord>>>>(), 32);
+        assert_eq!(
+            size_of::<Option<Entry<Box<crate::store::UniqueRecord>>>>(),
+            32
+        );
         assert_eq!(size_of::<Record>(), 80);
         type Guard<'a> = (usize, MutexGuard<'a, Shard>);
         type Undo = (usize, RecordKind, usize, Option<Record>);
