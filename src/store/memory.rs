@@ -14,6 +14,11 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+/// One write to take back if the decision is refused: the locked shard (its position among
+/// the decision's guards), the record kind, the request whose key it wrote, and the record
+/// the key held before.
+type Undo = (usize, RecordKind, usize, Option<Record>);
+
 /// Settings of a [`MemoryStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryConfig {
@@ -205,8 +210,7 @@ impl MemoryStore {
         for &i in idx.iter() {
             pos.push(guards.iter().position(|(g, _)| *g == i).unwrap_or(0));
         }
-        let mut undo: SmallVec<[(usize, RecordKind, usize, Option<Record>); INLINE]> =
-            SmallVec::new();
+        let mut undo: SmallVec<[Undo; INLINE]> = SmallVec::new();
         let results = &mut out.limits;
         for (n, (req, &p)) in reqs.iter().zip(pos.iter()).enumerate() {
             if let Some(result) = same(reqs, results, &keys, &pos, &guards, n, now_us) {
@@ -527,7 +531,6 @@ mod tests {
         );
         assert_eq!(size_of::<Record>(), 80);
         type Guard<'a> = (usize, MutexGuard<'a, Shard>);
-        type Undo = (usize, RecordKind, usize, Option<Record>);
         assert!(size_of::<SmallVec<[Lookup<'static>; 8]>>() <= 288);
         assert!(size_of::<SmallVec<[usize; 8]>>() <= 160);
         assert!(size_of::<SmallVec<[Guard<'static>; 8]>>() <= 224);

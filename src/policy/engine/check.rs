@@ -1,5 +1,5 @@
 //! The driver of a check: plans it, asks the store (the only awaits), settles the answers,
-//! and tells the observer, the metrics and the log from what [`settle`] returns.
+//! and tells the observer, the metrics and the log from what `settle` returns.
 
 use std::sync::atomic::Ordering;
 

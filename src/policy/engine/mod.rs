@@ -22,10 +22,10 @@
 //! the store then refuses it and writes nothing for leaky limits, but still answers
 //! `over` for each limit, atomically.
 //!
-//! A check runs in three steps: [`plan`] (pure: which limits apply, their keys and requests,
-//! how each is asked), the store's answers (the only awaits, in [`check`]), and [`settle`]
+//! A check runs in three steps: `plan` (pure: which limits apply, their keys and requests,
+//! how each is asked), the store's answers (the only awaits, in `check`), and `settle`
 //! (pure: what the answers mean: charges to keep, headers, limits over, and the verdict).
-//! The driver in [`check`] tells the observer, the metrics and the log from what `settle`
+//! The driver in `check` tells the observer, the metrics and the log from what `settle`
 //! returns.
 
 mod check;
