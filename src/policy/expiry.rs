@@ -6,6 +6,7 @@
 //! alert with `"by": "expiry"` and `"reason": "expired"` on the alert channels. A restriction
 //! stops refusing at its `until` whether or not it was swept yet.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::alert::{restriction_notice, Observer};
-use super::engine::RatePolicy;
 use super::evidence::Evidence;
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
@@ -56,17 +56,24 @@ pub async fn sweep(
     Ok(gone.len())
 }
 
+/// What [`run`] sweeps: a policy whose store ends restrictions by time (the
+/// [`RatePolicy`](super::RatePolicy) does, through [`sweep`]).
+pub trait Sweeper: Send + Sync + 'static {
+    /// One sweep; how many restrictions ended.
+    fn sweep(&self) -> impl Future<Output = Result<usize, StoreError>> + Send;
+}
+
 /// Sweeps `policy`'s store every `every` until `stop` fires; a failed sweep is tried again
 /// at the next round (logged when sweeping starts failing and when it works again, not at
 /// every round of an outage).
-pub async fn run(policy: RatePolicy, every: Duration, stop: CancellationToken) {
+pub async fn run<P: Sweeper>(policy: P, every: Duration, stop: CancellationToken) {
     let mut failing = false;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = stop.cancelled() => return,
         }
-        match policy.expire_restrictions().await {
+        match policy.sweep().await {
             Ok(_) if failing => {
                 failing = false;
                 info!("the restricted set can be swept again");

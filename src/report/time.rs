@@ -1,6 +1,9 @@
 //! Times for `floodgate report`: RFC 3339 (`2025-01-31T12:00:00Z`, fractions and offsets
 //! allowed) or a duration back from now (`24h`: the last 24 hours), and RFC 3339 output.
 
+use jiff::civil::{Date, DateTime, Time};
+use jiff::SignedDuration;
+
 use crate::config::parse_duration;
 
 /// Why a time argument was refused.
@@ -13,51 +16,30 @@ pub struct TimeError {
     pub why: &'static str,
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+/// The Unix epoch as a civil date-time (UTC).
+const EPOCH: DateTime = DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
 
-/// The date of a day number (inverse of [`days_from_civil`]).
-pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
-fn days_in_month(y: i64, m: u32) -> u32 {
-    match m {
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
+/// The UTC civil date-time `us` microseconds after the epoch, clamped to the calendar's
+/// range (years -9999 to 9999).
+fn utc_datetime(us: i64) -> DateTime {
+    EPOCH.saturating_add(SignedDuration::from_micros(us))
 }
 
 /// Parses an RFC 3339 date-time into microseconds since the Unix epoch (fractions beyond
-/// the microsecond are truncated; leap second 60 is refused).
+/// the microsecond are truncated; leap second 60 is refused). The text is read by RFC 3339's
+/// grammar (`YYYY-MM-DD`, `T`, `t` or a space, `hh:mm:ss`, an optional fraction, `Z`, `z` or
+/// `+hh:mm`/`-hh:mm`); the calendar (which dates and times exist, and how far they are from
+/// the epoch) is `jiff`'s.
 pub fn parse_rfc3339(text: &str) -> Result<i64, TimeError> {
     let err = |why| TimeError {
         text: text.to_string(),
         why,
     };
     let b = text.as_bytes();
-    let num = |r: std::ops::Range<usize>| -> Result<u32, TimeError> {
+    let num = |r: std::ops::Range<usize>| -> Result<u16, TimeError> {
         let s = b.get(r).ok_or_else(|| err("too short"))?;
         if s.iter().all(u8::is_ascii_digit) {
-            Ok(s.iter().fold(0u32, |a, &c| a * 10 + u32::from(c - b'0')))
+            Ok(s.iter().fold(0u16, |a, &c| a * 10 + u16::from(c - b'0')))
         } else {
             Err(err("digits expected"))
         }
@@ -79,12 +61,10 @@ pub fn parse_rfc3339(text: &str) -> Result<i64, TimeError> {
     let min = num(14..16)?;
     sep(16, b":")?;
     let sec = num(17..19)?;
-    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(i64::from(year), month) {
-        return Err(err("no such date"));
-    }
-    if hour > 23 || min > 59 || sec > 59 {
-        return Err(err("no such time of day"));
-    }
+    // Every field has at most four digits: the casts cannot wrap.
+    let date = Date::new(year as i16, month as i8, day as i8).map_err(|_| err("no such date"))?;
+    let time =
+        Time::new(hour as i8, min as i8, sec as i8, 0).map_err(|_| err("no such time of day"))?;
     let mut i = 19;
     let mut micros = 0i64;
     if b.get(i) == Some(&b'.') {
@@ -112,7 +92,7 @@ pub fn parse_rfc3339(text: &str) -> Result<i64, TimeError> {
             if oh > 23 || om > 59 {
                 return Err(err("bad offset"));
             }
-            let o = i64::from(oh * 3600 + om * 60);
+            let o = i64::from(oh) * 3600 + i64::from(om) * 60;
             if s == b'-' {
                 -o
             } else {
@@ -122,23 +102,16 @@ pub fn parse_rfc3339(text: &str) -> Result<i64, TimeError> {
         None => return Err(err("a time zone (Z or +hh:mm) is needed")),
         _ => return Err(err("not RFC 3339")),
     };
-    let days = days_from_civil(i64::from(year), month, day);
-    let secs = days * 86_400 + i64::from(hour * 3600 + min * 60 + sec) - offset_secs;
+    let secs = date.to_datetime(time).duration_since(EPOCH).as_secs() - offset_secs;
     Ok(secs * 1_000_000 + micros)
 }
 
-/// Formats microseconds since the epoch as RFC 3339 UTC with microseconds.
+/// Formats microseconds since the epoch as RFC 3339 UTC with microseconds (times beyond the
+/// years -9999 to 9999 are clamped to them).
 pub fn rfc3339(us: i64) -> String {
-    let secs = us.div_euclid(1_000_000);
-    let micros = us.rem_euclid(1_000_000);
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-    let s = secs.rem_euclid(86_400);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        s / 3600,
-        (s / 60) % 60,
-        s % 60
-    )
+    utc_datetime(us)
+        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+        .to_string()
 }
 
 /// A `--since`/`--until` argument: RFC 3339, or a duration meaning that long before

@@ -135,21 +135,11 @@ fn comment_text(s: &str, max: usize) -> String {
 
 /// RFC 5322 §3.3 date-time in UTC: `Wed, 25 Nov 2026 16:21:19 +0000`.
 pub fn rfc5322_date(secs: i64) -> String {
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let days = secs.div_euclid(86_400);
-    let s = secs.rem_euclid(86_400);
-    let (y, m, d) = crate::report::time::civil_from_days(days);
-    format!(
-        "{}, {d:02} {} {y:04} {:02}:{:02}:{:02} +0000",
-        DAYS[days.rem_euclid(7) as usize],
-        MONTHS[(m - 1) as usize],
-        s / 3600,
-        (s / 60) % 60,
-        s % 60
-    )
+    // The Unix epoch as a civil date-time; times beyond the years -9999 to 9999 are clamped.
+    jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0)
+        .saturating_add(jiff::SignedDuration::from_secs(secs))
+        .strftime("%a, %d %b %Y %H:%M:%S +0000")
+        .to_string()
 }
 
 #[cfg(test)]

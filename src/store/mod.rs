@@ -13,7 +13,6 @@
 
 pub mod baseline;
 mod eval;
-mod inline;
 mod key;
 mod memory;
 pub mod open;
@@ -21,7 +20,6 @@ pub mod ratio;
 pub mod redis;
 mod restrict;
 mod shard;
-mod sip;
 mod snapshot;
 mod table;
 
