@@ -11,13 +11,15 @@
 //! | [`policy`] | the verdict asked for at every SMTP stage |
 //! | [`proxy`] | the async session: client side, upstream side, the command loop |
 //! | [`server`] | listeners, admission, signals, reload, shutdown |
-//! | [`config`] | the TOML configuration model and its validation |
+//! | [`config`] | the TOML configuration as written and its primitives; imports nothing else of the crate |
+//! | [`generation`] | the config with what each layer compiled from it, swapped whole on reload |
 //! | [`tls`] | rustls configurations (crypto provider: ring) |
 //! | [`report`] | the event log for measurement, `floodgate report`, alert delivery |
 //! | [`admin`] | metrics, the admin API and the client side of the admin verbs |
 
 pub mod admin;
 pub mod config;
+pub mod generation;
 pub mod hold;
 pub mod limit;
 pub mod logs;

@@ -1,14 +1,17 @@
 //! Upstream's outcomes after queueing: the queue id in upstream's answer
 //! ([`queue_id`]), the index of queued messages ([`index`], kept in the event log by
 //! [`journal`]), the smart host's log lines ([`logline`]) and the task that follows the
-//! log ([`follow`]). Every reported outcome — from the log or from `floodgate outcome` —
-//! goes through [`report`].
+//! log ([`follow`]), with its settings ([`settings`], `[outcomes]` compiled). Every
+//! reported outcome — from the log or from `floodgate outcome` — goes through [`report`].
 
 pub mod follow;
 pub mod index;
 pub mod journal;
 pub mod logline;
 pub mod queue_id;
+pub mod settings;
+
+pub use settings::{compile, OutcomesSettings};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
