@@ -77,3 +77,71 @@ impl Generation {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str =
+        "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:2525\"\n";
+
+    fn err(body: &str) -> String {
+        Generation::parse(Path::new("/etc/floodgate/g.toml"), &format!("{HEAD}{body}"))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn every_part_is_compiled_from_one_config() {
+        let g = Generation::parse(
+            Path::new("/etc/floodgate/g.toml"),
+            &format!(
+                "{HEAD}[report]\nevents = \"ev.jsonl\"\n[alerts]\nmax_keys = 7\n\
+                 [hold]\ndir = \"held\"\n[outcomes]\nremember = 5\n\
+                 [[limit]]\nname = \"h\"\nrate = \"1 / 1m\"\nburst = \"1\"\ncount = \"messages\"\naction = \"hold\"\n"
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(g.policy.limits[0].name, "h");
+        assert_eq!(
+            g.report.events.as_deref(),
+            Some(Path::new("/etc/floodgate/ev.jsonl"))
+        );
+        assert_eq!(g.alerts.as_ref().map(|a| a.max_keys), Some(7));
+        assert_eq!(
+            g.hold.as_ref().map(|h| h.dir.as_path()),
+            Some(Path::new("/etc/floodgate/held"))
+        );
+        assert_eq!(g.outcomes.remember, 5);
+        let s = g.observer_settings();
+        assert!(Arc::ptr_eq(s.policy, &g.policy));
+        assert_eq!(s.host, "floodgate");
+    }
+
+    #[test]
+    fn the_first_refused_section_is_named_in_a_fixed_order() {
+        let hold_limit = "[[limit]]\nname = \"h\"\nrate = \"1 / 1m\"\nburst = \"1\"\ncount = \"messages\"\naction = \"hold\"\n";
+        // The limits before [report], [report] before [alerts], [alerts] before [hold].
+        let e = err(&format!(
+            "[report]\nqueue = 0\n[alerts]\nmax_keys = 0\n{hold_limit}stage = \"nowhere\"\n"
+        ));
+        assert!(e.contains("unknown stage \"nowhere\""), "{e}");
+        let e = err(&format!(
+            "[report]\nqueue = 0\n[alerts]\nmax_keys = 0\n{hold_limit}"
+        ));
+        assert!(e.contains("[report] queue"), "{e}");
+        let e = err("[alerts]\nmax_keys = 0\n[hold]\ndir = \"h\"\nttl = \"0s\"\n");
+        assert!(e.contains("[alerts] max_keys"), "{e}");
+        // [hold] itself before what the limits need of it, that before [outcomes].
+        let e = err("[hold]\ndir = \"h\"\nttl = \"0s\"\n[outcomes]\nremember = 0\n");
+        assert!(e.contains("[hold] ttl"), "{e}");
+        let e = err(&format!("[outcomes]\nremember = 0\n{hold_limit}"));
+        assert!(
+            e.contains("has action = \"hold\" but there is no [hold]"),
+            "{e}"
+        );
+        let e = err("[outcomes]\nremember = 0\n");
+        assert!(e.contains("[outcomes] remember"), "{e}");
+        assert!(e.starts_with("/etc/floodgate/g.toml:6:"), "{e}");
+    }
+}
