@@ -13,14 +13,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use floodgate::config::Config;
+use floodgate::generation::Generation;
 use floodgate::policy::{Facts, Policy, RatePolicy, Stage};
 use floodgate::smtp::reply::Reply;
 use floodgate::store::{BaselineSet, MemoryStore};
 
 const USERS: usize = 10_000;
 
-fn config(baseline: bool) -> Config {
+fn config(baseline: bool) -> Generation {
     let extra = if baseline {
         "baseline = \"p95 / 14d\"\nfactor = 5\nfloor = 1000000\n"
     } else {
@@ -43,7 +43,7 @@ rate = "1000000 / 1d"
 burst = "1000000"
 {extra}"#
     );
-    Config::parse(Path::new("/etc/floodgate/bench.toml"), &text).expect("bench config")
+    Generation::parse(Path::new("/etc/floodgate/bench.toml"), &text).expect("bench config")
 }
 
 fn user(i: usize) -> String {
@@ -62,7 +62,7 @@ fn facts() -> Vec<Facts> {
         .collect()
 }
 
-fn with_history(config: &Config) {
+fn with_history(config: &Generation) {
     let def = config.policy.limits[0]
         .baseline
         .clone()

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use floodgate::config::Config;
+use floodgate::generation::Generation;
 use floodgate::outcomes::follow::Follower;
 use floodgate::outcomes::index::Queued;
 use floodgate::outcomes::logline::{Format, Kind};
@@ -55,7 +55,7 @@ period = "1h"
 "#;
 
 fn policy(text: &str) -> RatePolicy {
-    let cfg = Config::parse(Path::new("/etc/floodgate/b.toml"), text).expect("config");
+    let cfg = Generation::parse(Path::new("/etc/floodgate/b.toml"), text).expect("config");
     RatePolicy::new(cfg.policy, Arc::new(MemoryStore::default()))
 }
 

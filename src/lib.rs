@@ -13,7 +13,8 @@
 //! | [`policy`] | the verdict asked for at every SMTP stage |
 //! | [`proxy`] | the async session: client side, upstream side, the command loop |
 //! | [`server`] | listeners, admission, signals, reload, shutdown |
-//! | [`config`] | the TOML configuration model and its validation |
+//! | [`config`] | the TOML configuration as written and its primitives; imports nothing else of the crate |
+//! | [`generation`] | the config with what each layer compiled from it, swapped whole on reload |
 //! | [`tls`] | rustls configurations (crypto provider: ring) |
 //! | [`report`] | the event log for measurement, `floodgate report`, alert delivery |
 //! | [`hold`] | the hold spool's file format and the pacing of releases |
@@ -25,6 +26,7 @@
 pub mod admin;
 pub mod config;
 pub mod docs;
+pub mod generation;
 pub mod hold;
 pub mod limit;
 pub mod logs;

@@ -16,12 +16,6 @@ use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuild
 
 pub use tracing_appender::non_blocking::WorkerGuard;
 
-/// `[log] queue` by default: lines waiting for the writer at most.
-pub const DEFAULT_QUEUE: usize = 65_536;
-
-/// The largest `[log] queue` accepted.
-pub const MAX_QUEUE: usize = 16_777_216;
-
 /// Bytes gathered before the writer thread writes them out (it also writes whenever the
 /// queue runs empty).
 const WRITE_BUFFER: usize = 64 * 1024;

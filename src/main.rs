@@ -21,6 +21,7 @@ use floodgate::admin::api::AdminState;
 use floodgate::admin::client::{self, Verb};
 use floodgate::admin::{serve, Metrics};
 use floodgate::config::{Config, LogFormat};
+use floodgate::generation::Generation;
 use floodgate::policy::describe::{describe, warnings};
 use floodgate::policy::AllowAll;
 use floodgate::server::{build_policy_with, build_shared, open_store, spawn_store_tasks, Server};
@@ -341,7 +342,8 @@ fn check_fd_limit(max_connections: usize) {
 }
 
 fn run(path: PathBuf) -> anyhow::Result<()> {
-    let config = Config::load(&path)?;
+    let generation = Generation::load(&path)?;
+    let config = generation.config.clone();
     // Declared before the runtime, so dropped after it: the last lines are written at exit.
     let logs = init_logs(&config);
     let log_dropped = logs.dropped.clone();
@@ -356,23 +358,25 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let metrics = Arc::new(Metrics::new());
         floodgate::admin::metered::register_store_figures(&metrics, &store);
         log_dropped.register_metrics(&metrics);
-        let policy = build_policy_with(&config, store.as_store(), metrics.clone());
-        let observers = floodgate::report::Observers::start(&config)?;
-        observers.keep_baselines(&config, store.as_store()).await;
+        let policy = build_policy_with(&generation, store.as_store(), metrics.clone());
+        let observers = floodgate::report::Observers::start(generation.observer_settings())?;
+        observers
+            .keep_baselines(generation.observer_settings(), store.as_store())
+            .await;
         policy.observe(observers.clone());
         // Queued messages whose outcomes are still to come, from the event log.
         policy
             .queue_index()
-            .set_capacity(config.outcomes.remember);
+            .set_capacity(generation.outcomes.remember);
         policy.queue_index().register_metrics(&metrics);
-        if let Some(events) = &config.report.events {
+        if let Some(events) = &generation.report.events {
             let r = floodgate::outcomes::journal::rebuild(policy.queue_index(), events);
             if r.queued > 0 || r.bad > 0 {
                 info!(queued = r.queued, outcomes = r.outcomes, unreadable = r.bad,
                     "queued messages read back from the event log");
             }
         }
-        let _follower = match &config.outcomes.follow {
+        let _follower = match &generation.outcomes.follow {
             Some(f) => {
                 info!(path = %f.path.display(), format = ?f.format, "following the smart host's log");
                 Some(floodgate::policy::outcomes::follow(policy.clone(), f.clone())?)
@@ -384,12 +388,14 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let admin_observer: Arc<dyn floodgate::policy::alert::Observer> = observers.clone();
         let store_stop = tokio_util::sync::CancellationToken::new();
         let store_tasks = spawn_store_tasks(&store, &config.store, store_stop.clone());
-        for w in warnings(&config.policy) {
+        for w in warnings(&generation.policy) {
             warn!("{w}");
         }
         let admin_cfg = config.admin.clone();
         let metrics_cfg = config.metrics.clone();
-        let server = Server::bind_with(config, Arc::new(policy), metrics.clone()).await?;
+        let server = Server::bind_with(generation, Arc::new(policy), metrics.clone())
+            .await?
+            .with_observers(observers.clone());
         // Restrictions ended by time are told (log, metric, alert) by one node each.
         let sweep_stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(floodgate::policy::expiry::run(
@@ -537,8 +543,9 @@ async fn signals(control: floodgate::server::Control, mut s: Signals) {
 }
 
 fn check(path: PathBuf) -> anyhow::Result<()> {
-    let config = Arc::new(Config::load(&path)?);
-    build_shared(config.clone(), Arc::new(AllowAll))
+    let generation = Arc::new(Generation::load(&path)?);
+    let config = generation.config.clone();
+    build_shared(generation.clone(), Arc::new(AllowAll))
         .with_context(|| format!("{}: TLS material", path.display()))?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}: OK", path.display())?;
@@ -554,7 +561,7 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
             l.require_auth
         )?;
     }
-    if let Some(h) = &config.hold {
+    if let Some(h) = &generation.hold {
         writeln!(
             out,
             "hold: dir={} max_messages={} max_bytes={} ttl={}s on_expiry={} (held messages are answered 250 once on disk and relayed only by `floodgate held release`{})",
@@ -569,7 +576,7 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
                 "; deleted when their ttl passes"
             }
         )?;
-        if config
+        if generation
             .policy
             .limits
             .iter()
@@ -662,19 +669,19 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
         st.idle_ttl
     )?;
     check_store(&config.store, &mut out)?;
-    if let Some(e) = &config.report.events {
+    if let Some(e) = &generation.report.events {
         writeln!(
             out,
             "report: events={} max_size={} queue={}",
             e.display(),
-            config
+            generation
                 .report
                 .max_size
                 .map_or("(none)".into(), |s| s.to_string()),
-            config.report.queue
+            generation.report.queue
         )?;
     }
-    if let Some(a) = &config.alerts {
+    if let Some(a) = &generation.alerts {
         writeln!(
             out,
             "alerts: period={} max_per_minute={} max_keys={} webhook={} command={}",
@@ -694,11 +701,11 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
                 .map_or("(none)".into(), |c| format!("{c:?}"))
         )?;
     }
-    check_restricted(&config, &mut out)?;
-    for line in describe(&config.policy) {
+    check_restricted(&generation, &mut out)?;
+    for line in describe(&generation.policy) {
         writeln!(out, "{line}")?;
     }
-    for w in warnings(&config.policy) {
+    for w in warnings(&generation.policy) {
         writeln!(out, "warning: {w}")?;
     }
     Ok(())
@@ -767,8 +774,8 @@ fn generate_docs(dir: &std::path::Path) -> anyhow::Result<()> {
 
 fn report(a: ReportArgs) -> anyhow::Result<()> {
     use floodgate::report::{analyze, render, time};
-    let config = Config::load(&a.config)?;
-    let path = match a.events.or_else(|| config.report.events.clone()) {
+    let generation = Generation::load(&a.config)?;
+    let path = match a.events.or_else(|| generation.report.events.clone()) {
         Some(p) => p,
         None => anyhow::bail!(
             "no event log: give --events PATH or set [report] events in {}",
@@ -790,13 +797,13 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
     let file =
         std::fs::File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut r = analyze::analyze(
-        &config.policy,
+        &generation.policy,
         &path.display().to_string(),
         std::io::BufReader::new(file),
         &opts,
     )?;
     r.baselines = floodgate::report::baseline::summarise(
-        &config.policy,
+        &generation.policy,
         &path,
         opts.until_us.unwrap_or(now),
         opts.top,
@@ -807,7 +814,7 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
         let file = std::fs::File::open(&path)
             .with_context(|| format!("cannot open {}", path.display()))?;
         let charts = floodgate::report::html::collect(
-            &config.policy,
+            &generation.policy,
             &path.display().to_string(),
             std::io::BufReader::new(file),
             &opts,
@@ -835,7 +842,8 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
 /// Runs one admin verb against a running floodgate and prints the answer.
 /// What stays restricted, when the memory store's snapshot can be read; a restriction by a
 /// limit that is no longer configured is named as such (it is not freed by its removal).
-fn check_restricted(config: &Config, out: &mut impl Write) -> anyhow::Result<()> {
+fn check_restricted(generation: &Generation, out: &mut impl Write) -> anyhow::Result<()> {
+    let config = &generation.config;
     if config.store.backend != "memory" {
         return Ok(());
     }
@@ -853,7 +861,8 @@ fn check_restricted(config: &Config, out: &mut impl Write) -> anyhow::Result<()>
     }
     let now = floodgate::store::now_micros();
     for r in store.restricted_set().list(now) {
-        let known = r.limit == "admin" || config.policy.limits.iter().any(|d| d.name == r.limit);
+        let known =
+            r.limit == "admin" || generation.policy.limits.iter().any(|d| d.name == r.limit);
         writeln!(
             out,
             "restricted: {} by {} since {} until {}{}",
@@ -873,18 +882,16 @@ fn check_restricted(config: &Config, out: &mut impl Write) -> anyhow::Result<()>
 }
 
 /// `--for`: a duration or `until_released`, checked before anything is sent.
-fn parse_restrict_for(text: &str) -> Result<String, String> {
-    floodgate::store::RestrictFor::parse(text)
-        .map(|_| text.trim().to_string())
-        .map_err(|e| e.to_string())
+fn parse_restrict_for(text: &str) -> Result<String, floodgate::store::RestrictForError> {
+    floodgate::store::RestrictFor::parse(text).map(|_| text.trim().to_string())
 }
 
 fn admin_verb(args: &AdminArgs, verb: Verb) -> anyhow::Result<()> {
     let socket = match &args.socket {
         Some(s) => s.clone(),
         None => {
-            let config = Config::load(&args.config)?;
-            config.admin.socket.clone().ok_or_else(|| {
+            let generation = Generation::load(&args.config)?;
+            generation.config.admin.socket.clone().ok_or_else(|| {
                 anyhow::anyhow!(
                     "{}: the admin API is off ([admin] enabled = false)",
                     args.config.display()

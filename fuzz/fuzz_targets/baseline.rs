@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use floodgate::config::Config;
+use floodgate::generation::Generation;
 use floodgate::policy::baseline::BaselineSpec;
 use floodgate::policy::model::PolicyModel;
 use floodgate::report::baseline::DailyPeaks;
@@ -40,7 +40,7 @@ rate = "20 / 1h"
 burst = "20"
 baseline = "p50 / 3d"
 "#;
-        let c = Config::parse(Path::new("/fuzz.toml"), text).expect("fuzz config");
+        let c = Generation::parse(Path::new("/fuzz.toml"), text).expect("fuzz config");
         (*c.policy).clone()
     })
 }

@@ -1,5 +1,5 @@
-//! Any config text either validates or gives an error naming a line and column within the
-//! text; it never panics.
+//! Any config text either validates and compiles or gives an error naming a line and column
+//! within the text; it never panics.
 #![no_main]
 
 use std::path::Path;
@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Err(floodgate::config::ConfigError::Invalid { line, column, .. }) =
-        floodgate::config::Config::parse(Path::new("/fuzz/floodgate.toml"), text)
+        floodgate::generation::Generation::parse(Path::new("/fuzz/floodgate.toml"), text)
     {
         let lines = text.split('\n').count();
         assert!(line >= 1 && line <= lines.max(1), "line {line} of {lines}");

@@ -5,15 +5,15 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use floodgate::config::Config;
+use floodgate::generation::Generation;
 use floodgate::report::analyze::{analyze, Options};
 use floodgate::report::time::{parse_rfc3339, parse_time_arg, rfc3339};
 use libfuzzer_sys::fuzz_target;
 
-fn config() -> &'static Config {
-    static C: OnceLock<Config> = OnceLock::new();
+fn config() -> &'static Generation {
+    static C: OnceLock<Generation> = OnceLock::new();
     C.get_or_init(|| {
-        Config::parse(
+        Generation::parse(
             Path::new("fuzz.toml"),
             r#"
 [[listener]]

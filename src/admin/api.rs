@@ -217,7 +217,7 @@ impl AdminState {
     }
 
     async fn inspect(&self, key: &str) -> Response {
-        let config = self.control.config();
+        let config = self.control.generation();
         let store = self.store.as_store();
         let now = now_micros();
         let mut cache: HashMap<String, Vec<Record>> = HashMap::new();
@@ -255,7 +255,7 @@ impl AdminState {
     }
 
     async fn reset(&self, key: &str) -> Response {
-        let config = self.control.config();
+        let config = self.control.generation();
         let store = self.store.as_store();
         let mut keys: Vec<String> = config
             .policy
@@ -280,7 +280,7 @@ impl AdminState {
     }
 
     async fn top(&self, only: Option<&str>, n: usize) -> Response {
-        let config = self.control.config();
+        let config = self.control.generation();
         if let Some(name) = only {
             if !config.policy.limits.iter().any(|d| d.name == name) {
                 return Response::error(404, &format!("no limit named {name:?}"));
@@ -312,7 +312,7 @@ impl AdminState {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "admin: new configuration refused; the old one stays in force");
-                Response::error(422, &e)
+                Response::error(422, &e.to_string())
             }
         }
     }

@@ -352,14 +352,14 @@ pub fn top(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::generation::Generation;
     use crate::limit::ewma::EwmaState;
 
     fn model(limits: &str) -> std::sync::Arc<PolicyModel> {
         let text = format!(
             "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:25\"\n{limits}"
         );
-        Config::parse(std::path::Path::new("t.toml"), &text)
+        Generation::parse(std::path::Path::new("t.toml"), &text)
             .unwrap()
             .policy
     }

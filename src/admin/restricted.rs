@@ -66,7 +66,7 @@ impl AdminState {
         };
         // The tripping limit's records of the key go too, so the next message passes
         // instead of restricting the key again at once.
-        let config = self.control.config();
+        let config = self.control.generation();
         let mut keys: Vec<String> = config
             .policy
             .limits

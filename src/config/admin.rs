@@ -88,7 +88,8 @@ pub fn default_socket(state_path: Option<&Path>, config_path: &Path) -> PathBuf 
     if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
         return PathBuf::from(run).join(format!("floodgate-{tag}.sock"));
     }
-    let uid = crate::admin::peer::my_uid();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
     std::env::temp_dir().join(format!("floodgate-{uid}-{tag}.sock"))
 }
 
@@ -196,19 +197,18 @@ pub fn validate(
 
 #[cfg(test)]
 mod tests {
-    use super::super::Config;
+    use super::super::{Config, ConfigError};
     use std::path::Path;
 
     const BASE: &str =
         "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:25\"\n";
 
-    fn parse(extra: &str) -> Result<Config, String> {
+    fn parse(extra: &str) -> Result<Config, ConfigError> {
         Config::parse(Path::new("/etc/fg/f.toml"), &format!("{BASE}{extra}"))
-            .map_err(|e| e.to_string())
     }
 
     fn err(extra: &str) -> String {
-        parse(extra).unwrap_err()
+        parse(extra).unwrap_err().to_string()
     }
 
     #[test]

@@ -1,26 +1,52 @@
-//! `[hold]`: the hold spool of `action = "hold"`.
+//! `[hold]` as written: the hold spool of `action = "hold"` (checked and made absolute when
+//! the generation is compiled).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
-use toml::Spanned;
 
-use super::{ConfigDuration, ConfigError};
+use super::ConfigDuration;
+
+/// What happens to a held message when its `ttl` has passed.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnExpiry {
+    /// Remove it.
+    #[default]
+    Delete,
+    /// Relay it as `held release` would.
+    Release,
+}
+
+impl OnExpiry {
+    /// The config word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnExpiry::Delete => "delete",
+            OnExpiry::Release => "release",
+        }
+    }
+}
 
 /// `[hold]` as written.
-#[derive(Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawHold {
-    dir: PathBuf,
+pub struct HoldConfig {
+    /// The spool directory (relative to the config file's directory).
+    pub dir: PathBuf,
+    /// Most octets of held files together.
     #[serde(default = "default_hold_max_bytes")]
-    max_bytes: u64,
+    pub max_bytes: u64,
+    /// Most held messages.
     #[serde(default = "default_hold_max_messages")]
-    max_messages: usize,
+    pub max_messages: usize,
+    /// How long a message stays held.
     #[serde(default = "default_hold_ttl")]
-    ttl: ConfigDuration,
+    pub ttl: ConfigDuration,
+    /// What happens after `ttl`.
     #[serde(default)]
-    on_expiry: crate::hold::OnExpiry,
+    pub on_expiry: OnExpiry,
 }
 
 fn default_hold_max_bytes() -> u64 {
@@ -33,65 +59,4 @@ fn default_hold_max_messages() -> usize {
 
 fn default_hold_ttl() -> ConfigDuration {
     ConfigDuration(Duration::from_secs(7 * 86400))
-}
-
-/// Validates `[hold]`; a limit with `action = "hold"` needs it.
-pub(super) fn validate(
-    raw: Option<Spanned<RawHold>>,
-    abs: &dyn Fn(PathBuf) -> PathBuf,
-    policy: &crate::policy::model::PolicyModel,
-    at: &dyn Fn(std::ops::Range<usize>, String) -> ConfigError,
-) -> Result<Option<crate::hold::HoldSettings>, ConfigError> {
-    let hold = match raw {
-        Some(h) => {
-            let span = h.span();
-            let h = h.into_inner();
-            if h.max_messages == 0 || h.max_bytes == 0 {
-                return Err(at(
-                    span,
-                    "[hold] max_messages and max_bytes must be at least 1".into(),
-                ));
-            }
-            if h.ttl.0.is_zero() {
-                return Err(at(span, "[hold] ttl must be longer than 0s".into()));
-            }
-            Some(crate::hold::HoldSettings {
-                dir: abs(h.dir),
-                max_bytes: h.max_bytes,
-                max_messages: h.max_messages,
-                ttl: h.ttl.0,
-                on_expiry: h.on_expiry,
-            })
-        }
-        None => None,
-    };
-    if hold.is_none() {
-        if let Some(l) = policy
-            .limits
-            .iter()
-            .find(|l| l.action == crate::policy::model::Action::Hold)
-        {
-            return Err(at(
-                0..0,
-                format!(
-                    "limit {} has action = \"hold\" but there is no [hold] section with a dir",
-                    l.name
-                ),
-            ));
-        }
-        if let Some(l) = policy
-            .limits
-            .iter()
-            .find(|l| l.restrict.as_ref().is_some_and(|r| r.hold))
-        {
-            return Err(at(
-                0..0,
-                format!(
-                    "limit {} has while_restricted = \"hold\", which needs [hold] (a [hold] section with a dir)",
-                    l.name
-                ),
-            ));
-        }
-    }
-    Ok(hold)
 }

@@ -3,24 +3,34 @@
 //! Every error names the file, the line and what is wrong; floodgate refuses to start on any.
 
 mod admin;
+mod alerts;
 mod duration;
 mod graded;
 mod hold;
 mod net;
-pub mod outcomes;
+mod outcomes;
 mod policy;
+mod report;
+mod source;
 mod store;
 mod words;
 
 pub use admin::{default_socket, AdminConfig, MetricsConfig, MIN_TOKEN_LEN};
+pub use alerts::AlertsConfig;
 pub use duration::{parse_duration, ConfigDuration, DurationError};
+pub use hold::{HoldConfig, OnExpiry};
 pub use net::{Cidr, CidrError};
+pub use outcomes::OutcomesConfig;
 pub use policy::{AuthFailuresConfig, LimitConfig, ListConfig, ListsConfig};
-pub use store::{Secret, StoreConfig};
+pub use report::ReportConfig;
+pub use store::{PasswordError, Secret, StoreConfig, StoreConfigError};
 
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use source::Source;
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -351,10 +361,16 @@ impl Default for LogConfig {
         LogConfig {
             level: "info".into(),
             format: LogFormat::Text,
-            queue: crate::logs::DEFAULT_QUEUE,
+            queue: DEFAULT_LOG_QUEUE,
         }
     }
 }
+
+/// `[log] queue` by default: lines waiting for the log writer at most.
+pub const DEFAULT_LOG_QUEUE: usize = 65_536;
+
+/// The largest `[log] queue` accepted.
+pub const MAX_LOG_QUEUE: usize = 16_777_216;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -380,19 +396,23 @@ struct RawConfig {
     #[serde(default)]
     auth_failures: AuthFailuresConfig,
     #[serde(default)]
-    report: crate::report::ReportConfig,
+    report: ReportConfig,
     #[serde(default)]
-    alerts: Option<crate::policy::alert::AlertsConfig>,
+    alerts: Option<AlertsConfig>,
     metrics: Option<admin::RawMetrics>,
     #[serde(default)]
     admin: admin::RawAdmin,
     #[serde(default)]
-    hold: Option<Spanned<hold::RawHold>>,
+    hold: Option<Spanned<HoldConfig>>,
     #[serde(default)]
-    outcomes: Option<Spanned<outcomes::RawOutcomes>>,
+    outcomes: Option<Spanned<OutcomesConfig>>,
 }
 
-/// A validated configuration.
+/// A validated configuration: the sections as written, with what can be checked without
+/// compiling them checked (listeners, upstream, store, protocol limits, admin). The policy,
+/// report, alert, hold and outcome sections are compiled, and checked, into a runtime
+/// generation by the layers that use them; their errors are placed with
+/// [`Config::error_at`].
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The file it came from.
@@ -413,20 +433,26 @@ pub struct Config {
     pub store: StoreConfig,
     /// `[log]`.
     pub log: LogConfig,
-    /// `[lists]`, `[[limit]]` and `[auth_failures]`, compiled and checked.
-    pub policy: std::sync::Arc<crate::policy::model::PolicyModel>,
-    /// `[report]`: the event log for measurement.
-    pub report: crate::report::ReportSettings,
-    /// `[alerts]`; `None` when absent or disabled.
-    pub alerts: Option<crate::policy::alert::AlertSettings>,
+    /// `[lists]` as written.
+    pub lists: ListsConfig,
+    /// `[[limit]]` as written, in file order.
+    pub limits: Vec<LimitConfig>,
+    /// `[auth_failures]`.
+    pub auth_failures: AuthFailuresConfig,
+    /// `[report]` as written: the event log for measurement.
+    pub report: ReportConfig,
+    /// `[alerts]` as written; `None` when absent.
+    pub alerts: Option<AlertsConfig>,
     /// `[metrics]` (off when absent).
     pub metrics: Option<MetricsConfig>,
     /// `[admin]`, with the socket path resolved.
     pub admin: AdminConfig,
-    /// `[hold]`, with its directory made absolute; `None` when absent.
-    pub hold: Option<crate::hold::HoldSettings>,
-    /// `[outcomes]`: the smart host's log to follow, if any.
-    pub outcomes: outcomes::OutcomesSettings,
+    /// `[hold]` as written; `None` when absent.
+    pub hold: Option<Spanned<HoldConfig>>,
+    /// `[outcomes]` as written; `None` when absent.
+    pub outcomes: Option<Spanned<OutcomesConfig>>,
+    /// The text it was read from, to place errors found later.
+    source: Source,
 }
 
 impl Config {
@@ -441,15 +467,7 @@ impl Config {
 
     /// Validates config text; `path` names it in errors and anchors relative paths.
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let at = |span: std::ops::Range<usize>, message: String| {
-            let (line, column) = line_col(text, span.start);
-            ConfigError::Invalid {
-                path: path.to_path_buf(),
-                line,
-                column,
-                message,
-            }
-        };
+        let at = |span: Range<usize>, message: String| Source::locate(text, path, span, message);
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
             at(
                 e.span().unwrap_or(0..0),
@@ -517,7 +535,7 @@ impl Config {
             .store
             .into_inner()
             .validate(&base)
-            .map_err(|m| at(store_span, m))?;
+            .map_err(|e| at(store_span, e.to_string()))?;
         let smtp = raw.smtp;
         if smtp.max_command_line < 512 {
             return Err(at(
@@ -540,12 +558,11 @@ impl Config {
                 "[smtp] max_message_size must be at least 1 (0 would refuse every message)".into(),
             ));
         }
-        if !(1..=crate::logs::MAX_QUEUE).contains(&raw.log.queue) {
+        if !(1..=MAX_LOG_QUEUE).contains(&raw.log.queue) {
             return Err(at(
                 0..0,
                 format!(
-                    "[log] queue must be between 1 and {} (lines waiting for the log writer)",
-                    crate::logs::MAX_QUEUE
+                    "[log] queue must be between 1 and {MAX_LOG_QUEUE} (lines waiting for the log writer)"
                 ),
             ));
         }
@@ -566,25 +583,6 @@ impl Config {
             path,
             &|span, message| at(span, message),
         )?;
-        let policy = crate::policy::model::compile(
-            &crate::policy::model::PolicySource {
-                lists: &raw.lists,
-                limits: &raw.limit,
-                auth_failures: &raw.auth_failures,
-                base: &base,
-                hostname: &raw.server.hostname,
-            },
-            &|span, message| at(span, message),
-        )?;
-        let report = raw.report.compile(&base, &at)?;
-        crate::report::baseline::check_config(&raw.limit, &report, &at)?;
-        let alerts = match &raw.alerts {
-            Some(a) => a.compile(&base, &at)?,
-            None => None,
-        };
-        let hold = hold::validate(raw.hold, &abs, &policy, &at)?;
-        graded::check_actions(&policy, &upstream, hold.is_some(), &at)?;
-        let outcomes = outcomes::validate(raw.outcomes, &base, &at)?;
         Ok(Config {
             path: path.to_path_buf(),
             server: raw.server,
@@ -595,14 +593,39 @@ impl Config {
             smtp,
             store,
             log: raw.log,
-            policy: std::sync::Arc::new(policy),
-            report,
-            alerts,
+            lists: raw.lists,
+            limits: raw.limit,
+            auth_failures: raw.auth_failures,
+            report: raw.report,
+            alerts: raw.alerts,
             metrics,
             admin,
-            hold,
-            outcomes,
+            hold: raw.hold,
+            outcomes: raw.outcomes,
+            source: Source::new(text),
         })
+    }
+
+    /// An error at a byte span of the config text, named by file, line and column (an
+    /// empty span at 0 names line 1, column 1: the file as a whole).
+    pub fn error_at(&self, span: Range<usize>, message: String) -> ConfigError {
+        self.source.error_at(&self.path, span, message)
+    }
+
+    /// The directory relative paths of the config are taken from: the config file's own.
+    pub fn base_dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new(""))
+    }
+
+    /// `path` as written in the config: kept when absolute, else taken from
+    /// [`base_dir`](Self::base_dir).
+    pub fn resolve(&self, path: impl AsRef<Path>) -> PathBuf {
+        let path = path.as_ref();
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.base_dir().join(path)
+        }
     }
 
     /// floodgate's EHLO name towards upstream.
@@ -641,14 +664,6 @@ pub fn split_host_port(s: &str) -> Option<(&str, u16)> {
         return None;
     }
     Some((host, port))
-}
-
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(text.len());
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
-    (line, column)
 }
 
 #[cfg(test)]

@@ -113,13 +113,66 @@ impl Default for StoreConfig {
     }
 }
 
+/// Why `[store]` was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreConfigError {
+    /// A backend other than `memory` or `redis`.
+    #[error("store backend {0:?} is not available: use \"memory\" or \"redis\"")]
+    Backend(String),
+    /// Both `url` and `nodes`.
+    #[error("[store] gives both url and nodes: use url for one Redis server, nodes for a cluster")]
+    UrlAndNodes,
+    /// Redis without `url` or `nodes`.
+    #[error("[store] backend = \"redis\" needs url (or nodes for a cluster)")]
+    NoUrl,
+    /// More than one password source.
+    #[error("[store] give at most one of password, password_file and password_env")]
+    TwoPasswords,
+    /// An unknown `failure_mode`.
+    #[error("[store] failure_mode {0:?}: use \"open\", \"closed\" or \"local\"")]
+    FailureMode(String),
+    /// An unknown mode in `[store.failure_modes]`.
+    #[error("[store.failure_modes] {prefix:?} = {mode:?}: use \"open\", \"closed\" or \"local\"")]
+    PrefixFailureMode {
+        /// The limit key prefix.
+        prefix: String,
+        /// The mode given for it.
+        mode: String,
+    },
+    /// An unknown `hash_tag`.
+    #[error("[store] hash_tag {0:?}: use \"global\" or \"identity\"")]
+    HashTag(String),
+    /// A `key_prefix` with braces.
+    #[error("[store] key_prefix must not contain {{ or }} (they set the cluster hash tag)")]
+    KeyPrefixBraces,
+    /// A zero `timeout`.
+    #[error("[store] timeout must be positive")]
+    Timeout,
+}
+
+/// Why the Redis password could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum PasswordError {
+    /// `password_file` could not be read.
+    #[error("{}: cannot read the Redis password: {source}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `password_env` names a variable that is not set.
+    #[error("environment variable {0} (the Redis password) is not set")]
+    Env(String),
+}
+
 fn mode_ok(word: &str) -> bool {
     matches!(word, "open" | "closed" | "local")
 }
 
 impl StoreConfig {
     /// Checks the section and makes paths absolute against `base`.
-    pub fn validate(mut self, base: &Path) -> Result<StoreConfig, String> {
+    pub fn validate(mut self, base: &Path) -> Result<StoreConfig, StoreConfigError> {
         let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         self.path = self.path.map(abs);
         self.password_file = self.password_file.map(abs);
@@ -127,17 +180,13 @@ impl StoreConfig {
         match self.backend.as_str() {
             "memory" => return Ok(self),
             "redis" => {}
-            other => {
-                return Err(format!(
-                    "store backend {other:?} is not available: use \"memory\" or \"redis\""
-                ))
-            }
+            other => return Err(StoreConfigError::Backend(other.to_string())),
         }
         if self.url.is_some() && !self.nodes.is_empty() {
-            return Err("[store] gives both url and nodes: use url for one Redis server, nodes for a cluster".into());
+            return Err(StoreConfigError::UrlAndNodes);
         }
         if self.url.is_none() && self.nodes.is_empty() {
-            return Err("[store] backend = \"redis\" needs url (or nodes for a cluster)".into());
+            return Err(StoreConfigError::NoUrl);
         }
         // A rediss:// address means TLS whatever `tls` says, so the CA bundle applies.
         let rediss = |a: &str| {
@@ -153,57 +202,48 @@ impl StoreConfig {
             self.password_env.is_some(),
         ];
         if secrets.iter().filter(|&&s| s).count() > 1 {
-            return Err(
-                "[store] give at most one of password, password_file and password_env".into(),
-            );
+            return Err(StoreConfigError::TwoPasswords);
         }
         if !mode_ok(&self.failure_mode) {
-            return Err(format!(
-                "[store] failure_mode {:?}: use \"open\", \"closed\" or \"local\"",
-                self.failure_mode
-            ));
+            return Err(StoreConfigError::FailureMode(self.failure_mode));
         }
         for (prefix, mode) in &self.failure_modes {
             if !mode_ok(mode) {
-                return Err(format!(
-                    "[store.failure_modes] {prefix:?} = {mode:?}: use \"open\", \"closed\" or \"local\""
-                ));
+                return Err(StoreConfigError::PrefixFailureMode {
+                    prefix: prefix.clone(),
+                    mode: mode.clone(),
+                });
             }
         }
         if !matches!(self.hash_tag.as_str(), "global" | "identity") {
-            return Err(format!(
-                "[store] hash_tag {:?}: use \"global\" or \"identity\"",
-                self.hash_tag
-            ));
+            return Err(StoreConfigError::HashTag(self.hash_tag));
         }
         if self.key_prefix.contains(['{', '}']) {
-            return Err(
-                "[store] key_prefix must not contain { or } (they set the cluster hash tag)".into(),
-            );
+            return Err(StoreConfigError::KeyPrefixBraces);
         }
         if self.timeout.0.is_zero() {
-            return Err("[store] timeout must be positive".into());
+            return Err(StoreConfigError::Timeout);
         }
         Ok(self)
     }
 
     /// The Redis password from `password`, `password_file` or `password_env`.
-    pub fn resolve_password(&self) -> Result<Option<Secret>, String> {
+    pub fn resolve_password(&self) -> Result<Option<Secret>, PasswordError> {
         if let Some(p) = &self.password {
             return Ok(Some(p.clone()));
         }
         if let Some(path) = &self.password_file {
-            let text =
-                Zeroizing::new(std::fs::read_to_string(path).map_err(|e| {
-                    format!("{}: cannot read the Redis password: {e}", path.display())
-                })?);
+            let text = Zeroizing::new(std::fs::read_to_string(path).map_err(|source| {
+                PasswordError::File {
+                    path: path.clone(),
+                    source,
+                }
+            })?);
             let line = text.lines().next().unwrap_or("").trim_end_matches('\r');
             return Ok(Some(Secret::new(line.to_string())));
         }
         if let Some(var) = &self.password_env {
-            let v = std::env::var(var).map_err(|_| {
-                format!("environment variable {var} (the Redis password) is not set")
-            })?;
+            let v = std::env::var(var).map_err(|_| PasswordError::Env(var.clone()))?;
             return Ok(Some(Secret::new(v)));
         }
         Ok(None)
@@ -228,10 +268,14 @@ mod tests {
         assert!(redis().validate(base).is_ok());
         let mut c = redis();
         c.nodes = vec!["a:1".into()];
-        assert!(c.validate(base).unwrap_err().contains("both"));
+        assert!(c.validate(base).unwrap_err().to_string().contains("both"));
         let mut c = redis();
         c.url = None;
-        assert!(c.validate(base).unwrap_err().contains("needs url"));
+        assert!(c
+            .validate(base)
+            .unwrap_err()
+            .to_string()
+            .contains("needs url"));
         let mut c = redis();
         c.failure_mode = "maybe".into();
         assert!(c.validate(base).is_err());
@@ -247,7 +291,11 @@ mod tests {
         let mut c = redis();
         c.password = Some(Secret::new("a".into()));
         c.password_env = Some("X".into());
-        assert!(c.validate(base).unwrap_err().contains("at most one"));
+        assert!(c
+            .validate(base)
+            .unwrap_err()
+            .to_string()
+            .contains("at most one"));
         let mut c = redis();
         c.password_file = Some("pw".into());
         assert_eq!(

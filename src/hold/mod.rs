@@ -3,10 +3,12 @@
 //!
 //! * [`format`](mod@format): the held file (pure: serialisation and parsing);
 //! * [`spool`]: the directory (atomic writes, listing, claims, limits);
-//! * [`pace`]: paced messages (`action = "pace"`) waiting for their automatic release.
+//! * [`pace`]: paced messages (`action = "pace"`) waiting for their automatic release;
+//! * `settings`: `[hold]` compiled into [`HoldSettings`].
 
 pub mod format;
 pub mod pace;
+mod settings;
 pub mod spool;
 
 pub use format::{FormatError, HeldMessage};

@@ -18,30 +18,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Deserialize;
-
 use super::format::{valid_id, HeldMessage};
 
-/// What happens to a held message when its `ttl` has passed.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum OnExpiry {
-    /// Remove it.
-    #[default]
-    Delete,
-    /// Relay it as `held release` would.
-    Release,
-}
-
-impl OnExpiry {
-    /// The config word.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnExpiry::Delete => "delete",
-            OnExpiry::Release => "release",
-        }
-    }
-}
+pub use crate::config::OnExpiry;
 
 /// `[hold]`, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]

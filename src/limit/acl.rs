@@ -1,6 +1,6 @@
 //! Exim's ACLs (SMTP stages) and which `per_*` options each allows.
 
-use super::spec::PerMode;
+use super::per::PerMode;
 
 /// The ACL (SMTP stage) a limit is evaluated in; decides Exim's "badacl" rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

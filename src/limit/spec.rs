@@ -7,6 +7,7 @@
 
 pub use super::acl::Acl;
 use super::number::{exim_interval, strtod_prefix};
+pub use super::per::PerMode;
 use std::fmt;
 
 /// Why a limit string was refused. `Display` is Exim's own message.
@@ -38,35 +39,6 @@ pub enum SpecError {
         /// Exim's name of the ACL.
         acl: &'static str,
     },
-}
-
-/// The `per_*` option of a limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PerMode {
-    /// Messages (the default when no `per_*` option is given).
-    Mail,
-    /// Bytes of the message; stored under `per_mail`.
-    Byte,
-    /// Recipients.
-    Rcpt,
-    /// Distinct recipient addresses (`per_rcpt` + `unique=${local_part}@${domain}`).
-    Addr,
-    /// Every evaluation.
-    Cmd,
-    /// Connections.
-    Conn,
-}
-
-impl PerMode {
-    /// The mode word that goes into the database key.
-    pub fn key_word(self) -> &'static str {
-        match self {
-            PerMode::Mail | PerMode::Byte => "per_mail",
-            PerMode::Rcpt | PerMode::Addr => "per_rcpt",
-            PerMode::Cmd => "per_cmd",
-            PerMode::Conn => "per_conn",
-        }
-    }
 }
 
 /// What happens to the stored rate after an evaluation.

@@ -1,14 +1,18 @@
 //! Upstream's outcomes after queueing: the queue id in upstream's answer
 //! ([`queue_id`]), the index of queued messages ([`index`], kept in the event log by
 //! [`journal`]), the smart host's log lines ([`logline`]) and the thread that follows the
-//! log ([`follow`]). Charging an outcome to the limits is the policy's
-//! (`policy::outcomes`): this module knows nothing of limits.
+//! log ([`follow`]), with its settings ([`settings`], `[outcomes]` compiled). Charging an
+//! outcome to the limits is the policy's (`policy::outcomes`): this module knows nothing of
+//! limits.
 
 pub mod follow;
 pub mod index;
 pub mod journal;
 pub mod logline;
 pub mod queue_id;
+pub mod settings;
+
+pub use settings::{compile, OutcomesSettings};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

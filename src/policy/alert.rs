@@ -85,8 +85,6 @@ pub trait Observer: Send + Sync {
     fn evaluated(&self, e: &Evaluated<'_>);
     /// A limit is over for one event.
     fn crossed(&self, c: &Crossed<'_>);
-    /// A new configuration is in force (SIGHUP).
-    fn reload(&self, config: &Config);
     /// A key was restricted or released: the notice (`floodgate.restricted` or
     /// `floodgate.released`, see [`restriction_notice`]).
     fn restriction(&self, notice: &serde_json::Value) {
@@ -145,39 +143,6 @@ pub fn restriction_notice(
     v
 }
 
-/// `[alerts]` as written.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AlertsConfig {
-    /// Alerts on or off (default on when the section is present).
-    #[serde(default)]
-    pub enabled: Option<bool>,
-    /// Alert a key again after this long; default: the limit's own period.
-    #[serde(default)]
-    pub period: Option<Spanned<String>>,
-    /// Alerts delivered per minute at most (default 60); more are counted as suppressed.
-    #[serde(default)]
-    pub max_per_minute: Option<Spanned<i64>>,
-    /// Keys remembered as already alerted at most (default 100000).
-    #[serde(default)]
-    pub max_keys: Option<Spanned<i64>>,
-    /// POST each alert here (`http://host:port/path` or `https://...`).
-    #[serde(default)]
-    pub webhook: Option<Spanned<String>>,
-    /// CA bundle for an https webhook; the system roots when absent.
-    #[serde(default)]
-    pub ca_file: Option<Spanned<String>>,
-    /// Time limit of one webhook delivery (default 5s).
-    #[serde(default)]
-    pub webhook_timeout: Option<Spanned<String>>,
-    /// Run this program (no shell) with the alert as JSON on stdin.
-    #[serde(default)]
-    pub command: Option<Spanned<Vec<String>>>,
-    /// Time limit of one command run (default 10s); it is killed after.
-    #[serde(default)]
-    pub command_timeout: Option<Spanned<String>>,
-}
-
 /// `[alerts]`, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AlertSettings {
@@ -214,93 +179,90 @@ impl Default for AlertSettings {
     }
 }
 
-impl AlertsConfig {
-    /// Validates the section; `None` when alerts are off. `base` anchors relative paths;
-    /// `at` names the config position of an error.
-    pub fn compile(
-        &self,
-        base: &Path,
-        at: &dyn Fn(Range<usize>, String) -> ConfigError,
-    ) -> Result<Option<AlertSettings>, ConfigError> {
-        if self.enabled == Some(false) {
-            return Ok(None);
-        }
-        let mut s = AlertSettings::default();
-        let dur = |v: &Spanned<String>, what: &str| {
-            let d = parse_duration(v.get_ref())
-                .map_err(|e| at(v.span(), format!("[alerts] {what}: {e}")))?;
-            if d.is_zero() {
-                return Err(at(v.span(), format!("[alerts] {what} must be positive")));
-            }
-            Ok(d)
-        };
-        if let Some(p) = &self.period {
-            s.period = Some(dur(p, "period")?);
-        }
-        if let Some(t) = &self.webhook_timeout {
-            s.webhook_timeout = dur(t, "webhook_timeout")?;
-        }
-        if let Some(t) = &self.command_timeout {
-            s.command_timeout = dur(t, "command_timeout")?;
-        }
-        if let Some(n) = &self.max_per_minute {
-            s.max_per_minute = u32::try_from(*n.get_ref())
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| {
-                    at(
-                        n.span(),
-                        "[alerts] max_per_minute must be a positive number".into(),
-                    )
-                })?;
-        }
-        if let Some(n) = &self.max_keys {
-            s.max_keys = usize::try_from(*n.get_ref())
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| {
-                    at(
-                        n.span(),
-                        "[alerts] max_keys must be a positive number".into(),
-                    )
-                })?;
-        }
-        if let Some(w) = &self.webhook {
-            let url = Url::parse(w.get_ref())
-                .map_err(|e| at(w.span(), format!("[alerts] webhook: {e}")))?;
-            s.webhook = Some(url);
-        }
-        if let Some(c) = &self.ca_file {
-            let p = PathBuf::from(c.get_ref());
-            let p = if p.is_absolute() { p } else { base.join(p) };
-            if !p.is_file() {
-                return Err(at(
-                    c.span(),
-                    format!("[alerts] ca_file {} is not a readable file", p.display()),
-                ));
-            }
-            s.ca_file = Some(p);
-        }
-        if let Some(c) = &self.command {
-            let argv = c.get_ref();
-            let Some(prog) = argv.first() else {
-                return Err(at(
-                    c.span(),
-                    "[alerts] command needs at least the program".into(),
-                ));
-            };
-            if !Path::new(prog).is_absolute() {
-                return Err(at(
-                    c.span(),
-                    format!(
-                        "[alerts] command: the program {prog:?} must be an absolute path (no shell, no PATH search)"
-                    ),
-                ));
-            }
-            s.command = Some(argv.clone());
-        }
-        Ok(Some(s))
+/// `config`'s `[alerts]`, checked; `None` when absent or off. Relative paths are taken
+/// from the config file's directory.
+pub fn compile(config: &Config) -> Result<Option<AlertSettings>, ConfigError> {
+    let Some(a) = &config.alerts else {
+        return Ok(None);
+    };
+    let at = |span: Range<usize>, message: String| config.error_at(span, message);
+    if a.enabled == Some(false) {
+        return Ok(None);
     }
+    let mut s = AlertSettings::default();
+    let dur = |v: &Spanned<String>, what: &str| {
+        let d = parse_duration(v.get_ref())
+            .map_err(|e| at(v.span(), format!("[alerts] {what}: {e}")))?;
+        if d.is_zero() {
+            return Err(at(v.span(), format!("[alerts] {what} must be positive")));
+        }
+        Ok(d)
+    };
+    if let Some(p) = &a.period {
+        s.period = Some(dur(p, "period")?);
+    }
+    if let Some(t) = &a.webhook_timeout {
+        s.webhook_timeout = dur(t, "webhook_timeout")?;
+    }
+    if let Some(t) = &a.command_timeout {
+        s.command_timeout = dur(t, "command_timeout")?;
+    }
+    if let Some(n) = &a.max_per_minute {
+        s.max_per_minute = u32::try_from(*n.get_ref())
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                at(
+                    n.span(),
+                    "[alerts] max_per_minute must be a positive number".into(),
+                )
+            })?;
+    }
+    if let Some(n) = &a.max_keys {
+        s.max_keys = usize::try_from(*n.get_ref())
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                at(
+                    n.span(),
+                    "[alerts] max_keys must be a positive number".into(),
+                )
+            })?;
+    }
+    if let Some(w) = &a.webhook {
+        let url =
+            Url::parse(w.get_ref()).map_err(|e| at(w.span(), format!("[alerts] webhook: {e}")))?;
+        s.webhook = Some(url);
+    }
+    if let Some(c) = &a.ca_file {
+        let p = config.resolve(c.get_ref());
+        if !p.is_file() {
+            return Err(at(
+                c.span(),
+                format!("[alerts] ca_file {} is not a readable file", p.display()),
+            ));
+        }
+        s.ca_file = Some(p);
+    }
+    if let Some(c) = &a.command {
+        let argv = c.get_ref();
+        let Some(prog) = argv.first() else {
+            return Err(at(
+                c.span(),
+                "[alerts] command needs at least the program".into(),
+            ));
+        };
+        if !Path::new(prog).is_absolute() {
+            return Err(at(
+                c.span(),
+                format!(
+                    "[alerts] command: the program {prog:?} must be an absolute path (no shell, no PATH search)"
+                ),
+            ));
+        }
+        s.command = Some(argv.clone());
+    }
+    Ok(Some(s))
 }
 
 /// One alert, in its stable JSON shape (see the module documentation).

@@ -2,7 +2,6 @@
 //! value checked, every refusal at its file, line and column.
 
 use std::ops::Range;
-use std::path::Path;
 use std::time::Duration;
 
 use toml::Spanned;
@@ -10,12 +9,12 @@ use toml::Spanned;
 use super::condition::{Condition, Subject};
 use super::lists::{Lists, NamedList};
 use super::model::{
-    acl_of, stage_of, Action, At, AuthDelay, Counted, DelayKind, LimitDef, PolicyModel,
-    PolicySource, RateDef, RestrictDef, DEFAULT_MAX_DELAY, HARD_MAX_DELAY,
+    acl_of, stage_of, Action, At, AuthDelay, Counted, DelayKind, LimitDef, PolicyModel, RateDef,
+    RestrictDef, DEFAULT_MAX_DELAY, HARD_MAX_DELAY,
 };
 use super::template::{Template, Var};
 use super::Stage;
-use crate::config::{parse_duration, ConfigError, LimitConfig};
+use crate::config::{parse_duration, Config, ConfigError, LimitConfig};
 use crate::limit::bucket::{BucketSpec, Multipliers};
 use crate::limit::gcra::GcraSpec;
 use crate::limit::spec::{PerMode, UpdateMode};
@@ -28,21 +27,14 @@ fn inner(span: Range<usize>, at: usize) -> Range<usize> {
     s..s
 }
 
-fn load_lists(src: &PolicySource<'_>, at: At<'_>) -> Result<Lists, ConfigError> {
+fn load_lists(config: &Config, at: At<'_>) -> Result<Lists, ConfigError> {
     let mut lists = Lists::default();
-    for (name, spanned) in src.lists {
+    for (name, spanned) in &config.lists {
         let span = spanned.span();
         let cfg = spanned.get_ref();
         let list = match (&cfg.file, &cfg.entries) {
             (Some(file), None) => {
-                let path = {
-                    let p = Path::new(file.get_ref());
-                    if p.is_absolute() {
-                        p.to_path_buf()
-                    } else {
-                        src.base.join(p)
-                    }
-                };
+                let path = config.resolve(file.get_ref());
                 let text = std::fs::read_to_string(&path).map_err(|e| {
                     at(
                         file.span(),
@@ -94,11 +86,13 @@ fn duration(v: &Spanned<String>, what: &str, at: At<'_>) -> Result<Duration, Con
     parse_duration(v.get_ref()).map_err(|e| at(v.span(), format!("{what}: {e}")))
 }
 
-/// Compiles the policy sections; every error names where it is.
-pub fn compile(src: &PolicySource<'_>, at: At<'_>) -> Result<PolicyModel, ConfigError> {
-    let lists = load_lists(src, at)?;
+/// Compiles `config`'s `[lists]`, `[[limit]]` and `[auth_failures]`; every error names
+/// where it is.
+pub fn compile(config: &Config) -> Result<PolicyModel, ConfigError> {
+    let at: At<'_> = &|span, message| config.error_at(span, message);
+    let lists = load_lists(config, at)?;
     let mut limits: Vec<LimitDef> = Vec::new();
-    for (i, raw) in src.limits.iter().enumerate() {
+    for (i, raw) in config.limits.iter().enumerate() {
         let def = compile_limit(raw, i, &lists, at)?;
         if limits.iter().any(|l| l.name == def.name) {
             let span = raw.name.as_ref().map_or(0..0, |n| n.span());
@@ -106,7 +100,7 @@ pub fn compile(src: &PolicySource<'_>, at: At<'_>) -> Result<PolicyModel, Config
         }
         limits.push(def);
     }
-    let a = src.auth_failures;
+    let a = &config.auth_failures;
     let auth = AuthDelay {
         enabled: a.enabled,
         base: a.base_delay.0,
@@ -129,7 +123,7 @@ pub fn compile(src: &PolicySource<'_>, at: At<'_>) -> Result<PolicyModel, Config
         limits,
         lists,
         auth,
-        hostname: src.hostname.to_string(),
+        hostname: config.server.hostname.clone(),
         baselines: Default::default(),
     })
 }
@@ -659,7 +653,7 @@ fn restrict_def(
     if let Some(w) = &raw.while_restricted {
         match w.get_ref().as_str() {
             "defer" => {}
-            // That [hold] exists is checked with the [hold] section (config::hold).
+            // That [hold] exists is checked with the other sections (`sections.rs`).
             "hold" => def.hold = true,
             other => {
                 return Err(err(

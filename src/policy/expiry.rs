@@ -100,7 +100,6 @@ mod tests {
     impl Observer for Seen {
         fn evaluated(&self, _: &super::super::alert::Evaluated<'_>) {}
         fn crossed(&self, _: &super::super::alert::Crossed<'_>) {}
-        fn reload(&self, _: &crate::config::Config) {}
         fn restriction(&self, notice: &serde_json::Value) {
             self.0.lock().unwrap().push(notice.clone());
         }

@@ -6,7 +6,8 @@
 //! * [`template`]: key and message templates (`${authenticated_id}`, `${client_ip/24}`);
 //! * [`condition`]: `when` conditions (`!`, `&&`, `||`, lists);
 //! * [`lists`]: `[lists]` of CIDRs, users, addresses and domains with values;
-//! * [`model`]: `[[limit]]` compiled and checked (compiled in `compile.rs`);
+//! * [`model`]: `[[limit]]` compiled and checked ([`compile`]); [`check_sections`]: what
+//!   some countermeasures need of other sections;
 //! * [`engine`]: [`RatePolicy`], deciding all limits of a stage as one;
 //! * [`action`]: countermeasures and reply texts;
 //! * [`alert`]: alerts when a key first crosses a limit, and the engine's [`alert::Observer`] hook;
@@ -35,9 +36,12 @@ pub mod outcomes;
 pub mod ratio;
 mod replay;
 mod request;
+mod sections;
 pub mod template;
 
+pub use compile::compile;
 pub use engine::RatePolicy;
+pub use sections::check_sections;
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -192,9 +196,9 @@ pub trait Policy: Send + Sync {
         true
     }
 
-    /// A new config was loaded (SIGHUP): later checks, in new and running sessions, use
-    /// it. The default ignores it.
-    fn reload(&self, _config: &crate::config::Config) {}
+    /// A new generation is in force (SIGHUP): later checks, in new and running sessions,
+    /// use its limits and lists. The default ignores them.
+    fn reload(&self, _model: Arc<model::PolicyModel>) {}
 }
 
 /// The policy of one session, asked by the session at every stage.

@@ -2,14 +2,13 @@
 //! into checked, ready-to-run definitions. Every refusal names the file, line and column.
 
 use std::ops::Range;
-use std::path::Path;
 use std::time::Duration;
 
 use super::condition::{Condition, Subject};
 use super::lists::Lists;
 use super::template::Template;
 use super::Stage;
-use crate::config::{AuthFailuresConfig, ConfigError, LimitConfig, ListsConfig};
+use crate::config::ConfigError;
 use crate::limit::bucket::BucketSpec;
 use crate::limit::gcra::GcraSpec;
 use crate::limit::spec::{Acl, Resolved, UpdateMode};
@@ -426,20 +425,6 @@ impl Default for PolicyModel {
             baselines: Default::default(),
         }
     }
-}
-
-/// The raw sections to compile.
-pub struct PolicySource<'a> {
-    /// `[lists]`.
-    pub lists: &'a ListsConfig,
-    /// `[[limit]]`.
-    pub limits: &'a [LimitConfig],
-    /// `[auth_failures]`.
-    pub auth_failures: &'a AuthFailuresConfig,
-    /// The config file's directory (for list files).
-    pub base: &'a Path,
-    /// `[server] hostname`.
-    pub hostname: &'a str,
 }
 
 /// Makes a config error at a span of the config text.

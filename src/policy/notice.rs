@@ -166,7 +166,7 @@ mod tests {
         );
         let c = crate::config::Config::parse(std::path::Path::new("/etc/floodgate/t.toml"), &text)
             .unwrap();
-        c.policy.limits[0].clone()
+        crate::policy::compile(&c).unwrap().limits[0].clone()
     }
 
     fn restriction() -> Restriction {

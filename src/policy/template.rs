@@ -169,7 +169,7 @@ impl Template {
                         .ok_or_else(|| err("`${` without a closing `}`".into()))?;
                     let inner = &text[i + 1..i + close];
                     i += close + 1;
-                    let var = parse_braced(inner).map_err(err)?;
+                    let var = parse_braced(inner).map_err(|e| err(e.to_string()))?;
                     flush(&mut parts, &mut lit);
                     parts.push(Part::Var(var));
                 }
@@ -236,28 +236,51 @@ fn flush(parts: &mut Vec<Part>, lit: &mut String) {
     }
 }
 
-fn parse_braced(inner: &str) -> Result<Var, String> {
+/// Why the inside of a `${...}` was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BracedError {
+    /// No variable has this name.
+    #[error("unknown variable `${{{0}}}`")]
+    Unknown(String),
+    /// A prefix length after a variable other than `client_ip`.
+    #[error("only client_ip takes a prefix length, not `{0}`")]
+    NotPrefixed(String),
+    /// More than an IPv4 and an IPv6 prefix length.
+    #[error("client_ip takes at most two prefix lengths (IPv4, then IPv6)")]
+    TooManyPrefixes,
+    /// A prefix length that is not a number up to the address length.
+    #[error("prefix length `{text}` must be a number from 0 to {max}")]
+    BadPrefix {
+        /// The prefix length as written.
+        text: String,
+        /// The largest allowed.
+        max: u8,
+    },
+}
+
+fn parse_braced(inner: &str) -> Result<Var, BracedError> {
     let mut items = inner.split('/');
     let name = items.next().unwrap_or("").trim();
-    let var = Var::by_name(name).ok_or_else(|| format!("unknown variable `${{{name}}}`"))?;
+    let var = Var::by_name(name).ok_or_else(|| BracedError::Unknown(name.to_string()))?;
     let prefixes: Vec<&str> = items.collect();
     if prefixes.is_empty() {
         return Ok(var);
     }
     if !matches!(var, Var::ClientIp { .. }) {
-        return Err(format!(
-            "only client_ip takes a prefix length, not `{name}`"
-        ));
+        return Err(BracedError::NotPrefixed(name.to_string()));
     }
     if prefixes.len() > 2 {
-        return Err("client_ip takes at most two prefix lengths (IPv4, then IPv6)".into());
+        return Err(BracedError::TooManyPrefixes);
     }
-    let num = |t: &str, max: u8| -> Result<u8, String> {
+    let num = |t: &str, max: u8| -> Result<u8, BracedError> {
         t.trim()
             .parse::<u8>()
             .ok()
             .filter(|&n| n <= max)
-            .ok_or_else(|| format!("prefix length `{t}` must be a number from 0 to {max}"))
+            .ok_or_else(|| BracedError::BadPrefix {
+                text: t.to_string(),
+                max,
+            })
     };
     let v4 = num(prefixes[0], 32)?;
     let v6 = match prefixes.get(1) {

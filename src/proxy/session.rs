@@ -27,7 +27,9 @@ use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
 
 /// Everything sessions share for one config generation.
 pub struct Shared {
-    /// The validated config.
+    /// The generation in force: the config and what was compiled from it.
+    pub generation: Arc<crate::generation::Generation>,
+    /// The validated config (the generation's).
     pub config: Arc<Config>,
     /// How to reach upstream.
     pub upstream: UpstreamSettings,

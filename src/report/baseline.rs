@@ -19,22 +19,21 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::config::{Config, ConfigError, LimitConfig};
+use crate::config::{ConfigError, LimitConfig};
 use crate::policy::baseline::{BaselineDef, DAY_SECS};
 use crate::policy::model::PolicyModel;
 use crate::store::{BaselineSet, Store};
 
-use super::ReportSettings;
-
 const DAY_US: i64 = DAY_SECS * 1_000_000;
 
-/// Refuses a limit with a `baseline` when there is no event log to read its history from.
+/// Refuses a limit with a `baseline` when there is no event log (`events` is false) to read
+/// its history from.
 pub fn check_config(
     limits: &[LimitConfig],
-    report: &ReportSettings,
+    events: bool,
     at: &dyn Fn(std::ops::Range<usize>, String) -> ConfigError,
 ) -> Result<(), ConfigError> {
-    if report.events.is_some() {
+    if events {
         return Ok(());
     }
     for (i, l) in limits.iter().enumerate() {
@@ -265,17 +264,20 @@ pub struct BaselineKeeper {
 }
 
 impl BaselineKeeper {
-    /// Loads the sets saved with the store into `config`'s model, then computes at once
-    /// those missing, computed for other settings or before today, and keeps them fresh
-    /// (a task on the current runtime).
-    pub async fn start(config: &Config, store: Arc<dyn Store>) -> Arc<BaselineKeeper> {
+    /// Loads the sets saved with the store into `model`, then computes at once those
+    /// missing, computed for other settings or before today (from the event log `events`),
+    /// and keeps them fresh (a task on the current runtime).
+    pub async fn start(
+        model: Arc<PolicyModel>,
+        events: Option<PathBuf>,
+        store: Arc<dyn Store>,
+    ) -> Arc<BaselineKeeper> {
         let keeper = Arc::new(BaselineKeeper {
             store,
-            current: RwLock::new((config.policy.clone(), config.report.events.clone())),
+            current: RwLock::new((model.clone(), events)),
             wake: tokio::sync::Notify::new(),
             clock: crate::store::now_micros,
         });
-        let model = config.policy.clone();
         let mut fresh = true;
         let today = (keeper.clock)().div_euclid(DAY_US);
         for d in &model.limits {
@@ -300,12 +302,13 @@ impl BaselineKeeper {
         keeper
     }
 
-    /// Takes `config` as the configuration in force: its model adopts the sets computed
-    /// for the previous one (before it is installed), and they are computed again at once.
-    pub fn reload(&self, config: &Config) {
+    /// Takes `model`, read from the event log `events`, as the one in force: it adopts the
+    /// sets computed for the previous one (call this before it is installed), and they are
+    /// computed again at once.
+    pub fn reload(&self, model: &Arc<PolicyModel>, events: Option<PathBuf>) {
         let mut cur = self.current.write().unwrap_or_else(|e| e.into_inner());
-        config.policy.baselines.adopt(&cur.0.baselines);
-        *cur = (config.policy.clone(), config.report.events.clone());
+        model.baselines.adopt(&cur.0.baselines);
+        *cur = (model.clone(), events);
         drop(cur);
         self.wake.notify_one();
     }

@@ -1,34 +1,10 @@
-//! `[report]`: the event log for measurement.
-//!
-//! ```toml
-//! [report]
-//! events = "/var/lib/floodgate/events.jsonl"   # off when absent
-//! max_size = "100M"     # optional: at this size the file is renamed to PATH.1 and reopened
-//! queue = 65536         # events waiting for the writer at most; more are dropped and counted
-//! ```
+//! `[report]` compiled: the event log for measurement (the section as written is
+//! [`crate::config::ReportConfig`]).
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use serde::Deserialize;
-use toml::Spanned;
-
-use crate::config::ConfigError;
-
-/// `[report]` as written.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReportConfig {
-    /// The event log (relative to the config file's directory).
-    #[serde(default)]
-    pub events: Option<Spanned<String>>,
-    /// Rotate at this size (`100M`, `1G`, `500k`, plain bytes).
-    #[serde(default)]
-    pub max_size: Option<Spanned<String>>,
-    /// Queue length between sessions and the writer.
-    #[serde(default)]
-    pub queue: Option<Spanned<i64>>,
-}
+use crate::config::{Config, ConfigError};
 
 /// `[report]`, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,55 +42,52 @@ pub fn parse_size(text: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(mult)
 }
 
-impl ReportConfig {
-    /// Validates the section; `base` anchors a relative path, `at` places errors.
-    pub fn compile(
-        &self,
-        base: &Path,
-        at: &dyn Fn(Range<usize>, String) -> ConfigError,
-    ) -> Result<ReportSettings, ConfigError> {
-        let mut s = ReportSettings::default();
-        if let Some(e) = &self.events {
-            if e.get_ref().trim().is_empty() {
-                return Err(at(e.span(), "[report] events must be a file path".into()));
-            }
-            let p = PathBuf::from(e.get_ref());
-            let p = if p.is_absolute() { p } else { base.join(p) };
-            if p.is_dir() {
-                return Err(at(
-                    e.span(),
-                    format!("[report] events: {} is a directory", p.display()),
-                ));
-            }
-            s.events = Some(p);
+/// `config`'s `[report]`, checked, with its path made absolute; a limit with a `baseline`
+/// needs the event log (its history is read from it).
+pub fn compile(config: &Config) -> Result<ReportSettings, ConfigError> {
+    let at = |span: Range<usize>, message: String| config.error_at(span, message);
+    let raw = &config.report;
+    let mut s = ReportSettings::default();
+    if let Some(e) = &raw.events {
+        if e.get_ref().trim().is_empty() {
+            return Err(at(e.span(), "[report] events must be a file path".into()));
         }
-        if let Some(m) = &self.max_size {
-            let v = parse_size(m.get_ref())
-                .filter(|&v| v >= 4096)
-                .ok_or_else(|| {
-                    at(
-                        m.span(),
-                        format!(
-                            "[report] max_size {:?}: write a size of at least 4k, e.g. 100M",
-                            m.get_ref()
-                        ),
-                    )
-                })?;
-            s.max_size = Some(v);
+        let p = config.resolve(e.get_ref());
+        if p.is_dir() {
+            return Err(at(
+                e.span(),
+                format!("[report] events: {} is a directory", p.display()),
+            ));
         }
-        if let Some(q) = &self.queue {
-            s.queue = usize::try_from(*q.get_ref())
-                .ok()
-                .filter(|&n| (1..=16_777_216).contains(&n))
-                .ok_or_else(|| {
-                    at(
-                        q.span(),
-                        "[report] queue must be between 1 and 16777216".into(),
-                    )
-                })?;
-        }
-        Ok(s)
+        s.events = Some(p);
     }
+    if let Some(m) = &raw.max_size {
+        let v = parse_size(m.get_ref())
+            .filter(|&v| v >= 4096)
+            .ok_or_else(|| {
+                at(
+                    m.span(),
+                    format!(
+                        "[report] max_size {:?}: write a size of at least 4k, e.g. 100M",
+                        m.get_ref()
+                    ),
+                )
+            })?;
+        s.max_size = Some(v);
+    }
+    if let Some(q) = &raw.queue {
+        s.queue = usize::try_from(*q.get_ref())
+            .ok()
+            .filter(|&n| (1..=16_777_216).contains(&n))
+            .ok_or_else(|| {
+                at(
+                    q.span(),
+                    "[report] queue must be between 1 and 16777216".into(),
+                )
+            })?;
+    }
+    super::baseline::check_config(&config.limits, s.events.is_some(), &at)?;
+    Ok(s)
 }
 
 #[cfg(test)]

@@ -27,16 +27,59 @@ pub fn webhook_tls(
     }
 }
 
+/// Why an alert command did not run to success.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// No program was given.
+    #[error("empty command")]
+    Empty,
+    /// The program could not be started.
+    #[error("cannot run {prog}: {source}")]
+    Spawn {
+        /// The program.
+        prog: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The program ended with a failure status.
+    #[error("{prog} exited with {status}")]
+    Failed {
+        /// The program.
+        prog: String,
+        /// How it ended.
+        status: std::process::ExitStatus,
+    },
+    /// The program ran past its time limit and was killed.
+    #[error("{prog} killed after {limit:?}")]
+    Killed {
+        /// The program.
+        prog: String,
+        /// The time limit.
+        limit: Duration,
+    },
+    /// Waiting for the program failed.
+    #[error("{prog}: {source}")]
+    Wait {
+        /// The program.
+        prog: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// Runs `argv` (no shell) with `input` on stdin; kills it after `limit`.
-pub fn run_command(argv: &[String], input: &str, limit: Duration) -> Result<(), String> {
-    let (prog, args) = argv.split_first().ok_or("empty command")?;
+pub fn run_command(argv: &[String], input: &str, limit: Duration) -> Result<(), CommandError> {
+    let (prog, args) = argv.split_first().ok_or(CommandError::Empty)?;
     let mut child = Command::new(prog)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|e| format!("cannot run {prog}: {e}"))?;
+        .map_err(|source| CommandError::Spawn {
+            prog: prog.clone(),
+            source,
+        })?;
     if let Some(mut stdin) = child.stdin.take() {
         // A command that exits without reading is not an error of ours.
         let _ = stdin.write_all(input.as_bytes());
@@ -46,14 +89,27 @@ pub fn run_command(argv: &[String], input: &str, limit: Duration) -> Result<(), 
     loop {
         match child.try_wait() {
             Ok(Some(st)) if st.success() => return Ok(()),
-            Ok(Some(st)) => return Err(format!("{prog} exited with {st}")),
+            Ok(Some(status)) => {
+                return Err(CommandError::Failed {
+                    prog: prog.clone(),
+                    status,
+                })
+            }
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("{prog} killed after {limit:?}"));
+                return Err(CommandError::Killed {
+                    prog: prog.clone(),
+                    limit,
+                });
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(format!("{prog}: {e}")),
+            Err(source) => {
+                return Err(CommandError::Wait {
+                    prog: prog.clone(),
+                    source,
+                })
+            }
         }
     }
 }
@@ -145,11 +201,11 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "{\"a\":1}\n");
         let slow: Vec<String> = vec!["/bin/sleep".into(), "30".into()];
         let e = run_command(&slow, "", Duration::from_millis(100)).unwrap_err();
-        assert!(e.contains("killed"), "{e}");
+        assert!(e.to_string().contains("killed"), "{e}");
         let e =
             run_command(&["/nonexistent/x".to_string()], "", Duration::from_secs(1)).unwrap_err();
-        assert!(e.contains("cannot run"), "{e}");
+        assert!(e.to_string().contains("cannot run"), "{e}");
         let e = run_command(&["/bin/false".to_string()], "", Duration::from_secs(20)).unwrap_err();
-        assert!(e.contains("exited"), "{e}");
+        assert!(e.to_string().contains("exited"), "{e}");
     }
 }

@@ -5,10 +5,11 @@
 //!   percentiles, top keys and a suggested limit;
 //! * [`deliver`] and [`http`]: delivery of the alerts decided by
 //!   [`crate::policy::alert`] (log, webhook, command);
-//! * [`time`]: RFC 3339 and relative times; [`config`]: `[report]`.
+//! * [`time`]: RFC 3339 and relative times; [`config`]: `[report]` compiled.
 //!
 //! [`Observers`] plugs the event log and the alerter into the engine
-//! ([`crate::policy::RatePolicy::observe`]).
+//! ([`crate::policy::RatePolicy::observe`]); a reload hands them their
+//! [`ObserverSettings`].
 
 pub mod analyze;
 pub mod baseline;
@@ -23,13 +24,25 @@ pub mod time;
 
 use std::sync::{Arc, RwLock};
 
-use crate::config::Config;
 use crate::limit::spec::UpdateMode;
-use crate::policy::alert::{Alerter, Crossed, Evaluated, Observer};
-use crate::policy::model::RateDef;
+use crate::policy::alert::{AlertSettings, Alerter, Crossed, Evaluated, Observer};
+use crate::policy::model::{PolicyModel, RateDef};
 
-pub use config::{ReportConfig, ReportSettings};
+pub use config::{compile, ReportSettings};
 pub use events::{EventLog, Record};
+
+/// What the observers take from a generation.
+#[derive(Clone, Copy, Debug)]
+pub struct ObserverSettings<'a> {
+    /// The limits in force, whose per-key baselines are kept fresh.
+    pub policy: &'a Arc<PolicyModel>,
+    /// `[report]`: the event log.
+    pub report: &'a ReportSettings,
+    /// `[alerts]`, when on.
+    pub alerts: Option<&'a AlertSettings>,
+    /// floodgate's host name, carried by alerts.
+    pub host: &'a str,
+}
 
 /// The event log and the alerter, as one engine observer.
 pub struct Observers {
@@ -50,27 +63,36 @@ pub enum ObserversError {
 impl Observers {
     /// Starts the event log writer (when configured) and the alert delivery task (on the
     /// current tokio runtime, which must outlive the server).
-    pub fn start(config: &Config) -> Result<Arc<Observers>, ObserversError> {
-        if let Some(a) = &config.alerts {
+    pub fn start(settings: ObserverSettings<'_>) -> Result<Arc<Observers>, ObserversError> {
+        if let Some(a) = settings.alerts {
             deliver::webhook_tls(a)?;
         }
-        let (alerter, rx) = Alerter::new(config.alerts.clone());
+        let (alerter, rx) = Alerter::new(settings.alerts.cloned());
         let alerter = Arc::new(alerter);
-        let host = Arc::new(RwLock::new(config.server.hostname.clone()));
+        let host = Arc::new(RwLock::new(settings.host.to_string()));
         tokio::spawn(deliver::run(alerter.clone(), rx, host.clone()));
         Ok(Arc::new(Observers {
-            events: EventLog::new(&config.report),
+            events: EventLog::new(settings.report),
             alerter,
             host,
             baselines: std::sync::OnceLock::new(),
         }))
     }
 
-    /// Loads or computes the per-key baselines of `config`'s limits (from `store`, else
+    /// Loads or computes the per-key baselines of the limits in force (from `store`, else
     /// from the event log) and keeps them fresh from now on: daily and at every reload.
-    pub async fn keep_baselines(&self, config: &Config, store: Arc<dyn crate::store::Store>) {
+    pub async fn keep_baselines(
+        &self,
+        settings: ObserverSettings<'_>,
+        store: Arc<dyn crate::store::Store>,
+    ) {
         if self.baselines.get().is_none() {
-            let keeper = baseline::BaselineKeeper::start(config, store).await;
+            let keeper = baseline::BaselineKeeper::start(
+                settings.policy.clone(),
+                settings.report.events.clone(),
+                store,
+            )
+            .await;
             let _ = self.baselines.set(keeper);
         }
     }
@@ -141,18 +163,23 @@ impl Observer for Observers {
                 ));
         }
     }
+}
 
-    fn reload(&self, config: &Config) {
+impl Observers {
+    /// A new generation is about to be in force (call this before its limits are
+    /// installed in the policy): its limits adopt the per-key baselines computed so far,
+    /// the event log, the alerts and the host name take its settings.
+    pub fn reload(&self, settings: ObserverSettings<'_>) {
         if let Some(k) = self.baselines.get() {
-            k.reload(config);
+            k.reload(settings.policy, settings.report.events.clone());
         }
-        self.events.apply(&config.report);
-        if let Some(a) = &config.alerts {
+        self.events.apply(settings.report);
+        if let Some(a) = settings.alerts {
             if let Err(e) = deliver::webhook_tls(a) {
                 tracing::warn!(error = %e, "[alerts] webhook TLS configuration failed");
             }
         }
-        self.alerter.set_settings(config.alerts.clone());
-        *self.host.write().unwrap_or_else(|e| e.into_inner()) = config.server.hostname.clone();
+        self.alerter.set_settings(settings.alerts.cloned());
+        *self.host.write().unwrap_or_else(|e| e.into_inner()) = settings.host.to_string();
     }
 }

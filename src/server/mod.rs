@@ -10,9 +10,10 @@ pub use fdlimit::{raise_fd_limit, FdLimit};
 pub use limits::{ConnCounter, ConnGuard, Refusal};
 
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -23,10 +24,12 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use crate::config::StoreConfig;
-use crate::config::{ClientIdentity, Config, TlsMode};
+use crate::config::{ClientIdentity, Config, ConfigError, TlsMode};
+use crate::generation::Generation;
 use crate::metrics::{ListenerMetrics, Metrics, Side};
 use crate::policy::{Policy, RatePolicy};
 use crate::proxy::{ListenerInfo, Session, Shared, Stream, UpstreamSettings};
+use crate::report::Observers;
 use crate::smtp::dialogue::replies;
 use crate::smtp::proxy_header::{parse_proxy_header, V2_MAX, V2_SIGNATURE};
 use crate::store::open::{OpenError, Opened};
@@ -51,18 +54,33 @@ pub enum ServerError {
     Hold(#[from] crate::hold::SpoolError),
 }
 
-/// Builds what sessions share from a config (certificates loaded, upstream prepared), with
-/// a metrics registry of its own.
-pub fn build_shared(config: Arc<Config>, policy: Arc<dyn Policy>) -> Result<Shared, ServerError> {
-    build_shared_with(config, policy, Arc::new(Metrics::new()))
+/// Why a reload was refused (the generation in force stays).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The config file could not be read, or a section of it was refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// What sessions share could not be built from it (certificates, hold spool).
+    #[error(transparent)]
+    Server(#[from] ServerError),
+}
+
+/// Builds what sessions share from a generation (certificates loaded, upstream prepared),
+/// with a metrics registry of its own.
+pub fn build_shared(
+    generation: Arc<Generation>,
+    policy: Arc<dyn Policy>,
+) -> Result<Shared, ServerError> {
+    build_shared_with(generation, policy, Arc::new(Metrics::new()))
 }
 
 /// [`build_shared`] reporting to `metrics`.
 pub fn build_shared_with(
-    config: Arc<Config>,
+    generation: Arc<Generation>,
     policy: Arc<dyn Policy>,
     metrics: Arc<Metrics>,
 ) -> Result<Shared, ServerError> {
+    let config = generation.config.clone();
     let tls = match &config.tls {
         Some(t) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
             &t.certificate,
@@ -74,12 +92,13 @@ pub fn build_shared_with(
     let names = Arc::new(crate::proxy::names::NameResolver::new(
         config.timeouts.client_name_lookup.0,
     ));
-    let hold = match &config.hold {
+    let hold = match &generation.hold {
         Some(h) => Some(Arc::new(crate::hold::Spool::open(h.clone())?)),
         None => None,
     };
     let high_risk = UpstreamSettings::high_risk(&config)?;
     Ok(Shared {
+        generation,
         config,
         upstream,
         tls,
@@ -121,20 +140,20 @@ pub fn open_store(cfg: &StoreConfig) -> Result<Opened, OpenStoreError> {
     Ok(Opened::Memory(store))
 }
 
-/// The rate-limit policy of `config` over `store`.
-pub fn build_policy(config: &Config, store: Arc<dyn Store>) -> RatePolicy {
-    RatePolicy::new(config.policy.clone(), store)
+/// The rate-limit policy of `generation` over `store`.
+pub fn build_policy(generation: &Generation, store: Arc<dyn Store>) -> RatePolicy {
+    RatePolicy::new(generation.policy.clone(), store)
 }
 
-/// The rate-limit policy of `config` over `store`, its verdicts and store decisions
+/// The rate-limit policy of `generation` over `store`, its verdicts and store decisions
 /// counted in `metrics`.
 pub fn build_policy_with(
-    config: &Config,
+    generation: &Generation,
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
 ) -> RatePolicy {
     let store = Arc::new(crate::admin::MeteredStore::new(store, metrics.clone()));
-    RatePolicy::with_metrics(config.policy.clone(), store, metrics)
+    RatePolicy::with_metrics(generation.policy.clone(), store, metrics)
 }
 
 /// Starts the store's background tasks: for the memory store, idle expiry and periodic
@@ -188,7 +207,8 @@ struct Bound {
 pub struct Server {
     bound: Vec<Bound>,
     workers: usize,
-    shared: Arc<RwLock<Arc<Shared>>>,
+    shared: Arc<ArcSwap<Shared>>,
+    observers: Option<Arc<Observers>>,
     conns: Arc<ConnCounter>,
     loads: Arc<WorkerLoads>,
     /// Stops accepting (graceful shutdown starts).
@@ -203,7 +223,8 @@ pub struct Control {
     accepting: CancellationToken,
     force: CancellationToken,
     grace: Duration,
-    shared: Arc<RwLock<Arc<Shared>>>,
+    shared: Arc<ArcSwap<Shared>>,
+    observers: Option<Arc<Observers>>,
 }
 
 impl Control {
@@ -225,32 +246,30 @@ impl Control {
         self.force.cancel();
     }
 
-    /// Re-reads the config file; on success new sessions use it, on failure the old config
-    /// stays in force. Listener addresses and the number of workers are not changed by a
-    /// reload.
+    /// Re-reads the config file and compiles a new generation; on success new sessions use
+    /// it, on failure the generation in force stays. Listener addresses and the number of
+    /// workers are not changed by a reload.
     ///
     /// The policy object (and with it the rate-limit store) stays the same; it is handed the
-    /// new limits and lists, which every later check uses, in running sessions too. Any
-    /// error (config, lists, certificates) refuses the whole reload.
-    pub fn reload(&self) -> Result<(), String> {
-        let (path, policy, metrics) = {
-            let cur = self.shared.read().expect("shared lock");
-            (
-                cur.config.path.clone(),
-                cur.policy.clone(),
-                cur.metrics.clone(),
-            )
-        };
-        let config = Arc::new(Config::load(&path).map_err(|e| e.to_string())?);
-        let mut shared = build_shared_with(config.clone(), policy.clone(), metrics)
-            .map_err(|e| e.to_string())?;
+    /// new limits and lists, which every later check uses, in running sessions too. The
+    /// observers take theirs first, so the per-key baselines are carried into the new limits
+    /// before any check reads them. Any error (config, lists, certificates) refuses the
+    /// whole reload.
+    pub fn reload(&self) -> Result<(), ReloadError> {
+        let cur = self.shared.load_full();
+        let generation = Arc::new(Generation::load(&cur.config.path)?);
+        let mut shared =
+            build_shared_with(generation.clone(), cur.policy.clone(), cur.metrics.clone())?;
         // Paced messages keep waiting in the same queues.
-        shared.paced = self.shared.read().expect("shared lock").paced.clone();
-        for w in crate::policy::describe::warnings(&config.policy) {
+        shared.paced = cur.paced.clone();
+        for w in crate::policy::describe::warnings(&generation.policy) {
             warn!("{w}");
         }
-        policy.reload(&config);
-        *self.shared.write().expect("shared lock") = Arc::new(shared);
+        if let Some(o) = &self.observers {
+            o.reload(generation.observer_settings());
+        }
+        cur.policy.reload(generation.policy.clone());
+        self.shared.store(Arc::new(shared));
         Ok(())
     }
 }
@@ -258,29 +277,38 @@ impl Control {
 impl Control {
     /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
-        self.shared.read().expect("shared lock").config.clone()
+        self.shared.load().config.clone()
+    }
+
+    /// The generation in force: the config and what was compiled from it.
+    pub fn generation(&self) -> Arc<Generation> {
+        self.shared.load().generation.clone()
     }
 
     /// What sessions share now (config, upstream, hold spool).
     pub fn shared(&self) -> Arc<Shared> {
-        self.shared.read().expect("shared lock").clone()
+        self.shared.load_full()
     }
 }
 
 impl Server {
-    /// Binds every listener of the config, once per worker.
-    pub async fn bind(config: Config, policy: Arc<dyn Policy>) -> Result<Server, ServerError> {
-        Server::bind_with(config, policy, Arc::new(Metrics::new())).await
+    /// Binds every listener of the generation's config, once per worker.
+    pub async fn bind(
+        generation: Generation,
+        policy: Arc<dyn Policy>,
+    ) -> Result<Server, ServerError> {
+        Server::bind_with(generation, policy, Arc::new(Metrics::new())).await
     }
 
     /// [`Server::bind`] reporting to `metrics`.
     pub async fn bind_with(
-        config: Config,
+        generation: Generation,
         policy: Arc<dyn Policy>,
         metrics: Arc<Metrics>,
     ) -> Result<Server, ServerError> {
-        let config = Arc::new(config);
-        let shared = build_shared_with(config.clone(), policy, metrics.clone())?;
+        let generation = Arc::new(generation);
+        let config = generation.config.clone();
+        let shared = build_shared_with(generation, policy, metrics.clone())?;
         let workers = match config.server.workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
@@ -321,7 +349,8 @@ impl Server {
         Ok(Server {
             bound,
             workers,
-            shared: Arc::new(RwLock::new(Arc::new(shared))),
+            shared: Arc::new(ArcSwap::from_pointee(shared)),
+            observers: None,
             conns: Arc::new(ConnCounter::default()),
             loads,
             accepting: CancellationToken::new(),
@@ -337,9 +366,16 @@ impl Server {
             .collect()
     }
 
+    /// Has every reload hand the event log and the alerts their part of the new generation
+    /// (before the policy takes its limits). Call before [`control`](Self::control).
+    pub fn with_observers(mut self, observers: Arc<Observers>) -> Server {
+        self.observers = Some(observers);
+        self
+    }
+
     /// The metrics registry sessions report to.
     pub fn metrics(&self) -> Arc<Metrics> {
-        self.shared.read().expect("shared lock").metrics.clone()
+        self.shared.load().metrics.clone()
     }
 
     /// The number of worker threads.
@@ -349,19 +385,13 @@ impl Server {
 
     /// A handle to stop or reload this server.
     pub fn control(&self) -> Control {
-        let grace = self
-            .shared
-            .read()
-            .expect("shared lock")
-            .config
-            .server
-            .shutdown_grace
-            .0;
+        let grace = self.shared.load().config.server.shutdown_grace.0;
         Control {
             accepting: self.accepting.clone(),
             force: self.force.clone(),
             grace,
             shared: self.shared.clone(),
+            observers: self.observers.clone(),
         }
     }
 
@@ -462,7 +492,7 @@ type WorkerListener = (
 /// What a worker thread needs besides its listening sockets.
 struct WorkerCtx {
     id: usize,
-    shared: Arc<RwLock<Arc<Shared>>>,
+    shared: Arc<ArcSwap<Shared>>,
     conns: Arc<ConnCounter>,
     force: CancellationToken,
     stop: CancellationToken,
@@ -569,7 +599,7 @@ struct AcceptCtx {
     worker: usize,
     /// The listener's index in the config.
     listener: usize,
-    shared: Arc<RwLock<Arc<Shared>>>,
+    shared: Arc<ArcSwap<Shared>>,
     conns: Arc<ConnCounter>,
     tracker: TaskTracker,
     force: CancellationToken,
@@ -674,7 +704,7 @@ async fn inbox_loop(
 
 async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
     let _ = tcp.set_nodelay(true);
-    let shared = ctx.shared.read().expect("shared lock").clone();
+    let shared = ctx.shared.load_full();
     let cfg = shared.config.clone();
     // Only a PROXY v2 header and XCLIENT (DESTADDR, DESTPORT) towards upstream need the
     // local address: no syscall otherwise.

@@ -28,7 +28,7 @@ pub use key::ThinKey;
 pub use memory::{run_expiry, MemoryConfig, MemoryStats, MemoryStore};
 pub use ratio::{RatioCounts, RatioWindow};
 pub use restrict::{RestrictFor, RestrictForError, RestrictedSet, Restriction};
-pub use snapshot::{run_snapshots, SnapshotError};
+pub use snapshot::{run_snapshots, Corruption, SnapshotError};
 
 use crate::limit::bucket::{BucketOp, BucketSpec, BucketState};
 use crate::limit::ewma::EwmaState;

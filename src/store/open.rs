@@ -14,6 +14,9 @@ pub enum OpenError {
     /// A setting cannot be used (unknown word, unreadable password or CA file).
     #[error("[store]: {0}")]
     Config(String),
+    /// The Redis password could not be read.
+    #[error("[store]: {0}")]
+    Password(#[from] crate::config::PasswordError),
     /// The store refused its settings.
     #[error("[store]: {0}")]
     Store(#[from] StoreError),
@@ -41,8 +44,7 @@ impl Opened {
 /// Redis settings from the config (reads the password and CA file).
 pub fn redis_options(config: &StoreConfig) -> Result<RedisOptions, OpenError> {
     let password = config
-        .resolve_password()
-        .map_err(OpenError::Config)?
+        .resolve_password()?
         .map(|s| Zeroizing::new(s.expose().to_string()));
     let ca_pem = match &config.ca_file {
         Some(p) => Some(std::fs::read(p).map_err(|e| {

@@ -53,8 +53,79 @@ pub enum SnapshotError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        detail: String,
+        detail: Corruption,
     },
+}
+
+/// What is wrong inside a corrupt snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum Corruption {
+    /// Fewer bytes than the header.
+    #[error("the header is truncated")]
+    TruncatedHeader,
+    /// The file's length is not the one its header announces.
+    #[error("the file is {file} bytes but its header announces {announced} bytes of records")]
+    Length {
+        /// The file's length.
+        file: usize,
+        /// The record bytes announced.
+        announced: u64,
+    },
+    /// The records do not match their checksum.
+    #[error("the checksum does not match")]
+    Checksum,
+    /// A record is cut short.
+    #[error("record data ends early at byte {0}")]
+    EndsEarly(usize),
+    /// A length field beyond the largest key or set element accepted.
+    #[error("length {len} at byte {at} is too large")]
+    TooLarge {
+        /// The length read.
+        len: usize,
+        /// Where (just after it).
+        at: usize,
+    },
+    /// A text field that is not UTF-8.
+    #[error("text at byte {0} is not UTF-8")]
+    NotUtf8(usize),
+    /// A restriction record whose JSON cannot be read.
+    #[error("bad restriction in the record at byte {at}: {source}")]
+    Restriction {
+        /// The record's offset.
+        at: usize,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A baselines record whose JSON cannot be read.
+    #[error("bad baselines in the record at byte {at}: {source}")]
+    Baselines {
+        /// The record's offset.
+        at: usize,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A Bloom filter of no bytes.
+    #[error("empty Bloom filter in the record at byte {0}")]
+    EmptyBloom(usize),
+    /// An unknown kind of unique set.
+    #[error("unknown set kind {kind} in the record at byte {at}")]
+    SetKind {
+        /// The kind byte.
+        kind: u8,
+        /// The record's offset.
+        at: usize,
+    },
+    /// An unknown kind of record.
+    #[error("unknown record kind {kind} at byte {at}")]
+    RecordKind {
+        /// The kind byte.
+        kind: u8,
+        /// The record's offset.
+        at: usize,
+    },
+    /// Bytes left after the announced records.
+    #[error("{0} bytes after the last record")]
+    Trailing(usize),
 }
 
 fn put_text(out: &mut Vec<u8>, s: &str) {
@@ -121,46 +192,50 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Corruption> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        let end = end.ok_or_else(|| format!("record data ends early at byte {}", self.pos))?;
+        let end = end.ok_or(Corruption::EndsEarly(self.pos))?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
         Ok(s)
     }
-    fn u8(&mut self) -> Result<u8, String> {
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Corruption> {
+        let mut a = [0; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, Corruption> {
         Ok(self.take(1)?[0])
     }
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().map_err(|_| "short")?,
-        ))
+    fn u32(&mut self) -> Result<u32, Corruption> {
+        Ok(u32::from_le_bytes(self.array()?))
     }
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().map_err(|_| "short")?,
-        ))
+    fn u64(&mut self) -> Result<u64, Corruption> {
+        Ok(u64::from_le_bytes(self.array()?))
     }
-    fn i64(&mut self) -> Result<i64, String> {
+    fn i64(&mut self) -> Result<i64, Corruption> {
         Ok(self.u64()? as i64)
     }
-    fn f64(&mut self) -> Result<f64, String> {
+    fn f64(&mut self) -> Result<f64, Corruption> {
         Ok(f64::from_bits(self.u64()?))
     }
-    fn len(&mut self) -> Result<usize, String> {
+    fn len(&mut self) -> Result<usize, Corruption> {
         let n = self.u32()? as usize;
         if n > MAX_TEXT {
-            return Err(format!("length {n} at byte {} is too large", self.pos));
+            return Err(Corruption::TooLarge {
+                len: n,
+                at: self.pos,
+            });
         }
         Ok(n)
     }
-    fn text(&mut self) -> Result<String, String> {
+    fn text(&mut self) -> Result<String, Corruption> {
         let n = self.len()?;
         let at = self.pos;
         let b = self.take(n)?;
-        String::from_utf8(b.to_vec()).map_err(|_| format!("text at byte {at} is not UTF-8"))
+        String::from_utf8(b.to_vec()).map_err(|_| Corruption::NotUtf8(at))
     }
-    fn ewma(&mut self) -> Result<EwmaState, String> {
+    fn ewma(&mut self) -> Result<EwmaState, Corruption> {
         Ok(EwmaState {
             time_us: self.i64()?,
             rate: self.f64()?,
@@ -177,7 +252,7 @@ struct Contents {
 }
 
 /// Decodes a payload into records.
-fn decode(payload: &[u8]) -> Result<Contents, String> {
+fn decode(payload: &[u8]) -> Result<Contents, Corruption> {
     let mut r = Reader {
         buf: payload,
         pos: 0,
@@ -194,7 +269,7 @@ fn decode(payload: &[u8]) -> Result<Contents, String> {
             5 => {
                 let json = r.text()?;
                 let mut res: Restriction = serde_json::from_str(&json)
-                    .map_err(|e| format!("bad restriction in the record at byte {at}: {e}"))?;
+                    .map_err(|source| Corruption::Restriction { at, source })?;
                 res.key = key;
                 restrictions.push(res);
                 continue;
@@ -202,7 +277,7 @@ fn decode(payload: &[u8]) -> Result<Contents, String> {
             6 => {
                 let json = r.text()?;
                 let set: super::BaselineSet = serde_json::from_str(&json)
-                    .map_err(|e| format!("bad baselines in the record at byte {at}: {e}"))?;
+                    .map_err(|source| Corruption::Baselines { at, source })?;
                 baselines.push((key, set));
                 continue;
             }
@@ -214,7 +289,7 @@ fn decode(payload: &[u8]) -> Result<Contents, String> {
                     0 => {
                         let n = r.len()?;
                         if n == 0 {
-                            return Err(format!("empty Bloom filter in the record at byte {at}"));
+                            return Err(Corruption::EmptyBloom(at));
                         }
                         UniqueSet::Bloom(r.take(n)?.to_vec().into_boxed_slice())
                     }
@@ -226,11 +301,7 @@ fn decode(payload: &[u8]) -> Result<Contents, String> {
                         }
                         UniqueSet::Exact(set)
                     }
-                    other => {
-                        return Err(format!(
-                            "unknown set kind {other} in the record at byte {at}"
-                        ))
-                    }
+                    kind => return Err(Corruption::SetKind { kind, at }),
                 };
                 Record::Unique(UniqueRecord {
                     state,
@@ -246,15 +317,12 @@ fn decode(payload: &[u8]) -> Result<Contents, String> {
                 dyn_rate: r.u32()?,
                 dyn_burst: r.u32()?,
             }),
-            other => return Err(format!("unknown record kind {other} at byte {at}")),
+            kind => return Err(Corruption::RecordKind { kind, at }),
         };
         out.push((key, rec));
     }
     if r.pos != payload.len() {
-        return Err(format!(
-            "{} bytes after the last record",
-            payload.len() - r.pos
-        ));
+        return Err(Corruption::Trailing(payload.len() - r.pos));
     }
     Ok(Contents {
         records: out,
@@ -265,7 +333,7 @@ fn decode(payload: &[u8]) -> Result<Contents, String> {
 
 /// Parses a whole snapshot file's bytes.
 fn parse_file(path: &Path, bytes: &[u8]) -> Result<Contents, SnapshotError> {
-    let corrupt = |detail: String| SnapshotError::Corrupt {
+    let corrupt = |detail: Corruption| SnapshotError::Corrupt {
         path: path.to_path_buf(),
         detail,
     };
@@ -273,7 +341,7 @@ fn parse_file(path: &Path, bytes: &[u8]) -> Result<Contents, SnapshotError> {
         return Err(SnapshotError::Foreign(path.to_path_buf()));
     }
     if bytes.len() < 28 {
-        return Err(corrupt("the header is truncated".into()));
+        return Err(corrupt(Corruption::TruncatedHeader));
     }
     let version = u32::from_le_bytes(bytes[16..20].try_into().unwrap_or_default());
     if version != VERSION {
@@ -285,16 +353,15 @@ fn parse_file(path: &Path, bytes: &[u8]) -> Result<Contents, SnapshotError> {
     let len = u64::from_le_bytes(bytes[20..28].try_into().unwrap_or_default());
     let expect = 28u64.checked_add(len).and_then(|v| v.checked_add(16));
     if expect != Some(bytes.len() as u64) {
-        return Err(corrupt(format!(
-            "the file is {} bytes but its header announces {} bytes of records",
-            bytes.len(),
-            len
-        )));
+        return Err(corrupt(Corruption::Length {
+            file: bytes.len(),
+            announced: len,
+        }));
     }
     let payload = &bytes[28..bytes.len() - 16];
     let sum = Md5::digest(payload);
     if sum.as_slice() != &bytes[bytes.len() - 16..] {
-        return Err(corrupt("the checksum does not match".into()));
+        return Err(corrupt(Corruption::Checksum));
     }
     decode(payload).map_err(corrupt)
 }

@@ -19,7 +19,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use floodgate::config::Config;
+use floodgate::generation::Generation;
 
 /// The per-IP limit of the shipped config (`ip-recipients`: 10 / 30m / per_rcpt).
 const IP_LIMIT: usize = 10;
@@ -308,9 +308,9 @@ fn shipped_config_limits_authenticated_users_by_name() {
 #[test]
 fn shipped_config_paths_are_relative_to_the_config_file() {
     let conf = repo_root().join("conf");
-    let c = Config::load(&conf.join("floodgate.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let c = Generation::load(&conf.join("floodgate.toml")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
-        c.store.path.as_deref(),
+        c.config.store.path.as_deref(),
         Some(conf.join("floodgate.state").as_path())
     );
     assert_eq!(
@@ -318,9 +318,9 @@ fn shipped_config_paths_are_relative_to_the_config_file() {
         Some(conf.join("floodgate-events.jsonl").as_path())
     );
     // A relative config path gives paths relative to the same directory.
-    let c = Config::parse(Path::new("conf/floodgate.toml"), &shipped_text()).unwrap();
+    let c = Generation::parse(Path::new("conf/floodgate.toml"), &shipped_text()).unwrap();
     assert_eq!(
-        c.store.path.as_deref(),
+        c.config.store.path.as_deref(),
         Some(Path::new("conf/floodgate.state"))
     );
     assert_eq!(
@@ -332,7 +332,7 @@ fn shipped_config_paths_are_relative_to_the_config_file() {
     fs::write(dir.path().join("hosts.txt"), "192.0.2.25 500\n").expect("write list");
     let text = "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:25\"\n\
                 [lists]\nhosts = { file = \"hosts.txt\" }\n";
-    let c = Config::parse(&dir.path().join("f.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+    let c = Generation::parse(&dir.path().join("f.toml"), text).unwrap_or_else(|e| panic!("{e}"));
     let list = c.policy.lists.get("hosts").expect("list hosts");
     assert_eq!(
         list.lookup_ip("192.0.2.25".parse().unwrap()),

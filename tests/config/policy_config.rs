@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use floodgate::config::Config;
+use floodgate::generation::Generation;
 
 const HEAD: &str =
     "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:2525\"\n";
@@ -12,7 +12,7 @@ const FILE: &str = "/etc/floodgate/t.toml";
 /// occurrence after `after`, when given) and contain `message`.
 fn refused_at(body: &str, marker: &str, message: &str) {
     let text = format!("{HEAD}{body}");
-    let e = match Config::parse(Path::new(FILE), &text) {
+    let e = match Generation::parse(Path::new(FILE), &text) {
         Ok(_) => panic!("accepted:\n{body}"),
         Err(e) => e.to_string(),
     };
@@ -26,8 +26,8 @@ fn refused_at(body: &str, marker: &str, message: &str) {
     assert!(e.contains(message), "want {message:?} in: {e}");
 }
 
-fn accepted(body: &str) -> Config {
-    Config::parse(Path::new(FILE), &format!("{HEAD}{body}")).unwrap_or_else(|e| panic!("{e}"))
+fn accepted(body: &str) -> Generation {
+    Generation::parse(Path::new(FILE), &format!("{HEAD}{body}")).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -333,12 +333,12 @@ fn list_file_errors_name_the_list_file() {
         format!("{HEAD}[lists]\nbulk = {{ file = \"bulk.txt\" }}\n"),
     )
     .unwrap();
-    let e = Config::load(&cfg).unwrap_err().to_string();
+    let e = Generation::load(&cfg).unwrap_err().to_string();
     let want = format!("{}:3:3: list bulk:", dir.path().join("bulk.txt").display());
     assert!(e.starts_with(&want), "{e}");
     // A good file loads, relative to the config's directory.
     std::fs::write(dir.path().join("bulk.txt"), "10.0.0.0/8 500\n").unwrap();
-    let c = Config::load(&cfg).unwrap();
+    let c = Generation::load(&cfg).unwrap();
     assert_eq!(c.policy.lists.summary(), vec![("bulk".to_string(), 1)]);
 }
 

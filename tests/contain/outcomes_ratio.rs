@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::config::Config;
+use floodgate::generation::Generation;
 use floodgate::outcomes::follow::FollowSettings;
 use floodgate::outcomes::logline::Format;
 use floodgate::policy::outcomes::follow;
@@ -24,8 +24,8 @@ address = "127.0.0.1:0"
 address = "127.0.0.1:2525"
 "#;
 
-fn config(limits: &str) -> Result<Config, String> {
-    Config::parse(
+fn config(limits: &str) -> Result<Generation, String> {
+    Generation::parse(
         Path::new("/etc/floodgate/t.toml"),
         &format!("{HEAD}{limits}"),
     )

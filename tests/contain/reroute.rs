@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use floodgate::config::Config;
+use floodgate::generation::Generation;
 
 /// alice's first recipient passes; every later message of hers is rerouted (at RCPT).
 fn limits(high_risk: SocketAddr) -> String {
@@ -234,7 +234,7 @@ const HEAD: &str =
     "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:2525\"\n";
 
 fn refused(body: &str, message: &str) {
-    let e = match Config::parse(Path::new("/etc/floodgate/t.toml"), &format!("{HEAD}{body}")) {
+    let e = match Generation::parse(Path::new("/etc/floodgate/t.toml"), &format!("{HEAD}{body}")) {
         Ok(_) => panic!("accepted:\n{body}"),
         Err(e) => e.to_string(),
     };
@@ -268,12 +268,12 @@ fn bad_reroute_configurations_are_refused() {
         "action = \"reroute\" takes a message",
     );
     // With the second host, the same limit is fine, and the keys are [upstream]'s.
-    let c = Config::parse(
+    let c = Generation::parse(
         Path::new("/etc/floodgate/t.toml"),
         &format!("{HEAD}[upstream.high_risk]\naddress = \"[::1]:2626\"\ntls = \"starttls\"\nclient_identity = \"proxy-v2\"\nserver_name = \"hr.example\"\nca_file = \"ca.pem\"\non_identity_refused = \"relay\"\n{REROUTE}"),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let h = c.upstream.high_risk.as_ref().unwrap();
+    let h = c.config.upstream.high_risk.as_ref().unwrap();
     assert_eq!(h.address.get_ref(), "[::1]:2626");
     assert_eq!(
         h.ca_file.as_deref(),

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use floodgate::config::Config;
+use floodgate::generation::Generation;
 use floodgate::limit::gcra::GcraSpec;
 use floodgate::limit::rate::Rate;
 use floodgate::policy::alert::{Crossed, Evaluated, Observer};
@@ -87,14 +87,13 @@ impl Observer for Evaluations {
         self.0.lock().unwrap().push(e.def.name.clone());
     }
     fn crossed(&self, _: &Crossed<'_>) {}
-    fn reload(&self, _: &Config) {}
 }
 
 fn policy(limits: &str) -> (RatePolicy, Arc<Counting>, Arc<Evaluations>) {
     let text = format!(
         "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:2525\"\n{limits}"
     );
-    let config = Config::parse(Path::new("/etc/floodgate/t.toml"), &text).unwrap();
+    let config = Generation::parse(Path::new("/etc/floodgate/t.toml"), &text).unwrap();
     let store = Arc::new(Counting::default());
     let p = RatePolicy::new(config.policy, store.clone());
     let seen = Arc::new(Evaluations::default());

@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use floodgate::config::{Config, TlsMode};
+use floodgate::config::TlsMode;
+use floodgate::generation::Generation;
 use floodgate::policy::Stage;
 use floodgate::proxy::{ListenerInfo, Session, Shared, Stream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -127,7 +128,7 @@ fn certs_dir() -> PathBuf {
     panic!("certs/dev not found from {}", here.display());
 }
 
-fn config(upstream: SocketAddr, normalize: bool) -> Config {
+fn config(upstream: SocketAddr, normalize: bool) -> Generation {
     let certs = certs_dir();
     let text = format!(
         r#"
@@ -166,7 +167,7 @@ chunking = false
         certs.join("server.key").display(),
         if normalize { "normalize" } else { "reject" },
     );
-    Config::parse(Path::new("diff.toml"), &text).expect("harness config")
+    Generation::parse(Path::new("diff.toml"), &text).expect("harness config")
 }
 
 /// The reference upstream: every connection gets the script current when it is accepted.

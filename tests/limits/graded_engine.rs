@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use floodgate::config::Config;
+use floodgate::generation::Generation;
 use floodgate::hold::pace::{PaceBook, PaceRate, PaceUnit, Paced};
 use floodgate::policy::{Facts, HoldOrder, Policy, RatePolicy, Stage, TakenAnswer, Verdict};
 use floodgate::store::MemoryStore;
@@ -23,7 +23,7 @@ dir = "/var/lib/floodgate/hold"
 "#;
 
 fn policy(limits: &str) -> RatePolicy {
-    let c = Config::parse(Path::new("/etc/t.toml"), &format!("{HEAD}{limits}"))
+    let c = Generation::parse(Path::new("/etc/t.toml"), &format!("{HEAD}{limits}"))
         .unwrap_or_else(|e| panic!("{e}"));
     RatePolicy::new(c.policy, Arc::new(MemoryStore::default()))
 }

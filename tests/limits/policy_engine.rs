@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use floodgate::config::Config;
+use floodgate::generation::Generation;
 use floodgate::policy::{Facts, Policy, RatePolicy, SessionPolicy, Stage, Verdict};
 use floodgate::smtp::reply::Reply;
 use floodgate::store::{MemoryStore, Record, Store};
@@ -17,8 +17,8 @@ address = "127.0.0.1:0"
 address = "127.0.0.1:2525"
 "#;
 
-fn config(limits: &str) -> Config {
-    Config::parse(
+fn config(limits: &str) -> Generation {
+    Generation::parse(
         Path::new("/etc/floodgate/t.toml"),
         &format!("{HEAD}{limits}"),
     )
@@ -582,9 +582,9 @@ fn reads_header_from_wherever_a_limit_names_it() {
         "[[limit]]\nratelimit = \"1 / 1h / per_mail / unique=${header_from} / ${client_ip}\"\n"
     ));
     let (p, _) = policy(&with("key = \"${header_from}\""));
-    p.reload(&config(""));
+    p.reload(config("").policy);
     assert!(!p.reads_header_from());
-    p.reload(&config(&with("when = \"header_from == \\\"a@b\\\"\"")));
+    p.reload(config(&with("when = \"header_from == \\\"a@b\\\"\"")).policy);
     assert!(p.reads_header_from());
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use floodgate::config::Config;
+use floodgate::generation::Generation;
 use floodgate::limit::ewma::next_rate;
 use floodgate::policy::{Facts, Policy, RatePolicy, SessionPolicy, Stage, Verdict};
 use floodgate::smtp::reply::Reply;
@@ -82,7 +82,7 @@ struct Rig {
 
 impl Rig {
     fn new(limits: &str) -> Rig {
-        let cfg = Config::parse(
+        let cfg = Generation::parse(
             Path::new("/etc/floodgate/t.toml"),
             &format!("{HEAD}{limits}"),
         )
@@ -531,7 +531,7 @@ fn redis_store_counts_once_and_refuses_all_or_nothing() {
         .build()
         .unwrap();
     let _rt = rt.enter();
-    let cfg = Config::parse(
+    let cfg = Generation::parse(
         Path::new("/etc/floodgate/t.toml"),
         &format!(
             r#"{HEAD}

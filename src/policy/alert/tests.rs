@@ -3,7 +3,14 @@ use std::path::Path;
 use super::*;
 use crate::config::Config;
 
-fn config(extra: &str) -> Result<Config, ConfigError> {
+/// The compiled sections these tests use.
+#[derive(Debug)]
+struct Compiled {
+    policy: crate::policy::model::PolicyModel,
+    alerts: Option<AlertSettings>,
+}
+
+fn config(extra: &str) -> Result<Compiled, ConfigError> {
     let text = format!(
         r#"
 [[listener]]
@@ -19,7 +26,11 @@ action = "warn"
 {extra}
 "#
     );
-    Config::parse(Path::new("/etc/floodgate/t.toml"), &text)
+    let c = Config::parse(Path::new("/etc/floodgate/t.toml"), &text)?;
+    Ok(Compiled {
+        policy: crate::policy::compile(&c)?,
+        alerts: compile(&c)?,
+    })
 }
 
 fn outcome() -> Outcome {

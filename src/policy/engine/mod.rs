@@ -151,7 +151,7 @@ impl RatePolicy {
     }
 
     /// Installs the observer that sees every evaluation and every limit over (the event log
-    /// and alerts); it is told of reloads too. Only the first call takes effect.
+    /// and alerts). Only the first call takes effect.
     pub fn observe(&self, observer: Arc<dyn Observer>) {
         let _ = self.inner.observer.set(observer);
     }
@@ -235,13 +235,8 @@ impl Policy for RatePolicy {
         self.inner.header_from.load(Ordering::Relaxed)
     }
 
-    fn reload(&self, config: &crate::config::Config) {
-        // The observers first: they carry state into the new generation (the per-key
-        // baselines) before any check reads it.
-        if let Some(o) = self.inner.observer.get() {
-            o.reload(config);
-        }
-        self.install(config.policy.clone());
+    fn reload(&self, model: Arc<PolicyModel>) {
+        self.install(model);
     }
 }
 

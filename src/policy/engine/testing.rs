@@ -13,7 +13,7 @@ pub(super) fn model(limits: &str) -> PolicyModel {
     );
     let c = crate::config::Config::parse(std::path::Path::new("/etc/floodgate/t.toml"), &text)
         .unwrap_or_else(|e| panic!("{e}"));
-    (*c.policy).clone()
+    super::super::compile(&c).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// An authenticated client's facts at RCPT.

@@ -4,8 +4,9 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::config::Config;
+use crate::policy::model::PolicyModel;
 
-fn model() -> Config {
+fn model() -> PolicyModel {
     let text = r#"
 [[listener]]
 address = "127.0.0.1:0"
@@ -38,11 +39,11 @@ rate = "1 / 1s"
 burst = "3"
 action = "warn"
 "#;
-    Config::parse(Path::new("/t/c.toml"), text).unwrap()
+    crate::policy::compile(&Config::parse(Path::new("/t/c.toml"), text).unwrap()).unwrap()
 }
 
 fn run(lines: &str, opts: &Options) -> Result<Report, ReportError> {
-    analyze(&model().policy, "ev", lines.as_bytes(), opts)
+    analyze(&model(), "ev", lines.as_bytes(), opts)
 }
 
 fn opts() -> Options {

@@ -1,5 +1,21 @@
 use super::*;
 use crate::config::Config;
+use crate::report::config::{compile, ReportSettings};
+
+/// The limits and the `[report]` of a config file, compiled.
+#[derive(Debug)]
+struct Loaded {
+    policy: Arc<PolicyModel>,
+    report: ReportSettings,
+}
+
+fn load(path: &Path) -> Result<Loaded, ConfigError> {
+    let c = Config::load(path)?;
+    Ok(Loaded {
+        policy: Arc::new(crate::policy::compile(&c)?),
+        report: compile(&c)?,
+    })
+}
 
 const DAY: i64 = DAY_US;
 /// Noon UTC on a day well after the epoch.
@@ -16,7 +32,7 @@ fn model(limits: &str) -> Arc<PolicyModel> {
         ),
     )
     .unwrap();
-    Config::load(&path).unwrap().policy.clone()
+    load(&path).unwrap().policy.clone()
 }
 
 fn daily(period: &str) -> Arc<PolicyModel> {
@@ -135,9 +151,14 @@ async fn the_keeper_installs_saves_and_reuses_todays_set() {
         ),
     )
     .unwrap();
-    let config = Config::load(&path).unwrap();
+    let config = load(&path).unwrap();
     let store = Arc::new(crate::store::MemoryStore::default());
-    let _keeper = BaselineKeeper::start(&config, store.clone()).await;
+    let _keeper = BaselineKeeper::start(
+        config.policy.clone(),
+        config.report.events.clone(),
+        store.clone(),
+    )
+    .await;
     let def = config.policy.limits[0].baseline.clone().unwrap();
     let installed = config.policy.baselines.get("own").unwrap();
     let saved = store.baseline_shelf().get("own").unwrap();
@@ -148,12 +169,17 @@ async fn the_keeper_installs_saves_and_reuses_todays_set() {
     assert_eq!(config.policy.baselines.limit("own", &def, "bob"), 5.0);
     // A restart today finds the saved set and does not read the log (it is gone).
     std::fs::remove_file(&events).unwrap();
-    let again = Config::load(&path).unwrap();
-    let _k2 = BaselineKeeper::start(&again, store.clone()).await;
+    let again = load(&path).unwrap();
+    let _k2 = BaselineKeeper::start(
+        again.policy.clone(),
+        again.report.events.clone(),
+        store.clone(),
+    )
+    .await;
     assert_eq!(*again.policy.baselines.get("own").unwrap(), saved);
     // A reload adopts the set into the new generation at once.
-    let next = Config::load(&path).unwrap();
-    _k2.reload(&next);
+    let next = load(&path).unwrap();
+    _k2.reload(&next.policy, next.report.events.clone());
     assert_eq!(*next.policy.baselines.get("own").unwrap(), saved);
     // Computing again without a log keeps the values in force.
     _k2.refresh().await;
@@ -185,7 +211,7 @@ fn a_baseline_needs_the_event_log() {
         "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:25\"\n[[limit]]\nname = \"own\"\ncount = \"messages\"\nrate = \"10 / 1d\"\nburst = \"10\"\nbaseline = \"p95 / 14d\"\n",
     )
     .unwrap();
-    let e = Config::load(&path).unwrap_err().to_string();
+    let e = load(&path).unwrap_err().to_string();
     assert!(
         e.contains(
             "limit own: baseline reads each key's history from the event log: set [report] events"

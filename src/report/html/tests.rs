@@ -66,8 +66,9 @@ fn report_and_charts() -> (Report, Charts) {
         ..Options::default()
     };
     let ev = events();
-    let r = analyze(&c.policy, "ev", ev.as_bytes(), &opts).unwrap();
-    let ch = collect(&c.policy, "ev", ev.as_bytes(), &opts, &r).unwrap();
+    let model = crate::policy::compile(&c).unwrap();
+    let r = analyze(&model, "ev", ev.as_bytes(), &opts).unwrap();
+    let ch = collect(&model, "ev", ev.as_bytes(), &opts, &r).unwrap();
     (r, ch)
 }
 
