@@ -293,20 +293,26 @@ pub struct Response {
     pub content_type: &'static str,
     /// The body.
     pub body: Vec<u8>,
+    /// More header fields (name, value), written after the fixed ones.
+    pub headers: Vec<(&'static str, String)>,
 }
 
 /// The reason phrase of the status codes floodgate sends.
 pub fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        303 => "See Other",
         400 => "Bad Request",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        409 => "Conflict",
         413 => "Content Too Large",
         422 => "Unprocessable Content",
         500 => "Internal Server Error",
+        502 => "Bad Gateway",
         503 => "Service Unavailable",
         _ => "Unknown",
     }
@@ -321,6 +327,7 @@ impl Response {
             status,
             content_type: "application/json",
             body,
+            headers: Vec::new(),
         }
     }
 
@@ -335,6 +342,7 @@ impl Response {
             status,
             content_type,
             body: body.into_bytes(),
+            headers: Vec::new(),
         }
     }
 
@@ -349,6 +357,9 @@ impl Response {
         );
         if self.status == 401 {
             out.push_str("WWW-Authenticate: Bearer\r\n");
+        }
+        for (name, value) in &self.headers {
+            let _ = write!(out, "{name}: {value}\r\n");
         }
         out.push_str("\r\n");
         let mut out = out.into_bytes();

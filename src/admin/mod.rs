@@ -9,11 +9,13 @@
 //! * [`api`]: the endpoints (inspect, reset, top, reload, metrics);
 //! * [`restricted`]: the restricted set's endpoints (restricted, release, restrict);
 //! * [`serve`]: the unix socket, the token-guarded TCP address and the metrics address;
+//! * [`console`]: the web console on the admin TCP address;
 //! * [`client`]: the CLI side: one request to the admin socket, tables or JSON;
 //! * [`peer`]: whose process is at the other end of the admin socket.
 
 pub mod api;
 pub mod client;
+pub mod console;
 pub mod counter;
 pub mod held;
 pub mod http;
