@@ -7,6 +7,7 @@
 #   libnet-ssleay-perl, libio-socket-ssl-perl : swaks --tls / --tls-on-connect
 #   libio-socket-inet6-perl, libdigest-hmac-perl : swaks over ::1, CRAM-MD5
 #   redis-server                        : shared-state tests of later issues
+#   chromium, chromium-driver, python3-selenium : the web console's browser test (tests/console.rs)
 #   postfix, dovecot-core               : the real smart host of tests/smarthost_postfix*.rs
 #                                         (private instances; no system daemon is left running)
 #   cargo-fuzz                          : `cargo +nightly fuzz run` smoke in .ci/run
@@ -20,7 +21,8 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 want=(swaks libnet-ssleay-perl libio-socket-ssl-perl libio-socket-inet6-perl
-    libdigest-hmac-perl openssl python3 redis-server postfix dovecot-core)
+    libdigest-hmac-perl openssl python3 redis-server postfix dovecot-core
+    chromium chromium-driver python3-selenium)
 missing=()
 for pkg in "${want[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then

@@ -129,7 +129,7 @@ pub fn page(title: &str, nav: Nav, shell: &Shell<'_>, body: &str) -> String {
     let mut out = String::with_capacity(body.len() + 2048);
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
     out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
-    out.push_str("<meta name=\"referrer\" content=\"no-referrer\">");
+    out.push_str("<meta name=\"referrer\" content=\"same-origin\">");
     if let Some(c) = shell.csrf {
         let _ = write!(out, "<meta name=\"floodgate-csrf\" content=\"{}\">", attr(c));
     }
@@ -139,6 +139,7 @@ pub fn page(title: &str, nav: Nav, shell: &Shell<'_>, body: &str) -> String {
         escape(title),
         text(shell.host, 60)
     );
+    out.push_str("<link rel=\"icon\" href=\"/console/static/icon.svg\">");
     out.push_str("<link rel=\"stylesheet\" href=\"/console/static/console.css\">");
     out.push_str("<script src=\"/console/static/console.js\" defer></script>");
     out.push_str("</head><body>");

@@ -57,7 +57,7 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     let mut b = String::with_capacity(16 * 1024);
     let _ = write!(
         b,
-        "<p class=\"muted\">{} keys restricted, newest first. Releasing one also resets \
+        "<p class=\"muted\">Restricted: {}, newest first. Releasing a key also resets \
          the records of the limit that restricted it.</p>",
         list.len()
     );

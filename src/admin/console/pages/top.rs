@@ -133,8 +133,8 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     b.push_str("</p>");
     let _ = write!(
         b,
-        "<p class=\"muted\" id=\"top-count\">{total} entries{}{}; highest first against \
-         their limit.</p>",
+        "<p class=\"muted\" id=\"top-count\">{total} entries (key and limit){}{}, highest \
+         first against their limit.</p>",
         if total > MAX_TOP {
             format!(", the first {MAX_TOP} ranked")
         } else {
