@@ -97,11 +97,17 @@ fn login(addr: SocketAddr) -> Session {
     );
     assert_eq!(a.status, 303, "{a}");
     assert_eq!(a.header("location"), Some("/console/"));
-    let set = a.header("set-cookie").expect("a session cookie").to_string();
+    let set = a
+        .header("set-cookie")
+        .expect("a session cookie")
+        .to_string();
     for part in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
         assert!(set.contains(part), "{set}");
     }
-    assert!(!set.contains(TOKEN), "the cookie must not be the token: {set}");
+    assert!(
+        !set.contains(TOKEN),
+        "the cookie must not be the token: {set}"
+    );
     let cookie = format!("Cookie: {}", set.split(';').next().unwrap());
     let page = http(addr, "GET", "/console/", std::slice::from_ref(&cookie), "");
     assert_eq!(page.status, 200, "{page}");
@@ -216,7 +222,14 @@ fn scene(n: usize, actions: bool) -> (Recorder, tempfile::TempDir, Floodgate, So
     rec.wait_events("message", 1);
     let out = admin_verb(
         &fg.admin_socket(),
-        &["restrict", "bob", "--for", "1h", "--reason", "phished <password>"],
+        &[
+            "restrict",
+            "bob",
+            "--for",
+            "1h",
+            "--reason",
+            "phished <password>",
+        ],
     );
     assert!(out.ok(), "{out}");
     (rec, dir, fg, addr)
@@ -224,7 +237,11 @@ fn scene(n: usize, actions: bool) -> (Recorder, tempfile::TempDir, Floodgate, So
 
 #[test]
 fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
-    for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver", "/usr/bin/python3"] {
+    for tool in [
+        "/usr/bin/chromium",
+        "/usr/bin/chromedriver",
+        "/usr/bin/python3",
+    ] {
         assert!(
             Path::new(tool).exists(),
             "{tool} is missing: bash .ci/install.sh installs chromium, chromium-driver and \
@@ -264,7 +281,10 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
         assert!(!p["h1"].as_str().unwrap().is_empty(), "{name}: {p:#}");
     }
     assert_eq!(pages["overview"]["charts"], 2, "{pages:#}");
-    assert!(pages["overview"]["lines"].as_u64().unwrap() >= 3, "{pages:#}");
+    assert!(
+        pages["overview"]["lines"].as_u64().unwrap() >= 3,
+        "{pages:#}"
+    );
     assert_eq!(pages["key"]["charts"], 1, "{pages:#}");
     assert!(pages["key"]["lines"].as_u64().unwrap() >= 1, "{pages:#}");
     assert_eq!(pages["held"]["rows"], 2, "{pages:#}");
@@ -324,8 +344,14 @@ fn bad_inputs_get_clear_refusals() {
         ("/console/", vec![]),
         ("/console/held", vec![]),
         ("/console/key?k=alice", vec![]),
-        ("/console/held", vec!["Authorization: Bearer wrong-wrong-wrong-wrong".into()]),
-        ("/console/held", vec!["Cookie: floodgate_console=forged".into()]),
+        (
+            "/console/held",
+            vec!["Authorization: Bearer wrong-wrong-wrong-wrong".into()],
+        ),
+        (
+            "/console/held",
+            vec!["Cookie: floodgate_console=forged".into()],
+        ),
     ] {
         let a = http(addr, "GET", target, &extra, "");
         assert_eq!(a.status, 401, "{target}: {a}");
@@ -336,9 +362,18 @@ fn bad_inputs_get_clear_refusals() {
         assert!(!a.body.contains("alice") && !a.body.contains("bob"), "{a}");
         assert!(a.header("content-security-policy").is_some(), "{a}");
     }
-    let a = http(addr, "POST", "/console/login", &[], "token=wrong-token-0123456789");
+    let a = http(
+        addr,
+        "POST",
+        "/console/login",
+        &[],
+        "token=wrong-token-0123456789",
+    );
     assert_eq!(a.status, 401, "{a}");
-    assert!(a.body.contains("wrong token") && a.header("set-cookie").is_none(), "{a}");
+    assert!(
+        a.body.contains("wrong token") && a.header("set-cookie").is_none(),
+        "{a}"
+    );
     let a = http(addr, "POST", "/console/login", &[], "");
     assert_eq!(a.status, 401, "{a}");
     // Actions without credentials: 401, nothing done.
@@ -351,7 +386,10 @@ fn bad_inputs_get_clear_refusals() {
     let a = http(addr, "GET", "/console/", std::slice::from_ref(&bearer), "");
     assert_eq!(a.status, 200, "{a}");
     let csp = a.header("content-security-policy").unwrap();
-    assert!(csp.contains("default-src 'none'") && csp.contains("script-src 'self'"), "{csp}");
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
     assert_eq!(a.header("x-frame-options"), Some("DENY"));
 
     let s = login(addr);
@@ -367,7 +405,13 @@ fn bad_inputs_get_clear_refusals() {
     // An action with the cookie alone, a wrong CSRF value, or from another site: 403.
     let a = http(addr, "POST", &release(&ids[0]), &with(&[]), "");
     assert_eq!(a.status, 403, "{a}");
-    assert!(a.json()["error"].as_str().unwrap().contains("X-Floodgate-CSRF"), "{a}");
+    assert!(
+        a.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("X-Floodgate-CSRF"),
+        "{a}"
+    );
     let a = http(
         addr,
         "POST",
@@ -392,11 +436,17 @@ fn bad_inputs_get_clear_refusals() {
     // A release, then the same release again: a clear message, delivered once.
     let a = http(addr, "POST", &release(&ids[0]), &with(&[&csrf]), "");
     assert_eq!(a.status, 200, "{a}");
-    assert_eq!(a.json()["message"], format!("held message {} released", ids[0]));
+    assert_eq!(
+        a.json()["message"],
+        format!("held message {} released", ids[0])
+    );
     let a = http(addr, "POST", &release(&ids[0]), &with(&[&csrf]), "");
     assert_eq!(a.status, 404, "{a}");
     let e = a.json()["error"].as_str().unwrap().to_string();
-    assert!(e.contains("no longer held") && e.contains("released or deleted already"), "{e}");
+    assert!(
+        e.contains("no longer held") && e.contains("released or deleted already"),
+        "{e}"
+    );
     // Two releases of the same message at once: one wins, the other is told.
     let (a, b) = std::thread::scope(|sc| {
         let one = sc.spawn(|| http(addr, "POST", &release(&ids[1]), &with(&[&csrf]), ""));
@@ -408,14 +458,30 @@ fn bad_inputs_get_clear_refusals() {
     assert!(st == [200, 404] || st == [200, 409], "{a}\n{b}");
     rec.wait_events("message", 3);
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(rec.messages().len(), 3, "each released message delivered once");
+    assert_eq!(
+        rec.messages().len(),
+        3,
+        "each released message delivered once"
+    );
     // An action without its parameter, an unknown action.
-    let a = http(addr, "POST", "/console/act/held/delete", &with(&[&csrf]), "");
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/held/delete",
+        &with(&[&csrf]),
+        "",
+    );
     assert_eq!(a.status, 400, "{a}");
     let a = http(addr, "POST", "/console/act/nothing", &with(&[&csrf]), "");
     assert_eq!(a.status, 404, "{a}");
     // Ending a restriction needs a reason.
-    let a = http(addr, "POST", "/console/act/release?key=bob", &with(&[&csrf]), "");
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/release?key=bob",
+        &with(&[&csrf]),
+        "",
+    );
     assert_eq!(a.status, 400, "{a}");
     let a = http(
         addr,
@@ -425,31 +491,53 @@ fn bad_inputs_get_clear_refusals() {
         "",
     );
     assert_eq!(a.status, 200, "{a}");
-    let a = http(addr, "POST", "/console/act/reset?key=alice", &with(&[&csrf]), "");
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/reset?key=alice",
+        &with(&[&csrf]),
+        "",
+    );
     assert_eq!(a.status, 200, "{a}");
-    assert!(a.json()["message"].as_str().unwrap().starts_with("alice: "), "{a}");
+    assert!(
+        a.json()["message"].as_str().unwrap().starts_with("alice: "),
+        "{a}"
+    );
 
     // The long header field of the last message: escaped and cut on the held page.
     let a = http(addr, "GET", "/console/held", &with(&[]), "");
     assert_eq!(a.status, 200, "{a}");
     assert!(!a.body.contains("<b>&"), "raw markup from a header field");
-    assert!(a.body.contains("X-Long: &lt;b&gt;&amp;"), "{}", a.body.len());
+    assert!(
+        a.body.contains("X-Long: &lt;b&gt;&amp;"),
+        "{}",
+        a.body.len()
+    );
     assert!(a.body.contains("…(6008 characters)"), "the line is cut");
     assert!(a.body.contains("held &lt;3&gt;"), "the subject, escaped");
     // A very long key with markup on the key page: escaped and cut.
     let key = format!("{}<script>alert(1)</script>", "k".repeat(1500));
-    let target = format!("/console/key?k={}", key.replace('<', "%3C").replace('>', "%3E"));
+    let target = format!(
+        "/console/key?k={}",
+        key.replace('<', "%3C").replace('>', "%3E")
+    );
     let a = http(addr, "GET", &target, &with(&[]), "");
     assert_eq!(a.status, 200, "{a}");
     assert!(!a.body.contains("<script>alert"), "unescaped key");
     assert!(a.body.contains("1525 characters, cut"), "the key is cut");
     // Unknown pages and limits, a key page without a key, a bad page number.
-    assert_eq!(http(addr, "GET", "/console/nope", &with(&[]), "").status, 404);
+    assert_eq!(
+        http(addr, "GET", "/console/nope", &with(&[]), "").status,
+        404
+    );
     assert_eq!(
         http(addr, "GET", "/console/top?limit=nope", &with(&[]), "").status,
         404
     );
-    assert_eq!(http(addr, "GET", "/console/key", &with(&[]), "").status, 400);
+    assert_eq!(
+        http(addr, "GET", "/console/key", &with(&[]), "").status,
+        400
+    );
     let a = http(addr, "GET", "/console/top?page=-1", &with(&[]), "");
     assert_eq!(a.status, 200, "{a}");
     assert_eq!(
@@ -480,7 +568,10 @@ fn a_read_only_console_refuses_actions() {
     let extra = vec![s.cookie.clone(), format!("X-Floodgate-CSRF: {}", s.csrf)];
     let page = http(addr, "GET", "/console/held", &extra[..1], "");
     assert_eq!(page.status, 200);
-    assert!(!page.body.contains("button type=\"button\" class=\"act\""), "no buttons");
+    assert!(
+        !page.body.contains("button type=\"button\" class=\"act\""),
+        "no buttons"
+    );
     assert!(page.body.contains("read-only"), "{}", page.body);
     for target in [
         format!("/console/act/held/release?id={}", ids[0]),
@@ -491,7 +582,10 @@ fn a_read_only_console_refuses_actions() {
         let a = http(addr, "POST", &target, &extra, "");
         assert_eq!(a.status, 403, "{target}: {a}");
         assert!(
-            a.json()["error"].as_str().unwrap().contains("console_actions = true"),
+            a.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("console_actions = true"),
             "{a}"
         );
         let bearer = format!("Authorization: Bearer {TOKEN}");
@@ -525,7 +619,7 @@ fn page_times_with_100000_keys_and_10000_held_messages() {
     }
     let snapshot = dir.path().join("state");
     store.save_snapshot(&snapshot).unwrap();
-    // 10,000 held messages written straight into the spool.
+    // 10,000 held messages written straight into the spool (held now: not expired).
     let spool = dir.path().join("hold");
     std::fs::create_dir_all(&spool).unwrap();
     for i in 0..10_000u32 {
@@ -534,7 +628,7 @@ fn page_times_with_100000_keys_and_10000_held_messages() {
             key: format!("user{i:06}"),
             limit: "per-user".into(),
             paced: None,
-            time: 1_700_000_000 + u64::from(i),
+            time: floodgate::hold::spool::now_secs(),
             client: "192.0.2.1:5000".parse().unwrap(),
             local: None,
             name: None,
@@ -572,9 +666,17 @@ fn page_times_with_100000_keys_and_10000_held_messages() {
     };
     for (what, target, needle) in [
         ("top keys, page 1", "/console/top", "100000 entries"),
-        ("top keys, page 200", "/console/top?page=200", "page 200 of 200"),
+        (
+            "top keys, page 200",
+            "/console/top?page=200",
+            "page 200 of 200",
+        ),
         ("held, page 1", "/console/held", "10000 messages held"),
-        ("held, page 200", "/console/held?page=200", "page 200 of 200"),
+        (
+            "held, page 200",
+            "/console/held?page=200",
+            "page 200 of 200",
+        ),
         ("overview", "/console/", "Overview"),
     ] {
         let mut times = Vec::new();

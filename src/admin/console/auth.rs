@@ -85,11 +85,13 @@ pub fn decide(need: Need, who: &Who, csrf: Option<&str>, actions: bool) -> Decis
         );
     }
     match (who, csrf) {
-        (Who::Session { .. }, None) => {
-            Decision::Forbidden("the action carries no X-Floodgate-CSRF header: use the page's buttons")
-        }
+        (Who::Session { .. }, None) => Decision::Forbidden(
+            "the action carries no X-Floodgate-CSRF header: use the page's buttons",
+        ),
         (Who::Session { csrf: want, .. }, Some(got)) if !ct_eq(got.as_bytes(), want.as_bytes()) => {
-            Decision::Forbidden("the X-Floodgate-CSRF header does not match this session: reload the page")
+            Decision::Forbidden(
+                "the X-Floodgate-CSRF header does not match this session: reload the page",
+            )
         }
         _ => Decision::Allow,
     }
@@ -242,8 +244,14 @@ mod tests {
 
     #[test]
     fn reading_needs_a_session_or_the_token_only() {
-        assert_eq!(decide(Need::Read, &Who::Bearer, None, false), Decision::Allow);
-        assert_eq!(decide(Need::Read, &session("c"), None, false), Decision::Allow);
+        assert_eq!(
+            decide(Need::Read, &Who::Bearer, None, false),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(Need::Read, &session("c"), None, false),
+            Decision::Allow
+        );
     }
 
     #[test]
@@ -263,20 +271,31 @@ mod tests {
             decide(Need::Act, &session("c"), Some(""), true),
             Decision::Forbidden(_)
         ));
-        assert_eq!(decide(Need::Act, &session("c"), Some("c"), true), Decision::Allow);
+        assert_eq!(
+            decide(Need::Act, &session("c"), Some("c"), true),
+            Decision::Allow
+        );
         // The bearer token is not sent by a browser on its own: no CSRF value needed.
         assert_eq!(decide(Need::Act, &Who::Bearer, None, true), Decision::Allow);
     }
 
     #[test]
     fn cookies_and_forms() {
-        assert_eq!(cookie("a=1; floodgate_console=abc; b=2", COOKIE), Some("abc"));
+        assert_eq!(
+            cookie("a=1; floodgate_console=abc; b=2", COOKIE),
+            Some("abc")
+        );
         assert_eq!(cookie("floodgate_console=\"q\"", COOKIE), Some("q"));
         assert_eq!(cookie("xfloodgate_console=abc", COOKIE), None);
         assert_eq!(cookie("", COOKIE), None);
         assert_eq!(cookie("junk;;=;", COOKIE), None);
         let c = set_cookie("abc");
-        for part in ["floodgate_console=abc", "HttpOnly", "SameSite=Strict", "Path=/console"] {
+        for part in [
+            "floodgate_console=abc",
+            "HttpOnly",
+            "SameSite=Strict",
+            "Path=/console",
+        ] {
             assert!(c.contains(part), "{c}");
         }
         assert!(clear_cookie().contains("Max-Age=0"));

@@ -42,7 +42,10 @@ impl Totals {
             .limits
             .iter()
             .map(|d| {
-                let over = ACTIONS.iter().map(|a| metrics.verdicts_of(&d.name, a)).sum();
+                let over = ACTIONS
+                    .iter()
+                    .map(|a| metrics.verdicts_of(&d.name, a))
+                    .sum();
                 (d.name.clone(), metrics.verdicts_of(&d.name, "defer"), over)
             })
             .collect();
@@ -113,7 +116,10 @@ impl History {
             }
             None => {
                 // Minutes arrive in order; a clock stepped back joins the newest minute.
-                let minute = self.minutes.back().map_or(m.minute, |b| b.minute.max(m.minute));
+                let minute = self
+                    .minutes
+                    .back()
+                    .map_or(m.minute, |b| b.minute.max(m.minute));
                 if self.minutes.back().is_some_and(|b| b.minute == minute) {
                     let mut m = m;
                     m.minute = minute;

@@ -131,7 +131,11 @@ pub fn page(title: &str, nav: Nav, shell: &Shell<'_>, body: &str) -> String {
     out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
     out.push_str("<meta name=\"referrer\" content=\"same-origin\">");
     if let Some(c) = shell.csrf {
-        let _ = write!(out, "<meta name=\"floodgate-csrf\" content=\"{}\">", attr(c));
+        let _ = write!(
+            out,
+            "<meta name=\"floodgate-csrf\" content=\"{}\">",
+            attr(c)
+        );
     }
     let _ = write!(
         out,
@@ -239,7 +243,10 @@ mod tests {
             "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
         );
         assert_eq!(escape("plain ünïcode"), "plain ünïcode");
-        assert_eq!(escape("a\0b\x1bc\u{7f}d\te\nf"), "a\u{FFFD}b\u{FFFD}c\u{FFFD}d\te\nf");
+        assert_eq!(
+            escape("a\0b\x1bc\u{7f}d\te\nf"),
+            "a\u{FFFD}b\u{FFFD}c\u{FFFD}d\te\nf"
+        );
         assert_eq!(escape("&amp;"), "&amp;amp;");
     }
 
@@ -269,7 +276,10 @@ mod tests {
             "/console/top?limit=x&amp;page=2"
         );
         let l = key_link("<script>");
-        assert!(l.contains("?k=%3Cscript%3E") && l.contains(">&lt;script&gt;</a>"), "{l}");
+        assert!(
+            l.contains("?k=%3Cscript%3E") && l.contains(">&lt;script&gt;</a>"),
+            "{l}"
+        );
     }
 
     #[test]
@@ -281,9 +291,15 @@ mod tests {
         };
         let p = page("<t>", Nav::Held, &shell, "<p>body</p>");
         assert!(p.contains("<h1>&lt;t&gt;</h1>"), "{p}");
-        assert!(p.contains("name=\"floodgate-csrf\" content=\"c0ffee\""), "{p}");
+        assert!(
+            p.contains("name=\"floodgate-csrf\" content=\"c0ffee\""),
+            "{p}"
+        );
         assert!(p.contains("mx&lt;1&gt;") && !p.contains("mx<1>"), "{p}");
-        assert!(p.contains("href=\"/console/held\" aria-current=\"page\""), "{p}");
+        assert!(
+            p.contains("href=\"/console/held\" aria-current=\"page\""),
+            "{p}"
+        );
         assert!(p.contains("read-only"), "{p}");
         let p = page("login", Nav::Login, &Shell::default(), "");
         assert!(!p.contains("floodgate-csrf") && !p.contains("<nav>"), "{p}");

@@ -24,8 +24,8 @@ pub mod auth;
 pub mod history;
 pub mod html;
 pub mod keylog;
-pub mod paging;
 mod pages;
+pub mod paging;
 mod routes;
 pub mod svg;
 

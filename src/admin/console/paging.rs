@@ -119,7 +119,10 @@ mod tests {
 
     #[test]
     fn ranges_and_counts() {
-        let pg = |n| Page { number: n, size: 50 };
+        let pg = |n| Page {
+            number: n,
+            size: 50,
+        };
         assert_eq!(pg(1).range(0), 0..0);
         assert_eq!(pg(1).count(0), 1);
         assert_eq!(pg(1).range(120), 0..50);
@@ -139,16 +142,43 @@ mod tests {
         let l = links(
             "/console/top",
             &[("limit", "a&b")],
-            Page { number: 2, size: 50 },
+            Page {
+                number: 2,
+                size: 50,
+            },
             Some(120),
             false,
         );
-        assert!(l.contains("href=\"/console/top?limit=a%26b&amp;page=1\""), "{l}");
-        assert!(l.contains("href=\"/console/top?limit=a%26b&amp;page=3\""), "{l}");
+        assert!(
+            l.contains("href=\"/console/top?limit=a%26b&amp;page=1\""),
+            "{l}"
+        );
+        assert!(
+            l.contains("href=\"/console/top?limit=a%26b&amp;page=3\""),
+            "{l}"
+        );
         assert!(l.contains("page 2 of 3"), "{l}");
-        let l = links("/console/held", &[], Page { number: 1, size: 50 }, Some(10), false);
+        let l = links(
+            "/console/held",
+            &[],
+            Page {
+                number: 1,
+                size: 50,
+            },
+            Some(10),
+            false,
+        );
         assert!(!l.contains("prev") && !l.contains("next"), "{l}");
-        let l = links("/console/top", &[], Page { number: 1, size: 50 }, None, true);
+        let l = links(
+            "/console/top",
+            &[],
+            Page {
+                number: 1,
+                size: 50,
+            },
+            None,
+            true,
+        );
         assert!(l.contains("page=2") && l.contains("page 1<"), "{l}");
     }
 }

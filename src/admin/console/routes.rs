@@ -81,7 +81,9 @@ impl Console {
                 _ => Who::WrongToken,
             };
         }
-        let id = req.header("cookie").and_then(|c| auth::cookie(c, auth::COOKIE));
+        let id = req
+            .header("cookie")
+            .and_then(|c| auth::cookie(c, auth::COOKIE));
         match id.and_then(|id| Some((id, self.sessions.find(id, Instant::now())?))) {
             Some((id, csrf)) => Who::Session {
                 id: id.to_string(),
@@ -246,7 +248,10 @@ async fn act(c: &Console, req: &Request) -> Response {
             let (status, v) = api(c, "POST", path, &q).await;
             let verb = if release { "released" } else { "deleted" };
             let v = match status {
-                404 if v["error"].as_str().is_some_and(|e| e.contains("no held message")) => {
+                404 if v["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("no held message")) =>
+                {
                     json!({ "error": format!(
                         "held message {id} is no longer held: it was released or deleted \
                          already (by another admin, the expiry or the pacer); nothing was done"
@@ -287,7 +292,10 @@ async fn act(c: &Console, req: &Request) -> Response {
         tracing::info!(action = %req.path, "console: action done");
         Response::json(200, &json!({ "message": done, "result": v }))
     } else {
-        let e = v["error"].as_str().unwrap_or("the action failed").to_string();
+        let e = v["error"]
+            .as_str()
+            .unwrap_or("the action failed")
+            .to_string();
         Response::error(status, &e)
     }
 }
@@ -300,20 +308,35 @@ mod tests {
     fn origins() {
         assert!(same_origin(None, Some("127.0.0.1:9466")));
         assert!(same_origin(None, None));
-        assert!(same_origin(Some("http://127.0.0.1:9466"), Some("127.0.0.1:9466")));
+        assert!(same_origin(
+            Some("http://127.0.0.1:9466"),
+            Some("127.0.0.1:9466")
+        ));
         assert!(same_origin(Some("http://LOCALHOST:1"), Some("localhost:1")));
-        assert!(!same_origin(Some("http://evil.example"), Some("127.0.0.1:9466")));
+        assert!(!same_origin(
+            Some("http://evil.example"),
+            Some("127.0.0.1:9466")
+        ));
         assert!(!same_origin(Some("null"), Some("127.0.0.1:9466")));
         assert!(!same_origin(Some("http://127.0.0.1:9466"), None));
-        assert!(!same_origin(Some("http://127.0.0.1:94667"), Some("127.0.0.1:9466")));
+        assert!(!same_origin(
+            Some("http://127.0.0.1:94667"),
+            Some("127.0.0.1:9466")
+        ));
     }
 
     #[test]
     fn every_answer_gets_the_security_headers() {
         let r = secure(Response::text(200, "text/html", "x".into()));
         let wire = String::from_utf8(r.to_bytes(false)).unwrap();
-        assert!(wire.contains(&format!("\r\nContent-Security-Policy: {CSP}\r\n")), "{wire}");
-        assert!(wire.contains("\r\nX-Content-Type-Options: nosniff\r\n"), "{wire}");
+        assert!(
+            wire.contains(&format!("\r\nContent-Security-Policy: {CSP}\r\n")),
+            "{wire}"
+        );
+        assert!(
+            wire.contains("\r\nX-Content-Type-Options: nosniff\r\n"),
+            "{wire}"
+        );
         assert!(wire.contains("\r\nX-Frame-Options: DENY\r\n"), "{wire}");
         assert!(CSP.contains("default-src 'none'") && !CSP.contains("unsafe"));
         // The assets ask for nothing from another host.

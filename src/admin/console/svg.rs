@@ -191,7 +191,11 @@ pub fn meter(value: f64, limit: f64) -> String {
          width=\"100\" height=\"10\" role=\"img\"><title>{:.0}% of the limit</title>\
          <rect width=\"100\" height=\"10\" fill=\"#eee\"/>\
          <rect width=\"{filled}\" height=\"10\" fill=\"{colour}\"/></svg>",
-        if ratio.is_finite() { ratio * 100.0 } else { 100.0 }
+        if ratio.is_finite() {
+            ratio * 100.0
+        } else {
+            100.0
+        }
     )
 }
 
@@ -239,15 +243,30 @@ mod tests {
         assert!(svg.starts_with("<svg class=\"chart\""), "{svg}");
         assert!(svg.ends_with("</svg>"));
         assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
-        assert!(svg.contains("<title>messages &lt;per&gt; minute</title>"), "{svg}");
-        assert!(svg.contains(">a&amp;b</text>") && !svg.contains(">a&b<"), "{svg}");
+        assert!(
+            svg.contains("<title>messages &lt;per&gt; minute</title>"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(">a&amp;b</text>") && !svg.contains(">a&b<"),
+            "{svg}"
+        );
         assert!(svg.contains("data-series=\"2\""), "{svg}");
         // Top of the axis is 10: the value 10 is drawn at the top of the plot (y = TOP),
         // 0 at its bottom, and x runs from LEFT to width - RIGHT.
-        assert!(svg.contains("points=\"44.0,178.0 317.0,94.0 590.0,10.0 \""), "{svg}");
+        assert!(
+            svg.contains("points=\"44.0,178.0 317.0,94.0 590.0,10.0 \""),
+            "{svg}"
+        );
         // A missing or NaN point is drawn at 0.
-        assert!(svg.contains("points=\"44.0,161.2 317.0,178.0 590.0,178.0 \""), "{svg}");
-        assert!(svg.contains(">now</text>") && svg.contains(">-60m</text>"), "{svg}");
+        assert!(
+            svg.contains("points=\"44.0,161.2 317.0,178.0 590.0,178.0 \""),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(">now</text>") && svg.contains(">-60m</text>"),
+            "{svg}"
+        );
         // The labels of the y axis: 0, 5, 10.
         for l in [">0</text>", ">5</text>", ">10</text>"] {
             assert!(svg.contains(l), "{l} in {svg}");
@@ -284,7 +303,10 @@ mod tests {
             }],
         });
         assert!(!svg.contains("<<"), "{svg}");
-        assert!(svg.contains(&format!(">{}</text>", "&lt;".repeat(32))), "{svg}");
+        assert!(
+            svg.contains(&format!(">{}</text>", "&lt;".repeat(32))),
+            "{svg}"
+        );
     }
 
     #[test]

@@ -58,17 +58,21 @@ fn row(m: &HeldMessage, actions: bool) -> String {
          </small><details><summary>header section</summary><pre>{}</pre></details></td><td>",
         html::attr(&m.id),
         html::escape(&m.id),
-        super::when(i64::try_from(m.time).unwrap_or(i64::MAX).saturating_mul(1_000_000)),
+        super::when(
+            i64::try_from(m.time)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1_000_000)
+        ),
         html::key_link(&m.key),
         html::text(&m.limit, 60),
         if m.paced.is_some() { " (paced)" } else { "" },
         html::text(m.sender(), html::CELL_CHARS),
         to.join("<br>"),
         m.body.len(),
-        m.subject()
-            .map_or_else(|| "<span class=\"muted\">no subject</span>".into(), |s| {
-                html::text(&s, html::CELL_CHARS)
-            }),
+        m.subject().map_or_else(
+            || "<span class=\"muted\">no subject</span>".into(),
+            |s| { html::text(&s, html::CELL_CHARS) }
+        ),
         html::escape(&m.client.ip().to_string()),
         m.user
             .as_deref()

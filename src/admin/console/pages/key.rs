@@ -85,10 +85,10 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
                      <a href=\"/console/restricted\">Restricted keys</a></p>",
                     html::text(&r.by, html::CELL_CHARS),
                     super::when(r.since_us),
-                    r.until_us
-                        .map_or_else(|| "until released".into(), |u| {
-                            format!("until {}", super::when(u))
-                        })
+                    r.until_us.map_or_else(
+                        || "until released".into(),
+                        |u| { format!("until {}", super::when(u)) }
+                    )
                 );
             }
             None => b.push_str("<p class=\"muted\">Not restricted.</p>"),

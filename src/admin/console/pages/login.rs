@@ -8,7 +8,10 @@ use crate::admin::http::Response;
 pub fn page(status: u16, why: Option<&str>, host: &str) -> Response {
     let mut body = String::from("<div class=\"login\">");
     if let Some(w) = why {
-        body.push_str(&format!("<p class=\"error\" id=\"login-error\">{}</p>", html::escape(w)));
+        body.push_str(&format!(
+            "<p class=\"error\" id=\"login-error\">{}</p>",
+            html::escape(w)
+        ));
     }
     body.push_str(
         "<form method=\"post\" action=\"/console/login\">\
@@ -23,5 +26,8 @@ pub fn page(status: u16, why: Option<&str>, host: &str) -> Response {
         actions: false,
         host,
     };
-    html_response(status, html::page("floodgate console", Nav::Login, &shell, &body))
+    html_response(
+        status,
+        html::page("floodgate console", Nav::Login, &shell, &body),
+    )
 }

@@ -16,7 +16,12 @@ pub async fn page(c: &Console, shell: &Shell<'_>) -> Response {
     let metrics = &c.state.metrics;
     let now = minute_of(crate::store::now_micros());
     c.history.sample(metrics, &config, now);
-    let names: Vec<&str> = config.policy.limits.iter().map(|d| d.name.as_str()).collect();
+    let names: Vec<&str> = config
+        .policy
+        .limits
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
     let (messages, sessions, limits) = {
         let h = c.history.lock();
         (h.messages(now), h.sessions(now), h.limits(now, &names))
@@ -43,7 +48,11 @@ pub async fn page(c: &Console, shell: &Shell<'_>) -> Response {
     );
     card(
         "deferrals, last hour",
-        limits.iter().map(|l| l.total_deferred).sum::<u64>().to_string(),
+        limits
+            .iter()
+            .map(|l| l.total_deferred)
+            .sum::<u64>()
+            .to_string(),
     );
     card(
         "restricted keys",
@@ -173,12 +182,7 @@ fn store_health(store: &Opened, metrics: &crate::admin::Metrics) -> String {
             ));
             let mut mode = html::escape(p.default.as_str());
             for (prefix, m) in &p.overrides {
-                let _ = write!(
-                    mode,
-                    "; keys {}… {}",
-                    html::text(prefix, 60),
-                    m.as_str()
-                );
+                let _ = write!(mode, "; keys {}… {}", html::text(prefix, 60), m.as_str());
             }
             rows.push(("failure mode", mode));
             rows.push((

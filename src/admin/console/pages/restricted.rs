@@ -113,7 +113,10 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         Some(list.len()),
         false,
     ));
-    html_response(200, html::page("Restricted keys", Nav::Restricted, shell, &b))
+    html_response(
+        200,
+        html::page("Restricted keys", Nav::Restricted, shell, &b),
+    )
 }
 
 #[cfg(test)]
@@ -125,7 +128,10 @@ mod tests {
     fn evidence_is_escaped_and_cut() {
         let long = "<i>".repeat(1000);
         let e = evidence(&json!({"client_ips": ["10.0.0.1"], "subjects": [long], "n": 3}));
-        assert!(e.contains("<dt>client_ips</dt><dd>[&quot;10.0.0.1&quot;]</dd>"), "{e}");
+        assert!(
+            e.contains("<dt>client_ips</dt><dd>[&quot;10.0.0.1&quot;]</dd>"),
+            "{e}"
+        );
         assert!(e.contains("<dt>n</dt><dd>3</dd>"), "{e}");
         assert!(!e.contains("<i>"), "{e}");
         assert!(e.contains("characters, cut"), "{e}");

@@ -13,7 +13,7 @@ use crate::admin::console::routes::{error_page, html_response};
 use crate::admin::console::svg::meter;
 use crate::admin::console::Console;
 use crate::admin::http::{Request, Response};
-use crate::admin::inspect::{database_key, owners, TopBuilder, TopEntry};
+use crate::admin::inspect::{database_key, TopBuilder, TopEntry};
 use crate::config::Config;
 use crate::policy::model::PolicyModel;
 use crate::store::open::Opened;
@@ -40,21 +40,18 @@ pub fn collect(
     now_us: i64,
 ) -> (Vec<TopEntry>, usize) {
     let mut top = TopBuilder::new(model, now_us, only, n);
-    let mut total = 0usize;
-    records(&mut |k, r| {
-        total += owners(model, k, r.kind())
-            .iter()
-            .filter(|d| only.is_none_or(|o| o == d.name))
-            .count();
-        top.add(k, r);
-    });
+    records(&mut |k, r| top.add(k, r));
+    let total = top.offered();
     (top.finish(), total)
 }
 
 /// `GET /console/top`.
 pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     let config: Arc<Config> = c.state.control.config();
-    let only = req.param("limit").filter(|l| !l.is_empty()).map(str::to_string);
+    let only = req
+        .param("limit")
+        .filter(|l| !l.is_empty())
+        .map(str::to_string);
     if let Some(name) = &only {
         if !config.policy.limits.iter().any(|d| &d.name == name) {
             return error_page(404, &format!("no limit named {name:?}"), shell);
@@ -197,7 +194,8 @@ mod tests {
     use crate::limit::ewma::EwmaState;
 
     fn model() -> Arc<PolicyModel> {
-        let text = "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:25\"\n\
+        let text =
+            "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:25\"\n\
             [[limit]]\nname = \"per-user\"\nstage = \"rcpt\"\n\
             ratelimit = \"10 / 1h / per_rcpt / ${authenticated_id}\"\naction = \"defer\"\n\
             [[limit]]\nname = \"tb\"\nstage = \"mail\"\nrate = \"2 / 1m\"\nburst = \"4\"\n\
