@@ -7,6 +7,7 @@
 #   libnet-ssleay-perl, libio-socket-ssl-perl : swaks --tls / --tls-on-connect
 #   libio-socket-inet6-perl, libdigest-hmac-perl : swaks over ::1, CRAM-MD5
 #   redis-server                        : shared-state tests of later issues
+#   chromium, chromium-driver, python3-selenium : the web console's browser test (tests/operate/console.rs)
 #   postfix, dovecot-core               : the real smart host of tests/smarthost_postfix*.rs
 #                                         (private instances; no system daemon is left running)
 #   prometheus (with promtool)          : tests/operate/prometheus.rs (rules check, real scrape)
@@ -24,7 +25,7 @@ fi
 
 want=(swaks libnet-ssleay-perl libio-socket-ssl-perl libio-socket-inet6-perl
     libdigest-hmac-perl openssl python3 redis-server postfix dovecot-core prometheus
-    chromium)
+    chromium chromium-driver python3-selenium)
 missing=()
 for pkg in "${want[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then

@@ -285,6 +285,7 @@ pub struct TopBuilder<'m> {
     only: Option<&'m str>,
     n: usize,
     buf: Vec<TopEntry>,
+    offered: usize,
 }
 
 fn order(a: &TopEntry, b: &TopEntry) -> std::cmp::Ordering {
@@ -303,6 +304,7 @@ impl<'m> TopBuilder<'m> {
             only,
             n,
             buf: Vec::new(),
+            offered: 0,
         }
     }
 
@@ -313,6 +315,7 @@ impl<'m> TopBuilder<'m> {
                 continue;
             }
             let r = reading(def, Some(key), std::slice::from_ref(&rec), self.now_us);
+            self.offered += 1;
             self.buf.push(TopEntry {
                 key: key.to_string(),
                 ratio: r.ratio(),
@@ -323,6 +326,11 @@ impl<'m> TopBuilder<'m> {
             self.buf.sort_by(order);
             self.buf.truncate(self.n);
         }
+    }
+
+    /// How many entries (key and limit) were offered so far, kept or not.
+    pub fn offered(&self) -> usize {
+        self.offered
     }
 
     /// The entries, highest first (ties by key, then limit name).
@@ -463,6 +471,11 @@ action = "defer"
         );
         let t = top(&m, recs.clone(), now, Some("per-user"), 1);
         assert_eq!(t.len(), 1);
+        let mut b = TopBuilder::new(&m, now, None, 1);
+        for (k, r) in recs.clone() {
+            b.add(&k, r);
+        }
+        assert_eq!(b.offered(), 3, "the foreign key belongs to no limit");
         assert_eq!(t[0].key, "1h/per_rcpt/alice");
         assert!(top(&m, recs, now, Some("nope"), 10).is_empty());
     }

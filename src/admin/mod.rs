@@ -11,11 +11,13 @@
 //! * [`restricted`]: the restricted set's endpoints (restricted, release, restrict);
 //! * [`serve`]: the unix socket, the token-guarded TCP address and the metrics address,
 //!   served by hyper;
+//! * [`console`]: the web console on the admin TCP address;
 //! * [`client`]: the CLI side: one request to the admin socket, tables or JSON;
 //! * [`peer`]: whose process is at the other end of the admin socket.
 
 pub mod api;
 pub mod client;
+pub mod console;
 pub mod held;
 pub mod http;
 pub mod inspect;

@@ -104,8 +104,8 @@ pub enum ServeError {
 enum Mode {
     /// Everything (the unix socket: file permissions guard it).
     Admin(Arc<AdminState>),
-    /// Everything, with `Authorization: Bearer TOKEN`.
-    Token(Arc<AdminState>, Arc<Secret>),
+    /// Everything, with `Authorization: Bearer TOKEN`; and the web console.
+    Token(Arc<AdminState>, Arc<Secret>, Arc<super::console::Console>),
     /// Only `GET /metrics`.
     Metrics(Arc<super::Metrics>),
 }
@@ -204,10 +204,12 @@ pub async fn serve_admin_tcp(
     state: Arc<AdminState>,
     stop: CancellationToken,
 ) -> Result<std::net::SocketAddr, ServeError> {
+    let token = Arc::new(token);
+    let console = super::console::Console::start(state.clone(), token.clone(), stop.clone());
     serve_tcp(
         "admin address",
         address,
-        Mode::Token(state, Arc::new(token)),
+        Mode::Token(state, token, console),
         Bounds::default(),
         stop,
     )
@@ -401,7 +403,10 @@ async fn read_request(
 async fn answer(req: &Request, mode: &Mode) -> Response {
     match mode {
         Mode::Admin(state) => state.handle(req).await,
-        Mode::Token(state, token) => {
+        Mode::Token(state, token, console) => {
+            if let Some(r) = console.answer(req).await {
+                return r;
+            }
             let given = req
                 .header("authorization")
                 .and_then(|v| v.strip_prefix("Bearer "))

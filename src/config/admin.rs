@@ -40,6 +40,10 @@ pub struct RawAdmin {
     /// Allow a non-loopback TCP address.
     #[serde(default)]
     pub allow_remote: bool,
+    /// Let the web console on the TCP address release, delete, reset and end restrictions
+    /// (default false: the console only shows).
+    #[serde(default)]
+    pub console_actions: Option<Spanned<bool>>,
 }
 
 /// `[metrics]`, validated.
@@ -59,6 +63,8 @@ pub struct AdminConfig {
     pub default_socket: bool,
     /// The token-guarded TCP address, with the token.
     pub tcp: Option<(SocketAddr, Secret)>,
+    /// The web console on the TCP address may act (release, delete, reset), not only show.
+    pub console_actions: bool,
 }
 
 /// The shortest bearer token accepted.
@@ -147,6 +153,13 @@ pub fn validate(
         Some(s) => abs(s.get_ref()),
         None => default_socket(state_path, config_path),
     };
+    if let (Some(c), None) = (&admin.console_actions, &admin.address) {
+        return Err(at(
+            c.span(),
+            "[admin] console_actions is only used with address (the console is served there)"
+                .into(),
+        ));
+    }
     let tcp = match (&admin.address, &admin.token_file) {
         (None, None) => None,
         (None, Some(t)) => {
@@ -191,6 +204,7 @@ pub fn validate(
             socket: Some(socket),
             default_socket: admin.socket.is_none(),
             tcp,
+            console_actions: admin.console_actions.is_some_and(|c| *c.get_ref()),
         },
     ))
 }
@@ -274,6 +288,25 @@ mod tests {
     }
 
     #[test]
+    fn console_actions_default_off_and_set_with_address() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let t = dir.path().join("token");
+        std::fs::write(&t, "0123456789abcdefXYZ\n").unwrap();
+        let with = |extra: &str| {
+            parse(&format!(
+                "[admin]\naddress = \"127.0.0.1:9466\"\ntoken_file = \"{}\"\n{extra}",
+                t.display()
+            ))
+            .unwrap()
+            .admin
+        };
+        assert!(!with("").console_actions);
+        assert!(!with("console_actions = false\n").console_actions);
+        assert!(with("console_actions = true\n").console_actions);
+        assert!(!parse("").unwrap().admin.console_actions);
+    }
+
+    #[test]
     fn bad_values_name_file_line_and_column() {
         let cases = [
             (
@@ -314,6 +347,16 @@ mod tests {
                 "cannot read",
             ),
             ("[admin]\nenabled = \"yes\"\n", "6:11", "invalid type"),
+            (
+                "[admin]\nconsole_actions = true\n",
+                "6:19",
+                "console_actions is only used with address",
+            ),
+            (
+                "[admin]\nconsole_actions = \"yes\"\n",
+                "6:19",
+                "invalid type",
+            ),
         ];
         for (extra, at, what) in cases {
             let e = err(extra);

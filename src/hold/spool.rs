@@ -172,8 +172,10 @@ impl Spool {
         self.sync_dir()
     }
 
-    /// The ids of held messages (claimed ones included: they are still held until done).
-    fn ids(&self) -> Result<Vec<(String, u64)>, SpoolError> {
+    /// The ids of held messages with their files' sizes, sorted by id (ids start with the
+    /// time they were held, so this is oldest first); claimed ones are included: they are
+    /// still held until done. Reads the directory only, not the files.
+    pub fn ids(&self) -> Result<Vec<(String, u64)>, SpoolError> {
         let dir = &self.settings.dir;
         let mut out = Vec::new();
         for entry in fs::read_dir(dir).map_err(self.io(dir))? {

@@ -639,6 +639,11 @@ impl Metrics {
         }
     }
 
+    /// Failed store decisions so far of `kind` (one of [`STORE_ERRORS`]; 0 for another).
+    pub fn store_errors_of(&self, kind: &str) -> u64 {
+        self.store_errors.count(kind)
+    }
+
     /// Adds the families `read` writes to every scrape, read then from figures the caller
     /// keeps (the workers' loads, the store's key counts). The first reader registered under
     /// `key` stays; a later one under the same key is dropped and `false` returned, so a

@@ -9,3 +9,4 @@ mod alerts;
 mod report;
 mod report_html;
 mod prometheus;
+mod console;

@@ -1,0 +1,342 @@
+//! Who is asking, and whether they may.
+//!
+//! A browser cannot add `Authorization: Bearer` to a navigation, so the console has a login
+//! form: it posts the admin token once, and gets a session cookie holding a random session
+//! id (never the token): `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's
+//! page sends it), `Path=/console`. Pages are shown to a live session or to a request with
+//! the bearer token. Actions (POSTs that release, delete, reset) need more: a session's
+//! request must carry the session's CSRF value in the `X-Floodgate-CSRF` header, which
+//! the page's script reads from the page and sets on `fetch`; a cookie alone never
+//! authorises one. A request with the bearer token needs no CSRF value (a browser never
+//! adds that header by itself).
+//!
+//! The decisions are pure functions ([`decide`], [`cookie`]); [`Sessions`] keeps the
+//! sessions, bounded in number and time.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::admin::serve::ct_eq;
+
+/// The session cookie's name.
+pub const COOKIE: &str = "floodgate_console";
+/// The request header carrying the CSRF value.
+pub const CSRF_HEADER: &str = "x-floodgate-csrf";
+/// Sessions kept at once; a new login beyond it ends the least recently used one.
+pub const MAX_SESSIONS: usize = 64;
+/// A session unused this long ends.
+pub const IDLE: Duration = Duration::from_secs(60 * 60);
+/// A session ends this long after its login, used or not.
+pub const LIFETIME: Duration = Duration::from_secs(12 * 60 * 60);
+
+/// The credentials a request carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Who {
+    /// Nothing, or a cookie of no live session.
+    Nobody,
+    /// A bearer token that is not the admin token.
+    WrongToken,
+    /// The admin token as `Authorization: Bearer`.
+    Bearer,
+    /// A live session, with its CSRF value.
+    Session {
+        /// The session id (the cookie's value).
+        id: String,
+        /// The value actions of this session must carry in [`CSRF_HEADER`].
+        csrf: String,
+    },
+}
+
+/// What a request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// To see a page.
+    Read,
+    /// To change something.
+    Act,
+}
+
+/// The answer to a request's credentials.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Go on.
+    Allow,
+    /// 401: not logged in (nothing is shown but the login form).
+    Unauthorized(&'static str),
+    /// 403: logged in, but not allowed this.
+    Forbidden(&'static str),
+}
+
+/// Whether `who` may do what `need` says; `csrf` is the request's [`CSRF_HEADER`] value and
+/// `actions` whether `[admin] console_actions` is on.
+pub fn decide(need: Need, who: &Who, csrf: Option<&str>, actions: bool) -> Decision {
+    match who {
+        Who::Nobody => return Decision::Unauthorized("log in with the admin token"),
+        Who::WrongToken => return Decision::Unauthorized("wrong bearer token"),
+        Who::Bearer | Who::Session { .. } => {}
+    }
+    if need == Need::Read {
+        return Decision::Allow;
+    }
+    if !actions {
+        return Decision::Forbidden(
+            "the console is read-only: set [admin] console_actions = true to act from it",
+        );
+    }
+    match (who, csrf) {
+        (Who::Session { .. }, None) => Decision::Forbidden(
+            "the action carries no X-Floodgate-CSRF header: use the page's buttons",
+        ),
+        (Who::Session { csrf: want, .. }, Some(got)) if !ct_eq(got.as_bytes(), want.as_bytes()) => {
+            Decision::Forbidden(
+                "the X-Floodgate-CSRF header does not match this session: reload the page",
+            )
+        }
+        _ => Decision::Allow,
+    }
+}
+
+/// The value of cookie `name` in a `Cookie` header (`a=1; b=2`).
+pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
+    header.split(';').find_map(|pair| {
+        let (n, v) = pair.trim().split_once('=')?;
+        (n.trim() == name).then(|| v.trim().trim_matches('"'))
+    })
+}
+
+/// The `Set-Cookie` value opening session `id`.
+pub fn set_cookie(id: &str) -> String {
+    format!(
+        "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
+        LIFETIME.as_secs()
+    )
+}
+
+/// The `Set-Cookie` value that removes the session cookie.
+pub fn clear_cookie() -> String {
+    format!("{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0")
+}
+
+/// The value of field `name` in an `application/x-www-form-urlencoded` body.
+pub fn form_field(body: &[u8], name: &str) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    text.split('&').find_map(|pair| {
+        let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let n = crate::admin::http::percent_decode(n, true).ok()?;
+        (n == name)
+            .then(|| crate::admin::http::percent_decode(v, true).ok())
+            .flatten()
+    })
+}
+
+/// 32 random bytes from the operating system, in hex.
+pub fn random_hex() -> String {
+    let mut b = [0u8; 32];
+    let rng = rustls::crypto::ring::default_provider().secure_random;
+    if rng.fill(&mut b).is_err() {
+        // The OS had no randomness to give: fall back to /dev/urandom, or fail loudly.
+        use std::io::Read;
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut b))
+            .expect("no randomness for a console session");
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[derive(Debug)]
+struct Session {
+    csrf: String,
+    created: Instant,
+    used: Instant,
+}
+
+/// The live sessions.
+#[derive(Debug, Default)]
+pub struct Sessions(Mutex<HashMap<String, Session>>);
+
+impl Sessions {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new session; returns its id (the cookie) and its CSRF value.
+    pub fn open(&self, now: Instant) -> (String, String) {
+        let mut m = self.map();
+        m.retain(|_, s| alive(s, now));
+        if m.len() >= MAX_SESSIONS {
+            if let Some(oldest) = m.iter().min_by_key(|(_, s)| s.used).map(|(k, _)| k.clone()) {
+                m.remove(&oldest);
+            }
+        }
+        let (id, csrf) = (random_hex(), random_hex());
+        m.insert(
+            id.clone(),
+            Session {
+                csrf: csrf.clone(),
+                created: now,
+                used: now,
+            },
+        );
+        (id, csrf)
+    }
+
+    /// The CSRF value of live session `id` (and marks it used), or `None`.
+    pub fn find(&self, id: &str, now: Instant) -> Option<String> {
+        let mut m = self.map();
+        let live = m.get(id).is_some_and(|s| alive(s, now));
+        if !live {
+            m.remove(id);
+            return None;
+        }
+        let s = m.get_mut(id)?;
+        s.used = now;
+        Some(s.csrf.clone())
+    }
+
+    /// Ends session `id`.
+    pub fn close(&self, id: &str) {
+        self.map().remove(id);
+    }
+
+    /// Sessions kept now.
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    /// Whether no session is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn alive(s: &Session, now: Instant) -> bool {
+    now.saturating_duration_since(s.used) < IDLE
+        && now.saturating_duration_since(s.created) < LIFETIME
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(csrf: &str) -> Who {
+        Who::Session {
+            id: "id".into(),
+            csrf: csrf.into(),
+        }
+    }
+
+    #[test]
+    fn nobody_and_wrong_tokens_get_401_for_everything() {
+        for need in [Need::Read, Need::Act] {
+            for actions in [false, true] {
+                assert!(matches!(
+                    decide(need, &Who::Nobody, Some("x"), actions),
+                    Decision::Unauthorized(_)
+                ));
+                assert_eq!(
+                    decide(need, &Who::WrongToken, None, actions),
+                    Decision::Unauthorized("wrong bearer token")
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn reading_needs_a_session_or_the_token_only() {
+        assert_eq!(
+            decide(Need::Read, &Who::Bearer, None, false),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(Need::Read, &session("c"), None, false),
+            Decision::Allow
+        );
+    }
+
+    #[test]
+    fn acting_needs_the_switch_and_the_csrf_header() {
+        let off = decide(Need::Act, &session("c"), Some("c"), false);
+        assert!(matches!(off, Decision::Forbidden(m) if m.contains("console_actions")));
+        assert!(matches!(
+            decide(Need::Act, &Who::Bearer, None, false),
+            Decision::Forbidden(_)
+        ));
+        // The cookie alone is never enough.
+        let none = decide(Need::Act, &session("c"), None, true);
+        assert!(matches!(none, Decision::Forbidden(m) if m.contains("no X-Floodgate-CSRF")));
+        let wrong = decide(Need::Act, &session("c"), Some("d"), true);
+        assert!(matches!(wrong, Decision::Forbidden(m) if m.contains("does not match")));
+        assert!(matches!(
+            decide(Need::Act, &session("c"), Some(""), true),
+            Decision::Forbidden(_)
+        ));
+        assert_eq!(
+            decide(Need::Act, &session("c"), Some("c"), true),
+            Decision::Allow
+        );
+        // The bearer token is not sent by a browser on its own: no CSRF value needed.
+        assert_eq!(decide(Need::Act, &Who::Bearer, None, true), Decision::Allow);
+    }
+
+    #[test]
+    fn cookies_and_forms() {
+        assert_eq!(
+            cookie("a=1; floodgate_console=abc; b=2", COOKIE),
+            Some("abc")
+        );
+        assert_eq!(cookie("floodgate_console=\"q\"", COOKIE), Some("q"));
+        assert_eq!(cookie("xfloodgate_console=abc", COOKIE), None);
+        assert_eq!(cookie("", COOKIE), None);
+        assert_eq!(cookie("junk;;=;", COOKIE), None);
+        let c = set_cookie("abc");
+        for part in [
+            "floodgate_console=abc",
+            "HttpOnly",
+            "SameSite=Strict",
+            "Path=/console",
+        ] {
+            assert!(c.contains(part), "{c}");
+        }
+        assert!(clear_cookie().contains("Max-Age=0"));
+        assert_eq!(
+            form_field(b"a=1&token=x%2By+z&c", "token").as_deref(),
+            Some("x+y z")
+        );
+        assert_eq!(form_field(b"c", "c").as_deref(), Some(""));
+        assert_eq!(form_field(b"token=%zz", "token"), None);
+        assert_eq!(form_field(b"\xff", "token"), None);
+    }
+
+    #[test]
+    fn sessions_are_random_bounded_and_expire() {
+        let s = Sessions::default();
+        let t0 = Instant::now();
+        let (id, csrf) = s.open(t0);
+        assert_eq!(id.len(), 64);
+        assert_ne!(id, csrf);
+        assert_eq!(s.find(&id, t0).as_deref(), Some(csrf.as_str()));
+        assert_eq!(s.find("nope", t0), None);
+        // Idle too long: gone.
+        assert_eq!(s.find(&id, t0 + IDLE + Duration::from_secs(1)), None);
+        assert!(s.is_empty());
+        // Used often, but past its lifetime: gone.
+        let (id, _) = s.open(t0);
+        let mut t = t0;
+        while t < t0 + LIFETIME - Duration::from_secs(1800) {
+            t += Duration::from_secs(1800);
+            assert!(s.find(&id, t).is_some());
+        }
+        assert!(s.find(&id, t0 + LIFETIME).is_none());
+        // Bounded: the least recently used goes.
+        let first = s.open(t0).0;
+        for i in 0..MAX_SESSIONS {
+            s.open(t0 + Duration::from_secs(1 + i as u64));
+        }
+        assert_eq!(s.len(), MAX_SESSIONS);
+        assert!(s.find(&first, t0 + Duration::from_secs(100)).is_none());
+        let (id, _) = s.open(t0);
+        s.close(&id);
+        assert!(s.find(&id, t0).is_none());
+    }
+}

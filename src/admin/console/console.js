@@ -1,0 +1,69 @@
+// floodgate web console: the action buttons. Each button posts to its data-action URL
+// with this session's CSRF value in the X-Floodgate-CSRF header (read from the page; the
+// session cookie alone never authorises an action). A first click arms the button, a
+// second one within five seconds sends. Everything else in the console works without it.
+"use strict";
+(function () {
+  const meta = document.querySelector('meta[name="floodgate-csrf"]');
+  const csrf = meta ? meta.getAttribute("content") : "";
+  function say(text, bad) {
+    const status = document.getElementById("status");
+    if (!status) return;
+    status.textContent = text;
+    status.className = bad ? "status bad" : "status ok";
+  }
+  function disarm(b) {
+    b.classList.remove("armed");
+    b.textContent = b.dataset.label;
+  }
+  async function send(b) {
+    let url = b.dataset.action;
+    const row = b.closest("[data-row]");
+    if (b.dataset.reason) {
+      const input = row ? row.querySelector("input.reason") : null;
+      const reason = input ? input.value.trim() : "";
+      if (!reason) {
+        say("Say why first (the reason field): it is logged and sent with the alert.", true);
+        return;
+      }
+      url += (url.indexOf("?") >= 0 ? "&" : "?") + "reason=" + encodeURIComponent(reason);
+    }
+    b.disabled = true;
+    try {
+      const resp = await fetch(url, {
+        method: "POST",
+        headers: { "X-Floodgate-CSRF": csrf },
+        credentials: "same-origin",
+        cache: "no-store",
+      });
+      const body = await resp.json().catch(function () { return {}; });
+      if (resp.ok) {
+        say(body.message || "done", false);
+        if (row) {
+          row.classList.add("done");
+          row.querySelectorAll("button.act").forEach(function (x) { x.disabled = true; });
+        }
+      } else {
+        say(body.error || "the server answered " + resp.status, true);
+        b.disabled = false;
+      }
+    } catch (e) {
+      say("the request failed: " + e, true);
+      b.disabled = false;
+    }
+  }
+  document.addEventListener("click", function (ev) {
+    const b = ev.target.closest ? ev.target.closest("button.act") : null;
+    if (!b || b.disabled) return;
+    ev.preventDefault();
+    if (!b.dataset.label) b.dataset.label = b.textContent;
+    if (!b.classList.contains("armed")) {
+      b.classList.add("armed");
+      b.textContent = b.dataset.confirm || "Sure?";
+      setTimeout(function () { disarm(b); }, 5000);
+      return;
+    }
+    disarm(b);
+    send(b);
+  });
+})();

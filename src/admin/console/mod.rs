@@ -1,0 +1,99 @@
+//! The web console on the admin TCP address: server-rendered pages under `/console/`.
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | GET | `/console/` | overview: sessions, messages and deferrals per limit over the last hour (charts), the store's health and failure mode |
+//! | GET | `/console/top?limit=NAME&page=N` | keys by value against their limit, paged |
+//! | GET | `/console/restricted?page=N` | restricted keys with their evidence |
+//! | GET | `/console/held?page=N` | held messages (envelope, header section, size, limit), newest first, paged |
+//! | GET | `/console/key?k=KEY` | every limit's reading of KEY and its last hour from the event log |
+//! | GET, POST | `/console/login` | the login form; posting the admin token opens a session |
+//! | POST | `/console/logout` | ends the session |
+//! | POST | `/console/act/held/release?id=ID`, `/console/act/held/delete?id=ID` | releases or deletes a held message |
+//! | POST | `/console/act/reset?key=KEY` | resets KEY for every limit |
+//! | POST | `/console/act/release?key=KEY&reason=TEXT` | ends KEY's restriction |
+//!
+//! Who may do what is [`auth`]'s: the admin token (once, at login, or as a bearer header),
+//! actions only with `[admin] console_actions = true` and the session's CSRF header. The
+//! pages need no script to be read; the buttons use a little (`console.js`, served from here
+//! like the style sheet: the Content-Security-Policy allows nothing from anywhere else).
+//! Actions go through the admin API ([`AdminState::handle`]), so a release from the console
+//! is the same release as `floodgate held release`, with its log line, metric and alert.
+
+pub mod auth;
+pub mod history;
+pub mod html;
+pub mod keylog;
+mod pages;
+pub mod paging;
+mod routes;
+pub mod svg;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::api::AdminState;
+use super::http::{Request, Response};
+use crate::config::Secret;
+
+/// How often the per-minute history reads the counters.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+/// The console of one admin TCP address.
+pub struct Console {
+    state: Arc<AdminState>,
+    token: Arc<Secret>,
+    actions: bool,
+    sessions: auth::Sessions,
+    history: history::Recorder,
+}
+
+impl Console {
+    /// The console over `state`, guarded by `token`; `[admin] console_actions` is read now
+    /// (like the rest of `[admin]`, a reload does not change it). Starts the sampler of the
+    /// per-minute history, which ends with `stop`.
+    pub fn start(
+        state: Arc<AdminState>,
+        token: Arc<Secret>,
+        stop: CancellationToken,
+    ) -> Arc<Console> {
+        let actions = state.control.config().admin.console_actions;
+        let console = Arc::new(Console {
+            state,
+            token,
+            actions,
+            sessions: auth::Sessions::default(),
+            history: history::Recorder::default(),
+        });
+        let c = console.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(SAMPLE_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = every.tick() => c.sample(),
+                    _ = stop.cancelled() => return,
+                }
+            }
+        });
+        console
+    }
+
+    /// Reads the counters into the per-minute history.
+    fn sample(&self) {
+        let minute = history::minute_of(crate::store::now_micros());
+        self.history
+            .sample(&self.state.metrics, &self.state.control.generation(), minute);
+    }
+
+    /// The answer to `req` when its path is the console's (`/console` and below), else
+    /// `None` (the admin API answers it).
+    pub async fn answer(&self, req: &Request) -> Option<Response> {
+        if req.path != "/console" && !req.path.starts_with("/console/") {
+            return None;
+        }
+        Some(routes::secure(routes::route(self, req).await))
+    }
+}

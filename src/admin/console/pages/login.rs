@@ -1,0 +1,33 @@
+//! The login form: the only page shown without credentials, and it shows nothing else.
+
+use crate::admin::console::html::{self, Nav, Shell};
+use crate::admin::console::routes::html_response;
+use crate::admin::http::Response;
+
+/// The login page with `status` (200, or 401/403 with `why`).
+pub fn page(status: u16, why: Option<&str>, host: &str) -> Response {
+    let mut body = String::from("<div class=\"login\">");
+    if let Some(w) = why {
+        body.push_str(&format!(
+            "<p class=\"error\" id=\"login-error\">{}</p>",
+            html::escape(w)
+        ));
+    }
+    body.push_str(
+        "<form method=\"post\" action=\"/console/login\">\
+         <label for=\"token\">Admin token (<code>[admin] token_file</code>)</label>\
+         <input type=\"password\" id=\"token\" name=\"token\" autocomplete=\"off\" required \
+         autofocus><button type=\"submit\">Log in</button></form>\
+         <p class=\"note\">The session cookie holds a random id, not the token; it ends \
+         after an hour unused.</p></div>",
+    );
+    let shell = Shell {
+        csrf: None,
+        actions: false,
+        host,
+    };
+    html_response(
+        status,
+        html::page("floodgate console", Nav::Login, &shell, &body),
+    )
+}

@@ -1,0 +1,251 @@
+//! Top keys: every stored key read against its limit, highest first, one limit or all,
+//! paged. Only the rows up to the page shown are kept while the store is walked (the
+//! `top` builder keeps about twice that), so 100,000 keys cost one walk, not a sort of
+//! them all.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::admin::api::{MAX_SCAN, MAX_TOP};
+use crate::admin::console::html::{self, Nav, Shell};
+use crate::admin::console::paging::{self, Page, PAGE_SIZE};
+use crate::admin::console::routes::{error_page, html_response};
+use crate::admin::console::svg::meter;
+use crate::admin::console::Console;
+use crate::admin::http::{Request, Response};
+use crate::admin::inspect::{database_key, TopBuilder, TopEntry};
+use crate::generation::Generation;
+use crate::policy::model::PolicyModel;
+use crate::store::open::Opened;
+use crate::store::{now_micros, Record};
+
+/// The key text of database key `db` under limit `name` (what the key page takes).
+pub fn key_text<'a>(model: &PolicyModel, name: &str, db: &'a str) -> &'a str {
+    model
+        .limits
+        .iter()
+        .find(|d| d.name == name)
+        .and_then(|d| database_key(d, ""))
+        .and_then(|prefix| db.strip_prefix(prefix.as_str()))
+        .unwrap_or(db)
+}
+
+/// The top `n` entries of `only` (all limits when `None`) among `records`, and how many
+/// entries there are in all.
+pub fn collect(
+    model: &PolicyModel,
+    records: impl FnOnce(&mut dyn FnMut(&str, Record)),
+    only: Option<&str>,
+    n: usize,
+    now_us: i64,
+) -> (Vec<TopEntry>, usize) {
+    let mut top = TopBuilder::new(model, now_us, only, n);
+    records(&mut |k, r| top.add(k, r));
+    let total = top.offered();
+    (top.finish(), total)
+}
+
+/// `GET /console/top`.
+pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
+    let config: Arc<Generation> = c.state.control.generation();
+    let only = req
+        .param("limit")
+        .filter(|l| !l.is_empty())
+        .map(str::to_string);
+    if let Some(name) = &only {
+        if !config.policy.limits.iter().any(|d| &d.name == name) {
+            return error_page(404, &format!("no limit named {name:?}"), shell);
+        }
+    }
+    let asked = Page::parse(req.param("page"), PAGE_SIZE);
+    // At most MAX_TOP rows are ranked, as in the admin API's top.
+    let last = MAX_TOP / PAGE_SIZE;
+    let pg = Page {
+        number: asked.number.min(last),
+        ..asked
+    };
+    let now = now_micros();
+    let n = pg.needed();
+    let (entries, total, partial) = match &c.state.store {
+        Opened::Memory(m) => {
+            let (m, cfg, only) = (m.clone(), config.clone(), only.clone());
+            let walked = tokio::task::spawn_blocking(move || {
+                collect(
+                    &cfg.policy,
+                    |f| m.for_each_record(f),
+                    only.as_deref(),
+                    n,
+                    now,
+                )
+            })
+            .await;
+            match walked {
+                Ok((e, t)) => (e, t, false),
+                Err(e) => return error_page(500, &e.to_string(), shell),
+            }
+        }
+        Opened::Redis(f) => match f.redis().scan_records(MAX_SCAN).await {
+            Ok((records, complete)) => {
+                let (e, t) = collect(
+                    &config.policy,
+                    |f| {
+                        for (k, r) in records {
+                            f(&k, r);
+                        }
+                    },
+                    only.as_deref(),
+                    n,
+                    now,
+                );
+                (e, t, !complete)
+            }
+            Err(e) => return error_page(503, &e.to_string(), shell),
+        },
+    };
+    let shown_total = total.min(MAX_TOP);
+    let pg = pg.clamp(shown_total);
+    let range = pg.range(entries.len());
+
+    let mut b = String::with_capacity(32 * 1024);
+    b.push_str("<p class=\"limits\">");
+    let all_current = if only.is_none() {
+        " aria-current=\"page\""
+    } else {
+        ""
+    };
+    let _ = write!(b, "<a href=\"/console/top\"{all_current}>all limits</a>");
+    for d in &config.policy.limits {
+        let current = if only.as_deref() == Some(d.name.as_str()) {
+            " aria-current=\"page\""
+        } else {
+            ""
+        };
+        let _ = write!(
+            b,
+            " · <a href=\"{}\"{current}>{}</a>",
+            html::url("/console/top", &[("limit", &d.name)]),
+            html::text(&d.name, 60)
+        );
+    }
+    b.push_str("</p>");
+    let _ = write!(
+        b,
+        "<p class=\"muted\" id=\"top-count\">{total} entries (key and limit){}{}, highest \
+         first against their limit.</p>",
+        if total > MAX_TOP {
+            format!(", the first {MAX_TOP} ranked")
+        } else {
+            String::new()
+        },
+        if partial {
+            format!(" (Redis: only the first {MAX_SCAN} keys were read)")
+        } else {
+            String::new()
+        }
+    );
+    b.push_str(
+        "<table id=\"top\"><thead><tr><th class=\"n\">#</th><th>key</th><th>limit</th>\
+         <th class=\"n\">value</th><th class=\"n\">limit</th><th>per</th><th>against the \
+         limit</th><th class=\"n\">under again in</th></tr></thead><tbody>",
+    );
+    for (i, e) in entries[range.clone()].iter().enumerate() {
+        let r = &e.reading;
+        let text = key_text(&config.policy, &r.limit, &e.key);
+        let until = match (r.over, r.until_under_secs) {
+            (false, _) => String::new(),
+            (true, Some(s)) => format!("{} s", html::num(s.ceil())),
+            (true, None) => "never by waiting".into(),
+        };
+        let _ = write!(
+            b,
+            "<tr{}><td class=\"n\">{}</td><td>{}<br><small class=\"muted\">{}</small></td>\
+             <td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td>\
+             <td>{}</td><td class=\"n\">{}</td></tr>",
+            if r.over { " class=\"over\"" } else { "" },
+            range.start + i + 1,
+            html::key_link(text),
+            html::text(&e.key, html::CELL_CHARS),
+            html::text(&r.limit, 60),
+            html::num(r.value),
+            html::num(r.limit_value),
+            html::escape(&r.period),
+            meter(r.value, r.limit_value),
+            until
+        );
+    }
+    if range.is_empty() {
+        b.push_str("<tr><td colspan=\"8\" class=\"muted\">no keys</td></tr>");
+    }
+    b.push_str("</tbody></table>");
+    let params: Vec<(&str, &str)> = only.as_deref().map(|o| ("limit", o)).into_iter().collect();
+    b.push_str(&paging::links(
+        "/console/top",
+        &params,
+        pg,
+        Some(shown_total),
+        false,
+    ));
+    html_response(200, html::page("Top keys", Nav::Top, shell, &b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::ewma::EwmaState;
+
+    fn model() -> Arc<PolicyModel> {
+        let text =
+            "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:25\"\n\
+            [[limit]]\nname = \"per-user\"\nstage = \"rcpt\"\n\
+            ratelimit = \"10 / 1h / per_rcpt / ${authenticated_id}\"\naction = \"defer\"\n\
+            [[limit]]\nname = \"tb\"\nstage = \"mail\"\nrate = \"2 / 1m\"\nburst = \"4\"\n\
+            count = \"messages\"\naction = \"defer\"\n";
+        crate::generation::Generation::parse(std::path::Path::new("t.toml"), text)
+            .unwrap()
+            .policy
+    }
+
+    #[test]
+    fn key_text_strips_the_limits_prefix() {
+        let m = model();
+        assert_eq!(key_text(&m, "per-user", "1h/per_rcpt/alice"), "alice");
+        assert_eq!(key_text(&m, "tb", "gcra/tb/10.0.0.1"), "10.0.0.1");
+        assert_eq!(key_text(&m, "nope", "gcra/tb/x"), "gcra/tb/x");
+        assert_eq!(key_text(&m, "tb", "other/x"), "other/x");
+    }
+
+    #[test]
+    fn collect_counts_all_and_keeps_only_the_page() {
+        let m = model();
+        let now = 1_000_000_000_000_000;
+        let records: Vec<(String, Record)> = (0..1000)
+            .map(|i| {
+                (
+                    format!("1h/per_rcpt/user{i:04}"),
+                    Record::Ewma(EwmaState {
+                        time_us: now,
+                        rate: f64::from(i),
+                    }),
+                )
+            })
+            .chain(std::iter::once((
+                "gcra/tb/x".to_string(),
+                Record::Gcra { tat_ns: now * 1000 },
+            )))
+            .collect();
+        let feed = |f: &mut dyn FnMut(&str, Record)| {
+            for (k, r) in &records {
+                f(k, r.clone());
+            }
+        };
+        let (e, total) = collect(&m, feed, Some("per-user"), 100, now);
+        assert_eq!(total, 1000);
+        assert_eq!(e.len(), 100);
+        assert_eq!(e[0].key, "1h/per_rcpt/user0999");
+        assert_eq!(e[99].key, "1h/per_rcpt/user0900");
+        let (e, total) = collect(&m, feed, None, 5, now);
+        assert_eq!((e.len(), total), (5, 1001));
+        let (e, total) = collect(&m, feed, Some("tb"), 5, now);
+        assert_eq!((e.len(), total), (1, 1));
+    }
+}

@@ -1,0 +1,348 @@
+//! The console's routes: static files, login and logout, then every other path behind
+//! [`auth::decide`], and the headers every console answer carries.
+
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use super::auth::{self, Decision, Need, Who};
+use super::html::{self, Nav, Shell};
+use super::{pages, Console};
+use crate::admin::http::{Request, Response};
+use crate::admin::serve::ct_eq;
+
+/// The Content-Security-Policy of every console answer: nothing from other hosts, no
+/// inline script or style, no framing, forms and fetches to this server only.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+                       img-src 'self'; connect-src 'self'; form-action 'self'; \
+                       frame-ancestors 'none'; base-uri 'none'";
+
+const CSS: &str = include_str!("console.css");
+const JS: &str = include_str!("console.js");
+/// The page icon (browsers ask for one; without it they log a failed request).
+const ICON: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\">\
+                    <rect width=\"16\" height=\"16\" rx=\"3\" fill=\"#202a36\"/>\
+                    <rect x=\"3\" y=\"8\" width=\"10\" height=\"5\" fill=\"#cfe0ff\"/></svg>";
+
+/// Adds the security headers to a console answer.
+pub fn secure(mut r: Response) -> Response {
+    r.headers.push(("Content-Security-Policy", CSP.into()));
+    r.headers.push(("X-Content-Type-Options", "nosniff".into()));
+    r.headers.push(("X-Frame-Options", "DENY".into()));
+    r.headers.push(("Referrer-Policy", "same-origin".into()));
+    r
+}
+
+/// An HTML page.
+pub fn html_response(status: u16, body: String) -> Response {
+    Response::text(status, "text/html; charset=utf-8", body)
+}
+
+/// A page telling what went wrong, in the page shell.
+pub fn error_page(status: u16, message: &str, shell: &Shell<'_>) -> Response {
+    let title = match status {
+        400 => "Bad request",
+        403 => "Not allowed",
+        404 => "Not found",
+        405 => "Method not allowed",
+        _ => "Error",
+    };
+    let body = format!("<p class=\"error\">{}</p>", html::text(message, 2000));
+    html_response(status, html::page(title, Nav::Key, shell, &body))
+}
+
+fn redirect(to: &'static str) -> Response {
+    let mut r = Response::text(303, "text/plain; charset=utf-8", format!("see {to}\n"));
+    r.headers.push(("Location", to.into()));
+    r
+}
+
+/// Whether a POST's `Origin` (when the browser sent one) is this server: a form or fetch
+/// from another site's page is refused even before its credentials are looked at. The
+/// pages' `Referrer-Policy: same-origin` keeps the origin in their own POSTs (under
+/// `no-referrer` a browser would send `Origin: null`, refused here).
+pub fn same_origin(origin: Option<&str>, host: Option<&str>) -> bool {
+    match (origin, host) {
+        (None, _) => true,
+        (Some(o), Some(h)) => o
+            .strip_prefix("http://")
+            .or_else(|| o.strip_prefix("https://"))
+            .is_some_and(|rest| rest.eq_ignore_ascii_case(h)),
+        (Some(_), None) => false,
+    }
+}
+
+impl Console {
+    /// The credentials `req` carries.
+    fn who(&self, req: &Request) -> Who {
+        if let Some(v) = req.header("authorization") {
+            return match v.strip_prefix("Bearer ").map(str::trim) {
+                Some(t) if ct_eq(t.as_bytes(), self.token.expose().as_bytes()) => Who::Bearer,
+                _ => Who::WrongToken,
+            };
+        }
+        let id = req
+            .header("cookie")
+            .and_then(|c| auth::cookie(c, auth::COOKIE));
+        match id.and_then(|id| Some((id, self.sessions.find(id, Instant::now())?))) {
+            Some((id, csrf)) => Who::Session {
+                id: id.to_string(),
+                csrf,
+            },
+            None => Who::Nobody,
+        }
+    }
+
+    /// The page shell for `who`.
+    fn shell<'a>(&'a self, who: &'a Who, host: &'a str) -> Shell<'a> {
+        Shell {
+            csrf: match who {
+                Who::Session { csrf, .. } => Some(csrf),
+                _ => None,
+            },
+            actions: self.actions,
+            host,
+        }
+    }
+}
+
+/// Answers one console request.
+pub async fn route(c: &Console, req: &Request) -> Response {
+    let get = req.method == "GET" || req.method == "HEAD";
+    let post = req.method == "POST";
+    let config = c.state.control.config();
+    let host = config.server.hostname.as_str();
+    match req.path.as_str() {
+        "/console" => return redirect("/console/"),
+        "/console/static/console.css" if get => {
+            return Response::text(200, "text/css; charset=utf-8", CSS.into());
+        }
+        "/console/static/console.js" if get => {
+            return Response::text(200, "text/javascript; charset=utf-8", JS.into());
+        }
+        "/console/static/icon.svg" if get => {
+            return Response::text(200, "image/svg+xml", ICON.into());
+        }
+        "/console/login" if get => {
+            if matches!(c.who(req), Who::Session { .. }) {
+                return redirect("/console/");
+            }
+            return pages::login::page(200, None, host);
+        }
+        "/console/login" if post => return login(c, req, host),
+        "/console/logout" if post => return logout(c, req),
+        _ => {}
+    }
+    let who = c.who(req);
+    let need = if req.path.starts_with("/console/act/") {
+        Need::Act
+    } else {
+        Need::Read
+    };
+    let shell = c.shell(&who, host);
+    if need == Need::Act && !same_origin(req.header("origin"), req.header("host")) {
+        return Response::error(403, "the request comes from another site's page");
+    }
+    match auth::decide(need, &who, req.header(auth::CSRF_HEADER), c.actions) {
+        Decision::Allow => {}
+        Decision::Unauthorized(why) if need == Need::Read => {
+            return pages::login::page(401, Some(why), host);
+        }
+        Decision::Unauthorized(why) => return Response::error(401, why),
+        Decision::Forbidden(why) if need == Need::Read => return error_page(403, why, &shell),
+        Decision::Forbidden(why) => return Response::error(403, why),
+    }
+    if need == Need::Act {
+        if !post {
+            return Response::error(405, &format!("{} takes POST", req.path));
+        }
+        return act(c, req).await;
+    }
+    if !get {
+        return error_page(405, &format!("{} takes GET", req.path), &shell);
+    }
+    match req.path.as_str() {
+        "/console/" => pages::overview::page(c, &shell).await,
+        "/console/top" => pages::top::page(c, req, &shell).await,
+        "/console/restricted" => pages::restricted::page(c, req, &shell).await,
+        "/console/held" => pages::held::page(c, req, &shell).await,
+        "/console/key" => pages::key::page(c, req, &shell).await,
+        p => error_page(404, &format!("no console page {p}"), &shell),
+    }
+}
+
+fn login(c: &Console, req: &Request, host: &str) -> Response {
+    if !same_origin(req.header("origin"), req.header("host")) {
+        return pages::login::page(403, Some("the login comes from another site's page"), host);
+    }
+    let given = auth::form_field(&req.body, "token").unwrap_or_default();
+    if given.is_empty() || !ct_eq(given.trim().as_bytes(), c.token.expose().as_bytes()) {
+        tracing::warn!("console: login with a wrong token");
+        return pages::login::page(401, Some("wrong token"), host);
+    }
+    let (id, _) = c.sessions.open(Instant::now());
+    tracing::info!("console: session opened");
+    let mut r = redirect("/console/");
+    r.headers.push(("Set-Cookie", auth::set_cookie(&id)));
+    r
+}
+
+fn logout(c: &Console, req: &Request) -> Response {
+    // The form carries the session's CSRF value: another site cannot log the user out.
+    if let Who::Session { id, csrf } = c.who(req) {
+        let given = auth::form_field(&req.body, "csrf").unwrap_or_default();
+        if !ct_eq(given.as_bytes(), csrf.as_bytes()) {
+            return Response::error(403, "logout without this session's CSRF value");
+        }
+        c.sessions.close(&id);
+    }
+    let mut r = redirect("/console/login");
+    r.headers.push(("Set-Cookie", auth::clear_cookie()));
+    r
+}
+
+/// A request to the admin API made by the console itself.
+fn internal(method: &str, path: &str, query: Vec<(String, String)>) -> Request {
+    Request {
+        method: method.into(),
+        path: path.into(),
+        query,
+        headers: Vec::new(),
+        body: Vec::new(),
+    }
+}
+
+/// The admin API's answer as JSON (`{"error": …}` when its body is not JSON).
+pub async fn api(c: &Console, method: &str, path: &str, query: &[(&str, &str)]) -> (u16, Value) {
+    let q = query
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let r = c.state.handle(&internal(method, path, q)).await;
+    let v = serde_json::from_slice(&r.body)
+        .unwrap_or_else(|_| json!({ "error": String::from_utf8_lossy(&r.body) }));
+    (r.status, v)
+}
+
+/// Runs one action through the admin API and says what happened, in words.
+async fn act(c: &Console, req: &Request) -> Response {
+    let reason = req.param("reason").unwrap_or("").trim();
+    let need = |name: &str| {
+        req.param(name)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| Response::error(400, &format!("{} needs ?{name}=", req.path)))
+    };
+    let (status, v, done) = match req.path.as_str() {
+        "/console/act/held/release" | "/console/act/held/delete" => {
+            let id = match need("id") {
+                Ok(id) => id,
+                Err(r) => return r,
+            };
+            let release = req.path.ends_with("release");
+            let path = if release {
+                "/v1/held/release"
+            } else {
+                "/v1/held/delete"
+            };
+            let q = [("id", id), ("by", "console"), ("reason", reason)];
+            let (status, v) = api(c, "POST", path, &q).await;
+            let verb = if release { "released" } else { "deleted" };
+            let v = match status {
+                404 if v["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("no held message")) =>
+                {
+                    json!({ "error": format!(
+                        "held message {id} is no longer held: it was released or deleted \
+                         already (by another admin, the expiry or the pacer); nothing was done"
+                    ) })
+                }
+                409 => json!({ "error": format!(
+                    "held message {id} is being released or deleted by another request right \
+                     now; nothing was done"
+                ) }),
+                _ => v,
+            };
+            (status, v, format!("held message {id} {verb}"))
+        }
+        "/console/act/reset" => {
+            let key = match need("key") {
+                Ok(k) => k,
+                Err(r) => return r,
+            };
+            let (status, v) = api(c, "POST", "/v1/reset", &[("key", key)]).await;
+            let n = v["removed"].as_u64().unwrap_or(0);
+            (status, v, format!("{key}: {n} records removed"))
+        }
+        "/console/act/release" => {
+            let key = match need("key") {
+                Ok(k) => k,
+                Err(r) => return r,
+            };
+            if reason.is_empty() {
+                return Response::error(400, "say why the restriction ends (a reason)");
+            }
+            let q = [("key", key), ("reason", reason)];
+            let (status, v) = api(c, "POST", "/v1/release", &q).await;
+            (status, v, format!("{key} released"))
+        }
+        p => return Response::error(404, &format!("no console action {p}")),
+    };
+    if status == 200 {
+        tracing::info!(action = %req.path, "console: action done");
+        Response::json(200, &json!({ "message": done, "result": v }))
+    } else {
+        let e = v["error"]
+            .as_str()
+            .unwrap_or("the action failed")
+            .to_string();
+        Response::error(status, &e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins() {
+        assert!(same_origin(None, Some("127.0.0.1:9466")));
+        assert!(same_origin(None, None));
+        assert!(same_origin(
+            Some("http://127.0.0.1:9466"),
+            Some("127.0.0.1:9466")
+        ));
+        assert!(same_origin(Some("http://LOCALHOST:1"), Some("localhost:1")));
+        assert!(!same_origin(
+            Some("http://evil.example"),
+            Some("127.0.0.1:9466")
+        ));
+        assert!(!same_origin(Some("null"), Some("127.0.0.1:9466")));
+        assert!(!same_origin(Some("http://127.0.0.1:9466"), None));
+        assert!(!same_origin(
+            Some("http://127.0.0.1:94667"),
+            Some("127.0.0.1:9466")
+        ));
+    }
+
+    #[test]
+    fn every_answer_gets_the_security_headers() {
+        let r = secure(Response::text(200, "text/html", "x".into()));
+        let wire = String::from_utf8(r.to_bytes()).unwrap();
+        assert!(
+            wire.contains(&format!("\r\nContent-Security-Policy: {CSP}\r\n")),
+            "{wire}"
+        );
+        assert!(
+            wire.contains("\r\nX-Content-Type-Options: nosniff\r\n"),
+            "{wire}"
+        );
+        assert!(wire.contains("\r\nX-Frame-Options: DENY\r\n"), "{wire}");
+        assert!(CSP.contains("default-src 'none'") && !CSP.contains("unsafe"));
+        // The assets ask for nothing from another host.
+        for asset in [CSS, JS] {
+            assert!(!asset.contains("http://") && !asset.contains("https://"));
+            assert!(!asset.contains("@import") && !asset.contains("url("));
+        }
+    }
+}

@@ -1,0 +1,697 @@
+//! The web console through the real binary: a floodgate with a restricted key and held
+//! messages, driven by headless Chromium (tests/operate/console_browser.py: pages render without
+//! script errors, charts are there, a held message released by its button reaches
+//! upstream, the other is deleted, nothing without the token, the read-only pages work
+//! with scripting off), and at the HTTP level every bad input: no or a wrong token, actions
+//! with the console read-only, a missing or wrong CSRF header, a request from another
+//! site, a double release, long keys and header fields. The page times with 100,000 keys
+//! and 10,000 held messages are measured and printed, never asserted.
+
+use crate::common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+const TOKEN: &str = "console-test-token-0123456789";
+
+/// One HTTP answer: status, header fields (names lower-cased), body.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {:?}\n{}", self.status, self.headers, self.body)
+    }
+}
+
+/// One request on a fresh connection; `extra` are whole header lines.
+fn http(addr: SocketAddr, method: &str, target: &str, extra: &[String], body: &str) -> Answer {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: {addr}\r\n");
+    for h in extra {
+        req.push_str(h);
+        req.push_str("\r\n");
+    }
+    if !body.is_empty() || method == "POST" {
+        req.push_str(&format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a whole answer");
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap()[9..12].parse().unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Answer {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+/// A logged-in console session: its cookie header line and CSRF value.
+struct Session {
+    cookie: String,
+    csrf: String,
+}
+
+fn login(addr: SocketAddr) -> Session {
+    let a = http(
+        addr,
+        "POST",
+        "/console/login",
+        &[],
+        &format!("token={TOKEN}"),
+    );
+    assert_eq!(a.status, 303, "{a}");
+    assert_eq!(a.header("location"), Some("/console/"));
+    let set = a
+        .header("set-cookie")
+        .expect("a session cookie")
+        .to_string();
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+        assert!(set.contains(part), "{set}");
+    }
+    assert!(
+        !set.contains(TOKEN),
+        "the cookie must not be the token: {set}"
+    );
+    let cookie = format!("Cookie: {}", set.split(';').next().unwrap());
+    let page = http(addr, "GET", "/console/", std::slice::from_ref(&cookie), "");
+    assert_eq!(page.status, 200, "{page}");
+    let csrf = page
+        .body
+        .split("name=\"floodgate-csrf\" content=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("the page carries the CSRF value")
+        .to_string();
+    Session { cookie, csrf }
+}
+
+/// The body of held message `i`: a Subject and, for `long`, a 6000-character header field
+/// full of markup.
+fn body(i: usize, long: bool) -> String {
+    let mut b = format!("Subject: held <{i}>\r\nFrom: alice@example.org\r\n");
+    if long {
+        b.push_str(&format!("X-Long: {}\r\n", "<b>&".repeat(1500)));
+    }
+    b.push_str("\r\nhello\r\n");
+    b
+}
+
+/// One session of alice sending `n` messages; the first passes, the others are held.
+fn send(fg: &Floodgate, n: usize) -> Vec<u16> {
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    assert_eq!(c.ehlo("laptop.test").code, 250);
+    let t = b64_encode(format!("\0{USER}\0{PASSWORD}").as_bytes());
+    assert_eq!(c.cmd(&format!("AUTH PLAIN {t}")).code, 235);
+    let mut codes = Vec::new();
+    for i in 0..n {
+        assert_eq!(c.cmd("MAIL FROM:<alice@example.org>").code, 250);
+        assert_eq!(c.cmd(&format!("RCPT TO:<r{i}@example.com>")).code, 250);
+        assert_eq!(c.cmd("DATA").code, 354);
+        c.send(format!("{}.\r\n", body(i, i == 3)).as_bytes());
+        codes.push(c.reply().code);
+    }
+    assert_eq!(c.cmd("QUIT").code, 221);
+    codes
+}
+
+/// A floodgate holding alice's messages after her first, with the console on `addr`.
+fn start(rec: &Recorder, dir: &Path, addr: SocketAddr, actions: bool) -> Floodgate {
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let spool = dir.join("hold");
+    std::fs::create_dir_all(&spool).unwrap();
+    let extra = format!(
+        r#"
+[[limit]]
+name = "per-user"
+when = "authenticated"
+count = "recipients"
+key = "${{authenticated_id}}"
+algorithm = "bucket"
+rate = "1 / 1h"
+burst = "1"
+action = "hold"
+
+[hold]
+dir = "{}"
+
+[report]
+events = "{}"
+
+[admin]
+socket = "admin.sock"
+address = "{addr}"
+token_file = "{}"
+console_actions = {actions}
+"#,
+        spool.display(),
+        dir.join("events.jsonl").display(),
+        token_file.display()
+    );
+    Floodgate::start(
+        &FloodgateConfig::new(rec.addr())
+            .auth_without_tls(true)
+            .log_level("info")
+            .extra(&extra),
+    )
+}
+
+fn held_ids(sock: &Path) -> Vec<String> {
+    let v = admin_json(sock, &["held", "list"]);
+    v["held"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn users() -> RecorderOptions {
+    RecorderOptions {
+        users: vec![
+            (USER.into(), PASSWORD.into()),
+            ("bob".into(), "b0bpass".into()),
+        ],
+        ..RecorderOptions::default()
+    }
+}
+
+/// alice: one message delivered, `n - 1` held; bob restricted by hand.
+fn scene(n: usize, actions: bool) -> (Recorder, tempfile::TempDir, Floodgate, SocketAddr) {
+    let rec = Recorder::start(users());
+    let dir = tempfile::TempDir::new().unwrap();
+    let addr = closed_port();
+    let fg = start(&rec, dir.path(), addr, actions);
+    assert!(send(&fg, n).iter().all(|&c| c == 250));
+    rec.wait_events("message", 1);
+    let out = admin_verb(
+        &fg.admin_socket(),
+        &[
+            "restrict",
+            "bob",
+            "--for",
+            "1h",
+            "--reason",
+            "phished <password>",
+        ],
+    );
+    assert!(out.ok(), "{out}");
+    (rec, dir, fg, addr)
+}
+
+#[test]
+fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
+    for tool in [
+        "/usr/bin/chromium",
+        "/usr/bin/chromedriver",
+        "/usr/bin/python3",
+    ] {
+        assert!(
+            Path::new(tool).exists(),
+            "{tool} is missing: bash .ci/install.sh installs chromium, chromium-driver and \
+             python3-selenium"
+        );
+    }
+    let (rec, _dir, fg, addr) = scene(3, true);
+    let ids = held_ids(&fg.admin_socket());
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.arg(repo_root().join("tests/operate/console_browser.py"))
+        .args(["--base", &format!("http://{addr}"), "--token", TOKEN])
+        .args(["--release", &ids[0], "--delete", &ids[1]])
+        .arg("--shots")
+        .arg(&shots);
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(240));
+    assert!(out.ok(), "{out}");
+    let facts: Value = serde_json::from_str(out.stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{e}: {out}"));
+    println!("browser facts: {facts:#}");
+    assert!(facts["error"].is_null(), "{facts:#}\n{}", fg.stderr());
+
+    // Without the token: the login form and nothing else.
+    let anon = &facts["anonymous"];
+    assert_eq!(anon["login_form"], 1, "{anon}");
+    assert_eq!(anon["shows_held"], false, "{anon}");
+    assert_eq!(anon["shows_key"], false, "{anon}");
+    assert_eq!(facts["wrong_token"], "wrong token", "{facts}");
+
+    // Every page renders without a script error or a CSP violation; charts are there.
+    let pages = &facts["pages"];
+    for name in ["overview", "top", "restricted", "held", "key"] {
+        let p = &pages[name];
+        assert_eq!(p["problems"], serde_json::json!([]), "{name}: {p:#}");
+        assert!(!p["h1"].as_str().unwrap().is_empty(), "{name}: {p:#}");
+    }
+    assert_eq!(pages["overview"]["charts"], 2, "{pages:#}");
+    assert!(
+        pages["overview"]["lines"].as_u64().unwrap() >= 3,
+        "{pages:#}"
+    );
+    assert_eq!(pages["key"]["charts"], 1, "{pages:#}");
+    assert!(pages["key"]["lines"].as_u64().unwrap() >= 1, "{pages:#}");
+    assert_eq!(pages["held"]["rows"], 2, "{pages:#}");
+    assert_eq!(pages["held"]["buttons"], 4, "{pages:#}");
+    let restricted = pages["restricted"]["text"].as_str().unwrap();
+    assert!(restricted.contains("bob"), "{restricted}");
+    assert!(restricted.contains("phished <password>"), "{restricted}");
+    assert!(
+        pages["top"]["text"].as_str().unwrap().contains("alice"),
+        "{pages:#}"
+    );
+
+    // The buttons: one released (upstream has it, once), the other deleted.
+    let released = facts["release_status"].as_str().unwrap();
+    assert_eq!(released, format!("held message {} released", ids[0]));
+    let deleted = facts["delete_status"].as_str().unwrap();
+    assert_eq!(deleted, format!("held message {} deleted", ids[1]));
+    assert_eq!(facts["after_actions_problems"], serde_json::json!([]));
+    assert_eq!(facts["held_after"]["rows"], 0, "{facts:#}");
+    rec.wait_events("message", 2);
+    let msgs = rec.messages();
+    assert_eq!(msgs.len(), 2, "the first message and the released one");
+    assert!(
+        msgs[1].rcpts.iter().any(|r| r.contains("r1@example.com")),
+        "{:?}",
+        msgs[1].rcpts
+    );
+    assert!(held_ids(&fg.admin_socket()).is_empty());
+    assert!(fg.stderr().contains("by=console"), "{}", fg.stderr());
+
+    // With scripting off every read-only page still renders, charts included.
+    let ns = &facts["noscript"];
+    for name in ["overview", "top", "restricted", "held", "key"] {
+        assert_eq!(ns[name]["h1"], true, "{name}: {ns:#}");
+    }
+    assert_eq!(ns["overview"]["charts"], 2, "{ns:#}");
+    assert_eq!(ns["key"]["charts"], 1, "{ns:#}");
+    assert_eq!(ns["restricted"]["noscript_note"], true, "{ns:#}");
+
+    // The screenshots are PNGs.
+    for name in ["overview", "held"] {
+        let png = std::fs::read(shots.join(format!("console-{name}.png"))).unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}");
+        println!("screenshot console-{name}.png: {} bytes", png.len());
+    }
+}
+
+#[test]
+fn bad_inputs_get_clear_refusals() {
+    let (rec, _dir, fg, addr) = scene(4, true);
+    let sock = fg.admin_socket();
+    let ids = held_ids(&sock);
+    assert_eq!(ids.len(), 3, "{ids:?}");
+
+    // No token, a wrong bearer token, a wrong login: 401 and nothing shown.
+    for (target, extra) in [
+        ("/console/", vec![]),
+        ("/console/held", vec![]),
+        ("/console/key?k=alice", vec![]),
+        (
+            "/console/held",
+            vec!["Authorization: Bearer wrong-wrong-wrong-wrong".into()],
+        ),
+        (
+            "/console/held",
+            vec!["Cookie: floodgate_console=forged".into()],
+        ),
+    ] {
+        let a = http(addr, "GET", target, &extra, "");
+        assert_eq!(a.status, 401, "{target}: {a}");
+        assert!(a.body.contains("name=\"token\""), "{a}");
+        for id in &ids {
+            assert!(!a.body.contains(id.as_str()), "{target} shows {id}: {a}");
+        }
+        assert!(!a.body.contains("alice") && !a.body.contains("bob"), "{a}");
+        assert!(a.header("content-security-policy").is_some(), "{a}");
+    }
+    let a = http(
+        addr,
+        "POST",
+        "/console/login",
+        &[],
+        "token=wrong-token-0123456789",
+    );
+    assert_eq!(a.status, 401, "{a}");
+    assert!(
+        a.body.contains("wrong token") && a.header("set-cookie").is_none(),
+        "{a}"
+    );
+    let a = http(addr, "POST", "/console/login", &[], "");
+    assert_eq!(a.status, 401, "{a}");
+    // Actions without credentials: 401, nothing done.
+    let release = |id: &str| format!("/console/act/held/release?id={id}");
+    let a = http(addr, "POST", &release(&ids[0]), &[], "");
+    assert_eq!(a.status, 401, "{a}");
+
+    // The bearer token shows pages too.
+    let bearer = format!("Authorization: Bearer {TOKEN}");
+    let a = http(addr, "GET", "/console/", std::slice::from_ref(&bearer), "");
+    assert_eq!(a.status, 200, "{a}");
+    let csp = a.header("content-security-policy").unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
+    assert_eq!(a.header("x-frame-options"), Some("DENY"));
+
+    let s = login(addr);
+    let with = |extra: &[&str]| {
+        let mut v = vec![s.cookie.clone()];
+        v.extend(extra.iter().map(|e| e.to_string()));
+        v
+    };
+    let csrf = format!("X-Floodgate-CSRF: {}", s.csrf);
+    // The session cookie does not open the admin API.
+    let a = http(addr, "GET", "/v1/held", &with(&[]), "");
+    assert_eq!(a.status, 401, "{a}");
+    // An action with the cookie alone, a wrong CSRF value, or from another site: 403.
+    let a = http(addr, "POST", &release(&ids[0]), &with(&[]), "");
+    assert_eq!(a.status, 403, "{a}");
+    assert!(
+        a.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("X-Floodgate-CSRF"),
+        "{a}"
+    );
+    let a = http(
+        addr,
+        "POST",
+        &release(&ids[0]),
+        &with(&["X-Floodgate-CSRF: 00ff"]),
+        "",
+    );
+    assert_eq!(a.status, 403, "{a}");
+    let a = http(
+        addr,
+        "POST",
+        &release(&ids[0]),
+        &with(&[&csrf, "Origin: http://evil.example"]),
+        "",
+    );
+    assert_eq!(a.status, 403, "{a}");
+    let a = http(addr, "GET", &release(&ids[0]), &with(&[&csrf]), "");
+    assert_eq!(a.status, 405, "{a}");
+    assert_eq!(held_ids(&sock).len(), 3, "nothing was released");
+    assert_eq!(rec.messages().len(), 1);
+
+    // A release, then the same release again: a clear message, delivered once.
+    let a = http(addr, "POST", &release(&ids[0]), &with(&[&csrf]), "");
+    assert_eq!(a.status, 200, "{a}");
+    assert_eq!(
+        a.json()["message"],
+        format!("held message {} released", ids[0])
+    );
+    let a = http(addr, "POST", &release(&ids[0]), &with(&[&csrf]), "");
+    assert_eq!(a.status, 404, "{a}");
+    let e = a.json()["error"].as_str().unwrap().to_string();
+    assert!(
+        e.contains("no longer held") && e.contains("released or deleted already"),
+        "{e}"
+    );
+    // Two releases of the same message at once: one wins, the other is told.
+    let (a, b) = std::thread::scope(|sc| {
+        let one = sc.spawn(|| http(addr, "POST", &release(&ids[1]), &with(&[&csrf]), ""));
+        let two = sc.spawn(|| http(addr, "POST", &release(&ids[1]), &with(&[&csrf]), ""));
+        (one.join().unwrap(), two.join().unwrap())
+    });
+    let mut st = [a.status, b.status];
+    st.sort();
+    assert!(st == [200, 404] || st == [200, 409], "{a}\n{b}");
+    rec.wait_events("message", 3);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        rec.messages().len(),
+        3,
+        "each released message delivered once"
+    );
+    // An action without its parameter, an unknown action.
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/held/delete",
+        &with(&[&csrf]),
+        "",
+    );
+    assert_eq!(a.status, 400, "{a}");
+    let a = http(addr, "POST", "/console/act/nothing", &with(&[&csrf]), "");
+    assert_eq!(a.status, 404, "{a}");
+    // Ending a restriction needs a reason.
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/release?key=bob",
+        &with(&[&csrf]),
+        "",
+    );
+    assert_eq!(a.status, 400, "{a}");
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/release?key=bob&reason=reset+password",
+        &with(&[&csrf]),
+        "",
+    );
+    assert_eq!(a.status, 200, "{a}");
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/reset?key=alice",
+        &with(&[&csrf]),
+        "",
+    );
+    assert_eq!(a.status, 200, "{a}");
+    assert!(
+        a.json()["message"].as_str().unwrap().starts_with("alice: "),
+        "{a}"
+    );
+
+    // The long header field of the last message: escaped and cut on the held page.
+    let a = http(addr, "GET", "/console/held", &with(&[]), "");
+    assert_eq!(a.status, 200, "{a}");
+    assert!(!a.body.contains("<b>&"), "raw markup from a header field");
+    assert!(
+        a.body.contains("X-Long: &lt;b&gt;&amp;"),
+        "{}",
+        a.body.len()
+    );
+    assert!(a.body.contains("…(6008 characters)"), "the line is cut");
+    assert!(a.body.contains("held &lt;3&gt;"), "the subject, escaped");
+    // A very long key with markup on the key page: escaped and cut.
+    let key = format!("{}<script>alert(1)</script>", "k".repeat(1500));
+    let target = format!(
+        "/console/key?k={}",
+        key.replace('<', "%3C").replace('>', "%3E")
+    );
+    let a = http(addr, "GET", &target, &with(&[]), "");
+    assert_eq!(a.status, 200, "{a}");
+    assert!(!a.body.contains("<script>alert"), "unescaped key");
+    assert!(a.body.contains("1525 characters, cut"), "the key is cut");
+    // Unknown pages and limits, a key page without a key, a bad page number.
+    assert_eq!(
+        http(addr, "GET", "/console/nope", &with(&[]), "").status,
+        404
+    );
+    assert_eq!(
+        http(addr, "GET", "/console/top?limit=nope", &with(&[]), "").status,
+        404
+    );
+    assert_eq!(
+        http(addr, "GET", "/console/key", &with(&[]), "").status,
+        400
+    );
+    let a = http(addr, "GET", "/console/top?page=-1", &with(&[]), "");
+    assert_eq!(a.status, 200, "{a}");
+    assert_eq!(
+        http(addr, "POST", "/console/held", &with(&[&csrf]), "").status,
+        405
+    );
+
+    // Logging out needs the CSRF value; afterwards the cookie opens nothing.
+    let a = http(addr, "POST", "/console/logout", &with(&[]), "csrf=wrong");
+    assert_eq!(a.status, 403, "{a}");
+    let a = http(
+        addr,
+        "POST",
+        "/console/logout",
+        &with(&[]),
+        &format!("csrf={}", s.csrf),
+    );
+    assert_eq!(a.status, 303, "{a}");
+    assert!(a.header("set-cookie").unwrap().contains("Max-Age=0"), "{a}");
+    assert_eq!(http(addr, "GET", "/console/", &with(&[]), "").status, 401);
+}
+
+#[test]
+fn a_read_only_console_refuses_actions() {
+    let (rec, _dir, fg, addr) = scene(2, false);
+    let ids = held_ids(&fg.admin_socket());
+    let s = login(addr);
+    let extra = vec![s.cookie.clone(), format!("X-Floodgate-CSRF: {}", s.csrf)];
+    let page = http(addr, "GET", "/console/held", &extra[..1], "");
+    assert_eq!(page.status, 200);
+    assert!(
+        !page.body.contains("button type=\"button\" class=\"act\""),
+        "no buttons"
+    );
+    assert!(page.body.contains("read-only"), "{}", page.body);
+    for target in [
+        format!("/console/act/held/release?id={}", ids[0]),
+        format!("/console/act/held/delete?id={}", ids[0]),
+        "/console/act/reset?key=alice".into(),
+        "/console/act/release?key=bob&reason=x".into(),
+    ] {
+        let a = http(addr, "POST", &target, &extra, "");
+        assert_eq!(a.status, 403, "{target}: {a}");
+        assert!(
+            a.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("console_actions = true"),
+            "{a}"
+        );
+        let bearer = format!("Authorization: Bearer {TOKEN}");
+        assert_eq!(http(addr, "POST", &target, &[bearer], "").status, 403);
+    }
+    assert_eq!(held_ids(&fg.admin_socket()).len(), 1);
+    assert_eq!(rec.messages().len(), 1);
+}
+
+/// Page times with 100,000 keys in the store and 10,000 held messages (a debug build
+/// unless run with --release): printed, never asserted.
+#[test]
+fn page_times_with_100000_keys_and_10000_held_messages() {
+    use floodgate::hold::HeldMessage;
+    use floodgate::limit::ewma::EwmaState;
+    use floodgate::store::{MemoryStore, Record};
+
+    let rec = Recorder::start(users());
+    let dir = tempfile::TempDir::new().unwrap();
+    // 100,000 keys of the per-user bucket limit, in the snapshot loaded at start.
+    let store = MemoryStore::default();
+    let now_us = floodgate::store::now_micros();
+    for i in 0..100_000u32 {
+        store.insert_record(
+            &format!("1h/per_rcpt/user{i:06}"),
+            Record::Ewma(EwmaState {
+                time_us: now_us,
+                rate: f64::from(i % 500),
+            }),
+        );
+    }
+    let snapshot = dir.path().join("state");
+    store.save_snapshot(&snapshot).unwrap();
+    // 10,000 held messages written straight into the spool (held now: not expired).
+    let spool = dir.path().join("hold");
+    std::fs::create_dir_all(&spool).unwrap();
+    for i in 0..10_000u32 {
+        let m = HeldMessage {
+            id: floodgate::hold::spool::new_id(),
+            key: format!("user{i:06}"),
+            limit: "per-user".into(),
+            paced: None,
+            time: floodgate::hold::spool::now_secs(),
+            client: "192.0.2.1:5000".parse().unwrap(),
+            local: None,
+            name: None,
+            reverse_name: None,
+            user: Some(format!("user{i:06}")),
+            helo: Some("client.test".into()),
+            proto: "ESMTP".into(),
+            tls: None,
+            mail: "<a@example.org>".into(),
+            rcpts: vec!["<b@example.net>".into()],
+            body: format!("Subject: message {i}\r\nFrom: a@example.org\r\n\r\nhello\r\n")
+                .into_bytes(),
+        };
+        std::fs::write(spool.join(format!("{}.held", m.id)), m.encode()).unwrap();
+    }
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let addr = closed_port();
+    let extra = format!(
+        "[[limit]]\nname = \"per-user\"\nstage = \"rcpt\"\n\
+         ratelimit = \"100 / 1h / per_rcpt / ${{authenticated_id}}\"\naction = \"defer\"\n\
+         [store]\nbackend = \"memory\"\npath = \"{}\"\n\
+         [hold]\ndir = \"{}\"\nmax_messages = 20000\n\
+         [admin]\nsocket = \"admin.sock\"\naddress = \"{addr}\"\ntoken_file = \"{}\"\n",
+        snapshot.display(),
+        spool.display(),
+        token_file.display()
+    );
+    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).extra(&extra));
+    let bearer = format!("Authorization: Bearer {TOKEN}");
+    let build = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    for (what, target, needle) in [
+        ("top keys, page 1", "/console/top", "100000 entries"),
+        (
+            "top keys, page 200",
+            "/console/top?page=200",
+            "page 200 of 200",
+        ),
+        ("held, page 1", "/console/held", "10000 messages held"),
+        (
+            "held, page 200",
+            "/console/held?page=200",
+            "page 200 of 200",
+        ),
+        ("overview", "/console/", "Overview"),
+    ] {
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            let a = http(addr, "GET", target, std::slice::from_ref(&bearer), "");
+            times.push(t.elapsed());
+            assert_eq!(a.status, 200, "{what}: {a}");
+            assert!(a.body.contains(needle), "{what}: no {needle:?}");
+        }
+        times.sort();
+        println!(
+            "console page time ({build} build), {what}: median {:?}, min {:?}, max {:?}",
+            times[2], times[0], times[4]
+        );
+    }
+    drop(fg);
+}

@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""Drives floodgate's web console in Debian's headless Chromium through chromedriver.
+
+Run by tests/console.rs against a running floodgate with a restricted key and two held
+messages. It reads what a user would see, clicks what a user would click, and prints one
+JSON object of facts on its last line of stdout; the Rust test judges them. Every wait is
+bounded. Usage:
+
+  console_browser.py --base http://127.0.0.1:PORT --token TOKEN --release ID --delete ID
+                     --shots DIR [--chromium PATH] [--chromedriver PATH]
+"""
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1100,900",
+    "--force-device-scale-factor=1",
+]
+WAIT = 20  # seconds, for any one thing to appear
+
+
+def browser(args, profile, javascript):
+    o = webdriver.ChromeOptions()
+    o.binary_location = args.chromium
+    for f in FLAGS:
+        o.add_argument(f)
+    o.add_argument("--user-data-dir=" + profile)
+    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    if not javascript:
+        o.add_experimental_option(
+            "prefs", {"profile.managed_default_content_settings.javascript": 2}
+        )
+    service = Service(args.chromedriver, log_path=profile + "/chromedriver.log")
+    d = webdriver.Chrome(service=service, options=o)
+    d.set_page_load_timeout(WAIT)
+    return d
+
+
+def problems(d):
+    """Console messages of the page at warning level or above (script errors, CSP)."""
+    return [
+        e.get("message", "")
+        for e in d.get_log("browser")
+        if e.get("level") in ("SEVERE", "WARNING")
+    ]
+
+
+def login(d, base, token):
+    d.get(base + "/console/login")
+    d.find_element(By.ID, "token").send_keys(token)
+    d.find_element(By.CSS_SELECTOR, "form[action='/console/login'] button").click()
+    WebDriverWait(d, WAIT).until(lambda d: d.current_url.endswith("/console/"))
+
+
+def look(d, base, path):
+    d.get(base + path)
+    WebDriverWait(d, WAIT).until(lambda d: d.find_elements(By.TAG_NAME, "h1"))
+    return {
+        "h1": d.find_element(By.TAG_NAME, "h1").text,
+        "charts": len(d.find_elements(By.CSS_SELECTOR, "svg.chart")),
+        "lines": len(d.find_elements(By.CSS_SELECTOR, "svg.chart polyline")),
+        "rows": len(d.find_elements(By.CSS_SELECTOR, "tr[data-row]")),
+        "buttons": len(d.find_elements(By.CSS_SELECTOR, "button.act")),
+        "text": d.find_element(By.TAG_NAME, "main").text[:4000],
+        "problems": problems(d),
+    }
+
+
+def click_twice(d, row, verb):
+    """Arms, then fires, the row's button whose action ends with /VERB."""
+    b = row.find_element(By.CSS_SELECTOR, "button.act[data-action*='/held/%s?']" % verb)
+    b.click()
+    WebDriverWait(d, WAIT).until(lambda d: "armed" in b.get_attribute("class"))
+    b.click()
+
+
+def status_after(d, old):
+    def changed(d):
+        s = d.find_element(By.ID, "status")
+        return s.text if s.text and s.text != old else None
+
+    return WebDriverWait(d, WAIT).until(changed)
+
+
+def with_script(args, facts):
+    profile = tempfile.mkdtemp(prefix="fg-chromium-")
+    d = browser(args, profile, True)
+    try:
+        # Without the token: the login form, and nothing else.
+        d.get(args.base + "/console/held")
+        src = d.page_source
+        facts["anonymous"] = {
+            "title": d.title,
+            "login_form": len(d.find_elements(By.ID, "token")),
+            "shows_held": args.release in src or args.delete in src,
+            "shows_key": "alice" in src,
+        }
+        # A wrong token: still nothing.
+        d.get(args.base + "/console/login")
+        d.find_element(By.ID, "token").send_keys("not-the-token-0123456789")
+        d.find_element(By.CSS_SELECTOR, "form[action='/console/login'] button").click()
+        WebDriverWait(d, WAIT).until(lambda d: d.find_elements(By.ID, "login-error"))
+        facts["wrong_token"] = d.find_element(By.ID, "login-error").text
+        problems(d)  # the 401 itself is logged as a failed resource: not a page error
+        login(d, args.base, args.token)
+        pages = {}
+        for name, path in [
+            ("overview", "/console/"),
+            ("top", "/console/top"),
+            ("restricted", "/console/restricted"),
+            ("held", "/console/held"),
+            ("key", "/console/key?k=alice"),
+        ]:
+            pages[name] = look(d, args.base, path)
+            if name in ("overview", "held"):
+                d.save_screenshot("%s/console-%s.png" % (args.shots, name))
+        facts["pages"] = pages
+
+        # Release one held message and delete the other, by their buttons.
+        look(d, args.base, "/console/held")
+        row = d.find_element(By.CSS_SELECTOR, "tr[data-id='%s']" % args.release)
+        click_twice(d, row, "release")
+        facts["release_status"] = status_after(d, "")
+        row = d.find_element(By.CSS_SELECTOR, "tr[data-id='%s']" % args.delete)
+        click_twice(d, row, "delete")
+        facts["delete_status"] = status_after(d, facts["release_status"])
+        facts["after_actions_problems"] = problems(d)
+        facts["held_after"] = look(d, args.base, "/console/held")
+    finally:
+        d.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def without_script(args, facts):
+    """Every read-only page with scripting off: logged in by the plain form."""
+    profile = tempfile.mkdtemp(prefix="fg-chromium-noscript-")
+    d = browser(args, profile, False)
+    try:
+        login(d, args.base, args.token)
+        seen = {}
+        for name, path in [
+            ("overview", "/console/"),
+            ("top", "/console/top"),
+            ("restricted", "/console/restricted"),
+            ("held", "/console/held"),
+            ("key", "/console/key?k=alice"),
+        ]:
+            d.get(args.base + path)
+            src = d.page_source
+            seen[name] = {
+                "h1": "<h1>" in src,
+                "charts": src.count('<svg class="chart"'),
+                "noscript_note": "need JavaScript" in src,
+                "length": len(src),
+            }
+        facts["noscript"] = seen
+    finally:
+        d.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--base", required=True)
+    p.add_argument("--token", required=True)
+    p.add_argument("--release", required=True)
+    p.add_argument("--delete", required=True)
+    p.add_argument("--shots", required=True)
+    p.add_argument("--chromium", default="/usr/bin/chromium")
+    p.add_argument("--chromedriver", default="/usr/bin/chromedriver")
+    args = p.parse_args()
+    facts = {}
+    started = time.monotonic()
+    try:
+        with_script(args, facts)
+        without_script(args, facts)
+    except TimeoutException as e:
+        facts["error"] = "timed out: %s" % (e.msg or "waiting in the browser")
+    except Exception as e:  # reported to the Rust test, which fails with it
+        facts["error"] = "%s: %s" % (type(e).__name__, e)
+    facts["seconds"] = round(time.monotonic() - started, 1)
+    print(json.dumps(facts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
