@@ -20,6 +20,8 @@
 //! | [`hold`] | the hold spool's file format and the pacing of releases |
 //! | [`outcomes`] | upstream's outcomes after queueing: queue ids, the index, log lines |
 //! | [`logs`] | the log writer off the session's thread |
+//! | [`time`] | RFC 3339 in and out, and times given as a duration back from now |
+//! | [`docs`] | man pages and shell completions generated from the command line |
 //! | [`metrics`] | the metrics registry and its exposition; a leaf, it imports nothing of the crate |
 //! | [`admin`] | the admin API, the metrics endpoint and the client side of the admin verbs |
 
@@ -39,4 +41,5 @@ pub mod server;
 pub mod simulate;
 pub mod smtp;
 pub mod store;
+pub mod time;
 pub mod tls;

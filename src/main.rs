@@ -356,7 +356,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let store = open_store(&config.store)?;
         let metrics = Arc::new(Metrics::new());
-        floodgate::admin::metered::register_store_figures(&metrics, &store);
+        floodgate::store::metered::register_store_figures(&metrics, &store);
         log_dropped.register_metrics(&metrics);
         let policy = build_policy_with(&generation, store.as_store(), metrics.clone());
         let observers = floodgate::report::Observers::start(generation.observer_settings())?;
@@ -773,7 +773,8 @@ fn generate_docs(dir: &std::path::Path) -> anyhow::Result<()> {
 }
 
 fn report(a: ReportArgs) -> anyhow::Result<()> {
-    use floodgate::report::{analyze, render, time};
+    use floodgate::report::{analyze, render};
+    use floodgate::time;
     let generation = Generation::load(&a.config)?;
     let path = match a.events.or_else(|| generation.report.events.clone()) {
         Some(p) => p,
@@ -868,9 +869,9 @@ fn check_restricted(generation: &Generation, out: &mut impl Write) -> anyhow::Re
             "restricted: {} by {} since {} until {}{}",
             r.key,
             r.limit,
-            floodgate::report::time::rfc3339(r.since_us),
+            floodgate::time::rfc3339(r.since_us),
             r.until_us
-                .map_or("released".into(), floodgate::report::time::rfc3339),
+                .map_or("released".into(), floodgate::time::rfc3339),
             if known {
                 ""
             } else {

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use floodgate::generation::Generation;
 use floodgate::report::analyze::{analyze, Options};
-use floodgate::report::time::{parse_rfc3339, parse_time_arg, rfc3339};
+use floodgate::time::{parse_rfc3339, parse_time_arg, rfc3339};
 use libfuzzer_sys::fuzz_target;
 
 fn config() -> &'static Generation {

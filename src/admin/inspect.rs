@@ -260,7 +260,7 @@ pub fn reading_of_key(
             .baselines
             .get(&def.name)
             .filter(|s| s.signature == b.signature())
-            .map(|s| crate::report::time::rfc3339(s.computed_us)),
+            .map(|s| crate::time::rfc3339(s.computed_us)),
     });
     r
 }

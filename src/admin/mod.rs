@@ -1,8 +1,6 @@
 //! Operating floodgate: the admin API, the metrics endpoint and the client side of the admin
 //! verbs.
 //!
-//! * [`metered`]: a store wrapper that counts and times decisions, and the store's own
-//!   figures in the exposition (the registry itself is [`crate::metrics`]);
 //! * [`http`]: the handlers' request and response, converted from and to hyper's, and the
 //!   guard that keeps request heads to CRLF and error answers in JSON;
 //! * [`held`]: the hold spool's verbs (list, show, release, delete) and its expiry;
@@ -21,7 +19,6 @@ pub mod console;
 pub mod held;
 pub mod http;
 pub mod inspect;
-pub mod metered;
 pub mod outcome;
 pub mod paced;
 pub mod peer;
@@ -29,4 +26,3 @@ pub mod restricted;
 pub mod serve;
 
 pub use crate::metrics::{Metrics, Side};
-pub use metered::MeteredStore;

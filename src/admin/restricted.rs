@@ -12,8 +12,8 @@ use super::api::AdminState;
 use super::http::{Request, Response};
 use super::inspect::database_key;
 use crate::policy::alert::{restriction_json, restriction_notice};
-use crate::report::time::rfc3339;
 use crate::store::{RestrictFor, Restriction};
+use crate::time::rfc3339;
 
 fn reason_of(req: &Request) -> Result<String, Response> {
     match req.param("reason").map(str::trim) {

@@ -13,6 +13,7 @@ mod policy;
 mod report;
 mod source;
 mod store;
+pub mod url;
 mod words;
 
 pub use admin::{default_socket, AdminConfig, MetricsConfig, MIN_TOKEN_LEN};

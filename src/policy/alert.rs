@@ -39,9 +39,9 @@ use toml::Spanned;
 use super::action::Outcome;
 use super::model::{LimitDef, RateDef};
 use super::{Facts, Stage};
+use crate::config::url::Url;
 use crate::config::{parse_duration, Config, ConfigError};
-use crate::report::http::Url;
-use crate::report::time::rfc3339;
+use crate::time::rfc3339;
 
 /// What the engine tells an observer about one evaluation of one limit (one store
 /// request, not a cached answer).

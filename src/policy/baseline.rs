@@ -25,13 +25,9 @@
 //! carried from one configuration generation to the next.
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::{Arc, RwLock};
 
-use crate::config::{ConfigError, LimitConfig};
 use crate::store::BaselineSet;
-
-use super::model::RateDef;
 
 /// The factor when none is given.
 pub const DEFAULT_FACTOR: f64 = 5.0;
@@ -220,112 +216,6 @@ impl Baselines {
             mine.entry(k).or_insert(v);
         }
     }
-}
-
-/// Compiles a limit's `baseline`, `factor` and `floor`. `configured` is the limit's own
-/// m or burst (the default floor); `has_list` says whether it has a `limit_list`.
-pub(super) fn compile(
-    raw: &LimitConfig,
-    rate: &RateDef,
-    readonly: bool,
-    has_list: bool,
-    err: &dyn Fn(Range<usize>, String) -> ConfigError,
-) -> Result<Option<BaselineDef>, ConfigError> {
-    let Some(text) = &raw.baseline else {
-        let stray = [
-            raw.factor.as_ref().map(|v| ("factor", v.span())),
-            raw.floor.as_ref().map(|v| ("floor", v.span())),
-        ]
-        .into_iter()
-        .flatten()
-        .next();
-        return match stray {
-            Some((k, span)) => Err(err(span, format!("`{k}` goes with `baseline`"))),
-            None => Ok(None),
-        };
-    };
-    let spec = BaselineSpec::parse(text.get_ref()).map_err(|e| err(text.span(), e.to_string()))?;
-    let (configured, period_secs) = match rate {
-        RateDef::Exim { spec, .. } if spec.unique().is_some() => {
-            return Err(err(
-                text.span(),
-                "baseline counts amounts per day; a limit on distinct values (per_addr, unique=) has none to count"
-                    .into(),
-            ))
-        }
-        RateDef::Exim { spec, .. } => (spec.limit(), f64::from(spec.period_secs())),
-        RateDef::Gcra(g) => (g.burst, g.rate.period_secs()),
-        RateDef::Bucket(b) => (b.burst, b.rate.period_secs()),
-        RateDef::Concurrency(_) => {
-            return Err(err(
-                text.span(),
-                "baseline is for rate limits (ratelimit or rate/burst), not for sessions at once (max)"
-                    .into(),
-            ))
-        }
-        RateDef::Ratio(_) => {
-            return Err(err(
-                text.span(),
-                "baseline is for rate limits (ratelimit or rate/burst), not for ratio limits (ratio)"
-                    .into(),
-            ))
-        }
-    };
-    if readonly {
-        return Err(err(
-            text.span(),
-            "a readonly limit logs no events, so it has no history for a baseline".into(),
-        ));
-    }
-    if has_list {
-        return Err(err(
-            text.span(),
-            "baseline and limit_list both give per-key limits: use one".into(),
-        ));
-    }
-    let window_secs = period_secs.round() as i64;
-    if window_secs > DAY_SECS {
-        return Err(err(
-            text.span(),
-            format!(
-                "baseline needs a period of at most 1d (daily peaks), this limit's is {}",
-                super::figures::period_text(period_secs)
-            ),
-        ));
-    }
-    let factor = match &raw.factor {
-        Some(f) if !(f.get_ref().is_finite() && *f.get_ref() > 0.0) => {
-            return Err(err(
-                f.span(),
-                format!("factor must be a number above 0, got {}", f.get_ref()),
-            ))
-        }
-        Some(f) => *f.get_ref(),
-        None => DEFAULT_FACTOR,
-    };
-    let floor = match &raw.floor {
-        Some(f) if !(f.get_ref().is_finite() && *f.get_ref() >= 0.0) => {
-            return Err(err(
-                f.span(),
-                format!("floor must be a number of 0 or more, got {}", f.get_ref()),
-            ))
-        }
-        Some(f) if *f.get_ref() == 0.0 && !matches!(rate, RateDef::Exim { .. }) => {
-            return Err(err(
-                f.span(),
-                "floor = 0 needs a ratelimit limit (m = 0 refuses a key without history); a rate/burst limit cannot hold 0: give a floor above 0"
-                    .into(),
-            ))
-        }
-        Some(f) => *f.get_ref(),
-        None => configured,
-    };
-    Ok(Some(BaselineDef::new(
-        spec,
-        factor,
-        floor,
-        window_secs.max(1),
-    )))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use super::baseline::{BaselineDef, BaselineSpec, DAY_SECS, DEFAULT_FACTOR};
 use super::condition::{Condition, Subject};
 use super::lists::{Lists, NamedList};
 use super::model::{
@@ -208,8 +209,8 @@ fn compile_limit(
         None => None,
     };
     let (counted, stage, rate, mode) = if let Some(ratio) = &raw.ratio {
-        let (counted, stage, rate) = super::ratio::compile(raw, ratio, explicit_stage, &err)?;
-        (counted, stage, rate, UpdateMode::Readonly)
+        let (counted, stage, ratio) = super::ratio::compile(raw, ratio, explicit_stage, &err)?;
+        (counted, stage, RateDef::Ratio(ratio), UpdateMode::Readonly)
     } else if let Some(rl) = &raw.ratelimit {
         let spec = LimitSpec::parse(rl.get_ref())
             .map_err(|e| err(rl.span(), format!("ratelimit: {e}")))?;
@@ -583,7 +584,7 @@ fn compile_limit(
             None
         }
     };
-    let baseline = super::baseline::compile(
+    let baseline = compile_baseline(
         raw,
         &rate,
         mode == UpdateMode::Readonly,
@@ -691,4 +692,110 @@ fn restrict_def(
         def.notify = Some(template(n, &format!("limit {name}: notify_user"), at)?);
     }
     Ok(Some(def))
+}
+
+/// Compiles a limit's `baseline`, `factor` and `floor`. `configured` is the limit's own
+/// m or burst (the default floor); `has_list` says whether it has a `limit_list`.
+fn compile_baseline(
+    raw: &LimitConfig,
+    rate: &RateDef,
+    readonly: bool,
+    has_list: bool,
+    err: &dyn Fn(Range<usize>, String) -> ConfigError,
+) -> Result<Option<BaselineDef>, ConfigError> {
+    let Some(text) = &raw.baseline else {
+        let stray = [
+            raw.factor.as_ref().map(|v| ("factor", v.span())),
+            raw.floor.as_ref().map(|v| ("floor", v.span())),
+        ]
+        .into_iter()
+        .flatten()
+        .next();
+        return match stray {
+            Some((k, span)) => Err(err(span, format!("`{k}` goes with `baseline`"))),
+            None => Ok(None),
+        };
+    };
+    let spec = BaselineSpec::parse(text.get_ref()).map_err(|e| err(text.span(), e.to_string()))?;
+    let (configured, period_secs) = match rate {
+        RateDef::Exim { spec, .. } if spec.unique().is_some() => {
+            return Err(err(
+                text.span(),
+                "baseline counts amounts per day; a limit on distinct values (per_addr, unique=) has none to count"
+                    .into(),
+            ))
+        }
+        RateDef::Exim { spec, .. } => (spec.limit(), f64::from(spec.period_secs())),
+        RateDef::Gcra(g) => (g.burst, g.rate.period_secs()),
+        RateDef::Bucket(b) => (b.burst, b.rate.period_secs()),
+        RateDef::Concurrency(_) => {
+            return Err(err(
+                text.span(),
+                "baseline is for rate limits (ratelimit or rate/burst), not for sessions at once (max)"
+                    .into(),
+            ))
+        }
+        RateDef::Ratio(_) => {
+            return Err(err(
+                text.span(),
+                "baseline is for rate limits (ratelimit or rate/burst), not for ratio limits (ratio)"
+                    .into(),
+            ))
+        }
+    };
+    if readonly {
+        return Err(err(
+            text.span(),
+            "a readonly limit logs no events, so it has no history for a baseline".into(),
+        ));
+    }
+    if has_list {
+        return Err(err(
+            text.span(),
+            "baseline and limit_list both give per-key limits: use one".into(),
+        ));
+    }
+    let window_secs = period_secs.round() as i64;
+    if window_secs > DAY_SECS {
+        return Err(err(
+            text.span(),
+            format!(
+                "baseline needs a period of at most 1d (daily peaks), this limit's is {}",
+                super::figures::period_text(period_secs)
+            ),
+        ));
+    }
+    let factor = match &raw.factor {
+        Some(f) if !(f.get_ref().is_finite() && *f.get_ref() > 0.0) => {
+            return Err(err(
+                f.span(),
+                format!("factor must be a number above 0, got {}", f.get_ref()),
+            ))
+        }
+        Some(f) => *f.get_ref(),
+        None => DEFAULT_FACTOR,
+    };
+    let floor = match &raw.floor {
+        Some(f) if !(f.get_ref().is_finite() && *f.get_ref() >= 0.0) => {
+            return Err(err(
+                f.span(),
+                format!("floor must be a number of 0 or more, got {}", f.get_ref()),
+            ))
+        }
+        Some(f) if *f.get_ref() == 0.0 && !matches!(rate, RateDef::Exim { .. }) => {
+            return Err(err(
+                f.span(),
+                "floor = 0 needs a ratelimit limit (m = 0 refuses a key without history); a rate/burst limit cannot hold 0: give a floor above 0"
+                    .into(),
+            ))
+        }
+        Some(f) => *f.get_ref(),
+        None => configured,
+    };
+    Ok(Some(BaselineDef::new(
+        spec,
+        factor,
+        floor,
+        window_secs.max(1),
+    )))
 }

@@ -147,7 +147,7 @@ impl Evidence {
             "recipients": r.recipients,
             "refusals": r.refusals,
             "held": r.held,
-            "since": crate::report::time::rfc3339(r.first_us),
+            "since": crate::time::rfc3339(r.first_us),
         })
     }
 

@@ -38,8 +38,8 @@ pub async fn sweep(
     for mut r in gone.iter().cloned() {
         metrics.restriction("expired");
         info!(key = %r.key, limit = %r.limit, by = EXPIRY_BY, reason = EXPIRY_REASON,
-            since = %crate::report::time::rfc3339(r.since_us),
-            until = %r.until_us.map(crate::report::time::rfc3339).unwrap_or_default(),
+            since = %crate::time::rfc3339(r.since_us),
+            until = %r.until_us.map(crate::time::rfc3339).unwrap_or_default(),
             "key released");
         // The restriction's evidence, with the messages held since.
         evidence.update_held(&mut r.evidence, &[r.key.as_str()]);

@@ -24,6 +24,7 @@ pub mod charge;
 mod compile;
 pub mod concurrency;
 pub mod condition;
+pub mod counted;
 pub mod describe;
 pub mod engine;
 pub mod evidence;

@@ -16,7 +16,7 @@ use std::ops::Range;
 
 use toml::Spanned;
 
-use super::model::{Counted, RateDef};
+use super::counted::Counted;
 use super::Stage;
 use crate::config::{parse_duration, ConfigError, LimitConfig};
 use crate::store::{RatioCounts, RatioWindow};
@@ -153,7 +153,7 @@ pub fn compile(
     ratio: &Spanned<String>,
     stage: Option<Stage>,
     err: &dyn Fn(Range<usize>, String) -> ConfigError,
-) -> Result<(Counted, Stage, RateDef), ConfigError> {
+) -> Result<(Counted, Stage, RatioDef), ConfigError> {
     let (num, den) = parse_expr(ratio.get_ref()).map_err(|e| {
         let s = ratio.span().start + 1 + e.at;
         err(s..s, format!("ratio: {}", e.message))
@@ -205,14 +205,14 @@ pub fn compile(
     Ok((
         num,
         stage.unwrap_or(Stage::Mail),
-        RateDef::Ratio(RatioDef {
+        RatioDef {
             num,
             den,
             above: a,
             min_events,
             period_secs: p.as_secs(),
             include_automatic: raw.include_automatic.as_ref().is_some_and(|v| *v.get_ref()),
-        }),
+        },
     ))
 }
 

@@ -446,7 +446,7 @@ pub fn render(o: &mut String, b: &BaselineReport) {
         o,
         "  baseline {} as of {}: limit = max({}, {} x the key's daily peak); {} keys with history, {} of them at the floor; any other key: {}",
         b.baseline,
-        super::time::rfc3339(b.as_of_us),
+        crate::time::rfc3339(b.as_of_us),
         num(b.floor),
         num(b.factor),
         b.keys,

@@ -14,8 +14,8 @@ use std::io::BufRead;
 use super::analyze::{analyze_traced, Options, Report, ReportError, Traced};
 use super::render::num;
 use super::svg::{self, esc, truncate, Line, Marker};
-use super::time::rfc3339;
 use crate::policy::model::PolicyModel;
+use crate::time::rfc3339;
 
 /// Points per key on the rate-over-time chart (the period is cut in this many equal
 /// slices; each point is the key's highest value in its slice).

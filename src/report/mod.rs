@@ -20,7 +20,6 @@ pub mod html;
 pub mod http;
 pub mod render;
 pub mod svg;
-pub mod time;
 
 use std::sync::{Arc, RwLock};
 

@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 
 use super::analyze::{LimitReport, Report, HEADROOM, OUTLIER_FACTOR};
-use super::time::rfc3339;
 pub use crate::policy::figures::{num, period_text};
+use crate::time::rfc3339;
 
 /// The report as text.
 pub fn text(r: &Report) -> String {

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::render::num;
-use super::time::rfc3339;
+use crate::time::rfc3339;
 
 /// Chart width in SVG units.
 pub const WIDTH: f64 = 720.0;

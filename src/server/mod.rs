@@ -152,7 +152,10 @@ pub fn build_policy_with(
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
 ) -> RatePolicy {
-    let store = Arc::new(crate::admin::MeteredStore::new(store, metrics.clone()));
+    let store = Arc::new(crate::store::metered::MeteredStore::new(
+        store,
+        metrics.clone(),
+    ));
     RatePolicy::with_metrics(generation.policy.clone(), store, metrics)
 }
 

@@ -3,7 +3,8 @@
 //! A [`Decision`] is the list of limits that one SMTP event must pass. The
 //! [`Store`] trait is what the proxy calls; [`MemoryStore`] implements it in
 //! process (a Redis store can implement it too). All stores give the same
-//! answers for the same sequence of decisions.
+//! answers for the same sequence of decisions. [`metered::MeteredStore`] wraps any store to
+//! count and time its decisions in the metrics.
 //!
 //! Semantics: the decision is *refused* iff some blocking limit is over. Then
 //! leaky limits, token buckets and bucket checks store nothing (no partial
@@ -15,6 +16,7 @@ pub mod baseline;
 mod eval;
 mod key;
 mod memory;
+pub mod metered;
 pub mod open;
 pub mod ratio;
 pub mod redis;

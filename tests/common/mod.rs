@@ -253,9 +253,9 @@ pub mod dovecot;
 pub mod exim;
 mod floodgate;
 pub mod postfix;
-pub mod redis;
 mod raw;
 mod recorder;
+pub mod redis;
 pub mod restrict;
 
 pub use floodgate::*;

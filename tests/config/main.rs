@@ -3,10 +3,10 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod baseline_check;
+mod cli;
+mod cli_docs;
+mod default_config;
 mod policy_check;
 mod policy_config;
-mod baseline_check;
-mod default_config;
-mod cli;
 mod readme_signals;
-mod cli_docs;

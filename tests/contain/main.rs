@@ -4,9 +4,9 @@
 mod common;
 
 mod hold;
+mod outcomes_ratio;
 mod pace;
+mod reroute;
 mod restrict;
 mod restrict_fold;
 mod restrict_notices;
-mod reroute;
-mod outcomes_ratio;

@@ -42,7 +42,6 @@ use loadkit::{
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-
 /// Sessions whose connect/greeting/EHLO(/STARTTLS) are in flight at once. Keeps bursts
 /// below the listen backlogs (floodgate's 1024, the recorder's asyncio default of 100 is
 /// served fast enough at this depth).

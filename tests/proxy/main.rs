@@ -5,6 +5,10 @@ mod common;
 #[path = "../diff/mod.rs"]
 mod diff;
 
+mod faults;
+mod hostile_caps;
+mod log_queue;
+mod policy_e2e;
 mod proxy_harness;
 mod proxy_hostile;
 mod proxy_identity;
@@ -15,7 +19,3 @@ mod proxy_security;
 mod proxy_session;
 mod proxy_upstream;
 mod session_diff;
-mod hostile_caps;
-mod faults;
-mod log_queue;
-mod policy_e2e;

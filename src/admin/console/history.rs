@@ -11,9 +11,9 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
-use crate::metrics::ACTIONS;
 use crate::admin::Metrics;
 use crate::generation::Generation;
+use crate::metrics::ACTIONS;
 
 /// Minutes kept (and drawn): the last hour.
 pub const MINUTES: usize = 60;

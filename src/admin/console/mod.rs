@@ -84,8 +84,11 @@ impl Console {
     /// Reads the counters into the per-minute history.
     fn sample(&self) {
         let minute = history::minute_of(crate::store::now_micros());
-        self.history
-            .sample(&self.state.metrics, &self.state.control.generation(), minute);
+        self.history.sample(
+            &self.state.metrics,
+            &self.state.control.generation(),
+            minute,
+        );
     }
 
     /// The answer to `req` when its path is the console's (`/console` and below), else

@@ -156,7 +156,7 @@ impl RateSession {
                 info!(
                     key = %r.key,
                     limit = %r.limit,
-                    until = %r.until_us.map_or_else(|| "until_released".into(), crate::report::time::rfc3339),
+                    until = %r.until_us.map_or_else(|| "until_released".into(), crate::time::rfc3339),
                     rate = e.outcome.value,
                     by = %by,
                     "key restricted"

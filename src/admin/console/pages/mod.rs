@@ -7,7 +7,7 @@ pub mod overview;
 pub mod restricted;
 pub mod top;
 
-use crate::report::time::rfc3339;
+use crate::time::rfc3339;
 
 /// `HH:MM` (UTC) of the start of minute `m` (minutes since the epoch).
 pub fn clock(m: i64) -> String {

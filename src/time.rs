@@ -1,5 +1,5 @@
-//! Times for `floodgate report`: RFC 3339 (`2025-01-31T12:00:00Z`, fractions and offsets
-//! allowed) or a duration back from now (`24h`: the last 24 hours), and RFC 3339 output.
+//! Time as floodgate reads and writes it: RFC 3339 (`2025-01-31T12:00:00Z`, fractions and
+//! offsets allowed) or a duration back from now (`24h`: the last 24 hours), and RFC 3339 output.
 
 use jiff::civil::{Date, DateTime, Time};
 use jiff::SignedDuration;
