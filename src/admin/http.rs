@@ -283,9 +283,6 @@ impl Response {
                 let _ = write!(out, "{name}: {value}\r\n");
             }
         }
-        for (name, value) in &self.headers {
-            let _ = write!(out, "{name}: {value}\r\n");
-        }
         out.push_str("\r\n");
         let mut out = out.into_bytes();
         out.extend_from_slice(&self.body);
