@@ -273,6 +273,41 @@ fn imported_paths(code: &str) -> Vec<String> {
     paths
 }
 
+/// The paths that start with a module name in scope (`pages::held::page`), each with its
+/// crate-absolute segments.
+fn alias_paths(code: &str, aliases: &BTreeMap<String, Vec<String>>) -> Vec<(String, Vec<String>)> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    for (name, abs) in aliases {
+        let needle = format!("{name}::");
+        let mut from = 0;
+        while let Some(k) = code[from..].find(&needle) {
+            let start = from + k;
+            from = start + needle.len();
+            if ident_byte_before(b, start) || (start >= 2 && &b[start - 2..start] == b"::") {
+                continue;
+            }
+            let mut end = from;
+            while end < b.len()
+                && (b[end].is_ascii_alphanumeric() || b[end] == b'_' || b[end] == b':')
+            {
+                end += 1;
+            }
+            let written = code[start..end].trim_end_matches(':').to_string();
+            let mut full = abs.clone();
+            full.extend(
+                written
+                    .split("::")
+                    .skip(1)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string),
+            );
+            out.push((written, full));
+        }
+    }
+    out
+}
+
 /// The byte offset of the next `use` keyword that starts a declaration.
 fn find_use(s: &str) -> Option<usize> {
     let b = s.as_bytes();
@@ -361,13 +396,26 @@ fn read_graph(src: &Path) -> Graph {
         let text = fs::read_to_string(&f.path).expect("source file");
         let code = code_only(&text);
         let mut seen = BTreeSet::new();
+        // Imported module names (`use super::pages;`), through which later paths
+        // (`pages::held::page`) reach files. A parent naming its own child modules
+        // (`mod routes;` then `routes::route`) is containment, not an import.
+        let mut aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut found = Vec::new();
         for p in imported_paths(&code) {
             let Some(abs) = absolute(f, &p) else { continue };
+            if index.contains_key(&abs) {
+                if let Some(last) = abs.last() {
+                    aliases.insert(last.clone(), abs.clone());
+                }
+            }
+            found.push((p, abs));
+        }
+        found.extend(alias_paths(&code, &aliases));
+        for (p, abs) in found {
             let Some(t) = target_file(&index, &abs) else {
                 continue;
             };
-            // A file naming its own module's root (`crate::x` inside x/…) through its parent
-            // is an import of that parent; a file naming itself is not an import.
+            // A file naming itself is not an import.
             if t != i && seen.insert(t) {
                 edges[i].push((t, p));
             }
@@ -556,4 +604,29 @@ fn floors_are_read_from_the_table() {
     assert_eq!(f.get("smtp"), Some(&1));
     assert_eq!(f.get("limit"), Some(&1));
     assert_eq!(f.get("store"), Some(&2));
+}
+
+#[test]
+fn paths_through_an_imported_module_reach_its_files() {
+    let mut aliases = BTreeMap::new();
+    aliases.insert(
+        "pages".to_string(),
+        vec!["console".to_string(), "pages".to_string()],
+    );
+    let found = alias_paths(
+        "let r = pages::held::page(c); let x = mypages::y;",
+        &aliases,
+    );
+    assert_eq!(
+        found,
+        vec![(
+            "pages::held::page".to_string(),
+            vec![
+                "console".into(),
+                "pages".into(),
+                "held".into(),
+                "page".into()
+            ]
+        )]
+    );
 }

@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 
 use super::api::{metrics_response, AdminState};
 use super::http::guard::Guard;
-use super::http::{HttpError, Limits, Request, Response};
+use super::http::{ct_eq, HttpError, Limits, Request, Response};
 use crate::config::Secret;
 
 /// Time allowed for a client to send its whole request.
@@ -427,16 +427,6 @@ async fn answer(req: &Request, mode: &Mode) -> Response {
             (p, _) => Response::error(404, &format!("no endpoint {p}: try /metrics")),
         },
     }
-}
-
-/// Compares in time that depends only on the lengths, never on where the bytes differ.
-pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    // Keep the optimiser from turning the fold into an early exit.
-    std::hint::black_box(diff) == 0
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::admin::serve::ct_eq;
+use crate::admin::http::ct_eq;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "floodgate_console";

@@ -7,9 +7,11 @@ use serde_json::{json, Value};
 
 use super::auth::{self, Decision, Need, Who};
 use super::html::{self, Nav, Shell};
-use super::{pages, Console};
+use super::pages;
+use super::respond::{api, error_page, html_response};
+use super::state::Console;
+use crate::admin::http::ct_eq;
 use crate::admin::http::{Request, Response};
-use crate::admin::serve::ct_eq;
 
 /// The Content-Security-Policy of every console answer: nothing from other hosts, no
 /// inline script or style, no framing, forms and fetches to this server only.
@@ -31,24 +33,6 @@ pub fn secure(mut r: Response) -> Response {
     r.headers.push(("X-Frame-Options", "DENY".into()));
     r.headers.push(("Referrer-Policy", "same-origin".into()));
     r
-}
-
-/// An HTML page.
-pub fn html_response(status: u16, body: String) -> Response {
-    Response::text(status, "text/html; charset=utf-8", body)
-}
-
-/// A page telling what went wrong, in the page shell.
-pub fn error_page(status: u16, message: &str, shell: &Shell<'_>) -> Response {
-    let title = match status {
-        400 => "Bad request",
-        403 => "Not allowed",
-        404 => "Not found",
-        405 => "Method not allowed",
-        _ => "Error",
-    };
-    let body = format!("<p class=\"error\">{}</p>", html::text(message, 2000));
-    html_response(status, html::page(title, Nav::Key, shell, &body))
 }
 
 fn redirect(to: &'static str) -> Response {
@@ -199,29 +183,6 @@ fn logout(c: &Console, req: &Request) -> Response {
     let mut r = redirect("/console/login");
     r.headers.push(("Set-Cookie", auth::clear_cookie()));
     r
-}
-
-/// A request to the admin API made by the console itself.
-fn internal(method: &str, path: &str, query: Vec<(String, String)>) -> Request {
-    Request {
-        method: method.into(),
-        path: path.into(),
-        query,
-        headers: Vec::new(),
-        body: Vec::new(),
-    }
-}
-
-/// The admin API's answer as JSON (`{"error": …}` when its body is not JSON).
-pub async fn api(c: &Console, method: &str, path: &str, query: &[(&str, &str)]) -> (u16, Value) {
-    let q = query
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let r = c.state.handle(&internal(method, path, q)).await;
-    let v = serde_json::from_slice(&r.body)
-        .unwrap_or_else(|_| json!({ "error": String::from_utf8_lossy(&r.body) }));
-    (r.status, v)
 }
 
 /// Runs one action through the admin API and says what happened, in words.

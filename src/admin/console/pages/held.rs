@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::paging::{self, Page, PAGE_SIZE};
-use crate::admin::console::routes::{error_page, html_response};
-use crate::admin::console::Console;
+use crate::admin::console::respond::{error_page, html_response};
+use crate::admin::console::state::Console;
 use crate::admin::held::blocking;
 use crate::admin::http::{Request, Response};
 use crate::hold::{HeldMessage, SpoolError};

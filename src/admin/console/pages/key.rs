@@ -8,9 +8,9 @@ use serde_json::Value;
 use crate::admin::console::history::{minute_of, MINUTES};
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::keylog;
-use crate::admin::console::routes::{api, error_page, html_response};
+use crate::admin::console::respond::{api, error_page, html_response};
+use crate::admin::console::state::Console;
 use crate::admin::console::svg::{line_chart, meter, Chart, Series};
-use crate::admin::console::Console;
 use crate::admin::http::{Request, Response};
 
 /// The table of readings from `/v1/inspect`'s `limits`.

@@ -1,7 +1,7 @@
 //! The login form: the only page shown without credentials, and it shows nothing else.
 
 use crate::admin::console::html::{self, Nav, Shell};
-use crate::admin::console::routes::html_response;
+use crate::admin::console::respond::html_response;
 use crate::admin::http::Response;
 
 /// The login page with `status` (200, or 401/403 with `why`).

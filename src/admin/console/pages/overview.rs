@@ -4,9 +4,9 @@ use std::fmt::Write as _;
 
 use crate::admin::console::history::minute_of;
 use crate::admin::console::html::{self, Nav, Shell};
-use crate::admin::console::routes::html_response;
+use crate::admin::console::respond::html_response;
+use crate::admin::console::state::Console;
 use crate::admin::console::svg::{line_chart, Chart, Series};
-use crate::admin::console::Console;
 use crate::admin::http::Response;
 use crate::store::open::Opened;
 

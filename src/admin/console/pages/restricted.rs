@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::paging::{self, Page, PAGE_SIZE};
-use crate::admin::console::routes::{error_page, html_response};
-use crate::admin::console::Console;
+use crate::admin::console::respond::{error_page, html_response};
+use crate::admin::console::state::Console;
 use crate::admin::http::{Request, Response};
 
 /// The longest evidence value shown, in characters.
