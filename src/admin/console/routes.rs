@@ -3,12 +3,12 @@
 
 use std::time::Instant;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::auth::{self, Decision, Need, Who};
-use super::html::{self, Nav, Shell};
+use super::html::Shell;
 use super::pages;
-use super::respond::{api, error_page, html_response};
+use super::respond::{api, error_page};
 use super::state::Console;
 use crate::admin::http::ct_eq;
 use crate::admin::http::{Request, Response};
