@@ -1,5 +1,5 @@
 //! Charging upstream's outcomes after queueing: every reported outcome — from the smart
-//! host's log ([`follow`]) or from `floodgate outcome` — goes through [`report`], which
+//! host's log ([`follow()`]) or from `floodgate outcome` — goes through [`report`], which
 //! charges bounces and deferrals to the keys that sent the message.
 
 use std::sync::atomic::Ordering;

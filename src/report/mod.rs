@@ -5,7 +5,7 @@
 //!   percentiles, top keys and a suggested limit;
 //! * [`deliver`] and [`http`]: delivery of the alerts decided by
 //!   [`crate::policy::alert`] (log, webhook, command);
-//! * [`time`]: RFC 3339 and relative times; [`config`]: `[report]` compiled.
+//! * [`crate::time`]: RFC 3339 and relative times; [`config`]: `[report]` compiled.
 //!
 //! [`Observers`] plugs the event log and the alerter into the engine
 //! ([`crate::policy::RatePolicy::observe`]); a reload hands them their

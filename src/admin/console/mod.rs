@@ -17,7 +17,7 @@
 //! actions only with `[admin] console_actions = true` and the session's CSRF header. The
 //! pages need no script to be read; the buttons use a little (`console.js`, served from here
 //! like the style sheet: the Content-Security-Policy allows nothing from anywhere else).
-//! Actions go through the admin API ([`AdminState::handle`]), so a release from the console
+//! Actions go through the admin API ([`crate::admin::api::AdminState::handle`]), so a release from the console
 //! is the same release as `floodgate held release`, with its log line, metric and alert.
 
 pub mod auth;
