@@ -14,3 +14,4 @@ mod policy_compare;
 mod policy_engine;
 mod policy_samekey;
 mod smtp_props;
+mod support;

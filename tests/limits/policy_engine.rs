@@ -1,6 +1,7 @@
 //! The rate policy without network: decisions taken together, reservations and refunds,
 //! dynamic multipliers, concurrency and global limits, headers, reload.
 
+use crate::support::{facts, ok};
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -28,21 +29,6 @@ fn config(limits: &str) -> Generation {
 fn policy(limits: &str) -> (RatePolicy, Arc<MemoryStore>) {
     let store = Arc::new(MemoryStore::default());
     (RatePolicy::new(config(limits).policy, store.clone()), store)
-}
-
-fn facts(ip: &str) -> Facts {
-    Facts {
-        client_ip: Some(ip.parse().unwrap()),
-        listener: "relay".into(),
-        sender: Some("s@example.org".into()),
-        recipient: Some("r@example.com".into()),
-        recipient_normalized: Some("r@example.com".into()),
-        ..Facts::default()
-    }
-}
-
-fn ok() -> Reply {
-    Reply::new(250, "2.0.0 ok")
 }
 
 async fn rcpt(s: &mut Box<dyn SessionPolicy>, f: &Facts, upstream: u16) -> Verdict {

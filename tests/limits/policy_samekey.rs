@@ -4,6 +4,7 @@
 //! nothing more is counted.
 
 use crate::common::redis as redis_server;
+use crate::support::{facts, ok};
 
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -12,7 +13,6 @@ use std::sync::Arc;
 use floodgate::generation::Generation;
 use floodgate::limit::ewma::next_rate;
 use floodgate::policy::{Facts, Policy, RatePolicy, SessionPolicy, Stage, Verdict};
-use floodgate::smtp::reply::Reply;
 use floodgate::store::redis::{ConnectOptions, RedisOptions, RedisStore};
 use floodgate::store::{
     Decision, DecisionResult, MemoryStore, Record, Store, StoreError, StoreFuture,
@@ -125,21 +125,6 @@ impl Rig {
                 _ => None,
             })
     }
-}
-
-fn facts(ip: &str) -> Facts {
-    Facts {
-        client_ip: Some(ip.parse().unwrap()),
-        listener: "relay".into(),
-        sender: Some("s@example.org".into()),
-        recipient: Some("r@example.com".into()),
-        recipient_normalized: Some("r@example.com".into()),
-        ..Facts::default()
-    }
-}
-
-fn ok() -> Reply {
-    Reply::new(250, "2.0.0 ok")
 }
 
 /// The reply text of a refusal, "" when the command goes on.
