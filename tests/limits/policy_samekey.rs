@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use floodgate::generation::Generation;
 use floodgate::limit::ewma::next_rate;
-use floodgate::policy::{Facts, Policy, RatePolicy, SessionPolicy, Stage, Verdict};
+use floodgate::policy::{Policy, RatePolicy, SessionPolicy, Stage, Verdict};
 use floodgate::store::redis::{ConnectOptions, RedisOptions, RedisStore};
 use floodgate::store::{
     Decision, DecisionResult, MemoryStore, Record, Store, StoreError, StoreFuture,
