@@ -12,8 +12,9 @@ use std::fmt::Write as _;
 use std::io::BufRead;
 
 use super::analyze::{analyze_traced, Options, Report, ReportError, Traced};
+use super::markup::escape;
 use super::render::num;
-use super::svg::{self, esc, truncate, Line, Marker};
+use super::svg::{self, truncate, Line, Marker};
 use crate::policy::model::PolicyModel;
 use crate::time::rfc3339;
 
@@ -153,17 +154,17 @@ pub fn page(report: &Report, charts: &Charts) -> String {
     let _ = write!(
         o,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>floodgate report: {}</title><style>{STYLE}</style></head><body>",
-        esc(&truncate(&report.source, NAME_CHARS))
+        escape(&truncate(&report.source, NAME_CHARS))
     );
     let _ = write!(
         o,
         "<h1>floodgate report of {}</h1><p>{} .. {}: {} events from {} to {} ({} lines read, {} outside the period, {} of limits not reported on)</p>",
-        esc(&truncate(&report.source, NAME_CHARS)),
-        esc(&when(report.since_us, "the beginning")),
-        esc(&when(report.until_us, "the end")),
+        escape(&truncate(&report.source, NAME_CHARS)),
+        escape(&when(report.since_us, "the beginning")),
+        escape(&when(report.until_us, "the end")),
         report.events,
-        esc(&when(report.first_us, "-")),
-        esc(&when(report.last_us, "-")),
+        escape(&when(report.first_us, "-")),
+        escape(&when(report.last_us, "-")),
         report.lines,
         report.outside,
         report.unknown_limit
@@ -171,15 +172,15 @@ pub fn page(report: &Report, charts: &Charts) -> String {
     let empty = LimitCharts::default();
     for (i, l) in report.limits.iter().enumerate() {
         let c = charts.limits.get(i).unwrap_or(&empty);
-        let name = esc(&truncate(&l.name, NAME_CHARS));
+        let name = escape(&truncate(&l.name, NAME_CHARS));
         let _ = write!(
             o,
             "<section class=\"limit\" data-limit=\"{}\"><h2>limit {name}</h2><p>{} {}, period {}, action {}: {} events, {} keys ({} with their own limit)</p>",
-            esc(&l.name),
-            esc(&l.algorithm),
+            escape(&l.name),
+            escape(&l.algorithm),
             num(l.configured),
-            esc(&l.period),
-            esc(&l.action),
+            escape(&l.period),
+            escape(&l.action),
             l.events,
             l.keys,
             l.own_limit_keys
@@ -248,8 +249,8 @@ pub fn page(report: &Report, charts: &Charts) -> String {
                     "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td title=\"{}\">{}</td></tr>",
                     num(k.peak),
                     k.events,
-                    esc(&truncate(&k.key, 1000)),
-                    esc(&truncate(&k.key, NAME_CHARS))
+                    escape(&truncate(&k.key, 1000)),
+                    escape(&truncate(&k.key, NAME_CHARS))
                 );
             }
             o.push_str("</table>");

@@ -18,6 +18,7 @@ pub mod deliver;
 pub mod events;
 pub mod html;
 pub mod http;
+pub mod markup;
 pub mod render;
 pub mod svg;
 

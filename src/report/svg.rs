@@ -2,6 +2,7 @@
 //! time. Pure functions from numbers to markup; every text is escaped, every coordinate is
 //! finite.
 
+use super::markup::escape;
 use std::fmt::Write as _;
 
 use super::render::num;
@@ -21,25 +22,6 @@ pub const PALETTE: [&str; 10] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
     "#7f7f7f", "#393b79",
 ];
-
-/// `text` with `&`, `<`, `>`, `"` and `'` as character references: safe in element text
-/// and in quoted attribute values.
-pub fn esc(text: &str) -> String {
-    let mut o = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            // Control characters have no place in markup; show them as a replacement.
-            c if c.is_control() && c != '\n' && c != '\t' => o.push('\u{fffd}'),
-            c => o.push(c),
-        }
-    }
-    o
-}
 
 /// At most `max` characters of `text` (the last one an ellipsis when cut).
 pub fn truncate(text: &str, max: usize) -> String {
@@ -151,8 +133,8 @@ fn open_svg(o: &mut String, class: &str, limit: &str, title: &str) {
     let _ = write!(
         o,
         r#"<svg class="{class}" data-limit="{}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img"><title>{}</title>"#,
-        esc(limit),
-        esc(title)
+        escape(limit),
+        escape(title)
     );
     // Axes.
     let (x0, y0) = (LEFT, TOP + plot_h());
@@ -169,7 +151,7 @@ fn text(o: &mut String, x: f64, y: f64, anchor: &str, class: &str, body: &str) {
         r#"<text x="{:.1}" y="{:.1}" text-anchor="{anchor}" class="{class}">{}</text>"#,
         fin(x),
         fin(y),
-        esc(body)
+        escape(body)
     );
 }
 
@@ -235,7 +217,7 @@ pub fn histogram(
             LEFT + bw * i as f64 + 0.5,
             (bw - 1.0).max(0.5),
             TOP + plot_h() - y,
-            esc(&format!("{} .. {}: {c} keys", num(lo), num(hi)))
+            escape(&format!("{} .. {}: {c} keys", num(lo), num(hi)))
         );
     }
     for (i, m) in markers.iter().enumerate() {
@@ -243,7 +225,7 @@ pub fn histogram(
         let _ = write!(
             o,
             r#"<line class="marker {}" x1="{x:.1}" y1="{TOP:.1}" x2="{x:.1}" y2="{:.1}" stroke-width="2" stroke-dasharray="6 3"/>"#,
-            esc(m.class),
+            escape(m.class),
             TOP + plot_h()
         );
         // Labels alternate rows so two close markers stay readable.
@@ -366,7 +348,7 @@ pub fn lines(
             o,
             r#"<polyline class="series" points="{}" fill="none" stroke="{colour}" stroke-width="1.5"><title>{}</title></polyline>"#,
             pts.trim_end(),
-            esc(&truncate(s.name, 1000))
+            escape(&truncate(s.name, 1000))
         );
         // Legend: up to two columns of five in the top left corner.
         let (col, row) = (i / 5, i % 5);
@@ -401,16 +383,6 @@ pub fn lines(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn escaping_covers_markup_and_quotes() {
-        assert_eq!(
-            esc(r#"<a href="x">Tom & 'Jerry'</a>"#),
-            "&lt;a href=&quot;x&quot;&gt;Tom &amp; &#39;Jerry&#39;&lt;/a&gt;"
-        );
-        assert_eq!(esc("plain ünïcode"), "plain ünïcode");
-        assert_eq!(esc("nul\0bell\x07"), "nul\u{fffd}bell\u{fffd}");
-    }
 
     #[test]
     fn truncation_counts_characters() {

@@ -12,30 +12,7 @@ pub const CELL_CHARS: usize = 120;
 /// The longest header section shown for one held message, in characters.
 pub const HEADERS_CHARS: usize = 16 * 1024;
 
-/// Escapes `s` for HTML text and quoted attribute values: `& < > " '` become character
-/// references, and control characters other than tab, line feed and carriage return
-/// become U+FFFD (HTML forbids them; a browser would show them oddly or not at all).
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + s.len() / 8);
-    escape_into(&mut out, s);
-    out
-}
-
-/// [`escape`], appending to `out`.
-pub fn escape_into(out: &mut String, s: &str) {
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            '\t' | '\n' | '\r' => out.push(c),
-            c if c.is_control() => out.push('\u{FFFD}'),
-            c => out.push(c),
-        }
-    }
-}
+pub use crate::report::markup::{escape, escape_into};
 
 /// `s` cut to at most `max` characters (never inside a character), with `…` appended
 /// when something was cut, and whether it was.
