@@ -59,6 +59,13 @@ impl Request {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The token of an `Authorization: Bearer TOKEN` header (trimmed); `None` without one.
+    pub fn bearer(&self) -> Option<&str> {
+        self.header("authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+    }
+
     /// The first value of query parameter `name`.
     pub fn param(&self, name: &str) -> Option<&str> {
         self.query

@@ -407,11 +407,7 @@ async fn answer(req: &Request, mode: &Mode) -> Response {
             if let Some(r) = console.answer(req).await {
                 return r;
             }
-            let given = req
-                .header("authorization")
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::trim);
-            match given {
+            match req.bearer() {
                 Some(t) if ct_eq(t.as_bytes(), token.expose().as_bytes()) => {
                     state.handle(req).await
                 }

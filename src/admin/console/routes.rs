@@ -59,8 +59,8 @@ pub fn same_origin(origin: Option<&str>, host: Option<&str>) -> bool {
 impl Console {
     /// The credentials `req` carries.
     fn who(&self, req: &Request) -> Who {
-        if let Some(v) = req.header("authorization") {
-            return match v.strip_prefix("Bearer ").map(str::trim) {
+        if req.header("authorization").is_some() {
+            return match req.bearer() {
                 Some(t) if ct_eq(t.as_bytes(), self.token.expose().as_bytes()) => Who::Bearer,
                 _ => Who::WrongToken,
             };

@@ -32,6 +32,17 @@ fn request_from_hyper_parts() {
 }
 
 #[test]
+fn bearer_token_of_the_authorization_header() {
+    let with = |v: &[u8]| {
+        Request::from_parts(&parts("GET", "/", &[("Authorization", v)]), Vec::new()).unwrap()
+    };
+    assert_eq!(with(b"Bearer  s3cret ").bearer(), Some("s3cret"));
+    assert_eq!(with(b"Basic czNjcmV0").bearer(), None);
+    let none = Request::from_parts(&parts("GET", "/", &[]), Vec::new()).unwrap();
+    assert_eq!(none.bearer(), None);
+}
+
+#[test]
 fn request_refusals() {
     let bad: &[(hyper::http::request::Parts, &str)] = &[
         (parts("GET", "http://x/v1/top", &[]), "origin-form"),
