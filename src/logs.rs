@@ -1,33 +1,112 @@
 //! Log output off the session path.
 //!
-//! Sessions format a log line into a buffer and hand it to a bounded queue; one thread
-//! drains the queue and writes what it took in one `write` per batch (a buffered writer
-//! flushed whenever the queue is empty). A session never waits on stderr: when the queue is
-//! full the line is dropped and counted ([`DroppedLines`], exposed as
-//! `floodgate_log_lines_dropped_total`), so a stalled terminal, pipe or journal costs log
-//! lines, never mail.
+//! Sessions format a log line and append it to a shared batch (one uncontended lock and a
+//! copy); one thread takes the whole batch and writes it in one `write`. The thread is woken
+//! once per batch, not once per line: the first line into an empty batch wakes it, and it
+//! then gathers lines for [`GATHER`] (less when the batch is half full or logging stops)
+//! before it writes. So at a thousand messages a second the event loops make a handful of
+//! wake-up calls a second for logging instead of one per line, and the writer never spins.
+//!
+//! A session never waits on stderr: when the batch holds `queue` lines the next ones are
+//! dropped and counted ([`DroppedLines`], exposed as `floodgate_log_lines_dropped_total`),
+//! as are the lines of a batch whose write failed. So a stalled terminal, pipe or journal
+//! costs log lines, never mail.
 //!
 //! The [`WorkerGuard`] must live as long as logging does: dropping it writes what is still
 //! queued (waiting at most about a second) and stops the thread.
 
-use std::io::{BufWriter, Write};
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder};
+use tracing_subscriber::fmt::MakeWriter;
 
-pub use tracing_appender::non_blocking::WorkerGuard;
+/// How long the writer gathers lines after the first one of a batch before it writes them:
+/// short enough that `tail -f` looks immediate, long enough that a busy server's lines go
+/// out in a few writes a second.
+pub const GATHER: Duration = Duration::from_millis(50);
 
-/// Bytes gathered before the writer thread writes them out (it also writes whenever the
-/// queue runs empty).
-const WRITE_BUFFER: usize = 64 * 1024;
+/// A batch buffer larger than this is given back after its write, so that one burst does
+/// not keep its memory for good.
+const KEEP_CAPACITY: usize = 1 << 20;
 
-/// How many log lines were dropped because the queue was full.
+/// How long dropping the guard waits for the last batch to be written.
+const EXIT_WAIT: Duration = Duration::from_secs(1);
+
+/// What the writer thread is doing, as the sessions see it: it decides whether a new line
+/// must wake it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the first line of a batch: the next line wakes it.
+    Asleep,
+    /// Gathering a batch: only a half-full batch wakes it early.
+    Gathering,
+    /// Writing a batch out: lines wait for the next one.
+    Writing,
+}
+
+#[derive(Debug)]
+struct Batch {
+    /// Whole lines, in the order they were handed over.
+    buf: Vec<u8>,
+    /// How many lines `buf` holds.
+    lines: usize,
+    phase: Phase,
+    /// The guard was dropped: write what is left and stop.
+    stop: bool,
+}
+
+#[derive(Debug)]
+struct Shared {
+    batch: Mutex<Batch>,
+    wake: Condvar,
+    dropped: AtomicU64,
+    /// Lines a batch may hold.
+    capacity: usize,
+    /// Lines at which a gathering writer is woken early.
+    high_water: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Batch> {
+        self.batch.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues one line (or drops and counts it when the batch is full).
+    fn push(&self, line: &[u8]) {
+        let mut b = self.lock();
+        if b.lines >= self.capacity {
+            drop(b);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        b.buf.extend_from_slice(line);
+        b.lines += 1;
+        let wake = match b.phase {
+            Phase::Asleep => {
+                b.phase = Phase::Gathering;
+                true
+            }
+            Phase::Gathering => b.lines == self.high_water,
+            Phase::Writing => false,
+        };
+        drop(b);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// How many log lines were dropped because the queue was full (or their write failed).
 #[derive(Clone, Debug)]
-pub struct DroppedLines(ErrorCounter);
+pub struct DroppedLines(Arc<Shared>);
 
 impl DroppedLines {
     /// Lines dropped so far.
     pub fn get(&self) -> u64 {
-        self.0.dropped_lines() as u64
+        self.0.dropped.load(Ordering::Relaxed)
     }
 
     /// Makes the count part of the exposition, as `floodgate_log_lines_dropped_total`.
@@ -43,30 +122,150 @@ impl DroppedLines {
     }
 }
 
-/// The writer side of the log queue: what a `tracing_subscriber::fmt` layer writes to.
+/// The sessions' side of the log queue: each `write` is one line (as the `tracing` fmt
+/// layer writes each event whole), queued for the writer thread. Never blocks on the output.
+#[derive(Clone, Debug)]
+pub struct LogWriter(Arc<Shared>);
+
+impl Write for &LogWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.push(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for LogWriter {
+    type Writer = &'a LogWriter;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self
+    }
+}
+
+/// Writes what is still queued and stops the writer thread when dropped.
+#[derive(Debug)]
+pub struct WorkerGuard {
+    shared: Arc<Shared>,
+    done: mpsc::Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for WorkerGuard {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.wake.notify_one();
+        // An output that never takes the last batch must not hold up the exit.
+        if self.done.recv_timeout(EXIT_WAIT).is_ok() {
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// The log queue: what a `tracing_subscriber::fmt` layer writes to, its writer thread and
+/// its count of dropped lines.
 #[derive(Debug)]
 pub struct LogQueue {
-    /// Hands each line to the queue (one `write_all` per event, as the fmt layer does).
-    pub writer: NonBlocking,
+    /// Hands each line to the queue.
+    pub writer: LogWriter,
     /// Flushes and stops the writer thread when dropped.
     pub guard: WorkerGuard,
     /// The count of dropped lines.
     pub dropped: DroppedLines,
 }
 
-/// Starts the writer thread that writes queued lines to `out`, with room for `queue` lines
-/// (at least one).
+/// Starts the writer thread (`floodgate-log`) that writes queued lines to `out`, with room
+/// for `queue` lines (at least one).
+///
+/// # Panics
+/// When the operating system cannot start a thread.
 pub fn spawn<W: Write + Send + 'static>(out: W, queue: usize) -> LogQueue {
-    let (writer, guard) = NonBlockingBuilder::default()
-        .lossy(true)
-        .buffered_lines_limit(queue.max(1))
-        .thread_name("floodgate-log")
-        .finish(BufWriter::with_capacity(WRITE_BUFFER, out));
-    let dropped = DroppedLines(writer.error_counter());
+    let capacity = queue.max(1);
+    let shared = Arc::new(Shared {
+        batch: Mutex::new(Batch {
+            buf: Vec::new(),
+            lines: 0,
+            phase: Phase::Asleep,
+            stop: false,
+        }),
+        wake: Condvar::new(),
+        dropped: AtomicU64::new(0),
+        capacity,
+        high_water: (capacity / 2).max(1),
+    });
+    let (done_tx, done) = mpsc::channel();
+    let for_thread = shared.clone();
+    let thread = std::thread::Builder::new()
+        .name("floodgate-log".into())
+        .spawn(move || {
+            write_batches(&for_thread, out);
+            let _ = done_tx.send(());
+        })
+        .expect("cannot start the log writer thread");
     LogQueue {
-        writer,
-        guard,
-        dropped,
+        writer: LogWriter(shared.clone()),
+        dropped: DroppedLines(shared.clone()),
+        guard: WorkerGuard {
+            shared,
+            done,
+            thread: Some(thread),
+        },
+    }
+}
+
+/// The writer thread: sleeps until a line comes, gathers a batch, writes it in one go;
+/// returns once stopped with nothing left.
+fn write_batches<W: Write>(shared: &Shared, mut out: W) {
+    let mut spare: Vec<u8> = Vec::new();
+    let mut b = shared.lock();
+    loop {
+        while b.lines == 0 && !b.stop {
+            b.phase = Phase::Asleep;
+            b = shared.wake.wait(b).unwrap_or_else(PoisonError::into_inner);
+        }
+        if b.lines == 0 {
+            return;
+        }
+        b.phase = Phase::Gathering;
+        let until = Instant::now() + GATHER;
+        while !b.stop && b.lines < shared.high_water {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            b = shared
+                .wake
+                .wait_timeout(b, until - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        b.phase = Phase::Writing;
+        std::mem::swap(&mut b.buf, &mut spare);
+        let lines = std::mem::take(&mut b.lines);
+        drop(b);
+        if out.write_all(&spare).and_then(|()| out.flush()).is_err() {
+            shared.dropped.fetch_add(lines as u64, Ordering::Relaxed);
+        }
+        spare.clear();
+        if spare.capacity() > KEEP_CAPACITY {
+            spare = Vec::new();
+        }
+        b = shared.lock();
     }
 }
 
@@ -181,6 +380,109 @@ mod tests {
         drop(q);
         assert_eq!(dropped, 0);
         assert_eq!(out.text().lines().count(), 100);
+    }
+
+    /// An output that counts its `write` calls (and records what they wrote).
+    #[derive(Clone, Default)]
+    struct Counting(Arc<Mutex<(usize, Vec<u8>)>>);
+
+    impl Write for Counting {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let mut g = self.0.lock().unwrap();
+            g.0 += 1;
+            g.1.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_queued_during_a_write_go_out_together_in_the_next() {
+        // The first line's write is held until every other line is queued: those are
+        // written in one more write, not one each.
+        let out = Gated::default();
+        let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        struct Tally(Gated, Arc<std::sync::atomic::AtomicUsize>);
+        impl Write for Tally {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.1.fetch_add(1, Ordering::SeqCst);
+                self.0.write(buf)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut q = spawn(Tally(out.clone(), writes.clone()), 1000);
+        q.writer.write_all(b"line 0\n").unwrap();
+        let t0 = std::time::Instant::now();
+        while writes.load(Ordering::SeqCst) == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the writer never wrote"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for i in 1..300 {
+            q.writer
+                .write_all(format!("line {i}\n").as_bytes())
+                .unwrap();
+        }
+        out.open();
+        drop(q.guard);
+        assert_eq!(q.dropped.get(), 0);
+        let text = out.text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 300);
+        assert!(lines
+            .iter()
+            .enumerate()
+            .all(|(i, l)| *l == format!("line {i}")));
+        assert_eq!(writes.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_burst_of_lines_is_written_in_few_writes() {
+        let out = Counting::default();
+        let q = spawn(out.clone(), 65536);
+        let sub = tracing_subscriber::fmt()
+            .with_writer(q.writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            for i in 0..2000 {
+                tracing::info!(i, "message");
+            }
+        });
+        drop(q);
+        let g = out.0.lock().unwrap();
+        assert_eq!(String::from_utf8_lossy(&g.1).lines().count(), 2000);
+        // One write per line would be 2000; a batch is everything queued while the writer
+        // gathers or writes.
+        assert!(g.0 <= 200, "{} writes for 2000 lines", g.0);
+    }
+
+    #[test]
+    fn lines_of_a_failed_write_are_counted_as_dropped() {
+        struct Broken;
+        impl Write for Broken {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut q = spawn(Broken, 100);
+        for i in 0..40 {
+            q.writer
+                .write_all(format!("line {i}\n").as_bytes())
+                .unwrap();
+        }
+        let dropped = q.dropped.clone();
+        drop(q);
+        assert_eq!(dropped.get(), 40);
     }
 
     #[test]
