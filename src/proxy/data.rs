@@ -370,21 +370,26 @@ impl Session {
             self.up()?.send(wire.as_bytes()).await?;
             return self.up()?.read_reply().await;
         }
-        let mut out = Vec::with_capacity(wire.as_bytes().len() + 512);
+        // floodgate's lines go on top of the message as it came: two parts of one write, so
+        // the message is not copied behind them.
+        let mut top = Vec::with_capacity(received.map_or(0, <[u8]>::len) + 256);
         // Already in wire form: CRLF lines, none starting with '.'.
-        out.extend_from_slice(received.unwrap_or_default());
+        top.extend_from_slice(received.unwrap_or_default());
         for h in &headers {
             // Header lines from the policy are floodgate's own text; keep them single lines.
             let clean: String = h.chars().filter(|c| *c != '\r' && *c != '\n').collect();
             // A header line is text of the message too: dot-stuffed like the rest.
             if clean.starts_with('.') {
-                out.push(b'.');
+                top.push(b'.');
             }
-            out.extend_from_slice(clean.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            top.extend_from_slice(clean.as_bytes());
+            top.extend_from_slice(b"\r\n");
         }
-        out.extend_from_slice(wire.as_bytes());
-        self.up()?.send(&out).await?;
+        let mut parts = [
+            std::io::IoSlice::new(&top),
+            std::io::IoSlice::new(wire.as_bytes()),
+        ];
+        self.up()?.send_parts(&mut parts).await?;
         self.up()?.read_reply().await
     }
 

@@ -92,13 +92,30 @@ impl Deadline {
         buf: &[u8],
         limit: Duration,
     ) -> Result<(), WaitError> {
-        let mut written = 0;
+        self.write_all_parts(w, &mut [io::IoSlice::new(buf)], limit)
+            .await
+    }
+
+    /// Writes all of `parts`, one after the other, and flushes, as
+    /// [`write_all`](Self::write_all) does: the parts go out together (one `writev` on
+    /// plain TCP when the socket takes them), without being copied into one buffer first.
+    pub(super) async fn write_all_parts<W: AsyncWrite + Unpin>(
+        &mut self,
+        w: &mut W,
+        parts: &mut [io::IoSlice<'_>],
+        limit: Duration,
+    ) -> Result<(), WaitError> {
+        let mut parts = parts;
+        io::IoSlice::advance_slices(&mut parts, 0);
         let mut until: Option<Instant> = None;
         poll_fn(|cx| loop {
-            let step = if written < buf.len() {
-                Pin::new(&mut *w)
-                    .poll_write(cx, &buf[written..])
-                    .map_ok(Some)
+            let step = if !parts.is_empty() {
+                let p = Pin::new(&mut *w);
+                if parts.len() == 1 {
+                    p.poll_write(cx, &parts[0]).map_ok(Some)
+                } else {
+                    p.poll_write_vectored(cx, parts).map_ok(Some)
+                }
             } else {
                 Pin::new(&mut *w).poll_flush(cx).map_ok(|()| None)
             };
@@ -106,7 +123,7 @@ impl Deadline {
                 Poll::Ready(Ok(Some(0))) => {
                     return Poll::Ready(Err(WaitError::Io(io::ErrorKind::WriteZero.into())))
                 }
-                Poll::Ready(Ok(Some(n))) => written += n,
+                Poll::Ready(Ok(Some(n))) => io::IoSlice::advance_slices(&mut parts, n),
                 Poll::Ready(Ok(None)) => return Poll::Ready(Ok(())),
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(WaitError::Io(e))),
                 Poll::Pending => {

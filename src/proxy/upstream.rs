@@ -351,6 +351,17 @@ impl Upstream {
             })
     }
 
+    /// Writes `parts` one after the other, without joining them first, and flushes.
+    pub async fn send_parts(&mut self, parts: &mut [std::io::IoSlice<'_>]) -> Result<(), UpstreamError> {
+        self.timer
+            .write_all_parts(&mut self.stream, parts, self.reply_timeout)
+            .await
+            .map_err(|e| match e {
+                WaitError::TimedOut => UpstreamError::Timeout("accepting data"),
+                WaitError::Io(e) => UpstreamError::Lost(e),
+            })
+    }
+
     /// Writes one command (already in wire form) and reads the whole reply.
     pub async fn command(&mut self, wire: &[u8]) -> Result<Reply, UpstreamError> {
         self.send(wire).await?;
