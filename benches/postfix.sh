@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # What floodgate adds to the cost of submission in front of a real Postfix: Postfix's
-# smtp-source against (a) a private Postfix smtpd alone and (b) floodgate (release build,
-# XCLIENT) in front of that same Postfix, pair by pair, for small and big messages, with
-# and without connection reuse. Reports per profile the median of the pairs' throughput
-# ratios (b/a), each path's median msgs/s, floodgate's CPU per message and Postfix's CPU per
-# message on each path (both from /proc/PID/stat utime+stime; Postfix's over its master and
-# every process of its session, the reaped ones included through the master's cutime+cstime).
+# smtp-source against (a) a private Postfix smtpd alone, (b) floodgate (release build,
+# XCLIENT) in front of that same Postfix and (c) nginx's stream byte relay in front of it,
+# round by round (one run of each, the order rotating), for small and big messages, with
+# and without connection reuse. Reports per profile the median of the rounds' throughput
+# ratios b/a, c/a and b/c with their ranges, each path's median msgs/s, floodgate's and
+# nginx's CPU per message, and Postfix's CPU per message on each path (all from
+# /proc/PID/stat utime+stime; Postfix's over its master and every process of its session,
+# the reaped ones included through the master's cutime+cstime; nginx's over its master and
+# workers). c/a is what any relay in front costs on the machine: the extra hop alone.
 #
-#   benches/postfix.sh [-n PAIRS] [-m MESSAGES] [-s SESSIONS] [-F "PROFILES"] [-k]
-#       defaults: 3 pairs, 5000 messages a run, 10 sessions, all four profiles
+#   benches/postfix.sh [-n ROUNDS] [-m MESSAGES] [-s SESSIONS] [-F "PROFILES"] [-k]
+#       defaults: 3 rounds, 5000 messages a run, 10 sessions, all four profiles
 #       -k  keep the run's directory (Postfix's maillog, floodgate's log) and say where
 #
 # Profiles (smtp-source flags, as ../shared/bench/bench.sh):
@@ -22,10 +25,12 @@
 # processes, not the disk; PF_BASE=/some/dir puts it elsewhere), a single smtpd listener on
 # 127.0.0.1:26260, every recipient relayed to discard:, XCLIENT allowed from 127.0.0.0/8.
 # Its master runs in the foreground in a session of its own and is stopped by its PID at
-# exit. floodgate listens on 127.0.0.1:26261 with one warn-mode limit (per client IP and
+# exit. nginx (../shared/bench/relay-nstream.sh, 2 workers) listens on 127.0.0.1:26262.
+# floodgate listens on 127.0.0.1:26261 with one warn-mode limit (per client IP and
 # recipient, evaluated on every RCPT, set high enough never to be reached: a limit that is
 # over logs a line per event), the memory store and info logging (the per-session and
-# per-message lines written to a file). Every run must
+# per-message lines written to a file); FLOODGATE_WORKERS=N sets its [server] workers
+# (default: one event loop per core). Every run must
 # deliver every message: the maillog's status=sent lines are counted after each run (the
 # next run starts once Postfix's queue is empty), else the script stops.
 #
@@ -42,7 +47,7 @@ while getopts "n:m:s:F:kh" o; do
         s) S=$OPTARG ;;
         F) PROFILES=$OPTARG ;;
         k) KEEP=1 ;;
-        h) sed -n '2,35p' "$0"; exit 0 ;;
+        h) sed -n '2,40p' "$0"; exit 0 ;;
         *) exit 2 ;;
     esac
 done
@@ -72,8 +77,8 @@ FGBIN=${FLOODGATE_BIN:-$ROOT/target/release/floodgate}
 if [[ ! -x $FGBIN ]]; then
     cargo build --release --manifest-path "$ROOT/Cargo.toml" --bin floodgate
 fi
-PF_PORT=26260 FG_PORT=26261
-for port in $PF_PORT $FG_PORT; do
+PF_PORT=26260 FG_PORT=26261 NS_PORT=26262
+for port in $PF_PORT $FG_PORT $NS_PORT; do
     if ss -Hltn "sport = :$port" | grep -q .; then
         echo "port $port is in use" >&2
         exit 2
@@ -84,10 +89,11 @@ base=${PF_BASE:-/dev/shm}
 [[ -d $base ]] || base=/tmp
 DIR=$(mktemp -d "$base/floodgate-postfix-bench.XXXXXX")
 chmod 755 "$DIR"
-PF="$DIR/postfix" MASTER="" FG=""
+PF="$DIR/postfix" MASTER="" FG="" NS=""
 stop() {
     set +e # a stopped process's exit status is not a failure here
     [[ -n $FG ]] && kill "$FG" 2>/dev/null && wait "$FG" 2>/dev/null
+    [[ -n $NS ]] && kill "$NS" 2>/dev/null
     if [[ -n $MASTER ]]; then
         kill "$MASTER" 2>/dev/null
         for _ in $(seq 100); do kill -0 "$MASTER" 2>/dev/null || break; sleep 0.1; done
@@ -170,6 +176,7 @@ mkdir -p "$DIR/floodgate"
 cat >"$DIR/floodgate/floodgate.toml" <<EOF
 [server]
 max_connections_per_ip = 10000
+workers = ${FLOODGATE_WORKERS:-0}
 [[listener]]
 name = "bench"
 address = "127.0.0.1:$FG_PORT"
@@ -188,6 +195,9 @@ setsid "$FGBIN" run --config "$DIR/floodgate/floodgate.toml" </dev/null \
     >"$DIR/floodgate/stdout" 2>"$DIR/floodgate/log" &
 FG=$!
 
+# --- nginx's stream byte relay in front of it, for comparison ------------------------------
+NS=$("$HARNESS/relay-nstream.sh" -d "$DIR/nstream" -p $NS_PORT -u 127.0.0.1:$PF_PORT)
+
 ready() { # PORT: greets with 220 within 10 s
     local i
     for i in $(seq 100); do
@@ -203,6 +213,7 @@ ready() { # PORT: greets with 220 within 10 s
 }
 ready $PF_PORT || { echo "Postfix did not greet on $PF_PORT" >&2; cat "$DIR/master.out" "$PF/maillog" >&2 2>/dev/null; exit 1; }
 ready $FG_PORT || { echo "floodgate did not greet on $FG_PORT" >&2; cat "$DIR/floodgate/log" >&2; exit 1; }
+ready $NS_PORT || { echo "nginx did not relay Postfix's greeting on $NS_PORT" >&2; exit 1; }
 
 TICK=$(getconf CLK_TCK)
 # Postfix's CPU ticks so far: every live process of the master's session (utime+stime) and
@@ -217,13 +228,21 @@ pf_ticks() {
     echo $((t + v))
 }
 fg_ticks() { awk '{print $14 + $15}' "/proc/$FG/stat"; }
+# nginx's CPU ticks so far: its master and workers.
+ns_ticks() {
+    local t=0 p
+    for p in "$NS" $(pgrep -P "$NS"); do
+        t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+    done
+    echo $t
+}
 delivered() { grep -c 'status=sent' "$PF/maillog" 2>/dev/null || true; }
 
-# run PORT PROFILE: "msgs/s floodgate-µs/msg postfix-µs/msg" of one load.sh run, once Postfix
-# has delivered every message of it.
+# run PORT PROFILE: "msgs/s floodgate-µs/msg nginx-µs/msg postfix-µs/msg" of one load.sh run,
+# once Postfix has delivered every message of it.
 run() {
-    local line sent rate f0 f1 p0 p1 rcpts got before want
-    before=$(delivered) f0=$(fg_ticks) p0=$(pf_ticks)
+    local line sent rate f0 f1 n0 n1 p0 p1 rcpts got before want
+    before=$(delivered) f0=$(fg_ticks) n0=$(ns_ticks) p0=$(pf_ticks)
     # shellcheck disable=SC2046
     line=$("$HARNESS/load.sh" -t "127.0.0.1:$1" -s "$S" -m "$M" $(flags "$2") -T 600)
     sent=$(grep -o 'sent=[0-9]*' <<<"$line" | cut -d= -f2)
@@ -243,39 +262,53 @@ run() {
         echo "port $1, $2: Postfix delivered $((got - before)) recipients, expected $((want - before))" >&2
         exit 1
     fi
-    f1=$(fg_ticks) p1=$(pf_ticks)
+    f1=$(fg_ticks) n1=$(ns_ticks) p1=$(pf_ticks)
     rate=$(grep -o 'msgs_per_s=[0-9.]*' <<<"$line" | cut -d= -f2)
-    awk -v r="$rate" -v t="$TICK" -v m="$M" -v f="$((f1 - f0))" -v p="$((p1 - p0))" \
-        'BEGIN { printf "%s %.1f %.1f\n", r, f / t * 1e6 / m, p / t * 1e6 / m }'
+    awk -v r="$rate" -v t="$TICK" -v m="$M" -v f="$((f1 - f0))" -v n="$((n1 - n0))" -v p="$((p1 - p0))" \
+        'BEGIN { printf "%s %.1f %.1f %.1f\n", r, f / t * 1e6 / m, n / t * 1e6 / m, p / t * 1e6 / m }'
 }
 
 median() { sort -g | awk '{v[NR]=$1} END{if (NR) print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
-printf '# %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s pairs\n' \
+printf '# %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s rounds\n' \
     "$(date -u +%FT%TZ)" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
     "$(uname -r)" "$(/usr/sbin/postconf -d -h mail_version)" "$M" "$S" "$PAIRS"
 printf '# load average at start: %s; Postfix queue under %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" "$base"
+# range: "median (min-max)" of the numbers on standard input.
+range() {
+    local v
+    v=$(cat)
+    printf '%.3f (%.2f-%.2f)' "$(median <<<"$v")" "$(sort -g <<<"$v" | head -1)" "$(sort -g <<<"$v" | tail -1)"
+}
 for profile in $PROFILES; do
-    ratios=() pfr=() fgr=() fgcpu=() pfcpu_alone=() pfcpu_behind=()
+    ratios=() nsratios=() fgns=() pfr=() fgr=() nsr=() fgcpu=() nscpu=() pfcpu_alone=() pfcpu_behind=() pfcpu_ns=()
     for i in $(seq "$PAIRS"); do
         # Each run in an assignment of its own, so that a failed one stops the script; the
-        # order swapped every other pair.
-        if ((i % 2)); then
-            a=$(run $PF_PORT "$profile"); b=$(run $FG_PORT "$profile")
-        else
-            b=$(run $FG_PORT "$profile"); a=$(run $PF_PORT "$profile")
-        fi
-        read -r ar _ ap <<<"$a"
-        read -r br bf bp <<<"$b"
-        pfr+=("$ar") fgr+=("$br") fgcpu+=("$bf") pfcpu_alone+=("$ap") pfcpu_behind+=("$bp")
+        # order rotates from one round to the next (alone, floodgate, nginx; floodgate,
+        # nginx, alone; nginx, alone, floodgate).
+        case $((i % 3)) in
+            1) a=$(run $PF_PORT "$profile"); b=$(run $FG_PORT "$profile"); c=$(run $NS_PORT "$profile") ;;
+            2) b=$(run $FG_PORT "$profile"); c=$(run $NS_PORT "$profile"); a=$(run $PF_PORT "$profile") ;;
+            0) c=$(run $NS_PORT "$profile"); a=$(run $PF_PORT "$profile"); b=$(run $FG_PORT "$profile") ;;
+        esac
+        read -r ar _ _ ap <<<"$a"
+        read -r br bf _ bp <<<"$b"
+        read -r cr _ cn cp <<<"$c"
+        pfr+=("$ar") fgr+=("$br") nsr+=("$cr") fgcpu+=("$bf") nscpu+=("$cn")
+        pfcpu_alone+=("$ap") pfcpu_behind+=("$bp") pfcpu_ns+=("$cp")
         ratios+=("$(awk -v a="$ar" -v b="$br" 'BEGIN{printf "%.4f", b/a}')")
+        nsratios+=("$(awk -v a="$ar" -v c="$cr" 'BEGIN{printf "%.4f", c/a}')")
+        fgns+=("$(awk -v b="$br" -v c="$cr" 'BEGIN{printf "%.4f", b/c}')")
     done
-    printf '%-12s floodgate+Postfix / Postfix alone %.3f (%.2f-%.2f over %d pairs); msgs/s Postfix alone %.0f, behind floodgate %.0f\n' \
-        "$profile" "$(printf '%s\n' "${ratios[@]}" | median)" \
-        "$(printf '%s\n' "${ratios[@]}" | sort -g | head -1)" "$(printf '%s\n' "${ratios[@]}" | sort -g | tail -1)" \
-        "$PAIRS" "$(printf '%s\n' "${pfr[@]}" | median)" "$(printf '%s\n' "${fgr[@]}" | median)"
-    printf '%-12s CPU µs/msg: floodgate %.0f; Postfix alone %.0f, behind floodgate %.0f\n' "" \
-        "$(printf '%s\n' "${fgcpu[@]}" | median)" "$(printf '%s\n' "${pfcpu_alone[@]}" | median)" \
-        "$(printf '%s\n' "${pfcpu_behind[@]}" | median)"
+    printf '%-12s floodgate+Postfix / Postfix alone %s, nginx-stream+Postfix / Postfix alone %s, floodgate / nginx-stream %s over %d rounds\n' \
+        "$profile" "$(printf '%s\n' "${ratios[@]}" | range)" "$(printf '%s\n' "${nsratios[@]}" | range)" \
+        "$(printf '%s\n' "${fgns[@]}" | range)" "$PAIRS"
+    printf '%-12s msgs/s Postfix alone %.0f, behind floodgate %.0f, behind nginx %.0f\n' "" \
+        "$(printf '%s\n' "${pfr[@]}" | median)" "$(printf '%s\n' "${fgr[@]}" | median)" \
+        "$(printf '%s\n' "${nsr[@]}" | median)"
+    printf '%-12s CPU µs/msg: floodgate %.0f, nginx %.0f; Postfix alone %.0f, behind floodgate %.0f, behind nginx %.0f\n' "" \
+        "$(printf '%s\n' "${fgcpu[@]}" | median)" "$(printf '%s\n' "${nscpu[@]}" | median)" \
+        "$(printf '%s\n' "${pfcpu_alone[@]}" | median)" "$(printf '%s\n' "${pfcpu_behind[@]}" | median)" \
+        "$(printf '%s\n' "${pfcpu_ns[@]}" | median)"
 done
 printf '# load average at end: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
