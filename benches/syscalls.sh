@@ -14,9 +14,10 @@
 #
 # Needs perf with access to the syscalls tracepoints (root; tracefs mounted on
 # /sys/kernel/tracing). Without them, STRACE=1 counts with `strace -c -f -p` instead, which
-# slows the relay it watches and so changes how often a speculative read finds nothing:
-# its figures are an upper bound. floodgate: benches/floodgate-up.sh (release build, port
-# 26259, FLOODGATE_LOG_LEVEL defaults to info here: the per-message lines are written).
+# slows the relay it watches (every call waits for strace) and so changes how its reads
+# and waits interleave: its figures are only indicative. floodgate: benches/floodgate-up.sh
+# (release build, port 26259, FLOODGATE_LOG_LEVEL defaults to info here: the per-message
+# lines are written).
 # Every process started is stopped by PID on exit.
 set -euo pipefail
 M=10000 PROFILES="small small-reuse big big-reuse" OUT=""

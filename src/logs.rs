@@ -2,10 +2,12 @@
 //!
 //! Sessions format a log line and append it to a shared batch (one uncontended lock and a
 //! copy); one thread takes the whole batch and writes it in one `write`. The thread is woken
-//! once per batch, not once per line: the first line into an empty batch wakes it, and it
-//! then gathers lines for [`GATHER`] (less when the batch is half full or logging stops)
-//! before it writes. So at a thousand messages a second the event loops make a handful of
-//! wake-up calls a second for logging instead of one per line, and the writer never spins.
+//! once per batch, not once per line: the first line into an empty batch wakes it. A line
+//! after a quiet spell (nothing written for [`GATHER`]) is written at once; while lines keep
+//! coming the writer writes at most once per [`GATHER`] (sooner when the batch is half full,
+//! a flush is asked for or logging stops), gathering what came meanwhile. So at a thousand
+//! messages a second the event loops make a few dozen wake-up calls a second for logging
+//! instead of one per line, and the writer never spins.
 //!
 //! A session never waits on stderr: when the batch holds `queue` lines the next ones are
 //! dropped and counted ([`DroppedLines`], exposed as `floodgate_log_lines_dropped_total`),
@@ -23,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use tracing_subscriber::fmt::MakeWriter;
 
-/// How long the writer gathers lines after the first one of a batch before it writes them:
-/// short enough that `tail -f` looks immediate, long enough that a busy server's lines go
-/// out in a few writes a second.
-pub const GATHER: Duration = Duration::from_millis(50);
+/// While lines keep coming, the writer writes at most once per this long: short enough that
+/// `tail -f` looks immediate, long enough that a busy server's lines go out in a few dozen
+/// writes a second. A line after a quiet spell this long is written at once.
+pub const GATHER: Duration = Duration::from_millis(20);
 
 /// A batch buffer larger than this is given back after its write, so that one burst does
 /// not keep its memory for good.
@@ -56,12 +58,22 @@ struct Batch {
     phase: Phase,
     /// The guard was dropped: write what is left and stop.
     stop: bool,
+    /// A flush is waiting: write what is there without gathering.
+    flush: bool,
+    /// Callers waiting in [`LogWriter::flush_within`].
+    flushers: usize,
+    /// Lines accepted since the start.
+    accepted: u64,
+    /// Lines written out (or dropped by a failed write) since the start.
+    done: u64,
 }
 
 #[derive(Debug)]
 struct Shared {
     batch: Mutex<Batch>,
     wake: Condvar,
+    /// Signalled after each write, for [`LogWriter::flush_within`].
+    written: Condvar,
     dropped: AtomicU64,
     /// Lines a batch may hold.
     capacity: usize,
@@ -84,6 +96,7 @@ impl Shared {
         }
         b.buf.extend_from_slice(line);
         b.lines += 1;
+        b.accepted += 1;
         let wake = match b.phase {
             Phase::Asleep => {
                 b.phase = Phase::Gathering;
@@ -126,6 +139,37 @@ impl DroppedLines {
 /// layer writes each event whole), queued for the writer thread. Never blocks on the output.
 #[derive(Clone, Debug)]
 pub struct LogWriter(Arc<Shared>);
+
+impl LogWriter {
+    /// Waits until every line queued before the call is written (or its write failed), at
+    /// most `within`; false if that did not happen in time. For the moments whose lines must
+    /// be out before floodgate says anything else (its start-up, before the `listening`
+    /// lines on stdout).
+    pub fn flush_within(&self, within: Duration) -> bool {
+        let shared = &self.0;
+        let deadline = Instant::now() + within;
+        let mut b = shared.lock();
+        let target = b.accepted;
+        b.flushers += 1;
+        let mut in_time = true;
+        while b.done < target {
+            let now = Instant::now();
+            if now >= deadline {
+                in_time = false;
+                break;
+            }
+            b.flush = true;
+            shared.wake.notify_one();
+            b = shared
+                .written
+                .wait_timeout(b, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        b.flushers -= 1;
+        in_time
+    }
+}
 
 impl Write for &LogWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -202,8 +246,13 @@ pub fn spawn<W: Write + Send + 'static>(out: W, queue: usize) -> LogQueue {
             lines: 0,
             phase: Phase::Asleep,
             stop: false,
+            flush: false,
+            flushers: 0,
+            accepted: 0,
+            done: 0,
         }),
         wake: Condvar::new(),
+        written: Condvar::new(),
         dropped: AtomicU64::new(0),
         capacity,
         high_water: (capacity / 2).max(1),
@@ -228,10 +277,11 @@ pub fn spawn<W: Write + Send + 'static>(out: W, queue: usize) -> LogQueue {
     }
 }
 
-/// The writer thread: sleeps until a line comes, gathers a batch, writes it in one go;
-/// returns once stopped with nothing left.
+/// The writer thread: sleeps until a line comes, gathers a batch while lines keep coming,
+/// writes it in one go; returns once stopped with nothing left.
 fn write_batches<W: Write>(shared: &Shared, mut out: W) {
     let mut spare: Vec<u8> = Vec::new();
+    let mut last_write: Option<Instant> = None;
     let mut b = shared.lock();
     loop {
         while b.lines == 0 && !b.stop {
@@ -242,30 +292,39 @@ fn write_batches<W: Write>(shared: &Shared, mut out: W) {
             return;
         }
         b.phase = Phase::Gathering;
-        let until = Instant::now() + GATHER;
-        while !b.stop && b.lines < shared.high_water {
-            let now = Instant::now();
-            if now >= until {
-                break;
+        // Busy (the last write was less than GATHER ago): wait for the rest of that span.
+        if let Some(until) = last_write.map(|t| t + GATHER) {
+            while !b.stop && !b.flush && b.lines < shared.high_water {
+                let now = Instant::now();
+                if now >= until {
+                    break;
+                }
+                b = shared
+                    .wake
+                    .wait_timeout(b, until - now)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
             }
-            b = shared
-                .wake
-                .wait_timeout(b, until - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
         }
         b.phase = Phase::Writing;
+        b.flush = false;
         std::mem::swap(&mut b.buf, &mut spare);
         let lines = std::mem::take(&mut b.lines);
         drop(b);
         if out.write_all(&spare).and_then(|()| out.flush()).is_err() {
             shared.dropped.fetch_add(lines as u64, Ordering::Relaxed);
         }
+        let now = Instant::now();
+        last_write = Some(now);
         spare.clear();
         if spare.capacity() > KEEP_CAPACITY {
             spare = Vec::new();
         }
         b = shared.lock();
+        b.done += lines as u64;
+        if b.flushers > 0 {
+            shared.written.notify_all();
+        }
     }
 }
 
@@ -461,6 +520,35 @@ mod tests {
         // One write per line would be 2000; a batch is everything queued while the writer
         // gathers or writes.
         assert!(g.0 <= 200, "{} writes for 2000 lines", g.0);
+    }
+
+    #[test]
+    fn a_flush_returns_once_every_earlier_line_is_written() {
+        let out = Counting::default();
+        let mut q = spawn(out.clone(), 1000);
+        // A busy writer: the lines after the first wait for the end of a gathering span,
+        // unless a flush asks for them.
+        for i in 0..100 {
+            q.writer
+                .write_all(format!("line {i}\n").as_bytes())
+                .unwrap();
+        }
+        assert!(q.writer.flush_within(Duration::from_secs(10)));
+        let text = String::from_utf8(out.0.lock().unwrap().1.clone()).unwrap();
+        assert_eq!(text.lines().count(), 100);
+        // Nothing queued: at once.
+        assert!(q.writer.flush_within(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_flush_gives_up_on_a_stalled_output() {
+        let out = Gated::default();
+        let mut q = spawn(out.clone(), 1000);
+        q.writer.write_all(b"stuck\n").unwrap();
+        assert!(!q.writer.flush_within(Duration::from_millis(50)));
+        out.open();
+        assert!(q.writer.flush_within(Duration::from_secs(10)));
+        assert_eq!(out.text(), "stuck\n");
     }
 
     #[test]

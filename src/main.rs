@@ -347,6 +347,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
     // Declared before the runtime, so dropped after it: the last lines are written at exit.
     let logs = init_logs(&config);
     let log_dropped = logs.dropped.clone();
+    let log_flush = logs.writer.clone();
     check_fd_limit(config.server.max_connections);
     // The control plane (signals, reload) runs here; sessions run on the server's workers.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -487,6 +488,8 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
                 text.push_str(&line);
                 text.push('\n');
             }
+            // What start-up logged is out before floodgate says it is listening.
+            log_flush.flush_within(std::time::Duration::from_secs(1));
             let mut out = std::io::stdout().lock();
             if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
                 warn!(error = %e, "cannot write the listening lines to stdout");

@@ -352,7 +352,10 @@ impl Upstream {
     }
 
     /// Writes `parts` one after the other, without joining them first, and flushes.
-    pub async fn send_parts(&mut self, parts: &mut [std::io::IoSlice<'_>]) -> Result<(), UpstreamError> {
+    pub async fn send_parts(
+        &mut self,
+        parts: &mut [std::io::IoSlice<'_>],
+    ) -> Result<(), UpstreamError> {
         self.timer
             .write_all_parts(&mut self.stream, parts, self.reply_timeout)
             .await

@@ -11,6 +11,11 @@ use tempfile::TempDir;
 
 use super::*;
 
+/// How long after a line is logged it is surely in floodgate's stderr: its log writer writes
+/// a line at once after a quiet spell and within 20 ms while lines keep coming; the rest is
+/// room for a loaded machine.
+pub const LOG_SETTLE: Duration = Duration::from_millis(100);
+
 /// One `[[listener]]` of a test config.
 #[derive(Debug, Clone)]
 pub struct ListenerSpec {
@@ -379,8 +384,9 @@ impl Floodgate {
         &self.listeners
     }
 
-    /// floodgate's stderr (its log) so far.
+    /// floodgate's stderr (its log): every line logged before the call (see [`LOG_SETTLE`]).
     pub fn stderr(&self) -> String {
+        std::thread::sleep(LOG_SETTLE);
         String::from_utf8_lossy(&fs::read(&self.stderr).unwrap_or_default()).into_owned()
     }
 

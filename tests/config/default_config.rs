@@ -109,6 +109,7 @@ impl Running {
     }
 
     fn log(&self) -> String {
+        thread::sleep(LOG_SETTLE);
         fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
