@@ -33,6 +33,50 @@ pub struct UpstreamSettings {
     helo_name: String,
     connect_timeout: Duration,
     reply_timeout: Duration,
+    /// What the connections so far taught about this upstream (XCLIENT identity only).
+    learned: Arc<Learned>,
+}
+
+/// What floodgate's own EHLO to an upstream answered, kept for its next connections: with
+/// `client_identity = "xclient"` each connection then sends XCLIENT right after the
+/// greeting instead of an EHLO first, saving a round trip and an EHLO on the smart host
+/// per client connection (Postfix takes XCLIENT at any time outside a transaction). An
+/// upstream that refuses an XCLIENT before EHLO (Exim) is answered with EHLO and XCLIENT
+/// again, and gets EHLO first from then on.
+#[derive(Debug)]
+struct Learned {
+    /// The name of floodgate's own EHLO.
+    helo_name: String,
+    state: std::sync::Mutex<LearnedState>,
+}
+
+#[derive(Debug, Default)]
+struct LearnedState {
+    /// The capabilities of floodgate's last EHLO there.
+    caps: Option<Capabilities>,
+    /// Upstream refused an XCLIENT that came before floodgate's EHLO.
+    ehlo_first: bool,
+}
+
+impl Learned {
+    fn state(&self) -> std::sync::MutexGuard<'_, LearnedState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The capabilities to send XCLIENT on without an EHLO first, if that is known to work.
+    fn caps_for_xclient(&self) -> Option<Capabilities> {
+        let s = self.state();
+        if s.ehlo_first {
+            return None;
+        }
+        s.caps.clone().filter(|c| !c.xclient.is_empty())
+    }
+
+    fn remember(&self, caps: &Capabilities) {
+        self.state().caps = Some(caps.clone());
+    }
 }
 
 /// What went wrong with upstream; each maps to the reply the client gets.
@@ -139,6 +183,10 @@ impl UpstreamSettings {
             helo_name: helo_name.to_string(),
             connect_timeout: config.timeouts.upstream_connect.0,
             reply_timeout: config.timeouts.upstream_reply.0,
+            learned: Arc::new(Learned {
+                helo_name: helo_name.to_string(),
+                state: std::sync::Mutex::new(LearnedState::default()),
+            }),
         })
     }
 
@@ -173,6 +221,10 @@ pub struct Upstream {
     reply_timeout: Duration,
     /// What upstream advertised in its last EHLO reply.
     pub caps: Capabilities,
+    /// `caps` come from an earlier connection's EHLO: no EHLO was sent on this one yet.
+    caps_learned: bool,
+    /// Where this connection's EHLO answers are kept for the next connections.
+    learned: Option<Arc<Learned>>,
 }
 
 impl Upstream {
@@ -233,6 +285,8 @@ impl Upstream {
             parser: ReplyParser::new(),
             reply_timeout: settings.reply_timeout,
             caps: Capabilities::default(),
+            caps_learned: false,
+            learned: None,
         };
         let greeting = up.read_reply().await?;
         if let Some(p) = greeting_problem(&greeting) {
@@ -257,6 +311,19 @@ impl Upstream {
             }
             if needs_ehlo {
                 up.ehlo_reply(&r)?;
+            }
+        } else if settings.identity == ClientIdentity::Xclient && settings.tls != TlsMode::Starttls
+        {
+            up.learned = Some(settings.learned.clone());
+            match settings.learned.caps_for_xclient() {
+                Some(caps) => {
+                    up.caps = caps;
+                    up.caps_learned = true;
+                }
+                None => {
+                    up.ehlo(&settings.helo_name).await?;
+                    settings.learned.remember(&up.caps);
+                }
             }
         } else if needs_ehlo {
             up.ehlo(&settings.helo_name).await?;
@@ -288,6 +355,8 @@ impl Upstream {
                 parser,
                 reply_timeout,
                 caps,
+                caps_learned,
+                learned,
             } = up;
             let stream = timeout(settings.connect_timeout, tls_connect(settings, stream))
                 .await
@@ -300,6 +369,8 @@ impl Upstream {
                 parser,
                 reply_timeout,
                 caps,
+                caps_learned,
+                learned,
             };
             up.ehlo(&settings.helo_name).await?;
         }
@@ -337,7 +408,30 @@ impl Upstream {
         }
         let line = xclient_command(attrs, &self.caps.xclient);
         let r = self.command(&line).await?;
-        Ok(Some(r))
+        let blind = std::mem::take(&mut self.caps_learned);
+        // Sent before any EHLO on this connection, on what an earlier one learned, and
+        // refused as out of order or unknown (500, 502, 503; Exim answers 550 to an XCLIENT
+        // it did not advertise in an EHLO): EHLO, then XCLIENT again with what that EHLO
+        // lists. A refused attribute value (501) or a temporary error is upstream's answer.
+        if !blind || !matches!(r.code, 500 | 502 | 503 | 550) {
+            return Ok(Some(r));
+        }
+        let Some(learned) = self.learned.clone() else {
+            return Ok(Some(r));
+        };
+        let before = std::mem::take(&mut self.caps.xclient);
+        self.recycle(r);
+        self.ehlo(&learned.helo_name).await?;
+        learned.remember(&self.caps);
+        if self.caps.xclient == before {
+            // The same offer: it was the order upstream refused (Exim wants EHLO first).
+            learned.state().ehlo_first = true;
+        }
+        if self.caps.xclient.is_empty() {
+            return Ok(None);
+        }
+        let line = xclient_command(attrs, &self.caps.xclient);
+        self.command(&line).await.map(Some)
     }
 
     /// Writes bytes and flushes.

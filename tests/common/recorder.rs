@@ -54,6 +54,8 @@ pub struct RecorderOptions {
     pub xclient_reply: Option<String>,
     /// `--xclient-ipv4-only`: 501 to an IPv6 ADDR, as an IPv4-only Postfix.
     pub xclient_ipv4_only: bool,
+    /// `--xclient-after-ehlo`: 550 to an XCLIENT that does not follow an EHLO, as Exim.
+    pub xclient_after_ehlo: bool,
 }
 
 impl Default for RecorderOptions {
@@ -76,6 +78,7 @@ impl Default for RecorderOptions {
             xclient_attrs: None,
             xclient_reply: None,
             xclient_ipv4_only: false,
+            xclient_after_ehlo: false,
         }
     }
 }
@@ -272,6 +275,9 @@ impl Recorder {
         }
         if opts.xclient_ipv4_only {
             cmd.arg("--xclient-ipv4-only");
+        }
+        if opts.xclient_after_ehlo {
+            cmd.arg("--xclient-after-ehlo");
         }
         for (u, p) in &opts.users {
             cmd.arg("--user").arg(format!("{u}:{p}"));

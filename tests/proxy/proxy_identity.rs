@@ -387,3 +387,87 @@ fn upstream_that_refuses_every_command_for_want_of_a_proxy_header_is_reported() 
         );
     }
 }
+
+/// Upstream's command lines of each of its sessions, in session order.
+fn commands_by_session(rec: &Recorder) -> Vec<Vec<String>> {
+    let mut by: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
+    for e in rec.events_of("command") {
+        let session = e["session"].as_u64().expect("session id");
+        let line = e["line"].as_str().expect("command line").to_string();
+        by.entry(session).or_default().push(line);
+    }
+    by.into_values().collect()
+}
+
+/// Three client sessions through floodgate, one message each; every message arrives with
+/// the client's address.
+fn three_sessions(rec: &Recorder, fg: &Floodgate) {
+    for tag in ["one", "two", "three"] {
+        let mut c = RawClient::connect_greeted(fg.addr("plain"));
+        assert_eq!(send_message(&mut c, tag).code, 250, "{tag}");
+        assert_eq!(c.cmd("QUIT").code, 221);
+    }
+    rec.wait_idle();
+    let m = rec.messages();
+    assert_eq!(m.len(), 3, "{m:?}");
+    for m in &m {
+        assert_eq!(
+            m.xclient.get("ADDR").map(String::as_str),
+            Some("127.0.0.1"),
+            "{m:?}"
+        );
+    }
+}
+
+#[test]
+fn later_connections_send_xclient_before_any_ehlo_of_floodgates_own() {
+    let rec = Recorder::plain();
+    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).identity("xclient"));
+    three_sessions(&rec, &fg);
+    let s = commands_by_session(&rec);
+    assert_eq!(s.len(), 3, "{s:?}");
+    // The first connection learns what upstream offers with floodgate's own EHLO.
+    assert!(
+        s[0][0].starts_with("EHLO ") && s[0][0] != "EHLO client.test",
+        "{s:?}"
+    );
+    assert!(s[0][1].starts_with("XCLIENT "), "{s:?}");
+    // The later ones open with XCLIENT: the only EHLO is the client's, after it.
+    for later in &s[1..] {
+        assert!(later[0].starts_with("XCLIENT "), "{s:?}");
+        assert_eq!(later[1], "EHLO client.test", "{s:?}");
+        assert_eq!(
+            later.iter().filter(|c| c.starts_with("EHLO ")).count(),
+            1,
+            "{s:?}"
+        );
+    }
+    assert!(rec.events_of("xclient_refused").is_empty());
+}
+
+#[test]
+fn an_upstream_that_wants_ehlo_before_xclient_gets_it_after_one_refusal() {
+    let rec = Recorder::start(RecorderOptions {
+        xclient_after_ehlo: true,
+        ..RecorderOptions::default()
+    });
+    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).identity("xclient"));
+    three_sessions(&rec, &fg);
+    let s = commands_by_session(&rec);
+    assert_eq!(s.len(), 3, "{s:?}");
+    let own_ehlo = s[0][0].clone();
+    assert!(
+        own_ehlo.starts_with("EHLO ") && own_ehlo != "EHLO client.test",
+        "{s:?}"
+    );
+    // The second connection tries XCLIENT first, is refused, and says EHLO before trying
+    // again; the client never sees the refusal.
+    assert!(s[1][0].starts_with("XCLIENT "), "{s:?}");
+    assert_eq!(s[1][1], own_ehlo, "{s:?}");
+    assert!(s[1][2].starts_with("XCLIENT "), "{s:?}");
+    assert_eq!(s[1][3], "EHLO client.test", "{s:?}");
+    // From then on this upstream gets EHLO first, as at the start.
+    assert_eq!(s[2][0], own_ehlo, "{s:?}");
+    assert!(s[2][1].starts_with("XCLIENT "), "{s:?}");
+    assert_eq!(rec.events_of("xclient_refused").len(), 1);
+}

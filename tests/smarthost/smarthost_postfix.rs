@@ -378,3 +378,16 @@ fn upstream_certificate_with_a_wrong_name_or_an_unknown_ca_gives_421_4_4_1() {
         });
     }
 }
+
+#[test]
+fn postfix_takes_xclient_right_after_its_greeting() {
+    // floodgate's later connections send XCLIENT before any EHLO of their own, on what the
+    // first connection's EHLO offered: Postfix must take it there, and want EHLO after.
+    let pf = postfix();
+    let _log = pf.log_on_panic();
+    let mut c = RawClient::connect_greeted(pf.addr(PfListener::Plain));
+    let r = c.cmd("XCLIENT ADDR=192.0.2.7 NAME=[UNAVAILABLE]");
+    assert_eq!(r.code, 220, "{r:?}");
+    assert_eq!(c.cmd("EHLO client.example").code, 250);
+    assert_eq!(c.cmd("QUIT").code, 221);
+}

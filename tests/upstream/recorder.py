@@ -14,13 +14,14 @@ usage: recorder.py [--host 127.0.0.1] [--port 0] [--record FILE]
                    [--proxy-protocol [--proxy-timeout S]
                     [--proxy-missing-reply "CODE TEXT" | --proxy-missing-503]]
                    [--xclient-attrs "NAME ADDR ..."] [--xclient-reply "CODE TEXT"]
-                   [--xclient-ipv4-only]
+                   [--xclient-ipv4-only] [--xclient-after-ehlo]
 
 --xclient-attrs is what EHLO lists after XCLIENT (default: Postfix 3.7's list; "" lists no
 XCLIENT at all, as Postfix does for a client not in smtpd_authorized_xclient_hosts).
 --xclient-reply answers every XCLIENT with that reply (e.g. "550 5.7.0 Error: insufficient
 authorization"); --xclient-ipv4-only answers an IPv6 ADDR as an IPv4-only Postfix does
-(501 5.5.4 Bad ADDR syntax). --proxy-missing-reply: with --proxy-protocol, when no PROXY
+(501 5.5.4 Bad ADDR syntax). --xclient-after-ehlo refuses an XCLIENT that does not follow an
+EHLO (550 5.7.0), as Exim does for an XCLIENT it has not advertised yet. --proxy-missing-reply: with --proxy-protocol, when no PROXY
 header came within --proxy-timeout seconds, send this reply and close (Exim: "503 Command
 refused, required Proxy negotiation failed"; Postfix: "421 4.3.0 <host> Server local error").
 --proxy-missing-503 instead greets and answers every command but QUIT with "503 Command
@@ -39,7 +40,8 @@ Record lines (all have "event", "session" (int, 0 for server events) and "time")
   tls            STARTTLS handshake done; injected: base64 of bytes that were
                  pipelined after STARTTLS and discarded ("" when none)
   xclient        attrs {NAME: value, ...} (xtext-decoded)
-  xclient_refused attrs, reply (--xclient-reply / --xclient-ipv4-only refused it)
+  xclient_refused attrs, reply (--xclient-reply / --xclient-ipv4-only /
+                 --xclient-after-ehlo refused it)
   auth           mechanism, user, ok
   message        id, mail_from, mail_params, rcpts, data_b64 (wire bytes between the
                  354 and the final CRLF.CRLF, dot-stuffed, incl. the last line's CRLF),
@@ -499,6 +501,11 @@ class Session:
         if not attrs:
             await self.error("501 5.5.4 Syntax: XCLIENT attribute=value [attribute=value ...]")
             return
+        if self.cfg.xclient_after_ehlo and not self.esmtp:
+            reply = "550 5.7.0 XCLIENT not advertised: send EHLO first"
+            self.record("xclient_refused", attrs=attrs, reply=reply)
+            await self.error(reply)
+            return
         if self.cfg.xclient_reply:
             self.record("xclient_refused", attrs=attrs, reply=self.cfg.xclient_reply)
             await self.error(self.cfg.xclient_reply)
@@ -875,6 +882,8 @@ def parse_args(argv=None):
     ap.add_argument("--xclient-attrs", default=POSTFIX_XCLIENT, help="listed after XCLIENT")
     ap.add_argument("--xclient-reply", default="", help="answer every XCLIENT with this")
     ap.add_argument("--xclient-ipv4-only", action="store_true", help="501 to an IPv6 ADDR")
+    ap.add_argument("--xclient-after-ehlo", action="store_true",
+                    help="550 to an XCLIENT that does not follow an EHLO")
     a = ap.parse_args(argv)
     if not ipaddress.ip_address(a.host).is_loopback:
         ap.error("refusing non-loopback address %s" % a.host)
