@@ -436,13 +436,7 @@ impl Upstream {
 
     /// Writes bytes and flushes.
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), UpstreamError> {
-        self.timer
-            .write_all(&mut self.stream, bytes, self.reply_timeout)
-            .await
-            .map_err(|e| match e {
-                WaitError::TimedOut => UpstreamError::Timeout("accepting data"),
-                WaitError::Io(e) => UpstreamError::Lost(e),
-            })
+        self.send_parts(&mut [std::io::IoSlice::new(bytes)]).await
     }
 
     /// Writes `parts` one after the other, without joining them first, and flushes.
