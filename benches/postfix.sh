@@ -39,10 +39,10 @@
 # and ../shared/bench (load.sh). FLOODGATE_BIN overrides target/release/floodgate, which is
 # built when missing.
 set -euo pipefail
-PAIRS=3 M=5000 S=10 PROFILES="small small-reuse big big-reuse" KEEP=0
+ROUNDS=3 M=5000 S=10 PROFILES="small small-reuse big big-reuse" KEEP=0
 while getopts "n:m:s:F:kh" o; do
     case "$o" in
-        n) PAIRS=$OPTARG ;;
+        n) ROUNDS=$OPTARG ;;
         m) M=$OPTARG ;;
         s) S=$OPTARG ;;
         F) PROFILES=$OPTARG ;;
@@ -51,7 +51,7 @@ while getopts "n:m:s:F:kh" o; do
         *) exit 2 ;;
     esac
 done
-for v in "$PAIRS" "$M" "$S"; do
+for v in "$ROUNDS" "$M" "$S"; do
     [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "-n, -m and -s take a count" >&2; exit 2; }
 done
 flags() {
@@ -272,7 +272,7 @@ median() { sort -g | awk '{v[NR]=$1} END{if (NR) print (NR%2) ? v[(NR+1)/2] : (v
 
 printf '# %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s rounds\n' \
     "$(date -u +%FT%TZ)" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
-    "$(uname -r)" "$(/usr/sbin/postconf -d -h mail_version)" "$M" "$S" "$PAIRS"
+    "$(uname -r)" "$(/usr/sbin/postconf -d -h mail_version)" "$M" "$S" "$ROUNDS"
 printf '# load average at start: %s; Postfix queue under %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" "$base"
 # range: "median (min-max)" of the numbers on standard input.
 range() {
@@ -282,7 +282,7 @@ range() {
 }
 for profile in $PROFILES; do
     ratios=() nsratios=() fgns=() pfr=() fgr=() nsr=() fgcpu=() nscpu=() pfcpu_alone=() pfcpu_behind=() pfcpu_ns=()
-    for i in $(seq "$PAIRS"); do
+    for i in $(seq "$ROUNDS"); do
         # Each run in an assignment of its own, so that a failed one stops the script; the
         # order rotates from one round to the next (alone, floodgate, nginx; floodgate,
         # nginx, alone; nginx, alone, floodgate).
@@ -302,7 +302,7 @@ for profile in $PROFILES; do
     done
     printf '%-12s floodgate+Postfix / Postfix alone %s, nginx-stream+Postfix / Postfix alone %s, floodgate / nginx-stream %s over %d rounds\n' \
         "$profile" "$(printf '%s\n' "${ratios[@]}" | range)" "$(printf '%s\n' "${nsratios[@]}" | range)" \
-        "$(printf '%s\n' "${fgns[@]}" | range)" "$PAIRS"
+        "$(printf '%s\n' "${fgns[@]}" | range)" "$ROUNDS"
     printf '%-12s msgs/s Postfix alone %.0f, behind floodgate %.0f, behind nginx %.0f\n' "" \
         "$(printf '%s\n' "${pfr[@]}" | median)" "$(printf '%s\n' "${fgr[@]}" | median)" \
         "$(printf '%s\n' "${nsr[@]}" | median)"

@@ -37,25 +37,15 @@ const KEEP_CAPACITY: usize = 1 << 20;
 /// How long dropping the guard waits for the last batch to be written.
 const EXIT_WAIT: Duration = Duration::from_secs(1);
 
-/// What the writer thread is doing, as the sessions see it: it decides whether a new line
-/// must wake it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    /// Waiting for the first line of a batch: the next line wakes it.
-    Asleep,
-    /// Gathering a batch: only a half-full batch wakes it early.
-    Gathering,
-    /// Writing a batch out: lines wait for the next one.
-    Writing,
-}
-
 #[derive(Debug)]
 struct Batch {
     /// Whole lines, in the order they were handed over.
     buf: Vec<u8>,
     /// How many lines `buf` holds.
     lines: usize,
-    phase: Phase,
+    /// The writer waits for the first line of a batch: the next line wakes it. Otherwise it
+    /// is gathering or writing, and only a half-full batch wakes it early.
+    asleep: bool,
     /// The guard was dropped: write what is left and stop.
     stop: bool,
     /// A flush is waiting: write what is there without gathering.
@@ -97,14 +87,7 @@ impl Shared {
         b.buf.extend_from_slice(line);
         b.lines += 1;
         b.accepted += 1;
-        let wake = match b.phase {
-            Phase::Asleep => {
-                b.phase = Phase::Gathering;
-                true
-            }
-            Phase::Gathering => b.lines == self.high_water,
-            Phase::Writing => false,
-        };
+        let wake = std::mem::take(&mut b.asleep) || b.lines == self.high_water;
         drop(b);
         if wake {
             self.wake.notify_one();
@@ -244,7 +227,7 @@ pub fn spawn<W: Write + Send + 'static>(out: W, queue: usize) -> LogQueue {
         batch: Mutex::new(Batch {
             buf: Vec::new(),
             lines: 0,
-            phase: Phase::Asleep,
+            asleep: true,
             stop: false,
             flush: false,
             flushers: 0,
@@ -285,13 +268,12 @@ fn write_batches<W: Write>(shared: &Shared, mut out: W) {
     let mut b = shared.lock();
     loop {
         while b.lines == 0 && !b.stop {
-            b.phase = Phase::Asleep;
+            b.asleep = true;
             b = shared.wake.wait(b).unwrap_or_else(PoisonError::into_inner);
         }
         if b.lines == 0 {
             return;
         }
-        b.phase = Phase::Gathering;
         // Busy (the last write was less than GATHER ago): wait for the rest of that span.
         if let Some(until) = last_write.map(|t| t + GATHER) {
             while !b.stop && !b.flush && b.lines < shared.high_water {
@@ -306,7 +288,6 @@ fn write_batches<W: Write>(shared: &Shared, mut out: W) {
                     .0;
             }
         }
-        b.phase = Phase::Writing;
         b.flush = false;
         std::mem::swap(&mut b.buf, &mut spare);
         let lines = std::mem::take(&mut b.lines);

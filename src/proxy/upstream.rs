@@ -30,10 +30,10 @@ pub struct UpstreamSettings {
     identity: ClientIdentity,
     server_name: ServerName<'static>,
     tls_config: Option<Arc<rustls::ClientConfig>>,
-    helo_name: String,
     connect_timeout: Duration,
     reply_timeout: Duration,
-    /// What the connections so far taught about this upstream (XCLIENT identity only).
+    /// floodgate's own EHLO name there, and what the connections so far taught about this
+    /// upstream (XCLIENT identity only).
     learned: Arc<Learned>,
 }
 
@@ -180,7 +180,6 @@ impl UpstreamSettings {
             identity: host.client_identity,
             server_name,
             tls_config,
-            helo_name: helo_name.to_string(),
             connect_timeout: config.timeouts.upstream_connect.0,
             reply_timeout: config.timeouts.upstream_reply.0,
             learned: Arc::new(Learned {
@@ -202,7 +201,7 @@ impl UpstreamSettings {
 
     /// The name floodgate gives in its own EHLO.
     pub fn helo_name(&self) -> &str {
-        &self.helo_name
+        &self.learned.helo_name
     }
 }
 
@@ -301,7 +300,7 @@ impl Upstream {
             // The first reply after the greeting must answer floodgate's own command: an
             // upstream that read the header as commands answers those first.
             let probe = if needs_ehlo {
-                format!("EHLO {}\r\n", settings.helo_name)
+                format!("EHLO {}\r\n", settings.helo_name())
             } else {
                 "NOOP\r\n".to_string()
             };
@@ -321,12 +320,12 @@ impl Upstream {
                     up.caps_learned = true;
                 }
                 None => {
-                    up.ehlo(&settings.helo_name).await?;
+                    up.ehlo(settings.helo_name()).await?;
                     settings.learned.remember(&up.caps);
                 }
             }
         } else if needs_ehlo {
-            up.ehlo(&settings.helo_name).await?;
+            up.ehlo(settings.helo_name()).await?;
         }
         if settings.tls == TlsMode::Starttls {
             if !up.caps.starttls {
@@ -372,7 +371,7 @@ impl Upstream {
                 caps_learned,
                 learned,
             };
-            up.ehlo(&settings.helo_name).await?;
+            up.ehlo(settings.helo_name()).await?;
         }
         Ok((up, greeting))
     }

@@ -281,6 +281,20 @@ pub struct Listening {
     pub tls: String,
 }
 
+/// The whole answer (head and body) to a GET of `target` on the admin socket `socket`.
+pub fn admin_get(socket: &Path, target: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).expect("admin socket");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
 /// Parses `listening <name> <bound-address> <tls-mode>`.
 pub fn parse_listening(line: &str) -> Option<Listening> {
     let rest = line.trim_end().strip_prefix("listening ")?;
@@ -387,6 +401,12 @@ impl Floodgate {
     /// floodgate's stderr (its log): every line logged before the call (see [`LOG_SETTLE`]).
     pub fn stderr(&self) -> String {
         std::thread::sleep(LOG_SETTLE);
+        self.stderr_now()
+    }
+
+    /// What floodgate's stderr holds at this instant (lines logged in the last moments may
+    /// still be on their way).
+    fn stderr_now(&self) -> String {
         String::from_utf8_lossy(&fs::read(&self.stderr).unwrap_or_default()).into_owned()
     }
 
@@ -436,7 +456,8 @@ impl Floodgate {
     pub fn wait_stderr_count(&self, needle: &str, n: usize, limit: Duration) {
         let deadline = Instant::now() + limit;
         loop {
-            let log = self.stderr();
+            // Polled until it shows up: no need to let the log settle first.
+            let log = self.stderr_now();
             if log.matches(needle).count() >= n {
                 return;
             }

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::{send_numbered, unstuff};
 use common::*;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -61,53 +62,7 @@ fn body(i: usize) -> Vec<u8> {
 /// One authenticated session as alice sending `n` messages, message `i` to `r{i}@…`;
 /// returns the final reply of each.
 fn send(fg: &Floodgate, n: usize) -> Vec<(u16, String)> {
-    let mut c = RawClient::connect_greeted(fg.addr("plain"));
-    assert_eq!(c.ehlo("laptop.test").code, 250);
-    let token = b64_encode(format!("\0{USER}\0{PASSWORD}").as_bytes());
-    assert_eq!(c.cmd(&format!("AUTH PLAIN {token}")).code, 235);
-    let mut out = Vec::new();
-    for i in 0..n {
-        assert_eq!(c.cmd("MAIL FROM:<alice@example.org>").code, 250);
-        assert_eq!(c.cmd(&format!("RCPT TO:<r{i}@example.com>")).code, 250);
-        assert_eq!(c.cmd("DATA").code, 354);
-        let mut wire = Vec::new();
-        for line in body(i).split_inclusive(|&b| b == b'\n') {
-            if line.starts_with(b".") {
-                wire.push(b'.');
-            }
-            wire.extend_from_slice(line);
-        }
-        wire.extend_from_slice(b".\r\n");
-        c.send(&wire);
-        let r = c.reply();
-        out.push((r.code, r.text()));
-    }
-    assert_eq!(c.cmd("QUIT").code, 221);
-    out
-}
-
-/// The body of a GET on the admin socket.
-fn admin_get(socket: &Path, target: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// Unstuffs the recorder's wire data.
-fn unstuff(data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for line in data.split_inclusive(|&b| b == b'\n') {
-        out.extend_from_slice(line.strip_prefix(b".").unwrap_or(line));
-    }
-    out
+    send_numbered(fg, n, body)
 }
 
 #[test]

@@ -10,3 +10,4 @@ mod reroute;
 mod restrict;
 mod restrict_fold;
 mod restrict_notices;
+mod support;

@@ -9,6 +9,7 @@ use crate::common;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::send_numbered;
 use common::*;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -41,20 +42,11 @@ dir = "{}"
 /// One authenticated session sending `n` messages as fast as the replies come, message
 /// `i` to `r{i}@…` with Subject `paced {i}`; the final reply code of each.
 fn send(fg: &Floodgate, n: usize) -> Vec<u16> {
-    let mut c = RawClient::connect_greeted(fg.addr("plain"));
-    assert_eq!(c.ehlo("laptop.test").code, 250);
-    let token = b64_encode(format!("\0{USER}\0{PASSWORD}").as_bytes());
-    assert_eq!(c.cmd(&format!("AUTH PLAIN {token}")).code, 235);
-    let mut out = Vec::new();
-    for i in 0..n {
-        assert_eq!(c.cmd("MAIL FROM:<alice@example.org>").code, 250);
-        assert_eq!(c.cmd(&format!("RCPT TO:<r{i}@example.com>")).code, 250);
-        assert_eq!(c.cmd("DATA").code, 354);
-        c.send(format!("Subject: paced {i}\r\n\r\nmonth-end invoice {i}\r\n.\r\n").as_bytes());
-        out.push(c.reply().code);
-    }
-    assert_eq!(c.cmd("QUIT").code, 221);
-    out
+    let body = |i| format!("Subject: paced {i}\r\n\r\nmonth-end invoice {i}\r\n").into_bytes();
+    send_numbered(fg, n, body)
+        .into_iter()
+        .map(|(code, _)| code)
+        .collect()
 }
 
 /// The recipient index of each message upstream got, in arrival order, with its arrival
@@ -128,7 +120,7 @@ fn sixty_messages_against_thirty_a_minute_all_get_250_and_leave_in_order_over_mi
     let log = fg.stderr();
     assert!(log.contains("message paced"), "{log}");
     assert!(log.contains("paced message released"), "{log}");
-    let m = metrics(&sock);
+    let m = admin_get(&sock, "/metrics");
     for line in [
         "floodgate_paced_waiting 0",
         "floodgate_paced_total{event=\"released\"} 59",
@@ -136,20 +128,6 @@ fn sixty_messages_against_thirty_a_minute_all_get_250_and_leave_in_order_over_mi
     ] {
         assert!(m.contains(line), "{line} not in\n{m}");
     }
-}
-
-fn metrics(socket: &Path) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 #[test]

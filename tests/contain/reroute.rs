@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::{send_numbered, unstuff};
 use common::*;
 use floodgate::generation::Generation;
 
@@ -53,51 +54,7 @@ fn body(i: usize) -> Vec<u8> {
 /// One authenticated session as alice sending `n` messages, message `i` to `r{i}@…`;
 /// the final reply of each (the session goes on after any of them).
 fn send(fg: &Floodgate, n: usize) -> Vec<(u16, String)> {
-    let mut c = RawClient::connect_greeted(fg.addr("plain"));
-    assert_eq!(c.ehlo("laptop.test").code, 250);
-    let token = b64_encode(format!("\0{USER}\0{PASSWORD}").as_bytes());
-    assert_eq!(c.cmd(&format!("AUTH PLAIN {token}")).code, 235);
-    let mut out = Vec::new();
-    for i in 0..n {
-        assert_eq!(c.cmd("MAIL FROM:<alice@example.org>").code, 250);
-        assert_eq!(c.cmd(&format!("RCPT TO:<r{i}@example.com>")).code, 250);
-        assert_eq!(c.cmd("DATA").code, 354);
-        let mut wire = Vec::new();
-        for line in body(i).split_inclusive(|&b| b == b'\n') {
-            if line.starts_with(b".") {
-                wire.push(b'.');
-            }
-            wire.extend_from_slice(line);
-        }
-        wire.extend_from_slice(b".\r\n");
-        c.send(&wire);
-        let r = c.reply();
-        out.push((r.code, r.text()));
-    }
-    assert_eq!(c.cmd("QUIT").code, 221);
-    out
-}
-
-fn unstuff(data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for line in data.split_inclusive(|&b| b == b'\n') {
-        out.extend_from_slice(line.strip_prefix(b".").unwrap_or(line));
-    }
-    out
-}
-
-fn metrics(socket: &Path) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+    send_numbered(fg, n, body)
 }
 
 #[test]
@@ -148,7 +105,7 @@ fn over_limit_messages_go_only_to_the_high_risk_host_as_the_real_client() {
     assert_eq!(cmds.iter().filter(|c| *c == "DATA").count(), 1, "{cmds:?}");
     let log = fg.stderr();
     assert!(log.contains("message rerouted"), "{log}");
-    let m = metrics(&fg.admin_socket());
+    let m = admin_get(&fg.admin_socket(), "/metrics");
     for line in [
         "floodgate_rerouted_total{outcome=\"relayed\"} 2",
         "floodgate_rerouted_total{outcome=\"failed\"} 0",
@@ -174,7 +131,7 @@ fn high_risk_host_down_defers_and_the_main_host_never_gets_the_message() {
     );
     let log = fg.stderr();
     assert!(log.contains("message not rerouted"), "{log}");
-    let m = metrics(&fg.admin_socket());
+    let m = admin_get(&fg.admin_socket(), "/metrics");
     assert!(
         m.contains("floodgate_rerouted_total{outcome=\"failed\"} 2"),
         "{m}"
@@ -196,7 +153,7 @@ fn the_high_risk_hosts_refusal_reaches_the_client() {
     high.wait_events("message", 1);
     assert_eq!(high.messages()[0].rcpts, ["r2@example.com"]);
     assert_eq!(main.messages().len(), 1);
-    let m = metrics(&fg.admin_socket());
+    let m = admin_get(&fg.admin_socket(), "/metrics");
     assert!(
         m.contains("floodgate_rerouted_total{outcome=\"refused\"} 1"),
         "{m}"

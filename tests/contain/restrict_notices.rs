@@ -14,21 +14,6 @@ use common::restrict::*;
 use common::*;
 use serde_json::Value;
 
-/// The body of a GET on the admin socket.
-fn admin_get(socket: &Path, target: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 fn check_expired(n: &Value) {
     assert_eq!(n["key"], USER, "{n}");
     assert_eq!(n["limit"], "per-user", "{n}");
