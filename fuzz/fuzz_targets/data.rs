@@ -1,13 +1,16 @@
 //! DataDecoder: chunking does not matter (one octet at a time never takes the whole-line
 //! fast path, so this compares the two), the body is canonical, and the differential check
-//! decode -> encode_data -> decode gives the same body. The line limit varies so the fast
+//! decode -> encode_data -> decode gives the same body, and the wire form unstuffed (a BDAT
+//! chunk upstream) is that body. The line limit varies so the fast
 //! path's limit check is reached with short inputs too. The block-wise clean-line check the
 //! fast path uses is compared with the same check made line by line.
 #![no_main]
 
 use bytes::BytesMut;
 use floodgate::smtp::clean_lines::{clean_run, clean_run_by_lines};
-use floodgate::smtp::{encode_data, BarePolicy, DataDecoder, DataOutcome, LineMode, Wire};
+use floodgate::smtp::{
+    encode_data, unstuffed_runs, BarePolicy, DataDecoder, DataOutcome, LineMode, Wire,
+};
 use libfuzzer_sys::fuzz_target;
 
 fn decode(
@@ -86,6 +89,10 @@ fuzz_target!(|data: &[u8]| {
                 // Held means uncopied: the client's own octets, the start of its input.
                 assert!(input.starts_with(wire.as_bytes()));
             }
+            // Unstuffed run by run (what a BDAT chunk upstream carries), the wire form is
+            // the message the plain decoder gave.
+            let unstuffed: Vec<u8> = unstuffed_runs(wire.message()).collect::<Vec<_>>().concat();
+            assert_eq!(unstuffed, whole.1);
         }
     }
     let (done, body, out, rest) = whole;

@@ -282,6 +282,11 @@ pub struct UpstreamConfig {
     /// When upstream does not take XCLIENT: refuse the client (default) or relay anyway.
     #[serde(default)]
     pub on_identity_refused: OnIdentityRefused,
+    /// Send each message as one `BDAT n LAST` (RFC 3030) when upstream offers CHUNKING,
+    /// whichever way the client sent it: one round trip per message fewer than DATA and its
+    /// 354, and no dot-stuffing for upstream to undo. `false`: always DATA.
+    #[serde(default = "default_true")]
+    pub chunking: bool,
     /// `[upstream.high_risk]`: the second smart host, with the same keys, that messages of
     /// `action = "reroute"` limits go to. Only in `[upstream]` itself.
     #[serde(default)]
@@ -290,6 +295,10 @@ pub struct UpstreamConfig {
 
 fn default_store() -> Spanned<StoreConfig> {
     Spanned::new(0..0, StoreConfig::default())
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_upstream_tls() -> TlsMode {

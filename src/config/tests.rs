@@ -152,6 +152,21 @@ fn message_defaults_take_long_lines_lf_only_mail_and_bdat() {
 }
 
 #[test]
+fn upstream_chunking_is_on_unless_turned_off_and_must_be_a_boolean() {
+    let c = Config::parse(Path::new("/etc/floodgate/f.toml"), GOOD).unwrap();
+    assert!(c.upstream.chunking);
+    let c = Config::parse(
+        Path::new("/etc/floodgate/f.toml"),
+        &format!("{GOOD}chunking = false\n"),
+    )
+    .unwrap();
+    assert!(!c.upstream.chunking);
+    let e = err(&format!("{GOOD}chunking = \"auto\"\n"));
+    assert!(e.starts_with("/etc/floodgate/test.toml:13:12:"), "{e}");
+    assert!(e.contains("expected a boolean"), "{e}");
+}
+
+#[test]
 fn bad_message_keys_are_named() {
     let e = err(&format!("{GOOD}\n[smtp]\nmax_text_line = 999\n"));
     assert!(e.contains("max_text_line must be at least 1000"), "{e}");

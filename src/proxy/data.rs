@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use crate::config::BareLineEndings;
 use crate::policy::Stage;
-use crate::smtp::data::{encode_data, BarePolicy, DataDecoder, DataOutcome, Wire};
+use crate::smtp::data::{encode_data, unstuffed_runs, BarePolicy, DataDecoder, DataOutcome, Wire};
 use crate::smtp::dialogue::{self, replies};
 use crate::smtp::reply::Reply;
 
@@ -310,42 +310,51 @@ impl Session {
         }
     }
 
-    /// A message taken in BDAT chunks, relayed as one `BDAT n LAST` when upstream offers
-    /// CHUNKING, else as DATA with floodgate's dot-stuffing and end-of-data line; with
-    /// upstream's final reply. `body` has canonical line ends and no stuffing; `received`,
-    /// floodgate's Received line, goes on top.
+    /// Whether messages go upstream as one `BDAT n LAST`: upstream offered CHUNKING in its
+    /// answer to the client's EHLO and `[upstream] chunking` allows it.
+    fn bdat_upstream(&self) -> bool {
+        self.shared.config.upstream.chunking && self.dialogue.upstream_chunking()
+    }
+
+    /// floodgate's lines on top of a message: its Received line (already CRLF-ended and
+    /// never beginning with '.') and the policy's header lines, each kept to one line, with
+    /// a leading '.' stuffed when the message goes as DATA.
+    fn top_lines(&mut self, received: Option<&[u8]>, stuffed: bool) -> Vec<u8> {
+        let headers = self.policy.message_headers();
+        let mut top = Vec::with_capacity(received.map_or(0, <[u8]>::len) + 256 * headers.len());
+        top.extend_from_slice(received.unwrap_or_default());
+        for h in &headers {
+            // Header lines from the policy are floodgate's own text; keep them single lines.
+            let start = top.len();
+            top.extend(h.bytes().filter(|b| *b != b'\r' && *b != b'\n'));
+            if stuffed && top.get(start) == Some(&b'.') {
+                top.insert(start, b'.');
+            }
+            top.extend_from_slice(b"\r\n");
+        }
+        top
+    }
+
+    /// A message taken in BDAT chunks, relayed as one `BDAT n LAST` when upstream takes
+    /// it, else as DATA with floodgate's dot-stuffing and end-of-data line; with upstream's
+    /// final reply. `body` has canonical line ends and no stuffing; `received`, floodgate's
+    /// Received line, goes on top.
     async fn relay_chunked(
         &mut self,
         body: &[u8],
         received: Option<&[u8]>,
     ) -> Result<Reply, UpstreamError> {
-        let headers = self.policy.message_headers();
-        let mut plain = Vec::new();
-        if let Some(r) = received {
-            plain.extend_from_slice(r);
+        if self.bdat_upstream() {
+            let top = self.top_lines(received, false);
+            return self.relay_bdat(&[&top, body]).await;
         }
-        for h in &headers {
-            // Header lines from the policy are floodgate's own text; keep them single lines.
-            plain.extend(h.bytes().filter(|b| *b != b'\r' && *b != b'\n'));
-            plain.extend_from_slice(b"\r\n");
-        }
+        let mut plain = self.top_lines(received, false);
         let message: &[u8] = if plain.is_empty() {
             body
         } else {
             plain.extend_from_slice(body);
             &plain
         };
-        if self.dialogue.upstream_chunking() {
-            let mut out = format!("BDAT {} LAST\r\n", message.len()).into_bytes();
-            out.extend_from_slice(message);
-            let r = self.up()?.command(&out).await?;
-            if !r.is_completion() {
-                // A refused chunk fails upstream's transaction (RFC 3030 §4); RSET makes sure
-                // it is over there as it is here.
-                self.reset_after_upstream_refusal().await?;
-            }
-            return Ok(r);
-        }
         if let Some(refused) = self.open_upstream_data().await? {
             return Ok(refused);
         }
@@ -354,43 +363,68 @@ impl Session {
         self.up()?.command(&out).await
     }
 
-    /// DATA upstream, the message with floodgate's own framing, and upstream's final reply.
-    /// `wire` is the message in its dot-stuffed wire form with its end-of-data line, as
-    /// the decoder handed it over; `received`, floodgate's Received line, goes on top.
+    /// A message taken with DATA, relayed with upstream's final reply: as one `BDAT n LAST`
+    /// when upstream takes it (the message unstuffed, uncopied unless a line of it begins
+    /// with '.'), else DATA and the message with floodgate's own framing. `wire` is the
+    /// message in its dot-stuffed wire form with its end-of-data line, as the decoder handed
+    /// it over; `received`, floodgate's Received line, goes on top.
     async fn relay_message(
         &mut self,
         wire: &Wire,
         received: Option<&[u8]>,
     ) -> Result<Reply, UpstreamError> {
+        if self.bdat_upstream() {
+            let top = self.top_lines(received, false);
+            let mut runs = unstuffed_runs(wire.message());
+            let first = runs.next().unwrap_or_default();
+            let copied: Vec<u8>;
+            let message = match runs.next() {
+                None => first,
+                Some(second) => {
+                    let mut all = Vec::with_capacity(wire.message().len());
+                    all.extend_from_slice(first);
+                    all.extend_from_slice(second);
+                    runs.for_each(|run| all.extend_from_slice(run));
+                    copied = all;
+                    &copied
+                }
+            };
+            return self.relay_bdat(&[&top, message]).await;
+        }
         if let Some(refused) = self.open_upstream_data().await? {
             return Ok(refused);
         }
-        let headers = self.policy.message_headers();
-        if headers.is_empty() && received.is_none() {
-            self.up()?.send(wire.as_bytes()).await?;
-            return self.up()?.read_reply().await;
-        }
         // floodgate's lines go on top of the message as it came: two parts of one write, so
         // the message is not copied behind them.
-        let mut top = Vec::with_capacity(received.map_or(0, <[u8]>::len) + 256);
-        // Already in wire form: CRLF lines, none starting with '.'.
-        top.extend_from_slice(received.unwrap_or_default());
-        for h in &headers {
-            // Header lines from the policy are floodgate's own text; keep them single lines.
-            let clean: String = h.chars().filter(|c| *c != '\r' && *c != '\n').collect();
-            // A header line is text of the message too: dot-stuffed like the rest.
-            if clean.starts_with('.') {
-                top.push(b'.');
-            }
-            top.extend_from_slice(clean.as_bytes());
-            top.extend_from_slice(b"\r\n");
-        }
+        let top = self.top_lines(received, true);
         let mut parts = [
             std::io::IoSlice::new(&top),
             std::io::IoSlice::new(wire.as_bytes()),
         ];
         self.up()?.send_parts(&mut parts).await?;
         self.up()?.read_reply().await
+    }
+
+    /// Sends `message` (its parts one after the other) upstream as one `BDAT n LAST` chunk,
+    /// in one write with the command, and returns upstream's final reply. A refused chunk
+    /// fails upstream's transaction (RFC 3030 §4); RSET then makes sure it is over there as
+    /// it is here.
+    async fn relay_bdat(&mut self, message: &[&[u8]]) -> Result<Reply, UpstreamError> {
+        let size: usize = message.iter().map(|p| p.len()).sum();
+        let command = format!("BDAT {size} LAST\r\n");
+        let mut parts = [std::io::IoSlice::new(&[]); 3];
+        parts[0] = std::io::IoSlice::new(command.as_bytes());
+        for (slot, part) in parts[1..].iter_mut().zip(message) {
+            *slot = std::io::IoSlice::new(part);
+        }
+        let up = self.up()?;
+        up.send_parts(&mut parts[..1 + message.len().min(2)])
+            .await?;
+        let r = up.read_reply().await?;
+        if !r.is_completion() {
+            self.reset_after_upstream_refusal().await?;
+        }
+        Ok(r)
     }
 
     /// Sends DATA upstream; `Some(reply)` when upstream refused it (its transaction, still

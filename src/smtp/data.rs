@@ -537,5 +537,48 @@ pub fn encode_data(body: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b".\r\n");
 }
 
+/// The message a dot-stuffed wire form carries, as the runs of octets between its stuffing
+/// dots: `wire` is a message in the form [`encode_data`] and [`DataDecoder::stuffed`] write,
+/// without its end-of-data line, where every line that begins with '.' begins with one dot
+/// more than the message has. Concatenated, the runs are the message itself, what a
+/// `BDAT ... LAST` chunk carries. A message with no line beginning with '.' is one run, the
+/// whole of `wire`, so it is sent as it is, uncopied.
+pub fn unstuffed_runs(wire: &[u8]) -> UnstuffedRuns<'_> {
+    UnstuffedRuns {
+        rest: wire.strip_prefix(b".").unwrap_or(wire),
+        done: false,
+    }
+}
+
+/// The iterator of [`unstuffed_runs`].
+#[derive(Debug, Clone)]
+pub struct UnstuffedRuns<'a> {
+    /// What is left, its leading stuffing dot (if any) already taken off.
+    rest: &'a [u8],
+    done: bool,
+}
+
+impl<'a> Iterator for UnstuffedRuns<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.done {
+            return None;
+        }
+        match memchr::memmem::find(self.rest, b"\r\n.") {
+            Some(at) => {
+                // The run ends with the line's CRLF; the next line's first dot is stuffing.
+                let (run, rest) = self.rest.split_at(at + 2);
+                self.rest = &rest[1..];
+                Some(run)
+            }
+            None => {
+                self.done = true;
+                Some(self.rest)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

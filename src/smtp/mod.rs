@@ -34,7 +34,10 @@ pub mod xclient;
 pub use address::{AddressError, AddressRole, Path};
 pub use bdat::{ChunkReader, ChunkedBody};
 pub use command::{parse_command, Command, CommandError, MailFrom, Param, RcptTo};
-pub use data::{encode_data, BarePolicy, DataDecoder, DataOutcome, LineMode, Wire};
+pub use data::{
+    encode_data, unstuffed_runs, BarePolicy, DataDecoder, DataOutcome, LineMode, UnstuffedRuns,
+    Wire,
+};
 pub use ehlo::{filter_ehlo, parse_ehlo, Capabilities, EhloFilter};
 pub use line::{LineEvent, LineFramer};
 pub use proxy_header::{encode_proxy_v2, parse_proxy_header, ProxyHeader, ProxyHeaderError};

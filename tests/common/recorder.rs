@@ -29,7 +29,7 @@ pub struct RecorderOptions {
     pub defer_rcpt: Vec<String>,
     /// `--fault` (none, refuse, die-mid-data, garbage, slow, reset-after-data-cmd).
     pub fault: String,
-    /// `--fault-after N` bytes of DATA for die-mid-data.
+    /// `--fault-after N` bytes of DATA (or BDAT chunks) for die-mid-data.
     pub fault_after: u64,
     /// `--delay S` for the slow fault.
     pub delay: f64,

@@ -3,9 +3,11 @@
 //! records the commands, envelopes and messages it received.
 //!
 //! Strict means: every line ends in CRLF, a bare CR or LF anywhere is a violation, DATA ends
-//! only at CRLF "." CRLF and every content line starting with "." must be dot-stuffed.
-//! Commands floodgate must never relay (BDAT, STARTTLS, XCLIENT, unknown verbs) and bytes
-//! after QUIT are violations too. Feeding the same bytes in any chunking, with the same
+//! only at CRLF "." CRLF and every content line starting with "." must be dot-stuffed. A
+//! message may also come as one `BDAT n LAST` chunk (floodgate sends whole messages so when
+//! upstream offers CHUNKING): its content must be CRLF lines too, and any other BDAT is a
+//! violation. Commands floodgate must never relay (STARTTLS, XCLIENT, unknown verbs) and
+//! bytes after QUIT are violations too. Feeding the same bytes in any chunking, with the same
 //! script, gives the same replies and the same record.
 
 /// One MAIL or RCPT as upstream received it, with its answer.
@@ -17,16 +19,16 @@ pub struct Envelope {
     pub code: u16,
 }
 
-/// One DATA as upstream received it.
+/// One message (DATA or BDAT) as upstream received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpMessage {
     /// The transaction's sender.
     pub sender: String,
     /// Recipients upstream accepted in the transaction.
     pub rcpts: Vec<String>,
-    /// The unstuffed content, when DATA was answered 354.
+    /// The unstuffed content, when DATA was answered 354 (or the BDAT chunk was taken).
     pub body: Option<Vec<u8>>,
-    /// The final code: the end-of-data reply, or DATA's refusal.
+    /// The final code: the end-of-data reply, or DATA's (or the chunk's) refusal.
     pub code: u16,
     /// The queue id given with a 250.
     pub queue_id: Option<String>,
@@ -41,7 +43,7 @@ pub struct Record {
     pub mails: Vec<Envelope>,
     /// RCPT commands.
     pub rcpts: Vec<Envelope>,
-    /// DATA commands with their content.
+    /// DATA and BDAT commands with their content.
     pub messages: Vec<UpMessage>,
     /// Breaches of the strict grammar; must stay empty.
     pub violations: Vec<String>,
@@ -52,6 +54,9 @@ pub struct Record {
 enum State {
     Command,
     Data(Vec<u8>),
+    /// Inside a `BDAT n LAST` chunk: its command line, the octets still to come, the
+    /// octets so far.
+    Chunk(String, usize, Vec<u8>),
     /// An AUTH exchange: how many more client responses are expected after this one.
     Sasl(u8),
     Quit,
@@ -143,9 +148,12 @@ impl RefServer {
         matches!(self.state, State::Quit)
     }
 
-    /// Bytes received but not yet a complete line (should be empty at the end).
+    /// Bytes received but not yet a complete line or chunk (should be empty at the end).
     pub fn pending(&self) -> &[u8] {
-        &self.buf
+        match &self.state {
+            State::Chunk(..) => b"(inside a BDAT chunk)",
+            _ => &self.buf,
+        }
     }
 
     /// Takes more bytes; returns the replies to send.
@@ -166,6 +174,20 @@ impl RefServer {
                     self.buf.clear();
                 }
                 return out;
+            }
+            if let State::Chunk(_, left, body) = &mut self.state {
+                let take = (*left).min(self.buf.len());
+                body.extend(self.buf.drain(..take));
+                *left -= take;
+                if *left > 0 {
+                    return out;
+                }
+                if let State::Chunk(command, _, body) =
+                    std::mem::replace(&mut self.state, State::Command)
+                {
+                    self.chunk(command, body, &mut out);
+                }
+                continue;
             }
             let (line, used) = match next_line(&self.buf) {
                 Ok(None) => return out,
@@ -222,7 +244,7 @@ impl RefServer {
                 }
             }
             State::Command => self.command(line, out),
-            State::Quit => {}
+            State::Chunk(..) | State::Quit => {}
         }
     }
 
@@ -280,6 +302,10 @@ impl RefServer {
             "MAIL" => return self.mail(&text, out),
             "RCPT" => return self.rcpt(&text, out),
             "DATA" => return self.data(out),
+            "BDAT" => {
+                let arg = arg.to_string();
+                return self.bdat(text, &arg, out);
+            }
             "RSET" => {
                 self.txn = None;
                 b"250 2.0.0 Ok\r\n"
@@ -380,7 +406,66 @@ impl RefServer {
         out.extend_from_slice(reply);
     }
 
+    /// `BDAT n LAST`: the whole message in one chunk, read before it is answered. Any other
+    /// BDAT is a violation (floodgate never sends a message in pieces).
+    fn bdat(&mut self, text: String, arg: &str, out: &mut Vec<u8>) {
+        let mut words = arg.split(' ');
+        let size = words.next().and_then(|n| n.parse::<usize>().ok());
+        let last = words.next().is_some_and(|w| w.eq_ignore_ascii_case("LAST"));
+        match size {
+            Some(size) if last && words.next().is_none() => {
+                self.state = State::Chunk(text, size, Vec::new());
+            }
+            _ => {
+                self.violation(format!("BDAT other than BDAT n LAST: {text:?}"));
+                self.record.commands.push((text, 501));
+                out.extend_from_slice(b"501 5.5.4 Syntax: BDAT n LAST\r\n");
+            }
+        }
+    }
+
+    /// A whole `BDAT n LAST` chunk: answered as DATA and its end of data would be, with the
+    /// same decisions in the same order.
+    fn chunk(&mut self, command: String, body: Vec<u8>, out: &mut Vec<u8>) {
+        let mut rest = &body[..];
+        while !rest.is_empty() {
+            let end = match next_line(rest) {
+                Ok(Some((_, used))) => used,
+                Ok(None) => {
+                    self.violation("BDAT content does not end with CRLF".into());
+                    rest.len()
+                }
+                Err(used) => {
+                    let shown = String::from_utf8_lossy(&rest[..used]).into_owned();
+                    self.violation(format!("bare CR or LF in BDAT content {shown:?}"));
+                    used
+                }
+            };
+            rest = &rest[end..];
+        }
+        if let Some(code) = self.refuse_data(out) {
+            self.record.commands.push((command, code));
+            return;
+        }
+        self.end_of_data(body, out);
+        let code = self.record.messages.last().map_or(0, |m| m.code);
+        self.record.commands.push((command, code));
+    }
+
     fn data(&mut self, out: &mut Vec<u8>) {
+        match self.refuse_data(out) {
+            Some(code) => self.record.commands.push(("DATA".into(), code)),
+            None => {
+                self.record.commands.push(("DATA".into(), 354));
+                self.state = State::Data(Vec::new());
+                out.extend_from_slice(b"354 End data with <CR><LF>.<CR><LF>\r\n");
+            }
+        }
+    }
+
+    /// The refusal of a message before its content: no transaction, no recipients, or the
+    /// script's 451. Writes the reply and records the refused message; `None` to go on.
+    fn refuse_data(&mut self, out: &mut Vec<u8>) -> Option<u16> {
         let rcpts = self.txn.as_ref().map(|t| t.rcpts.len());
         let refused: Option<&[u8]> = match rcpts {
             None => Some(b"503 5.5.1 Need MAIL command\r\n"),
@@ -390,30 +475,22 @@ impl RefServer {
             }
             Some(_) => None,
         };
-        match refused {
-            Some(reply) => {
-                let code = reply_code(reply);
-                let (sender, rcpts) = self
-                    .txn
-                    .as_ref()
-                    .map(|t| (t.sender.clone(), t.rcpts.clone()))
-                    .unwrap_or_default();
-                self.record.commands.push(("DATA".into(), code));
-                self.record.messages.push(UpMessage {
-                    sender,
-                    rcpts,
-                    body: None,
-                    code,
-                    queue_id: None,
-                });
-                out.extend_from_slice(reply);
-            }
-            None => {
-                self.record.commands.push(("DATA".into(), 354));
-                self.state = State::Data(Vec::new());
-                out.extend_from_slice(b"354 End data with <CR><LF>.<CR><LF>\r\n");
-            }
-        }
+        let reply = refused?;
+        let code = reply_code(reply);
+        let (sender, rcpts) = self
+            .txn
+            .as_ref()
+            .map(|t| (t.sender.clone(), t.rcpts.clone()))
+            .unwrap_or_default();
+        self.record.messages.push(UpMessage {
+            sender,
+            rcpts,
+            body: None,
+            code,
+            queue_id: None,
+        });
+        out.extend_from_slice(reply);
+        Some(code)
     }
 }
 
@@ -447,7 +524,8 @@ mod tests {
         for bad in [
             &b"NOOP\n"[..],
             b"NOOP\rX\r\n",
-            b"BDAT 3 LAST\r\n",
+            b"BDAT 3\r\nabc",
+            b"HELO a\r\nMAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nBDAT 3 LAST\r\na\nb",
             b"STARTTLS\r\n",
         ] {
             let mut s = RefServer::new(&[]);
@@ -460,6 +538,28 @@ mod tests {
         let mut s = RefServer::new(&[]);
         s.feed(b"QUIT\r\nNOOP\r\n");
         assert_eq!(s.record.violations.len(), 1);
+    }
+
+    #[test]
+    fn one_bdat_last_is_a_message_as_data_would_be() {
+        let data =
+            b"HELO a\r\nMAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n..dot\r\nx\r\n.\r\nQUIT\r\n";
+        let bdat =
+            b"HELO a\r\nMAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nBDAT 9 LAST\r\n.dot\r\nx\r\nQUIT\r\n";
+        for script in [&[][..], &[1, 1, 4], &[1, 1, 1, 4]] {
+            let mut a = RefServer::new(script);
+            let mut b = RefServer::new(script);
+            a.feed(data);
+            let mut replies = Vec::new();
+            for byte in bdat {
+                replies.extend(b.feed(&[*byte]));
+            }
+            assert!(b.record.violations.is_empty(), "{:?}", b.record.violations);
+            assert_eq!(a.record.messages, b.record.messages, "script {script:?}");
+            assert!(b.closed() && b.pending().is_empty());
+            let replies = String::from_utf8_lossy(&replies).into_owned();
+            assert_eq!(replies.matches("\r\n").count(), 5, "{replies}");
+        }
     }
 
     #[test]

@@ -97,7 +97,11 @@ fn an_lf_only_message_ends_at_lf_dot_lf_and_is_relayed_with_crlf() {
     assert!(!m[0].bare_lf && !m[0].bare_cr);
     assert_eq!(
         m[0].data,
-        b"From: <s@client.test>\r\nSubject: lf only\r\n\r\nfirst line\r\n..leading dot\r\nlast line\r\n"
+        b"From: <s@client.test>\r\nSubject: lf only\r\n\r\nfirst line\r\n.leading dot\r\nlast line\r\n"
+    );
+    assert!(
+        m[0].bdat,
+        "one BDAT chunk: the message with CRLF lines, unstuffed"
     );
 }
 
@@ -230,8 +234,117 @@ fn bdat_is_offered_and_relayed_as_bdat_when_upstream_offers_chunking() {
     );
     assert_eq!(m[0].data, BDAT_RELAYED);
     assert!(!m[0].bare_lf && !m[0].bare_cr);
-    assert!(!m[1].bdat);
+    assert!(m[1].bdat, "a DATA message goes upstream as BDAT too");
+    assert_eq!(m[1].data, b"Subject: then data\r\n\r\nx\r\n");
     never_a_command(&rec, "inside@");
+}
+
+#[test]
+fn a_data_message_goes_upstream_as_one_bdat_last_as_the_message_is() {
+    let rec = Recorder::plain();
+    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()));
+    let (mut c, _) = session(&fg);
+    // Lines beginning with '.' come stuffed; upstream gets them as the message has them.
+    let stuffed: &[u8] = b"Subject: dots\r\n\r\n..one\r\nplain\r\n...\r\n..\r\nlast\r\n.\r\n";
+    let dots: &[u8] = b"Subject: dots\r\n\r\n.one\r\nplain\r\n..\r\n.\r\nlast\r\n";
+    let plain: &[u8] = b"Subject: plain\r\n\r\nno line begins with a dot\r\n";
+    for wire in [stuffed, &[plain, b".\r\n"].concat()] {
+        envelope(&mut c);
+        assert_eq!(c.cmd("DATA").code, 354);
+        c.send(wire);
+        assert_eq!(c.reply().code, 250);
+    }
+    assert_eq!(c.cmd("QUIT").code, 221);
+    rec.wait_idle();
+    let m = rec.messages();
+    assert_eq!(m.len(), 2);
+    assert!(
+        m.iter().all(|m| m.bdat),
+        "relayed as DATA although upstream offers CHUNKING"
+    );
+    assert_eq!(m[0].data, dots);
+    assert_eq!(m[1].data, plain);
+    let commands = rec.commands();
+    assert!(!commands.iter().any(|l| l == "DATA"), "{commands:?}");
+    let bdat: Vec<&String> = commands.iter().filter(|l| l.starts_with("BDAT")).collect();
+    assert_eq!(
+        bdat,
+        [
+            &format!("BDAT {} LAST", dots.len()),
+            &format!("BDAT {} LAST", plain.len())
+        ]
+    );
+}
+
+#[test]
+fn with_upstream_chunking_off_every_message_goes_with_data() {
+    let rec = Recorder::plain();
+    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).upstream_key("chunking", "false"));
+    let (mut c, ehlo) = session(&fg);
+    assert!(
+        ehlo.keywords().iter().any(|k| k == "CHUNKING"),
+        "clients are still offered CHUNKING ([smtp] chunking): {ehlo:?}"
+    );
+    envelope(&mut c);
+    let r = bdat_message(&mut c);
+    assert!(r.iter().all(|r| r.code == 250), "{r:?}");
+    envelope(&mut c);
+    assert_eq!(c.cmd("DATA").code, 354);
+    c.send(b"Subject: data\r\n\r\n..dot\r\n.\r\n");
+    assert_eq!(c.reply().code, 250);
+    assert_eq!(c.cmd("QUIT").code, 221);
+    rec.wait_idle();
+    let m = rec.messages();
+    assert_eq!(m.len(), 2);
+    assert!(
+        m.iter().all(|m| !m.bdat),
+        "BDAT upstream although chunking = false"
+    );
+    assert_eq!(m[0].data, BDAT_RELAYED.to_vec().replace_dot_lines());
+    assert_eq!(m[1].data, b"Subject: data\r\n\r\n..dot\r\n");
+    assert!(!rec.commands().iter().any(|l| l.starts_with("BDAT")));
+}
+
+#[test]
+fn a_chunk_upstream_refuses_is_its_answer_and_its_transaction_is_reset() {
+    // The recorder refuses a message over 50 MiB (552); floodgate takes up to 60 MiB here.
+    let rec = Recorder::plain();
+    let fg = Floodgate::start(
+        &FloodgateConfig::new(rec.addr()).extra("[smtp]\nmax_message_size = 62914560\n"),
+    );
+    let (mut c, _) = session(&fg);
+    envelope(&mut c);
+    assert_eq!(c.cmd("DATA").code, 354);
+    let line = [b'x'; 998];
+    let mut wire = b"Subject: big\r\n\r\n".to_vec();
+    while wire.len() <= 52 * 1024 * 1024 {
+        wire.extend_from_slice(&line);
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire.extend_from_slice(b".\r\n");
+    c.send(&wire);
+    let r = c.reply();
+    assert_eq!(r.code, 552, "upstream's refusal is the answer: {r:?}");
+    // The session goes on: the next message is relayed.
+    envelope(&mut c);
+    assert_eq!(c.cmd("DATA").code, 354);
+    c.send(b"Subject: small\r\n\r\nx\r\n.\r\n");
+    assert_eq!(c.reply().code, 250);
+    assert_eq!(c.cmd("QUIT").code, 221);
+    rec.wait_idle();
+    let m = rec.messages();
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0].data, b"Subject: small\r\n\r\nx\r\n");
+    let commands = rec.commands();
+    let refused = commands
+        .iter()
+        .position(|l| {
+            l.strip_prefix("BDAT ")
+                .and_then(|rest| rest.split(' ').next()?.parse::<usize>().ok())
+                .is_some_and(|size| size > 52 * 1024 * 1024)
+        })
+        .expect("the big message went as BDAT");
+    assert_eq!(commands[refused + 1], "RSET", "{commands:?}");
 }
 
 fn never_a_command(rec: &Recorder, needle: &str) {

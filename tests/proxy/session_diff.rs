@@ -293,7 +293,11 @@ fn a_session_written_byte_by_byte_is_relayed_whole() {
     assert_eq!(t.summary.accepted, 1);
     let up = String::from_utf8_lossy(&t.upstream);
     assert!(up.contains("MAIL FROM:<a@c.test>\r\n"), "{up}");
-    assert!(up.contains("\r\n..dot\r\n.\r\n"), "{up}");
+    // One BDAT chunk (the reference offers CHUNKING): the message unstuffed.
+    assert!(
+        up.contains("BDAT 20 LAST\r\nSubject: x\r\n\r\n.dot\r\n"),
+        "{up}"
+    );
     let replies = String::from_utf8_lossy(&t.client);
     assert!(replies.starts_with("220 "), "{replies}");
     assert!(replies.contains("queued as REF"), "{replies}");

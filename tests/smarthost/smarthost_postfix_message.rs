@@ -1,6 +1,6 @@
 //! The message path in front of a real Postfix 3.7 (tests/common/postfix.rs): a long line,
 //! an LF-only message ended by LF "." LF, and BDAT (Postfix offers CHUNKING) arrive in the
-//! maildir as sent.
+//! maildir as sent; a DATA message reaches Postfix as one BDAT chunk.
 
 use crate::common;
 
@@ -118,6 +118,58 @@ fn bdat_chunks_are_delivered_through_postfix_chunking() {
         !pf.log().contains("inside@client.test"),
         "a line of the message reached Postfix as a command"
     );
+}
+
+#[test]
+fn a_data_message_reaches_postfix_as_one_bdat_and_arrives_whole() {
+    let pf = postfix();
+    let _log = pf.log_on_panic();
+    assert!(postfix_offers_chunking(pf));
+    let fg = floodgate(pf, "");
+    let tok = token("databdat");
+    let mut c = open(&fg, &tok);
+    assert_eq!(c.cmd("DATA").code, 354);
+    // Lines beginning with '.' come stuffed; the chunk carries them as the message has them.
+    c.send(format!("Subject: {tok}\r\n\r\n..\r\n...two\r\nplain\r\n.\r\n").as_bytes());
+    let r = c.reply();
+    assert_eq!(r.code, 250, "{r:?}");
+    assert_eq!(c.cmd("QUIT").code, 221);
+    let m = &pf.wait_messages(&tok, 1)[0];
+    assert_eq!(m.body(), b".\n..two\nplain\n");
+    // Postfix's disconnect line counts the session's commands: the message came as BDAT.
+    let text = r.text();
+    let qid = text
+        .split_whitespace()
+        .last()
+        .expect("Postfix's queue id in its 250");
+    let client_line = pf.wait_log("the message's client line", |l| {
+        l.contains(&format!(": {qid}: client="))
+    });
+    let smtpd = client_line
+        .split(": ")
+        .next()
+        .and_then(|head| head.split_whitespace().last())
+        .expect("postfix/smtpd[PID]")
+        .to_string();
+    // That smtpd's first disconnect line after the message ends this session.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let disconnect = loop {
+        let log = pf.log();
+        let later = log.split_once(&client_line).map_or("", |(_, rest)| rest);
+        if let Some(l) = later
+            .lines()
+            .find(|l| l.contains(&format!("{smtpd}: disconnect from")))
+        {
+            break l.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no disconnect line of {smtpd}:\n{log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(disconnect.contains(" bdat=1"), "{disconnect}");
+    assert!(!disconnect.contains(" data="), "{disconnect}");
 }
 
 /// A Postfix that does not offer CHUNKING (`smtpd_discard_ehlo_keywords`).

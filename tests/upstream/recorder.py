@@ -10,6 +10,7 @@ usage: recorder.py [--host 127.0.0.1] [--port 0] [--record FILE]
                    [--cert CRT --key KEY [--implicit-tls]]
                    [--user NAME:PASSWORD ...] [--reject-rcpt SUB ...] [--defer-rcpt SUB ...]
                    [--fault none|refuse|die-mid-data|garbage|slow|reset-after-data-cmd]
+                   (die-mid-data and reset-after-data-cmd apply to BDAT chunks too)
                    [--fault-after N] [--delay S] [--idle-timeout S] [--hostname NAME]
                    [--proxy-protocol [--proxy-timeout S]
                     [--proxy-missing-reply "CODE TEXT" | --proxy-missing-503]]
@@ -630,9 +631,22 @@ class Session:
             await self.error("501 5.5.4 Syntax: BDAT size [LAST]")
             return
         size, last = int(parts[0]), len(parts) == 2
+        if self.cfg.fault == "reset-after-data-cmd" and self.mail_from is not None and self.rcpts:
+            # As after DATA: an abortive close before any of the chunk is read.
+            sock = self.writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.writer.transport.abort()
+            raise Closed("fault")
         # The chunk is on the wire whatever we answer: read it first.
         while len(self.buf) < size:
+            if self.cfg.fault == "die-mid-data" and len(self.bdat) + len(self.buf) >= self.cfg.fault_after:
+                self.writer.transport.abort()
+                raise Closed("fault")
             await self.fill()
+        if self.cfg.fault == "die-mid-data" and len(self.bdat) + size >= self.cfg.fault_after:
+            self.writer.transport.abort()
+            raise Closed("fault")
         chunk = bytes(self.buf[:size])
         del self.buf[:size]
         if self.cfg.no_chunking:
@@ -646,6 +660,11 @@ class Session:
             return
         self.in_bdat = True
         self.bdat += chunk
+        if len(self.bdat) > MAX_SIZE:
+            # RFC 3030: a refused chunk ends the transaction.
+            self.reset_transaction()
+            await self.reply("552 5.3.4 Error: message file too big")
+            return
         if not last:
             await self.reply("250 2.0.0 %d octets received" % size)
             return

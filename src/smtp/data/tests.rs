@@ -680,3 +680,68 @@ proptest! {
         }
     }
 }
+
+fn unstuff(wire: &[u8]) -> Vec<u8> {
+    unstuffed_runs(wire).collect::<Vec<_>>().concat()
+}
+
+#[test]
+fn unstuffed_runs_take_out_only_stuffing_dots() {
+    assert_eq!(unstuffed_runs(b"").collect::<Vec<_>>(), vec![&b""[..]]);
+    assert_eq!(
+        unstuffed_runs(b"A: b\r\n\r\nhello\r\n").collect::<Vec<_>>(),
+        vec![&b"A: b\r\n\r\nhello\r\n"[..]],
+        "no line begins with '.': one run, the input itself"
+    );
+    assert_eq!(
+        unstuffed_runs(b"..a\r\n..\r\nx.y\r\n...\r\n").collect::<Vec<_>>(),
+        vec![&b".a\r\n"[..], b".\r\nx.y\r\n", b"..\r\n"]
+    );
+    assert_eq!(unstuff(b"..\r\n"), b".\r\n");
+    assert_eq!(unstuff(b"a\r\n.."), b"a\r\n.", "an unfinished last line");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The stuffed wire form of any message, unstuffed run by run, is that message: what the
+    /// plain decoder gives from the same input.
+    #[test]
+    fn unstuffed_runs_are_the_message(input in prop_oneof![lineish(), smtpish()],
+                                      normalize in any::<bool>(), held in any::<bool>()) {
+        let bare = if normalize { BarePolicy::Normalize } else { BarePolicy::Reject };
+        let mut input = input;
+        input.extend_from_slice(b"\r\n.\r\n");
+        let (done, plain, _, _) = chunked_decode(&input, &[], bare, BIG);
+        prop_assert!(done);
+        let d = DataDecoder::new(1000, bare, BIG);
+        let wire = if held {
+            held_decode(d, &input, &[]).1.expect("the message ended")
+        } else {
+            let mut buf = BytesMut::from(&input[..]);
+            let mut d = d.stuffed();
+            let mut body = Vec::new();
+            prop_assert!(d.feed(&mut buf, &mut body));
+            d.take_wire(&mut buf, body)
+        };
+        prop_assert_eq!(unstuff(wire.message()), plain.clone());
+        // Every run but the last ends a line, and no run is split inside a line's text.
+        let runs: Vec<_> = unstuffed_runs(wire.message()).collect();
+        for run in &runs[..runs.len() - 1] {
+            prop_assert!(run.ends_with(b"\r\n"));
+        }
+        // The message is sent uncopied exactly when no line of it begins with '.'.
+        let whole = runs.len() == 1 && runs[0].len() == wire.message().len();
+        prop_assert_eq!(whole, !wire.message().starts_with(b".")
+            && memchr::memmem::find(wire.message(), b"\r\n.").is_none());
+    }
+
+    /// Unstuffing undoes `encode_data` for any body (which it first makes canonical).
+    #[test]
+    fn unstuffing_undoes_encode_data(body in smtpish()) {
+        let wire = encode(&body);
+        let message = &wire[..wire.len() - 3];
+        let (_, plain, _, _) = decode(&wire, BarePolicy::Normalize);
+        prop_assert_eq!(unstuff(message), plain);
+    }
+}
