@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use crate::policy::notice::{Notifier, UserNotice};
 use crate::smtp::reply::Reply;
 
-use super::release::{end_session, refused, send_transaction, ReleaseError};
+use super::release::{bdat_after, end_session, refused, send_transaction, ReleaseError};
 use super::upstream::{Upstream, UpstreamSettings};
 use super::Shared;
 
@@ -39,6 +39,7 @@ async fn transaction(
     if r.code != 250 {
         return Err(refused("EHLO", &r));
     }
+    let bdat = bdat_after(settings, &r);
     let mail = if notice.message.is_ascii() {
         "MAIL FROM:<>"
     } else {
@@ -49,6 +50,7 @@ async fn transaction(
         mail,
         &[format!("RCPT TO:<{}>", notice.to)],
         &notice.message,
+        bdat,
     )
     .await
 }

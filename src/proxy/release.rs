@@ -4,7 +4,8 @@
 
 use crate::config::ClientIdentity;
 use crate::hold::HeldMessage;
-use crate::smtp::data::encode_data;
+use crate::smtp::data::{encode_data, unstuffed_runs};
+use crate::smtp::ehlo::parse_ehlo;
 use crate::smtp::reply::Reply;
 use crate::smtp::xclient::{ClientName, XclientAttrs, TEMPUNAVAIL};
 
@@ -123,14 +124,22 @@ pub(super) async fn end_session(
     outcome
 }
 
+/// Whether a message goes as one `BDAT n LAST` in a session whose hello upstream answered
+/// with `hello`: it was EHLO, upstream offered CHUNKING and `[upstream] chunking` allows it.
+pub(super) fn bdat_after(settings: &UpstreamSettings, hello: &Reply) -> bool {
+    settings.chunking() && parse_ehlo(hello).chunking
+}
+
 /// Sends one transaction after the greeting and hello: `mail` and each of `rcpts` (command
-/// lines without CRLF), then `body` dot-stuffed; `Ok` with upstream's answer to the message
-/// once it accepted every step.
+/// lines without CRLF), then `body` as one `BDAT n LAST` when `bdat` (see [`bdat_after`]),
+/// else DATA and `body` dot-stuffed; `Ok` with upstream's answer to the message once it
+/// accepted every step. Either way a bare CR or LF in `body` goes as CRLF.
 pub(super) async fn send_transaction(
     up: &mut Upstream,
     mail: &str,
     rcpts: &[String],
     body: &[u8],
+    bdat: bool,
 ) -> Result<Reply, ReleaseError> {
     let r = up.command(format!("{mail}\r\n").as_bytes()).await?;
     if !r.is_completion() {
@@ -142,13 +151,23 @@ pub(super) async fn send_transaction(
             return Err(refused(rcpt, &r));
         }
     }
-    let r = up.command(b"DATA\r\n").await?;
-    if r.code != 354 {
-        return Err(refused("DATA", &r));
-    }
-    let mut out = Vec::with_capacity(body.len() + body.len() / 64 + 5);
-    encode_data(body, &mut out);
-    let r = up.command(&out).await?;
+    let mut wire = Vec::with_capacity(body.len() + body.len() / 64 + 5);
+    encode_data(body, &mut wire);
+    let r = if bdat {
+        // The canonical message: the wire form without its end-of-data line, unstuffed.
+        let message = unstuffed_runs(&wire[..wire.len() - 3])
+            .collect::<Vec<_>>()
+            .concat();
+        let mut out = format!("BDAT {} LAST\r\n", message.len()).into_bytes();
+        out.extend_from_slice(&message);
+        up.command(&out).await?
+    } else {
+        let r = up.command(b"DATA\r\n").await?;
+        if r.code != 354 {
+            return Err(refused("DATA", &r));
+        }
+        up.command(&wire).await?
+    };
     if !r.is_completion() {
         return Err(refused("the message", &r));
     }
@@ -192,6 +211,7 @@ async fn transaction(
     if r.code != 250 {
         return Err(refused(hello, &r));
     }
+    let bdat = hello == "EHLO" && bdat_after(settings, &r);
     let mut plain = trace.to_vec();
     plain.extend_from_slice(&m.body);
     send_transaction(
@@ -202,6 +222,7 @@ async fn transaction(
             .map(|r| format!("RCPT TO:{r}"))
             .collect::<Vec<_>>(),
         &plain,
+        bdat,
     )
     .await
 }

@@ -32,6 +32,8 @@ pub struct UpstreamSettings {
     tls_config: Option<Arc<rustls::ClientConfig>>,
     connect_timeout: Duration,
     reply_timeout: Duration,
+    /// `[upstream] chunking`: messages go as one `BDAT n LAST` where CHUNKING is offered.
+    chunking: bool,
     /// floodgate's own EHLO name there, and what the connections so far taught about this
     /// upstream (XCLIENT identity only).
     learned: Arc<Learned>,
@@ -182,6 +184,7 @@ impl UpstreamSettings {
             tls_config,
             connect_timeout: config.timeouts.upstream_connect.0,
             reply_timeout: config.timeouts.upstream_reply.0,
+            chunking: host.chunking,
             learned: Arc::new(Learned {
                 helo_name: helo_name.to_string(),
                 state: std::sync::Mutex::new(LearnedState::default()),
@@ -197,6 +200,11 @@ impl UpstreamSettings {
     /// How the real client is passed on.
     pub fn identity(&self) -> ClientIdentity {
         self.identity
+    }
+
+    /// Whether messages go as one `BDAT n LAST` where upstream offers CHUNKING.
+    pub fn chunking(&self) -> bool {
+        self.chunking
     }
 
     /// The name floodgate gives in its own EHLO.

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{send_numbered, unstuff};
+use crate::support::{content, send_numbered};
 use common::*;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -124,7 +124,7 @@ fn held_messages_are_listed_shown_released_and_deleted() {
     let msgs = rec.messages();
     assert_eq!(msgs.len(), 2);
     let m = &msgs[1];
-    let content = unstuff(&m.data);
+    let content = content(m);
     let first_end = content.iter().position(|&b| b == b'\n').unwrap() + 1;
     let trace = String::from_utf8_lossy(&content[..first_end]).to_string();
     assert!(
@@ -310,10 +310,7 @@ fn ttl_expiry_can_release() {
     assert!(send(&fg, 2).iter().all(|r| r.0 == 250));
     rec.wait_events("message", 2);
     let m = &rec.messages()[1];
-    assert!(
-        unstuff(&m.data).starts_with(b"X-Floodgate-Released: "),
-        "{m:?}"
-    );
+    assert!(content(m).starts_with(b"X-Floodgate-Released: "), "{m:?}");
     assert!(String::from_utf8_lossy(&m.data).contains("by=\"expiry\""));
     assert!(held(&fg.admin_socket()).is_empty());
 }
@@ -431,7 +428,7 @@ fn a_bdat_message_is_held_and_released_with_the_same_octets() {
     let id = list[0]["id"].as_str().unwrap();
     assert!(admin_verb(&sock, &["held", "release", id]).ok());
     rec.wait_events("message", 2);
-    let content = unstuff(&rec.messages()[1].data);
+    let content = content(&rec.messages()[1]);
     let first_end = content.iter().position(|&b| b == b'\n').unwrap() + 1;
     assert!(content.starts_with(b"X-Floodgate-Released: "));
     assert_eq!(&content[first_end..], &msg[..]);

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::support::{send_numbered, unstuff};
+use crate::support::{content, send_numbered};
 use common::*;
 use floodgate::generation::Generation;
 
@@ -86,7 +86,7 @@ fn over_limit_messages_go_only_to_the_high_risk_host_as_the_real_client() {
             Some("laptop.test")
         );
         assert_eq!(m.auth_user.as_deref(), Some(USER));
-        let content = unstuff(&m.data);
+        let content = content(m);
         let first_end = content.iter().position(|&b| b == b'\n').unwrap() + 1;
         let trace = String::from_utf8_lossy(&content[..first_end]).to_string();
         assert!(

@@ -36,10 +36,14 @@ pub fn send_numbered(
     out
 }
 
-/// The recorder's wire data of a message with its dot-stuffing undone.
-pub fn unstuff(data: &[u8]) -> Vec<u8> {
+/// The message a recorded transaction carried: a BDAT chunk is the message itself; DATA's
+/// wire form loses the stuffing dot of each line beginning with '.'.
+pub fn content(m: &Message) -> Vec<u8> {
+    if m.bdat {
+        return m.data.clone();
+    }
     let mut out = Vec::new();
-    for line in data.split_inclusive(|&b| b == b'\n') {
+    for line in m.data.split_inclusive(|&b| b == b'\n') {
         out.extend_from_slice(line.strip_prefix(b".").unwrap_or(line));
     }
     out
