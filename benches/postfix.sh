@@ -10,8 +10,11 @@
 # the reaped ones included through the master's cutime+cstime; nginx's over its master and
 # workers). c/a is what any relay in front costs on the machine: the extra hop alone.
 #
-#   benches/postfix.sh [-n ROUNDS] [-m MESSAGES] [-s SESSIONS] [-F "PROFILES"] [-k]
+#   benches/postfix.sh [-n ROUNDS] [-m MESSAGES] [-s SESSIONS] [-F "PROFILES"] [-c CLIENT] [-k]
 #       defaults: 3 rounds, 5000 messages a run, 10 sessions, all four profiles
+#       -c  the load: smtp-source (default; it says HELO, so no ESMTP extension is used) or
+#           ehlo (benches/ehlo_source.py: EHLO as mail clients say it, then the same
+#           transactions; floodgate then sends each message to Postfix as one BDAT chunk)
 #       -k  keep the run's directory (Postfix's maillog, floodgate's log) and say where
 #
 # Profiles (smtp-source flags, as ../shared/bench/bench.sh):
@@ -30,7 +33,8 @@
 # recipient, evaluated on every RCPT, set high enough never to be reached: a limit that is
 # over logs a line per event), the memory store and info logging (the per-session and
 # per-message lines written to a file); FLOODGATE_WORKERS=N sets its [server] workers
-# (default: one event loop per core). Every run must
+# (default: one event loop per core), FLOODGATE_CHUNKING=false its [upstream] chunking
+# (messages with DATA even where Postfix offers CHUNKING). Every run must
 # deliver every message: the maillog's status=sent lines are counted after each run (the
 # next run starts once Postfix's queue is empty), else the script stops.
 #
@@ -39,15 +43,16 @@
 # and ../shared/bench (load.sh). FLOODGATE_BIN overrides target/release/floodgate, which is
 # built when missing.
 set -euo pipefail
-ROUNDS=3 M=5000 S=10 PROFILES="small small-reuse big big-reuse" KEEP=0
-while getopts "n:m:s:F:kh" o; do
+ROUNDS=3 M=5000 S=10 PROFILES="small small-reuse big big-reuse" KEEP=0 CLIENT=smtp-source
+while getopts "n:m:s:F:c:kh" o; do
     case "$o" in
         n) ROUNDS=$OPTARG ;;
         m) M=$OPTARG ;;
         s) S=$OPTARG ;;
         F) PROFILES=$OPTARG ;;
+        c) CLIENT=$OPTARG ;;
         k) KEEP=1 ;;
-        h) sed -n '2,40p' "$0"; exit 0 ;;
+        h) sed -n '2,44p' "$0"; exit 0 ;;
         *) exit 2 ;;
     esac
 done
@@ -63,6 +68,14 @@ flags() {
         *) return 1 ;;
     esac
 }
+case $CLIENT in
+    smtp-source | ehlo) ;;
+    *) echo "unknown client $CLIENT (smtp-source, ehlo)" >&2; exit 2 ;;
+esac
+case ${FLOODGATE_CHUNKING:-true} in
+    true | false) ;;
+    *) echo "FLOODGATE_CHUNKING is true or false" >&2; exit 2 ;;
+esac
 for p in $PROFILES; do
     flags "$p" >/dev/null || { echo "unknown profile $p (small, small-reuse, big, big-reuse)" >&2; exit 2; }
 done
@@ -184,6 +197,7 @@ tls = "none"
 [upstream]
 address = "127.0.0.1:$PF_PORT"
 client_identity = "xclient"
+chunking = ${FLOODGATE_CHUNKING:-true}
 [log]
 level = "info"
 [[limit]]
@@ -243,8 +257,14 @@ delivered() { grep -c 'status=sent' "$PF/maillog" 2>/dev/null || true; }
 run() {
     local line sent rate f0 f1 n0 n1 p0 p1 rcpts got before want
     before=$(delivered) f0=$(fg_ticks) n0=$(ns_ticks) p0=$(pf_ticks)
-    # shellcheck disable=SC2046
-    line=$("$HARNESS/load.sh" -t "127.0.0.1:$1" -s "$S" -m "$M" $(flags "$2") -T 600)
+    if [[ $CLIENT == ehlo ]]; then
+        # shellcheck disable=SC2046
+        line=$(timeout -k 5 610 python3 "$ROOT/benches/ehlo_source.py" -t "127.0.0.1:$1" -s "$S" \
+            -m "$M" $(flags "$2") -T 600) || true
+    else
+        # shellcheck disable=SC2046
+        line=$("$HARNESS/load.sh" -t "127.0.0.1:$1" -s "$S" -m "$M" $(flags "$2") -T 600)
+    fi
     sent=$(grep -o 'sent=[0-9]*' <<<"$line" | cut -d= -f2)
     rcpts=$(grep -o 'rcpts=[0-9]*' <<<"$line" | cut -d= -f2)
     if [[ $sent != "$M" ]]; then
@@ -270,9 +290,9 @@ run() {
 
 median() { sort -g | awk '{v[NR]=$1} END{if (NR) print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
-printf '# %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s rounds\n' \
+printf '# %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s rounds; client %s; floodgate chunking %s\n' \
     "$(date -u +%FT%TZ)" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
-    "$(uname -r)" "$(/usr/sbin/postconf -d -h mail_version)" "$M" "$S" "$ROUNDS"
+    "$(uname -r)" "$(/usr/sbin/postconf -d -h mail_version)" "$M" "$S" "$ROUNDS" "$CLIENT" "${FLOODGATE_CHUNKING:-true}"
 printf '# load average at start: %s; Postfix queue under %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" "$base"
 # range: "median (min-max)" of the numbers on standard input.
 range() {
