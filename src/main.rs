@@ -603,21 +603,23 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
     let u = &config.upstream;
     writeln!(
         out,
-        "upstream: {} tls={} client_identity={} on_identity_refused={} server_name={} helo={}",
+        "upstream: {} tls={} client_identity={} on_identity_refused={} chunking={} server_name={} helo={}",
         u.address.get_ref(),
         u.tls.as_str(),
         u.client_identity.as_str(),
         u.on_identity_refused.as_str(),
+        u.chunking,
         config.upstream_server_name(),
         config.helo_name()
     )?;
     if let Some(h) = &u.high_risk {
         writeln!(
             out,
-            "upstream.high_risk: {} tls={} client_identity={} server_name={} helo={} (messages of reroute limits are relayed here at the end of data, with the client's identity; its answer goes to the client, 451 when it cannot be reached)",
+            "upstream.high_risk: {} tls={} client_identity={} chunking={} server_name={} helo={} (messages of reroute limits are relayed here at the end of data, with the client's identity; its answer goes to the client, 451 when it cannot be reached)",
             h.address.get_ref(),
             h.tls.as_str(),
             h.client_identity.as_str(),
+            h.chunking,
             floodgate::config::server_name_of(h),
             h.helo_name.as_deref().unwrap_or_else(|| config.helo_name())
         )?;

@@ -427,7 +427,10 @@ fn check_prints_the_listener_requirements_and_refuses_a_wrong_type() {
     // The config's words, not Rust's names for them.
     assert!(text.contains("client_identity=proxy-v2"), "{text}");
     assert!(text.contains("bare_line_endings=normalize"), "{text}");
-    assert!(text.contains("on_identity_refused=refuse"), "{text}");
+    assert!(
+        text.contains("on_identity_refused=refuse chunking=true"),
+        "{text}"
+    );
     assert!(
         text.contains("chunking=true add_received=false received_show_user=false"),
         "{text}"
