@@ -277,6 +277,25 @@ fn a_data_message_goes_upstream_as_one_bdat_last_as_the_message_is() {
 }
 
 #[test]
+fn after_a_helo_a_message_goes_with_data_whatever_an_earlier_ehlo_offered() {
+    let rec = Recorder::plain();
+    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()));
+    let (mut c, ehlo) = session(&fg);
+    assert!(ehlo.keywords().iter().any(|k| k == "CHUNKING"), "{ehlo:?}");
+    assert_eq!(c.cmd("HELO again.client.test").code, 250);
+    envelope(&mut c);
+    assert_eq!(c.cmd("DATA").code, 354);
+    c.send(b"Subject: after helo\r\n\r\n..dot\r\n.\r\n");
+    assert_eq!(c.reply().code, 250);
+    assert_eq!(c.cmd("QUIT").code, 221);
+    rec.wait_idle();
+    let m = rec.messages();
+    assert_eq!(m.len(), 1);
+    assert!(!m[0].bdat, "BDAT in a session upstream knows as HELO");
+    assert_eq!(m[0].data, b"Subject: after helo\r\n\r\n..dot\r\n");
+}
+
+#[test]
 fn with_upstream_chunking_off_every_message_goes_with_data() {
     let rec = Recorder::plain();
     let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).upstream_key("chunking", "false"));

@@ -504,6 +504,9 @@ impl Dialogue {
                 self.helo_seen = true;
                 self.ehlo = ehlo;
                 let abandoned = self.reset_transaction();
+                // A HELO session upstream takes no extension, whatever an earlier EHLO
+                // offered: BDAT only after an EHLO that offered CHUNKING (RFC 3030 §2).
+                self.upstream_chunking = false;
                 if ehlo && reply.code == 250 {
                     let filter = EhloFilter {
                         offer_starttls: self.starttls_available(),

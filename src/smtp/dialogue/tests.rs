@@ -114,6 +114,10 @@ fn helo_offers_no_extensions() {
     );
     assert!(!d.ehlo());
     assert_eq!(d.offered(), &Capabilities::default());
+    assert!(
+        !d.upstream_chunking(),
+        "upstream's HELO session takes no BDAT, whatever its earlier EHLO offered"
+    );
     // SIZE was not offered after HELO.
     assert_eq!(
         refused_with(d.on_command(&cmd("MAIL FROM:<a@b> SIZE=10"))).0,
