@@ -313,7 +313,7 @@ impl Session {
     /// Whether messages go upstream as one `BDAT n LAST`: upstream offered CHUNKING in its
     /// answer to the client's EHLO and `[upstream] chunking` allows it.
     fn bdat_upstream(&self) -> bool {
-        self.shared.config.upstream.chunking && self.dialogue.upstream_chunking()
+        self.shared.upstream.chunking() && self.dialogue.upstream_chunking()
     }
 
     /// floodgate's lines on top of a message: its Received line (already CRLF-ended and
