@@ -9,7 +9,7 @@
 use bytes::BytesMut;
 use floodgate::smtp::clean_lines::{clean_run, clean_run_by_lines};
 use floodgate::smtp::{
-    encode_data, unstuffed_runs, BarePolicy, DataDecoder, DataOutcome, LineMode, Wire,
+    encode_data, unstuffed, unstuffed_runs, BarePolicy, DataDecoder, DataOutcome, LineMode, Wire,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -89,10 +89,13 @@ fuzz_target!(|data: &[u8]| {
                 // Held means uncopied: the client's own octets, the start of its input.
                 assert!(input.starts_with(wire.as_bytes()));
             }
-            // Unstuffed run by run (what a BDAT chunk upstream carries), the wire form is
-            // the message the plain decoder gave.
-            let unstuffed: Vec<u8> = unstuffed_runs(wire.message()).collect::<Vec<_>>().concat();
-            assert_eq!(unstuffed, whole.1);
+            // Unstuffed (what a BDAT chunk upstream carries), the wire form is the message
+            // the plain decoder gave, run by run or joined, and the decoder's size is its
+            // length (the session relays a wire form of that length unsearched).
+            let runs: Vec<u8> = unstuffed_runs(wire.message()).collect::<Vec<_>>().concat();
+            assert_eq!(runs, whole.1);
+            assert_eq!(&*unstuffed(wire.message()), &whole.1[..]);
+            assert_eq!(whole.1.len() as u64, whole.2.size);
         }
     }
     let (done, body, out, rest) = whole;

@@ -23,7 +23,14 @@ fn answer(b: u8) -> Reply {
     match b % 6 {
         0 => Reply::multi(
             250,
-            ["mx", "PIPELINING", "SIZE 1000", "CHUNKING", "DSN", "AUTH PLAIN LOGIN"],
+            [
+                "mx",
+                "PIPELINING",
+                "SIZE 1000",
+                "CHUNKING",
+                "DSN",
+                "AUTH PLAIN LOGIN",
+            ],
         ),
         1 => Reply::new(250, "ok"),
         2 => Reply::new(235, "ok"),

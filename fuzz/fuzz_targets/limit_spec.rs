@@ -51,7 +51,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let printed = spec.to_string();
     let again = LimitSpec::parse(&printed).expect("printed spec parses");
-    assert_eq!(again.database_key("k", "ip"), spec.database_key("k", "ip"), "{printed}");
+    assert_eq!(
+        again.database_key("k", "ip"),
+        spec.database_key("k", "ip"),
+        "{printed}"
+    );
     assert_eq!(again.update_mode(), spec.update_mode());
     assert_eq!(again.unique(), spec.unique());
     assert_eq!(again.period_secs(), spec.period_secs());

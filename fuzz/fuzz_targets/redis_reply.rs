@@ -35,7 +35,12 @@ fn limit(b: u8) -> LimitRequest {
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     assert!(text.contains(identity_of(&text)));
-    let _ = (decode_ewma(data), decode_unique(data), decode_gcra(data), decode_bucket(data));
+    let _ = (
+        decode_ewma(data),
+        decode_unique(data),
+        decode_gcra(data),
+        decode_bucket(data),
+    );
     let Some((&n, rest)) = data.split_first() else {
         return;
     };

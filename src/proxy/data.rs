@@ -7,6 +7,7 @@
 //! written (`DataDecoder::held`; property-tested and fuzzed against the copying decoder).
 //! A message with any line to change is copied and re-encoded as it is decoded.
 
+use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use memchr::memmem::Finder;
@@ -14,7 +15,7 @@ use tracing::{info, warn};
 
 use crate::config::BareLineEndings;
 use crate::policy::Stage;
-use crate::smtp::data::{encode_data, unstuffed_runs, BarePolicy, DataDecoder, DataOutcome, Wire};
+use crate::smtp::data::{encode_data, unstuffed, BarePolicy, DataDecoder, DataOutcome, Wire};
 use crate::smtp::dialogue::{self, replies};
 use crate::smtp::reply::Reply;
 
@@ -273,7 +274,10 @@ impl Session {
                 .await;
         }
         let reply = match &msg {
-            Spooled::Data(wire) => self.relay_message(wire, received.as_deref()).await,
+            Spooled::Data(wire) => {
+                self.relay_message(wire, outcome.size, received.as_deref())
+                    .await
+            }
             Spooled::Chunked(body) => self.relay_chunked(body, received.as_deref()).await,
         };
         drop(msg);
@@ -346,7 +350,7 @@ impl Session {
     ) -> Result<Reply, UpstreamError> {
         if self.bdat_upstream() {
             let top = self.top_lines(received, false);
-            return self.relay_bdat(&[&top, body]).await;
+            return self.relay_bdat(&top, body).await;
         }
         let mut plain = self.top_lines(received, false);
         let message: &[u8] = if plain.is_empty() {
@@ -367,29 +371,24 @@ impl Session {
     /// when upstream takes it (the message unstuffed, uncopied unless a line of it begins
     /// with '.'), else DATA and the message with floodgate's own framing. `wire` is the
     /// message in its dot-stuffed wire form with its end-of-data line, as the decoder handed
-    /// it over; `received`, floodgate's Received line, goes on top.
+    /// it over, and `size` the message's size as the decoder counted it ([`DataOutcome`]);
+    /// `received`, floodgate's Received line, goes on top.
     async fn relay_message(
         &mut self,
         wire: &Wire,
+        size: u64,
         received: Option<&[u8]>,
     ) -> Result<Reply, UpstreamError> {
         if self.bdat_upstream() {
             let top = self.top_lines(received, false);
-            let mut runs = unstuffed_runs(wire.message());
-            let first = runs.next().unwrap_or_default();
-            let copied: Vec<u8>;
-            let message = match runs.next() {
-                None => first,
-                Some(second) => {
-                    let mut all = Vec::with_capacity(wire.message().len());
-                    all.extend_from_slice(first);
-                    all.extend_from_slice(second);
-                    runs.for_each(|run| all.extend_from_slice(run));
-                    copied = all;
-                    &copied
-                }
+            // `size` counts the message without its stuffing dots: a wire form of that
+            // length has none, and is not searched for them.
+            let message = if wire.message().len() as u64 == size {
+                Cow::Borrowed(wire.message())
+            } else {
+                unstuffed(wire.message())
             };
-            return self.relay_bdat(&[&top, message]).await;
+            return self.relay_bdat(&top, &message).await;
         }
         if let Some(refused) = self.open_upstream_data().await? {
             return Ok(refused);
@@ -405,21 +404,18 @@ impl Session {
         self.up()?.read_reply().await
     }
 
-    /// Sends `message` (its parts one after the other) upstream as one `BDAT n LAST` chunk,
-    /// in one write with the command, and returns upstream's final reply. A refused chunk
-    /// fails upstream's transaction (RFC 3030 §4); RSET then makes sure it is over there as
-    /// it is here.
-    async fn relay_bdat(&mut self, message: &[&[u8]]) -> Result<Reply, UpstreamError> {
-        let size: usize = message.iter().map(|p| p.len()).sum();
-        let command = format!("BDAT {size} LAST\r\n");
-        let mut parts = [std::io::IoSlice::new(&[]); 3];
-        parts[0] = std::io::IoSlice::new(command.as_bytes());
-        for (slot, part) in parts[1..].iter_mut().zip(message) {
-            *slot = std::io::IoSlice::new(part);
-        }
+    /// Sends `top` and then `message` upstream as one `BDAT n LAST` chunk, in one write with
+    /// the command, and returns upstream's final reply. A refused chunk fails upstream's
+    /// transaction (RFC 3030 §4); RSET then makes sure it is over there as it is here.
+    async fn relay_bdat(&mut self, top: &[u8], message: &[u8]) -> Result<Reply, UpstreamError> {
+        let command = format!("BDAT {} LAST\r\n", top.len() + message.len());
+        let mut parts = [
+            std::io::IoSlice::new(command.as_bytes()),
+            std::io::IoSlice::new(top),
+            std::io::IoSlice::new(message),
+        ];
         let up = self.up()?;
-        up.send_parts(&mut parts[..1 + message.len().min(2)])
-            .await?;
+        up.send_parts(&mut parts).await?;
         let r = up.read_reply().await?;
         if !r.is_completion() {
             self.reset_after_upstream_refusal().await?;

@@ -4,7 +4,7 @@
 
 use crate::config::ClientIdentity;
 use crate::hold::HeldMessage;
-use crate::smtp::data::{encode_data, unstuffed_runs};
+use crate::smtp::data::{encode_data, unstuffed};
 use crate::smtp::ehlo::parse_ehlo;
 use crate::smtp::reply::Reply;
 use crate::smtp::xclient::{ClientName, XclientAttrs, TEMPUNAVAIL};
@@ -155,9 +155,7 @@ pub(super) async fn send_transaction(
     encode_data(body, &mut wire);
     let r = if bdat {
         // The canonical message: the wire form without its end-of-data line, unstuffed.
-        let message = unstuffed_runs(&wire[..wire.len() - 3])
-            .collect::<Vec<_>>()
-            .concat();
+        let message = unstuffed(&wire[..wire.len() - 3]);
         let mut out = format!("BDAT {} LAST\r\n", message.len()).into_bytes();
         out.extend_from_slice(&message);
         up.command(&out).await?

@@ -21,6 +21,7 @@
 //! [`BarePolicy::Reject`] such messages are also flagged so the session can
 //! refuse them.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use super::clean_lines::clean_run;
@@ -547,6 +548,23 @@ pub fn unstuffed_runs(wire: &[u8]) -> UnstuffedRuns<'_> {
     UnstuffedRuns {
         rest: wire.strip_prefix(b".").unwrap_or(wire),
         done: false,
+    }
+}
+
+/// The message a dot-stuffed wire form carries (given without its end-of-data line):
+/// `wire` itself when no line of it begins with '.', else the [`unstuffed_runs`] joined.
+pub fn unstuffed(wire: &[u8]) -> Cow<'_, [u8]> {
+    let mut runs = unstuffed_runs(wire);
+    let first = runs.next().unwrap_or_default();
+    match runs.next() {
+        None => Cow::Borrowed(first),
+        Some(second) => {
+            let mut all = Vec::with_capacity(wire.len());
+            all.extend_from_slice(first);
+            all.extend_from_slice(second);
+            runs.for_each(|run| all.extend_from_slice(run));
+            Cow::Owned(all)
+        }
     }
 }
 

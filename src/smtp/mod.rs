@@ -35,8 +35,8 @@ pub use address::{AddressError, AddressRole, Path};
 pub use bdat::{ChunkReader, ChunkedBody};
 pub use command::{parse_command, Command, CommandError, MailFrom, Param, RcptTo};
 pub use data::{
-    encode_data, unstuffed_runs, BarePolicy, DataDecoder, DataOutcome, LineMode, UnstuffedRuns,
-    Wire,
+    encode_data, unstuffed, unstuffed_runs, BarePolicy, DataDecoder, DataOutcome, LineMode,
+    UnstuffedRuns, Wire,
 };
 pub use ehlo::{filter_ehlo, parse_ehlo, Capabilities, EhloFilter};
 pub use line::{LineEvent, LineFramer};

@@ -19,6 +19,22 @@ fn envelope(c: &mut RawClient) {
     assert_eq!(c.cmd("RCPT TO:<r@dest.test>").code, 250);
 }
 
+/// One transaction with DATA: the envelope, DATA's 354, then `wire` (the message and its
+/// end-of-data line); returns the reply to the message.
+fn data_message(c: &mut RawClient, wire: &[u8]) -> Reply {
+    envelope(c);
+    assert_eq!(c.cmd("DATA").code, 354);
+    c.send(wire);
+    c.reply()
+}
+
+/// QUIT, then what the recorder received, once it is idle.
+fn quit_and_messages(c: &mut RawClient, rec: &Recorder) -> Vec<Message> {
+    assert_eq!(c.cmd("QUIT").code, 221);
+    rec.wait_idle();
+    rec.messages()
+}
+
 /// floodgate in front of `upstream`, with `bare_line_endings = "reject"` or the default.
 fn mode(upstream: std::net::SocketAddr, reject: bool) -> FloodgateConfig {
     let c = FloodgateConfig::new(upstream);
@@ -43,9 +59,7 @@ fn a_long_line_is_relayed_unchanged_by_default() {
     wire.extend_from_slice(b".\r\n");
     c.send(&wire);
     assert_eq!(c.reply().code, 250);
-    assert_eq!(c.cmd("QUIT").code, 221);
-    rec.wait_idle();
-    let m = rec.messages();
+    let m = quit_and_messages(&mut c, &rec);
     assert_eq!(m.len(), 1);
     assert_eq!(m[0].data, msg, "the long line was changed on the way");
 }
@@ -90,9 +104,7 @@ fn an_lf_only_message_ends_at_lf_dot_lf_and_is_relayed_with_crlf() {
     c.send(LF_ONLY);
     // Answered at LF "." LF (the raw client's read limit would fail a hang).
     assert_eq!(c.reply().code, 250);
-    assert_eq!(c.cmd("QUIT").code, 221);
-    rec.wait_idle();
-    let m = rec.messages();
+    let m = quit_and_messages(&mut c, &rec);
     assert_eq!(m.len(), 1);
     assert!(!m[0].bare_lf && !m[0].bare_cr);
     assert_eq!(
@@ -220,13 +232,11 @@ fn bdat_is_offered_and_relayed_as_bdat_when_upstream_offers_chunking() {
     );
     assert!(r[0].text().contains("octets received"), "{r:?}");
     // A DATA transaction on the same session still works.
-    envelope(&mut c);
-    assert_eq!(c.cmd("DATA").code, 354);
-    c.send(b"Subject: then data\r\n\r\nx\r\n.\r\n");
-    assert_eq!(c.reply().code, 250);
-    assert_eq!(c.cmd("QUIT").code, 221);
-    rec.wait_idle();
-    let m = rec.messages();
+    assert_eq!(
+        data_message(&mut c, b"Subject: then data\r\n\r\nx\r\n.\r\n").code,
+        250
+    );
+    let m = quit_and_messages(&mut c, &rec);
     assert_eq!(m.len(), 2);
     assert!(
         m[0].bdat,
@@ -249,14 +259,9 @@ fn a_data_message_goes_upstream_as_one_bdat_last_as_the_message_is() {
     let dots: &[u8] = b"Subject: dots\r\n\r\n.one\r\nplain\r\n..\r\n.\r\nlast\r\n";
     let plain: &[u8] = b"Subject: plain\r\n\r\nno line begins with a dot\r\n";
     for wire in [stuffed, &[plain, b".\r\n"].concat()] {
-        envelope(&mut c);
-        assert_eq!(c.cmd("DATA").code, 354);
-        c.send(wire);
-        assert_eq!(c.reply().code, 250);
+        assert_eq!(data_message(&mut c, wire).code, 250);
     }
-    assert_eq!(c.cmd("QUIT").code, 221);
-    rec.wait_idle();
-    let m = rec.messages();
+    let m = quit_and_messages(&mut c, &rec);
     assert_eq!(m.len(), 2);
     assert!(
         m.iter().all(|m| m.bdat),
@@ -283,13 +288,11 @@ fn after_a_helo_a_message_goes_with_data_whatever_an_earlier_ehlo_offered() {
     let (mut c, ehlo) = session(&fg);
     assert!(ehlo.keywords().iter().any(|k| k == "CHUNKING"), "{ehlo:?}");
     assert_eq!(c.cmd("HELO again.client.test").code, 250);
-    envelope(&mut c);
-    assert_eq!(c.cmd("DATA").code, 354);
-    c.send(b"Subject: after helo\r\n\r\n..dot\r\n.\r\n");
-    assert_eq!(c.reply().code, 250);
-    assert_eq!(c.cmd("QUIT").code, 221);
-    rec.wait_idle();
-    let m = rec.messages();
+    assert_eq!(
+        data_message(&mut c, b"Subject: after helo\r\n\r\n..dot\r\n.\r\n").code,
+        250
+    );
+    let m = quit_and_messages(&mut c, &rec);
     assert_eq!(m.len(), 1);
     assert!(!m[0].bdat, "BDAT in a session upstream knows as HELO");
     assert_eq!(m[0].data, b"Subject: after helo\r\n\r\n..dot\r\n");
@@ -307,13 +310,11 @@ fn with_upstream_chunking_off_every_message_goes_with_data() {
     envelope(&mut c);
     let r = bdat_message(&mut c);
     assert!(r.iter().all(|r| r.code == 250), "{r:?}");
-    envelope(&mut c);
-    assert_eq!(c.cmd("DATA").code, 354);
-    c.send(b"Subject: data\r\n\r\n..dot\r\n.\r\n");
-    assert_eq!(c.reply().code, 250);
-    assert_eq!(c.cmd("QUIT").code, 221);
-    rec.wait_idle();
-    let m = rec.messages();
+    assert_eq!(
+        data_message(&mut c, b"Subject: data\r\n\r\n..dot\r\n.\r\n").code,
+        250
+    );
+    let m = quit_and_messages(&mut c, &rec);
     assert_eq!(m.len(), 2);
     assert!(
         m.iter().all(|m| !m.bdat),
@@ -345,13 +346,11 @@ fn a_chunk_upstream_refuses_is_its_answer_and_its_transaction_is_reset() {
     let r = c.reply();
     assert_eq!(r.code, 552, "upstream's refusal is the answer: {r:?}");
     // The session goes on: the next message is relayed.
-    envelope(&mut c);
-    assert_eq!(c.cmd("DATA").code, 354);
-    c.send(b"Subject: small\r\n\r\nx\r\n.\r\n");
-    assert_eq!(c.reply().code, 250);
-    assert_eq!(c.cmd("QUIT").code, 221);
-    rec.wait_idle();
-    let m = rec.messages();
+    assert_eq!(
+        data_message(&mut c, b"Subject: small\r\n\r\nx\r\n.\r\n").code,
+        250
+    );
+    let m = quit_and_messages(&mut c, &rec);
     assert_eq!(m.len(), 1);
     assert_eq!(m[0].data, b"Subject: small\r\n\r\nx\r\n");
     let commands = rec.commands();
@@ -389,9 +388,7 @@ fn bdat_is_relayed_as_dot_stuffed_data_when_upstream_lacks_chunking() {
         r.iter().map(|r| r.code).collect::<Vec<_>>(),
         [250, 250, 250]
     );
-    assert_eq!(c.cmd("QUIT").code, 221);
-    rec.wait_idle();
-    let m = rec.messages();
+    let m = quit_and_messages(&mut c, &rec);
     assert_eq!(m.len(), 1);
     assert!(!m[0].bdat);
     // The "." line was stuffed: upstream reads it as text, and the message whole.
@@ -436,9 +433,7 @@ fn bdat_rules_zero_last_mixing_and_no_transaction() {
     assert_eq!(c.cmd("DATA").code, 503);
     c.send(b"BDAT 2 LAST\r\nd\n");
     assert_eq!(c.reply().code, 250);
-    assert_eq!(c.cmd("QUIT").code, 221);
-    rec.wait_idle();
-    let m = rec.messages();
+    let m = quit_and_messages(&mut c, &rec);
     assert_eq!(m.len(), 2);
     assert_eq!(m[0].data, b"");
     assert_eq!(m[1].data, b"abcd\r\n");
@@ -511,9 +506,7 @@ action = "defer"
     // The session goes on after the refusal.
     envelope(&mut c);
     assert_eq!(c.cmd("RSET").code, 250);
-    assert_eq!(c.cmd("QUIT").code, 221);
-    rec.wait_idle();
-    let m = rec.messages();
+    let m = quit_and_messages(&mut c, &rec);
     assert_eq!(m.len(), 1, "a refused message reached upstream");
     assert!(m[0].bdat);
 }
@@ -534,9 +527,7 @@ fn bdat_in_lf_only_chunks_is_normalized_or_refused() {
         c.send(&wire);
         let r = c.reply();
         assert_eq!(r.code, if reject { 550 } else { 250 }, "{r:?}");
-        assert_eq!(c.cmd("QUIT").code, 221);
-        rec.wait_idle();
-        let m = rec.messages();
+        let m = quit_and_messages(&mut c, &rec);
         assert_eq!(m.len(), usize::from(!reject));
         if let Some(m) = m.first() {
             assert!(!m.bare_lf && !m.bare_cr);

@@ -243,6 +243,14 @@ class Session:
         self.bdat = bytearray()
         self.in_bdat = False
 
+    def reset_connection(self) -> None:
+        """Abortive close (SO_LINGER 0 makes the kernel send RST instead of FIN); ends the session."""
+        sock = self.writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.writer.transport.abort()
+        raise Closed("fault")
+
     def record(self, event: str, **fields) -> None:
         self.srv.rec.write(self.sid, event, **fields)
 
@@ -581,12 +589,7 @@ class Session:
             await self.error("554 5.5.1 Error: no valid recipients")
             return
         if self.cfg.fault == "reset-after-data-cmd":
-            # Abortive close: SO_LINGER 0 makes the kernel send RST instead of FIN.
-            sock = self.writer.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.writer.transport.abort()
-            raise Closed("fault")
+            self.reset_connection()
         await self.reply("354 End data with <CR><LF>.<CR><LF>")
         data = await self.read_data()
         if len(data) > MAX_SIZE:
@@ -632,12 +635,8 @@ class Session:
             return
         size, last = int(parts[0]), len(parts) == 2
         if self.cfg.fault == "reset-after-data-cmd" and self.mail_from is not None and self.rcpts:
-            # As after DATA: an abortive close before any of the chunk is read.
-            sock = self.writer.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.writer.transport.abort()
-            raise Closed("fault")
+            # As after DATA: before any of the chunk is read.
+            self.reset_connection()
         # The chunk is on the wire whatever we answer: read it first.
         while len(self.buf) < size:
             if self.cfg.fault == "die-mid-data" and len(self.bdat) + len(self.buf) >= self.cfg.fault_after:

@@ -682,7 +682,15 @@ proptest! {
 }
 
 fn unstuff(wire: &[u8]) -> Vec<u8> {
-    unstuffed_runs(wire).collect::<Vec<_>>().concat()
+    let runs = unstuffed_runs(wire).collect::<Vec<_>>().concat();
+    // The runs joined are what `unstuffed` gives, borrowed when there is only one.
+    let joined = unstuffed(wire);
+    assert_eq!(&*joined, &runs[..]);
+    assert_eq!(
+        matches!(joined, std::borrow::Cow::Borrowed(_)),
+        unstuffed_runs(wire).count() == 1
+    );
+    runs
 }
 
 #[test]
@@ -712,8 +720,11 @@ proptest! {
         let bare = if normalize { BarePolicy::Normalize } else { BarePolicy::Reject };
         let mut input = input;
         input.extend_from_slice(b"\r\n.\r\n");
-        let (done, plain, _, _) = chunked_decode(&input, &[], bare, BIG);
+        let (done, plain, out, _) = chunked_decode(&input, &[], bare, BIG);
         prop_assert!(done);
+        // The size the decoder counts is the message without its stuffing dots, so a wire
+        // form of that length has none (the session relays it without searching it).
+        prop_assert_eq!(plain.len() as u64, out.size);
         let d = DataDecoder::new(1000, bare, BIG);
         let wire = if held {
             held_decode(d, &input, &[]).1.expect("the message ended")
