@@ -576,14 +576,38 @@ fn worker(
         }
         loops.push(tokio::spawn(inbox_loop(inbox, ctxs, stop.clone())));
         drop(w);
+        let pacemaker = tokio::spawn(pacemaker());
         for l in loops {
             let _ = l.await;
         }
+        pacemaker.abort();
         let _ = closed.send(());
         tracker.close();
         debug!(worker = id, sessions = tracker.len(), "worker stopped accepting");
         tracker.wait().await;
     });
+}
+
+/// How often a worker's [`pacemaker`] ticks: below every timeout of the relay path.
+const PACEMAKER_TICK: Duration = Duration::from_secs(1);
+
+/// Keeps a timer due within [`PACEMAKER_TICK`] on the worker's timer wheel, for as long as
+/// the worker accepts.
+///
+/// tokio's timer driver promises to wake at its earliest timer; a timer registered earlier
+/// than that promise makes it write to the event loop's eventfd, even from the loop's own
+/// thread, which also ends the next `epoll_wait` at once. A session registers such timers
+/// when it begins and ends (the upstream connect timeout, the two-second wait for QUIT's
+/// 221 are earlier than every idle timeout already armed), so a worker serving one
+/// message per connection made a `write` and a spurious wake-up per connection. With a
+/// tick always due within a second, no timer of a second or more is earlier than the
+/// promise; the tick itself costs one wake-up a second.
+async fn pacemaker() {
+    let mut tick = tokio::time::interval(PACEMAKER_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+    }
 }
 
 fn bind_listener(address: SocketAddr) -> std::io::Result<TcpListener> {
