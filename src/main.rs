@@ -313,13 +313,18 @@ fn init_logs(config: &Config) -> floodgate::logs::LogQueue {
         tracing_subscriber::EnvFilter::new(floodgate::tls::log_directives(&config.log.level))
     });
     use std::io::IsTerminal;
+    let terminal = std::io::stderr().is_terminal();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         // Colour codes only on a terminal: log files and pipes get plain text.
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(terminal)
         .with_writer(queue.writer.clone());
     match config.log.format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text if terminal => builder.init(),
+        // The same lines as on a terminal, without colours, cheaper to write.
+        LogFormat::Text => builder
+            .event_format(floodgate::logs::text::TextFormat)
+            .init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
     queue

@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 
 use tracing_subscriber::fmt::MakeWriter;
 
+pub mod text;
+
 /// While lines keep coming, the writer writes at most once per this long: short enough that
 /// `tail -f` looks immediate, long enough that a busy server's lines go out in a few dozen
 /// writes a second. A line after a quiet spell this long is written at once.

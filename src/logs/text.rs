@@ -1,0 +1,442 @@
+//! The plain-text log line: what `tracing_subscriber`'s default ("full") format writes
+//! without colours, written with less work per line, and with every value's control
+//! characters escaped.
+//!
+//! floodgate writes a line per message and per session, so the formatting is on the path
+//! of every message. The default formatter reaches each field through `core::fmt` with
+//! three arguments and colour wrappers that are empty without a terminal, and formats the
+//! whole date at every line. [`TextFormat`] writes names and values directly, keeps the
+//! date and time up to the second from the line before, and formats a string value with
+//! `Debug` only when it needs escaping.
+//!
+//! The lines are those of the default format: `2026-11-26T06:43:11.775806Z  INFO
+//! floodgate::proxy::data: message client=127.0.0.1 user="" size=442`, with spans (none
+//! are used on the session path) as `name{fields}:` before the target. One difference, for
+//! safety: a value written with `Display` (`%value`) has its control characters escaped,
+//! as the message is, so text a client sent (an unknown verb, a reply upstream relayed)
+//! cannot start a new line or carry terminal escapes into the log.
+
+use std::cell::RefCell;
+use std::fmt::{self, Write};
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// The plain-text event format; see the module documentation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TextFormat;
+
+impl<S, N> FormatEvent<S, N> for TextFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let meta = event.metadata();
+        write_timestamp(&mut writer, std::time::SystemTime::now())?;
+        writer.write_str(level_column(meta.level()))?;
+        if let Some(scope) = ctx.event_scope() {
+            let mut seen = false;
+            for span in scope.from_root() {
+                writer.write_str(span.metadata().name())?;
+                seen = true;
+                let ext = span.extensions();
+                if let Some(fields) = ext.get::<FormattedFields<N>>() {
+                    if !fields.is_empty() {
+                        write!(writer, "{{{fields}}}")?;
+                    }
+                }
+                writer.write_char(':')?;
+            }
+            if seen {
+                writer.write_char(' ')?;
+            }
+        }
+        writer.write_str(meta.target())?;
+        writer.write_str(": ")?;
+        let mut fields = Fields {
+            out: &mut writer,
+            first: true,
+            result: Ok(()),
+        };
+        event.record(&mut fields);
+        fields.result?;
+        writer.write_char('\n')
+    }
+}
+
+/// The level as the default format pads it (to five places), and the space after it.
+fn level_column(level: &Level) -> &'static str {
+    match *level {
+        Level::TRACE => "TRACE ",
+        Level::DEBUG => "DEBUG ",
+        Level::INFO => " INFO ",
+        Level::WARN => " WARN ",
+        Level::ERROR => "ERROR ",
+    }
+}
+
+thread_local! {
+    /// The second last written on this thread and its `YYYY-MM-DDTHH:MM:SS.` text.
+    static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+}
+
+/// Writes `at` as the default format does, in UTC with microseconds:
+/// `2026-11-26T06:43:11.775806Z`. The part up to the second is formatted once per second
+/// per thread.
+fn write_timestamp(out: &mut impl Write, at: std::time::SystemTime) -> fmt::Result {
+    let since = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    SECOND.with_borrow_mut(|(second, text)| {
+        if *second != secs {
+            text.clear();
+            // The Unix epoch as a civil date-time in UTC (clamped beyond the year 9999).
+            let t = jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0).saturating_add(
+                jiff::SignedDuration::from_secs(i64::try_from(secs).unwrap_or(i64::MAX)),
+            );
+            write!(
+                text,
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.",
+                t.year(),
+                t.month(),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second()
+            )?;
+            *second = secs;
+        }
+        out.write_str(text)
+    })?;
+    let mut micros = [b'0'; 6];
+    write_digits(&mut micros, u64::from(since.subsec_micros()));
+    // Six ASCII digits.
+    out.write_str(std::str::from_utf8(&micros).map_err(|_| fmt::Error)?)?;
+    out.write_str("Z ")
+}
+
+/// Writes `n` into the end of `buf` in decimal (leading places keep what they held);
+/// returns where its digits begin.
+fn write_digits(buf: &mut [u8], mut n: u64) -> usize {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 || i == 0 {
+            return i;
+        }
+    }
+}
+
+/// Writes the event's fields as the default format does: the message as it is, then
+/// `name=value` with one space between them.
+struct Fields<'a, 'w> {
+    out: &'a mut Writer<'w>,
+    first: bool,
+    result: fmt::Result,
+}
+
+impl Fields<'_, '_> {
+    /// Starts a field: a space after the first, then `name=` (nothing for the message).
+    fn start(&mut self, field: &Field) -> Result<bool, fmt::Error> {
+        if !std::mem::replace(&mut self.first, false) {
+            self.out.write_char(' ')?;
+        }
+        let name = field.name();
+        if name == "message" {
+            return Ok(true);
+        }
+        self.out
+            .write_str(name.strip_prefix("r#").unwrap_or(name))?;
+        self.out.write_char('=')?;
+        Ok(false)
+    }
+
+    fn field(&mut self, field: &Field, value: impl FnOnce(&mut Self, bool) -> fmt::Result) {
+        if self.result.is_err() {
+            return;
+        }
+        self.result = self.start(field).and_then(|message| value(self, message));
+    }
+}
+
+impl Visit for Fields<'_, '_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.field(field, |f, message| {
+            if message {
+                Escaped(&mut *f.out).write_str(value)
+            } else if value
+                .bytes()
+                .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+            {
+                f.out.write_char('"')?;
+                f.out.write_str(value)?;
+                f.out.write_char('"')
+            } else {
+                // Debug escapes quotes, backslashes and every control character.
+                write!(f.out, "{value:?}")
+            }
+        });
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.field(field, |f, _| {
+            let mut buf = [0u8; 20];
+            let start = write_digits(&mut buf, value);
+            f.out
+                .write_str(std::str::from_utf8(&buf[start..]).map_err(|_| fmt::Error)?)
+        });
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.field(field, |f, _| {
+            if value < 0 {
+                f.out.write_char('-')?;
+            }
+            let mut buf = [0u8; 20];
+            let start = write_digits(&mut buf, value.unsigned_abs());
+            f.out
+                .write_str(std::str::from_utf8(&buf[start..]).map_err(|_| fmt::Error)?)
+        });
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.field(field, |f, _| {
+            f.out.write_str(if value { "true" } else { "false" })
+        });
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.field(field, |f, _| {
+            let mut out = Escaped(&mut *f.out);
+            write!(out, "{value}")?;
+            if let Some(source) = value.source() {
+                // As the default format lists an error's causes.
+                write!(f.out, " {}.sources=[", field.name())?;
+                let mut next = Some(source);
+                let mut first = true;
+                while let Some(e) = next {
+                    if !std::mem::replace(&mut first, false) {
+                        f.out.write_str(", ")?;
+                    }
+                    write!(Escaped(&mut *f.out), "{e}")?;
+                    next = e.source();
+                }
+                f.out.write_char(']')?;
+            }
+            Ok(())
+        });
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        // `%value` and `?value` fields and the message arrive here, through `Debug`.
+        self.field(field, |f, _| write!(Escaped(&mut *f.out), "{value:?}"));
+    }
+}
+
+/// Writes through to `W`, escaping the characters that could end a log line or act on a
+/// terminal: C0 controls (tab excepted), DEL and C1 controls, as `\n`, `\r` or `\xNN`, and
+/// C1 as `\u{NN}`, the escapes the default format uses for the message.
+struct Escaped<W>(W);
+
+impl<W: Write> Write for Escaped<W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let clean = |c: char| c == '\t' || !(c.is_control());
+        if s.chars().all(clean) {
+            return self.0.write_str(s);
+        }
+        for c in s.chars() {
+            match c {
+                '\n' => self.0.write_str("\\n")?,
+                '\r' => self.0.write_str("\\r")?,
+                c if clean(c) => self.0.write_char(c)?,
+                c if (c as u32) < 0x80 => write!(self.0, "\\x{:02x}", c as u32)?,
+                c => write!(self.0, "\\u{{{:x}}}", c as u32)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::fmt::MakeWriter;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Captured {
+        type Writer = Captured;
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
+    }
+
+    impl Captured {
+        fn lines(&self) -> Vec<String> {
+            String::from_utf8(self.0.lock().unwrap().clone())
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect()
+        }
+    }
+
+    /// The same events through the default format (no colours) and through [`TextFormat`].
+    fn both(events: impl Fn()) -> (Vec<String>, Vec<String>) {
+        let default = Captured::default();
+        let ours = Captured::default();
+        let sub = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(Level::TRACE)
+            .with_writer(default.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, &events);
+        let sub = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(Level::TRACE)
+            .event_format(TextFormat)
+            .with_writer(ours.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, &events);
+        (default.lines(), ours.lines())
+    }
+
+    /// The line without its timestamp (the two formatters ran at different instants).
+    fn untimed(line: &str) -> &str {
+        line.split_once("Z ").map(|(_, rest)| rest).unwrap_or(line)
+    }
+
+    #[test]
+    fn lines_are_those_of_the_default_format() {
+        #[derive(Debug)]
+        struct Thing {
+            #[allow(dead_code)]
+            n: u8,
+        }
+        let (default, ours) = both(|| {
+            let ip: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+            tracing::info!(
+                client = %ip,
+                user = "",
+                sender = "a@example.org",
+                recipients = 3usize,
+                size = 442u64,
+                delta = -5i64,
+                tls = true,
+                quoted = "say \"hi\" \\ \u{e9}t\u{e9}",
+                thing = ?Thing { n: 1 },
+                r#type = "x",
+                "message"
+            );
+            tracing::warn!("only a message, {} formatted", 2);
+            tracing::error!(code = 421u16, "upstream failed");
+            tracing::debug!(at = 0u64, "zero");
+            tracing::trace!(big = u64::MAX, small = i64::MIN, "extremes");
+            let err = std::io::Error::other("broken pipe");
+            tracing::warn!(
+                error = &err as &(dyn std::error::Error + 'static),
+                "an error"
+            );
+            let span = tracing::info_span!("outer", id = 7u64);
+            let _entered = span.enter();
+            tracing::info!(x = 1u64, "inside");
+        });
+        assert_eq!(default.len(), 7, "{default:?}");
+        assert_eq!(ours.len(), default.len(), "{ours:?}");
+        for (d, o) in default.iter().zip(&ours) {
+            assert_eq!(untimed(o), untimed(d));
+        }
+    }
+
+    #[test]
+    fn an_error_with_sources_is_listed_as_the_default_format_does() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl fmt::Display for Outer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("outer failed")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let (default, ours) = both(|| {
+            let e = Outer(std::io::Error::other("inner"));
+            tracing::warn!(error = &e as &(dyn std::error::Error + 'static), "failed");
+        });
+        assert_eq!(untimed(&ours[0]), untimed(&default[0]));
+    }
+
+    #[test]
+    fn timestamps_are_utc_with_microseconds() {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::new(1_795_675_391, 775_806_999);
+        let mut s = String::new();
+        write_timestamp(&mut s, at).unwrap();
+        assert_eq!(s, "2026-11-26T06:43:11.775806Z ");
+        // The same second again, from the cache; then the next one.
+        let mut s = String::new();
+        write_timestamp(&mut s, at + std::time::Duration::from_micros(5)).unwrap();
+        assert_eq!(s, "2026-11-26T06:43:11.775811Z ");
+        let mut s = String::new();
+        write_timestamp(&mut s, at + std::time::Duration::from_secs(49)).unwrap();
+        assert_eq!(s, "2026-11-26T06:44:00.775806Z ");
+        let mut s = String::new();
+        write_timestamp(&mut s, std::time::UNIX_EPOCH).unwrap();
+        assert_eq!(s, "1970-01-01T00:00:00.000000Z ");
+    }
+
+    #[test]
+    fn control_characters_in_values_cannot_break_the_line() {
+        let (_, ours) = both(|| {
+            let verb = "X\r\nFAKE  INFO floodgate: forged\x1b[31m\u{85}";
+            tracing::info!(verb = %verb, text = verb, "unknown command");
+        });
+        assert_eq!(ours.len(), 1, "{ours:?}");
+        assert!(
+            ours[0].ends_with(
+                r#"unknown command verb=X\r\nFAKE  INFO floodgate: forged\x1b[31m\u{85} text="X\r\nFAKE  INFO floodgate: forged\u{1b}[31m\u{85}""#
+            ),
+            "{}",
+            ours[0]
+        );
+    }
+
+    proptest::proptest! {
+        /// Any string value, as `%value`, `value` or the message, gives one line, and
+        /// with the characters that need no escaping the same line as the default format.
+        #[test]
+        fn any_value_gives_one_line(s in ".{0,40}") {
+            let (default, ours) = both(|| {
+                tracing::info!(shown = %s, text = s.as_str(), "{}", s);
+            });
+            proptest::prop_assert_eq!(ours.len(), 1);
+            if !s.chars().any(|c| c.is_control() && c != '\t') {
+                proptest::prop_assert_eq!(untimed(&ours[0]), untimed(&default[0]));
+            }
+        }
+    }
+}
