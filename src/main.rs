@@ -312,16 +312,12 @@ fn init_logs(config: &Config) -> floodgate::logs::LogQueue {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(floodgate::tls::log_directives(&config.log.level))
     });
-    use std::io::IsTerminal;
-    let terminal = std::io::stderr().is_terminal();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        // Colour codes only on a terminal: log files and pipes get plain text.
-        .with_ansi(terminal)
+        .with_ansi(false)
         .with_writer(queue.writer.clone());
     match config.log.format {
-        LogFormat::Text if terminal => builder.init(),
-        // The same lines as on a terminal, without colours, cheaper to write.
+        // Plain text wherever it goes, its values' control characters escaped.
         LogFormat::Text => builder
             .event_format(floodgate::logs::text::TextFormat)
             .init(),

@@ -13,8 +13,8 @@
 //! floodgate::proxy::data: message client=127.0.0.1 user="" size=442`, with spans (none
 //! are used on the session path) as `name{fields}:` before the target. One difference, for
 //! safety: a value written with `Display` (`%value`) has its control characters escaped,
-//! as the message is, so text a client sent (an unknown verb, a reply upstream relayed)
-//! cannot start a new line or carry terminal escapes into the log.
+//! as the message is, so text from a client or from upstream that reaches a line cannot
+//! start a new line or carry terminal escapes into the log.
 
 use std::cell::RefCell;
 use std::fmt::{self, Write};

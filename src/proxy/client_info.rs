@@ -52,8 +52,13 @@ impl Session {
         if !used || !cfg.server.resolve_client_names {
             return;
         }
-        let resolver = self.shared.names.clone();
         let ip = self.peer.ip();
+        // A client seen within the cache's lifetime (most connections) needs no task.
+        if let Some(names) = self.shared.names.cached(ip) {
+            self.names = Some(names);
+            return;
+        }
+        let resolver = self.shared.names.clone();
         self.names_task = Some(tokio::spawn(async move { resolver.lookup(ip).await }));
     }
 

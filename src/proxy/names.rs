@@ -184,19 +184,21 @@ impl NameResolver {
         }
     }
 
-    /// The names of `ip`, from the cache or looked up (never longer than the timeout).
-    pub async fn lookup(&self, ip: IpAddr) -> ClientNames {
-        let ip = ip.to_canonical();
-        let now = Instant::now();
-        if let Some(n) = self
-            .cache
+    /// The names of `ip` if the cache holds them (not expired): no lookup, no waiting.
+    pub fn cached(&self, ip: IpAddr) -> Option<ClientNames> {
+        self.cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(ip, now)
-        {
+            .get(ip.to_canonical(), Instant::now())
+    }
+
+    /// The names of `ip`, from the cache or looked up (never longer than the timeout).
+    pub async fn lookup(&self, ip: IpAddr) -> ClientNames {
+        if let Some(n) = self.cached(ip) {
             return n;
         }
-        let deadline = now + self.timeout;
+        let ip = ip.to_canonical();
+        let deadline = Instant::now() + self.timeout;
         let names = self.resolve(ip, deadline).await;
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(
             ip,
@@ -485,11 +487,16 @@ mod tests {
     #[tokio::test]
     async fn resolver_confirms_loopback_and_caches() {
         let r = NameResolver::new(Duration::from_secs(5));
+        assert_eq!(r.cached(ip("127.0.0.1")), None);
         let names = r.lookup(ip("127.0.0.1")).await;
         assert!(names.name.known().is_some(), "{names:?}");
         assert_eq!(names.name, names.reverse);
         assert_eq!(r.cache.lock().unwrap().len(), 1);
         assert_eq!(r.lookup(ip("127.0.0.1")).await, names);
+        // Known now without a lookup, also as the IPv4-mapped IPv6 address.
+        assert_eq!(r.cached(ip("127.0.0.1")), Some(names.clone()));
+        assert_eq!(r.cached(ip("::ffff:127.0.0.1")), Some(names));
+        assert_eq!(r.cached(ip("127.0.0.2")), None);
     }
 
     #[tokio::test]
