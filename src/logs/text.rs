@@ -137,6 +137,14 @@ fn write_digits(buf: &mut [u8], mut n: u64) -> usize {
     }
 }
 
+/// Writes `n` in decimal.
+fn write_decimal(out: &mut impl Write, n: u64) -> fmt::Result {
+    let mut buf = [0u8; 20];
+    let start = write_digits(&mut buf, n);
+    // ASCII digits.
+    out.write_str(std::str::from_utf8(&buf[start..]).map_err(|_| fmt::Error)?)
+}
+
 /// Writes the event's fields as the default format does: the message as it is, then
 /// `name=value` with one space between them.
 struct Fields<'a, 'w> {
@@ -189,12 +197,7 @@ impl Visit for Fields<'_, '_> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.field(field, |f, _| {
-            let mut buf = [0u8; 20];
-            let start = write_digits(&mut buf, value);
-            f.out
-                .write_str(std::str::from_utf8(&buf[start..]).map_err(|_| fmt::Error)?)
-        });
+        self.field(field, |f, _| write_decimal(f.out, value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
@@ -202,10 +205,7 @@ impl Visit for Fields<'_, '_> {
             if value < 0 {
                 f.out.write_char('-')?;
             }
-            let mut buf = [0u8; 20];
-            let start = write_digits(&mut buf, value.unsigned_abs());
-            f.out
-                .write_str(std::str::from_utf8(&buf[start..]).map_err(|_| fmt::Error)?)
+            write_decimal(f.out, value.unsigned_abs())
         });
     }
 
