@@ -12,9 +12,11 @@
 //! The lines are those of the default format: `2026-11-26T06:43:11.775806Z  INFO
 //! floodgate::proxy::data: message client=127.0.0.1 user="" size=442`, with spans (none
 //! are used on the session path) as `name{fields}:` before the target. One difference, for
-//! safety: a value written with `Display` (`%value`) has its control characters escaped,
-//! as the message is, so text from a client or from upstream that reaches a line cannot
-//! start a new line or carry terminal escapes into the log.
+//! safety: every control character but tab is escaped, in the message and in values
+//! written with `Display` (`%value`) alike, where the default format escapes only the
+//! terminal ones (ESC, BEL, BS, FF, DEL, C1) and only in the message. So text from a client
+//! or from upstream that reaches a line cannot start a new line or carry terminal escapes
+//! into the log. String values are `Debug`-quoted, as before, which escapes them too.
 
 use std::cell::RefCell;
 use std::fmt::{self, Write};
@@ -244,8 +246,9 @@ impl Visit for Fields<'_, '_> {
 }
 
 /// Writes through to `W`, escaping the characters that could end a log line or act on a
-/// terminal: C0 controls (tab excepted), DEL and C1 controls, as `\n`, `\r` or `\xNN`, and
-/// C1 as `\u{NN}`, the escapes the default format uses for the message.
+/// terminal: line feed and carriage return as `\n` and `\r`, the other C0 controls (tab
+/// excepted) and DEL as `\xNN`, C1 controls as `\u{NN}` (the default format's escapes for
+/// the ones it escapes).
 struct Escaped<W>(W);
 
 impl<W: Write> Write for Escaped<W> {

@@ -576,11 +576,11 @@ fn worker(
         }
         loops.push(tokio::spawn(inbox_loop(inbox, ctxs, stop.clone())));
         drop(w);
-        let pacemaker = tokio::spawn(pacemaker());
+        // Ends with the runtime, after the last session: the draining ones quit too.
+        tokio::spawn(pacemaker());
         for l in loops {
             let _ = l.await;
         }
-        pacemaker.abort();
         let _ = closed.send(());
         tracker.close();
         debug!(worker = id, sessions = tracker.len(), "worker stopped accepting");
@@ -591,8 +591,8 @@ fn worker(
 /// How often a worker's [`pacemaker`] ticks: below every timeout of the relay path.
 const PACEMAKER_TICK: Duration = Duration::from_secs(1);
 
-/// Keeps a timer due within [`PACEMAKER_TICK`] on the worker's timer wheel, for as long as
-/// the worker accepts.
+/// Keeps a timer due within [`PACEMAKER_TICK`] on the worker's timer wheel, for the
+/// worker's life.
 ///
 /// tokio's timer driver promises to wake at its earliest timer; a timer registered earlier
 /// than that promise makes it write to the event loop's eventfd, even from the loop's own
