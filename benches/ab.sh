@@ -11,7 +11,7 @@
 #
 # Parts: ../shared/bench's smtp-sink on 127.0.0.1:26250 and load.sh; build A listens on
 # 127.0.0.1:26263, build B on 127.0.0.1:26264, both with floodgate-up.sh's settings
-# (FLOODGATE_LOG_LEVEL, default info here; FLOODGATE_WORKERS). Every run must deliver every
+# (FLOODGATE_LOG_LEVEL, default info here; FLOODGATE_WORKERS; FLOODGATE_PLACEMENT). Every run must deliver every
 # message (the sink's counter), else the script stops. Every process started is stopped by
 # PID on exit.
 set -euo pipefail
@@ -58,6 +58,7 @@ start() {
 [server]
 max_connections_per_ip = 10000
 workers = ${FLOODGATE_WORKERS:-0}
+placement = "${FLOODGATE_PLACEMENT:-even}"
 [[listener]]
 name = "bench"
 address = "127.0.0.1:$2"

@@ -3,7 +3,8 @@
 # 127.0.0.1:26259 in front of the sink on 127.0.0.1:26250, with the default policy and
 # client_identity = "none" (smtp-sink does not authorise XCLIENT). Sets FG (its PID) and TMP
 # (its directory); the caller stops it (floodgate_down).
-# FLOODGATE_WORKERS=N sets [server] workers (default: one event loop per core).
+# FLOODGATE_WORKERS=N sets [server] workers (default: one event loop per core);
+# FLOODGATE_PLACEMENT=even|pack sets [server] placement (default even).
 # FLOODGATE_LOG_LEVEL sets [log] level (default warn; "info" adds the per-session and
 # per-message log lines, written to a file, as a postmaster would run it).
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,6 +20,7 @@ cat >"$TMP/floodgate.toml" <<TOML
 [server]
 max_connections_per_ip = 10000
 workers = ${FLOODGATE_WORKERS:-0}
+placement = "${FLOODGATE_PLACEMENT:-even}"
 [[listener]]
 name = "bench"
 address = "127.0.0.1:26259"

@@ -50,6 +50,19 @@ fn bad_enum_names_line() {
 }
 
 #[test]
+fn placement_is_even_or_pack() {
+    let ok = |text: &str| Config::parse(Path::new("/etc/floodgate/f.toml"), text).unwrap();
+    assert_eq!(ok(GOOD).server.placement, Placement::Even);
+    let packed = GOOD.replace("[upstream]", "[server]\nplacement = \"pack\"\n[upstream]");
+    assert_eq!(ok(&packed).server.placement, Placement::Pack);
+    let e = err(&GOOD.replace("[upstream]", "[server]\nplacement = \"tight\"\n[upstream]"));
+    assert!(
+        e.contains("unknown variant `tight`, expected `even` or `pack`"),
+        "{e}"
+    );
+}
+
+#[test]
 fn bad_duration() {
     let e = err(&format!("{GOOD}\n[timeouts]\ncommand = \"5 minutes\"\n"));
     assert!(e.starts_with("/etc/floodgate/test.toml:15:"), "{e}");

@@ -5,7 +5,7 @@
 use std::fmt;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
 /// A reader registered with [`super::Metrics::scrape`].
@@ -63,12 +63,12 @@ impl Scrape<'_> {
     }
 
     /// A gauge family with one label: one sample per `(label value, value)`.
-    pub fn gauges<V: AsRef<str>>(
+    pub fn gauges<V: AsRef<str>, N: EncodeGaugeValue>(
         &mut self,
         name: &'static str,
         help: &str,
         label: &'static str,
-        samples: impl IntoIterator<Item = (V, i64)>,
+        samples: impl IntoIterator<Item = (V, N)>,
     ) {
         self.family(name, help, MetricType::Gauge, |e| {
             for (v, n) in samples {

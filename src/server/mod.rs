@@ -250,8 +250,8 @@ impl Control {
     }
 
     /// Re-reads the config file and compiles a new generation; on success new sessions use
-    /// it, on failure the generation in force stays. Listener addresses and the number of
-    /// workers are not changed by a reload.
+    /// it, on failure the generation in force stays. Listener addresses, the number of
+    /// workers and the placement of sessions on them are not changed by a reload.
     ///
     /// The policy object (and with it the rate-limit store) stays the same; it is handed the
     /// new limits and lists, which every later check uses, in running sessions too. The
@@ -347,7 +347,7 @@ impl Server {
                 metrics: metrics.listener(&l.display_name()),
             });
         }
-        let loads = Arc::new(WorkerLoads::new(workers));
+        let loads = Arc::new(WorkerLoads::new(workers, config.server.placement));
         register_worker_metrics(&metrics, &loads);
         Ok(Server {
             bound,
@@ -463,7 +463,7 @@ impl Server {
     }
 }
 
-/// Makes the workers' session counts part of the exposition.
+/// Makes the workers' session counts and busy shares part of the exposition.
 fn register_worker_metrics(metrics: &Metrics, loads: &Arc<WorkerLoads>) {
     let loads = loads.clone();
     metrics.scrape("workers", move |w| {
@@ -477,9 +477,20 @@ fn register_worker_metrics(metrics: &Metrics, loads: &Arc<WorkerLoads>) {
                 .enumerate()
                 .map(|(i, n)| (i.to_string(), i64::try_from(n).unwrap_or(i64::MAX))),
         );
+        w.gauges(
+            "floodgate_worker_busy_ratio",
+            "How busy each worker thread's event loop has been lately: the share of time it \
+             was not waiting for events, weighted over about 25 ms.",
+            "worker",
+            loads
+                .busy()
+                .into_iter()
+                .enumerate()
+                .map(|(i, ppm)| (i.to_string(), f64::from(ppm) / 1e6)),
+        );
         w.counter(
             "floodgate_worker_handoffs_total",
-            "Connections accepted by one worker and served by a less loaded one.",
+            "Connections accepted by one worker and served by another.",
             loads.handoffs(),
         );
     });
@@ -527,8 +538,11 @@ fn worker(
     closed: tokio::sync::oneshot::Sender<()>,
 ) {
     let id = w.id;
+    let (parking, waking) = (w.balance.loads.clone(), w.balance.loads.clone());
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_park(move || parking.parking(id))
+        .on_thread_unpark(move || waking.woken(id))
         .build()
     {
         Ok(rt) => rt,
