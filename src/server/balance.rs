@@ -398,6 +398,12 @@ mod tests {
         // Asleep long enough, it is idle again.
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(loads.busy()[0], 0);
+        // A loop that starts (or wakes) after a long idle and sleeps at once was not busy:
+        // the time before its wake counts as idle.
+        std::thread::sleep(Duration::from_millis(30));
+        loads.woken(1);
+        loads.parking(1);
+        assert!(loads.busy()[1] < 10_000, "{}", loads.busy()[1]);
     }
 
     #[test]

@@ -538,6 +538,9 @@ fn worker(
     closed: tokio::sync::oneshot::Sender<()>,
 ) {
     let id = w.id;
+    // The thread runs from here without an unpark: count it awake, so the time until its
+    // loop first sleeps is busy and the time before it started is not.
+    w.balance.loads.woken(id);
     let (parking, waking) = (w.balance.loads.clone(), w.balance.loads.clone());
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

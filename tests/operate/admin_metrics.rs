@@ -54,6 +54,14 @@ fn fsample(text: &str, series: &str) -> f64 {
         .unwrap_or_else(|_| panic!("series {series} is not a number"))
 }
 
+/// The open sessions of workers 0 and 1.
+fn worker_sessions(text: &str) -> (u64, u64) {
+    (
+        sample(text, r#"floodgate_worker_sessions{worker="0"}"#),
+        sample(text, r#"floodgate_worker_sessions{worker="1"}"#),
+    )
+}
+
 fn auth_plain(c: &mut RawClient, user: &str, password: &str) -> Reply {
     let token = b64_encode(format!("\0{user}\0{password}").as_bytes());
     c.cmd(&format!("AUTH PLAIN {token}"))
@@ -240,9 +248,7 @@ fn sessions_are_spread_evenly_over_the_workers() {
         clients.push(c);
     }
     let text = get_tcp(metrics, "/metrics").1;
-    let w0 = sample(&text, r#"floodgate_worker_sessions{worker="0"}"#);
-    let w1 = sample(&text, r#"floodgate_worker_sessions{worker="1"}"#);
-    assert_eq!((w0, w1), (10, 10), "\n{text}");
+    assert_eq!(worker_sessions(&text), (10, 10), "\n{text}");
     let handoffs = sample(&text, "floodgate_worker_handoffs_total");
     assert!(handoffs <= N as u64, "{handoffs}");
     for w in ["0", "1"] {
@@ -269,12 +275,6 @@ fn sessions_fill_the_first_worker_then_spread() {
         .extra(&format!("[metrics]\naddress = \"{metrics}\"\n"));
     let fg = Floodgate::start(&cfg);
     let addr = fg.addr("submission");
-    let counts = |text: &str| {
-        (
-            sample(text, r#"floodgate_worker_sessions{worker="0"}"#),
-            sample(text, r#"floodgate_worker_sessions{worker="1"}"#),
-        )
-    };
 
     // One at a time, each fully set up before the next: every choice sees the sessions
     // before it. Idle sessions keep the loops far from busy, but a debug build's first
@@ -310,14 +310,14 @@ fn sessions_fill_the_first_worker_then_spread() {
         clients.push(c);
         if i + 1 == 16 {
             let text = get_tcp(metrics, "/metrics").1;
-            assert_eq!(counts(&text), (16, 0), "\n{text}");
+            assert_eq!(worker_sessions(&text), (16, 0), "\n{text}");
         }
     }
     // Both full (16 each), the rest go to the less loaded loop. A loop that is busy at the
     // instant of a choice (descheduled by other tests, say) is passed over for that one
     // session, so allow one such choice.
     let text = get_tcp(metrics, "/metrics").1;
-    let (w0, w1) = counts(&text);
+    let (w0, w1) = worker_sessions(&text);
     assert_eq!(w0 + w1, N as u64, "\n{text}");
     assert!(w0.abs_diff(w1) <= 2, "({w0}, {w1})\n{text}");
     // Whichever worker's loop accepted each one: a session is handed over only when the
@@ -360,10 +360,7 @@ fn relay_all_then_close(mut clients: Vec<RawClient>, rec: &Recorder, metrics: So
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let text = get_tcp(metrics, "/metrics").1;
-        let open = (
-            sample(&text, r#"floodgate_worker_sessions{worker="0"}"#),
-            sample(&text, r#"floodgate_worker_sessions{worker="1"}"#),
-        );
+        let open = worker_sessions(&text);
         if open == (0, 0) {
             break;
         }
