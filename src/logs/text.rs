@@ -149,13 +149,13 @@ fn write_decimal(out: &mut impl Write, n: u64) -> fmt::Result {
 
 /// Writes the event's fields as the default format does: the message as it is, then
 /// `name=value` with one space between them.
-struct Fields<'a, 'w> {
-    out: &'a mut Writer<'w>,
+struct Fields<'a, W> {
+    out: &'a mut W,
     first: bool,
     result: fmt::Result,
 }
 
-impl Fields<'_, '_> {
+impl<W: Write> Fields<'_, W> {
     /// Starts a field: a space after the first, then `name=` (nothing for the message).
     fn start(&mut self, field: &Field) -> Result<bool, fmt::Error> {
         if !std::mem::replace(&mut self.first, false) {
@@ -179,7 +179,7 @@ impl Fields<'_, '_> {
     }
 }
 
-impl Visit for Fields<'_, '_> {
+impl<W: Write> Visit for Fields<'_, W> {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.field(field, |f, message| {
             if message {
@@ -253,6 +253,10 @@ struct Escaped<W>(W);
 
 impl<W: Write> Write for Escaped<W> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
+        // Printable ASCII and tab, the usual case, checked byte by byte: nothing to escape.
+        if s.bytes().all(|b| (0x20..0x7f).contains(&b) || b == b'\t') {
+            return self.0.write_str(s);
+        }
         let clean = |c: char| c == '\t' || !(c.is_control());
         if s.chars().all(clean) {
             return self.0.write_str(s);
@@ -267,6 +271,50 @@ impl<W: Write> Write for Escaped<W> {
             }
         }
         Ok(())
+    }
+}
+
+/// An IP address as text, written once for the many log lines of a session that name it
+/// (`client = %ip`): writing an address through `Display` each time costs more than the
+/// rest of a field.
+#[derive(Clone, Copy)]
+pub struct IpText {
+    len: u8,
+    /// Long enough for any address: an IPv6 address with an embedded IPv4 one is 45 octets.
+    text: [u8; 45],
+}
+
+impl IpText {
+    /// `ip` as `Display` writes it.
+    pub fn new(ip: std::net::IpAddr) -> Self {
+        let mut out = IpText {
+            len: 0,
+            text: [0; 45],
+        };
+        let mut rest = &mut out.text[..];
+        // An address always fits (see `text`).
+        let _ = std::io::Write::write_fmt(&mut rest, format_args!("{ip}"));
+        let left = rest.len();
+        out.len = (45 - left) as u8;
+        out
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Written from an address's `Display`: ASCII.
+        std::str::from_utf8(&self.text[..usize::from(self.len)]).unwrap_or("")
+    }
+}
+
+impl fmt::Display for IpText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for IpText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
@@ -428,7 +476,82 @@ mod tests {
         );
     }
 
+    #[test]
+    fn long_values_and_many_fields_are_written_as_the_default_format_does() {
+        let (default, ours) = both(|| {
+            for n in [1usize, 200, 255, 256, 257, 300, 1000] {
+                let v = "v".repeat(n);
+                tracing::info!(a = v.as_str(), b = %v, n = n as u64, "{v}");
+            }
+            tracing::info!(
+                a1 = 1u64,
+                a2 = 22u64,
+                a3 = 333u64,
+                a4 = "4444",
+                a5 = "55555",
+                a6 = 1u64,
+                a7 = 22u64,
+                a8 = 333u64,
+                a9 = "4444",
+                a10 = "55555",
+                a11 = 1u64,
+                a12 = 22u64,
+                a13 = 333u64,
+                a14 = "4444",
+                a15 = "55555",
+                a16 = 1u64,
+                a17 = 22u64,
+                a18 = 333u64,
+                a19 = "4444",
+                a20 = "55555",
+                a21 = u64::MAX,
+                a22 = i64::MIN,
+                a23 = "x",
+                a24 = "y",
+                a25 = "z",
+                "many"
+            );
+        });
+        assert_eq!(ours.len(), 8, "{ours:?}");
+        assert_eq!(ours.len(), default.len());
+        for (d, o) in default.iter().zip(&ours) {
+            assert_eq!(untimed(o), untimed(d));
+        }
+    }
+
+    #[test]
+    fn ip_text_is_the_address_as_display_writes_it() {
+        for ip in [
+            "192.0.2.7",
+            "255.255.255.255",
+            "::1",
+            "::ffff:255.255.255.255",
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        ] {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            assert_eq!(IpText::new(ip).as_str(), ip.to_string());
+            assert_eq!(IpText::new(ip).to_string(), ip.to_string());
+            assert_eq!(
+                format!("{:?}", IpText::new(ip)),
+                format!("{:?}", ip.to_string())
+            );
+        }
+        let (default, ours) = both(|| {
+            let ip: std::net::IpAddr = "2001:db8::7".parse().unwrap();
+            tracing::info!(client = %IpText::new(ip), "x");
+        });
+        assert_eq!(untimed(&ours[0]), untimed(&default[0]));
+        assert!(ours[0].ends_with("x client=2001:db8::7"), "{}", ours[0]);
+    }
+
     proptest::proptest! {
+        /// Every address, v4 or v6, is written as `Display` writes it.
+        #[test]
+        fn ip_text_of_any_address(ip in proptest::prelude::any::<std::net::IpAddr>()) {
+            let text = IpText::new(ip);
+            proptest::prop_assert_eq!(text.as_str(), ip.to_string());
+        }
+
         /// Any string value, as `%value`, `value` or the message, gives one line, and
         /// with the characters that need no escaping the same line as the default format.
         #[test]

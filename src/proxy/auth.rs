@@ -88,9 +88,9 @@ impl Session {
         self.shared.metrics.auth(reply.code == 235);
         if self.dialogue.on_upstream(dialogue::Stage::Auth, &reply) == Heard::Accepted {
             self.facts.user = user.clone();
-            info!(client = %self.peer.ip(), user = user.as_deref().unwrap_or(""), mechanism = %mechanism, "authenticated");
+            info!(client = %self.ip_text, user = user.as_deref().unwrap_or(""), mechanism = %mechanism, "authenticated");
         } else {
-            info!(client = %self.peer.ip(), user = user.as_deref().unwrap_or(""), mechanism = %mechanism, code = reply.code, "authentication failed");
+            info!(client = %self.ip_text, user = user.as_deref().unwrap_or(""), mechanism = %mechanism, code = reply.code, "authentication failed");
         }
         let Some(reply) = self.after_upstream(Stage::Auth, reply).await else {
             return Ok(Flow::Close);

@@ -53,7 +53,7 @@ impl Session {
             }
         };
         if !body.announce(size) {
-            info!(client = %self.peer.ip(), size = body.announced(), "message refused: chunks over max_message_size");
+            info!(client = %self.ip_text, size = body.announced(), "message refused: chunks over max_message_size");
             self.tally.refused += 1;
             self.shared.metrics.refused.inc();
             self.abort_upstream_txn().await?;
@@ -123,7 +123,7 @@ impl Session {
     /// upstream's transaction reset.
     async fn chunk_abandoned(&mut self, end: ReadEnd) -> Handled {
         let why = self.read_end(end);
-        info!(client = %self.peer.ip(), why, "message abandoned during BDAT");
+        info!(client = %self.ip_text, why, "message abandoned during BDAT");
         if self.dialogue.in_transaction() {
             self.abort_upstream_txn().await?;
         }

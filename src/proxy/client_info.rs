@@ -80,11 +80,11 @@ impl Session {
         self.shared.metrics.identity_refused(problem.kind());
         let relay = self.shared.config.upstream.on_identity_refused == OnIdentityRefused::Relay;
         if relay && problem.relayable() {
-            warn!(client = %self.peer.ip(), problem = %problem,
+            warn!(client = %self.ip_text, problem = %problem,
                 "relaying with floodgate's own address (on_identity_refused = \"relay\")");
             return Ok(());
         }
-        error!(client = %self.peer.ip(), port = self.peer.port(), problem = %problem,
+        error!(client = %self.ip_text, port = self.peer.port(), problem = %problem,
             "upstream did not take the client's identity: refusing the client");
         self.client
             .queue(&refusal_reply(&self.shared.config.server.hostname));

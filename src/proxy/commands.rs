@@ -25,10 +25,10 @@ impl Session {
             }
             Step::Refuse { reply, note } => {
                 if let Some(note) = note {
-                    info!(client = %self.peer.ip(), listener = %self.listener.name, "{note}");
+                    info!(client = %self.ip_text, listener = %self.listener.name, "{note}");
                 }
                 if let Command::Unknown(verb) = &cmd {
-                    info!(client = %self.peer.ip(), verb = %verb, "unknown command");
+                    info!(client = %self.ip_text, verb = %verb, "unknown command");
                 }
                 Ok(self.refuse_with(&reply))
             }
@@ -81,7 +81,7 @@ impl Session {
             Step::ProxyHeader => {
                 // Going on would count every client behind a misconfigured load balancer
                 // as the balancer's address, so refuse loudly instead.
-                warn!(client = %self.peer.ip(), listener = %self.listener.name,
+                warn!(client = %self.ip_text, listener = %self.listener.name,
                     "PROXY header from a peer not trusted for it: closing (see [server] trusted_proxies and the listener's proxy_protocol)");
                 let host = &self.shared.config.server.hostname;
                 self.client
@@ -214,7 +214,7 @@ impl Session {
             Ok(discarded) => {
                 if discarded > 0 {
                     warn!(
-                        client = %self.peer.ip(),
+                        client = %self.ip_text,
                         discarded,
                         "discarded bytes pipelined after STARTTLS (CVE-2011-0411)"
                     );
@@ -229,7 +229,7 @@ impl Session {
                 Ok(Flow::Next)
             }
             Err(e) => {
-                info!(client = %self.peer.ip(), port = self.peer.port(), listener = %self.listener.name, error = %e, "STARTTLS handshake failed");
+                info!(client = %self.ip_text, port = self.peer.port(), listener = %self.listener.name, error = %e, "STARTTLS handshake failed");
                 Ok(Flow::Close)
             }
         }

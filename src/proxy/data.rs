@@ -17,6 +17,7 @@ use crate::config::BareLineEndings;
 use crate::policy::Stage;
 use crate::smtp::data::{encode_data, unstuffed, BarePolicy, DataDecoder, DataOutcome, Wire};
 use crate::smtp::dialogue::{self, replies};
+use crate::smtp::header_fields::{self, header_end, HeaderFields};
 use crate::smtp::reply::Reply;
 
 use super::client::Wait;
@@ -41,26 +42,14 @@ pub(super) enum Spooled {
     Chunked(Vec<u8>),
 }
 
-/// The header parser of [`header_fields`]: From, Message-ID and Subject parsed as
-/// mail-parser always parses them, every other field skipped to its end (parsing Date, Received and the rest
-/// only to throw them away was most of the cost of reading the header section).
-fn header_parser() -> &'static mail_parser::MessageParser {
-    static PARSER: std::sync::OnceLock<mail_parser::MessageParser> = std::sync::OnceLock::new();
-    PARSER.get_or_init(|| {
-        mail_parser::MessageParser::new()
-            .header_address(mail_parser::HeaderName::From)
-            .header_id(mail_parser::HeaderName::MessageId)
-            .header_text(mail_parser::HeaderName::Subject)
-            .default_header_ignore()
-    })
-}
-
 /// The header section (through its blank line, or everything) of a message spooled in its
 /// dot-stuffed wire form, unstuffed: borrowed when no line of it starts with '.'.
 fn header_section(stuffed: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     let head = &stuffed[..header_end(stuffed)];
+    // Built once: building a searcher costs more than a search of a header section.
     static DOT_LINE: OnceLock<Finder<'static>> = OnceLock::new();
-    if !head.starts_with(b".") && finder(&DOT_LINE, b"\r\n.").find(head).is_none() {
+    let dot_line = DOT_LINE.get_or_init(|| Finder::new(b"\r\n."));
+    if !head.starts_with(b".") && dot_line.find(head).is_none() {
         return std::borrow::Cow::Borrowed(head);
     }
     // Every line that starts with '.' here was stuffed: drop that one dot.
@@ -69,93 +58,6 @@ fn header_section(stuffed: &[u8]) -> std::borrow::Cow<'_, [u8]> {
         out.extend_from_slice(line.strip_prefix(b".").unwrap_or(line));
     }
     std::borrow::Cow::Owned(out)
-}
-
-/// The searcher for `needle`, built once into `cell` (building one costs more than a search
-/// of a header section).
-fn finder(
-    cell: &'static OnceLock<Finder<'static>>,
-    needle: &'static [u8],
-) -> &'static Finder<'static> {
-    cell.get_or_init(|| Finder::new(needle))
-}
-
-/// The end of the header section: just past its blank line (the first CRLF CRLF), or the
-/// end of `msg`.
-fn header_end(msg: &[u8]) -> usize {
-    static BLANK_LINE: OnceLock<Finder<'static>> = OnceLock::new();
-    finder(&BLANK_LINE, b"\r\n\r\n")
-        .find(msg)
-        .map_or(msg.len(), |p| p + 4)
-}
-
-/// Copies the From and Message-ID fields (with their folded lines) of a plain header section
-/// into `out`, which mail-parser then reads instead of the whole section. `None` when the
-/// section is anything but plain (a bare CR or LF, a line before the first field, a field
-/// name that is not printable ASCII followed by ':', no final CRLF): mail-parser then reads
-/// it all, so what is found never depends on this shortcut.
-fn wanted_fields(head: &[u8], out: &mut Vec<u8>) -> Option<()> {
-    let mut rest = head;
-    let mut keep = false;
-    let mut first = true;
-    while !rest.is_empty() {
-        let lf = memchr::memchr(b'\n', rest)?;
-        let line = &rest[..=lf];
-        let text = line.strip_suffix(b"\r\n")?;
-        if memchr::memchr(b'\r', text).is_some() {
-            return None;
-        }
-        if text.is_empty() {
-            // The blank line ends the section; a section that starts with it is left to
-            // mail-parser.
-            return if first { None } else { Some(()) };
-        }
-        if text[0] == b' ' || text[0] == b'\t' {
-            if first {
-                return None;
-            }
-        } else {
-            let colon = memchr::memchr(b':', text)?;
-            let name = &text[..colon];
-            if name.is_empty() || !name.iter().all(|b| (33..=126).contains(b)) {
-                return None;
-            }
-            keep = name.eq_ignore_ascii_case(b"from")
-                || name.eq_ignore_ascii_case(b"message-id")
-                || name.eq_ignore_ascii_case(b"subject");
-        }
-        if keep {
-            out.extend_from_slice(line);
-        }
-        first = false;
-        rest = &rest[lf + 1..];
-    }
-    Some(())
-}
-
-/// From, Message-ID and Subject of a message, read from its header section only.
-fn header_fields(body: &[u8]) -> (Option<String>, Option<String>, Option<String>) {
-    let head = &body[..header_end(body)];
-    let mut wanted = Vec::new();
-    let fields = match wanted_fields(head, &mut wanted) {
-        Some(()) if wanted.is_empty() => return (None, None, None),
-        Some(()) => {
-            wanted.extend_from_slice(b"\r\n");
-            &wanted[..]
-        }
-        None => head,
-    };
-    let Some(msg) = header_parser().parse_headers(fields) else {
-        return (None, None, None);
-    };
-    let from = msg
-        .from()
-        .and_then(|a| a.first())
-        .and_then(|a| a.address())
-        .map(str::to_string);
-    let id = msg.message_id().map(str::to_string);
-    let subject = msg.subject().map(str::to_string);
-    (from, id, subject)
 }
 
 impl Session {
@@ -193,7 +95,7 @@ impl Session {
                 self.client.rbuf.clear();
                 self.client.set_bulk(false);
                 let why = self.read_end(end);
-                info!(client = %self.peer.ip(), why, "message abandoned during DATA");
+                info!(client = %self.ip_text, why, "message abandoned during DATA");
                 self.abort_upstream_txn().await?;
                 return Ok(Flow::Close);
             }
@@ -214,7 +116,7 @@ impl Session {
         let refusal = outcome.rejection();
         if let Some(r) = refusal {
             info!(
-                client = %self.peer.ip(),
+                client = %self.ip_text,
                 user = self.facts.user.as_deref().unwrap_or(""),
                 sender = self.facts.sender.as_deref().unwrap_or(""),
                 recipients = self.dialogue.recipients(),
@@ -232,17 +134,18 @@ impl Session {
         self.facts.message_size = outcome.size;
         // The header is parsed for the message's log line and for limits that read the
         // header From; with neither, nobody would see the result.
-        let (from, message_id, subject) =
+        let fields =
             if tracing::enabled!(tracing::Level::INFO) || self.shared.policy.reads_header_from() {
                 match &msg {
-                    Spooled::Data(wire) => header_fields(&header_section(wire.message())),
-                    Spooled::Chunked(body) => header_fields(body),
+                    Spooled::Data(wire) => header_fields::read(&header_section(wire.message())),
+                    Spooled::Chunked(body) => header_fields::read(body),
                 }
             } else {
-                (None, None, None)
+                HeaderFields::default()
             };
-        self.facts.header_from = from;
-        self.facts.subject = subject;
+        let message_id = fields.message_id;
+        self.facts.header_from = fields.from;
+        self.facts.subject = fields.subject;
         // Ratio limits leave auto-submitted messages out (the policy then reads headers).
         self.facts.auto_submitted = self.shared.policy.reads_header_from()
             && match &msg {
@@ -290,7 +193,7 @@ impl Session {
                 .message_relayed(self.dialogue.recipients(), outcome.size);
         }
         info!(
-            client = %self.peer.ip(),
+            client = %self.ip_text,
             user = self.facts.user.as_deref().unwrap_or(""),
             sender = self.facts.sender.as_deref().unwrap_or(""),
             recipients = self.dialogue.recipients(),
@@ -463,29 +366,8 @@ impl Session {
 
 #[cfg(test)]
 mod tests {
-    use super::header_fields;
+    use crate::smtp::header_fields;
     use proptest::prelude::*;
-
-    /// What `header_fields` answered before it skipped the other fields: mail-parser with
-    /// every field parsed.
-    fn full_parse(body: &[u8]) -> (Option<String>, Option<String>, Option<String>) {
-        let end = memchr::memmem::find(body, b"\r\n\r\n")
-            .map(|p| p + 4)
-            .unwrap_or(body.len());
-        let Some(msg) = mail_parser::MessageParser::new().parse_headers(&body[..end]) else {
-            return (None, None, None);
-        };
-        let from = msg
-            .from()
-            .and_then(|a| a.first())
-            .and_then(|a| a.address())
-            .map(str::to_string);
-        (
-            from,
-            msg.message_id().map(str::to_string),
-            msg.subject().map(str::to_string),
-        )
-    }
 
     #[test]
     fn header_section_unstuffs_only_the_header() {
@@ -503,112 +385,11 @@ mod tests {
         assert_eq!(&*header_section(b""), b"");
     }
 
-    #[test]
-    fn reads_from_and_message_id() {
-        let m = b"Date: Sat, 21 Nov 2026 10:00:00 +0000\r\nFrom: A <a@example.org>\r\n\
-                  Subject: =?utf-8?q?hi?=\r\nMessage-ID: <1@x>\r\n\r\nbody\r\n";
-        assert_eq!(
-            header_fields(m),
-            (
-                Some("a@example.org".into()),
-                Some("1@x".into()),
-                Some("hi".into())
-            )
-        );
-        assert_eq!(
-            header_fields(b"\r\nFrom: a@b\r\n"),
-            full_parse(b"\r\nFrom: a@b\r\n")
-        );
-        assert_eq!(header_fields(b""), (None, None, None));
-    }
-
-    #[test]
-    fn shortcut_keeps_folded_and_repeated_fields() {
-        let m = b"Received: from x\r\n\tby y\r\nFrom: A\r\n <a@example.org>\r\nTo: b@c\r\n\
-                  from: c@d\r\nMessage-Id:\r\n <1@x>\r\n\r\nFrom: body@e\r\n";
-        let mut wanted = Vec::new();
-        assert!(super::wanted_fields(&m[..super::header_end(m)], &mut wanted).is_some());
-        assert_eq!(
-            wanted,
-            b"From: A\r\n <a@example.org>\r\nfrom: c@d\r\nMessage-Id:\r\n <1@x>\r\n"
-        );
-        assert_eq!(header_fields(m), full_parse(m));
-        assert_eq!(header_fields(m).1.as_deref(), Some("1@x"));
-        // Not plain: left to mail-parser whole.
-        for odd in [
-            &b" folded first\r\nFrom: a@b\r\n\r\n"[..],
-            b"From: a@b\n\r\n",
-            b"\r\nFrom: a@b\r\n",
-        ] {
-            assert!(super::wanted_fields(odd, &mut Vec::new()).is_none());
-            assert_eq!(header_fields(odd), full_parse(odd));
-        }
-        assert_eq!(
-            header_fields(b"Subject: x\r\n\r\n"),
-            (None, None, Some("x".into()))
-        );
-        assert_eq!(header_fields(b"To: x\r\n\r\n"), (None, None, None));
-    }
-
-    fn field() -> impl Strategy<Value = Vec<u8>> {
-        let name = prop_oneof![
-            Just("From"),
-            Just("from"),
-            Just("FROM "),
-            Just("Message-ID"),
-            Just("Message-Id"),
-            Just("Date"),
-            Just("Subject"),
-            Just("Received"),
-            Just("Content-Type"),
-            Just("To"),
-            Just("Resent-From"),
-            Just("X-Other"),
-            Just("References"),
-            Just("Keywords"),
-        ];
-        let value = proptest::collection::vec(
-            prop_oneof![
-                Just(&b" "[..]),
-                Just(&b"a@b.example"[..]),
-                Just(&b"<"[..]),
-                Just(&b">"[..]),
-                Just(&b"\""[..]),
-                Just(&b"("[..]),
-                Just(&b")"[..]),
-                Just(&b","[..]),
-                Just(&b";"[..]),
-                Just(&b":"[..]),
-                Just(&b"\r\n "[..]),
-                Just(&b"\r\n\t"[..]),
-                Just(&b"\n"[..]),
-                Just(&b"\r"[..]),
-                Just(&b"=?utf-8?q?x_y?="[..]),
-                Just(&b"Mon, 1 Jan 2024 00:00:00 +0000"[..]),
-                Just(&b"\xc3\xa9"[..]),
-                Just(&b"\xff"[..]),
-                Just(&b"Name"[..]),
-                Just(&b"@"[..]),
-                Just(&b"multipart/mixed; boundary=x"[..]),
-            ],
-            0..8,
-        );
-        (name, any::<bool>(), value).prop_map(|(n, colon, v)| {
-            let mut f = n.as_bytes().to_vec();
-            if colon {
-                f.push(b':');
-            }
-            f.extend(v.concat());
-            f.extend_from_slice(b"\r\n");
-            f
-        })
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
         /// The unstuffed header section of the stuffed spool is the plain message's header
-        /// section, so From and Message-ID read the same.
+        /// section, so its fields read the same.
         #[test]
         fn header_section_of_stuffed_is_plain_header(
             lines in proptest::collection::vec(
@@ -626,51 +407,10 @@ mod tests {
             stuffed.truncate(stuffed.len() - 3);
             let end = memchr::memmem::find(&plain, b"\r\n\r\n").map(|p| p + 4).unwrap_or(plain.len());
             prop_assert_eq!(&*super::header_section(&stuffed), &plain[..end]);
-            prop_assert_eq!(header_fields(&super::header_section(&stuffed)), header_fields(&plain));
-        }
-
-        /// Plain sections (CRLF lines, every field named and followed by ':') go through
-        /// the shortcut, and it reads what parsing every field reads.
-        #[test]
-        fn shortcut_reads_what_a_full_parse_reads(
-            fields in proptest::collection::vec(field(), 1..8),
-        ) {
-            let plain: Vec<Vec<u8>> = fields
-                .into_iter()
-                .filter(|f| {
-                    let text = &f[..f.len() - 2];
-                    let named = text
-                        .iter()
-                        .position(|&b| b == b':')
-                        .is_some_and(|c| c > 0 && text[..c].iter().all(|b| (33..=126).contains(b)));
-                    // Folded lines are plain; a bare CR or LF is not.
-                    let bare = text.iter().enumerate().any(|(i, &b)| match b {
-                        b'\r' => text.get(i + 1) != Some(&b'\n')
-                            || !matches!(text.get(i + 2), Some(b' ' | b'\t')),
-                        b'\n' => i == 0 || text[i - 1] != b'\r',
-                        _ => false,
-                    });
-                    named && !bare
-                })
-                .collect();
-            prop_assume!(!plain.is_empty());
-            let mut m = plain.concat();
-            m.extend_from_slice(b"\r\nbody\r\n");
-            let mut wanted = Vec::new();
-            prop_assert!(super::wanted_fields(&m[..super::header_end(&m)], &mut wanted).is_some());
-            prop_assert_eq!(header_fields(&m), full_parse(&m));
-        }
-
-        /// Skipping the other fields never changes what is read from From and Message-ID.
-        #[test]
-        fn same_answer_as_parsing_every_field(
-            fields in proptest::collection::vec(field(), 0..8),
-            body in proptest::collection::vec(any::<u8>(), 0..20),
-        ) {
-            let mut m = fields.concat();
-            m.extend_from_slice(b"\r\n");
-            m.extend(body);
-            prop_assert_eq!(header_fields(&m), full_parse(&m));
+            prop_assert_eq!(
+                header_fields::read(&super::header_section(&stuffed)),
+                header_fields::read(&plain)
+            );
         }
     }
 }

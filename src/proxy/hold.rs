@@ -190,7 +190,7 @@ impl Session {
                 metrics.hold.held.inc();
                 if let Some(p) = paced {
                     info!(
-                        client = %self.peer.ip(),
+                        client = %self.ip_text,
                         user = self.facts.user.as_deref().unwrap_or(""),
                         sender = self.facts.sender.as_deref().unwrap_or(""),
                         recipients,
@@ -209,7 +209,7 @@ impl Session {
                         .set(self.shared.paced.len() as i64);
                 } else {
                     info!(
-                        client = %self.peer.ip(),
+                        client = %self.ip_text,
                         user = self.facts.user.as_deref().unwrap_or(""),
                         sender = self.facts.sender.as_deref().unwrap_or(""),
                         recipients,
@@ -241,7 +241,7 @@ impl Session {
             }
             Err(e) => {
                 metrics.hold.refused.inc();
-                warn!(client = %self.peer.ip(), error = %e, limit = %order.limit, key = %order.key,
+                warn!(client = %self.ip_text, error = %e, limit = %order.limit, key = %order.key,
                     "message not held: deferred");
                 self.reset_txn();
                 let host = &self.shared.config.server.hostname;

@@ -59,7 +59,7 @@ impl Session {
             Ok(reply) => {
                 metrics.graded.rerouted.inc();
                 info!(
-                    client = %self.peer.ip(),
+                    client = %self.ip_text,
                     user = self.facts.user.as_deref().unwrap_or(""),
                     sender = self.facts.sender.as_deref().unwrap_or(""),
                     recipients,
@@ -91,7 +91,7 @@ impl Session {
                     }
                 };
                 warn!(
-                    client = %self.peer.ip(),
+                    client = %self.ip_text,
                     user = self.facts.user.as_deref().unwrap_or(""),
                     limit = %order.limit,
                     key = %order.key,

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{ClientIdentity, Config, TlsMode};
+use crate::logs::text::IpText;
 use crate::policy::{Facts, Policy, SessionPolicy, Stage, Verdict};
 use crate::smtp::command::parse_command;
 use crate::smtp::dialogue::{replies, Dialogue, Heard, Settings, Step};
@@ -108,6 +109,8 @@ pub struct Session {
     pub(super) received: Option<Vec<u8>>,
     pub(super) stop: CancellationToken,
     pub(super) peer: SocketAddr,
+    /// The client's address as its log lines write it.
+    pub(super) ip_text: IpText,
     /// The address the client connected to, when upstream needs it (PROXY v2, XCLIENT).
     pub(super) local: Option<SocketAddr>,
     /// The client's name lookup, started with the session.
@@ -159,6 +162,7 @@ impl Session {
             received: None,
             stop,
             peer,
+            ip_text: IpText::new(peer.ip()),
             local,
             names_task: None,
             names: None,
@@ -176,7 +180,7 @@ impl Session {
             up.quit().await;
         }
         info!(
-            client = %s.peer.ip(),
+            client = %s.ip_text,
             port = s.peer.port(),
             listener = %s.listener.name,
             tls = s.client.tls_info().unwrap_or("no"),
@@ -214,14 +218,14 @@ impl Session {
             }
             Err(UpstreamError::Identity(p)) => {
                 // Counted with the upstream outcome above.
-                error!(client = %self.peer.ip(), port = self.peer.port(), problem = %p,
+                error!(client = %self.ip_text, port = self.peer.port(), problem = %p,
                     "upstream did not take the client's identity: refusing the client");
                 self.client
                     .queue(&refusal_reply(&self.shared.config.server.hostname));
                 return "identity refused";
             }
             Err(e) => {
-                warn!(client = %self.peer.ip(), error = %e, "upstream unavailable");
+                warn!(client = %self.ip_text, error = %e, "upstream unavailable");
                 let r = e.client_reply(&self.shared.config.server.hostname);
                 self.client.queue(&r);
                 return "upstream unavailable";
@@ -259,7 +263,7 @@ impl Session {
             Ok(end) => end,
             Err(e) => {
                 self.shared.metrics.upstream_failed(e.label());
-                warn!(client = %self.peer.ip(), error = %e, "upstream failed");
+                warn!(client = %self.ip_text, error = %e, "upstream failed");
                 let r = e.client_reply(&self.shared.config.server.hostname);
                 self.client.queue(&r);
                 // The upstream session is unusable; do not QUIT it politely.
@@ -278,7 +282,7 @@ impl Session {
     /// command timeout and `[server] max_errors`.
     async fn refused_at_greeting(&mut self, greeting: &Reply) -> &'static str {
         warn!(
-            client = %self.peer.ip(),
+            client = %self.ip_text,
             code = greeting.code,
             upstream = greeting.text().as_str(),
             "upstream refused the session in its greeting; its reply is passed on"
@@ -340,7 +344,7 @@ impl Session {
             let cmd = match parse_command(&line) {
                 Ok(c) => c,
                 Err(e) => {
-                    debug!(client = %self.peer.ip(), error = %e, "bad command");
+                    debug!(client = %self.ip_text, error = %e, "bad command");
                     if self.refuse_with(&e.reply()) == Flow::Close {
                         return Ok("too many errors");
                     }
@@ -435,7 +439,7 @@ impl Session {
                 }
             }
             Verdict::Reply(r) => {
-                debug!(client = %self.peer.ip(), stage = stage.as_str(), code = r.code, "answered by policy");
+                debug!(client = %self.ip_text, stage = stage.as_str(), code = r.code, "answered by policy");
                 self.tally.refused += 1;
                 self.shared.metrics.refused.inc();
                 self.client.queue(&r);

@@ -679,10 +679,12 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<AcceptCtx>, stop: Cancellat
 
 /// Starts the session of a connection on this worker.
 fn serve(tcp: TcpStream, peer: SocketAddr, load: WorkerLoad, ctx: Arc<AcceptCtx>) {
-    ctx.tracker.clone().spawn(async move {
+    // Boxed: a session's state is large, and the runtime moves a task's future whole each
+    // time it stores it (spawned, finished, its output taken); a box is moved as a pointer.
+    ctx.tracker.clone().spawn(Box::pin(async move {
         admit(tcp, peer, &ctx).await;
         drop(load);
-    });
+    }));
 }
 
 /// Sends a connection to the worker `load` counts it on; if that worker no longer takes

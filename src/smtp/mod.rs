@@ -23,6 +23,7 @@ pub mod command;
 pub mod data;
 pub mod dialogue;
 pub mod ehlo;
+pub mod header_fields;
 pub mod help;
 pub mod line;
 pub mod proxy_header;
