@@ -5,7 +5,7 @@
 //! section. Most messages are read without it, though. A plain section (CRLF lines, every
 //! field named and followed by ':') whose wanted fields each appear once, on one line, with a
 //! value of the common simple shapes (`<id@host>`; `addr`, `<addr>` or `Name <addr>`; a
-//! printable ASCII subject without encoded words) is read directly ([`quick`]). Anything
+//! printable ASCII subject without encoded words) is read directly. Anything
 //! else goes to mail-parser: only the wanted fields of a plain section (parsing the Date,
 //! Received and other fields only to throw them away was most of its cost), or the whole
 //! section when it is not plain. Property tests and a fuzz target check that the direct
