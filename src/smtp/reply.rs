@@ -86,12 +86,12 @@ impl Reply {
                 continue;
             }
             out.push(if last { b' ' } else { b'-' });
-            for &b in line.as_bytes() {
-                out.push(if b < 0x20 && b != b'\t' || b == 0x7f {
-                    b' '
-                } else {
-                    b
-                });
+            let control = |b: u8| b < 0x20 && b != b'\t' || b == 0x7f;
+            let text = line.as_bytes();
+            if text.iter().any(|&b| control(b)) {
+                out.extend(text.iter().map(|&b| if control(b) { b' ' } else { b }));
+            } else {
+                out.extend_from_slice(text);
             }
             out.extend_from_slice(b"\r\n");
         }
@@ -339,6 +339,25 @@ mod tests {
             out.push(r);
         }
         Ok(out)
+    }
+
+    #[test]
+    fn control_characters_in_a_line_go_out_as_spaces() {
+        let r = Reply {
+            code: 550,
+            lines: vec![
+                "a\x00b\x1bc\x7fd\te".to_string(),
+                "plain text".to_string(),
+                "\r\n".to_string(),
+            ],
+        };
+        assert_eq!(
+            r.to_wire(),
+            b"550-a b c d\te\r\n550-plain text\r\n550   \r\n".to_vec()
+        );
+        let mut out = b"x".to_vec();
+        Reply::new(250, "ok").write_to(&mut out);
+        assert_eq!(out, b"x250 ok\r\n");
     }
 
     #[test]
