@@ -34,7 +34,8 @@
 # over logs a line per event), the memory store and info logging (the per-session and
 # per-message lines written to a file); FLOODGATE_WORKERS=N sets its [server] workers
 # (default: one event loop per core), FLOODGATE_CHUNKING=false its [upstream] chunking
-# (messages with DATA even where Postfix offers CHUNKING). Every run must
+# (messages with DATA even where Postfix offers CHUNKING), FLOODGATE_PIPELINING=false its
+# [upstream] pipelining (every MAIL waits for Postfix's answer). Every run must
 # deliver every message: the maillog's status=sent lines are counted after each run (the
 # next run starts once Postfix's queue is empty), else the script stops.
 #
@@ -75,6 +76,10 @@ esac
 case ${FLOODGATE_CHUNKING:-true} in
     true | false) ;;
     *) echo "FLOODGATE_CHUNKING is true or false" >&2; exit 2 ;;
+esac
+case ${FLOODGATE_PIPELINING:-true} in
+    true | false) ;;
+    *) echo "FLOODGATE_PIPELINING is true or false" >&2; exit 2 ;;
 esac
 for p in $PROFILES; do
     flags "$p" >/dev/null || { echo "unknown profile $p (small, small-reuse, big, big-reuse)" >&2; exit 2; }
@@ -198,6 +203,7 @@ tls = "none"
 address = "127.0.0.1:$PF_PORT"
 client_identity = "xclient"
 chunking = ${FLOODGATE_CHUNKING:-true}
+pipelining = ${FLOODGATE_PIPELINING:-true}
 [log]
 level = "info"
 [[limit]]
@@ -290,9 +296,9 @@ run() {
 
 median() { sort -g | awk '{v[NR]=$1} END{if (NR) print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
-printf '# %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s rounds; client %s; floodgate chunking %s\n' \
+printf '# %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s rounds; client %s; floodgate chunking %s, pipelining %s\n' \
     "$(date -u +%FT%TZ)" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
-    "$(uname -r)" "$(/usr/sbin/postconf -d -h mail_version)" "$M" "$S" "$ROUNDS" "$CLIENT" "${FLOODGATE_CHUNKING:-true}"
+    "$(uname -r)" "$(/usr/sbin/postconf -d -h mail_version)" "$M" "$S" "$ROUNDS" "$CLIENT" "${FLOODGATE_CHUNKING:-true}" "${FLOODGATE_PIPELINING:-true}"
 printf '# load average at start: %s; Postfix queue under %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" "$base"
 # range: "median (min-max)" of the numbers on standard input.
 range() {

@@ -302,6 +302,15 @@ pub struct UpstreamConfig {
     /// 354, and no dot-stuffing for upstream to undo. `false`: always DATA.
     #[serde(default = "default_true")]
     pub chunking: bool,
+    /// When upstream offers PIPELINING (RFC 2920), a MAIL goes upstream together with the
+    /// command after it (the transaction's first RCPT), and floodgate answers the MAIL
+    /// itself once its own checks pass: one round trip per message fewer for clients that
+    /// send one command at a time. Upstream's refusal of the sender is then the answer to
+    /// that RCPT, as Postfix gives it with `smtpd_delay_reject`. A MAIL that declares a
+    /// SIZE over the one announced to the client still waits, to be refused at MAIL.
+    /// `false`: every MAIL waits for upstream's answer.
+    #[serde(default = "default_true")]
+    pub pipelining: bool,
     /// `[upstream.high_risk]`: the second smart host, with the same keys, that messages of
     /// `action = "reroute"` limits go to. Only in `[upstream]` itself.
     #[serde(default)]

@@ -180,6 +180,21 @@ fn upstream_chunking_is_on_unless_turned_off_and_must_be_a_boolean() {
 }
 
 #[test]
+fn upstream_pipelining_is_on_unless_turned_off_and_must_be_a_boolean() {
+    let c = Config::parse(Path::new("/etc/floodgate/f.toml"), GOOD).unwrap();
+    assert!(c.upstream.pipelining);
+    let c = Config::parse(
+        Path::new("/etc/floodgate/f.toml"),
+        &format!("{GOOD}pipelining = false\n"),
+    )
+    .unwrap();
+    assert!(!c.upstream.pipelining);
+    let e = err(&format!("{GOOD}pipelining = 1\n"));
+    assert!(e.starts_with("/etc/floodgate/test.toml:13:14:"), "{e}");
+    assert!(e.contains("expected a boolean"), "{e}");
+}
+
+#[test]
 fn bad_message_keys_are_named() {
     let e = err(&format!("{GOOD}\n[smtp]\nmax_text_line = 999\n"));
     assert!(e.contains("max_text_line must be at least 1000"), "{e}");

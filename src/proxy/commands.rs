@@ -15,6 +15,18 @@ use super::upstream::UpstreamError;
 
 type Handled = Result<Flow, UpstreamError>;
 
+/// What became of a MAIL that went upstream with a later command.
+pub(super) enum LateMail {
+    /// No MAIL went with it.
+    None,
+    /// Upstream accepted the sender.
+    Accepted,
+    /// Upstream refused the sender: the answer the client gets instead of the command's.
+    Refused(Reply),
+    /// The policy ended the session on upstream's answer (already queued for the client).
+    Close,
+}
+
 impl Session {
     /// Runs one parsed command.
     pub(super) async fn dispatch(&mut self, cmd: Command) -> Handled {
@@ -45,6 +57,13 @@ impl Session {
             },
             Step::Relay(stage) => {
                 let r = self.up()?.relay(&cmd).await?;
+                // A NOOP, VRFY or EXPN took a held MAIL with it. If upstream refused the
+                // sender, the transaction has ended: the client's next RCPT hears 503.
+                match self.late_mail().await {
+                    LateMail::None | LateMail::Accepted => {}
+                    LateMail::Refused(_) => self.end_refused_transaction(),
+                    LateMail::Close => return Ok(Flow::Close),
+                }
                 let heard = self.dialogue.on_upstream(stage, &r);
                 self.heard(heard);
                 if stage == dialogue::Stage::Rset {
@@ -134,6 +153,23 @@ impl Session {
             }
             Judged::Close => return Ok(Flow::Close),
         }
+        // A declared size over the SIZE announced to the client (upstream's, or floodgate's
+        // own if smaller) waits for upstream's refusal at MAIL, where the client expects it.
+        let size_fits = match self.dialogue.offered().size {
+            Some(limit) if limit > 0 => self.facts.message_size <= limit,
+            _ => true,
+        };
+        if size_fits && self.shared.upstream.pipelining() && self.dialogue.upstream_pipelining() {
+            // The MAIL goes upstream with the next command, normally the first RCPT, and
+            // upstream's answer to it is heard then (`late_mail`).
+            self.up()?.hold(cmd);
+            let reply = replies::sender_ok();
+            if self.dialogue.on_upstream(dialogue::Stage::Mail, &reply) == Heard::Accepted {
+                self.note_mail(cmd);
+            }
+            self.client.queue(&reply);
+            return Ok(Flow::Next);
+        }
         let reply = self.up()?.relay(cmd).await?;
         let Some(reply) = self.after_upstream(Stage::Mail, reply).await else {
             return Ok(Flow::Close);
@@ -161,6 +197,22 @@ impl Session {
             Judged::Close => return Ok(Flow::Close),
         }
         let reply = self.up()?.relay(cmd).await?;
+        match self.late_mail().await {
+            LateMail::None | LateMail::Accepted => {}
+            LateMail::Refused(refusal) => {
+                // Upstream answered this RCPT too (a 503: it has no transaction). The policy
+                // hears that answer, as it hears every answer to a relayed RCPT; the client
+                // hears why there is no transaction.
+                let Some(reply) = self.after_upstream(Stage::Rcpt, reply).await else {
+                    return Ok(Flow::Close);
+                };
+                self.up()?.recycle(reply);
+                self.end_refused_transaction();
+                self.answer(refusal);
+                return Ok(Flow::Next);
+            }
+            LateMail::Close => return Ok(Flow::Close),
+        }
         let Some(reply) = self.after_upstream(Stage::Rcpt, reply).await else {
             return Ok(Flow::Close);
         };
@@ -170,6 +222,41 @@ impl Session {
         }
         self.answer(reply);
         Ok(Flow::Next)
+    }
+
+    /// Upstream's answer to a MAIL that went with the command just relayed, heard by the
+    /// policy as every answer to MAIL is. After a refusal the caller ends the transaction
+    /// floodgate opened when it answered the MAIL itself (`end_refused_transaction`).
+    pub(super) async fn late_mail(&mut self) -> LateMail {
+        let Some(up) = self.up.as_mut() else {
+            return LateMail::None;
+        };
+        let Some(reply) = up.take_late() else {
+            return LateMail::None;
+        };
+        let Some(reply) = self.after_upstream(Stage::Mail, reply).await else {
+            return LateMail::Close;
+        };
+        if reply.is_completion() {
+            if let Some(up) = self.up.as_mut() {
+                up.recycle(reply);
+            }
+            return LateMail::Accepted;
+        }
+        info!(
+            client = %self.ip_text,
+            sender = self.facts.sender.as_deref().unwrap_or(""),
+            code = reply.code,
+            upstream = reply.lines.last().map(String::as_str).unwrap_or(""),
+            "sender refused upstream after MAIL was answered"
+        );
+        LateMail::Refused(reply)
+    }
+
+    /// Ends the transaction floodgate opened for a MAIL that upstream refused later.
+    fn end_refused_transaction(&mut self) {
+        let abandoned = self.dialogue.reset_transaction();
+        self.forget_txn(abandoned);
     }
 
     /// Tells the policy what upstream answered; it may delay the answer, or (for a reply

@@ -34,6 +34,9 @@ pub struct UpstreamSettings {
     reply_timeout: Duration,
     /// `[upstream] chunking`: messages go as one `BDAT n LAST` where CHUNKING is offered.
     chunking: bool,
+    /// `[upstream] pipelining`: a MAIL goes with the command after it where PIPELINING is
+    /// offered.
+    pipelining: bool,
     /// floodgate's own EHLO name there, and what the connections so far taught about this
     /// upstream (XCLIENT identity only).
     learned: Arc<Learned>,
@@ -185,6 +188,7 @@ impl UpstreamSettings {
             connect_timeout: config.timeouts.upstream_connect.0,
             reply_timeout: config.timeouts.upstream_reply.0,
             chunking: host.chunking,
+            pipelining: host.pipelining,
             learned: Arc::new(Learned {
                 helo_name: helo_name.to_string(),
                 state: std::sync::Mutex::new(LearnedState::default()),
@@ -205,6 +209,12 @@ impl UpstreamSettings {
     /// Whether messages go as one `BDAT n LAST` where upstream offers CHUNKING.
     pub fn chunking(&self) -> bool {
         self.chunking
+    }
+
+    /// Whether a MAIL waits to go upstream with the command after it, where upstream
+    /// offers PIPELINING.
+    pub fn pipelining(&self) -> bool {
+        self.pipelining
     }
 
     /// The name floodgate gives in its own EHLO.
@@ -232,6 +242,10 @@ pub struct Upstream {
     caps_learned: bool,
     /// Where this connection's EHLO answers are kept for the next connections.
     learned: Option<Arc<Learned>>,
+    /// A MAIL, in wire form, waiting to go upstream in one write with the next command.
+    held: Vec<u8>,
+    /// Upstream's answer to a held MAIL, read with the answer to the command it went with.
+    late: Option<Reply>,
 }
 
 impl Upstream {
@@ -294,6 +308,8 @@ impl Upstream {
             caps: Capabilities::default(),
             caps_learned: false,
             learned: None,
+            held: Vec::new(),
+            late: None,
         };
         let greeting = up.read_reply().await?;
         if let Some(p) = greeting_problem(&greeting) {
@@ -364,6 +380,8 @@ impl Upstream {
                 caps,
                 caps_learned,
                 learned,
+                held,
+                late,
             } = up;
             let stream = timeout(settings.connect_timeout, tls_connect(settings, stream))
                 .await
@@ -378,6 +396,8 @@ impl Upstream {
                 caps,
                 caps_learned,
                 learned,
+                held,
+                late,
             };
             up.ehlo(settings.helo_name()).await?;
         }
@@ -447,10 +467,13 @@ impl Upstream {
     }
 
     /// Writes `parts` one after the other, without joining them first, and flushes.
+    /// A held MAIL not sent by [`relay`](Self::relay) is dropped: whatever else goes
+    /// upstream first ends the transaction it opened.
     pub async fn send_parts(
         &mut self,
         parts: &mut [std::io::IoSlice<'_>],
     ) -> Result<(), UpstreamError> {
+        self.held.clear();
         self.timer
             .write_all_parts(&mut self.stream, parts, self.reply_timeout)
             .await
@@ -467,14 +490,49 @@ impl Upstream {
     }
 
     /// Relays one parsed client command in its canonical wire form and reads the reply.
+    ///
+    /// A held MAIL goes first, in the same write, when `cmd` may follow it in a group
+    /// (RCPT, NOOP, VRFY, EXPN: RFC 2920 §3.1); its answer is read first and kept for
+    /// [`take_late`](Self::take_late). Any other command ends the transaction the MAIL
+    /// opened (RSET, HELO, EHLO), and the MAIL is dropped unsent.
     pub async fn relay(&mut self, cmd: &Command) -> Result<Reply, UpstreamError> {
         let mut wire = std::mem::take(&mut self.wbuf);
         wire.clear();
+        let with_held = !self.held.is_empty()
+            && matches!(
+                cmd,
+                Command::Rcpt(_) | Command::Noop | Command::Vrfy(_) | Command::Expn(_)
+            );
+        if with_held {
+            wire.extend_from_slice(&self.held);
+        }
         cmd.write_wire(&mut wire);
         let sent = self.send(&wire).await;
         self.wbuf = wire;
         sent?;
+        if with_held {
+            let mail = self.read_reply().await?;
+            self.late = Some(mail);
+        }
         self.read_reply().await
+    }
+
+    /// Keeps `mail` (a MAIL command) to go upstream in one write with the next command
+    /// [`relay`](Self::relay)ed, for an upstream that offers PIPELINING.
+    pub fn hold(&mut self, mail: &Command) {
+        self.held.clear();
+        mail.write_wire(&mut self.held);
+        self.late = None;
+    }
+
+    /// Whether a MAIL is held.
+    pub fn holding(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Upstream's answer to the held MAIL that went with the last relayed command.
+    pub fn take_late(&mut self) -> Option<Reply> {
+        self.late.take()
     }
 
     /// Hands a reply that has been answered back to the reply parser for reuse.

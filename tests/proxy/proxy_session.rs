@@ -19,7 +19,9 @@ use common::*;
 // ---------------------------------------------------------------------------------------
 
 /// An SMTP upstream on 127.0.0.1 with a given greeting and EHLO reply; every other command
-/// gets 250, QUIT 221. It records the command lines it receives. Accepting stops when it is
+/// gets 250, QUIT 221, except that a MAIL whose sender contains "refused" gets 553 and a
+/// RCPT outside a transaction 503, as Postfix answers them. It records the command lines
+/// it receives. Accepting stops when it is
 /// dropped or after [`SCRIPTED_LIFETIME`].
 struct Scripted {
     addr: SocketAddr,
@@ -83,6 +85,7 @@ fn scripted_session(
     let mut r = BufReader::new(conn);
     w.write_all(greeting.as_bytes())?;
     let mut line = Vec::new();
+    let mut in_txn = false;
     // Bounded: at most this many commands per session.
     for _ in 0..1000 {
         line.clear();
@@ -93,10 +96,25 @@ fn scripted_session(
         seen.lock().expect("lines").push(text.clone());
         let verb = text.split(' ').next().unwrap_or("").to_ascii_uppercase();
         match verb.as_str() {
-            "EHLO" => w.write_all(ehlo.as_bytes())?,
+            "EHLO" => {
+                in_txn = false;
+                w.write_all(ehlo.as_bytes())?
+            }
             "QUIT" => {
                 w.write_all(b"221 2.0.0 Bye\r\n")?;
                 return Ok(());
+            }
+            "MAIL" if text.contains("refused") => {
+                w.write_all(b"553 5.7.1 <refused@client.test>: Sender address rejected\r\n")?
+            }
+            "MAIL" => {
+                in_txn = true;
+                w.write_all(b"250 2.1.0 Ok\r\n")?
+            }
+            "RCPT" if !in_txn => w.write_all(b"503 5.5.1 Error: need MAIL command\r\n")?,
+            "RSET" | "HELO" => {
+                in_txn = false;
+                w.write_all(b"250 2.0.0 Ok\r\n")?
             }
             _ => w.write_all(b"250 2.0.0 Ok\r\n")?,
         }
@@ -165,6 +183,162 @@ fn ehlo_size_is_the_smaller_of_upstreams_limit_and_floodgates() {
     let r = c.ehlo("client.test");
     assert_eq!(size_line(&r), None, "{r:?}");
     assert_eq!(c.cmd("MAIL FROM:<a@client.test> SIZE=10").code, 555);
+}
+
+// ---------------------------------------------------------------------------------------
+// MAIL with the first RCPT ([upstream] pipelining)
+// ---------------------------------------------------------------------------------------
+
+/// The command lines upstream received from MAIL on (its EHLO and any XCLIENT before them
+/// left out).
+fn from_mail(up: &Scripted) -> Vec<String> {
+    let lines = up.lines();
+    let first = lines
+        .iter()
+        .position(|l| !l.starts_with("EHLO"))
+        .unwrap_or(lines.len());
+    lines[first..].to_vec()
+}
+
+#[test]
+fn mail_goes_upstream_with_the_first_rcpt_where_upstream_pipelines() {
+    let up = Scripted::start("220 scripted.test ESMTP", &["scripted.test", "PIPELINING"]);
+    let fg = Floodgate::start(&FloodgateConfig::new(up.addr));
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    c.ehlo("client.test");
+    // floodgate answers the MAIL; upstream has not seen it, and after RSET never does.
+    let r = c.cmd("MAIL FROM:<a@client.test>");
+    assert_eq!(
+        r.text(),
+        "250 2.1.0 Ok\r\n",
+        "floodgate's own answer: {r:?}"
+    );
+    assert_eq!(c.cmd("RSET").code, 250);
+    assert_eq!(from_mail(&up), ["RSET"]);
+    // MAIL then RCPT: upstream gets both, in that order, and answers both.
+    assert_eq!(c.cmd("MAIL FROM:<a@client.test>").code, 250);
+    let r = c.cmd("RCPT TO:<b@remote.test>");
+    assert_eq!(r.code, 250, "{r:?}");
+    assert_eq!(c.cmd("RCPT TO:<c@remote.test>").code, 250);
+    assert_eq!(c.cmd("DATA").code, 354);
+    c.send(b"Subject: t\r\n\r\nbody\r\n.\r\n");
+    assert_eq!(c.reply().code, 250);
+    assert_eq!(
+        from_mail(&up)[1..4],
+        [
+            "MAIL FROM:<a@client.test>",
+            "RCPT TO:<b@remote.test>",
+            "RCPT TO:<c@remote.test>"
+        ]
+    );
+    // A NOOP between MAIL and RCPT takes the MAIL with it.
+    assert_eq!(c.cmd("MAIL FROM:<d@client.test>").code, 250);
+    assert_eq!(c.cmd("NOOP").code, 250);
+    assert_eq!(c.cmd("RCPT TO:<b@remote.test>").code, 250);
+    let lines = from_mail(&up);
+    assert_eq!(
+        lines[lines.len() - 3..],
+        [
+            "MAIL FROM:<d@client.test>",
+            "NOOP",
+            "RCPT TO:<b@remote.test>"
+        ]
+    );
+}
+
+#[test]
+fn a_mail_declaring_a_size_over_the_announced_one_waits_for_upstream() {
+    let up = Scripted::start(
+        "220 scripted.test ESMTP",
+        &["scripted.test", "PIPELINING", "SIZE 1000"],
+    );
+    let fg = Floodgate::start(&FloodgateConfig::new(up.addr));
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    c.ehlo("client.test");
+    assert_eq!(c.cmd("MAIL FROM:<a@client.test> SIZE=1000").code, 250);
+    assert_eq!(c.cmd("RSET").code, 250);
+    assert_eq!(c.cmd("MAIL FROM:<a@client.test> SIZE=1001").code, 250);
+    assert_eq!(c.cmd("RSET").code, 250);
+    // The first went with nothing (dropped at RSET), the second at once.
+    assert_eq!(
+        from_mail(&up),
+        ["RSET", "MAIL FROM:<a@client.test> SIZE=1001", "RSET"]
+    );
+}
+
+#[test]
+fn a_sender_refused_upstream_is_the_answer_to_the_first_rcpt() {
+    let up = Scripted::start("220 scripted.test ESMTP", &["scripted.test", "PIPELINING"]);
+    let fg = Floodgate::start(&FloodgateConfig::new(up.addr).log_level("info"));
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    c.ehlo("client.test");
+    assert_eq!(c.cmd("MAIL FROM:<refused@client.test>").code, 250);
+    let r = c.cmd("RCPT TO:<b@remote.test>");
+    assert_eq!(
+        (r.code, r.enhanced().as_deref()),
+        (553, Some("5.7.1")),
+        "upstream's answer to the MAIL, not its 503 to the RCPT: {r:?}"
+    );
+    // The transaction has ended: no more recipients, no DATA, and a new MAIL works.
+    assert_eq!(c.cmd("RCPT TO:<c@remote.test>").code, 503);
+    assert_eq!(c.cmd("DATA").code, 503);
+    assert_eq!(c.cmd("MAIL FROM:<a@client.test>").code, 250);
+    assert_eq!(c.cmd("RCPT TO:<c@remote.test>").code, 250);
+    assert_eq!(c.cmd("DATA").code, 354);
+    c.send(b"Subject: t\r\n\r\nbody\r\n.\r\n");
+    assert_eq!(c.reply().code, 250);
+    let lines = from_mail(&up);
+    assert_eq!(
+        lines[..4],
+        [
+            "MAIL FROM:<refused@client.test>",
+            "RCPT TO:<b@remote.test>",
+            "MAIL FROM:<a@client.test>",
+            "RCPT TO:<c@remote.test>"
+        ]
+    );
+    c.cmd("QUIT");
+    let log = fg.stderr();
+    assert!(
+        log.lines().any(
+            |l| l.contains("sender refused upstream after MAIL was answered")
+                && l.contains("sender=\"refused@client.test\"")
+                && l.contains("code=553")
+        ),
+        "{log}"
+    );
+}
+
+#[test]
+fn mail_waits_for_upstream_without_pipelining_after_helo_or_when_turned_off() {
+    let refused_at_mail = |up: &Scripted, fg: &Floodgate, helo: &str| {
+        let mut c = RawClient::connect_greeted(fg.addr("plain"));
+        if helo == "EHLO" {
+            c.ehlo("client.test");
+        } else {
+            assert_eq!(c.cmd("HELO client.test").code, 250);
+        }
+        let r = c.cmd("MAIL FROM:<refused@client.test>");
+        assert_eq!(
+            (r.code, r.enhanced().as_deref()),
+            (553, Some("5.7.1")),
+            "{r:?}"
+        );
+        assert!(from_mail(up)
+            .iter()
+            .any(|l| l == "MAIL FROM:<refused@client.test>"));
+    };
+    // Upstream does not offer PIPELINING.
+    let up = Scripted::start("220 scripted.test ESMTP", &["scripted.test", "8BITMIME"]);
+    let fg = Floodgate::start(&FloodgateConfig::new(up.addr));
+    refused_at_mail(&up, &fg, "EHLO");
+    // It does, but the client said HELO: upstream's session takes no extension.
+    let up = Scripted::start("220 scripted.test ESMTP", &["scripted.test", "PIPELINING"]);
+    let fg = Floodgate::start(&FloodgateConfig::new(up.addr));
+    refused_at_mail(&up, &fg, "HELO");
+    // It does, and [upstream] pipelining = false.
+    let fg = Floodgate::start(&FloodgateConfig::new(up.addr).upstream_key("pipelining", "false"));
+    refused_at_mail(&up, &fg, "EHLO");
 }
 
 // ---------------------------------------------------------------------------------------

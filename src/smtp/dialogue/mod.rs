@@ -178,6 +178,8 @@ pub struct Dialogue {
     offered: Capabilities,
     /// Upstream offered CHUNKING in its reply to the client's EHLO.
     upstream_chunking: bool,
+    /// Upstream offered PIPELINING in its reply to the client's EHLO.
+    upstream_pipelining: bool,
     /// Upstream accepted an AUTH.
     authenticated: bool,
     /// XCLIENT was sent (or settled without sending).
@@ -203,6 +205,7 @@ impl Dialogue {
             ehlo: false,
             offered: Capabilities::default(),
             upstream_chunking: false,
+            upstream_pipelining: false,
             authenticated: false,
             xclient_done: false,
             in_txn: false,
@@ -255,6 +258,12 @@ impl Dialogue {
     /// Upstream offered CHUNKING to the client's EHLO: a BDAT message goes on as BDAT.
     pub fn upstream_chunking(&self) -> bool {
         self.upstream_chunking
+    }
+
+    /// Upstream offered PIPELINING to the client's EHLO: commands may go to it in groups
+    /// (RFC 2920), a MAIL with the RCPT after it.
+    pub fn upstream_pipelining(&self) -> bool {
+        self.upstream_pipelining
     }
 
     /// BDAT chunks of the open transaction are under way.
@@ -507,13 +516,16 @@ impl Dialogue {
                 // A HELO session upstream takes no extension, whatever an earlier EHLO
                 // offered: BDAT only after an EHLO that offered CHUNKING (RFC 3030 §2).
                 self.upstream_chunking = false;
+                self.upstream_pipelining = false;
                 if ehlo && reply.code == 250 {
                     let filter = EhloFilter {
                         offer_starttls: self.starttls_available(),
                         offer_auth: self.auth_allowed(),
                         chunking: self.settings.chunking,
                     };
-                    self.upstream_chunking = parse_ehlo(reply).chunking;
+                    let upstream = parse_ehlo(reply);
+                    self.upstream_chunking = upstream.chunking;
+                    self.upstream_pipelining = upstream.pipelining;
                     let mut answer = filter_ehlo(reply, &filter);
                     cap_size(&mut answer, self.settings.max_message_size);
                     self.offered = parse_ehlo(&answer);

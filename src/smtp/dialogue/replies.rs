@@ -26,6 +26,12 @@ pub fn auth_required() -> Reply {
     Reply::new(530, "5.7.0 Authentication required")
 }
 
+/// 250 to a MAIL that goes upstream with the command after it (`[upstream] pipelining`):
+/// floodgate's checks passed, upstream's verdict comes with the first RCPT.
+pub fn sender_ok() -> Reply {
+    Reply::new(250, "2.1.0 Ok")
+}
+
 /// 503 to MAIL inside a transaction.
 pub fn nested_mail() -> Reply {
     Reply::new(503, "5.5.1 Nested MAIL command")

@@ -118,6 +118,10 @@ fn helo_offers_no_extensions() {
         !d.upstream_chunking(),
         "upstream's HELO session takes no BDAT, whatever its earlier EHLO offered"
     );
+    assert!(
+        !d.upstream_pipelining(),
+        "nor pipelined commands (RFC 2920 is an extension of EHLO sessions)"
+    );
     // SIZE was not offered after HELO.
     assert_eq!(
         refused_with(d.on_command(&cmd("MAIL FROM:<a@b> SIZE=10"))).0,
@@ -134,6 +138,7 @@ fn ehlo_filters_and_caps_the_list() {
     assert_eq!(d.offered().size, Some(1000));
     assert!(!d.offered().chunking, "CHUNKING hidden by [smtp] chunking");
     assert!(d.upstream_chunking(), "what upstream offered is kept apart");
+    assert!(d.upstream_pipelining());
     assert!(d.offered().auth.is_empty(), "no AUTH offered without TLS");
     assert!(!d.offered().starttls, "STARTTLS not possible here");
     assert!(d.ehlo());
