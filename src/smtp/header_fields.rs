@@ -62,9 +62,13 @@ pub fn read(msg: &[u8]) -> HeaderFields {
 
 /// mail-parser's reading of `section` (a header section, or the wanted fields of one).
 pub fn by_mail_parser(section: &[u8]) -> HeaderFields {
-    let Some(msg) = parser().parse_headers(section) else {
-        return HeaderFields::default();
-    };
+    parser()
+        .parse_headers(section)
+        .map_or_else(HeaderFields::default, |msg| fields_of(&msg))
+}
+
+/// The fields as mail-parser found them in `msg`.
+fn fields_of(msg: &mail_parser::Message<'_>) -> HeaderFields {
     HeaderFields {
         from: msg
             .from()

@@ -4,18 +4,9 @@ use proptest::prelude::*;
 /// The reference: mail-parser with every field of the whole header section parsed.
 fn full_parse(msg: &[u8]) -> HeaderFields {
     let head = &msg[..header_end(msg)];
-    let Some(m) = mail_parser::MessageParser::new().parse_headers(head) else {
-        return HeaderFields::default();
-    };
-    HeaderFields {
-        from: m
-            .from()
-            .and_then(|a| a.first())
-            .and_then(|a| a.address())
-            .map(str::to_string),
-        message_id: m.message_id().map(str::to_string),
-        subject: m.subject().map(str::to_string),
-    }
+    mail_parser::MessageParser::new()
+        .parse_headers(head)
+        .map_or_else(HeaderFields::default, |m| fields_of(&m))
 }
 
 /// The direct reading of `msg`, when its section is plain and every wanted field simple.
