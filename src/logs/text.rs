@@ -149,13 +149,13 @@ fn write_decimal(out: &mut impl Write, n: u64) -> fmt::Result {
 
 /// Writes the event's fields as the default format does: the message as it is, then
 /// `name=value` with one space between them.
-struct Fields<'a, W> {
-    out: &'a mut W,
+struct Fields<'a, 'w> {
+    out: &'a mut Writer<'w>,
     first: bool,
     result: fmt::Result,
 }
 
-impl<W: Write> Fields<'_, W> {
+impl Fields<'_, '_> {
     /// Starts a field: a space after the first, then `name=` (nothing for the message).
     fn start(&mut self, field: &Field) -> Result<bool, fmt::Error> {
         if !std::mem::replace(&mut self.first, false) {
@@ -179,7 +179,7 @@ impl<W: Write> Fields<'_, W> {
     }
 }
 
-impl<W: Write> Visit for Fields<'_, W> {
+impl Visit for Fields<'_, '_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.field(field, |f, message| {
             if message {

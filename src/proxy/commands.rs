@@ -16,7 +16,7 @@ use super::upstream::UpstreamError;
 type Handled = Result<Flow, UpstreamError>;
 
 /// What became of a MAIL that went upstream with a later command.
-pub(super) enum LateMail {
+enum LateMail {
     /// No MAIL went with it.
     None,
     /// Upstream accepted the sender.
@@ -227,7 +227,7 @@ impl Session {
     /// Upstream's answer to a MAIL that went with the command just relayed, heard by the
     /// policy as every answer to MAIL is. After a refusal the caller ends the transaction
     /// floodgate opened when it answered the MAIL itself (`end_refused_transaction`).
-    pub(super) async fn late_mail(&mut self) -> LateMail {
+    async fn late_mail(&mut self) -> LateMail {
         let Some(up) = self.up.as_mut() else {
             return LateMail::None;
         };

@@ -525,11 +525,6 @@ impl Upstream {
         self.late = None;
     }
 
-    /// Whether a MAIL is held.
-    pub fn holding(&self) -> bool {
-        !self.held.is_empty()
-    }
-
     /// Upstream's answer to the held MAIL that went with the last relayed command.
     pub fn take_late(&mut self) -> Option<Reply> {
         self.late.take()

@@ -43,21 +43,23 @@ pub fn header_end(msg: &[u8]) -> usize {
 /// the first blank line, is never read).
 pub fn read(msg: &[u8]) -> HeaderFields {
     let head = &msg[..header_end(msg)];
-    let mut wanted = Vec::new();
-    let fields = match scan(head, &mut wanted) {
-        Some(scan) if scan.found == 0 => return HeaderFields::default(),
-        Some(scan) => {
-            if scan.single {
-                if let Some(found) = quick(&scan.values) {
-                    return found;
-                }
-            }
-            wanted.extend_from_slice(b"\r\n");
-            &wanted[..]
-        }
-        None => head,
+    let Some(found) = scan(head, None) else {
+        return by_mail_parser(head);
     };
-    by_mail_parser(fields)
+    if found.values.iter().all(Option::is_none) {
+        return HeaderFields::default();
+    }
+    if found.single {
+        if let Some(fields) = quick(&found.values) {
+            return fields;
+        }
+    }
+    // The section is plain (the scan above went through): the same scan copies the wanted
+    // fields for mail-parser.
+    let mut wanted = Vec::new();
+    scan(head, Some(&mut wanted));
+    wanted.extend_from_slice(b"\r\n");
+    by_mail_parser(&wanted)
 }
 
 /// mail-parser's reading of `section` (a header section, or the wanted fields of one).
@@ -96,22 +98,21 @@ fn parser() -> &'static mail_parser::MessageParser {
 /// What [`scan`] found in a plain section.
 #[derive(Debug, Default)]
 struct Scan<'a> {
-    /// How many wanted fields the section has.
-    found: usize,
     /// Whether each wanted field appears at most once and none is folded: then `values`
     /// holds all of them.
     single: bool,
-    /// The raw value (after the ':', before the CRLF) of From, Message-ID and Subject.
+    /// The raw value (after the ':', before the CRLF) of the last From, Message-ID and
+    /// Subject; all `None` when the section has none of them.
     values: [Option<&'a [u8]>; 3],
 }
 
-/// Copies the wanted fields (with their folded lines) of a plain header section into `out`,
-/// which mail-parser then reads instead of the whole section, and notes their values when
-/// each is one line. `None` when the section is anything but plain (a bare CR or LF, a line
+/// Notes the values of the wanted fields of a plain header section, and, given `out`,
+/// copies those fields (with their folded lines) into it, for mail-parser to read instead
+/// of the whole section. `None` when the section is anything but plain (a bare CR or LF, a line
 /// before the first field, a field name that is not printable ASCII followed by ':', no
 /// final CRLF): mail-parser then reads it all, so what is found never depends on this
 /// shortcut.
-fn scan<'a>(head: &'a [u8], out: &mut Vec<u8>) -> Option<Scan<'a>> {
+fn scan<'a>(head: &'a [u8], mut out: Option<&mut Vec<u8>>) -> Option<Scan<'a>> {
     let mut found = Scan {
         single: true,
         ..Scan::default()
@@ -147,7 +148,6 @@ fn scan<'a>(head: &'a [u8], out: &mut Vec<u8>) -> Option<Scan<'a>> {
             let which = WANTED.iter().position(|w| name.eq_ignore_ascii_case(w));
             keep = which.is_some();
             if let Some(i) = which {
-                found.found += 1;
                 let slot = &mut found.values[i];
                 if slot.is_some() {
                     found.single = false;
@@ -155,7 +155,7 @@ fn scan<'a>(head: &'a [u8], out: &mut Vec<u8>) -> Option<Scan<'a>> {
                 *slot = Some(&text[colon + 1..]);
             }
         }
-        if keep {
+        if let (true, Some(out)) = (keep, out.as_deref_mut()) {
             out.extend_from_slice(line);
         }
         first = false;

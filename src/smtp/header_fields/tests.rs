@@ -11,7 +11,7 @@ fn full_parse(msg: &[u8]) -> HeaderFields {
 
 /// The direct reading of `msg`, when its section is plain and every wanted field simple.
 fn quick_reading(msg: &[u8]) -> Option<HeaderFields> {
-    let scan = scan(&msg[..header_end(msg)], &mut Vec::new())?;
+    let scan = scan(&msg[..header_end(msg)], None)?;
     if !scan.single {
         return None;
     }
@@ -108,12 +108,16 @@ fn scan_keeps_folded_and_repeated_fields() {
     let m = b"Received: from x\r\n\tby y\r\nFrom: A\r\n <a@example.org>\r\nTo: b@c\r\n\
               from: c@d\r\nMessage-Id:\r\n <1@x>\r\n\r\nFrom: body@e\r\n";
     let mut wanted = Vec::new();
-    let found = scan(&m[..header_end(m)], &mut wanted).unwrap();
+    let found = scan(&m[..header_end(m)], Some(&mut wanted)).unwrap();
     assert_eq!(
         wanted,
         b"From: A\r\n <a@example.org>\r\nfrom: c@d\r\nMessage-Id:\r\n <1@x>\r\n"
     );
-    assert_eq!((found.found, found.single), (3, false));
+    let values: [Option<&[u8]>; 3] = [Some(b" c@d"), Some(b""), None];
+    assert_eq!((found.values, found.single), (values, false));
+    // Without `out`, the same values and nothing copied.
+    let alone = scan(&m[..header_end(m)], None).unwrap();
+    assert_eq!((alone.values, alone.single), (values, false));
     assert_eq!(read(m), full_parse(m));
     assert_eq!(read(m).message_id.as_deref(), Some("1@x"));
     // Not plain: left to mail-parser whole.
@@ -122,7 +126,7 @@ fn scan_keeps_folded_and_repeated_fields() {
         b"From: a@b\n\r\n",
         b"\r\nFrom: a@b\r\n",
     ] {
-        assert!(scan(odd, &mut Vec::new()).is_none());
+        assert!(scan(odd, None).is_none());
         assert_eq!(read(odd), full_parse(odd));
     }
     assert_eq!(read(b"Subject: x\r\n\r\n"), fields(None, None, Some("x")));
@@ -255,7 +259,7 @@ proptest! {
         prop_assume!(!plain.is_empty());
         let mut m = plain.concat();
         m.extend_from_slice(b"\r\nbody\r\n");
-        prop_assert!(scan(&m[..header_end(&m)], &mut Vec::new()).is_some());
+        prop_assert!(scan(&m[..header_end(&m)], None).is_some());
         prop_assert_eq!(read(&m), full_parse(&m));
     }
 
