@@ -62,6 +62,13 @@ fuzz_target!(|data: &[u8]| {
             [0xff, stage, code, ..] => {
                 d.on_upstream(STAGES[usize::from(*stage) % STAGES.len()], &answer(*code));
             }
+            // A HELO or EHLO answered, the client's and floodgate's upstream verb apart.
+            [0xfe, verbs, code, ..] => {
+                let heard = d.on_greeting(verbs & 1 != 0, verbs & 2 != 0, &answer(*code));
+                if verbs & 1 == 0 && heard != floodgate::smtp::dialogue::Heard::Refused {
+                    assert_eq!(d.offered(), &Default::default());
+                }
+            }
             _ => {
                 if let Ok(cmd) = parse_command(line) {
                     let before = d.clone();

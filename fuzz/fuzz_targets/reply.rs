@@ -54,7 +54,11 @@ fuzz_target!(|data: &[u8]| {
         if clean {
             assert_eq!(&reparse(r), r);
         }
-        let _ = parse_ehlo(r);
+        let whole = parse_ehlo(r);
+        assert_eq!(
+            floodgate::smtp::ehlo::pipelining_and_chunking(r),
+            (whole.pipelining, whole.chunking)
+        );
         // The SIZE a client is offered never exceeds floodgate's own limit.
         let own = u64::from(c) + 1;
         let mut capped = r.clone();

@@ -311,6 +311,13 @@ pub struct UpstreamConfig {
     /// `false`: every MAIL waits for upstream's answer.
     #[serde(default = "default_true")]
     pub pipelining: bool,
+    /// Greet upstream with EHLO also when the client said HELO, so that floodgate's own
+    /// commands use upstream's extensions (a MAIL with the first RCPT, BDAT); the client
+    /// still gets HELO's one-line answer and is offered no extension, and XCLIENT still
+    /// says `PROTO=SMTP`. An upstream that does not know EHLO (500, 502) is greeted with
+    /// HELO instead. `false`: the client's HELO goes upstream as HELO.
+    #[serde(default = "default_true")]
+    pub always_ehlo: bool,
     /// `[upstream.high_risk]`: the second smart host, with the same keys, that messages of
     /// `action = "reroute"` limits go to. Only in `[upstream]` itself.
     #[serde(default)]

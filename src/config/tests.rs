@@ -195,6 +195,21 @@ fn upstream_pipelining_is_on_unless_turned_off_and_must_be_a_boolean() {
 }
 
 #[test]
+fn upstream_always_ehlo_is_on_unless_turned_off_and_must_be_a_boolean() {
+    let c = Config::parse(Path::new("/etc/floodgate/f.toml"), GOOD).unwrap();
+    assert!(c.upstream.always_ehlo);
+    let c = Config::parse(
+        Path::new("/etc/floodgate/f.toml"),
+        &format!("{GOOD}always_ehlo = false\n"),
+    )
+    .unwrap();
+    assert!(!c.upstream.always_ehlo);
+    let e = err(&format!("{GOOD}always_ehlo = \"yes\"\n"));
+    assert!(e.starts_with("/etc/floodgate/test.toml:13:15:"), "{e}");
+    assert!(e.contains("expected a boolean"), "{e}");
+}
+
+#[test]
 fn bad_message_keys_are_named() {
     let e = err(&format!("{GOOD}\n[smtp]\nmax_text_line = 999\n"));
     assert!(e.contains("max_text_line must be at least 1000"), "{e}");

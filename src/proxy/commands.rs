@@ -127,17 +127,38 @@ impl Session {
                 return Ok(flow);
             }
         }
-        let reply = self.up()?.relay(cmd).await?;
+        let (reply, upstream_ehlo) = self.greet_upstream(cmd, ehlo, name).await?;
         if let Some(p) = helo_problem(&reply) {
             // Never the client's answer: upstream refuses every command of this session.
             return Ok(self.identity_refused(p).err().unwrap_or(Flow::Close));
         }
-        let heard = self.dialogue.on_upstream(stage, &reply);
+        let heard = self.dialogue.on_greeting(ehlo, upstream_ehlo, &reply);
         match self.heard(heard) {
             Some(filtered) => self.client.queue(&filtered),
             None => self.client.queue(&reply),
         }
         Ok(Flow::Next)
+    }
+
+    /// Relays the client's HELO or EHLO and returns upstream's answer, and whether it
+    /// answers an EHLO. A HELO goes as EHLO under `[upstream] always_ehlo`, and as HELO
+    /// after all when upstream does not know EHLO (500, 502: RFC 5321 §4.1.4).
+    async fn greet_upstream(
+        &mut self,
+        cmd: &Command,
+        ehlo: bool,
+        name: &str,
+    ) -> Result<(Reply, bool), UpstreamError> {
+        if ehlo || !self.shared.upstream.always_ehlo() {
+            return Ok((self.up()?.relay(cmd).await?, ehlo));
+        }
+        let up = self.up()?;
+        let reply = up.relay(&Command::Ehlo(name.to_string())).await?;
+        if !matches!(reply.code, 500 | 502) {
+            return Ok((reply, true));
+        }
+        up.recycle(reply);
+        Ok((up.relay(cmd).await?, false))
     }
 
     async fn mail(&mut self, cmd: &Command, m: &MailFrom) -> Handled {

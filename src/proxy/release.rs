@@ -204,8 +204,8 @@ async fn transaction(
         }
     }
     let helo = m.helo.as_deref().unwrap_or("floodgate.invalid");
-    let hello = if m.proto == "SMTP" { "HELO" } else { "EHLO" };
-    let r = up.command(format!("{hello} {helo}\r\n").as_bytes()).await?;
+    let ehlo = m.proto != "SMTP" || settings.always_ehlo();
+    let (hello, r) = greet(up, ehlo, helo).await?;
     if r.code != 250 {
         return Err(refused(hello, &r));
     }
@@ -223,6 +223,23 @@ async fn transaction(
         bdat,
     )
     .await
+}
+
+/// Greets upstream with EHLO `name` when `ehlo`, and with HELO otherwise or when upstream
+/// does not know EHLO (500, 502: RFC 5321 §4.1.4); the verb that was answered, and the answer.
+async fn greet(
+    up: &mut Upstream,
+    ehlo: bool,
+    name: &str,
+) -> Result<(&'static str, Reply), UpstreamError> {
+    if ehlo {
+        let r = up.command(format!("EHLO {name}\r\n").as_bytes()).await?;
+        if !matches!(r.code, 500 | 502) {
+            return Ok(("EHLO", r));
+        }
+    }
+    let r = up.command(format!("HELO {name}\r\n").as_bytes()).await?;
+    Ok(("HELO", r))
 }
 
 /// The trace header line (with CRLF) of a message rerouted to the second smart host.

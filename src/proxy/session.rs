@@ -504,7 +504,7 @@ impl Session {
                 self.forget_txn(abandoned);
                 None
             }
-            Heard::Ehlo { answer, abandoned } => {
+            Heard::Greeted { answer, abandoned } => {
                 self.forget_txn(abandoned);
                 Some(answer)
             }

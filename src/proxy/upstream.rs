@@ -37,6 +37,8 @@ pub struct UpstreamSettings {
     /// `[upstream] pipelining`: a MAIL goes with the command after it where PIPELINING is
     /// offered.
     pipelining: bool,
+    /// `[upstream] always_ehlo`: a client's HELO goes upstream as EHLO.
+    always_ehlo: bool,
     /// floodgate's own EHLO name there, and what the connections so far taught about this
     /// upstream (XCLIENT identity only).
     learned: Arc<Learned>,
@@ -189,6 +191,7 @@ impl UpstreamSettings {
             reply_timeout: config.timeouts.upstream_reply.0,
             chunking: host.chunking,
             pipelining: host.pipelining,
+            always_ehlo: host.always_ehlo,
             learned: Arc::new(Learned {
                 helo_name: helo_name.to_string(),
                 state: std::sync::Mutex::new(LearnedState::default()),
@@ -215,6 +218,11 @@ impl UpstreamSettings {
     /// offers PIPELINING.
     pub fn pipelining(&self) -> bool {
         self.pipelining
+    }
+
+    /// Whether a client's HELO goes upstream as EHLO.
+    pub fn always_ehlo(&self) -> bool {
+        self.always_ehlo
     }
 
     /// The name floodgate gives in its own EHLO.

@@ -28,19 +28,42 @@ pub struct Capabilities {
     pub xclient: Vec<String>,
 }
 
-/// Splits an EHLO line into its upper-cased keyword and its parameters.
-fn keyword_line(line: &str) -> Option<(String, Vec<&str>)> {
-    let mut words = line.split([' ', '\t']).filter(|w| !w.is_empty());
-    let kw = words.next()?;
-    Some((kw.to_ascii_uppercase(), words.collect()))
+/// The keywords floodgate reads or passes on, in their canonical upper case.
+const KNOWN: [&str; 10] = [
+    "PIPELINING",
+    "SIZE",
+    "8BITMIME",
+    "SMTPUTF8",
+    "DSN",
+    "ENHANCEDSTATUSCODES",
+    "CHUNKING",
+    "STARTTLS",
+    "AUTH",
+    "XCLIENT",
+];
+
+/// Splits an EHLO line into its keyword, in canonical upper case, and its parameters;
+/// `None` for an empty line or a keyword floodgate neither reads nor passes on.
+fn keyword_line(line: &str) -> Option<(&'static str, Params<'_>)> {
+    let mut words = params(line);
+    let word = words.next()?;
+    let kw = KNOWN.iter().find(|k| k.eq_ignore_ascii_case(word))?;
+    Some((kw, words))
+}
+
+/// The words of an EHLO line's parameters.
+type Params<'a> = std::iter::Filter<std::str::Split<'a, [char; 2]>, fn(&&'a str) -> bool>;
+
+fn params(text: &str) -> Params<'_> {
+    text.split([' ', '\t']).filter(|w| !w.is_empty())
 }
 
 /// The limit of a SIZE line: `Some(0)` without a parameter (no fixed
 /// limit), `None` if the parameter is not a decimal number (line ignored).
-fn size_value(params: &[&str]) -> Option<u64> {
-    match params {
-        [] => Some(0),
-        [n] if n.bytes().all(|b| b.is_ascii_digit()) => n.parse().ok(),
+fn size_value(mut params: Params<'_>) -> Option<u64> {
+    match (params.next(), params.next()) {
+        (None, _) => Some(0),
+        (Some(n), None) if n.bytes().all(|b| b.is_ascii_digit()) => n.parse().ok(),
         _ => None,
     }
 }
@@ -55,10 +78,10 @@ pub fn parse_ehlo(reply: &Reply) -> Capabilities {
         let Some((kw, params)) = keyword_line(line) else {
             continue;
         };
-        match kw.as_str() {
+        match kw {
             "PIPELINING" => caps.pipelining = true,
             // The first SIZE line counts, as in filter_ehlo.
-            "SIZE" if caps.size.is_none() => caps.size = size_value(&params),
+            "SIZE" if caps.size.is_none() => caps.size = size_value(params),
             "8BITMIME" => caps.eight_bit_mime = true,
             "SMTPUTF8" => caps.smtputf8 = true,
             "DSN" => caps.dsn = true,
@@ -85,6 +108,22 @@ pub fn parse_ehlo(reply: &Reply) -> Capabilities {
         }
     }
     caps
+}
+
+/// Whether an EHLO reply offers PIPELINING and CHUNKING, the two extensions floodgate's own
+/// commands use, read as [`parse_ehlo`] reads them but without building the whole list.
+pub fn pipelining_and_chunking(reply: &Reply) -> (bool, bool) {
+    let (mut pipelining, mut chunking) = (false, false);
+    if reply.code == 250 {
+        for line in reply.lines.iter().skip(1) {
+            match keyword_line(line) {
+                Some(("PIPELINING", _)) => pipelining = true,
+                Some(("CHUNKING", _)) => chunking = true,
+                _ => {}
+            }
+        }
+    }
+    (pipelining, chunking)
 }
 
 /// What floodgate offers its client on top of upstream's filtered list.
@@ -116,7 +155,7 @@ pub fn filter_ehlo(reply: &Reply, filter: &EhloFilter) -> Reply {
         return reply.clone();
     }
     let mut lines = vec![reply.lines.first().cloned().unwrap_or_default()];
-    let mut seen: Vec<String> = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
     for line in reply.lines.iter().skip(1) {
         let Some((kw, params)) = keyword_line(line) else {
             continue;
@@ -124,15 +163,15 @@ pub fn filter_ehlo(reply: &Reply, filter: &EhloFilter) -> Reply {
         if seen.contains(&kw) {
             continue;
         }
-        let out = match kw.as_str() {
+        let out = match kw {
             "PIPELINING" | "8BITMIME" | "SMTPUTF8" | "DSN" | "ENHANCEDSTATUSCODES" => {
-                Some(kw.clone())
+                Some(kw.to_string())
             }
-            "CHUNKING" if filter.chunking => Some(kw.clone()),
-            "SIZE" => match (params.first(), size_value(&params)) {
-                (_, None) => None,
-                (None, Some(_)) => Some(kw.clone()),
-                (Some(_), Some(n)) => Some(format!("SIZE {n}")),
+            "CHUNKING" if filter.chunking => Some(kw.to_string()),
+            "SIZE" => match size_value(params.clone()) {
+                None => None,
+                Some(_) if params.clone().next().is_none() => Some(kw.to_string()),
+                Some(n) => Some(format!("SIZE {n}")),
             },
             "AUTH" if filter.offer_auth => {
                 let mut mechs: Vec<String> = Vec::new();
@@ -151,7 +190,7 @@ pub fn filter_ehlo(reply: &Reply, filter: &EhloFilter) -> Reply {
             lines.push(out);
         }
     }
-    if filter.chunking && !seen.iter().any(|k| k == "CHUNKING") {
+    if filter.chunking && !seen.contains(&"CHUNKING") {
         lines.push("CHUNKING".to_string());
     }
     if filter.offer_starttls {
@@ -192,7 +231,7 @@ pub fn cap_size(reply: &mut Reply, own: u64) {
         .find_map(|(i, line)| {
             let (kw, params) = keyword_line(line)?;
             (kw == "SIZE")
-                .then(|| size_value(&params))
+                .then(|| size_value(params))
                 .flatten()
                 .map(|n| (i, n))
         });
@@ -475,6 +514,7 @@ mod tests {
             Just("STARTTLS".to_string()),
             Just("CHUNKING".to_string()),
             Just("XCLIENT NAME ADDR".to_string()),
+            "(?i)[ \t]?(pipelining|chunking)([ \t][a-z]{0,3})?",
             "SIZE( [0-9x]{0,12})?",
             "(?i)auth( (plain|login|gssapi|cram-md5|xoauth2|ntlm)){0,4}",
             "[ -~]{0,20}",
@@ -503,6 +543,17 @@ mod tests {
             for m in &after.auth {
                 prop_assert!(before.auth.contains(m) && OBSERVABLE_MECHANISMS.contains(&m.as_str()));
             }
+        }
+
+        /// The two extensions floodgate's own commands use read as the whole list reads them.
+        #[test]
+        fn pipelining_and_chunking_agree_with_the_whole_list(
+            lines in proptest::collection::vec(ehlo_line(), 1..10),
+            code in prop_oneof![Just(250u16), Just(220u16), Just(502u16)],
+        ) {
+            let up = Reply::multi(code, lines);
+            let whole = parse_ehlo(&up);
+            prop_assert_eq!(pipelining_and_chunking(&up), (whole.pipelining, whole.chunking));
         }
 
         /// After capping, the client sees upstream's SIZE or floodgate's, whichever is

@@ -113,6 +113,8 @@ pub struct Message {
     pub bare_cr: bool,
     /// The EHLO/HELO name upstream saw.
     pub helo: Option<String>,
+    /// The session upstream began with EHLO (not HELO).
+    pub esmtp: bool,
     /// The AUTH identity upstream validated (or XCLIENT LOGIN).
     pub auth_user: Option<String>,
     /// XCLIENT attributes in force.
@@ -203,6 +205,7 @@ impl Message {
             bare_lf: v["bare_lf"].as_bool().unwrap_or(true),
             bare_cr: v["bare_cr"].as_bool().unwrap_or(true),
             helo: v["helo"].as_str().map(str::to_string),
+            esmtp: v["esmtp"].as_bool().unwrap_or(false),
             auth_user: v["auth_user"].as_str().map(str::to_string),
             xclient: v["xclient"]
                 .as_object()

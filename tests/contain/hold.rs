@@ -435,6 +435,67 @@ fn a_bdat_message_is_held_and_released_with_the_same_octets() {
 }
 
 #[test]
+fn a_helo_clients_held_message_is_released_as_its_session_went_upstream() {
+    let held_config = |rec: &Recorder, dir: &Path, always_ehlo: &str| {
+        FloodgateConfig::new(rec.addr())
+            .identity("xclient")
+            .upstream_key("always_ehlo", always_ehlo)
+            .extra(&format!(
+                r#"
+[[limit]]
+name = "per-ip"
+count = "recipients"
+key = "${{client_ip}}"
+algorithm = "bucket"
+rate = "1 / 1h"
+burst = "1"
+action = "hold"
+
+[hold]
+dir = "{}"
+"#,
+                dir.display()
+            ))
+    };
+    for (always_ehlo, esmtp) in [("true", true), ("false", false)] {
+        let rec = Recorder::start(RecorderOptions::default());
+        let spool = TempDir::new().unwrap();
+        let fg = Floodgate::start(&held_config(&rec, spool.path(), always_ehlo));
+        let mut c = RawClient::connect_greeted(fg.addr("plain"));
+        assert_eq!(c.cmd("HELO printer.test").code, 250);
+        for i in 0..2 {
+            assert_eq!(c.cmd("MAIL FROM:<scanner@example.org>").code, 250);
+            assert_eq!(c.cmd(&format!("RCPT TO:<r{i}@example.com>")).code, 250);
+            assert_eq!(c.cmd("DATA").code, 354);
+            c.send(format!("Subject: printed {i}\r\n\r\nscan\r\n.\r\n").as_bytes());
+            assert_eq!(c.reply().code, 250);
+        }
+        assert_eq!(c.cmd("QUIT").code, 221);
+        let sock = fg.admin_socket();
+        let list = held(&sock);
+        assert_eq!(list.len(), 1, "always_ehlo = {always_ehlo}: {list:?}");
+        let id = list[0]["id"].as_str().unwrap();
+        assert!(admin_verb(&sock, &["held", "release", id]).ok());
+        rec.wait_events("message", 2);
+        let msgs = rec.messages();
+        for m in &msgs {
+            let what = format!("always_ehlo = {always_ehlo}: {m:?}");
+            assert_eq!(m.esmtp, esmtp, "{what}");
+            assert_eq!(m.bdat, esmtp, "BDAT only in an EHLO session: {what}");
+            assert_eq!(m.helo.as_deref(), Some("printer.test"), "{what}");
+            assert_eq!(
+                m.xclient.get("PROTO").map(String::as_str),
+                Some("SMTP"),
+                "{what}"
+            );
+        }
+        let content = content(&msgs[1]);
+        let first_end = content.iter().position(|&b| b == b'\n').unwrap() + 1;
+        assert_eq!(&content[first_end..], b"Subject: printed 1\r\n\r\nscan\r\n");
+    }
+}
+
+#[test]
 fn a_recipient_refused_at_release_keeps_the_message_held() {
     let rec = Recorder::start(RecorderOptions::default());
     let spool = TempDir::new().unwrap();

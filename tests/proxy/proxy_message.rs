@@ -283,8 +283,10 @@ fn a_data_message_goes_upstream_as_one_bdat_last_as_the_message_is() {
 
 #[test]
 fn after_a_helo_a_message_goes_with_data_whatever_an_earlier_ehlo_offered() {
+    // The HELO goes upstream as HELO ([upstream] always_ehlo = false).
     let rec = Recorder::plain();
-    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()));
+    let fg =
+        Floodgate::start(&FloodgateConfig::new(rec.addr()).upstream_key("always_ehlo", "false"));
     let (mut c, ehlo) = session(&fg);
     assert!(ehlo.keywords().iter().any(|k| k == "CHUNKING"), "{ehlo:?}");
     assert_eq!(c.cmd("HELO again.client.test").code, 250);
@@ -296,6 +298,36 @@ fn after_a_helo_a_message_goes_with_data_whatever_an_earlier_ehlo_offered() {
     assert_eq!(m.len(), 1);
     assert!(!m[0].bdat, "BDAT in a session upstream knows as HELO");
     assert_eq!(m[0].data, b"Subject: after helo\r\n\r\n..dot\r\n");
+    assert!(rec.commands().iter().any(|l| l == "HELO again.client.test"));
+}
+
+#[test]
+fn a_helo_clients_message_goes_as_bdat_in_floodgates_ehlo_session() {
+    let rec = Recorder::plain();
+    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()));
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    let r = c.cmd("HELO old.client.test");
+    assert_eq!((r.code, r.lines.len()), (250, 1), "{r:?}");
+    assert_eq!(
+        data_message(&mut c, b"Subject: helo\r\n\r\n..dot\r\n.\r\n").code,
+        250
+    );
+    let m = quit_and_messages(&mut c, &rec);
+    assert_eq!(m.len(), 1);
+    assert!(
+        m[0].bdat,
+        "DATA although upstream's EHLO session offers CHUNKING"
+    );
+    assert_eq!(m[0].data, b"Subject: helo\r\n\r\n.dot\r\n");
+    let commands = rec.commands();
+    assert!(
+        commands.iter().any(|l| l == "EHLO old.client.test"),
+        "{commands:?}"
+    );
+    assert!(
+        !commands.iter().any(|l| l.starts_with("HELO")),
+        "{commands:?}"
+    );
 }
 
 #[test]

@@ -18,7 +18,8 @@ use common::*;
 // A scripted upstream
 // ---------------------------------------------------------------------------------------
 
-/// An SMTP upstream on 127.0.0.1 with a given greeting and EHLO reply; every other command
+/// An SMTP upstream on 127.0.0.1 with a given greeting and EHLO reply (none: EHLO is
+/// answered 502, as by a server that knows only HELO); every other command
 /// gets 250, QUIT 221, except that a MAIL whose sender contains "refused" gets 553 and a
 /// RCPT outside a transaction 503, as Postfix answers them. It records the command lines
 /// it receives. Accepting stops when it is
@@ -96,6 +97,9 @@ fn scripted_session(
         seen.lock().expect("lines").push(text.clone());
         let verb = text.split(' ').next().unwrap_or("").to_ascii_uppercase();
         match verb.as_str() {
+            "EHLO" if ehlo.is_empty() => {
+                w.write_all(b"502 5.5.2 Error: command not recognized\r\n")?
+            }
             "EHLO" => {
                 in_txn = false;
                 w.write_all(ehlo.as_bytes())?
@@ -247,6 +251,48 @@ fn mail_goes_upstream_with_the_first_rcpt_where_upstream_pipelines() {
 }
 
 #[test]
+fn a_helo_client_is_relayed_in_an_ehlo_session_and_answered_as_helo() {
+    let up = Scripted::start(
+        "220 scripted.test ESMTP",
+        &["scripted.test greets you", "PIPELINING", "SIZE 1000"],
+    );
+    let fg = Floodgate::start(&FloodgateConfig::new(up.addr));
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    // HELO's one-line answer: EHLO's first line, not its list.
+    let r = c.cmd("HELO client.test");
+    assert_eq!(r.text(), "250 scripted.test greets you\r\n", "{r:?}");
+    assert_eq!(up.lines(), ["EHLO client.test"]);
+    // No extension for the client, though upstream offered SIZE.
+    assert_eq!(c.cmd("MAIL FROM:<a@client.test> SIZE=10").code, 555);
+    // floodgate's MAIL goes with the first RCPT, as for an EHLO client.
+    let r = c.cmd("MAIL FROM:<a@client.test>");
+    assert_eq!(
+        r.text(),
+        "250 2.1.0 Ok\r\n",
+        "floodgate's own answer: {r:?}"
+    );
+    assert_eq!(up.lines(), ["EHLO client.test"]);
+    assert_eq!(c.cmd("RCPT TO:<b@remote.test>").code, 250);
+    assert_eq!(c.cmd("DATA").code, 354);
+    c.send(b"Subject: t\r\n\r\nbody\r\n.\r\n");
+    assert_eq!(c.reply().code, 250);
+    assert_eq!(
+        up.lines()[1..4],
+        [
+            "MAIL FROM:<a@client.test>",
+            "RCPT TO:<b@remote.test>",
+            "DATA"
+        ]
+    );
+    // A second HELO starts over the same way.
+    assert_eq!(c.cmd("HELO again.test").code, 250);
+    assert_eq!(
+        up.lines().last().map(String::as_str),
+        Some("EHLO again.test")
+    );
+}
+
+#[test]
 fn a_mail_declaring_a_size_over_the_announced_one_waits_for_upstream() {
     let up = Scripted::start(
         "220 scripted.test ESMTP",
@@ -310,7 +356,7 @@ fn a_sender_refused_upstream_is_the_answer_to_the_first_rcpt() {
 }
 
 #[test]
-fn mail_waits_for_upstream_without_pipelining_after_helo_or_when_turned_off() {
+fn mail_waits_for_upstream_without_pipelining_or_ehlo_or_when_turned_off() {
     let refused_at_mail = |up: &Scripted, fg: &Floodgate, helo: &str| {
         let mut c = RawClient::connect_greeted(fg.addr("plain"));
         if helo == "EHLO" {
@@ -332,13 +378,22 @@ fn mail_waits_for_upstream_without_pipelining_after_helo_or_when_turned_off() {
     let up = Scripted::start("220 scripted.test ESMTP", &["scripted.test", "8BITMIME"]);
     let fg = Floodgate::start(&FloodgateConfig::new(up.addr));
     refused_at_mail(&up, &fg, "EHLO");
-    // It does, but the client said HELO: upstream's session takes no extension.
+    // It does, but the client's HELO went upstream as HELO ([upstream] always_ehlo =
+    // false): upstream's session takes no extension.
     let up = Scripted::start("220 scripted.test ESMTP", &["scripted.test", "PIPELINING"]);
-    let fg = Floodgate::start(&FloodgateConfig::new(up.addr));
+    let fg = Floodgate::start(&FloodgateConfig::new(up.addr).upstream_key("always_ehlo", "false"));
     refused_at_mail(&up, &fg, "HELO");
+    assert!(up.lines().iter().any(|l| l == "HELO client.test"));
+    assert!(!up.lines().iter().any(|l| l.starts_with("EHLO")));
     // It does, and [upstream] pipelining = false.
     let fg = Floodgate::start(&FloodgateConfig::new(up.addr).upstream_key("pipelining", "false"));
     refused_at_mail(&up, &fg, "EHLO");
+    // It does not know EHLO at all: floodgate's EHLO for the HELO client is answered 502
+    // and the HELO goes after it.
+    let up = Scripted::start("220 scripted.test SMTP", &[]);
+    let fg = Floodgate::start(&FloodgateConfig::new(up.addr));
+    refused_at_mail(&up, &fg, "HELO");
+    assert_eq!(up.lines()[..2], ["EHLO client.test", "HELO client.test"]);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 //! floodgate's client identity in front of a real Postfix 3.7 (tests/common/postfix.rs):
 //! a Postfix that does not authorise XCLIENT or has no IPv6, and a Postfix port that does
 //! not expect a PROXY header, give the client 421 4.3.5 and get no message; the client's
-//! verified name reaches Postfix's Received header through XCLIENT NAME; floodgate's own
-//! Received line arrives in the delivered message.
+//! verified name reaches Postfix's Received header through XCLIENT NAME, and a HELO client's
+//! name through XCLIENT HELO in floodgate's EHLO session; floodgate's own Received line
+//! arrives in the delivered message.
 
 use crate::common;
 
@@ -177,6 +178,33 @@ fn postfix_received_names_the_client_through_xclient_name() {
             "resolve_client_names = {resolve}: {received}"
         );
     }
+}
+
+#[test]
+fn a_helo_client_reaches_postfix_under_its_own_name_in_floodgates_ehlo_session() {
+    let pf = postfix();
+    let _log = pf.log_on_panic();
+    let fg =
+        Floodgate::start(&FloodgateConfig::new(pf.addr(PfListener::Plain)).identity("xclient"));
+    let tok = token("helo");
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    let r = c.cmd("HELO old.client.example");
+    assert_eq!((r.code, r.lines.len()), (250, 1), "{r:?}");
+    // One command at a time, as a HELO client sends them.
+    assert_eq!(c.cmd("MAIL FROM:<sender@client.test>").code, 250);
+    assert_eq!(c.cmd("RCPT TO:<rcpt@dest.test>").code, 250);
+    assert_eq!(c.cmd("DATA").code, 354);
+    c.send(format!("Subject: {tok}\r\n\r\nhello\r\n.\r\n").as_bytes());
+    assert_eq!(c.reply().code, 250);
+    c.cmd("QUIT");
+    let m = &pf.wait_messages(&tok, 1)[0];
+    let received = m.postfix_received();
+    assert!(
+        received.starts_with("from old.client.example (localhost [127.0.0.1])"),
+        "XCLIENT HELO names the client: {received}"
+    );
+    // Postfix names the protocol of its own hop: its EHLO overrides XCLIENT's PROTO=SMTP.
+    assert!(received.contains(") with ESMTP id "), "{received}");
 }
 
 #[test]

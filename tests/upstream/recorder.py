@@ -47,7 +47,8 @@ Record lines (all have "event", "session" (int, 0 for server events) and "time")
   message        id, mail_from, mail_params, rcpts, data_b64 (wire bytes between the
                  354 and the final CRLF.CRLF, dot-stuffed, incl. the last line's CRLF),
                  size, sha256 (of those bytes), content_sha256 (after dot-unstuffing),
-                 bare_lf, bare_cr, helo, auth_user, xclient, tls, bdat
+                 bare_lf, bare_cr, helo, esmtp (the session began with EHLO), auth_user,
+                 xclient, tls, bdat
   session_end    reason (quit, eof, timeout, fault, errors, shutdown, tls-failed,
                  proxy-header), messages
 """
@@ -686,6 +687,7 @@ class Session:
             bare_lf=bare_lf,
             bare_cr=bare_cr,
             helo=self.helo,
+            esmtp=self.esmtp,
             auth_user=self.auth_user,
             xclient=self.xclient,
             tls=self.tls,

@@ -16,7 +16,9 @@
 pub mod replies;
 
 use crate::smtp::command::{Command, MailFrom, Param};
-use crate::smtp::ehlo::{cap_size, filter_ehlo, parse_ehlo, Capabilities, EhloFilter};
+use crate::smtp::ehlo::{
+    cap_size, filter_ehlo, parse_ehlo, pipelining_and_chunking, Capabilities, EhloFilter,
+};
 use crate::smtp::help::{help_reply, HelpCommands};
 use crate::smtp::reply::Reply;
 use crate::smtp::sasl::Mechanism;
@@ -144,9 +146,10 @@ pub enum Heard {
         /// The transaction was open and is dropped without a verdict.
         abandoned: bool,
     },
-    /// EHLO accepted: the transaction is over as for [`Heard::Reset`], and the client is
-    /// answered with `answer`, upstream's list filtered to what floodgate passes on.
-    Ehlo {
+    /// HELO or EHLO accepted: the transaction is over as for [`Heard::Reset`], and the
+    /// client is answered with `answer`: for EHLO upstream's list filtered to what floodgate
+    /// passes on, for a HELO that went upstream as EHLO the list's first line alone.
+    Greeted {
         /// The client's answer.
         answer: Reply,
         /// A transaction was open and is dropped.
@@ -508,33 +511,9 @@ impl Dialogue {
     pub fn on_upstream(&mut self, stage: Stage, reply: &Reply) -> Heard {
         let accepted = reply.is_completion();
         match stage {
-            Stage::Helo | Stage::Ehlo if accepted => {
+            Stage::Helo | Stage::Ehlo => {
                 let ehlo = stage == Stage::Ehlo;
-                self.helo_seen = true;
-                self.ehlo = ehlo;
-                let abandoned = self.reset_transaction();
-                // A HELO session upstream takes no extension, whatever an earlier EHLO
-                // offered: BDAT only after an EHLO that offered CHUNKING (RFC 3030 §2).
-                self.upstream_chunking = false;
-                self.upstream_pipelining = false;
-                if ehlo && reply.code == 250 {
-                    let filter = EhloFilter {
-                        offer_starttls: self.starttls_available(),
-                        offer_auth: self.auth_allowed(),
-                        chunking: self.settings.chunking,
-                    };
-                    let upstream = parse_ehlo(reply);
-                    self.upstream_chunking = upstream.chunking;
-                    self.upstream_pipelining = upstream.pipelining;
-                    let mut answer = filter_ehlo(reply, &filter);
-                    cap_size(&mut answer, self.settings.max_message_size);
-                    self.offered = parse_ehlo(&answer);
-                    Heard::Ehlo { answer, abandoned }
-                } else {
-                    // HELO: no extensions may be used.
-                    self.offered = Capabilities::default();
-                    Heard::Reset { abandoned }
-                }
+                self.on_greeting(ehlo, ehlo, reply)
             }
             Stage::Mail if accepted && self.helo_seen && !self.in_txn => {
                 self.in_txn = true;
@@ -563,6 +542,47 @@ impl Dialogue {
             },
             _ => Heard::Refused,
         }
+    }
+
+    /// Upstream answered the client's HELO or EHLO (`client_ehlo`) with `reply`.
+    /// `upstream_ehlo`: floodgate said EHLO upstream, also for a HELO client
+    /// (`[upstream] always_ehlo`). Upstream's extensions then serve floodgate's own commands
+    /// (a MAIL with the first RCPT, BDAT), while a HELO client is offered none and gets
+    /// HELO's one-line answer.
+    pub fn on_greeting(&mut self, client_ehlo: bool, upstream_ehlo: bool, reply: &Reply) -> Heard {
+        if !reply.is_completion() {
+            return Heard::Refused;
+        }
+        self.helo_seen = true;
+        self.ehlo = client_ehlo;
+        let abandoned = self.reset_transaction();
+        // Only an upstream EHLO session takes extensions, whatever an earlier EHLO offered:
+        // BDAT only after an EHLO that offered CHUNKING (RFC 3030 §2).
+        (self.upstream_pipelining, self.upstream_chunking) = if upstream_ehlo {
+            pipelining_and_chunking(reply)
+        } else {
+            (false, false)
+        };
+        if client_ehlo && reply.code == 250 {
+            let filter = EhloFilter {
+                offer_starttls: self.starttls_available(),
+                offer_auth: self.auth_allowed(),
+                chunking: self.settings.chunking,
+            };
+            let mut answer = filter_ehlo(reply, &filter);
+            cap_size(&mut answer, self.settings.max_message_size);
+            self.offered = parse_ehlo(&answer);
+            return Heard::Greeted { answer, abandoned };
+        }
+        // HELO: no extensions may be used.
+        self.offered = Capabilities::default();
+        if upstream_ehlo {
+            // EHLO's first line is the greeting HELO answers with; the rest is the list.
+            let first = reply.lines.first().map(String::as_str).unwrap_or("");
+            let answer = Reply::new(reply.code, first);
+            return Heard::Greeted { answer, abandoned };
+        }
+        Heard::Reset { abandoned }
     }
 
     /// A BDAT chunk that is not the last was taken whole: the message is under way.

@@ -48,7 +48,7 @@ fn greeted(s: Settings) -> Dialogue {
     );
     assert!(matches!(
         d.on_upstream(Stage::Ehlo, &ehlo_list()),
-        Heard::Ehlo {
+        Heard::Greeted {
             abandoned: false,
             ..
         }
@@ -130,6 +130,60 @@ fn helo_offers_no_extensions() {
 }
 
 #[test]
+fn a_helo_that_went_upstream_as_ehlo_is_answered_with_the_first_line_alone() {
+    let mut d = with_recipients(settings(), 1);
+    assert_eq!(d.on_command(&cmd("HELO x")), Step::Ask(Stage::Helo));
+    let heard = d.on_greeting(false, true, &ehlo_list());
+    assert_eq!(
+        heard,
+        Heard::Greeted {
+            answer: Reply::new(250, "mx.example"),
+            abandoned: true
+        }
+    );
+    assert!(d.helo_seen() && !d.ehlo() && !d.in_transaction());
+    assert_eq!(
+        d.offered(),
+        &Capabilities::default(),
+        "the client gets none"
+    );
+    assert!(
+        d.upstream_chunking() && d.upstream_pipelining(),
+        "upstream's EHLO session takes them, for floodgate's own commands"
+    );
+    assert_eq!(
+        refused_with(d.on_command(&cmd("MAIL FROM:<a@b> BODY=8BITMIME"))).0,
+        555
+    );
+    // A refusal changes nothing; a HELO relayed as HELO takes no extension, even if its
+    // answer looks like a list.
+    let mut d = greeted(settings());
+    assert_eq!(
+        d.on_greeting(false, true, &Reply::new(550, "5.7.1 no")),
+        Heard::Refused
+    );
+    assert!(d.ehlo() && d.upstream_chunking());
+    assert_eq!(
+        d.on_greeting(false, false, &ehlo_list()),
+        Heard::Reset { abandoned: false }
+    );
+    assert!(!d.upstream_chunking() && !d.upstream_pipelining());
+}
+
+#[test]
+fn a_client_ehlo_is_greeted_the_same_through_on_greeting() {
+    let mut a = greeted(settings());
+    let mut b = greeted(settings());
+    a.on_command(&cmd("EHLO again"));
+    b.on_command(&cmd("EHLO again"));
+    assert_eq!(
+        a.on_upstream(Stage::Ehlo, &ehlo_list()),
+        b.on_greeting(true, true, &ehlo_list())
+    );
+    assert_eq!(a.offered(), b.offered());
+}
+
+#[test]
 fn ehlo_filters_and_caps_the_list() {
     let mut s = settings();
     s.chunking = false;
@@ -161,7 +215,7 @@ fn ehlo_ends_an_open_transaction() {
     d.on_command(&cmd("EHLO x"));
     assert!(matches!(
         d.on_upstream(Stage::Ehlo, &ehlo_list()),
-        Heard::Ehlo {
+        Heard::Greeted {
             abandoned: true,
             ..
         }
@@ -726,6 +780,8 @@ fn check_invariants(d: &Dialogue) -> Result<(), TestCaseError> {
     prop_assert!(d.in_transaction() || d.recipients() == 0);
     prop_assert!(d.in_transaction() || !d.chunks_under_way());
     prop_assert!(!d.in_transaction() || d.helo_seen());
+    // A client that said HELO (or nothing yet) is offered no extension.
+    prop_assert!(d.ehlo() || d.offered() == &Capabilities::default());
     Ok(())
 }
 
@@ -800,7 +856,7 @@ proptest! {
         calls in proptest::collection::vec(
             prop_oneof![
                 command().prop_map(Ok),
-                (stage(), answer()).prop_map(Err),
+                (stage(), answer(), any::<bool>()).prop_map(Err),
             ],
             0..80,
         ),
@@ -809,7 +865,9 @@ proptest! {
         for call in calls {
             match call {
                 Ok(c) => { d.on_command(&c); }
-                Err((stage, reply)) => { d.on_upstream(stage, &reply); }
+                // A HELO relayed upstream as EHLO, or any stage as the driver hands it.
+                Err((Stage::Helo, reply, true)) => { d.on_greeting(false, true, &reply); }
+                Err((stage, reply, _)) => { d.on_upstream(stage, &reply); }
             }
             d.chunk_taken();
             check_invariants(&d)?;
