@@ -12,9 +12,10 @@
 #
 #   benches/postfix.sh [-n ROUNDS] [-m MESSAGES] [-s SESSIONS] [-F "PROFILES"] [-c CLIENT] [-k]
 #       defaults: 3 rounds, 5000 messages a run, 10 sessions, all four profiles
-#       -c  the load: smtp-source (default; it says HELO, so no ESMTP extension is used) or
-#           ehlo (benches/ehlo_source.py: EHLO as mail clients say it, then the same
-#           transactions; floodgate then sends each message to Postfix as one BDAT chunk)
+#       -c  the load: smtp-source (default; it says HELO, which floodgate relays to Postfix
+#           as EHLO: [upstream] always_ehlo) or ehlo (benches/ehlo_source.py: EHLO as mail
+#           clients say it, then the same transactions); either way floodgate sends each
+#           message to Postfix as one BDAT chunk and each MAIL with the first RCPT
 #       -k  keep the run's directory (Postfix's maillog, floodgate's log) and say where
 #
 # Profiles (smtp-source flags, as ../shared/bench/bench.sh):
@@ -35,7 +36,10 @@
 # per-message lines written to a file); FLOODGATE_WORKERS=N sets its [server] workers
 # (default: one event loop per core), FLOODGATE_CHUNKING=false its [upstream] chunking
 # (messages with DATA even where Postfix offers CHUNKING), FLOODGATE_PIPELINING=false its
-# [upstream] pipelining (every MAIL waits for Postfix's answer). Every run must
+# [upstream] pipelining (every MAIL waits for Postfix's answer), FLOODGATE_ALWAYS_EHLO=false
+# its [upstream] always_ehlo (smtp-source's HELO goes to Postfix as HELO, and with it no
+# BDAT and no MAIL with the first RCPT; unset, the key is left out of the config, so a
+# build from before it runs too). Every run must
 # deliver every message: the maillog's status=sent lines are counted after each run (the
 # next run starts once Postfix's queue is empty), else the script stops.
 #
@@ -80,6 +84,10 @@ esac
 case ${FLOODGATE_PIPELINING:-true} in
     true | false) ;;
     *) echo "FLOODGATE_PIPELINING is true or false" >&2; exit 2 ;;
+esac
+case ${FLOODGATE_ALWAYS_EHLO:-true} in
+    true | false) ;;
+    *) echo "FLOODGATE_ALWAYS_EHLO is true or false" >&2; exit 2 ;;
 esac
 for p in $PROFILES; do
     flags "$p" >/dev/null || { echo "unknown profile $p (small, small-reuse, big, big-reuse)" >&2; exit 2; }
@@ -204,6 +212,7 @@ address = "127.0.0.1:$PF_PORT"
 client_identity = "xclient"
 chunking = ${FLOODGATE_CHUNKING:-true}
 pipelining = ${FLOODGATE_PIPELINING:-true}
+${FLOODGATE_ALWAYS_EHLO:+always_ehlo = $FLOODGATE_ALWAYS_EHLO}
 [log]
 level = "info"
 [[limit]]
@@ -296,9 +305,9 @@ run() {
 
 median() { sort -g | awk '{v[NR]=$1} END{if (NR) print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
-printf '# %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s rounds; client %s; floodgate chunking %s, pipelining %s\n' \
+printf '# %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s rounds; client %s; floodgate chunking %s, pipelining %s, always_ehlo %s\n' \
     "$(date -u +%FT%TZ)" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
-    "$(uname -r)" "$(/usr/sbin/postconf -d -h mail_version)" "$M" "$S" "$ROUNDS" "$CLIENT" "${FLOODGATE_CHUNKING:-true}" "${FLOODGATE_PIPELINING:-true}"
+    "$(uname -r)" "$(/usr/sbin/postconf -d -h mail_version)" "$M" "$S" "$ROUNDS" "$CLIENT" "${FLOODGATE_CHUNKING:-true}" "${FLOODGATE_PIPELINING:-true}" "${FLOODGATE_ALWAYS_EHLO:-default}"
 printf '# load average at start: %s; Postfix queue under %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" "$base"
 # range: "median (min-max)" of the numbers on standard input.
 range() {
