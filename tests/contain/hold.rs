@@ -17,13 +17,21 @@ use tempfile::TempDir;
 
 /// alice's first recipient passes; every later message of hers is held (at RCPT).
 fn limits(dir: &Path, hold_extra: &str) -> String {
+    hold_limit(
+        dir,
+        "name = \"per-user\"\nwhen = \"authenticated\"\nkey = \"${authenticated_id}\"",
+        hold_extra,
+    )
+}
+
+/// A limit named and scoped by `scope` whose first recipient passes and whose later
+/// messages are held (at RCPT), and the spool in `dir`.
+fn hold_limit(dir: &Path, scope: &str, hold_extra: &str) -> String {
     format!(
         r#"
 [[limit]]
-name = "per-user"
-when = "authenticated"
+{scope}
 count = "recipients"
-key = "${{authenticated_id}}"
 algorithm = "bucket"
 rate = "1 / 1h"
 burst = "1"
@@ -440,21 +448,10 @@ fn a_helo_clients_held_message_is_released_as_its_session_went_upstream() {
         FloodgateConfig::new(rec.addr())
             .identity("xclient")
             .upstream_key("always_ehlo", always_ehlo)
-            .extra(&format!(
-                r#"
-[[limit]]
-name = "per-ip"
-count = "recipients"
-key = "${{client_ip}}"
-algorithm = "bucket"
-rate = "1 / 1h"
-burst = "1"
-action = "hold"
-
-[hold]
-dir = "{}"
-"#,
-                dir.display()
+            .extra(&hold_limit(
+                dir,
+                "name = \"per-ip\"\nkey = \"${client_ip}\"",
+                "",
             ))
     };
     for (always_ehlo, esmtp) in [("true", true), ("false", false)] {
