@@ -314,8 +314,8 @@ pub struct UpstreamConfig {
     /// Greet upstream with EHLO also when the client said HELO, so that floodgate's own
     /// commands use upstream's extensions (a MAIL with the first RCPT, BDAT); the client
     /// still gets HELO's one-line answer and is offered no extension, and XCLIENT still
-    /// says `PROTO=SMTP`. An upstream that does not know EHLO (500, 502) is greeted with
-    /// HELO instead. `false`: the client's HELO goes upstream as HELO.
+    /// says `PROTO=SMTP`. An upstream that refuses that EHLO (5xx, as 500 or 502 from one
+    /// that does not know it) is greeted with the client's HELO after all. `false`: the client's HELO goes upstream as HELO.
     #[serde(default = "default_true")]
     pub always_ehlo: bool,
     /// `[upstream.high_risk]`: the second smart host, with the same keys, that messages of

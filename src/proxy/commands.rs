@@ -142,7 +142,8 @@ impl Session {
 
     /// Relays the client's HELO or EHLO and returns upstream's answer, and whether it
     /// answers an EHLO. A HELO goes as EHLO under `[upstream] always_ehlo`, and as HELO
-    /// after all when upstream does not know EHLO (500, 502: RFC 5321 §4.1.4).
+    /// after all when upstream refuses that EHLO (5xx: one that does not know it answers
+    /// 500 or 502, RFC 5321 §4.1.4), so the client gets the answer its HELO would have had.
     async fn greet_upstream(
         &mut self,
         cmd: &Command,
@@ -154,7 +155,7 @@ impl Session {
         }
         let up = self.up()?;
         let reply = up.relay(&Command::Ehlo(name.to_string())).await?;
-        if !matches!(reply.code, 500 | 502) {
+        if !reply.is_permanent() {
             return Ok((reply, true));
         }
         up.recycle(reply);

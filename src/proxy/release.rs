@@ -204,8 +204,7 @@ async fn transaction(
         }
     }
     let helo = m.helo.as_deref().unwrap_or("floodgate.invalid");
-    let ehlo = m.proto != "SMTP" || settings.always_ehlo();
-    let (hello, r) = greet(up, ehlo, helo).await?;
+    let (hello, r) = greet(up, m.proto != "SMTP", settings.always_ehlo(), helo).await?;
     if r.code != 250 {
         return Err(refused(hello, &r));
     }
@@ -225,16 +224,19 @@ async fn transaction(
     .await
 }
 
-/// Greets upstream with EHLO `name` when `ehlo`, and with HELO otherwise or when upstream
-/// does not know EHLO (500, 502: RFC 5321 §4.1.4); the verb that was answered, and the answer.
+/// Greets upstream as `name` for a message whose client said EHLO (`client_ehlo`) or HELO:
+/// with EHLO, also for a HELO client under `[upstream] always_ehlo` (`always_ehlo`), and with
+/// HELO for a HELO client otherwise or when upstream refuses that EHLO (5xx), as the client
+/// itself would have been greeted. The verb that was answered, and the answer.
 async fn greet(
     up: &mut Upstream,
-    ehlo: bool,
+    client_ehlo: bool,
+    always_ehlo: bool,
     name: &str,
 ) -> Result<(&'static str, Reply), UpstreamError> {
-    if ehlo {
+    if client_ehlo || always_ehlo {
         let r = up.command(format!("EHLO {name}\r\n").as_bytes()).await?;
-        if !matches!(r.code, 500 | 502) {
+        if client_ehlo || !r.is_permanent() {
             return Ok(("EHLO", r));
         }
     }

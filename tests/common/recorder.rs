@@ -41,6 +41,8 @@ pub struct RecorderOptions {
     pub proxy_protocol: bool,
     /// `--no-chunking`: no CHUNKING in EHLO, BDAT refused.
     pub no_chunking: bool,
+    /// `--no-ehlo`: EHLO answered 502, as by a server that knows only HELO.
+    pub no_ehlo: bool,
     /// `--proxy-missing-reply`: with `proxy_protocol`, the reply when no header came within
     /// `--proxy-timeout` (0.5 s here).
     pub proxy_missing_reply: Option<String>,
@@ -73,6 +75,7 @@ impl Default for RecorderOptions {
             host: "127.0.0.1".into(),
             proxy_protocol: false,
             no_chunking: false,
+            no_ehlo: false,
             proxy_missing_reply: None,
             proxy_missing_503: false,
             xclient_attrs: None,
@@ -263,6 +266,9 @@ impl Recorder {
         }
         if opts.no_chunking {
             cmd.arg("--no-chunking");
+        }
+        if opts.no_ehlo {
+            cmd.arg("--no-ehlo");
         }
         if let Some(r) = &opts.proxy_missing_reply {
             cmd.args(["--proxy-timeout", "0.5", "--proxy-missing-reply", r]);

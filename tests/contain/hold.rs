@@ -493,6 +493,56 @@ fn a_helo_clients_held_message_is_released_as_its_session_went_upstream() {
 }
 
 #[test]
+fn a_helo_clients_message_is_released_with_helo_to_an_upstream_that_refuses_ehlo() {
+    let rec = Recorder::start(RecorderOptions {
+        no_ehlo: true,
+        ..RecorderOptions::default()
+    });
+    let spool = TempDir::new().unwrap();
+    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).extra(&hold_limit(
+        spool.path(),
+        "name = \"per-ip\"\nkey = \"${client_ip}\"",
+        "",
+    )));
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    let r = c.cmd("HELO printer.test");
+    assert_eq!((r.code, r.lines.len()), (250, 1), "{r:?}");
+    for i in 0..2 {
+        assert_eq!(c.cmd("MAIL FROM:<scanner@example.org>").code, 250);
+        assert_eq!(c.cmd(&format!("RCPT TO:<r{i}@example.com>")).code, 250);
+        assert_eq!(c.cmd("DATA").code, 354);
+        c.send(format!("Subject: printed {i}\r\n\r\nscan\r\n.\r\n").as_bytes());
+        assert_eq!(c.reply().code, 250);
+    }
+    assert_eq!(c.cmd("QUIT").code, 221);
+    let sock = fg.admin_socket();
+    let list = held(&sock);
+    assert_eq!(list.len(), 1, "{list:?}");
+    let out = admin_verb(&sock, &["held", "release", list[0]["id"].as_str().unwrap()]);
+    assert!(out.ok(), "{out}");
+    rec.wait_events("message", 2);
+    for m in rec.messages() {
+        assert!(!m.esmtp && !m.bdat, "{m:?}");
+        assert_eq!(m.helo.as_deref(), Some("printer.test"), "{m:?}");
+    }
+    // Each session: EHLO refused, then the client's HELO.
+    let hellos: Vec<String> = rec
+        .commands()
+        .into_iter()
+        .filter(|l| l.starts_with("EHLO") || l.starts_with("HELO"))
+        .collect();
+    assert_eq!(
+        hellos,
+        [
+            "EHLO printer.test",
+            "HELO printer.test",
+            "EHLO printer.test",
+            "HELO printer.test"
+        ]
+    );
+}
+
+#[test]
 fn a_recipient_refused_at_release_keeps_the_message_held() {
     let rec = Recorder::start(RecorderOptions::default());
     let spool = TempDir::new().unwrap();

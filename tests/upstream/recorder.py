@@ -15,7 +15,7 @@ usage: recorder.py [--host 127.0.0.1] [--port 0] [--record FILE]
                    [--proxy-protocol [--proxy-timeout S]
                     [--proxy-missing-reply "CODE TEXT" | --proxy-missing-503]]
                    [--xclient-attrs "NAME ADDR ..."] [--xclient-reply "CODE TEXT"]
-                   [--xclient-ipv4-only] [--xclient-after-ehlo]
+                   [--xclient-ipv4-only] [--xclient-after-ehlo] [--no-chunking] [--no-ehlo]
 
 --xclient-attrs is what EHLO lists after XCLIENT (default: Postfix 3.7's list; "" lists no
 XCLIENT at all, as Postfix does for a client not in smtpd_authorized_xclient_hosts).
@@ -422,6 +422,9 @@ class Session:
         await self.reply("250 %s" % self.cfg.hostname)
 
     async def cmd_EHLO(self, arg: str) -> None:
+        if self.cfg.no_ehlo:
+            await self.error("502 5.5.2 Error: command not recognized")
+            return
         if not arg.strip():
             await self.error("501 5.5.4 Syntax: EHLO hostname")
             return
@@ -891,6 +894,9 @@ def parse_args(argv=None):
     )
     ap.add_argument(
         "--no-chunking", action="store_true", help="leave CHUNKING out of EHLO and refuse BDAT (502)"
+    )
+    ap.add_argument(
+        "--no-ehlo", action="store_true", help="answer EHLO 502, as a server that knows only HELO"
     )
     ap.add_argument("--proxy-timeout", type=float, default=3.0, help="seconds to wait for it")
     ap.add_argument("--proxy-missing-reply", default="", help="reply when no header came in time")

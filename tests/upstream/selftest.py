@@ -536,6 +536,24 @@ def run_fault_checks() -> None:
         finally:
             r.stop()
 
+    @check("--no-ehlo: EHLO answered 502, HELO and DATA work, the message is not ESMTP")
+    def _():
+        r = Recorder("--no-ehlo", tls=False)
+        try:
+            c = Raw(r.port)
+            c.reply()
+            c.send(b"EHLO c\r\n")
+            assert c.reply().startswith(b"502 5.5.2"), "EHLO refused"
+            c.send(b"HELO c\r\nMAIL FROM:<a@x>\r\nRCPT TO:<b@y>\r\nDATA\r\n")
+            reps = c.replies(4)
+            assert reps[0].startswith(b"250 ") and reps[3].startswith(b"354"), reps
+            c.send(b"Subject: h\r\n\r\nx\r\n.\r\n")
+            assert c.reply().startswith(b"250 2.0.0 Ok")
+            m = r.events("message")[-1]
+            assert not m["esmtp"] and m["helo"] == "c", m
+        finally:
+            r.stop()
+
     @check("idle timeout: 421 4.4.2 then close")
     def _():
         r = Recorder("--idle-timeout", "0.5")
