@@ -116,10 +116,14 @@ pub fn pipelining_and_chunking(reply: &Reply) -> (bool, bool) {
     let (mut pipelining, mut chunking) = (false, false);
     if reply.code == 250 {
         for line in reply.lines.iter().skip(1) {
-            match keyword_line(line) {
-                Some(("PIPELINING", _)) => pipelining = true,
-                Some(("CHUNKING", _)) => chunking = true,
-                _ => {}
+            // The keyword is the line's first word, as `keyword_line` takes it.
+            let Some(word) = params(line).next() else {
+                continue;
+            };
+            if word.eq_ignore_ascii_case("PIPELINING") {
+                pipelining = true;
+            } else if word.eq_ignore_ascii_case("CHUNKING") {
+                chunking = true;
             }
         }
     }
