@@ -46,7 +46,7 @@ impl Session {
             }
             // The parts are borrowed from `cmd`, a local: no copies per command.
             Step::Ask(stage) => match &cmd {
-                Command::Ehlo(name) | Command::Helo(name) => self.helo(&cmd, stage, name).await,
+                Command::Ehlo(name) | Command::Helo(name) => self.helo(stage, name).await,
                 Command::Mail(m) => self.mail(&cmd, m).await,
                 Command::Rcpt(r) => self.rcpt(&cmd, r).await,
                 _ => Err(UpstreamError::Protocol(format!(
@@ -61,7 +61,7 @@ impl Session {
                 // sender, the transaction has ended: the client's next RCPT hears 503.
                 match self.late_mail().await {
                     LateMail::None | LateMail::Accepted => {}
-                    LateMail::Refused(_) => self.end_refused_transaction(),
+                    LateMail::Refused(_) => self.reset_txn(),
                     LateMail::Close => return Ok(Flow::Close),
                 }
                 let heard = self.dialogue.on_upstream(stage, &r);
@@ -114,7 +114,7 @@ impl Session {
         }
     }
 
-    async fn helo(&mut self, cmd: &Command, stage: dialogue::Stage, name: &str) -> Handled {
+    async fn helo(&mut self, stage: dialogue::Stage, name: &str) -> Handled {
         let ehlo = stage == dialogue::Stage::Ehlo;
         self.facts.helo = Some(name.to_string());
         match self.judge(Stage::Helo).await {
@@ -127,7 +127,8 @@ impl Session {
                 return Ok(flow);
             }
         }
-        let (reply, upstream_ehlo) = self.greet_upstream(cmd, ehlo, name).await?;
+        let always_ehlo = self.shared.upstream.always_ehlo();
+        let (upstream_ehlo, reply) = self.up()?.greet(name, ehlo, always_ehlo).await?;
         if let Some(p) = helo_problem(&reply) {
             // Never the client's answer: upstream refuses every command of this session.
             return Ok(self.identity_refused(p).err().unwrap_or(Flow::Close));
@@ -138,28 +139,6 @@ impl Session {
             None => self.client.queue(&reply),
         }
         Ok(Flow::Next)
-    }
-
-    /// Relays the client's HELO or EHLO and returns upstream's answer, and whether it
-    /// answers an EHLO. A HELO goes as EHLO under `[upstream] always_ehlo`, and as HELO
-    /// after all when upstream refuses that EHLO (5xx: one that does not know it answers
-    /// 500 or 502, RFC 5321 §4.1.4), so the client gets the answer its HELO would have had.
-    async fn greet_upstream(
-        &mut self,
-        cmd: &Command,
-        ehlo: bool,
-        name: &str,
-    ) -> Result<(Reply, bool), UpstreamError> {
-        if ehlo || !self.shared.upstream.always_ehlo() {
-            return Ok((self.up()?.relay(cmd).await?, ehlo));
-        }
-        let up = self.up()?;
-        let reply = up.relay(&Command::Ehlo(name.to_string())).await?;
-        if !reply.is_permanent() {
-            return Ok((reply, true));
-        }
-        up.recycle(reply);
-        Ok((up.relay(cmd).await?, false))
     }
 
     async fn mail(&mut self, cmd: &Command, m: &MailFrom) -> Handled {
@@ -229,7 +208,7 @@ impl Session {
                     return Ok(Flow::Close);
                 };
                 self.up()?.recycle(reply);
-                self.end_refused_transaction();
+                self.reset_txn();
                 self.answer(refusal);
                 return Ok(Flow::Next);
             }
@@ -248,7 +227,7 @@ impl Session {
 
     /// Upstream's answer to a MAIL that went with the command just relayed, heard by the
     /// policy as every answer to MAIL is. After a refusal the caller ends the transaction
-    /// floodgate opened when it answered the MAIL itself (`end_refused_transaction`).
+    /// floodgate opened when it answered the MAIL itself (`reset_txn`).
     async fn late_mail(&mut self) -> LateMail {
         let Some(up) = self.up.as_mut() else {
             return LateMail::None;
@@ -273,12 +252,6 @@ impl Session {
             "sender refused upstream after MAIL was answered"
         );
         LateMail::Refused(reply)
-    }
-
-    /// Ends the transaction floodgate opened for a MAIL that upstream refused later.
-    fn end_refused_transaction(&mut self) {
-        let abandoned = self.dialogue.reset_transaction();
-        self.forget_txn(abandoned);
     }
 
     /// Tells the policy what upstream answered; it may delay the answer, or (for a reply

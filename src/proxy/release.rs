@@ -204,11 +204,13 @@ async fn transaction(
         }
     }
     let helo = m.helo.as_deref().unwrap_or("floodgate.invalid");
-    let (hello, r) = greet(up, m.proto != "SMTP", settings.always_ehlo(), helo).await?;
+    let (ehlo, r) = up
+        .greet(helo, m.proto != "SMTP", settings.always_ehlo())
+        .await?;
     if r.code != 250 {
-        return Err(refused(hello, &r));
+        return Err(refused(if ehlo { "EHLO" } else { "HELO" }, &r));
     }
-    let bdat = hello == "EHLO" && bdat_after(settings, &r);
+    let bdat = ehlo && bdat_after(settings, &r);
     let mut plain = trace.to_vec();
     plain.extend_from_slice(&m.body);
     send_transaction(
@@ -222,26 +224,6 @@ async fn transaction(
         bdat,
     )
     .await
-}
-
-/// Greets upstream as `name` for a message whose client said EHLO (`client_ehlo`) or HELO:
-/// with EHLO, also for a HELO client under `[upstream] always_ehlo` (`always_ehlo`), and with
-/// HELO for a HELO client otherwise or when upstream refuses that EHLO (5xx), as the client
-/// itself would have been greeted. The verb that was answered, and the answer.
-async fn greet(
-    up: &mut Upstream,
-    client_ehlo: bool,
-    always_ehlo: bool,
-    name: &str,
-) -> Result<(&'static str, Reply), UpstreamError> {
-    if client_ehlo || always_ehlo {
-        let r = up.command(format!("EHLO {name}\r\n").as_bytes()).await?;
-        if client_ehlo || !r.is_permanent() {
-            return Ok(("EHLO", r));
-        }
-    }
-    let r = up.command(format!("HELO {name}\r\n").as_bytes()).await?;
-    Ok(("HELO", r))
 }
 
 /// The trace header line (with CRLF) of a message rerouted to the second smart host.

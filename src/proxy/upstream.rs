@@ -491,6 +491,28 @@ impl Upstream {
             })
     }
 
+    /// Greets upstream as `name` for a client that said EHLO (`client_ehlo`) or HELO: with
+    /// EHLO, also for a HELO client when `always_ehlo` (`[upstream] always_ehlo`), and with
+    /// HELO for a HELO client otherwise or when upstream refuses that EHLO (5xx; one that does
+    /// not know it answers 500 or 502, RFC 5321 §4.1.4), so the client gets the answer its
+    /// HELO would have had. Whether the answer is to EHLO, and the answer.
+    pub async fn greet(
+        &mut self,
+        name: &str,
+        client_ehlo: bool,
+        always_ehlo: bool,
+    ) -> Result<(bool, Reply), UpstreamError> {
+        if client_ehlo || always_ehlo {
+            let r = self.command(format!("EHLO {name}\r\n").as_bytes()).await?;
+            if client_ehlo || !r.is_permanent() {
+                return Ok((true, r));
+            }
+            self.recycle(r);
+        }
+        let r = self.command(format!("HELO {name}\r\n").as_bytes()).await?;
+        Ok((false, r))
+    }
+
     /// Writes one command (already in wire form) and reads the whole reply.
     pub async fn command(&mut self, wire: &[u8]) -> Result<Reply, UpstreamError> {
         self.send(wire).await?;

@@ -442,38 +442,45 @@ fn a_bdat_message_is_held_and_released_with_the_same_octets() {
     assert_eq!(&content[first_end..], &msg[..]);
 }
 
+/// A per-client-IP hold limit (the first recipient passes) with its spool in `dir`.
+fn per_ip_hold(dir: &Path) -> String {
+    hold_limit(dir, "name = \"per-ip\"\nkey = \"${client_ip}\"", "")
+}
+
+/// A HELO client, one command at a time, sends two messages through `fg`: the first is
+/// relayed, the second held; the held one is released. Waits until upstream has both.
+fn helo_client_sends_two_and_the_held_one_is_released(fg: &Floodgate, rec: &Recorder) {
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    let r = c.cmd("HELO printer.test");
+    assert_eq!((r.code, r.lines.len()), (250, 1), "{r:?}");
+    for i in 0..2 {
+        assert_eq!(c.cmd("MAIL FROM:<scanner@example.org>").code, 250);
+        assert_eq!(c.cmd(&format!("RCPT TO:<r{i}@example.com>")).code, 250);
+        assert_eq!(c.cmd("DATA").code, 354);
+        c.send(format!("Subject: printed {i}\r\n\r\nscan\r\n.\r\n").as_bytes());
+        assert_eq!(c.reply().code, 250);
+    }
+    assert_eq!(c.cmd("QUIT").code, 221);
+    let sock = fg.admin_socket();
+    let list = held(&sock);
+    assert_eq!(list.len(), 1, "{list:?}");
+    let out = admin_verb(&sock, &["held", "release", list[0]["id"].as_str().unwrap()]);
+    assert!(out.ok(), "{out}");
+    rec.wait_events("message", 2);
+}
+
 #[test]
 fn a_helo_clients_held_message_is_released_as_its_session_went_upstream() {
-    let held_config = |rec: &Recorder, dir: &Path, always_ehlo: &str| {
-        FloodgateConfig::new(rec.addr())
-            .identity("xclient")
-            .upstream_key("always_ehlo", always_ehlo)
-            .extra(&hold_limit(
-                dir,
-                "name = \"per-ip\"\nkey = \"${client_ip}\"",
-                "",
-            ))
-    };
     for (always_ehlo, esmtp) in [("true", true), ("false", false)] {
         let rec = Recorder::start(RecorderOptions::default());
         let spool = TempDir::new().unwrap();
-        let fg = Floodgate::start(&held_config(&rec, spool.path(), always_ehlo));
-        let mut c = RawClient::connect_greeted(fg.addr("plain"));
-        assert_eq!(c.cmd("HELO printer.test").code, 250);
-        for i in 0..2 {
-            assert_eq!(c.cmd("MAIL FROM:<scanner@example.org>").code, 250);
-            assert_eq!(c.cmd(&format!("RCPT TO:<r{i}@example.com>")).code, 250);
-            assert_eq!(c.cmd("DATA").code, 354);
-            c.send(format!("Subject: printed {i}\r\n\r\nscan\r\n.\r\n").as_bytes());
-            assert_eq!(c.reply().code, 250);
-        }
-        assert_eq!(c.cmd("QUIT").code, 221);
-        let sock = fg.admin_socket();
-        let list = held(&sock);
-        assert_eq!(list.len(), 1, "always_ehlo = {always_ehlo}: {list:?}");
-        let id = list[0]["id"].as_str().unwrap();
-        assert!(admin_verb(&sock, &["held", "release", id]).ok());
-        rec.wait_events("message", 2);
+        let fg = Floodgate::start(
+            &FloodgateConfig::new(rec.addr())
+                .identity("xclient")
+                .upstream_key("always_ehlo", always_ehlo)
+                .extra(&per_ip_hold(spool.path())),
+        );
+        helo_client_sends_two_and_the_held_one_is_released(&fg, &rec);
         let msgs = rec.messages();
         for m in &msgs {
             let what = format!("always_ehlo = {always_ehlo}: {m:?}");
@@ -499,28 +506,8 @@ fn a_helo_clients_message_is_released_with_helo_to_an_upstream_that_refuses_ehlo
         ..RecorderOptions::default()
     });
     let spool = TempDir::new().unwrap();
-    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).extra(&hold_limit(
-        spool.path(),
-        "name = \"per-ip\"\nkey = \"${client_ip}\"",
-        "",
-    )));
-    let mut c = RawClient::connect_greeted(fg.addr("plain"));
-    let r = c.cmd("HELO printer.test");
-    assert_eq!((r.code, r.lines.len()), (250, 1), "{r:?}");
-    for i in 0..2 {
-        assert_eq!(c.cmd("MAIL FROM:<scanner@example.org>").code, 250);
-        assert_eq!(c.cmd(&format!("RCPT TO:<r{i}@example.com>")).code, 250);
-        assert_eq!(c.cmd("DATA").code, 354);
-        c.send(format!("Subject: printed {i}\r\n\r\nscan\r\n.\r\n").as_bytes());
-        assert_eq!(c.reply().code, 250);
-    }
-    assert_eq!(c.cmd("QUIT").code, 221);
-    let sock = fg.admin_socket();
-    let list = held(&sock);
-    assert_eq!(list.len(), 1, "{list:?}");
-    let out = admin_verb(&sock, &["held", "release", list[0]["id"].as_str().unwrap()]);
-    assert!(out.ok(), "{out}");
-    rec.wait_events("message", 2);
+    let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).extra(&per_ip_hold(spool.path())));
+    helo_client_sends_two_and_the_held_one_is_released(&fg, &rec);
     for m in rec.messages() {
         assert!(!m.esmtp && !m.bdat, "{m:?}");
         assert_eq!(m.helo.as_deref(), Some("printer.test"), "{m:?}");
