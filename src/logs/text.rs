@@ -42,37 +42,78 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let meta = event.metadata();
-        write_timestamp(&mut writer, std::time::SystemTime::now())?;
-        writer.write_str(level_column(meta.level()))?;
-        if let Some(scope) = ctx.event_scope() {
-            let mut seen = false;
-            for span in scope.from_root() {
-                writer.write_str(span.metadata().name())?;
-                seen = true;
-                let ext = span.extensions();
-                if let Some(fields) = ext.get::<FormattedFields<N>>() {
-                    if !fields.is_empty() {
-                        write!(writer, "{{{fields}}}")?;
-                    }
+        // The line is put together in a buffer of this thread's, with direct pushes, and
+        // handed to the writer in one call: each call through `Writer` is a dynamic one.
+        // A value whose formatting logs (the buffer is then in use) gets a buffer of its own.
+        LINE.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut line) => {
+                line.clear();
+                let written = format_line(&mut line, ctx, event);
+                let out = writer.write_str(&line);
+                if line.capacity() > KEEP_LINE_CAPACITY {
+                    *line = String::new();
                 }
-                writer.write_char(':')?;
+                written.and(out)
             }
-            if seen {
-                writer.write_char(' ')?;
+            Err(_) => {
+                let mut line = String::new();
+                format_line(&mut line, ctx, event)?;
+                writer.write_str(&line)
             }
-        }
-        writer.write_str(meta.target())?;
-        writer.write_str(": ")?;
-        let mut fields = Fields {
-            out: &mut writer,
-            first: true,
-            result: Ok(()),
-        };
-        event.record(&mut fields);
-        fields.result?;
-        writer.write_char('\n')
+        })
     }
+}
+
+thread_local! {
+    /// The line being formatted on this thread.
+    static LINE: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// A line buffer larger than this after a line is given back, so one huge line does not
+/// keep its memory for good.
+const KEEP_LINE_CAPACITY: usize = 16 * 1024;
+
+/// Writes the whole line of `event`, its newline included, to `line`.
+fn format_line<S, N>(
+    line: &mut String,
+    ctx: &FmtContext<'_, S, N>,
+    event: &Event<'_>,
+) -> fmt::Result
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    let meta = event.metadata();
+    write_timestamp(line, std::time::SystemTime::now())?;
+    line.push_str(level_column(meta.level()));
+    if let Some(scope) = ctx.event_scope() {
+        let mut seen = false;
+        for span in scope.from_root() {
+            line.push_str(span.metadata().name());
+            seen = true;
+            let ext = span.extensions();
+            if let Some(fields) = ext.get::<FormattedFields<N>>() {
+                if !fields.is_empty() {
+                    write!(line, "{{{fields}}}")?;
+                }
+            }
+            line.push(':');
+        }
+        if seen {
+            line.push(' ');
+        }
+    }
+    line.push_str(meta.target());
+    line.push_str(": ");
+    let mut fields = Fields {
+        out: line,
+        first: true,
+        result: Ok(()),
+    };
+    event.record(&mut fields);
+    fields.result?;
+    line.push('\n');
+    Ok(())
 }
 
 /// The level as the default format pads it (to five places), and the space after it.
@@ -140,46 +181,45 @@ fn write_digits(buf: &mut [u8], mut n: u64) -> usize {
 }
 
 /// Writes `n` in decimal.
-fn write_decimal(out: &mut impl Write, n: u64) -> fmt::Result {
+fn write_decimal(out: &mut String, n: u64) {
     let mut buf = [0u8; 20];
     let start = write_digits(&mut buf, n);
-    // ASCII digits.
-    out.write_str(std::str::from_utf8(&buf[start..]).map_err(|_| fmt::Error)?)
+    out.extend(buf[start..].iter().map(|&d| char::from(d)));
 }
 
 /// Writes the event's fields as the default format does: the message as it is, then
 /// `name=value` with one space between them.
-struct Fields<'a, 'w> {
-    out: &'a mut Writer<'w>,
+struct Fields<'a> {
+    out: &'a mut String,
     first: bool,
     result: fmt::Result,
 }
 
-impl Fields<'_, '_> {
+impl Fields<'_> {
     /// Starts a field: a space after the first, then `name=` (nothing for the message).
-    fn start(&mut self, field: &Field) -> Result<bool, fmt::Error> {
+    fn start(&mut self, field: &Field) -> bool {
         if !std::mem::replace(&mut self.first, false) {
-            self.out.write_char(' ')?;
+            self.out.push(' ');
         }
         let name = field.name();
         if name == "message" {
-            return Ok(true);
+            return true;
         }
-        self.out
-            .write_str(name.strip_prefix("r#").unwrap_or(name))?;
-        self.out.write_char('=')?;
-        Ok(false)
+        self.out.push_str(name.strip_prefix("r#").unwrap_or(name));
+        self.out.push('=');
+        false
     }
 
     fn field(&mut self, field: &Field, value: impl FnOnce(&mut Self, bool) -> fmt::Result) {
         if self.result.is_err() {
             return;
         }
-        self.result = self.start(field).and_then(|message| value(self, message));
+        let message = self.start(field);
+        self.result = value(self, message);
     }
 }
 
-impl Visit for Fields<'_, '_> {
+impl Visit for Fields<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.field(field, |f, message| {
             if message {
@@ -188,9 +228,10 @@ impl Visit for Fields<'_, '_> {
                 .bytes()
                 .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
             {
-                f.out.write_char('"')?;
-                f.out.write_str(value)?;
-                f.out.write_char('"')
+                f.out.push('"');
+                f.out.push_str(value);
+                f.out.push('"');
+                Ok(())
             } else {
                 // Debug escapes quotes, backslashes and every control character.
                 write!(f.out, "{value:?}")
@@ -199,21 +240,26 @@ impl Visit for Fields<'_, '_> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.field(field, |f, _| write_decimal(f.out, value));
+        self.field(field, |f, _| {
+            write_decimal(f.out, value);
+            Ok(())
+        });
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
         self.field(field, |f, _| {
             if value < 0 {
-                f.out.write_char('-')?;
+                f.out.push('-');
             }
-            write_decimal(f.out, value.unsigned_abs())
+            write_decimal(f.out, value.unsigned_abs());
+            Ok(())
         });
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
         self.field(field, |f, _| {
-            f.out.write_str(if value { "true" } else { "false" })
+            f.out.push_str(if value { "true" } else { "false" });
+            Ok(())
         });
     }
 

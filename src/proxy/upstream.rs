@@ -26,6 +26,9 @@ use super::stream::Stream;
 /// How to reach upstream, prepared once per config.
 pub struct UpstreamSettings {
     address: String,
+    /// `address` when it is an IP address and port: connected to without parsing it again
+    /// per connection. A host name is looked up at each connection.
+    literal: Option<std::net::SocketAddr>,
     tls: TlsMode,
     identity: ClientIdentity,
     server_name: ServerName<'static>,
@@ -183,6 +186,7 @@ impl UpstreamSettings {
             .unwrap_or_else(|| config.helo_name());
         Ok(UpstreamSettings {
             address: host.address.get_ref().clone(),
+            literal: host.address.get_ref().parse().ok(),
             tls: host.tls,
             identity: host.client_identity,
             server_name,
@@ -281,7 +285,7 @@ impl Upstream {
         settings: &UpstreamSettings,
         client: Option<(SocketAddr, Option<SocketAddr>)>,
     ) -> Result<(Upstream, Reply), UpstreamError> {
-        let tcp = timeout(settings.connect_timeout, connect_tcp(&settings.address))
+        let tcp = timeout(settings.connect_timeout, connect_tcp(settings))
             .await
             .map_err(|_| UpstreamError::Timeout("connecting"))??;
         let _ = tcp.set_nodelay(true);
@@ -503,13 +507,13 @@ impl Upstream {
         always_ehlo: bool,
     ) -> Result<(bool, Reply), UpstreamError> {
         if client_ehlo || always_ehlo {
-            let r = self.command(format!("EHLO {name}\r\n").as_bytes()).await?;
+            let r = self.command(&hello_line("EHLO", name)).await?;
             if client_ehlo || !r.is_permanent() {
                 return Ok((true, r));
             }
             self.recycle(r);
         }
-        let r = self.command(format!("HELO {name}\r\n").as_bytes()).await?;
+        let r = self.command(&hello_line("HELO", name)).await?;
         Ok((false, r))
     }
 
@@ -605,13 +609,25 @@ impl Upstream {
     }
 }
 
-async fn connect_tcp(address: &str) -> Result<TcpStream, UpstreamError> {
-    TcpStream::connect(address)
-        .await
-        .map_err(|source| UpstreamError::Connect {
-            address: address.to_string(),
-            source,
-        })
+/// `VERB name` and CRLF, the greeting command's wire form.
+fn hello_line(verb: &str, name: &str) -> Vec<u8> {
+    let mut line = Vec::with_capacity(verb.len() + name.len() + 3);
+    line.extend_from_slice(verb.as_bytes());
+    line.push(b' ');
+    line.extend_from_slice(name.as_bytes());
+    line.extend_from_slice(b"\r\n");
+    line
+}
+
+async fn connect_tcp(settings: &UpstreamSettings) -> Result<TcpStream, UpstreamError> {
+    let connected = match settings.literal {
+        Some(addr) => TcpStream::connect(addr).await,
+        None => TcpStream::connect(settings.address.as_str()).await,
+    };
+    connected.map_err(|source| UpstreamError::Connect {
+        address: settings.address.clone(),
+        source,
+    })
 }
 
 async fn tls_connect(settings: &UpstreamSettings, stream: Stream) -> Result<Stream, UpstreamError> {

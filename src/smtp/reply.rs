@@ -260,24 +260,22 @@ impl ReplyParser {
 
     fn parse_inner(&mut self, buf: &mut BytesMut) -> Result<Option<Reply>, ReplyError> {
         loop {
-            let Some(lf) = memchr::memchr(b'\n', buf) else {
-                if buf.len() >= self.max_line {
-                    return Err(ReplyError::LineTooLong);
-                }
+            let Some(end) = self.line_end(buf)? else {
                 return Ok(None);
             };
-            if lf + 1 > self.max_line {
-                return Err(ReplyError::LineTooLong);
-            }
-            if lf == 0 || buf[lf - 1] != b'\r' || buf[..lf - 1].contains(&b'\r') {
-                return Err(ReplyError::NotCrlf);
-            }
-            let (code, last, text) = parse_line(&buf[..lf - 1])?;
+            let (code, last, text) = parse_line(&buf[..end])?;
             let mut line = self.spare.pop().unwrap_or_default();
             push_lossy(&mut line, text);
-            buf.advance(lf + 1);
+            buf.advance(end + 2);
             match self.code {
-                None => self.code = Some(code),
+                None => {
+                    self.code = Some(code);
+                    // The first line of a multi-line reply (an EHLO list, most often): room
+                    // for a list's lines at once rather than by doubling.
+                    if !last {
+                        self.lines.reserve(MULTI_LINE_RESERVE.min(self.max_lines));
+                    }
+                }
                 Some(first) if first != code => {
                     return Err(ReplyError::CodeMismatch { first, got: code })
                 }
@@ -296,7 +294,51 @@ impl ReplyParser {
             }
         }
     }
+
+    /// Where the first line of `buf` ends: the offset of its CR, which an LF follows. `None`
+    /// while the line is incomplete.
+    fn line_end(&self, buf: &[u8]) -> Result<Option<usize>, ReplyError> {
+        // One scan for the first CR or LF: a CR followed by LF ends the line, as nearly
+        // every line does.
+        match memchr::memchr2(b'\r', b'\n', buf) {
+            Some(cr) if buf[cr] == b'\r' && buf.get(cr + 1) == Some(&b'\n') => {
+                if cr + 2 > self.max_line {
+                    return Err(ReplyError::LineTooLong);
+                }
+                Ok(Some(cr))
+            }
+            // A CR last in the buffer, its LF yet to come.
+            Some(cr) if cr + 1 == buf.len() && buf[cr] == b'\r' => {
+                if buf.len() >= self.max_line {
+                    return Err(ReplyError::LineTooLong);
+                }
+                Ok(None)
+            }
+            None => {
+                if buf.len() >= self.max_line {
+                    return Err(ReplyError::LineTooLong);
+                }
+                Ok(None)
+            }
+            // A bare LF, or a CR inside the line: the line is judged once its LF is here.
+            Some(_) => {
+                let Some(lf) = memchr::memchr(b'\n', buf) else {
+                    if buf.len() >= self.max_line {
+                        return Err(ReplyError::LineTooLong);
+                    }
+                    return Ok(None);
+                };
+                if lf + 1 > self.max_line {
+                    return Err(ReplyError::LineTooLong);
+                }
+                Err(ReplyError::NotCrlf)
+            }
+        }
+    }
 }
+
+/// Lines reserved at the first line of a multi-line reply: a typical EHLO list's.
+const MULTI_LINE_RESERVE: usize = 12;
 
 /// Appends `text` to `out`, invalid UTF-8 replaced as `String::from_utf8_lossy` does
 /// (checked with `from_utf8` first: replies are nearly always ASCII).
@@ -561,5 +603,56 @@ mod tests {
         fn never_panics(input in proptest::collection::vec(any::<u8>(), 0..300)) {
             let _ = parse_all(&input);
         }
+
+        /// The one scan for CR or LF ends and judges each line as reading up to its LF and
+        /// then checking the CR before it does, whatever the bytes, the line cap and the
+        /// points where the stream is cut.
+        #[test]
+        fn line_ends_are_judged_as_by_the_lf(
+            input in proptest::collection::vec(
+                prop_oneof![Just(b'\r'), Just(b'\n'), Just(b'2'), Just(b'5'), Just(b'-'), Just(b' '), Just(b'x')],
+                0..60),
+            max_line in 6usize..20,
+            cuts in proptest::collection::vec(0usize..60, 0..4),
+        ) {
+            let mut cuts: Vec<usize> = cuts.into_iter().filter(|&c| c <= input.len()).collect();
+            cuts.sort_unstable();
+            cuts.push(input.len());
+            let p = ReplyParser::with_limits(max_line, 8);
+            let mut buf = BytesMut::new();
+            let mut from = 0;
+            for cut in cuts {
+                buf.extend_from_slice(&input[from..cut]);
+                from = cut;
+                loop {
+                    let expected = line_end_by_lf(max_line, &buf);
+                    prop_assert_eq!(p.line_end(&buf), expected.clone());
+                    match expected {
+                        Ok(Some(end)) => buf.advance(end + 2),
+                        _ => break,
+                    }
+                }
+                if p.line_end(&buf).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// How a line's end was found before the one scan: the first LF, then the CR before it.
+    fn line_end_by_lf(max_line: usize, buf: &[u8]) -> Result<Option<usize>, ReplyError> {
+        let Some(lf) = buf.iter().position(|&b| b == b'\n') else {
+            if buf.len() >= max_line {
+                return Err(ReplyError::LineTooLong);
+            }
+            return Ok(None);
+        };
+        if lf + 1 > max_line {
+            return Err(ReplyError::LineTooLong);
+        }
+        if lf == 0 || buf[lf - 1] != b'\r' || buf[..lf - 1].contains(&b'\r') {
+            return Err(ReplyError::NotCrlf);
+        }
+        Ok(Some(lf - 1))
     }
 }

@@ -148,7 +148,12 @@ pub fn bare_line_ending() -> Reply {
 
 /// 221 to QUIT.
 pub fn closing(host: &str) -> Reply {
-    Reply::new(221, format!("2.0.0 {host} closing connection"))
+    // Put together directly: `format!` costs more than the rest of the reply.
+    let mut text = String::with_capacity(host.len() + 25);
+    text.push_str("2.0.0 ");
+    text.push_str(host);
+    text.push_str(" closing connection");
+    Reply::new(221, text)
 }
 
 /// 221 to QUIT in a session upstream refused at its greeting.
