@@ -651,6 +651,40 @@ mod tests {
     use super::*;
     use crate::metrics::{IDENTITY_REASONS, UPSTREAM_KINDS};
 
+    fn settings(address: &str) -> UpstreamSettings {
+        let text = format!(
+            "[[listener]]\naddress = \"127.0.0.1:0\"\ntls = \"none\"\n\
+             [upstream]\naddress = \"{address}\"\nclient_identity = \"none\"\n"
+        );
+        let config = Config::parse(std::path::Path::new("/etc/floodgate/t.toml"), &text)
+            .expect("a valid config");
+        UpstreamSettings::from_config(&config).expect("plain upstream settings")
+    }
+
+    /// An IP address is parsed once, a host name is looked up at each connection; both reach
+    /// the upstream, and a failure names the address as configured.
+    #[tokio::test]
+    async fn literal_and_named_addresses_both_connect() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let literal = settings(&format!("127.0.0.1:{port}"));
+        assert_eq!(literal.literal, Some(([127, 0, 0, 1], port).into()));
+        let named = settings(&format!("localhost:{port}"));
+        assert_eq!(named.literal, None);
+        for s in [&literal, &named] {
+            let tcp = connect_tcp(s).await.expect("connected");
+            let (_, from) = listener.accept().await.unwrap();
+            assert_eq!(tcp.local_addr().unwrap(), from);
+        }
+        drop(listener);
+        match connect_tcp(&literal).await {
+            Err(UpstreamError::Connect { address, .. }) => {
+                assert_eq!(address, format!("127.0.0.1:{port}"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn every_error_has_a_label_the_metrics_count() {
         let io = || std::io::Error::other("x");

@@ -254,5 +254,9 @@ mod tests {
             chunk_received(7).to_wire(),
             b"250 2.0.0 7 octets received\r\n"
         );
+        assert_eq!(
+            closing("mx.example").to_wire(),
+            b"221 2.0.0 mx.example closing connection\r\n"
+        );
     }
 }
