@@ -5,9 +5,11 @@
 # compared on a noisy machine; they leave out the kernel (system calls, wake-ups), which
 # benches/syscalls.sh and benches/paired.sh cover.
 #
-#   benches/instructions.sh [-m MESSAGES] [-F "PROFILES"] [-o DIR] [BIN...]
+#   benches/instructions.sh [-m MESSAGES] [-F "PROFILES"] [-o DIR] [-c] [BIN...]
 #       (defaults: 2000, "small small-reuse big big-reuse", a new /tmp dir; BIN: the
-#       floodgate binaries to count, default the release build)
+#       floodgate binaries to count, default the release build; -c also simulates the
+#       caches and prints, per message, the first-level instruction and data cache misses
+#       after the instructions: "Ir/I1-misses/D1-misses")
 #
 # For each profile and relay: the relay starts under callgrind with one event loop (nginx:
 # one worker, no master; floodgate: workers = 1, [log] level info, so the per-message lines
@@ -17,13 +19,14 @@
 # floodgate binary to nginx. With -o, the callgrind files are kept there (callgrind_annotate
 # --inclusive=yes FILE shows where they go). Every process started is stopped by PID on exit.
 set -euo pipefail
-M=2000 PROFILES="small small-reuse big big-reuse" OUT=""
-while getopts "m:F:o:h" o; do
+M=2000 PROFILES="small small-reuse big big-reuse" OUT="" CACHE=""
+while getopts "m:F:o:ch" o; do
     case "$o" in
         m) M=$OPTARG ;;
         F) PROFILES=$OPTARG ;;
         o) OUT=$OPTARG ;;
-        h) sed -n '2,18p' "$0"; exit 0 ;;
+        c) CACHE="--cache-sim=yes" ;;
+        h) sed -n '2,21p' "$0"; exit 0 ;;
         *) exit 2 ;;
     esac
 done
@@ -94,10 +97,11 @@ TOML
 
 # measure NAME PORT PROFILE CMD...: instructions per message of CMD under callgrind.
 measure() {
-    local name=$1 port=$2 profile=$3 file total
+    local name=$1 port=$2 profile=$3 file
     shift 3
     file="$OUT/$profile.$name.callgrind"
-    setsid valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.%p" "$@" \
+    # shellcheck disable=SC2086
+    setsid valgrind --tool=callgrind $CACHE --callgrind-out-file="$TMP/cg.%p" "$@" \
         >"$TMP/$name.out" 2>"$TMP/$name.err" </dev/null &
     VG=$!
     for _ in $(seq 300); do
@@ -116,21 +120,26 @@ measure() {
     VG=""
     mv "$(ls "$TMP"/cg.*.1)" "$file"
     rm -f "$TMP"/cg.*
-    total=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-    echo $((total / M))
+    # PROGRAM TOTALS: each event's count and its share; with the cache simulation the events
+    # are Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
+    callgrind_annotate "$file" 2>/dev/null | awk -v m="$M" -v cache="$CACHE" '/PROGRAM TOTALS/ {
+        gsub(",", ""); n = 0
+        for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) v[++n] = $i
+        if (cache == "") printf "%d\n", v[1] / m
+        else printf "%d/%d/%d\n", v[1] / m, v[4] / m, (v[5] + v[6]) / m }'
 }
 
-echo "# $(date -u +%FT%TZ), $(nproc) cores, $M messages per run, user-space instructions by valgrind --tool=callgrind"
-printf '%-12s %10s' profile nginx
-for i in "${!BINS[@]}"; do printf ' %12s %8s' "floodgate$((i + 1))" ratio; done
+echo "# $(date -u +%FT%TZ), $(nproc) cores, $M messages per run, user-space instructions by valgrind --tool=callgrind${CACHE:+ (Ir/I1 misses/D1 misses per message)}"
+printf '%-12s %14s' profile nginx
+for i in "${!BINS[@]}"; do printf ' %18s %8s' "floodgate$((i + 1))" ratio; done
 echo
 for profile in $PROFILES; do
     flags "$profile" >/dev/null
     ng=$(measure nginx 26258 "$profile" nginx -p "$TMP" -c "$TMP/nginx.conf")
-    printf '%-12s %10d' "$profile" "$ng"
+    printf '%-12s %14s' "$profile" "$ng"
     for i in "${!BINS[@]}"; do
         fg=$(measure "floodgate$((i + 1))" 26259 "$profile" "${BINS[$i]}" run --config "$TMP/floodgate.toml")
-        printf ' %12d %8s' "$fg" "$(awk -v a="$fg" -v b="$ng" 'BEGIN {printf "%.2f", a / b}')"
+        printf ' %18s %8s' "$fg" "$(awk -v a="${fg%%/*}" -v b="${ng%%/*}" 'BEGIN {printf "%.2f", a / b}')"
     done
     echo
 done
