@@ -44,16 +44,17 @@ where
     ) -> fmt::Result {
         // The line is put together in a buffer of this thread's, with direct pushes, and
         // handed to the writer in one call: each call through `Writer` is a dynamic one.
-        // A value whose formatting logs (the buffer is then in use) gets a buffer of its own.
+        // tracing dispatches no event while another is handled on the thread, so the buffer
+        // is free whenever a line starts; were it not, the line would get a buffer of its
+        // own rather than a panic.
         LINE.with(|cell| match cell.try_borrow_mut() {
             Ok(mut line) => {
                 line.clear();
-                let written = format_line(&mut line, ctx, event);
-                let out = writer.write_str(&line);
+                let out = format_line(&mut line, ctx, event).and_then(|()| writer.write_str(&line));
                 if line.capacity() > KEEP_LINE_CAPACITY {
                     *line = String::new();
                 }
-                written.and(out)
+                out
             }
             Err(_) => {
                 let mut line = String::new();
@@ -465,6 +466,34 @@ mod tests {
         for (d, o) in default.iter().zip(&ours) {
             assert_eq!(untimed(o), untimed(d));
         }
+    }
+
+    /// A value whose formatting logs a line of its own: tracing does not dispatch an event
+    /// raised while another is being handled on the same thread, so the inner line is
+    /// dropped, as with the default format, and the outer line and the next come out whole.
+    #[test]
+    fn a_value_that_logs_while_it_is_formatted() {
+        struct Noisy;
+        impl fmt::Display for Noisy {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                tracing::warn!(depth = 2u64, "inner");
+                f.write_str("noisy")
+            }
+        }
+        let (default, ours) = both(|| {
+            tracing::info!(value = %Noisy, after = "x", "outer");
+            tracing::info!("next");
+        });
+        assert_eq!(ours.len(), default.len(), "{default:?} {ours:?}");
+        for (d, o) in default.iter().zip(&ours) {
+            assert_eq!(untimed(o), untimed(d));
+        }
+        assert_eq!(ours.len(), 2, "{ours:?}");
+        assert!(
+            ours[0].ends_with("outer value=noisy after=\"x\""),
+            "{}",
+            ours[0]
+        );
     }
 
     #[test]
