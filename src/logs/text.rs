@@ -5,9 +5,10 @@
 //! floodgate writes a line per message and per session, so the formatting is on the path
 //! of every message. The default formatter reaches each field through `core::fmt` with
 //! three arguments and colour wrappers that are empty without a terminal, and formats the
-//! whole date at every line. [`TextFormat`] writes names and values directly, keeps the
-//! date and time up to the second from the line before, and formats a string value with
-//! `Debug` only when it needs escaping.
+//! whole date at every line. [`TextFormat`] writes names and values directly into one
+//! buffer of the thread's and hands the line over in one call, keeps the date and time up
+//! to the second from the line before, and formats a string value with `Debug` only when
+//! it needs escaping.
 //!
 //! The lines are those of the default format: `2026-11-26T06:43:11.775806Z  INFO
 //! floodgate::proxy::data: message client=127.0.0.1 user="" size=442`, with spans (none

@@ -298,6 +298,14 @@ impl ReplyParser {
     /// Where the first line of `buf` ends: the offset of its CR, which an LF follows. `None`
     /// while the line is incomplete.
     fn line_end(&self, buf: &[u8]) -> Result<Option<usize>, ReplyError> {
+        // A line without its end yet: too long already, or wait for more.
+        let incomplete = || {
+            if buf.len() >= self.max_line {
+                Err(ReplyError::LineTooLong)
+            } else {
+                Ok(None)
+            }
+        };
         // One scan for the first CR or LF: a CR followed by LF ends the line, as nearly
         // every line does.
         match memchr::memchr2(b'\r', b'\n', buf) {
@@ -308,31 +316,14 @@ impl ReplyParser {
                 Ok(Some(cr))
             }
             // A CR last in the buffer, its LF yet to come.
-            Some(cr) if cr + 1 == buf.len() && buf[cr] == b'\r' => {
-                if buf.len() >= self.max_line {
-                    return Err(ReplyError::LineTooLong);
-                }
-                Ok(None)
-            }
-            None => {
-                if buf.len() >= self.max_line {
-                    return Err(ReplyError::LineTooLong);
-                }
-                Ok(None)
-            }
+            Some(cr) if cr + 1 == buf.len() && buf[cr] == b'\r' => incomplete(),
+            None => incomplete(),
             // A bare LF, or a CR inside the line: the line is judged once its LF is here.
-            Some(_) => {
-                let Some(lf) = memchr::memchr(b'\n', buf) else {
-                    if buf.len() >= self.max_line {
-                        return Err(ReplyError::LineTooLong);
-                    }
-                    return Ok(None);
-                };
-                if lf + 1 > self.max_line {
-                    return Err(ReplyError::LineTooLong);
-                }
-                Err(ReplyError::NotCrlf)
-            }
+            Some(_) => match memchr::memchr(b'\n', buf) {
+                None => incomplete(),
+                Some(lf) if lf + 1 > self.max_line => Err(ReplyError::LineTooLong),
+                Some(_) => Err(ReplyError::NotCrlf),
+            },
         }
     }
 }
