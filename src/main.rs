@@ -26,9 +26,17 @@ use floodgate::policy::describe::{describe, warnings};
 use floodgate::policy::AllowAll;
 use floodgate::server::{build_policy_with, build_shared, open_store, spawn_store_tasks, Server};
 
+/// The `--version` line: the version and the kind of build, so that a package carrying a
+/// debug build (debug assertions, no optimisation) is told apart from a release build.
+const VERSION: &str = if cfg!(debug_assertions) {
+    concat!(env!("CARGO_PKG_VERSION"), " (debug build)")
+} else {
+    concat!(env!("CARGO_PKG_VERSION"), " (release build)")
+};
+
 /// An SMTP submission proxy that stops outgoing email floods.
 #[derive(Parser)]
-#[command(name = "floodgate", version, about)]
+#[command(name = "floodgate", version = VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -38,15 +46,17 @@ struct Cli {
 enum Cmd {
     /// Run the proxy.
     Run {
-        /// The config file.
-        #[arg(long, short, default_value = "conf/floodgate.toml")]
-        config: PathBuf,
+        /// The config file [default: conf/floodgate.toml when present, else
+        /// /etc/floodgate/floodgate.toml].
+        #[arg(long, short)]
+        config: Option<PathBuf>,
     },
     /// Validate a config file and print what floodgate understood.
     Check {
-        /// The config file.
-        #[arg(long, short, default_value = "conf/floodgate.toml")]
-        config: PathBuf,
+        /// The config file [default: conf/floodgate.toml when present, else
+        /// /etc/floodgate/floodgate.toml].
+        #[arg(long, short)]
+        config: Option<PathBuf>,
     },
     /// Replay events (JSON lines) through one limit, without network.
     Simulate {
@@ -202,9 +212,10 @@ impl HeldTargetArgs {
 
 #[derive(clap::Args)]
 struct ReportArgs {
-    /// The config file (its limits, and `[report] events`).
-    #[arg(long, short, default_value = "conf/floodgate.toml")]
-    config: PathBuf,
+    /// The config file (its limits, and `[report] events`) [default: conf/floodgate.toml
+    /// when present, else /etc/floodgate/floodgate.toml].
+    #[arg(long, short)]
+    config: Option<PathBuf>,
     /// The event log; `[report] events` when absent.
     #[arg(long)]
     events: Option<PathBuf>,
@@ -232,9 +243,10 @@ struct ReportArgs {
 /// How the admin verbs find floodgate, and how they answer.
 #[derive(clap::Args)]
 struct AdminArgs {
-    /// The config file (its [admin] socket is used).
-    #[arg(long, short, default_value = "conf/floodgate.toml")]
-    config: PathBuf,
+    /// The config file (its [admin] socket is used) [default: conf/floodgate.toml when
+    /// present, else /etc/floodgate/floodgate.toml].
+    #[arg(long, short)]
+    config: Option<PathBuf>,
     /// The admin socket (instead of reading the config).
     #[arg(long)]
     socket: Option<PathBuf>,
@@ -246,8 +258,8 @@ struct AdminArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Run { config } => run(config),
-        Cmd::Check { config } => check(config),
+        Cmd::Run { config } => config_or_default(config).and_then(run),
+        Cmd::Check { config } => config_or_default(config).and_then(check),
         Cmd::Simulate { limit, file } => simulate(&limit, file),
         Cmd::Report(args) => report(args),
         Cmd::GenerateDocs { dir } => generate_docs(&dir),
@@ -299,9 +311,32 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("floodgate: {e:#}");
+            eprintln!("floodgate: {}", error_text(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes joined by ": ", leaving out a cause whose text the message
+/// already carries (a library error that writes its I/O error into its own message and also
+/// gives it as its source would otherwise end in the same "(os error N)" twice).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
+}
+
+/// `--config`, or the config file found without it ([`floodgate::config::default_config`]).
+fn config_or_default(config: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match config {
+        Some(c) => Ok(c),
+        None => Ok(floodgate::config::default_config()?),
     }
 }
 
@@ -546,12 +581,16 @@ async fn signals(control: floodgate::server::Control, mut s: Signals) {
     }
 }
 
+/// `floodgate check`: everything that can refuse the config runs before anything is
+/// printed, and the report is written only once all of it passed, so "OK" is never followed
+/// by an error.
 fn check(path: PathBuf) -> anyhow::Result<()> {
     let generation = Arc::new(Generation::load(&path)?);
     let config = generation.config.clone();
+    let path_warnings = config.check_paths()?;
     build_shared(generation.clone(), Arc::new(AllowAll))
-        .with_context(|| format!("{}: TLS material", path.display()))?;
-    let mut out = std::io::stdout().lock();
+        .map_err(|e| located_shared_error(&config, e))?;
+    let mut out = Vec::new();
     writeln!(out, "{}: OK", path.display())?;
     for l in &config.listeners {
         writeln!(
@@ -707,6 +746,7 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
                 .map_or("(none)".into(), |c| format!("{c:?}"))
         )?;
     }
+    check_other_sections(&generation, &mut out)?;
     check_restricted(&generation, &mut out)?;
     for line in describe(&generation.policy) {
         writeln!(out, "{line}")?;
@@ -714,6 +754,117 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
     for w in warnings(&generation.policy) {
         writeln!(out, "warning: {w}")?;
     }
+    for w in path_warnings {
+        writeln!(out, "warning: {w}")?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&out)?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// An error building what sessions share (certificates, upstream's roots, the hold spool),
+/// placed at the config value it comes from.
+fn located_shared_error(config: &Config, e: floodgate::server::ServerError) -> anyhow::Error {
+    use floodgate::server::ServerError;
+    use floodgate::tls::TlsError;
+    let (section, key) = match &e {
+        ServerError::Tls(TlsError::Pem { path, .. }) => {
+            if config.tls.as_ref().is_some_and(|t| &t.private_key == path) {
+                ("tls", "private_key")
+            } else if config.tls.as_ref().is_some_and(|t| &t.certificate == path) {
+                ("tls", "certificate")
+            } else {
+                ("upstream", "ca_file")
+            }
+        }
+        ServerError::Tls(TlsError::NoRoots) => ("upstream", "ca_file"),
+        ServerError::Tls(TlsError::Rustls(_)) if config.tls.is_some() => ("tls", "certificate"),
+        ServerError::Hold(_) => ("hold", "dir"),
+        _ => return e.into(),
+    };
+    let label = format!("[{section}] {key}");
+    let text = e.to_string();
+    let message = if text.starts_with(&label) {
+        text
+    } else {
+        format!("{label}: {text}")
+    };
+    config
+        .error_at(config.key_span(section, key), message)
+        .into()
+}
+
+/// The sections the report above does not show otherwise: the ones absent from the config
+/// (said to be off), and `[metrics]`, `[admin]`, `[outcomes]` and `[log]`.
+fn check_other_sections(generation: &Generation, out: &mut impl Write) -> anyhow::Result<()> {
+    let config = &generation.config;
+    if config.tls.is_none() {
+        writeln!(out, "tls: none (no [tls]: listeners offer no TLS)")?;
+    }
+    if generation.hold.is_none() {
+        writeln!(out, "hold: off (no [hold]: limits cannot hold or pace)")?;
+    }
+    if generation.report.events.is_none() {
+        writeln!(
+            out,
+            "report: off (no [report] events: nothing for `floodgate report`)"
+        )?;
+    }
+    if generation.alerts.is_none() {
+        writeln!(out, "alerts: off")?;
+    }
+    match &config.metrics {
+        Some(m) => writeln!(out, "metrics: address={} path=/metrics", m.address)?,
+        None => writeln!(
+            out,
+            "metrics: off (no [metrics]; GET /metrics is on the admin socket)"
+        )?,
+    }
+    let a = &config.admin;
+    match &a.socket {
+        Some(socket) => writeln!(
+            out,
+            "admin: socket={}{} address={} console_actions={}",
+            socket.display(),
+            if a.default_socket { " (default)" } else { "" },
+            a.tcp
+                .as_ref()
+                .map_or("(none)".into(), |(addr, _)| addr.to_string()),
+            a.console_actions
+        )?,
+        None => writeln!(
+            out,
+            "admin: off ([admin] enabled = false: the admin verbs cannot reach this floodgate)"
+        )?,
+    }
+    let o = &generation.outcomes;
+    match &o.follow {
+        Some(f) => writeln!(
+            out,
+            "outcomes: follow={} format={} poll={}ms remember={}",
+            f.path.display(),
+            format!("{:?}", f.format).to_lowercase(),
+            f.poll.as_millis(),
+            o.remember
+        )?,
+        None => writeln!(
+            out,
+            "outcomes: follow=(none) remember={} (outcomes come only from `floodgate outcome`)",
+            o.remember
+        )?,
+    }
+    let l = &config.log;
+    writeln!(
+        out,
+        "log: level={} format={} queue={}",
+        l.level,
+        match l.format {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        },
+        l.queue
+    )?;
     Ok(())
 }
 
@@ -781,12 +932,13 @@ fn generate_docs(dir: &std::path::Path) -> anyhow::Result<()> {
 fn report(a: ReportArgs) -> anyhow::Result<()> {
     use floodgate::report::{analyze, render};
     use floodgate::time;
-    let generation = Generation::load(&a.config)?;
+    let config = config_or_default(a.config)?;
+    let generation = Generation::load(&config)?;
     let path = match a.events.or_else(|| generation.report.events.clone()) {
         Some(p) => p,
         None => anyhow::bail!(
             "no event log: give --events PATH or set [report] events in {}",
-            a.config.display()
+            config.display()
         ),
     };
     let now = floodgate::store::now_micros();
@@ -897,11 +1049,12 @@ fn admin_verb(args: &AdminArgs, verb: Verb) -> anyhow::Result<()> {
     let socket = match &args.socket {
         Some(s) => s.clone(),
         None => {
-            let generation = Generation::load(&args.config)?;
+            let config = config_or_default(args.config.clone())?;
+            let generation = Generation::load(&config)?;
             generation.config.admin.socket.clone().ok_or_else(|| {
                 anyhow::anyhow!(
                     "{}: the admin API is off ([admin] enabled = false)",
-                    args.config.display()
+                    config.display()
                 )
             })?
         }

@@ -4,24 +4,29 @@
 
 mod admin;
 mod alerts;
+mod default_path;
 mod duration;
 mod graded;
 mod hold;
 mod net;
 mod outcomes;
+mod paths;
 mod policy;
 mod report;
 mod source;
 mod store;
 pub mod url;
 mod words;
+mod written;
 
 pub use admin::{default_socket, AdminConfig, MetricsConfig, MIN_TOKEN_LEN};
 pub use alerts::AlertsConfig;
+pub use default_path::{default_config, first_present, NoConfigFile, LOCAL_CONFIG, SYSTEM_CONFIG};
 pub use duration::{parse_duration, ConfigDuration, DurationError};
 pub use hold::{HoldConfig, OnExpiry};
 pub use net::{Cidr, CidrError};
 pub use outcomes::OutcomesConfig;
+pub use paths::{problem, ConfigPath, PathErrors, PathUse};
 pub use policy::{AuthFailuresConfig, LimitConfig, ListConfig, ListsConfig};
 pub use report::ReportConfig;
 pub use store::{PasswordError, Secret, StoreConfig, StoreConfigError};

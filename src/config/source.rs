@@ -18,6 +18,11 @@ impl Source {
         Source(text.into())
     }
 
+    /// The text itself.
+    pub(super) fn text(&self) -> &str {
+        &self.0
+    }
+
     /// An error at `span` of this text, in the file `path`.
     pub(super) fn error_at(&self, path: &Path, span: Range<usize>, message: String) -> ConfigError {
         Source::locate(&self.0, path, span, message)

@@ -4,6 +4,7 @@
 mod common;
 
 mod baseline_check;
+mod check_paths;
 mod cli;
 mod cli_docs;
 mod default_config;
