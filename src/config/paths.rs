@@ -62,9 +62,9 @@ impl fmt::Display for PathErrors {
 impl std::error::Error for PathErrors {}
 
 impl Config {
-    /// Every path this config makes floodgate write, read or run, in file order of their
-    /// sections: `[tls]`, `[upstream] ca_file`, `[store]`, `[admin] socket`, `[report]
-    /// events`, `[hold] dir`, `[alerts] command`.
+    /// Every path this config makes floodgate write, read or run, in this order: `[tls]`,
+    /// `[upstream] ca_file`, `[store]`, `[admin] socket`, `[report] events`, `[hold] dir`,
+    /// `[alerts] command`.
     pub fn paths(&self) -> Vec<ConfigPath> {
         let mut v = Vec::new();
         let mut add = |label, section, key, path: PathBuf, used, required| {

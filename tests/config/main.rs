@@ -8,6 +8,7 @@ mod check_paths;
 mod cli;
 mod cli_docs;
 mod default_config;
+mod package_config;
 mod policy_check;
 mod policy_config;
 mod readme_signals;
