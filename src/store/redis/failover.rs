@@ -6,13 +6,25 @@
 //! * `local`: the local memory store decides until Redis answers again.
 //!
 //! After a failure the store stays on the fallback without waiting for Redis
-//! again; one decision per probe interval tries Redis, and the first that
-//! succeeds switches back (the local state is then dropped, so the next
+//! again; one decision (or sweep) per probe interval tries Redis, and the first that
+//! succeeds switches back (the local counts are then dropped, so the next
 //! outage starts clean). Every switch is logged and counted.
+//!
+//! The failure mode applies to counting, never to a restriction: each node keeps a copy of
+//! the restricted set ([`RestrictedCopy`]), refreshed by the sweep every second and by
+//! every restriction and release it makes itself. While Redis cannot be read, a key the
+//! copy holds stays restricted (in all three modes); only for the other keys does the mode
+//! decide (closed: 451; open and local: let through). While Redis cannot be written, a
+//! restriction is made in the copy and recorded in Redis by the first sweep that reaches it
+//! (see [`super::copy`] for when it is not). Warnings that would come once per message
+//! while Redis is down are told once per [`crate::lograte::EVERY`] with a count.
 
+use super::copy::{Recorded, RestrictedCopy};
 use super::RedisStore;
+use crate::lograte::RepeatedWarning;
 use crate::store::{
-    Decision, DecisionResult, Guarded, MemoryStore, Record, Store, StoreError, StoreFuture,
+    now_micros, Decision, DecisionResult, Guarded, MemoryStore, Record, Restriction, Store,
+    StoreError, StoreFuture,
 };
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -89,7 +101,20 @@ pub struct FailoverStats {
     pub switches_to_fallback: u64,
     /// Switches back to Redis.
     pub switches_to_redis: u64,
+    /// Restrictions made on this node while Redis could not be written.
+    pub restricted_here: u64,
+    /// Of those, still waiting to be recorded in Redis.
+    pub restrictions_pending: u64,
+    /// Restrictions made here that reached Redis, by what recording them did: recorded,
+    /// kept (Redis held another), released (released meanwhile), expired.
+    pub recorded: [u64; 4],
+    /// Restrictions the local copy holds (shared and pending).
+    pub restrictions_copied: u64,
 }
+
+/// The outcomes of recording a restriction made here, in the order of
+/// [`FailoverStats::recorded`] (the `outcome` label of their metric).
+pub const RECORD_OUTCOMES: [&str; 4] = ["recorded", "kept", "released", "expired"];
 
 /// A Redis store with a failure mode.
 pub struct FailoverStore {
@@ -106,6 +131,12 @@ pub struct FailoverStore {
     redis_errors: AtomicU64,
     switches_to_fallback: AtomicU64,
     switches_to_redis: AtomicU64,
+    copy: RestrictedCopy,
+    restricted_here: AtomicU64,
+    recorded: [AtomicU64; 4],
+    unreadable: RepeatedWarning,
+    unwritable: RepeatedWarning,
+    not_recorded: RepeatedWarning,
 }
 
 impl std::fmt::Debug for FailoverStore {
@@ -148,7 +179,26 @@ impl FailoverStore {
             redis_errors: AtomicU64::new(0),
             switches_to_fallback: AtomicU64::new(0),
             switches_to_redis: AtomicU64::new(0),
+            copy: RestrictedCopy::default(),
+            restricted_here: AtomicU64::new(0),
+            recorded: Default::default(),
+            unreadable: RepeatedWarning::new(
+                "restricted set not readable; keys this node's copy holds stay restricted",
+            ),
+            unwritable: RepeatedWarning::new(
+                "restrict: Redis cannot be written; restricted on this node, recorded in \
+                 Redis when it answers",
+            ),
+            not_recorded: RepeatedWarning::new(
+                "restricted set: the restrictions made while Redis was away are not all \
+                 recorded yet",
+            ),
         }
+    }
+
+    /// This node's copy of the restricted set.
+    pub fn restricted_copy(&self) -> &RestrictedCopy {
+        &self.copy
     }
 
     /// The Redis store inside.
@@ -172,6 +222,10 @@ impl FailoverStore {
             redis_errors: l(&self.redis_errors),
             switches_to_fallback: l(&self.switches_to_fallback),
             switches_to_redis: l(&self.switches_to_redis),
+            restricted_here: l(&self.restricted_here),
+            restrictions_pending: self.copy.pending_len() as u64,
+            recorded: self.recorded.each_ref().map(l),
+            restrictions_copied: self.copy.list(now_micros()).len() as u64,
         }
     }
 
@@ -291,17 +345,113 @@ impl FailoverStore {
         }
     }
 
-    /// The restricted set could not be read: the store's failure mode decides, as for a
-    /// limit: closed refuses (the error, answered 451), open and local let the event
-    /// through (there is no local copy of the set). Logged either way.
-    fn unreadable(&self, e: StoreError) -> Result<(), StoreError> {
+    /// The restricted set could not be read (`e`): a key this node's copy holds in force is
+    /// restricted as Redis would say, whatever the failure mode; for the others the store's
+    /// failure mode decides, as for a limit: closed refuses (the error, answered 451), open
+    /// and local let the event through. Logged once per interval with a count.
+    fn offline_check(
+        &self,
+        keys: &[String],
+        e: StoreError,
+    ) -> Result<Option<Restriction>, StoreError> {
+        if let Some(r) = self.copy.check(keys, now_micros()) {
+            return Ok(Some(r));
+        }
         let mode = self.policy.default;
-        tracing::warn!(error = %e, failure_mode = mode.as_str(), "restricted set not readable");
+        self.unreadable
+            .warn(&format!("{e} (failure_mode {})", mode.as_str()));
         if mode == FailureMode::Closed {
             Err(e)
         } else {
-            Ok(())
+            Ok(None)
         }
+    }
+
+    /// The guarded decision while the set cannot be read: the copy, then the fallback.
+    fn offline_guarded(
+        &self,
+        keys: &[String],
+        decision: &Decision,
+        e: StoreError,
+    ) -> Result<Guarded, StoreError> {
+        if let Some(r) = self.offline_check(keys, e)? {
+            return Ok(Guarded::Restricted(r));
+        }
+        self.fallback_local(None, decision).map(Guarded::Decided)
+    }
+
+    /// Restricts on this node while Redis cannot be written (`why`).
+    fn restrict_here(
+        &self,
+        r: Restriction,
+        dur: Option<i64>,
+        keep: bool,
+        why: &StoreError,
+    ) -> (Restriction, bool) {
+        let (r, made) = self.copy.restrict_here(r, dur, keep, now_micros());
+        if made {
+            self.restricted_here.fetch_add(1, Ordering::Relaxed);
+            self.unwritable.warn(&format!("{why} (key {})", r.key));
+        }
+        (r, made)
+    }
+
+    /// Brings the copy and Redis together: the listing refreshes the copy, the restrictions
+    /// made here are recorded, the ended ones swept (answered in `ended`).
+    async fn sync(&self, ended: &mut Vec<Restriction>) -> Result<(), StoreError> {
+        let start = self.copy.begin_refresh();
+        let listed = self.redis.restriction_list().await?;
+        let lost = self.copy.refresh(start, listed, now_micros());
+        if lost > 0 {
+            tracing::warn!(
+                restrictions = lost,
+                "restricted set: Redis lacks restrictions this node holds in force; \
+                 recording them again unless released"
+            );
+        }
+        for r in self.copy.pending(now_micros()) {
+            let outcome = match self.redis.record_restriction(&r).await {
+                Ok(o) => o,
+                Err(e) => {
+                    self.not_recorded.warn(&e.to_string());
+                    return Err(e);
+                }
+            };
+            self.copy.settle(&r, &outcome);
+            let i = match outcome {
+                Recorded::Recorded(_) => 0,
+                Recorded::Kept(_) => 1,
+                Recorded::Released(_) => 2,
+                Recorded::Expired => 3,
+            };
+            self.recorded[i].fetch_add(1, Ordering::Relaxed);
+            let since = crate::time::rfc3339(r.since_us);
+            match &outcome {
+                Recorded::Recorded(_) => tracing::info!(key = %r.key, limit = %r.limit,
+                    since = %since, "restriction made while Redis was away recorded in Redis"),
+                Recorded::Kept(k) => tracing::info!(key = %r.key, limit = %r.limit,
+                    since = %since, kept_since = %crate::time::rfc3339(k.since_us), kept_by = %k.by,
+                    "restriction made while Redis was away not recorded: Redis holds one of the key"),
+                Recorded::Released(at) => tracing::info!(key = %r.key, limit = %r.limit,
+                    since = %since, released = %crate::time::rfc3339(*at),
+                    "restriction made while Redis was away not recorded: the key was released since"),
+                Recorded::Expired => tracing::info!(key = %r.key, limit = %r.limit,
+                    since = %since, "restriction made while Redis was away not recorded: it has ended"),
+            }
+        }
+        let swept = self.redis.sweep_restrictions().await?;
+        for r in &swept {
+            self.copy.forget(&r.key);
+        }
+        ended.extend(swept);
+        Ok(())
+    }
+
+    /// Tells the counts of the repeated warnings whose interval has passed.
+    fn flush_warnings(&self) {
+        self.unreadable.flush();
+        self.unwritable.flush();
+        self.not_recorded.flush();
     }
 
     fn fallback_local(
@@ -329,17 +479,33 @@ impl Store for FailoverStore {
     }
 
     fn may_restrict(&self) -> bool {
-        self.redis.restrict_hint()
+        !self.copy.is_empty() || self.redis.restrict_hint()
     }
 
-    fn restricted<'a>(
-        &'a self,
-        keys: &'a [String],
-    ) -> StoreFuture<'a, Option<crate::store::Restriction>> {
+    fn restricted<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, Option<Restriction>> {
         Box::pin(async move {
+            if keys.is_empty() {
+                return Ok(None);
+            }
+            // A restriction made here that Redis does not know yet.
+            if let Some(r) = self.copy.check_pending(keys, now_micros()) {
+                return Ok(Some(r));
+            }
+            let Some(probe) = self.try_redis() else {
+                return self.offline_check(keys, StoreError::Unavailable("Redis is down".into()));
+            };
             match self.redis.restricted_keys(keys).await {
-                Ok(r) => Ok(r),
-                Err(e) => self.unreadable(e).map(|()| None),
+                Ok(r) => {
+                    if probe.is_some() {
+                        self.came_back();
+                    }
+                    Ok(r)
+                }
+                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
+                Err(e) => {
+                    self.went_down(&e);
+                    self.offline_check(keys, e)
+                }
             }
         })
     }
@@ -350,11 +516,14 @@ impl Store for FailoverStore {
         decision: &'a Decision,
     ) -> StoreFuture<'a, Guarded> {
         Box::pin(async move {
+            if let Some(r) = self.copy.check_pending(keys, now_micros()) {
+                return Ok(Guarded::Restricted(r));
+            }
             let Some(probe) = self.try_redis() else {
-                // Redis is down and this is no probe: the failure mode answers for the set,
-                // the fallback for the limits.
-                self.unreadable(StoreError::Unavailable("Redis is down".into()))?;
-                return self.fallback_local(None, decision).map(Guarded::Decided);
+                // Redis is down and this is no probe: the copy answers for the set (the
+                // failure mode for keys it does not hold), the fallback for the limits.
+                let e = StoreError::Unavailable("Redis is down".into());
+                return self.offline_guarded(keys, decision, e);
             };
             match self.redis.decide_guarded(keys, decision).await {
                 Ok(g) => {
@@ -367,8 +536,7 @@ impl Store for FailoverStore {
                 Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
                 Err(e) => {
                     self.went_down(&e);
-                    self.unreadable(e)?;
-                    self.fallback_local(None, decision).map(Guarded::Decided)
+                    self.offline_guarded(keys, decision, e)
                 }
             }
         })
@@ -376,30 +544,151 @@ impl Store for FailoverStore {
 
     fn restrict_once<'a>(
         &'a self,
-        r: crate::store::Restriction,
+        r: Restriction,
         dur: Option<i64>,
-    ) -> StoreFuture<'a, (crate::store::Restriction, bool)> {
-        Box::pin(async move { self.redis.restrict_key_once(&r, dur).await })
+    ) -> StoreFuture<'a, (Restriction, bool)> {
+        Box::pin(async move {
+            let key = std::slice::from_ref(&r.key);
+            if let Some(old) = self.copy.check_pending(key, now_micros()) {
+                return Ok((old, false));
+            }
+            let Some(probe) = self.try_redis() else {
+                let e = StoreError::Unavailable("Redis is down".into());
+                return Ok(self.restrict_here(r, dur, true, &e));
+            };
+            match self.redis.restrict_key_once(&r, dur).await {
+                Ok((r, made)) => {
+                    if probe.is_some() {
+                        self.came_back();
+                    }
+                    self.copy.learn(r.clone());
+                    Ok((r, made))
+                }
+                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
+                Err(e) => {
+                    self.went_down(&e);
+                    Ok(self.restrict_here(r, dur, true, &e))
+                }
+            }
+        })
     }
 
-    fn expire_restrictions(&self) -> StoreFuture<'_, Vec<crate::store::Restriction>> {
-        Box::pin(self.redis.sweep_restrictions())
+    fn expire_restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
+        Box::pin(async move {
+            self.flush_warnings();
+            // Restrictions made here that ended before Redis knew them: this node tells.
+            let mut ended = self.copy.purge(now_micros());
+            let Some(probe) = self.try_redis() else {
+                return Ok(ended);
+            };
+            match self.sync(&mut ended).await {
+                Ok(()) => {
+                    if probe.is_some() {
+                        self.came_back();
+                    }
+                }
+                Err(StoreError::Invalid(e)) => {
+                    tracing::warn!(error = %e, "restricted set: cannot bring the copy and Redis together");
+                }
+                Err(e) => self.went_down(&e),
+            }
+            Ok(ended)
+        })
     }
 
-    fn restrict<'a>(
-        &'a self,
-        r: crate::store::Restriction,
-        dur: Option<i64>,
-    ) -> StoreFuture<'a, crate::store::Restriction> {
-        Box::pin(async move { self.redis.restrict_key(&r, dur).await })
+    fn restrict<'a>(&'a self, r: Restriction, dur: Option<i64>) -> StoreFuture<'a, Restriction> {
+        Box::pin(async move {
+            let Some(probe) = self.try_redis() else {
+                let e = StoreError::Unavailable("Redis is down".into());
+                return Ok(self.restrict_here(r, dur, false, &e).0);
+            };
+            match self.redis.restrict_key(&r, dur).await {
+                Ok(r) => {
+                    if probe.is_some() {
+                        self.came_back();
+                    }
+                    self.copy.learn(r.clone());
+                    Ok(r)
+                }
+                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
+                Err(e) => {
+                    self.went_down(&e);
+                    Ok(self.restrict_here(r, dur, false, &e).0)
+                }
+            }
+        })
     }
 
-    fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<crate::store::Restriction>> {
-        Box::pin(self.redis.release_key(key))
+    /// Ends the restriction of `key`. A restriction only this node holds (made while Redis
+    /// could not be written) ends here; one Redis holds needs Redis: while it is away the
+    /// release is refused (the error), since other nodes would go on refusing the key and
+    /// Redis would still hold it when it answers again.
+    fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Restriction>> {
+        Box::pin(async move {
+            let here = self.copy.release_pending(key, now_micros());
+            let down = |e: StoreError| {
+                if here.is_some() {
+                    return Ok(here.clone());
+                }
+                if self.copy.is_shared(key, now_micros()) {
+                    return Err(StoreError::Unavailable(format!(
+                        "{key:?} is restricted fleet-wide and Redis cannot be written ({e}); \
+                         release it when Redis answers"
+                    )));
+                }
+                Err(e)
+            };
+            let Some(probe) = self.try_redis() else {
+                return down(StoreError::Unavailable("Redis is down".into()));
+            };
+            match self.redis.release_key(key).await {
+                Ok(r) => {
+                    if probe.is_some() {
+                        self.came_back();
+                    }
+                    self.copy.forget(key);
+                    Ok(r.or(here))
+                }
+                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
+                Err(e) => {
+                    self.went_down(&e);
+                    down(e)
+                }
+            }
+        })
     }
 
-    fn restrictions(&self) -> StoreFuture<'_, Vec<crate::store::Restriction>> {
-        Box::pin(self.redis.restriction_list())
+    /// Every restriction in force: Redis' with the ones made here not recorded yet; while
+    /// Redis cannot be read, this node's copy.
+    fn restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
+        Box::pin(async move {
+            let Some(probe) = self.try_redis() else {
+                return Ok(self.copy.list(now_micros()));
+            };
+            match self.redis.restriction_list().await {
+                Ok(mut list) => {
+                    if probe.is_some() {
+                        self.came_back();
+                    }
+                    // Where Redis holds the key too, Redis' restriction is the one that
+                    // stays (see `copy::Recorded::Kept`).
+                    let here: Vec<Restriction> = self
+                        .copy
+                        .pending(now_micros())
+                        .into_iter()
+                        .filter(|h| !list.iter().any(|r| r.key == h.key))
+                        .collect();
+                    list.extend(here);
+                    list.sort_by(|a, b| a.key.cmp(&b.key));
+                    Ok(list)
+                }
+                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
+                Err(e) => {
+                    self.went_down(&e);
+                    Ok(self.copy.list(now_micros()))
+                }
+            }
+        })
     }
 
     fn ratio<'a>(
@@ -452,6 +741,156 @@ impl Store for FailoverStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limit::gcra::GcraSpec;
+    use crate::limit::rate::Rate;
+    use crate::store::{Algorithm, LimitRequest};
+
+    /// A failover store whose Redis refuses every connection (a closed loopback port).
+    fn unreachable(mode: FailureMode) -> FailoverStore {
+        let redis = RedisStore::new(super::super::RedisOptions {
+            connect: super::super::ConnectOptions {
+                url: Some("redis://127.0.0.1:1".into()),
+                connect_timeout: Duration::from_millis(200),
+                ..Default::default()
+            },
+            timeout: Duration::from_millis(200),
+            ..Default::default()
+        })
+        .unwrap();
+        FailoverStore::new(
+            Arc::new(redis),
+            FailurePolicy {
+                default: mode,
+                overrides: Vec::new(),
+            },
+            Duration::from_secs(3600),
+        )
+    }
+
+    fn r(key: &str, until_us: Option<i64>) -> Restriction {
+        Restriction {
+            key: key.into(),
+            limit: "per-user".into(),
+            since_us: 1,
+            until_us,
+            rate: Some(6.0),
+            limit_text: "5 / 1h".into(),
+            by: "limit per-user on a".into(),
+            reason: "rate".into(),
+            evidence: serde_json::Value::Null,
+        }
+    }
+
+    fn decision() -> Decision {
+        Decision {
+            limits: vec![LimitRequest {
+                key: "1h/alice".into(),
+                algorithm: Algorithm::Gcra(
+                    GcraSpec::new(5.0, Rate::new(5.0, 3600.0).unwrap()).unwrap(),
+                ),
+                count: 1.0,
+                unique: None,
+                blocking: true,
+            }],
+        }
+    }
+
+    fn keys(k: &[&str]) -> Vec<String> {
+        k.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_copied_restriction_holds_in_every_failure_mode() {
+        for mode in [FailureMode::Open, FailureMode::Closed, FailureMode::Local] {
+            let f = unreachable(mode);
+            let c = f.restricted_copy();
+            c.refresh(c.begin_refresh(), vec![r("alice", None)], 0);
+            assert!(f.may_restrict());
+            let got = f.restricted(&keys(&["10.0.0.1", "alice"])).await.unwrap();
+            assert_eq!(got.unwrap().key, "alice", "{mode:?}");
+            // Redis is down now (the first call found out); the guarded decision too.
+            assert!(f.stats().down);
+            let g = f
+                .decide_unless_restricted(&keys(&["alice"]), &decision())
+                .await
+                .unwrap();
+            assert!(
+                matches!(g, Guarded::Restricted(ref r) if r.key == "alice"),
+                "{mode:?}"
+            );
+            // Another key: the failure mode decides.
+            let other = f
+                .decide_unless_restricted(&keys(&["bob"]), &decision())
+                .await;
+            match mode {
+                FailureMode::Closed => assert!(matches!(other, Err(StoreError::Unavailable(_)))),
+                _ => assert!(matches!(other, Ok(Guarded::Decided(_))), "{mode:?}"),
+            }
+            assert_eq!(
+                f.restricted(&keys(&["bob"])).await.is_err(),
+                mode == FailureMode::Closed
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_restriction_made_while_redis_is_away_is_kept_here() {
+        let f = unreachable(FailureMode::Local);
+        let (made, new) = f
+            .restrict_once(r("alice", None), Some(3_600_000_000))
+            .await
+            .unwrap();
+        assert!(new);
+        assert!(made.since_us > 1, "stamped with this node's clock");
+        assert_eq!(made.until_us, Some(made.since_us + 3_600_000_000));
+        // Made once: a second restriction of the key answers the first.
+        let (again, new) = f.restrict_once(r("alice", None), None).await.unwrap();
+        assert!(!new);
+        assert_eq!(again, made);
+        assert_eq!(f.stats().restricted_here, 1);
+        assert_eq!(f.stats().restrictions_pending, 1);
+        let g = f
+            .decide_unless_restricted(&keys(&["alice"]), &decision())
+            .await
+            .unwrap();
+        assert_eq!(g, Guarded::Restricted(made.clone()));
+        // Listed from the copy while Redis cannot be read.
+        assert_eq!(f.restrictions().await.unwrap(), vec![made.clone()]);
+        // By hand too.
+        let bob = f.restrict(r("bob", None), None).await.unwrap();
+        assert_eq!(bob.key, "bob");
+        assert_eq!(f.stats().restricted_here, 2);
+        // Only this node knew alice's: released here. A shared one needs Redis.
+        assert_eq!(f.release("alice").await.unwrap(), Some(made));
+        let c = f.restricted_copy();
+        c.refresh(c.begin_refresh(), vec![r("carol", None)], 0);
+        let err = f.release("carol").await.unwrap_err();
+        assert!(
+            err.to_string().contains("release it when Redis answers"),
+            "{err}"
+        );
+        assert!(f.restricted(&keys(&["carol"])).await.unwrap().is_some());
+        assert!(
+            f.release("nobody").await.is_err(),
+            "not known here: Redis must say"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_restriction_made_here_ends_at_its_time_and_is_told_by_the_sweep() {
+        let f = unreachable(FailureMode::Local);
+        let (made, _) = f
+            .restrict_once(r("alice", None), Some(50_000))
+            .await
+            .unwrap();
+        assert!(f.restricted(&keys(&["alice"])).await.unwrap().is_some());
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(f.restricted(&keys(&["alice"])).await.unwrap().is_none());
+        let ended = f.expire_restrictions().await.unwrap();
+        assert_eq!(ended, vec![made]);
+        assert!(f.expire_restrictions().await.unwrap().is_empty());
+        assert_eq!(f.stats().restrictions_pending, 0);
+    }
 
     #[test]
     fn longest_prefix_wins() {
