@@ -418,25 +418,22 @@ impl FailoverStore {
                 }
             };
             self.copy.settle(&r, &outcome);
-            let i = match outcome {
-                Recorded::Recorded(_) => 0,
-                Recorded::Kept(_) => 1,
-                Recorded::Released(_) => 2,
-                Recorded::Expired => 3,
-            };
-            self.recorded[i].fetch_add(1, Ordering::Relaxed);
-            let since = crate::time::rfc3339(r.since_us);
+            if let Some(i) = RECORD_OUTCOMES.iter().position(|l| *l == outcome.label()) {
+                self.recorded[i].fetch_add(1, Ordering::Relaxed);
+            }
+            // Times in microseconds since the epoch (the store keeps no clock of text).
+            let since_us = r.since_us;
             match &outcome {
-                Recorded::Recorded(_) => tracing::info!(key = %r.key, limit = %r.limit,
-                    since = %since, "restriction made while Redis was away recorded in Redis"),
-                Recorded::Kept(k) => tracing::info!(key = %r.key, limit = %r.limit,
-                    since = %since, kept_since = %crate::time::rfc3339(k.since_us), kept_by = %k.by,
+                Recorded::Recorded(_) => tracing::info!(key = %r.key, limit = %r.limit, since_us,
+                    "restriction made while Redis was away recorded in Redis"),
+                Recorded::Kept(k) => tracing::info!(key = %r.key, limit = %r.limit, since_us,
+                    kept_since_us = k.since_us, kept_by = %k.by,
                     "restriction made while Redis was away not recorded: Redis holds one of the key"),
-                Recorded::Released(at) => tracing::info!(key = %r.key, limit = %r.limit,
-                    since = %since, released = %crate::time::rfc3339(*at),
+                Recorded::Released(at) => tracing::info!(key = %r.key, limit = %r.limit, since_us,
+                    released_us = *at,
                     "restriction made while Redis was away not recorded: the key was released since"),
-                Recorded::Expired => tracing::info!(key = %r.key, limit = %r.limit,
-                    since = %since, "restriction made while Redis was away not recorded: it has ended"),
+                Recorded::Expired => tracing::info!(key = %r.key, limit = %r.limit, since_us,
+                    "restriction made while Redis was away not recorded: it has ended"),
             }
         }
         let swept = self.redis.sweep_restrictions().await?;
