@@ -356,6 +356,7 @@ fn a_fleet_under_faults_loses_nothing_doubles_nothing_and_contains_both_accounts
     }
     let attempts = ledger.lock().unwrap().clone();
 
+    let mut failures_early = Vec::new();
     // The spool of B filled: when it first answered 4.3.1 (from the books).
     let full: Vec<f64> = attempts
         .iter()
@@ -375,11 +376,24 @@ fn a_fleet_under_faults_loses_nothing_doubles_nothing_and_contains_both_accounts
         });
     }
 
+    // A spool that fills says what it is (451 4.3.1, the mail system is full), not a local
+    // error in processing.
+    if full.is_empty() {
+        failures_early.push(format!(
+            "node B's {SMALL_SPOOL} spool never answered 451 4.3.1 (full): {:?}",
+            attempts
+                .iter()
+                .filter(|a| a.node == 1 && matches!(a.end, End::Refused { stage: "end", .. }))
+                .map(|a| a.end.label())
+                .collect::<HashSet<_>>()
+        ));
+    }
+
     // Before the release: what went out directly.
     pf.settle();
     let before = ledger::deliveries(&pf.maildir());
     let mut figures = String::new();
-    let mut failures = Vec::new();
+    let mut failures = failures_early;
     for user in COMPROMISED {
         let out: usize = attempts
             .iter()
