@@ -43,6 +43,11 @@ use crate::config::{ListenerLimits, Secret};
 use deadline::{Flags, Timed};
 use slots::{Full, Slot, Slots};
 
+/// The kernel's queue of connections not yet accepted, per TCP listener (as the SMTP
+/// listeners'): it absorbs a burst of connections while the accept loop turns idle ones over,
+/// or waits for room, at no descriptor's cost (the system's `net.core.somaxconn` caps it).
+const BACKLOG: u32 = 1024;
+
 /// Requests handled at once per listener (at most `max_connections`); more wait for a free
 /// handler until their `request_timeout`.
 pub const MAX_HANDLERS: usize = 16;
@@ -278,11 +283,23 @@ async fn serve_tcp(
         address: address.to_string(),
         source,
     };
-    let socket = TcpListener::bind(address).await.map_err(io_err)?;
+    let socket = bind(address).map_err(io_err)?;
     let bound = socket.local_addr().map_err(io_err)?;
     info!(address = %bound, tls = listener.tls.is_some(), "{what} listening");
     spawn_accept_loop(socket, Arc::new(listener), stop);
     Ok(bound)
+}
+
+/// Binds `address` with a listen queue of [`BACKLOG`] (tokio's default is 128).
+fn bind(address: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(BACKLOG)
 }
 
 /// A listener the accept loop serves: the admin unix socket or a TCP address.
@@ -305,7 +322,35 @@ impl Accept for UnixListener {
 impl Accept for TcpListener {
     type Conn = tokio::net::TcpStream;
     async fn next(&self) -> io::Result<(Self::Conn, Option<IpAddr>)> {
-        self.accept().await.map(|(s, a)| (s, Some(a.ip())))
+        let (s, a) = self.accept().await?;
+        cap_send_buffer(&s);
+        Ok((s, Some(a.ip())))
+    }
+}
+
+/// The send buffer of an admin TCP connection (the kernel doubles it for its bookkeeping).
+/// Left to itself Linux grows it up to `net.ipv4.tcp_wmem`'s maximum (4 MiB by default), so
+/// clients that do not read could pin that much kernel memory each, and an answer smaller
+/// than that would never stall for the write deadline to see.
+pub const SEND_BUFFER: usize = 256 * 1024;
+
+/// Sets [`SEND_BUFFER`] on `s`; a failure leaves the system's default, which still works.
+fn cap_send_buffer(s: &tokio::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let size = libc::c_int::try_from(SEND_BUFFER).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `s` is an open socket for the duration of the call; the option value is a
+    // c_int read from a valid pointer whose length is passed with it.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            std::ptr::from_ref(&size).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        debug!(error = %io::Error::last_os_error(), "cannot cap an admin connection's send buffer");
     }
 }
 
@@ -402,10 +447,13 @@ fn spawn_accept_loop<L: Accept>(socket: L, listener: Arc<Listener>, stop: Cancel
             match accepted {
                 Ok((stream, peer)) => match listener.slots.admit() {
                     Ok((slot, evicted)) => {
+                        tokio::spawn(serve_conn(stream, peer, slot, listener.clone()));
                         if evicted {
                             listener.refused("evicted");
+                            // Let the cut connection's task close it before the next accept:
+                            // a burst must not pile up connections cut but still open.
+                            tokio::task::yield_now().await;
                         }
-                        tokio::spawn(serve_conn(stream, peer, slot, listener.clone()));
                     }
                     // Every held connection started being answered since `room`: closed.
                     Err(Full) => listener.refused("full"),

@@ -9,7 +9,9 @@
 //! `worker_connections`): new connections wait in the kernel's listen queue, holding no
 //! descriptor of floodgate's, until one ends (each is bounded by the request and write
 //! timeouts). A flood of idle connections therefore turns over at accept speed, the newest
-//! kept, and a real request that arrives after it is taken within a few accepts.
+//! kept, and a real request that arrives after it is taken within a few accepts. (A cut
+//! connection leaves the table at once and its descriptor is closed when its task next
+//! runs, so for that moment the listener has one descriptor more than `max`.)
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
