@@ -562,6 +562,10 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
     let config = generation.config.clone();
     build_shared(generation.clone(), Arc::new(AllowAll))
         .with_context(|| format!("{}: TLS material", path.display()))?;
+    if let Some(t) = &config.admin.tls {
+        floodgate::tls::server_config(&t.certificate, &t.private_key)
+            .with_context(|| format!("{}: [admin.tls]", path.display()))?;
+    }
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}: OK", path.display())?;
     for l in &config.listeners {
@@ -612,6 +616,23 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
             t.auth_without_tls
         )?;
     }
+    if let Some((address, _)) = &config.admin.tcp {
+        let a = &config.admin;
+        writeln!(
+            out,
+            "admin address: {address} tls={} console_actions={} login_base_delay={:?} login_max_delay={:?}",
+            a.tls.is_some(),
+            a.console_actions,
+            a.login_delay.base,
+            a.login_delay.max
+        )?;
+    }
+    let l = &config.admin.limits;
+    writeln!(
+        out,
+        "admin listeners: max_connections={} each, request_timeout={:?} write_timeout={:?}",
+        l.max_connections, l.request_timeout, l.write_timeout
+    )?;
     let u = &config.upstream;
     writeln!(
         out,

@@ -229,6 +229,25 @@ fn the_console_over_tls_sets_a_secure_cookie() {
         ),
         "{scrape}"
     );
+    // A key that cannot be read: `check` and `run` refuse the config, naming it.
+    let bad = dir.path().join("bad.toml");
+    let text = FloodgateConfig::new(rec.addr())
+        .extra(&extra.replace("server.key", "missing.key"))
+        .toml();
+    std::fs::write(&bad, text).unwrap();
+    for verb in ["check", "run"] {
+        let out = run_with_timeout(
+            Command::new(env!("CARGO_BIN_EXE_floodgate"))
+                .args([verb, "--config"])
+                .arg(&bad),
+            Duration::from_secs(30),
+        );
+        assert!(!out.ok() && !out.timed_out, "{verb}: {out}");
+        assert!(
+            out.stderr.contains("[admin.tls]") && out.stderr.contains("missing.key"),
+            "{verb}: {out}"
+        );
+    }
 }
 
 #[test]

@@ -396,3 +396,40 @@ async fn an_answer_nobody_reads_is_cut_after_the_write_timeout() {
     assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
     assert!(got.len() < m.render().len(), "{}", got.len());
 }
+
+#[tokio::test]
+async fn a_request_waits_for_a_free_handler_until_its_request_timeout() {
+    let bounds = Bounds {
+        request_timeout: Duration::from_millis(300),
+        ..Bounds::default()
+    };
+    let m = Arc::new(super::super::Metrics::new());
+    let listener = Listener::new(
+        "metrics address",
+        "metrics",
+        Mode::Metrics(m.clone()),
+        bounds,
+        m.clone(),
+        None,
+    );
+    // Every handler taken (by slow requests, as far as the listener can tell).
+    let handlers = listener.handlers.clone();
+    let taken = handlers
+        .clone()
+        .acquire_many_owned(MAX_HANDLERS as u32)
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let addr = serve_tcp("127.0.0.1:0".parse().unwrap(), listener, stop.clone())
+        .await
+        .unwrap();
+    let _stop = stop.drop_guard();
+    let a = raw(addr, b"GET /metrics HTTP/1.1\r\n\r\n", false).await;
+    assert_error(&a, 503, "busy");
+    assert!(a.head.contains("Retry-After: 1"), "{a:?}");
+    assert_eq!(m.admin_connections_refused_of("metrics", "busy"), 1);
+    // A handler free again: served.
+    drop(taken);
+    let a = raw(addr, b"GET /metrics HTTP/1.1\r\n\r\n", false).await;
+    assert_eq!(a.status, 200, "{a:?}");
+}
