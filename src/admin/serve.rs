@@ -5,11 +5,11 @@
 //!
 //! No client can hold a listener: each holds at most `[admin] max_connections`
 //! connections, cutting the oldest one that has not sent its request head when a new one
-//! comes at the bound and otherwise leaving new ones in the kernel's queue ([`slots`]); the
+//! comes at the bound and otherwise leaving new ones in the kernel's queue (`slots`); the
 //! TLS handshake and the whole request must arrive within `request_timeout` of the accept
 //! (408 past it); at most [`MAX_HANDLERS`] requests are handled at once, the others waiting
 //! for a free handler until their `request_timeout` (503 past it); and once an answer's
-//! writing stalls, the client has `write_timeout` to take the rest ([`deadline`]). Each cut
+//! writing stalls, the client has `write_timeout` to take the rest (`deadline`). Each cut
 //! is counted in `floodgate_admin_connections_refused_total`.
 
 mod deadline;

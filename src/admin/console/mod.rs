@@ -7,7 +7,7 @@
 //! | GET | `/console/restricted?page=N` | restricted keys with their evidence |
 //! | GET | `/console/held?page=N` | held messages (envelope, header section, size, limit), newest first, paged |
 //! | GET | `/console/key?k=KEY` | every limit's reading of KEY and its last hour from the event log |
-//! | GET, POST | `/console/login` | the login form; posting the admin token opens a session |
+//! | GET, POST | `/console/login` | the login form; posting the admin token opens a session (429 with `Retry-After` while the address waits after wrong tokens, see [`throttle`]) |
 //! | POST | `/console/logout` | ends the session |
 //! | POST | `/console/act/held/release?id=ID`, `/console/act/held/delete?id=ID` | releases or deletes a held message |
 //! | POST | `/console/act/reset?key=KEY` | resets KEY for every limit |
