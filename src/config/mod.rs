@@ -16,7 +16,9 @@ mod store;
 pub mod url;
 mod words;
 
-pub use admin::{default_socket, AdminConfig, MetricsConfig, MIN_TOKEN_LEN};
+pub use admin::{
+    default_socket, AdminConfig, AdminTls, ListenerLimits, LoginDelay, MetricsConfig, MIN_TOKEN_LEN,
+};
 pub use alerts::AlertsConfig;
 pub use duration::{parse_duration, ConfigDuration, DurationError};
 pub use hold::{HoldConfig, OnExpiry};

@@ -205,6 +205,7 @@ fn families_of_a_fresh_registry() {
         ("floodgate_tls_handshakes_total", "counter"),
         ("floodgate_auth_total", "counter"),
         ("floodgate_connections_refused_total", "counter"),
+        ("floodgate_admin_connections_refused_total", "counter"),
     ];
     let want: BTreeMap<String, String> = want
         .iter()
@@ -225,6 +226,7 @@ fn families_of_a_fresh_registry() {
         "floodgate_tls_handshakes_total{side=\"upstream\",result=\"ok\"} 0",
         "floodgate_auth_total{result=\"success\"} 0",
         "floodgate_connections_refused_total{cap=\"max_connections\"} 0",
+        "floodgate_admin_connections_refused_total{listener=\"metrics\",reason=\"write_timeout\"} 0",
         "floodgate_store_errors_total{kind=\"invalid\"} 0",
     ] {
         assert!(t.lines().any(|l| l == series), "{series}\n{t}");
@@ -312,4 +314,37 @@ fn verdict_series_appear_with_their_first_count_and_survive() {
     assert_eq!(m.verdicts_of("per-user", "deny"), 2);
     assert_eq!(m.verdicts_of("per-user", "defer"), 0);
     assert_eq!(m.verdicts_of("other", "deny"), 0);
+}
+
+#[test]
+fn admin_refusals_count_by_listener_and_reason() {
+    let m = Metrics::new();
+    m.admin_connection_refused("admin", "evicted");
+    m.admin_connection_refused("admin", "evicted");
+    m.admin_connection_refused("metrics", "write_timeout");
+    // Outside the lists: not counted, no new series.
+    m.admin_connection_refused("smtp", "evicted");
+    m.admin_connection_refused("admin", "bored");
+    assert_eq!(m.admin_connections_refused_of("admin", "evicted"), 2);
+    assert_eq!(
+        m.admin_connections_refused_of("metrics", "write_timeout"),
+        1
+    );
+    assert_eq!(m.admin_connections_refused_of("socket", "evicted"), 0);
+    assert_eq!(m.admin_connections_refused_of("smtp", "evicted"), 0);
+    let t = m.render();
+    assert_eq!(
+        value(
+            &t,
+            "floodgate_admin_connections_refused_total{listener=\"admin\",reason=\"evicted\"}"
+        )
+        .as_deref(),
+        Some("2")
+    );
+    let series = t
+        .lines()
+        .filter(|l| l.starts_with("floodgate_admin_connections_refused_total{"))
+        .count();
+    assert_eq!(series, ADMIN_LISTENERS.len() * ADMIN_REFUSALS.len(), "{t}");
+    assert!(!t.contains("smtp") && !t.contains("bored"), "{t}");
 }

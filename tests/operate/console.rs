@@ -179,6 +179,9 @@ socket = "admin.sock"
 address = "{addr}"
 token_file = "{}"
 console_actions = {actions}
+# Short waits after wrong tokens: the tests present some on purpose.
+login_base_delay = "50ms"
+login_max_delay = "50ms"
 "#,
         spool.display(),
         dir.join("events.jsonl").display(),
@@ -272,6 +275,8 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
     assert_eq!(anon["shows_held"], false, "{anon}");
     assert_eq!(anon["shows_key"], false, "{anon}");
     assert_eq!(facts["wrong_token"], "wrong token", "{facts}");
+    // The page said how long the address waits (login_base_delay, rounded up to seconds).
+    assert_eq!(facts["login_wait"], 1, "{facts}");
 
     // Every page renders without a script error or a CSP violation; charts are there.
     let pages = &facts["pages"];
@@ -362,6 +367,9 @@ fn bad_inputs_get_clear_refusals() {
         assert!(!a.body.contains("alice") && !a.body.contains("bob"), "{a}");
         assert!(a.header("content-security-policy").is_some(), "{a}");
     }
+    // The wrong bearer token above made the address wait (login_base_delay).
+    let after_wrong = || std::thread::sleep(Duration::from_millis(150));
+    after_wrong();
     let a = http(
         addr,
         "POST",
@@ -374,8 +382,10 @@ fn bad_inputs_get_clear_refusals() {
         a.body.contains("wrong token") && a.header("set-cookie").is_none(),
         "{a}"
     );
+    assert!(a.body.contains("id=\"login-wait\""), "{a}");
     let a = http(addr, "POST", "/console/login", &[], "");
     assert_eq!(a.status, 401, "{a}");
+    after_wrong();
     // Actions without credentials: 401, nothing done.
     let release = |id: &str| format!("/console/act/held/release?id={id}");
     let a = http(addr, "POST", &release(&ids[0]), &[], "");
