@@ -27,23 +27,26 @@ pub struct Stats {
     pub unknown_lines: AtomicU64,
     /// Outcomes of queue ids floodgate did not relay (or no longer remembers).
     pub unknown_queue_ids: AtomicU64,
+    /// Outcomes of an address the queued message was not accepted for (not counted).
+    pub not_recipients: AtomicU64,
     /// Outcomes counted before (retries).
     pub duplicates: AtomicU64,
     /// Outcomes charged to limits.
     pub charged: AtomicU64,
-    /// Outcomes with nothing to charge (deliveries, more recipients than the message had).
+    /// Outcomes with nothing to charge (deliveries, messages without keys to charge).
     pub uncharged: AtomicU64,
 }
 
 impl Stats {
     /// The counters as `(name, value)`.
-    pub fn snapshot(&self) -> [(&'static str, u64); 7] {
+    pub fn snapshot(&self) -> [(&'static str, u64); 8] {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         [
             ("lines", g(&self.lines)),
             ("other_lines", g(&self.other_lines)),
             ("unknown_lines", g(&self.unknown_lines)),
             ("unknown_queue_ids", g(&self.unknown_queue_ids)),
+            ("not_recipients", g(&self.not_recipients)),
             ("duplicates", g(&self.duplicates)),
             ("charged", g(&self.charged)),
             ("uncharged", g(&self.uncharged)),
