@@ -421,14 +421,18 @@ pub fn exim(text: &str) -> Line<'_> {
     let Some(addr) = exim_address(&mut rest) else {
         return Line::Unknown;
     };
-    // A ":" ends the address on failures without routing fields ("** x@y: reason").
-    let addr = addr.strip_suffix(':').unwrap_or(addr);
+    // A ":" ends the address on failures without routing fields ("** x@y: reason"); the
+    // text after it is the reason, never an address.
+    let (addr, reason) = match addr.strip_suffix(':') {
+        Some(a) => (a, true),
+        None => (addr, false),
+    };
     if addr.is_empty() || addr.starts_with('<') {
         return Line::Unknown;
     }
     // The original address, in angle brackets right after the delivered one.
-    let after = rest.trim_start_matches(' ');
-    let original = match after.strip_prefix('<') {
+    let after = rest.strip_prefix(' ').unwrap_or(rest);
+    let original = match after.strip_prefix('<').filter(|_| !reason) {
         Some(r) => match angle_address(r) {
             Some((o, tail))
                 if !o.is_empty() && (tail.is_empty() || tail.starts_with([' ', ':'])) =>

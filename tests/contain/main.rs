@@ -4,6 +4,7 @@
 mod common;
 
 mod hold;
+mod outcomes_forged;
 mod outcomes_ratio;
 mod pace;
 mod reroute;

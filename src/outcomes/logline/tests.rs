@@ -203,6 +203,12 @@ fn exim_lines() {
             Kind::Bounced
         )
     );
+    // The reason after "address:" is not an original address.
+    let reason = "2026-11-25 19:30:01 1rOBxk-0003Ab-2Q ** a@example.net: <r0@example.org> said no";
+    assert_eq!(
+        exim(reason),
+        out("1rOBxk-0003Ab-2Q", "a@example.net", None, Kind::Bounced)
+    );
     let quoted = "2026-11-25 19:30:01 1rOBxk-0003Ab-2Q ** \"a b\"@example.net <\"c> d\"@example.com> R=x T=y: no";
     assert_eq!(
         exim(quoted),
