@@ -3,6 +3,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod auth_attempt;
 mod hold;
 mod outcomes_forged;
 mod outcomes_ratio;
