@@ -3,7 +3,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod auth_attempt;
 mod hold;
+mod outcomes_forged;
 mod outcomes_ratio;
 mod pace;
 mod reroute;
