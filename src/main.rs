@@ -549,8 +549,12 @@ async fn signals(control: floodgate::server::Control, mut s: Signals) {
 fn check(path: PathBuf) -> anyhow::Result<()> {
     let generation = Arc::new(Generation::load(&path)?);
     let config = generation.config.clone();
-    build_shared(generation.clone(), Arc::new(AllowAll))
-        .with_context(|| format!("{}: TLS material", path.display()))?;
+    build_shared(generation.clone(), Arc::new(AllowAll)).with_context(|| {
+        format!(
+            "{}: what it names cannot be used (TLS material, hold spool)",
+            path.display()
+        )
+    })?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}: OK", path.display())?;
     for l in &config.listeners {

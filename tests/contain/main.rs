@@ -4,6 +4,7 @@
 mod common;
 
 mod hold;
+mod hold_spool;
 mod outcomes_ratio;
 mod pace;
 mod reroute;
