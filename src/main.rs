@@ -560,8 +560,12 @@ async fn signals(control: floodgate::server::Control, mut s: Signals) {
 fn check(path: PathBuf) -> anyhow::Result<()> {
     let generation = Arc::new(Generation::load(&path)?);
     let config = generation.config.clone();
-    build_shared(generation.clone(), Arc::new(AllowAll))
-        .with_context(|| format!("{}: TLS material", path.display()))?;
+    build_shared(generation.clone(), Arc::new(AllowAll)).with_context(|| {
+        format!(
+            "{}: what it names cannot be used (TLS material, hold spool)",
+            path.display()
+        )
+    })?;
     if let Some(t) = &config.admin.tls {
         floodgate::tls::server_config(&t.certificate, &t.private_key)
             .with_context(|| format!("{}: [admin.tls]", path.display()))?;

@@ -170,8 +170,12 @@ pub struct HoldMetrics {
     pub deleted: Counter,
     /// Messages whose ttl passed (deleted or released by `on_expiry`).
     pub expired: Counter,
-    /// Messages the spool could not take (full or unwritable): deferred with a 4xx.
+    /// Messages the spool could not take (full: its limits, disk or quota; or unwritable):
+    /// deferred with a 4xx.
     pub refused: Counter,
+    /// Held files that did not read (damaged, or not written by floodgate), moved to the
+    /// spool's `corrupt/` directory.
+    pub corrupt: Counter,
 }
 
 /// The graded answers: messages rerouted to the second smart host, messages paced.
@@ -482,11 +486,15 @@ impl Metrics {
         );
         let events = f.fixed(
             "floodgate_held_total",
-            "Held messages by what happened: held, released, deleted, expired, refused (spool full or unwritable).",
+            "Held messages by what happened: held, released, deleted, expired, refused (spool full, its disk full, or unwritable).",
             "event",
             ["held", "released", "deleted", "expired", "refused"],
         );
         let [held, released, deleted, expired, refused] = events.counters;
+        let corrupt = f.counter(
+            "floodgate_held_corrupt_total",
+            "Held files that did not read (damaged, or not written by floodgate), moved to the spool's corrupt/ directory.",
+        );
         HoldMetrics {
             messages,
             bytes,
@@ -495,6 +503,7 @@ impl Metrics {
             deleted,
             expired,
             refused,
+            corrupt,
         }
     }
 

@@ -5,6 +5,7 @@ mod common;
 
 mod auth_attempt;
 mod hold;
+mod hold_spool;
 mod outcomes_forged;
 mod outcomes_ratio;
 mod pace;

@@ -609,7 +609,7 @@ fn a_read_only_console_refuses_actions() {
 /// unless run with --release): printed, never asserted.
 #[test]
 fn page_times_with_100000_keys_and_10000_held_messages() {
-    use floodgate::hold::HeldMessage;
+    use floodgate::hold::{HeldEnvelope, HeldMessage};
     use floodgate::limit::ewma::EwmaState;
     use floodgate::store::{MemoryStore, Record};
 
@@ -633,7 +633,7 @@ fn page_times_with_100000_keys_and_10000_held_messages() {
     let spool = dir.path().join("hold");
     std::fs::create_dir_all(&spool).unwrap();
     for i in 0..10_000u32 {
-        let m = HeldMessage {
+        let envelope = HeldEnvelope {
             id: floodgate::hold::spool::new_id(),
             key: format!("user{i:06}"),
             limit: "per-user".into(),
@@ -649,10 +649,11 @@ fn page_times_with_100000_keys_and_10000_held_messages() {
             tls: None,
             mail: "<a@example.org>".into(),
             rcpts: vec!["<b@example.net>".into()],
-            body: format!("Subject: message {i}\r\nFrom: a@example.org\r\n\r\nhello\r\n")
-                .into_bytes(),
         };
-        std::fs::write(spool.join(format!("{}.held", m.id)), m.encode()).unwrap();
+        let body = format!("Subject: message {i}\r\nFrom: a@example.org\r\n\r\nhello\r\n");
+        let m = HeldMessage::new(envelope, body.into_bytes());
+        let path = spool.join(format!("{}.held", m.envelope.id));
+        std::fs::write(path, m.encode()).unwrap();
     }
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
