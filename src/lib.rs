@@ -20,6 +20,7 @@
 //! | [`hold`] | the hold spool's file format and the pacing of releases |
 //! | [`outcomes`] | upstream's outcomes after queueing: queue ids, the index, log lines |
 //! | [`logs`] | the log writer off the session's thread |
+//! | [`lograte`] | warnings that can come once per event, told once per interval with a count |
 //! | [`time`] | RFC 3339 in and out, and times given as a duration back from now |
 //! | [`docs`] | man pages and shell completions generated from the command line |
 //! | [`metrics`] | the metrics registry and its exposition; a leaf, it imports nothing of the crate |
@@ -31,6 +32,7 @@ pub mod docs;
 pub mod generation;
 pub mod hold;
 pub mod limit;
+pub mod lograte;
 pub mod logs;
 pub mod metrics;
 pub mod outcomes;

@@ -362,15 +362,20 @@ fn init_logs(config: &Config) -> floodgate::logs::LogQueue {
 }
 
 /// Raises the open-file limit to the hard limit and warns when even that cannot hold
-/// `max_connections` sessions (two descriptors each).
-fn check_fd_limit(max_connections: usize) {
-    let needed = floodgate::server::FdLimit::needed(max_connections);
+/// `[server] max_connections` sessions (two descriptors each) beside the admin listeners'
+/// connections (bounded by `[admin] max_connections` each).
+fn check_fd_limit(config: &Config) {
+    let max_connections = config.server.max_connections;
+    let admin = config.admin.max_descriptors(config.metrics.is_some());
+    let needed = floodgate::server::FdLimit::needed(max_connections, admin);
     match floodgate::server::raise_fd_limit() {
         Ok(l) if l.soft < needed => warn!(
             soft = l.soft,
             needed,
-            "the open-file limit cannot hold [server] max_connections sessions (two descriptors each): \
-             raise it (LimitNOFILE= in the systemd unit, ulimit -n) or lower max_connections"
+            admin,
+            "the open-file limit cannot hold [server] max_connections sessions (two descriptors each) \
+             beside the admin connections: raise it (LimitNOFILE= in the systemd unit, ulimit -n) \
+             or lower max_connections"
         ),
         Ok(l) => info!(limit = l.soft, "open-file limit"),
         Err(e) => warn!(error = %e, "cannot read or raise the open-file limit"),
@@ -384,7 +389,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
     let logs = init_logs(&config);
     let log_dropped = logs.dropped.clone();
     let log_flush = logs.writer.clone();
-    check_fd_limit(config.server.max_connections);
+    check_fd_limit(&config);
     // The control plane (signals, reload) runs here; sessions run on the server's workers.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -508,7 +513,13 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             extra.push(format!("admin address {a}"));
         }
         if let Some(m) = &metrics_cfg {
-            let a = serve::serve_metrics(m.address, metrics.clone(), admin_stop.clone()).await?;
+            let a = serve::serve_metrics(
+                m.address,
+                admin_cfg.limits,
+                metrics.clone(),
+                admin_stop.clone(),
+            )
+            .await?;
             extra.push(format!("metrics address {a}"));
         }
         {
@@ -590,6 +601,10 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
     let path_warnings = config.check_paths()?;
     build_shared(generation.clone(), Arc::new(AllowAll))
         .map_err(|e| located_shared_error(&config, e))?;
+    if let Some(t) = &config.admin.tls {
+        floodgate::tls::server_config(&t.certificate, &t.private_key)
+            .with_context(|| format!("{}: [admin.tls]", path.display()))?;
+    }
     let mut out = Vec::new();
     writeln!(out, "{}: OK", path.display())?;
     for l in &config.listeners {
@@ -640,6 +655,23 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
             t.auth_without_tls
         )?;
     }
+    if let Some((address, _)) = &config.admin.tcp {
+        let a = &config.admin;
+        writeln!(
+            out,
+            "admin address: {address} tls={} console_actions={} login_base_delay={:?} login_max_delay={:?}",
+            a.tls.is_some(),
+            a.console_actions,
+            a.login_delay.base,
+            a.login_delay.max
+        )?;
+    }
+    let l = &config.admin.limits;
+    writeln!(
+        out,
+        "admin listeners: max_connections={} each, request_timeout={:?} write_timeout={:?}",
+        l.max_connections, l.request_timeout, l.write_timeout
+    )?;
     let u = &config.upstream;
     writeln!(
         out,

@@ -144,7 +144,7 @@ impl AdminState {
             Ok(all) => {
                 let list: Vec<_> = all
                     .iter()
-                    .filter(|m| key.is_none_or(|k| m.key == k))
+                    .filter(|m| key.is_none_or(|k| m.envelope.key == k))
                     .map(held::summary)
                     .collect();
                 Response::json(200, &json!({ "held": list }))
@@ -159,8 +159,8 @@ impl AdminState {
             Err(r) => return r,
         };
         let (s, owned) = (spool.clone(), id.to_string());
-        match held::blocking(move || s.get(&owned)).await {
-            Ok(m) => Response::json(200, &held::detail(&m)),
+        match held::blocking(move || s.header_section(&owned)).await {
+            Ok((h, section)) => Response::json(200, &held::detail(&h, &section)),
             Err(e) => held_error(&e.into()),
         }
     }

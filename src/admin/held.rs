@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::hold::spool::now_secs;
-use crate::hold::{HeldMessage, OnExpiry, Spool, SpoolError};
+use crate::hold::{HeldHead, OnExpiry, Spool, SpoolError};
 use crate::proxy::release::{relay_held, ReleaseBy};
 use crate::proxy::Shared;
 
@@ -36,16 +36,17 @@ pub enum HeldError {
     Release(#[from] crate::proxy::release::ReleaseError),
 }
 
-/// One held message as `held list` shows it.
-pub fn summary(m: &HeldMessage) -> Value {
+/// One held message as `held list` shows it: all of it from the file's envelope.
+pub fn summary(h: &HeldHead) -> Value {
+    let m = &h.envelope;
     json!({
         "id": m.id,
         "key": m.key,
         "limit": m.limit,
         "sender": m.sender(),
         "recipients": m.recipients(),
-        "size": m.body.len(),
-        "subject": m.subject(),
+        "size": h.size,
+        "subject": h.subject,
         "time": m.time,
         "client": m.client.ip().to_string(),
         "user": m.user,
@@ -54,8 +55,9 @@ pub fn summary(m: &HeldMessage) -> Value {
 }
 
 /// One held message as `held show` shows it: envelope, client and header section.
-pub fn detail(m: &HeldMessage) -> Value {
-    let mut v = summary(m);
+pub fn detail(h: &HeldHead, header_section: &[u8]) -> Value {
+    let mut v = summary(h);
+    let m = &h.envelope;
     v["mail"] = json!(m.mail);
     v["rcpts"] = json!(m.rcpts);
     v["client_port"] = json!(m.client.port());
@@ -64,12 +66,13 @@ pub fn detail(m: &HeldMessage) -> Value {
     v["reverse_name"] = json!(m.reverse_name);
     v["proto"] = json!(m.proto);
     v["tls"] = json!(m.tls);
-    v["headers"] = json!(String::from_utf8_lossy(m.header_section()));
+    v["headers"] = json!(String::from_utf8_lossy(header_section));
     v
 }
 
-/// Releases one held message: claimed (so a concurrent release cannot take it), relayed,
-/// removed only after upstream accepted it for every recipient, else given back.
+/// Releases one held message: claimed (so a concurrent release cannot take it), read whole
+/// (the only message whose body is read), relayed, removed only after upstream accepted it
+/// for every recipient, else given back.
 pub async fn release_one(
     shared: &Arc<Shared>,
     spool: &Arc<Spool>,
@@ -78,14 +81,27 @@ pub async fn release_one(
 ) -> Result<(), HeldError> {
     let s = spool.clone();
     let owned = id.to_string();
-    let m = blocking(move || s.claim(&owned)).await?;
+    let m = blocking(move || {
+        s.claim(&owned)?;
+        match s.claimed(&owned) {
+            Ok(m) => Ok(m),
+            // Set aside: nothing to give back.
+            Err(e @ SpoolError::Corrupt { .. }) => Err(e),
+            Err(e) => {
+                let _ = s.unclaim(&owned);
+                Err(e)
+            }
+        }
+    })
+    .await?;
+    let (key, limit) = (&m.envelope.key, &m.envelope.limit);
     match relay_held(&shared.upstream, &m, by).await {
         Ok(reply) => {
             let s = spool.clone();
             let owned = id.to_string();
             blocking(move || s.remove_claimed(&owned)).await?;
             shared.metrics.hold.released.inc();
-            info!(id, key = %m.key, limit = %m.limit, by = %by.by, reason = %by.reason,
+            info!(id, key = %key, limit = %limit, by = %by.by, reason = %by.reason,
                 upstream = reply.lines.last().map(String::as_str).unwrap_or(""),
                 "held message released");
             Ok(())
@@ -94,13 +110,13 @@ pub async fn release_one(
             let s = spool.clone();
             let owned = id.to_string();
             blocking(move || s.unclaim(&owned)).await?;
-            warn!(id, key = %m.key, error = %e, "held message not released: it stays held");
+            warn!(id, key = %key, error = %e, "held message not released: it stays held");
             Err(e.into())
         }
     }
 }
 
-/// Deletes one held message.
+/// Deletes one held message (its envelope is read for the log line, never its body).
 pub async fn delete_one(
     shared: &Arc<Shared>,
     spool: &Arc<Spool>,
@@ -116,8 +132,8 @@ pub async fn delete_one(
     })
     .await?;
     shared.metrics.hold.deleted.inc();
-    info!(id, key = %m.key, limit = %m.limit, by = %by.by, reason = %by.reason,
-        "held message deleted");
+    info!(id, key = %m.envelope.key, limit = %m.envelope.limit, by = %by.by,
+        reason = %by.reason, "held message deleted");
     Ok(())
 }
 
@@ -135,8 +151,8 @@ pub async fn select(
             Ok(blocking(move || s.list())
                 .await?
                 .into_iter()
-                .filter(|m| m.key == k)
-                .map(|m| m.id)
+                .filter(|m| m.envelope.key == k)
+                .map(|m| m.envelope.id)
                 .collect())
         }
         (None, None) => Ok(Vec::new()),
@@ -171,7 +187,7 @@ pub async fn expire_once(shared: &Arc<Shared>, spool: &Arc<Spool>) {
     // Paced messages are released by the pacer, not expired.
     let expired = match blocking(move || s.expired(now_secs())).await.map(|v| {
         v.into_iter()
-            .filter(|m| m.paced.is_none())
+            .filter(|m| m.envelope.paced.is_none())
             .collect::<Vec<_>>()
     }) {
         Ok(e) => e,
@@ -186,6 +202,7 @@ pub async fn expire_once(shared: &Arc<Shared>, spool: &Arc<Spool>) {
         at: now_secs() as i64,
     };
     for m in expired {
+        let m = &m.envelope;
         let done = match spool.settings().on_expiry {
             OnExpiry::Delete => delete_one(shared, spool, &m.id, &by).await,
             OnExpiry::Release => release_one(shared, spool, &m.id, &by).await,
@@ -196,7 +213,10 @@ pub async fn expire_once(shared: &Arc<Shared>, spool: &Arc<Spool>) {
                 info!(id = %m.id, key = %m.key, action = spool.settings().on_expiry.as_str(),
                     "held message expired");
             }
-            Err(HeldError::Spool(SpoolError::Busy(_) | SpoolError::NotFound(_))) => {}
+            // Set aside (logged and counted) or taken by another request meanwhile.
+            Err(HeldError::Spool(
+                SpoolError::Busy(_) | SpoolError::NotFound(_) | SpoolError::Corrupt { .. },
+            )) => {}
             Err(e) => warn!(id = %m.id, error = %e, "held message expired but stays held"),
         }
     }

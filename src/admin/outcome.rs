@@ -2,7 +2,7 @@
 //!
 //! | method | path | answer |
 //! |---|---|---|
-//! | POST | `/v1/outcome?queue_id=ID&recipient=ADDR&result=bounced\|deferred\|sent` | `{"queue_id","recipient","result","counted"}`; `counted` is `charged`, `duplicate`, `unknown_queue_id`, `not_charged` or `too_many` |
+//! | POST | `/v1/outcome?queue_id=ID&recipient=ADDR&result=bounced\|deferred\|sent` | `{"queue_id","recipient","result","counted"}`; `counted` is `charged`, `duplicate`, `unknown_queue_id`, `not_charged` or `not_a_recipient` (the message was not accepted for that address) |
 
 use serde_json::json;
 
@@ -37,7 +37,7 @@ impl AdminState {
             Ok(Noted::Charge(_)) => "charged",
             Ok(Noted::Duplicate) => "duplicate",
             Ok(Noted::UnknownQueueId) => "unknown_queue_id",
-            Ok(Noted::TooMany) => "too_many",
+            Ok(Noted::NotRecipient) => "not_a_recipient",
             Ok(Noted::Nothing) => "not_charged",
             Err(e) => return Response::error(503, &e.to_string()),
         };

@@ -18,11 +18,13 @@ use crate::proxy::Shared;
 use super::held::{release_one, HeldError};
 
 /// Queues every paced message of the spool in `book`, oldest first: at start, before any
-/// session. Returns how many; unreadable pace rates are logged and left held.
+/// session. Reads the files' envelopes only; a file that does not read is set aside by the
+/// listing. Returns how many; unreadable pace rates are logged and left held.
 pub fn load(spool: &Spool, book: &PaceBook) -> Result<usize, SpoolError> {
     let now = clock_ms();
     let mut n = 0;
-    for m in spool.list()? {
+    for h in spool.list()? {
+        let m = &h.envelope;
         let Some(text) = &m.paced else { continue };
         match PaceRate::parse(text) {
             Ok(rate) => {
@@ -32,7 +34,8 @@ pub fn load(spool: &Spool, book: &PaceBook) -> Result<usize, SpoolError> {
                         limit: m.limit.clone(),
                         key: m.key.clone(),
                         rate,
-                        weight: rate.weight(m.rcpts.len(), m.body.len()),
+                        weight: rate
+                            .weight(m.rcpts.len(), usize::try_from(h.size).unwrap_or(usize::MAX)),
                     },
                     now,
                 );

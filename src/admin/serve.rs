@@ -1,15 +1,28 @@
 //! The admin and metrics transports: the admin unix socket (mode 0600), the optional
-//! token-guarded admin TCP address, and the metrics TCP address, served by hyper's HTTP/1.1
-//! server. One request per connection, read with a time limit and size bounds, answered,
-//! closed.
+//! token-guarded admin TCP address (with TLS when `[admin.tls]` is set), and the metrics TCP
+//! address, served by hyper's HTTP/1.1 server. One request per connection, answered, closed:
+//! no connection is kept alive between requests.
+//!
+//! No client can hold a listener: each holds at most `[admin] max_connections`
+//! connections, cutting the oldest one that has not sent its request head when a new one
+//! comes at the bound and otherwise leaving new ones in the kernel's queue (`slots`); the
+//! TLS handshake and the whole request must arrive within `request_timeout` of the accept
+//! (408 past it); at most [`MAX_HANDLERS`] requests are handled at once, the others waiting
+//! for a free handler until their `request_timeout` (503 past it); and once an answer's
+//! writing stalls, the client has `write_timeout` to take the rest (`deadline`). Each cut
+//! is counted in `floodgate_admin_connections_refused_total`.
+
+mod deadline;
+mod slots;
 
 use std::io;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Body, Incoming};
@@ -19,18 +32,25 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::api::{metrics_response, AdminState};
 use super::http::guard::Guard;
-use super::http::{ct_eq, HttpError, Limits, Request, Response};
-use crate::config::Secret;
+use super::http::{HttpError, Limits, Request, Response};
+use crate::config::{ListenerLimits, Secret};
+use deadline::{Flags, Timed};
+use slots::{Full, Slot, Slots};
 
-/// Time allowed for a client to send its whole request.
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once per listener; more wait.
-const MAX_CONNS: usize = 16;
+/// The kernel's queue of connections not yet accepted, per TCP listener (as the SMTP
+/// listeners'): it absorbs a burst of connections while the accept loop turns idle ones over,
+/// or waits for room, at no descriptor's cost (the system's `net.core.somaxconn` caps it).
+const BACKLOG: u32 = 1024;
+
+/// Requests handled at once per listener (at most `max_connections`); more wait for a free
+/// handler until their `request_timeout`.
+pub const MAX_HANDLERS: usize = 16;
 
 /// What to do with a socket found at the admin socket path.
 #[derive(Debug, PartialEq, Eq)]
@@ -87,6 +107,9 @@ pub enum ServeError {
         /// Its owner, or the user serving it.
         uid: u32,
     },
+    /// The certificate or key of `[admin.tls]` could not be loaded.
+    #[error("[admin.tls]: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// Binding or setting up failed.
     #[error("{what} {address}: {source}")]
     Io {
@@ -104,8 +127,9 @@ pub enum ServeError {
 enum Mode {
     /// Everything (the unix socket: file permissions guard it).
     Admin(Arc<AdminState>),
-    /// Everything, with `Authorization: Bearer TOKEN`; and the web console.
-    Token(Arc<AdminState>, Arc<Secret>, Arc<super::console::Console>),
+    /// Everything, with `Authorization: Bearer TOKEN` (checked by the console's throttle of
+    /// wrong tokens); and the web console.
+    Token(Arc<AdminState>, Arc<super::console::Console>),
     /// Only `GET /metrics`.
     Metrics(Arc<super::Metrics>),
 }
@@ -186,131 +210,256 @@ pub fn serve_unix(
         return Err(io_err(e));
     }
     info!(path = %path.display(), "admin API listening");
-    spawn_accept_loop(
-        listener,
+    let bounds = Bounds::from(state.control.config().admin.limits);
+    let served = Listener::new(
         "admin socket",
-        Mode::Admin(state),
-        Bounds::default(),
-        stop,
+        "socket",
+        Mode::Admin(state.clone()),
+        bounds,
+        state.metrics.clone(),
+        None,
     );
+    spawn_accept_loop(listener, Arc::new(served), stop);
     Ok(SocketFile(path.to_path_buf()))
 }
 
-/// Serves the admin API on `address` for requests bearing `token`; returns the bound
-/// address.
+/// Serves the admin API and the web console on `address` for requests bearing `token`, with
+/// TLS when `[admin.tls]` is set; returns the bound address.
 pub async fn serve_admin_tcp(
     address: std::net::SocketAddr,
     token: Secret,
     state: Arc<AdminState>,
     stop: CancellationToken,
 ) -> Result<std::net::SocketAddr, ServeError> {
+    let config = state.control.config();
+    let tls = match &config.admin.tls {
+        Some(t) => {
+            let mut c =
+                Arc::unwrap_or_clone(crate::tls::server_config(&t.certificate, &t.private_key)?);
+            c.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Some(TlsAcceptor::from(Arc::new(c)))
+        }
+        None => None,
+    };
     let token = Arc::new(token);
-    let console = super::console::Console::start(state.clone(), token.clone(), stop.clone());
-    serve_tcp(
+    let console = super::console::Console::start(state.clone(), token, stop.clone());
+    let listener = Listener::new(
         "admin address",
-        address,
-        Mode::Token(state, token, console),
-        Bounds::default(),
-        stop,
-    )
-    .await
+        "admin",
+        Mode::Token(state.clone(), console),
+        Bounds::from(config.admin.limits),
+        state.metrics.clone(),
+        tls,
+    );
+    serve_tcp(address, listener, stop).await
 }
 
-/// Serves `GET /metrics` on `address`; returns the bound address.
+/// Serves `GET /metrics` on `address` within `limits`; returns the bound address.
 pub async fn serve_metrics(
     address: std::net::SocketAddr,
+    limits: ListenerLimits,
     metrics: Arc<super::Metrics>,
     stop: CancellationToken,
 ) -> Result<std::net::SocketAddr, ServeError> {
-    serve_tcp(
+    let listener = Listener::new(
         "metrics address",
-        address,
-        Mode::Metrics(metrics),
-        Bounds::default(),
-        stop,
-    )
-    .await
+        "metrics",
+        Mode::Metrics(metrics.clone()),
+        Bounds::from(limits),
+        metrics,
+        None,
+    );
+    serve_tcp(address, listener, stop).await
 }
 
 async fn serve_tcp(
-    what: &'static str,
     address: std::net::SocketAddr,
-    mode: Mode,
-    bounds: Bounds,
+    listener: Listener,
     stop: CancellationToken,
 ) -> Result<std::net::SocketAddr, ServeError> {
+    let what = listener.what;
     let io_err = |source| ServeError::Io {
         what,
         address: address.to_string(),
         source,
     };
-    let listener = TcpListener::bind(address).await.map_err(io_err)?;
-    let bound = listener.local_addr().map_err(io_err)?;
-    info!(address = %bound, "{what} listening");
-    spawn_accept_loop(listener, what, mode, bounds, stop);
+    let socket = bind(address).map_err(io_err)?;
+    let bound = socket.local_addr().map_err(io_err)?;
+    info!(address = %bound, tls = listener.tls.is_some(), "{what} listening");
+    spawn_accept_loop(socket, Arc::new(listener), stop);
     Ok(bound)
+}
+
+/// Binds `address` with a listen queue of [`BACKLOG`] (tokio's default is 128).
+fn bind(address: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(BACKLOG)
 }
 
 /// A listener the accept loop serves: the admin unix socket or a TCP address.
 trait Accept: Send + 'static {
     /// One accepted connection.
     type Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static;
-    /// Waits for the next connection.
-    fn next(&self) -> impl std::future::Future<Output = io::Result<Self::Conn>> + Send;
+    /// Waits for the next connection; with the client's address when it has one.
+    fn next(
+        &self,
+    ) -> impl std::future::Future<Output = io::Result<(Self::Conn, Option<IpAddr>)>> + Send;
 }
 
 impl Accept for UnixListener {
     type Conn = tokio::net::UnixStream;
-    async fn next(&self) -> io::Result<Self::Conn> {
-        self.accept().await.map(|(s, _)| s)
+    async fn next(&self) -> io::Result<(Self::Conn, Option<IpAddr>)> {
+        self.accept().await.map(|(s, _)| (s, None))
     }
 }
 
 impl Accept for TcpListener {
     type Conn = tokio::net::TcpStream;
-    async fn next(&self) -> io::Result<Self::Conn> {
-        self.accept().await.map(|(s, _)| s)
+    async fn next(&self) -> io::Result<(Self::Conn, Option<IpAddr>)> {
+        let (s, a) = self.accept().await?;
+        cap_send_buffer(&s);
+        Ok((s, Some(a.ip())))
     }
 }
 
-/// Time and size bounds of one admin connection.
+/// The send buffer of an admin TCP connection (the kernel doubles it for its bookkeeping).
+/// Left to itself Linux grows it up to `net.ipv4.tcp_wmem`'s maximum (4 MiB by default), so
+/// clients that do not read could pin that much kernel memory each, and an answer smaller
+/// than that would never stall for the write deadline to see.
+pub const SEND_BUFFER: usize = 256 * 1024;
+
+/// Sets [`SEND_BUFFER`] on `s`; a failure leaves the system's default, which still works.
+fn cap_send_buffer(s: &tokio::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let size = libc::c_int::try_from(SEND_BUFFER).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `s` is an open socket for the duration of the call; the option value is a
+    // c_int read from a valid pointer whose length is passed with it.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            std::ptr::from_ref(&size).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        debug!(error = %io::Error::last_os_error(), "cannot cap an admin connection's send buffer");
+    }
+}
+
+/// Time, size and number bounds of one listener's connections.
 #[derive(Debug, Clone, Copy)]
 struct Bounds {
-    /// Time allowed for the whole request, head and body.
-    read_timeout: Duration,
+    /// Connections held at once (see [`slots`]).
+    max_connections: usize,
+    /// Time allowed for the TLS handshake and the whole request (head and body), from the
+    /// accept; also the longest wait for a free handler.
+    request_timeout: Duration,
+    /// Time allowed for the rest of an answer once writing it stalls (see [`deadline`]).
+    write_timeout: Duration,
     /// Sizes of the head and the body.
     limits: Limits,
 }
 
-impl Default for Bounds {
-    fn default() -> Self {
+impl From<ListenerLimits> for Bounds {
+    fn from(l: ListenerLimits) -> Self {
         Bounds {
-            read_timeout: READ_TIMEOUT,
+            max_connections: l.max_connections,
+            request_timeout: l.request_timeout,
+            write_timeout: l.write_timeout,
             limits: Limits::default(),
         }
     }
 }
 
-/// Accepts on `listener` until `stop`, serving each connection as `mode` allows, at most
-/// [`MAX_CONNS`] at once. An accept error (out of descriptors) backs off instead of spinning.
-fn spawn_accept_loop<L: Accept>(
-    listener: L,
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds::from(ListenerLimits::default())
+    }
+}
+
+/// One listener: what it serves, its bounds, and the connections and handlers it has.
+struct Listener {
+    /// Its name in log lines.
     what: &'static str,
+    /// Its `listener` label (one of [`crate::metrics::ADMIN_LISTENERS`]).
+    label: &'static str,
     mode: Mode,
     bounds: Bounds,
-    stop: CancellationToken,
-) {
+    metrics: Arc<super::Metrics>,
+    tls: Option<TlsAcceptor>,
+    /// The connections held.
+    slots: Arc<Slots>,
+    /// Requests being handled at once.
+    handlers: Arc<Semaphore>,
+}
+
+impl Listener {
+    fn new(
+        what: &'static str,
+        label: &'static str,
+        mode: Mode,
+        bounds: Bounds,
+        metrics: Arc<super::Metrics>,
+        tls: Option<TlsAcceptor>,
+    ) -> Listener {
+        Listener {
+            what,
+            label,
+            mode,
+            bounds,
+            metrics,
+            tls,
+            slots: Slots::new(bounds.max_connections),
+            handlers: Arc::new(Semaphore::new(MAX_HANDLERS.min(bounds.max_connections))),
+        }
+    }
+
+    /// Counts a connection cut for `reason` (one of [`crate::metrics::ADMIN_REFUSALS`]).
+    fn refused(&self, reason: &'static str) {
+        self.metrics.admin_connection_refused(self.label, reason);
+        debug!(listener = self.what, reason, "admin connection cut");
+    }
+}
+
+/// Accepts on `socket` until `stop`, while the listener has room for another connection
+/// (see [`slots`]): at the bound it waits, connections queueing in the kernel, until one
+/// ends or one can be cut. An accept error (out of descriptors) backs off instead of
+/// spinning.
+fn spawn_accept_loop<L: Accept>(socket: L, listener: Arc<Listener>, stop: CancellationToken) {
     tokio::spawn(async move {
-        let gate = Arc::new(Semaphore::new(MAX_CONNS));
         loop {
+            tokio::select! {
+                () = listener.slots.room() => {}
+                () = stop.cancelled() => return,
+            }
             let accepted = tokio::select! {
-                r = listener.next() => r,
-                _ = stop.cancelled() => return,
+                r = socket.next() => r,
+                () = stop.cancelled() => return,
             };
             match accepted {
-                Ok(s) => spawn_conn(s, mode.clone(), bounds, gate.clone()),
+                Ok((stream, peer)) => match listener.slots.admit() {
+                    Ok((slot, evicted)) => {
+                        tokio::spawn(serve_conn(stream, peer, slot, listener.clone()));
+                        if evicted {
+                            listener.refused("evicted");
+                            // Let the cut connection's task close it before the next accept:
+                            // a burst must not pile up connections cut but still open.
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                    // Every held connection started being answered since `room`: closed.
+                    Err(Full) => listener.refused("full"),
+                },
                 Err(e) => {
-                    warn!(error = %e, "{what} accept failed");
+                    warn!(error = %e, "{} accept failed", listener.what);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
@@ -318,45 +467,89 @@ fn spawn_accept_loop<L: Accept>(
     });
 }
 
-fn spawn_conn<S>(stream: S, mode: Mode, bounds: Bounds, gate: Arc<Semaphore>)
+/// Serves one connection until it ends or the listener cuts it to make room (then the
+/// stream is dropped: closed).
+async fn serve_conn<S>(stream: S, peer: Option<IpAddr>, slot: Slot, listener: Arc<Listener>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    tokio::spawn(async move {
-        let Ok(_permit) = gate.acquire_owned().await else {
-            return;
-        };
-        if let Err(e) = conn(stream, &mode, bounds).await {
-            debug!(error = %e, "admin connection ended with an error");
-        }
-    });
+    let flags = Flags::default();
+    let l = &*listener;
+    let served = tokio::select! {
+        r = serve_stream(stream, peer, &slot, l, &flags) => r,
+        () = slot.cut().cancelled() => return,
+    };
+    if flags.timed_out.load(Ordering::Relaxed) {
+        l.refused("write_timeout");
+    }
+    if let Err(e) = served {
+        debug!(error = %e, "admin connection ended with an error");
+    }
 }
 
-/// Serves one request with hyper (its head read within the time limit and size bounds),
-/// then closes. A request hyper could not read is answered here, in JSON (see
-/// [`super::http::guard`]).
-async fn conn<S>(mut stream: S, mode: &Mode, bounds: Bounds) -> io::Result<()>
+/// The TLS handshake when the listener has TLS, then the request.
+async fn serve_stream<S>(
+    stream: S,
+    peer: Option<IpAddr>,
+    slot: &Slot,
+    l: &Listener,
+    flags: &Flags,
+) -> io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let deadline = tokio::time::Instant::now() + bounds.read_timeout;
-    let answered = AtomicBool::new(false);
-    let mut guard = Guard::new(&mut stream, &answered);
+    let deadline = tokio::time::Instant::now() + l.bounds.request_timeout;
+    let stream = Timed::new(stream, l.bounds.write_timeout, flags);
+    let Some(acceptor) = &l.tls else {
+        return conn(stream, peer, slot, l, deadline, flags).await;
+    };
+    match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+        Err(_) => {
+            l.refused("request_timeout");
+            Ok(())
+        }
+        Ok(Err(e)) => {
+            // A plain-HTTP request on the TLS address fails here too.
+            l.refused("tls_handshake");
+            debug!(listener = l.what, client = ?peer, error = %e, "admin TLS handshake failed");
+            Ok(())
+        }
+        Ok(Ok(tls)) => conn(tls, peer, slot, l, deadline, flags).await,
+    }
+}
+
+/// Serves one request with hyper (its head read by `deadline` and within the size bounds),
+/// then closes. A request hyper could not read is answered here, in JSON (see
+/// [`super::http::guard`]).
+async fn conn<S>(
+    mut stream: S,
+    peer: Option<IpAddr>,
+    slot: &Slot,
+    l: &Listener,
+    deadline: tokio::time::Instant,
+    flags: &Flags,
+) -> io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let answered = &flags.answering;
+    let mut guard = Guard::new(&mut stream, answered);
     let service = service_fn(|req| async {
-        let resp = match read_request(req, bounds.limits.max_body, deadline).await {
-            Ok(req) => answer(&req, mode).await,
-            Err(resp) => resp,
-        };
+        slot.head_received();
+        let resp = handle(req, peer, l, deadline).await;
         answered.store(true, Ordering::Release);
         Ok::<_, Infallible>(resp.into_hyper())
     });
+    let head_time = deadline
+        .saturating_duration_since(tokio::time::Instant::now())
+        .max(Duration::from_millis(1));
     let served = http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(bounds.read_timeout)
+        .header_read_timeout(head_time)
         .keep_alive(false)
         .title_case_headers(true)
-        .max_headers(bounds.limits.max_headers)
-        .max_header_size(bounds.limits.max_head)
+        .max_headers(l.bounds.limits.max_headers)
+        .max_header_size(l.bounds.limits.max_head)
         .serve_connection(TokioIo::new(&mut guard), service)
         .await;
     if answered.load(Ordering::Acquire) {
@@ -366,14 +559,47 @@ where
         (Some(why), _) => HttpError::Bad(why).into(),
         (None, Ok(())) if !guard.read_any() => return Ok(()),
         (None, Ok(())) => Response::error(400, "request ended early"),
-        (None, Err(e)) if e.is_timeout() => Response::error(408, "request not received in time"),
+        (None, Err(e)) if e.is_timeout() => {
+            l.refused("request_timeout");
+            Response::error(408, "request not received in time")
+        }
         (None, Err(e)) if e.is_parse_too_large() => HttpError::TooLarge("request head").into(),
         (None, Err(e)) if e.is_parse() => Response::error(400, &format!("bad request: {e}")),
         (None, Err(e)) if e.is_incomplete_message() => Response::error(400, "request ended early"),
         (None, Err(e)) => Response::error(400, &format!("connection error while reading: {e}")),
     };
+    answered.store(true, Ordering::Release);
     stream.write_all(&resp.to_bytes()).await?;
     stream.shutdown().await
+}
+
+/// The answer to one request whose head arrived: its body read by `deadline`, then a free
+/// handler waited for until `deadline` (503 past it), then the endpoint's answer. The
+/// handler is free again before the answer is written.
+async fn handle(
+    req: hyper::Request<Incoming>,
+    peer: Option<IpAddr>,
+    l: &Listener,
+    deadline: tokio::time::Instant,
+) -> Response {
+    let req = match read_request(req, l.bounds.limits.max_body, deadline).await {
+        Ok(req) => req,
+        Err(resp) => {
+            if resp.status == 408 {
+                l.refused("request_timeout");
+            }
+            return resp;
+        }
+    };
+    let Ok(Ok(_handler)) =
+        tokio::time::timeout_at(deadline, l.handlers.clone().acquire_owned()).await
+    else {
+        l.refused("busy");
+        let mut r = Response::error(503, "the admin listener is busy: try again");
+        r.headers.push(("Retry-After", "1".into()));
+        return r;
+    };
+    answer(&req, &l.mode, peer).await
 }
 
 /// The whole request, its body read within `deadline` and `max_body`; or the answer saying
@@ -400,19 +626,19 @@ async fn read_request(
     Request::from_parts(&parts, body.to_vec()).map_err(Response::from)
 }
 
-async fn answer(req: &Request, mode: &Mode) -> Response {
+async fn answer(req: &Request, mode: &Mode, peer: Option<IpAddr>) -> Response {
     match mode {
         Mode::Admin(state) => state.handle(req).await,
-        Mode::Token(state, token, console) => {
-            if let Some(r) = console.answer(req).await {
+        Mode::Token(state, console) => {
+            // A TCP connection always has a peer; without one, every such request shares
+            // one throttle entry.
+            let peer = peer.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+            if let Some(r) = console.answer(req, peer).await {
                 return r;
             }
-            match req.bearer() {
-                Some(t) if ct_eq(t.as_bytes(), token.expose().as_bytes()) => {
-                    state.handle(req).await
-                }
-                Some(_) => Response::error(401, "wrong bearer token"),
-                None => Response::error(401, "missing Authorization: Bearer TOKEN"),
+            match console.authorize_api(req, peer) {
+                Ok(()) => state.handle(req).await,
+                Err(r) => r,
             }
         }
         Mode::Metrics(m) => match (req.path.as_str(), req.method.as_str()) {

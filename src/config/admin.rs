@@ -4,10 +4,12 @@
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::duration::ConfigDuration;
 use super::store::Secret;
 
 /// `[metrics]` as written.
@@ -39,11 +41,108 @@ pub struct RawAdmin {
     pub token_file: Option<Spanned<PathBuf>>,
     /// Allow a non-loopback TCP address.
     #[serde(default)]
-    pub allow_remote: bool,
+    pub allow_remote: Option<Spanned<bool>>,
+    /// Serve a non-loopback address without TLS all the same.
+    #[serde(default)]
+    pub allow_remote_without_tls: bool,
+    /// TLS on the TCP address.
+    #[serde(default)]
+    pub tls: Option<Spanned<RawAdminTls>>,
+    /// Connections each admin listener (and the metrics address) holds at once.
+    #[serde(default)]
+    pub max_connections: Option<Spanned<usize>>,
+    /// Time allowed for a whole request (and the TLS handshake before it).
+    #[serde(default)]
+    pub request_timeout: Option<Spanned<ConfigDuration>>,
+    /// Time allowed for the rest of an answer once its writing stalls.
+    #[serde(default)]
+    pub write_timeout: Option<Spanned<ConfigDuration>>,
+    /// The wait after the first recent wrong token from an address.
+    #[serde(default)]
+    pub login_base_delay: Option<Spanned<ConfigDuration>>,
+    /// The cap of that wait.
+    #[serde(default)]
+    pub login_max_delay: Option<Spanned<ConfigDuration>>,
+    /// How fast wrong tokens are forgotten (the count decays by e every `login_decay`).
+    #[serde(default)]
+    pub login_decay: Option<Spanned<ConfigDuration>>,
     /// Let the web console on the TCP address release, delete, reset and end restrictions
     /// (default false: the console only shows).
     #[serde(default)]
     pub console_actions: Option<Spanned<bool>>,
+}
+
+/// `[admin.tls]` as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdminTls {
+    /// PEM certificate chain.
+    pub certificate: PathBuf,
+    /// PEM private key.
+    pub private_key: PathBuf,
+}
+
+/// `[admin.tls]`, its paths made absolute.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminTls {
+    /// PEM certificate chain.
+    pub certificate: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub private_key: PathBuf,
+}
+
+/// What one admin listener (the admin socket, the admin address, the metrics address) allows
+/// each connection, and how many at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListenerLimits {
+    /// Connections held at once; more wait in the kernel's queue (see `admin::serve`).
+    pub max_connections: usize,
+    /// Time for the TLS handshake and the whole request, from the connection's accept.
+    pub request_timeout: Duration,
+    /// Time for the rest of an answer once writing it stalls (the client does not read).
+    pub write_timeout: Duration,
+}
+
+/// The default of `[admin] max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+/// The largest `[admin] max_connections`.
+pub const MAX_MAX_CONNECTIONS: usize = 1024;
+/// The longest `request_timeout` and `write_timeout`.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+
+impl Default for ListenerLimits {
+    fn default() -> Self {
+        ListenerLimits {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            request_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The wait imposed on an address after wrong admin tokens: `base · 2^(n−1)` after its
+/// n-th recent one, at most `max`; the count decays by e every `decay`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoginDelay {
+    /// The wait after the first wrong token.
+    pub base: Duration,
+    /// The longest wait.
+    pub max: Duration,
+    /// How fast wrong tokens are forgotten.
+    pub decay: Duration,
+}
+
+/// The longest `login_max_delay`.
+pub const MAX_LOGIN_DELAY: Duration = Duration::from_secs(3600);
+
+impl Default for LoginDelay {
+    fn default() -> Self {
+        LoginDelay {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(60),
+            decay: Duration::from_secs(600),
+        }
+    }
 }
 
 /// `[metrics]`, validated.
@@ -63,8 +162,26 @@ pub struct AdminConfig {
     pub default_socket: bool,
     /// The token-guarded TCP address, with the token.
     pub tcp: Option<(SocketAddr, Secret)>,
+    /// TLS on the TCP address (`None`: plain HTTP).
+    pub tls: Option<AdminTls>,
     /// The web console on the TCP address may act (release, delete, reset), not only show.
     pub console_actions: bool,
+    /// Bounds of every admin listener and of the metrics address (also when the admin API
+    /// is off).
+    pub limits: ListenerLimits,
+    /// The wait after wrong tokens on the TCP address.
+    pub login_delay: LoginDelay,
+}
+
+impl AdminConfig {
+    /// The most connections the admin listeners and the metrics address hold together
+    /// (their share of the descriptor budget).
+    pub fn max_descriptors(&self, metrics: bool) -> usize {
+        let listeners = usize::from(self.socket.is_some())
+            + usize::from(self.tcp.is_some())
+            + usize::from(metrics);
+        listeners.saturating_mul(self.limits.max_connections)
+    }
 }
 
 /// The shortest bearer token accepted.
@@ -117,6 +234,98 @@ fn loopback_only(
     Ok(())
 }
 
+/// A duration key of `[admin]`: its value, or `default` when absent; refused outside
+/// `range` with its place.
+fn duration_key(
+    key: &Option<Spanned<ConfigDuration>>,
+    name: &str,
+    default: Duration,
+    range: std::ops::RangeInclusive<Duration>,
+    at: &dyn Fn(Range<usize>, String) -> super::ConfigError,
+) -> Result<Duration, super::ConfigError> {
+    let Some(k) = key else {
+        return Ok(default);
+    };
+    let d = k.get_ref().0;
+    if !range.contains(&d) {
+        return Err(at(
+            k.span(),
+            format!(
+                "[admin] {name} must be between {:?} and {:?}",
+                range.start(),
+                range.end()
+            ),
+        ));
+    }
+    Ok(d)
+}
+
+/// `[admin]`'s bounds of every admin listener (and of the metrics address).
+fn listener_limits(
+    admin: &RawAdmin,
+    at: &dyn Fn(Range<usize>, String) -> super::ConfigError,
+) -> Result<ListenerLimits, super::ConfigError> {
+    let d = ListenerLimits::default();
+    let max_connections = match &admin.max_connections {
+        None => d.max_connections,
+        Some(m) if (1..=MAX_MAX_CONNECTIONS).contains(m.get_ref()) => *m.get_ref(),
+        Some(m) => {
+            return Err(at(
+                m.span(),
+                format!("[admin] max_connections must be between 1 and {MAX_MAX_CONNECTIONS}"),
+            ))
+        }
+    };
+    let short = Duration::from_millis(100)..=MAX_TIMEOUT;
+    Ok(ListenerLimits {
+        max_connections,
+        request_timeout: duration_key(
+            &admin.request_timeout,
+            "request_timeout",
+            d.request_timeout,
+            short.clone(),
+            at,
+        )?,
+        write_timeout: duration_key(
+            &admin.write_timeout,
+            "write_timeout",
+            d.write_timeout,
+            short,
+            at,
+        )?,
+    })
+}
+
+/// `[admin]`'s waits after wrong tokens.
+fn login_delay(
+    admin: &RawAdmin,
+    at: &dyn Fn(Range<usize>, String) -> super::ConfigError,
+) -> Result<LoginDelay, super::ConfigError> {
+    let d = LoginDelay::default();
+    let base = duration_key(
+        &admin.login_base_delay,
+        "login_base_delay",
+        d.base,
+        Duration::from_millis(10)..=MAX_LOGIN_DELAY,
+        at,
+    )?;
+    let max = duration_key(
+        &admin.login_max_delay,
+        "login_max_delay",
+        d.max.max(base),
+        base..=MAX_LOGIN_DELAY,
+        at,
+    )?;
+    let decay = duration_key(
+        &admin.login_decay,
+        "login_decay",
+        d.decay,
+        Duration::from_secs(1)..=Duration::from_secs(7 * 86_400),
+        at,
+    )?;
+    Ok(LoginDelay { base, max, decay })
+}
+
 /// Validates `[metrics]` and `[admin]`; relative paths are resolved against `base`, the
 /// token file is read now.
 pub fn validate(
@@ -143,9 +352,17 @@ pub fn validate(
         }
         None => None,
     };
+    let limits = listener_limits(&admin, at)?;
     if admin.enabled == Some(false) {
-        return Ok((metrics, AdminConfig::default()));
+        return Ok((
+            metrics,
+            AdminConfig {
+                limits,
+                ..AdminConfig::default()
+            },
+        ));
     }
+    let login_delay = login_delay(&admin, at)?;
     let socket = match &admin.socket {
         Some(s) if s.get_ref().as_os_str().is_empty() => {
             return Err(at(s.span(), "[admin] socket must not be empty".into()));
@@ -160,6 +377,13 @@ pub fn validate(
                 .into(),
         ));
     }
+    if let (Some(t), None) = (&admin.tls, &admin.address) {
+        return Err(at(
+            t.span(),
+            "[admin.tls] is only used with [admin] address (TLS is served there)".into(),
+        ));
+    }
+    let allow_remote = admin.allow_remote.as_ref().is_some_and(|a| *a.get_ref());
     let tcp = match (&admin.address, &admin.token_file) {
         (None, None) => None,
         (None, Some(t)) => {
@@ -175,7 +399,20 @@ pub fn validate(
             ))
         }
         (Some(a), Some(t)) => {
-            loopback_only(a, admin.allow_remote, "admin", at)?;
+            loopback_only(a, allow_remote, "admin", at)?;
+            if let Some(remote) = admin.allow_remote.as_ref().filter(|r| *r.get_ref()) {
+                if admin.tls.is_none() && !admin.allow_remote_without_tls {
+                    return Err(at(
+                        remote.span(),
+                        "[admin] allow_remote = true without [admin.tls]: the admin token and \
+                         the console's session cookie would cross the network in clear text; \
+                         set [admin.tls] certificate and private_key, or \
+                         allow_remote_without_tls = true if something else encrypts the way \
+                         (a VPN, an SSH tunnel)"
+                            .into(),
+                    ));
+                }
+            }
             let path = abs(t.get_ref());
             let text = std::fs::read_to_string(&path).map_err(|e| {
                 at(
@@ -198,13 +435,20 @@ pub fn validate(
             Some((*a.get_ref(), Secret::new(token.to_string())))
         }
     };
+    let tls = admin.tls.as_ref().map(|t| AdminTls {
+        certificate: abs(&t.get_ref().certificate),
+        private_key: abs(&t.get_ref().private_key),
+    });
     Ok((
         metrics,
         AdminConfig {
             socket: Some(socket),
             default_socket: admin.socket.is_none(),
             tcp,
+            tls,
             console_actions: admin.console_actions.is_some_and(|c| *c.get_ref()),
+            limits,
+            login_delay,
         },
     ))
 }
@@ -307,6 +551,88 @@ mod tests {
     }
 
     #[test]
+    fn listener_bounds_and_login_delays() {
+        use std::time::Duration;
+        let c = parse("").unwrap().admin;
+        assert_eq!(c.limits, super::ListenerLimits::default());
+        assert_eq!(c.limits.max_connections, 64);
+        assert_eq!(c.login_delay, super::LoginDelay::default());
+        let c = parse(
+            "[admin]\nmax_connections = 8\nrequest_timeout = \"2s\"\nwrite_timeout = \"500ms\"\n\
+             login_base_delay = \"200ms\"\nlogin_max_delay = \"5s\"\nlogin_decay = \"1m\"\n",
+        )
+        .unwrap()
+        .admin;
+        assert_eq!(c.limits.max_connections, 8);
+        assert_eq!(c.limits.request_timeout, Duration::from_secs(2));
+        assert_eq!(c.limits.write_timeout, Duration::from_millis(500));
+        assert_eq!(c.login_delay.base, Duration::from_millis(200));
+        assert_eq!(c.login_delay.max, Duration::from_secs(5));
+        assert_eq!(c.login_delay.decay, Duration::from_secs(60));
+        // Three listeners' worth of descriptors with the metrics address.
+        assert_eq!(c.max_descriptors(true), 16);
+        // The bounds hold for the metrics address also with the admin API off.
+        let c = parse("[admin]\nenabled = false\nmax_connections = 5\n")
+            .unwrap()
+            .admin;
+        assert_eq!(c.limits.max_connections, 5);
+        assert_eq!(c.max_descriptors(true), 5);
+        assert_eq!(c.max_descriptors(false), 0);
+    }
+
+    fn token_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
+        let t = dir.path().join("token");
+        std::fs::write(&t, "0123456789abcdefXYZ\n").unwrap();
+        t
+    }
+
+    #[test]
+    fn tls_on_the_admin_address() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let t = token_file(&dir);
+        let c = parse(&format!(
+            "[admin]\naddress = \"127.0.0.1:9466\"\ntoken_file = \"{}\"\n\
+             [admin.tls]\ncertificate = \"certs/a.crt\"\nprivate_key = \"/k/a.key\"\n",
+            t.display()
+        ))
+        .unwrap()
+        .admin;
+        let tls = c.tls.unwrap();
+        assert_eq!(tls.certificate, Path::new("/etc/fg/certs/a.crt"));
+        assert_eq!(tls.private_key, Path::new("/k/a.key"));
+        assert!(parse("").unwrap().admin.tls.is_none());
+    }
+
+    #[test]
+    fn a_remote_address_needs_tls_or_the_explicit_opt_out() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let t = token_file(&dir);
+        let admin = |extra: &str| {
+            format!(
+                "[admin]\naddress = \"0.0.0.0:9466\"\ntoken_file = \"{}\"\nallow_remote = true\n{extra}",
+                t.display()
+            )
+        };
+        let e = err(&admin(""));
+        assert!(e.starts_with("/etc/fg/f.toml:8:16: "), "{e}");
+        assert!(e.contains("allow_remote = true without [admin.tls]"), "{e}");
+        assert!(e.contains("allow_remote_without_tls = true"), "{e}");
+        let c = parse(&admin("allow_remote_without_tls = true\n")).unwrap();
+        assert!(c.admin.tcp.is_some() && c.admin.tls.is_none());
+        let c = parse(&admin(
+            "[admin.tls]\ncertificate = \"c.pem\"\nprivate_key = \"k.pem\"\n",
+        ))
+        .unwrap();
+        assert!(c.admin.tls.is_some());
+        // A loopback address needs neither.
+        let c = parse(&format!(
+            "[admin]\naddress = \"127.0.0.1:9466\"\ntoken_file = \"{}\"\n",
+            t.display()
+        ));
+        assert!(c.is_ok());
+    }
+
+    #[test]
     fn bad_values_name_file_line_and_column() {
         let cases = [
             (
@@ -355,6 +681,67 @@ mod tests {
             (
                 "[admin]\nconsole_actions = \"yes\"\n",
                 "6:19",
+                "invalid type",
+            ),
+            (
+                "[admin]\nmax_connections = 0\n",
+                "6:19",
+                "max_connections must be between 1 and 1024",
+            ),
+            (
+                "[admin]\nmax_connections = 100000\n",
+                "6:19",
+                "max_connections must be between 1 and 1024",
+            ),
+            ("[admin]\nmax_connections = -1\n", "6:19", "invalid value"),
+            (
+                "[admin]\nrequest_timeout = \"0s\"\n",
+                "6:19",
+                "request_timeout must be between",
+            ),
+            (
+                "[admin]\nwrite_timeout = \"1h\"\n",
+                "6:17",
+                "write_timeout must be between",
+            ),
+            (
+                "[admin]\nwrite_timeout = \"soon\"\n",
+                "6:17",
+                "bad duration",
+            ),
+            (
+                "[admin]\nlogin_base_delay = \"1ms\"\n",
+                "6:20",
+                "login_base_delay must be between",
+            ),
+            (
+                "[admin]\nlogin_base_delay = \"10s\"\nlogin_max_delay = \"5s\"\n",
+                "7:19",
+                "login_max_delay must be between 10s",
+            ),
+            (
+                "[admin]\nlogin_decay = \"30d\"\n",
+                "6:15",
+                "login_decay must be between",
+            ),
+            (
+                "[admin.tls]\ncertificate = \"c\"\nprivate_key = \"k\"\n",
+                "5:1",
+                "[admin.tls] is only used with [admin] address",
+            ),
+            (
+                "[admin.tls]\ncertificate = \"c\"\n",
+                "5:1",
+                "missing field `private_key`",
+            ),
+            (
+                "[admin.tls]\ncertificate = \"c\"\nprivate_key = \"k\"\nca = \"x\"\n",
+                "8:1",
+                "unknown field `ca`",
+            ),
+            (
+                "[admin]\nallow_remote_without_tls = \"yes\"\n",
+                "6:28",
                 "invalid type",
             ),
         ];

@@ -19,7 +19,9 @@ pub mod url;
 mod words;
 mod written;
 
-pub use admin::{default_socket, AdminConfig, MetricsConfig, MIN_TOKEN_LEN};
+pub use admin::{
+    default_socket, AdminConfig, AdminTls, ListenerLimits, LoginDelay, MetricsConfig, MIN_TOKEN_LEN,
+};
 pub use alerts::AlertsConfig;
 pub use default_path::{default_config, first_present, NoConfigFile, LOCAL_CONFIG, SYSTEM_CONFIG};
 pub use duration::{parse_duration, ConfigDuration, DurationError};

@@ -2,14 +2,20 @@
 //! relaying (`action = "hold"`), until an operator releases or deletes them or they expire.
 //!
 //! * [`format`](mod@format): the held file (pure: serialisation and parsing);
-//! * [`spool`]: the directory (atomic writes, listing, claims, limits);
+//! * [`read`]: reading a held file a part at a time (the envelope, the header section, the
+//!   whole message), every length checked against the file's;
+//! * [`spool`]: the directory (atomic writes, listing, claims, limits, damaged files set
+//!   aside);
+//! * [`dir`]: the checks of the directory's owner and mode at start;
 //! * [`pace`]: paced messages (`action = "pace"`) waiting for their automatic release;
 //! * `settings`: `[hold]` compiled into [`HoldSettings`].
 
+pub mod dir;
 pub mod format;
 pub mod pace;
+pub mod read;
 mod settings;
 pub mod spool;
 
-pub use format::{FormatError, HeldMessage};
+pub use format::{FormatError, HeldEnvelope, HeldHead, HeldMessage};
 pub use spool::{HoldSettings, OnExpiry, Spool, SpoolError};

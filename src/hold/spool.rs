@@ -2,23 +2,38 @@
 //! (`tokio::task::spawn_blocking`).
 //!
 //! Files:
-//! * `ID.held`: a held message ([`HeldMessage`]), the only files that are listed;
+//! * `ID.held`: a held message ([`HeldMessage`]), the only files that are listed; created
+//!   0600 whatever the umask, in a directory only floodgate's user may write (checked at
+//!   [`Spool::open`]);
 //! * `tmp.ID`: a message being written; renamed to `ID.held` only after its bytes are
 //!   fsynced, the directory fsynced after the rename. Left over by a crash, it was never
 //!   acknowledged to the client, and is removed when the spool is opened;
 //! * `ID.releasing`: a message claimed by a release or delete (renamed from `ID.held`, so two
 //!   admins never both act on one message). Left over by a crash, it is put back to
 //!   `ID.held` when the spool is opened: a message is never lost, though one whose release
-//!   reached upstream just before the crash may then be released twice.
+//!   reached upstream just before the crash may then be released twice;
+//! * `corrupt/`: held files that do not read (damaged, or not written by floodgate), moved
+//!   there when a listing, a claim or a release meets them, with a log line and
+//!   `floodgate_held_corrupt_total`; they are neither listed nor counted against the limits.
+//!
+//! Listing, expiry, pacing and claims read each file's envelope only
+//! ([`read::head`]); a release reads the whole file of the message it
+//! sends.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::format::{valid_id, HeldMessage};
+use tracing::{info, warn};
+
+use super::dir::{self, DirError};
+use super::format::{valid_id, HeldHead, HeldMessage, MAGIC_V1};
+use super::read::{self, ReadError, Source};
+use crate::metrics::Counter;
 
 pub use crate::config::OnExpiry;
 
@@ -40,9 +55,9 @@ pub struct HoldSettings {
 /// Why the spool could not do something.
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
-    /// The directory does not exist or is not a directory.
-    #[error("[hold] dir {0}: no such directory (create it, writable by floodgate)")]
-    Missing(PathBuf),
+    /// The directory is missing, or its owner or mode is unsafe.
+    #[error(transparent)]
+    Dir(#[from] DirError),
     /// The directory cannot be written.
     #[error("[hold] dir {path}: not writable: {source}")]
     Unwritable {
@@ -54,6 +69,14 @@ pub enum SpoolError {
     /// Holding one more message would pass `max_messages` or `max_bytes`.
     #[error("the hold spool is full ({0})")]
     Full(String),
+    /// The spool's file system (or the user's quota on it) has no room for the message.
+    #[error("the hold spool is full: its disk has no room ({path}: {source})")]
+    DiskFull {
+        /// The file being written.
+        path: PathBuf,
+        /// ENOSPC or EDQUOT.
+        source: std::io::Error,
+    },
     /// A file operation failed.
     #[error("hold spool {path}: {source}")]
     Io {
@@ -68,8 +91,8 @@ pub enum SpoolError {
     /// Another release or delete has the message.
     #[error("held message {0} is being released or deleted by another request")]
     Busy(String),
-    /// A held file could not be read.
-    #[error("held message {id}: unreadable file: {reason}")]
+    /// A held file could not be read; it was moved to `corrupt/`.
+    #[error("held message {id}: unreadable file ({reason}), moved to corrupt/")]
     Corrupt {
         /// Its id.
         id: String,
@@ -78,15 +101,37 @@ pub enum SpoolError {
     },
 }
 
+impl SpoolError {
+    /// Whether the spool has no room: its limits (`max_messages`, `max_bytes`) or its disk.
+    pub fn is_full(&self) -> bool {
+        matches!(self, SpoolError::Full(_) | SpoolError::DiskFull { .. })
+    }
+
+    /// The error of a write to `path`: [`SpoolError::DiskFull`] when the file system or the
+    /// quota has no room, else [`SpoolError::Io`].
+    pub fn writing(path: &Path, source: std::io::Error) -> SpoolError {
+        let path = path.to_path_buf();
+        match source.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => SpoolError::DiskFull { path, source },
+            _ => SpoolError::Io { path, source },
+        }
+    }
+}
+
 /// Writes are serialised so the limits are checked against a stable count.
 static WRITE_LOCK: Mutex<()> = Mutex::new(());
 /// Makes ids unique within the process.
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
+/// The directory damaged files are moved to, under the spool directory.
+pub const CORRUPT_DIR: &str = "corrupt";
+
 /// The spool directory.
 #[derive(Debug)]
 pub struct Spool {
     settings: HoldSettings,
+    /// Files moved to `corrupt/`.
+    corrupt: Counter,
 }
 
 /// Seconds since the Unix epoch.
@@ -110,23 +155,60 @@ pub fn new_id() -> String {
     )
 }
 
+/// A held file opened for reading, with its length.
+struct HeldFile {
+    file: File,
+    len: u64,
+}
+
+impl Source for HeldFile {
+    fn size(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+}
+
+/// `read` when the file's id is `id`, its name: a file under another message's name (copied
+/// or planted) does not read.
+fn named<T>(
+    id: &str,
+    read: Result<T, ReadError>,
+    id_of: impl Fn(&T) -> &str,
+) -> Result<T, ReadError> {
+    match read {
+        Ok(v) if id_of(&v) != id => Err(super::FormatError::Misnamed(id_of(&v).to_string()).into()),
+        other => other,
+    }
+}
+
+/// Creates `path` for writing, 0600 whatever the umask; never over an existing file.
+fn create_private(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
 impl Spool {
-    /// Opens the spool: the directory must exist and be writable (a probe file is written
-    /// and removed). Files left by a crash are cleaned up by [`Spool::recover`], once at
-    /// start.
-    pub fn open(settings: HoldSettings) -> Result<Spool, SpoolError> {
+    /// Opens the spool: the directory must exist, be owned by floodgate's effective user and
+    /// be writable by no one else ([`DirError`] says how to fix it), and be writable (a probe
+    /// file is written and removed). Files left by a crash are cleaned up by
+    /// [`Spool::recover`], once at start. `corrupt` counts the files set aside.
+    pub fn open(settings: HoldSettings, corrupt: Counter) -> Result<Spool, SpoolError> {
         let dir = &settings.dir;
-        if !dir.is_dir() {
-            return Err(SpoolError::Missing(dir.clone()));
-        }
+        dir::check(dir)?;
         let probe = dir.join(format!("tmp.probe-{}", std::process::id()));
         let unwritable = |source| SpoolError::Unwritable {
             path: dir.clone(),
             source,
         };
-        File::create(&probe).map_err(unwritable)?;
+        create_private(&probe).map_err(unwritable)?;
         fs::remove_file(&probe).map_err(unwritable)?;
-        Ok(Spool { settings })
+        Ok(Spool { settings, corrupt })
     }
 
     /// The settings in force.
@@ -153,8 +235,10 @@ impl Spool {
             .map_err(self.io(&self.settings.dir))
     }
 
-    /// Removes temporary files and puts claimed ones back: for the start of the one
-    /// floodgate using the directory, never while releases may run.
+    /// Removes temporary files, puts claimed ones back and rewrites version 1 files in the
+    /// current format (so listings read their envelopes only): for the start of the one
+    /// floodgate using the directory, never while releases may run. A file that does not
+    /// read is set aside; one that cannot be rewritten stays as it is (it still reads).
     pub fn recover(&self) -> Result<(), SpoolError> {
         let dir = &self.settings.dir;
         for entry in fs::read_dir(dir).map_err(self.io(dir))? {
@@ -169,7 +253,51 @@ impl Spool {
                 }
             }
         }
+        let mut rewritten = 0;
+        for (id, _) in self.ids()? {
+            match self.rewrite_v1(&id) {
+                Ok(true) => rewritten += 1,
+                Ok(false) | Err(SpoolError::NotFound(_) | SpoolError::Corrupt { .. }) => {}
+                Err(e) => warn!(id = %id, error = %e,
+                    "hold spool: cannot rewrite a version 1 file; it stays as it is"),
+            }
+        }
+        if rewritten > 0 {
+            info!(
+                files = rewritten,
+                "hold spool: version 1 files rewritten in the current format"
+            );
+        }
         self.sync_dir()
+    }
+
+    /// Rewrites `ID.held` in the current format when it is a version 1 file; `Ok(false)`
+    /// when it is not one.
+    fn rewrite_v1(&self, id: &str) -> Result<bool, SpoolError> {
+        let path = self.held_path(id);
+        let mut first = [0u8; MAGIC_V1.len() + 1];
+        let src = self.open_file(id, &path)?;
+        if src.len < first.len() as u64
+            || src.file.read_exact_at(&mut first, 0).is_err()
+            || first[..MAGIC_V1.len()] != *MAGIC_V1.as_bytes()
+        {
+            return Ok(false);
+        }
+        let m = self.decoded(
+            id,
+            &path,
+            named(id, read::message(&src), |m| &m.envelope.id),
+        )?;
+        let tmp = self.settings.dir.join(format!("tmp.{id}"));
+        self.write_durably(&tmp, &m.encode())?;
+        if let Err(e) = fs::rename(&tmp, &path) {
+            let _ = fs::remove_file(&tmp);
+            return Err(SpoolError::Io {
+                path: path.clone(),
+                source: e,
+            });
+        }
+        Ok(true)
     }
 
     /// The ids of held messages with their files' sizes, sorted by id (ids start with the
@@ -202,12 +330,27 @@ impl Spool {
         Ok((ids.len(), ids.iter().map(|(_, n)| n).sum()))
     }
 
+    /// Writes `bytes` to the new file `path` (0600) and fsyncs it; on any error the file is
+    /// removed.
+    fn write_durably(&self, path: &Path, bytes: &[u8]) -> Result<(), SpoolError> {
+        let written = (|| {
+            let mut f = create_private(path)?;
+            f.write_all(bytes)?;
+            f.sync_all()
+        })();
+        written.map_err(|e| {
+            let _ = fs::remove_file(path);
+            SpoolError::writing(path, e)
+        })
+    }
+
     /// Writes `m` durably: `Ok` only once its file is fsynced, renamed into place and the
-    /// directory fsynced. `Full` when it would pass a limit; nothing is left behind on any
-    /// error.
+    /// directory fsynced. `Full` when it would pass a limit, `DiskFull` when the disk or
+    /// quota has no room; nothing is left behind on any error.
     pub fn store(&self, m: &HeldMessage) -> Result<(), SpoolError> {
-        if !valid_id(&m.id) {
-            return Err(SpoolError::NotFound(m.id.clone()));
+        let id = &m.envelope.id;
+        if !valid_id(id) {
+            return Err(SpoolError::NotFound(id.clone()));
         }
         let bytes = m.encode();
         let _guard = WRITE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -225,32 +368,33 @@ impl Spool {
                 self.settings.max_bytes
             )));
         }
-        let tmp = self.settings.dir.join(format!("tmp.{}", m.id));
-        let written = (|| {
-            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()
-        })();
-        if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
-            return Err(SpoolError::Io {
-                path: tmp,
-                source: e,
-            });
-        }
-        let target = self.held_path(&m.id);
+        let tmp = self.settings.dir.join(format!("tmp.{id}"));
+        self.write_durably(&tmp, &bytes)?;
+        let target = self.held_path(id);
         if let Err(e) = fs::rename(&tmp, &target) {
             let _ = fs::remove_file(&tmp);
-            return Err(SpoolError::Io {
-                path: target,
-                source: e,
-            });
+            return Err(SpoolError::writing(&target, e));
         }
-        self.sync_dir()
+        // Not durable: the client is told to try again, so the file must not stay to be
+        // released as well.
+        if let Err(e) = self.sync_dir() {
+            let _ = fs::remove_file(&target);
+            return Err(e);
+        }
+        Ok(())
     }
 
-    fn read(&self, id: &str, path: &Path) -> Result<HeldMessage, SpoolError> {
-        let bytes = fs::read(path).map_err(|e| {
+    fn open_file(&self, id: &str, path: &Path) -> Result<HeldFile, SpoolError> {
+        // Non-blocking: a FIFO planted under a held name opens at once (and reads empty).
+        let opened = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .and_then(|file| {
+                let len = file.metadata()?.len();
+                Ok(HeldFile { file, len })
+            });
+        opened.map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 SpoolError::NotFound(id.to_string())
             } else {
@@ -259,41 +403,123 @@ impl Spool {
                     source: e,
                 }
             }
-        })?;
-        HeldMessage::decode(&bytes).map_err(|reason| SpoolError::Corrupt {
-            id: id.to_string(),
-            reason,
         })
     }
 
-    /// One held message (claimed or not).
-    pub fn get(&self, id: &str) -> Result<HeldMessage, SpoolError> {
+    /// What reading the file at `path` gave: a file that does not read is set aside.
+    fn decoded<T>(
+        &self,
+        id: &str,
+        path: &Path,
+        read: Result<T, ReadError>,
+    ) -> Result<T, SpoolError> {
+        match read {
+            Ok(v) => Ok(v),
+            Err(ReadError::Io(source)) => Err(SpoolError::Io {
+                path: path.to_path_buf(),
+                source,
+            }),
+            Err(ReadError::Format(reason)) => {
+                self.set_aside(id, path, &reason);
+                Err(SpoolError::Corrupt {
+                    id: id.to_string(),
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// Moves a file that does not read to `corrupt/` (never over another one there), with a
+    /// log line and a count. A file already gone (claimed, released, set aside by another
+    /// reader) is left to whoever has it.
+    fn set_aside(&self, id: &str, path: &Path, reason: &super::FormatError) {
+        let aside = self.settings.dir.join(CORRUPT_DIR);
+        if let Err(e) = fs::DirBuilder::new().mode(0o700).create(&aside) {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                warn!(id, path = %path.display(), error = %e, reason = %reason,
+                    "hold spool: unreadable held file, and corrupt/ cannot be made: it stays");
+                return;
+            }
+        }
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let target = (0..1000)
+            .map(|n| match n {
+                0 => aside.join(&*name),
+                n => aside.join(format!("{name}.{n}")),
+            })
+            .find(|p| !p.exists());
+        let Some(target) = target else {
+            warn!(id, path = %path.display(), reason = %reason,
+                "hold spool: unreadable held file, and corrupt/ has no free name for it: it stays");
+            return;
+        };
+        match fs::rename(path, &target) {
+            Ok(()) => {
+                self.corrupt.inc();
+                warn!(id, reason = %reason, moved_to = %target.display(),
+                    "hold spool: unreadable held file moved aside");
+                let _ = self.sync_dir();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => warn!(id, path = %path.display(), error = %e, reason = %reason,
+                "hold spool: unreadable held file cannot be moved aside: it stays"),
+        }
+    }
+
+    /// Reads `ID.held`, else `ID.releasing`, with `what` (which checks the file's id).
+    fn read_either<T>(
+        &self,
+        id: &str,
+        what: impl Fn(&HeldFile) -> Result<T, ReadError>,
+    ) -> Result<T, SpoolError> {
         if !valid_id(id) {
             return Err(SpoolError::NotFound(id.to_string()));
         }
-        match self.read(id, &self.held_path(id)) {
-            Err(SpoolError::NotFound(_)) => self.read(id, &self.claimed_path(id)),
-            other => other,
-        }
+        let mut path = self.held_path(id);
+        let src = match self.open_file(id, &path) {
+            Err(SpoolError::NotFound(_)) => {
+                path = self.claimed_path(id);
+                self.open_file(id, &path)?
+            }
+            other => other?,
+        };
+        self.decoded(id, &path, what(&src))
     }
 
-    /// Every held message, oldest first; unreadable files are skipped with a warning.
-    pub fn list(&self) -> Result<Vec<HeldMessage>, SpoolError> {
+    /// One held message's envelope (claimed or not), reading nothing of its body.
+    pub fn head(&self, id: &str) -> Result<HeldHead, SpoolError> {
+        self.read_either(id, |f| named(id, read::head(f), |h| &h.envelope.id))
+    }
+
+    /// One held message's envelope and header section (claimed or not), for `held show`.
+    pub fn header_section(&self, id: &str) -> Result<(HeldHead, Vec<u8>), SpoolError> {
+        self.read_either(id, |f| {
+            named(id, read::header_section(f), |(h, _)| &h.envelope.id)
+        })
+    }
+
+    /// Every held message's envelope, oldest first, reading no body: the listing, expiry
+    /// and pacing all read this. A file that does not read is set aside; one that cannot be
+    /// read now is skipped with a warning.
+    pub fn list(&self) -> Result<Vec<HeldHead>, SpoolError> {
         let mut out = Vec::new();
         for (id, _) in self.ids()? {
-            match self.get(&id) {
+            match self.head(&id) {
                 Ok(m) => out.push(m),
-                // Released or deleted meanwhile.
-                Err(SpoolError::NotFound(_)) => {}
-                Err(e) => tracing::warn!(error = %e, "hold spool: skipping a file"),
+                // Released or deleted meanwhile; or set aside, logged.
+                Err(SpoolError::NotFound(_) | SpoolError::Corrupt { .. }) => {}
+                Err(e) => warn!(error = %e, "hold spool: skipping a file"),
             }
         }
-        out.sort_by(|a, b| (a.time, &a.id).cmp(&(b.time, &b.id)));
+        out.sort_by(|a, b| {
+            (a.envelope.time, &a.envelope.id).cmp(&(b.envelope.time, &b.envelope.id))
+        });
         Ok(out)
     }
 
-    /// Claims a held message for a release or delete: only one request gets it.
-    pub fn claim(&self, id: &str) -> Result<HeldMessage, SpoolError> {
+    /// Claims a held message for a release or delete: only one request gets it. Returns its
+    /// envelope; a release then reads the message with [`Spool::claimed`].
+    pub fn claim(&self, id: &str) -> Result<HeldHead, SpoolError> {
         if !valid_id(id) {
             return Err(SpoolError::NotFound(id.to_string()));
         }
@@ -311,13 +537,32 @@ impl Spool {
                 source: e,
             });
         }
-        match self.read(id, &to) {
-            Ok(m) => Ok(m),
+        let read = self.open_file(id, &to).and_then(|src| {
+            let read = named(id, read::head(&src), |h| &h.envelope.id);
+            self.decoded(id, &to, read)
+        });
+        match read {
+            Ok(h) => Ok(h),
+            // Set aside: nothing to give back.
+            Err(e @ SpoolError::Corrupt { .. }) => Err(e),
             Err(e) => {
                 let _ = self.unclaim(id);
                 Err(e)
             }
         }
+    }
+
+    /// The whole message of a claimed id, for its release. A file that does not read is set
+    /// aside; on any other error the message is still claimed (give it back with
+    /// [`Spool::unclaim`]).
+    pub fn claimed(&self, id: &str) -> Result<HeldMessage, SpoolError> {
+        let path = self.claimed_path(id);
+        let src = self.open_file(id, &path)?;
+        self.decoded(
+            id,
+            &path,
+            named(id, read::message(&src), |m| &m.envelope.id),
+        )
     }
 
     /// Gives a claimed message back to the spool (its release failed).
@@ -334,129 +579,17 @@ impl Spool {
         self.sync_dir()
     }
 
-    /// Held messages whose `ttl` has passed at `now` (seconds since the epoch).
-    pub fn expired(&self, now: u64) -> Result<Vec<HeldMessage>, SpoolError> {
+    /// Held messages whose `ttl` has passed at `now` (seconds since the epoch): their
+    /// envelopes.
+    pub fn expired(&self, now: u64) -> Result<Vec<HeldHead>, SpoolError> {
         let ttl = self.settings.ttl.as_secs();
         Ok(self
             .list()?
             .into_iter()
-            .filter(|m| m.time.saturating_add(ttl) <= now)
+            .filter(|m| m.envelope.time.saturating_add(ttl) <= now)
             .collect())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn settings(dir: &Path) -> HoldSettings {
-        HoldSettings {
-            dir: dir.to_path_buf(),
-            max_bytes: 1 << 20,
-            max_messages: 3,
-            ttl: Duration::from_secs(60),
-            on_expiry: OnExpiry::Delete,
-        }
-    }
-
-    fn msg(id: &str, time: u64) -> HeldMessage {
-        HeldMessage {
-            id: id.into(),
-            key: "alice".into(),
-            limit: "l".into(),
-            paced: None,
-            time,
-            client: "127.0.0.1:1000".parse().unwrap(),
-            local: None,
-            name: None,
-            reverse_name: None,
-            user: None,
-            helo: None,
-            proto: "ESMTP".into(),
-            tls: None,
-            mail: "<a@b>".into(),
-            rcpts: vec!["<c@d>".into()],
-            body: b"Subject: x\r\n\r\nbody\r\n".to_vec(),
-        }
-    }
-
-    #[test]
-    fn store_list_claim_remove() {
-        let d = tempfile::tempdir().unwrap();
-        let s = Spool::open(settings(d.path())).unwrap();
-        s.store(&msg("a1", 5)).unwrap();
-        s.store(&msg("a2", 1)).unwrap();
-        let ids: Vec<String> = s.list().unwrap().into_iter().map(|m| m.id).collect();
-        assert_eq!(ids, ["a2", "a1"]);
-        assert_eq!(s.claim("a1").unwrap().id, "a1");
-        assert!(matches!(s.claim("a1"), Err(SpoolError::Busy(_))));
-        assert!(matches!(s.claim("zz"), Err(SpoolError::NotFound(_))));
-        assert!(matches!(s.claim("../x"), Err(SpoolError::NotFound(_))));
-        assert_eq!(s.usage().unwrap().0, 2);
-        s.unclaim("a1").unwrap();
-        s.claim("a1").unwrap();
-        s.remove_claimed("a1").unwrap();
-        assert_eq!(s.usage().unwrap().0, 1);
-        assert_eq!(s.expired(60).unwrap().len(), 0);
-        assert_eq!(s.expired(61).unwrap().len(), 1);
-    }
-
-    #[test]
-    fn limits_refuse_and_leave_nothing() {
-        let d = tempfile::tempdir().unwrap();
-        let s = Spool::open(settings(d.path())).unwrap();
-        for i in 0..3 {
-            s.store(&msg(&format!("m{i}"), 0)).unwrap();
-        }
-        assert!(matches!(s.store(&msg("m3", 0)), Err(SpoolError::Full(_))));
-        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 3);
-        let mut small = settings(d.path());
-        small.max_messages = 100;
-        small.max_bytes = 10;
-        let s = Spool::open(small).unwrap();
-        assert!(matches!(s.store(&msg("m4", 0)), Err(SpoolError::Full(_))));
-        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 3);
-    }
-
-    #[test]
-    fn crash_leftovers_are_recovered() {
-        let d = tempfile::tempdir().unwrap();
-        let s = Spool::open(settings(d.path())).unwrap();
-        s.store(&msg("k1", 0)).unwrap();
-        s.claim("k1").unwrap();
-        // A write that crashed before its rename.
-        fs::write(d.path().join("tmp.k2"), msg("k2", 0).encode()).unwrap();
-        assert_eq!(s.list().unwrap().len(), 1);
-        let s = Spool::open(settings(d.path())).unwrap();
-        s.recover().unwrap();
-        let ids: Vec<String> = s.list().unwrap().into_iter().map(|m| m.id).collect();
-        assert_eq!(ids, ["k1"]);
-        assert!(!d.path().join("tmp.k2").exists());
-        assert!(d.path().join("k1.held").exists());
-    }
-
-    #[test]
-    fn missing_or_read_only_dir_is_refused() {
-        let d = tempfile::tempdir().unwrap();
-        let gone = d.path().join("nope");
-        let e = Spool::open(settings(&gone)).unwrap_err();
-        assert!(matches!(e, SpoolError::Missing(_)));
-        assert!(e.to_string().contains("no such directory"), "{e}");
-        // Root writes anywhere: a read-only directory is checked only for other users.
-        if unsafe { libc::geteuid() } != 0 {
-            use std::os::unix::fs::PermissionsExt;
-            fs::set_permissions(d.path(), fs::Permissions::from_mode(0o555)).unwrap();
-            let e = Spool::open(settings(d.path())).unwrap_err();
-            assert!(matches!(e, SpoolError::Unwritable { .. }), "{e}");
-            fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).unwrap();
-        }
-    }
-
-    #[test]
-    fn ids_are_unique_and_valid() {
-        let a = new_id();
-        let b = new_id();
-        assert_ne!(a, b);
-        assert!(valid_id(&a) && valid_id(&b), "{a} {b}");
-    }
-}
+mod tests;

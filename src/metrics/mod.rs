@@ -96,6 +96,26 @@ pub const IDENTITY_REASONS: [&str; 5] = [
 /// The connection caps: the `cap` label of `floodgate_connections_refused_total`.
 pub const CAPS: [&str; 2] = ["max_connections", "max_connections_per_ip"];
 
+/// The admin listeners: the `listener` label of `floodgate_admin_connections_refused_total`
+/// (the admin socket, the admin TCP address, the metrics address).
+pub const ADMIN_LISTENERS: [&str; 3] = ["socket", "admin", "metrics"];
+
+/// Why an admin listener cut a connection: the `reason` label of
+/// `floodgate_admin_connections_refused_total`. `evicted`: closed, its request not yet
+/// sent, to make room for a new connection at `[admin] max_connections`; `full`: accepted
+/// at the bound with nothing to evict, and closed; `request_timeout`: the request (or the
+/// TLS handshake) did not arrive within `request_timeout`; `tls_handshake`: the handshake
+/// failed; `busy`: no free handler within `request_timeout` (answered 503);
+/// `write_timeout`: the client did not take the answer within `write_timeout`.
+pub const ADMIN_REFUSALS: [&str; 6] = [
+    "evicted",
+    "full",
+    "request_timeout",
+    "tls_handshake",
+    "busy",
+    "write_timeout",
+];
+
 /// The kinds of failed store decision: the `kind` label of `floodgate_store_errors_total`.
 pub const STORE_ERRORS: [&str; 2] = ["unavailable", "invalid"];
 
@@ -150,8 +170,12 @@ pub struct HoldMetrics {
     pub deleted: Counter,
     /// Messages whose ttl passed (deleted or released by `on_expiry`).
     pub expired: Counter,
-    /// Messages the spool could not take (full or unwritable): deferred with a 4xx.
+    /// Messages the spool could not take (full: its limits, disk or quota; or unwritable):
+    /// deferred with a 4xx.
     pub refused: Counter,
+    /// Held files that did not read (damaged, or not written by floodgate), moved to the
+    /// spool's `corrupt/` directory.
+    pub corrupt: Counter,
 }
 
 /// The graded answers: messages rerouted to the second smart host, messages paced.
@@ -291,6 +315,9 @@ pub struct Metrics {
     /// AUTH exchanges upstream refused.
     pub auth_failed: Counter,
     connections_refused: Fixed<2>,
+    /// `floodgate_admin_connections_refused_total`, by [`ADMIN_LISTENERS`] then
+    /// [`ADMIN_REFUSALS`].
+    admin_refused: [[Counter; ADMIN_REFUSALS.len()]; ADMIN_LISTENERS.len()],
     /// The hold spool: messages and octets held now, and what happened to held messages.
     pub hold: HoldMetrics,
     /// Reroute and pace.
@@ -408,6 +435,18 @@ impl Metrics {
             "cap",
             CAPS,
         );
+        let admin_family: Counters<2> = f.family(
+            "floodgate_admin_connections_refused_total",
+            "Admin, console and metrics connections cut by their listener, by listener and reason.",
+        );
+        let admin_refused = ADMIN_LISTENERS.map(|listener| {
+            ADMIN_REFUSALS.map(|reason| {
+                admin_family.get_or_create_owned(&[
+                    ("listener", Cow::Borrowed(listener)),
+                    ("reason", Cow::Borrowed(reason)),
+                ])
+            })
+        });
         Metrics {
             exposition: Mutex::new(Exposition {
                 registry: f.0,
@@ -433,6 +472,7 @@ impl Metrics {
             auth_ok,
             auth_failed,
             connections_refused,
+            admin_refused,
             hold,
             graded,
         }
@@ -446,11 +486,15 @@ impl Metrics {
         );
         let events = f.fixed(
             "floodgate_held_total",
-            "Held messages by what happened: held, released, deleted, expired, refused (spool full or unwritable).",
+            "Held messages by what happened: held, released, deleted, expired, refused (spool full, its disk full, or unwritable).",
             "event",
             ["held", "released", "deleted", "expired", "refused"],
         );
         let [held, released, deleted, expired, refused] = events.counters;
+        let corrupt = f.counter(
+            "floodgate_held_corrupt_total",
+            "Held files that did not read (damaged, or not written by floodgate), moved to the spool's corrupt/ directory.",
+        );
         HoldMetrics {
             messages,
             bytes,
@@ -459,6 +503,7 @@ impl Metrics {
             deleted,
             expired,
             refused,
+            corrupt,
         }
     }
 
@@ -517,6 +562,25 @@ impl Metrics {
         if let Some(c) = self.connections_refused.get(cap) {
             c.inc();
         }
+    }
+
+    /// An admin connection cut by `listener` (one of [`ADMIN_LISTENERS`]) for `reason` (one
+    /// of [`ADMIN_REFUSALS`]); other values are not counted.
+    pub fn admin_connection_refused(&self, listener: &str, reason: &str) {
+        if let Some(c) = self.admin_counter(listener, reason) {
+            c.inc();
+        }
+    }
+
+    /// Admin connections cut by `listener` for `reason` so far.
+    pub fn admin_connections_refused_of(&self, listener: &str, reason: &str) -> u64 {
+        self.admin_counter(listener, reason).map_or(0, Counter::get)
+    }
+
+    fn admin_counter(&self, listener: &str, reason: &str) -> Option<&Counter> {
+        let l = ADMIN_LISTENERS.iter().position(|v| *v == listener)?;
+        let r = ADMIN_REFUSALS.iter().position(|v| *v == reason)?;
+        Some(&self.admin_refused[l][r])
     }
 
     /// A message upstream accepted, with its recipients and size.

@@ -199,12 +199,14 @@ fn families_of_a_fresh_registry() {
         ("floodgate_held_messages", "gauge"),
         ("floodgate_held_bytes", "gauge"),
         ("floodgate_held_total", "counter"),
+        ("floodgate_held_corrupt_total", "counter"),
         ("floodgate_rerouted_total", "counter"),
         ("floodgate_paced_total", "counter"),
         ("floodgate_paced_waiting", "gauge"),
         ("floodgate_tls_handshakes_total", "counter"),
         ("floodgate_auth_total", "counter"),
         ("floodgate_connections_refused_total", "counter"),
+        ("floodgate_admin_connections_refused_total", "counter"),
     ];
     let want: BTreeMap<String, String> = want
         .iter()
@@ -220,11 +222,13 @@ fn families_of_a_fresh_registry() {
         "floodgate_upstream_errors_total{kind=\"tls\"} 0",
         "floodgate_upstream_identity_refused_total{reason=\"bad_greeting\"} 0",
         "floodgate_held_total{event=\"refused\"} 0",
+        "floodgate_held_corrupt_total 0",
         "floodgate_rerouted_total{outcome=\"failed\"} 0",
         "floodgate_paced_total{event=\"retry\"} 0",
         "floodgate_tls_handshakes_total{side=\"upstream\",result=\"ok\"} 0",
         "floodgate_auth_total{result=\"success\"} 0",
         "floodgate_connections_refused_total{cap=\"max_connections\"} 0",
+        "floodgate_admin_connections_refused_total{listener=\"metrics\",reason=\"write_timeout\"} 0",
         "floodgate_store_errors_total{kind=\"invalid\"} 0",
     ] {
         assert!(t.lines().any(|l| l == series), "{series}\n{t}");
@@ -312,4 +316,37 @@ fn verdict_series_appear_with_their_first_count_and_survive() {
     assert_eq!(m.verdicts_of("per-user", "deny"), 2);
     assert_eq!(m.verdicts_of("per-user", "defer"), 0);
     assert_eq!(m.verdicts_of("other", "deny"), 0);
+}
+
+#[test]
+fn admin_refusals_count_by_listener_and_reason() {
+    let m = Metrics::new();
+    m.admin_connection_refused("admin", "evicted");
+    m.admin_connection_refused("admin", "evicted");
+    m.admin_connection_refused("metrics", "write_timeout");
+    // Outside the lists: not counted, no new series.
+    m.admin_connection_refused("smtp", "evicted");
+    m.admin_connection_refused("admin", "bored");
+    assert_eq!(m.admin_connections_refused_of("admin", "evicted"), 2);
+    assert_eq!(
+        m.admin_connections_refused_of("metrics", "write_timeout"),
+        1
+    );
+    assert_eq!(m.admin_connections_refused_of("socket", "evicted"), 0);
+    assert_eq!(m.admin_connections_refused_of("smtp", "evicted"), 0);
+    let t = m.render();
+    assert_eq!(
+        value(
+            &t,
+            "floodgate_admin_connections_refused_total{listener=\"admin\",reason=\"evicted\"}"
+        )
+        .as_deref(),
+        Some("2")
+    );
+    let series = t
+        .lines()
+        .filter(|l| l.starts_with("floodgate_admin_connections_refused_total{"))
+        .count();
+    assert_eq!(series, ADMIN_LISTENERS.len() * ADMIN_REFUSALS.len(), "{t}");
+    assert!(!t.contains("smtp") && !t.contains("bored"), "{t}");
 }

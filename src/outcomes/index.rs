@@ -1,6 +1,11 @@
 //! The queued messages whose outcomes are still to come: queue id → the keys to charge and
 //! the recipients, in a bounded index (the oldest entries go first), and which outcomes of
 //! each were already counted, so a result logged again at every retry counts once.
+//!
+//! An outcome is charged only for a recipient upstream accepted in that queue id's
+//! transaction (the delivered address or its original, the domain compared without regard to
+//! case as SMTP does, the local part exactly), and at most once per recipient and kind: a
+//! line about any other address, whoever wrote it, charges nothing.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -22,8 +27,8 @@ pub struct Queued {
 #[derive(Debug, Default)]
 struct Entry {
     queued: Queued,
-    /// `(outcome, lower-cased recipient)` already counted.
-    counted: HashSet<(Kind, String)>,
+    /// `(outcome, index in queued.recipients)` already counted.
+    counted: HashSet<(Kind, usize)>,
 }
 
 /// What one reported outcome does.
@@ -31,10 +36,11 @@ struct Entry {
 pub enum Noted {
     /// The queue id is not in the index (not relayed by floodgate, or forgotten).
     UnknownQueueId,
+    /// Neither the recipient nor its original address is one upstream accepted for the
+    /// message: not counted.
+    NotRecipient,
     /// This recipient's outcome of this kind was counted before.
     Duplicate,
-    /// More distinct recipients reported than the message had: not counted.
-    TooMany,
     /// A delivery (nothing is charged), or a message with no keys to charge.
     Nothing,
     /// Charge these `(limit, key text)`.
@@ -78,7 +84,7 @@ impl Index {
         metrics.scrape("outcomes", move |w| {
             w.counters(
                 "floodgate_outcomes_total",
-                "Smart host log lines and reported outcomes, by what became of them: lines, other_lines (not delivery results), unknown_lines (of no known shape, skipped), unknown_queue_ids, duplicates, charged, uncharged.",
+                "Smart host log lines and reported outcomes, by what became of them: lines, other_lines (not delivery results), unknown_lines (of no known shape, skipped), unknown_queue_ids, not_recipients (an address the message was not accepted for: not counted), duplicates, charged, uncharged.",
                 "what",
                 ix.stats().snapshot(),
             );
@@ -141,24 +147,20 @@ impl Index {
         let Some(e) = g.map.get_mut(queue_id) else {
             return Noted::UnknownQueueId;
         };
-        let lower = |s: &str| s.to_ascii_lowercase();
         // The address the message was given: the original when the host rewrote it.
-        let given = e
-            .queued
-            .recipients
+        let given = e.queued.recipients.iter().position(|r| {
+            same_address(r, recipient) || original.is_some_and(|o| same_address(r, o))
+        });
+        let Some(given) = given else {
+            return Noted::NotRecipient;
+        };
+        // A recipient accepted twice in one transaction is one recipient.
+        let first = e.queued.recipients[..given]
             .iter()
-            .find(|r| {
-                let r = lower(r);
-                r == lower(recipient) || original.is_some_and(|o| r == lower(o))
-            })
-            .map(|r| lower(r))
-            .unwrap_or_else(|| lower(original.unwrap_or(recipient)));
-        if !e.counted.insert((kind, given)) {
+            .position(|r| same_address(r, &e.queued.recipients[given]))
+            .unwrap_or(given);
+        if !e.counted.insert((kind, first)) {
             return Noted::Duplicate;
-        }
-        let of_kind = e.counted.iter().filter(|(k, _)| *k == kind).count();
-        if !e.queued.recipients.is_empty() && of_kind > e.queued.recipients.len() {
-            return Noted::TooMany;
         }
         if kind == Kind::Sent || e.queued.keys.is_empty() {
             return Noted::Nothing;
@@ -174,6 +176,18 @@ impl Index {
     /// Whether none is remembered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Whether two addresses name the same mailbox as SMTP compares them: the local part
+/// exactly, the domain (after the last `@`) without regard to case.
+pub fn same_address(a: &str, b: &str) -> bool {
+    match (a.rsplit_once('@'), b.rsplit_once('@')) {
+        (Some((la, da)), Some((lb, db))) => {
+            la == lb && (da.eq_ignore_ascii_case(db) || da.to_lowercase() == db.to_lowercase())
+        }
+        (None, None) => a == b,
+        _ => false,
     }
 }
 
@@ -200,7 +214,10 @@ mod tests {
             ix.note("Q1", "a@x", None, Kind::Deferred),
             Noted::Charge(_)
         ));
-        assert_eq!(ix.note("Q1", "A@X", None, Kind::Deferred), Noted::Duplicate);
+        // The domain's case does not matter; a deferral at every retry counts once.
+        assert_eq!(ix.note("Q1", "a@X", None, Kind::Deferred), Noted::Duplicate);
+        assert_eq!(ix.note("Q1", "a@x", None, Kind::Deferred), Noted::Duplicate);
+        // The bounce after the deferrals counts once, as a bounce.
         assert!(matches!(
             ix.note("Q1", "a@x", None, Kind::Bounced),
             Noted::Charge(_)
@@ -208,13 +225,66 @@ mod tests {
         assert_eq!(ix.note("Q1", "a@x", None, Kind::Bounced), Noted::Duplicate);
         // Rewritten by the host: the original address names the recipient.
         assert!(matches!(
-            ix.note("Q1", "bob@elsewhere", Some("b@x"), Kind::Bounced),
+            ix.note("Q1", "bob@elsewhere", Some("B@x"), Kind::Bounced),
             Noted::Charge(_)
         ));
-        assert_eq!(ix.note("Q1", "b@x", None, Kind::Bounced), Noted::Duplicate);
-        // More distinct recipients than the message had.
-        assert_eq!(ix.note("Q1", "c@x", None, Kind::Bounced), Noted::TooMany);
-        assert_eq!(ix.note("Q1", "c@x", None, Kind::Sent), Noted::Nothing);
+        assert_eq!(ix.note("Q1", "B@x", None, Kind::Bounced), Noted::Duplicate);
+        // Several addresses from one (an alias expanded): one recipient.
+        assert_eq!(
+            ix.note("Q1", "carol@elsewhere", Some("B@x"), Kind::Bounced),
+            Noted::Duplicate
+        );
+        assert_eq!(ix.note("Q1", "a@x", None, Kind::Sent), Noted::Nothing);
+    }
+
+    #[test]
+    fn only_recipients_of_the_transaction_count() {
+        let ix = Index::new(10);
+        ix.insert("Q1", q(&["x@evil.example"]));
+        ix.insert("Q2", q(&["victim@example.org"]));
+        // Addresses the message was not accepted for, however many, charge nothing.
+        for r in [
+            "victim@example.org",
+            "c@x",
+            "y@evil.example",
+            "X@evil.example",
+        ] {
+            for kind in [Kind::Bounced, Kind::Deferred, Kind::Sent] {
+                assert_eq!(ix.note("Q1", r, None, kind), Noted::NotRecipient, "{r}");
+            }
+        }
+        // Nor does an original address that is not one of them.
+        assert_eq!(
+            ix.note(
+                "Q1",
+                "victim@example.org",
+                Some("nobody@evil.example"),
+                Kind::Bounced
+            ),
+            Noted::NotRecipient
+        );
+        assert!(matches!(
+            ix.note("Q1", "x@EVIL.example", None, Kind::Bounced),
+            Noted::Charge(_)
+        ));
+        // The same recipient accepted twice is counted once.
+        ix.insert("Q3", q(&["d@x", "d@X"]));
+        assert!(matches!(
+            ix.note("Q3", "d@x", None, Kind::Bounced),
+            Noted::Charge(_)
+        ));
+        assert_eq!(ix.note("Q3", "d@X", None, Kind::Bounced), Noted::Duplicate);
+    }
+
+    #[test]
+    fn addresses_compare_as_smtp_does() {
+        assert!(same_address("a@Example.ORG", "a@example.org"));
+        assert!(same_address("a@Bücher.example", "a@bÜcher.example"));
+        assert!(!same_address("A@example.org", "a@example.org"));
+        assert!(same_address("\"a@b\"@x.example", "\"a@b\"@X.example"));
+        assert!(!same_address("a@b", "a"));
+        assert!(same_address("root", "root"));
+        assert!(!same_address("root", "Root"));
     }
 
     #[test]

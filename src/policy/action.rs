@@ -44,12 +44,9 @@ pub fn var_value(
             .unwrap_or_default()
     };
     match v {
-        Var::User => {
-            // At the AUTH stage the attempted name stands in for the user.
-            if let Some(u) = facts.user.as_deref().or(facts.auth_attempt.as_deref()) {
-                out.push_str(u);
-            }
-        }
+        // Only a name upstream accepted: a failed AUTH's name is the client's choice.
+        Var::User => out.push_str(facts.user.as_deref().unwrap_or("")),
+        Var::AuthAttempt => out.push_str(facts.auth_attempt.as_deref().unwrap_or("")),
         Var::ClientIp { v4, v6 } => {
             if let Some(ip) = facts.client_ip {
                 network_text(ip, v4, v6, out);
@@ -321,6 +318,39 @@ mod tests {
         assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc_text(951_782_400_000_000), "2000-02-29T00:00:00Z");
         assert_eq!(utc_text(1_764_091_060_500_000), "2025-11-25T17:17:40Z");
+    }
+
+    /// After a failed AUTH as `victim`, `${authenticated_id}` is empty; the tried name is
+    /// only `${auth_attempted_id}`.
+    #[test]
+    fn a_failed_auth_name_is_not_the_user() {
+        let value = |v: Var, f: &Facts| {
+            let mut s = String::new();
+            var_value(v, f, None, None, "mx.example", &mut s);
+            s
+        };
+        let failed = Facts {
+            auth_attempt: Some("victim".into()),
+            auth_succeeded: false,
+            ..Facts::default()
+        };
+        assert_eq!(value(Var::User, &failed), "");
+        assert_eq!(value(Var::AuthAttempt, &failed), "victim");
+        let ok = Facts {
+            user: Some("alice".into()),
+            auth_attempt: Some("alice".into()),
+            auth_succeeded: true,
+            ..Facts::default()
+        };
+        assert_eq!(value(Var::User, &ok), "alice");
+        assert_eq!(value(Var::AuthAttempt, &ok), "alice");
+        // Logged in as alice, then a failed AUTH as victim: still alice.
+        let both = Facts {
+            auth_attempt: Some("victim".into()),
+            ..ok
+        };
+        assert_eq!(value(Var::User, &both), "alice");
+        assert_eq!(value(Var::AuthAttempt, &both), "victim");
     }
 
     #[test]

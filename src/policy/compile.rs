@@ -512,7 +512,7 @@ fn compile_limit(
             ))
         }
     };
-    let restrict = restrict_def(raw, action, &name, at, &err)?;
+    let restrict = restrict_def(raw, action, &name, key.as_ref(), at, &err)?;
     if raw.delay.is_some() && !matches!(action, Action::Delay(_)) {
         return Err(err(
             raw.delay.as_ref().map_or(0..0, |d| d.span()),
@@ -611,11 +611,18 @@ fn compile_limit(
     })
 }
 
-/// The restriction settings of a limit: only with `action = "restrict"`.
+/// Whether a template reads the name a client tried in AUTH.
+fn attempted(t: &Template) -> bool {
+    t.vars().any(|v| v == Var::AuthAttempt)
+}
+
+/// The restriction settings of a limit: only with `action = "restrict"`. Neither the
+/// restricted key nor `notify_user` may be built from a name a client merely tried in AUTH.
 fn restrict_def(
     raw: &LimitConfig,
     action: Action,
     name: &str,
+    limit_key: Option<&Template>,
     at: At<'_>,
     err: &dyn Fn(Range<usize>, String) -> ConfigError,
 ) -> Result<Option<RestrictDef>, ConfigError> {
@@ -689,7 +696,31 @@ fn restrict_def(
                     .into(),
             ));
         }
-        def.notify = Some(template(n, &format!("limit {name}: notify_user"), at)?);
+        let t = template(n, &format!("limit {name}: notify_user"), at)?;
+        if attempted(&t) {
+            return Err(err(
+                n.span(),
+                "notify_user must not use ${auth_attempted_id}: that is a name a client tried, \
+                 not its account, and the notice would go to an address the client chose \
+                 (use ${authenticated_id})"
+                    .into(),
+            ));
+        }
+        def.notify = Some(t);
+    }
+    if def.key.as_ref().or(limit_key).is_some_and(attempted) {
+        let span = [&raw.restrict_key, &raw.key, &raw.ratelimit]
+            .into_iter()
+            .flatten()
+            .next()
+            .map_or(0..0, |v| v.span());
+        return Err(err(
+            span,
+            "a restriction keyed on ${auth_attempted_id} would let any client restrict the \
+             name it tries, someone else's account: restrict ${authenticated_id} or \
+             ${client_ip} (give restrict_key)"
+                .into(),
+        ));
     }
     Ok(Some(def))
 }

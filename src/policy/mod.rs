@@ -104,7 +104,9 @@ pub struct Facts {
     pub helo: Option<String>,
     /// The authenticated user (only after upstream said 235).
     pub user: Option<String>,
-    /// The user name of the AUTH attempt being judged (stage Auth), success or not.
+    /// The user name the client gave in its latest AUTH exchange, accepted or not (`None`
+    /// before any, and in the check that precedes each exchange): the client's choice, never
+    /// the user (that is [`Facts::user`]).
     pub auth_attempt: Option<String>,
     /// Whether the AUTH attempt succeeded (stage Auth).
     pub auth_succeeded: bool,

@@ -14,7 +14,8 @@ use crate::store::{now_micros, Decision, StoreError};
 
 /// Reports one outcome of `recipient` (or its `original` address) of the message upstream
 /// queued as `queue_id`: bounces and deferrals are charged to the keys that sent it, once
-/// per recipient and kind.
+/// per recipient and kind, and only for a recipient upstream accepted in that transaction
+/// (see [`crate::outcomes::index`]).
 pub async fn report(
     policy: &RatePolicy,
     queue_id: &str,
@@ -27,8 +28,9 @@ pub async fn report(
     let noted = index.note(queue_id, recipient, original, kind);
     let counter = match &noted {
         Noted::UnknownQueueId => &stats.unknown_queue_ids,
+        Noted::NotRecipient => &stats.not_recipients,
         Noted::Duplicate => &stats.duplicates,
-        Noted::TooMany | Noted::Nothing => &stats.uncharged,
+        Noted::Nothing => &stats.uncharged,
         Noted::Charge(_) => &stats.charged,
     };
     counter.fetch_add(1, Ordering::Relaxed);

@@ -12,8 +12,13 @@ use std::net::IpAddr;
 /// A template variable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Var {
-    /// `authenticated_id` / `user`: the authenticated user.
+    /// `authenticated_id` / `user`: the authenticated user: the name of an AUTH upstream
+    /// answered 235; empty before (never the name of a failed attempt).
     User,
+    /// `auth_attempted_id`: the name the client gave in its latest AUTH exchange, accepted
+    /// or not: a name the client chose, for the limits on failed AUTH; empty before the
+    /// first exchange and in the check that precedes each one.
+    AuthAttempt,
     /// `sender_host_address` / `client_ip`, optionally as a network.
     ClientIp {
         /// IPv4 prefix length (32: the address itself).
@@ -67,6 +72,7 @@ impl Var {
     pub const NAMES: &'static [(&'static str, Var)] = &[
         ("authenticated_id", Var::User),
         ("user", Var::User),
+        ("auth_attempted_id", Var::AuthAttempt),
         ("sender_host_address", Var::ClientIp { v4: 32, v6: 128 }),
         ("client_ip", Var::ClientIp { v4: 32, v6: 128 }),
         ("sender_helo_name", Var::Helo),
@@ -343,6 +349,8 @@ mod tests {
         assert!(!t.is_constant());
         assert!(Template::parse("all").unwrap().is_constant());
         assert!(Template::parse("").unwrap().is_constant());
+        let t = Template::parse("${auth_attempted_id}/$user").unwrap();
+        assert_eq!(show(&t), "<AuthAttempt>/<User>");
     }
 
     #[test]
@@ -373,6 +381,7 @@ mod tests {
         assert!(Template::parse("${client_ip/24/129}").is_err());
         assert!(Template::parse("${client_ip/1/2/3}").is_err());
         assert!(Template::parse("$Authenticated_id").is_err());
+        assert!(Template::parse("${auth_attempted_id/24}").is_err());
     }
 
     proptest! {

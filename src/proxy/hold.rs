@@ -8,7 +8,7 @@ use tracing::{info, warn};
 
 use crate::hold::pace::{clock_ms, Paced};
 use crate::hold::spool::{new_id, now_secs};
-use crate::hold::{HeldMessage, Spool, SpoolError};
+use crate::hold::{HeldEnvelope, HeldMessage, Spool, SpoolError};
 use crate::policy::{HoldOrder, Stage, TakenAnswer};
 use crate::smtp::command::Command;
 use crate::smtp::dialogue;
@@ -105,16 +105,16 @@ impl Session {
     }
 
     /// The transaction's message as floodgate takes it (held, paced or rerouted): its
-    /// envelope, the client it came from, and the octets as they would be relayed.
+    /// envelope with the client it came from, and the octets as they would be relayed.
     pub(super) async fn taken_message(
         &mut self,
         msg: &Spooled,
         order: &HoldOrder,
         received: Option<&[u8]>,
-    ) -> HeldMessage {
+    ) -> (HeldEnvelope, Vec<u8>) {
         let body = self.relayed_octets(msg, received);
         let names = self.client_names().await;
-        HeldMessage {
+        let envelope = HeldEnvelope {
             id: new_id(),
             key: order.key.clone(),
             limit: order.limit.clone(),
@@ -142,8 +142,8 @@ impl Session {
                 .clone()
                 .unwrap_or_else(|| format!("<{}>", self.facts.sender.as_deref().unwrap_or(""))),
             rcpts: self.envelope.rcpts.clone(),
-            body,
-        }
+        };
+        (envelope, body)
     }
 
     /// Ends upstream's transaction: it saw MAIL and RCPT, and must never deliver a message
@@ -158,8 +158,9 @@ impl Session {
     }
 
     /// Writes the message to the hold spool and answers the client: 250 once it is on
-    /// disk, 451 4.3.1 when the spool is full, 451 4.3.0 when it cannot be written (the
-    /// client keeps the message and retries). Upstream's transaction is reset either way.
+    /// disk, 451 4.3.1 when the spool is full (its limits, or its disk or quota), 451 4.3.0
+    /// when it cannot be written otherwise (the client keeps the message and retries).
+    /// Upstream's transaction is reset either way.
     pub(super) async fn hold_message(
         &mut self,
         msg: &Spooled,
@@ -170,19 +171,20 @@ impl Session {
         let Some(spool) = self.shared.hold.clone() else {
             return Err(UpstreamError::Protocol("no hold spool".into()));
         };
-        let held = self.taken_message(msg, &order, received).await;
+        let (envelope, body) = self.taken_message(msg, &order, received).await;
+        let held = HeldMessage::new(envelope, body);
         let paced = match &order.answer {
             TakenAnswer::Pace(rate) => Some(Paced {
-                id: held.id.clone(),
+                id: held.envelope.id.clone(),
                 limit: order.limit.clone(),
                 key: order.key.clone(),
                 rate: *rate,
-                weight: rate.weight(held.rcpts.len(), held.body.len()),
+                weight: rate.weight(held.envelope.rcpts.len(), held.body.len()),
             }),
             _ => None,
         };
-        let id = held.id.clone();
-        let recipients = held.rcpts.len();
+        let id = held.envelope.id.clone();
+        let recipients = held.envelope.rcpts.len();
         let metrics = self.shared.metrics.clone();
         let stored = store_blocking(spool, held, metrics.clone()).await;
         match stored {
@@ -240,20 +242,22 @@ impl Session {
                 Ok(flow)
             }
             Err(e) => {
+                // Full (its limits, or its disk or quota) or unwritable: one count, one alert.
                 metrics.hold.refused.inc();
-                warn!(client = %self.ip_text, error = %e, limit = %order.limit, key = %order.key,
-                    "message not held: deferred");
+                warn!(client = %self.ip_text, error = %e, full = e.is_full(), limit = %order.limit,
+                    key = %order.key, "message not held: deferred");
                 self.reset_txn();
                 let host = &self.shared.config.server.hostname;
-                let reply = match e {
-                    SpoolError::Full(_) => Reply::new(
+                let reply = if e.is_full() {
+                    Reply::new(
                         451,
                         format!("4.3.1 {host} Insufficient system storage, try again later"),
-                    ),
-                    _ => Reply::new(
+                    )
+                } else {
+                    Reply::new(
                         451,
                         format!("4.3.0 {host} Local error in processing, try again later"),
-                    ),
+                    )
                 };
                 self.tally.refused += 1;
                 self.client.queue(&reply);

@@ -3,7 +3,7 @@
 //! envelope, and the held octets with one trace header on top.
 
 use crate::config::ClientIdentity;
-use crate::hold::HeldMessage;
+use crate::hold::{HeldEnvelope, HeldMessage};
 use crate::smtp::data::{encode_data, unstuffed};
 use crate::smtp::ehlo::parse_ehlo;
 use crate::smtp::reply::Reply;
@@ -67,7 +67,7 @@ pub fn trace_header(id: &str, by: &ReleaseBy) -> Vec<u8> {
     .into_bytes()
 }
 
-/// A client name as the held file keeps it (see [`HeldMessage::name`]), for XCLIENT.
+/// A client name as the held file keeps it (see [`HeldEnvelope::name`]), for XCLIENT.
 pub fn client_name(kept: Option<&str>) -> ClientName {
     match kept {
         None | Some("") => ClientName::Unavailable,
@@ -93,14 +93,17 @@ pub async fn relay_held(
     m: &HeldMessage,
     by: &ReleaseBy,
 ) -> Result<Reply, ReleaseError> {
-    relay_with_trace(settings, m, &trace_header(&m.id, by)).await
+    let trace = trace_header(&m.envelope.id, by);
+    relay_with_trace(settings, &m.envelope, &m.body, &trace).await
 }
 
-/// Relays `m` through the smart host of `settings` as [`relay_held`] does, with `trace`
-/// (one header line with its CRLF) on top of its octets.
+/// Relays the message of envelope `m` and octets `body` through the smart host of
+/// `settings` as [`relay_held`] does, with `trace` (one header line with its CRLF) on top
+/// of its octets.
 pub async fn relay_with_trace(
     settings: &UpstreamSettings,
-    m: &HeldMessage,
+    m: &HeldEnvelope,
+    body: &[u8],
     trace: &[u8],
 ) -> Result<Reply, ReleaseError> {
     let (mut up, greeting) = Upstream::connect(settings, m.client, m.local).await?;
@@ -108,7 +111,7 @@ pub async fn relay_with_trace(
         up.quit().await;
         return Err(refused("the session (greeting)", &greeting));
     }
-    let outcome = transaction(&mut up, settings, m, trace).await;
+    let outcome = transaction(&mut up, settings, m, body, trace).await;
     end_session(up, outcome).await
 }
 
@@ -175,7 +178,8 @@ pub(super) async fn send_transaction(
 async fn transaction(
     up: &mut Upstream,
     settings: &UpstreamSettings,
-    m: &HeldMessage,
+    m: &HeldEnvelope,
+    body: &[u8],
     trace: &[u8],
 ) -> Result<Reply, ReleaseError> {
     if settings.identity() == ClientIdentity::Xclient {
@@ -212,7 +216,7 @@ async fn transaction(
     }
     let bdat = ehlo && bdat_after(settings, &r);
     let mut plain = trace.to_vec();
-    plain.extend_from_slice(&m.body);
+    plain.extend_from_slice(body);
     send_transaction(
         up,
         &format!("MAIL FROM:{}", m.mail),

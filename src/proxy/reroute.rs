@@ -50,11 +50,11 @@ impl Session {
         let Some(settings) = shared.high_risk.as_ref() else {
             return Err(UpstreamError::Protocol("no high-risk smart host".into()));
         };
-        let m = self.taken_message(msg, &order, received).await;
+        let (m, body) = self.taken_message(msg, &order, received).await;
         let recipients = m.rcpts.len();
         let trace = reroute_header(&order.limit, now_secs() as i64);
         let metrics = &self.shared.metrics;
-        let outcome = relay_with_trace(settings, &m, &trace).await;
+        let outcome = relay_with_trace(settings, &m, &body, &trace).await;
         let answer = match outcome {
             Ok(reply) => {
                 metrics.graded.rerouted.inc();

@@ -13,11 +13,13 @@ pub struct FdLimit {
 }
 
 impl FdLimit {
-    /// Descriptors needed for `max_connections` sessions: two each, plus room for
-    /// listeners, the store, logs and the admin socket.
-    pub fn needed(max_connections: usize) -> u64 {
+    /// Descriptors needed for `max_connections` sessions (two each) and `admin_connections`
+    /// connections of the admin listeners and the metrics address (one each; see
+    /// `AdminConfig::max_descriptors`), plus room for listeners, the store and logs.
+    pub fn needed(max_connections: usize, admin_connections: usize) -> u64 {
         (max_connections as u64)
             .saturating_mul(2)
+            .saturating_add(admin_connections as u64)
             .saturating_add(64)
     }
 }
@@ -63,9 +65,10 @@ mod tests {
     }
 
     #[test]
-    fn needed_counts_two_per_session() {
-        assert_eq!(FdLimit::needed(0), 64);
-        assert_eq!(FdLimit::needed(10_000), 20_064);
-        assert_eq!(FdLimit::needed(usize::MAX), u64::MAX);
+    fn needed_counts_two_per_session_and_one_per_admin_connection() {
+        assert_eq!(FdLimit::needed(0, 0), 64);
+        assert_eq!(FdLimit::needed(10_000, 0), 20_064);
+        assert_eq!(FdLimit::needed(10_000, 192), 20_256);
+        assert_eq!(FdLimit::needed(usize::MAX, 1), u64::MAX);
     }
 }

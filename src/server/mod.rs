@@ -93,7 +93,10 @@ pub fn build_shared_with(
         config.timeouts.client_name_lookup.0,
     ));
     let hold = match &generation.hold {
-        Some(h) => Some(Arc::new(crate::hold::Spool::open(h.clone())?)),
+        Some(h) => Some(Arc::new(crate::hold::Spool::open(
+            h.clone(),
+            metrics.hold.corrupt.clone(),
+        )?)),
         None => None,
     };
     let high_risk = UpstreamSettings::high_risk(&config)?;

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use crate::metrics::Metrics;
 use crate::store::open::Opened;
+use crate::store::redis::failover::RECORD_OUTCOMES;
 use crate::store::{
     Decision, DecisionResult, Guarded, Record, Restriction, Store, StoreError, StoreFuture,
 };
@@ -73,6 +74,27 @@ pub fn register_store_figures(metrics: &Metrics, store: &Opened) {
                         ("fallback", s.switches_to_fallback),
                         ("redis", s.switches_to_redis),
                     ],
+                );
+                w.gauge(
+                    "floodgate_redis_restrictions_copied",
+                    "Restrictions in force in this node's copy of the restricted set.",
+                    i64::try_from(s.restrictions_copied).unwrap_or(i64::MAX),
+                );
+                w.counter(
+                    "floodgate_redis_restricted_here_total",
+                    "Restrictions made on this node while Redis could not be written.",
+                    s.restricted_here,
+                );
+                w.gauge(
+                    "floodgate_redis_restrictions_pending",
+                    "Restrictions made on this node that wait to be recorded in Redis.",
+                    i64::try_from(s.restrictions_pending).unwrap_or(i64::MAX),
+                );
+                w.counters(
+                    "floodgate_redis_restrictions_recorded_total",
+                    "Restrictions made while Redis was away, by what recording them did.",
+                    "outcome",
+                    std::array::from_fn::<_, 4, _>(|i| (RECORD_OUTCOMES[i], s.recorded[i])),
                 );
             });
         }

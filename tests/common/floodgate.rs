@@ -1,6 +1,6 @@
 //! floodgate itself: a test config in the contract format and the running binary.
 
-use std::fs::{self, File};
+use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -311,6 +311,8 @@ pub struct Floodgate {
     listeners: Vec<Listening>,
     stderr: PathBuf,
     config: PathBuf,
+    /// The listeners' names and TLS modes, in config order.
+    names: Vec<(String, String)>,
     dir: TempDir,
 }
 
@@ -322,61 +324,45 @@ impl Floodgate {
         let config = dir.path().join("floodgate.toml");
         fs::write(&config, cfg.toml()).expect("write config");
         let stderr = dir.path().join("floodgate.stderr");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(File::create(&stderr).expect("stderr file"))
-            .spawn()
-            .expect("start floodgate");
-        let lines = stdout_lines(&mut child);
-        let deadline = Instant::now() + START_TIMEOUT;
-        let mut listeners = Vec::new();
-        let mut seen = Vec::new();
-        while listeners.len() < cfg.listeners.len() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match lines.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(l) = parse_listening(&line) {
-                        listeners.push(l);
-                    }
-                    seen.push(line);
-                }
-                Err(_) => {
-                    let status = wait_exit(&mut child, Duration::from_millis(200));
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    let why = match status {
-                        Some(st) => format!("floodgate exited ({st}) before printing"),
-                        None => format!("floodgate did not print within {START_TIMEOUT:?}"),
-                    };
-                    panic!(
-                        "{why} {} `listening` line(s)\nconfig:\n{}\nstdout:\n{}\nstderr:\n{}",
-                        cfg.listeners.len(),
-                        cfg.toml(),
-                        seen.join("\n"),
-                        fs::read_to_string(&stderr).unwrap_or_default()
-                    );
-                }
-            }
-        }
-        for (want, got) in cfg.listeners.iter().zip(&listeners) {
-            assert_eq!(
-                (&want.name, &want.tls),
-                (&got.name, &got.tls),
-                "listening lines must come in config order"
-            );
-        }
+        let names: Vec<(String, String)> = cfg
+            .listeners
+            .iter()
+            .map(|l| (l.name.clone(), l.tls.clone()))
+            .collect();
+        let (child, listeners) = spawn_listening(&config, &stderr, &names);
         Floodgate {
             child,
             listeners,
             stderr,
             config,
+            names,
             dir,
         }
+    }
+
+    /// Kills floodgate at once (SIGKILL), as a crash or the OOM killer would: no session
+    /// is told, nothing is flushed.
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts floodgate again on the same config file (so the same ports when the config
+    /// names them, the same spool, state and admin socket), appending to the same log, and
+    /// waits (bounded) for its `listening` lines. The running process, if any, is killed
+    /// first.
+    pub fn restart(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.kill_hard();
+        }
+        let (child, listeners) = spawn_listening(&self.config, &self.stderr, &self.names);
+        self.child = child;
+        self.listeners = listeners;
+    }
+
+    /// Whether the process is running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// The admin socket when the config leaves `[admin]` to the helpers.
@@ -492,6 +478,70 @@ impl Floodgate {
         wait_exit(&mut self.child, Duration::from_secs(20))
             .unwrap_or_else(|| panic!("floodgate did not exit within 20 s of SIGTERM"))
     }
+}
+
+/// Starts `floodgate run --config CONFIG` with its stderr appended to `stderr`, and waits
+/// (bounded) for one `listening` line per entry of `names` (name, TLS mode), in that order.
+/// Panics with the config and the log when floodgate exits or stays silent.
+fn spawn_listening(
+    config: &Path,
+    stderr: &Path,
+    names: &[(String, String)],
+) -> (Child, Vec<Listening>) {
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(stderr)
+        .expect("stderr file");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("start floodgate");
+    let lines = stdout_lines(&mut child);
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut listeners = Vec::new();
+    let mut seen = Vec::new();
+    while listeners.len() < names.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                if let Some(l) = parse_listening(&line) {
+                    listeners.push(l);
+                }
+                seen.push(line);
+            }
+            Err(_) => {
+                let status = wait_exit(&mut child, Duration::from_millis(200));
+                let _ = child.kill();
+                let _ = child.wait();
+                let why = match status {
+                    Some(st) => format!("floodgate exited ({st}) before printing"),
+                    None => format!("floodgate did not print within {START_TIMEOUT:?}"),
+                };
+                panic!(
+                    "{why} {} `listening` line(s)\nconfig:\n{}\nstdout:\n{}\nstderr:\n{}",
+                    names.len(),
+                    fs::read_to_string(config).unwrap_or_default(),
+                    seen.join("\n"),
+                    fs::read_to_string(stderr).unwrap_or_default()
+                );
+            }
+        }
+    }
+    for ((name, tls), got) in names.iter().zip(&listeners) {
+        assert_eq!(
+            (name, tls),
+            (&got.name, &got.tls),
+            "listening lines must come in config order"
+        );
+    }
+    (child, listeners)
 }
 
 impl Drop for Floodgate {

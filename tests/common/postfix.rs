@@ -200,10 +200,7 @@ impl Postfix {
             );
         }
 
-        let mut cmd = Command::new("/usr/lib/postfix/sbin/master");
-        // -d: stay in the foreground with stdio kept (it does not fork or call setsid).
-        cmd.arg("-d").arg("-c").arg(&conf);
-        let master = Daemon::spawn("postfix master", cmd, &root.join("master.stderr"));
+        let master = spawn_master(root);
         let pf = Postfix {
             cfg: cfg.clone(),
             ports,
@@ -455,6 +452,28 @@ impl Postfix {
         }
     }
 
+    /// Stops Postfix's master and every daemon it started (Dovecot keeps running), as an
+    /// outage of the smart host would: its ports refuse connections until
+    /// [`Postfix::start_master`]. The queue and the maildir stay.
+    pub fn stop_master(&mut self) {
+        self.master.stop();
+    }
+
+    /// Starts the master again on the same configuration, queue and ports, and waits
+    /// (bounded) until every listener is ready again. A master that exits at start (a
+    /// port not yet free after the stop) is tried again, for at most [`PF_START_TIMEOUT`].
+    pub fn start_master(&mut self) {
+        let deadline = Instant::now() + PF_START_TIMEOUT;
+        loop {
+            self.master = spawn_master(self.dir.path());
+            match self.wait_ready() {
+                Ok(()) => return,
+                Err(why) if Instant::now() >= deadline => panic!("{why}"),
+                Err(_) => thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+
     /// Stops Postfix and Dovecot now (also done on drop).
     pub fn stop(&mut self) {
         self.master.stop();
@@ -514,6 +533,14 @@ pub fn send_small_message(c: &mut RawClient, tok: &str) -> Vec<u16> {
         codes.push(c.reply().code);
     }
     codes
+}
+
+/// Starts Postfix's master in the foreground on the configuration in `root/conf`.
+fn spawn_master(root: &Path) -> Daemon {
+    let mut cmd = Command::new("/usr/lib/postfix/sbin/master");
+    // -d: stay in the foreground with stdio kept (it does not fork or call setsid).
+    cmd.arg("-d").arg("-c").arg(root.join("conf"));
+    Daemon::spawn("postfix master", cmd, &root.join("master.stderr"))
 }
 
 /// Reads a greeting line (bounded); empty on error.

@@ -32,8 +32,8 @@ fn the_readme_policy_passes_check_and_is_explained() {
         )
         .replace("/var/spool/floodgate/held", &held.display().to_string())
         .replace(
-            "/var/log/mail.log",
-            &dir.path().join("mail.log").display().to_string(),
+            "/var/log/postfix.log",
+            &dir.path().join("postfix.log").display().to_string(),
         );
     let text = FloodgateConfig::new(closed_port()).extra(&policy).toml();
     let path = dir.path().join("signals.toml");

@@ -385,21 +385,40 @@ fn hold_settings_are_checked() {
         assert!(out.stderr.contains(want), "{extra}: {out}");
     }
     let path = tmp.path().join("floodgate.toml");
-    std::fs::write(
-        &path,
-        format!("{base}\n[hold]\ndir = \"/tmp\"\nttl = \"2d\"\n"),
-    )
-    .unwrap();
-    let out = run_with_timeout(
-        Command::new(env!("CARGO_BIN_EXE_floodgate"))
-            .arg("check")
-            .arg("--config")
-            .arg(&path),
-        Duration::from_secs(20),
+    let check = |dir: &Path| {
+        std::fs::write(
+            &path,
+            format!(
+                "{base}\n[hold]\ndir = \"{}\"\nttl = \"2d\"\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        run_with_timeout(
+            Command::new(env!("CARGO_BIN_EXE_floodgate"))
+                .arg("check")
+                .arg("--config")
+                .arg(&path),
+            Duration::from_secs(20),
+        )
+    };
+    // A directory anyone may write (held mail could be planted there) is refused.
+    let out = check(Path::new("/tmp"));
+    assert!(!out.ok(), "{out}");
+    assert!(
+        out.stderr
+            .contains("[hold] dir /tmp: writable by its group or by other users")
+            && out.stderr.contains("chmod 700 /tmp"),
+        "{out}"
     );
+    let private = tmp.path().join("hold");
+    std::fs::create_dir(&private).unwrap();
+    let out = check(&private);
     assert!(out.ok(), "{out}");
     assert!(
-        out.stdout.contains("hold: dir=/tmp") && out.stdout.contains("ttl=172800s"),
+        out.stdout
+            .contains(&format!("hold: dir={}", private.display()))
+            && out.stdout.contains("ttl=172800s"),
         "{out}"
     );
 }

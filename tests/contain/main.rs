@@ -3,7 +3,10 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod auth_attempt;
 mod hold;
+mod hold_spool;
+mod outcomes_forged;
 mod outcomes_ratio;
 mod pace;
 mod reroute;

@@ -24,7 +24,7 @@ address = "127.0.0.1:0"
 address = "127.0.0.1:2525"
 "#;
 
-fn config(limits: &str) -> Result<Generation, String> {
+pub(crate) fn config(limits: &str) -> Result<Generation, String> {
     Generation::parse(
         Path::new("/etc/floodgate/t.toml"),
         &format!("{HEAD}{limits}"),
@@ -32,13 +32,13 @@ fn config(limits: &str) -> Result<Generation, String> {
     .map_err(|e| e.to_string())
 }
 
-fn policy(limits: &str) -> (RatePolicy, Arc<MemoryStore>) {
+pub(crate) fn policy(limits: &str) -> (RatePolicy, Arc<MemoryStore>) {
     let store = Arc::new(MemoryStore::default());
     let cfg = config(limits).unwrap_or_else(|e| panic!("{e}"));
     (RatePolicy::new(cfg.policy, store.clone()), store)
 }
 
-fn facts(user: &str, sender: &str) -> Facts {
+pub(crate) fn facts(user: &str, sender: &str) -> Facts {
     Facts {
         client_ip: Some("192.0.2.10".parse().unwrap()),
         listener: "submission".into(),
@@ -48,7 +48,7 @@ fn facts(user: &str, sender: &str) -> Facts {
     }
 }
 
-fn code(v: &Verdict) -> u16 {
+pub(crate) fn code(v: &Verdict) -> u16 {
     match v {
         Verdict::Reply(r) | Verdict::Disconnect(r) => r.code,
         _ => 0,
@@ -57,7 +57,7 @@ fn code(v: &Verdict) -> u16 {
 
 /// One transaction: MAIL, each recipient answered by upstream with its code, and (when a
 /// recipient was accepted) the end of data answered with `end`. The MAIL verdict.
-async fn transaction(
+pub(crate) async fn transaction(
     s: &mut Box<dyn SessionPolicy>,
     f: &mut Facts,
     rcpts: &[(&str, u16)],
@@ -92,7 +92,7 @@ async fn transaction(
     Verdict::Continue
 }
 
-fn queued(id: &str) -> Reply {
+pub(crate) fn queued(id: &str) -> Reply {
     Reply::new(250, format!("2.0.0 Ok: queued as {id}"))
 }
 
@@ -192,7 +192,7 @@ period = "1h"
 action = "deny"
 "#;
 
-fn append(p: &Path, lines: &[String]) {
+pub(crate) fn append(p: &Path, lines: &[String]) {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -203,7 +203,7 @@ fn append(p: &Path, lines: &[String]) {
     }
 }
 
-async fn ratio_of(store: &MemoryStore, key: &str) -> RatioCounts {
+pub(crate) async fn ratio_of(store: &MemoryStore, key: &str) -> RatioCounts {
     store
         .ratio(key, RatioWindow::from_secs(3600), RatioCounts::default())
         .await
@@ -211,7 +211,7 @@ async fn ratio_of(store: &MemoryStore, key: &str) -> RatioCounts {
 }
 
 /// Waits (bounded) until the window of `key` holds `num` bounced recipients.
-async fn wait_num(store: &MemoryStore, key: &str, num: u64) -> RatioCounts {
+pub(crate) async fn wait_num(store: &MemoryStore, key: &str, num: u64) -> RatioCounts {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let c = ratio_of(store, key).await;
@@ -226,7 +226,7 @@ async fn wait_num(store: &MemoryStore, key: &str, num: u64) -> RatioCounts {
     }
 }
 
-async fn wait_opened(p: &RatePolicy, lines: u64) {
+pub(crate) async fn wait_opened(p: &RatePolicy, lines: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while p.queue_index().stats().snapshot()[0].1 < lines {
         assert!(Instant::now() < deadline, "lines not read");

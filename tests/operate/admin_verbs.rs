@@ -283,7 +283,24 @@ fn token_guarded_tcp_address_and_bad_http() {
         get("Authorization: Bearer wrong-token-of-some-len\r\n").0,
         401
     );
+    // Each wrong token makes the address wait (1 s, then 2 s): a token presented meanwhile,
+    // right or wrong, is not looked at: 429 with Retry-After.
+    let retry_after = |text: &str| -> u64 {
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Retry-After: "))
+            .unwrap_or_else(|| panic!("no Retry-After in {text}"));
+        line.trim().parse().unwrap()
+    };
+    let (st, text) = get(&format!("Authorization: Bearer {token}x\r\n"));
+    assert_eq!(st, 429, "{text}");
+    assert!(text.contains("too many wrong tokens"), "{text}");
+    std::thread::sleep(Duration::from_secs(retry_after(&text)));
     assert_eq!(get(&format!("Authorization: Bearer {token}x\r\n")).0, 401);
+    let (st, text) = get(&format!("Authorization: Bearer {token}\r\n"));
+    assert_eq!(st, 429, "{text}");
+    assert_eq!(retry_after(&text), 2, "{text}");
+    std::thread::sleep(Duration::from_secs(2));
     let (st, text) = get(&format!("Authorization: Bearer {token}\r\n"));
     assert_eq!(st, 200, "{text}");
     assert!(text.contains("\"1h/per_mail/alice\""), "{text}");

@@ -179,6 +179,9 @@ socket = "admin.sock"
 address = "{addr}"
 token_file = "{}"
 console_actions = {actions}
+# Short waits after wrong tokens: the tests present some on purpose.
+login_base_delay = "50ms"
+login_max_delay = "50ms"
 "#,
         spool.display(),
         dir.join("events.jsonl").display(),
@@ -272,6 +275,8 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
     assert_eq!(anon["shows_held"], false, "{anon}");
     assert_eq!(anon["shows_key"], false, "{anon}");
     assert_eq!(facts["wrong_token"], "wrong token", "{facts}");
+    // The page said how long the address waits (login_base_delay, rounded up to seconds).
+    assert_eq!(facts["login_wait"], 1, "{facts}");
 
     // Every page renders without a script error or a CSP violation; charts are there.
     let pages = &facts["pages"];
@@ -362,6 +367,9 @@ fn bad_inputs_get_clear_refusals() {
         assert!(!a.body.contains("alice") && !a.body.contains("bob"), "{a}");
         assert!(a.header("content-security-policy").is_some(), "{a}");
     }
+    // The wrong bearer token above made the address wait (login_base_delay).
+    let after_wrong = || std::thread::sleep(Duration::from_millis(150));
+    after_wrong();
     let a = http(
         addr,
         "POST",
@@ -374,8 +382,10 @@ fn bad_inputs_get_clear_refusals() {
         a.body.contains("wrong token") && a.header("set-cookie").is_none(),
         "{a}"
     );
+    assert!(a.body.contains("id=\"login-wait\""), "{a}");
     let a = http(addr, "POST", "/console/login", &[], "");
     assert_eq!(a.status, 401, "{a}");
+    after_wrong();
     // Actions without credentials: 401, nothing done.
     let release = |id: &str| format!("/console/act/held/release?id={id}");
     let a = http(addr, "POST", &release(&ids[0]), &[], "");
@@ -599,7 +609,7 @@ fn a_read_only_console_refuses_actions() {
 /// unless run with --release): printed, never asserted.
 #[test]
 fn page_times_with_100000_keys_and_10000_held_messages() {
-    use floodgate::hold::HeldMessage;
+    use floodgate::hold::{HeldEnvelope, HeldMessage};
     use floodgate::limit::ewma::EwmaState;
     use floodgate::store::{MemoryStore, Record};
 
@@ -623,7 +633,7 @@ fn page_times_with_100000_keys_and_10000_held_messages() {
     let spool = dir.path().join("hold");
     std::fs::create_dir_all(&spool).unwrap();
     for i in 0..10_000u32 {
-        let m = HeldMessage {
+        let envelope = HeldEnvelope {
             id: floodgate::hold::spool::new_id(),
             key: format!("user{i:06}"),
             limit: "per-user".into(),
@@ -639,10 +649,11 @@ fn page_times_with_100000_keys_and_10000_held_messages() {
             tls: None,
             mail: "<a@example.org>".into(),
             rcpts: vec!["<b@example.net>".into()],
-            body: format!("Subject: message {i}\r\nFrom: a@example.org\r\n\r\nhello\r\n")
-                .into_bytes(),
         };
-        std::fs::write(spool.join(format!("{}.held", m.id)), m.encode()).unwrap();
+        let body = format!("Subject: message {i}\r\nFrom: a@example.org\r\n\r\nhello\r\n");
+        let m = HeldMessage::new(envelope, body.into_bytes());
+        let path = spool.join(format!("{}.held", m.envelope.id));
+        std::fs::write(path, m.encode()).unwrap();
     }
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();

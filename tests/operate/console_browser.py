@@ -120,7 +120,12 @@ def with_script(args, facts):
         d.find_element(By.CSS_SELECTOR, "form[action='/console/login'] button").click()
         WebDriverWait(d, WAIT).until(lambda d: d.find_elements(By.ID, "login-error"))
         facts["wrong_token"] = d.find_element(By.ID, "login-error").text
+        # The page says how long this address now waits before its next token is looked
+        # at; a user types the right one after that.
+        wait = d.find_element(By.ID, "login-wait").get_attribute("data-seconds")
+        facts["login_wait"] = int(wait)
         problems(d)  # the 401 itself is logged as a failed resource: not a page error
+        time.sleep(min(int(wait), 5))
         login(d, args.base, args.token)
         pages = {}
         for name, path in [

@@ -2,11 +2,15 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../loadkit/mod.rs"]
+mod loadkit;
 
+mod admin_bounds;
 mod admin_metrics;
 mod admin_verbs;
 mod alerts;
 mod console;
+mod console_login;
 mod prometheus;
 mod report;
 mod report_html;

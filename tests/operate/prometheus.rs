@@ -86,7 +86,7 @@ fn promtool_checks_the_rules() {
     );
     assert!(out.ok(), "promtool check rules failed:\n{}", out.text());
     assert!(
-        out.stdout.contains("SUCCESS: 8 rules found"),
+        out.stdout.contains("SUCCESS: 9 rules found"),
         "{}",
         out.text()
     );
@@ -212,6 +212,6 @@ fn prometheus_scrape_has_every_metric_of_the_rules_and_the_dashboard() {
         fs::read_to_string(&log).unwrap_or_default()
     );
     assert_eq!(up, 2, "targets: {targets}");
-    assert_eq!(rules, 8, "rules: {groups}");
+    assert_eq!(rules, 9, "rules: {groups}");
     println!("prometheus knows all {} metric names used", wanted.len());
 }

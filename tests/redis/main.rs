@@ -8,5 +8,6 @@ mod redis_check;
 mod redis_equivalence;
 mod redis_fleet;
 mod redis_ratio;
+mod redis_restrict_outage;
 mod redis_shared;
 mod redis_tls;

@@ -3,12 +3,16 @@
 //! A browser cannot add `Authorization: Bearer` to a navigation, so the console has a login
 //! form: it posts the admin token once, and gets a session cookie holding a random session
 //! id (never the token): `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's
-//! page sends it), `Path=/console`. Pages are shown to a live session or to a request with
+//! page sends it), `Path=/console`, and `Secure` (sent only over TLS) when the admin address
+//! serves TLS. Pages are shown to a live session or to a request with
 //! the bearer token. Actions (POSTs that release, delete, reset) need more: a session's
 //! request must carry the session's CSRF value in the `X-Floodgate-CSRF` header, which
 //! the page's script reads from the page and sets on `fetch`; a cookie alone never
 //! authorises one. A request with the bearer token needs no CSRF value (a browser never
 //! adds that header by itself).
+//!
+//! Every token presented (the login form, `Authorization: Bearer`) is checked through
+//! [`super::throttle`]: wrong ones slow their address down, doubling.
 //!
 //! The decisions are pure functions ([`decide`], [`cookie`]); [`Sessions`] keeps the
 //! sessions, bounded in number and time.
@@ -105,17 +109,44 @@ pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-/// The `Set-Cookie` value opening session `id`.
-pub fn set_cookie(id: &str) -> String {
+/// What a presented token turned out to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenCheck {
+    /// The admin token.
+    Right,
+    /// Not the admin token; the address now waits this long before its next token.
+    Wrong(Duration),
+    /// Not looked at: the address must wait this long after its wrong tokens.
+    Throttled(Duration),
+}
+
+/// Whole seconds to tell a client to wait for `wait` (`Retry-After`): rounded up, at least 1.
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+/// The attributes every session cookie carries; `Secure` when the console is served over TLS.
+fn cookie_attributes(secure: bool) -> &'static str {
+    if secure {
+        "Path=/console; HttpOnly; SameSite=Strict; Secure"
+    } else {
+        "Path=/console; HttpOnly; SameSite=Strict"
+    }
+}
+
+/// The `Set-Cookie` value opening session `id`; `secure` when served over TLS.
+pub fn set_cookie(id: &str, secure: bool) -> String {
     format!(
-        "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
+        "{COOKIE}={id}; {}; Max-Age={}",
+        cookie_attributes(secure),
         LIFETIME.as_secs()
     )
 }
 
 /// The `Set-Cookie` value that removes the session cookie.
-pub fn clear_cookie() -> String {
-    format!("{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0")
+pub fn clear_cookie(secure: bool) -> String {
+    format!("{COOKIE}=; {}; Max-Age=0", cookie_attributes(secure))
 }
 
 /// The value of field `name` in an `application/x-www-form-urlencoded` body.
@@ -289,16 +320,21 @@ mod tests {
         assert_eq!(cookie("xfloodgate_console=abc", COOKIE), None);
         assert_eq!(cookie("", COOKIE), None);
         assert_eq!(cookie("junk;;=;", COOKIE), None);
-        let c = set_cookie("abc");
-        for part in [
-            "floodgate_console=abc",
-            "HttpOnly",
-            "SameSite=Strict",
-            "Path=/console",
-        ] {
-            assert!(c.contains(part), "{c}");
+        for secure in [false, true] {
+            let c = set_cookie("abc", secure);
+            for part in [
+                "floodgate_console=abc",
+                "HttpOnly",
+                "SameSite=Strict",
+                "Path=/console",
+            ] {
+                assert!(c.contains(part), "{c}");
+            }
+            assert_eq!(c.split("; ").any(|a| a == "Secure"), secure, "{c}");
+            let clear = clear_cookie(secure);
+            assert!(clear.contains("Max-Age=0"), "{clear}");
+            assert_eq!(clear.split("; ").any(|a| a == "Secure"), secure, "{clear}");
         }
-        assert!(clear_cookie().contains("Max-Age=0"));
         assert_eq!(
             form_field(b"a=1&token=x%2By+z&c", "token").as_deref(),
             Some("x+y z")
@@ -306,6 +342,15 @@ mod tests {
         assert_eq!(form_field(b"c", "c").as_deref(), Some(""));
         assert_eq!(form_field(b"token=%zz", "token"), None);
         assert_eq!(form_field(b"\xff", "token"), None);
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_secs(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(retry_after_secs(Duration::from_secs(60)), 60);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! | GET | `/console/restricted?page=N` | restricted keys with their evidence |
 //! | GET | `/console/held?page=N` | held messages (envelope, header section, size, limit), newest first, paged |
 //! | GET | `/console/key?k=KEY` | every limit's reading of KEY and its last hour from the event log |
-//! | GET, POST | `/console/login` | the login form; posting the admin token opens a session |
+//! | GET, POST | `/console/login` | the login form; posting the admin token opens a session (429 with `Retry-After` while the address waits after wrong tokens, see [`throttle`]) |
 //! | POST | `/console/logout` | ends the session |
 //! | POST | `/console/act/held/release?id=ID`, `/console/act/held/delete?id=ID` | releases or deletes a held message |
 //! | POST | `/console/act/reset?key=KEY` | resets KEY for every limit |
@@ -30,18 +30,47 @@ mod respond;
 mod routes;
 mod state;
 pub mod svg;
+pub mod throttle;
+
+use std::net::IpAddr;
 
 use super::http::{Request, Response};
+use auth::TokenCheck;
 
 pub use state::{Console, SAMPLE_EVERY};
 
 impl Console {
-    /// The answer to `req` when its path is the console's (`/console` and below), else
-    /// `None` (the admin API answers it).
-    pub async fn answer(&self, req: &Request) -> Option<Response> {
+    /// The answer to `req`, from `peer`, when its path is the console's (`/console` and
+    /// below), else `None` (the admin API answers it).
+    pub async fn answer(&self, req: &Request, peer: IpAddr) -> Option<Response> {
         if req.path != "/console" && !req.path.starts_with("/console/") {
             return None;
         }
-        Some(routes::secure(routes::route(self, req).await))
+        Some(routes::secure(routes::route(self, req, peer).await))
     }
+
+    /// Whether `req`, from `peer`, may use the admin API: `Authorization: Bearer` with the
+    /// admin token, checked through the throttle of wrong tokens; else the answer saying why
+    /// not (401, or 429 with `Retry-After` while the address waits).
+    pub fn authorize_api(&self, req: &Request, peer: IpAddr) -> Result<(), Response> {
+        let Some(given) = req.bearer() else {
+            return Err(Response::error(401, "missing Authorization: Bearer TOKEN"));
+        };
+        match self.check_token(given, peer) {
+            TokenCheck::Right => Ok(()),
+            TokenCheck::Wrong(_) => Err(Response::error(401, "wrong bearer token")),
+            TokenCheck::Throttled(wait) => Err(too_many_json(wait)),
+        }
+    }
+}
+
+/// The JSON 429 for a token presented while its address waits.
+fn too_many_json(wait: std::time::Duration) -> Response {
+    let secs = auth::retry_after_secs(wait);
+    let mut r = Response::error(
+        429,
+        &format!("too many wrong tokens from this address: try again in {secs} s"),
+    );
+    r.headers.push(("Retry-After", secs.to_string()));
+    r
 }

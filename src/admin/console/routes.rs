@@ -1,15 +1,17 @@
 //! The console's routes: static files, login and logout, then every other path behind
 //! [`auth::decide`], and the headers every console answer carries.
 
-use std::time::Instant;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::auth::{self, Decision, Need, Who};
+use super::auth::{self, Decision, Need, TokenCheck, Who};
 use super::html::Shell;
 use super::pages;
 use super::respond::{api, error_page};
 use super::state::Console;
+use super::too_many_json;
 use crate::admin::http::ct_eq;
 use crate::admin::http::{Request, Response};
 
@@ -57,24 +59,28 @@ pub fn same_origin(origin: Option<&str>, host: Option<&str>) -> bool {
 }
 
 impl Console {
-    /// The credentials `req` carries.
-    fn who(&self, req: &Request) -> Who {
+    /// The credentials `req`, from `peer`, carries; `Err(wait)` when it presents a token
+    /// while `peer` must wait after its wrong ones.
+    fn who(&self, req: &Request, peer: IpAddr) -> Result<Who, Duration> {
         if req.header("authorization").is_some() {
-            return match req.bearer() {
-                Some(t) if ct_eq(t.as_bytes(), self.token.expose().as_bytes()) => Who::Bearer,
-                _ => Who::WrongToken,
+            return match req.bearer().map(|t| self.check_token(t, peer)) {
+                Some(TokenCheck::Right) => Ok(Who::Bearer),
+                Some(TokenCheck::Throttled(wait)) => Err(wait),
+                Some(TokenCheck::Wrong(_)) | None => Ok(Who::WrongToken),
             };
         }
         let id = req
             .header("cookie")
             .and_then(|c| auth::cookie(c, auth::COOKIE));
-        match id.and_then(|id| Some((id, self.sessions.find(id, Instant::now())?))) {
-            Some((id, csrf)) => Who::Session {
-                id: id.to_string(),
-                csrf,
+        Ok(
+            match id.and_then(|id| Some((id, self.sessions.find(id, Instant::now())?))) {
+                Some((id, csrf)) => Who::Session {
+                    id: id.to_string(),
+                    csrf,
+                },
+                None => Who::Nobody,
             },
-            None => Who::Nobody,
-        }
+        )
     }
 
     /// The page shell for `who`.
@@ -90,8 +96,21 @@ impl Console {
     }
 }
 
-/// Answers one console request.
-pub async fn route(c: &Console, req: &Request) -> Response {
+/// The login page (or, for an action, JSON) with 429 and `Retry-After`, for a token presented
+/// while its address waits after wrong ones.
+fn too_many(wait: Duration, page: bool, host: &str) -> Response {
+    if !page {
+        return too_many_json(wait);
+    }
+    let secs = auth::retry_after_secs(wait);
+    let why = format!("too many wrong tokens from your address: try again in {secs} s");
+    let mut r = pages::login::page(429, Some(&why), Some(wait), host);
+    r.headers.push(("Retry-After", secs.to_string()));
+    r
+}
+
+/// Answers one console request from `peer`.
+pub async fn route(c: &Console, req: &Request, peer: IpAddr) -> Response {
     let get = req.method == "GET" || req.method == "HEAD";
     let post = req.method == "POST";
     let config = c.state.control.config();
@@ -108,20 +127,24 @@ pub async fn route(c: &Console, req: &Request) -> Response {
             return Response::text(200, "image/svg+xml", ICON.into());
         }
         "/console/login" if get => {
-            if matches!(c.who(req), Who::Session { .. }) {
-                return redirect("/console/");
-            }
-            return pages::login::page(200, None, host);
+            return match c.who(req, peer) {
+                Ok(Who::Session { .. }) => redirect("/console/"),
+                Err(wait) => too_many(wait, true, host),
+                Ok(_) => pages::login::page(200, None, None, host),
+            };
         }
-        "/console/login" if post => return login(c, req, host),
-        "/console/logout" if post => return logout(c, req),
+        "/console/login" if post => return login(c, req, host, peer),
+        "/console/logout" if post => return logout(c, req, peer),
         _ => {}
     }
-    let who = c.who(req);
     let need = if req.path.starts_with("/console/act/") {
         Need::Act
     } else {
         Need::Read
+    };
+    let who = match c.who(req, peer) {
+        Ok(who) => who,
+        Err(wait) => return too_many(wait, need == Need::Read, host),
     };
     let shell = c.shell(&who, host);
     if need == Need::Act && !same_origin(req.header("origin"), req.header("host")) {
@@ -130,7 +153,7 @@ pub async fn route(c: &Console, req: &Request) -> Response {
     match auth::decide(need, &who, req.header(auth::CSRF_HEADER), c.actions) {
         Decision::Allow => {}
         Decision::Unauthorized(why) if need == Need::Read => {
-            return pages::login::page(401, Some(why), host);
+            return pages::login::page(401, Some(why), None, host);
         }
         Decision::Unauthorized(why) => return Response::error(401, why),
         Decision::Forbidden(why) if need == Need::Read => return error_page(403, why, &shell),
@@ -155,25 +178,35 @@ pub async fn route(c: &Console, req: &Request) -> Response {
     }
 }
 
-fn login(c: &Console, req: &Request, host: &str) -> Response {
+fn login(c: &Console, req: &Request, host: &str, peer: IpAddr) -> Response {
     if !same_origin(req.header("origin"), req.header("host")) {
-        return pages::login::page(403, Some("the login comes from another site's page"), host);
+        let why = "the login comes from another site's page";
+        return pages::login::page(403, Some(why), None, host);
     }
     let given = auth::form_field(&req.body, "token").unwrap_or_default();
-    if given.is_empty() || !ct_eq(given.trim().as_bytes(), c.token.expose().as_bytes()) {
-        tracing::warn!("console: login with a wrong token");
-        return pages::login::page(401, Some("wrong token"), host);
+    let given = given.trim();
+    if given.is_empty() {
+        // Nothing typed: no guess, nothing counted.
+        return pages::login::page(401, Some("wrong token"), None, host);
+    }
+    match c.check_token(given, peer) {
+        TokenCheck::Right => {}
+        TokenCheck::Wrong(wait) => {
+            return pages::login::page(401, Some("wrong token"), Some(wait), host);
+        }
+        TokenCheck::Throttled(wait) => return too_many(wait, true, host),
     }
     let (id, _) = c.sessions.open(Instant::now());
-    tracing::info!("console: session opened");
+    tracing::info!(client = %peer, "console: session opened");
     let mut r = redirect("/console/");
-    r.headers.push(("Set-Cookie", auth::set_cookie(&id)));
+    r.headers
+        .push(("Set-Cookie", auth::set_cookie(&id, c.secure)));
     r
 }
 
-fn logout(c: &Console, req: &Request) -> Response {
+fn logout(c: &Console, req: &Request, peer: IpAddr) -> Response {
     // The form carries the session's CSRF value: another site cannot log the user out.
-    if let Who::Session { id, csrf } = c.who(req) {
+    if let Ok(Who::Session { id, csrf }) = c.who(req, peer) {
         let given = auth::form_field(&req.body, "csrf").unwrap_or_default();
         if !ct_eq(given.as_bytes(), csrf.as_bytes()) {
             return Response::error(403, "logout without this session's CSRF value");
@@ -181,7 +214,7 @@ fn logout(c: &Console, req: &Request) -> Response {
         c.sessions.close(&id);
     }
     let mut r = redirect("/console/login");
-    r.headers.push(("Set-Cookie", auth::clear_cookie()));
+    r.headers.push(("Set-Cookie", auth::clear_cookie(c.secure)));
     r
 }
 

@@ -1,13 +1,16 @@
-//! The console's state: the admin API it acts through, the token, the sessions and the
-//! per-minute history, and the task that samples it.
+//! The console's state: the admin API it acts through, the token and the throttle of wrong
+//! ones, the sessions and the per-minute history, and the task that samples it.
 
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{auth, history};
+use super::auth::TokenCheck;
+use super::{auth, history, throttle};
 use crate::admin::api::AdminState;
+use crate::admin::http::ct_eq;
 use crate::config::Secret;
 
 /// How often the per-minute history reads the counters.
@@ -18,24 +21,29 @@ pub struct Console {
     pub(super) state: Arc<AdminState>,
     pub(super) token: Arc<Secret>,
     pub(super) actions: bool,
+    /// The address serves TLS: the session cookie is `Secure`.
+    pub(super) secure: bool,
+    pub(super) throttle: throttle::Throttle,
     pub(super) sessions: auth::Sessions,
     pub(super) history: history::Recorder,
 }
 
 impl Console {
-    /// The console over `state`, guarded by `token`; `[admin] console_actions` is read now
-    /// (like the rest of `[admin]`, a reload does not change it). Starts the sampler of the
-    /// per-minute history, which ends with `stop`.
+    /// The console over `state`, guarded by `token`; `[admin] console_actions`, `tls` and the
+    /// login delays are read now (like the rest of `[admin]`, a reload does not change
+    /// them). Starts the sampler of the per-minute history, which ends with `stop`.
     pub fn start(
         state: Arc<AdminState>,
         token: Arc<Secret>,
         stop: CancellationToken,
     ) -> Arc<Console> {
-        let actions = state.control.config().admin.console_actions;
+        let config = state.control.config();
         let console = Arc::new(Console {
+            actions: config.admin.console_actions,
+            secure: config.admin.tls.is_some(),
+            throttle: throttle::Throttle::new(config.admin.login_delay),
             state,
             token,
-            actions,
             sessions: auth::Sessions::default(),
             history: history::Recorder::default(),
         });
@@ -51,6 +59,27 @@ impl Console {
             }
         });
         console
+    }
+
+    /// Checks `given`, presented from `peer`, against the admin token, unless `peer` must
+    /// still wait after its wrong tokens (see [`throttle`]). A wrong token is logged with the
+    /// address and the wait it earned.
+    pub fn check_token(&self, given: &str, peer: IpAddr) -> TokenCheck {
+        let now = Instant::now();
+        if let throttle::Turn::Wait(w) = self.throttle.turn(peer, now) {
+            return TokenCheck::Throttled(w);
+        }
+        if ct_eq(given.as_bytes(), self.token.expose().as_bytes()) {
+            self.throttle.right(peer);
+            return TokenCheck::Right;
+        }
+        let wait = self.throttle.wrong(peer, now);
+        tracing::warn!(
+            client = %peer,
+            wait_ms = wait.as_millis() as u64,
+            "admin address: wrong token; the address waits before its next one"
+        );
+        TokenCheck::Wrong(wait)
     }
 
     /// Reads the counters into the per-minute history.

@@ -1,3 +1,4 @@
+use super::super::http::ct_eq;
 use super::*;
 use tokio::io::AsyncReadExt;
 
@@ -36,19 +37,34 @@ fn another_users_socket_is_refused_or_replaced_by_root_only() {
 
 /// A metrics listener on a free port with `bounds`; it stops when the token is dropped.
 async fn metrics_listener(bounds: Bounds) -> (std::net::SocketAddr, tokio_util::sync::DropGuard) {
+    let (addr, _, stop) = counted_metrics_listener(bounds).await;
+    (addr, stop)
+}
+
+/// [`metrics_listener`], with its registry (whose counts it serves and where it counts
+/// its cut connections).
+async fn counted_metrics_listener(
+    bounds: Bounds,
+) -> (
+    std::net::SocketAddr,
+    Arc<super::super::Metrics>,
+    tokio_util::sync::DropGuard,
+) {
     let m = Arc::new(super::super::Metrics::new());
     m.commands.inc_by(3);
     let stop = CancellationToken::new();
-    let addr = serve_tcp(
+    let listener = Listener::new(
         "metrics address",
-        "127.0.0.1:0".parse().unwrap(),
-        Mode::Metrics(m),
+        "metrics",
+        Mode::Metrics(m.clone()),
         bounds,
-        stop.clone(),
-    )
-    .await
-    .unwrap();
-    (addr, stop.drop_guard())
+        m.clone(),
+        None,
+    );
+    let addr = serve_tcp("127.0.0.1:0".parse().unwrap(), listener, stop.clone())
+        .await
+        .unwrap();
+    (addr, m, stop.drop_guard())
 }
 
 /// What came back for one raw request.
@@ -245,10 +261,10 @@ async fn bad_requests_get_json_answers() {
 #[tokio::test]
 async fn slow_requests_get_408() {
     let bounds = Bounds {
-        read_timeout: Duration::from_millis(300),
+        request_timeout: Duration::from_millis(300),
         ..Bounds::default()
     };
-    let (addr, _stop) = metrics_listener(bounds).await;
+    let (addr, m, _stop) = counted_metrics_listener(bounds).await;
     for req in [
         &b""[..],
         b"GET /metrics HTTP/1.1\r\n",
@@ -257,6 +273,10 @@ async fn slow_requests_get_408() {
         let a = raw(addr, req, false).await;
         assert_error(&a, 408, "request not received in time");
     }
+    assert_eq!(
+        m.admin_connections_refused_of("metrics", "request_timeout"),
+        3
+    );
 }
 
 #[tokio::test]
@@ -284,4 +304,132 @@ async fn the_body_is_bounded() {
     )
     .await;
     assert_error(&a, 405, "takes GET, HEAD");
+}
+
+#[tokio::test]
+async fn idle_connections_beyond_the_bound_make_room_for_a_real_request() {
+    let bounds = Bounds {
+        max_connections: 4,
+        ..Bounds::default()
+    };
+    let (addr, m, _stop) = counted_metrics_listener(bounds).await;
+    // 50 connections that send nothing, and one that sends half a head (slowloris).
+    let mut idle = Vec::new();
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\n").await.unwrap();
+    for _ in 0..50 {
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    let a = tokio::time::timeout(
+        Duration::from_secs(2),
+        raw(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", false),
+    )
+    .await
+    .expect("answered within 2 s");
+    assert_eq!(a.status, 200, "{a:?}");
+    // All but the newest few were cut: 52 connections, at most 4 held at once.
+    assert!(
+        m.admin_connections_refused_of("metrics", "evicted") >= 52 - 4,
+        "{}",
+        m.admin_connections_refused_of("metrics", "evicted")
+    );
+    // The slow one, the oldest, was among them: its connection is closed without an answer.
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut out)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?} {out:?}");
+}
+
+#[tokio::test]
+async fn connections_being_answered_are_never_cut_and_new_ones_wait() {
+    let bounds = Bounds {
+        max_connections: 2,
+        ..Bounds::default()
+    };
+    let (addr, m, _stop) = counted_metrics_listener(bounds).await;
+    // Requests one after the other on fresh connections: each answered, none cut.
+    for _ in 0..20 {
+        let a = raw(addr, b"GET /metrics HTTP/1.1\r\n\r\n", false).await;
+        assert_eq!(a.status, 200);
+    }
+    assert_eq!(m.admin_connections_refused_of("metrics", "evicted"), 0);
+    assert_eq!(m.admin_connections_refused_of("metrics", "full"), 0);
+}
+
+#[tokio::test]
+async fn an_answer_nobody_reads_is_cut_after_the_write_timeout() {
+    let bounds = Bounds {
+        write_timeout: Duration::from_millis(300),
+        ..Bounds::default()
+    };
+    let m = Arc::new(super::super::Metrics::new());
+    let listener = Arc::new(Listener::new(
+        "metrics address",
+        "metrics",
+        Mode::Metrics(m.clone()),
+        bounds,
+        m.clone(),
+        None,
+    ));
+    // A pipe far smaller than the metrics page, whose far end sends a request and never
+    // reads.
+    let (ours, mut theirs) = tokio::io::duplex(512);
+    theirs
+        .write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let (slot, _) = listener.slots.admit().unwrap();
+    let started = tokio::time::Instant::now();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        serve_conn(ours, None, slot, listener.clone()),
+    )
+    .await
+    .expect("the connection ends after the write timeout");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(
+        m.admin_connections_refused_of("metrics", "write_timeout"),
+        1
+    );
+    // What was written is a truncated answer: the head, not the whole page.
+    let mut got = Vec::new();
+    theirs.read_to_end(&mut got).await.unwrap();
+    assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    assert!(got.len() < m.render().len(), "{}", got.len());
+}
+
+#[tokio::test]
+async fn a_request_waits_for_a_free_handler_until_its_request_timeout() {
+    let bounds = Bounds {
+        request_timeout: Duration::from_millis(300),
+        ..Bounds::default()
+    };
+    let m = Arc::new(super::super::Metrics::new());
+    let listener = Listener::new(
+        "metrics address",
+        "metrics",
+        Mode::Metrics(m.clone()),
+        bounds,
+        m.clone(),
+        None,
+    );
+    // Every handler taken (by slow requests, as far as the listener can tell).
+    let handlers = listener.handlers.clone();
+    let taken = handlers
+        .clone()
+        .acquire_many_owned(MAX_HANDLERS as u32)
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let addr = serve_tcp("127.0.0.1:0".parse().unwrap(), listener, stop.clone())
+        .await
+        .unwrap();
+    let _stop = stop.drop_guard();
+    let a = raw(addr, b"GET /metrics HTTP/1.1\r\n\r\n", false).await;
+    assert_error(&a, 503, "busy");
+    assert!(a.head.contains("Retry-After: 1"), "{a:?}");
+    assert_eq!(m.admin_connections_refused_of("metrics", "busy"), 1);
+    // A handler free again: served.
+    drop(taken);
+    let a = raw(addr, b"GET /metrics HTTP/1.1\r\n\r\n", false).await;
+    assert_eq!(a.status, 200, "{a:?}");
 }

@@ -82,7 +82,7 @@ impl RateSession {
             Ok(r) => Some(r.limits),
             Err(StoreError::Unavailable(why)) => {
                 // The store's failure mode says "closed": the check answers 451 4.3.0.
-                warn!(error = %why, "rate limit store unavailable; failing closed");
+                super::repeated::STORE_CLOSED.warn(&why);
                 self.unavailable.store(true, Ordering::Relaxed);
                 None
             }
@@ -216,7 +216,7 @@ impl RateSession {
                     refused |= over && e.def.action.blocks();
                 }
                 Err(StoreError::Unavailable(why)) => {
-                    warn!(error = %why, limit = %e.def.name, "ratio window unavailable; failing closed");
+                    super::repeated::RATIO_CLOSED.warn(&format!("{why} (limit {})", e.def.name));
                     self.unavailable.store(true, Ordering::Relaxed);
                 }
                 Err(err) => {

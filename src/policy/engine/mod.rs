@@ -31,6 +31,7 @@
 mod check;
 mod pending;
 mod plan;
+mod repeated;
 mod restrict;
 mod session;
 mod settle;
@@ -170,8 +171,10 @@ impl RatePolicy {
     }
 
     /// Ends every restriction whose time is over and tells of each (log, metric, alert);
-    /// see [`super::expiry`]. Returns how many ended.
+    /// see [`super::expiry`]. Returns how many ended. Also tells the counts of the
+    /// engine's repeated warnings whose interval has passed.
     pub async fn expire_restrictions(&self) -> Result<usize, StoreError> {
+        repeated::flush();
         let host = self.current().hostname.clone();
         super::expiry::sweep(
             &*self.inner.store,

@@ -14,8 +14,9 @@ use crate::smtp::reply::Reply;
 use crate::store::{now_micros, Decision, Guarded, LimitResult, Restriction, StoreError};
 
 impl RateSession {
-    /// The restricted answer when one of `keys` (the session's candidates) is restricted;
-    /// the store's failure mode when the set cannot be read.
+    /// The restricted answer when one of `keys` (the session's candidates) is restricted
+    /// (while Redis cannot be read, as the node's copy of the set says); the store's failure
+    /// mode when the set cannot be read and the copy does not restrict them.
     pub(super) async fn check_restricted(
         &self,
         model: &PolicyModel,
@@ -174,8 +175,8 @@ impl RateSession {
                 Some(r)
             }
             Err(err) => {
-                warn!(error = %err, key = %key, limit = %e.def.name,
-                    "restrict: the store could not record the restriction");
+                super::repeated::NOT_RESTRICTED
+                    .warn(&format!("{err} (key {key}, limit {})", e.def.name));
                 None
             }
         }
@@ -222,9 +223,10 @@ impl RateSession {
 }
 
 /// The answer when the restricted set cannot be read and the store's failure mode is
-/// closed: 451 4.3.0.
+/// closed: 451 4.3.0 (a key the store's copy of the set holds gets its restricted answer
+/// instead, see `store::redis::copy`).
 pub(super) fn unreadable_verdict(model: &PolicyModel, e: &StoreError) -> Verdict {
-    warn!(error = %e, "restricted set unavailable; failing closed");
+    super::repeated::SET_CLOSED.warn(&e.to_string());
     let host = &model.hostname;
     Verdict::Reply(Reply::new(
         451,

@@ -6,8 +6,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tracing::warn;
-
 use super::super::charge;
 use super::super::concurrency::SlotGuard;
 use super::super::{BoxFuture, Facts, SessionPolicy, Stage, Verdict};
@@ -100,7 +98,7 @@ impl RateSession {
         if let Ok(h) = tokio::runtime::Handle::try_current() {
             h.spawn(async move {
                 if let Err(e) = store.decide(&d).await {
-                    warn!(error = %e, "cannot release rate limit reservations");
+                    super::repeated::RESERVATIONS_KEPT.warn(&e.to_string());
                 }
             });
         }

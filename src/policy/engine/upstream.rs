@@ -115,7 +115,8 @@ impl RateSession {
     pub(super) async fn add_ratios(&self, charges: &[charge::RatioCharge]) {
         for c in charges {
             if let Err(e) = self.inner.store.ratio(&c.key, c.window, c.add).await {
-                warn!(error = %e, limit = %c.limit, key = %c.key, "ratio window not updated");
+                super::repeated::RATIO_NOT_UPDATED
+                    .warn(&format!("{e} (limit {}, key {})", c.limit, c.key));
             }
         }
     }
@@ -199,7 +200,8 @@ impl RateSession {
             h.spawn(async move {
                 for c in tally.if_abandoned {
                     if let Err(e) = store.ratio(&c.key, c.window, c.add).await {
-                        warn!(error = %e, limit = %c.limit, "ratio window not updated");
+                        super::repeated::RATIO_NOT_UPDATED
+                            .warn(&format!("{e} (limit {})", c.limit));
                     }
                 }
             });

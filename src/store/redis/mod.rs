@@ -5,6 +5,8 @@
 //! * [`encode`](mod@encode): decision → script keys and arguments, reply → result.
 //! * [`conn`]: connection manager, cluster, TLS, credentials.
 //! * [`failover`]: what happens when Redis does not answer (open, closed, local).
+//! * [`copy`]: each node's copy of the restricted set, which keeps restrictions in force
+//!   while Redis does not answer.
 //!
 //! Record layout: each record is one string of packed little-endian doubles
 //! (read with one `MGET` for the whole decision, written with `SET … PX`),
@@ -31,6 +33,7 @@
 
 mod baseline;
 pub mod conn;
+pub mod copy;
 pub mod encode;
 pub mod failover;
 mod ratio;
@@ -38,6 +41,7 @@ mod restrict;
 mod scan;
 
 pub use conn::{redact_url, ConnectOptions};
+pub use copy::{Recorded, RestrictedCopy};
 pub use encode::{HashTag, KeyNamer};
 pub use failover::{FailoverStats, FailoverStore, FailureMode, FailurePolicy};
 

@@ -6,6 +6,11 @@
 //! longer restricts; it stays until a sweep ([`RedisStore::sweep_restrictions`], run by every
 //! node) removes it and answers it to that one node, which tells of the release.
 //!
+//! Every release is remembered for [`RELEASES_KEPT_US`] in a third key (a sorted set of keys
+//! by release time, `<prefix>{tag}:r:{restricted}released`): a restriction a node made while
+//! it could not reach Redis is recorded later ([`RedisStore::record_restriction`]) only if
+//! the key was not released since it began.
+//!
 //! The check is folded into the MAIL stage's decision when there is one
 //! ([`RedisStore::decide_guarded`]): one script call checks the candidate keys and, only when
 //! none is restricted, applies the decision.
@@ -14,6 +19,7 @@ use std::sync::OnceLock;
 
 use redis::Script;
 
+use super::copy::Recorded;
 use super::{unavailable, RedisStore};
 use crate::store::{Decision, Guarded, Restriction, StoreError};
 
@@ -89,10 +95,12 @@ return {v, 1}
 "#;
 
 /// Release: ARGV[1] key; answers the restriction removed (nil if none in force; an
-/// expired one is left for the sweep).
+/// expired one is left for the sweep). The release is remembered (KEYS[3]) either way: a
+/// restriction made before it on a node cut off from Redis is not recorded after it.
 const RELEASE_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+redis.call('ZADD', KEYS[3], string.format('%d', now), ARGV[1])
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then return false end
 local u = cjson.decode(v).until_us
@@ -117,12 +125,45 @@ end
 return out
 "#;
 
+/// Record: a restriction made on a node while Redis could not be written, with its own
+/// times. ARGV[1] key, ARGV[2] restriction JSON, ARGV[3] since (µs), ARGV[4] until (µs) or
+/// "". Answers `{"kept", restriction in force}` (left as it is), `{"released", release
+/// time}` (the key was released at or after since), `{"expired", ""}` (until has passed), or
+/// `{"recorded", restriction as stored}`.
+const RECORD_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if old then
+  local u = cjson.decode(old).until_us
+  if not (type(u) == 'number' and u <= now) then return {'kept', old} end
+end
+local rel = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if rel and tonumber(rel) >= tonumber(ARGV[3]) then return {'released', rel} end
+local u = 'null'
+if ARGV[4] ~= '' then
+  if tonumber(ARGV[4]) <= now then return {'expired', ''} end
+  u = ARGV[4]
+  redis.call('ZADD', KEYS[2], u, ARGV[1])
+else
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+local v = '{"since_us":' .. ARGV[3] .. ',"until_us":' .. u .. ',"r":' .. ARGV[2] .. '}'
+redis.call('HSET', KEYS[1], ARGV[1], v)
+return {'recorded', v}
+"#;
+
+/// How long a release is remembered against restrictions recorded late (7 days, in µs):
+/// longer than any outage a node rides out with its local copy.
+pub const RELEASES_KEPT_US: i64 = 7 * 86_400 * 1_000_000;
+
 /// Sweep: removes up to ARGV[1] restrictions whose until has passed (found by the until
-/// index) and answers them. Atomic: each expired restriction is answered to one caller only,
-/// however many nodes sweep.
+/// index) and answers them, and forgets releases older than ARGV[2] µs. Atomic: each expired
+/// restriction is answered to one caller only, however many nodes sweep.
 const SWEEP_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('(%d', now - tonumber(ARGV[2])))
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now),
   'LIMIT', 0, tonumber(ARGV[1]))
 local out = {}
@@ -171,6 +212,7 @@ static RESTRICT: OnceLock<Script> = OnceLock::new();
 static RELEASE: OnceLock<Script> = OnceLock::new();
 static LIST: OnceLock<Script> = OnceLock::new();
 static SWEEP: OnceLock<Script> = OnceLock::new();
+static RECORD: OnceLock<Script> = OnceLock::new();
 static GUARDED: OnceLock<Script> = OnceLock::new();
 
 /// The guarded decision script: the decision script wrapped as a function after the check.
@@ -195,12 +237,17 @@ impl RedisStore {
         self.namer.name('r', "{restricted}until")
     }
 
+    /// Releases by time (same hash slot as the set).
+    fn released_name(&self) -> String {
+        self.namer.name('r', "{restricted}released")
+    }
+
     async fn run(&self, script: &Script, args: &[&str]) -> Result<redis::Value, StoreError> {
-        let keys = [self.set_name(), self.until_name()];
+        let keys = [self.set_name(), self.until_name(), self.released_name()];
         self.timed(async {
             let mut conn = self.conn().await?;
             let mut inv = script.prepare_invoke();
-            inv.key(&keys[0]).key(&keys[1]);
+            inv.key(&keys[0]).key(&keys[1]).key(&keys[2]);
             for a in args {
                 inv.arg(*a);
             }
@@ -373,12 +420,50 @@ impl RedisStore {
         Ok(out)
     }
 
+    /// Records `r`, a restriction made while Redis could not be written, with its own times
+    /// (see [`RECORD_LUA`] and [`Recorded`] for when it is not).
+    pub async fn record_restriction(&self, r: &Restriction) -> Result<Recorded, StoreError> {
+        let json = serde_json::to_string(r).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let since = r.since_us.to_string();
+        let until = r.until_us.map(|u| u.to_string()).unwrap_or_default();
+        self.set_hint(true);
+        let reply = self
+            .run(
+                script(&RECORD, RECORD_LUA),
+                &[&r.key, &json, &since, &until],
+            )
+            .await?;
+        let bad = || {
+            StoreError::Unavailable(format!(
+                "unexpected reply from the record script: {reply:?}"
+            ))
+        };
+        let redis::Value::Array(items) = &reply else {
+            return Err(bad());
+        };
+        let word = items.first().and_then(bulk_text).ok_or_else(bad)?;
+        let text = items.get(1).and_then(bulk_text).unwrap_or_default();
+        match word.as_str() {
+            "recorded" => parse(&text).map(Recorded::Recorded),
+            "kept" => parse(&text).map(Recorded::Kept),
+            "released" => Ok(Recorded::Released(
+                text.parse::<f64>().map_or(0, |t| t as i64),
+            )),
+            "expired" => Ok(Recorded::Expired),
+            _ => Err(bad()),
+        }
+    }
+
     /// Removes the restrictions whose time is over and answers them: each to one caller
-    /// only, whichever node sweeps first.
+    /// only, whichever node sweeps first. Releases older than [`RELEASES_KEPT_US`] are
+    /// forgotten.
     pub async fn sweep_restrictions(&self) -> Result<Vec<Restriction>, StoreError> {
         let max = SWEEP_MAX.to_string();
+        let kept = RELEASES_KEPT_US.to_string();
         let mut out = Vec::new();
-        if let redis::Value::Array(items) = self.run(script(&SWEEP, SWEEP_LUA), &[&max]).await? {
+        if let redis::Value::Array(items) =
+            self.run(script(&SWEEP, SWEEP_LUA), &[&max, &kept]).await?
+        {
             for v in items {
                 if let Some(t) = bulk_text(&v) {
                     match parse(&t) {

@@ -1,5 +1,5 @@
 //! Held messages, newest first, paged: the spool directory is listed (names only) and
-//! only the page's files are read.
+//! only the page's files are read, each through its header section.
 
 use std::fmt::Write as _;
 
@@ -9,7 +9,7 @@ use crate::admin::console::respond::{error_page, html_response};
 use crate::admin::console::state::Console;
 use crate::admin::held::blocking;
 use crate::admin::http::{Request, Response};
-use crate::hold::{HeldMessage, SpoolError};
+use crate::hold::{HeldHead, SpoolError};
 
 /// Recipients listed per message; more are counted.
 const RCPTS_SHOWN: usize = 5;
@@ -39,8 +39,9 @@ pub fn headers(section: &[u8]) -> String {
     out
 }
 
-/// One held message as a table row.
-fn row(m: &HeldMessage, actions: bool) -> String {
+/// One held message as a table row, from its head and header section.
+fn row(h: &HeldHead, section: &[u8], actions: bool) -> String {
+    let m = &h.envelope;
     let rcpts = m.recipients();
     let mut to: Vec<String> = rcpts
         .iter()
@@ -68,16 +69,16 @@ fn row(m: &HeldMessage, actions: bool) -> String {
         if m.paced.is_some() { " (paced)" } else { "" },
         html::text(m.sender(), html::CELL_CHARS),
         to.join("<br>"),
-        m.body.len(),
-        m.subject().map_or_else(
+        h.size,
+        h.subject.as_deref().map_or_else(
             || "<span class=\"muted\">no subject</span>".into(),
-            |s| { html::text(&s, html::CELL_CHARS) }
+            |s| { html::text(s, html::CELL_CHARS) }
         ),
         html::escape(&m.client.ip().to_string()),
         m.user
             .as_deref()
             .map_or_else(String::new, |u| format!(" · user {}", html::text(u, 80))),
-        headers(m.header_section())
+        headers(section)
     );
     if actions {
         let id = [("id", m.id.as_str())];
@@ -114,10 +115,10 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         let pg = asked.clamp(total);
         let mut msgs = Vec::with_capacity(pg.size);
         for (id, _) in &ids[pg.range(total)] {
-            match s.get(id) {
+            match s.header_section(id) {
                 Ok(m) => msgs.push(m),
-                // Released or deleted since the listing.
-                Err(SpoolError::NotFound(_)) => {}
+                // Released or deleted since the listing; or set aside, logged.
+                Err(SpoolError::NotFound(_) | SpoolError::Corrupt { .. }) => {}
                 Err(e) => tracing::warn!(error = %e, "console: skipping a held file"),
             }
         }
@@ -147,8 +148,8 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
          <th>from</th><th>to</th><th class=\"n\">size</th><th>subject, client</th><th></th>\
          </tr></thead><tbody>",
     );
-    for m in &msgs {
-        b.push_str(&row(m, shell.actions));
+    for (h, section) in &msgs {
+        b.push_str(&row(h, section, shell.actions));
     }
     if msgs.is_empty() {
         b.push_str("<tr><td colspan=\"8\" class=\"muted\">nothing is held</td></tr>");

@@ -6,13 +6,27 @@
 //! * `local`: the local memory store decides until Redis answers again.
 //!
 //! After a failure the store stays on the fallback without waiting for Redis
-//! again; one decision per probe interval tries Redis, and the first that
-//! succeeds switches back (the local state is then dropped, so the next
+//! again; one decision (or sweep) per probe interval tries Redis, and the first that
+//! succeeds switches back (the local counts are then dropped, so the next
 //! outage starts clean). Every switch is logged and counted.
+//!
+//! The failure mode applies to counting, never to a restriction: each node keeps a copy of
+//! the restricted set ([`RestrictedCopy`]), refreshed by the sweep every second and by
+//! every restriction and release it makes itself. While Redis cannot be read, a key the
+//! copy holds stays restricted (in all three modes); only for the other keys does the mode
+//! decide (closed: 451; open and local: let through). While Redis cannot be written, a
+//! restriction is made in the copy and recorded in Redis by the first sweep that reaches it
+//! (see [`super::copy`] for when it is not). Warnings that would come once per message
+//! while Redis is down are told once per [`crate::lograte::EVERY`] with a count.
 
+mod restricted;
+
+use super::copy::RestrictedCopy;
 use super::RedisStore;
+use crate::lograte::RepeatedWarning;
 use crate::store::{
-    Decision, DecisionResult, Guarded, MemoryStore, Record, Store, StoreError, StoreFuture,
+    now_micros, Decision, DecisionResult, Guarded, MemoryStore, Record, Restriction, Store,
+    StoreError, StoreFuture,
 };
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -89,7 +103,20 @@ pub struct FailoverStats {
     pub switches_to_fallback: u64,
     /// Switches back to Redis.
     pub switches_to_redis: u64,
+    /// Restrictions made on this node while Redis could not be written.
+    pub restricted_here: u64,
+    /// Of those, still waiting to be recorded in Redis.
+    pub restrictions_pending: u64,
+    /// Restrictions made here that reached Redis, by what recording them did: recorded,
+    /// kept (Redis held another), released (released meanwhile), expired.
+    pub recorded: [u64; 4],
+    /// Restrictions the local copy holds (shared and pending).
+    pub restrictions_copied: u64,
 }
+
+/// The outcomes of recording a restriction made here, in the order of
+/// [`FailoverStats::recorded`] (the `outcome` label of their metric).
+pub const RECORD_OUTCOMES: [&str; 4] = ["recorded", "kept", "released", "expired"];
 
 /// A Redis store with a failure mode.
 pub struct FailoverStore {
@@ -106,6 +133,12 @@ pub struct FailoverStore {
     redis_errors: AtomicU64,
     switches_to_fallback: AtomicU64,
     switches_to_redis: AtomicU64,
+    copy: RestrictedCopy,
+    restricted_here: AtomicU64,
+    recorded: [AtomicU64; 4],
+    unreadable: RepeatedWarning,
+    unwritable: RepeatedWarning,
+    not_recorded: RepeatedWarning,
 }
 
 impl std::fmt::Debug for FailoverStore {
@@ -148,7 +181,26 @@ impl FailoverStore {
             redis_errors: AtomicU64::new(0),
             switches_to_fallback: AtomicU64::new(0),
             switches_to_redis: AtomicU64::new(0),
+            copy: RestrictedCopy::default(),
+            restricted_here: AtomicU64::new(0),
+            recorded: Default::default(),
+            unreadable: RepeatedWarning::new(
+                "restricted set not readable; keys this node's copy holds stay restricted",
+            ),
+            unwritable: RepeatedWarning::new(
+                "restrict: Redis cannot be written; restricted on this node, recorded in \
+                 Redis when it answers",
+            ),
+            not_recorded: RepeatedWarning::new(
+                "restricted set: the restrictions made while Redis was away are not all \
+                 recorded yet",
+            ),
         }
+    }
+
+    /// This node's copy of the restricted set.
+    pub fn restricted_copy(&self) -> &RestrictedCopy {
+        &self.copy
     }
 
     /// The Redis store inside.
@@ -172,6 +224,10 @@ impl FailoverStore {
             redis_errors: l(&self.redis_errors),
             switches_to_fallback: l(&self.switches_to_fallback),
             switches_to_redis: l(&self.switches_to_redis),
+            restricted_here: l(&self.restricted_here),
+            restrictions_pending: self.copy.pending_len() as u64,
+            recorded: self.recorded.each_ref().map(l),
+            restrictions_copied: self.copy.list(now_micros()).len() as u64,
         }
     }
 
@@ -291,19 +347,6 @@ impl FailoverStore {
         }
     }
 
-    /// The restricted set could not be read: the store's failure mode decides, as for a
-    /// limit: closed refuses (the error, answered 451), open and local let the event
-    /// through (there is no local copy of the set). Logged either way.
-    fn unreadable(&self, e: StoreError) -> Result<(), StoreError> {
-        let mode = self.policy.default;
-        tracing::warn!(error = %e, failure_mode = mode.as_str(), "restricted set not readable");
-        if mode == FailureMode::Closed {
-            Err(e)
-        } else {
-            Ok(())
-        }
-    }
-
     fn fallback_local(
         &self,
         now_us: Option<i64>,
@@ -329,17 +372,33 @@ impl Store for FailoverStore {
     }
 
     fn may_restrict(&self) -> bool {
-        self.redis.restrict_hint()
+        !self.copy.is_empty() || self.redis.restrict_hint()
     }
 
-    fn restricted<'a>(
-        &'a self,
-        keys: &'a [String],
-    ) -> StoreFuture<'a, Option<crate::store::Restriction>> {
+    fn restricted<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, Option<Restriction>> {
         Box::pin(async move {
+            if keys.is_empty() {
+                return Ok(None);
+            }
+            // A restriction made here that Redis does not know yet.
+            if let Some(r) = self.copy.check_pending(keys, now_micros()) {
+                return Ok(Some(r));
+            }
+            let Some(probe) = self.try_redis() else {
+                return self.offline_check(keys, StoreError::Unavailable("Redis is down".into()));
+            };
             match self.redis.restricted_keys(keys).await {
-                Ok(r) => Ok(r),
-                Err(e) => self.unreadable(e).map(|()| None),
+                Ok(r) => {
+                    if probe.is_some() {
+                        self.came_back();
+                    }
+                    Ok(r)
+                }
+                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
+                Err(e) => {
+                    self.went_down(&e);
+                    self.offline_check(keys, e)
+                }
             }
         })
     }
@@ -350,11 +409,14 @@ impl Store for FailoverStore {
         decision: &'a Decision,
     ) -> StoreFuture<'a, Guarded> {
         Box::pin(async move {
+            if let Some(r) = self.copy.check_pending(keys, now_micros()) {
+                return Ok(Guarded::Restricted(r));
+            }
             let Some(probe) = self.try_redis() else {
-                // Redis is down and this is no probe: the failure mode answers for the set,
-                // the fallback for the limits.
-                self.unreadable(StoreError::Unavailable("Redis is down".into()))?;
-                return self.fallback_local(None, decision).map(Guarded::Decided);
+                // Redis is down and this is no probe: the copy answers for the set (the
+                // failure mode for keys it does not hold), the fallback for the limits.
+                let e = StoreError::Unavailable("Redis is down".into());
+                return self.offline_guarded(keys, decision, e);
             };
             match self.redis.decide_guarded(keys, decision).await {
                 Ok(g) => {
@@ -367,8 +429,7 @@ impl Store for FailoverStore {
                 Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
                 Err(e) => {
                     self.went_down(&e);
-                    self.unreadable(e)?;
-                    self.fallback_local(None, decision).map(Guarded::Decided)
+                    self.offline_guarded(keys, decision, e)
                 }
             }
         })
@@ -376,30 +437,151 @@ impl Store for FailoverStore {
 
     fn restrict_once<'a>(
         &'a self,
-        r: crate::store::Restriction,
+        r: Restriction,
         dur: Option<i64>,
-    ) -> StoreFuture<'a, (crate::store::Restriction, bool)> {
-        Box::pin(async move { self.redis.restrict_key_once(&r, dur).await })
+    ) -> StoreFuture<'a, (Restriction, bool)> {
+        Box::pin(async move {
+            let key = std::slice::from_ref(&r.key);
+            if let Some(old) = self.copy.check_pending(key, now_micros()) {
+                return Ok((old, false));
+            }
+            let Some(probe) = self.try_redis() else {
+                let e = StoreError::Unavailable("Redis is down".into());
+                return Ok(self.restrict_here(r, dur, true, &e));
+            };
+            match self.redis.restrict_key_once(&r, dur).await {
+                Ok((r, made)) => {
+                    if probe.is_some() {
+                        self.came_back();
+                    }
+                    self.copy.learn(r.clone());
+                    Ok((r, made))
+                }
+                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
+                Err(e) => {
+                    self.went_down(&e);
+                    Ok(self.restrict_here(r, dur, true, &e))
+                }
+            }
+        })
     }
 
-    fn expire_restrictions(&self) -> StoreFuture<'_, Vec<crate::store::Restriction>> {
-        Box::pin(self.redis.sweep_restrictions())
+    fn expire_restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
+        Box::pin(async move {
+            self.flush_warnings();
+            // Restrictions made here that ended before Redis knew them: this node tells.
+            let mut ended = self.copy.purge(now_micros());
+            let Some(probe) = self.try_redis() else {
+                return Ok(ended);
+            };
+            match self.sync(&mut ended).await {
+                Ok(()) => {
+                    if probe.is_some() {
+                        self.came_back();
+                    }
+                }
+                Err(StoreError::Invalid(e)) => {
+                    tracing::warn!(error = %e, "restricted set: cannot bring the copy and Redis together");
+                }
+                Err(e) => self.went_down(&e),
+            }
+            Ok(ended)
+        })
     }
 
-    fn restrict<'a>(
-        &'a self,
-        r: crate::store::Restriction,
-        dur: Option<i64>,
-    ) -> StoreFuture<'a, crate::store::Restriction> {
-        Box::pin(async move { self.redis.restrict_key(&r, dur).await })
+    fn restrict<'a>(&'a self, r: Restriction, dur: Option<i64>) -> StoreFuture<'a, Restriction> {
+        Box::pin(async move {
+            let Some(probe) = self.try_redis() else {
+                let e = StoreError::Unavailable("Redis is down".into());
+                return Ok(self.restrict_here(r, dur, false, &e).0);
+            };
+            match self.redis.restrict_key(&r, dur).await {
+                Ok(r) => {
+                    if probe.is_some() {
+                        self.came_back();
+                    }
+                    self.copy.learn(r.clone());
+                    Ok(r)
+                }
+                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
+                Err(e) => {
+                    self.went_down(&e);
+                    Ok(self.restrict_here(r, dur, false, &e).0)
+                }
+            }
+        })
     }
 
-    fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<crate::store::Restriction>> {
-        Box::pin(self.redis.release_key(key))
+    /// Ends the restriction of `key`. A restriction only this node holds (made while Redis
+    /// could not be written) ends here; one Redis holds needs Redis: while it is away the
+    /// release is refused (the error), since other nodes would go on refusing the key and
+    /// Redis would still hold it when it answers again.
+    fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Restriction>> {
+        Box::pin(async move {
+            let here = self.copy.release_pending(key, now_micros());
+            let down = |e: StoreError| {
+                if here.is_some() {
+                    return Ok(here.clone());
+                }
+                if self.copy.is_shared(key, now_micros()) {
+                    return Err(StoreError::Unavailable(format!(
+                        "{key:?} is restricted fleet-wide and Redis cannot be written ({e}); \
+                         release it when Redis answers"
+                    )));
+                }
+                Err(e)
+            };
+            let Some(probe) = self.try_redis() else {
+                return down(StoreError::Unavailable("Redis is down".into()));
+            };
+            match self.redis.release_key(key).await {
+                Ok(r) => {
+                    if probe.is_some() {
+                        self.came_back();
+                    }
+                    self.copy.forget(key);
+                    Ok(r.or(here))
+                }
+                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
+                Err(e) => {
+                    self.went_down(&e);
+                    down(e)
+                }
+            }
+        })
     }
 
-    fn restrictions(&self) -> StoreFuture<'_, Vec<crate::store::Restriction>> {
-        Box::pin(self.redis.restriction_list())
+    /// Every restriction in force: Redis' with the ones made here not recorded yet; while
+    /// Redis cannot be read, this node's copy.
+    fn restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
+        Box::pin(async move {
+            let Some(probe) = self.try_redis() else {
+                return Ok(self.copy.list(now_micros()));
+            };
+            match self.redis.restriction_list().await {
+                Ok(mut list) => {
+                    if probe.is_some() {
+                        self.came_back();
+                    }
+                    // Where Redis holds the key too, Redis' restriction is the one that
+                    // stays (see `copy::Recorded::Kept`).
+                    let here: Vec<Restriction> = self
+                        .copy
+                        .pending(now_micros())
+                        .into_iter()
+                        .filter(|h| !list.iter().any(|r| r.key == h.key))
+                        .collect();
+                    list.extend(here);
+                    list.sort_by(|a, b| a.key.cmp(&b.key));
+                    Ok(list)
+                }
+                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
+                Err(e) => {
+                    self.went_down(&e);
+                    Ok(self.copy.list(now_micros()))
+                }
+            }
+        })
     }
 
     fn ratio<'a>(
@@ -450,24 +632,4 @@ impl Store for FailoverStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn longest_prefix_wins() {
-        let p = FailurePolicy {
-            default: FailureMode::Open,
-            overrides: vec![
-                ("1h/".into(), FailureMode::Local),
-                ("1h/per_rcpt/".into(), FailureMode::Closed),
-            ],
-        };
-        assert_eq!(p.mode_for("1d/x"), FailureMode::Open);
-        assert_eq!(p.mode_for("1h/per_mail/x"), FailureMode::Local);
-        assert_eq!(p.mode_for("1h/per_rcpt/x"), FailureMode::Closed);
-        for w in ["open", "closed", "local"] {
-            assert_eq!(FailureMode::parse(w).unwrap().as_str(), w);
-        }
-        assert_eq!(FailureMode::parse("x"), None);
-    }
-}
+mod tests;
