@@ -28,6 +28,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod demo;
 pub mod docs;
 pub mod generation;
 pub mod hold;

@@ -51,6 +51,18 @@ enum Cmd {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Show the shipped policy at work: floodgate on it, in front of an embedded stand-in
+    /// smart host, while a normal user and a stolen account send mail; then keep it all
+    /// running to try by hand, until Ctrl-C.
+    Demo {
+        /// The config file whose policy is shown [default: conf/floodgate.toml when
+        /// present, else /etc/floodgate/floodgate.toml].
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Exit after the scenario and its summary.
+        #[arg(long)]
+        once: bool,
+    },
     /// Validate a config file and print what floodgate understood.
     Check {
         /// The config file [default: conf/floodgate.toml when present, else
@@ -260,6 +272,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Run { config } => config_or_default(config).and_then(run),
         Cmd::Check { config } => config_or_default(config).and_then(check),
+        Cmd::Demo { config, once } => config_or_default(config).and_then(|c| demo(c, once)),
         Cmd::Simulate { limit, file } => simulate(&limit, file),
         Cmd::Report(args) => report(args),
         Cmd::GenerateDocs { dir } => generate_docs(&dir),
@@ -554,6 +567,237 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let _ = store_tasks.await;
         Ok(())
     })
+}
+
+/// How long floodgate may take to come up in the demo.
+const DEMO_START: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long the demo's scenario may take.
+const DEMO_PLAY: std::time::Duration = std::time::Duration::from_secs(150);
+
+/// `floodgate demo`: the stand-in smart host, the alert receiver and the scenario run on a
+/// thread of their own; floodgate runs here, as `run` runs it, on the demo's config in a
+/// scratch directory (removed at exit). With `once`, the scenario ends floodgate (SIGTERM)
+/// after its summary.
+fn demo(shipped: PathBuf, once: bool) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::sync::mpsc;
+
+    let dir = std::env::temp_dir().join(format!("floodgate-demo-{}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("cannot create the demo's directory {}", dir.display()))?;
+    let scratch = ScratchDir(dir.clone());
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let side = std::thread::Builder::new()
+        .name("demo".into())
+        .spawn(move || demo_side(&shipped, &dir, once, &ready_tx, &done_tx))
+        .context("cannot start the demo's thread")?;
+    let config = match ready_rx.recv() {
+        Ok(c) => c,
+        Err(_) => {
+            return match side.join() {
+                Ok(r) => r.and(Err(anyhow::anyhow!(
+                    "the demo stopped before floodgate started"
+                ))),
+                Err(_) => Err(anyhow::anyhow!("the demo's thread panicked")),
+            }
+        }
+    };
+    let served = run(config);
+    let played = done_rx.try_recv();
+    drop(scratch);
+    served?;
+    match played {
+        Ok(r) => r,
+        Err(_) if once => Err(anyhow::anyhow!(
+            "floodgate stopped before the scenario ended"
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
+/// A directory removed with everything in it when dropped.
+struct ScratchDir(PathBuf);
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Asks this process to stop as SIGTERM does (floodgate drains and exits).
+fn stop_floodgate() {
+    // SAFETY: kill and getpid have no preconditions; a signal to ourselves is handled by
+    // the handlers `run` installed before the admin socket the demo waited for.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
+    }
+}
+
+/// The demo's own thread: starts the stand-in and the receiver, writes the config (sent on
+/// `ready`), plays the scenario once floodgate is up, prints the summary (the result sent
+/// on `done`), then keeps serving until the process ends, or with `once` stops floodgate.
+fn demo_side(
+    shipped: &std::path::Path,
+    dir: &std::path::Path,
+    once: bool,
+    ready: &std::sync::mpsc::Sender<PathBuf>,
+    done: &std::sync::mpsc::Sender<anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    use floodgate::demo::{alerts, scenario, setup, sink};
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("cannot start the demo's async runtime")?;
+    let (sink, receiver) = runtime.block_on(async {
+        Ok::<_, floodgate::demo::DemoError>((sink::start().await?, alerts::start().await?))
+    })?;
+    let config = setup::write(shipped, dir, sink.addr, &receiver.url())
+        .with_context(|| format!("cannot make the demo's config from {}", shipped.display()))?;
+    let Some(submission) = config.submission() else {
+        anyhow::bail!(
+            "{}: the demo needs an implicit-TLS listener",
+            shipped.display()
+        );
+    };
+    println!("floodgate demo: the policy of {}", shipped.display());
+    println!(
+        "  its clock runs {}x faster for the demo (limits and actions as shipped): an hour of \
+         the policy lasts {} s, a day {} s",
+        setup::TIME_SCALE,
+        setup::demo_hour().as_secs(),
+        setup::demo_hour().as_secs() * 24
+    );
+    println!(
+        "  stand-in smart host {} (accepts any user with password {})",
+        sink.addr,
+        sink::PASSWORD
+    );
+    println!("  postmaster alerts to {}", receiver.url());
+    println!(
+        "  state, event log, hold spool and admin socket in {}",
+        dir.display()
+    );
+    for (name, shipped_addr, addr) in &config.moved {
+        println!("  listener {name}: {shipped_addr} is taken, using {addr}");
+    }
+    let tls = floodgate::demo::client::tls(&config.ca_file)?;
+    let _ = ready.send(config.path.clone());
+
+    let played = runtime.block_on(async {
+        scenario::wait_for(&config.socket, submission, DEMO_START).await?;
+        println!(
+            "\nThe scenario: {} sends normal mail while the stolen account {} sprays invoices.\n",
+            scenario::NORMAL_USER,
+            scenario::STOLEN_USER
+        );
+        tokio::time::timeout(
+            DEMO_PLAY,
+            scenario::play(submission, tls, sink.queued.clone()),
+        )
+        .await
+        .map_err(|_| floodgate::demo::DemoError::Timeout("the scenario took too long".into()))?
+    });
+    // Alerts are delivered off the session path: give the last ones a moment.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let result = played.map_err(anyhow::Error::from).and_then(|p| {
+        let standing = scenario::standing(&config.socket)?;
+        print_summary(&p, &standing, &receiver.received());
+        if !standing
+            .restricted
+            .iter()
+            .any(|k| k == scenario::STOLEN_USER)
+        {
+            anyhow::bail!("the stolen account was not restricted");
+        }
+        Ok(())
+    });
+    if once {
+        let _ = done.send(result);
+        stop_floodgate();
+        return Ok(());
+    }
+    if let Err(e) = &result {
+        eprintln!("floodgate demo: {}", error_text(e));
+    }
+    print_try(&config, submission);
+    let _ = done.send(result);
+    // Serve the stand-in and the receiver until the process ends (Ctrl-C stops floodgate).
+    runtime.block_on(std::future::pending::<()>());
+    Ok(())
+}
+
+fn print_summary(
+    p: &floodgate::demo::scenario::Played,
+    s: &floodgate::demo::scenario::Standing,
+    alerts: &[serde_json::Value],
+) {
+    use floodgate::demo::scenario::{NORMAL_USER, STOLEN_USER};
+    println!("\n== What happened ({} s) ==", p.took.as_secs());
+    println!(
+        "{NORMAL_USER} (normal user): {} messages relayed{}",
+        p.normal.relayed,
+        if p.normal.other.is_empty() {
+            String::new()
+        } else {
+            format!(", {} not: {:?}", p.normal.other.len(), p.normal.other)
+        }
+    );
+    println!(
+        "{STOLEN_USER} (stolen account): {} messages relayed to {} recipients before it was restricted, \
+         {} attempts deferred{}",
+        p.spray.relayed,
+        p.spray.recipients,
+        p.spray.refused,
+        p.spray
+            .first_refusal
+            .as_ref()
+            .map(|r| format!(" (first: {r})"))
+            .unwrap_or_default()
+    );
+    println!(
+        "restricted account: {}; held messages: {}",
+        if s.restricted.is_empty() {
+            "none".to_string()
+        } else {
+            s.restricted.join(", ")
+        },
+        s.held
+    );
+    println!("\n$ floodgate restricted\n{}", s.restricted_text.trim_end());
+    println!(
+        "\n$ floodgate held list --key {STOLEN_USER}\n{}",
+        s.held_text.trim_end()
+    );
+    println!("\nThe postmaster's alerts ({}):", alerts.len());
+    for a in alerts {
+        println!("{}", serde_json::to_string_pretty(a).unwrap_or_default());
+    }
+}
+
+fn print_try(config: &floodgate::demo::setup::DemoConfig, submission: std::net::SocketAddr) {
+    use floodgate::demo::scenario::STOLEN_USER;
+    let socket = config.socket.display();
+    println!("\nfloodgate, the stand-in smart host and the alert receiver keep running; Ctrl-C stops them.");
+    for (name, addr, _) in &config.listeners {
+        println!("  listener {name} {addr}");
+    }
+    println!("  admin socket {socket}");
+    println!(
+        "  web console http://{}/console/ (token {})",
+        config.console.0, config.console.1
+    );
+    println!("Send a message yourself (any user, password demo):");
+    println!(
+        "  swaks --server {submission} --tls-on-connect --auth PLAIN --auth-user dave \
+         --auth-password demo --from dave@example.org --to friend@example.net"
+    );
+    println!("Release the stolen account and its held mail:");
+    println!("  floodgate release {STOLEN_USER} --reason 'password changed' --socket {socket}");
+    println!("  floodgate held release --key {STOLEN_USER} --reason 'checked' --socket {socket}");
 }
 
 /// The signals floodgate handles, registered before the `listening` lines are printed so
