@@ -15,7 +15,8 @@ use super::{Config, ConfigError};
 /// How floodgate uses a path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PathUse {
-    /// A directory floodgate creates files in (the hold spool).
+    /// A directory floodgate creates files in (the hold spool); floodgate creates it (mode
+    /// 0700) when it is missing, so only its parent must then exist and take it.
     Directory,
     /// A file floodgate creates, appends to or replaces, and reads back (the snapshot, the
     /// event log, the admin socket): its directory must exist and take new files, the file
@@ -201,7 +202,17 @@ impl Config {
 /// Why `path` cannot be used as `used` says, by this process's user; `None` when it can.
 pub fn problem(path: &Path, used: PathUse) -> Option<String> {
     match used {
-        PathUse::Directory => directory_problem(path),
+        PathUse::Directory => match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let parent = match path.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                directory_problem(parent)
+                    .map(|p| format!("missing, and its directory {}: {p}", parent.display()))
+            }
+            _ => directory_problem(path),
+        },
         PathUse::Written => {
             let dir = match path.parent() {
                 Some(d) if !d.as_os_str().is_empty() => d,
@@ -335,7 +346,7 @@ mod tests {
             "[tls]\ncertificate = \"nope.crt\"\nprivate_key = \"plain\"\n\
              [store]\npath = \"gone/state\"\n\
              [report]\nevents = \"plain/ev.jsonl\"\n\
-             [hold]\ndir = \"missing\"\n\
+             [hold]\ndir = \"gone/missing\"\n\
              [admin]\nsocket = \"run/admin.sock\"\n\
              [alerts]\ncommand = [\"/nonexistent/page\"]\n",
         );
@@ -356,7 +367,7 @@ mod tests {
                     "{f}:11:10: [report] events {dir}/plain/ev.jsonl: its directory {dir}/plain: not a directory"
                 ),
                 format!(
-                    "{f}:13:7: [hold] dir {dir}/missing: no such directory (create it, writable by floodgate)"
+                    "{f}:13:7: [hold] dir {dir}/gone/missing: missing, and its directory {dir}/gone: no such directory (create it, writable by floodgate)"
                 ),
                 format!("{f}:17:11: [alerts] command /nonexistent/page: no such program"),
             ]
@@ -389,9 +400,14 @@ mod tests {
             problem(d.path(), PathUse::Read).as_deref(),
             Some("is a directory, not a file")
         );
+        // A missing spool directory is created at start when its parent takes it.
+        assert_eq!(problem(&d.path().join("x"), PathUse::Directory), None);
         assert_eq!(
-            problem(&d.path().join("x"), PathUse::Directory).as_deref(),
-            Some("no such directory (create it, writable by floodgate)")
+            problem(&d.path().join("x/y"), PathUse::Directory),
+            Some(format!(
+                "missing, and its directory {}: no such directory (create it, writable by floodgate)",
+                d.path().join("x").display()
+            ))
         );
     }
 

@@ -75,6 +75,23 @@ pub(super) fn judge(
     Ok(())
 }
 
+/// Creates the spool directory `path` with mode 0700 when nothing is there and its parent
+/// directory exists; an existing one is left as it is, for [`check`] to judge.
+pub fn create_missing(path: &Path) -> Result<(), DirError> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(DirError::Missing(path.to_path_buf()))
+        }
+        Err(source) => Err(DirError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
 /// Checks the spool directory `path` (following a symbolic link to it).
 pub fn check(path: &Path) -> Result<(), DirError> {
     let meta = match std::fs::metadata(path) {
@@ -177,6 +194,21 @@ mod tests {
         ));
         let file = d.path().join("file");
         std::fs::write(&file, "").unwrap();
+        assert!(matches!(check(&file), Err(DirError::Missing(_))));
+        // A missing spool is made private; an existing one is left for `check` to judge.
+        let made = d.path().join("made");
+        create_missing(&made).unwrap();
+        let mode = std::fs::metadata(&made).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o700);
+        check(&made).unwrap();
+        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o777)).unwrap();
+        create_missing(&made).unwrap();
+        assert!(matches!(check(&made), Err(DirError::Writable { .. })));
+        assert!(matches!(
+            create_missing(&d.path().join("no/spool")),
+            Err(DirError::Missing(_))
+        ));
+        create_missing(&file).unwrap();
         assert!(matches!(check(&file), Err(DirError::Missing(_))));
         // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } == 0 {

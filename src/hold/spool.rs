@@ -194,12 +194,14 @@ fn create_private(path: &Path) -> std::io::Result<File> {
 }
 
 impl Spool {
-    /// Opens the spool: the directory must exist, be owned by floodgate's effective user and
+    /// Opens the spool: the directory, created (mode 0700) when it is missing and its parent
+    /// is there, must be owned by floodgate's effective user and
     /// be writable by no one else ([`DirError`] says how to fix it), and be writable (a probe
     /// file is written and removed). Files left by a crash are cleaned up by
     /// [`Spool::recover`], once at start. `corrupt` counts the files set aside.
     pub fn open(settings: HoldSettings, corrupt: Counter) -> Result<Spool, SpoolError> {
         let dir = &settings.dir;
+        dir::create_missing(dir)?;
         dir::check(dir)?;
         let probe = dir.join(format!("tmp.probe-{}", std::process::id()));
         let unwritable = |source| SpoolError::Unwritable {

@@ -47,9 +47,9 @@ fn check_fails_on_each_unusable_path_with_its_key_line_and_column() {
     // (config after HEAD, line:column of the value, the message after the file's name).
     let cases = [
         (
-            "[hold]\ndir = \"spool\"\n",
+            "[hold]\ndir = \"var/spool\"\n",
             "6:7",
-            "[hold] dir {dir}/spool: no such directory (create it, writable by floodgate)",
+            "[hold] dir {dir}/var/spool: missing, and its directory {dir}/var: no such directory (create it, writable by floodgate)",
         ),
         (
             "[report]\nevents = \"logs/events.jsonl\"\n",

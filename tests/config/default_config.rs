@@ -2,6 +2,8 @@
 //! past the limit with 450 4.7.1, its per-user limits count an authenticated user, its
 //! state survives a restart through the snapshot, its event log feeds `floodgate report`,
 //! and its relative paths are relative to the config file, not to the working directory.
+//! Its daily recipient limit contains a stolen account: restricted until released, its
+//! further mail held in the spool next to the config, the postmaster alerted.
 //!
 //! Only the addresses are changed in a copy of the file (the listeners on free ports, the
 //! upstream on the recorder); the copy sits in `<tmp>/conf/` next to a `<tmp>/certs` link,
@@ -43,7 +45,11 @@ fn replace_address(text: &str, from: &str, to: &str) -> String {
 /// A copy of the shipped config in `<dir>/conf/floodgate.toml` in front of `upstream`,
 /// listeners on free ports, with `<dir>/certs` pointing at the repository's certificates.
 fn install(dir: &Path, upstream: SocketAddr) -> PathBuf {
-    let mut text = shipped_text();
+    install_text(dir, upstream, shipped_text())
+}
+
+/// [`install`] with `text` instead of the shipped config as it is.
+fn install_text(dir: &Path, upstream: SocketAddr, mut text: String) -> PathBuf {
     for port in ["127.0.0.1:2587", "127.0.0.1:2465", "127.0.0.1:2525"] {
         text = replace_address(&text, port, "127.0.0.1:0");
     }
@@ -355,4 +361,126 @@ fn check_prints_the_shipped_default_policy() {
         assert!(out.contains(want), "{want:?} in:\n{out}");
     }
     assert!(!out.contains("warning:"), "{out}");
+}
+
+/// The shipped config with its clock 3600 times faster: every ratelimit period of an hour
+/// lasts a second and of a day 24 seconds; the limits' numbers and actions stay as shipped.
+fn shipped_text_fast() -> String {
+    let mut scaled = 0;
+    let lines: Vec<String> = shipped_text()
+        .lines()
+        .map(|l| {
+            if !l.starts_with("ratelimit = ") {
+                return l.to_string();
+            }
+            scaled += 1;
+            l.replace("/ 1h /", "/ 1s /").replace("/ 1d /", "/ 24s /")
+        })
+        .collect();
+    assert_eq!(scaled, 5, "the shipped config's ratelimit lines");
+    lines.join("\n")
+}
+
+/// A stolen account sprays 50 recipients a message, for at most 60 s, until 1500 of them
+/// were accepted; prints how many were.
+const SPRAY: &str = r#"
+deadline = time.time() + 60
+accepted = 0
+s = smtplib.SMTP(HOST, PORT, timeout=30)
+s.starttls(context=ctx())
+s.login(USER, PASSWORD)
+n = 0
+while accepted < 1500 and time.time() < deadline:
+    n += 1
+    to = ["victim%d@example.net" % (n * 50 + i) for i in range(50)]
+    msg = "From: <alice@example.org>\r\nSubject: invoice %d\r\n\r\npay now\r\n" % n
+    try:
+        refused = s.sendmail("alice@example.org", to, msg)
+        accepted += len(to) - len(refused)
+    except smtplib.SMTPRecipientsRefused:
+        s.rset()
+        time.sleep(0.05)
+out("accepted", accepted)
+s.quit()
+"#;
+
+/// One more message of the stolen account, to one recipient; prints the end of data's code.
+const ONE_MORE: &str = r#"
+s = smtplib.SMTP(HOST, PORT, timeout=30)
+s.starttls(context=ctx())
+s.login(USER, PASSWORD)
+code, _ = s.docmd("MAIL FROM:<alice@example.org>")
+assert code == 250, code
+code, _ = s.docmd("RCPT TO:<friend@example.net>")
+assert code == 250, code
+code, _ = s.data("Subject: after\r\n\r\nstill at it\r\n")
+out("data", code)
+s.quit()
+"#;
+
+#[test]
+fn shipped_config_restricts_a_stolen_account_and_holds_its_further_mail() {
+    let rec = Recorder::plain();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = install_text(dir.path(), rec.addr(), shipped_text_fast());
+    let fg = Running::start(&config, dir.path(), dir.path().join("fg.stderr"));
+    let submission = fg.addr("submission");
+
+    let out = smtplib(submission, SPRAY, Duration::from_secs(90));
+    assert!(out.ok(), "spray: {}\n{}", out.stdout, out.stderr);
+    let relayed: usize = rec.messages().iter().map(|m| m.rcpts.len()).sum();
+    // The daily limit (1000 recipients) stopped the relaying, a little over it at most.
+    assert!(
+        (1000..1100).contains(&relayed),
+        "{relayed} recipients relayed; {}",
+        out.stdout
+    );
+
+    // Restricted until released, by the daily recipient limit, with its evidence.
+    let restricted = verb(&["restricted", "--json"], &config, dir.path());
+    let r: serde_json::Value = serde_json::from_str(&restricted).expect("json");
+    let entry = r["restricted"]
+        .as_array()
+        .and_then(|l| l.iter().find(|e| e["key"] == USER))
+        .unwrap_or_else(|| panic!("{USER} not restricted: {restricted}"));
+    assert_eq!(entry["limit"], "user-recipients-day", "{restricted}");
+    assert!(entry["until"].is_null(), "until released: {restricted}");
+
+    // Its further mail is taken (250) and held, not relayed: the spool is next to the config,
+    // created by floodgate with mode 0700.
+    let held_before = held_for(&config, dir.path());
+    assert!(
+        held_before >= 1,
+        "the message that tripped the limit is held"
+    );
+    let messages_before = rec.messages().len();
+    let out = smtplib(submission, ONE_MORE, Duration::from_secs(30));
+    assert!(out.ok(), "one more: {}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("data=250"), "{}", out.stdout);
+    assert_eq!(
+        rec.messages().len(),
+        messages_before,
+        "nothing more relayed"
+    );
+    assert_eq!(held_for(&config, dir.path()), held_before + 1);
+    let spool = dir.path().join("conf/hold");
+    let mode = fs::metadata(&spool).expect("conf/hold").permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777,
+        0o700
+    );
+
+    // The postmaster is told: the alert of the restriction, in floodgate's log.
+    let log = fg.log();
+    assert!(
+        log.contains("floodgate.restricted") && log.contains("user-recipients-day"),
+        "{log}"
+    );
+}
+
+/// Messages held for the stolen account, from `floodgate held list --json`.
+fn held_for(config: &Path, cwd: &Path) -> usize {
+    let list = verb(&["held", "list", "--json", "--key", USER], config, cwd);
+    let v: serde_json::Value = serde_json::from_str(&list).expect("json");
+    v["held"].as_array().map_or(0, Vec::len)
 }

@@ -6,11 +6,12 @@
 use std::path::Path;
 
 /// The keys whose values differ, with the package's value of each.
-const PACKAGE_PATHS: [(&str, &str, &str); 5] = [
+const PACKAGE_PATHS: [(&str, &str, &str); 6] = [
     ("tls", "certificate", "/etc/floodgate/tls/floodgate.crt"),
     ("tls", "private_key", "/etc/floodgate/tls/floodgate.key"),
     ("store", "path", "/var/lib/floodgate/state"),
     ("admin", "socket", "/run/floodgate/admin.sock"),
+    ("hold", "dir", "/var/lib/floodgate/hold"),
     ("report", "events", "/var/lib/floodgate/events.jsonl"),
 ];
 
@@ -69,7 +70,14 @@ fn the_package_config_differs_from_the_development_one_only_in_its_paths() {
     }
     assert_eq!(
         differing,
-        ["certificate", "private_key", "path", "socket", "events"]
+        [
+            "certificate",
+            "private_key",
+            "path",
+            "socket",
+            "dir",
+            "events"
+        ]
     );
 
     // As TOML: the package's paths are the installed system's, every other value is the
@@ -108,5 +116,9 @@ fn the_package_config_compiles() {
     assert_eq!(
         g.report.events.as_deref(),
         Some(Path::new("/var/lib/floodgate/events.jsonl"))
+    );
+    assert_eq!(
+        g.hold.as_ref().map(|h| h.dir.as_path()),
+        Some(Path::new("/var/lib/floodgate/hold"))
     );
 }

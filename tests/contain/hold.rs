@@ -328,7 +328,8 @@ fn a_missing_or_read_only_spool_directory_is_refused_at_start() {
     let rec = Recorder::start(RecorderOptions::default());
     let tmp = TempDir::new().unwrap();
     for (dir, want) in [
-        (tmp.path().join("missing"), "no such directory"),
+        // Missing, and so is its parent: floodgate creates the spool, not the path to it.
+        (tmp.path().join("no/spool"), "no such directory"),
         // Not writable even by root.
         (Path::new("/sys").to_path_buf(), "not writable"),
     ] {

@@ -334,7 +334,7 @@ fn a_damaged_file_met_by_a_claim_or_a_release_is_set_aside() {
 #[test]
 fn an_unsafe_missing_or_read_only_dir_is_refused() {
     let d = tempfile::tempdir().unwrap();
-    let gone = d.path().join("nope");
+    let gone = d.path().join("no/spool");
     let e = Spool::open(settings(&gone), Counter::default()).unwrap_err();
     assert!(matches!(e, SpoolError::Dir(DirError::Missing(_))));
     assert!(e.to_string().contains("no such directory"), "{e}");
