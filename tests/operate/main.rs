@@ -11,6 +11,7 @@ mod admin_verbs;
 mod alerts;
 mod console;
 mod console_login;
+mod demo;
 mod prometheus;
 mod report;
 mod report_html;
