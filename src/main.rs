@@ -1,4 +1,4 @@
-//! The floodgate command line: `run`, `check`, `simulate`, `report`, and the admin verbs
+//! The floodgate command line: `run`, `demo`, `check`, `simulate`, `report`, and the admin verbs
 //! `inspect`, `reset`, `top`, `reload` and `held` (which talk to a running floodgate over its admin
 //! socket).
 
@@ -705,7 +705,7 @@ fn demo_side(
     std::thread::sleep(std::time::Duration::from_secs(1));
     let result = played.map_err(anyhow::Error::from).and_then(|p| {
         let standing = scenario::standing(&config.socket)?;
-        print_summary(&p, &standing, &receiver.received());
+        floodgate::demo::summary::print(&p, &standing, &receiver.received());
         if !standing
             .restricted
             .iter()
@@ -723,81 +723,11 @@ fn demo_side(
     if let Err(e) = &result {
         eprintln!("floodgate demo: {}", error_text(e));
     }
-    print_try(&config, submission);
+    floodgate::demo::summary::print_try(&config, submission);
     let _ = done.send(result);
     // Serve the stand-in and the receiver until the process ends (Ctrl-C stops floodgate).
     runtime.block_on(std::future::pending::<()>());
     Ok(())
-}
-
-fn print_summary(
-    p: &floodgate::demo::scenario::Played,
-    s: &floodgate::demo::scenario::Standing,
-    alerts: &[serde_json::Value],
-) {
-    use floodgate::demo::scenario::{NORMAL_USER, STOLEN_USER};
-    println!("\n== What happened ({} s) ==", p.took.as_secs());
-    println!(
-        "{NORMAL_USER} (normal user): {} messages relayed{}",
-        p.normal.relayed,
-        if p.normal.other.is_empty() {
-            String::new()
-        } else {
-            format!(", {} not: {:?}", p.normal.other.len(), p.normal.other)
-        }
-    );
-    println!(
-        "{STOLEN_USER} (stolen account): {} messages relayed to {} recipients before it was restricted, \
-         {} attempts deferred{}",
-        p.spray.relayed,
-        p.spray.recipients,
-        p.spray.refused,
-        p.spray
-            .first_refusal
-            .as_ref()
-            .map(|r| format!(" (first: {r})"))
-            .unwrap_or_default()
-    );
-    println!(
-        "restricted account: {}; held messages: {}",
-        if s.restricted.is_empty() {
-            "none".to_string()
-        } else {
-            s.restricted.join(", ")
-        },
-        s.held
-    );
-    println!("\n$ floodgate restricted\n{}", s.restricted_text.trim_end());
-    println!(
-        "\n$ floodgate held list --key {STOLEN_USER}\n{}",
-        s.held_text.trim_end()
-    );
-    println!("\nThe postmaster's alerts ({}):", alerts.len());
-    for a in alerts {
-        println!("{}", serde_json::to_string_pretty(a).unwrap_or_default());
-    }
-}
-
-fn print_try(config: &floodgate::demo::setup::DemoConfig, submission: std::net::SocketAddr) {
-    use floodgate::demo::scenario::STOLEN_USER;
-    let socket = config.socket.display();
-    println!("\nfloodgate, the stand-in smart host and the alert receiver keep running; Ctrl-C stops them.");
-    for (name, addr, _) in &config.listeners {
-        println!("  listener {name} {addr}");
-    }
-    println!("  admin socket {socket}");
-    println!(
-        "  web console http://{}/console/ (token {})",
-        config.console.0, config.console.1
-    );
-    println!("Send a message yourself (any user, password demo):");
-    println!(
-        "  swaks --server {submission} --tls-on-connect --auth PLAIN --auth-user dave \
-         --auth-password demo --from dave@example.org --to friend@example.net"
-    );
-    println!("Release the stolen account and its held mail:");
-    println!("  floodgate release {STOLEN_USER} --reason 'password changed' --socket {socket}");
-    println!("  floodgate held release --key {STOLEN_USER} --reason 'checked' --socket {socket}");
 }
 
 /// The signals floodgate handles, registered before the `listening` lines are printed so

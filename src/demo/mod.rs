@@ -2,13 +2,15 @@
 //! ([`sink`]) takes floodgate's relayed mail, a webhook receiver ([`alerts`]) takes the
 //! postmaster's alerts, the config is the shipped one pointed at both with its state in a
 //! scratch directory and its clock sped up ([`setup`]), and two scripted SMTP clients
-//! ([`client`]) play a normal user and a stolen account against it ([`scenario`]).
+//! ([`client`]) play a normal user and a stolen account against it ([`scenario`]); then
+//! [`summary`] says what happened.
 
 pub mod alerts;
 pub mod client;
 pub mod scenario;
 pub mod setup;
 pub mod sink;
+pub mod summary;
 
 use std::path::PathBuf;
 

@@ -1,4 +1,4 @@
-//! Operating floodgate: metrics, the admin verbs, alerts and `floodgate report`.
+//! Operating floodgate: metrics, the admin verbs, alerts, `floodgate report` and `floodgate demo`.
 
 #[path = "../common/mod.rs"]
 mod common;
