@@ -123,8 +123,8 @@ sed -i -e "s#\"/var/lib/floodgate/#\"$state/#; s#\"/run/floodgate/#\"$runtime/#"
     -e 's#^address = "127\.0\.0\.1:2[0-9]*"#address = "127.0.0.1:0"#' "$config"
 chgrp "$group" "$config"
 chmod 0640 "$config"
-[[ $(grep -v '^#' "$config" | grep -c "$root") == 5 ]] ||
-    { echo "expected 5 paths moved into the scratch root:"; grep -n "$root" "$config"; fail=1; }
+[[ $(grep -v '^#' "$config" | grep -c "$root") == 6 ]] ||
+    { echo "expected 6 paths moved into the scratch root:"; grep -n "$root" "$config"; fail=1; }
 
 # Without the certificate postinst makes, check names it (and its line and column).
 if "${as_user[@]}" "$root/usr/bin/floodgate" check --config "$config" >"$root/check.out" 2>&1; then
@@ -190,6 +190,9 @@ run_pid=""
 [[ -f $state/state ]] || { echo "no state snapshot at $state/state"; fail=1; }
 grep -q '"limit":"ip-recipients"' "$state/events.jsonl" ||
     { echo "no ip-recipients event in $state/events.jsonl"; fail=1; }
+# The hold spool, made by floodgate itself: private to the service's user.
+[[ -d $state/hold && $(stat -c %a "$state/hold") == 700 && $(stat -c %U "$state/hold") == "$user" ]] ||
+    { echo "no hold spool $state/hold of mode 0700 owned by $user"; fail=1; }
 for f in "$state/state" "$state/events.jsonl"; do
     [[ ! -e $f || $(stat -c %U "$f") == "$user" ]] || { echo "$f is not $user's"; fail=1; }
 done
