@@ -44,8 +44,17 @@ pub fn print(
         "\n$ floodgate held list --key {STOLEN_USER}\n{}",
         s.held_text.trim_end()
     );
-    println!("\nThe postmaster's alerts ({}):", alerts.len());
-    for a in alerts {
+    // Every alert was printed as it came; the restriction's, with its evidence, again in full.
+    let restrictions: Vec<&serde_json::Value> = alerts
+        .iter()
+        .filter(|a| a["event"] == "floodgate.restricted")
+        .collect();
+    println!(
+        "\nThe postmaster got {} alerts, {} of them a restriction:",
+        alerts.len(),
+        restrictions.len()
+    );
+    for a in restrictions {
         println!("{}", serde_json::to_string_pretty(a).unwrap_or_default());
     }
 }
