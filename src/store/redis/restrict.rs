@@ -421,7 +421,7 @@ impl RedisStore {
     }
 
     /// Records `r`, a restriction made while Redis could not be written, with its own times
-    /// (see [`RECORD_LUA`] and [`Recorded`] for when it is not).
+    /// (see `RECORD_LUA` and [`Recorded`] for when it is not).
     pub async fn record_restriction(&self, r: &Restriction) -> Result<Recorded, StoreError> {
         let json = serde_json::to_string(r).map_err(|e| StoreError::Invalid(e.to_string()))?;
         let since = r.since_us.to_string();
@@ -455,7 +455,7 @@ impl RedisStore {
     }
 
     /// Removes the restrictions whose time is over and answers them: each to one caller
-    /// only, whichever node sweeps first. Releases older than [`RELEASES_KEPT_US`] are
+    /// only, whichever node sweeps first. Releases older than `RELEASES_KEPT_US` are
     /// forgotten.
     pub async fn sweep_restrictions(&self) -> Result<Vec<Restriction>, StoreError> {
         let max = SWEEP_MAX.to_string();
