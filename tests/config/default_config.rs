@@ -384,7 +384,8 @@ fn shipped_text_fast() -> String {
     lines.join("\n")
 }
 
-/// A stolen account sprays 50 recipients a message, for at most 60 s, until 2500 of them
+/// A stolen account sprays 50 recipients a message (a refused sender or recipients: RSET, a
+/// short pause, on), for at most 60 s, until 2500 of them
 /// were accepted (relayed, or held once it is restricted); prints how many were.
 const SPRAY: &str = r#"
 deadline = time.time() + 60
@@ -400,7 +401,7 @@ while accepted < 2500 and time.time() < deadline:
     try:
         refused = s.sendmail("alice@example.org", to, msg)
         accepted += len(to) - len(refused)
-    except smtplib.SMTPRecipientsRefused:
+    except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused):
         s.rset()
         time.sleep(0.05)
 out("accepted", accepted)
