@@ -235,26 +235,29 @@ fn postfix_id(w: &str) -> bool {
     !w.is_empty() && w.len() <= 64 && w.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
+/// The length of the quoted string (`"…"`, with `\` escapes) that `b` starts with, 0 when it
+/// starts with none; `None` when the quote is not closed.
+fn quoted_prefix(b: &[u8]) -> Option<usize> {
+    if b.first() != Some(&b'"') {
+        return Some(0);
+    }
+    let mut i = 1;
+    loop {
+        match b.get(i)? {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+}
+
 /// An address inside `<…>`, from just after the `<`: the address and what follows its
 /// `>`. A quoted local part (`"a>, b=c"@example.org`) may hold `>`, `, `, `=` and spaces, so
 /// it is read as a quoted string (with `\` escapes) before the `>` is looked for; the rest of
 /// an address (dot-atoms, a domain, an `[address literal]`) holds no `>`.
 fn angle_address(s: &str) -> Option<(&str, &str)> {
     let b = s.as_bytes();
-    let mut i = 0;
-    if b.first() == Some(&b'"') {
-        i = 1;
-        loop {
-            match b.get(i)? {
-                b'\\' => i += 2,
-                b'"' => {
-                    i += 1;
-                    break;
-                }
-                _ => i += 1,
-            }
-        }
-    }
+    let i = quoted_prefix(b)?;
     let close = i + s.get(i..)?.find('>')?;
     Some((&s[..close], &s[close + 1..]))
 }
@@ -360,20 +363,7 @@ fn word<'a>(s: &mut &'a str) -> Option<&'a str> {
 fn exim_address<'a>(s: &mut &'a str) -> Option<&'a str> {
     let t = s.trim_start_matches(' ');
     let b = t.as_bytes();
-    let mut i = 0;
-    if b.first() == Some(&b'"') {
-        i = 1;
-        loop {
-            match b.get(i)? {
-                b'\\' => i += 2,
-                b'"' => {
-                    i += 1;
-                    break;
-                }
-                _ => i += 1,
-            }
-        }
-    }
+    let i = quoted_prefix(b)?;
     let end = i + t.get(i..)?.find(' ').unwrap_or(t.len() - i);
     *s = &t[end..];
     (end > 0).then(|| &t[..end])

@@ -253,6 +253,36 @@ impl FailoverStore {
         Some(Some(ProbeGuard(&self.probing)))
     }
 
+    /// Sends `call` to Redis when it is up or due a probe, and keeps the failover's state:
+    /// an answered probe brings Redis back, a failure takes it down. `Ok(Ok(answer))` when
+    /// Redis answered; `Ok(Err(why))` when the fallback must answer (Redis is down, or failed
+    /// now); `Err` for a request Redis refused as invalid, which no fallback can answer.
+    ///
+    /// Only a probe brings Redis back: a call sent while Redis was up can be answered after
+    /// a later call found it down, and that late answer says nothing about Redis now
+    /// (switching back on it would clear the local counts).
+    async fn ask<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<Result<T, StoreError>, StoreError> {
+        let Some(probe) = self.try_redis() else {
+            return Ok(Err(StoreError::Unavailable("Redis is down".into())));
+        };
+        match call.await {
+            Ok(answer) => {
+                if probe.is_some() {
+                    self.came_back();
+                }
+                Ok(Ok(answer))
+            }
+            Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
+            Err(e) => {
+                self.went_down(&e);
+                Ok(Err(e))
+            }
+        }
+    }
+
     fn went_down(&self, err: &StoreError) {
         self.redis_errors.fetch_add(1, Ordering::Relaxed);
         self.last_probe_us
@@ -325,25 +355,12 @@ impl FailoverStore {
         now_us: Option<i64>,
         decision: &Decision,
     ) -> Result<DecisionResult, StoreError> {
-        let Some(probe) = self.try_redis() else {
-            return self.fallback_local(now_us, decision);
-        };
-        match self.redis.decide_at(now_us, decision).await {
+        match self.ask(self.redis.decide_at(now_us, decision)).await? {
             Ok(r) => {
                 self.redis_decisions.fetch_add(1, Ordering::Relaxed);
-                // Only a probe brings Redis back. A call sent while Redis was up can be
-                // answered after a later call found it down: that late answer says nothing
-                // about Redis now, and switching back on it would clear the local counts.
-                if probe.is_some() {
-                    self.came_back();
-                }
                 Ok(r)
             }
-            Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
-            Err(e) => {
-                self.went_down(&e);
-                self.fallback_local(now_us, decision)
-            }
+            Err(_) => self.fallback_local(now_us, decision),
         }
     }
 
@@ -384,21 +401,9 @@ impl Store for FailoverStore {
             if let Some(r) = self.copy.check_pending(keys, now_micros()) {
                 return Ok(Some(r));
             }
-            let Some(probe) = self.try_redis() else {
-                return self.offline_check(keys, StoreError::Unavailable("Redis is down".into()));
-            };
-            match self.redis.restricted_keys(keys).await {
-                Ok(r) => {
-                    if probe.is_some() {
-                        self.came_back();
-                    }
-                    Ok(r)
-                }
-                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
-                Err(e) => {
-                    self.went_down(&e);
-                    self.offline_check(keys, e)
-                }
+            match self.ask(self.redis.restricted_keys(keys)).await? {
+                Ok(r) => Ok(r),
+                Err(e) => self.offline_check(keys, e),
             }
         })
     }
@@ -412,25 +417,14 @@ impl Store for FailoverStore {
             if let Some(r) = self.copy.check_pending(keys, now_micros()) {
                 return Ok(Guarded::Restricted(r));
             }
-            let Some(probe) = self.try_redis() else {
-                // Redis is down and this is no probe: the copy answers for the set (the
-                // failure mode for keys it does not hold), the fallback for the limits.
-                let e = StoreError::Unavailable("Redis is down".into());
-                return self.offline_guarded(keys, decision, e);
-            };
-            match self.redis.decide_guarded(keys, decision).await {
+            match self.ask(self.redis.decide_guarded(keys, decision)).await? {
                 Ok(g) => {
                     self.redis_decisions.fetch_add(1, Ordering::Relaxed);
-                    if probe.is_some() {
-                        self.came_back();
-                    }
                     Ok(g)
                 }
-                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
-                Err(e) => {
-                    self.went_down(&e);
-                    self.offline_guarded(keys, decision, e)
-                }
+                // Redis is down: the copy answers for the set (the failure mode for keys it
+                // does not hold), the fallback for the limits.
+                Err(e) => self.offline_guarded(keys, decision, e),
             }
         })
     }
@@ -445,23 +439,12 @@ impl Store for FailoverStore {
             if let Some(old) = self.copy.check_pending(key, now_micros()) {
                 return Ok((old, false));
             }
-            let Some(probe) = self.try_redis() else {
-                let e = StoreError::Unavailable("Redis is down".into());
-                return Ok(self.restrict_here(r, dur, true, &e));
-            };
-            match self.redis.restrict_key_once(&r, dur).await {
+            match self.ask(self.redis.restrict_key_once(&r, dur)).await? {
                 Ok((r, made)) => {
-                    if probe.is_some() {
-                        self.came_back();
-                    }
                     self.copy.learn(r.clone());
                     Ok((r, made))
                 }
-                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
-                Err(e) => {
-                    self.went_down(&e);
-                    Ok(self.restrict_here(r, dur, true, &e))
-                }
+                Err(e) => Ok(self.restrict_here(r, dur, true, &e)),
             }
         })
     }
@@ -471,19 +454,9 @@ impl Store for FailoverStore {
             self.flush_warnings();
             // Restrictions made here that ended before Redis knew them: this node tells.
             let mut ended = self.copy.purge(now_micros());
-            let Some(probe) = self.try_redis() else {
-                return Ok(ended);
-            };
-            match self.sync(&mut ended).await {
-                Ok(()) => {
-                    if probe.is_some() {
-                        self.came_back();
-                    }
-                }
-                Err(StoreError::Invalid(e)) => {
-                    tracing::warn!(error = %e, "restricted set: cannot bring the copy and Redis together");
-                }
-                Err(e) => self.went_down(&e),
+            // Redis down (`Ok(Err(_))`): the ended ones of the copy are all there is to tell.
+            if let Err(e) = self.ask(self.sync(&mut ended)).await {
+                tracing::warn!(error = %e, "restricted set: cannot bring the copy and Redis together");
             }
             Ok(ended)
         })
@@ -491,23 +464,12 @@ impl Store for FailoverStore {
 
     fn restrict<'a>(&'a self, r: Restriction, dur: Option<i64>) -> StoreFuture<'a, Restriction> {
         Box::pin(async move {
-            let Some(probe) = self.try_redis() else {
-                let e = StoreError::Unavailable("Redis is down".into());
-                return Ok(self.restrict_here(r, dur, false, &e).0);
-            };
-            match self.redis.restrict_key(&r, dur).await {
+            match self.ask(self.redis.restrict_key(&r, dur)).await? {
                 Ok(r) => {
-                    if probe.is_some() {
-                        self.came_back();
-                    }
                     self.copy.learn(r.clone());
                     Ok(r)
                 }
-                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
-                Err(e) => {
-                    self.went_down(&e);
-                    Ok(self.restrict_here(r, dur, false, &e).0)
-                }
+                Err(e) => Ok(self.restrict_here(r, dur, false, &e).0),
             }
         })
     }
@@ -531,22 +493,12 @@ impl Store for FailoverStore {
                 }
                 Err(e)
             };
-            let Some(probe) = self.try_redis() else {
-                return down(StoreError::Unavailable("Redis is down".into()));
-            };
-            match self.redis.release_key(key).await {
+            match self.ask(self.redis.release_key(key)).await? {
                 Ok(r) => {
-                    if probe.is_some() {
-                        self.came_back();
-                    }
                     self.copy.forget(key);
                     Ok(r.or(here))
                 }
-                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
-                Err(e) => {
-                    self.went_down(&e);
-                    down(e)
-                }
+                Err(e) => down(e),
             }
         })
     }
@@ -555,14 +507,8 @@ impl Store for FailoverStore {
     /// Redis cannot be read, this node's copy.
     fn restrictions(&self) -> StoreFuture<'_, Vec<Restriction>> {
         Box::pin(async move {
-            let Some(probe) = self.try_redis() else {
-                return Ok(self.copy.list(now_micros()));
-            };
-            match self.redis.restriction_list().await {
+            match self.ask(self.redis.restriction_list()).await? {
                 Ok(mut list) => {
-                    if probe.is_some() {
-                        self.came_back();
-                    }
                     // Where Redis holds the key too, Redis' restriction is the one that
                     // stays (see `copy::Recorded::Kept`).
                     let here: Vec<Restriction> = self
@@ -575,11 +521,7 @@ impl Store for FailoverStore {
                     list.sort_by(|a, b| a.key.cmp(&b.key));
                     Ok(list)
                 }
-                Err(StoreError::Invalid(e)) => Err(StoreError::Invalid(e)),
-                Err(e) => {
-                    self.went_down(&e);
-                    Ok(self.copy.list(now_micros()))
-                }
+                Err(_) => Ok(self.copy.list(now_micros())),
             }
         })
     }
