@@ -15,6 +15,8 @@ use super::http::percent_encode;
 
 /// How long the CLI waits for floodgate's answer.
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a verb waits for the admin socket to appear and accept.
+pub const CONNECT_WAIT: Duration = Duration::from_secs(5);
 /// The largest answer read.
 const MAX_ANSWER: usize = 64 << 20;
 
@@ -22,7 +24,7 @@ const MAX_ANSWER: usize = 64 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// Nothing answers at the socket path.
-    #[error("cannot connect to admin socket {path}: {source} — is floodgate running with [admin] socket?")]
+    #[error("cannot connect to admin socket {path} (waited 5s): {source} — is floodgate running with [admin] socket?")]
     Connect {
         /// The socket path.
         path: PathBuf,
@@ -206,10 +208,7 @@ pub fn call(socket: &Path, verb: &Verb) -> Result<Value, ClientError> {
         path: socket.to_path_buf(),
         source,
     };
-    let s = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
-        path: socket.to_path_buf(),
-        source,
-    })?;
+    let s = connect_waiting(socket)?;
     // Before a request is sent: nothing, not even the verb, goes to a stranger's socket.
     let (uid, me) = (
         super::peer::peer_uid(&s).map_err(io)?,
@@ -253,6 +252,33 @@ pub fn call(socket: &Path, verb: &Verb) -> Result<Value, ClientError> {
         )));
     }
     Ok(value)
+}
+
+/// Connects to the admin socket, waiting up to [`CONNECT_WAIT`] while it is not there yet
+/// or nobody accepts on it: a floodgate started a moment ago binds its listeners, then
+/// serves the socket, so a verb run right after `floodgate run &` finds it once it can
+/// answer (and its listeners take mail).
+fn connect_waiting(socket: &Path) -> Result<UnixStream, ClientError> {
+    let deadline = std::time::Instant::now() + CONNECT_WAIT;
+    loop {
+        match UnixStream::connect(socket) {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(source) => {
+                return Err(ClientError::Connect {
+                    path: socket.to_path_buf(),
+                    source,
+                })
+            }
+        }
+    }
 }
 
 /// Sends one request over `io`, a connected stream (the admin socket, or the admin TCP

@@ -70,9 +70,24 @@ struct Running {
 
 impl Running {
     fn start(config: &Path, cwd: &Path, stderr: PathBuf) -> Running {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
-            .args(["run", "--config"])
-            .arg(config)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_floodgate"));
+        cmd.args(["run", "--config"]).arg(config);
+        Running::spawn(cmd, cwd, stderr)
+    }
+
+    /// `floodgate run` started by `sh -c "ulimit …; exec floodgate run --config CONFIG"`:
+    /// `ulimit` sets the open-file limits it starts with.
+    fn start_with_ulimit(ulimit: &str, config: &Path, cwd: &Path, stderr: PathBuf) -> Running {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("{ulimit} && exec \"$0\" run --config \"$1\""))
+            .arg(env!("CARGO_BIN_EXE_floodgate"))
+            .arg(config);
+        Running::spawn(cmd, cwd, stderr)
+    }
+
+    fn spawn(mut cmd: Command, cwd: &Path, stderr: PathBuf) -> Running {
+        let mut child = cmd
             .current_dir(cwd)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
@@ -493,4 +508,93 @@ fn held_for(config: &Path, cwd: &Path) -> usize {
     let list = verb(&["held", "list", "--json", "--key", USER], config, cwd);
     let v: serde_json::Value = serde_json::from_str(&list).expect("json");
     v["held"].as_array().map_or(0, Vec::len)
+}
+
+/// The hard open-file limit of this test process (inherited by what it starts).
+fn hard_open_files() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct we pass.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    lim.rlim_max
+}
+
+/// `LimitNOFILE=` of the shipped systemd unit.
+fn unit_open_files() -> u64 {
+    let unit = fs::read_to_string(repo_root().join("conf/floodgate.service")).unwrap();
+    unit.lines()
+        .find_map(|l| l.strip_prefix("LimitNOFILE="))
+        .expect("LimitNOFILE= in conf/floodgate.service")
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
+/// Descriptors the shipped config needs: two per session, one per admin connection, room
+/// for listeners and files (as floodgate counts them at start).
+fn shipped_needs() -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = install(dir.path(), closed_port());
+    let c = Generation::load(&conf).unwrap_or_else(|e| panic!("{e}"));
+    let c = &c.config;
+    floodgate::server::FdLimit::needed(
+        c.server.max_connections,
+        c.admin.max_descriptors(c.metrics.is_some()),
+    )
+}
+
+#[test]
+fn shipped_sessions_fit_the_units_open_file_limit() {
+    let needs = shipped_needs();
+    let unit = unit_open_files();
+    assert!(
+        needs <= unit,
+        "shipped config needs {needs} descriptors, the unit grants {unit}"
+    );
+    // And a common interactive hard limit, where the README's first commands run.
+    assert!(needs <= 20_000, "shipped config needs {needs} descriptors");
+}
+
+#[test]
+fn floodgate_raises_its_soft_open_file_limit_before_it_warns() {
+    let needs = shipped_needs();
+    let hard = hard_open_files();
+    let dir = tempfile::tempdir().unwrap();
+    let conf = install(dir.path(), closed_port());
+    if hard >= needs {
+        // A low soft limit under a hard one that fits: raised, no warning.
+        let mut fg = Running::start_with_ulimit(
+            "ulimit -S -n 1024",
+            &conf,
+            dir.path(),
+            dir.path().join("raised.log"),
+        );
+        let log = fg.log();
+        assert!(
+            log.contains(&format!("open-file limit limit={hard}")),
+            "soft limit not raised to {hard}:\n{log}"
+        );
+        assert!(!log.contains("cannot hold"), "{log}");
+        fg.terminate();
+    } else {
+        eprintln!("hard open-file limit {hard} < {needs}: the raise is not tried here");
+    }
+    // A hard limit that cannot hold the sessions: one warning naming both numbers.
+    let mut fg = Running::start_with_ulimit(
+        "ulimit -n 4096",
+        &conf,
+        dir.path(),
+        dir.path().join("short.log"),
+    );
+    let log = fg.log();
+    assert_eq!(
+        log.matches("cannot hold [server] max_connections").count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("soft=4096"), "{log}");
+    assert!(log.contains(&format!("needed={needs}")), "{log}");
+    fg.terminate();
 }

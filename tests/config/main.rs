@@ -11,4 +11,5 @@ mod default_config;
 mod package_config;
 mod policy_check;
 mod policy_config;
+mod readme_blocks;
 mod readme_signals;

@@ -372,7 +372,7 @@ fn cli_without_a_running_floodgate() {
     assert!(!out.ok(), "{out}");
     assert!(
         out.stderr.contains(&format!(
-            "cannot connect to admin socket {}: No such file or directory",
+            "cannot connect to admin socket {} (waited 5s): No such file or directory",
             sock.display()
         )),
         "{out}"

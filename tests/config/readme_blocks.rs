@@ -1,0 +1,582 @@
+//! The README's blocks work pasted as they stand:
+//! - every TOML example, merged into the shipped `conf/floodgate.toml` as the README's
+//!   "Configuration" says (keys replace, `[[limit]]`s are added, a `[[listener]]` replaces
+//!   the one of its name), passes `floodgate check` with the files it names made in a
+//!   temporary root;
+//! - the worked example's shell blocks run one after the other in one shell, in a copy of
+//!   the repository's layout (only the ports are changed, and `./target/release/floodgate`
+//!   is this build), and print what the README shows after each of them;
+//! - every other shell block is named here with the test that runs it instead, so a new
+//!   block cannot go untested unnoticed;
+//! - the Postfix `main.cf` block means what it says to Postfix's own `postconf`;
+//! - every repository file the README names exists.
+
+use crate::common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::redis::RedisServer;
+use common::*;
+
+/// One fenced block of the README.
+struct Block {
+    /// Line of the opening fence (1-based).
+    line: usize,
+    /// The info string (`sh`, `toml`, or empty).
+    lang: String,
+    text: String,
+    /// The README's text between the previous block and this one.
+    before: String,
+}
+
+fn readme() -> String {
+    fs::read_to_string(repo_root().join("README.md")).expect("README.md")
+}
+
+fn blocks(readme: &str) -> Vec<Block> {
+    let mut out = Vec::new();
+    let mut open: Option<(usize, String, String)> = None;
+    let mut prose = String::new();
+    for (i, l) in readme.lines().enumerate() {
+        match (&mut open, l.strip_prefix("```")) {
+            (None, Some(lang)) => open = Some((i + 1, lang.trim().to_string(), String::new())),
+            (Some(_), Some("")) => {
+                let (line, lang, text) = open.take().unwrap();
+                out.push(Block {
+                    line,
+                    lang,
+                    text,
+                    before: std::mem::take(&mut prose),
+                });
+            }
+            (Some((_, _, text)), _) => {
+                text.push_str(l);
+                text.push('\n');
+            }
+            (None, None) => {
+                prose.push_str(l);
+                prose.push('\n');
+            }
+        }
+    }
+    assert!(open.is_none(), "README ends inside a block");
+    out
+}
+
+#[test]
+fn blocks_are_read_with_their_lines() {
+    let b = blocks("a\n```sh\nx\n```\n\n```\ny\n```\n");
+    assert_eq!(b.len(), 2);
+    assert_eq!(
+        (b[0].line, b[0].lang.as_str(), b[0].text.as_str()),
+        (2, "sh", "x\n")
+    );
+    assert_eq!(
+        (b[1].line, b[1].lang.as_str(), b[1].before.as_str()),
+        (6, "", "\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// TOML examples
+
+/// Merges `add` into `base` as the README's "Configuration" says.
+fn merge(base: &mut toml::Table, add: toml::Table) {
+    for (k, v) in add {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(a)) => merge(b, a),
+            (Some(toml::Value::Array(b)), toml::Value::Array(a))
+                if k == "limit" || k == "listener" =>
+            {
+                for item in a {
+                    let name = item.get("name").cloned();
+                    match b
+                        .iter_mut()
+                        .find(|x| name.is_some() && x.get("name") == name.as_ref())
+                    {
+                        Some(same) => *same = item,
+                        None => b.push(item),
+                    }
+                }
+            }
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+#[test]
+fn merging_replaces_keys_adds_limits_and_replaces_listeners_by_name() {
+    let mut base: toml::Table = toml::from_str(
+        "[server]\nhostname = \"a\"\nmax_errors = 3\n[[limit]]\nname = \"x\"\n\
+         [[listener]]\nname = \"s\"\naddress = \"1\"\n",
+    )
+    .unwrap();
+    let add: toml::Table = toml::from_str(
+        "[server]\nhostname = \"b\"\n[[limit]]\nname = \"y\"\n\
+         [[listener]]\nname = \"s\"\naddress = \"2\"\n",
+    )
+    .unwrap();
+    merge(&mut base, add);
+    assert_eq!(base["server"]["hostname"].as_str(), Some("b"));
+    assert_eq!(base["server"]["max_errors"].as_integer(), Some(3));
+    assert_eq!(base["limit"].as_array().unwrap().len(), 2);
+    let l = base["listener"].as_array().unwrap();
+    assert_eq!((l.len(), l[0]["address"].as_str()), (1, Some("2")));
+}
+
+/// A temporary root with what the README's examples name: `<root>/var/lib/floodgate`,
+/// `<root>/var/spool/floodgate`, `<root>/var/log/postfix.log`,
+/// `<root>/etc/floodgate/redis.pass`, and the shipped config in `<root>/conf` beside a
+/// `certs` link and a `bulk-senders.txt`.
+struct Root {
+    dir: tempfile::TempDir,
+}
+
+impl Root {
+    fn new() -> Root {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        for d in [
+            "var/lib/floodgate",
+            "var/spool/floodgate",
+            "var/log",
+            "etc/floodgate",
+            "conf",
+        ] {
+            fs::create_dir_all(r.join(d)).unwrap();
+        }
+        fs::write(r.join("var/log/postfix.log"), "").unwrap();
+        fs::write(r.join("etc/floodgate/redis.pass"), "a-redis-password\n").unwrap();
+        fs::create_dir_all(r.join("usr/local/bin")).unwrap();
+        let pager = r.join("usr/local/bin/page-postmaster");
+        fs::write(&pager, "#!/bin/sh\ncat >/dev/null\n").unwrap();
+        fs::set_permissions(&pager, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        fs::write(r.join("conf/bulk-senders.txt"), "192.0.2.10 5000\n").unwrap();
+        std::os::unix::fs::symlink(repo_root().join("certs"), r.join("certs")).unwrap();
+        Root { dir }
+    }
+
+    /// `text` with the absolute paths of the examples moved under the root.
+    fn rooted(&self, text: &str) -> String {
+        let r = self.dir.path().display().to_string();
+        [
+            "/var/lib/floodgate",
+            "/var/spool/floodgate",
+            "/var/log/postfix.log",
+            "/etc/floodgate",
+            "/usr/local/bin/page-postmaster",
+        ]
+        .iter()
+        .fold(text.to_string(), |t, p| t.replace(p, &format!("{r}{p}")))
+    }
+}
+
+#[test]
+fn every_toml_example_passes_check_inside_the_shipped_config() {
+    let shipped = fs::read_to_string(repo_root().join("conf/floodgate.toml")).unwrap();
+    let readme = readme();
+    let examples: Vec<Block> = blocks(&readme)
+        .into_iter()
+        .filter(|b| b.lang == "toml")
+        .collect();
+    assert!(examples.len() >= 10, "{} TOML examples", examples.len());
+    let mut failed = Vec::new();
+    for b in &examples {
+        let root = Root::new();
+        let mut config: toml::Table = toml::from_str(&shipped).unwrap();
+        // The Redis example's server: a local one with the example's user and password
+        // (without TLS: rediss:// becomes redis://).
+        let mut text = root.rooted(&b.text);
+        let _redis = text.contains("redis.internal").then(|| {
+            let r = RedisServer::start_with(&[
+                "--user",
+                "floodgate",
+                "on",
+                ">a-redis-password",
+                "~*",
+                "&*",
+                "+@all",
+            ]);
+            let port = r.url().rsplit(':').next().unwrap().to_string();
+            text = text.replace(
+                "rediss://floodgate@redis.internal:6380/0",
+                &format!("redis://floodgate@127.0.0.1:{port}/0"),
+            );
+            r
+        });
+        let add: toml::Table = match toml::from_str(&text) {
+            Ok(t) => t,
+            Err(e) => {
+                failed.push(format!("README.md:{}: not TOML: {e}", b.line));
+                continue;
+            }
+        };
+        merge(&mut config, add);
+        let path = root.dir.path().join("conf/floodgate.toml");
+        fs::write(&path, toml::to_string(&config).unwrap()).unwrap();
+        let out = run_with_timeout(
+            Command::new(env!("CARGO_BIN_EXE_floodgate"))
+                .args(["check", "--config"])
+                .arg(&path),
+            Duration::from_secs(60),
+        );
+        if !out.ok() {
+            failed.push(format!("README.md:{}:\n{}\n{out}", b.line, b.text));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Shell blocks
+
+/// Why a shell block outside the worked example is not run here: the test that runs what
+/// it does. Keyed by the block's first line.
+const RUN_ELSEWHERE: &[(&str, &str)] = &[
+    (
+        "cargo run --release -- demo",
+        "tests/operate/demo.rs runs `floodgate demo --once`",
+    ),
+    (
+        "cargo run --release -- run --config conf/floodgate.toml",
+        "tests/config/default_config.rs runs the shipped config",
+    ),
+    (
+        "bash .ci/install.sh && cargo test",
+        "it is CI itself (.ci/run)",
+    ),
+    (
+        "dpkg -i target/debian/floodgate_*.deb",
+        ".ci/package.sh installs the package in a scratch root",
+    ),
+    (
+        "floodgate inspect alice",
+        "illustrations of the admin verbs: tests/operate/admin_verbs.rs",
+    ),
+    (
+        "floodgate held list",
+        "illustrations with placeholder IDs: tests/contain/hold.rs",
+    ),
+    (
+        "floodgate restricted",
+        "illustrations of the incident verbs: tests/contain/restrict.rs",
+    ),
+    (
+        "floodgate outcome 4XyzQ1bCDf",
+        "needs a queue id upstream gave: tests/contain/outcomes_ratio.rs",
+    ),
+];
+
+const WORKED: &str = "## A worked example with swaks";
+
+/// The shell blocks of the worked example, in order, each with the output block the
+/// README prints right after it (if any).
+fn worked_example(all: &[Block]) -> Vec<(&Block, Option<&Block>)> {
+    let readme = readme();
+    let start = readme[..readme.find(WORKED).expect("the worked example")]
+        .lines()
+        .count();
+    let end = start
+        + readme[readme.find(WORKED).unwrap()..]
+            .find("\n## ")
+            .map(|i| readme[readme.find(WORKED).unwrap()..][..i].lines().count())
+            .unwrap();
+    let inside: Vec<&Block> = all
+        .iter()
+        .filter(|b| b.line > start && b.line < end)
+        .collect();
+    let mut out = Vec::new();
+    for (i, b) in inside.iter().enumerate() {
+        if b.lang != "sh" {
+            continue;
+        }
+        let output = inside
+            .get(i + 1)
+            .filter(|n| n.lang.is_empty() && n.before.trim().is_empty())
+            .copied();
+        out.push((*b, output));
+    }
+    out
+}
+
+#[test]
+fn every_shell_block_is_run_here_or_named_with_its_test() {
+    let readme = readme();
+    let all = blocks(&readme);
+    let worked: Vec<usize> = worked_example(&all).iter().map(|(b, _)| b.line).collect();
+    assert!(worked.len() >= 6, "{worked:?}");
+    for b in all.iter().filter(|b| b.lang == "sh" || b.lang == "bash") {
+        if worked.contains(&b.line) {
+            continue;
+        }
+        let first = b.text.lines().next().unwrap_or("");
+        assert!(
+            RUN_ELSEWHERE.iter().any(|(k, _)| first.starts_with(k)),
+            "README.md:{}: a shell block neither run by this test nor named in RUN_ELSEWHERE:\n{}",
+            b.line,
+            b.text
+        );
+    }
+    // Each entry still names a block.
+    for (k, why) in RUN_ELSEWHERE {
+        assert!(
+            all.iter()
+                .any(|b| b.text.lines().next().unwrap_or("").starts_with(k)),
+            "RUN_ELSEWHERE names no block starting {k:?} ({why})"
+        );
+    }
+}
+
+/// A line compared without its numbers and runs of spaces (rates, times and ports differ
+/// from run to run; the words and the shape may not).
+fn shape(line: &str) -> String {
+    let mut out = String::new();
+    let mut digits = false;
+    for c in line.trim().chars() {
+        if c.is_ascii_digit() || (digits && c == '.') {
+            if !digits {
+                out.push('#');
+            }
+            digits = true;
+        } else {
+            digits = false;
+            if c.is_whitespace() {
+                if !out.ends_with(' ') {
+                    out.push(' ');
+                }
+            } else {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn shapes_mask_numbers_and_spaces() {
+    assert_eq!(shape("  9.997  10   100%  "), "# # #%");
+    assert_eq!(shape("try again in 190 seconds"), "try again in # seconds");
+}
+
+#[test]
+fn the_worked_example_runs_as_printed() {
+    let readme = readme();
+    let all = blocks(&readme);
+    let steps = worked_example(&all);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // The repository's layout: the shipped config, certificates, the recorder, the binary.
+    fs::create_dir_all(d.join("conf")).unwrap();
+    fs::create_dir_all(d.join("tests/upstream")).unwrap();
+    fs::create_dir_all(d.join("target/release")).unwrap();
+    std::os::unix::fs::symlink(repo_root().join("certs"), d.join("certs")).unwrap();
+    std::os::unix::fs::symlink(
+        repo_root().join("tests/upstream/recorder.py"),
+        d.join("tests/upstream/recorder.py"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_floodgate"),
+        d.join("target/release/floodgate"),
+    )
+    .unwrap();
+    // Free ports for the README's fixed ones, in the config and in the commands alike.
+    let ports: Vec<(String, String)> = ["2587", "2465", "2525", "10025"]
+        .iter()
+        .map(|p| (p.to_string(), closed_port().port().to_string()))
+        .collect();
+    let swap = |text: &str| {
+        // The example's scratch files (`/tmp/upstream.jsonl`, `/tmp/recorder.out`) in the
+        // test's own directory.
+        let mut t = text.replace("/tmp/", &format!("{}/", d.display()));
+        for (from, to) in &ports {
+            t = t
+                .replace(&format!("127.0.0.1:{from}"), &format!("127.0.0.1:{to}"))
+                .replace(&format!("--port {from}"), &format!("--port {to}"));
+        }
+        t
+    };
+    let shipped = fs::read_to_string(repo_root().join("conf/floodgate.toml")).unwrap();
+    fs::write(d.join("conf/floodgate.toml"), swap(&shipped)).unwrap();
+    let mut script = String::from("exec 2>>\"$STDERR\"\n");
+    for (i, (b, _)) in steps.iter().enumerate() {
+        script.push_str(&format!("echo '@@step {i}'\n{}\n", swap(&b.text)));
+    }
+    script.push_str("echo '@@end'\n");
+    fs::write(d.join("worked.sh"), &script).unwrap();
+    let stderr = d.join("stderr.log");
+    let out = run_with_timeout(
+        Command::new("timeout")
+            .args(["-k", "5", "180", "setsid", "bash", "worked.sh"])
+            .current_dir(d)
+            .env("STDERR", &stderr)
+            .env_remove("RUST_LOG"),
+        Duration::from_secs(200),
+    );
+    let log = fs::read_to_string(&stderr).unwrap_or_default();
+    let context = || format!("script:\n{script}\nstdout:\n{}\nstderr:\n{log}", out.stdout);
+    assert!(
+        out.stdout.contains("@@end"),
+        "the example did not finish\n{}",
+        context()
+    );
+    // What each step printed, against the README's output block after it.
+    let printed: Vec<&str> = out.stdout.split("@@step ").skip(1).collect();
+    assert_eq!(printed.len(), steps.len(), "{}", context());
+    let mut compared = 0;
+    for ((b, expected), got) in steps.iter().zip(&printed) {
+        let Some(expected) = expected else { continue };
+        let got: Vec<String> = got.lines().map(shape).collect();
+        for want in expected
+            .text
+            .lines()
+            .filter(|l| l.trim() != "..." && !l.trim().is_empty())
+        {
+            assert!(
+                got.contains(&shape(&swap(want))),
+                "README.md:{}: the line {want:?} was not printed\n{}",
+                b.line,
+                context()
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared >= 15, "only {compared} lines compared");
+    // The restart kept the state and the last block stopped both processes.
+    assert!(
+        log.contains("rate limit state loaded keys="),
+        "{}",
+        context()
+    );
+    assert!(
+        !log.contains("cannot connect to admin socket"),
+        "{}",
+        context()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Postfix's main.cf and the files named
+
+#[test]
+fn the_postfix_main_cf_block_means_what_it_says() {
+    let readme = readme();
+    let all = blocks(&readme);
+    let b = all
+        .iter()
+        .find(|b| b.before.trim_end().ends_with("`main.cf`:"))
+        .expect("the main.cf block");
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("main.cf"), &b.text).unwrap();
+    fs::write(dir.path().join("master.cf"), "").unwrap();
+    let out = run_with_timeout(
+        Command::new("/usr/sbin/postconf")
+            .arg("-c")
+            .arg(dir.path())
+            .args([
+                "-h",
+                "mynetworks",
+                "smtpd_sasl_path",
+                "smtpd_sasl_authenticated_header",
+            ])
+            .args(["inet_protocols"]),
+        Duration::from_secs(30),
+    );
+    assert!(out.ok(), "{out}");
+    assert_eq!(
+        out.stdout.lines().collect::<Vec<_>>(),
+        ["192.0.2.0/24", "private/auth", "yes", "all"],
+        "{out}"
+    );
+    // No value of the block carries a comment Postfix would keep.
+    for l in b.text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        assert!(!l.contains('#'), "README.md:{}: {l:?}", b.line);
+    }
+}
+
+/// Paths under the repository's top-level directories that the README names.
+fn named_paths(readme: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for word in readme.split(|c: char| c.is_whitespace() || "`()[],;\"'".contains(c)) {
+        let word = word.trim_end_matches(['.', ':']);
+        let top = [
+            "src/", "tests/", "conf/", "certs/", "benches/", "fuzz/", ".ci/",
+        ];
+        if top.iter().any(|t| word.starts_with(t)) && word.len() > 5 {
+            out.push(word.split(':').next().unwrap().to_string());
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether `pattern` (a path, with `*` standing for any part of one name) matches a file
+/// under `root`.
+fn exists(root: &Path, pattern: &str) -> bool {
+    let mut dirs = vec![PathBuf::from(root)];
+    for part in pattern.split('/').filter(|p| !p.is_empty()) {
+        let mut next = Vec::new();
+        for d in &dirs {
+            if !part.contains('*') {
+                let p = d.join(part);
+                if p.exists() {
+                    next.push(p);
+                }
+                continue;
+            }
+            let (pre, post) = part.split_once('*').unwrap();
+            for e in fs::read_dir(d).into_iter().flatten().flatten() {
+                let n = e.file_name().to_string_lossy().to_string();
+                if n.starts_with(pre) && n.ends_with(post.trim_start_matches('*')) {
+                    next.push(e.path());
+                }
+            }
+        }
+        dirs = next;
+    }
+    !dirs.is_empty()
+}
+
+#[test]
+fn every_file_the_readme_names_exists() {
+    let root = repo_root();
+    let shipped = fs::read_to_string(root.join("conf/floodgate.toml")).unwrap();
+    let named = named_paths(&readme());
+    assert!(named.len() > 30, "{named:?}");
+    let missing: Vec<&String> = named
+        .iter()
+        .filter(|p| !exists(&root, p))
+        // What floodgate writes next to the shipped config when it runs.
+        .filter(|p| {
+            let name = p.strip_prefix("conf/").unwrap_or("");
+            name.is_empty() || !shipped.contains(name)
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the README names files that are not there: {missing:?}"
+    );
+}
+
+#[test]
+fn named_paths_and_patterns_are_read_as_meant() {
+    let found =
+        named_paths("see `tests/smarthost/smarthost_postfix*.rs`, (conf/x.toml) and src/a.rs:12.");
+    assert_eq!(
+        found,
+        [
+            "conf/x.toml",
+            "src/a.rs",
+            "tests/smarthost/smarthost_postfix*.rs"
+        ]
+    );
+    let root = repo_root();
+    assert!(exists(&root, "tests/smarthost/smarthost_postfix*.rs"));
+    assert!(!exists(&root, "tests/smarthost_postfix*.rs"));
+}
