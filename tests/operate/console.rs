@@ -997,7 +997,7 @@ fn held_filters_selection_message_pages_and_the_incident_page() {
     assert!(b.contains("<dt>by</dt><dd>admin</dd>"), "{b}");
     assert!(b.contains("id=\"evidence\""), "{b}");
     assert!(
-        b.contains("<td data-label=\"address\">127.0.0.1</td>"),
+        b.contains("<th scope=\"row\">top recipient domains</th>"),
         "{b}"
     );
     assert!(
