@@ -241,6 +241,12 @@ impl Policy for RatePolicy {
     fn reload(&self, model: Arc<PolicyModel>) {
         self.install(model);
     }
+
+    fn transaction(&self, t: &crate::policy::alert::Transaction<'_>) {
+        if let Some(o) = self.observer() {
+            o.transaction(t);
+        }
+    }
 }
 
 impl super::expiry::Sweeper for RatePolicy {
