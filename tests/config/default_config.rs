@@ -513,12 +513,12 @@ fn shipped_config_restricts_a_stolen_account_and_holds_its_further_mail() {
         text.contains("Auto-Submitted: auto-generated\r\n"),
         "{text}"
     );
-    assert!(text.contains("Limit:   user-recipients-day\r\n"), "{text}");
+    assert!(text.contains("Limit:  user-recipients-day\r\n"), "{text}");
 }
 
 /// The messages upstream got from clients: without floodgate's own alert mail (from the
 /// null sender).
-fn client_mail(rec: &Recorder) -> Vec<common::recorder::Message> {
+fn client_mail(rec: &Recorder) -> Vec<common::Message> {
     rec.messages()
         .into_iter()
         .filter(|m| !m.mail_from.is_empty())
