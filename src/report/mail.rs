@@ -27,7 +27,7 @@ pub struct OutMail {
 }
 
 /// The longest value of one body line or header field, in characters; longer ones are cut.
-const MAX_VALUE: usize = 400;
+pub const MAX_VALUE: usize = 400;
 
 /// `s` on one line: control characters (CR, LF, TAB, …) become spaces, at most
 /// [`MAX_VALUE`] characters (cut with `…`).

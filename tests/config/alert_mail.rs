@@ -91,7 +91,7 @@ fn bad_mail_settings_fail_check_at_their_place() {
         let file = dir.path().join("f.toml");
         let want = format!("{}:{at}: ", file.display());
         assert!(err.contains(&want), "{body}: want {want:?} in {err}");
-        assert!(err.contains(&message), "{body}: want {message:?} in {err}");
+        assert!(err.contains(message), "{body}: want {message:?} in {err}");
     }
 }
 
