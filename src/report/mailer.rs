@@ -217,3 +217,91 @@ pub async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transport that answers every mail with `answer` and keeps the subjects.
+    struct Fixed {
+        answer: Result<String, String>,
+        sent: Mutex<Vec<String>>,
+    }
+
+    impl MailTransport for Fixed {
+        fn send<'a>(&'a self, mail: &'a OutMail) -> SendFuture<'a> {
+            self.sent.lock().unwrap().push(mail.subject.clone());
+            let r = self.answer.clone().map_err(MailError::Send);
+            Box::pin(async move { r })
+        }
+    }
+
+    fn mail(subject: &str) -> OutMail {
+        OutMail {
+            to: vec!["p@uni.test".into()],
+            subject: subject.into(),
+            message: b"Subject: x\r\n\r\nx\r\n".to_vec(),
+        }
+    }
+
+    #[tokio::test]
+    async fn results_are_counted_and_a_full_queue_drops() {
+        let metrics = Arc::new(Metrics::new());
+        let (m, _rx) = Mailer::new();
+        // Without a transport: failed, not sent.
+        assert!(matches!(
+            m.send(&mail("a")).await,
+            Err(MailError::NoTransport)
+        ));
+        let t = Arc::new(Fixed {
+            answer: Ok("250 queued".into()),
+            sent: Mutex::default(),
+        });
+        m.install(t.clone(), metrics.clone());
+        assert_eq!(m.send(&mail("b")).await.unwrap(), "250 queued");
+        assert_eq!(*t.sent.lock().unwrap(), ["b"]);
+        assert_eq!(metrics.alert_mail_of("sent"), 1);
+        // Nobody takes from the queue: the one past its length is dropped and counted.
+        for i in 0..=MAIL_QUEUE {
+            m.offer(mail(&i.to_string()));
+        }
+        assert_eq!(metrics.alert_mail_of("dropped"), 1);
+
+        let (m, _rx) = Mailer::new();
+        m.install(
+            Arc::new(Fixed {
+                answer: Err("550 5.1.1 no such user".into()),
+                sent: Mutex::default(),
+            }),
+            metrics.clone(),
+        );
+        let e = m.send(&mail("c")).await.unwrap_err();
+        assert_eq!(e.to_string(), "550 5.1.1 no such user");
+        assert_eq!(metrics.alert_mail_of("failed"), 1);
+        assert_eq!(metrics.alert_mail_of("sent"), 1);
+    }
+
+    #[test]
+    fn releases_are_remembered_for_a_day() {
+        let (m, _rx) = Mailer::new();
+        let released = |key: &str| {
+            Notice::Restriction(serde_json::json!({"event": "floodgate.released", "key": key}))
+        };
+        m.noted(&released("a"), 0);
+        m.noted(
+            &Notice::Restriction(serde_json::json!({"event": "floodgate.restricted"})),
+            1,
+        );
+        m.noted(&released("b"), DAY_US / 2);
+        assert_eq!(m.released.lock().unwrap().len(), 2);
+        m.noted(&released("c"), DAY_US + 1);
+        let keys: Vec<Value> = m
+            .released
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, v)| v["key"].clone())
+            .collect();
+        assert_eq!(keys, ["b", "c"]);
+    }
+}
