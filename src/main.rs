@@ -464,6 +464,14 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             sweep_policy.notify_with(Arc::new(floodgate::proxy::notify::UpstreamNotifier::new(
                 move || control.shared(),
             )));
+            // Alert mail too.
+            let control = server.control();
+            observers.mailer().install(
+                Arc::new(floodgate::proxy::notify::UpstreamMailer::new(move || {
+                    control.shared()
+                })),
+                metrics.clone(),
+            );
         }
         let hold_stop = tokio_util::sync::CancellationToken::new();
         if let Some(spool) = server.control().shared().hold.clone() {
@@ -502,6 +510,10 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             observer: Some(admin_observer),
             policy: Some(admin_policy),
         });
+        // The daily alert digest reads what the admin endpoints read.
+        observers
+            .mailer()
+            .digest_from(Arc::new(floodgate::admin::digest::AdminDigest(state.clone())));
         // Removed when `run` returns (at exit).
         let socket_file = match &admin_cfg.socket {
             Some(path) => match serve::serve_unix(path, state.clone(), admin_stop.clone()) {
@@ -951,6 +963,26 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
                 .as_ref()
                 .map_or("(none)".into(), |c| format!("{c:?}"))
         )?;
+        match &a.mail {
+            Some(m) => {
+                writeln!(
+                    out,
+                    "alerts: mail_to={} mail_from={} mail_digest={} public_url={} (through [upstream])",
+                    m.to.join(","),
+                    m.from.as_deref().unwrap_or("(MAILER-DAEMON@host name)"),
+                    m.digest.map_or("(none)".into(), |t| t.strftime("%H:%M local time").to_string()),
+                    m.public_url.as_deref().unwrap_or("(none: no link to the console)"),
+                )?;
+                for addr in m.example_recipients() {
+                    writeln!(
+                        out,
+                        "warning: [alerts] mail_to {addr} is the example address: change it \
+                         (mail to example domains reaches nobody)"
+                    )?;
+                }
+            }
+            None => writeln!(out, "alerts: mail off (no mail_to)")?,
+        }
     }
     check_other_sections(&generation, &mut out)?;
     check_restricted(&generation, &mut out)?;

@@ -14,6 +14,7 @@
 //! | GET | `/v1/restricted` | the restricted keys (see [`super::restricted`]) |
 //! | POST | `/v1/release?key=KEY&reason=TEXT` | ends a restriction |
 //! | POST | `/v1/restrict?key=KEY&for=DURATION&reason=TEXT` | restricts by hand |
+//! | POST | `/v1/alerts/digest` | sends the daily alert digest now (see [`super::digest`]) |
 //!
 //! HEAD is accepted wherever GET is. Answers are JSON (`{"error": …}` on failure).
 
@@ -76,7 +77,7 @@ impl AdminState {
                 ("GET, HEAD", get)
             }
             "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" | "/v1/release"
-            | "/v1/restrict" | "/v1/outcome" => ("POST", post),
+            | "/v1/restrict" | "/v1/outcome" | "/v1/alerts/digest" => ("POST", post),
             _ => return Response::error(404, &format!("no endpoint {}", req.path)),
         };
         if !ok {
@@ -118,6 +119,7 @@ impl AdminState {
             "/v1/release" => self.release(req).await,
             "/v1/restrict" => self.restrict(req).await,
             "/v1/outcome" => self.outcome(req).await,
+            "/v1/alerts/digest" => self.digest_now().await,
             _ => self.reload(),
         }
     }

@@ -16,6 +16,7 @@
 pub mod api;
 pub mod client;
 pub mod console;
+pub mod digest;
 pub mod held;
 pub mod http;
 pub mod inspect;

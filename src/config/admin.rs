@@ -70,6 +70,10 @@ pub struct RawAdmin {
     /// (default false: the console only shows).
     #[serde(default)]
     pub console_actions: Option<Spanned<bool>>,
+    /// The web console's address as people reach it (`https://floodgate.example.org`):
+    /// alert mail links to the key's page there.
+    #[serde(default)]
+    pub public_url: Option<Spanned<String>>,
 }
 
 /// `[admin.tls]` as written.
@@ -171,6 +175,9 @@ pub struct AdminConfig {
     pub limits: ListenerLimits,
     /// The wait after wrong tokens on the TCP address.
     pub login_delay: LoginDelay,
+    /// The web console's address as people reach it, without a trailing `/` (`None`:
+    /// alert mail carries no link).
+    pub public_url: Option<String>,
 }
 
 impl AdminConfig {
@@ -353,11 +360,13 @@ pub fn validate(
         None => None,
     };
     let limits = listener_limits(&admin, at)?;
+    let public_url = public_url(&admin, at)?;
     if admin.enabled == Some(false) {
         return Ok((
             metrics,
             AdminConfig {
                 limits,
+                public_url,
                 ..AdminConfig::default()
             },
         ));
@@ -449,8 +458,41 @@ pub fn validate(
             console_actions: admin.console_actions.is_some_and(|c| *c.get_ref()),
             limits,
             login_delay,
+            public_url,
         },
     ))
+}
+
+/// `[admin] public_url`: an `http://` or `https://` address of one word, kept without its
+/// trailing `/`.
+fn public_url(
+    admin: &RawAdmin,
+    at: &dyn Fn(Range<usize>, String) -> super::ConfigError,
+) -> Result<Option<String>, super::ConfigError> {
+    let Some(u) = &admin.public_url else {
+        return Ok(None);
+    };
+    let text = u.get_ref().trim_end_matches('/');
+    let rest = text
+        .strip_prefix("https://")
+        .or_else(|| text.strip_prefix("http://"));
+    let fine = rest.is_some_and(|r| {
+        !r.is_empty()
+            && !r.starts_with('/')
+            && r.chars()
+                .all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '<' | '>' | '\\' | '?' | '#'))
+    });
+    if !fine {
+        return Err(at(
+            u.span(),
+            format!(
+                "[admin] public_url {:?} is not an http:// or https:// address (e.g. \
+                 \"https://floodgate.example.org\")",
+                u.get_ref()
+            ),
+        ));
+    }
+    Ok(Some(text.to_string()))
 }
 
 #[cfg(test)]

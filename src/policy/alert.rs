@@ -200,6 +200,8 @@ pub struct AlertSettings {
     pub command: Option<Vec<String>>,
     /// Command time limit.
     pub command_timeout: Duration,
+    /// Alert mail (`mail_to`) and the daily digest.
+    pub mail: Option<mail::MailSettings>,
 }
 
 impl Default for AlertSettings {
@@ -213,6 +215,7 @@ impl Default for AlertSettings {
             webhook_timeout: Duration::from_secs(5),
             command: None,
             command_timeout: Duration::from_secs(10),
+            mail: None,
         }
     }
 }
@@ -300,6 +303,7 @@ pub fn compile(config: &Config) -> Result<Option<AlertSettings>, ConfigError> {
         }
         s.command = Some(argv.clone());
     }
+    s.mail = mail::compile(config, a)?;
     Ok(Some(s))
 }
 
@@ -551,6 +555,8 @@ impl Alerter {
         }
     }
 }
+
+pub mod mail;
 
 #[cfg(test)]
 mod tests;

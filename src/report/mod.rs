@@ -5,7 +5,8 @@
 //! * [`analyze`] and [`render`]: `floodgate report`, per-key peaks replayed from the log,
 //!   percentiles, top keys and a suggested limit;
 //! * [`deliver`] and [`http`]: delivery of the alerts decided by
-//!   [`crate::policy::alert`] (log, webhook, command);
+//!   [`crate::policy::alert`] (log, webhook, command); [`mail`], [`mailer`] and [`digest`]:
+//!   alert mail and the daily digest;
 //! * [`crate::time`]: RFC 3339 and relative times; [`config`]: `[report]` compiled.
 //!
 //! [`Observers`] plugs the event log and the alerter into the engine
@@ -16,9 +17,12 @@ pub mod analyze;
 pub mod baseline;
 pub mod config;
 pub mod deliver;
+pub mod digest;
 pub mod events;
 pub mod html;
 pub mod http;
+pub mod mail;
+pub mod mailer;
 pub mod markup;
 pub mod render;
 pub mod svg;
@@ -50,6 +54,7 @@ pub struct ObserverSettings<'a> {
 pub struct Observers {
     events: EventLog,
     alerter: Arc<Alerter>,
+    mailer: Arc<mailer::Mailer>,
     host: Arc<RwLock<String>>,
     baselines: std::sync::OnceLock<Arc<baseline::BaselineKeeper>>,
 }
@@ -72,10 +77,24 @@ impl Observers {
         let (alerter, rx) = Alerter::new(settings.alerts.cloned());
         let alerter = Arc::new(alerter);
         let host = Arc::new(RwLock::new(settings.host.to_string()));
-        tokio::spawn(deliver::run(alerter.clone(), rx, host.clone()));
+        let (mailer, mail_rx) = mailer::Mailer::new();
+        let mailer = Arc::new(mailer);
+        tokio::spawn(deliver::run(
+            alerter.clone(),
+            rx,
+            host.clone(),
+            mailer.clone(),
+        ));
+        tokio::spawn(mailer::run(
+            mailer.clone(),
+            mail_rx,
+            alerter.clone(),
+            host.clone(),
+        ));
         Ok(Arc::new(Observers {
             events: EventLog::new(settings.report),
             alerter,
+            mailer,
             host,
             baselines: std::sync::OnceLock::new(),
         }))
@@ -107,6 +126,18 @@ impl Observers {
     /// The alerter.
     pub fn alerter(&self) -> &Alerter {
         &self.alerter
+    }
+
+    /// Alert mail: install its transport and the digest's source here.
+    pub fn mailer(&self) -> &mailer::Mailer {
+        &self.mailer
+    }
+
+    /// Makes and sends the daily digest now (with the settings in force).
+    pub async fn digest_now(&self) -> Result<String, mailer::MailError> {
+        let settings = self.alerter.settings().ok_or(mailer::MailError::Off)?;
+        let host = self.host.read().unwrap_or_else(|e| e.into_inner()).clone();
+        self.mailer.digest(&settings, &host).await
     }
 }
 
