@@ -64,8 +64,8 @@ impl std::error::Error for PathErrors {}
 
 impl Config {
     /// Every path this config makes floodgate write, read or run, in this order: `[tls]`,
-    /// `[upstream] ca_file`, `[store]`, `[admin] socket`, `[report] events`, `[hold] dir`,
-    /// `[alerts] command`.
+    /// `[upstream] ca_file`, `[store]`, `[admin] socket`, `[admin] audit`, `[report] events`,
+    /// `[hold] dir`, `[alerts] command`.
     pub fn paths(&self) -> Vec<ConfigPath> {
         let mut v = Vec::new();
         let mut add = |label, section, key, path: PathBuf, used, required| {
@@ -141,6 +141,16 @@ impl Config {
                 s.clone(),
                 PathUse::Written,
                 required,
+            );
+        }
+        if let Some(p) = &self.admin.audit {
+            add(
+                "[admin] audit",
+                "admin",
+                "audit",
+                p.clone(),
+                PathUse::Written,
+                true,
             );
         }
         if let Some(e) = &self.report.events {

@@ -318,7 +318,8 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
         msgs[1].rcpts
     );
     assert!(held_ids(&fg.admin_socket()).is_empty());
-    assert!(fg.stderr().contains("by=console"), "{}", fg.stderr());
+    // Done as the token's name (the token file's stem).
+    assert!(fg.stderr().contains("by=token:token"), "{}", fg.stderr());
 
     // With scripting off every read-only page still renders, charts included.
     let ns = &facts["noscript"];
@@ -387,7 +388,7 @@ fn bad_inputs_get_clear_refusals() {
     assert_eq!(a.status, 401, "{a}");
     after_wrong();
     // Actions without credentials: 401, nothing done.
-    let release = |id: &str| format!("/console/act/held/release?id={id}");
+    let release = |id: &str| format!("/console/act/held/release?id={id}&reason=checked");
     let a = http(addr, "POST", &release(&ids[0]), &[], "");
     assert_eq!(a.status, 401, "{a}");
 
@@ -443,6 +444,15 @@ fn bad_inputs_get_clear_refusals() {
     assert_eq!(held_ids(&sock).len(), 3, "nothing was released");
     assert_eq!(rec.messages().len(), 1);
 
+    // A release without a reason: refused, saying so.
+    let bare = format!("/console/act/held/release?id={}", ids[0]);
+    let a = http(addr, "POST", &bare, &with(&[&csrf]), "");
+    assert_eq!(a.status, 400, "{a}");
+    assert!(
+        a.json()["error"].as_str().unwrap().contains("say why"),
+        "{a}"
+    );
+    assert_eq!(held_ids(&sock).len(), 3, "nothing was released");
     // A release, then the same release again: a clear message, delivered once.
     let a = http(addr, "POST", &release(&ids[0]), &with(&[&csrf]), "");
     assert_eq!(a.status, 200, "{a}");

@@ -143,6 +143,7 @@ def with_script(args, facts):
         # Release one held message and delete the other, by their buttons.
         look(d, args.base, "/console/held")
         row = d.find_element(By.CSS_SELECTOR, "tr[data-id='%s']" % args.release)
+        row.find_element(By.CSS_SELECTOR, "input.reason").send_keys("checked in the browser")
         click_twice(d, row, "release")
         facts["release_status"] = status_after(d, "")
         row = d.find_element(By.CSS_SELECTOR, "tr[data-id='%s']" % args.delete)

@@ -1,7 +1,10 @@
 // floodgate web console: the action buttons. Each button posts to its data-action URL
 // with this session's CSRF value in the X-Floodgate-CSRF header (read from the page; the
 // session cookie alone never authorises an action). A first click arms the button, a
-// second one within five seconds sends. Everything else in the console works without it.
+// second one within five seconds sends. A button with data-reason sends its row's reason
+// field (refused empty), and a ticked confirm box of its row confirm=true (the box shows
+// when the server answers that the release needs it). Everything else in the console works
+// without it.
 "use strict";
 (function () {
   const meta = document.querySelector('meta[name="floodgate-csrf"]');
@@ -28,6 +31,11 @@
       }
       url += (url.indexOf("?") >= 0 ? "&" : "?") + "reason=" + encodeURIComponent(reason);
     }
+    // Ticked after the server warned that the key is still restricted.
+    const confirmed = row ? row.querySelector("input.confirm") : null;
+    if (confirmed && confirmed.checked) {
+      url += (url.indexOf("?") >= 0 ? "&" : "?") + "confirm=true";
+    }
     b.disabled = true;
     try {
       const resp = await fetch(url, {
@@ -45,6 +53,9 @@
         }
       } else {
         say(body.error || "the server answered " + resp.status, true);
+        // Still restricted: show the box that confirms the release.
+        const box = body.confirm && row ? row.querySelector("label.confirm") : null;
+        if (box) box.hidden = false;
         b.disabled = false;
       }
     } catch (e) {

@@ -9,9 +9,10 @@ use serde_json::json;
 use super::auth::{self, Decision, Need, TokenCheck, Who};
 use super::html::Shell;
 use super::pages;
-use super::respond::{api, error_page};
+use super::respond::{api_as, error_page};
 use super::state::Console;
 use super::too_many_json;
+use crate::admin::actor::Actor;
 use crate::admin::http::ct_eq;
 use crate::admin::http::{Request, Response};
 
@@ -64,7 +65,7 @@ impl Console {
     fn who(&self, req: &Request, peer: IpAddr) -> Result<Who, Duration> {
         if req.header("authorization").is_some() {
             return match req.bearer().map(|t| self.check_token(t, peer)) {
-                Some(TokenCheck::Right) => Ok(Who::Bearer),
+                Some(TokenCheck::Right(name)) => Ok(Who::Bearer(name)),
                 Some(TokenCheck::Throttled(wait)) => Err(wait),
                 Some(TokenCheck::Wrong(_)) | None => Ok(Who::WrongToken),
             };
@@ -74,9 +75,10 @@ impl Console {
             .and_then(|c| auth::cookie(c, auth::COOKIE));
         Ok(
             match id.and_then(|id| Some((id, self.sessions.find(id, Instant::now())?))) {
-                Some((id, csrf)) => Who::Session {
+                Some((id, (csrf, name))) => Who::Session {
                     id: id.to_string(),
                     csrf,
+                    name,
                 },
                 None => Who::Nobody,
             },
@@ -163,7 +165,12 @@ pub async fn route(c: &Console, req: &Request, peer: IpAddr) -> Response {
         if !post {
             return Response::error(405, &format!("{} takes POST", req.path));
         }
-        return act(c, req).await;
+        let actor = match &who {
+            Who::Bearer(name) | Who::Session { name, .. } => Actor::Token(name.clone()),
+            // `decide` let no one else act.
+            Who::Nobody | Who::WrongToken => return Response::error(401, "log in first"),
+        };
+        return act(c, req, &actor).await;
     }
     if !get {
         return error_page(405, &format!("{} takes GET", req.path), &shell);
@@ -189,15 +196,15 @@ fn login(c: &Console, req: &Request, host: &str, peer: IpAddr) -> Response {
         // Nothing typed: no guess, nothing counted.
         return pages::login::page(401, Some("wrong token"), None, host);
     }
-    match c.check_token(given, peer) {
-        TokenCheck::Right => {}
+    let name = match c.check_token(given, peer) {
+        TokenCheck::Right(name) => name,
         TokenCheck::Wrong(wait) => {
             return pages::login::page(401, Some("wrong token"), Some(wait), host);
         }
         TokenCheck::Throttled(wait) => return too_many(wait, true, host),
-    }
-    let (id, _) = c.sessions.open(Instant::now());
-    tracing::info!(client = %peer, "console: session opened");
+    };
+    let (id, _) = c.sessions.open(&name, Instant::now());
+    tracing::info!(client = %peer, token = %name, "console: session opened");
     let mut r = redirect("/console/");
     r.headers
         .push(("Set-Cookie", auth::set_cookie(&id, c.secure)));
@@ -206,7 +213,7 @@ fn login(c: &Console, req: &Request, host: &str, peer: IpAddr) -> Response {
 
 fn logout(c: &Console, req: &Request, peer: IpAddr) -> Response {
     // The form carries the session's CSRF value: another site cannot log the user out.
-    if let Ok(Who::Session { id, csrf }) = c.who(req, peer) {
+    if let Ok(Who::Session { id, csrf, .. }) = c.who(req, peer) {
         let given = auth::form_field(&req.body, "csrf").unwrap_or_default();
         if !ct_eq(given.as_bytes(), csrf.as_bytes()) {
             return Response::error(403, "logout without this session's CSRF value");
@@ -218,8 +225,8 @@ fn logout(c: &Console, req: &Request, peer: IpAddr) -> Response {
     r
 }
 
-/// Runs one action through the admin API and says what happened, in words.
-async fn act(c: &Console, req: &Request) -> Response {
+/// Runs one action through the admin API as `who` and says what happened, in words.
+async fn act(c: &Console, req: &Request, who: &Actor) -> Response {
     let reason = req.param("reason").unwrap_or("").trim();
     let need = |name: &str| {
         req.param(name)
@@ -238,8 +245,9 @@ async fn act(c: &Console, req: &Request) -> Response {
             } else {
                 "/v1/held/delete"
             };
-            let q = [("id", id), ("by", "console"), ("reason", reason)];
-            let (status, v) = api(c, "POST", path, &q).await;
+            let confirm = req.param("confirm").unwrap_or("false");
+            let q = [("id", id), ("reason", reason), ("confirm", confirm)];
+            let (status, v) = api_as(c, who, "POST", path, &q).await;
             let verb = if release { "released" } else { "deleted" };
             let v = match status {
                 404 if v["error"]
@@ -251,6 +259,8 @@ async fn act(c: &Console, req: &Request) -> Response {
                          already (by another admin, the expiry or the pacer); nothing was done"
                     ) })
                 }
+                // Mail of a key still restricted: the API's warning, for the confirm box.
+                409 if v.get("restricted").is_some() => v,
                 409 => json!({ "error": format!(
                     "held message {id} is being released or deleted by another request right \
                      now; nothing was done"
@@ -264,7 +274,7 @@ async fn act(c: &Console, req: &Request) -> Response {
                 Ok(k) => k,
                 Err(r) => return r,
             };
-            let (status, v) = api(c, "POST", "/v1/reset", &[("key", key)]).await;
+            let (status, v) = api_as(c, who, "POST", "/v1/reset", &[("key", key)]).await;
             let n = v["removed"].as_u64().unwrap_or(0);
             (status, v, format!("{key}: {n} records removed"))
         }
@@ -277,20 +287,26 @@ async fn act(c: &Console, req: &Request) -> Response {
                 return Response::error(400, "say why the restriction ends (a reason)");
             }
             let q = [("key", key), ("reason", reason)];
-            let (status, v) = api(c, "POST", "/v1/release", &q).await;
+            let (status, v) = api_as(c, who, "POST", "/v1/release", &q).await;
             (status, v, format!("{key} released"))
         }
         p => return Response::error(404, &format!("no console action {p}")),
     };
     if status == 200 {
-        tracing::info!(action = %req.path, "console: action done");
+        tracing::info!(action = %req.path, by = %who, "console: action done");
         Response::json(200, &json!({ "message": done, "result": v }))
     } else {
         let e = v["error"]
             .as_str()
             .unwrap_or("the action failed")
             .to_string();
-        Response::error(status, &e)
+        // A refusal the page can answer (still restricted: confirm) says so.
+        let mut body = json!({ "error": e });
+        if let Some(r) = v.get("restricted") {
+            body["restricted"] = r.clone();
+            body["confirm"] = true.into();
+        }
+        Response::json(status, &body)
     }
 }
 

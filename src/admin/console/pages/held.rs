@@ -82,13 +82,19 @@ fn row(h: &HeldHead, section: &[u8], actions: bool) -> String {
     );
     if actions {
         let id = [("id", m.id.as_str())];
+        // A release needs a reason; one of mail of a key still restricted also the box,
+        // shown with the server's warning (console.js).
+        out.push_str("<input class=\"reason\" placeholder=\"why release\" aria-label=\"reason\"> ");
         out.push_str(&html::action_button(
             "Release",
             &html::url("/console/act/held/release", &id),
             "Release now?",
-            false,
+            true,
         ));
-        out.push(' ');
+        out.push_str(
+            " <label class=\"confirm\" hidden><input type=\"checkbox\" class=\"confirm\"> \
+             release though restricted</label> ",
+        );
         out.push_str(&html::action_button(
             "Delete",
             &html::url("/console/act/held/delete", &id),
