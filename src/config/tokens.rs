@@ -201,7 +201,7 @@ mod tests {
         let cases = [
             (
                 "[admin.tokens]\nalice = \"a.token\"\nbob = \"same\"\n",
-                "10:7",
+                "9:7",
                 "[admin.tokens] bob",
                 "the same token as \"alice\"",
             ),
@@ -213,30 +213,30 @@ mod tests {
             ),
             (
                 "[admin.tokens]\n\"al ice\" = \"a.token\"\n",
-                "9:12",
+                "8:12",
                 "[admin.tokens] \"al ice\"",
                 "is not a token name",
             ),
             (
                 "[admin.tokens]\nalice = \"gone\"\n",
-                "9:9",
+                "8:9",
                 "[admin.tokens] alice",
                 "cannot read",
             ),
             (
                 "[admin.tokens]\nalice = \"short\"\n",
-                "9:9",
+                "8:9",
                 "[admin.tokens] alice",
                 "one word of at least 16 characters",
             ),
             (
                 "token_file = \"my token\"\n",
-                "8:14",
+                "7:14",
                 "[admin] token_file my token",
                 "not a token name",
             ),
-            ("[admin.tokens]\n", "8:1", "[admin.tokens] is empty", ""),
-            ("[admin.tokens]\nalice = 3\n", "9:9", "invalid type", ""),
+            ("[admin.tokens]\n", "7:1", "[admin.tokens] is empty", ""),
+            ("[admin.tokens]\nalice = 3\n", "8:9", "invalid type", ""),
         ];
         for (extra, place, label, what) in cases {
             let e = parse(&d, extra).unwrap_err().to_string();
