@@ -510,6 +510,10 @@ mod tests {
         assert!(c.metrics.is_some());
         let c = parse("[admin]\nenabled = false\n").unwrap();
         assert!(c.admin.socket.is_none());
+        // The audit log: off by default, relative to the config file's directory.
+        assert!(parse("").unwrap().admin.audit.is_none());
+        let c = parse("[admin]\naudit = \"log/audit.jsonl\"\n").unwrap();
+        assert_eq!(c.admin.audit.unwrap(), Path::new("/etc/fg/log/audit.jsonl"));
     }
 
     #[test]
@@ -751,6 +755,16 @@ mod tests {
                 "[admin.tls]\ncertificate = \"c\"\nprivate_key = \"k\"\nca = \"x\"\n",
                 "8:1",
                 "unknown field `ca`",
+            ),
+            (
+                "[admin]\naudit = \"\"\n",
+                "6:9",
+                "[admin] audit must not be empty",
+            ),
+            (
+                "[admin]\nenabled = false\naudit = \"a.jsonl\"\n",
+                "7:9",
+                "audit is only used with the admin API",
             ),
             (
                 "[admin]\nallow_remote_without_tls = \"yes\"\n",

@@ -437,4 +437,28 @@ mod tests {
         let c = config(d.path(), "[store]\nbackend = \"memory\"\n");
         assert!(c.check_paths().is_ok());
     }
+
+    #[test]
+    fn the_audit_log_is_a_written_path() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f.toml");
+        let dir = d.path().display();
+        let c = config(d.path(), "[admin]\naudit = \"logs/audit.jsonl\"\n");
+        assert_eq!(
+            errors(&c),
+            [format!(
+                "{}:6:9: [admin] audit {dir}/logs/audit.jsonl: its directory {dir}/logs: no such directory (create it, writable by floodgate)",
+                f.display()
+            )]
+        );
+        std::fs::create_dir(d.path().join("logs")).unwrap();
+        std::fs::create_dir(d.path().join("logs/audit.jsonl")).unwrap();
+        let e = errors(&c);
+        assert!(
+            e[0].starts_with(&format!("{}:6:9: [admin] audit", f.display())),
+            "{e:?}"
+        );
+        std::fs::remove_dir(d.path().join("logs/audit.jsonl")).unwrap();
+        assert_eq!(c.check_paths().unwrap(), Vec::<String>::new());
+    }
 }
