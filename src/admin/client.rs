@@ -114,17 +114,18 @@ pub enum Verb {
     },
 }
 
-/// Which held messages a release or delete acts on, who asks and why.
+/// Which held messages a release or delete acts on, and why. Who asks is not said: the
+/// server reads it off the admin socket (the user of the process that connected).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldTarget {
     /// One message by id…
     pub id: Option<String>,
     /// …or every message held for this key.
     pub key: Option<String>,
-    /// Who asks (for the log and the trace header).
-    pub by: String,
     /// Why.
     pub reason: String,
+    /// Release mail of a key that is still restricted all the same (`--confirm`).
+    pub confirm: bool,
 }
 
 impl HeldTarget {
@@ -134,11 +135,10 @@ impl HeldTarget {
             (None, Some(k)) => format!("key={}", percent_encode(k)),
             (None, None) => String::new(),
         };
-        q.push_str(&format!(
-            "&by={}&reason={}",
-            percent_encode(&self.by),
-            percent_encode(&self.reason)
-        ));
+        q.push_str(&format!("&reason={}", percent_encode(&self.reason)));
+        if self.confirm {
+            q.push_str("&confirm=true");
+        }
         q
     }
 }

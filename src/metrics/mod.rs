@@ -326,6 +326,8 @@ pub struct Metrics {
     pub hold: HoldMetrics,
     /// Reroute and pace.
     pub graded: GradedMetrics,
+    /// Audit lines (`[admin] audit`) that could not be written.
+    pub audit_write_errors: Counter,
 }
 
 /// Keeps a session counted as open; dropping it closes it.
@@ -457,7 +459,12 @@ impl Metrics {
                 ])
             })
         });
+        let audit_write_errors = f.counter(
+            "floodgate_audit_write_errors_total",
+            "Admin actions whose audit line could not be written to [admin] audit.",
+        );
         Metrics {
+            audit_write_errors,
             exposition: Mutex::new(Exposition {
                 registry: f.0,
                 readers: Vec::new(),

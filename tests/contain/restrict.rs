@@ -92,7 +92,7 @@ fn sixth_message_restricts_until_released_and_release_lets_mail_through() {
     let n = wait_notices(&alert_file, "floodgate.released", 1);
     assert_eq!(n.len(), 1, "{n:?}");
     assert_eq!(n[0]["reason"], "password changed");
-    assert_eq!(n[0]["by"], "admin");
+    assert_eq!(n[0]["by"], socket_actor().as_str());
     check_evidence(&n[0]["evidence"]);
     assert!(admin_json(&sock, &["restricted"])["restricted"]
         .as_array()
@@ -104,7 +104,7 @@ fn sixth_message_restricts_until_released_and_release_lets_mail_through() {
         &sock,
         &["restrict", "bob", "--for", "1h", "--reason", "phished"],
     );
-    assert_eq!(v["restricted"]["by"], "admin");
+    assert_eq!(v["restricted"]["by"], socket_actor().as_str());
     assert!(v["restricted"]["until"].is_string());
     assert_eq!(codes(&send(fg.addr("plain"), "bob", "b0bpass", 1)), [450]);
     wait_notices(&alert_file, "floodgate.restricted", 2);

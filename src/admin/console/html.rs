@@ -229,6 +229,13 @@ pub fn action_button(label: &str, action: &str, confirm: &str, reason: bool) -> 
     )
 }
 
+/// The box of a release form that releases held mail of a key still restricted all the
+/// same (`confirm=true`; without it such a release is refused, saying since when, by whom
+/// and why the key is restricted).
+pub const CONFIRM_FIELD: &str =
+    "<label class=\"confirm-form\"><input type=\"checkbox\" name=\"confirm\" value=\"true\"> \
+     release though restricted</label>";
+
 /// The note shown in place of working buttons when scripting is off.
 pub const NOSCRIPT: &str =
     "<noscript><p class=\"note\">The buttons need JavaScript; everything else works without \
