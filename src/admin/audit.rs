@@ -6,8 +6,8 @@
 //! ```
 //!
 //! `who` is the [`Actor`] (`token:NAME` or `user:NAME`); `action` one of [`ACTIONS`];
-//! `target` the key, the held message's id, or (for a held action by key) the ids it
-//! selected, or `null` (reload); `reason` the reason given or `null`; `result` `ok`,
+//! `target` the key, the held message's id, or (for a console selection refused before
+//! any message was touched) the ids it selected, or `null` (reload); `reason` the reason given or `null`; `result` `ok`,
 //! `refused: WHY` (the request was refused: a 4xx) or `error: WHY` (it failed: a 5xx).
 //! A held action writes one line per message. A line that cannot be written is logged and
 //! counted (`floodgate_audit_write_errors_total`); the action goes on regardless.

@@ -6,9 +6,10 @@
 //! page sends it), `Path=/console`, and `Secure` (sent only over TLS) when the admin address
 //! serves TLS. Pages are shown to a live session or to a request with
 //! the bearer token. Actions (POSTs that release, delete, reset) need more: a session's
-//! request must carry the session's CSRF value in the `X-Floodgate-CSRF` header, which
-//! the page's script reads from the page and sets on `fetch`; a cookie alone never
-//! authorises one. A request with the bearer token needs no CSRF value (a browser never
+//! request must carry the session's CSRF value: in the `X-Floodgate-CSRF` header, which
+//! the page's script reads from the page and sets on `fetch` (the row buttons), or in the
+//! `csrf` field of a posted form (the forms, which work without scripting); a cookie alone
+//! never authorises one. A request with the bearer token needs no CSRF value (a browser never
 //! adds that header by itself).
 //!
 //! Every token presented (the login form, `Authorization: Bearer`) is checked through
@@ -47,7 +48,8 @@ pub enum Who {
     Session {
         /// The session id (the cookie's value).
         id: String,
-        /// The value actions of this session must carry in [`CSRF_HEADER`].
+        /// The value actions of this session must carry in [`CSRF_HEADER`] or a form's
+        /// `csrf` field.
         csrf: String,
         /// The name of the token it logged in with.
         name: String,
@@ -74,8 +76,9 @@ pub enum Decision {
     Forbidden(&'static str),
 }
 
-/// Whether `who` may do what `need` says; `csrf` is the request's [`CSRF_HEADER`] value and
-/// `actions` whether `[admin] console_actions` is on.
+/// Whether `who` may do what `need` says; `csrf` is the request's CSRF value (its
+/// [`CSRF_HEADER`], else its form's `csrf` field) and `actions` whether
+/// `[admin] console_actions` is on.
 pub fn decide(need: Need, who: &Who, csrf: Option<&str>, actions: bool) -> Decision {
     match who {
         Who::Nobody => return Decision::Unauthorized("log in with the admin token"),
