@@ -36,9 +36,26 @@ impl AdminState {
         });
     }
 
+    /// Sets the `held` of a restriction's evidence to what the hold spool holds for its
+    /// key now (on every node).
+    pub async fn held_into(&self, r: &mut Restriction) {
+        if let Some(p) = &self.policy {
+            p.set_held(&mut r.evidence, &r.key).await;
+        }
+    }
+
+    /// Every restriction in force, each evidence's `held` as the hold spool holds now.
+    pub async fn restrictions_now(&self) -> Result<Vec<Restriction>, crate::store::StoreError> {
+        let mut list = self.store.as_store().restrictions().await?;
+        for r in &mut list {
+            self.held_into(r).await;
+        }
+        Ok(list)
+    }
+
     /// `GET /v1/restricted`.
     pub(super) async fn restricted(&self) -> Response {
-        match self.store.as_store().restrictions().await {
+        match self.restrictions_now().await {
             Ok(list) => {
                 let v: Vec<_> = list.iter().map(restriction_json).collect();
                 Response::json(200, &json!({ "restricted": v }))
@@ -84,10 +101,8 @@ impl AdminState {
         }
         tracing::info!(key = %key, limit = %r.limit, by = "admin", reason = %reason, removed,
             "key released");
-        // The notice carries the restriction's evidence with the messages held since.
-        if let Some(p) = &self.policy {
-            p.update_held(&mut r.evidence, &[key]);
-        }
+        // The notice carries the restriction's evidence with what is held for it now.
+        self.held_into(&mut r).await;
         self.notify("floodgate.released", &r, "admin", &reason);
         Response::json(
             200,
@@ -127,7 +142,8 @@ impl AdminState {
             evidence,
         };
         match self.store.as_store().restrict(r, dur.micros()).await {
-            Ok(r) => {
+            Ok(mut r) => {
+                self.held_into(&mut r).await;
                 tracing::info!(key = %key, by = "admin", reason = %reason,
                     until = %r.until_us.map_or_else(|| "until_released".into(), rfc3339),
                     "key restricted");

@@ -120,10 +120,18 @@ impl RateSession {
             self.cache.reset_message();
             self.headers.clear();
             self.tally_abandoned();
+            self.contained.store(false, Ordering::Relaxed);
         }
         let restricts = model.restricts();
         if restricts {
             self.note_evidence(stage, facts, now_us);
+        }
+        // A message held for a restricted key is not checked further: its limits would
+        // only tell again, per recipient, what the restriction told.
+        if matches!(stage, Stage::Rcpt | Stage::Data | Stage::Message)
+            && self.contained.load(Ordering::Relaxed)
+        {
+            return Verdict::Continue;
         }
         // The restricted set is checked at MAIL FROM: within the stage's decision when there
         // is one (one round trip with Redis), else on its own before anything is counted.
@@ -325,16 +333,16 @@ impl RateSession {
                 restricted.get_or_insert((i, r));
             }
         }
-        if model.restricts() {
-            let key = evidence_key(facts);
-            self.inner.evidence.note(&key, Fact::Refused, now_us);
-        }
         let restricted = restricted.as_ref().map(|(i, r)| (*i, r));
         let a = settle::answer(evals, s, restricted, stage, facts, model);
+        if model.restricts() {
+            if let Some((limit, action)) = settle::refused_by(evals, s, restricted, &a.verdict) {
+                let fact = Fact::Refused { limit, action };
+                self.inner.evidence.note(&evidence_key(facts), fact, now_us);
+            }
+        }
         if a.held {
-            self.inner
-                .evidence
-                .note(&evidence_key(facts), Fact::Held, now_us);
+            self.contained.store(true, Ordering::Relaxed);
         }
         if let Verdict::Delay(d) = &a.verdict {
             info!(limit = %evals[s].def.name, delay_ms = d.as_millis() as u64, "rate limit delay");
