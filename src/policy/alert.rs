@@ -78,6 +78,21 @@ pub struct Crossed<'a> {
     pub time_us: i64,
 }
 
+/// A key contained by a countermeasure: its message taken to hold (`held`), an event
+/// deferred by a `defer` limit (`defer`), or the key restricted (`restricted`, told through
+/// [`Observer::restriction`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Contained {
+    /// `restricted`, `held` or `defer`.
+    pub what: String,
+    /// The limit that did it (`admin` for a restriction by hand).
+    pub limit: String,
+    /// The key.
+    pub key: String,
+    /// When (microseconds since the Unix epoch).
+    pub time_us: i64,
+}
+
 /// Sees what the engine decides. Every method runs on the session path: it must be cheap
 /// and never block (queue work elsewhere).
 pub trait Observer: Send + Sync {
@@ -89,6 +104,15 @@ pub trait Observer: Send + Sync {
     /// `floodgate.released`, see [`restriction_notice`]).
     fn restriction(&self, notice: &serde_json::Value) {
         let _ = notice;
+    }
+    /// A key was contained (a message held, an event deferred).
+    fn contained(&self, c: &Contained) {
+        let _ = c;
+    }
+    /// The latest containments seen (restrictions included), newest first, at most `n`.
+    fn recent_contained(&self, n: usize) -> Vec<Contained> {
+        let _ = n;
+        Vec::new()
     }
     /// Upstream queued a message whose bounces and deferrals some limit counts.
     fn queued(&self, queue_id: &str, queued: &crate::outcomes::index::Queued, time_us: i64) {

@@ -9,7 +9,7 @@ use super::super::alert::{Crossed, Evaluated};
 use super::super::evidence::Fact;
 use super::super::model::{Action, PolicyModel, RateDef};
 use super::super::replay::{self, replay};
-use super::super::{Facts, Stage, Verdict};
+use super::super::{Facts, Stage, TakenAnswer, Verdict};
 use super::plan::{self, Class, Eval};
 use super::restrict::evidence_key;
 use super::session::RateSession;
@@ -343,6 +343,16 @@ impl RateSession {
         }
         if a.held {
             self.contained.store(true, Ordering::Relaxed);
+        }
+        match &a.verdict {
+            Verdict::Hold(o) if o.answer == TakenAnswer::Hold => {
+                self.tell_contained("held", &o.limit, &o.key, now_us);
+            }
+            Verdict::Reply(_) if evals[s].def.action == Action::Defer => {
+                let e = &evals[s];
+                self.tell_contained("defer", &e.def.name, &e.key_text, now_us);
+            }
+            _ => {}
         }
         if let Verdict::Delay(d) = &a.verdict {
             info!(limit = %evals[s].def.name, delay_ms = d.as_millis() as u64, "rate limit delay");

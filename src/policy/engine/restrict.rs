@@ -78,6 +78,7 @@ impl RateSession {
             // later commands are not checked against the limits.
             self.contained.store(true, Ordering::Relaxed);
             info!(key = %r.key, limit = %r.limit, client = %client, user, "held (restricted)");
+            self.tell_contained("held", &r.limit, &r.key, now_us);
             return Verdict::Hold(HoldOrder {
                 limit: r.limit.clone(),
                 key: r.key.clone(),
@@ -211,6 +212,18 @@ impl RateSession {
                 self.inner.metrics.restriction("user_notice_failed");
                 warn!(key = %r.key, limit = %def.name, error = %err, "notify_user: not sent");
             }
+        }
+    }
+
+    /// Tells the observer that `key` was contained by `limit` (`what`: `held`, `defer`).
+    pub(super) fn tell_contained(&self, what: &str, limit: &str, key: &str, now_us: i64) {
+        if let Some(o) = self.inner.observer.get() {
+            o.contained(&super::super::alert::Contained {
+                what: what.into(),
+                limit: limit.into(),
+                key: key.into(),
+                time_us: now_us,
+            });
         }
     }
 

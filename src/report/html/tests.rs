@@ -238,7 +238,12 @@ fn limit_strategy() -> impl Strategy<Value = (LimitReport, LimitCharts)> {
         .prop_map(|(name, top, peaks, configured, suggested, series)| {
             let top: Vec<KeyPeak> = top
                 .into_iter()
-                .map(|(key, peak, events)| KeyPeak { key, peak, events })
+                .map(|(key, peak, events)| KeyPeak {
+                    contained: (peak > 5e5).then(|| "restricted".to_string()),
+                    key,
+                    peak,
+                    events,
+                })
                 .collect();
             let series = top
                 .iter()
@@ -278,6 +283,8 @@ fn limit_strategy() -> impl Strategy<Value = (LimitReport, LimitCharts)> {
                     own_limit_keys: 0,
                     over_own_limit: 0,
                     own_limit_top: Vec::new(),
+                    contained: Vec::new(),
+                    capped_by: None,
                 },
                 LimitCharts { peaks, series },
             )

@@ -134,11 +134,11 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     let mut b = String::with_capacity(64 * 1024);
     let _ = write!(
         b,
-        "<p class=\"muted\" id=\"held-count\">{total} messages held ({} KiB) of at most {} \
-         ({} KiB), newest first.</p>",
-        bytes / 1024,
+        "<p class=\"muted\" id=\"held-count\">{total} messages held ({}) of at most {} \
+         ({}), newest first.</p>",
+        html::size(bytes),
         settings.max_messages,
-        settings.max_bytes / 1024
+        html::size(settings.max_bytes)
     );
     if shell.actions {
         b.push_str(html::NOSCRIPT);
