@@ -321,3 +321,31 @@ proptest! {
         prop_assert!(!html.contains("NaN"));
     }
 }
+
+#[test]
+fn contained_keys_are_flagged_in_the_page() {
+    let c = config();
+    let opts = Options {
+        top: 5,
+        ..Options::default()
+    };
+    let mut ev = events();
+    // user3 was restricted by the exim limit: the suggestion stays under its peak.
+    ev.push_str(
+        "{\"event\":\"contained\",\"t\":1700000500,\"what\":\"restricted\",\"limit\":\"exim\",\"key\":\"user3\"}\n",
+    );
+    let model = crate::policy::compile(&c).unwrap();
+    let r = analyze(&model, "ev", ev.as_bytes(), &opts).unwrap();
+    let ch = collect(&model, "ev", ev.as_bytes(), &opts, &r).unwrap();
+    let l = &r.limits[0];
+    let user3 = l.contained.iter().find(|k| k.key == "user3").unwrap();
+    assert!(l.suggested <= user3.peak, "{} {}", l.suggested, user3.peak);
+    assert_eq!(l.capped_by.as_deref(), Some("user3"));
+    let html = page(&r, &ch);
+    well_formed(&html).unwrap();
+    assert!(
+        html.contains("<p class=\"contained\">Contained (restricted or held) in the period: <strong>user3</strong> (restricted, peak "),
+        "{html}"
+    );
+    assert!(html.contains("held under the peak of <strong>user3</strong>"), "{html}");
+}
