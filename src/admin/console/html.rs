@@ -138,8 +138,23 @@ pub fn size(bytes: u64) -> String {
 /// A whole page: head (style sheet and script from this server only), navigation, the
 /// page's `body` HTML, footer.
 pub fn page(title: &str, nav: Nav, shell: &Shell<'_>, body: &str) -> String {
+    page_refreshing(title, nav, shell, body, None)
+}
+
+/// [`page`], reloaded by the browser every `refresh` seconds when given (a `<meta
+/// http-equiv="refresh">`: no script needed).
+pub fn page_refreshing(
+    title: &str,
+    nav: Nav,
+    shell: &Shell<'_>,
+    body: &str,
+    refresh: Option<u32>,
+) -> String {
     let mut out = String::with_capacity(body.len() + 2048);
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+    if let Some(secs) = refresh {
+        let _ = write!(out, "<meta http-equiv=\"refresh\" content=\"{secs}\">");
+    }
     out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
     out.push_str("<meta name=\"referrer\" content=\"same-origin\">");
     if let Some(c) = shell.csrf {
