@@ -377,11 +377,18 @@ mod tests {
             reason: "x".into(),
             evidence: serde_json::Value::Null,
         };
-        let text = restricted_reply(None, &r, &Facts::default(), "mx").lines.join(" ");
-        assert!(text.contains("(per-user), until released; contact"), "{text}");
+        let text = restricted_reply(None, &r, &Facts::default(), "mx")
+            .lines
+            .join(" ");
+        assert!(
+            text.contains("(per-user), until released; contact"),
+            "{text}"
+        );
         assert!(!text.contains("until until"), "{text}");
         r.until_us = Some(86_400_000_000);
-        let text = restricted_reply(None, &r, &Facts::default(), "mx").lines.join(" ");
+        let text = restricted_reply(None, &r, &Facts::default(), "mx")
+            .lines
+            .join(" ");
         assert!(text.contains("until 1970-01-02T00:00:00Z;"), "{text}");
     }
 }

@@ -209,9 +209,9 @@ fn refusals_json(
 /// The sum of a `refusals` object: upstream's and floodgate's together (0 when it is not
 /// one).
 pub fn refusals_total(refusals: &serde_json::Value) -> u64 {
-    let upstream = refusals["upstream"]
-        .as_object()
-        .map_or(0, |o| o.values().filter_map(serde_json::Value::as_u64).sum());
+    let upstream = refusals["upstream"].as_object().map_or(0, |o| {
+        o.values().filter_map(serde_json::Value::as_u64).sum()
+    });
     let own = refusals["floodgate"].as_object().map_or(0, |o| {
         o.values()
             .filter_map(serde_json::Value::as_object)
@@ -257,7 +257,11 @@ mod tests {
         assert_eq!(v["top_recipient_domains"][0][0], "example.org");
         assert_eq!(v["top_recipient_domains"][0][1], (MAX_ITEMS - 1) as u64);
         for i in 0..(MAX_KEYS + 10) {
-            e.note(&format!("k{i}"), Fact::UpstreamRefusedRecipient, 1_000 + i as i64);
+            e.note(
+                &format!("k{i}"),
+                Fact::UpstreamRefusedRecipient,
+                1_000 + i as i64,
+            );
         }
         assert_eq!(e.len(), MAX_KEYS);
         assert_eq!(e.of(&["zzz"])["messages"], 0);

@@ -279,7 +279,9 @@ impl Contained {
     }
 
     fn by(&self, key: &str, limit: &str) -> bool {
-        self.keys.get(key).is_some_and(|(_, l)| l.iter().any(|x| x == limit))
+        self.keys
+            .get(key)
+            .is_some_and(|(_, l)| l.iter().any(|x| x == limit))
     }
 }
 
@@ -587,8 +589,8 @@ pub fn analyze_traced(
         if text.starts_with("{\"event\":\"contained\"") {
             if let Ok(c) = serde_json::from_str::<ContainedLine>(text) {
                 let at = (c.t * 1e6).round() as i64;
-                let inside = opts.since_us.is_none_or(|s| at >= s)
-                    && opts.until_us.is_none_or(|u| at < u);
+                let inside =
+                    opts.since_us.is_none_or(|s| at >= s) && opts.until_us.is_none_or(|u| at < u);
                 if c.t.is_finite() && inside {
                     contained.note(c);
                 }

@@ -133,7 +133,11 @@ fn ordinary(o: &mut String, l: &LimitReport) {
         }
     }
     if !l.contained.is_empty() {
-        let _ = writeln!(o, "  contained keys (restricted or held): {}", l.contained.len());
+        let _ = writeln!(
+            o,
+            "  contained keys (restricted or held): {}",
+            l.contained.len()
+        );
         for k in &l.contained {
             let _ = writeln!(o, "    {:>12}  {}{}", num(k.peak), k.key, flag(k));
         }

@@ -267,8 +267,8 @@ pub struct Line<'a> {
 /// Tick spacings of a time axis, seconds: the first that gives at most [`MAX_TIME_TICKS`]
 /// ticks over the span is used.
 const TIME_STEPS: [i64; 24] = [
-    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
-    86400, 172_800, 604_800, 1_209_600, 2_592_000, 7_776_000, 31_536_000,
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+    172_800, 604_800, 1_209_600, 2_592_000, 7_776_000, 31_536_000,
 ];
 /// Most ticks on a time axis.
 pub const MAX_TIME_TICKS: usize = 6;
@@ -552,14 +552,20 @@ mod tests {
         // Three minutes from 17:41:10: a tick a minute, at whole minutes.
         let t0 = (17 * 3600 + 41 * 60 + 10) * 1_000_000;
         assert_eq!(labels(t0, t0 + 180_000_000), ["17:42", "17:43", "17:44"]);
-        assert_eq!(labels(0, 20_000_000), ["00:00:00", "00:00:05", "00:00:10", "00:00:15", "00:00:20"]);
+        assert_eq!(
+            labels(0, 20_000_000),
+            ["00:00:00", "00:00:05", "00:00:10", "00:00:15", "00:00:20"]
+        );
         assert_eq!(labels(0, 3_600_000_000)[..2], ["00:00", "00:15"]);
         assert_eq!(
             labels(0, 10 * 86_400_000_000)[..2],
             ["1970-01-01", "1970-01-03"]
         );
         // Two days of hours carry the date.
-        assert_eq!(labels(0, 2 * 86_400_000_000)[..2], ["01-01 00:00", "01-01 12:00"]);
+        assert_eq!(
+            labels(0, 2 * 86_400_000_000)[..2],
+            ["01-01 00:00", "01-01 12:00"]
+        );
     }
 
     proptest::proptest! {

@@ -384,7 +384,10 @@ mod tests {
 
     #[test]
     fn the_title_says_floodgate_once() {
-        assert_eq!(title_text("Overview", "floodgate.test"), "Overview · floodgate.test");
+        assert_eq!(
+            title_text("Overview", "floodgate.test"),
+            "Overview · floodgate.test"
+        );
         assert_eq!(
             title_text("Overview", "mx1.example.org"),
             "Overview · floodgate on mx1.example.org"

@@ -391,7 +391,10 @@ fn contained_keys_are_flagged_and_hold_the_suggestion_under_their_peaks() {
     let plain = run(&stolen_accounts(), &opts()).unwrap();
     let l = &plain.limits[0];
     let peak = |l: &LimitReport, k: &str| l.top.iter().find(|p| p.key == k).unwrap().peak;
-    assert_eq!(l.outlier_threshold.map(|t| t > peak(l, "stolen1")), Some(true));
+    assert_eq!(
+        l.outlier_threshold.map(|t| t > peak(l, "stolen1")),
+        Some(true)
+    );
     assert!(l.suggested > peak(l, "stolen1"), "{}", l.suggested);
     assert!(l.contained.is_empty() && l.capped_by.is_none());
     assert!(l.top.iter().all(|k| k.contained.is_none()));
@@ -408,7 +411,11 @@ fn contained_keys_are_flagged_and_hold_the_suggestion_under_their_peaks() {
     let l = &r.limits[0];
     let (p1, p2) = (peak(l, "stolen1"), peak(l, "stolen2"));
     assert!(p1 > p2);
-    assert!(crate::limit::ewma::is_over(p2, l.suggested), "{} {p2}", l.suggested);
+    assert!(
+        crate::limit::ewma::is_over(p2, l.suggested),
+        "{} {p2}",
+        l.suggested
+    );
     assert!(l.suggested <= p2);
     assert_eq!(l.suggested, step_under("exim", p2));
     assert_eq!(l.capped_by.as_deref(), Some("stolen2"));
@@ -429,7 +436,10 @@ fn contained_keys_are_flagged_and_hold_the_suggestion_under_their_peaks() {
     assert_eq!(top[..2], [Some("restricted"), Some("held")]);
     // Both stolen accounts are among the keys the suggestion would have limited.
     let limited: Vec<&str> = l.would_limit.iter().map(|k| k.key.as_str()).collect();
-    assert!(limited.contains(&"stolen1") && limited.contains(&"stolen2"), "{limited:?}");
+    assert!(
+        limited.contains(&"stolen1") && limited.contains(&"stolen2"),
+        "{limited:?}"
+    );
     // The ordinary maximum leaves contained keys out.
     assert_eq!(l.ordinary_max, peak(l, "u9"));
     // The text report says so.

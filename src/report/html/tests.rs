@@ -347,5 +347,8 @@ fn contained_keys_are_flagged_in_the_page() {
         html.contains("<p class=\"contained\">Contained (restricted or held) in the period: <strong>user3</strong> (restricted, peak "),
         "{html}"
     );
-    assert!(html.contains("held under the peak of <strong>user3</strong>"), "{html}");
+    assert!(
+        html.contains("held under the peak of <strong>user3</strong>"),
+        "{html}"
+    );
 }

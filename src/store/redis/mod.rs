@@ -33,11 +33,11 @@
 //! under 2^53 ns (104 days); larger values are refused as invalid.
 
 mod baseline;
-mod held;
 pub mod conn;
 pub mod copy;
 pub mod encode;
 pub mod failover;
+mod held;
 mod ratio;
 mod restrict;
 mod scan;

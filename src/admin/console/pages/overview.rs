@@ -299,7 +299,10 @@ fn store_health(store: &Opened, metrics: &crate::admin::Metrics) -> String {
                     s.bucket_keys
                 ),
             ));
-            rows.push(("memory", format!("about {}", html::size(s.approx_bytes as u64))));
+            rows.push((
+                "memory",
+                format!("about {}", html::size(s.approx_bytes as u64)),
+            ));
             rows.push(("evictions (key cap)", s.evictions.to_string()));
         }
         Opened::Redis(f) => {

@@ -236,7 +236,10 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
             if others.is_empty() {
                 String::new()
             } else {
-                format!("<br><small class=\"muted\">also {}</small>", others.join(", "))
+                format!(
+                    "<br><small class=\"muted\">also {}</small>",
+                    others.join(", ")
+                )
             },
             html::num(r.value),
             html::num(r.limit_value),
