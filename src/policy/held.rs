@@ -6,6 +6,12 @@
 //! envelope's `key`) or its authenticated user. Each node publishes its counts per key
 //! every [`PUBLISH_EVERY`], kept by the store for [`PUBLISHED_FOR`]: a node that stops
 //! (or whose spool empties) drops out of the sum within that time.
+//!
+//! Nodes are named by their `[server] hostname` (the alerts' `host`). A node publishes
+//! under its [`node_id`]: the name, the machine's host name and the spool directory, so
+//! that nodes sharing one `hostname` (behind one load balancer) never overwrite each
+//! other's counts and a restarted node takes its own place again; counts are summed by
+//! name.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -79,6 +85,26 @@ pub fn per_key(heads: &[HeldHead]) -> BTreeMap<String, u64> {
     out
 }
 
+/// The name a node's counts are published under: `NAME|MACHINE|SPOOL_DIR` (`NAME`: its
+/// `[server] hostname`).
+pub fn node_id(name: &str, spool_dir: &std::path::Path) -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length, which is passed.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let machine = if rc == 0 {
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    format!("{name}|{machine}|{}", spool_dir.display())
+}
+
+/// The name in a [`node_id`].
+pub fn node_name(id: &str) -> &str {
+    id.split('|').next().unwrap_or(id)
+}
+
 /// Reads what is held: this node's spool, and the other nodes' published counts.
 pub struct HeldReader {
     source: OnceLock<Arc<dyn HeldSource>>,
@@ -104,30 +130,34 @@ impl HeldReader {
 
     /// Every held message's envelope on this node (none without a spool, or when it cannot
     /// be listed).
-    async fn heads(&self) -> Vec<HeldHead> {
+    /// Every held message's envelope on this node with the node's id (none without a
+    /// spool, or when it cannot be listed).
+    async fn heads(&self, node: &str) -> (Vec<HeldHead>, Option<String>) {
         let Some(spool) = self.source.get().and_then(|s| s.spool()) else {
-            return Vec::new();
+            return (Vec::new(), None);
         };
+        let id = node_id(node, &spool.settings().dir);
         match tokio::task::spawn_blocking(move || spool.list()).await {
-            Ok(Ok(h)) => h,
+            Ok(Ok(h)) => (h, Some(id)),
             Ok(Err(e)) => {
                 warn!(error = %e, "hold spool: cannot count held messages");
-                Vec::new()
+                (Vec::new(), Some(id))
             }
-            Err(_) => Vec::new(),
+            Err(_) => (Vec::new(), Some(id)),
         }
     }
 
-    /// What is held for `key` now on every node, this one being `node`.
+    /// What is held for `key` now on every node, this one being named `node`.
     pub async fn now(&self, key: &str, node: &str) -> HeldNow {
-        let mine = count(&self.heads().await, key);
-        let mut by_node = BTreeMap::new();
+        let (heads, me) = self.heads(node).await;
+        let mine = count(&heads, key);
+        let mut by_node: BTreeMap<String, u64> = BTreeMap::new();
         if self.store.shares_state() {
             match self.store.held_counts(key).await {
                 Ok(list) => {
-                    for (n, c) in list {
-                        if n != node && c > 0 {
-                            by_node.insert(n, c);
+                    for (id, c) in list {
+                        if Some(&id) != me.as_ref() && c > 0 {
+                            *by_node.entry(node_name(&id).to_string()).or_default() += c;
                         }
                     }
                 }
@@ -135,7 +165,7 @@ impl HeldReader {
             }
         }
         if mine > 0 {
-            by_node.insert(node.to_string(), mine);
+            *by_node.entry(node.to_string()).or_default() += mine;
         }
         HeldNow {
             total: by_node.values().sum(),
@@ -149,7 +179,11 @@ impl HeldReader {
         if !self.store.shares_state() {
             return;
         }
-        let counts: Vec<(String, u64)> = per_key(&self.heads().await).into_iter().collect();
+        let (heads, me) = self.heads(node).await;
+        let Some(me) = me else {
+            return;
+        };
+        let counts: Vec<(String, u64)> = per_key(&heads).into_iter().collect();
         let now: HashSet<String> = counts.iter().map(|(k, _)| k.clone()).collect();
         let gone: Vec<String> = {
             let published = self.published.lock().unwrap_or_else(|e| e.into_inner());
@@ -157,7 +191,7 @@ impl HeldReader {
         };
         match self
             .store
-            .publish_held(node, &counts, &gone, PUBLISHED_FOR)
+            .publish_held(&me, &counts, &gone, PUBLISHED_FOR)
             .await
         {
             Ok(()) => *self.published.lock().unwrap_or_else(|e| e.into_inner()) = now,
@@ -232,6 +266,18 @@ mod tests {
                 ("alice".to_string(), 2),
                 ("bob".to_string(), 1)
             ]
+        );
+    }
+
+    #[test]
+    fn node_ids_carry_the_name_the_machine_and_the_spool() {
+        let id = node_id("mx1.example.org", std::path::Path::new("/var/spool/fg"));
+        assert!(id.starts_with("mx1.example.org|"), "{id}");
+        assert!(id.ends_with("|/var/spool/fg"), "{id}");
+        assert_eq!(node_name(&id), "mx1.example.org");
+        assert_ne!(
+            id,
+            node_id("mx1.example.org", std::path::Path::new("/other"))
         );
     }
 

@@ -185,3 +185,48 @@ fn refusals_and_held_are_what_happened() {
         .count();
     assert_eq!(warned, 1);
 }
+
+/// With Redis, `held` is fleet-wide: two nodes, each with its own spool, hold a restricted
+/// user's messages; each lists the sum once the other has published its count.
+#[test]
+fn held_is_summed_over_the_nodes_sharing_redis() {
+    let redis = crate::common::redis::RedisServer::start();
+    let rec = Recorder::start(users());
+    let dir = tempfile::tempdir().unwrap();
+    let node = |name: &str| {
+        let spool = dir.path().join(format!("hold-{name}"));
+        std::fs::create_dir(&spool).unwrap();
+        let extra = format!(
+            "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n{}\
+             while_restricted = \"hold\"\n[hold]\ndir = \"{}\"\n",
+            redis.url(),
+            limit("until_released"),
+            spool.display()
+        );
+        start(&rec, &extra)
+    };
+    let (a, b) = (node("a"), node("b"));
+    // Five relayed through a; the sixth restricts alice; three held on a, two on b.
+    assert_eq!(codes(&send(a.addr("plain"), USER, PASSWORD, 8)), [250; 8]);
+    assert_eq!(codes(&send(b.addr("plain"), USER, PASSWORD, 2)), [250; 2]);
+    assert_eq!(rec.messages().len(), 5);
+    let held_on = |n: &Floodgate| {
+        admin_json(&n.admin_socket(), &["held", "list", "--key", USER])["held"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!((held_on(&a), held_on(&b)), (3, 2));
+    for n in [&a, &b] {
+        let ev = wait_until(
+            std::time::Duration::from_secs(30),
+            "the other node's count",
+            || {
+                let ev = listed_evidence(&n.admin_socket());
+                (ev["held"] == 5).then_some(ev)
+            },
+        );
+        // Both nodes call themselves floodgate.test: one name, the sum of both.
+        assert_eq!(ev["held_by_node"], json!({"floodgate.test": 5}), "{ev}");
+    }
+}
