@@ -297,10 +297,9 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
         assert!(!p["h1"].as_str().unwrap().is_empty(), "{name}: {p:#}");
     }
     assert_eq!(pages["overview"]["charts"], 2, "{pages:#}");
-    assert!(
-        pages["overview"]["lines"].as_u64().unwrap() >= 3,
-        "{pages:#}"
-    );
+    // Messages and sessions; the deferral chart draws only limits that defer, and the
+    // scene's one limit holds.
+    assert_eq!(pages["overview"]["lines"], 2, "{pages:#}");
     assert_eq!(pages["key"]["charts"], 1, "{pages:#}");
     assert!(pages["key"]["lines"].as_u64().unwrap() >= 1, "{pages:#}");
     assert_eq!(pages["held"]["rows"], 2, "{pages:#}");
