@@ -151,7 +151,7 @@ pub fn restriction_json(r: &crate::store::Restriction) -> serde_json::Value {
 /// `"event"` (`floodgate.restricted` | `floodgate.released`), `"host"`, and `"by"` and
 /// `"reason"` of the event (a release's differ from the restriction's); the evidence is
 /// `{"client_ips","top_recipient_domains","subjects","messages","recipients","refusals",
-/// "held","since"}`.
+/// "held","held_by_node","since"}` (see [`super::evidence`] and [`super::held`]).
 pub fn restriction_notice(
     event: &str,
     r: &crate::store::Restriction,

@@ -443,6 +443,31 @@ mod tests {
     }
 
     #[test]
+    fn only_refusing_verdicts_name_their_limit_and_action() {
+        let refused = |actions: &[&str], over: &[bool]| -> Option<(String, String)> {
+            let m = model(&limits(actions));
+            let ev = evals(&m, over);
+            let s = judge(&ev, Stage::Mail).strongest?;
+            let a = answer(&ev, s, None, Stage::Mail, &facts(), &m);
+            refused_by(&ev, s, None, &a.verdict).map(|(l, a)| (l.to_string(), a.to_string()))
+        };
+        // A warn limit over lets the event through: no refusal, alone or beside a defer.
+        assert_eq!(refused(&["warn"], &[true]), None);
+        assert_eq!(
+            refused(&["warn", "defer"], &[true, true]),
+            Some(("l1-defer".into(), "defer".into()))
+        );
+        assert_eq!(
+            refused(&["deny"], &[true]),
+            Some(("l0-deny".into(), "deny".into()))
+        );
+        // Taken or delayed messages are not refused.
+        for a in ["hold", "pace", "delay", "header"] {
+            assert_eq!(refused(&[a], &[true]), None, "{a}");
+        }
+    }
+
+    #[test]
     fn the_strongest_action_wins_and_the_first_of_equals() {
         let m = model(&limits(&["warn", "deny", "defer", "deny"]));
         let ev = evals(&m, &[true, true, true, true]);
