@@ -808,6 +808,27 @@ fn the_overview_tells_what_was_sent_and_contained() {
         &["restrict", "alice", "--for", "1h", "--reason", "x"],
     );
     assert!(out.ok(), "{out}");
+    // The restricted page's `held` is what the spool holds: alice's one left, bob none.
+    let restricted = http(addr, "GET", "/console/restricted", cookie, "");
+    assert_eq!(restricted.status, 200, "{restricted}");
+    let row = |key: &str| {
+        restricted
+            .body
+            .split("<tr data-row>")
+            .find(|r| r.contains(&format!("href=\"/console/key?k={key}\"")))
+            .unwrap_or_else(|| panic!("{key}: {}", restricted.body))
+            .to_string()
+    };
+    assert!(
+        row("alice").contains("<dt>held</dt><dd>1</dd>"),
+        "{}",
+        row("alice")
+    );
+    assert!(
+        row("bob").contains("<dt>held</dt><dd>0</dd>"),
+        "{}",
+        row("bob")
+    );
     let top = http(addr, "GET", "/console/top", cookie, "");
     assert_eq!(top.status, 200, "{top}");
     assert_eq!(

@@ -20,9 +20,15 @@ pub fn evidence(v: &Value) -> String {
     match v {
         Value::Object(fields) if !fields.is_empty() => {
             for (k, v) in fields {
-                let text = match v {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
+                let text = match (k.as_str(), v) {
+                    (_, Value::String(s)) => s.clone(),
+                    ("refusals", r) if r.is_object() => refusals_text(r),
+                    ("held_by_node", Value::Object(nodes)) => nodes
+                        .iter()
+                        .map(|(n, c)| format!("{n} {c}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    (_, other) => other.to_string(),
                 };
                 let _ = write!(
                     out,
@@ -46,9 +52,32 @@ pub fn evidence(v: &Value) -> String {
     out
 }
 
+/// A `refusals` object in words: `upstream 3 (rcpt 3, data 0); floodgate: LIMIT ACTION N, …`.
+fn refusals_text(r: &Value) -> String {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let up = &r["upstream"];
+    let mut own = Vec::new();
+    for (limit, actions) in r["floodgate"].as_object().into_iter().flatten() {
+        for (action, count) in actions.as_object().into_iter().flatten() {
+            own.push(format!("{limit} {action} {}", n(count)));
+        }
+    }
+    format!(
+        "upstream {} (rcpt {}, data {}); floodgate: {}",
+        n(&up["rcpt"]) + n(&up["data"]),
+        n(&up["rcpt"]),
+        n(&up["data"]),
+        if own.is_empty() {
+            "none".to_string()
+        } else {
+            own.join(", ")
+        }
+    )
+}
+
 /// `GET /console/restricted`.
 pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
-    let mut list = match c.state.store.as_store().restrictions().await {
+    let mut list = match c.state.restrictions_now().await {
         Ok(l) => l,
         Err(e) => return error_page(503, &e.to_string(), shell),
     };
@@ -123,6 +152,22 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn refusals_and_nodes_read_as_words() {
+        let e = evidence(&json!({
+            "refusals": {"upstream": {"rcpt": 3, "data": 1},
+                         "floodgate": {"per-user": {"defer": 4, "restricted": 2}}},
+            "held": 5,
+            "held_by_node": {"mx1": 3, "mx2": 2},
+        }));
+        assert!(
+            e.contains("<dd>upstream 4 (rcpt 3, data 1); floodgate: per-user defer 4, per-user restricted 2</dd>"),
+            "{e}"
+        );
+        assert!(e.contains("<dt>held</dt><dd>5</dd>"), "{e}");
+        assert!(e.contains("<dd>mx1 3, mx2 2</dd>"), "{e}");
+    }
 
     #[test]
     fn evidence_is_escaped_and_cut() {
