@@ -481,7 +481,18 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
                 metrics.clone(),
             );
         }
+        {
+            // The evidence's `held` reads the hold spool in force; with Redis each node
+            // publishes its counts for the others.
+            let control = server.control();
+            sweep_policy.held_from(Arc::new(move || control.shared().hold.clone()));
+        }
         let hold_stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(floodgate::policy::held::run(
+            sweep_policy.clone(),
+            floodgate::policy::held::PUBLISH_EVERY,
+            hold_stop.clone(),
+        ));
         if let Some(spool) = server.control().shared().hold.clone() {
             spool.recover()?;
             floodgate::proxy::refresh_hold_gauges(&spool, &metrics);

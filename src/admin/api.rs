@@ -3,7 +3,7 @@
 //! | method | path | answer |
 //! |---|---|---|
 //! | GET | `/metrics` | the Prometheus text |
-//! | GET | `/v1/inspect?key=KEY` | every limit's reading of KEY |
+//! | GET | `/v1/inspect?key=KEY` | every limit's reading of KEY, and its restriction (`null` when none) |
 //! | POST | `/v1/reset?key=KEY` | removes every record of KEY for every limit |
 //! | GET | `/v1/top?limit=NAME&n=N` | keys by value relative to their limit |
 //! | POST | `/v1/reload` | the same as SIGHUP |
@@ -269,7 +269,20 @@ impl AdminState {
             }
             limits.push(r);
         }
-        Response::json(200, &json!({ "key": key, "limits": limits }))
+        let restriction = match store.restrictions().await {
+            Ok(list) => match list.into_iter().find(|r| r.key == key) {
+                Some(mut r) => {
+                    self.held_into(&mut r).await;
+                    crate::policy::alert::restriction_json(&r)
+                }
+                None => serde_json::Value::Null,
+            },
+            Err(e) => return store_error(&e),
+        };
+        Response::json(
+            200,
+            &json!({ "key": key, "limits": limits, "restriction": restriction }),
+        )
     }
 
     async fn reset(&self, key: &str, who: &Actor) -> Response {

@@ -40,9 +40,26 @@ impl AdminState {
         });
     }
 
+    /// Sets the `held` of a restriction's evidence to what the hold spool holds for its
+    /// key now (on every node).
+    pub async fn held_into(&self, r: &mut Restriction) {
+        if let Some(p) = &self.policy {
+            p.set_held(&mut r.evidence, &r.key).await;
+        }
+    }
+
+    /// Every restriction in force, each evidence's `held` as the hold spool holds now.
+    pub async fn restrictions_now(&self) -> Result<Vec<Restriction>, crate::store::StoreError> {
+        let mut list = self.store.as_store().restrictions().await?;
+        for r in &mut list {
+            self.held_into(r).await;
+        }
+        Ok(list)
+    }
+
     /// `GET /v1/restricted`.
     pub(super) async fn restricted(&self) -> Response {
-        match self.store.as_store().restrictions().await {
+        match self.restrictions_now().await {
             Ok(list) => {
                 let v: Vec<_> = list.iter().map(restriction_json).collect();
                 Response::json(200, &json!({ "restricted": v }))
@@ -89,10 +106,8 @@ impl AdminState {
         let by = who.to_string();
         tracing::info!(key = %key, limit = %r.limit, by = %by, reason = %reason, removed,
             "key released");
-        // The notice carries the restriction's evidence with the messages held since.
-        if let Some(p) = &self.policy {
-            p.update_held(&mut r.evidence, &[key]);
-        }
+        // The notice carries the restriction's evidence with what is held for it now.
+        self.held_into(&mut r).await;
         self.notify("floodgate.released", &r, &by, &reason);
         Response::json(
             200,
@@ -132,7 +147,8 @@ impl AdminState {
             evidence,
         };
         match self.store.as_store().restrict(r, dur.micros()).await {
-            Ok(r) => {
+            Ok(mut r) => {
+                self.held_into(&mut r).await;
                 tracing::info!(key = %key, by = %who, reason = %reason,
                     until = %r.until_us.map_or_else(|| "until_released".into(), rfc3339),
                     "key restricted");

@@ -63,7 +63,8 @@ pub enum Var {
     /// `restricted_since`: when the key's restriction began (RFC 3339, UTC; restricted
     /// answers only).
     RestrictedSince,
-    /// `restricted_until`: when it ends (RFC 3339, UTC), or `until released`.
+    /// `restricted_until`: when it ends (RFC 3339, UTC), or `released` when it has no end
+    /// (so that `until ${restricted_until}` reads `until released`).
     RestrictedUntil,
 }
 

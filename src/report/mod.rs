@@ -28,10 +28,11 @@ pub mod render;
 pub mod svg;
 pub mod transactions;
 
-use std::sync::{Arc, RwLock};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::limit::spec::UpdateMode;
-use crate::policy::alert::{AlertSettings, Alerter, Crossed, Evaluated, Observer};
+use crate::policy::alert::{AlertSettings, Alerter, Contained, Crossed, Evaluated, Observer};
 use crate::policy::model::{PolicyModel, RateDef};
 
 pub use config::{compile, ReportSettings};
@@ -57,7 +58,12 @@ pub struct Observers {
     mailer: Arc<mailer::Mailer>,
     host: Arc<RwLock<String>>,
     baselines: std::sync::OnceLock<Arc<baseline::BaselineKeeper>>,
+    /// The latest containments, newest last, at most [`RECENT_CONTAINED`].
+    recent: Mutex<VecDeque<Contained>>,
 }
+
+/// Most containments remembered for the console's overview.
+pub const RECENT_CONTAINED: usize = 200;
 
 /// Why observers could not start.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +103,7 @@ impl Observers {
             mailer,
             host,
             baselines: std::sync::OnceLock::new(),
+            recent: Mutex::default(),
         }))
     }
 
@@ -171,6 +178,30 @@ impl Observer for Observers {
 
     fn restriction(&self, notice: &serde_json::Value) {
         self.alerter.restriction(notice);
+        if notice["event"] == "floodgate.restricted" {
+            self.contained(&Contained {
+                what: "restricted".into(),
+                limit: notice["limit"].as_str().unwrap_or("").into(),
+                key: notice["key"].as_str().unwrap_or("").into(),
+                time_us: crate::store::now_micros(),
+            });
+        }
+    }
+
+    fn contained(&self, c: &Contained) {
+        if self.events.enabled() {
+            self.events.record_line(events::contained_line(c));
+        }
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() >= RECENT_CONTAINED {
+            recent.pop_front();
+        }
+        recent.push_back(c.clone());
+    }
+
+    fn recent_contained(&self, n: usize) -> Vec<Contained> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.iter().rev().take(n).cloned().collect()
     }
 
     fn queued(&self, queue_id: &str, queued: &crate::outcomes::index::Queued, time_us: i64) {

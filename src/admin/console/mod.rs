@@ -2,7 +2,7 @@
 //!
 //! | method | path | what |
 //! |---|---|---|
-//! | GET | `/console/` | overview: sessions, messages and deferrals per limit over the last hour (charts), the store's health and failure mode |
+//! | GET | `/console/?range=1h\|6h\|24h` | overview: sessions, messages sent and deferrals of `defer` limits over the range (charts), the latest restrictions, holds and deferrals, the store's health and failure mode; reloads itself every minute |
 //! | GET | `/console/top?limit=NAME&page=N` | keys by value against their limit, paged |
 //! | GET | `/console/restricted?page=N` | restricted keys with their evidence |
 //! | GET | `/console/held?key=&limit=&sender=&subject=&page=N` | held messages (envelope, header section, size, limit), newest first, filtered, paged, with a selection to release or delete |

@@ -184,7 +184,7 @@ pub async fn route(c: &Console, req: &Request, peer: IpAddr) -> Response {
         return error_page(405, &format!("{} takes GET", req.path), &shell);
     }
     match req.path.as_str() {
-        "/console/" => pages::overview::page(c, &shell).await,
+        "/console/" => pages::overview::page(c, req, &shell).await,
         "/console/top" => pages::top::page(c, req, &shell).await,
         "/console/restricted" => pages::restricted::page(c, req, &shell).await,
         "/console/held" => pages::held::page(c, req, &shell).await,

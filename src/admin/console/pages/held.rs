@@ -250,11 +250,11 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     }
     let _ = write!(
         b,
-        "<p class=\"muted\" id=\"held-count\">{total} messages held ({} KiB) of at most {} \
-         ({} KiB), newest first.</p>",
-        bytes / 1024,
+        "<p class=\"muted\" id=\"held-count\">{total} messages held ({}) of at most {} \
+         ({}), newest first.</p>",
+        html::size(bytes),
         settings.max_messages,
-        settings.max_bytes / 1024
+        html::size(settings.max_bytes)
     );
     let params = filter.params();
     if shell.actions {
