@@ -159,8 +159,18 @@ fn refusals_and_held_are_what_happened() {
         "{table}"
     );
 
-    // One released by id: two held, everywhere.
-    let out = admin_verb(&sock, &["held", "release", &ids[0], "--reason", "checked"]);
+    // One released by id (the key still restricted: confirmed): two held, everywhere.
+    let out = admin_verb(
+        &sock,
+        &[
+            "held",
+            "release",
+            &ids[0],
+            "--reason",
+            "checked",
+            "--confirm",
+        ],
+    );
     assert!(out.ok(), "{out}");
     assert_eq!(held_ids(&sock).len(), 2);
     assert_eq!(listed_evidence(&sock)["held"], 2);

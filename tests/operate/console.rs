@@ -1536,10 +1536,10 @@ fn the_overview_tells_what_was_sent_and_contained() {
         .and_then(|r| r.split("</table>").next())
         .expect("the feed");
     let bob = feed
-        .find("href=\"/console/key?k=bob\"")
+        .find("href=\"/console/key/bob\"")
         .expect("bob restricted");
     let alice = feed
-        .find("href=\"/console/key?k=alice\"")
+        .find("href=\"/console/key/alice\"")
         .expect("alice held");
     // Newest first: bob's restriction came after alice's messages were held.
     assert!(bob < alice, "{feed}");
@@ -1576,24 +1576,24 @@ fn the_overview_tells_what_was_sent_and_contained() {
         restricted
             .body
             .split("<tr data-row>")
-            .find(|r| r.contains(&format!("href=\"/console/key?k={key}\"")))
+            .find(|r| r.contains(&format!("href=\"/console/key/{key}\"")))
             .unwrap_or_else(|| panic!("{key}: {}", restricted.body))
             .to_string()
     };
     assert!(
-        row("alice").contains("<dt>held</dt><dd>1</dd>"),
+        row("alice").contains("<th scope=\"row\">held</th><td class=\"n\">1</td>"),
         "{}",
         row("alice")
     );
     assert!(
-        row("bob").contains("<dt>held</dt><dd>0</dd>"),
+        row("bob").contains("<th scope=\"row\">held</th><td class=\"n\">0</td>"),
         "{}",
         row("bob")
     );
     let top = http(addr, "GET", "/console/top", cookie, "");
     assert_eq!(top.status, 200, "{top}");
     assert_eq!(
-        top.body.matches("href=\"/console/key?k=alice\"").count(),
+        top.body.matches("href=\"/console/key/alice\"").count(),
         1,
         "{}",
         top.body

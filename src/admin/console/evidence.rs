@@ -16,7 +16,7 @@ pub const VALUE_CHARS: usize = 400;
 /// Most items of one list shown.
 pub const MAX_ITEMS: usize = 50;
 /// How deep nested objects are shown; deeper ones as compact JSON.
-const MAX_DEPTH: usize = 3;
+const MAX_DEPTH: usize = 4;
 
 /// What the page knows of a client address: its reverse name and how many of the key's
 /// recent messages came from it.
@@ -217,8 +217,8 @@ mod tests {
         assert!(!t.contains("<script>") && !t.contains("<b>"), "{t}");
         assert!(table(&json!({}), &known).contains("No evidence"));
         assert!(table(&json!("x<"), &known).contains("x&lt;"));
-        let deep = json!({"a": {"b": {"c": {"d": 1}}}});
-        assert!(table(&deep, &known).contains("{&quot;d&quot;:1}"));
+        let deep = json!({"a": {"b": {"c": {"d": {"e": 1}}}}});
+        assert!(table(&deep, &known).contains("{&quot;e&quot;:1}"));
         let many: Vec<Value> = (0..60).map(|i| json!(format!("s{i}"))).collect();
         assert!(value(&Value::Array(many), 0).contains("and 10 more"));
     }
