@@ -207,6 +207,11 @@ pub trait Policy: Send + Sync {
     /// A message reached the end of its data and was relayed, refused, held or rerouted:
     /// told to the observer (the event log's message lines). The default ignores it.
     fn transaction(&self, _t: &alert::Transaction<'_>) {}
+
+    /// A notice for the alerts (log, webhook, command, mail) that no limit gives, such as
+    /// `floodgate.spool_full`; passed on like a restriction's, never suppressed. The
+    /// default ignores it.
+    fn notice(&self, _notice: &serde_json::Value) {}
 }
 
 /// The policy of one session, asked by the session at every stage.

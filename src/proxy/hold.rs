@@ -170,6 +170,7 @@ impl Session {
         let Some(spool) = self.shared.hold.clone() else {
             return Err(UpstreamError::Protocol("no hold spool".into()));
         };
+        let spool_settings = &spool.settings().clone();
         let (envelope, body) = self.taken_message(msg, &order, received).await;
         let held = HeldMessage::new(envelope, body);
         let paced = match &order.answer {
@@ -241,10 +242,21 @@ impl Session {
                 Ok(flow)
             }
             Err(e) => {
-                // Full (its limits, or its disk or quota) or unwritable: one count, one alert.
+                // Full (its limits, or its disk or quota) or unwritable: one count, and the
+                // postmaster told (at most once a minute).
                 metrics.hold.refused.inc();
                 warn!(client = %self.ip_text, error = %e, full = e.is_full(), limit = %order.limit,
                     key = %order.key, "message not held: deferred");
+                if let Some(notice) = FULL_NOTICES.due(crate::store::now_micros()).then(|| {
+                    spool_notice(
+                        &e,
+                        &order,
+                        spool_settings,
+                        &self.shared.config.server.hostname,
+                    )
+                }) {
+                    self.shared.policy.notice(&notice);
+                }
                 self.reset_txn();
                 let host = &self.shared.config.server.hostname;
                 let reply = if e.is_full() {
@@ -265,6 +277,50 @@ impl Session {
             }
         }
     }
+}
+
+/// How often the spool's refusals are told to the alerts, at most (per node).
+const FULL_NOTICE_EVERY_US: i64 = 60_000_000;
+
+/// When the last spool notice of this node went out.
+static FULL_NOTICES: NoticeClock = NoticeClock(std::sync::atomic::AtomicI64::new(i64::MIN));
+
+/// A per-node clock that lets one notice through per [`FULL_NOTICE_EVERY_US`].
+struct NoticeClock(std::sync::atomic::AtomicI64);
+
+impl NoticeClock {
+    /// Whether a notice is due at `now_us` (and, if so, marks it sent).
+    fn due(&self, now_us: i64) -> bool {
+        use std::sync::atomic::Ordering;
+        let last = self.0.load(Ordering::Relaxed);
+        now_us.saturating_sub(last) >= FULL_NOTICE_EVERY_US
+            && self
+                .0
+                .compare_exchange(last, now_us, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+/// The alert of a message the spool refused: `{"event": "floodgate.spool_full"` (or
+/// `floodgate.spool_failed` when it could not be written for another reason), `"host"`,
+/// `"dir"`, `"max_messages"`, `"max_bytes"`, `"error"`, and the `"limit"` and `"key"` of the
+/// message deferred (451) instead of held}.
+pub fn spool_notice(
+    e: &SpoolError,
+    order: &HoldOrder,
+    settings: &crate::hold::HoldSettings,
+    host: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "event": if e.is_full() { "floodgate.spool_full" } else { "floodgate.spool_failed" },
+        "host": host,
+        "dir": settings.dir.display().to_string(),
+        "max_messages": settings.max_messages,
+        "max_bytes": settings.max_bytes,
+        "error": e.to_string(),
+        "limit": order.limit,
+        "key": order.key,
+    })
 }
 
 /// A client name as the held file keeps it: the name, `[TEMPUNAVAIL]`, or nothing.
@@ -294,4 +350,43 @@ async fn store_blocking(
             source: std::io::Error::other(e.to_string()),
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_spool_notice_a_minute() {
+        let clock = NoticeClock(std::sync::atomic::AtomicI64::new(i64::MIN));
+        assert!(clock.due(1_000_000));
+        assert!(!clock.due(1_000_001));
+        assert!(!clock.due(60_999_999));
+        assert!(clock.due(61_000_000));
+    }
+
+    #[test]
+    fn the_spool_notice_names_the_spool_and_the_deferred_message() {
+        let settings = crate::hold::HoldSettings {
+            dir: "/var/lib/floodgate/hold".into(),
+            max_bytes: 1 << 30,
+            max_messages: 2,
+            ttl: std::time::Duration::from_secs(3600),
+            on_expiry: Default::default(),
+        };
+        let order = HoldOrder {
+            limit: "per-user".into(),
+            key: "alice".into(),
+            answer: TakenAnswer::Hold,
+        };
+        let full = SpoolError::Full("2 messages (max_messages 2)".into());
+        let v = spool_notice(&full, &order, &settings, "mx");
+        assert_eq!(v["event"], "floodgate.spool_full");
+        assert_eq!(v["dir"], "/var/lib/floodgate/hold");
+        assert_eq!(v["max_messages"], 2);
+        assert_eq!(
+            (v["limit"].as_str(), v["key"].as_str()),
+            (Some("per-user"), Some("alice"))
+        );
+    }
 }

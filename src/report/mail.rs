@@ -255,12 +255,64 @@ pub fn notice_mail(n: &Notice, m: &MailSettings, host: &str, now_us: i64) -> Out
                 "Each alert is in floodgate's log (target floodgate::alert).".into(),
             ],
         ),
+        Notice::Restriction(v) if is_spool_notice(v) => spool_mail(v, host),
         Notice::Restriction(v) => restriction_mail(v, m, host),
     };
     let mut body = body;
     body.push(String::new());
     body.push(FOOTER.into());
     compose(m, host, &subject, &body, now_us)
+}
+
+/// Whether `v` is the hold spool's notice (`floodgate.spool_full`, `floodgate.spool_failed`).
+fn is_spool_notice(v: &Value) -> bool {
+    v["event"]
+        .as_str()
+        .is_some_and(|e| e.starts_with("floodgate.spool_"))
+}
+
+/// The subject and body of the hold spool's notice: a message that was to be held was
+/// deferred (451) instead, because the spool is full or cannot be written.
+fn spool_mail(v: &Value, host: &str) -> (String, Vec<String>) {
+    let full = v["event"] == "floodgate.spool_full";
+    let subject = if full {
+        format!("floodgate: hold spool full on {}", one_line(host))
+    } else {
+        format!("floodgate: hold spool not writable on {}", one_line(host))
+    };
+    let mut body = vec![
+        format!(
+            "floodgate on {} could not hold a message and deferred it (451): {}.",
+            one_line(host),
+            if full {
+                "the hold spool is full (its limits, or its disk or quota)"
+            } else {
+                "the hold spool cannot be written"
+            }
+        ),
+        "Messages of restricted keys and of hold limits are deferred until there is room:          release or delete held mail (floodgate held list), or raise [hold] max_messages /          max_bytes."
+            .into(),
+        String::new(),
+    ];
+    body.extend(table(&[
+        ("Spool", text(&v["dir"])),
+        (
+            "Limits",
+            format!(
+                "{} messages, {} bytes",
+                text(&v["max_messages"]),
+                text(&v["max_bytes"])
+            ),
+        ),
+        ("Error", text(&v["error"])),
+        (
+            "Deferred",
+            format!("key {} (limit {})", text(&v["key"]), text(&v["limit"])),
+        ),
+    ]));
+    body.push(String::new());
+    body.push("(At most one such mail a minute from this node.)".into());
+    (subject, body)
 }
 
 /// The subject and body of a restriction or release notice.

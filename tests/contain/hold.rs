@@ -227,6 +227,15 @@ fn a_full_spool_defers_and_loses_nothing() {
         1,
         "the deferred message was not relayed either"
     );
+    // The postmaster is told: one floodgate.spool_full alert (in the alert log lines).
+    fg.wait_stderr("floodgate.spool_full", Duration::from_secs(10));
+    let log = fg.stderr();
+    let alerts: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("floodgate::alert") && l.contains("floodgate.spool_full"))
+        .collect();
+    assert_eq!(alerts.len(), 1, "{log}");
+    assert!(alerts[0].contains("max_messages"), "{}", alerts[0]);
     // Only held files in the directory: nothing half-written.
     let names: Vec<String> = std::fs::read_dir(spool.path())
         .unwrap()

@@ -259,6 +259,12 @@ impl Policy for RatePolicy {
         self.install(model);
     }
 
+    fn notice(&self, notice: &serde_json::Value) {
+        if let Some(o) = self.observer() {
+            o.restriction(notice);
+        }
+    }
+
     fn transaction(&self, t: &crate::policy::alert::Transaction<'_>) {
         if let Some(o) = self.observer() {
             o.transaction(t);

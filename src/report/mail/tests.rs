@@ -221,3 +221,35 @@ proptest! {
         prop_assert!(!text.replace("\r\n", "").contains(['\r', '\n']));
     }
 }
+
+#[test]
+fn a_full_spool_has_its_own_mail() {
+    let notice = Notice::Restriction(serde_json::json!({
+        "event": "floodgate.spool_full", "host": "mx.uni.test", "dir": "/var/lib/floodgate/hold",
+        "max_messages": 2, "max_bytes": 1_073_741_824u64,
+        "error": "hold spool full: 2 messages (max_messages 2)",
+        "limit": "per-user", "key": "alice\r\nBcc: x@y",
+    }));
+    let m = notice_mail(&notice, &settings(None), "mx.uni.test", NOW);
+    let text = text_of(&m);
+    let head = head_of(&text);
+    assert!(
+        head.contains("Subject: floodgate: hold spool full on mx.uni.test\r\n"),
+        "{head}"
+    );
+    assert!(!head.contains("Bcc:"), "{head}");
+    for want in [
+        "deferred it (451)",
+        "/var/lib/floodgate/hold",
+        "2 messages, 1073741824 bytes",
+        "hold spool full: 2 messages",
+        "(limit per-user)",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+    // Not a restriction's mail.
+    assert!(!text.contains("restricted the key"), "{text}");
+    let failed = Notice::Restriction(serde_json::json!({"event": "floodgate.spool_failed"}));
+    let m = notice_mail(&failed, &settings(None), "mx", NOW);
+    assert!(text_of(&m).contains("Subject: floodgate: hold spool not writable on mx"));
+}
