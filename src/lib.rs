@@ -35,6 +35,7 @@ pub mod hold;
 pub mod limit;
 pub mod lograte;
 pub mod logs;
+pub mod message_keys;
 pub mod metrics;
 pub mod outcomes;
 pub mod policy;

@@ -28,6 +28,7 @@
 //! The driver in `check` tells the observer, the metrics and the log from what `settle`
 //! returns.
 
+mod campaign;
 mod check;
 mod pending;
 mod plan;
@@ -241,6 +242,72 @@ impl Policy for RatePolicy {
     fn reload(&self, model: Arc<PolicyModel>) {
         self.install(model);
     }
+
+    fn message_keys(
+        &self,
+        message: &[u8],
+        null_sender: bool,
+    ) -> Option<crate::message_keys::MessageKeys> {
+        let model = self
+            .inner
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        message_keys_of(&model, message, null_sender)
+    }
+}
+
+/// The header section of `message` (up to its first empty line; all of it without one).
+fn head_of(message: &[u8]) -> &[u8] {
+    memchr::memmem::find(message, b"\r\n\r\n")
+        .map(|i| &message[..i + 2])
+        .or_else(|| memchr::memmem::find(message, b"\n\n").map(|i| &message[..i + 1]))
+        .unwrap_or(message)
+}
+
+/// The message keys `model`'s limits use, of `message` (see [`Policy::message_keys`]).
+fn message_keys_of(
+    model: &PolicyModel,
+    message: &[u8],
+    null_sender: bool,
+) -> Option<crate::message_keys::MessageKeys> {
+    use crate::message_keys::{compute, is_automatic, Wanted};
+    let wanted = model.wanted_message_keys();
+    if wanted == Wanted::default() {
+        return None;
+    }
+    let settings = &model.message_keys;
+    if !settings.include_automatic && (null_sender || is_automatic(head_of(message))) {
+        return None;
+    }
+    let exempt = &settings.exempt_link_domains;
+    if exempt.is_empty() {
+        return Some(compute(message, wanted, &[]));
+    }
+    // Every link domain, to tell a message that links only to exempt domains (own bulk
+    // mail) from one that links to others as well.
+    let mut keys = compute(
+        message,
+        Wanted {
+            link_domains: true,
+            ..wanted
+        },
+        &[],
+    );
+    let linked = !keys.link_domains.is_empty();
+    keys.link_domains.retain(|d| {
+        !exempt
+            .iter()
+            .any(|e| d == e || d.strip_suffix(e.as_str()).is_some_and(|p| p.ends_with('.')))
+    });
+    if linked && keys.link_domains.is_empty() {
+        return None;
+    }
+    if !wanted.link_domains {
+        keys.link_domains.clear();
+    }
+    Some(keys)
 }
 
 impl super::expiry::Sweeper for RatePolicy {
