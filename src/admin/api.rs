@@ -72,9 +72,8 @@ impl AdminState {
         let post = req.method == "POST";
         let (allowed, ok) = match req.path.as_str() {
             "/metrics" => ("GET, HEAD", get),
-            "/v1/inspect" | "/v1/top" | "/v1/held" | "/v1/held/show" | "/v1/restricted" => {
-                ("GET, HEAD", get)
-            }
+            "/v1/inspect" | "/v1/top" | "/v1/held" | "/v1/held/show" | "/v1/restricted"
+            | "/v1/campaigns" => ("GET, HEAD", get),
             "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" | "/v1/release"
             | "/v1/restrict" | "/v1/outcome" => ("POST", post),
             _ => return Response::error(404, &format!("no endpoint {}", req.path)),
@@ -115,6 +114,7 @@ impl AdminState {
                 self.held_act(req, release).await
             }
             "/v1/restricted" => self.restricted().await,
+            "/v1/campaigns" => self.campaigns().await,
             "/v1/release" => self.release(req).await,
             "/v1/restrict" => self.restrict(req).await,
             "/v1/outcome" => self.outcome(req).await,
@@ -123,7 +123,9 @@ impl AdminState {
     }
 
     /// The hold spool in force, or the answer saying there is none.
-    fn spool(&self) -> Result<(Arc<crate::proxy::Shared>, Arc<crate::hold::Spool>), Response> {
+    pub(super) fn spool(
+        &self,
+    ) -> Result<(Arc<crate::proxy::Shared>, Arc<crate::hold::Spool>), Response> {
         let shared = self.control.shared();
         match shared.hold.clone() {
             Some(s) => Ok((shared, s)),

@@ -7,6 +7,7 @@
 //! * [`inspect`]: what a key means for every configured limit (inspect, top);
 //! * [`api`]: the endpoints (inspect, reset, top, reload, metrics);
 //! * [`restricted`]: the restricted set's endpoints (restricted, release, restrict);
+//! * [`campaigns`]: the campaigns of message keys (`restrict_senders` limits over);
 //! * [`serve`]: the unix socket, the token-guarded TCP address and the metrics address,
 //!   served by hyper;
 //! * [`console`]: the web console on the admin TCP address;
@@ -14,6 +15,7 @@
 //! * [`peer`]: whose process is at the other end of the admin socket.
 
 pub mod api;
+pub mod campaigns;
 pub mod client;
 pub mod console;
 pub mod held;
