@@ -705,6 +705,12 @@ fn message_key_rules(
     }
     if let Some(v) = keyed.first() {
         let name = var_name(*v);
+        if matches!(rate, RateDef::Concurrency(_) | RateDef::Ratio(_)) {
+            return Err(err(
+                key_span(),
+                format!("${{{name}}} is for rate limits (ratelimit, or rate with burst)"),
+            ));
+        }
         if stage != Stage::Message {
             return Err(err(
                 raw.stage.as_ref().map_or_else(key_span, |s| s.span()),
@@ -712,12 +718,6 @@ fn message_key_rules(
                     "${{{name}}} exists only at the end of data: a limit keyed on it is judged at stage \"message\" (leave `stage` out or write stage = \"message\"), not {:?}",
                     stage.as_str()
                 ),
-            ));
-        }
-        if matches!(rate, RateDef::Concurrency(_) | RateDef::Ratio(_)) {
-            return Err(err(
-                key_span(),
-                format!("${{{name}}} is for rate limits (ratelimit, or rate with burst)"),
             ));
         }
     }

@@ -302,7 +302,8 @@ impl PolicyModel {
         self.limits.iter().any(LimitDef::reads_header_from)
     }
 
-    /// The message keys some limit's key uses (computed at the end of data only then).
+    /// The message keys some limit's key uses (computed at the end of data only then), and
+    /// the link domains when a limit restricts a campaign's senders (its alert names them).
     pub fn wanted_message_keys(&self) -> crate::message_keys::Wanted {
         let mut w = crate::message_keys::Wanted::default();
         for v in self
@@ -317,6 +318,14 @@ impl PolicyModel {
                 super::template::Var::SubjectShape => w.subject_shape = true,
                 _ => {}
             }
+        }
+        // A campaign's alert and ledger name the link domains of its copies.
+        if self
+            .limits
+            .iter()
+            .any(|d| d.restrict.as_ref().is_some_and(|r| r.senders))
+        {
+            w.link_domains = true;
         }
         w
     }
