@@ -157,6 +157,18 @@ fn a_campaign_across_eight_accounts_is_stopped_at_the_third() {
         .iter()
         .all(|a| a["restricted"] == true));
     assert!(!c["held"].as_array().unwrap().is_empty(), "{c}");
+    // inspect takes the message key value as a key: the campaign limit's distinct
+    // accounts under it.
+    let mk = c["message_key"].as_str().unwrap();
+    let v = admin_json(&sock, &["inspect", mk]);
+    let row = v["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["limit"] == "campaign")
+        .cloned()
+        .unwrap();
+    assert!(row["value"].as_f64().unwrap() > 2.9, "{v}");
     let table = admin_verb(&sock, &["campaigns"]);
     assert!(
         table.ok() && table.stdout.contains("stolen1") && table.stdout.contains("campaign "),
