@@ -1071,7 +1071,7 @@ fn located_shared_error(config: &Config, e: floodgate::server::ServerError) -> a
 }
 
 /// The sections the report above does not show otherwise: the ones absent from the config
-/// (said to be off), and `[metrics]`, `[admin]`, `[outcomes]` and `[log]`.
+/// (said to be off), and `[metrics]`, `[admin]`, `[outcomes]`, `[message_keys]` and `[log]`.
 fn check_other_sections(generation: &Generation, out: &mut impl Write) -> anyhow::Result<()> {
     let config = &generation.config;
     if config.tls.is_none() {
@@ -1128,6 +1128,32 @@ fn check_other_sections(generation: &Generation, out: &mut impl Write) -> anyhow
             "outcomes: follow=(none) remember={} (outcomes come only from `floodgate outcome`)",
             o.remember
         )?,
+    }
+    let policy = &generation.policy;
+    let w = policy.wanted_message_keys();
+    let mk = &policy.message_keys;
+    if w == floodgate::message_keys::Wanted::default() {
+        writeln!(out, "message keys: not computed (no limit is keyed on one)")?;
+    } else {
+        let names: Vec<&str> = [
+            (w.fingerprint, "fingerprint"),
+            (w.link_domains, "link_domain"),
+            (w.subject_shape, "subject_shape"),
+        ]
+        .into_iter()
+        .filter_map(|(on, n)| on.then_some(n))
+        .collect();
+        writeln!(
+            out,
+            "message keys: {} at the end of data; exempt_link_domains={} include_automatic={}",
+            names.join(", "),
+            if mk.exempt_link_domains.is_empty() {
+                "(none)".to_string()
+            } else {
+                mk.exempt_link_domains.join(",")
+            },
+            mk.include_automatic
+        )?;
     }
     let l = &config.log;
     writeln!(

@@ -232,6 +232,32 @@ fn fingerprint_prints_the_keys_of_a_message_file() {
 }
 
 #[test]
+fn check_says_which_message_keys_are_computed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let text = FloodgateConfig::new(closed_port())
+        .extra(&format!(
+            "{}\n[message_keys]\nexempt_link_domains = [\"Example.org\"]\n",
+            readme_policy(dir.path())
+        ))
+        .toml();
+    std::fs::write(&path, text).unwrap();
+    let out = run_with_timeout(
+        Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args(["check", "--config"])
+            .arg(&path),
+        Duration::from_secs(30),
+    );
+    assert!(out.ok(), "{out}");
+    assert!(
+        out.stdout.contains(
+            "message keys: fingerprint, link_domain at the end of data; exempt_link_domains=example.org include_automatic=false"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
 fn message_keys_are_refused_where_they_cannot_be() {
     let cases = [
         (
