@@ -167,6 +167,18 @@ impl AdminState {
         }
     }
 
+    /// Releases (`release`) or deletes each of `ids` as `by`, one after the other, with the
+    /// typed result of each: what `POST /v1/held/release|delete` and the console do.
+    pub async fn held_ids(
+        &self,
+        ids: &[String],
+        release: bool,
+        by: &crate::proxy::release::ReleaseBy,
+    ) -> Result<Vec<(String, Result<(), held::HeldError>)>, Response> {
+        let (shared, spool) = self.spool()?;
+        Ok(held_apply(&shared, &spool, &self.metrics, ids, release, by).await)
+    }
+
     async fn held_act(&self, req: &Request, release: bool) -> Response {
         let (shared, spool) = match self.spool() {
             Ok(s) => s,
@@ -187,18 +199,12 @@ impl AdminState {
         };
         let mut done = Vec::new();
         let mut failed = Vec::new();
-        for id in &ids {
-            let r = if release {
-                held::release_one(&shared, &spool, id, &by).await
-            } else {
-                held::delete_one(&shared, &spool, id, &by).await
-            };
+        for (id, r) in held_apply(&shared, &spool, &self.metrics, &ids, release, &by).await {
             match r {
-                Ok(()) => done.push(id.clone()),
-                Err(e) => failed.push((id.clone(), e)),
+                Ok(()) => done.push(id),
+                Err(e) => failed.push((id, e)),
             }
         }
-        crate::proxy::refresh_hold_gauges(&spool, &self.metrics);
         let verb = if release { "released" } else { "deleted" };
         if let (Some(_), Some((_, e))) = (id, failed.first()) {
             return held_error(e);
@@ -318,6 +324,28 @@ impl AdminState {
             }
         }
     }
+}
+
+/// Releases or deletes each of `ids` in `spool`, then refreshes the spool's gauges.
+async fn held_apply(
+    shared: &Arc<crate::proxy::Shared>,
+    spool: &Arc<crate::hold::Spool>,
+    metrics: &Metrics,
+    ids: &[String],
+    release: bool,
+    by: &crate::proxy::release::ReleaseBy,
+) -> Vec<(String, Result<(), held::HeldError>)> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let r = if release {
+            held::release_one(shared, spool, id, by).await
+        } else {
+            held::delete_one(shared, spool, id, by).await
+        };
+        out.push((id.clone(), r));
+    }
+    crate::proxy::refresh_hold_gauges(spool, metrics);
+    out
 }
 
 /// `GET /metrics`.

@@ -500,6 +500,12 @@ impl Spool {
         })
     }
 
+    /// One held message whole (claimed or not): its envelope and every octet of its body,
+    /// for the console's message page and its download.
+    pub fn message(&self, id: &str) -> Result<HeldMessage, SpoolError> {
+        self.read_either(id, |f| named(id, read::message(f), |m| &m.envelope.id))
+    }
+
     /// Every held message's envelope, oldest first, reading no body: the listing, expiry
     /// and pacing all read this. A file that does not read is set aside; one that cannot be
     /// read now is skipped with a warning.

@@ -72,7 +72,8 @@ pub fn replay(index: &Index, text: impl BufRead) -> Rebuilt {
     let mut r = Rebuilt::default();
     for line in text.lines() {
         let Ok(line) = line else { break };
-        if !line.starts_with("{\"event\":") {
+        // Message lines (the console's recent transactions) are not the index's.
+        if !line.starts_with("{\"event\":") || line.starts_with("{\"event\":\"message\"") {
             continue;
         }
         let Ok(l) = serde_json::from_str::<Line>(&line) else {

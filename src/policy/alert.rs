@@ -61,6 +61,40 @@ pub struct Evaluated<'a> {
     pub time_us: i64,
 }
 
+/// One message at the end of its data, with what floodgate did with it: the event log's
+/// recent transactions of a key (the console's incident page).
+#[derive(Clone, Copy, Debug)]
+pub struct Transaction<'a> {
+    /// When (microseconds since the Unix epoch).
+    pub time_us: i64,
+    /// The key a restriction of the sender would have ([`incident_key`]).
+    pub key: &'a str,
+    /// The client's address.
+    pub client: Option<std::net::IpAddr>,
+    /// The client's reverse name, when the session knew it.
+    pub name: Option<&'a str>,
+    /// The authenticated user, if any.
+    pub user: Option<&'a str>,
+    /// The envelope sender ("" for the null sender).
+    pub sender: &'a str,
+    /// The accepted recipients.
+    pub recipients: &'a [String],
+    /// The message's Subject, when the header was read.
+    pub subject: Option<&'a str>,
+    /// What happened: `relayed 250`, `refused 552`, `held`, `paced`, `rerouted`…
+    pub verdict: &'a str,
+}
+
+/// The key restrictions and their evidence are kept under: the authenticated user, else
+/// the client address ("" with neither).
+pub fn incident_key(facts: &Facts) -> String {
+    match (&facts.user, facts.client_ip) {
+        (Some(u), _) => u.clone(),
+        (None, Some(ip)) => ip.to_string(),
+        (None, None) => String::new(),
+    }
+}
+
 /// A limit that is over for one event.
 #[derive(Clone, Copy, Debug)]
 pub struct Crossed<'a> {
@@ -93,6 +127,10 @@ pub trait Observer: Send + Sync {
     /// Upstream queued a message whose bounces and deferrals some limit counts.
     fn queued(&self, queue_id: &str, queued: &crate::outcomes::index::Queued, time_us: i64) {
         let _ = (queue_id, queued, time_us);
+    }
+    /// A message reached the end of its data and floodgate decided what to do with it.
+    fn transaction(&self, t: &Transaction<'_>) {
+        let _ = t;
     }
     /// An outcome of a queued message was counted.
     fn outcome(

@@ -220,6 +220,10 @@ pub trait Policy: Send + Sync {
     /// A new generation is in force (SIGHUP): later checks, in new and running sessions,
     /// use its limits and lists. The default ignores them.
     fn reload(&self, _model: Arc<model::PolicyModel>) {}
+
+    /// A message reached the end of its data and was relayed, refused, held or rerouted:
+    /// told to the observer (the event log's message lines). The default ignores it.
+    fn transaction(&self, _t: &alert::Transaction<'_>) {}
 }
 
 /// The policy of one session, asked by the session at every stage.

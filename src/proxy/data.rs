@@ -127,6 +127,7 @@ impl Session {
             );
             self.tally.refused += 1;
             self.shared.metrics.refused.inc();
+            self.tell_transaction(&format!("refused {}", r.code));
             self.client.queue(&r);
             self.abort_upstream_txn().await?;
             return Ok(Flow::Next);
@@ -164,16 +165,23 @@ impl Session {
         match self.judge(Stage::Message).await {
             Judged::Go => {}
             Judged::Answered => {
+                self.tell_transaction("refused by floodgate");
                 self.abort_upstream_txn().await?;
                 return Ok(Flow::Next);
             }
             Judged::Close => {
+                self.tell_transaction("refused by floodgate");
                 self.abort_upstream_txn().await?;
                 return Ok(Flow::Close);
             }
         }
         let received = self.received.take();
         if let Some(order) = self.hold.take() {
+            self.tell_transaction(match order.answer {
+                crate::policy::TakenAnswer::Reroute => "rerouted",
+                crate::policy::TakenAnswer::Pace(_) => "paced",
+                crate::policy::TakenAnswer::Hold => "held",
+            });
             if order.answer == crate::policy::TakenAnswer::Reroute {
                 return self
                     .reroute_message(&msg, order, received.as_deref(), outcome.size)
@@ -199,6 +207,12 @@ impl Session {
                 .metrics
                 .message_relayed(self.dialogue.recipients(), outcome.size);
         }
+        let verdict = if reply.is_completion() {
+            "relayed"
+        } else {
+            "refused upstream"
+        };
+        self.tell_transaction(&format!("{verdict} {}", reply.code));
         info!(
             client = %self.ip_text,
             user = self.facts.user.as_deref().unwrap_or(""),

@@ -62,7 +62,7 @@ impl Session {
     }
 
     /// Whether a transaction's message may be taken (a hold spool or a second smart host):
-    /// only then is its envelope kept.
+    /// only then is its MAIL argument kept (the recipients always are, for the event log).
     fn may_take(&self) -> bool {
         self.shared.hold.is_some() || self.shared.high_risk.is_some()
     }
@@ -71,15 +71,14 @@ impl Session {
     pub(super) fn note_mail(&mut self, cmd: &Command) {
         if self.may_take() {
             self.envelope.mail = Some(argument(cmd));
-            self.envelope.rcpts.clear();
         }
+        self.envelope.rcpts.clear();
     }
 
-    /// Notes an accepted RCPT for a message that may be held.
+    /// Notes an accepted RCPT: for a message that may be held, and for the message's line
+    /// in the event log.
     pub(super) fn note_rcpt(&mut self, cmd: &Command) {
-        if self.may_take() {
-            self.envelope.rcpts.push(argument(cmd));
-        }
+        self.envelope.rcpts.push(argument(cmd));
     }
 
     /// The message octets as floodgate relays them: its Received line and the policy's
@@ -269,7 +268,7 @@ impl Session {
 }
 
 /// A client name as the held file keeps it: the name, `[TEMPUNAVAIL]`, or nothing.
-fn kept_name(n: &ClientName) -> Option<String> {
+pub(super) fn kept_name(n: &ClientName) -> Option<String> {
     match n {
         ClientName::Known(n) => Some(n.clone()),
         ClientName::TempUnavailable => Some(TEMPUNAVAIL.into()),

@@ -19,6 +19,7 @@ pub mod release;
 mod reroute;
 pub mod session;
 pub mod stream;
+mod transaction;
 pub mod upstream;
 
 pub use hold::refresh_gauges as refresh_hold_gauges;

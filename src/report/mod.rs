@@ -1,6 +1,7 @@
 //! Measurement and alerts around the policy engine:
 //!
 //! * [`events`]: the event log (`[report] events`), every evaluation of every limit;
+//! * [`transactions`]: its message lines, and the reader of a key's recent ones;
 //! * [`analyze`] and [`render`]: `floodgate report`, per-key peaks replayed from the log,
 //!   percentiles, top keys and a suggested limit;
 //! * [`deliver`] and [`http`]: delivery of the alerts decided by
@@ -21,6 +22,7 @@ pub mod http;
 pub mod markup;
 pub mod render;
 pub mod svg;
+pub mod transactions;
 
 use std::sync::{Arc, RwLock};
 
@@ -146,6 +148,12 @@ impl Observer for Observers {
                 .record_line(crate::outcomes::journal::queued_line(
                     queue_id, queued, time_us,
                 ));
+        }
+    }
+
+    fn transaction(&self, t: &crate::policy::alert::Transaction<'_>) {
+        if self.events.enabled() {
+            self.events.record_line(transactions::line(t));
         }
     }
 

@@ -251,15 +251,28 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
              python3-selenium"
         );
     }
-    let (rec, _dir, fg, addr) = scene(3, true);
+    let (rec, _dir, fg, addr) = scene(6, true);
     let ids = held_ids(&fg.admin_socket());
-    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_eq!(ids.len(), 5, "{ids:?}");
+    // Two restricted accounts: bob (by hand, in the scene) and alice, with held mail.
+    let out = admin_verb(
+        &fg.admin_socket(),
+        &["restrict", "alice", "--for", "1h", "--reason", "sends spam"],
+    );
+    assert!(out.ok(), "{out}");
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     let mut cmd = Command::new("/usr/bin/python3");
     cmd.arg(repo_root().join("tests/operate/console_browser.py"))
         .args(["--base", &format!("http://{addr}"), "--token", TOKEN])
-        .args(["--release", &ids[0], "--delete", &ids[1]])
+        .args([
+            "--release",
+            &ids[0],
+            "--delete",
+            &ids[1],
+            "--incident",
+            "alice",
+        ])
         .arg("--shots")
         .arg(&shots);
     let out = run_with_timeout(&mut cmd, Duration::from_secs(240));
@@ -292,8 +305,8 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
     );
     assert_eq!(pages["key"]["charts"], 1, "{pages:#}");
     assert!(pages["key"]["lines"].as_u64().unwrap() >= 1, "{pages:#}");
-    assert_eq!(pages["held"]["rows"], 2, "{pages:#}");
-    assert_eq!(pages["held"]["buttons"], 4, "{pages:#}");
+    assert_eq!(pages["held"]["rows"], 5, "{pages:#}");
+    assert_eq!(pages["held"]["buttons"], 10, "{pages:#}");
     let restricted = pages["restricted"]["text"].as_str().unwrap();
     assert!(restricted.contains("bob"), "{restricted}");
     assert!(restricted.contains("phished <password>"), "{restricted}");
@@ -308,16 +321,101 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
     let deleted = facts["delete_status"].as_str().unwrap();
     assert_eq!(deleted, format!("held message {} deleted", ids[1]));
     assert_eq!(facts["after_actions_problems"], serde_json::json!([]));
-    assert_eq!(facts["held_after"]["rows"], 0, "{facts:#}");
-    rec.wait_events("message", 2);
+    assert_eq!(facts["held_after"]["rows"], 3, "{facts:#}");
+
+    // The incident page of alice: every section, and the action forms.
+    let inc = &facts["incident_page"];
+    assert_eq!(inc["problems"], serde_json::json!([]), "{inc:#}");
+    for section in [
+        "restriction",
+        "evidence",
+        "key-held",
+        "transactions",
+        "readings",
+    ] {
+        assert_eq!(inc["sections"][section], 1, "{section}: {inc:#}");
+    }
+    assert_eq!(
+        inc["forms"], 4,
+        "release, restrict, release all, delete all: {inc:#}"
+    );
+    assert!(
+        inc["text"].as_str().unwrap().contains("sends spam"),
+        "{inc:#}"
+    );
+    // Held filtered by key; two selected and released; the rest deleted and the
+    // restriction ended from the incident page.
+    let filtered = &facts["filtered"];
+    assert_eq!(
+        filtered["match"], "3 of 3 held messages match.",
+        "{filtered:#}"
+    );
+    assert_eq!(filtered["rows"], 3, "{filtered:#}");
+    assert!(
+        filtered["url"]
+            .as_str()
+            .unwrap()
+            .ends_with("/console/held?key=alice&limit=&sender=&subject="),
+        "{filtered:#}"
+    );
+    assert_eq!(facts["bulk_done"], "2 held messages released", "{facts:#}");
+    assert!(
+        facts["bulk_url"].as_str().unwrap().contains("key=alice"),
+        "{facts:#}"
+    );
+    assert_eq!(facts["after_bulk_rows"], 1, "{facts:#}");
+    assert_eq!(
+        facts["incident_delete"], "1 held message deleted",
+        "{facts:#}"
+    );
+    assert_eq!(
+        facts["incident_release"], "alice: restriction ended",
+        "{facts:#}"
+    );
+    assert_eq!(
+        facts["incident_problems"],
+        serde_json::json!([]),
+        "{facts:#}"
+    );
+    rec.wait_events("message", 4);
     let msgs = rec.messages();
-    assert_eq!(msgs.len(), 2, "the first message and the released one");
+    assert_eq!(
+        msgs.len(),
+        4,
+        "the first message, one released by its button, two by the selection"
+    );
     assert!(
         msgs[1].rcpts.iter().any(|r| r.contains("r1@example.com")),
         "{:?}",
         msgs[1].rcpts
     );
+    let released: Vec<String> = facts["bulk_released"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(released.len(), 2);
     assert!(held_ids(&fg.admin_socket()).is_empty());
+    let restricted = admin_json(&fg.admin_socket(), &["restricted"]);
+    let keys: Vec<&str> = restricted["restricted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["bob"], "alice released, bob still restricted");
+
+    // On a phone (390 px) no page scrolls sideways and every button is in view.
+    let phone = facts["phone"].as_object().unwrap();
+    assert_eq!(phone.len(), 6, "{phone:#?}");
+    for (name, w) in phone {
+        assert!(
+            w["scroll"].as_u64().unwrap() <= w["inner"].as_u64().unwrap(),
+            "{name} scrolls sideways at 390 px: {w}"
+        );
+        assert_eq!(w["buttons_in_view"], true, "{name}: {w}");
+    }
     assert!(fg.stderr().contains("by=console"), "{}", fg.stderr());
 
     // With scripting off every read-only page still renders, charts included.
@@ -330,10 +428,20 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
     assert_eq!(ns["restricted"]["noscript_note"], true, "{ns:#}");
 
     // The screenshots are PNGs.
-    for name in ["overview", "held"] {
-        let png = std::fs::read(shots.join(format!("console-{name}.png"))).unwrap();
-        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}");
-        println!("screenshot console-{name}.png: {} bytes", png.len());
+    for name in [
+        "overview",
+        "top",
+        "restricted",
+        "held",
+        "incident",
+        "message",
+    ] {
+        for suffix in ["", "-phone"] {
+            let file = format!("console-{name}{suffix}.png");
+            let png = std::fs::read(shots.join(&file)).unwrap();
+            assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{file}");
+            println!("screenshot {file}: {} bytes", png.len());
+        }
     }
 }
 
@@ -570,6 +678,426 @@ fn bad_inputs_get_clear_refusals() {
     assert_eq!(http(addr, "GET", "/console/", &with(&[]), "").status, 401);
 }
 
+/// One session of alice sending `bodies` (whole messages without the final dot); the
+/// first passes, the others are held.
+fn send_bodies(fg: &Floodgate, bodies: &[String]) {
+    let mut c = RawClient::connect_greeted(fg.addr("plain"));
+    assert_eq!(c.ehlo("laptop.test").code, 250);
+    let t = b64_encode(format!("\0{USER}\0{PASSWORD}").as_bytes());
+    assert_eq!(c.cmd(&format!("AUTH PLAIN {t}")).code, 235);
+    for (i, b) in bodies.iter().enumerate() {
+        assert_eq!(c.cmd("MAIL FROM:<alice@example.org>").code, 250);
+        assert_eq!(c.cmd(&format!("RCPT TO:<r{i}@example.com>")).code, 250);
+        assert_eq!(c.cmd("DATA").code, 354);
+        c.send(format!("{b}.\r\n").as_bytes());
+        assert_eq!(c.reply().code, 250);
+    }
+    assert_eq!(c.cmd("QUIT").code, 221);
+}
+
+/// The `Location` of a 303, and the page it names (GET with `extra`).
+fn follow(addr: SocketAddr, a: &Answer, extra: &[String]) -> (String, Answer) {
+    assert_eq!(a.status, 303, "{a}");
+    let to = a.header("location").expect("a Location").to_string();
+    let page = http(addr, "GET", &to, extra, "");
+    (to, page)
+}
+
+/// Waits (bounded) until the event log has `n` message lines.
+fn wait_message_lines(path: &Path, n: usize) {
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.matches("{\"event\":\"message\"").count() >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the event log has fewer than {n} message lines");
+}
+
+#[test]
+fn held_filters_selection_message_pages_and_the_incident_page() {
+    let rec = Recorder::start(users());
+    let dir = tempfile::TempDir::new().unwrap();
+    let addr = closed_port();
+    let fg = start(&rec, dir.path(), addr, true);
+    let script = "Subject: <script>alert(1)</script>\r\nFrom: alice@example.org\r\n\
+        MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"b\"\r\n\r\n\
+        --b\r\nContent-Type: text/plain\r\n\r\nbody <script>alert(2)</script>\r\n\
+        --b\r\nContent-Type: application/pdf\r\n\
+        Content-Disposition: attachment; filename=\"report<1>.pdf\"\r\n\
+        Content-Transfer-Encoding: base64\r\n\r\nc2VjcmV0LWF0dGFjaG1lbnQtY29udGVudA==\r\n--b--\r\n";
+    let plain = |s: &str| format!("Subject: {s}\r\nFrom: alice@example.org\r\n\r\nhello\r\n");
+    send_bodies(
+        &fg,
+        &[
+            plain("first"),
+            script.to_string(),
+            plain("invoice 7"),
+            plain("Invoice 8"),
+        ],
+    );
+    rec.wait_events("message", 1);
+    let sock = fg.admin_socket();
+    let held = admin_json(&sock, &["held", "list"]);
+    let held = held["held"].as_array().unwrap().clone();
+    assert_eq!(held.len(), 3, "{held:?}");
+    let id_of = |subject: &str| {
+        held.iter()
+            .find(|m| m["subject"].as_str() == Some(subject))
+            .unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (script_id, inv7, inv8) = (
+        id_of("<script>alert(1)</script>"),
+        id_of("invoice 7"),
+        id_of("Invoice 8"),
+    );
+    let s = login(addr);
+    let me = vec![s.cookie.clone()];
+
+    // Filters: exact key and limit, any-case parts of sender and Subject, in a GET form.
+    let a = http(addr, "GET", "/console/held?subject=INVOICE", &me, "");
+    assert_eq!(a.status, 200, "{a}");
+    assert!(a.body.contains("2 of 3 held messages match"), "{}", a.body);
+    assert!(a.body.contains(&inv7) && a.body.contains(&inv8));
+    assert!(!a.body.contains(&script_id), "filtered out");
+    assert!(
+        a.body.contains("name=\"subject\" value=\"INVOICE\""),
+        "the form keeps it"
+    );
+    assert!(a
+        .body
+        .contains("<form class=\"filters\" id=\"filters\" method=\"get\""));
+    let a = http(
+        addr,
+        "GET",
+        "/console/held?key=alice&sender=ALICE%40EXAMPLE",
+        &me,
+        "",
+    );
+    assert!(a.body.contains("3 of 3 held messages match"), "{}", a.body);
+    let a = http(addr, "GET", "/console/held?key=alic", &me, "");
+    assert!(
+        a.body.contains("0 of 3 held messages match"),
+        "the key is exact"
+    );
+    assert!(a.body.contains("no held message matches"));
+    let a = http(
+        addr,
+        "GET",
+        "/console/held?limit=per-user&subject=%3Cscript",
+        &me,
+        "",
+    );
+    assert!(a.body.contains("1 of 3 held messages match"), "{}", a.body);
+    assert!(!a.body.contains("<script>alert"), "escaped");
+    // Every row links to its message page and its key's incident page; a selection form.
+    let a = http(addr, "GET", "/console/held", &me, "");
+    assert!(a.body.contains(&format!("href=\"/console/held/{inv7}\"")));
+    assert!(a.body.contains("href=\"/console/key/alice\""));
+    assert!(a.body.contains("action=\"/console/act/held/bulk\""));
+    assert!(a.body.contains(&format!("name=\"id\" value=\"{inv7}\"")));
+
+    // The message page: envelope, client, escaped header and text, attachments listed.
+    let a = http(addr, "GET", &format!("/console/held/{script_id}"), &me, "");
+    assert_eq!(a.status, 200, "{a}");
+    assert!(
+        !a.body.contains("<script>alert"),
+        "raw markup on the message page"
+    );
+    assert!(a
+        .body
+        .contains("Subject: &lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(a
+        .body
+        .contains("body &lt;script&gt;alert(2)&lt;/script&gt;"));
+    assert!(a.body.contains("report&lt;1&gt;.pdf") && a.body.contains("application/pdf"));
+    assert!(
+        !a.body.contains("secret-attachment-content"),
+        "attachments are not shown"
+    );
+    assert!(a.body.contains("r1@example.com") && a.body.contains("127.0.0.1"));
+    assert!(a
+        .body
+        .contains(&format!("href=\"/console/held/{script_id}.eml\"")));
+    // The download: the held octets, byte for byte.
+    let a = http(
+        addr,
+        "GET",
+        &format!("/console/held/{script_id}.eml"),
+        &me,
+        "",
+    );
+    assert_eq!(a.status, 200, "{a}");
+    assert_eq!(a.header("content-type"), Some("message/rfc822"));
+    assert_eq!(
+        a.header("content-disposition"),
+        Some(format!("attachment; filename=\"{script_id}.eml\"").as_str())
+    );
+    let file = std::fs::read(dir.path().join(format!("hold/{script_id}.held"))).unwrap();
+    let held_msg = floodgate::hold::HeldMessage::decode(&file).unwrap();
+    assert_eq!(a.body.as_bytes(), &held_msg.body[..]);
+    // Bad ids never reach the spool: a clear 404.
+    for bad in [
+        "/console/held/..%2F..%2Fetc%2Fpasswd",
+        "/console/held/..",
+        "/console/held/a.b",
+        "/console/held/x%00y",
+        "/console/held/-x",
+        "/console/held/",
+        "/console/held/..%2Fhold.eml",
+        "/console/held/a%2Fb.eml",
+    ] {
+        let a = http(addr, "GET", bad, &me, "");
+        assert_eq!(a.status, 404, "{bad}: {a}");
+        assert!(
+            a.body.contains("a held id is 1 to 64 letters, digits and"),
+            "{bad}: {a}"
+        );
+    }
+    let a = http(addr, "GET", "/console/held/abc-123", &me, "");
+    assert_eq!(a.status, 404, "{a}");
+    assert!(a.body.contains("held message abc-123 is not held"), "{a}");
+    assert_eq!(
+        http(addr, "GET", "/console/held/abc-123.eml", &me, "").status,
+        404
+    );
+
+    // The selection: two released in one form, back to the filtered list with the result.
+    let form = |op: &str, ids: &[&str], reason: &str, back: &str| {
+        let mut f = format!("csrf={}&op={op}&reason={reason}&back={back}", s.csrf);
+        for i in ids {
+            f.push_str(&format!("&id={i}"));
+        }
+        f
+    };
+    let back = "%2Fconsole%2Fheld%3Fsubject%3Dinvoice";
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/held/bulk",
+        &me,
+        &form("release", &[&inv7, &inv8], "checked", back),
+    );
+    let (to, page) = follow(addr, &a, &me);
+    assert_eq!(
+        to,
+        "/console/held?subject=invoice&done=2%20held%20messages%20released"
+    );
+    assert!(
+        page.body
+            .contains("id=\"done\" role=\"status\">2 held messages released"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("0 of 1 held messages match"),
+        "{}",
+        page.body
+    );
+    rec.wait_events("message", 3);
+    assert_eq!(rec.messages().len(), 3, "the first and the two released");
+    // The same selection again: nothing is done, and the page says why.
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/held/bulk",
+        &me,
+        &form("delete", &[&inv7], "again", back),
+    );
+    let (to, page) = follow(addr, &a, &me);
+    assert!(
+        to.contains("&failed=0%20held%20messages%20deleted%2C%201%20not"),
+        "{to}"
+    );
+    assert!(page.body.contains("is no longer held"), "{}", page.body);
+    // Bad forms: a clear refusal each, nothing done.
+    for (body, status, says) in [
+        (
+            form("release", &[], "x", back),
+            400,
+            "no held message is selected",
+        ),
+        (form("release", &[&script_id], "", back), 400, "say why"),
+        (
+            form("explode", &[&script_id], "x", back),
+            400,
+            "op=release|delete",
+        ),
+        (
+            format!("op=release&id={script_id}&reason=x"),
+            403,
+            "X-Floodgate-CSRF",
+        ),
+        (
+            format!("csrf=00ff&op=release&id={script_id}&reason=x"),
+            403,
+            "does not match",
+        ),
+    ] {
+        let a = http(addr, "POST", "/console/act/held/bulk", &me, &body);
+        assert_eq!(a.status, status, "{body}: {a}");
+        assert!(a.body.contains(says), "{body}: {a}");
+    }
+    // Another site's page cannot post the form, and `back` cannot leave the console.
+    let mut other = me.clone();
+    other.push("Origin: http://evil.example".into());
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/held/bulk",
+        &other,
+        &form("delete", &[&script_id], "x", back),
+    );
+    assert_eq!(a.status, 403, "{a}");
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/held/bulk",
+        &me,
+        &form("delete", &["nope-1"], "x", "https%3A%2F%2Fevil.example%2F"),
+    );
+    assert_eq!(a.status, 303, "{a}");
+    assert!(
+        a.header("location")
+            .unwrap()
+            .starts_with("/console/held?failed="),
+        "{a}"
+    );
+    assert_eq!(held_ids(&sock), vec![script_id.clone()]);
+
+    // The incident page of alice: restrict her by its form first.
+    let events = dir.path().join("events.jsonl");
+    wait_message_lines(&events, 4);
+    let key_form = |op: &str, extra: &str, reason: &str| {
+        format!("csrf={}&key=alice&op={op}&reason={reason}{extra}", s.csrf)
+    };
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/key",
+        &me,
+        &key_form("restrict", "&for=1h", "stolen+password"),
+    );
+    let (to, page) = follow(addr, &a, &me);
+    assert_eq!(
+        to,
+        "/console/key/alice?done=alice%3A%20restricted%20%281h%29"
+    );
+    assert_eq!(page.status, 200, "{page}");
+    let b = &page.body;
+    assert!(b.contains("alice: restricted (1h)"), "{b}");
+    assert!(
+        b.contains("id=\"restriction\"") && b.contains("stolen password"),
+        "{b}"
+    );
+    assert!(b.contains("<dt>by</dt><dd>admin</dd>"), "{b}");
+    assert!(b.contains("id=\"evidence\""), "{b}");
+    assert!(
+        b.contains("<th scope=\"row\">top recipient domains</th>"),
+        "{b}"
+    );
+    assert!(
+        b.contains("id=\"key-held\"") && b.contains(&format!("href=\"/console/held/{script_id}\"")),
+        "{b}"
+    );
+    assert!(b.contains("1 held for this key"), "{b}");
+    assert!(b.contains("id=\"transactions\""), "{b}");
+    assert!(b.contains("relayed 250") && b.contains(">held</td>"), "{b}");
+    assert!(
+        b.contains("&lt;script&gt;alert(1)&lt;/script&gt;") && !b.contains("<script>alert"),
+        "{b}"
+    );
+    for op in ["release", "restrict", "release-held", "delete-held"] {
+        assert!(b.contains(&format!("id=\"act-{op}\"")), "{op}: {b}");
+    }
+    assert!(b.contains("<input name=\"reason\" required"), "{b}");
+    assert!(b.contains("id=\"readings\"") && b.contains("<svg"), "{b}");
+    // The nav's search form and the old address still reach it.
+    let a = http(addr, "GET", "/console/key?k=alice", &me, "");
+    assert!(
+        a.status == 200 && a.body.contains("id=\"restriction\""),
+        "{a}"
+    );
+    // Bad key forms: a clear refusal each.
+    for (body, says) in [
+        (key_form("restrict", "", "x"), "say for how long"),
+        (key_form("restrict", "&for=soon", "x"), "duration"),
+        (key_form("explode", "", "x"), "op=release|restrict"),
+        (key_form("release", "", ""), "say why"),
+        (format!("csrf={}&op=release&reason=x", s.csrf), "which key"),
+    ] {
+        let a = http(addr, "POST", "/console/act/key", &me, &body);
+        assert_eq!(a.status, 400, "{body}: {a}");
+        assert!(a.body.contains(says), "{body}: {a}");
+    }
+    // Delete her held mail, then end the restriction.
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/key",
+        &me,
+        &key_form("delete-held", "", "spam"),
+    );
+    let (_, page) = follow(addr, &a, &me);
+    assert!(
+        page.body.contains("1 held message deleted"),
+        "{}",
+        page.body
+    );
+    assert!(held_ids(&sock).is_empty());
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/key",
+        &me,
+        &key_form("release", "", "password+reset"),
+    );
+    let (_, page) = follow(addr, &a, &me);
+    assert!(
+        page.body.contains("alice: restriction ended"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("id=\"not-restricted\""), "{}", page.body);
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/key",
+        &me,
+        &key_form("release", "", "again"),
+    );
+    let (to, _) = follow(addr, &a, &me);
+    assert!(
+        to.contains("failed=") && to.contains("not%20restricted"),
+        "{to}"
+    );
+
+    // The event log is read from its end, at most 32 MiB: a bigger log is not read whole.
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&events)
+            .unwrap();
+        let line = "{\"t\":1.0,\"limit\":\"per-user\",\"key\":\"someone-else\",\"count\":1}\n";
+        let chunk = line.repeat(16 * 1024);
+        for _ in 0..(40 * 1024 * 1024 / chunk.len() + 1) {
+            f.write_all(chunk.as_bytes()).unwrap();
+        }
+    }
+    let a = http(addr, "GET", "/console/key/alice", &me, "");
+    assert!(
+        a.body.contains("in the last 32768 KiB of the event log."),
+        "{}",
+        a.body
+    );
+    assert!(a.body.contains("The last 0 of this key"), "{}", a.body);
+}
+
 #[test]
 fn a_read_only_console_refuses_actions() {
     let (rec, _dir, fg, addr) = scene(2, false);
@@ -588,6 +1116,8 @@ fn a_read_only_console_refuses_actions() {
         format!("/console/act/held/delete?id={}", ids[0]),
         "/console/act/reset?key=alice".into(),
         "/console/act/release?key=bob&reason=x".into(),
+        "/console/act/held/bulk".into(),
+        "/console/act/key".into(),
     ] {
         let a = http(addr, "POST", &target, &extra, "");
         assert_eq!(a.status, 403, "{target}: {a}");
@@ -655,6 +1185,32 @@ fn page_times_with_100000_keys_and_10000_held_messages() {
         let path = spool.join(format!("{}.held", m.envelope.id));
         std::fs::write(path, m.encode()).unwrap();
     }
+    // An event log of about 200 MB: evaluations and message lines of many keys, one
+    // message of user000001 in every 1000 lines.
+    let events = dir.path().join("events.jsonl");
+    {
+        use std::io::Write as _;
+        let mut w =
+            std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&events).unwrap());
+        let t0 = now_us as f64 / 1e6 - 3600.0;
+        let mut written = 0usize;
+        let mut i = 0u64;
+        while written < 200 * 1024 * 1024 {
+            let key = if i % 1000 == 0 { 1 } else { i % 100_000 };
+            let t = t0 + i as f64 * 0.001;
+            let line = format!(
+                "{{\"t\":{t:.6},\"limit\":\"per-user\",\"key\":\"user{key:06}\",\"count\":1}}\n\
+                 {{\"event\":\"message\",\"t\":{t:.6},\"key\":\"user{key:06}\",\"client\":\"192.0.2.1\",\
+                 \"name\":\"client.example\",\"user\":\"user{key:06}\",\"sender\":\"a@example.org\",\
+                 \"recipients\":[\"b@example.net\"],\"subject\":\"message {i}\",\"verdict\":\"relayed 250\"}}\n"
+            );
+            w.write_all(line.as_bytes()).unwrap();
+            written += line.len();
+            i += 1;
+        }
+        w.flush().unwrap();
+    }
+    let log_mib = std::fs::metadata(&events).unwrap().len() >> 20;
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let addr = closed_port();
@@ -663,9 +1219,11 @@ fn page_times_with_100000_keys_and_10000_held_messages() {
          ratelimit = \"100 / 1h / per_rcpt / ${{authenticated_id}}\"\naction = \"defer\"\n\
          [store]\nbackend = \"memory\"\npath = \"{}\"\n\
          [hold]\ndir = \"{}\"\nmax_messages = 20000\n\
+         [report]\nevents = \"{}\"\n\
          [admin]\nsocket = \"admin.sock\"\naddress = \"{addr}\"\ntoken_file = \"{}\"\n",
         snapshot.display(),
         spool.display(),
+        events.display(),
         token_file.display()
     );
     let fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).extra(&extra));
@@ -689,6 +1247,16 @@ fn page_times_with_100000_keys_and_10000_held_messages() {
             "page 200 of 200",
         ),
         ("overview", "/console/", "Overview"),
+        (
+            "held filtered by key",
+            "/console/held?key=user000001",
+            "1 of 10000 held messages match",
+        ),
+        (
+            "incident page (event log of ~200 MB)",
+            "/console/key/user000001",
+            "id=\"transactions\"",
+        ),
     ] {
         let mut times = Vec::new();
         for _ in 0..5 {
@@ -703,6 +1271,18 @@ fn page_times_with_100000_keys_and_10000_held_messages() {
             "console page time ({build} build), {what}: median {:?}, min {:?}, max {:?}",
             times[2], times[0], times[4]
         );
+        if target.starts_with("/console/key/") {
+            let a = http(addr, "GET", target, std::slice::from_ref(&bearer), "");
+            let read = a
+                .body
+                .split("id=\"tx-read\">")
+                .nth(1)
+                .and_then(|r| r.split("</p>").next());
+            println!(
+                "incident page, event log of {log_mib} MiB: {}",
+                read.unwrap_or("?")
+            );
+        }
     }
     drop(fg);
 }

@@ -1,13 +1,13 @@
 #!/usr/bin/python3
 """Drives floodgate's web console in Debian's headless Chromium through chromedriver.
 
-Run by tests/console.rs against a running floodgate with a restricted key and two held
-messages. It reads what a user would see, clicks what a user would click, and prints one
+Run by tests/operate/console.rs against a running floodgate with two restricted keys (one
+of them, --incident, with held messages). It reads what a user would see, clicks what a user would click, and prints one
 JSON object of facts on its last line of stdout; the Rust test judges them. Every wait is
 bounded. Usage:
 
   console_browser.py --base http://127.0.0.1:PORT --token TOKEN --release ID --delete ID
-                     --shots DIR [--chromium PATH] [--chromedriver PATH]
+                     --incident KEY --shots DIR [--chromium PATH] [--chromedriver PATH]
 """
 
 import argparse
@@ -101,6 +101,101 @@ def status_after(d, old):
     return WebDriverWait(d, WAIT).until(changed)
 
 
+PAGES = [
+    ("overview", "/console/"),
+    ("top", "/console/top"),
+    ("restricted", "/console/restricted"),
+    ("held", "/console/held"),
+]
+
+
+def fits(d):
+    """Whether the page scrolls sideways: its width against the window's."""
+    return d.execute_script(
+        "return [document.documentElement.scrollWidth, window.innerWidth];"
+    )
+
+
+def done_text(d):
+    WebDriverWait(d, WAIT).until(
+        lambda d: d.find_elements(By.ID, "done") or d.find_elements(By.ID, "failed")
+    )
+    found = d.find_elements(By.ID, "done") or d.find_elements(By.ID, "failed")
+    return found[0].text
+
+
+def submit_form(d, form_id, reason):
+    f = d.find_element(By.ID, form_id)
+    f.find_element(By.NAME, "reason").send_keys(reason)
+    f.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
+    return done_text(d)
+
+
+def incident(args, d, facts):
+    """The incident flow: the key's page, its held mail filtered, two released by the
+    selection, the rest deleted and the restriction ended from the incident page."""
+    key = args.incident
+    info = look(d, args.base, "/console/key/" + key)
+    info["sections"] = {
+        s: len(d.find_elements(By.ID, s))
+        for s in ["restriction", "evidence", "key-held", "transactions", "readings"]
+    }
+    info["forms"] = len(d.find_elements(By.CSS_SELECTOR, "form.act-form"))
+    facts["incident_page"] = info
+    # Held, filtered by the key by the GET form.
+    d.get(args.base + "/console/held")
+    f = d.find_element(By.ID, "filters")
+    f.find_element(By.NAME, "key").send_keys(key)
+    f.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
+    WebDriverWait(d, WAIT).until(lambda d: d.find_elements(By.ID, "held-match"))
+    facts["filtered"] = {
+        "match": d.find_element(By.ID, "held-match").text,
+        "rows": len(d.find_elements(By.CSS_SELECTOR, "tr[data-row]")),
+        "url": d.current_url,
+    }
+    boxes = d.find_elements(By.CSS_SELECTOR, "#selection input[type='checkbox'][name='id']")
+    picked = [b.get_attribute("value") for b in boxes[:2]]
+    for b in boxes[:2]:
+        b.click()
+    form = d.find_element(By.ID, "selection")
+    form.find_element(By.NAME, "reason").send_keys("checked by hand")
+    form.find_element(By.CSS_SELECTOR, "button[name='op'][value='release']").click()
+    facts["bulk_released"] = picked
+    facts["bulk_done"] = done_text(d)
+    facts["bulk_url"] = d.current_url
+    facts["after_bulk_rows"] = len(d.find_elements(By.CSS_SELECTOR, "tr[data-row]"))
+    # The incident page: delete the rest, end the restriction.
+    d.get(args.base + "/console/key/" + key)
+    facts["incident_delete"] = submit_form(d, "act-delete-held", "spam")
+    facts["incident_release"] = submit_form(d, "act-release", "password reset")
+    facts["incident_problems"] = problems(d)
+
+
+def phone_and_desktop(args, d, facts, held_id):
+    """Screenshots of every page at 1400x1000 and 390x844, and the width check at 390."""
+    pages = PAGES + [
+        ("incident", "/console/key/" + args.incident),
+        ("message", "/console/held/" + held_id),
+    ]
+    widths = {}
+    for size, suffix in [((1400, 1000), ""), ((390, 844), "-phone")]:
+        d.set_window_size(*size)
+        for name, path in pages:
+            d.get(args.base + path)
+            WebDriverWait(d, WAIT).until(lambda d: d.find_elements(By.TAG_NAME, "h1"))
+            if suffix:
+                w = fits(d)
+                buttons = d.execute_script(
+                    "return Array.from(document.querySelectorAll('button')).filter("
+                    "b => b.offsetParent !== null).every(b => {"
+                    "const r = b.getBoundingClientRect();"
+                    "return r.left >= 0 && r.right <= window.innerWidth; });"
+                )
+                widths[name] = {"scroll": w[0], "inner": w[1], "buttons_in_view": buttons}
+            d.save_screenshot("%s/console-%s%s.png" % (args.shots, name, suffix))
+    facts["phone"] = widths
+
+
 def with_script(args, facts):
     profile = tempfile.mkdtemp(prefix="fg-chromium-")
     d = browser(args, profile, True)
@@ -149,7 +244,12 @@ def with_script(args, facts):
         click_twice(d, row, "delete")
         facts["delete_status"] = status_after(d, facts["release_status"])
         facts["after_actions_problems"] = problems(d)
-        facts["held_after"] = look(d, args.base, "/console/held")
+        facts["held_after"] = look(d, args.base, "/console/held?key=" + args.incident)
+        # A message page to photograph, before the incident flow empties the spool.
+        held_id = d.find_element(By.CSS_SELECTOR, "tr[data-id]").get_attribute("data-id")
+        phone_and_desktop(args, d, facts, held_id)
+        d.set_window_size(1100, 900)
+        incident(args, d, facts)
     finally:
         d.quit()
         shutil.rmtree(profile, ignore_errors=True)
@@ -190,6 +290,7 @@ def main():
     p.add_argument("--release", required=True)
     p.add_argument("--delete", required=True)
     p.add_argument("--shots", required=True)
+    p.add_argument("--incident", required=True)
     p.add_argument("--chromium", default="/usr/bin/chromium")
     p.add_argument("--chromedriver", default="/usr/bin/chromedriver")
     args = p.parse_args()

@@ -90,11 +90,13 @@ pub fn decide(need: Need, who: &Who, csrf: Option<&str>, actions: bool) -> Decis
     }
     match (who, csrf) {
         (Who::Session { .. }, None) => Decision::Forbidden(
-            "the action carries no X-Floodgate-CSRF header: use the page's buttons",
+            "the action carries no CSRF value (the X-Floodgate-CSRF header or the csrf form \
+             field): use the page's buttons and forms",
         ),
         (Who::Session { csrf: want, .. }, Some(got)) if !ct_eq(got.as_bytes(), want.as_bytes()) => {
             Decision::Forbidden(
-                "the X-Floodgate-CSRF header does not match this session: reload the page",
+                "the CSRF value (X-Floodgate-CSRF header or csrf field) does not match this \
+                 session: reload the page",
             )
         }
         _ => Decision::Allow,
@@ -295,7 +297,7 @@ mod tests {
         ));
         // The cookie alone is never enough.
         let none = decide(Need::Act, &session("c"), None, true);
-        assert!(matches!(none, Decision::Forbidden(m) if m.contains("no X-Floodgate-CSRF")));
+        assert!(matches!(none, Decision::Forbidden(m) if m.contains("no CSRF value")));
         let wrong = decide(Need::Act, &session("c"), Some("d"), true);
         assert!(matches!(wrong, Decision::Forbidden(m) if m.contains("does not match")));
         assert!(matches!(

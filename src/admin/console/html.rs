@@ -56,13 +56,61 @@ pub fn url(path: &str, params: &[(&str, &str)]) -> String {
     escape(&u)
 }
 
-/// A link to the key page of `key`, showing the key cut to [`CELL_CHARS`].
+/// The URL of the incident page of `key` (`/console/key/KEY`, the key percent-encoded),
+/// escaped.
+pub fn key_url(key: &str) -> String {
+    // A browser would resolve `/console/key/..` to another path: those two keys go in
+    // the query instead.
+    if key.is_empty() || key == "." || key == ".." {
+        return url("/console/key", &[("k", key)]);
+    }
+    escape(&format!("/console/key/{}", percent_encode(key)))
+}
+
+/// A link to the incident page of `key`, showing the key cut to [`CELL_CHARS`].
 pub fn key_link(key: &str) -> String {
+    format!("<a href=\"{}\">{}</a>", key_url(key), text(key, CELL_CHARS))
+}
+
+/// A link to the page of held message `id`.
+pub fn held_link(id: &str) -> String {
     format!(
-        "<a href=\"{}\">{}</a>",
-        url("/console/key", &[("k", key)]),
-        text(key, CELL_CHARS)
+        "<a href=\"/console/held/{}\"><code>{}</code></a>",
+        attr(&percent_encode(id)),
+        escape(id)
     )
+}
+
+/// The result of a form action the page was sent back to with (`?done=TEXT` or
+/// `?failed=TEXT`), as a note that stays in view; empty without one.
+pub fn done_note(done: Option<&str>, failed: Option<&str>) -> String {
+    let mut out = String::new();
+    if let Some(d) = done.filter(|d| !d.is_empty()) {
+        let _ = write!(
+            out,
+            "<p class=\"status ok\" id=\"done\" role=\"status\">{}</p>",
+            text(d, 2000)
+        );
+    }
+    if let Some(f) = failed.filter(|f| !f.is_empty()) {
+        let _ = write!(
+            out,
+            "<p class=\"status bad\" id=\"failed\" role=\"alert\">{}</p>",
+            text(f, 2000)
+        );
+    }
+    out
+}
+
+/// The hidden field carrying the session's CSRF value in a form that acts (forms work
+/// without scripting; the value is checked like the header the buttons send).
+pub fn csrf_field(shell: &Shell<'_>) -> String {
+    shell.csrf.map_or_else(String::new, |c| {
+        format!(
+            "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+            attr(c)
+        )
+    })
 }
 
 /// Which navigation entry a page is.
@@ -252,11 +300,20 @@ mod tests {
             url("/console/top", &[("limit", "x"), ("page", "2")]),
             "/console/top?limit=x&amp;page=2"
         );
-        let l = key_link("<script>");
+        let l = key_link("<script>/x");
         assert!(
-            l.contains("?k=%3Cscript%3E") && l.contains(">&lt;script&gt;</a>"),
+            l.contains("href=\"/console/key/%3Cscript%3E%2Fx\"")
+                && l.contains(">&lt;script&gt;/x</a>"),
             "{l}"
         );
+        let l = held_link("abc-1");
+        assert!(l.contains("href=\"/console/held/abc-1\""), "{l}");
+        let d = done_note(Some("<b>2 released</b>"), Some("x"));
+        assert!(
+            d.contains("&lt;b&gt;2 released") && d.contains("id=\"failed\""),
+            "{d}"
+        );
+        assert_eq!(done_note(None, Some("")), "");
     }
 
     #[test]

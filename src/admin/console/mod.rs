@@ -5,22 +5,31 @@
 //! | GET | `/console/` | overview: sessions, messages and deferrals per limit over the last hour (charts), the store's health and failure mode |
 //! | GET | `/console/top?limit=NAME&page=N` | keys by value against their limit, paged |
 //! | GET | `/console/restricted?page=N` | restricted keys with their evidence |
-//! | GET | `/console/held?page=N` | held messages (envelope, header section, size, limit), newest first, paged |
-//! | GET | `/console/key?k=KEY` | every limit's reading of KEY and its last hour from the event log |
+//! | GET | `/console/held?key=&limit=&sender=&subject=&page=N` | held messages (envelope, header section, size, limit), newest first, filtered, paged, with a selection to release or delete |
+//! | GET | `/console/held/ID` | one held message: envelope, client, header section, text parts, attachments listed |
+//! | GET | `/console/held/ID.eml` | the held message as it would be relayed (`message/rfc822`, a download) |
+//! | GET | `/console/key/KEY` (or `/console/key?k=KEY`) | the incident page of KEY: its restriction, evidence, held mail, recent messages from the event log, every limit's reading, its last hour, actions |
 //! | GET, POST | `/console/login` | the login form; posting the admin token opens a session (429 with `Retry-After` while the address waits after wrong tokens, see [`throttle`]) |
 //! | POST | `/console/logout` | ends the session |
 //! | POST | `/console/act/held/release?id=ID`, `/console/act/held/delete?id=ID` | releases or deletes a held message |
 //! | POST | `/console/act/reset?key=KEY` | resets KEY for every limit |
 //! | POST | `/console/act/release?key=KEY&reason=TEXT` | ends KEY's restriction |
+//! | POST | `/console/act/held/bulk` (form: `op=release\|delete`, `id`…, `reason`, `back`) | releases or deletes the selected held messages, then back to the list with the result |
+//! | POST | `/console/act/key` (form: `key`, `op=release\|restrict\|release-held\|delete-held`, `for`, `reason`) | the incident page's actions, then back to it with the result |
 //!
 //! Who may do what is [`auth`]'s: the admin token (once, at login, or as a bearer header),
-//! actions only with `[admin] console_actions = true` and the session's CSRF header. The
-//! pages need no script to be read; the buttons use a little (`console.js`, served from here
-//! like the style sheet: the Content-Security-Policy allows nothing from anywhere else).
+//! actions only with `[admin] console_actions = true` and the session's CSRF value (a
+//! header from the buttons' script, a hidden field from the forms). The pages need no
+//! script to be read, and the forms none to act; the row buttons use a little
+//! (`console.js`, served from here like the style sheet: the Content-Security-Policy
+//! allows nothing from anywhere else).
 //! Actions go through the admin API ([`crate::admin::api::AdminState::handle`]), so a release from the console
 //! is the same release as `floodgate held release`, with its log line, metric and alert.
 
+pub mod act;
 pub mod auth;
+pub mod evidence;
+pub mod form;
 pub mod history;
 pub mod html;
 pub mod keylog;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use super::act;
 use super::auth::{self, Decision, Need, TokenCheck, Who};
 use super::html::Shell;
 use super::pages;
@@ -150,7 +151,14 @@ pub async fn route(c: &Console, req: &Request, peer: IpAddr) -> Response {
     if need == Need::Act && !same_origin(req.header("origin"), req.header("host")) {
         return Response::error(403, "the request comes from another site's page");
     }
-    match auth::decide(need, &who, req.header(auth::CSRF_HEADER), c.actions) {
+    // Forms (no script) carry the CSRF value as a field; the buttons' fetch as a header.
+    let csrf_field = if need == Need::Act && req.header(auth::CSRF_HEADER).is_none() {
+        auth::form_field(&req.body, "csrf")
+    } else {
+        None
+    };
+    let csrf = req.header(auth::CSRF_HEADER).or(csrf_field.as_deref());
+    match auth::decide(need, &who, csrf, c.actions) {
         Decision::Allow => {}
         Decision::Unauthorized(why) if need == Need::Read => {
             return pages::login::page(401, Some(why), None, host);
@@ -163,7 +171,7 @@ pub async fn route(c: &Console, req: &Request, peer: IpAddr) -> Response {
         if !post {
             return Response::error(405, &format!("{} takes POST", req.path));
         }
-        return act(c, req).await;
+        return action(c, req).await;
     }
     if !get {
         return error_page(405, &format!("{} takes GET", req.path), &shell);
@@ -173,8 +181,22 @@ pub async fn route(c: &Console, req: &Request, peer: IpAddr) -> Response {
         "/console/top" => pages::top::page(c, req, &shell).await,
         "/console/restricted" => pages::restricted::page(c, req, &shell).await,
         "/console/held" => pages::held::page(c, req, &shell).await,
-        "/console/key" => pages::key::page(c, req, &shell).await,
-        p => error_page(404, &format!("no console page {p}"), &shell),
+        "/console/key" => match req.param("k").filter(|k| !k.is_empty()) {
+            Some(k) => pages::key::page(c, req, k, &shell).await,
+            None => error_page(400, "which key? /console/key/KEY", &shell),
+        },
+        p => {
+            if let Some(k) = p.strip_prefix("/console/key/").filter(|k| !k.is_empty()) {
+                return pages::key::page(c, req, k, &shell).await;
+            }
+            if let Some(id) = p.strip_prefix("/console/held/") {
+                return match id.strip_suffix(".eml") {
+                    Some(id) => pages::message::raw(c, id, &shell).await,
+                    None => pages::message::page(c, req, id, &shell).await,
+                };
+            }
+            error_page(404, &format!("no console page {p}"), &shell)
+        }
     }
 }
 
@@ -219,7 +241,7 @@ fn logout(c: &Console, req: &Request, peer: IpAddr) -> Response {
 }
 
 /// Runs one action through the admin API and says what happened, in words.
-async fn act(c: &Console, req: &Request) -> Response {
+async fn action(c: &Console, req: &Request) -> Response {
     let reason = req.param("reason").unwrap_or("").trim();
     let need = |name: &str| {
         req.param(name)
@@ -227,38 +249,10 @@ async fn act(c: &Console, req: &Request) -> Response {
             .ok_or_else(|| Response::error(400, &format!("{} needs ?{name}=", req.path)))
     };
     let (status, v, done) = match req.path.as_str() {
-        "/console/act/held/release" | "/console/act/held/delete" => {
-            let id = match need("id") {
-                Ok(id) => id,
-                Err(r) => return r,
-            };
-            let release = req.path.ends_with("release");
-            let path = if release {
-                "/v1/held/release"
-            } else {
-                "/v1/held/delete"
-            };
-            let q = [("id", id), ("by", "console"), ("reason", reason)];
-            let (status, v) = api(c, "POST", path, &q).await;
-            let verb = if release { "released" } else { "deleted" };
-            let v = match status {
-                404 if v["error"]
-                    .as_str()
-                    .is_some_and(|e| e.contains("no held message")) =>
-                {
-                    json!({ "error": format!(
-                        "held message {id} is no longer held: it was released or deleted \
-                         already (by another admin, the expiry or the pacer); nothing was done"
-                    ) })
-                }
-                409 => json!({ "error": format!(
-                    "held message {id} is being released or deleted by another request right \
-                     now; nothing was done"
-                ) }),
-                _ => v,
-            };
-            (status, v, format!("held message {id} {verb}"))
-        }
+        "/console/act/held/release" => return act::one(c, req, true).await,
+        "/console/act/held/delete" => return act::one(c, req, false).await,
+        "/console/act/held/bulk" => return act::bulk(c, req).await,
+        "/console/act/key" => return act::key(c, req).await,
         "/console/act/reset" => {
             let key = match need("key") {
                 Ok(k) => k,

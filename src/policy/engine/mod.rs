@@ -243,6 +243,12 @@ impl Policy for RatePolicy {
         self.install(model);
     }
 
+    fn transaction(&self, t: &crate::policy::alert::Transaction<'_>) {
+        if let Some(o) = self.observer() {
+            o.transaction(t);
+        }
+    }
+
     fn message_keys(
         &self,
         message: &[u8],

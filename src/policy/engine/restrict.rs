@@ -236,9 +236,5 @@ pub(super) fn unreadable_verdict(model: &PolicyModel, e: &StoreError) -> Verdict
 
 /// The key evidence is noted under: the authenticated user, else the client address.
 pub(super) fn evidence_key(facts: &Facts) -> String {
-    match (&facts.user, facts.client_ip) {
-        (Some(u), _) => u.clone(),
-        (None, Some(ip)) => ip.to_string(),
-        (None, None) => String::new(),
-    }
+    crate::policy::alert::incident_key(facts)
 }

@@ -1,5 +1,7 @@
-//! Held messages, newest first, paged: the spool directory is listed (names only) and
-//! only the page's files are read, each through its header section.
+//! Held messages, newest first, filtered and paged: without a filter the spool directory
+//! is listed (names only) and only the page's files are read, each through its header
+//! section; with one, every file's envelope is read (no body). A selection of the page is
+//! released or deleted by one form.
 
 use std::fmt::Write as _;
 
@@ -39,6 +41,65 @@ pub fn headers(section: &[u8]) -> String {
     out
 }
 
+/// The filters of the Held page, from its query string.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// The key, exactly.
+    pub key: String,
+    /// The limit, exactly.
+    pub limit: String,
+    /// Part of the sender, any case.
+    pub sender: String,
+    /// Part of the Subject, any case.
+    pub subject: String,
+}
+
+impl Filter {
+    /// The filters `req` asks for (empty ones filter nothing).
+    pub fn of(req: &Request) -> Filter {
+        let p = |n: &str| req.param(n).unwrap_or("").trim().to_string();
+        Filter {
+            key: p("key"),
+            limit: p("limit"),
+            sender: p("sender"),
+            subject: p("subject"),
+        }
+    }
+
+    /// Whether any filter is set.
+    pub fn any(&self) -> bool {
+        !(self.key.is_empty()
+            && self.limit.is_empty()
+            && self.sender.is_empty()
+            && self.subject.is_empty())
+    }
+
+    /// Whether the message of `h` passes every filter.
+    pub fn passes(&self, h: &HeldHead) -> bool {
+        let m = &h.envelope;
+        let has = |hay: &str, needle: &str| {
+            needle.is_empty() || hay.to_lowercase().contains(&needle.to_lowercase())
+        };
+        (self.key.is_empty() || m.key == self.key)
+            && (self.limit.is_empty() || m.limit == self.limit)
+            && has(m.sender(), &self.sender)
+            && has(h.subject.as_deref().unwrap_or(""), &self.subject)
+    }
+
+    /// The filters as query parameters (the set ones).
+    pub fn params(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("key", self.key.as_str()),
+            ("limit", self.limit.as_str()),
+            ("sender", self.sender.as_str()),
+            ("subject", self.subject.as_str()),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
+    }
+}
+
 /// One held message as a table row, from its head and header section.
 fn row(h: &HeldHead, section: &[u8], actions: bool) -> String {
     let m = &h.envelope;
@@ -52,13 +113,23 @@ fn row(h: &HeldHead, section: &[u8], actions: bool) -> String {
         to.push(format!("and {} more", rcpts.len() - RCPTS_SHOWN));
     }
     let mut out = String::with_capacity(2048);
+    let _ = write!(out, "<tr data-row data-id=\"{}\">", html::attr(&m.id));
+    if actions {
+        let _ = write!(
+            out,
+            "<td class=\"pick\"><input type=\"checkbox\" name=\"id\" value=\"{}\" \
+             aria-label=\"select {}\"></td>",
+            html::attr(&m.id),
+            html::attr(&m.id)
+        );
+    }
     let _ = write!(
         out,
-        "<tr data-row data-id=\"{}\"><td><code>{}</code><br><small>{}</small></td><td>{}</td>\
-         <td>{}{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}<br><small>{}{}\
-         </small><details><summary>header section</summary><pre>{}</pre></details></td><td>",
-        html::attr(&m.id),
-        html::escape(&m.id),
+        "<td data-label=\"id, held at\">{}<br><small>{}</small></td><td data-label=\"key\">{}</td>\
+         <td data-label=\"limit\">{}{}</td><td data-label=\"from\">{}</td><td data-label=\"to\">{}</td>\
+         <td class=\"n\" data-label=\"size\">{}</td><td data-label=\"subject, client\">{}<br><small>{}{}\
+         </small><details><summary>header section</summary><pre>{}</pre></details></td>",
+        html::held_link(&m.id),
         super::when(
             i64::try_from(m.time)
                 .unwrap_or(i64::MAX)
@@ -82,6 +153,7 @@ fn row(h: &HeldHead, section: &[u8], actions: bool) -> String {
     );
     if actions {
         let id = [("id", m.id.as_str())];
+        out.push_str("<td class=\"buttons\">");
         out.push_str(&html::action_button(
             "Release",
             &html::url("/console/act/held/release", &id),
@@ -95,9 +167,28 @@ fn row(h: &HeldHead, section: &[u8], actions: bool) -> String {
             "Delete for good?",
             false,
         ));
+        out.push_str("</td>");
     }
-    out.push_str("</td></tr>");
+    out.push_str("</tr>");
     out
+}
+
+/// The GET form of the filters, filled with `f`.
+fn filter_form(f: &Filter) -> String {
+    let field = |name: &str, label: &str, v: &str| {
+        format!(
+            "<label>{label} <input name=\"{name}\" value=\"{}\"></label>",
+            html::attr(v)
+        )
+    };
+    format!(
+        "<form class=\"filters\" id=\"filters\" method=\"get\" action=\"/console/held\">{}{}{}{}\
+         <button type=\"submit\">Filter</button> <a href=\"/console/held\">clear</a></form>",
+        field("key", "key", &f.key),
+        field("limit", "limit", &f.limit),
+        field("sender", "sender contains", &f.sender),
+        field("subject", "Subject contains", &f.subject),
+    )
 }
 
 /// `GET /console/held`.
@@ -106,15 +197,25 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         let b = "<p class=\"muted\">No hold spool: the configuration has no [hold] section.</p>";
         return html_response(200, html::page("Held messages", Nav::Held, shell, b));
     };
+    let filter = Filter::of(req);
     let asked = Page::parse(req.param("page"), PAGE_SIZE);
-    let s = spool.clone();
+    let (s, f) = (spool.clone(), filter.clone());
     let read = blocking(move || {
-        let mut ids = s.ids()?;
-        ids.reverse();
-        let total = ids.len();
-        let pg = asked.clamp(total);
+        let listed = s.ids()?;
+        let total = listed.len();
+        let bytes: u64 = listed.iter().map(|(_, n)| n).sum();
+        // Without a filter only the page's files are read; with one, every envelope.
+        let ids: Vec<String> = if f.any() {
+            let mut heads = s.list()?;
+            heads.retain(|h| f.passes(h));
+            heads.into_iter().rev().map(|h| h.envelope.id).collect()
+        } else {
+            listed.into_iter().rev().map(|(id, _)| id).collect()
+        };
+        let matching = ids.len();
+        let pg = asked.clamp(matching);
         let mut msgs = Vec::with_capacity(pg.size);
-        for (id, _) in &ids[pg.range(total)] {
+        for id in &ids[pg.range(matching)] {
             match s.header_section(id) {
                 Ok(m) => msgs.push(m),
                 // Released or deleted since the listing; or set aside, logged.
@@ -122,16 +223,23 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
                 Err(e) => tracing::warn!(error = %e, "console: skipping a held file"),
             }
         }
-        let bytes: u64 = ids.iter().map(|(_, n)| n).sum();
-        Ok((msgs, total, bytes, pg))
+        Ok((msgs, total, matching, bytes, pg))
     })
     .await;
-    let (msgs, total, bytes, pg) = match read {
+    let (msgs, total, matching, bytes, pg) = match read {
         Ok(r) => r,
         Err(e) => return error_page(500, &e.to_string(), shell),
     };
     let settings = spool.settings();
     let mut b = String::with_capacity(64 * 1024);
+    b.push_str(&html::done_note(req.param("done"), req.param("failed")));
+    b.push_str(&filter_form(&filter));
+    if filter.any() {
+        let _ = write!(
+            b,
+            "<p id=\"held-match\"><strong>{matching} of {total} held messages match.</strong></p>"
+        );
+    }
     let _ = write!(
         b,
         "<p class=\"muted\" id=\"held-count\">{total} messages held ({} KiB) of at most {} \
@@ -140,22 +248,59 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         settings.max_messages,
         settings.max_bytes / 1024
     );
+    let params = filter.params();
     if shell.actions {
+        let mut back: Vec<(&str, &str)> = params.clone();
+        let number = pg.number.to_string();
+        back.push(("page", &number));
+        let back = html::url("/console/held", &back);
+        let _ = write!(
+            b,
+            "<form method=\"post\" action=\"/console/act/held/bulk\" id=\"selection\">{}\
+             <input type=\"hidden\" name=\"back\" value=\"{back}\">",
+            html::csrf_field(shell)
+        );
         b.push_str(html::NOSCRIPT);
     }
+    b.push_str("<table id=\"held\" class=\"stack\"><thead><tr>");
+    if shell.actions {
+        b.push_str("<th class=\"pick\"><span class=\"muted\">pick</span></th>");
+    }
     b.push_str(
-        "<table id=\"held\"><thead><tr><th>id, held at</th><th>key</th><th>limit</th>\
-         <th>from</th><th>to</th><th class=\"n\">size</th><th>subject, client</th><th></th>\
-         </tr></thead><tbody>",
+        "<th>id, held at</th><th>key</th><th>limit</th><th>from</th><th>to</th>\
+         <th class=\"n\">size</th><th>subject, client</th>",
     );
+    if shell.actions {
+        b.push_str("<th></th>");
+    }
+    b.push_str("</tr></thead><tbody>");
     for (h, section) in &msgs {
         b.push_str(&row(h, section, shell.actions));
     }
     if msgs.is_empty() {
-        b.push_str("<tr><td colspan=\"8\" class=\"muted\">nothing is held</td></tr>");
+        let none = if filter.any() {
+            "no held message matches"
+        } else {
+            "nothing is held"
+        };
+        let _ = write!(b, "<tr><td colspan=\"9\" class=\"muted\">{none}</td></tr>");
     }
     b.push_str("</tbody></table>");
-    b.push_str(&paging::links("/console/held", &[], pg, Some(total), false));
+    if shell.actions {
+        b.push_str(
+            "<p class=\"act-form\"><label>Reason <input name=\"reason\" required \
+             placeholder=\"why\"></label> <button type=\"submit\" name=\"op\" value=\"release\">\
+             Release selected</button> <button type=\"submit\" name=\"op\" value=\"delete\">\
+             Delete selected</button></p></form>",
+        );
+    }
+    b.push_str(&paging::links(
+        "/console/held",
+        &params,
+        pg,
+        Some(matching),
+        false,
+    ));
     html_response(200, html::page("Held messages", Nav::Held, shell, &b))
 }
 

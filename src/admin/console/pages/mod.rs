@@ -3,6 +3,7 @@
 pub mod held;
 pub mod key;
 pub mod login;
+pub mod message;
 pub mod overview;
 pub mod restricted;
 pub mod top;

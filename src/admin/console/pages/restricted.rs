@@ -2,48 +2,20 @@
 
 use std::fmt::Write as _;
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
+use crate::admin::console::evidence;
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::paging::{self, Page, PAGE_SIZE};
 use crate::admin::console::respond::{error_page, html_response};
 use crate::admin::console::state::Console;
 use crate::admin::http::{Request, Response};
 
-/// The longest evidence value shown, in characters.
-const EVIDENCE_CHARS: usize = 400;
-
-/// The evidence of a restriction as a definition list: one entry per field, each value
-/// as compact JSON (strings as they are), cut and escaped.
+/// The evidence of a restriction as tables, by shape (see [`evidence::table`]).
 pub fn evidence(v: &Value) -> String {
-    let mut out = String::from("<dl class=\"evidence\">");
-    match v {
-        Value::Object(fields) if !fields.is_empty() => {
-            for (k, v) in fields {
-                let text = match v {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                let _ = write!(
-                    out,
-                    "<dt>{}</dt><dd>{}</dd>",
-                    html::text(k, 60),
-                    html::text(&text, EVIDENCE_CHARS)
-                );
-            }
-        }
-        Value::Null => out.push_str("<dt>evidence</dt><dd class=\"muted\">none</dd>"),
-        Value::Object(_) => out.push_str("<dt>evidence</dt><dd class=\"muted\">none</dd>"),
-        other => {
-            let _ = write!(
-                out,
-                "<dt>evidence</dt><dd>{}</dd>",
-                html::text(&other.to_string(), EVIDENCE_CHARS)
-            );
-        }
-    }
-    out.push_str("</dl>");
-    out
+    evidence::table(v, &BTreeMap::new())
 }
 
 /// `GET /console/restricted`.
@@ -65,7 +37,7 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         b.push_str(html::NOSCRIPT);
     }
     b.push_str(
-        "<table id=\"restricted\"><thead><tr><th>key</th><th>limit</th><th>since</th>\
+        "<table id=\"restricted\" class=\"stack\"><thead><tr><th>key</th><th>limit</th><th>since</th>\
          <th>until</th><th>rate / limit</th><th>by, why</th><th>evidence</th><th></th>\
          </tr></thead><tbody>",
     );
@@ -76,8 +48,10 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         };
         let _ = write!(
             b,
-            "<tr data-row><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}<br><small>{}</small></td><td>{}</td><td>",
+            "<tr data-row><td data-label=\"key\">{}</td><td data-label=\"limit\">{}</td>\
+             <td data-label=\"since\">{}</td><td data-label=\"until\">{}</td>\
+             <td data-label=\"rate / limit\">{}</td><td data-label=\"by, why\">{}<br><small>{}</small></td>\
+             <td data-label=\"evidence\">{}</td><td class=\"buttons\">",
             html::key_link(&r.key),
             html::text(&r.limit, 60),
             super::when(r.since_us),
@@ -129,14 +103,17 @@ mod tests {
         let long = "<i>".repeat(1000);
         let e = evidence(&json!({"client_ips": ["10.0.0.1"], "subjects": [long], "n": 3}));
         assert!(
-            e.contains("<dt>client_ips</dt><dd>[&quot;10.0.0.1&quot;]</dd>"),
+            e.contains("<td data-label=\"address\">10.0.0.1</td>"),
             "{e}"
         );
-        assert!(e.contains("<dt>n</dt><dd>3</dd>"), "{e}");
+        assert!(
+            e.contains("<th scope=\"row\">n</th><td class=\"n\">3</td>"),
+            "{e}"
+        );
         assert!(!e.contains("<i>"), "{e}");
         assert!(e.contains("characters, cut"), "{e}");
         assert!(evidence(&Value::Null).contains("none"));
-        assert!(evidence(&json!({})).contains("none"));
-        assert!(evidence(&json!("<x>")).contains("&quot;&lt;x&gt;&quot;"));
+        assert!(evidence(&json!({})).contains("No evidence"));
+        assert!(evidence(&json!("<x>")).contains("&lt;x&gt;"));
     }
 }

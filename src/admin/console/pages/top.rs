@@ -144,7 +144,7 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         }
     );
     b.push_str(
-        "<table id=\"top\"><thead><tr><th class=\"n\">#</th><th>key</th><th>limit</th>\
+        "<table id=\"top\" class=\"stack\"><thead><tr><th class=\"n\">#</th><th>key</th><th>limit</th>\
          <th class=\"n\">value</th><th class=\"n\">limit</th><th>per</th><th>against the \
          limit</th><th class=\"n\">under again in</th></tr></thead><tbody>",
     );
@@ -158,9 +158,11 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         };
         let _ = write!(
             b,
-            "<tr{}><td class=\"n\">{}</td><td>{}<br><small class=\"muted\">{}</small></td>\
-             <td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td>\
-             <td>{}</td><td class=\"n\">{}</td></tr>",
+            "<tr{}><td class=\"n\" data-label=\"#\">{}</td><td data-label=\"key\">{}<br>\
+             <small class=\"muted\">{}</small></td><td data-label=\"limit\">{}</td>\
+             <td class=\"n\" data-label=\"value\">{}</td><td class=\"n\" data-label=\"limit\">{}</td>\
+             <td data-label=\"per\">{}</td><td data-label=\"against the limit\">{}</td>\
+             <td class=\"n\" data-label=\"under again in\">{}</td></tr>",
             if r.over { " class=\"over\"" } else { "" },
             range.start + i + 1,
             html::key_link(text),
