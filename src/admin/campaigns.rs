@@ -57,15 +57,22 @@ pub fn campaign_json(c: &Campaign, restricted: &HashSet<String>, held: &[Value])
 impl AdminState {
     /// `GET /v1/campaigns`.
     pub(super) async fn campaigns(&self) -> Response {
+        match self.campaign_list().await {
+            Ok(v) => Response::json(200, &json!({ "campaigns": v })),
+            Err(e) => Response::error(503, &e.to_string()),
+        }
+    }
+
+    /// The campaigns as [`campaign_json`] gives them, most recently over first.
+    pub async fn campaign_list(&self) -> Result<Vec<Value>, crate::store::StoreError> {
         let store = self.store.as_store();
-        let list = match store.campaigns().await {
-            Ok(l) => l,
-            Err(e) => return Response::error(503, &e.to_string()),
-        };
-        let restricted: HashSet<String> = match store.restrictions().await {
-            Ok(r) => r.into_iter().map(|r| r.key).collect(),
-            Err(e) => return Response::error(503, &e.to_string()),
-        };
+        let list = store.campaigns().await?;
+        let restricted: HashSet<String> = store
+            .restrictions()
+            .await?
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
         // The spool's messages, when there is one (a campaign's senders' held mail).
         let held: Vec<Value> = match self.spool() {
             Ok((_, spool)) if !list.is_empty() => {
@@ -77,11 +84,10 @@ impl AdminState {
             }
             _ => Vec::new(),
         };
-        let v: Vec<Value> = list
+        Ok(list
             .iter()
             .map(|c| campaign_json(c, &restricted, &held))
-            .collect();
-        Response::json(200, &json!({ "campaigns": v }))
+            .collect())
     }
 }
 

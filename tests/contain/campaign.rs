@@ -19,6 +19,7 @@ use common::restrict::{alerts, notices, wait_notices};
 use common::*;
 
 const PHISHERS: usize = 8;
+const TOKEN: &str = "campaign-console-token-0123456789";
 const ORDINARY: usize = 10;
 
 #[test]
@@ -35,12 +36,19 @@ fn a_campaign_across_eight_accounts_is_stopped_at_the_third() {
         ..RecorderOptions::default()
     });
     let alert_file = dir.path().join("alerts.jsonl");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let console = closed_port();
+    let admin = format!(
+        "\n[admin]\nsocket = \"admin.sock\"\naddress = \"{console}\"\ntoken_file = \"{}\"\n",
+        token_file.display()
+    );
     let fg = Floodgate::start(
         &FloodgateConfig::new(rec.addr())
             .auth_without_tls(true)
             .log_level("info")
             .extra(&format!(
-                "{}{}",
+                "{}{}{admin}",
                 readme_policy(dir.path()),
                 alerts(&alert_file)
             )),
@@ -169,6 +177,28 @@ fn a_campaign_across_eight_accounts_is_stopped_at_the_third() {
         .cloned()
         .unwrap();
     assert!(row["value"].as_f64().unwrap() > 2.9, "{v}");
+    // The console's Campaigns page, fetched as a browser would (curl, the admin token).
+    let page = run_with_timeout(
+        Command::new("curl")
+            .args(["-sS", "--max-time", "20", "-H"])
+            .arg(format!("Authorization: Bearer {TOKEN}"))
+            .arg(format!("http://{console}/console/campaigns")),
+        Duration::from_secs(30),
+    );
+    assert!(page.ok(), "{page}");
+    for want in [
+        "<h2>b",
+        "/console/key/stolen1",
+        "/console/key/stolen8",
+        "/console/held?key=stolen4",
+        "secure-billing.example",
+    ] {
+        assert!(
+            page.stdout.contains(want),
+            "{want} not on the page:\n{}",
+            page.stdout
+        );
+    }
     let table = admin_verb(&sock, &["campaigns"]);
     assert!(
         table.ok() && table.stdout.contains("stolen1") && table.stdout.contains("campaign "),
