@@ -81,26 +81,28 @@ pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
             continue;
         };
         rest = &rest[tag.len..];
-        let name = tag.name.to_ascii_lowercase();
-        if !tag.closing && HIDDEN.contains(&name.as_str()) {
-            rest = skip_element(rest, &name);
-            continue;
+        let is = |n: &str| tag.name.eq_ignore_ascii_case(n);
+        if !tag.closing {
+            if let Some(hidden) = HIDDEN.iter().find(|h| is(h)) {
+                rest = skip_element(rest, hidden);
+                continue;
+            }
         }
-        if name == "blockquote" {
+        if is("blockquote") {
             line.quote_depth = if tag.closing {
                 line.quote_depth.saturating_sub(1)
             } else {
                 line.quote_depth + 1
             };
         }
-        if BLOCKS.contains(&name.as_str()) && !full {
+        if !full && BLOCKS.iter().any(|b| is(b)) {
             if !line.start {
                 out.text.push('\n');
             }
             line.start = true;
             line.space = false;
         }
-        if !tag.closing && (name == "a" || name == "area") && out.hrefs.len() < MAX_HREFS {
+        if !tag.closing && (is("a") || is("area")) && out.hrefs.len() < MAX_HREFS {
             if let Some(href) = tag.attribute("href") {
                 out.hrefs.push(decode_references(href));
             }
