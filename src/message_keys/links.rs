@@ -95,6 +95,7 @@ pub(super) struct LinkDomains {
     exempt: Vec<String>,
     domains: BTreeSet<String>,
     read: usize,
+    left_out: bool,
 }
 
 impl LinkDomains {
@@ -108,6 +109,7 @@ impl LinkDomains {
                 .collect(),
             domains: BTreeSet::new(),
             read: 0,
+            left_out: false,
         }
     }
 
@@ -145,9 +147,16 @@ impl LinkDomains {
         let Some(domain) = registered_domain(&host) else {
             return;
         };
-        if !is_exempt(&host, &domain, &self.exempt) {
+        if is_exempt(&host, &domain, &self.exempt) {
+            self.left_out = true;
+        } else {
             self.domains.insert(domain);
         }
+    }
+
+    /// Whether the message links somewhere, and only to exempt domains.
+    pub(super) fn only_exempt(&self) -> bool {
+        self.left_out && self.domains.is_empty()
     }
 
     /// The distinct registered domains, sorted.
@@ -218,6 +227,18 @@ mod tests {
         d.add_url("mailto:x@example.info");
         d.add_url("javascript:go('https://hidden.example.info')");
         assert_eq!(d.finish(), ["example.co.uk", "example.com", "example.net"]);
+    }
+
+    #[test]
+    fn a_message_linking_only_to_exempt_domains_is_told_apart() {
+        let exempt = ["example.org".to_string(), "news.example.net".into()];
+        let mut d = LinkDomains::new(&exempt);
+        assert!(!d.only_exempt(), "no link at all");
+        d.add_text("https://www.example.org/a https://lists.news.example.net/b");
+        assert!(d.only_exempt());
+        d.add_text("https://other.example.net/");
+        assert!(!d.only_exempt());
+        assert_eq!(d.finish(), ["example.net"]);
     }
 
     #[test]

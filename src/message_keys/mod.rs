@@ -75,6 +75,9 @@ pub struct MessageKeys {
     pub link_domains: Vec<String>,
     /// The Subject case-folded, spaces collapsed, digit runs as `0`, random tokens as `*`.
     pub subject_shape: Option<String>,
+    /// The message links somewhere, and only to exempt domains (with `link_domains`
+    /// wanted): own bulk mail, which the caller may leave without keys.
+    pub only_exempt_links: bool,
 }
 
 /// Computes the `wanted` keys of `message` (the whole message as received: header section,
@@ -110,6 +113,7 @@ pub fn compute(message: &[u8], wanted: Wanted, exempt_link_domains: &[String]) -
                 domains.add_url(href);
             }
             domains.add_text(&texts.text);
+            keys.only_exempt_links = domains.only_exempt();
             keys.link_domains = domains.finish();
         }
     }

@@ -291,23 +291,17 @@ fn message_keys_of(
     if exempt.is_empty() {
         return Some(compute(message, wanted, &[]));
     }
-    // Every link domain, to tell a message that links only to exempt domains (own bulk
-    // mail) from one that links to others as well.
+    // The link domains too, to tell a message that links only to exempt domains (own
+    // bulk mail) from one that links to others as well.
     let mut keys = compute(
         message,
         Wanted {
             link_domains: true,
             ..wanted
         },
-        &[],
+        exempt,
     );
-    let linked = !keys.link_domains.is_empty();
-    keys.link_domains.retain(|d| {
-        !exempt
-            .iter()
-            .any(|e| d == e || d.strip_suffix(e.as_str()).is_some_and(|p| p.ends_with('.')))
-    });
-    if linked && keys.link_domains.is_empty() {
+    if keys.only_exempt_links {
         return None;
     }
     if !wanted.link_domains {
@@ -319,5 +313,81 @@ fn message_keys_of(
 impl super::expiry::Sweeper for RatePolicy {
     fn sweep(&self) -> impl Future<Output = Result<usize, StoreError>> + Send {
         self.expire_restrictions()
+    }
+}
+
+#[cfg(test)]
+mod message_key_tests {
+    use super::testing::model;
+    use super::*;
+
+    const CAMPAIGN: &str = r#"
+[[limit]]
+name = "campaign"
+key = "${fingerprint}"
+ratelimit = "3 / 1h / per_mail / unique=${authenticated_id}"
+action = "hold"
+"#;
+
+    fn message(extra_head: &str, links: &[&str]) -> Vec<u8> {
+        let mut body = String::from(
+            "Hello,\r\nplease find the minutes of our meeting about the garden project \
+             and the budget for next spring, with the list of plants we chose together \
+             and the dates on which the volunteers will meet to plant them.\r\n",
+        );
+        for l in links {
+            body.push_str(&format!("https://{l}/page\r\n"));
+        }
+        format!("Subject: minutes 12\r\n{extra_head}\r\n{body}").into_bytes()
+    }
+
+    #[test]
+    fn keys_only_when_a_limit_uses_them() {
+        assert!(message_keys_of(&model(""), &message("", &[]), false).is_none());
+        let k = message_keys_of(&model(CAMPAIGN), &message("", &[]), false).unwrap();
+        assert!(!k.fingerprint.is_empty());
+        // Not asked for: neither link domains nor the Subject's shape.
+        assert!(k.link_domains.is_empty() && k.subject_shape.is_none());
+    }
+
+    #[test]
+    fn automatic_and_null_sender_mail_get_none_unless_included() {
+        let m = model(CAMPAIGN);
+        assert!(message_keys_of(&m, &message("", &[]), true).is_none());
+        for head in [
+            "Auto-Submitted: auto-replied\r\n",
+            "List-Id: <x.example.org>\r\n",
+        ] {
+            assert!(
+                message_keys_of(&m, &message(head, &[]), false).is_none(),
+                "{head}"
+            );
+        }
+        let m = model(&format!(
+            "{CAMPAIGN}\n[message_keys]\ninclude_automatic = true\n"
+        ));
+        assert!(message_keys_of(&m, &message("List-Id: <x>\r\n", &[]), true).is_some());
+    }
+
+    #[test]
+    fn mail_linking_only_to_exempt_domains_gets_no_keys() {
+        let m = model(&format!(
+            "{CAMPAIGN}\n[message_keys]\nexempt_link_domains = [\"example.org\", \"news.example.net\"]\n"
+        ));
+        let own = message("", &["www.example.org", "lists.news.example.net"]);
+        assert!(message_keys_of(&m, &own, false).is_none());
+        // One other link domain: keys, and only that domain among the link domains.
+        let mixed = message("", &["www.example.org", "evil.example.com"]);
+        let k = message_keys_of(&m, &mixed, false).unwrap();
+        assert!(!k.fingerprint.is_empty());
+        // No link at all: keys as usual.
+        assert!(message_keys_of(&m, &message("", &[]), false).is_some());
+        // link_domain asked for: the exempt ones are left out.
+        let m = model(
+            "[[limit]]\nname = \"links\"\nkey = \"${link_domain}\"\nratelimit = \"5 / 1h / per_mail\"\n\
+             [message_keys]\nexempt_link_domains = [\"example.org\"]\n",
+        );
+        let k = message_keys_of(&m, &mixed, false).unwrap();
+        assert_eq!(k.link_domains, ["example.com"]);
     }
 }
