@@ -202,8 +202,9 @@ enum HeldCmd {
         admin: AdminArgs,
     },
     /// Relay held messages upstream as they would have been relayed; each leaves the
-    /// spool only once upstream accepted it for every recipient.
-    Release(HeldTargetArgs),
+    /// spool only once upstream accepted it for every recipient. Needs --reason; mail of a
+    /// key still restricted also needs --confirm.
+    Release(HeldReleaseArgs),
     /// Delete held messages.
     Delete(HeldTargetArgs),
 }
@@ -216,23 +217,30 @@ struct HeldTargetArgs {
     /// Every message held for this key instead.
     #[arg(long)]
     key: Option<String>,
-    /// Why (logged, and written in a released message's trace header).
+    /// Why (logged, and written in a released message's trace header); a release needs one.
     #[arg(long, default_value = "")]
     reason: String,
     #[command(flatten)]
     admin: AdminArgs,
 }
 
+#[derive(clap::Args)]
+struct HeldReleaseArgs {
+    #[command(flatten)]
+    target: HeldTargetArgs,
+    /// Release all the same when the key the mail was held for is still restricted
+    /// (otherwise refused, naming the restriction).
+    #[arg(long)]
+    confirm: bool,
+}
+
 impl HeldTargetArgs {
-    fn target(self) -> (AdminArgs, client::HeldTarget) {
-        let by = std::env::var("SUDO_USER")
-            .or_else(|_| std::env::var("USER"))
-            .unwrap_or_else(|_| "admin".into());
+    fn target(self, confirm: bool) -> (AdminArgs, client::HeldTarget) {
         let t = client::HeldTarget {
             id: self.id,
             key: self.key,
-            by,
             reason: self.reason,
+            confirm,
         };
         (self.admin, t)
     }
@@ -330,11 +338,11 @@ fn main() -> ExitCode {
             HeldCmd::List { key, admin } => admin_verb(&admin, Verb::HeldList(key)),
             HeldCmd::Show { id, admin } => admin_verb(&admin, Verb::HeldShow(id)),
             HeldCmd::Release(a) => {
-                let (admin, t) = a.target();
+                let (admin, t) = a.target.target(a.confirm);
                 admin_verb(&admin, Verb::HeldRelease(t))
             }
             HeldCmd::Delete(a) => {
-                let (admin, t) = a.target();
+                let (admin, t) = a.target(false);
                 admin_verb(&admin, Verb::HeldDelete(t))
             }
         },
@@ -533,8 +541,27 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             sweep_policy.notify_with(Arc::new(floodgate::proxy::notify::UpstreamNotifier::new(
                 move || control.shared(),
             )));
+            // Alert mail too.
+            let control = server.control();
+            observers.mailer().install(
+                Arc::new(floodgate::proxy::notify::UpstreamMailer::new(move || {
+                    control.shared()
+                })),
+                metrics.clone(),
+            );
+        }
+        {
+            // The evidence's `held` reads the hold spool in force; with Redis each node
+            // publishes its counts for the others.
+            let control = server.control();
+            sweep_policy.held_from(Arc::new(move || control.shared().hold.clone()));
         }
         let hold_stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(floodgate::policy::held::run(
+            sweep_policy.clone(),
+            floodgate::policy::held::PUBLISH_EVERY,
+            hold_stop.clone(),
+        ));
         if let Some(spool) = server.control().shared().hold.clone() {
             spool.recover()?;
             floodgate::proxy::refresh_hold_gauges(&spool, &metrics);
@@ -564,13 +591,25 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         let sigs = install_signals()?;
         let control = server.control();
         let admin_stop = tokio_util::sync::CancellationToken::new();
+        let audit = match &admin_cfg.audit {
+            Some(path) => Some(
+                floodgate::admin::audit::AuditLog::open(path)
+                    .map_err(|e| anyhow::anyhow!("[admin] audit {}: {e}", path.display()))?,
+            ),
+            None => None,
+        };
         let state = Arc::new(AdminState {
             control: control.clone(),
             store: store.clone(),
             metrics: metrics.clone(),
             observer: Some(admin_observer),
             policy: Some(admin_policy),
+            audit,
         });
+        // The daily alert digest reads what the admin endpoints read.
+        observers
+            .mailer()
+            .digest_from(Arc::new(floodgate::admin::digest::AdminDigest(state.clone())));
         // Removed when `run` returns (at exit).
         let socket_file = match &admin_cfg.socket {
             Some(path) => match serve::serve_unix(path, state.clone(), admin_stop.clone()) {
@@ -589,9 +628,9 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
         if let Some(path) = socket_file.as_ref().and(admin_cfg.socket.as_ref()) {
             extra.push(format!("admin socket {}", path.display()));
         }
-        if let Some((address, token)) = admin_cfg.tcp.clone() {
+        if let Some((address, tokens)) = admin_cfg.tcp.clone() {
             let a =
-                serve::serve_admin_tcp(address, token, state.clone(), admin_stop.clone()).await?;
+                serve::serve_admin_tcp(address, tokens, state.clone(), admin_stop.clone()).await?;
             extra.push(format!("admin address {a}"));
         }
         if let Some(m) = &metrics_cfg {
@@ -898,11 +937,13 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
             t.auth_without_tls
         )?;
     }
-    if let Some((address, _)) = &config.admin.tcp {
+    if let Some((address, tokens)) = &config.admin.tcp {
         let a = &config.admin;
+        let names: Vec<&str> = tokens.iter().map(|t| t.name.as_str()).collect();
         writeln!(
             out,
-            "admin address: {address} tls={} console_actions={} login_base_delay={:?} login_max_delay={:?}",
+            "admin address: {address} tokens={} tls={} console_actions={} login_base_delay={:?} login_max_delay={:?}",
+            names.join(","),
             a.tls.is_some(),
             a.console_actions,
             a.login_delay.base,
@@ -1020,6 +1061,26 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
                 .as_ref()
                 .map_or("(none)".into(), |c| format!("{c:?}"))
         )?;
+        match &a.mail {
+            Some(m) => {
+                writeln!(
+                    out,
+                    "alerts: mail_to={} mail_from={} mail_digest={} public_url={} (through [upstream])",
+                    m.to.join(","),
+                    m.from.as_deref().unwrap_or("(MAILER-DAEMON@host name)"),
+                    m.digest.map_or("(none)".into(), |t| t.strftime("%H:%M local time").to_string()),
+                    m.public_url.as_deref().unwrap_or("(none: no link to the console)"),
+                )?;
+                for addr in m.example_recipients() {
+                    writeln!(
+                        out,
+                        "warning: [alerts] mail_to {addr} is the example address: change it \
+                         (mail to example domains reaches nobody)"
+                    )?;
+                }
+            }
+            None => writeln!(out, "alerts: mail off (no mail_to)")?,
+        }
     }
     check_other_sections(&generation, &mut out)?;
     check_restricted(&generation, &mut out)?;
@@ -1100,13 +1161,16 @@ fn check_other_sections(generation: &Generation, out: &mut impl Write) -> anyhow
     match &a.socket {
         Some(socket) => writeln!(
             out,
-            "admin: socket={}{} address={} console_actions={}",
+            "admin: socket={}{} address={} console_actions={} audit={}",
             socket.display(),
             if a.default_socket { " (default)" } else { "" },
             a.tcp
                 .as_ref()
                 .map_or("(none)".into(), |(addr, _)| addr.to_string()),
-            a.console_actions
+            a.console_actions,
+            a.audit
+                .as_ref()
+                .map_or("(none)".into(), |p| p.display().to_string())
         )?,
         None => writeln!(
             out,

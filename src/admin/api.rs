@@ -3,25 +3,33 @@
 //! | method | path | answer |
 //! |---|---|---|
 //! | GET | `/metrics` | the Prometheus text |
-//! | GET | `/v1/inspect?key=KEY` | every limit's reading of KEY |
+//! | GET | `/v1/inspect?key=KEY` | every limit's reading of KEY, and its restriction (`null` when none) |
 //! | POST | `/v1/reset?key=KEY` | removes every record of KEY for every limit |
 //! | GET | `/v1/top?limit=NAME&n=N` | keys by value relative to their limit |
 //! | POST | `/v1/reload` | the same as SIGHUP |
 //! | GET | `/v1/held?key=KEY` | held messages (all, or those of KEY) |
 //! | GET | `/v1/held/show?id=ID` | one held message: envelope, client, header section |
-//! | POST | `/v1/held/release?id=ID` or `?key=KEY` (`&by=WHO&reason=TEXT`) | relays it upstream |
-//! | POST | `/v1/held/delete?id=ID` or `?key=KEY` (`&by=WHO&reason=TEXT`) | removes it |
+//! | POST | `/v1/held/release?id=ID` or `?key=KEY` `&reason=TEXT[&confirm=true]` | relays it upstream (see [`super::held_act`]) |
+//! | POST | `/v1/held/delete?id=ID` or `?key=KEY` (`&reason=TEXT`) | removes it |
 //! | GET | `/v1/restricted` | the restricted keys (see [`super::restricted`]) |
 //! | POST | `/v1/release?key=KEY&reason=TEXT` | ends a restriction |
 //! | POST | `/v1/restrict?key=KEY&for=DURATION&reason=TEXT` | restricts by hand |
+//! | POST | `/v1/alerts/digest` | sends the daily alert digest now (see [`super::digest`]) |
 //!
 //! HEAD is accepted wherever GET is. Answers are JSON (`{"error": …}` on failure).
+//!
+//! Every request comes with its [`Actor`]: the name of the bearer token on the admin
+//! address, the user at the other end of the admin socket. Each change is recorded under
+//! it (`by`: log line, alert, restriction, trace header) and, with `[admin] audit`, in the
+//! audit log ([`super::audit`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::json;
 
+use super::actor::Actor;
+use super::audit::{self, AuditLog};
 use super::held;
 use super::http::{Request, Response};
 use super::inspect::{database_key, reading_of_key, TopBuilder};
@@ -47,18 +55,28 @@ pub struct AdminState {
     pub observer: Option<Arc<dyn crate::policy::alert::Observer>>,
     /// The running policy (the evidence of a restriction by hand), if any.
     pub policy: Option<crate::policy::RatePolicy>,
+    /// The audit log of admin actions (`[admin] audit`), if any.
+    pub audit: Option<AuditLog>,
 }
 
 /// The answer for a held message that could not be shown, released or deleted.
-fn held_error(e: &held::HeldError) -> Response {
-    use crate::hold::SpoolError;
+pub(super) fn held_error(e: &held::HeldError) -> Response {
     let status = match e {
-        held::HeldError::Spool(SpoolError::NotFound(_)) => 404,
-        held::HeldError::Spool(SpoolError::Busy(_)) => 409,
+        held::HeldError::Spool(s) => spool_status(s),
         held::HeldError::Release(_) => 502,
-        held::HeldError::Spool(_) => 500,
     };
     Response::error(status, &e.to_string())
+}
+
+/// The status of a spool error: 404 for a message not held, 409 for one another request
+/// is acting on, 500 otherwise.
+pub(super) fn spool_status(e: &crate::hold::SpoolError) -> u16 {
+    use crate::hold::SpoolError;
+    match e {
+        SpoolError::NotFound(_) => 404,
+        SpoolError::Busy(_) => 409,
+        _ => 500,
+    }
 }
 
 fn store_error(e: &StoreError) -> Response {
@@ -66,8 +84,44 @@ fn store_error(e: &StoreError) -> Response {
 }
 
 impl AdminState {
-    /// Answers one request.
-    pub async fn handle(&self, req: &Request) -> Response {
+    /// Appends an audit line (when `[admin] audit` is set): `who` did `action` on `target`
+    /// for `reason`, with `result`. A line that cannot be written is logged and counted;
+    /// the action stands.
+    pub fn audit(
+        &self,
+        who: &Actor,
+        action: &str,
+        target: &serde_json::Value,
+        reason: Option<&str>,
+        result: &str,
+    ) {
+        let Some(log) = &self.audit else {
+            return;
+        };
+        let line = audit::line(now_micros(), who, action, target, reason, result);
+        if let Err(e) = log.write(&line) {
+            self.metrics.audit_write_errors.inc();
+            tracing::warn!(path = %log.path().display(), error = %e, action, who = %who,
+                "audit line not written");
+        }
+    }
+
+    /// Audits the answer `r` to `action` on `target` by `who`, and returns it.
+    fn audited(
+        &self,
+        who: &Actor,
+        action: &str,
+        target: serde_json::Value,
+        req: &Request,
+        r: Response,
+    ) -> Response {
+        let reason = req.param("reason").map(str::trim).filter(|r| !r.is_empty());
+        self.audit(who, action, &target, reason, &audit::result_of(&r));
+        r
+    }
+
+    /// Answers one request of `who`.
+    pub async fn handle(&self, req: &Request, who: &Actor) -> Response {
         let get = req.method == "GET" || req.method == "HEAD";
         let post = req.method == "POST";
         let (allowed, ok) = match req.path.as_str() {
@@ -75,7 +129,7 @@ impl AdminState {
             "/v1/inspect" | "/v1/top" | "/v1/held" | "/v1/held/show" | "/v1/restricted"
             | "/v1/campaigns" => ("GET, HEAD", get),
             "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" | "/v1/release"
-            | "/v1/restrict" | "/v1/outcome" => ("POST", post),
+            | "/v1/restrict" | "/v1/outcome" | "/v1/alerts/digest" => ("POST", post),
             _ => return Response::error(404, &format!("no endpoint {}", req.path)),
         };
         if !ok {
@@ -90,10 +144,13 @@ impl AdminState {
                 Some(k) => self.inspect(k).await,
                 None => Response::error(400, "inspect needs ?key=KEY"),
             },
-            "/v1/reset" => match req.param("key") {
-                Some(k) => self.reset(k).await,
-                None => Response::error(400, "reset needs ?key=KEY"),
-            },
+            "/v1/reset" => {
+                let r = match req.param("key") {
+                    Some(k) => self.reset(k, who).await,
+                    None => Response::error(400, "reset needs ?key=KEY"),
+                };
+                self.audited(who, "reset", json!(req.param("key")), req, r)
+            }
             "/v1/top" => {
                 let n = match req.param("n").map(str::parse::<usize>) {
                     None => 20,
@@ -111,14 +168,24 @@ impl AdminState {
             },
             "/v1/held/release" | "/v1/held/delete" => {
                 let release = req.path == "/v1/held/release";
-                self.held_act(req, release).await
+                self.held_act(req, release, who).await
             }
             "/v1/restricted" => self.restricted().await,
             "/v1/campaigns" => self.campaigns().await,
-            "/v1/release" => self.release(req).await,
-            "/v1/restrict" => self.restrict(req).await,
+            "/v1/release" => {
+                let r = self.release(req, who).await;
+                self.audited(who, "release", json!(req.param("key")), req, r)
+            }
+            "/v1/restrict" => {
+                let r = self.restrict(req, who).await;
+                self.audited(who, "restrict", json!(req.param("key")), req, r)
+            }
             "/v1/outcome" => self.outcome(req).await,
-            _ => self.reload(),
+            "/v1/alerts/digest" => self.digest_now().await,
+            _ => {
+                let r = self.reload(who);
+                self.audited(who, "reload", serde_json::Value::Null, req, r)
+            }
         }
     }
 
@@ -167,63 +234,6 @@ impl AdminState {
         }
     }
 
-    /// Releases (`release`) or deletes each of `ids` as `by`, one after the other, with the
-    /// typed result of each: what `POST /v1/held/release|delete` and the console do.
-    pub async fn held_ids(
-        &self,
-        ids: &[String],
-        release: bool,
-        by: &crate::proxy::release::ReleaseBy,
-    ) -> Result<Vec<(String, Result<(), held::HeldError>)>, Response> {
-        let (shared, spool) = self.spool()?;
-        Ok(held_apply(&shared, &spool, &self.metrics, ids, release, by).await)
-    }
-
-    async fn held_act(&self, req: &Request, release: bool) -> Response {
-        let (shared, spool) = match self.spool() {
-            Ok(s) => s,
-            Err(r) => return r,
-        };
-        let (id, key) = (req.param("id"), req.param("key"));
-        if id.is_some() == key.is_some() {
-            return Response::error(400, "give either ?id=ID or ?key=KEY");
-        }
-        let ids = match held::select(&spool, id, key).await {
-            Ok(ids) => ids,
-            Err(e) => return held_error(&e.into()),
-        };
-        let by = crate::proxy::release::ReleaseBy {
-            by: req.param("by").unwrap_or("admin").to_string(),
-            reason: req.param("reason").unwrap_or("").to_string(),
-            at: crate::hold::spool::now_secs() as i64,
-        };
-        let mut done = Vec::new();
-        let mut failed = Vec::new();
-        for (id, r) in held_apply(&shared, &spool, &self.metrics, &ids, release, &by).await {
-            match r {
-                Ok(()) => done.push(id),
-                Err(e) => failed.push((id, e)),
-            }
-        }
-        let verb = if release { "released" } else { "deleted" };
-        if let (Some(_), Some((_, e))) = (id, failed.first()) {
-            return held_error(e);
-        }
-        if !failed.is_empty() {
-            let why: Vec<String> = failed.iter().map(|(i, e)| format!("{i}: {e}")).collect();
-            return Response::error(
-                502,
-                &format!(
-                    "{} {verb}, {} not: {}",
-                    done.len(),
-                    failed.len(),
-                    why.join("; ")
-                ),
-            );
-        }
-        Response::json(200, &json!({ verb: done }))
-    }
-
     async fn inspect(&self, key: &str) -> Response {
         let config = self.control.generation();
         let store = self.store.as_store();
@@ -259,10 +269,23 @@ impl AdminState {
             }
             limits.push(r);
         }
-        Response::json(200, &json!({ "key": key, "limits": limits }))
+        let restriction = match store.restrictions().await {
+            Ok(list) => match list.into_iter().find(|r| r.key == key) {
+                Some(mut r) => {
+                    self.held_into(&mut r).await;
+                    crate::policy::alert::restriction_json(&r)
+                }
+                None => serde_json::Value::Null,
+            },
+            Err(e) => return store_error(&e),
+        };
+        Response::json(
+            200,
+            &json!({ "key": key, "limits": limits, "restriction": restriction }),
+        )
     }
 
-    async fn reset(&self, key: &str) -> Response {
+    async fn reset(&self, key: &str, who: &Actor) -> Response {
         let config = self.control.generation();
         let store = self.store.as_store();
         let mut keys: Vec<String> = config
@@ -280,7 +303,7 @@ impl AdminState {
                 Err(e) => return store_error(&e),
             }
         }
-        tracing::info!(removed, "admin: rate limit records reset");
+        tracing::info!(key = %key, removed, by = %who, "admin: rate limit records reset");
         Response::json(
             200,
             &json!({ "key": key, "removed": removed, "database_keys": keys }),
@@ -312,40 +335,18 @@ impl AdminState {
         Response::json(200, &json!({ "entries": top.finish(), "partial": partial }))
     }
 
-    fn reload(&self) -> Response {
+    fn reload(&self, who: &Actor) -> Response {
         match self.control.reload() {
             Ok(()) => {
-                tracing::info!("admin: configuration reloaded");
+                tracing::info!(by = %who, "admin: configuration reloaded");
                 Response::json(200, &json!({ "reloaded": true }))
             }
             Err(e) => {
-                tracing::warn!(error = %e, "admin: new configuration refused; the old one stays in force");
+                tracing::warn!(error = %e, by = %who, "admin: new configuration refused; the old one stays in force");
                 Response::error(422, &e.to_string())
             }
         }
     }
-}
-
-/// Releases or deletes each of `ids` in `spool`, then refreshes the spool's gauges.
-async fn held_apply(
-    shared: &Arc<crate::proxy::Shared>,
-    spool: &Arc<crate::hold::Spool>,
-    metrics: &Metrics,
-    ids: &[String],
-    release: bool,
-    by: &crate::proxy::release::ReleaseBy,
-) -> Vec<(String, Result<(), held::HeldError>)> {
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        let r = if release {
-            held::release_one(shared, spool, id, by).await
-        } else {
-            held::delete_one(shared, spool, id, by).await
-        };
-        out.push((id.clone(), r));
-    }
-    crate::proxy::refresh_hold_gauges(spool, metrics);
-    out
 }
 
 /// `GET /metrics`.

@@ -116,17 +116,18 @@ pub enum Verb {
     },
 }
 
-/// Which held messages a release or delete acts on, who asks and why.
+/// Which held messages a release or delete acts on, and why. Who asks is not said: the
+/// server reads it off the admin socket (the user of the process that connected).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldTarget {
     /// One message by id…
     pub id: Option<String>,
     /// …or every message held for this key.
     pub key: Option<String>,
-    /// Who asks (for the log and the trace header).
-    pub by: String,
     /// Why.
     pub reason: String,
+    /// Release mail of a key that is still restricted all the same (`--confirm`).
+    pub confirm: bool,
 }
 
 impl HeldTarget {
@@ -136,11 +137,10 @@ impl HeldTarget {
             (None, Some(k)) => format!("key={}", percent_encode(k)),
             (None, None) => String::new(),
         };
-        q.push_str(&format!(
-            "&by={}&reason={}",
-            percent_encode(&self.by),
-            percent_encode(&self.reason)
-        ));
+        q.push_str(&format!("&reason={}", percent_encode(&self.reason)));
+        if self.confirm {
+            q.push_str("&confirm=true");
+        }
         q
     }
 }
@@ -506,6 +506,18 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                 ],
                 &rows,
             );
+            let r = &v["restriction"];
+            if r.is_object() {
+                out.push_str(&format!(
+                    "restricted by {} since {} ({}): {}\n",
+                    r["limit"].as_str().unwrap_or(""),
+                    r["since"].as_str().unwrap_or(""),
+                    r["until"]
+                        .as_str()
+                        .map_or_else(|| "until released".into(), |u| format!("until {u}")),
+                    evidence_summary(&r["evidence"])
+                ));
+            }
             for l in items(&v["limits"]) {
                 let b = &l["baseline"];
                 if b.is_object() {
@@ -671,10 +683,8 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                         r["by"].as_str().unwrap_or("").into(),
                         r["reason"].as_str().unwrap_or("").into(),
                         format!(
-                            "{} msgs, {} rcpts, {} refused; ips {}",
-                            ev["messages"].as_u64().unwrap_or(0),
-                            ev["recipients"].as_u64().unwrap_or(0),
-                            ev["refusals"].as_u64().unwrap_or(0),
+                            "{}; ips {}",
+                            evidence_summary(ev),
                             if ips.is_empty() {
                                 "-".into()
                             } else {
@@ -707,6 +717,45 @@ pub fn render(verb: &Verb, v: &Value) -> String {
             v["restricted"]["until"].as_str().unwrap_or("released")
         ),
     }
+}
+
+/// A restriction's evidence in one line: messages, recipients, refusals (upstream's, then
+/// floodgate's by limit and action) and what is held (by node when more than one holds).
+pub fn evidence_summary(ev: &Value) -> String {
+    let count = |v: &Value| v.as_u64().unwrap_or(0);
+    let upstream = &ev["refusals"]["upstream"];
+    let mut own = Vec::new();
+    if let Some(limits) = ev["refusals"]["floodgate"].as_object() {
+        for (limit, actions) in limits {
+            for (action, n) in actions.as_object().into_iter().flatten() {
+                own.push(format!("{limit} {action} {}", count(n)));
+            }
+        }
+    }
+    let mut out = format!(
+        "{} msgs, {} rcpts, refused by upstream {} (rcpt {}, data {}), by floodgate {}",
+        count(&ev["messages"]),
+        count(&ev["recipients"]),
+        count(&upstream["rcpt"]) + count(&upstream["data"]),
+        count(&upstream["rcpt"]),
+        count(&upstream["data"]),
+        if own.is_empty() {
+            "0".to_string()
+        } else {
+            own.join(", ")
+        }
+    );
+    out.push_str(&format!(", held {}", count(&ev["held"])));
+    let nodes: Vec<String> = ev["held_by_node"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(n, c)| format!("{n} {}", count(c)))
+        .collect();
+    if nodes.len() > 1 {
+        out.push_str(&format!(" ({})", nodes.join(", ")));
+    }
+    out
 }
 
 #[cfg(test)]

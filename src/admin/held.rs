@@ -137,22 +137,26 @@ pub async fn delete_one(
     Ok(())
 }
 
-/// The ids `id` or `key` name: the one id, or every message held for the key.
-pub async fn select(
+/// The messages `id` or `key` name, each with the key it was held for: the one id (404
+/// when it is not held), or every message held for the key.
+pub async fn select_keyed(
     spool: &Arc<Spool>,
     id: Option<&str>,
     key: Option<&str>,
-) -> Result<Vec<String>, SpoolError> {
+) -> Result<Vec<(String, String)>, SpoolError> {
     match (id, key) {
-        (Some(id), _) => Ok(vec![id.to_string()]),
+        (Some(id), _) => {
+            let (s, owned) = (spool.clone(), id.to_string());
+            let h = blocking(move || s.head(&owned)).await?;
+            Ok(vec![(id.to_string(), h.envelope.key)])
+        }
         (None, Some(k)) => {
             let s = spool.clone();
-            let k = k.to_string();
             Ok(blocking(move || s.list())
                 .await?
                 .into_iter()
                 .filter(|m| m.envelope.key == k)
-                .map(|m| m.envelope.id)
+                .map(|m| (m.envelope.id, m.envelope.key))
                 .collect())
         }
         (None, None) => Ok(Vec::new()),

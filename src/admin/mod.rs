@@ -4,6 +4,10 @@
 //! * [`http`]: the handlers' request and response, converted from and to hyper's, and the
 //!   guard that keeps request heads to CRLF and error answers in JSON;
 //! * [`held`]: the hold spool's verbs (list, show, release, delete) and its expiry;
+//! * [`held_act`]: the API's release and delete of held mail (reason, confirmation, audit);
+//! * [`actor`]: who asked (a named token, the user at the admin socket), the `by` of
+//!   every action;
+//! * [`audit`]: the audit log of admin actions (`[admin] audit`);
 //! * [`inspect`]: what a key means for every configured limit (inspect, top);
 //! * [`api`]: the endpoints (inspect, reset, top, reload, metrics);
 //! * [`restricted`]: the restricted set's endpoints (restricted, release, restrict);
@@ -14,11 +18,15 @@
 //! * [`client`]: the CLI side: one request to the admin socket, tables or JSON;
 //! * [`peer`]: whose process is at the other end of the admin socket.
 
+pub mod actor;
 pub mod api;
+pub mod audit;
 pub mod campaigns;
 pub mod client;
 pub mod console;
+pub mod digest;
 pub mod held;
+pub mod held_act;
 pub mod http;
 pub mod inspect;
 pub mod outcome;

@@ -55,6 +55,43 @@ pub fn my_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// The name of user `uid` in the system's user database (`getpwuid_r`: `/etc/passwd`,
+/// or whatever NSS is configured with), or `uid N` when it has none or cannot be read.
+pub fn user_name(uid: u32) -> String {
+    let unknown = || format!("uid {uid}");
+    // Start with the system's suggested buffer size; grow on ERANGE, up to 1 MiB.
+    // SAFETY: sysconf has no preconditions.
+    let suggested = unsafe { libc::sysconf(libc::_SC_GETPW_R_SIZE_MAX) };
+    let mut size = usize::try_from(suggested)
+        .unwrap_or(1024)
+        .clamp(256, 1 << 20);
+    for _ in 0..13 {
+        let mut buf = vec![0 as libc::c_char; size];
+        // SAFETY: an all-zero passwd is a valid value (null pointers, zero ids) for
+        // getpwuid_r to overwrite.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for writes for the length given with it; on
+        // success `found` points at `pwd`, whose strings point into `buf`, both alive here.
+        let rc =
+            unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
+        if rc == libc::ERANGE && size < (1 << 20) {
+            size *= 2;
+            continue;
+        }
+        if rc != 0 || found.is_null() || pwd.pw_name.is_null() {
+            return unknown();
+        }
+        // SAFETY: getpwuid_r succeeded: pw_name is a NUL-terminated string inside `buf`.
+        let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+        return match name.to_str() {
+            Ok(n) if !n.is_empty() => n.to_string(),
+            _ => unknown(),
+        };
+    }
+    unknown()
+}
+
 /// Whether a socket served by `peer` may be trusted by a process running as `me`: only
 /// its own user, or root (a floodgate run by root, administered by an operator account).
 pub fn trusted(peer: u32, me: u32) -> bool {
@@ -72,6 +109,21 @@ mod tests {
         assert!(trusted(0, 0));
         assert!(!trusted(65534, 1000));
         assert!(!trusted(1000, 0));
+    }
+
+    #[test]
+    fn user_names_from_the_user_database() {
+        // Root is in every user database.
+        assert_eq!(user_name(0), "root");
+        // An id nobody has: said as a number.
+        assert_eq!(user_name(3_999_999_999), "uid 3999999999");
+        // This process's user: its name when the database has one, else its id.
+        let me = my_uid();
+        let name = user_name(me);
+        assert!(!name.is_empty());
+        if name.starts_with("uid ") {
+            assert_eq!(name, format!("uid {me}"));
+        }
     }
 
     #[test]

@@ -3,11 +3,15 @@
 //! | method | path | answer |
 //! |---|---|---|
 //! | GET | `/v1/restricted` | every restriction in force, with its evidence |
-//! | POST | `/v1/release?key=KEY&reason=TEXT` | ends KEY's restriction (404 when none) and resets the tripping limit's records of KEY |
+//! | POST | `/v1/release?key=KEY&reason=TEXT` | ends KEY's restriction (404 when none; 400 without a reason) and resets the tripping limit's records of KEY |
 //! | POST | `/v1/restrict?key=KEY&for=DURATION\|until_released&reason=TEXT` | restricts KEY by hand |
+//!
+//! The request's [`Actor`] is the `by` of both: in the log line, the alert and (for a
+//! restriction by hand) the restriction itself (`token:NAME`, `user:NAME`).
 
 use serde_json::json;
 
+use super::actor::Actor;
 use super::api::AdminState;
 use super::http::{Request, Response};
 use super::inspect::database_key;
@@ -36,9 +40,26 @@ impl AdminState {
         });
     }
 
+    /// Sets the `held` of a restriction's evidence to what the hold spool holds for its
+    /// key now (on every node).
+    pub async fn held_into(&self, r: &mut Restriction) {
+        if let Some(p) = &self.policy {
+            p.set_held(&mut r.evidence, &r.key).await;
+        }
+    }
+
+    /// Every restriction in force, each evidence's `held` as the hold spool holds now.
+    pub async fn restrictions_now(&self) -> Result<Vec<Restriction>, crate::store::StoreError> {
+        let mut list = self.store.as_store().restrictions().await?;
+        for r in &mut list {
+            self.held_into(r).await;
+        }
+        Ok(list)
+    }
+
     /// `GET /v1/restricted`.
     pub(super) async fn restricted(&self) -> Response {
-        match self.store.as_store().restrictions().await {
+        match self.restrictions_now().await {
             Ok(list) => {
                 let v: Vec<_> = list.iter().map(restriction_json).collect();
                 Response::json(200, &json!({ "restricted": v }))
@@ -48,7 +69,7 @@ impl AdminState {
     }
 
     /// `POST /v1/release`.
-    pub(super) async fn release(&self, req: &Request) -> Response {
+    pub(super) async fn release(&self, req: &Request, who: &Actor) -> Response {
         let Some(key) = req.param("key") else {
             return Response::error(400, "release needs ?key=KEY");
         };
@@ -82,13 +103,12 @@ impl AdminState {
                 Err(e) => tracing::warn!(error = %e, key = %k, "release: reset failed"),
             }
         }
-        tracing::info!(key = %key, limit = %r.limit, by = "admin", reason = %reason, removed,
+        let by = who.to_string();
+        tracing::info!(key = %key, limit = %r.limit, by = %by, reason = %reason, removed,
             "key released");
-        // The notice carries the restriction's evidence with the messages held since.
-        if let Some(p) = &self.policy {
-            p.update_held(&mut r.evidence, &[key]);
-        }
-        self.notify("floodgate.released", &r, "admin", &reason);
+        // The notice carries the restriction's evidence with what is held for it now.
+        self.held_into(&mut r).await;
+        self.notify("floodgate.released", &r, &by, &reason);
         Response::json(
             200,
             &json!({ "released": restriction_json(&r), "reason": reason, "removed": removed }),
@@ -96,7 +116,7 @@ impl AdminState {
     }
 
     /// `POST /v1/restrict`.
-    pub(super) async fn restrict(&self, req: &Request) -> Response {
+    pub(super) async fn restrict(&self, req: &Request, who: &Actor) -> Response {
         let Some(key) = req.param("key").filter(|k| !k.is_empty()) else {
             return Response::error(400, "restrict needs ?key=KEY");
         };
@@ -122,16 +142,17 @@ impl AdminState {
             until_us: None,
             rate: None,
             limit_text: String::new(),
-            by: "admin".into(),
+            by: who.to_string(),
             reason: reason.clone(),
             evidence,
         };
         match self.store.as_store().restrict(r, dur.micros()).await {
-            Ok(r) => {
-                tracing::info!(key = %key, by = "admin", reason = %reason,
+            Ok(mut r) => {
+                self.held_into(&mut r).await;
+                tracing::info!(key = %key, by = %who, reason = %reason,
                     until = %r.until_us.map_or_else(|| "until_released".into(), rfc3339),
                     "key restricted");
-                self.notify("floodgate.restricted", &r, "admin", &reason);
+                self.notify("floodgate.restricted", &r, &who.to_string(), &reason);
                 Response::json(200, &json!({ "restricted": restriction_json(&r) }))
             }
             Err(e) => Response::error(503, &e.to_string()),

@@ -36,10 +36,11 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::actor::Actor;
 use super::api::{metrics_response, AdminState};
 use super::http::guard::Guard;
 use super::http::{HttpError, Limits, Request, Response};
-use crate::config::{ListenerLimits, Secret};
+use crate::config::{AdminToken, ListenerLimits};
 use deadline::{Flags, Timed};
 use slots::{Full, Slot, Slots};
 
@@ -122,13 +123,21 @@ pub enum ServeError {
     },
 }
 
+/// Who connected: a TCP client's address, or the user id of the process at the other end
+/// of the admin socket (`None` when it could not be read).
+#[derive(Clone, Copy, Debug)]
+enum Peer {
+    Tcp(IpAddr),
+    Unix(Option<u32>),
+}
+
 /// What a connection may ask.
 #[derive(Clone)]
 enum Mode {
-    /// Everything (the unix socket: file permissions guard it).
+    /// Everything (the unix socket: file permissions guard it), done as the peer's user.
     Admin(Arc<AdminState>),
     /// Everything, with `Authorization: Bearer TOKEN` (checked by the console's throttle of
-    /// wrong tokens); and the web console.
+    /// wrong tokens), done as the token's name; and the web console.
     Token(Arc<AdminState>, Arc<super::console::Console>),
     /// Only `GET /metrics`.
     Metrics(Arc<super::Metrics>),
@@ -223,11 +232,11 @@ pub fn serve_unix(
     Ok(SocketFile(path.to_path_buf()))
 }
 
-/// Serves the admin API and the web console on `address` for requests bearing `token`, with
-/// TLS when `[admin.tls]` is set; returns the bound address.
+/// Serves the admin API and the web console on `address` for requests bearing one of
+/// `tokens`, with TLS when `[admin.tls]` is set; returns the bound address.
 pub async fn serve_admin_tcp(
     address: std::net::SocketAddr,
-    token: Secret,
+    tokens: Vec<AdminToken>,
     state: Arc<AdminState>,
     stop: CancellationToken,
 ) -> Result<std::net::SocketAddr, ServeError> {
@@ -241,8 +250,7 @@ pub async fn serve_admin_tcp(
         }
         None => None,
     };
-    let token = Arc::new(token);
-    let console = super::console::Console::start(state.clone(), token, stop.clone());
+    let console = super::console::Console::start(state.clone(), tokens, stop.clone());
     let listener = Listener::new(
         "admin address",
         "admin",
@@ -307,24 +315,26 @@ trait Accept: Send + 'static {
     /// One accepted connection.
     type Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     /// Waits for the next connection; with the client's address when it has one.
-    fn next(
-        &self,
-    ) -> impl std::future::Future<Output = io::Result<(Self::Conn, Option<IpAddr>)>> + Send;
+    fn next(&self) -> impl std::future::Future<Output = io::Result<(Self::Conn, Peer)>> + Send;
 }
 
 impl Accept for UnixListener {
     type Conn = tokio::net::UnixStream;
-    async fn next(&self) -> io::Result<(Self::Conn, Option<IpAddr>)> {
-        self.accept().await.map(|(s, _)| (s, None))
+    async fn next(&self) -> io::Result<(Self::Conn, Peer)> {
+        let (s, _) = self.accept().await?;
+        let uid = super::peer::peer_uid(&s)
+            .map_err(|e| debug!(error = %e, "admin socket: cannot read the peer's credentials"))
+            .ok();
+        Ok((s, Peer::Unix(uid)))
     }
 }
 
 impl Accept for TcpListener {
     type Conn = tokio::net::TcpStream;
-    async fn next(&self) -> io::Result<(Self::Conn, Option<IpAddr>)> {
+    async fn next(&self) -> io::Result<(Self::Conn, Peer)> {
         let (s, a) = self.accept().await?;
         cap_send_buffer(&s);
-        Ok((s, Some(a.ip())))
+        Ok((s, Peer::Tcp(a.ip())))
     }
 }
 
@@ -469,7 +479,7 @@ fn spawn_accept_loop<L: Accept>(socket: L, listener: Arc<Listener>, stop: Cancel
 
 /// Serves one connection until it ends or the listener cuts it to make room (then the
 /// stream is dropped: closed).
-async fn serve_conn<S>(stream: S, peer: Option<IpAddr>, slot: Slot, listener: Arc<Listener>)
+async fn serve_conn<S>(stream: S, peer: Peer, slot: Slot, listener: Arc<Listener>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -490,7 +500,7 @@ where
 /// The TLS handshake when the listener has TLS, then the request.
 async fn serve_stream<S>(
     stream: S,
-    peer: Option<IpAddr>,
+    peer: Peer,
     slot: &Slot,
     l: &Listener,
     flags: &Flags,
@@ -523,7 +533,7 @@ where
 /// [`super::http::guard`]).
 async fn conn<S>(
     mut stream: S,
-    peer: Option<IpAddr>,
+    peer: Peer,
     slot: &Slot,
     l: &Listener,
     deadline: tokio::time::Instant,
@@ -578,7 +588,7 @@ where
 /// handler is free again before the answer is written.
 async fn handle(
     req: hyper::Request<Incoming>,
-    peer: Option<IpAddr>,
+    peer: Peer,
     l: &Listener,
     deadline: tokio::time::Instant,
 ) -> Response {
@@ -626,18 +636,37 @@ async fn read_request(
     Request::from_parts(&parts, body.to_vec()).map_err(Response::from)
 }
 
-async fn answer(req: &Request, mode: &Mode, peer: Option<IpAddr>) -> Response {
+/// The actor of a request on the admin socket: the peer's user, by name (`getpwuid_r`, off
+/// the event loop: the user database may be remote).
+async fn socket_actor(uid: u32) -> Actor {
+    let name = tokio::task::spawn_blocking(move || super::peer::user_name(uid))
+        .await
+        .unwrap_or_else(|_| format!("uid {uid}"));
+    Actor::User(name)
+}
+
+async fn answer(req: &Request, mode: &Mode, peer: Peer) -> Response {
     match mode {
-        Mode::Admin(state) => state.handle(req).await,
+        Mode::Admin(state) => match peer {
+            Peer::Unix(Some(uid)) => state.handle(req, &socket_actor(uid).await).await,
+            // Nobody to record the request under: refused rather than done anonymously.
+            Peer::Unix(None) | Peer::Tcp(_) => Response::error(
+                500,
+                "the admin socket could not read who is asking (its peer credentials)",
+            ),
+        },
         Mode::Token(state, console) => {
-            // A TCP connection always has a peer; without one, every such request shares
-            // one throttle entry.
-            let peer = peer.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+            // A TCP connection always has an address; without one, every such request
+            // shares one throttle entry.
+            let peer = match peer {
+                Peer::Tcp(ip) => ip,
+                Peer::Unix(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            };
             if let Some(r) = console.answer(req, peer).await {
                 return r;
             }
             match console.authorize_api(req, peer) {
-                Ok(()) => state.handle(req).await,
+                Ok(name) => state.handle(req, &Actor::Token(name)).await,
                 Err(r) => r,
             }
         }

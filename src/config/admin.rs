@@ -10,7 +10,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::duration::ConfigDuration;
-use super::store::Secret;
+use super::tokens::{read_tokens, AdminToken, RawTokens};
 
 /// `[metrics]` as written.
 #[derive(Clone, Debug, Deserialize)]
@@ -36,9 +36,16 @@ pub struct RawAdmin {
     /// Also serve the admin API on this TCP address, guarded by a bearer token.
     #[serde(default)]
     pub address: Option<Spanned<SocketAddr>>,
-    /// The file holding the bearer token (relative to the config file's directory).
+    /// The file holding a bearer token (relative to the config file's directory), named by
+    /// the file's stem.
     #[serde(default)]
     pub token_file: Option<Spanned<PathBuf>>,
+    /// `[admin.tokens]`: more bearer tokens, NAME = "FILE".
+    #[serde(default)]
+    pub tokens: Option<Spanned<RawTokens>>,
+    /// The append-only audit log of admin actions (relative to the config file's directory).
+    #[serde(default)]
+    pub audit: Option<Spanned<PathBuf>>,
     /// Allow a non-loopback TCP address.
     #[serde(default)]
     pub allow_remote: Option<Spanned<bool>>,
@@ -70,6 +77,10 @@ pub struct RawAdmin {
     /// (default false: the console only shows).
     #[serde(default)]
     pub console_actions: Option<Spanned<bool>>,
+    /// The web console's address as people reach it (`https://floodgate.example.org`):
+    /// alert mail links to the key's page there.
+    #[serde(default)]
+    pub public_url: Option<Spanned<String>>,
 }
 
 /// `[admin.tls]` as written.
@@ -160,8 +171,10 @@ pub struct AdminConfig {
     /// The socket path is the default one (not written in the config): failing to bind it
     /// is a warning, not a reason to refuse to start.
     pub default_socket: bool,
-    /// The token-guarded TCP address, with the token.
-    pub tcp: Option<(SocketAddr, Secret)>,
+    /// The token-guarded TCP address, with its named tokens (at least one).
+    pub tcp: Option<(SocketAddr, Vec<AdminToken>)>,
+    /// The audit log of admin actions (`None`: none is written).
+    pub audit: Option<PathBuf>,
     /// TLS on the TCP address (`None`: plain HTTP).
     pub tls: Option<AdminTls>,
     /// The web console on the TCP address may act (release, delete, reset), not only show.
@@ -171,6 +184,9 @@ pub struct AdminConfig {
     pub limits: ListenerLimits,
     /// The wait after wrong tokens on the TCP address.
     pub login_delay: LoginDelay,
+    /// The web console's address as people reach it, without a trailing `/` (`None`:
+    /// alert mail carries no link).
+    pub public_url: Option<String>,
 }
 
 impl AdminConfig {
@@ -183,9 +199,6 @@ impl AdminConfig {
         listeners.saturating_mul(self.limits.max_connections)
     }
 }
-
-/// The shortest bearer token accepted.
-pub const MIN_TOKEN_LEN: usize = 16;
 
 /// The socket path used when `[admin] socket` is not given: next to the memory store's
 /// snapshot when there is one, else in `$XDG_RUNTIME_DIR`, else in the temporary directory
@@ -353,11 +366,20 @@ pub fn validate(
         None => None,
     };
     let limits = listener_limits(&admin, at)?;
+    let public_url = public_url(&admin, at)?;
     if admin.enabled == Some(false) {
+        if let Some(a) = &admin.audit {
+            return Err(at(
+                a.span(),
+                "[admin] audit is only used with the admin API (enabled = false turns it off)"
+                    .into(),
+            ));
+        }
         return Ok((
             metrics,
             AdminConfig {
                 limits,
+                public_url,
                 ..AdminConfig::default()
             },
         ));
@@ -384,21 +406,28 @@ pub fn validate(
         ));
     }
     let allow_remote = admin.allow_remote.as_ref().is_some_and(|a| *a.get_ref());
-    let tcp = match (&admin.address, &admin.token_file) {
+    let tokens_span = admin
+        .token_file
+        .as_ref()
+        .map(Spanned::span)
+        .or_else(|| admin.tokens.as_ref().map(Spanned::span));
+    let tcp = match (&admin.address, tokens_span) {
         (None, None) => None,
-        (None, Some(t)) => {
+        (None, Some(span)) => {
             return Err(at(
-                t.span(),
-                "[admin] token_file is only used with address".into(),
+                span,
+                "[admin] token_file and [admin.tokens] are only used with address".into(),
             ))
         }
         (Some(a), None) => {
             return Err(at(
                 a.span(),
-                "[admin] address needs token_file (the bearer token clients must send)".into(),
+                "[admin] address needs token_file or [admin.tokens] (the bearer tokens clients \
+                 must send)"
+                    .into(),
             ))
         }
-        (Some(a), Some(t)) => {
+        (Some(a), Some(_)) => {
             loopback_only(a, allow_remote, "admin", at)?;
             if let Some(remote) = admin.allow_remote.as_ref().filter(|r| *r.get_ref()) {
                 if admin.tls.is_none() && !admin.allow_remote_without_tls {
@@ -413,27 +442,16 @@ pub fn validate(
                     ));
                 }
             }
-            let path = abs(t.get_ref());
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                at(
-                    t.span(),
-                    format!("[admin] token_file {}: cannot read: {e}", path.display()),
-                )
-            })?;
-            let token = text.trim();
-            if token.len() < MIN_TOKEN_LEN
-                || token.chars().any(|c| c.is_whitespace() || c.is_control())
-            {
-                return Err(at(
-                    t.span(),
-                    format!(
-                        "[admin] token_file {}: the token must be one word of at least {MIN_TOKEN_LEN} characters",
-                        path.display()
-                    ),
-                ));
-            }
-            Some((*a.get_ref(), Secret::new(token.to_string())))
+            let tokens = read_tokens(admin.token_file.as_ref(), admin.tokens.as_ref(), &abs, at)?;
+            Some((*a.get_ref(), tokens))
         }
+    };
+    let audit = match &admin.audit {
+        Some(p) if p.get_ref().as_os_str().is_empty() => {
+            return Err(at(p.span(), "[admin] audit must not be empty".into()));
+        }
+        Some(p) => Some(abs(p.get_ref())),
+        None => None,
     };
     let tls = admin.tls.as_ref().map(|t| AdminTls {
         certificate: abs(&t.get_ref().certificate),
@@ -445,12 +463,46 @@ pub fn validate(
             socket: Some(socket),
             default_socket: admin.socket.is_none(),
             tcp,
+            audit,
             tls,
             console_actions: admin.console_actions.is_some_and(|c| *c.get_ref()),
             limits,
             login_delay,
+            public_url,
         },
     ))
+}
+
+/// `[admin] public_url`: an `http://` or `https://` address of one word, kept without its
+/// trailing `/`.
+fn public_url(
+    admin: &RawAdmin,
+    at: &dyn Fn(Range<usize>, String) -> super::ConfigError,
+) -> Result<Option<String>, super::ConfigError> {
+    let Some(u) = &admin.public_url else {
+        return Ok(None);
+    };
+    let text = u.get_ref().trim_end_matches('/');
+    let rest = text
+        .strip_prefix("https://")
+        .or_else(|| text.strip_prefix("http://"));
+    let fine = rest.is_some_and(|r| {
+        !r.is_empty()
+            && !r.starts_with('/')
+            && r.chars()
+                .all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '<' | '>' | '\\' | '?' | '#'))
+    });
+    if !fine {
+        return Err(at(
+            u.span(),
+            format!(
+                "[admin] public_url {:?} is not an http:// or https:// address (e.g. \
+                 \"https://floodgate.example.org\")",
+                u.get_ref()
+            ),
+        ));
+    }
+    Ok(Some(text.to_string()))
 }
 
 #[cfg(test)]
@@ -500,6 +552,10 @@ mod tests {
         assert!(c.metrics.is_some());
         let c = parse("[admin]\nenabled = false\n").unwrap();
         assert!(c.admin.socket.is_none());
+        // The audit log: off by default, relative to the config file's directory.
+        assert!(parse("").unwrap().admin.audit.is_none());
+        let c = parse("[admin]\naudit = \"log/audit.jsonl\"\n").unwrap();
+        assert_eq!(c.admin.audit.unwrap(), Path::new("/etc/fg/log/audit.jsonl"));
     }
 
     #[test]
@@ -512,10 +568,13 @@ mod tests {
             t.display()
         ))
         .unwrap();
-        let (addr, token) = c.admin.tcp.unwrap();
+        let (addr, tokens) = c.admin.tcp.unwrap();
         assert_eq!(addr.port(), 9466);
-        assert_eq!(token.expose(), "0123456789abcdefXYZ");
-        assert_eq!(format!("{token:?}"), "<hidden>");
+        assert_eq!(tokens.len(), 1);
+        // Named by the file's stem.
+        assert_eq!(tokens[0].name, "token");
+        assert_eq!(tokens[0].secret.expose(), "0123456789abcdefXYZ");
+        assert_eq!(format!("{:?}", tokens[0].secret), "<hidden>");
         std::fs::write(&t, "short\n").unwrap();
         let e = err(&format!(
             "[admin]\naddress = \"127.0.0.1:9466\"\ntoken_file = \"{}\"\n",
@@ -655,7 +714,7 @@ mod tests {
             (
                 "[admin]\naddress = \"127.0.0.1:9466\"\n",
                 "6:11",
-                "needs token_file",
+                "needs token_file or [admin.tokens]",
             ),
             (
                 "[admin]\ntoken_file = \"t\"\n",
@@ -738,6 +797,16 @@ mod tests {
                 "[admin.tls]\ncertificate = \"c\"\nprivate_key = \"k\"\nca = \"x\"\n",
                 "8:1",
                 "unknown field `ca`",
+            ),
+            (
+                "[admin]\naudit = \"\"\n",
+                "6:9",
+                "[admin] audit must not be empty",
+            ),
+            (
+                "[admin]\nenabled = false\naudit = \"a.jsonl\"\n",
+                "7:9",
+                "audit is only used with the admin API",
             ),
             (
                 "[admin]\nallow_remote_without_tls = \"yes\"\n",

@@ -35,4 +35,13 @@ pub struct AlertsConfig {
     /// Time limit of one command run (default 10s); it is killed after.
     #[serde(default)]
     pub command_timeout: Option<Spanned<String>>,
+    /// Mail each alert to these addresses through `[upstream]`.
+    #[serde(default)]
+    pub mail_to: Option<Spanned<Vec<String>>>,
+    /// The `From:` address of alert mail (default `MAILER-DAEMON@` floodgate's host name).
+    #[serde(default)]
+    pub mail_from: Option<Spanned<String>>,
+    /// Mail a digest every day at this local time (`HH:MM`), to `mail_to`.
+    #[serde(default)]
+    pub mail_digest: Option<Spanned<String>>,
 }

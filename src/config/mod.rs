@@ -16,13 +16,12 @@ mod policy;
 mod report;
 mod source;
 mod store;
+mod tokens;
 pub mod url;
 mod words;
 mod written;
 
-pub use admin::{
-    default_socket, AdminConfig, AdminTls, ListenerLimits, LoginDelay, MetricsConfig, MIN_TOKEN_LEN,
-};
+pub use admin::{default_socket, AdminConfig, AdminTls, ListenerLimits, LoginDelay, MetricsConfig};
 pub use alerts::AlertsConfig;
 pub use default_path::{default_config, first_present, NoConfigFile, LOCAL_CONFIG, SYSTEM_CONFIG};
 pub use duration::{parse_duration, ConfigDuration, DurationError};
@@ -34,6 +33,7 @@ pub use paths::{problem, ConfigPath, PathErrors, PathUse};
 pub use policy::{AuthFailuresConfig, LimitConfig, ListConfig, ListsConfig};
 pub use report::ReportConfig;
 pub use store::{PasswordError, Secret, StoreConfig, StoreConfigError};
+pub use tokens::{valid_name as valid_token_name, AdminToken, MAX_TOKEN_NAME, MIN_TOKEN_LEN};
 
 use std::net::SocketAddr;
 use std::ops::Range;

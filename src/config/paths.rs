@@ -64,8 +64,8 @@ impl std::error::Error for PathErrors {}
 
 impl Config {
     /// Every path this config makes floodgate write, read or run, in this order: `[tls]`,
-    /// `[upstream] ca_file`, `[store]`, `[admin] socket`, `[report] events`, `[hold] dir`,
-    /// `[alerts] command`.
+    /// `[upstream] ca_file`, `[store]`, `[admin] socket`, `[admin] audit`, `[report] events`,
+    /// `[hold] dir`, `[alerts] command`.
     pub fn paths(&self) -> Vec<ConfigPath> {
         let mut v = Vec::new();
         let mut add = |label, section, key, path: PathBuf, used, required| {
@@ -141,6 +141,16 @@ impl Config {
                 s.clone(),
                 PathUse::Written,
                 required,
+            );
+        }
+        if let Some(p) = &self.admin.audit {
+            add(
+                "[admin] audit",
+                "admin",
+                "audit",
+                p.clone(),
+                PathUse::Written,
+                true,
             );
         }
         if let Some(e) = &self.report.events {
@@ -426,5 +436,29 @@ mod tests {
         std::fs::remove_dir(d.path().join("gone")).unwrap();
         let c = config(d.path(), "[store]\nbackend = \"memory\"\n");
         assert!(c.check_paths().is_ok());
+    }
+
+    #[test]
+    fn the_audit_log_is_a_written_path() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f.toml");
+        let dir = d.path().display();
+        let c = config(d.path(), "[admin]\naudit = \"logs/audit.jsonl\"\n");
+        assert_eq!(
+            errors(&c),
+            [format!(
+                "{}:6:9: [admin] audit {dir}/logs/audit.jsonl: its directory {dir}/logs: no such directory (create it, writable by floodgate)",
+                f.display()
+            )]
+        );
+        std::fs::create_dir(d.path().join("logs")).unwrap();
+        std::fs::create_dir(d.path().join("logs/audit.jsonl")).unwrap();
+        let e = errors(&c);
+        assert!(
+            e[0].starts_with(&format!("{}:6:9: [admin] audit", f.display())),
+            "{e:?}"
+        );
+        std::fs::remove_dir(d.path().join("logs/audit.jsonl")).unwrap();
+        assert_eq!(c.check_paths().unwrap(), Vec::<String>::new());
     }
 }

@@ -80,6 +80,9 @@ pub const RESTRICTION_EVENTS: [&str; 6] = [
     "user_notice_failed",
 ];
 
+/// What became of an alert mail: the `result` label of `floodgate_alert_mail_total`.
+pub const ALERT_MAIL_RESULTS: [&str; 3] = ["sent", "failed", "dropped"];
+
 /// The kinds of upstream failure: the `kind` label of `floodgate_upstream_errors_total`.
 pub const UPSTREAM_KINDS: [&str; 5] = ["connect", "timeout", "lost", "protocol", "tls"];
 
@@ -299,6 +302,7 @@ pub struct Metrics {
     verdicts: Counters<2>,
     limits: DashMap<Box<str>, LimitCounters>,
     restrictions: Fixed<6>,
+    alert_mail: Fixed<3>,
     /// Upstream sessions set up.
     pub upstream_connects: Counter,
     upstream_errors: Fixed<5>,
@@ -322,6 +326,8 @@ pub struct Metrics {
     pub hold: HoldMetrics,
     /// Reroute and pace.
     pub graded: GradedMetrics,
+    /// Audit lines (`[admin] audit`) that could not be written.
+    pub audit_write_errors: Counter,
 }
 
 /// Keeps a session counted as open; dropping it closes it.
@@ -381,6 +387,12 @@ impl Metrics {
             "Restricted-set events: keys restricted, released (by an admin) or expired, MAIL FROMs refused because restricted, notices mailed to the user or failed.",
             "event",
             RESTRICTION_EVENTS,
+        );
+        let alert_mail = f.fixed(
+            "floodgate_alert_mail_total",
+            "Alert mail ([alerts] mail_to and mail_digest) by result: sent (upstream accepted it), failed (upstream refused it or could not be reached), dropped (the mail queue was full).",
+            "result",
+            ALERT_MAIL_RESULTS,
         );
         let upstream_connects = f.counter(
             "floodgate_upstream_connects_total",
@@ -447,7 +459,12 @@ impl Metrics {
                 ])
             })
         });
+        let audit_write_errors = f.counter(
+            "floodgate_audit_write_errors_total",
+            "Admin actions whose audit line could not be written to [admin] audit.",
+        );
         Metrics {
+            audit_write_errors,
             exposition: Mutex::new(Exposition {
                 registry: f.0,
                 readers: Vec::new(),
@@ -462,6 +479,7 @@ impl Metrics {
             verdicts,
             limits: DashMap::new(),
             restrictions,
+            alert_mail,
             upstream_connects,
             upstream_errors,
             identity_refused,
@@ -624,6 +642,18 @@ impl Metrics {
         if let Some(c) = self.restrictions.get(event) {
             c.inc();
         }
+    }
+
+    /// One alert mail with `result` (one of [`ALERT_MAIL_RESULTS`]).
+    pub fn alert_mail(&self, result: &str) {
+        if let Some(c) = self.alert_mail.get(result) {
+            c.inc();
+        }
+    }
+
+    /// How many alert mails had `result`.
+    pub fn alert_mail_of(&self, result: &str) -> u64 {
+        self.alert_mail.count(result)
     }
 
     /// How many restriction events of `event` there were.

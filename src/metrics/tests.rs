@@ -30,6 +30,9 @@ fn counts_restriction_events() {
     m.restriction("expired");
     m.restriction("user_notice_failed");
     m.restriction("nonsense");
+    m.alert_mail("sent");
+    m.alert_mail("dropped");
+    m.alert_mail("nonsense");
     m.verdict("per-user", "restrict");
     let t = m.render();
     assert!(
@@ -48,10 +51,14 @@ fn counts_restriction_events() {
         "floodgate_restrictions_total{event=\"expired\"} 1",
         "floodgate_restrictions_total{event=\"user_notified\"} 0",
         "floodgate_restrictions_total{event=\"user_notice_failed\"} 1",
+        "floodgate_alert_mail_total{result=\"sent\"} 1",
+        "floodgate_alert_mail_total{result=\"failed\"} 0",
+        "floodgate_alert_mail_total{result=\"dropped\"} 1",
     ] {
         assert!(t.contains(line), "{line}: {t}");
     }
     assert_eq!(m.restrictions_of("restricted"), 2);
+    assert_eq!(m.alert_mail_of("sent"), 1);
     assert_eq!(m.verdicts_of("per-user", "restrict"), 1);
 }
 
@@ -190,6 +197,7 @@ fn families_of_a_fresh_registry() {
         ("floodgate_bytes_relayed_total", "counter"),
         ("floodgate_refused_total", "counter"),
         ("floodgate_restrictions_total", "counter"),
+        ("floodgate_alert_mail_total", "counter"),
         ("floodgate_upstream_connects_total", "counter"),
         ("floodgate_upstream_errors_total", "counter"),
         ("floodgate_upstream_identity_refused_total", "counter"),
@@ -207,6 +215,7 @@ fn families_of_a_fresh_registry() {
         ("floodgate_auth_total", "counter"),
         ("floodgate_connections_refused_total", "counter"),
         ("floodgate_admin_connections_refused_total", "counter"),
+        ("floodgate_audit_write_errors_total", "counter"),
     ];
     let want: BTreeMap<String, String> = want
         .iter()

@@ -279,6 +279,9 @@ pub fn utc_text(us: i64) -> String {
     )
 }
 
+/// What `${restricted_until}` gives for a restriction without an end.
+pub const UNTIL_RELEASED: &str = "released";
+
 /// The answer to a MAIL FROM of a restricted key: the restricting limit's
 /// `restricted_code` and `restricted_message` when `def` is that limit (still configured),
 /// else 450 with the default text.
@@ -290,9 +293,10 @@ pub fn restricted_reply(
 ) -> Reply {
     let rdef = def.and_then(|d| d.restrict.as_ref());
     let code = rdef.map_or(super::model::DEFAULT_RESTRICTED_CODE, |d| d.code);
+    // "until ${restricted_until}" reads "until released" for a restriction without an end.
     let until = r
         .until_us
-        .map_or_else(|| "until released".to_string(), utc_text);
+        .map_or_else(|| UNTIL_RELEASED.to_string(), utc_text);
     let body = match rdef.and_then(|d| d.message.as_ref()) {
         Some(t) => t.expand(|v, out| match v {
             Var::RestrictedSince => out.push_str(&utc_text(r.since_us)),
@@ -377,5 +381,33 @@ mod tests {
         assert!(starts_with_enhanced("4.7.1 slow down"));
         assert!(!starts_with_enhanced("slow down"));
         assert!(!starts_with_enhanced("4.7 x"));
+    }
+
+    #[test]
+    fn the_default_restricted_answer_says_until_released_once() {
+        let mut r = crate::store::Restriction {
+            key: "alice".into(),
+            limit: "per-user".into(),
+            since_us: 0,
+            until_us: None,
+            rate: None,
+            limit_text: String::new(),
+            by: "admin".into(),
+            reason: "x".into(),
+            evidence: serde_json::Value::Null,
+        };
+        let text = restricted_reply(None, &r, &Facts::default(), "mx")
+            .lines
+            .join(" ");
+        assert!(
+            text.contains("(per-user), until released; contact"),
+            "{text}"
+        );
+        assert!(!text.contains("until until"), "{text}");
+        r.until_us = Some(86_400_000_000);
+        let text = restricted_reply(None, &r, &Facts::default(), "mx")
+            .lines
+            .join(" ");
+        assert!(text.contains("until 1970-01-02T00:00:00Z;"), "{text}");
     }
 }

@@ -112,6 +112,21 @@ pub struct Crossed<'a> {
     pub time_us: i64,
 }
 
+/// A key contained by a countermeasure: its message taken to hold (`held`), an event
+/// deferred by a `defer` limit (`defer`), or the key restricted (`restricted`, told through
+/// [`Observer::restriction`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Contained {
+    /// `restricted`, `held` or `defer`.
+    pub what: String,
+    /// The limit that did it (`admin` for a restriction by hand).
+    pub limit: String,
+    /// The key.
+    pub key: String,
+    /// When (microseconds since the Unix epoch).
+    pub time_us: i64,
+}
+
 /// Sees what the engine decides. Every method runs on the session path: it must be cheap
 /// and never block (queue work elsewhere).
 pub trait Observer: Send + Sync {
@@ -123,6 +138,15 @@ pub trait Observer: Send + Sync {
     /// `floodgate.released`, see [`restriction_notice`]).
     fn restriction(&self, notice: &serde_json::Value) {
         let _ = notice;
+    }
+    /// A key was contained (a message held, an event deferred).
+    fn contained(&self, c: &Contained) {
+        let _ = c;
+    }
+    /// The latest containments seen (restrictions included), newest first, at most `n`.
+    fn recent_contained(&self, n: usize) -> Vec<Contained> {
+        let _ = n;
+        Vec::new()
     }
     /// Upstream queued a message whose bounces and deferrals some limit counts.
     fn queued(&self, queue_id: &str, queued: &crate::outcomes::index::Queued, time_us: i64) {
@@ -165,7 +189,7 @@ pub fn restriction_json(r: &crate::store::Restriction) -> serde_json::Value {
 /// `"event"` (`floodgate.restricted` | `floodgate.released`), `"host"`, and `"by"` and
 /// `"reason"` of the event (a release's differ from the restriction's); the evidence is
 /// `{"client_ips","top_recipient_domains","subjects","messages","recipients","refusals",
-/// "held","since"}`.
+/// "held","held_by_node","since"}` (see [`super::evidence`] and [`super::held`]).
 pub fn restriction_notice(
     event: &str,
     r: &crate::store::Restriction,
@@ -200,6 +224,8 @@ pub struct AlertSettings {
     pub command: Option<Vec<String>>,
     /// Command time limit.
     pub command_timeout: Duration,
+    /// Alert mail (`mail_to`) and the daily digest.
+    pub mail: Option<mail::MailSettings>,
 }
 
 impl Default for AlertSettings {
@@ -213,6 +239,7 @@ impl Default for AlertSettings {
             webhook_timeout: Duration::from_secs(5),
             command: None,
             command_timeout: Duration::from_secs(10),
+            mail: None,
         }
     }
 }
@@ -300,6 +327,7 @@ pub fn compile(config: &Config) -> Result<Option<AlertSettings>, ConfigError> {
         }
         s.command = Some(argv.clone());
     }
+    s.mail = mail::compile(config, a)?;
     Ok(Some(s))
 }
 
@@ -551,6 +579,8 @@ impl Alerter {
         }
     }
 }
+
+pub mod mail;
 
 #[cfg(test)]
 mod tests;

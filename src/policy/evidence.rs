@@ -1,13 +1,20 @@
 //! What a node saw of a key recently, for the notice and listing of a restriction: client
 //! addresses, recipient domains, Subjects of the last messages, counts of messages,
-//! recipients, refusals and held messages.
+//! recipients and refusals.
+//!
+//! Refusals are of two kinds, never mixed: upstream's (its 4xx or 5xx to a RCPT and to the
+//! end of data) and floodgate's own, by limit and action (`defer`, `deny`, `disconnect`, or
+//! `restricted` for a MAIL FROM of a restricted key). A limit whose action lets the event
+//! through (`warn`, `header`, `delay`) or takes the message (`hold`, `pace`, `reroute`)
+//! refuses nothing. What is held is not counted here: it is what the hold spool holds now
+//! (see [`super::held`]).
 //!
 //! Bounded per node: at most [`MAX_KEYS`] keys (the least recently seen is forgotten first),
 //! [`MAX_ITEMS`] addresses and domains and [`MAX_SUBJECTS`] Subjects (each at most
-//! [`MAX_SUBJECT_CHARS`] characters) per key. Counts start when the key is first seen
-//! by this node (or after it was forgotten).
+//! [`MAX_SUBJECT_CHARS`] characters) per key, [`MAX_REFUSING`] limits named in the refusals.
+//! Counts start when the key is first seen by this node (or after it was forgotten).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::Mutex;
 
@@ -21,6 +28,8 @@ pub const MAX_ITEMS: usize = 32;
 pub const MAX_SUBJECTS: usize = 5;
 /// Longest Subject kept, in characters.
 pub const MAX_SUBJECT_CHARS: usize = 200;
+/// Most limits (with their actions) named in a key's refusals; later ones are not named.
+pub const MAX_REFUSING: usize = 64;
 
 #[derive(Default)]
 struct Ring {
@@ -29,8 +38,12 @@ struct Ring {
     subjects: VecDeque<String>,
     messages: u64,
     recipients: u64,
-    refusals: u64,
-    held: u64,
+    /// Upstream's refusals of recipients.
+    upstream_rcpt: u64,
+    /// Upstream's refusals at the end of data.
+    upstream_data: u64,
+    /// floodgate's refusals: limit → action → count.
+    own: BTreeMap<String, BTreeMap<String, u64>>,
     first_us: i64,
     last_us: i64,
 }
@@ -51,10 +64,18 @@ pub enum Fact<'a> {
     Recipient(&'a str),
     /// A message with this Subject reached the end of its data.
     Subject(&'a str),
-    /// A refusal by floodgate.
-    Refused,
-    /// A message floodgate took to hold instead of relaying.
-    Held,
+    /// floodgate refused the event: the limit that did and the action it took (its
+    /// `action`, or `restricted` for a restricted key).
+    Refused {
+        /// The limit's name.
+        limit: &'a str,
+        /// The action.
+        action: &'a str,
+    },
+    /// Upstream refused a recipient (4xx or 5xx to RCPT).
+    UpstreamRefusedRecipient,
+    /// Upstream refused a message (4xx or 5xx to the end of data).
+    UpstreamRefusedMessage,
 }
 
 /// The per-node ring of recent facts per key.
@@ -117,20 +138,34 @@ impl Evidence {
                     .collect();
                 r.subjects.push_back(s);
             }
-            Fact::Refused => r.refusals += 1,
-            Fact::Held => r.held += 1,
+            Fact::Refused { limit, action } => {
+                let named = r.own.values().map(BTreeMap::len).sum::<usize>();
+                let known = r.own.get(limit).is_some_and(|a| a.contains_key(action));
+                if known || named < MAX_REFUSING {
+                    *r.own
+                        .entry(limit.to_string())
+                        .or_default()
+                        .entry(action.to_string())
+                        .or_default() += 1;
+                }
+            }
+            Fact::UpstreamRefusedRecipient => r.upstream_rcpt += 1,
+            Fact::UpstreamRefusedMessage => r.upstream_data += 1,
         }
     }
 
     /// The evidence about the first of `keys` this node has seen, as JSON: `client_ips`
     /// (most recent last), `top_recipient_domains` (`[domain, count]`, most first, at most
     /// 5), `subjects` (the last ones, most recent last), `messages`, `recipients`,
-    /// `refusals`, `held` (messages taken to hold), `since` (RFC 3339).
+    /// `refusals` (`{"upstream": {"rcpt": N, "data": N}, "floodgate": {LIMIT: {ACTION: N}}}`),
+    /// `held` and `held_by_node` (0 and `{}` here: the caller sets what the hold spool
+    /// holds, see [`super::held::HeldNow::set_in`]), `since` (RFC 3339).
     pub fn of(&self, keys: &[&str]) -> serde_json::Value {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         let Some(r) = keys.iter().find_map(|k| map.get(*k)) else {
             return json!({"client_ips": [], "top_recipient_domains": [], "subjects": [], "messages": 0,
-                "recipients": 0, "refusals": 0, "held": 0, "since": null});
+                "recipients": 0, "refusals": refusals_json(0, 0, &BTreeMap::new()),
+                "held": 0, "held_by_node": {}, "since": null});
         };
         let mut counts: HashMap<&str, u64> = HashMap::new();
         for d in &r.domains {
@@ -145,27 +180,11 @@ impl Evidence {
             "subjects": r.subjects,
             "messages": r.messages,
             "recipients": r.recipients,
-            "refusals": r.refusals,
-            "held": r.held,
+            "refusals": refusals_json(r.upstream_rcpt, r.upstream_data, &r.own),
+            "held": 0,
+            "held_by_node": {},
             "since": crate::time::rfc3339(r.first_us),
         })
-    }
-
-    /// Brings the `held` count of `stored` (a restriction's evidence) up to this node's
-    /// count for the first of `keys` it knows, when that is higher: a release notice carries
-    /// the restriction's evidence with the messages held since.
-    pub fn update_held(&self, stored: &mut serde_json::Value, keys: &[&str]) {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(r) = keys.iter().find_map(|k| map.get(*k)) else {
-            return;
-        };
-        let was = stored
-            .get("held")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0);
-        if let Some(obj) = stored.as_object_mut() {
-            obj.insert("held".into(), json!(was.max(r.held)));
-        }
     }
 
     /// How many keys are remembered.
@@ -177,6 +196,29 @@ impl Evidence {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+fn refusals_json(
+    rcpt: u64,
+    data: u64,
+    own: &BTreeMap<String, BTreeMap<String, u64>>,
+) -> serde_json::Value {
+    json!({"upstream": {"rcpt": rcpt, "data": data}, "floodgate": own})
+}
+
+/// The sum of a `refusals` object: upstream's and floodgate's together (0 when it is not
+/// one).
+pub fn refusals_total(refusals: &serde_json::Value) -> u64 {
+    let upstream = refusals["upstream"].as_object().map_or(0, |o| {
+        o.values().filter_map(serde_json::Value::as_u64).sum()
+    });
+    let own = refusals["floodgate"].as_object().map_or(0, |o| {
+        o.values()
+            .filter_map(serde_json::Value::as_object)
+            .flat_map(|a| a.values().filter_map(serde_json::Value::as_u64))
+            .sum()
+    });
+    upstream + own
 }
 
 #[cfg(test)]
@@ -192,9 +234,6 @@ mod tests {
             e.note("alice", Fact::Recipient(&format!("u{i}@Example.org")), i);
         }
         e.note("alice", Fact::Recipient("x@other.net"), 101);
-        e.note("alice", Fact::Refused, 102);
-        e.note("alice", Fact::Held, 102);
-        e.note("alice", Fact::Held, 102);
         for i in 0..7 {
             e.note(
                 "alice",
@@ -205,8 +244,8 @@ mod tests {
         let v = e.of(&["nobody", "alice"]);
         assert_eq!(v["messages"], 100);
         assert_eq!(v["recipients"], 101);
-        assert_eq!(v["refusals"], 1);
-        assert_eq!(v["held"], 2);
+        assert_eq!(v["held"], 0);
+        assert_eq!(v["held_by_node"], json!({}));
         let subjects = v["subjects"].as_array().unwrap();
         assert_eq!(subjects.len(), MAX_SUBJECTS);
         assert!(subjects[0].as_str().unwrap().starts_with("s2x"));
@@ -218,17 +257,81 @@ mod tests {
         assert_eq!(v["top_recipient_domains"][0][0], "example.org");
         assert_eq!(v["top_recipient_domains"][0][1], (MAX_ITEMS - 1) as u64);
         for i in 0..(MAX_KEYS + 10) {
-            e.note(&format!("k{i}"), Fact::Refused, 1_000 + i as i64);
+            e.note(
+                &format!("k{i}"),
+                Fact::UpstreamRefusedRecipient,
+                1_000 + i as i64,
+            );
         }
         assert_eq!(e.len(), MAX_KEYS);
         assert_eq!(e.of(&["zzz"])["messages"], 0);
-        assert_eq!(e.of(&["zzz"])["held"], 0);
-        let mut stored = json!({"messages": 7, "held": 1});
-        e.update_held(&mut stored, &["zzz"]);
-        assert_eq!(stored, json!({"messages": 7, "held": 1}));
-        e.note("k10", Fact::Held, 2_000);
-        e.note("k10", Fact::Held, 2_000);
-        e.update_held(&mut stored, &["zzz", "k10"]);
-        assert_eq!(stored, json!({"messages": 7, "held": 2}));
+        assert_eq!(refusals_total(&e.of(&["zzz"])["refusals"]), 0);
+    }
+
+    #[test]
+    fn refusals_split_upstream_from_floodgate_by_limit_and_action() {
+        let e = Evidence::default();
+        for _ in 0..3 {
+            e.note("bob", Fact::UpstreamRefusedRecipient, 1);
+        }
+        e.note("bob", Fact::UpstreamRefusedMessage, 2);
+        for _ in 0..4 {
+            e.note(
+                "bob",
+                Fact::Refused {
+                    limit: "user-recipients-hour",
+                    action: "defer",
+                },
+                3,
+            );
+        }
+        e.note(
+            "bob",
+            Fact::Refused {
+                limit: "user-recipients-hour",
+                action: "restricted",
+            },
+            4,
+        );
+        let v = e.of(&["bob"]);
+        assert_eq!(
+            v["refusals"],
+            json!({
+                "upstream": {"rcpt": 3, "data": 1},
+                "floodgate": {"user-recipients-hour": {"defer": 4, "restricted": 1}},
+            })
+        );
+        assert_eq!(refusals_total(&v["refusals"]), 9);
+        assert_eq!(refusals_total(&json!(7)), 0);
+    }
+
+    #[test]
+    fn the_limits_named_in_refusals_are_bounded() {
+        let e = Evidence::default();
+        for i in 0..(MAX_REFUSING + 5) {
+            let limit = format!("l{i}");
+            e.note(
+                "carol",
+                Fact::Refused {
+                    limit: &limit,
+                    action: "deny",
+                },
+                i as i64,
+            );
+        }
+        // A limit already named goes on counting.
+        e.note(
+            "carol",
+            Fact::Refused {
+                limit: "l0",
+                action: "deny",
+            },
+            100,
+        );
+        let v = e.of(&["carol"]);
+        let own = v["refusals"]["floodgate"].as_object().unwrap();
+        assert_eq!(own.len(), MAX_REFUSING);
+        assert_eq!(own["l0"]["deny"], 2);
+        assert!(!own.contains_key(&format!("l{}", MAX_REFUSING)));
     }
 }

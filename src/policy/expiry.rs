@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::alert::{restriction_notice, Observer};
-use super::evidence::Evidence;
+use super::held::HeldReader;
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 
@@ -31,7 +31,7 @@ pub async fn sweep(
     store: &dyn Store,
     observer: Option<&Arc<dyn Observer>>,
     metrics: &Metrics,
-    evidence: &Evidence,
+    held: &HeldReader,
     hostname: &str,
 ) -> Result<usize, StoreError> {
     let gone = store.expire_restrictions().await?;
@@ -41,8 +41,8 @@ pub async fn sweep(
             since = %crate::time::rfc3339(r.since_us),
             until = %r.until_us.map(crate::time::rfc3339).unwrap_or_default(),
             "key released");
-        // The restriction's evidence, with the messages held since.
-        evidence.update_held(&mut r.evidence, &[r.key.as_str()]);
+        // The restriction's evidence, with what is held for the key now.
+        held.now(&r.key, hostname).await.set_in(&mut r.evidence);
         if let Some(o) = observer {
             o.restriction(&restriction_notice(
                 "floodgate.released",
@@ -105,6 +105,38 @@ mod tests {
         }
     }
 
+    /// A spool in `dir` holding one message of alice's.
+    fn held_spool(dir: &std::path::Path) -> crate::hold::Spool {
+        let settings = crate::hold::HoldSettings {
+            dir: dir.to_path_buf(),
+            max_bytes: 1 << 20,
+            max_messages: 10,
+            ttl: Duration::from_secs(60),
+            on_expiry: crate::hold::OnExpiry::Delete,
+        };
+        let spool = crate::hold::Spool::open(settings, Default::default()).unwrap();
+        let envelope = crate::hold::HeldEnvelope {
+            id: crate::hold::spool::new_id(),
+            key: "alice".into(),
+            limit: "per-user".into(),
+            paced: None,
+            time: 0,
+            client: "192.0.2.1:1000".parse().unwrap(),
+            local: None,
+            name: None,
+            reverse_name: None,
+            user: Some("alice".into()),
+            helo: None,
+            proto: "ESMTP".into(),
+            tls: None,
+            mail: "<a@b>".into(),
+            rcpts: vec!["<c@d>".into()],
+        };
+        let m = crate::hold::HeldMessage::new(envelope, b"Subject: x\r\n\r\nbody\r\n".to_vec());
+        spool.store(&m).unwrap();
+        spool
+    }
+
     fn r(key: &str) -> Restriction {
         Restriction {
             key: key.into(),
@@ -128,15 +160,18 @@ mod tests {
         let seen = Arc::new(Seen::default());
         let obs: Arc<dyn Observer> = seen.clone();
         let metrics = Metrics::new();
-        let evidence = Evidence::default();
-        evidence.note("alice", super::super::evidence::Fact::Held, now);
-        let n = sweep(&store, Some(&obs), &metrics, &evidence, "mx")
+        // One message held for alice in this node's spool.
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Arc::new(held_spool(dir.path()));
+        let held = HeldReader::new(Arc::new(MemoryStore::default()));
+        held.read_from(Arc::new(move || Some(spool.clone())));
+        let n = sweep(&store, Some(&obs), &metrics, &held, "mx")
             .await
             .unwrap();
         assert_eq!(n, 1);
         // A second sweep finds nothing more: one notice per release.
         assert_eq!(
-            sweep(&store, Some(&obs), &metrics, &evidence, "mx")
+            sweep(&store, Some(&obs), &metrics, &held, "mx")
                 .await
                 .unwrap(),
             0
@@ -149,6 +184,7 @@ mod tests {
         assert_eq!(n["by"], "expiry");
         assert_eq!(n["reason"], "expired");
         assert_eq!(n["evidence"]["held"], 1, "{n}");
+        assert_eq!(n["evidence"]["held_by_node"], serde_json::json!({"mx": 1}));
         assert_eq!(metrics.restrictions_of("expired"), 1);
         assert_eq!(store.restricted_set().list(now).len(), 1);
     }

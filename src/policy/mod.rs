@@ -30,6 +30,7 @@ pub mod engine;
 pub mod evidence;
 pub mod expiry;
 pub mod figures;
+pub mod held;
 pub mod lists;
 pub mod model;
 pub mod notice;

@@ -63,7 +63,8 @@ pub enum Var {
     /// `restricted_since`: when the key's restriction began (RFC 3339, UTC; restricted
     /// answers only).
     RestrictedSince,
-    /// `restricted_until`: when it ends (RFC 3339, UTC), or `until released`.
+    /// `restricted_until`: when it ends (RFC 3339, UTC), or `released` when it has no end
+    /// (so that `until ${restricted_until}` reads `until released`).
     RestrictedUntil,
     /// `fingerprint`: the message's near-duplicate fingerprint, one value per band (stage
     /// message only; a message key, see [`Var::is_message_key`]).

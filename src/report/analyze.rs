@@ -27,6 +27,16 @@
 //! Every ordinary key is thus under the suggestion (strictly, so even Exim's `rate ≥ m`
 //! leaves it alone); the report lists the keys it would have limited (all outliers).
 //!
+//! # Contained keys
+//!
+//! The event log also records each restriction and each message taken to hold
+//! (`{"event":"contained","what":"restricted"|"held",…}`, see [`super::events`]). A key
+//! restricted or held in the period is *contained*: it is flagged wherever it is listed,
+//! and is never an ordinary key. The suggestion never lets one through that this limit
+//! contained, or that went over its configured value: when 2 × the ordinary maximum would
+//! be at or above the lowest such key's peak, the suggestion is the highest 1-2-5 step that
+//! key's peak is over (at least 1), and the report says which key set it.
+//!
 //! # Keys with their own limit
 //!
 //! A limit with a `limit_list` gives some keys a limit of their own; the event log says so on
@@ -109,6 +119,10 @@ pub struct KeyPeak {
     pub peak: f64,
     /// Its events.
     pub events: u64,
+    /// `restricted` or `held` when the key was contained in the period (see the module
+    /// documentation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contained: Option<String>,
 }
 
 /// A key with a limit of its own (from the limit's `limit_list`) and its peak.
@@ -172,6 +186,12 @@ pub struct LimitReport {
     pub over_own_limit: usize,
     /// Keys with their own limit, the nearest to it (peak / own limit) first.
     pub own_limit_top: Vec<OwnLimitPeak>,
+    /// The keys of this limit restricted or held in the period, highest peak first.
+    #[serde(default)]
+    pub contained: Vec<KeyPeak>,
+    /// The contained key whose peak held the suggestion down, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capped_by: Option<String>,
 }
 
 /// The whole report.
@@ -215,6 +235,70 @@ struct Event {
     unique: Option<String>,
     #[serde(default)]
     own_limit: Option<f64>,
+}
+
+/// A contained key (from the event log's `contained` lines).
+#[derive(Deserialize)]
+struct ContainedLine {
+    t: f64,
+    what: String,
+    #[serde(default)]
+    limit: String,
+    key: String,
+}
+
+/// The keys contained in the period: key → how (`restricted` over `held`) and the limits
+/// that contained it.
+#[derive(Default)]
+struct Contained {
+    keys: HashMap<String, (&'static str, Vec<String>)>,
+}
+
+impl Contained {
+    /// Notes one `contained` line; other kinds (`defer`) are not containment.
+    fn note(&mut self, line: ContainedLine) {
+        let how = match line.what.as_str() {
+            "restricted" => "restricted",
+            "held" => "held",
+            _ => return,
+        };
+        let e = self
+            .keys
+            .entry(line.key)
+            .or_insert_with(|| (how, Vec::new()));
+        if how == "restricted" {
+            e.0 = how;
+        }
+        if !e.1.contains(&line.limit) && e.1.len() < 16 {
+            e.1.push(line.limit);
+        }
+    }
+
+    fn how(&self, key: &str) -> Option<&'static str> {
+        self.keys.get(key).map(|(h, _)| *h)
+    }
+
+    fn by(&self, key: &str, limit: &str) -> bool {
+        self.keys
+            .get(key)
+            .is_some_and(|(_, l)| l.iter().any(|x| x == limit))
+    }
+}
+
+/// The highest 1-2-5 step that `peak` is over (at least 1).
+fn step_under(algorithm: &str, peak: f64) -> f64 {
+    let mut best = 1.0;
+    let mut v: f64 = 1.0;
+    while v.is_finite() && v < peak * 10.0 {
+        for m in [1.0, 2.0, 5.0] {
+            let step = v * m;
+            if is_over(algorithm, peak, step) {
+                best = step;
+            }
+        }
+        v *= 10.0;
+    }
+    best
 }
 
 /// One key's peak, events and own limit (as of its last event).
@@ -300,7 +384,7 @@ fn is_over(algorithm: &str, peak: f64, limit: f64) -> bool {
     }
 }
 
-fn summarise(def: &LimitDef, tally: Tally, top: usize) -> LimitReport {
+fn summarise(def: &LimitDef, tally: Tally, top: usize, contained: &Contained) -> LimitReport {
     let (algorithm, configured, period_secs) = match &def.rate {
         RateDef::Exim { spec, .. } => ("exim", spec.limit(), f64::from(spec.period_secs())),
         RateDef::Gcra(g) => ("gcra", g.burst, g.rate.period_secs()),
@@ -328,6 +412,7 @@ fn summarise(def: &LimitDef, tally: Tally, top: usize) -> LimitReport {
                 own_limit,
             }),
             None => keys.push(KeyPeak {
+                contained: contained.how(&key).map(str::to_string),
                 key,
                 peak: k.peak,
                 events: k.events,
@@ -348,12 +433,29 @@ fn summarise(def: &LimitDef, tally: Tally, top: usize) -> LimitReport {
     let threshold = (p50 > 0.0).then_some(p50 * OUTLIER_FACTOR);
     let ordinary_max = keys
         .iter()
+        .filter(|k| k.contained.is_none())
         .map(|k| k.peak)
         .filter(|&p| threshold.is_none_or(|t| p <= t))
         .fold(0.0, f64::max);
     // step_125(x) >= x > ordinary_max for any positive peak, and 1 > 0: no ordinary key is
     // over the suggestion, even with Exim's `rate >= m`.
-    let suggested = step_125(ordinary_max * HEADROOM).max(1.0);
+    let mut suggested = step_125(ordinary_max * HEADROOM).max(1.0);
+    // ...unless that would let through a key this limit contained or that went over it.
+    let lowest = keys
+        .iter()
+        .filter(|k| k.contained.is_some())
+        .filter(|k| contained.by(&k.key, &def.name) || is_over(algorithm, k.peak, configured))
+        .min_by(|a, b| a.peak.total_cmp(&b.peak).then_with(|| a.key.cmp(&b.key)));
+    let mut capped_by = None;
+    if let Some(k) = lowest.filter(|k| !is_over(algorithm, k.peak, suggested)) {
+        suggested = step_under(algorithm, k.peak);
+        capped_by = Some(k.key.clone());
+    }
+    let contained_keys: Vec<KeyPeak> = keys
+        .iter()
+        .filter(|k| k.contained.is_some())
+        .cloned()
+        .collect();
     let would_limit = keys
         .iter()
         .filter(|k| is_over(algorithm, k.peak, suggested))
@@ -385,6 +487,8 @@ fn summarise(def: &LimitDef, tally: Tally, top: usize) -> LimitReport {
         own_limit_keys: own.len(),
         over_own_limit: own.iter().filter(|k| k.over).count(),
         own_limit_top: own.into_iter().take(top).collect(),
+        contained: contained_keys,
+        capped_by,
     }
 }
 
@@ -468,6 +572,7 @@ pub fn analyze_traced(
     let mut input = input;
     let mut line_no = 0usize;
     let mut decision = Decision::default();
+    let mut contained = Contained::default();
     loop {
         line.clear();
         let n = input.read_line(&mut line).map_err(|e| ReportError::Io {
@@ -479,7 +584,19 @@ pub fn analyze_traced(
         }
         line_no += 1;
         let text = line.trim();
-        // Queued messages and their outcomes are not evaluations.
+        // Contained keys are noted; queued messages and their outcomes are not
+        // evaluations.
+        if text.starts_with("{\"event\":\"contained\"") {
+            if let Ok(c) = serde_json::from_str::<ContainedLine>(text) {
+                let at = (c.t * 1e6).round() as i64;
+                let inside =
+                    opts.since_us.is_none_or(|s| at >= s) && opts.until_us.is_none_or(|u| at < u);
+                if c.t.is_finite() && inside {
+                    contained.note(c);
+                }
+            }
+            continue;
+        }
         if text.is_empty() || text.starts_with("{\"event\":") {
             continue;
         }
@@ -627,7 +744,7 @@ pub fn analyze_traced(
     report.limits = chosen
         .iter()
         .zip(tallies)
-        .map(|(d, t)| summarise(d, t, opts.top))
+        .map(|(d, t)| summarise(d, t, opts.top, &contained))
         .collect();
     Ok(report)
 }

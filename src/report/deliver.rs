@@ -1,6 +1,6 @@
 //! Alert delivery, off the session path: each notice is logged (target `floodgate::alert`,
-//! the JSON as the message), POSTed to the webhook and given to the command on stdin, as
-//! configured. A failed delivery is logged and not retried (the next alert for the key
+//! the JSON as the message), POSTed to the webhook, given to the command on stdin and
+//! queued as mail to `mail_to` ([`super::mailer`]), as configured. A failed delivery is logged and not retried (the next alert for the key
 //! comes after its period). Once a second the task asks the alerter for a summary of
 //! suppressed alerts.
 
@@ -14,6 +14,7 @@ use tokio::sync::mpsc::Receiver;
 use tracing::{info, warn};
 
 use super::http::post_json;
+use super::mailer::Mailer;
 use crate::policy::alert::{AlertSettings, Alerter, Notice};
 use crate::store::now_micros;
 
@@ -118,10 +119,17 @@ async fn deliver_one(
     notice: &Notice,
     settings: Option<Arc<AlertSettings>>,
     tls: &mut Option<(Option<PathBuf>, Arc<rustls::ClientConfig>)>,
+    mailer: &Mailer,
+    host: &str,
 ) {
     let json = notice.to_json();
     info!(target: "floodgate::alert", "{json}");
+    let now = now_micros();
+    mailer.noted(notice, now);
     let Some(s) = settings else { return };
+    if let Some(m) = &s.mail {
+        mailer.offer(super::mail::notice_mail(notice, m, host, now));
+    }
     let webhook = async {
         let Some(url) = &s.webhook else { return };
         let config = if url.tls {
@@ -164,6 +172,7 @@ pub async fn run(
     alerter: Arc<Alerter>,
     mut rx: Receiver<Notice>,
     host: Arc<std::sync::RwLock<String>>,
+    mailer: Arc<Mailer>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -171,7 +180,10 @@ pub async fn run(
     loop {
         tokio::select! {
             n = rx.recv() => match n {
-                Some(n) => deliver_one(&n, alerter.settings(), &mut tls).await,
+                Some(n) => {
+                    let h = host.read().unwrap_or_else(|e| e.into_inner()).clone();
+                    deliver_one(&n, alerter.settings(), &mut tls, &mailer, &h).await;
+                }
                 None => return,
             },
             _ = tick.tick() => {

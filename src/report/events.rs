@@ -8,6 +8,13 @@
 //! {"t":1738324801.000002,"limit":"per-addr","key":"alice","count":1,"unique":"bob@example.org"}
 //! ```
 //!
+//! Containments are logged too, one line each: a key restricted (by a limit or by hand), a
+//! message taken to hold, an event deferred by a `defer` limit:
+//!
+//! ```json
+//! {"event":"contained","t":1738324802.000001,"what":"restricted","limit":"per-user","key":"alice"}
+//! ```
+//!
 //! What is logged is what was *offered* to each limit, not what was charged: every store
 //! request of every limit (warn-mode limits included), at check time, with the count asked
 //! for, whether or not the limit was over, whether upstream later accepted the command, and
@@ -97,6 +104,20 @@ fn push_number(out: &mut Vec<u8>, v: f64) {
     } else {
         out.push(b'0');
     }
+}
+
+/// The event log's line of a containment:
+/// `{"event":"contained","t":…,"what":"restricted"|"held"|"defer","limit":…,"key":…}`.
+pub fn contained_line(c: &crate::policy::alert::Contained) -> String {
+    let text = |v: &str| serde_json::to_string(v).unwrap_or_else(|_| "\"\"".into());
+    format!(
+        "{{\"event\":\"contained\",\"t\":{}.{:06},\"what\":{},\"limit\":{},\"key\":{}}}",
+        c.time_us.div_euclid(1_000_000),
+        c.time_us.rem_euclid(1_000_000),
+        text(&c.what),
+        text(&c.limit),
+        text(&c.key)
+    )
 }
 
 /// One line to write: an evaluation, or another event already encoded (queued messages and

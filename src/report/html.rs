@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::BufRead;
 
-use super::analyze::{analyze_traced, Options, Report, ReportError, Traced};
+use super::analyze::{analyze_traced, Options, Report, ReportError, Traced, HEADROOM};
 use super::markup::escape;
 use super::render::num;
 use super::svg::{self, truncate, Line, Marker};
@@ -145,7 +145,8 @@ border-bottom:1px solid #eee}td.n{text-align:right;font-variant-numeric:tabular-
 svg{display:block;margin:.5em 0;background:#fafafa;border:1px solid #ddd}\
 svg text{font-size:11px;fill:#333}svg .marker.suggested{stroke:#2ca02c}\
 svg .marker.configured{stroke:#d62728}svg .label.suggested{fill:#2ca02c}\
-svg .label.configured{fill:#d62728}.note{color:#666}";
+svg .label.configured{fill:#d62728}.note{color:#666}\
+tr.contained td,p.capped,p.contained{color:#a40000}";
 
 /// The report and its charts as one HTML page.
 pub fn page(report: &Report, charts: &Charts) -> String {
@@ -241,12 +242,41 @@ pub fn page(report: &Report, charts: &Charts) -> String {
                 &l.unit,
             ));
         }
+        if let Some(key) = &l.capped_by {
+            let _ = write!(
+                o,
+                "<p class=\"capped\">The suggestion is held under the peak of <strong>{}</strong>, \
+                 a contained key: {} × the highest ordinary peak would have let it through.</p>",
+                escape(&truncate(key, NAME_CHARS)),
+                num(HEADROOM)
+            );
+        }
+        if !l.contained.is_empty() {
+            let _ = write!(
+                o,
+                "<p class=\"contained\">Contained (restricted or held) in the period: {}</p>",
+                l.contained
+                    .iter()
+                    .map(|k| format!(
+                        "<strong>{}</strong> ({}, peak {})",
+                        escape(&truncate(&k.key, NAME_CHARS)),
+                        escape(k.contained.as_deref().unwrap_or("")),
+                        num(k.peak)
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if !l.top.is_empty() {
-            o.push_str("<table class=\"top\"><tr><th>peak</th><th>events</th><th>key</th></tr>");
+            o.push_str("<table class=\"top\"><tr><th>peak</th><th>events</th><th>key</th><th>contained</th></tr>");
             for k in &l.top {
+                let (class, how) = match k.contained.as_deref() {
+                    Some(how) => (" class=\"contained\"", escape(how)),
+                    None => ("", String::new()),
+                };
                 let _ = write!(
                     o,
-                    "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td title=\"{}\">{}</td></tr>",
+                    "<tr{class}><td class=\"n\">{}</td><td class=\"n\">{}</td><td title=\"{}\">{}</td><td>{how}</td></tr>",
                     num(k.peak),
                     k.events,
                     escape(&truncate(&k.key, 1000)),

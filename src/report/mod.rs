@@ -5,7 +5,8 @@
 //! * [`analyze`] and [`render`]: `floodgate report`, per-key peaks replayed from the log,
 //!   percentiles, top keys and a suggested limit;
 //! * [`deliver`] and [`http`]: delivery of the alerts decided by
-//!   [`crate::policy::alert`] (log, webhook, command);
+//!   [`crate::policy::alert`] (log, webhook, command); [`mail`], [`mailer`] and [`digest`]:
+//!   alert mail and the daily digest;
 //! * [`crate::time`]: RFC 3339 and relative times; [`config`]: `[report]` compiled.
 //!
 //! [`Observers`] plugs the event log and the alerter into the engine
@@ -16,18 +17,22 @@ pub mod analyze;
 pub mod baseline;
 pub mod config;
 pub mod deliver;
+pub mod digest;
 pub mod events;
 pub mod html;
 pub mod http;
+pub mod mail;
+pub mod mailer;
 pub mod markup;
 pub mod render;
 pub mod svg;
 pub mod transactions;
 
-use std::sync::{Arc, RwLock};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::limit::spec::UpdateMode;
-use crate::policy::alert::{AlertSettings, Alerter, Crossed, Evaluated, Observer};
+use crate::policy::alert::{AlertSettings, Alerter, Contained, Crossed, Evaluated, Observer};
 use crate::policy::model::{PolicyModel, RateDef};
 
 pub use config::{compile, ReportSettings};
@@ -50,9 +55,15 @@ pub struct ObserverSettings<'a> {
 pub struct Observers {
     events: EventLog,
     alerter: Arc<Alerter>,
+    mailer: Arc<mailer::Mailer>,
     host: Arc<RwLock<String>>,
     baselines: std::sync::OnceLock<Arc<baseline::BaselineKeeper>>,
+    /// The latest containments, newest last, at most [`RECENT_CONTAINED`].
+    recent: Mutex<VecDeque<Contained>>,
 }
+
+/// Most containments remembered for the console's overview.
+pub const RECENT_CONTAINED: usize = 200;
 
 /// Why observers could not start.
 #[derive(Debug, thiserror::Error)]
@@ -72,12 +83,27 @@ impl Observers {
         let (alerter, rx) = Alerter::new(settings.alerts.cloned());
         let alerter = Arc::new(alerter);
         let host = Arc::new(RwLock::new(settings.host.to_string()));
-        tokio::spawn(deliver::run(alerter.clone(), rx, host.clone()));
+        let (mailer, mail_rx) = mailer::Mailer::new();
+        let mailer = Arc::new(mailer);
+        tokio::spawn(deliver::run(
+            alerter.clone(),
+            rx,
+            host.clone(),
+            mailer.clone(),
+        ));
+        tokio::spawn(mailer::run(
+            mailer.clone(),
+            mail_rx,
+            alerter.clone(),
+            host.clone(),
+        ));
         Ok(Arc::new(Observers {
             events: EventLog::new(settings.report),
             alerter,
+            mailer,
             host,
             baselines: std::sync::OnceLock::new(),
+            recent: Mutex::default(),
         }))
     }
 
@@ -107,6 +133,18 @@ impl Observers {
     /// The alerter.
     pub fn alerter(&self) -> &Alerter {
         &self.alerter
+    }
+
+    /// Alert mail: install its transport and the digest's source here.
+    pub fn mailer(&self) -> &mailer::Mailer {
+        &self.mailer
+    }
+
+    /// Makes and sends the daily digest now (with the settings in force).
+    pub async fn digest_now(&self) -> Result<String, mailer::MailError> {
+        let settings = self.alerter.settings().ok_or(mailer::MailError::Off)?;
+        let host = self.host.read().unwrap_or_else(|e| e.into_inner()).clone();
+        self.mailer.digest(&settings, &host).await
     }
 }
 
@@ -140,6 +178,30 @@ impl Observer for Observers {
 
     fn restriction(&self, notice: &serde_json::Value) {
         self.alerter.restriction(notice);
+        if notice["event"] == "floodgate.restricted" {
+            self.contained(&Contained {
+                what: "restricted".into(),
+                limit: notice["limit"].as_str().unwrap_or("").into(),
+                key: notice["key"].as_str().unwrap_or("").into(),
+                time_us: crate::store::now_micros(),
+            });
+        }
+    }
+
+    fn contained(&self, c: &Contained) {
+        if self.events.enabled() {
+            self.events.record_line(events::contained_line(c));
+        }
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() >= RECENT_CONTAINED {
+            recent.pop_front();
+        }
+        recent.push_back(c.clone());
+    }
+
+    fn recent_contained(&self, n: usize) -> Vec<Contained> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.iter().rev().take(n).cloned().collect()
     }
 
     fn queued(&self, queue_id: &str, queued: &crate::outcomes::index::Queued, time_us: i64) {

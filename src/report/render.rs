@@ -72,6 +72,13 @@ pub fn text(r: &Report) -> String {
     o
 }
 
+/// ` [restricted]` or ` [held]` after a contained key.
+fn flag(k: &super::analyze::KeyPeak) -> String {
+    k.contained
+        .as_deref()
+        .map_or_else(String::new, |how| format!("  [{how}]"))
+}
+
 /// The peaks of the keys without their own limit, and the suggestion.
 fn ordinary(o: &mut String, l: &LimitReport) {
     let _ = writeln!(
@@ -87,10 +94,11 @@ fn ordinary(o: &mut String, l: &LimitReport) {
     for k in &l.top {
         let _ = writeln!(
             o,
-            "    {:>12}  {}  ({} events)",
+            "    {:>12}  {}  ({} events){}",
             num(k.peak),
             k.key,
-            k.events
+            k.events,
+            flag(k)
         );
     }
     let rule = match l.outlier_threshold {
@@ -101,20 +109,45 @@ fn ordinary(o: &mut String, l: &LimitReport) {
         ),
         None => "no outliers (median 0)".into(),
     };
-    let _ = writeln!(
-        o,
-        "  suggested limit: {} ({} x {}, the highest peak of ordinary keys, rounded up to 1-2-5; {})",
-        num(l.suggested),
-        num(HEADROOM),
-        num(l.ordinary_max),
-        rule
-    );
+    match &l.capped_by {
+        Some(key) => {
+            let _ = writeln!(
+                o,
+                "  suggested limit: {} (held under the peak of {key}, contained; {} x {}, \
+                 the highest peak of ordinary keys, would let it through; {})",
+                num(l.suggested),
+                num(HEADROOM),
+                num(l.ordinary_max),
+                rule
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "  suggested limit: {} ({} x {}, the highest peak of ordinary keys, rounded up to 1-2-5; {})",
+                num(l.suggested),
+                num(HEADROOM),
+                num(l.ordinary_max),
+                rule
+            );
+        }
+    }
+    if !l.contained.is_empty() {
+        let _ = writeln!(
+            o,
+            "  contained keys (restricted or held): {}",
+            l.contained.len()
+        );
+        for k in &l.contained {
+            let _ = writeln!(o, "    {:>12}  {}{}", num(k.peak), k.key, flag(k));
+        }
+    }
     if l.would_limit.is_empty() {
         let _ = writeln!(o, "  it would have limited no key");
     } else {
         let _ = writeln!(o, "  it would have limited {} key(s):", l.would_limit.len());
         for k in &l.would_limit {
-            let _ = writeln!(o, "    {:>12}  {}", num(k.peak), k.key);
+            let _ = writeln!(o, "    {:>12}  {}{}", num(k.peak), k.key, flag(k));
         }
     }
     let _ = writeln!(

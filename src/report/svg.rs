@@ -264,15 +264,59 @@ pub struct Line<'a> {
     pub points: &'a [(i64, f64)],
 }
 
-/// A time label: the clock (UTC) for spans up to two days, else the date.
-fn time_label(us: i64, span_us: i64) -> String {
-    let s = rfc3339(us);
-    let (date, clock) = s.split_once('T').unwrap_or((&s, ""));
-    if span_us <= 2 * 86_400_000_000 {
-        clock.get(..5).unwrap_or(clock).to_string()
-    } else {
-        date.to_string()
+/// Tick spacings of a time axis, seconds: the first that gives at most [`MAX_TIME_TICKS`]
+/// ticks over the span is used.
+const TIME_STEPS: [i64; 24] = [
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+    172_800, 604_800, 1_209_600, 2_592_000, 7_776_000, 31_536_000,
+];
+/// Most ticks on a time axis.
+pub const MAX_TIME_TICKS: usize = 6;
+
+/// The ticks of a time axis over `[t0, t1]` (µs): at whole multiples of a step chosen by
+/// the span, each labelled (UTC) at the step's resolution: seconds under a minute, the
+/// clock under a day (with the date when the ticks span more than one), else the date. No
+/// two labels are the same.
+pub fn time_ticks(t0: i64, t1: i64) -> Vec<(i64, String)> {
+    let span_s = (t1.saturating_sub(t0) / 1_000_000).max(1);
+    let step = TIME_STEPS
+        .iter()
+        .copied()
+        .find(|s| span_s / s < MAX_TIME_TICKS as i64)
+        .unwrap_or(TIME_STEPS[TIME_STEPS.len() - 1]);
+    let step_us = step * 1_000_000;
+    let mut t = t0.div_euclid(step_us) * step_us;
+    if t < t0 {
+        t += step_us;
     }
+    let mut at = Vec::new();
+    while t <= t1 && at.len() <= MAX_TIME_TICKS {
+        at.push(t);
+        t += step_us;
+    }
+    let date = |us: i64| rfc3339(us).split_once('T').map(|(d, _)| d.to_string());
+    let days_differ = at.first().map(|&a| date(a)) != at.last().map(|&b| date(b));
+    at.into_iter()
+        .map(|us| {
+            let s = rfc3339(us);
+            let (day, clock) = s.split_once('T').unwrap_or((&s, ""));
+            let label = if step >= 86_400 {
+                day.to_string()
+            } else {
+                let clock = if step < 60 {
+                    clock.get(..8).unwrap_or(clock)
+                } else {
+                    clock.get(..5).unwrap_or(clock)
+                };
+                if days_differ {
+                    format!("{} {clock}", day.get(5..).unwrap_or(day))
+                } else {
+                    clock.to_string()
+                }
+            };
+            (us, label)
+        })
+        .collect()
 }
 
 /// Lines of values over `[t0, t1]` (µs), from 0 up, with `limit` as a dashed horizontal
@@ -313,15 +357,14 @@ pub fn lines(
         );
         text(&mut o, LEFT - 6.0, y + 4.0, "end", "tick", &num(*t));
     }
-    for i in 0..=4 {
-        let t = t0.saturating_add(span / 4 * i);
+    for (t, label) in time_ticks(t0, t1) {
         text(
             &mut o,
             x_at(t),
             TOP + plot_h() + 16.0,
             "middle",
             "tick",
-            &time_label(t, span),
+            &label,
         );
     }
     let y = y_at(limit);
@@ -502,8 +545,45 @@ mod tests {
     }
 
     #[test]
-    fn time_labels_switch_to_dates_for_long_spans() {
-        assert_eq!(time_label(3_600_000_000, 3_600_000_000), "01:00");
-        assert_eq!(time_label(0, 10 * 86_400_000_000), "1970-01-01");
+    fn time_labels_follow_the_span() {
+        let labels = |t0: i64, t1: i64| -> Vec<String> {
+            time_ticks(t0, t1).into_iter().map(|(_, l)| l).collect()
+        };
+        // Three minutes from 17:41:10: a tick a minute, at whole minutes.
+        let t0 = (17 * 3600 + 41 * 60 + 10) * 1_000_000;
+        assert_eq!(labels(t0, t0 + 180_000_000), ["17:42", "17:43", "17:44"]);
+        assert_eq!(
+            labels(0, 20_000_000),
+            ["00:00:00", "00:00:05", "00:00:10", "00:00:15", "00:00:20"]
+        );
+        assert_eq!(labels(0, 3_600_000_000)[..2], ["00:00", "00:15"]);
+        assert_eq!(
+            labels(0, 10 * 86_400_000_000)[..2],
+            ["1970-01-01", "1970-01-03"]
+        );
+        // Two days of hours carry the date.
+        assert_eq!(
+            labels(0, 2 * 86_400_000_000)[..2],
+            ["01-01 00:00", "01-01 12:00"]
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the span, ticks are in range, in order, at most MAX_TIME_TICKS + 1, and
+        /// no two labels are the same.
+        #[test]
+        fn time_labels_never_repeat(t0 in 0i64..4_000_000_000_000_000, span in 1_000_000i64..400_000_000_000_000) {
+            let t1 = t0 + span;
+            let ticks = time_ticks(t0, t1);
+            proptest::prop_assert!(ticks.len() <= MAX_TIME_TICKS + 1);
+            let mut seen = std::collections::HashSet::new();
+            for w in ticks.windows(2) {
+                proptest::prop_assert!(w[0].0 < w[1].0);
+            }
+            for (t, l) in &ticks {
+                proptest::prop_assert!(*t >= t0 && *t <= t1);
+                proptest::prop_assert!(seen.insert(l.clone()), "{:?}", ticks);
+            }
+        }
     }
 }

@@ -295,6 +295,11 @@ impl Control {
     pub fn shared(&self) -> Arc<Shared> {
         self.shared.load_full()
     }
+
+    /// The event log and the alerts, when the server has them.
+    pub fn observers(&self) -> Option<Arc<Observers>> {
+        self.observers.clone()
+    }
 }
 
 impl Server {

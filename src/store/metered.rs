@@ -220,6 +220,24 @@ impl Store for MeteredStore {
     ) -> StoreFuture<'a, Option<crate::store::BaselineSet>> {
         self.inner.load_baselines(limit)
     }
+
+    fn shares_state(&self) -> bool {
+        self.inner.shares_state()
+    }
+
+    fn publish_held<'a>(
+        &'a self,
+        node: &'a str,
+        counts: &'a [(String, u64)],
+        gone: &'a [String],
+        ttl: std::time::Duration,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.publish_held(node, counts, gone, ttl)
+    }
+
+    fn held_counts<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<(String, u64)>> {
+        self.inner.held_counts(key)
+    }
 }
 
 #[cfg(test)]

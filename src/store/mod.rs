@@ -366,6 +366,31 @@ pub trait Store: Send + Sync {
         let _ = limit;
         Box::pin(std::future::ready(Ok(None)))
     }
+
+    /// Whether several nodes share this store (Redis): then each publishes what it holds
+    /// (see [`Store::publish_held`]).
+    fn shares_state(&self) -> bool {
+        false
+    }
+
+    /// Publishes node `node`'s counts of held messages per key, believed for `ttl`, and
+    /// withdraws its counts of the keys in `gone`. A store no other node reads ignores them.
+    fn publish_held<'a>(
+        &'a self,
+        node: &'a str,
+        counts: &'a [(String, u64)],
+        gone: &'a [String],
+        ttl: std::time::Duration,
+    ) -> StoreFuture<'a, ()> {
+        let _ = (node, counts, gone, ttl);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// Each node's published count of held messages for `key` that is still believed.
+    fn held_counts<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<(String, u64)>> {
+        let _ = key;
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
 }
 
 /// What [`Store::decide_unless_restricted`] answers.

@@ -283,12 +283,18 @@ pub struct Listening {
 
 /// The whole answer (head and body) to a GET of `target` on the admin socket `socket`.
 pub fn admin_get(socket: &Path, target: &str) -> String {
+    admin_request(socket, "GET", target)
+}
+
+/// The whole answer (head and body) to a `method` request of `target` without a body on the
+/// admin socket `socket` (60 s at most: a POST may send mail).
+pub fn admin_request(socket: &Path, method: &str, target: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::os::unix::net::UnixStream::connect(socket).expect("admin socket");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     write!(
         s,
-        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();

@@ -193,6 +193,13 @@ pub fn admin_verb(socket: &Path, args: &[&str]) -> Output {
     )
 }
 
+/// The `by` of an admin verb run by this test over the admin socket: `user:` and this
+/// process's user name (as floodgate reads it off the socket's peer credentials).
+pub fn socket_actor() -> String {
+    let uid = ::floodgate::admin::peer::my_uid();
+    format!("user:{}", ::floodgate::admin::peer::user_name(uid))
+}
+
 /// [`admin_verb`] with `--json`, which must succeed; its answer parsed.
 pub fn admin_json(socket: &Path, args: &[&str]) -> serde_json::Value {
     let mut a = args.to_vec();

@@ -103,7 +103,11 @@ pub fn check_evidence(ev: &Value) {
     assert_eq!(ev["top_recipient_domains"][0][0], "example.com", "{ev}");
     assert!(ev["messages"].as_u64().unwrap() >= 6, "{ev}");
     assert!(ev["recipients"].as_u64().unwrap() >= 5, "{ev}");
-    assert!(ev["refusals"].is_u64(), "{ev}");
+    assert!(ev["refusals"]["upstream"]["rcpt"].is_u64(), "{ev}");
+    assert!(ev["refusals"]["upstream"]["data"].is_u64(), "{ev}");
+    assert!(ev["refusals"]["floodgate"].is_object(), "{ev}");
+    assert!(ev["held"].is_u64(), "{ev}");
+    assert!(ev["held_by_node"].is_object(), "{ev}");
     let subjects = ev["subjects"].as_array().unwrap();
     assert!(!subjects.is_empty() && subjects.len() <= 5, "{ev}");
     assert!(

@@ -232,7 +232,7 @@ fn shipped_config_defers_past_the_limit_and_keeps_state_across_a_restart() {
     );
     assert!(text.contains("try again in "), "{text}");
     assert_eq!(
-        rec.messages().len(),
+        client_mail(&rec).len(),
         IP_LIMIT,
         "upstream got only what passed"
     );
@@ -272,7 +272,7 @@ fn shipped_config_defers_past_the_limit_and_keeps_state_across_a_restart() {
     let r = relay_one(fg.addr("relay"), "user12@example.net");
     assert_eq!(r.code, 450, "after the restart: {}", r.text());
     assert_eq!(r.enhanced().as_deref(), Some("4.7.1"));
-    assert_eq!(rec.messages().len(), IP_LIMIT);
+    assert_eq!(client_mail(&rec).len(), IP_LIMIT);
 
     // The event log has every evaluation, refused ones included.
     let report = verb(&["report"], &config, elsewhere.path());
@@ -373,12 +373,22 @@ fn check_prints_the_shipped_default_policy() {
         "action=restrict when=\"authenticated\"; when over: the key \"${authenticated_id} (the limit's key)\" is restricted until `floodgate release KEY` ends it; while restricted the key's messages are taken (250) and held in the [hold] spool",
         "hold: dir=conf/hold ",
         "alerts: period=(each limit's)",
+        "alerts: mail_to=postmaster@example.org ",
         "limit ip-recipients: stage=rcpt key=\"${sender_host_address}\" ratelimit m=10 per 30m",
         "auth_failures: delay 1000ms doubling",
     ] {
         assert!(out.contains(want), "{want:?} in:\n{out}");
     }
-    assert!(!out.contains("warning:"), "{out}");
+    // The one warning: the example postmaster address, to be changed.
+    let warnings: Vec<&str> = out.lines().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(
+        warnings,
+        [
+            "warning: [alerts] mail_to postmaster@example.org is the example address: change it \
+          (mail to example domains reaches nobody)"
+        ],
+        "{out}"
+    );
 }
 
 /// The shipped config with its clock 1800 times faster: every ratelimit period of an hour
@@ -447,7 +457,7 @@ fn shipped_config_restricts_a_stolen_account_and_holds_its_further_mail() {
 
     let out = smtplib(submission, SPRAY, Duration::from_secs(90));
     assert!(out.ok(), "spray: {}\n{}", out.stdout, out.stderr);
-    let relayed: usize = rec.messages().iter().map(|m| m.rcpts.len()).sum();
+    let relayed: usize = client_mail(&rec).iter().map(|m| m.rcpts.len()).sum();
     let accepted: usize = out
         .stdout
         .lines()
@@ -478,12 +488,12 @@ fn shipped_config_restricts_a_stolen_account_and_holds_its_further_mail() {
         held_before >= 1,
         "the message that tripped the limit is held"
     );
-    let messages_before = rec.messages().len();
+    let messages_before = client_mail(&rec).len();
     let out = smtplib(submission, ONE_MORE, Duration::from_secs(30));
     assert!(out.ok(), "one more: {}\n{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("data=250"), "{}", out.stdout);
     assert_eq!(
-        rec.messages().len(),
+        client_mail(&rec).len(),
         messages_before,
         "nothing more relayed"
     );
@@ -495,12 +505,39 @@ fn shipped_config_restricts_a_stolen_account_and_holds_its_further_mail() {
         0o700
     );
 
-    // The postmaster is told: the alert of the restriction, in floodgate's log.
+    // The postmaster is told: the alert of the restriction, in floodgate's log, and by
+    // mail to the shipped (example) address through the smart host, from the null sender.
     let log = fg.log();
     assert!(
         log.contains("floodgate.restricted") && log.contains("user-recipients-day"),
         "{log}"
     );
+    let subject = format!("Subject: floodgate: {USER} restricted (user-recipients-day)\r\n");
+    let mail = wait_until(
+        Duration::from_secs(20),
+        "the restriction's alert mail",
+        || {
+            rec.messages().into_iter().find(|m| {
+                m.mail_from.is_empty() && String::from_utf8_lossy(&m.data).contains(&subject)
+            })
+        },
+    );
+    assert_eq!(mail.rcpts, ["postmaster@example.org"]);
+    let text = String::from_utf8_lossy(&mail.data);
+    assert!(
+        text.contains("Auto-Submitted: auto-generated\r\n"),
+        "{text}"
+    );
+    assert!(text.contains("Limit:  user-recipients-day\r\n"), "{text}");
+}
+
+/// The messages upstream got from clients: without floodgate's own alert mail (from the
+/// null sender).
+fn client_mail(rec: &Recorder) -> Vec<common::Message> {
+    rec.messages()
+        .into_iter()
+        .filter(|m| !m.mail_from.is_empty())
+        .collect()
 }
 
 /// Messages held for the stolen account, from `floodgate held list --json`.

@@ -3,6 +3,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod alert_mail;
 mod baseline_check;
 mod check_paths;
 mod cli;

@@ -131,7 +131,8 @@ fn merging_replaces_keys_adds_limits_and_replaces_listeners_by_name() {
 
 /// A temporary root with what the README's examples name: `<root>/var/lib/floodgate`,
 /// `<root>/var/spool/floodgate`, `<root>/var/log/postfix.log`,
-/// `<root>/etc/floodgate/redis.pass`, and the shipped config in `<root>/conf` beside a
+/// `<root>/etc/floodgate/redis.pass`, the admin token files `<root>/etc/floodgate/admin.token`
+/// and `<root>/etc/floodgate/tokens/{alice,backup}`, and the shipped config in `<root>/conf` beside a
 /// `certs` link and a `bulk-senders.txt`.
 struct Root {
     dir: tempfile::TempDir,
@@ -152,6 +153,15 @@ impl Root {
         }
         fs::write(r.join("var/log/postfix.log"), "").unwrap();
         fs::write(r.join("etc/floodgate/redis.pass"), "a-redis-password\n").unwrap();
+        // The admin tokens of the named-tokens example: one each, all different.
+        fs::create_dir_all(r.join("etc/floodgate/tokens")).unwrap();
+        for (file, token) in [
+            ("admin.token", "admin-token-0123456789abcdef"),
+            ("tokens/alice", "alice-token-0123456789abcdef"),
+            ("tokens/backup", "backup-token-0123456789abcdef"),
+        ] {
+            fs::write(r.join("etc/floodgate").join(file), format!("{token}\n")).unwrap();
+        }
         fs::create_dir_all(r.join("usr/local/bin")).unwrap();
         let pager = r.join("usr/local/bin/page-postmaster");
         fs::write(&pager, "#!/bin/sh\ncat >/dev/null\n").unwrap();

@@ -171,10 +171,10 @@ fn held_messages_are_listed_shown_released_and_deleted() {
     assert_eq!(left.len(), 1);
     assert_ne!(left[0]["id"], id2.as_str());
     for args in [
-        vec!["held", "release", id1.as_str()],
+        vec!["held", "release", id1.as_str(), "--reason", "checked"],
         vec!["held", "delete", id2.as_str()],
         vec!["held", "show", "no-such-id"],
-        vec!["held", "release", "../etc"],
+        vec!["held", "release", "../etc", "--reason", "checked"],
     ] {
         let out = admin_verb(&sock, &args);
         assert!(!out.ok(), "{args:?}: {out}");
@@ -186,7 +186,10 @@ fn held_messages_are_listed_shown_released_and_deleted() {
     assert_eq!(rec.messages().len(), 2, "nothing else delivered");
 
     // Release by key takes the rest.
-    let out = admin_verb(&sock, &["held", "release", "--key", USER]);
+    let out = admin_verb(
+        &sock,
+        &["held", "release", "--key", USER, "--reason", "checked"],
+    );
     assert!(out.ok(), "{out}");
     rec.wait_events("message", 3);
     assert!(held(&sock).is_empty());
@@ -257,8 +260,8 @@ fn held_mail_survives_a_restart_and_two_releases_deliver_once() {
     assert_eq!(after, before);
     let id = after[0]["id"].as_str().unwrap().to_string();
     let both: Vec<Output> = std::thread::scope(|s| {
-        let a = s.spawn(|| admin_verb(&sock, &["held", "release", &id]));
-        let b = s.spawn(|| admin_verb(&sock, &["held", "release", &id]));
+        let a = s.spawn(|| admin_verb(&sock, &["held", "release", &id, "--reason", "checked"]));
+        let b = s.spawn(|| admin_verb(&sock, &["held", "release", &id, "--reason", "checked"]));
         vec![a.join().unwrap(), b.join().unwrap()]
     });
     let ok = both.iter().filter(|o| o.ok()).count();
@@ -287,7 +290,7 @@ fn upstream_down_during_release_keeps_the_message() {
     let sock = fg.admin_socket();
     let id = held(&sock)[0]["id"].as_str().unwrap().to_string();
     drop(rec);
-    let out = admin_verb(&sock, &["held", "release", &id]);
+    let out = admin_verb(&sock, &["held", "release", &id, "--reason", "checked"]);
     assert!(!out.ok(), "{out}");
     assert!(
         out.stderr.contains("cannot connect to upstream") && out.stderr.contains("stays held"),
@@ -454,7 +457,7 @@ fn a_bdat_message_is_held_and_released_with_the_same_octets() {
     assert_eq!(list[0]["size"], msg.len());
     assert_eq!(rec.messages().len(), 1);
     let id = list[0]["id"].as_str().unwrap();
-    assert!(admin_verb(&sock, &["held", "release", id]).ok());
+    assert!(admin_verb(&sock, &["held", "release", id, "--reason", "checked"]).ok());
     rec.wait_events("message", 2);
     let content = content(&rec.messages()[1]);
     let first_end = content.iter().position(|&b| b == b'\n').unwrap() + 1;
@@ -484,7 +487,16 @@ fn helo_client_sends_two_and_the_held_one_is_released(fg: &Floodgate, rec: &Reco
     let sock = fg.admin_socket();
     let list = held(&sock);
     assert_eq!(list.len(), 1, "{list:?}");
-    let out = admin_verb(&sock, &["held", "release", list[0]["id"].as_str().unwrap()]);
+    let out = admin_verb(
+        &sock,
+        &[
+            "held",
+            "release",
+            list[0]["id"].as_str().unwrap(),
+            "--reason",
+            "checked",
+        ],
+    );
     assert!(out.ok(), "{out}");
     rec.wait_events("message", 2);
 }
@@ -564,7 +576,7 @@ fn a_recipient_refused_at_release_keeps_the_message_held() {
     let fg = Floodgate::start(&config(&refusing, spool.path(), ""));
     let sock = fg.admin_socket();
     let id = held(&sock)[0]["id"].as_str().unwrap().to_string();
-    let out = admin_verb(&sock, &["held", "release", &id]);
+    let out = admin_verb(&sock, &["held", "release", &id, "--reason", "checked"]);
     assert!(!out.ok(), "{out}");
     assert!(
         out.stderr.contains("RCPT TO:<r1@example.com>")

@@ -36,7 +36,8 @@ fn sixth_message_restricts_until_released_and_release_lets_mail_through() {
     let text = &first[5].1;
     assert!(text.contains("4.7.1 alice restricted since "), "{text}");
     assert!(
-        text.contains("until until released by per-user; call the help desk"),
+        text.contains(" until released by per-user; call the help desk")
+            && !text.contains("until until"),
         "{text}"
     );
 
@@ -92,7 +93,7 @@ fn sixth_message_restricts_until_released_and_release_lets_mail_through() {
     let n = wait_notices(&alert_file, "floodgate.released", 1);
     assert_eq!(n.len(), 1, "{n:?}");
     assert_eq!(n[0]["reason"], "password changed");
-    assert_eq!(n[0]["by"], "admin");
+    assert_eq!(n[0]["by"], socket_actor().as_str());
     check_evidence(&n[0]["evidence"]);
     assert!(admin_json(&sock, &["restricted"])["restricted"]
         .as_array()
@@ -104,7 +105,7 @@ fn sixth_message_restricts_until_released_and_release_lets_mail_through() {
         &sock,
         &["restrict", "bob", "--for", "1h", "--reason", "phished"],
     );
-    assert_eq!(v["restricted"]["by"], "admin");
+    assert_eq!(v["restricted"]["by"], socket_actor().as_str());
     assert!(v["restricted"]["until"].is_string());
     assert_eq!(codes(&send(fg.addr("plain"), "bob", "b0bpass", 1)), [450]);
     wait_notices(&alert_file, "floodgate.restricted", 2);

@@ -443,7 +443,15 @@ fn a_fleet_under_faults_loses_nothing_doubles_nothing_and_contains_both_accounts
     let release_began = Instant::now();
     for n in &nodes {
         for user in COMPROMISED {
-            n.verb(&["held", "release", "--key", user, "--reason", "fault suite"]);
+            n.verb(&[
+                "held",
+                "release",
+                "--key",
+                user,
+                "--reason",
+                "fault suite",
+                "--confirm",
+            ]);
         }
     }
     let release_took = release_began.elapsed();

@@ -152,8 +152,33 @@ fn send(fg: &Floodgate, n: usize) -> Vec<u16> {
 
 /// A floodgate holding alice's messages after her first, with the console on `addr`.
 fn start(rec: &Recorder, dir: &Path, addr: SocketAddr, actions: bool) -> Floodgate {
+    start_with(rec, dir, addr, actions, false, "")
+}
+
+/// [`start`]; with `audited`, the token is named `ops` in `[admin.tokens]` (not by the
+/// token file's stem) and `[admin] audit` is `DIR/audit.jsonl`; `limits` (TOML) come after
+/// its own limit.
+fn start_with(
+    rec: &Recorder,
+    dir: &Path,
+    addr: SocketAddr,
+    actions: bool,
+    audited: bool,
+    limits: &str,
+) -> Floodgate {
     let token_file = dir.join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let (token_line, tail) = if audited {
+        (
+            format!("audit = \"{}\"", dir.join("audit.jsonl").display()),
+            format!("\n[admin.tokens]\nops = \"{}\"\n", token_file.display()),
+        )
+    } else {
+        (
+            format!("token_file = \"{}\"", token_file.display()),
+            String::new(),
+        )
+    };
     let spool = dir.join("hold");
     std::fs::create_dir_all(&spool).unwrap();
     let extra = format!(
@@ -167,7 +192,7 @@ algorithm = "bucket"
 rate = "1 / 1h"
 burst = "1"
 action = "hold"
-
+{limits}
 [hold]
 dir = "{}"
 
@@ -177,15 +202,14 @@ events = "{}"
 [admin]
 socket = "admin.sock"
 address = "{addr}"
-token_file = "{}"
+{token_line}
 console_actions = {actions}
 # Short waits after wrong tokens: the tests present some on purpose.
 login_base_delay = "50ms"
 login_max_delay = "50ms"
-"#,
+{tail}"#,
         spool.display(),
         dir.join("events.jsonl").display(),
-        token_file.display()
     );
     Floodgate::start(
         &FloodgateConfig::new(rec.addr())
@@ -217,10 +241,19 @@ fn users() -> RecorderOptions {
 
 /// alice: one message delivered, `n - 1` held; bob restricted by hand.
 fn scene(n: usize, actions: bool) -> (Recorder, tempfile::TempDir, Floodgate, SocketAddr) {
+    scene_with(n, actions, false)
+}
+
+/// [`scene`], with the named token and the audit log of [`start_with`] when `audited`.
+fn scene_with(
+    n: usize,
+    actions: bool,
+    audited: bool,
+) -> (Recorder, tempfile::TempDir, Floodgate, SocketAddr) {
     let rec = Recorder::start(users());
     let dir = tempfile::TempDir::new().unwrap();
     let addr = closed_port();
-    let fg = start(&rec, dir.path(), addr, actions);
+    let fg = start_with(&rec, dir.path(), addr, actions, audited, "");
     assert!(send(&fg, n).iter().all(|&c| c == 250));
     rec.wait_events("message", 1);
     let out = admin_verb(
@@ -251,7 +284,8 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
              python3-selenium"
         );
     }
-    let (rec, _dir, fg, addr) = scene(6, true);
+    // The token is named `ops`; every admin action goes to the audit log.
+    let (rec, dir, fg, addr) = scene_with(6, true, true);
     let ids = held_ids(&fg.admin_socket());
     assert_eq!(ids.len(), 5, "{ids:?}");
     // Two restricted accounts: bob (by hand, in the scene) and alice, with held mail.
@@ -299,10 +333,9 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
         assert!(!p["h1"].as_str().unwrap().is_empty(), "{name}: {p:#}");
     }
     assert_eq!(pages["overview"]["charts"], 2, "{pages:#}");
-    assert!(
-        pages["overview"]["lines"].as_u64().unwrap() >= 3,
-        "{pages:#}"
-    );
+    // Messages and sessions; the deferral chart draws only limits that defer, and the
+    // scene's one limit holds.
+    assert_eq!(pages["overview"]["lines"], 2, "{pages:#}");
     assert_eq!(pages["key"]["charts"], 1, "{pages:#}");
     assert!(pages["key"]["lines"].as_u64().unwrap() >= 1, "{pages:#}");
     assert_eq!(pages["held"]["rows"], 5, "{pages:#}");
@@ -315,7 +348,21 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
         "{pages:#}"
     );
 
-    // The buttons: one released (upstream has it, once), the other deleted.
+    // The buttons: one released (upstream has it, once), the other deleted. alice is
+    // restricted: the first release is refused, naming the restriction, and the box that
+    // confirms it shows; ticked, the release goes ahead.
+    let refused = facts["release_refused"].as_str().unwrap();
+    assert!(
+        refused.starts_with("alice is still restricted (since ") && refused.contains("sends spam)"),
+        "{refused}"
+    );
+    assert_eq!(facts["confirm_shown"], true, "{facts:#}");
+    // The browser logs the refusal as a failed resource, nothing else.
+    let logged = facts["release_refused_problems"].as_array().unwrap();
+    assert!(
+        logged.len() == 1 && logged[0].as_str().unwrap().contains("status of 409"),
+        "{logged:?}"
+    );
     let released = facts["release_status"].as_str().unwrap();
     assert_eq!(released, format!("held message {} released", ids[0]));
     let deleted = facts["delete_status"].as_str().unwrap();
@@ -357,6 +404,15 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
             .unwrap()
             .ends_with("/console/held?key=alice&limit=&sender=&subject="),
         "{filtered:#}"
+    );
+    // The selection: without a reason, then without the box ticked, refused with the
+    // admin API's words; with both, released.
+    let no_reason = facts["bulk_no_reason"].as_str().unwrap();
+    assert!(no_reason.starts_with("say why: reason=TEXT"), "{no_reason}");
+    let still = facts["bulk_restricted"].as_str().unwrap();
+    assert!(
+        still.starts_with("alice is still restricted (since "),
+        "{still}"
     );
     assert_eq!(facts["bulk_done"], "2 held messages released", "{facts:#}");
     assert!(
@@ -416,7 +472,77 @@ fn headless_chromium_reads_the_console_and_releases_and_deletes_held_mail() {
         );
         assert_eq!(w["buttons_in_view"], true, "{name}: {w}");
     }
-    assert!(fg.stderr().contains("by=console"), "{}", fg.stderr());
+    // Done as the token's name.
+    assert!(fg.stderr().contains("by=token:ops"), "{}", fg.stderr());
+
+    // The audit log: a line for each message released and deleted and for the end of the
+    // restriction, as token:ops with its reason; the refusals on record too.
+    let audit: Vec<Value> = std::fs::read_to_string(dir.path().join("audit.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let lines = |action: &str, target: &Value, result: &str| -> Vec<&Value> {
+        audit
+            .iter()
+            .filter(|l| l["action"] == action && &l["target"] == target && l["result"] == result)
+            .collect()
+    };
+    let ok_once = |action: &str, target: Value, reason: &str| {
+        let found = lines(action, &target, "ok");
+        assert_eq!(found.len(), 1, "{action} {target}: {audit:#?}");
+        assert_eq!(found[0]["who"], "token:ops", "{:#}", found[0]);
+        assert_eq!(found[0]["reason"], reason, "{:#}", found[0]);
+    };
+    ok_once(
+        "held_release",
+        Value::from(ids[0].as_str()),
+        "checked in the browser",
+    );
+    ok_once("held_delete", Value::from(ids[1].as_str()), "duplicate");
+    for id in &released {
+        ok_once("held_release", Value::from(id.as_str()), "checked by hand");
+    }
+    let rest: Vec<&String> = ids[2..].iter().filter(|i| !released.contains(i)).collect();
+    assert_eq!(rest.len(), 1, "{ids:?} {released:?}");
+    ok_once("held_delete", Value::from(rest[0].as_str()), "spam");
+    ok_once("release", Value::from("alice"), "password reset");
+    let ok_lines = audit.iter().filter(|l| l["result"] == "ok").count();
+    assert_eq!(
+        ok_lines, 8,
+        "two restrictions, six actions in the browser: {audit:#?}"
+    );
+    // Refused: the button's release without the box; the selection's without a reason
+    // (no reason on record) and without the box.
+    let one = serde_json::json!([ids[0]]);
+    let refused = |target: &Value, starts: &str| {
+        let found: Vec<&Value> = audit
+            .iter()
+            .filter(|l| {
+                l["action"] == "held_release"
+                    && &l["target"] == target
+                    && l["result"].as_str().unwrap().starts_with(starts)
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{target} {starts}: {audit:#?}");
+        assert_eq!(found[0]["who"], "token:ops", "{:#}", found[0]);
+        found[0].clone()
+    };
+    refused(&one, "refused: alice is still restricted (since ");
+    let picked = serde_json::json!(released);
+    let bare = refused(&picked, "refused: say why: reason=TEXT");
+    assert!(bare["reason"].is_null(), "{bare:#}");
+    let unconfirmed = refused(&picked, "refused: alice is still restricted (since ");
+    assert_eq!(unconfirmed["reason"], "checked by hand", "{unconfirmed:#}");
+    // The restrictions of the scene, through the socket: its user's name.
+    let by_socket: Vec<&Value> = audit.iter().filter(|l| l["action"] == "restrict").collect();
+    assert_eq!(by_socket.len(), 2, "{audit:#?}");
+    assert!(
+        by_socket
+            .iter()
+            .all(|l| l["who"].as_str().unwrap().starts_with("user:") && l["result"] == "ok"),
+        "{by_socket:#?}"
+    );
 
     // With scripting off every read-only page still renders, charts included.
     let ns = &facts["noscript"];
@@ -495,7 +621,7 @@ fn bad_inputs_get_clear_refusals() {
     assert_eq!(a.status, 401, "{a}");
     after_wrong();
     // Actions without credentials: 401, nothing done.
-    let release = |id: &str| format!("/console/act/held/release?id={id}");
+    let release = |id: &str| format!("/console/act/held/release?id={id}&reason=checked");
     let a = http(addr, "POST", &release(&ids[0]), &[], "");
     assert_eq!(a.status, 401, "{a}");
 
@@ -551,6 +677,15 @@ fn bad_inputs_get_clear_refusals() {
     assert_eq!(held_ids(&sock).len(), 3, "nothing was released");
     assert_eq!(rec.messages().len(), 1);
 
+    // A release without a reason: refused, saying so.
+    let bare = format!("/console/act/held/release?id={}", ids[0]);
+    let a = http(addr, "POST", &bare, &with(&[&csrf]), "");
+    assert_eq!(a.status, 400, "{a}");
+    assert!(
+        a.json()["error"].as_str().unwrap().contains("say why"),
+        "{a}"
+    );
+    assert_eq!(held_ids(&sock).len(), 3, "nothing was released");
     // A release, then the same release again: a clear message, delivered once.
     let a = http(addr, "POST", &release(&ids[0]), &with(&[&csrf]), "");
     assert_eq!(a.status, 200, "{a}");
@@ -921,7 +1056,6 @@ fn held_filters_selection_message_pages_and_the_incident_page() {
             400,
             "no held message is selected",
         ),
-        (form("release", &[&script_id], "", back), 400, "say why"),
         (
             form("explode", &[&script_id], "x", back),
             400,
@@ -942,6 +1076,23 @@ fn held_filters_selection_message_pages_and_the_incident_page() {
         assert_eq!(a.status, status, "{body}: {a}");
         assert!(a.body.contains(says), "{body}: {a}");
     }
+    // A release without a reason: refused by the admin API, its words on the page.
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/held/bulk",
+        &me,
+        &form("release", &[&script_id], "", back),
+    );
+    let (to, page) = follow(addr, &a, &me);
+    assert!(to.contains("&failed=say%20why%3A%20reason%3DTEXT"), "{to}");
+    assert!(
+        page.body
+            .contains("id=\"failed\" role=\"alert\">say why: reason=TEXT"),
+        "{}",
+        page.body
+    );
+    assert_eq!(held_ids(&sock), vec![script_id.clone()], "nothing released");
     // Another site's page cannot post the form, and `back` cannot leave the console.
     let mut other = me.clone();
     other.push("Origin: http://evil.example".into());
@@ -994,7 +1145,8 @@ fn held_filters_selection_message_pages_and_the_incident_page() {
         b.contains("id=\"restriction\"") && b.contains("stolen password"),
         "{b}"
     );
-    assert!(b.contains("<dt>by</dt><dd>admin</dd>"), "{b}");
+    // Restricted as the session's token (named by the token file's stem).
+    assert!(b.contains("<dt>by</dt><dd>token:token</dd>"), "{b}");
     assert!(b.contains("id=\"evidence\""), "{b}");
     assert!(
         b.contains("<th scope=\"row\">top recipient domains</th>"),
@@ -1027,13 +1179,52 @@ fn held_filters_selection_message_pages_and_the_incident_page() {
         (key_form("restrict", "", "x"), "say for how long"),
         (key_form("restrict", "&for=soon", "x"), "duration"),
         (key_form("explode", "", "x"), "op=release|restrict"),
-        (key_form("release", "", ""), "say why"),
         (format!("csrf={}&op=release&reason=x", s.csrf), "which key"),
     ] {
         let a = http(addr, "POST", "/console/act/key", &me, &body);
         assert_eq!(a.status, 400, "{body}: {a}");
         assert!(a.body.contains(says), "{body}: {a}");
     }
+    // Without a reason the admin API refuses, and the page says so.
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/key",
+        &me,
+        &key_form("release", "", ""),
+    );
+    let (to, page) = follow(addr, &a, &me);
+    assert!(to.contains("failed=say%20why"), "{to}");
+    assert!(page.body.contains("id=\"restriction\""), "still restricted");
+    // Her held mail is what the limit stopped: released only with the box ticked.
+    assert!(
+        b.contains("id=\"act-release-held\"")
+            && b.contains("<input type=\"checkbox\" name=\"confirm\" value=\"true\">"),
+        "{b}"
+    );
+    let a = http(
+        addr,
+        "POST",
+        "/console/act/key",
+        &me,
+        &key_form("release-held", "", "looks+fine"),
+    );
+    let (to, page) = follow(addr, &a, &me);
+    assert!(
+        to.contains("failed=alice%20is%20still%20restricted"),
+        "{to}"
+    );
+    let failed = page
+        .body
+        .split("id=\"failed\" role=\"alert\">")
+        .nth(1)
+        .expect("the refusal on the page");
+    assert!(
+        failed.starts_with("alice is still restricted (since ")
+            && failed.contains("by token:token: stolen password)"),
+        "{failed}"
+    );
+    assert_eq!(held_ids(&sock), vec![script_id.clone()], "nothing released");
     // Delete her held mail, then end the restriction.
     let a = http(
         addr,
@@ -1285,4 +1476,137 @@ fn page_times_with_100000_keys_and_10000_held_messages() {
         }
     }
     drop(fg);
+}
+
+/// The overview: all mail sent counts (released included), the deferral chart names only
+/// limits that defer, the page refreshes itself and links to a refresh, the feed lists the
+/// latest holds and restrictions newest first with links to the keys, ranges switch and a
+/// bad one is refused; Top keys marks a restricted key and shows it once, nearest limit
+/// first.
+#[test]
+fn the_overview_tells_what_was_sent_and_contained() {
+    let rec = Recorder::start(users());
+    let dir = tempfile::TempDir::new().unwrap();
+    let addr = closed_port();
+    let never = "\n[[limit]]\nname = \"never-defer\"\nwhen = \"authenticated\"\n\
+                 count = \"messages\"\nkey = \"${authenticated_id}\"\nrate = \"1000 / 1h\"\n\
+                 burst = \"1000\"\naction = \"defer\"\n";
+    let fg = start_with(&rec, dir.path(), addr, true, false, never);
+    let sock = fg.admin_socket();
+    assert_eq!(send(&fg, 3), [250, 250, 250]);
+    rec.wait_events("message", 1);
+    let ids = held_ids(&sock);
+    assert_eq!(ids.len(), 2);
+    let out = admin_verb(&sock, &["held", "release", &ids[0], "--reason", "checked"]);
+    assert!(out.ok(), "{out}");
+    rec.wait_events("message", 2);
+    let out = admin_verb(
+        &sock,
+        &["restrict", "bob", "--for", "1h", "--reason", "phished"],
+    );
+    assert!(out.ok(), "{out}");
+
+    let s = login(addr);
+    let cookie = std::slice::from_ref(&s.cookie);
+    let page = http(addr, "GET", "/console/", cookie, "");
+    assert_eq!(page.status, 200, "{page}");
+    let b = &page.body;
+    assert!(
+        b.contains("<meta http-equiv=\"refresh\" content=\"60\">"),
+        "{b}"
+    );
+    assert!(
+        b.contains("<a id=\"refresh\" href=\"/console/?range=1h\">refresh</a>"),
+        "{b}"
+    );
+    assert!(
+        b.contains("<span id=\"messages-sent\">2</span> <small>(1 relayed, 1 released from hold, 0 notices)</small>"),
+        "{b}"
+    );
+    let deferrals = b
+        .split("<h2>Deferrals")
+        .nth(1)
+        .and_then(|r| r.split("<h2>").next())
+        .expect("the deferral chart");
+    assert!(deferrals.contains("never-defer"), "{deferrals}");
+    assert!(!deferrals.contains("per-user"), "{deferrals}");
+    let feed = b
+        .split("<table id=\"feed\">")
+        .nth(1)
+        .and_then(|r| r.split("</table>").next())
+        .expect("the feed");
+    let bob = feed
+        .find("href=\"/console/key?k=bob\"")
+        .expect("bob restricted");
+    let alice = feed
+        .find("href=\"/console/key?k=alice\"")
+        .expect("alice held");
+    // Newest first: bob's restriction came after alice's messages were held.
+    assert!(bob < alice, "{feed}");
+    assert!(
+        feed.contains("<td>restricted</td>") && feed.contains("<td>held</td>"),
+        "{feed}"
+    );
+
+    for (range, words) in [("6h", "last 6 hours"), ("24h", "last 24 hours")] {
+        let p = http(addr, "GET", &format!("/console/?range={range}"), cookie, "");
+        assert_eq!(p.status, 200, "{p}");
+        assert!(p.body.contains(words), "{}", p.body);
+        assert!(
+            p.body
+                .contains(&format!("<strong aria-current=\"true\">{range}</strong>")),
+            "{}",
+            p.body
+        );
+    }
+    let bad = http(addr, "GET", "/console/?range=2h", cookie, "");
+    assert_eq!(bad.status, 400, "{bad}");
+    assert!(bad.body.contains("range must be 1h, 6h or 24h"), "{bad}");
+
+    // alice restricted: marked in Top keys, one row although two limits have her.
+    let out = admin_verb(
+        &sock,
+        &["restrict", "alice", "--for", "1h", "--reason", "x"],
+    );
+    assert!(out.ok(), "{out}");
+    // The restricted page's `held` is what the spool holds: alice's one left, bob none.
+    let restricted = http(addr, "GET", "/console/restricted", cookie, "");
+    assert_eq!(restricted.status, 200, "{restricted}");
+    let row = |key: &str| {
+        restricted
+            .body
+            .split("<tr data-row>")
+            .find(|r| r.contains(&format!("href=\"/console/key?k={key}\"")))
+            .unwrap_or_else(|| panic!("{key}: {}", restricted.body))
+            .to_string()
+    };
+    assert!(
+        row("alice").contains("<dt>held</dt><dd>1</dd>"),
+        "{}",
+        row("alice")
+    );
+    assert!(
+        row("bob").contains("<dt>held</dt><dd>0</dd>"),
+        "{}",
+        row("bob")
+    );
+    let top = http(addr, "GET", "/console/top", cookie, "");
+    assert_eq!(top.status, 200, "{top}");
+    assert_eq!(
+        top.body.matches("href=\"/console/key?k=alice\"").count(),
+        1,
+        "{}",
+        top.body
+    );
+    assert!(
+        top.body
+            .contains("<strong class=\"badge restricted\">restricted</strong>"),
+        "{}",
+        top.body
+    );
+    assert!(
+        top.body.contains("<small class=\"muted\">also "),
+        "{}",
+        top.body
+    );
 }

@@ -100,6 +100,13 @@ fn demo_once_relays_the_normal_user_and_restricts_and_holds_the_stolen_account()
         out.stdout.contains("\"limit\": \"user-recipients-day\""),
         "{all}"
     );
+    // And by mail: floodgate's alert mail, from the null sender to the shipped postmaster
+    // address, went through the stand-in smart host.
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with("stand-in smart host: queued ")
+            && l.ends_with(" from <> to <postmaster@example.org>: Subject: floodgate: carol restricted (user-recipients-day)")),
+        "{all}"
+    );
 
     // The scratch directory is gone at exit.
     let dir = out

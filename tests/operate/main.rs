@@ -9,6 +9,7 @@ mod admin_bounds;
 mod admin_metrics;
 mod admin_verbs;
 mod alerts;
+mod audit;
 mod console;
 mod console_login;
 mod demo;

@@ -6,6 +6,7 @@ mod common;
 mod smarthost_exim;
 mod smarthost_identity;
 mod smarthost_postfix;
+mod smarthost_postfix_alert_mail;
 mod smarthost_postfix_hold;
 mod smarthost_postfix_mail;
 mod smarthost_postfix_message;

@@ -151,7 +151,7 @@ fn a_released_message_of_an_authenticated_user_reaches_postfix_as_that_user() {
             Duration::from_secs(30),
         )
     };
-    let out = verb(&["held", "release", "--key", USER]);
+    let out = verb(&["held", "release", "--key", USER, "--reason", "checked"]);
     assert!(out.ok(), "{out}");
     let msgs = pf.wait_messages(&tok, 2);
     let released = msgs

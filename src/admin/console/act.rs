@@ -1,19 +1,22 @@
 //! The console's actions on held messages, typed: one or many ids released or deleted
-//! through the admin API's own code ([`crate::admin::api::AdminState::held_ids`]), each
-//! result told in words; and the HTML forms that act without scripting (the selection of
-//! the Held page, the incident page's buttons), which send the browser back to the page
-//! with the result in its query (`?done=` or `?failed=`).
+//! through the admin API's own code ([`crate::admin::api::AdminState::held_ids`], with its
+//! checks: a reason for a release, `confirm=true` for mail of a key still restricted; its
+//! log lines and audit lines), as the session's token, each result told in words; and the
+//! HTML forms that act without scripting (the selection of the Held page, the message
+//! page, the incident page's buttons), which send the browser back to the page with the
+//! result in its query (`?done=` or `?failed=`, a refusal's text included).
 
 use serde_json::json;
 
 use super::form::{self, back_to, with_result};
 use super::html;
-use super::respond::api;
+use super::respond::api_as;
 use super::state::Console;
+use crate::admin::actor::Actor;
 use crate::admin::held::HeldError;
+use crate::admin::held_act::{HeldAsk, HeldRefusal, HeldResults, Selection};
 use crate::admin::http::{Request, Response};
 use crate::hold::SpoolError;
-use crate::proxy::release::ReleaseBy;
 
 /// Most ids one form may release or delete.
 pub const MAX_IDS: usize = 1000;
@@ -45,31 +48,33 @@ fn held_status(e: &HeldError) -> u16 {
     }
 }
 
-/// Releases or deletes `ids` for the console with `reason`: each id's result.
-async fn apply(
-    c: &Console,
-    ids: &[String],
-    release: bool,
-    reason: &str,
-) -> Result<Vec<(String, Result<(), HeldError>)>, Response> {
-    let by = ReleaseBy {
-        by: "console".into(),
-        reason: reason.to_string(),
-        at: crate::hold::spool::now_secs() as i64,
-    };
-    c.state.held_ids(ids, release, &by).await
+/// The JSON answer to a refused action of a row's button: the refusal's status and text;
+/// for mail of a key still restricted also the restriction and `confirm: true`, so the page
+/// offers the box that confirms the release.
+fn refused_json(r: &HeldRefusal) -> Response {
+    let mut body = json!({ "error": r.to_string() });
+    if let HeldRefusal::StillRestricted(restriction) = r {
+        body["restricted"] = crate::policy::alert::restriction_json(restriction);
+        body["confirm"] = true.into();
+    }
+    Response::json(r.response().status, &body)
 }
 
-/// `POST /console/act/held/release?id=ID` (or `delete`): one message, answered in JSON
-/// for the page's buttons.
-pub async fn one(c: &Console, req: &Request, release: bool) -> Response {
+/// `POST /console/act/held/release?id=ID&reason=TEXT[&confirm=true]` (or `delete`): one
+/// message, as `who`, answered in JSON for the page's buttons.
+pub async fn one(c: &Console, req: &Request, release: bool, who: &Actor) -> Response {
     let Some(id) = req.param("id").filter(|v| !v.is_empty()) else {
         return Response::error(400, &format!("{} needs ?id=", req.path));
     };
-    let reason = req.param("reason").unwrap_or("").trim();
-    let results = match apply(c, &[id.to_string()], release, reason).await {
+    let ask = HeldAsk {
+        release,
+        reason: req.param("reason").unwrap_or(""),
+        confirm: req.param("confirm"),
+    };
+    let ids = [id.to_string()];
+    let results = match c.state.held_ids(who, Selection::Ids(&ids), ask).await {
         Ok(r) => r,
-        Err(resp) => return resp,
+        Err(refusal) => return refused_json(&refusal),
     };
     let Some((_, r)) = results.first() else {
         return Response::error(500, "nothing was done");
@@ -77,7 +82,7 @@ pub async fn one(c: &Console, req: &Request, release: bool) -> Response {
     let text = held_outcome(id, r, release);
     match r {
         Ok(()) => {
-            tracing::info!(action = %req.path, "console: action done");
+            tracing::info!(action = %req.path, by = %who, "console: action done");
             let verb = if release { "released" } else { "deleted" };
             Response::json(200, &json!({ "message": text, "result": { verb: [id] } }))
         }
@@ -93,7 +98,7 @@ fn see(to: &str) -> Response {
 }
 
 /// The words for the results of a form's release or delete of many messages.
-fn summary(results: &[(String, Result<(), HeldError>)], release: bool) -> (bool, String) {
+fn summary(results: &HeldResults, release: bool) -> (bool, String) {
     let verb = if release { "released" } else { "deleted" };
     let done = results.iter().filter(|(_, r)| r.is_ok()).count();
     let failed: Vec<String> = results
@@ -116,9 +121,24 @@ fn summary(results: &[(String, Result<(), HeldError>)], release: bool) -> (bool,
     )
 }
 
-/// `POST /console/act/held/bulk` (a form): `op=release|delete`, `id` repeated, `reason`,
-/// `back` (the filtered list to go back to).
-pub async fn bulk(c: &Console, req: &Request) -> Response {
+/// The result of a form's release or delete of the messages `sel` names, as `who`: the
+/// words for each message, or the refusal's text (no reason, still restricted, …).
+async fn form_held(
+    c: &Console,
+    who: &Actor,
+    sel: Selection<'_>,
+    ask: HeldAsk<'_>,
+) -> (bool, String) {
+    match c.state.held_ids(who, sel, ask).await {
+        Ok(results) => summary(&results, ask.release),
+        Err(refusal) => (false, refusal.to_string()),
+    }
+}
+
+/// `POST /console/act/held/bulk` (a form), as `who`: `op=release|delete`, `id` repeated,
+/// `reason`, `confirm=true` (release though restricted), `back` (the filtered list to go
+/// back to).
+pub async fn bulk(c: &Console, req: &Request, who: &Actor) -> Response {
     let f = form::fields(&req.body);
     let release = match form::first(&f, "op") {
         Some("release") => true,
@@ -136,41 +156,32 @@ pub async fn bulk(c: &Console, req: &Request) -> Response {
     if ids.len() > MAX_IDS {
         return Response::error(400, &format!("at most {MAX_IDS} messages at once"));
     }
-    let reason = form::first(&f, "reason").unwrap_or("").trim();
-    if reason.is_empty() {
-        return Response::error(400, "say why (the reason field): it is logged");
-    }
     let back = back_to(form::first(&f, "back"), "/console/held").to_string();
-    let results = match apply(c, &ids, release, reason).await {
-        Ok(r) => r,
-        Err(resp) => return resp,
+    let ask = HeldAsk {
+        release,
+        reason: form::first(&f, "reason").unwrap_or(""),
+        confirm: form::first(&f, "confirm"),
     };
-    let (ok, text) = summary(&results, release);
-    tracing::info!(action = %req.path, ok, "console: form action done");
+    let (ok, text) = form_held(c, who, Selection::Ids(&ids), ask).await;
+    tracing::info!(action = %req.path, ok, by = %who, "console: form action done");
     see(&with_result(&back, ok, &text))
 }
 
-/// `POST /console/act/key` (a form on the incident page): `key`, `op`
-/// (`release` | `restrict` with `for` | `release-held` | `delete-held`), `reason`.
-pub async fn key(c: &Console, req: &Request) -> Response {
+/// `POST /console/act/key` (a form on the incident page), as `who`: `key`, `op`
+/// (`release` | `restrict` with `for` | `release-held` with `confirm=true` to release
+/// though restricted | `delete-held`), `reason`. A refusal of the admin API (no reason,
+/// still restricted, …) is the page's `failed=` text.
+pub async fn key(c: &Console, req: &Request, who: &Actor) -> Response {
     let f = form::fields(&req.body);
     let Some(key) = form::first(&f, "key").filter(|k| !k.is_empty()) else {
         return Response::error(400, "which key? the form needs key=");
     };
     let reason = form::first(&f, "reason").unwrap_or("").trim();
-    if reason.is_empty() {
-        return Response::error(400, "say why (the reason field): it is logged and alerted");
-    }
     let page = html::key_url(key).replace("&amp;", "&");
     let (ok, text) = match form::first(&f, "op") {
         Some("release") => {
-            let (status, v) = api(
-                c,
-                "POST",
-                "/v1/release",
-                &[("key", key), ("reason", reason)],
-            )
-            .await;
+            let q = [("key", key), ("reason", reason)];
+            let (status, v) = api_as(c, who, "POST", "/v1/release", &q).await;
             match status {
                 200 => (true, format!("{key}: restriction ended")),
                 _ => (false, api_error(&v)),
@@ -181,7 +192,7 @@ pub async fn key(c: &Console, req: &Request) -> Response {
                 return Response::error(400, "say for how long: for=DURATION|until_released");
             };
             let q = [("key", key), ("for", dur.trim()), ("reason", reason)];
-            let (status, v) = api(c, "POST", "/v1/restrict", &q).await;
+            let (status, v) = api_as(c, who, "POST", "/v1/restrict", &q).await;
             match status {
                 200 => (true, format!("{key}: restricted ({})", dur.trim())),
                 400 => return Response::error(400, &api_error(&v)),
@@ -189,28 +200,15 @@ pub async fn key(c: &Console, req: &Request) -> Response {
             }
         }
         Some(op @ ("release-held" | "delete-held")) => {
-            let release = op == "release-held";
-            let spool = match c.state.control.shared().hold.clone() {
-                Some(s) => s,
-                None => {
-                    return Response::error(
-                        404,
-                        "no hold spool: the configuration has no [hold] section",
-                    )
-                }
+            let ask = HeldAsk {
+                release: op == "release-held",
+                reason,
+                confirm: form::first(&f, "confirm"),
             };
-            let ids = match crate::admin::held::select(&spool, None, Some(key)).await {
-                Ok(ids) => ids,
-                Err(e) => return Response::error(500, &e.to_string()),
-            };
-            if ids.is_empty() {
-                (true, format!("{key}: no message is held"))
-            } else {
-                let results = match apply(c, &ids, release, reason).await {
-                    Ok(r) => r,
-                    Err(resp) => return resp,
-                };
-                summary(&results, release)
+            match c.state.held_ids(who, Selection::Key(key), ask).await {
+                Ok(results) if results.is_empty() => (true, format!("{key}: no message is held")),
+                Ok(results) => summary(&results, ask.release),
+                Err(refusal) => (false, refusal.to_string()),
             }
         }
         _ => {
@@ -220,7 +218,7 @@ pub async fn key(c: &Console, req: &Request) -> Response {
             )
         }
     };
-    tracing::info!(action = %req.path, ok, "console: form action done");
+    tracing::info!(action = %req.path, ok, by = %who, "console: form action done");
     see(&with_result(&page, ok, &text))
 }
 

@@ -6,9 +6,10 @@
 //! page sends it), `Path=/console`, and `Secure` (sent only over TLS) when the admin address
 //! serves TLS. Pages are shown to a live session or to a request with
 //! the bearer token. Actions (POSTs that release, delete, reset) need more: a session's
-//! request must carry the session's CSRF value in the `X-Floodgate-CSRF` header, which
-//! the page's script reads from the page and sets on `fetch`; a cookie alone never
-//! authorises one. A request with the bearer token needs no CSRF value (a browser never
+//! request must carry the session's CSRF value: in the `X-Floodgate-CSRF` header, which
+//! the page's script reads from the page and sets on `fetch` (the row buttons), or in the
+//! `csrf` field of a posted form (the forms, which work without scripting); a cookie alone
+//! never authorises one. A request with the bearer token needs no CSRF value (a browser never
 //! adds that header by itself).
 //!
 //! Every token presented (the login form, `Authorization: Bearer`) is checked through
@@ -39,16 +40,19 @@ pub const LIFETIME: Duration = Duration::from_secs(12 * 60 * 60);
 pub enum Who {
     /// Nothing, or a cookie of no live session.
     Nobody,
-    /// A bearer token that is not the admin token.
+    /// A bearer token that is none of the admin tokens.
     WrongToken,
-    /// The admin token as `Authorization: Bearer`.
-    Bearer,
+    /// An admin token as `Authorization: Bearer`, by its name.
+    Bearer(String),
     /// A live session, with its CSRF value.
     Session {
         /// The session id (the cookie's value).
         id: String,
-        /// The value actions of this session must carry in [`CSRF_HEADER`].
+        /// The value actions of this session must carry in [`CSRF_HEADER`] or a form's
+        /// `csrf` field.
         csrf: String,
+        /// The name of the token it logged in with.
+        name: String,
     },
 }
 
@@ -72,13 +76,14 @@ pub enum Decision {
     Forbidden(&'static str),
 }
 
-/// Whether `who` may do what `need` says; `csrf` is the request's [`CSRF_HEADER`] value and
-/// `actions` whether `[admin] console_actions` is on.
+/// Whether `who` may do what `need` says; `csrf` is the request's CSRF value (its
+/// [`CSRF_HEADER`], else its form's `csrf` field) and `actions` whether
+/// `[admin] console_actions` is on.
 pub fn decide(need: Need, who: &Who, csrf: Option<&str>, actions: bool) -> Decision {
     match who {
         Who::Nobody => return Decision::Unauthorized("log in with the admin token"),
         Who::WrongToken => return Decision::Unauthorized("wrong bearer token"),
-        Who::Bearer | Who::Session { .. } => {}
+        Who::Bearer(_) | Who::Session { .. } => {}
     }
     if need == Need::Read {
         return Decision::Allow;
@@ -112,11 +117,11 @@ pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// What a presented token turned out to be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TokenCheck {
-    /// The admin token.
-    Right,
-    /// Not the admin token; the address now waits this long before its next token.
+    /// One of the admin tokens, by its name.
+    Right(String),
+    /// None of the admin tokens; the address now waits this long before its next token.
     Wrong(Duration),
     /// Not looked at: the address must wait this long after its wrong tokens.
     Throttled(Duration),
@@ -180,6 +185,8 @@ pub fn random_hex() -> String {
 #[derive(Debug)]
 struct Session {
     csrf: String,
+    /// The name of the token it logged in with.
+    name: String,
     created: Instant,
     used: Instant,
 }
@@ -193,8 +200,9 @@ impl Sessions {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new session; returns its id (the cookie) and its CSRF value.
-    pub fn open(&self, now: Instant) -> (String, String) {
+    /// A new session of the token named `name`; returns its id (the cookie) and its CSRF
+    /// value.
+    pub fn open(&self, name: &str, now: Instant) -> (String, String) {
         let mut m = self.map();
         m.retain(|_, s| alive(s, now));
         if m.len() >= MAX_SESSIONS {
@@ -207,6 +215,7 @@ impl Sessions {
             id.clone(),
             Session {
                 csrf: csrf.clone(),
+                name: name.to_string(),
                 created: now,
                 used: now,
             },
@@ -214,8 +223,8 @@ impl Sessions {
         (id, csrf)
     }
 
-    /// The CSRF value of live session `id` (and marks it used), or `None`.
-    pub fn find(&self, id: &str, now: Instant) -> Option<String> {
+    /// The CSRF value and token name of live session `id` (and marks it used), or `None`.
+    pub fn find(&self, id: &str, now: Instant) -> Option<(String, String)> {
         let mut m = self.map();
         let live = m.get(id).is_some_and(|s| alive(s, now));
         if !live {
@@ -224,7 +233,7 @@ impl Sessions {
         }
         let s = m.get_mut(id)?;
         s.used = now;
-        Some(s.csrf.clone())
+        Some((s.csrf.clone(), s.name.clone()))
     }
 
     /// Ends session `id`.
@@ -256,7 +265,12 @@ mod tests {
         Who::Session {
             id: "id".into(),
             csrf: csrf.into(),
+            name: "alice".into(),
         }
+    }
+
+    fn bearer() -> Who {
+        Who::Bearer("alice".into())
     }
 
     #[test]
@@ -277,10 +291,7 @@ mod tests {
 
     #[test]
     fn reading_needs_a_session_or_the_token_only() {
-        assert_eq!(
-            decide(Need::Read, &Who::Bearer, None, false),
-            Decision::Allow
-        );
+        assert_eq!(decide(Need::Read, &bearer(), None, false), Decision::Allow);
         assert_eq!(
             decide(Need::Read, &session("c"), None, false),
             Decision::Allow
@@ -292,7 +303,7 @@ mod tests {
         let off = decide(Need::Act, &session("c"), Some("c"), false);
         assert!(matches!(off, Decision::Forbidden(m) if m.contains("console_actions")));
         assert!(matches!(
-            decide(Need::Act, &Who::Bearer, None, false),
+            decide(Need::Act, &bearer(), None, false),
             Decision::Forbidden(_)
         ));
         // The cookie alone is never enough.
@@ -309,7 +320,7 @@ mod tests {
             Decision::Allow
         );
         // The bearer token is not sent by a browser on its own: no CSRF value needed.
-        assert_eq!(decide(Need::Act, &Who::Bearer, None, true), Decision::Allow);
+        assert_eq!(decide(Need::Act, &bearer(), None, true), Decision::Allow);
     }
 
     #[test]
@@ -359,16 +370,19 @@ mod tests {
     fn sessions_are_random_bounded_and_expire() {
         let s = Sessions::default();
         let t0 = Instant::now();
-        let (id, csrf) = s.open(t0);
+        let (id, csrf) = s.open("alice", t0);
         assert_eq!(id.len(), 64);
         assert_ne!(id, csrf);
-        assert_eq!(s.find(&id, t0).as_deref(), Some(csrf.as_str()));
+        assert_eq!(s.find(&id, t0), Some((csrf.clone(), "alice".to_string())));
+        let (other, _) = s.open("bob", t0);
+        assert_eq!(s.find(&other, t0).unwrap().1, "bob");
+        s.close(&other);
         assert_eq!(s.find("nope", t0), None);
         // Idle too long: gone.
         assert_eq!(s.find(&id, t0 + IDLE + Duration::from_secs(1)), None);
         assert!(s.is_empty());
         // Used often, but past its lifetime: gone.
-        let (id, _) = s.open(t0);
+        let (id, _) = s.open("alice", t0);
         let mut t = t0;
         while t < t0 + LIFETIME - Duration::from_secs(1800) {
             t += Duration::from_secs(1800);
@@ -376,13 +390,13 @@ mod tests {
         }
         assert!(s.find(&id, t0 + LIFETIME).is_none());
         // Bounded: the least recently used goes.
-        let first = s.open(t0).0;
+        let first = s.open("alice", t0).0;
         for i in 0..MAX_SESSIONS {
-            s.open(t0 + Duration::from_secs(1 + i as u64));
+            s.open("alice", t0 + Duration::from_secs(1 + i as u64));
         }
         assert_eq!(s.len(), MAX_SESSIONS);
         assert!(s.find(&first, t0 + Duration::from_secs(100)).is_none());
-        let (id, _) = s.open(t0);
+        let (id, _) = s.open("alice", t0);
         s.close(&id);
         assert!(s.find(&id, t0).is_none());
     }

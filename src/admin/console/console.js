@@ -1,7 +1,10 @@
 // floodgate web console: the action buttons. Each button posts to its data-action URL
 // with this session's CSRF value in the X-Floodgate-CSRF header (read from the page; the
 // session cookie alone never authorises an action). A first click arms the button, a
-// second one within five seconds sends. Everything else in the console works without it.
+// second one within five seconds sends. Each button sends its row's reason field when it
+// is filled; a button with data-reason needs it (refused empty). A ticked confirm box of
+// its row sends confirm=true (the box shows when the server answers that the release needs
+// it). Everything else in the console works without it.
 "use strict";
 (function () {
   const meta = document.querySelector('meta[name="floodgate-csrf"]');
@@ -19,14 +22,19 @@
   async function send(b) {
     let url = b.dataset.action;
     const row = b.closest("[data-row]");
-    if (b.dataset.reason) {
-      const input = row ? row.querySelector("input.reason") : null;
-      const reason = input ? input.value.trim() : "";
-      if (!reason) {
-        say("Say why first (the reason field): it is logged and sent with the alert.", true);
-        return;
-      }
+    const input = row ? row.querySelector("input.reason") : null;
+    const reason = input ? input.value.trim() : "";
+    if (b.dataset.reason && !reason) {
+      say("Say why first (the reason field): it is logged and sent with the alert.", true);
+      return;
+    }
+    if (reason) {
       url += (url.indexOf("?") >= 0 ? "&" : "?") + "reason=" + encodeURIComponent(reason);
+    }
+    // Ticked after the server warned that the key is still restricted.
+    const confirmed = row ? row.querySelector("input.confirm") : null;
+    if (confirmed && confirmed.checked) {
+      url += (url.indexOf("?") >= 0 ? "&" : "?") + "confirm=true";
     }
     b.disabled = true;
     try {
@@ -45,6 +53,9 @@
         }
       } else {
         say(body.error || "the server answered " + resp.status, true);
+        // Still restricted: show the box that confirms the release.
+        const box = body.confirm && row ? row.querySelector("label.confirm") : null;
+        if (box) box.hidden = false;
         b.disabled = false;
       }
     } catch (e) {

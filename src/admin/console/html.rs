@@ -151,11 +151,61 @@ pub struct Shell<'a> {
     pub host: &'a str,
 }
 
+/// The page title: the page's, then the host; "floodgate" is said once (not when the host
+/// name already starts with it, as `floodgate.example.org` does).
+pub fn title_text(title: &str, host: &str) -> String {
+    let host = text(host, 60);
+    let says_it = host
+        .split(['.', '-'])
+        .next()
+        .is_some_and(|first| first.eq_ignore_ascii_case("floodgate"));
+    if host.is_empty() {
+        format!("{} · floodgate", escape(title))
+    } else if says_it {
+        format!("{} · {host}", escape(title))
+    } else {
+        format!("{} · floodgate on {host}", escape(title))
+    }
+}
+
+/// An amount of octets in binary units (B, KiB, MiB, GiB, TiB), whole when it is a whole
+/// number of the unit, else with one decimal: `512 B`, `1.5 KiB`, `1 GiB`.
+pub fn size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut unit = 0;
+    let mut value = bytes as f64;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let tenths = (value * 10.0).round() / 10.0;
+    if unit == 0 || tenths.fract() == 0.0 {
+        format!("{tenths:.0} {}", UNITS[unit])
+    } else {
+        format!("{tenths:.1} {}", UNITS[unit])
+    }
+}
+
 /// A whole page: head (style sheet and script from this server only), navigation, the
 /// page's `body` HTML, footer.
 pub fn page(title: &str, nav: Nav, shell: &Shell<'_>, body: &str) -> String {
+    page_refreshing(title, nav, shell, body, None)
+}
+
+/// [`page`], reloaded by the browser every `refresh` seconds when given (a `<meta
+/// http-equiv="refresh">`: no script needed).
+pub fn page_refreshing(
+    title: &str,
+    nav: Nav,
+    shell: &Shell<'_>,
+    body: &str,
+    refresh: Option<u32>,
+) -> String {
     let mut out = String::with_capacity(body.len() + 2048);
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+    if let Some(secs) = refresh {
+        let _ = write!(out, "<meta http-equiv=\"refresh\" content=\"{secs}\">");
+    }
     out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
     out.push_str("<meta name=\"referrer\" content=\"same-origin\">");
     if let Some(c) = shell.csrf {
@@ -165,12 +215,7 @@ pub fn page(title: &str, nav: Nav, shell: &Shell<'_>, body: &str) -> String {
             attr(c)
         );
     }
-    let _ = write!(
-        out,
-        "<title>{} · floodgate {}</title>",
-        escape(title),
-        text(shell.host, 60)
-    );
+    let _ = write!(out, "<title>{}</title>", title_text(title, shell.host));
     out.push_str("<link rel=\"icon\" href=\"/console/static/icon.svg\">");
     out.push_str("<link rel=\"stylesheet\" href=\"/console/static/console.css\">");
     out.push_str("<script src=\"/console/static/console.js\" defer></script>");
@@ -231,6 +276,13 @@ pub fn action_button(label: &str, action: &str, confirm: &str, reason: bool) -> 
         escape(label)
     )
 }
+
+/// The box of a release form that releases held mail of a key still restricted all the
+/// same (`confirm=true`; without it such a release is refused, saying since when, by whom
+/// and why the key is restricted).
+pub const CONFIRM_FIELD: &str =
+    "<label class=\"confirm-form\"><input type=\"checkbox\" name=\"confirm\" value=\"true\"> \
+     release though restricted</label>";
 
 /// The note shown in place of working buttons when scripting is off.
 pub const NOSCRIPT: &str =
@@ -382,5 +434,31 @@ mod tests {
             prop_assert!(t.chars().count() <= max);
             prop_assert_eq!(cut, s.chars().count() > max);
         }
+    }
+
+    #[test]
+    fn sizes_are_in_binary_units() {
+        assert_eq!(size(0), "0 B");
+        assert_eq!(size(1023), "1023 B");
+        assert_eq!(size(1024), "1 KiB");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(100 * 1024 * 1024), "100 MiB");
+        assert_eq!(size(1 << 30), "1 GiB");
+        assert_eq!(size(1_073_741_824 + 1), "1 GiB");
+        assert_eq!(size(5 << 40), "5 TiB");
+        assert_eq!(size(1 << 50), "1024 TiB");
+    }
+
+    #[test]
+    fn the_title_says_floodgate_once() {
+        assert_eq!(
+            title_text("Overview", "floodgate.test"),
+            "Overview · floodgate.test"
+        );
+        assert_eq!(
+            title_text("Overview", "mx1.example.org"),
+            "Overview · floodgate on mx1.example.org"
+        );
+        assert_eq!(title_text("Held <x>", ""), "Held &lt;x&gt; · floodgate");
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! | method | path | what |
 //! |---|---|---|
-//! | GET | `/console/` | overview: sessions, messages and deferrals per limit over the last hour (charts), the store's health and failure mode |
+//! | GET | `/console/?range=1h\|6h\|24h` | overview: sessions, messages sent and deferrals of `defer` limits over the range (charts), the latest restrictions, holds and deferrals, the store's health and failure mode; reloads itself every minute |
 //! | GET | `/console/top?limit=NAME&page=N` | keys by value against their limit, paged |
 //! | GET | `/console/restricted?page=N` | restricted keys with their evidence |
 //! | GET | `/console/held?key=&limit=&sender=&subject=&page=N` | held messages (envelope, header section, size, limit), newest first, filtered, paged, with a selection to release or delete |
@@ -12,20 +12,23 @@
 //! | GET | `/console/key/KEY` (or `/console/key?k=KEY`) | the incident page of KEY: its restriction, evidence, held mail, recent messages from the event log, every limit's reading, its last hour, actions |
 //! | GET, POST | `/console/login` | the login form; posting the admin token opens a session (429 with `Retry-After` while the address waits after wrong tokens, see [`throttle`]) |
 //! | POST | `/console/logout` | ends the session |
-//! | POST | `/console/act/held/release?id=ID`, `/console/act/held/delete?id=ID` | releases or deletes a held message |
+//! | POST | `/console/act/held/release?id=ID&reason=TEXT[&confirm=true]`, `/console/act/held/delete?id=ID` | releases or deletes a held message (a release of mail of a key still restricted needs `confirm=true`) |
 //! | POST | `/console/act/reset?key=KEY` | resets KEY for every limit |
 //! | POST | `/console/act/release?key=KEY&reason=TEXT` | ends KEY's restriction |
-//! | POST | `/console/act/held/bulk` (form: `op=release\|delete`, `id`…, `reason`, `back`) | releases or deletes the selected held messages, then back to the list with the result |
-//! | POST | `/console/act/key` (form: `key`, `op=release\|restrict\|release-held\|delete-held`, `for`, `reason`) | the incident page's actions, then back to it with the result |
+//! | POST | `/console/act/held/bulk` (form: `op=release\|delete`, `id`…, `reason`, `confirm=true`, `back`) | releases or deletes the selected held messages, then back to the list with the result |
+//! | POST | `/console/act/key` (form: `key`, `op=release\|restrict\|release-held\|delete-held`, `for`, `reason`, `confirm=true`) | the incident page's actions, then back to it with the result |
 //!
-//! Who may do what is [`auth`]'s: the admin token (once, at login, or as a bearer header),
+//! Who may do what is [`auth`]'s: an admin token (once, at login, or as a bearer header),
 //! actions only with `[admin] console_actions = true` and the session's CSRF value (a
 //! header from the buttons' script, a hidden field from the forms). The pages need no
 //! script to be read, and the forms none to act; the row buttons use a little
 //! (`console.js`, served from here like the style sheet: the Content-Security-Policy
 //! allows nothing from anywhere else).
-//! Actions go through the admin API ([`crate::admin::api::AdminState::handle`]), so a release from the console
-//! is the same release as `floodgate held release`, with its log line, metric and alert.
+//! Actions go through the admin API ([`crate::admin::api::AdminState::handle`], and for held
+//! mail its [`crate::admin::api::AdminState::held_ids`]), so a release from the console is
+//! the same release as `floodgate held release`, with its checks (a reason; `confirm=true`
+//! for mail of a key still restricted), log line, metric, alert and audit line, done as
+//! `token:NAME`: the name of the token the session logged in with.
 
 pub mod act;
 pub mod auth;
@@ -59,15 +62,15 @@ impl Console {
         Some(routes::secure(routes::route(self, req, peer).await))
     }
 
-    /// Whether `req`, from `peer`, may use the admin API: `Authorization: Bearer` with the
-    /// admin token, checked through the throttle of wrong tokens; else the answer saying why
-    /// not (401, or 429 with `Retry-After` while the address waits).
-    pub fn authorize_api(&self, req: &Request, peer: IpAddr) -> Result<(), Response> {
+    /// Whether `req`, from `peer`, may use the admin API: `Authorization: Bearer` with one of
+    /// the admin tokens, checked through the throttle of wrong tokens; the token's name, else
+    /// the answer saying why not (401, or 429 with `Retry-After` while the address waits).
+    pub fn authorize_api(&self, req: &Request, peer: IpAddr) -> Result<String, Response> {
         let Some(given) = req.bearer() else {
             return Err(Response::error(401, "missing Authorization: Bearer TOKEN"));
         };
         match self.check_token(given, peer) {
-            TokenCheck::Right => Ok(()),
+            TokenCheck::Right(name) => Ok(name),
             TokenCheck::Wrong(_) => Err(Response::error(401, "wrong bearer token")),
             TokenCheck::Throttled(wait) => Err(too_many_json(wait)),
         }

@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use super::html::{self, Nav, Shell};
 use super::state::Console;
+use crate::admin::actor::Actor;
 use crate::admin::http::{Request, Response};
 
 /// An HTML page.
@@ -36,13 +37,26 @@ pub fn internal(method: &str, path: &str, query: Vec<(String, String)>) -> Reque
     }
 }
 
-/// The admin API's answer as JSON (`{"error": …}` when its body is not JSON).
+/// The admin API's answer as JSON (`{"error": …}` when its body is not JSON), asked for the
+/// console's own pages (as [`Actor::Console`]: reads, never actions).
 pub async fn api(c: &Console, method: &str, path: &str, query: &[(&str, &str)]) -> (u16, Value) {
+    api_as(c, &Actor::Console, method, path, query).await
+}
+
+/// The admin API's answer as JSON to a request made as `who` (an action of a session or a
+/// bearer token: its token's name).
+pub async fn api_as(
+    c: &Console,
+    who: &Actor,
+    method: &str,
+    path: &str,
+    query: &[(&str, &str)],
+) -> (u16, Value) {
     let q = query
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let r = c.state.handle(&internal(method, path, q)).await;
+    let r = c.state.handle(&internal(method, path, q), who).await;
     let v = serde_json::from_slice(&r.body)
         .unwrap_or_else(|_| json!({ "error": String::from_utf8_lossy(&r.body) }));
     (r.status, v)

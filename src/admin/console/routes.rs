@@ -10,9 +10,10 @@ use super::act;
 use super::auth::{self, Decision, Need, TokenCheck, Who};
 use super::html::Shell;
 use super::pages;
-use super::respond::{api, error_page};
+use super::respond::{api_as, error_page};
 use super::state::Console;
 use super::too_many_json;
+use crate::admin::actor::Actor;
 use crate::admin::http::ct_eq;
 use crate::admin::http::{Request, Response};
 
@@ -65,7 +66,7 @@ impl Console {
     fn who(&self, req: &Request, peer: IpAddr) -> Result<Who, Duration> {
         if req.header("authorization").is_some() {
             return match req.bearer().map(|t| self.check_token(t, peer)) {
-                Some(TokenCheck::Right) => Ok(Who::Bearer),
+                Some(TokenCheck::Right(name)) => Ok(Who::Bearer(name)),
                 Some(TokenCheck::Throttled(wait)) => Err(wait),
                 Some(TokenCheck::Wrong(_)) | None => Ok(Who::WrongToken),
             };
@@ -75,9 +76,10 @@ impl Console {
             .and_then(|c| auth::cookie(c, auth::COOKIE));
         Ok(
             match id.and_then(|id| Some((id, self.sessions.find(id, Instant::now())?))) {
-                Some((id, csrf)) => Who::Session {
+                Some((id, (csrf, name))) => Who::Session {
                     id: id.to_string(),
                     csrf,
+                    name,
                 },
                 None => Who::Nobody,
             },
@@ -171,13 +173,18 @@ pub async fn route(c: &Console, req: &Request, peer: IpAddr) -> Response {
         if !post {
             return Response::error(405, &format!("{} takes POST", req.path));
         }
-        return action(c, req).await;
+        let actor = match &who {
+            Who::Bearer(name) | Who::Session { name, .. } => Actor::Token(name.clone()),
+            // `decide` let no one else act.
+            Who::Nobody | Who::WrongToken => return Response::error(401, "log in first"),
+        };
+        return action(c, req, &actor).await;
     }
     if !get {
         return error_page(405, &format!("{} takes GET", req.path), &shell);
     }
     match req.path.as_str() {
-        "/console/" => pages::overview::page(c, &shell).await,
+        "/console/" => pages::overview::page(c, req, &shell).await,
         "/console/top" => pages::top::page(c, req, &shell).await,
         "/console/restricted" => pages::restricted::page(c, req, &shell).await,
         "/console/held" => pages::held::page(c, req, &shell).await,
@@ -212,15 +219,15 @@ fn login(c: &Console, req: &Request, host: &str, peer: IpAddr) -> Response {
         // Nothing typed: no guess, nothing counted.
         return pages::login::page(401, Some("wrong token"), None, host);
     }
-    match c.check_token(given, peer) {
-        TokenCheck::Right => {}
+    let name = match c.check_token(given, peer) {
+        TokenCheck::Right(name) => name,
         TokenCheck::Wrong(wait) => {
             return pages::login::page(401, Some("wrong token"), Some(wait), host);
         }
         TokenCheck::Throttled(wait) => return too_many(wait, true, host),
-    }
-    let (id, _) = c.sessions.open(Instant::now());
-    tracing::info!(client = %peer, "console: session opened");
+    };
+    let (id, _) = c.sessions.open(&name, Instant::now());
+    tracing::info!(client = %peer, token = %name, "console: session opened");
     let mut r = redirect("/console/");
     r.headers
         .push(("Set-Cookie", auth::set_cookie(&id, c.secure)));
@@ -229,7 +236,7 @@ fn login(c: &Console, req: &Request, host: &str, peer: IpAddr) -> Response {
 
 fn logout(c: &Console, req: &Request, peer: IpAddr) -> Response {
     // The form carries the session's CSRF value: another site cannot log the user out.
-    if let Ok(Who::Session { id, csrf }) = c.who(req, peer) {
+    if let Ok(Who::Session { id, csrf, .. }) = c.who(req, peer) {
         let given = auth::form_field(&req.body, "csrf").unwrap_or_default();
         if !ct_eq(given.as_bytes(), csrf.as_bytes()) {
             return Response::error(403, "logout without this session's CSRF value");
@@ -241,8 +248,8 @@ fn logout(c: &Console, req: &Request, peer: IpAddr) -> Response {
     r
 }
 
-/// Runs one action through the admin API and says what happened, in words.
-async fn action(c: &Console, req: &Request) -> Response {
+/// Runs one action through the admin API as `who` and says what happened, in words.
+async fn action(c: &Console, req: &Request, who: &Actor) -> Response {
     let reason = req.param("reason").unwrap_or("").trim();
     let need = |name: &str| {
         req.param(name)
@@ -250,16 +257,16 @@ async fn action(c: &Console, req: &Request) -> Response {
             .ok_or_else(|| Response::error(400, &format!("{} needs ?{name}=", req.path)))
     };
     let (status, v, done) = match req.path.as_str() {
-        "/console/act/held/release" => return act::one(c, req, true).await,
-        "/console/act/held/delete" => return act::one(c, req, false).await,
-        "/console/act/held/bulk" => return act::bulk(c, req).await,
-        "/console/act/key" => return act::key(c, req).await,
+        "/console/act/held/release" => return act::one(c, req, true, who).await,
+        "/console/act/held/delete" => return act::one(c, req, false, who).await,
+        "/console/act/held/bulk" => return act::bulk(c, req, who).await,
+        "/console/act/key" => return act::key(c, req, who).await,
         "/console/act/reset" => {
             let key = match need("key") {
                 Ok(k) => k,
                 Err(r) => return r,
             };
-            let (status, v) = api(c, "POST", "/v1/reset", &[("key", key)]).await;
+            let (status, v) = api_as(c, who, "POST", "/v1/reset", &[("key", key)]).await;
             let n = v["removed"].as_u64().unwrap_or(0);
             (status, v, format!("{key}: {n} records removed"))
         }
@@ -272,13 +279,13 @@ async fn action(c: &Console, req: &Request) -> Response {
                 return Response::error(400, "say why the restriction ends (a reason)");
             }
             let q = [("key", key), ("reason", reason)];
-            let (status, v) = api(c, "POST", "/v1/release", &q).await;
+            let (status, v) = api_as(c, who, "POST", "/v1/release", &q).await;
             (status, v, format!("{key} released"))
         }
         p => return Response::error(404, &format!("no console action {p}")),
     };
     if status == 200 {
-        tracing::info!(action = %req.path, "console: action done");
+        tracing::info!(action = %req.path, by = %who, "console: action done");
         Response::json(200, &json!({ "message": done, "result": v }))
     } else {
         let e = v["error"]

@@ -1,5 +1,5 @@
-//! The console's state: the admin API it acts through, the token and the throttle of wrong
-//! ones, the sessions and the per-minute history, and the task that samples it.
+//! The console's state: the admin API it acts through, the named tokens and the throttle of
+//! wrong ones, the sessions and the per-minute history, and the task that samples it.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use super::auth::TokenCheck;
 use super::{auth, history, throttle};
 use crate::admin::api::AdminState;
 use crate::admin::http::ct_eq;
-use crate::config::Secret;
+use crate::config::AdminToken;
 
 /// How often the per-minute history reads the counters.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
@@ -19,7 +19,8 @@ pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// The console of one admin TCP address.
 pub struct Console {
     pub(super) state: Arc<AdminState>,
-    pub(super) token: Arc<Secret>,
+    /// The tokens of the admin address, each with its name.
+    pub(super) tokens: Vec<AdminToken>,
     pub(super) actions: bool,
     /// The address serves TLS: the session cookie is `Secure`.
     pub(super) secure: bool,
@@ -29,12 +30,12 @@ pub struct Console {
 }
 
 impl Console {
-    /// The console over `state`, guarded by `token`; `[admin] console_actions`, `tls` and the
+    /// The console over `state`, guarded by `tokens`; `[admin] console_actions`, `tls` and the
     /// login delays are read now (like the rest of `[admin]`, a reload does not change
     /// them). Starts the sampler of the per-minute history, which ends with `stop`.
     pub fn start(
         state: Arc<AdminState>,
-        token: Arc<Secret>,
+        tokens: Vec<AdminToken>,
         stop: CancellationToken,
     ) -> Arc<Console> {
         let config = state.control.config();
@@ -43,7 +44,7 @@ impl Console {
             secure: config.admin.tls.is_some(),
             throttle: throttle::Throttle::new(config.admin.login_delay),
             state,
-            token,
+            tokens,
             sessions: auth::Sessions::default(),
             history: history::Recorder::default(),
         });
@@ -61,17 +62,24 @@ impl Console {
         console
     }
 
-    /// Checks `given`, presented from `peer`, against the admin token, unless `peer` must
-    /// still wait after its wrong tokens (see [`throttle`]). A wrong token is logged with the
-    /// address and the wait it earned.
+    /// Checks `given`, presented from `peer`, against the admin tokens, unless `peer` must
+    /// still wait after its wrong tokens (see [`throttle`]). Every token is compared in
+    /// constant time (none is skipped once one matched), so the time taken tells nothing of
+    /// which matched. A wrong token is logged with the address and the wait it earned.
     pub fn check_token(&self, given: &str, peer: IpAddr) -> TokenCheck {
         let now = Instant::now();
         if let throttle::Turn::Wait(w) = self.throttle.turn(peer, now) {
             return TokenCheck::Throttled(w);
         }
-        if ct_eq(given.as_bytes(), self.token.expose().as_bytes()) {
+        let mut matched = None;
+        for t in &self.tokens {
+            if ct_eq(given.as_bytes(), t.secret.expose().as_bytes()) && matched.is_none() {
+                matched = Some(t.name.clone());
+            }
+        }
+        if let Some(name) = matched {
             self.throttle.right(peer);
-            return TokenCheck::Right;
+            return TokenCheck::Right(name);
         }
         let wait = self.throttle.wrong(peer, now);
         tracing::warn!(

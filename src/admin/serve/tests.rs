@@ -381,7 +381,7 @@ async fn an_answer_nobody_reads_is_cut_after_the_write_timeout() {
     let started = tokio::time::Instant::now();
     tokio::time::timeout(
         Duration::from_secs(5),
-        serve_conn(ours, None, slot, listener.clone()),
+        serve_conn(ours, Peer::Unix(None), slot, listener.clone()),
     )
     .await
     .expect("the connection ends after the write timeout");

@@ -9,7 +9,7 @@ use super::super::alert::{Crossed, Evaluated};
 use super::super::evidence::Fact;
 use super::super::model::{Action, PolicyModel, RateDef};
 use super::super::replay::{self, replay};
-use super::super::{Facts, Stage, Verdict};
+use super::super::{Facts, Stage, TakenAnswer, Verdict};
 use super::plan::{self, Class, Eval};
 use super::restrict::evidence_key;
 use super::session::RateSession;
@@ -120,10 +120,18 @@ impl RateSession {
             self.cache.reset_message();
             self.headers.clear();
             self.tally_abandoned();
+            self.contained.store(false, Ordering::Relaxed);
         }
         let restricts = model.restricts();
         if restricts {
             self.note_evidence(stage, facts, now_us);
+        }
+        // A message held for a restricted key is not checked further: its limits would
+        // only tell again, per recipient, what the restriction told.
+        if matches!(stage, Stage::Rcpt | Stage::Data | Stage::Message)
+            && self.contained.load(Ordering::Relaxed)
+        {
+            return Verdict::Continue;
         }
         // The restricted set is checked at MAIL FROM: within the stage's decision when there
         // is one (one round trip with Redis), else on its own before anything is counted.
@@ -333,16 +341,32 @@ impl RateSession {
                 restricted.get_or_insert((i, r));
             }
         }
-        if model.restricts() {
-            let key = evidence_key(facts);
-            self.inner.evidence.note(&key, Fact::Refused, now_us);
-        }
         let restricted = restricted.as_ref().map(|(i, r)| (*i, r));
         let a = settle::answer(evals, s, restricted, stage, facts, model);
+        if model.restricts() {
+            if let Some((limit, action)) = settle::refused_by(evals, s, restricted, &a.verdict) {
+                let fact = Fact::Refused { limit, action };
+                self.inner.evidence.note(&evidence_key(facts), fact, now_us);
+            }
+        }
         if a.held {
-            self.inner
-                .evidence
-                .note(&evidence_key(facts), Fact::Held, now_us);
+            // The message that restricted its key is held as its later ones will be.
+            self.contained.store(true, Ordering::Relaxed);
+            if let Verdict::Hold(o) = &a.verdict {
+                info!(key = %o.key, limit = %o.limit,
+                    client = %facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
+                    user = facts.user.as_deref().unwrap_or(""), "held (restricted)");
+            }
+        }
+        match &a.verdict {
+            Verdict::Hold(o) if o.answer == TakenAnswer::Hold => {
+                self.tell_contained("held", &o.limit, &o.key, now_us);
+            }
+            Verdict::Reply(_) if evals[s].def.action == Action::Defer => {
+                let e = &evals[s];
+                self.tell_contained("defer", &e.def.name, &e.key_text, now_us);
+            }
+            _ => {}
         }
         if let Verdict::Delay(d) = &a.verdict {
             info!(limit = %evals[s].def.name, delay_ms = d.as_millis() as u64, "rate limit delay");

@@ -47,6 +47,7 @@ use std::sync::{Arc, RwLock};
 use super::alert::Observer;
 use super::concurrency::Slots;
 use super::evidence::Evidence;
+use super::held::{HeldNow, HeldReader, HeldSource};
 use super::model::PolicyModel;
 use super::{Policy, SessionPolicy};
 use crate::store::{now_micros, Store, StoreError};
@@ -80,6 +81,8 @@ struct Inner {
     notifier: std::sync::OnceLock<Arc<dyn super::notice::Notifier>>,
     /// Queued messages whose bounces and deferrals are still to come.
     queued: Arc<crate::outcomes::index::Index>,
+    /// What the hold spool holds per key, on this node and the others.
+    held: HeldReader,
 }
 
 /// The floodgate policy: the current generation of limits over one store that outlives
@@ -125,6 +128,7 @@ impl RatePolicy {
                 .into(),
                 current: RwLock::new(model),
                 generation: AtomicU64::new(0),
+                held: HeldReader::new(store.clone()),
                 store,
                 slots: Arc::new(Slots::default()),
                 clock,
@@ -181,7 +185,7 @@ impl RatePolicy {
             &*self.inner.store,
             self.inner.observer.get(),
             &self.inner.metrics,
-            &self.inner.evidence,
+            &self.inner.held,
             &host,
         )
         .await
@@ -193,10 +197,23 @@ impl RatePolicy {
         self.inner.evidence.of(keys)
     }
 
-    /// Brings the `held` count of a restriction's evidence up to this node's (see
-    /// [`Evidence::update_held`]).
-    pub fn update_held(&self, evidence: &mut serde_json::Value, keys: &[&str]) {
-        self.inner.evidence.update_held(evidence, keys);
+    /// Installs where the hold spool in force is, for the `held` of evidence (see
+    /// [`super::held`]). Only the first call takes effect; without one nothing is held.
+    pub fn held_from(&self, source: Arc<dyn HeldSource>) {
+        self.inner.held.read_from(source);
+    }
+
+    /// What the hold spool holds for `key` now, on this node and (with a shared store) the
+    /// others.
+    pub async fn held_now(&self, key: &str) -> HeldNow {
+        let node = self.current().hostname.clone();
+        self.inner.held.now(key, &node).await
+    }
+
+    /// Sets the `held` and `held_by_node` of a restriction's `evidence` of `key` to what
+    /// is held now.
+    pub async fn set_held(&self, evidence: &mut serde_json::Value, key: &str) {
+        self.held_now(key).await.set_in(evidence);
     }
 
     /// The index of queued messages whose outcomes are still to come.
@@ -308,6 +325,13 @@ fn message_keys_of(
         keys.link_domains.clear();
     }
     Some(keys)
+}
+
+impl super::held::Publisher for RatePolicy {
+    fn publish_held(&self) -> impl Future<Output = ()> + Send {
+        let node = self.current().hostname.clone();
+        async move { self.inner.held.publish(&node).await }
+    }
 }
 
 impl super::expiry::Sweeper for RatePolicy {

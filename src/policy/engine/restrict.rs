@@ -2,6 +2,8 @@
 //! own or with the stage's decision), restricting the key of a `restrict` limit over, the
 //! evidence kept on keys, and the `notify_user` mail.
 
+use std::sync::atomic::Ordering;
+
 use tracing::{info, warn};
 
 use super::super::action::{self, var_value};
@@ -69,26 +71,29 @@ impl RateSession {
         self.inner.metrics.restriction("refused");
         let def = model.limits.iter().find(|d| d.name == r.limit);
         let holds = def.is_some_and(|d| d.restrict.as_ref().is_some_and(|x| x.hold));
-        if model.restricts() {
-            let fact = if holds { Fact::Held } else { Fact::Refused };
-            self.inner.evidence.note(&evidence_key(facts), fact, now_us);
-        }
-        info!(
-            key = %r.key,
-            limit = %r.limit,
-            client = %facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
-            user = facts.user.as_deref().unwrap_or(""),
-            while_restricted = if holds { "hold" } else { "defer" },
-            "restricted key refused"
-        );
+        let client = facts.client_ip.map(|i| i.to_string()).unwrap_or_default();
+        let user = facts.user.as_deref().unwrap_or("");
         if holds {
-            // while_restricted = "hold": the message is taken and held, not refused.
+            // while_restricted = "hold": the message is taken and held, not refused; its
+            // later commands are not checked against the limits.
+            self.contained.store(true, Ordering::Relaxed);
+            info!(key = %r.key, limit = %r.limit, client = %client, user, "held (restricted)");
+            self.tell_contained("held", &r.limit, &r.key, now_us);
             return Verdict::Hold(HoldOrder {
                 limit: r.limit.clone(),
                 key: r.key.clone(),
                 answer: TakenAnswer::Hold,
             });
         }
+        if model.restricts() {
+            let fact = Fact::Refused {
+                limit: &r.limit,
+                action: RESTRICTED,
+            };
+            self.inner.evidence.note(&evidence_key(facts), fact, now_us);
+        }
+        info!(key = %r.key, limit = %r.limit, client = %client, user,
+            while_restricted = "defer", "restricted key refused");
         Verdict::Reply(action::restricted_reply(def, &r, facts, &model.hostname))
     }
 
@@ -138,6 +143,12 @@ impl RateSession {
             reason: reason.clone(),
             evidence: self.inner.evidence.of(&[key.as_str(), ekey.as_str()]),
         };
+        let mut r = r;
+        self.inner
+            .held
+            .now(&key, &model.hostname)
+            .await
+            .set_in(&mut r.evidence);
         match self
             .inner
             .store
@@ -204,6 +215,18 @@ impl RateSession {
         }
     }
 
+    /// Tells the observer that `key` was contained by `limit` (`what`: `held`, `defer`).
+    pub(super) fn tell_contained(&self, what: &str, limit: &str, key: &str, now_us: i64) {
+        if let Some(o) = self.inner.observer.get() {
+            o.contained(&super::super::alert::Contained {
+                what: what.into(),
+                limit: limit.into(),
+                key: key.into(),
+                time_us: now_us,
+            });
+        }
+    }
+
     /// Notes what this event says about its key (restricting configs only).
     pub(super) fn note_evidence(&self, stage: Stage, facts: &Facts, now_us: i64) {
         let fact = match stage {
@@ -233,6 +256,9 @@ pub(super) fn unreadable_verdict(model: &PolicyModel, e: &StoreError) -> Verdict
         format!("4.3.0 {host} Rate limit service unavailable, try again later"),
     ))
 }
+
+/// The action a restricted key's refusals are counted under in its evidence.
+pub(super) const RESTRICTED: &str = "restricted";
 
 /// The key evidence is noted under: the authenticated user, else the client address.
 pub(super) fn evidence_key(facts: &Facts) -> String {

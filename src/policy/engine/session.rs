@@ -35,6 +35,9 @@ pub(super) struct RateSession {
     /// Upstream's answers to this transaction's recipients (ratio limits and outcome
     /// counts only).
     pub(super) tally: charge::Tally,
+    /// The transaction's message is held because its key is restricted: its later
+    /// commands are not checked against the limits (the restriction already told).
+    pub(super) contained: AtomicBool,
 }
 
 impl RateSession {
@@ -57,6 +60,7 @@ impl RateSession {
             slots: HashMap::new(),
             unavailable: AtomicBool::new(false),
             tally: charge::Tally::default(),
+            contained: AtomicBool::new(false),
         }
     }
 
@@ -139,10 +143,17 @@ impl SessionPolicy for RateSession {
         &mut self,
         stage: Stage,
         _facts: &Facts,
-        _reply: &Reply,
+        reply: &Reply,
     ) -> Option<Verdict> {
         // What after_upstream does when nothing is pending: there is nothing to settle.
         if charge::stage_followed(&self.model, stage) {
+            return None;
+        }
+        // A refusal by upstream is evidence about the key.
+        if matches!(stage, Stage::Rcpt | Stage::Message)
+            && matches!(reply.code / 100, 4 | 5)
+            && self.model.restricts()
+        {
             return None;
         }
         match stage {
@@ -196,6 +207,7 @@ impl SessionPolicy for RateSession {
     fn transaction_abandoned(&mut self) {
         // Exim's smtp_reset (RSET, HELO/EHLO, STARTTLS) forgets the per-message cache.
         self.cache.reset_message();
+        self.contained.store(false, Ordering::Relaxed);
         let mut pending = std::mem::take(&mut self.txn);
         pending.append(&mut self.step);
         self.headers.clear();

@@ -206,8 +206,31 @@ pub(super) fn paced_behind(
 #[derive(Debug, PartialEq)]
 pub(super) struct Answer {
     pub(super) verdict: Verdict,
-    /// The message is taken and held: the key's evidence counts one more held.
+    /// The message is held because the check restricted its key (`while_restricted =
+    /// "hold"`).
     pub(super) held: bool,
+}
+
+/// The limit and action that refused the event when `verdict` refuses it (a reply or a
+/// disconnection): the strongest limit over with its action, or, when the check
+/// restricted the key, the restricting limit with `restrict`. `None` when the event goes
+/// on, waits or is taken (held, paced, rerouted).
+pub(super) fn refused_by<'e>(
+    evals: &'e [Eval<'_>],
+    strongest: usize,
+    restricted: Option<(usize, &Restriction)>,
+    verdict: &Verdict,
+) -> Option<(&'e str, &'static str)> {
+    if !matches!(verdict, Verdict::Reply(_) | Verdict::Disconnect(_)) {
+        return None;
+    }
+    let s = &evals[strongest];
+    match restricted {
+        Some((i, _)) if s.def.action == Action::Restrict => {
+            Some((evals[i].def.name.as_str(), Action::Restrict.as_str()))
+        }
+        _ => Some((s.def.name.as_str(), s.def.action.as_str())),
+    }
 }
 
 /// The verdict of a check whose strongest limit over is `strongest`. `restricted`: the
@@ -261,7 +284,6 @@ pub(super) fn answer(
             },
             _ => TakenAnswer::Hold,
         };
-        let held = model.restricts() && !matches!(answer, TakenAnswer::Reroute);
         // A message held by a limit on a message key is held under its sender (the key an
         // incident and a release name), not under the band or domain that tripped it.
         let key = if s
@@ -280,7 +302,7 @@ pub(super) fn answer(
                 key,
                 answer,
             }),
-            held,
+            held: false,
         };
     }
     Answer {
@@ -430,6 +452,31 @@ mod tests {
         assert!(
             matches!(&a.verdict, Verdict::Hold(o) if o.key == "k0" && o.answer == TakenAnswer::Hold)
         );
+    }
+
+    #[test]
+    fn only_refusing_verdicts_name_their_limit_and_action() {
+        let refused = |actions: &[&str], over: &[bool]| -> Option<(String, String)> {
+            let m = model(&limits(actions));
+            let ev = evals(&m, over);
+            let s = judge(&ev, Stage::Mail).strongest?;
+            let a = answer(&ev, s, None, Stage::Mail, &facts(), &m);
+            refused_by(&ev, s, None, &a.verdict).map(|(l, a)| (l.to_string(), a.to_string()))
+        };
+        // A warn limit over lets the event through: no refusal, alone or beside a defer.
+        assert_eq!(refused(&["warn"], &[true]), None);
+        assert_eq!(
+            refused(&["warn", "defer"], &[true, true]),
+            Some(("l1-defer".into(), "defer".into()))
+        );
+        assert_eq!(
+            refused(&["deny"], &[true]),
+            Some(("l0-deny".into(), "deny".into()))
+        );
+        // Taken or delayed messages are not refused.
+        for a in ["hold", "pace", "delay", "header"] {
+            assert_eq!(refused(&[a], &[true]), None, "{a}");
+        }
     }
 
     #[test]

@@ -6,11 +6,13 @@ use tracing::{info, warn};
 use super::super::alert::Evaluated;
 use super::super::authdelay;
 use super::super::charge;
+use super::super::evidence::Fact;
 use super::super::model::{Counted, PolicyModel};
 use super::super::request::request;
 use super::super::{Facts, Stage, Verdict};
 use super::pending::message_settlement;
 use super::plan::{applies, key_text};
+use super::restrict::evidence_key;
 use super::session::RateSession;
 use crate::limit::bucket::{BucketOp, Verdict as Spamminess};
 use crate::smtp::reply::Reply;
@@ -121,9 +123,16 @@ impl RateSession {
         }
     }
 
-    /// Upstream answered a recipient: tallied for ratios; a refusal is charged now.
+    /// Upstream answered a recipient: a refusal is evidence about the key; tallied for
+    /// ratios; a refusal is charged now.
     pub(super) async fn rcpt_answered(&mut self, facts: &Facts, reply: &Reply) {
         let model = self.model();
+        if model.restricts() && matches!(reply.code / 100, 4 | 5) {
+            let now_us = (self.inner.clock)();
+            self.inner
+                .evidence
+                .note(&evidence_key(facts), Fact::UpstreamRefusedRecipient, now_us);
+        }
         if !model.follows_outcomes() {
             return;
         }
@@ -143,10 +152,17 @@ impl RateSession {
             charge::ratio_charges(&model, facts, &self.tally, charge::End::Abandoned);
     }
 
-    /// Upstream answered the end of data: refused messages charged, ratio windows
-    /// updated, and a queued message remembered for its later outcomes.
+    /// Upstream answered the end of data: a refusal is evidence about the key; refused
+    /// messages charged, ratio windows updated, and a queued message remembered for its
+    /// later outcomes.
     pub(super) async fn message_answered(&mut self, facts: &Facts, reply: &Reply) {
         let model = self.model();
+        if model.restricts() && matches!(reply.code / 100, 4 | 5) {
+            let now_us = (self.inner.clock)();
+            self.inner
+                .evidence
+                .note(&evidence_key(facts), Fact::UpstreamRefusedMessage, now_us);
+        }
         if !model.follows_outcomes() {
             return;
         }

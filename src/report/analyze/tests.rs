@@ -363,3 +363,103 @@ proptest! {
         prop_assert!(l.p50 <= l.p90 && l.p90 <= l.p99 && l.p99 <= l.max);
     }
 }
+
+fn contained_line(t: f64, what: &str, limit: &str, key: &str) -> String {
+    format!(
+        "{{\"event\":\"contained\",\"t\":{t},\"what\":\"{what}\",\"limit\":\"{limit}\",\"key\":\"{key}\"}}\n"
+    )
+}
+
+/// Ten ordinary keys of about 30 and two stolen accounts of about 66 and 52, neither an
+/// outlier (10 x the median is far above them).
+fn stolen_accounts() -> String {
+    let mut ev = String::new();
+    let mut users: Vec<(String, u32)> = (0..10).map(|i| (format!("u{i}"), 25 + i)).collect();
+    users.push(("stolen1".into(), 66));
+    users.push(("stolen2".into(), 52));
+    for (u, n) in &users {
+        for i in 0..*n {
+            ev.push_str(&line(1000.0 + f64::from(i), "exim", u));
+        }
+    }
+    ev
+}
+
+#[test]
+fn contained_keys_are_flagged_and_hold_the_suggestion_under_their_peaks() {
+    // Without the containment lines the suggestion lets both stolen accounts through.
+    let plain = run(&stolen_accounts(), &opts()).unwrap();
+    let l = &plain.limits[0];
+    let peak = |l: &LimitReport, k: &str| l.top.iter().find(|p| p.key == k).unwrap().peak;
+    assert_eq!(
+        l.outlier_threshold.map(|t| t > peak(l, "stolen1")),
+        Some(true)
+    );
+    assert!(l.suggested > peak(l, "stolen1"), "{}", l.suggested);
+    assert!(l.contained.is_empty() && l.capped_by.is_none());
+    assert!(l.top.iter().all(|k| k.contained.is_none()));
+
+    let mut ev = stolen_accounts();
+    ev.push_str(&contained_line(1070.0, "restricted", "exim", "stolen1"));
+    ev.push_str(&contained_line(1071.0, "held", "exim", "stolen2"));
+    ev.push_str(&contained_line(1072.0, "held", "exim", "stolen2"));
+    // A deferral is not containment; a key held by another limit, under this one's
+    // configured value, does not cap it.
+    ev.push_str(&contained_line(1073.0, "defer", "exim", "u9"));
+    ev.push_str(&contained_line(1074.0, "held", "tb", "u8"));
+    let r = run(&ev, &opts()).unwrap();
+    let l = &r.limits[0];
+    let (p1, p2) = (peak(l, "stolen1"), peak(l, "stolen2"));
+    assert!(p1 > p2);
+    assert!(
+        crate::limit::ewma::is_over(p2, l.suggested),
+        "{} {p2}",
+        l.suggested
+    );
+    assert!(l.suggested <= p2);
+    assert_eq!(l.suggested, step_under("exim", p2));
+    assert_eq!(l.capped_by.as_deref(), Some("stolen2"));
+    let flagged: Vec<(&str, Option<&str>)> = l
+        .contained
+        .iter()
+        .map(|k| (k.key.as_str(), k.contained.as_deref()))
+        .collect();
+    assert_eq!(
+        flagged,
+        [
+            ("stolen1", Some("restricted")),
+            ("stolen2", Some("held")),
+            ("u8", Some("held"))
+        ]
+    );
+    let top: Vec<Option<&str>> = l.top.iter().map(|k| k.contained.as_deref()).collect();
+    assert_eq!(top[..2], [Some("restricted"), Some("held")]);
+    // Both stolen accounts are among the keys the suggestion would have limited.
+    let limited: Vec<&str> = l.would_limit.iter().map(|k| k.key.as_str()).collect();
+    assert!(
+        limited.contains(&"stolen1") && limited.contains(&"stolen2"),
+        "{limited:?}"
+    );
+    // The ordinary maximum leaves contained keys out.
+    assert_eq!(l.ordinary_max, peak(l, "u9"));
+    // The text report says so.
+    let text = crate::report::render::text(&r);
+    assert!(text.contains("stolen1  [restricted]"), "{text}");
+    assert!(text.contains("held under the peak of stolen2"), "{text}");
+    // Containments outside --since/--until are not counted.
+    let late = Options {
+        until_us: Some(1_069_000_000),
+        ..opts()
+    };
+    let r = run(&ev, &late).unwrap();
+    assert!(r.limits[0].contained.is_empty());
+}
+
+#[test]
+fn step_under_is_the_highest_step_a_peak_is_over() {
+    assert_eq!(step_under("exim", 52.0), 50.0);
+    assert_eq!(step_under("exim", 50.0), 50.0);
+    assert_eq!(step_under("gcra", 50.0), 20.0);
+    assert_eq!(step_under("exim", 0.3), 1.0);
+    assert_eq!(step_under("exim", 1234.0), 1000.0);
+}

@@ -238,7 +238,12 @@ fn limit_strategy() -> impl Strategy<Value = (LimitReport, LimitCharts)> {
         .prop_map(|(name, top, peaks, configured, suggested, series)| {
             let top: Vec<KeyPeak> = top
                 .into_iter()
-                .map(|(key, peak, events)| KeyPeak { key, peak, events })
+                .map(|(key, peak, events)| KeyPeak {
+                    contained: (peak > 5e5).then(|| "restricted".to_string()),
+                    key,
+                    peak,
+                    events,
+                })
                 .collect();
             let series = top
                 .iter()
@@ -278,6 +283,8 @@ fn limit_strategy() -> impl Strategy<Value = (LimitReport, LimitCharts)> {
                     own_limit_keys: 0,
                     over_own_limit: 0,
                     own_limit_top: Vec::new(),
+                    contained: Vec::new(),
+                    capped_by: None,
                 },
                 LimitCharts { peaks, series },
             )
@@ -313,4 +320,35 @@ proptest! {
         prop_assert_eq!(html.matches("<svg class=\"histogram\"").count(), n);
         prop_assert!(!html.contains("NaN"));
     }
+}
+
+#[test]
+fn contained_keys_are_flagged_in_the_page() {
+    let c = config();
+    let opts = Options {
+        top: 5,
+        ..Options::default()
+    };
+    let mut ev = events();
+    // user3 was restricted by the exim limit: the suggestion stays under its peak.
+    ev.push_str(
+        "{\"event\":\"contained\",\"t\":1700000500,\"what\":\"restricted\",\"limit\":\"exim\",\"key\":\"user3\"}\n",
+    );
+    let model = crate::policy::compile(&c).unwrap();
+    let r = analyze(&model, "ev", ev.as_bytes(), &opts).unwrap();
+    let ch = collect(&model, "ev", ev.as_bytes(), &opts, &r).unwrap();
+    let l = &r.limits[0];
+    let user3 = l.contained.iter().find(|k| k.key == "user3").unwrap();
+    assert!(l.suggested <= user3.peak, "{} {}", l.suggested, user3.peak);
+    assert_eq!(l.capped_by.as_deref(), Some("user3"));
+    let html = page(&r, &ch);
+    well_formed(&html).unwrap();
+    assert!(
+        html.contains("<p class=\"contained\">Contained (restricted or held) in the period: <strong>user3</strong> (restricted, peak "),
+        "{html}"
+    );
+    assert!(
+        html.contains("held under the peak of <strong>user3</strong>"),
+        "{html}"
+    );
 }

@@ -5,6 +5,7 @@
 //! * [`encode`](mod@encode): decision → script keys and arguments, reply → result.
 //! * [`conn`]: connection manager, cluster, TLS, credentials.
 //! * [`failover`]: what happens when Redis does not answer (open, closed, local).
+//! * `held`: each node's count of held messages per key, published for the others.
 //! * [`copy`]: each node's copy of the restricted set, which keeps restrictions in force
 //!   while Redis does not answer.
 //!
@@ -37,6 +38,7 @@ pub mod conn;
 pub mod copy;
 pub mod encode;
 pub mod failover;
+mod held;
 mod ratio;
 mod restrict;
 mod scan;
@@ -497,5 +499,23 @@ impl Store for RedisStore {
 
     fn load_baselines<'a>(&'a self, limit: &'a str) -> StoreFuture<'a, Option<super::BaselineSet>> {
         Box::pin(self.load_baseline_set(limit))
+    }
+
+    fn shares_state(&self) -> bool {
+        true
+    }
+
+    fn publish_held<'a>(
+        &'a self,
+        node: &'a str,
+        counts: &'a [(String, u64)],
+        gone: &'a [String],
+        ttl: std::time::Duration,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.publish_held_counts(node, counts, gone, ttl))
+    }
+
+    fn held_counts<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<(String, u64)>> {
+        Box::pin(self.held_counts_of(key))
     }
 }

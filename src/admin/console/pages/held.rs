@@ -154,13 +154,21 @@ fn row(h: &HeldHead, section: &[u8], actions: bool) -> String {
     if actions {
         let id = [("id", m.id.as_str())];
         out.push_str("<td class=\"buttons\">");
+        // The reason goes with either button and a release needs one; a release of mail of
+        // a key still restricted also the box, shown with the server's warning
+        // (console.js). Neither has a name: the selection form around the table sends its
+        // own.
+        out.push_str("<input class=\"reason\" placeholder=\"why\" aria-label=\"reason\"> ");
         out.push_str(&html::action_button(
             "Release",
             &html::url("/console/act/held/release", &id),
             "Release now?",
-            false,
+            true,
         ));
-        out.push(' ');
+        out.push_str(
+            " <label class=\"confirm\" hidden><input type=\"checkbox\" class=\"confirm\"> \
+             release though restricted</label> ",
+        );
         out.push_str(&html::action_button(
             "Delete",
             &html::url("/console/act/held/delete", &id),
@@ -242,11 +250,11 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     }
     let _ = write!(
         b,
-        "<p class=\"muted\" id=\"held-count\">{total} messages held ({} KiB) of at most {} \
-         ({} KiB), newest first.</p>",
-        bytes / 1024,
+        "<p class=\"muted\" id=\"held-count\">{total} messages held ({}) of at most {} \
+         ({}), newest first.</p>",
+        html::size(bytes),
         settings.max_messages,
-        settings.max_bytes / 1024
+        html::size(settings.max_bytes)
     );
     let params = filter.params();
     if shell.actions {
@@ -291,8 +299,10 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
             "<p class=\"act-form\"><label>Reason <input name=\"reason\" required \
              placeholder=\"why\"></label> <button type=\"submit\" name=\"op\" value=\"release\">\
              Release selected</button> <button type=\"submit\" name=\"op\" value=\"delete\">\
-             Delete selected</button></p></form>",
+             Delete selected</button> ",
         );
+        b.push_str(html::CONFIRM_FIELD);
+        b.push_str("</p></form>");
     }
     b.push_str(&paging::links(
         "/console/held",

@@ -111,12 +111,13 @@ fn restriction(r: &Restriction) -> String {
 
 /// The incident page's action forms: each needs a reason.
 fn actions(key: &str, restricted: bool, held: usize, shell: &Shell<'_>) -> String {
-    let form = |op: &str, extra: &str, label: &str, note: &str| {
+    // `extra` comes before the reason, `confirm` after it.
+    let form = |op: &str, extra: &str, confirm: &str, label: &str, note: &str| {
         format!(
             "<form class=\"act-form\" method=\"post\" action=\"/console/act/key\" \
              id=\"act-{op}\">{}<input type=\"hidden\" name=\"key\" value=\"{}\">\
              <input type=\"hidden\" name=\"op\" value=\"{op}\">{extra}\
-             <label>Reason <input name=\"reason\" required placeholder=\"why\"></label>\
+             <label>Reason <input name=\"reason\" required placeholder=\"why\"></label>{confirm}\
              <button type=\"submit\">{label}</button> <span class=\"muted\">{note}</span></form>",
             html::csrf_field(shell),
             html::attr(key)
@@ -127,6 +128,7 @@ fn actions(key: &str, restricted: bool, held: usize, shell: &Shell<'_>) -> Strin
         out.push_str(&form(
             "release",
             "",
+            "",
             "Release the restriction",
             "also resets the records of the limit that restricted it",
         ));
@@ -136,6 +138,7 @@ fn actions(key: &str, restricted: bool, held: usize, shell: &Shell<'_>) -> Strin
         "<label>For <select name=\"for\"><option value=\"1h\">1 hour</option>\
          <option value=\"1d\">1 day</option><option value=\"7d\">7 days</option>\
          <option value=\"until_released\">until released</option></select></label>",
+        "",
         if restricted {
             "Restrict again"
         } else {
@@ -144,14 +147,17 @@ fn actions(key: &str, restricted: bool, held: usize, shell: &Shell<'_>) -> Strin
         "refuses its mail (or holds it, as the policy says) until then",
     ));
     if held > 0 {
+        // Releasing the mail of a key still restricted needs the box ticked.
         out.push_str(&form(
             "release-held",
             "",
+            if restricted { html::CONFIRM_FIELD } else { "" },
             &format!("Release all {held} held"),
             "relays them upstream now",
         ));
         out.push_str(&form(
             "delete-held",
+            "",
             "",
             &format!("Delete all {held} held"),
             "for good",

@@ -208,9 +208,10 @@ pub async fn page(c: &Console, req: &Request, id: &str, shell: &Shell<'_>) -> Re
              <input type=\"hidden\" name=\"back\" value=\"/console/held\">\
              <label>Reason <input name=\"reason\" required placeholder=\"why\"></label>\
              <button type=\"submit\" name=\"op\" value=\"release\">Release</button>\
-             <button type=\"submit\" name=\"op\" value=\"delete\">Delete</button></form>",
+             <button type=\"submit\" name=\"op\" value=\"delete\">Delete</button> {}</form>",
             html::csrf_field(shell),
-            html::attr(&e.id)
+            html::attr(&e.id),
+            html::CONFIRM_FIELD
         );
     }
     b.push_str("<h2>Header section</h2><pre id=\"headers\">");

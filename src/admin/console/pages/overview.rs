@@ -1,33 +1,88 @@
-//! The overview: what is happening now and over the last hour, and the store's health.
+//! The overview: what is happening now and over the last 1, 6 or 24 hours
+//! (`?range=1h|6h|24h`), the latest containments, and the store's health. The page
+//! reloads itself every [`REFRESH_SECS`] (no script needed) and has a refresh link.
 
 use std::fmt::Write as _;
 
-use crate::admin::console::history::minute_of;
+use crate::admin::console::history::{minute_of, Range};
 use crate::admin::console::html::{self, Nav, Shell};
-use crate::admin::console::respond::html_response;
+use crate::admin::console::respond::{error_page, html_response};
 use crate::admin::console::state::Console;
 use crate::admin::console::svg::{line_chart, Chart, Series};
-use crate::admin::http::Response;
+use crate::admin::http::{Request, Response};
+use crate::policy::alert::Contained;
+use crate::policy::model::Action;
 use crate::store::open::Opened;
 
-/// `GET /console/`.
-pub async fn page(c: &Console, shell: &Shell<'_>) -> Response {
+/// How often the page reloads itself, seconds.
+pub const REFRESH_SECS: u32 = 60;
+/// Most entries in the feed of latest containments.
+pub const FEED: usize = 20;
+
+/// `GET /console/?range=1h|6h|24h`.
+pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
+    let range = match req.param("range") {
+        None => Range::Hour,
+        Some(v) => match Range::parse(v) {
+            Some(r) => r,
+            None => {
+                return error_page(
+                    400,
+                    &format!(
+                        "range must be 1h, 6h or 24h, not {:?}",
+                        v.chars().take(40).collect::<String>()
+                    ),
+                    shell,
+                )
+            }
+        },
+    };
     let config = c.state.control.generation();
     let metrics = &c.state.metrics;
     let now = minute_of(crate::store::now_micros());
     c.history.sample(metrics, &config, now);
+    // The deferral chart and totals: only limits whose action defers.
+    let deferring: Vec<&str> = config
+        .policy
+        .limits
+        .iter()
+        .filter(|d| d.action == Action::Defer)
+        .map(|d| d.name.as_str())
+        .collect();
     let names: Vec<&str> = config
         .policy
         .limits
         .iter()
         .map(|d| d.name.as_str())
         .collect();
-    let (messages, sessions, limits) = {
+    let (messages, sent, sessions, limits) = {
         let h = c.history.lock();
-        (h.messages(now), h.sessions(now), h.limits(now, &names))
+        (
+            h.messages(now, range),
+            h.sent(now, range),
+            h.sessions(now, range),
+            h.limits(now, range, &names),
+        )
     };
     let restricted = c.state.store.as_store().restrictions().await;
+    let words = range.words();
     let mut b = String::with_capacity(16 * 1024);
+
+    b.push_str("<p class=\"range\" id=\"range\">");
+    for r in Range::ALL {
+        let href = html::url("/console/", &[("range", r.as_str())]);
+        if r == range {
+            let _ = write!(b, "<strong aria-current=\"true\">{}</strong> ", r.as_str());
+        } else {
+            let _ = write!(b, "<a href=\"{href}\">{}</a> ", r.as_str());
+        }
+    }
+    let _ = write!(
+        b,
+        "· <a id=\"refresh\" href=\"{}\">refresh</a> \
+         <span class=\"muted\">(the page reloads itself every minute)</span></p>",
+        html::url("/console/", &[("range", range.as_str())])
+    );
 
     b.push_str("<dl class=\"cards\">");
     let mut card = |label: &str, value: String| {
@@ -35,21 +90,27 @@ pub async fn page(c: &Console, shell: &Shell<'_>) -> Response {
     };
     card("sessions open", metrics.sessions_open.get().to_string());
     card(
-        "sessions, last hour",
+        &format!("sessions, {words}"),
         html::num(sessions.iter().sum::<f64>()),
     );
+    let (relayed, released, notices) = sent;
     card(
-        "messages, last hour",
-        html::num(messages.iter().sum::<f64>()),
+        &format!("messages, {words}"),
+        format!(
+            "<span id=\"messages-sent\">{}</span> <small>({relayed} relayed, {released} \
+             released from hold, {notices} notices)</small>",
+            relayed + released + notices
+        ),
     );
     card(
         "messages, this minute",
         html::num(messages.last().copied().unwrap_or(0.0)),
     );
     card(
-        "deferrals, last hour",
+        &format!("deferrals, {words}"),
         limits
             .iter()
+            .filter(|l| deferring.contains(&l.name.as_str()))
             .map(|l| l.total_deferred)
             .sum::<u64>()
             .to_string(),
@@ -70,10 +131,16 @@ pub async fn page(c: &Console, shell: &Shell<'_>) -> Response {
     );
     b.push_str("</dl>");
 
-    let labels = super::hour_labels(now);
-    b.push_str("<h2>Messages and sessions per minute</h2>");
+    let labels = range_labels(now, range);
+    let per = if range.step() == 1 {
+        "per minute".to_string()
+    } else {
+        format!("per {} minutes", range.step())
+    };
+    let _ = write!(b, "<h2>Messages and sessions {per}</h2>");
+    let title = format!("Messages sent and sessions admitted {per}, {words}");
     b.push_str(&line_chart(&Chart {
-        title: "Messages relayed and sessions admitted per minute, last hour",
+        title: &title,
         width: 760,
         height: 200,
         points: messages.len(),
@@ -89,15 +156,17 @@ pub async fn page(c: &Console, shell: &Shell<'_>) -> Response {
             },
         ],
     }));
-    b.push_str("<h2>Deferrals per minute, by limit</h2>");
+    let _ = write!(b, "<h2>Deferrals {per}, by limit</h2>");
+    let title = format!("Deferrals {per} by limit (limits whose action is defer), {words}");
     b.push_str(&line_chart(&Chart {
-        title: "Deferrals per minute by limit, last hour",
+        title: &title,
         width: 760,
         height: 200,
         points: messages.len(),
         x_labels: labels,
         series: limits
             .iter()
+            .filter(|l| deferring.contains(&l.name.as_str()))
             .map(|l| Series {
                 name: &l.name,
                 values: &l.deferred,
@@ -105,10 +174,20 @@ pub async fn page(c: &Console, shell: &Shell<'_>) -> Response {
             .collect(),
     }));
 
-    b.push_str(
+    b.push_str("<h2>Latest restrictions, holds and deferrals</h2>");
+    let recent = c
+        .state
+        .observer
+        .as_ref()
+        .map(|o| o.recent_contained(FEED))
+        .unwrap_or_default();
+    b.push_str(&feed(recent, restricted.as_deref().unwrap_or(&[])));
+
+    let _ = write!(
+        b,
         "<h2>Limits</h2><table><thead><tr><th>limit</th><th>action</th>\
-         <th class=\"n\">deferrals, last hour</th><th class=\"n\">over the limit, last hour \
-         (any action)</th></tr></thead><tbody>",
+         <th class=\"n\">deferrals, {words}</th><th class=\"n\">over the limit, {words} \
+         (any action)</th></tr></thead><tbody>"
     );
     for (def, l) in config.policy.limits.iter().zip(&limits) {
         let _ = write!(
@@ -136,7 +215,65 @@ pub async fn page(c: &Console, shell: &Shell<'_>) -> Response {
             html::text(&e.to_string(), 500)
         );
     }
-    html_response(200, html::page("Overview", Nav::Overview, shell, &b))
+    html_response(
+        200,
+        html::page_refreshing("Overview", Nav::Overview, shell, &b, Some(REFRESH_SECS)),
+    )
+}
+
+/// The labels under a range's time axis ending at minute `now`: its first point, the
+/// middle and `now`.
+fn range_labels(now: i64, range: Range) -> Vec<(usize, String)> {
+    let n = range.points();
+    let first = now - range.minutes() as i64 + 1;
+    let at = |i: usize| first + (i * range.step()) as i64;
+    vec![
+        (0, super::clock(at(0))),
+        (n / 2, super::clock(at(n / 2))),
+        (n - 1, format!("{} UTC", super::clock(now))),
+    ]
+}
+
+/// The latest containments, newest first, at most [`FEED`]: this node's holds and
+/// deferrals (and restrictions it saw) with every restriction in force, each key linking
+/// to its page.
+fn feed(mut recent: Vec<Contained>, restricted: &[crate::store::Restriction]) -> String {
+    for r in restricted {
+        let seen = recent
+            .iter()
+            .any(|c| c.what == "restricted" && c.key == r.key && c.limit == r.limit);
+        if !seen {
+            recent.push(Contained {
+                what: "restricted".into(),
+                limit: r.limit.clone(),
+                key: r.key.clone(),
+                time_us: r.since_us,
+            });
+        }
+    }
+    recent.sort_by(|a, b| b.time_us.cmp(&a.time_us).then_with(|| a.key.cmp(&b.key)));
+    recent.truncate(FEED);
+    if recent.is_empty() {
+        return "<p class=\"muted\" id=\"feed\">Nothing restricted, held or deferred \
+                since floodgate started.</p>"
+            .into();
+    }
+    let mut out = String::from(
+        "<table id=\"feed\"><thead><tr><th>when</th><th>what</th><th>key</th><th>limit</th>\
+         </tr></thead><tbody>",
+    );
+    for c in &recent {
+        let _ = write!(
+            out,
+            "<tr data-row><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            super::when(c.time_us),
+            html::text(&c.what, 20),
+            html::key_link(&c.key),
+            html::text(&c.limit, html::CELL_CHARS)
+        );
+    }
+    out.push_str("</tbody></table>");
+    out
 }
 
 /// The store's kind, health and failure mode, as a definition list.
@@ -162,7 +299,10 @@ fn store_health(store: &Opened, metrics: &crate::admin::Metrics) -> String {
                     s.bucket_keys
                 ),
             ));
-            rows.push(("memory", format!("about {} KiB", s.approx_bytes / 1024)));
+            rows.push((
+                "memory",
+                format!("about {}", html::size(s.approx_bytes as u64)),
+            ));
             rows.push(("evictions (key cap)", s.evictions.to_string()));
         }
         Opened::Redis(f) => {

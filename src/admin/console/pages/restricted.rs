@@ -20,7 +20,7 @@ pub fn evidence(v: &Value) -> String {
 
 /// `GET /console/restricted`.
 pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
-    let mut list = match c.state.store.as_store().restrictions().await {
+    let mut list = match c.state.restrictions_now().await {
         Ok(l) => l,
         Err(e) => return error_page(503, &e.to_string(), shell),
     };
@@ -97,6 +97,22 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn refusals_and_nodes_read_as_words() {
+        let e = evidence(&json!({
+            "refusals": {"upstream": {"rcpt": 3, "data": 1},
+                         "floodgate": {"per-user": {"defer": 4, "restricted": 2}}},
+            "held": 5,
+            "held_by_node": {"mx1": 3, "mx2": 2},
+        }));
+        assert!(
+            e.contains("<dd>upstream 4 (rcpt 3, data 1); floodgate: per-user defer 4, per-user restricted 2</dd>"),
+            "{e}"
+        );
+        assert!(e.contains("<dt>held</dt><dd>5</dd>"), "{e}");
+        assert!(e.contains("<dd>mx1 3, mx2 2</dd>"), "{e}");
+    }
 
     #[test]
     fn evidence_is_escaped_and_cut() {

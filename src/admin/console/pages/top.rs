@@ -1,5 +1,6 @@
 //! Top keys: every stored key read against its limit, highest first, one limit or all,
-//! paged. Only the rows up to the page shown are kept while the store is walked (the
+//! paged; one row per key, its nearest limit first (its other limits after it), restricted
+//! keys marked. Only the rows up to the page shown are kept while the store is walked (the
 //! `top` builder keeps about twice that), so 100,000 keys cost one walk, not a sort of
 //! them all.
 
@@ -43,6 +44,38 @@ pub fn collect(
     records(&mut |k, r| top.add(k, r));
     let total = top.offered();
     (top.finish(), total)
+}
+
+/// One key's row: its nearest limit's entry, then its other limits with their ratio.
+pub struct KeyRow {
+    /// The key text (what the key page takes).
+    pub text: String,
+    /// The entry of the limit it is nearest to (highest value against the limit).
+    pub nearest: TopEntry,
+    /// Its other limits, nearest first: (limit, value / limit).
+    pub others: Vec<(String, f64)>,
+}
+
+/// `entries` (highest first) as one row per key text, in the order of each key's nearest
+/// limit.
+pub fn by_key(model: &PolicyModel, entries: Vec<TopEntry>) -> Vec<KeyRow> {
+    let mut rows: Vec<KeyRow> = Vec::new();
+    let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for e in entries {
+        let text = key_text(model, &e.reading.limit, &e.key).to_string();
+        match at.get(&text) {
+            Some(&i) => rows[i].others.push((e.reading.limit.clone(), e.ratio)),
+            None => {
+                at.insert(text.clone(), rows.len());
+                rows.push(KeyRow {
+                    text,
+                    nearest: e,
+                    others: Vec::new(),
+                });
+            }
+        }
+    }
+    rows
 }
 
 /// `GET /console/top`.
@@ -104,7 +137,13 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     };
     let shown_total = total.min(MAX_TOP);
     let pg = pg.clamp(shown_total);
-    let range = pg.range(entries.len());
+    let rows = by_key(&config.policy, entries);
+    let range = pg.range(rows.len());
+    let restricted: std::collections::HashSet<String> =
+        match c.state.store.as_store().restrictions().await {
+            Ok(list) => list.into_iter().map(|r| r.key).collect(),
+            Err(_) => Default::default(),
+        };
 
     let mut b = String::with_capacity(32 * 1024);
     b.push_str("<p class=\"limits\">");
@@ -148,26 +187,62 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
          <th class=\"n\">value</th><th class=\"n\">limit</th><th>per</th><th>against the \
          limit</th><th class=\"n\">under again in</th></tr></thead><tbody>",
     );
-    for (i, e) in entries[range.clone()].iter().enumerate() {
+    for (i, row) in rows[range.clone()].iter().enumerate() {
+        let e = &row.nearest;
         let r = &e.reading;
-        let text = key_text(&config.policy, &r.limit, &e.key);
         let until = match (r.over, r.until_under_secs) {
             (false, _) => String::new(),
             (true, Some(s)) => format!("{} s", html::num(s.ceil())),
             (true, None) => "never by waiting".into(),
         };
+        let is_restricted = restricted.contains(&row.text);
+        let mut class = Vec::new();
+        if r.over {
+            class.push("over");
+        }
+        if is_restricted {
+            class.push("restricted");
+        }
+        let others: Vec<String> = row
+            .others
+            .iter()
+            .map(|(l, ratio)| {
+                format!(
+                    "{} {}%",
+                    html::text(l, 60),
+                    html::num((ratio * 100.0).round())
+                )
+            })
+            .collect();
         let _ = write!(
             b,
-            "<tr{}><td class=\"n\" data-label=\"#\">{}</td><td data-label=\"key\">{}<br>\
-             <small class=\"muted\">{}</small></td><td data-label=\"limit\">{}</td>\
+            "<tr{}><td class=\"n\" data-label=\"#\">{}</td><td data-label=\"key\">{}{}<br>\
+             <small class=\"muted\">{}</small></td><td data-label=\"limit\">{}{}</td>\
              <td class=\"n\" data-label=\"value\">{}</td><td class=\"n\" data-label=\"limit\">{}</td>\
              <td data-label=\"per\">{}</td><td data-label=\"against the limit\">{}</td>\
              <td class=\"n\" data-label=\"under again in\">{}</td></tr>",
-            if r.over { " class=\"over\"" } else { "" },
+            if class.is_empty() {
+                String::new()
+            } else {
+                format!(" class=\"{}\"", class.join(" "))
+            },
             range.start + i + 1,
-            html::key_link(text),
+            html::key_link(&row.text),
+            if is_restricted {
+                " <strong class=\"badge restricted\">restricted</strong>"
+            } else {
+                ""
+            },
             html::text(&e.key, html::CELL_CHARS),
             html::text(&r.limit, 60),
+            if others.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "<br><small class=\"muted\">also {}</small>",
+                    others.join(", ")
+                )
+            },
             html::num(r.value),
             html::num(r.limit_value),
             html::escape(&r.period),
@@ -249,5 +324,49 @@ mod tests {
         assert_eq!((e.len(), total), (5, 1001));
         let (e, total) = collect(&m, feed, Some("tb"), 5, now);
         assert_eq!((e.len(), total), (1, 1));
+    }
+
+    #[test]
+    fn one_row_per_key_with_its_nearest_limit_first() {
+        let m = model();
+        let now = 1_000_000_000_000_000;
+        let records = vec![
+            (
+                "1h/per_rcpt/alice".to_string(),
+                Record::Ewma(EwmaState {
+                    time_us: now,
+                    rate: 5.0,
+                }),
+            ),
+            (
+                "1h/per_rcpt/bob".to_string(),
+                Record::Ewma(EwmaState {
+                    time_us: now,
+                    rate: 9.0,
+                }),
+            ),
+            (
+                "gcra/tb/alice".to_string(),
+                Record::Gcra {
+                    tat_ns: now * 1000 + 60_000_000_000,
+                },
+            ),
+        ];
+        let feed = |f: &mut dyn FnMut(&str, Record)| {
+            for (k, r) in &records {
+                f(k, r.clone());
+            }
+        };
+        let (e, total) = collect(&m, feed, None, 10, now);
+        assert_eq!((e.len(), total), (3, 3));
+        let rows = by_key(&m, e);
+        let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
+        assert_eq!(texts, ["bob", "alice"]);
+        // alice's nearest limit is the one she is highest against; the other follows.
+        let alice = &rows[1];
+        let mut ratios = vec![alice.nearest.ratio];
+        ratios.extend(alice.others.iter().map(|(_, r)| *r));
+        assert_eq!(alice.others.len(), 1);
+        assert!(ratios[0] >= ratios[1], "{ratios:?}");
     }
 }

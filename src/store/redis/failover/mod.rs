@@ -592,6 +592,24 @@ impl Store for FailoverStore {
         Box::pin(self.redis.load_baseline_set(limit))
     }
 
+    fn shares_state(&self) -> bool {
+        true
+    }
+
+    fn publish_held<'a>(
+        &'a self,
+        node: &'a str,
+        counts: &'a [(String, u64)],
+        gone: &'a [String],
+        ttl: std::time::Duration,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.redis.publish_held_counts(node, counts, gone, ttl))
+    }
+
+    fn held_counts<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<(String, u64)>> {
+        Box::pin(self.redis.held_counts_of(key))
+    }
+
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, usize> {
         Box::pin(async move {
             let local = self.local.reset_key(key);

@@ -1,0 +1,185 @@
+//! The audit log (`[admin] audit`): one JSON line per admin action, appended to a file
+//! opened `O_APPEND` (created mode 0600) for each line, so a rotated file is followed:
+//!
+//! ```json
+//! {"time":"2025-01-02T03:04:05.000000Z","who":"token:alice","action":"release","target":"bob","reason":"password changed","result":"ok"}
+//! ```
+//!
+//! `who` is the [`Actor`] (`token:NAME` or `user:NAME`); `action` one of [`ACTIONS`];
+//! `target` the key, the held message's id, or (for a console selection refused before
+//! any message was touched) the ids it selected, or `null` (reload); `reason` the reason given or `null`; `result` `ok`,
+//! `refused: WHY` (the request was refused: a 4xx) or `error: WHY` (it failed: a 5xx).
+//! A held action writes one line per message. A line that cannot be written is logged and
+//! counted (`floodgate_audit_write_errors_total`); the action goes on regardless.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::actor::Actor;
+use super::http::Response;
+
+/// The actions the audit log records.
+pub const ACTIONS: [&str; 6] = [
+    "release",
+    "restrict",
+    "held_release",
+    "held_delete",
+    "reset",
+    "reload",
+];
+
+/// The audit log's file.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+}
+
+impl AuditLog {
+    /// The audit log at `path`, created (mode 0600) now if missing, so a path that cannot
+    /// be written is found at start.
+    pub fn open(path: &Path) -> std::io::Result<AuditLog> {
+        append(path, b"")?;
+        Ok(AuditLog { path: path.into() })
+    }
+
+    /// Where it is written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `line` (one JSON object) and a newline in one write.
+    pub fn write(&self, line: &str) -> std::io::Result<()> {
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        append(&self.path, &bytes)
+    }
+}
+
+fn append(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)
+}
+
+/// One audit line (without its newline): at `time_us` (microseconds since the epoch),
+/// `who` did `action` on `target` for `reason`, with `result`; the fields in that order.
+pub fn line(
+    time_us: i64,
+    who: &Actor,
+    action: &str,
+    target: &Value,
+    reason: Option<&str>,
+    result: &str,
+) -> String {
+    let text = |v: &str| Value::from(v).to_string();
+    format!(
+        "{{\"time\":{},\"who\":{},\"action\":{},\"target\":{target},\"reason\":{},\"result\":{}}}",
+        text(&crate::time::rfc3339(time_us)),
+        text(&who.to_string()),
+        text(action),
+        reason.map_or_else(|| "null".into(), text),
+        text(result),
+    )
+}
+
+/// The `result` of an answer: `ok` (2xx), `refused: WHY` (4xx), `error: WHY` (otherwise),
+/// WHY being the answer's `error` text.
+pub fn result_of(r: &Response) -> String {
+    if (200..300).contains(&r.status) {
+        return "ok".into();
+    }
+    let why = serde_json::from_slice::<Value>(&r.body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("status {}", r.status));
+    if (400..500).contains(&r.status) {
+        format!("refused: {why}")
+    } else {
+        format!("error: {why}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_line_format() {
+        let l = line(
+            1_735_787_045_000_000,
+            &Actor::Token("alice".into()),
+            "release",
+            &json!("bob@example.org"),
+            Some("password \"changed\"\nnow"),
+            "ok",
+        );
+        assert_eq!(
+            l,
+            "{\"time\":\"2025-01-02T03:04:05.000000Z\",\"who\":\"token:alice\",\"action\":\"release\",\
+             \"target\":\"bob@example.org\",\"reason\":\"password \\\"changed\\\"\\nnow\",\"result\":\"ok\"}"
+        );
+        let v: Value = serde_json::from_str(&line(
+            0,
+            &Actor::User("root".into()),
+            "reload",
+            &Value::Null,
+            None,
+            "error: bad config",
+        ))
+        .unwrap();
+        assert_eq!(v["who"], "user:root");
+        assert_eq!(v["time"], "1970-01-01T00:00:00.000000Z");
+        assert!(v["target"].is_null() && v["reason"].is_null());
+        assert_eq!(v["result"], "error: bad config");
+        // One line, whatever the text holds.
+        assert!(!l.contains('\n'));
+    }
+
+    #[test]
+    fn results_from_answers() {
+        assert_eq!(result_of(&Response::json(200, &json!({}))), "ok");
+        assert_eq!(
+            result_of(&Response::error(400, "say why")),
+            "refused: say why"
+        );
+        assert_eq!(
+            result_of(&Response::error(409, "still restricted")),
+            "refused: still restricted"
+        );
+        assert_eq!(
+            result_of(&Response::error(503, "store down")),
+            "error: store down"
+        );
+        assert_eq!(
+            result_of(&Response::text(500, "text/plain", "x".into())),
+            "error: status 500"
+        );
+    }
+
+    #[test]
+    fn appends_to_a_private_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::TempDir::new().unwrap();
+        let p = d.path().join("audit.jsonl");
+        let log = AuditLog::open(&p).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"");
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        log.write("{\"a\":1}").unwrap();
+        log.write("{\"a\":2}").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "{\"a\":1}\n{\"a\":2}\n"
+        );
+        // A path that cannot be created is an error at open.
+        assert!(AuditLog::open(&d.path().join("no/such/dir")).is_err());
+    }
+}

@@ -1,0 +1,310 @@
+//! What the hold spool holds now for a key, the `held` of a restriction's evidence: this
+//! node's spool read at the time it is asked, and with a store that nodes share (Redis) each
+//! other node's count as that node last published it.
+//!
+//! A held message counts for a key when the key is the one it was held under (its
+//! envelope's `key`) or its authenticated user. Each node publishes its counts per key
+//! every [`PUBLISH_EVERY`], kept by the store for [`PUBLISHED_FOR`]: a node that stops
+//! (or whose spool empties) drops out of the sum within that time.
+//!
+//! Nodes are named by their `[server] hostname` (the alerts' `host`). A node publishes
+//! under its [`node_id`]: the name, the machine's host name and the spool directory, so
+//! that nodes sharing one `hostname` (behind one load balancer) never overwrite each
+//! other's counts and a restarted node takes its own place again; counts are summed by
+//! name.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::hold::{HeldHead, Spool};
+use crate::store::Store;
+
+/// How often each node publishes its counts to a shared store.
+pub const PUBLISH_EVERY: Duration = Duration::from_secs(10);
+/// How long a published count is believed.
+pub const PUBLISHED_FOR: Duration = Duration::from_secs(30);
+
+/// Where the hold spool in force is (it may come or go with a reload).
+pub trait HeldSource: Send + Sync {
+    /// The hold spool in force, if any.
+    fn spool(&self) -> Option<Arc<Spool>>;
+}
+
+impl<F> HeldSource for F
+where
+    F: Fn() -> Option<Arc<Spool>> + Send + Sync,
+{
+    fn spool(&self) -> Option<Arc<Spool>> {
+        self()
+    }
+}
+
+/// What is held for one key now: the total, and each node's count (nodes named by their
+/// hostname, the alerts' `host`) where it is not zero.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeldNow {
+    /// Messages held for the key on every node.
+    pub total: u64,
+    /// Each node's count.
+    pub by_node: BTreeMap<String, u64>,
+}
+
+impl HeldNow {
+    /// Sets `held` and `held_by_node` of a restriction's `evidence` (an object; anything
+    /// else is made one).
+    pub fn set_in(&self, evidence: &mut serde_json::Value) {
+        if !evidence.is_object() {
+            *evidence = serde_json::json!({});
+        }
+        evidence["held"] = self.total.into();
+        evidence["held_by_node"] = serde_json::json!(self.by_node);
+    }
+}
+
+/// How many of `heads` count for `key` (held under it, or sent by it as user).
+pub fn count(heads: &[HeldHead], key: &str) -> u64 {
+    heads
+        .iter()
+        .filter(|h| h.envelope.key == key || h.envelope.user.as_deref() == Some(key))
+        .count() as u64
+}
+
+/// The count of every key some of `heads` count for.
+pub fn per_key(heads: &[HeldHead]) -> BTreeMap<String, u64> {
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    for h in heads {
+        *out.entry(h.envelope.key.clone()).or_default() += 1;
+        if let Some(u) = h.envelope.user.as_deref().filter(|u| *u != h.envelope.key) {
+            *out.entry(u.to_string()).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// The name a node's counts are published under: `NAME|MACHINE|SPOOL_DIR` (`NAME`: its
+/// `[server] hostname`).
+pub fn node_id(name: &str, spool_dir: &std::path::Path) -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length, which is passed.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let machine = if rc == 0 {
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    format!("{name}|{machine}|{}", spool_dir.display())
+}
+
+/// The name in a [`node_id`].
+pub fn node_name(id: &str) -> &str {
+    id.split('|').next().unwrap_or(id)
+}
+
+/// Reads what is held: this node's spool, and the other nodes' published counts.
+pub struct HeldReader {
+    source: OnceLock<Arc<dyn HeldSource>>,
+    store: Arc<dyn Store>,
+    /// The keys this node last published a count for.
+    published: Mutex<HashSet<String>>,
+}
+
+impl HeldReader {
+    /// A reader over `store` with no spool until [`HeldReader::read_from`].
+    pub fn new(store: Arc<dyn Store>) -> HeldReader {
+        HeldReader {
+            source: OnceLock::new(),
+            store,
+            published: Mutex::default(),
+        }
+    }
+
+    /// Installs where the spool is. Only the first call takes effect.
+    pub fn read_from(&self, source: Arc<dyn HeldSource>) {
+        let _ = self.source.set(source);
+    }
+
+    /// Every held message's envelope on this node (none without a spool, or when it cannot
+    /// be listed).
+    /// Every held message's envelope on this node with the node's id (none without a
+    /// spool, or when it cannot be listed).
+    async fn heads(&self, node: &str) -> (Vec<HeldHead>, Option<String>) {
+        let Some(spool) = self.source.get().and_then(|s| s.spool()) else {
+            return (Vec::new(), None);
+        };
+        let id = node_id(node, &spool.settings().dir);
+        match tokio::task::spawn_blocking(move || spool.list()).await {
+            Ok(Ok(h)) => (h, Some(id)),
+            Ok(Err(e)) => {
+                warn!(error = %e, "hold spool: cannot count held messages");
+                (Vec::new(), Some(id))
+            }
+            Err(_) => (Vec::new(), Some(id)),
+        }
+    }
+
+    /// What is held for `key` now on every node, this one being named `node`.
+    pub async fn now(&self, key: &str, node: &str) -> HeldNow {
+        let (heads, me) = self.heads(node).await;
+        let mine = count(&heads, key);
+        let mut by_node: BTreeMap<String, u64> = BTreeMap::new();
+        if self.store.shares_state() {
+            match self.store.held_counts(key).await {
+                Ok(list) => {
+                    for (id, c) in list {
+                        if Some(&id) != me.as_ref() && c > 0 {
+                            *by_node.entry(node_name(&id).to_string()).or_default() += c;
+                        }
+                    }
+                }
+                Err(e) => warn!(error = %e, key, "other nodes' held counts not readable"),
+            }
+        }
+        if mine > 0 {
+            *by_node.entry(node.to_string()).or_default() += mine;
+        }
+        HeldNow {
+            total: by_node.values().sum(),
+            by_node,
+        }
+    }
+
+    /// Publishes this node's counts to a store that nodes share (nothing otherwise),
+    /// withdrawing those of keys it holds nothing for any more.
+    pub async fn publish(&self, node: &str) {
+        if !self.store.shares_state() {
+            return;
+        }
+        let (heads, me) = self.heads(node).await;
+        let Some(me) = me else {
+            return;
+        };
+        let counts: Vec<(String, u64)> = per_key(&heads).into_iter().collect();
+        let now: HashSet<String> = counts.iter().map(|(k, _)| k.clone()).collect();
+        let gone: Vec<String> = {
+            let published = self.published.lock().unwrap_or_else(|e| e.into_inner());
+            published.difference(&now).cloned().collect()
+        };
+        match self
+            .store
+            .publish_held(&me, &counts, &gone, PUBLISHED_FOR)
+            .await
+        {
+            Ok(()) => *self.published.lock().unwrap_or_else(|e| e.into_inner()) = now,
+            Err(e) => warn!(error = %e, "held counts not published to the shared store"),
+        }
+    }
+}
+
+/// What [`run`] publishes for: a policy that knows its node's name and spool (the
+/// [`RatePolicy`](super::RatePolicy)).
+pub trait Publisher: Send + Sync + 'static {
+    /// Publishes this node's counts once.
+    fn publish_held(&self) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// Publishes `policy`'s counts every `every` until `stop` fires.
+pub async fn run<P: Publisher>(policy: P, every: Duration, stop: CancellationToken) {
+    loop {
+        policy.publish_held().await;
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hold::HeldEnvelope;
+
+    fn head(key: &str, user: Option<&str>) -> HeldHead {
+        HeldHead {
+            envelope: HeldEnvelope {
+                id: "1-a".into(),
+                key: key.into(),
+                limit: "l".into(),
+                paced: None,
+                time: 0,
+                client: "192.0.2.1:25".parse().unwrap(),
+                local: None,
+                name: None,
+                reverse_name: None,
+                user: user.map(str::to_string),
+                helo: None,
+                proto: "ESMTP".into(),
+                tls: None,
+                mail: "<a@b>".into(),
+                rcpts: vec!["<c@d>".into()],
+            },
+            subject: None,
+            headers: 0,
+            size: 0,
+        }
+    }
+
+    #[test]
+    fn a_message_counts_for_its_key_and_its_user_once_each() {
+        let heads = [
+            head("alice", Some("alice")),
+            head("192.0.2.1", Some("alice")),
+            head("bob", None),
+        ];
+        assert_eq!(count(&heads, "alice"), 2);
+        assert_eq!(count(&heads, "bob"), 1);
+        assert_eq!(count(&heads, "carol"), 0);
+        let all = per_key(&heads);
+        assert_eq!(
+            all.into_iter().collect::<Vec<_>>(),
+            [
+                ("192.0.2.1".to_string(), 1),
+                ("alice".to_string(), 2),
+                ("bob".to_string(), 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn node_ids_carry_the_name_the_machine_and_the_spool() {
+        let id = node_id("mx1.example.org", std::path::Path::new("/var/spool/fg"));
+        assert!(id.starts_with("mx1.example.org|"), "{id}");
+        assert!(id.ends_with("|/var/spool/fg"), "{id}");
+        assert_eq!(node_name(&id), "mx1.example.org");
+        assert_ne!(
+            id,
+            node_id("mx1.example.org", std::path::Path::new("/other"))
+        );
+    }
+
+    #[test]
+    fn held_now_is_set_in_the_evidence() {
+        let h = HeldNow {
+            total: 5,
+            by_node: BTreeMap::from([("mx1".to_string(), 3), ("mx2".to_string(), 2)]),
+        };
+        let mut ev = serde_json::json!({"messages": 7, "held": 1});
+        h.set_in(&mut ev);
+        assert_eq!(
+            ev,
+            serde_json::json!({"messages": 7, "held": 5, "held_by_node": {"mx1": 3, "mx2": 2}})
+        );
+        let mut none = serde_json::Value::Null;
+        HeldNow::default().set_in(&mut none);
+        assert_eq!(none, serde_json::json!({"held": 0, "held_by_node": {}}));
+    }
+
+    #[tokio::test]
+    async fn without_a_spool_or_shared_store_nothing_is_held() {
+        let store: Arc<dyn Store> = Arc::new(crate::store::MemoryStore::default());
+        let r = HeldReader::new(store);
+        assert_eq!(r.now("alice", "mx").await, HeldNow::default());
+        r.read_from(Arc::new(|| None));
+        r.publish("mx").await;
+        assert_eq!(r.now("alice", "mx").await, HeldNow::default());
+    }
+}
