@@ -119,6 +119,22 @@ enum Cmd {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// List the campaigns of a running floodgate (with Redis: of the fleet): message keys
+    /// whose `restrict_senders` limit was over in the last 7 days, their accounts, copies,
+    /// recipients and held messages.
+    Campaigns {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Print the message keys of a message (`${fingerprint}` bands, `${link_domain}`,
+    /// `${subject_shape}`), to see why two messages matched; no floodgate needed.
+    Fingerprint {
+        /// The message (.eml: header section, blank line, body).
+        file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// End KEY's restriction (fleet-wide with Redis) and reset the tripping limit's records
     /// of KEY, so its next message goes through.
     Release {
@@ -287,6 +303,8 @@ fn main() -> ExitCode {
         Cmd::Inspect { key, admin } => admin_verb(&admin, Verb::Inspect(key)),
         Cmd::Reset { key, admin } => admin_verb(&admin, Verb::Reset(key)),
         Cmd::Restricted { admin } => admin_verb(&admin, Verb::Restricted),
+        Cmd::Campaigns { admin } => admin_verb(&admin, Verb::Campaigns),
+        Cmd::Fingerprint { file, json } => fingerprint(&file, json),
         Cmd::Release { key, reason, admin } => admin_verb(&admin, Verb::Release { key, reason }),
         Cmd::Outcome {
             queue_id,
@@ -401,6 +419,57 @@ fn check_fd_limit(config: &Config) {
         Ok(l) => info!(limit = l.soft, "open-file limit"),
         Err(e) => warn!(error = %e, "cannot read or raise the open-file limit"),
     }
+}
+
+/// `floodgate fingerprint FILE`: the message keys of one message, every one computed.
+fn fingerprint(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    use floodgate::message_keys::{compute, is_automatic, Wanted};
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    // Line ends as on the wire, whatever the file has.
+    let mut message = Vec::with_capacity(bytes.len() + bytes.len() / 40);
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'\n' && (i == 0 || bytes[i - 1] != b'\r') {
+            message.push(b'\r');
+        }
+        message.push(b);
+    }
+    let all = Wanted {
+        fingerprint: true,
+        link_domains: true,
+        subject_shape: true,
+    };
+    let keys = compute(&message, all, &[]);
+    let head_end = memchr::memmem::find(&message, b"\r\n\r\n").map_or(message.len(), |i| i + 2);
+    let automatic = is_automatic(&message[..head_end]);
+    if json {
+        let v = serde_json::json!({
+            "fingerprint": keys.fingerprint,
+            "link_domain": keys.link_domains,
+            "subject_shape": keys.subject_shape,
+            "automatic": automatic,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if keys.fingerprint.is_empty() {
+        println!("fingerprint: none (too little text)");
+    }
+    for f in &keys.fingerprint {
+        println!("fingerprint {f}");
+    }
+    for d in &keys.link_domains {
+        println!("link_domain {d}");
+    }
+    match &keys.subject_shape {
+        Some(s) => println!("subject_shape {s}"),
+        None => println!("subject_shape: none (no Subject)"),
+    }
+    if automatic {
+        println!(
+            "automatic or list mail: no message keys unless [message_keys] include_automatic = true"
+        );
+    }
+    Ok(())
 }
 
 fn run(path: PathBuf) -> anyhow::Result<()> {
@@ -1063,7 +1132,7 @@ fn located_shared_error(config: &Config, e: floodgate::server::ServerError) -> a
 }
 
 /// The sections the report above does not show otherwise: the ones absent from the config
-/// (said to be off), and `[metrics]`, `[admin]`, `[outcomes]` and `[log]`.
+/// (said to be off), and `[metrics]`, `[admin]`, `[outcomes]`, `[message_keys]` and `[log]`.
 fn check_other_sections(generation: &Generation, out: &mut impl Write) -> anyhow::Result<()> {
     let config = &generation.config;
     if config.tls.is_none() {
@@ -1123,6 +1192,32 @@ fn check_other_sections(generation: &Generation, out: &mut impl Write) -> anyhow
             "outcomes: follow=(none) remember={} (outcomes come only from `floodgate outcome`)",
             o.remember
         )?,
+    }
+    let policy = &generation.policy;
+    let w = policy.wanted_message_keys();
+    let mk = &policy.message_keys;
+    if w == floodgate::message_keys::Wanted::default() {
+        writeln!(out, "message keys: not computed (no limit is keyed on one)")?;
+    } else {
+        let names: Vec<&str> = [
+            (w.fingerprint, "fingerprint"),
+            (w.link_domains, "link_domain"),
+            (w.subject_shape, "subject_shape"),
+        ]
+        .into_iter()
+        .filter_map(|(on, n)| on.then_some(n))
+        .collect();
+        writeln!(
+            out,
+            "message keys: {} at the end of data; exempt_link_domains={} include_automatic={}",
+            names.join(", "),
+            if mk.exempt_link_domains.is_empty() {
+                "(none)".to_string()
+            } else {
+                mk.exempt_link_domains.join(",")
+            },
+            mk.include_automatic
+        )?;
     }
     let l = &config.log;
     writeln!(

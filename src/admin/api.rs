@@ -126,9 +126,8 @@ impl AdminState {
         let post = req.method == "POST";
         let (allowed, ok) = match req.path.as_str() {
             "/metrics" => ("GET, HEAD", get),
-            "/v1/inspect" | "/v1/top" | "/v1/held" | "/v1/held/show" | "/v1/restricted" => {
-                ("GET, HEAD", get)
-            }
+            "/v1/inspect" | "/v1/top" | "/v1/held" | "/v1/held/show" | "/v1/restricted"
+            | "/v1/campaigns" => ("GET, HEAD", get),
             "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" | "/v1/release"
             | "/v1/restrict" | "/v1/outcome" | "/v1/alerts/digest" => ("POST", post),
             _ => return Response::error(404, &format!("no endpoint {}", req.path)),
@@ -172,6 +171,7 @@ impl AdminState {
                 self.held_act(req, release, who).await
             }
             "/v1/restricted" => self.restricted().await,
+            "/v1/campaigns" => self.campaigns().await,
             "/v1/release" => {
                 let r = self.release(req, who).await;
                 self.audited(who, "release", json!(req.param("key")), req, r)

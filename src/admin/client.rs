@@ -96,6 +96,8 @@ pub enum Verb {
     HeldDelete(HeldTarget),
     /// List the restricted keys.
     Restricted,
+    /// List the campaigns of message keys.
+    Campaigns,
     /// End a key's restriction.
     Release {
         /// The key.
@@ -164,6 +166,7 @@ impl Verb {
             Verb::HeldRelease(t) => ("POST", format!("/v1/held/release?{}", t.query())),
             Verb::HeldDelete(t) => ("POST", format!("/v1/held/delete?{}", t.query())),
             Verb::Restricted => ("GET", "/v1/restricted".into()),
+            Verb::Campaigns => ("GET", "/v1/campaigns".into()),
             Verb::Outcome {
                 queue_id,
                 recipient,
@@ -200,6 +203,60 @@ impl Verb {
             ),
         }
     }
+}
+
+/// `floodgate campaigns`: per campaign a heading line, then its accounts as a table.
+fn render_campaigns(v: &Value) -> String {
+    let list = items(&v["campaigns"]);
+    if list.is_empty() {
+        return "no campaigns\n".into();
+    }
+    let mut out = String::new();
+    for c in list {
+        out.push_str(&format!(
+            "campaign {} (limit {}, since {}): {} copies, {} recipients, Subject {:?}, links {}\n",
+            c["message_key"].as_str().unwrap_or(""),
+            c["limit"].as_str().unwrap_or(""),
+            c["since"].as_str().unwrap_or(""),
+            c["copies"].as_u64().unwrap_or(0),
+            c["recipients"].as_u64().unwrap_or(0),
+            c["subject"].as_str().unwrap_or(""),
+            strings(&c["link_domains"]).join(", "),
+        ));
+        let rows: Vec<Vec<String>> = items(&c["accounts"])
+            .iter()
+            .map(|a| {
+                vec![
+                    a["key"].as_str().unwrap_or("").into(),
+                    a["copies"].as_u64().unwrap_or(0).to_string(),
+                    a["recipients"].as_u64().unwrap_or(0).to_string(),
+                    a["client_ip"].as_str().unwrap_or("").into(),
+                    a["last"].as_str().unwrap_or("").into(),
+                    yes(&a["restricted"]),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "ACCOUNT",
+                "COPIES",
+                "RECIPIENTS",
+                "CLIENT",
+                "LAST",
+                "RESTRICTED",
+            ],
+            &rows,
+        ));
+        let held: Vec<&str> = items(&c["held"])
+            .iter()
+            .filter_map(|h| h["id"].as_str())
+            .collect();
+        if !held.is_empty() {
+            out.push_str(&format!("held: {}\n", held.join(" ")));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// Sends `verb` to the floodgate at `socket` and returns its JSON answer.
@@ -610,6 +667,7 @@ pub fn render(verb: &Verb, v: &Value) -> String {
             }
             ids.iter().map(|i| format!("{i}: {verb}\n")).collect()
         }
+        Verb::Campaigns => render_campaigns(v),
         Verb::Restricted => {
             let rows: Vec<Vec<String>> = items(&v["restricted"])
                 .iter()

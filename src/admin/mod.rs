@@ -11,6 +11,7 @@
 //! * [`inspect`]: what a key means for every configured limit (inspect, top);
 //! * [`api`]: the endpoints (inspect, reset, top, reload, metrics);
 //! * [`restricted`]: the restricted set's endpoints (restricted, release, restrict);
+//! * [`campaigns`]: the campaigns of message keys (`restrict_senders` limits over);
 //! * [`serve`]: the unix socket, the token-guarded TCP address and the metrics address,
 //!   served by hyper;
 //! * [`console`]: the web console on the admin TCP address;
@@ -20,6 +21,7 @@
 pub mod actor;
 pub mod api;
 pub mod audit;
+pub mod campaigns;
 pub mod client;
 pub mod console;
 pub mod digest;

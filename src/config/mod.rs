@@ -8,6 +8,7 @@ mod default_path;
 mod duration;
 mod graded;
 mod hold;
+mod message_keys;
 mod net;
 mod outcomes;
 mod paths;
@@ -25,6 +26,7 @@ pub use alerts::AlertsConfig;
 pub use default_path::{default_config, first_present, NoConfigFile, LOCAL_CONFIG, SYSTEM_CONFIG};
 pub use duration::{parse_duration, ConfigDuration, DurationError};
 pub use hold::{HoldConfig, OnExpiry};
+pub use message_keys::MessageKeysConfig;
 pub use net::{Cidr, CidrError};
 pub use outcomes::OutcomesConfig;
 pub use paths::{problem, ConfigPath, PathErrors, PathUse};
@@ -454,6 +456,8 @@ struct RawConfig {
     hold: Option<Spanned<HoldConfig>>,
     #[serde(default)]
     outcomes: Option<Spanned<OutcomesConfig>>,
+    #[serde(default)]
+    message_keys: MessageKeysConfig,
 }
 
 /// A validated configuration: the sections as written, with what can be checked without
@@ -499,6 +503,8 @@ pub struct Config {
     pub hold: Option<Spanned<HoldConfig>>,
     /// `[outcomes]` as written; `None` when absent.
     pub outcomes: Option<Spanned<OutcomesConfig>>,
+    /// `[message_keys]` as written (defaults when absent).
+    pub message_keys: MessageKeysConfig,
     /// The text it was read from, to place errors found later.
     source: Source,
 }
@@ -650,6 +656,7 @@ impl Config {
             admin,
             hold: raw.hold,
             outcomes: raw.outcomes,
+            message_keys: raw.message_keys,
             source: Source::new(text),
         })
     }

@@ -85,6 +85,9 @@ pub struct LimitConfig {
     /// action = "restrict": a template giving the address told of each restriction by a
     /// short mail (`"${authenticated_id}"`).
     pub notify_user: Option<Spanned<String>>,
+    /// A limit keyed on a message key: when over, restrict every sender (account, else
+    /// client address) of a message with that key within the limit's period.
+    pub restrict_senders: Option<Spanned<bool>>,
     /// A ratio limit: `"COUNT / COUNT"`.
     pub ratio: Option<Spanned<String>>,
     /// Ratio: over when the ratio is above this.

@@ -99,6 +99,25 @@ pub fn var_value(
         Var::Hostname => out.push_str(hostname),
         // Known only to the answer of a restricted key (see `restricted_reply`).
         Var::RestrictedSince | Var::RestrictedUntil => {}
+        // Outside a key (which expands once per value, see `Template::expand_each`): every
+        // value, comma-separated.
+        Var::Fingerprint | Var::LinkDomain | Var::SubjectShape => {
+            out.push_str(&message_key_values(v, facts).join(","))
+        }
+    }
+}
+
+/// The values of the message key `v` for `facts` (none before the end of data, or when
+/// the message has none).
+pub fn message_key_values(v: Var, facts: &Facts) -> Vec<String> {
+    let Some(k) = facts.message_keys.as_deref() else {
+        return Vec::new();
+    };
+    match v {
+        Var::Fingerprint => k.fingerprint.clone(),
+        Var::LinkDomain => k.link_domains.clone(),
+        Var::SubjectShape => k.subject_shape.iter().cloned().collect(),
+        _ => Vec::new(),
     }
 }
 

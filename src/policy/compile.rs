@@ -10,8 +10,8 @@ use super::baseline::{BaselineDef, BaselineSpec, DAY_SECS, DEFAULT_FACTOR};
 use super::condition::{Condition, Subject};
 use super::lists::{Lists, NamedList};
 use super::model::{
-    acl_of, stage_of, Action, At, AuthDelay, Counted, DelayKind, LimitDef, PolicyModel, RateDef,
-    RestrictDef, DEFAULT_MAX_DELAY, HARD_MAX_DELAY,
+    acl_of, stage_of, Action, At, AuthDelay, Counted, DelayKind, LimitDef, MessageKeySettings,
+    PolicyModel, RateDef, RestrictDef, DEFAULT_MAX_DELAY, HARD_MAX_DELAY,
 };
 use super::template::{Template, Var};
 use super::Stage;
@@ -120,13 +120,56 @@ pub fn compile(config: &Config) -> Result<PolicyModel, ConfigError> {
     if auth.decay_secs == 0 {
         return Err(at(0..0, "[auth_failures] decay must be at least 1s".into()));
     }
+    let message_keys = message_key_settings(config, at)?;
     Ok(PolicyModel {
         limits,
         lists,
         auth,
         hostname: config.server.hostname.clone(),
         baselines: Default::default(),
+        message_keys,
     })
+}
+
+/// `[message_keys]`: each exempt link domain a domain name (lower-cased).
+fn message_key_settings(config: &Config, at: At<'_>) -> Result<MessageKeySettings, ConfigError> {
+    let raw = &config.message_keys;
+    let mut exempt = Vec::new();
+    for d in &raw.exempt_link_domains {
+        let v = d
+            .get_ref()
+            .trim()
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        let ok = !v.is_empty()
+            && v.len() <= 253
+            && v.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        if !ok {
+            return Err(at(
+                d.span(),
+                format!(
+                    "[message_keys] exempt_link_domains: {:?} is not a domain name (write example.org, not a URL or an address)",
+                    d.get_ref()
+                ),
+            ));
+        }
+        exempt.push(v);
+    }
+    Ok(MessageKeySettings {
+        exempt_link_domains: exempt,
+        include_automatic: raw.include_automatic,
+    })
+}
+
+/// Whether a key template uses a message key (the limit is then judged at the end of data
+/// unless its stage says otherwise, which is an error).
+fn on_message(key: &Option<Template>) -> bool {
+    key.as_ref()
+        .is_some_and(|k| k.message_keys().next().is_some())
 }
 
 fn compile_limit(
@@ -252,7 +295,15 @@ fn compile_limit(
                 ))
             }
         };
-        let stage = explicit_stage.unwrap_or(counted.default_stage());
+        let spec_key_on_message = spec
+            .key_text()
+            .and_then(|k| Template::parse(k).ok())
+            .is_some_and(|t| t.message_keys().next().is_some());
+        let stage = explicit_stage.unwrap_or(if on_message(&key) || spec_key_on_message {
+            Stage::Message
+        } else {
+            counted.default_stage()
+        });
         let resolved = spec.resolve(acl_of(stage)).map_err(|e| {
             err(
                 rl.span(),
@@ -338,7 +389,11 @@ fn compile_limit(
                 ),
             ));
         }
-        let stage = explicit_stage.unwrap_or(counted.default_stage());
+        let stage = explicit_stage.unwrap_or(if on_message(&key) {
+            Stage::Message
+        } else {
+            counted.default_stage()
+        });
         let algo = word(&raw.algorithm).map_or("gcra", |(w, _)| w);
         let rate = match algo {
             "gcra" => {
@@ -513,6 +568,15 @@ fn compile_limit(
         }
     };
     let restrict = restrict_def(raw, action, &name, key.as_ref(), at, &err)?;
+    message_key_rules(
+        raw,
+        stage,
+        key.as_ref(),
+        &rate,
+        action,
+        restrict.as_ref(),
+        &err,
+    )?;
     if raw.delay.is_some() && !matches!(action, Action::Delay(_)) {
         return Err(err(
             raw.delay.as_ref().map_or(0..0, |d| d.span()),
@@ -611,6 +675,103 @@ fn compile_limit(
     })
 }
 
+/// Where a limit may use the message keys (`${fingerprint}`, `${link_domain}`,
+/// `${subject_shape}`): in its key, one of them, at the message stage, and in nothing that
+/// names one value per event (`unique=`, `restrict_key`, `notify_user`). A `restrict`
+/// limit keyed on one restricts its senders (`restrict_senders`) or its `restrict_key`,
+/// never the message key itself; `restrict_senders` is for limits keyed on one.
+fn message_key_rules(
+    raw: &LimitConfig,
+    stage: Stage,
+    key: Option<&Template>,
+    rate: &RateDef,
+    action: Action,
+    restrict: Option<&RestrictDef>,
+    err: &dyn Fn(Range<usize>, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    let key_span = || {
+        [&raw.key, &raw.ratelimit]
+            .into_iter()
+            .flatten()
+            .next()
+            .map_or(0..0, |v| v.span())
+    };
+    let keyed: Vec<Var> = key.map(|k| k.message_keys().collect()).unwrap_or_default();
+    if keyed.len() > 1 {
+        return Err(err(
+            key_span(),
+            "a key takes at most one message key (${fingerprint}, ${link_domain} or ${subject_shape}): each has many values".into(),
+        ));
+    }
+    if let Some(v) = keyed.first() {
+        let name = var_name(*v);
+        if matches!(rate, RateDef::Concurrency(_) | RateDef::Ratio(_)) {
+            return Err(err(
+                key_span(),
+                format!("${{{name}}} is for rate limits (ratelimit, or rate with burst)"),
+            ));
+        }
+        if stage != Stage::Message {
+            return Err(err(
+                raw.stage.as_ref().map_or_else(key_span, |s| s.span()),
+                format!(
+                    "${{{name}}} exists only at the end of data: a limit keyed on it is judged at stage \"message\" (leave `stage` out or write stage = \"message\"), not {:?}",
+                    stage.as_str()
+                ),
+            ));
+        }
+    }
+    if let RateDef::Exim {
+        unique: Some(u), ..
+    } = rate
+    {
+        if let Some(v) = u.message_keys().next() {
+            return Err(err(
+                key_span(),
+                format!(
+                    "unique=${{{}}}: a message key has many values; count distinct senders (unique=${{authenticated_id}}) under a key of it instead",
+                    var_name(v)
+                ),
+            ));
+        }
+    }
+    let Some(r) = restrict else {
+        return Ok(());
+    };
+    for (t, field) in [(&r.key, &raw.restrict_key), (&r.notify, &raw.notify_user)] {
+        if let Some(v) = t.as_ref().and_then(|t| t.message_keys().next()) {
+            return Err(err(
+                field.as_ref().map_or(0..0, |f| f.span()),
+                format!(
+                    "${{{}}} names a message, not someone to restrict or tell",
+                    var_name(v)
+                ),
+            ));
+        }
+    }
+    if r.senders && keyed.is_empty() {
+        return Err(err(
+            raw.restrict_senders.as_ref().map_or(0..0, |s| s.span()),
+            "restrict_senders is for limits keyed on a message key (key = \"${fingerprint}\", \"${link_domain}\" or \"${subject_shape}\")".into(),
+        ));
+    }
+    if action == Action::Restrict && !r.senders && r.key.is_none() && !keyed.is_empty() {
+        return Err(err(
+            key_span(),
+            "a restriction of a message key would stop nobody: give restrict_senders = true (every account that sent it) or a restrict_key".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The config name of a variable.
+fn var_name(v: Var) -> &'static str {
+    Var::NAMES
+        .iter()
+        .find(|(_, x)| *x == v)
+        .map_or("?", |(n, _)| n)
+}
+
 /// Whether a template reads the name a client tried in AUTH.
 fn attempted(t: &Template) -> bool {
     t.vars().any(|v| v == Var::AuthAttempt)
@@ -644,13 +805,20 @@ fn restrict_def(
             .map(|v| ("restricted_message", v.span())),
         raw.notify_user.as_ref().map(|v| ("notify_user", v.span())),
     ];
-    if action != Action::Restrict {
+    let senders = raw.restrict_senders.as_ref().is_some_and(|s| *s.get_ref());
+    if action != Action::Restrict && !senders {
         if let Some((k, span)) = spans.into_iter().flatten().next() {
-            return Err(err(span, format!("`{k}` goes with action = \"restrict\"")));
+            return Err(err(
+                span,
+                format!("`{k}` goes with action = \"restrict\" or restrict_senders = true"),
+            ));
         }
         return Ok(None);
     }
-    let mut def = RestrictDef::default();
+    let mut def = RestrictDef {
+        senders,
+        ..RestrictDef::default()
+    };
     if let Some(k) = &raw.restrict_key {
         def.key = Some(template(k, &format!("limit {name}: restrict_key"), at)?);
     }

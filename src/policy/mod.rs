@@ -131,6 +131,10 @@ pub struct Facts {
     /// The message has an `Auto-Submitted:` header other than `no` (stage Message), when
     /// the header is read.
     pub auto_submitted: bool,
+    /// The message keys (`${fingerprint}`, `${link_domain}`, `${subject_shape}`; stage
+    /// Message), computed when a limit uses one and the message is neither from the null
+    /// sender nor automatic or list mail (unless `[message_keys] include_automatic`).
+    pub message_keys: Option<std::sync::Arc<crate::message_keys::MessageKeys>>,
 }
 
 /// The answer to a check.
@@ -198,6 +202,20 @@ pub trait Policy: Send + Sync {
     /// message header for it. The default says yes.
     fn reads_header_from(&self) -> bool {
         true
+    }
+
+    /// The message keys of `message` (the whole message as received, header section first)
+    /// that some limit uses (see [`crate::message_keys`]); `None` when no limit uses one,
+    /// or the message is from the null sender (`null_sender`) or automatic or list mail and
+    /// `[message_keys] include_automatic` is off, or every link of it goes to an exempt
+    /// domain. The default computes none.
+    fn message_keys(
+        &self,
+        message: &[u8],
+        null_sender: bool,
+    ) -> Option<crate::message_keys::MessageKeys> {
+        let _ = (message, null_sender);
+        None
     }
 
     /// A new generation is in force (SIGHUP): later checks, in new and running sessions,

@@ -189,6 +189,9 @@ pub struct RestrictDef {
     pub hold: bool,
     /// `notify_user`: the address (a template) told of each restriction by a short mail.
     pub notify: Option<Template>,
+    /// `restrict_senders`: the restricted keys are the senders of the message key's
+    /// campaign ledger (see [`crate::store::campaign`]), not the limit's key.
+    pub senders: bool,
 }
 
 impl Default for RestrictDef {
@@ -200,6 +203,7 @@ impl Default for RestrictDef {
             message: None,
             hold: false,
             notify: None,
+            senders: false,
         }
     }
 }
@@ -274,6 +278,17 @@ pub struct PolicyModel {
     pub hostname: String,
     /// The computed per-key baselines (carried from one generation to the next).
     pub baselines: std::sync::Arc<super::baseline::Baselines>,
+    /// `[message_keys]`: link domains left out, and whether automatic mail gets keys.
+    pub message_keys: MessageKeySettings,
+}
+
+/// `[message_keys]`, validated.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MessageKeySettings {
+    /// Registered domains whose links are not message keys (lower case).
+    pub exempt_link_domains: Vec<String>,
+    /// Keys also for null-sender, automatic and list mail.
+    pub include_automatic: bool,
 }
 
 impl PolicyModel {
@@ -285,6 +300,34 @@ impl PolicyModel {
     /// Whether any limit reads the header From.
     pub fn reads_header_from(&self) -> bool {
         self.limits.iter().any(LimitDef::reads_header_from)
+    }
+
+    /// The message keys some limit's key uses (computed at the end of data only then), and
+    /// the link domains when a limit restricts a campaign's senders (its alert names them).
+    pub fn wanted_message_keys(&self) -> crate::message_keys::Wanted {
+        let mut w = crate::message_keys::Wanted::default();
+        for v in self
+            .limits
+            .iter()
+            .filter_map(|d| d.key.as_ref())
+            .flat_map(|k| k.message_keys())
+        {
+            match v {
+                super::template::Var::Fingerprint => w.fingerprint = true,
+                super::template::Var::LinkDomain => w.link_domains = true,
+                super::template::Var::SubjectShape => w.subject_shape = true,
+                _ => {}
+            }
+        }
+        // A campaign's alert and ledger name the link domains of its copies.
+        if self
+            .limits
+            .iter()
+            .any(|d| d.restrict.as_ref().is_some_and(|r| r.senders))
+        {
+            w.link_domains = true;
+        }
+        w
     }
 
     /// Whether any limit is a ratio or counts upstream's outcomes: then upstream's answers
@@ -309,6 +352,7 @@ impl Default for PolicyModel {
             },
             hostname: "floodgate".into(),
             baselines: Default::default(),
+            message_keys: MessageKeySettings::default(),
         }
     }
 }

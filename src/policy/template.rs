@@ -66,6 +66,13 @@ pub enum Var {
     /// `restricted_until`: when it ends (RFC 3339, UTC), or `released` when it has no end
     /// (so that `until ${restricted_until}` reads `until released`).
     RestrictedUntil,
+    /// `fingerprint`: the message's near-duplicate fingerprint, one value per band (stage
+    /// message only; a message key, see [`Var::is_message_key`]).
+    Fingerprint,
+    /// `link_domain`: each registered domain the message's text links to (a message key).
+    LinkDomain,
+    /// `subject_shape`: the Subject with digits and random tokens masked (a message key).
+    SubjectShape,
 }
 
 impl Var {
@@ -99,10 +106,20 @@ impl Var {
         ("primary_hostname", Var::Hostname),
         ("restricted_since", Var::RestrictedSince),
         ("restricted_until", Var::RestrictedUntil),
+        ("fingerprint", Var::Fingerprint),
+        ("link_domain", Var::LinkDomain),
+        ("subject_shape", Var::SubjectShape),
     ];
 
     fn by_name(name: &str) -> Option<Var> {
         Var::NAMES.iter().find(|(n, _)| *n == name).map(|&(_, v)| v)
+    }
+
+    /// Whether the variable is a message key: computed from the whole message at the end
+    /// of data, with any number of values (none, one, or one per band or domain). A key
+    /// template with one expands once per value.
+    pub fn is_message_key(self) -> bool {
+        matches!(self, Var::Fingerprint | Var::LinkDomain | Var::SubjectShape)
     }
 
     /// Whether the value depends on the rate result (only known after a decision).
@@ -222,6 +239,33 @@ impl Template {
             Part::Var(v) => Some(*v),
             Part::Lit(_) => None,
         })
+    }
+
+    /// The message keys the template uses, in order (see [`Var::is_message_key`]).
+    pub fn message_keys(&self) -> impl Iterator<Item = Var> + '_ {
+        self.vars().filter(|v| v.is_message_key())
+    }
+
+    /// Expands the template once per value of its message key `var`, `value` giving the
+    /// other variables; no texts when the message has no value of it.
+    pub fn expand_each(
+        &self,
+        var: Var,
+        values: &[String],
+        mut value: impl FnMut(Var, &mut String),
+    ) -> Vec<String> {
+        values
+            .iter()
+            .map(|one| {
+                self.expand(|v, out| {
+                    if v == var {
+                        out.push_str(one)
+                    } else {
+                        value(v, out)
+                    }
+                })
+            })
+            .collect()
     }
 
     /// Expands the template; `value` appends a variable's value to the output.
@@ -352,6 +396,24 @@ mod tests {
         assert!(Template::parse("").unwrap().is_constant());
         let t = Template::parse("${auth_attempted_id}/$user").unwrap();
         assert_eq!(show(&t), "<AuthAttempt>/<User>");
+    }
+
+    #[test]
+    fn message_keys_expand_once_per_value() {
+        let t = Template::parse("fp:${fingerprint}/$user").unwrap();
+        assert_eq!(t.message_keys().collect::<Vec<_>>(), [Var::Fingerprint]);
+        let values = ["b0:aa".to_string(), "b1:bb".to_string()];
+        let out = t.expand_each(Var::Fingerprint, &values, |v, out| {
+            assert_eq!(v, Var::User);
+            out.push_str("alice")
+        });
+        assert_eq!(out, ["fp:b0:aa/alice", "fp:b1:bb/alice"]);
+        assert!(t.expand_each(Var::Fingerprint, &[], |_, _| {}).is_empty());
+        for name in ["link_domain", "subject_shape"] {
+            let t = Template::parse(&format!("${{{name}}}")).unwrap();
+            assert!(t.vars().next().unwrap().is_message_key());
+        }
+        assert!(!Var::User.is_message_key());
     }
 
     #[test]

@@ -155,6 +155,13 @@ impl Session {
                 }
                 Spooled::Chunked(body) => crate::smtp::auto_submitted::is_automatic(body),
             };
+        // The message keys, when some limit is keyed on one (else nothing is computed).
+        let null_sender = self.facts.sender.as_deref() == Some("");
+        self.facts.message_keys = match &msg {
+            Spooled::Data(wire) => self.shared.policy.message_keys(wire.message(), null_sender),
+            Spooled::Chunked(body) => self.shared.policy.message_keys(body, null_sender),
+        }
+        .map(std::sync::Arc::new);
         match self.judge(Stage::Message).await {
             Judged::Go => {}
             Judged::Answered => {

@@ -529,6 +529,7 @@ impl Session {
         self.facts.header_from = None;
         self.facts.subject = None;
         self.facts.auto_submitted = false;
+        self.facts.message_keys = None;
     }
 
     /// `text` in a string from the session's pool (no allocation once the pool is warm).

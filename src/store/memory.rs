@@ -69,6 +69,7 @@ pub struct MemoryStore {
     restricted: super::RestrictedSet,
     ratios: super::ratio::RatioTable,
     baselines: super::baseline::BaselineShelf,
+    campaigns: super::campaign::CampaignBook,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -98,6 +99,7 @@ impl MemoryStore {
             restricted: super::RestrictedSet::default(),
             ratios: super::ratio::RatioTable::default(),
             baselines: super::baseline::BaselineShelf::default(),
+            campaigns: super::campaign::CampaignBook::default(),
         }
     }
 
@@ -467,6 +469,24 @@ impl Store for MemoryStore {
     ) -> StoreFuture<'a, super::RatioCounts> {
         let now = super::now_micros();
         Box::pin(std::future::ready(Ok(self.ratio_at(key, window, add, now))))
+    }
+
+    fn campaign_note<'a>(
+        &'a self,
+        note: &'a super::CampaignNote,
+    ) -> StoreFuture<'a, Vec<super::CampaignSender>> {
+        let v = self.campaigns.note(note, super::now_micros());
+        Box::pin(std::future::ready(Ok(v)))
+    }
+
+    fn campaign_mark<'a>(&'a self, key: &'a str, limit: &'a str) -> StoreFuture<'a, ()> {
+        self.campaigns.mark(key, limit, super::now_micros());
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn campaigns(&self) -> StoreFuture<'_, Vec<super::Campaign>> {
+        let v = self.campaigns.campaigns(super::now_micros());
+        Box::pin(std::future::ready(Ok(v)))
     }
 
     fn restrictions(&self) -> StoreFuture<'_, Vec<super::Restriction>> {

@@ -191,6 +191,21 @@ impl Store for MeteredStore {
         self.inner.ratio(key, window, add)
     }
 
+    fn campaign_note<'a>(
+        &'a self,
+        note: &'a crate::store::CampaignNote,
+    ) -> StoreFuture<'a, Vec<crate::store::CampaignSender>> {
+        self.inner.campaign_note(note)
+    }
+
+    fn campaign_mark<'a>(&'a self, key: &'a str, limit: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.campaign_mark(key, limit)
+    }
+
+    fn campaigns(&self) -> StoreFuture<'_, Vec<crate::store::Campaign>> {
+        self.inner.campaigns()
+    }
+
     fn save_baselines<'a>(
         &'a self,
         limit: &'a str,

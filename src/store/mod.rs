@@ -13,6 +13,7 @@
 //! leaky stores iff it is not itself over, readonly never stores.
 
 pub mod baseline;
+pub mod campaign;
 mod eval;
 mod key;
 mod memory;
@@ -26,6 +27,7 @@ mod snapshot;
 mod table;
 
 pub use baseline::BaselineSet;
+pub use campaign::{Campaign, CampaignNote, CampaignSender};
 pub use key::ThinKey;
 pub use memory::{run_expiry, MemoryConfig, MemoryStats, MemoryStore};
 pub use ratio::{RatioCounts, RatioWindow};
@@ -330,6 +332,26 @@ pub trait Store: Send + Sync {
         Box::pin(std::future::ready(Err(StoreError::Invalid(
             "this store keeps no ratio windows".into(),
         ))))
+    }
+
+    /// Adds one message to the campaign ledger of `note.key` (see [`campaign`]) at the
+    /// store's time; answers the ledger's senders within the period, most recent first.
+    fn campaign_note<'a>(&'a self, note: &'a CampaignNote) -> StoreFuture<'a, Vec<CampaignSender>> {
+        let _ = note;
+        Box::pin(std::future::ready(Err(StoreError::Invalid(
+            "this store keeps no campaign ledgers".into(),
+        ))))
+    }
+
+    /// Marks the ledger of `key` as a campaign of `limit` (its limit is over).
+    fn campaign_mark<'a>(&'a self, key: &'a str, limit: &'a str) -> StoreFuture<'a, ()> {
+        let _ = (key, limit);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// The ledgers marked as campaigns in the last 7 days, most recently marked first.
+    fn campaigns(&self) -> StoreFuture<'_, Vec<Campaign>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
     }
 
     /// Keeps limit `limit`'s per-key baselines (replacing those it had), so that a restart

@@ -4,6 +4,7 @@
 mod common;
 
 mod auth_attempt;
+mod campaign;
 mod evidence;
 mod hold;
 mod hold_spool;

@@ -4,6 +4,7 @@
 mod common;
 
 mod redis_baseline;
+mod redis_campaign;
 mod redis_check;
 mod redis_equivalence;
 mod redis_fleet;

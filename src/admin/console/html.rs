@@ -124,17 +124,20 @@ pub enum Nav {
     Restricted,
     /// Held messages.
     Held,
+    /// Campaigns of message keys.
+    Campaigns,
     /// A key page (not in the navigation bar).
     Key,
     /// The login page (no navigation).
     Login,
 }
 
-const NAV: [(Nav, &str, &str); 4] = [
+const NAV: [(Nav, &str, &str); 5] = [
     (Nav::Overview, "/console/", "Overview"),
     (Nav::Top, "/console/top", "Top keys"),
     (Nav::Restricted, "/console/restricted", "Restricted"),
     (Nav::Held, "/console/held", "Held"),
+    (Nav::Campaigns, "/console/campaigns", "Campaigns"),
 ];
 
 /// What the shell needs besides the page's own content.

@@ -8,6 +8,7 @@
 //! | GET | `/console/held?key=&limit=&sender=&subject=&page=N` | held messages (envelope, header section, size, limit), newest first, filtered, paged, with a selection to release or delete |
 //! | GET | `/console/held/ID` | one held message: envelope, client, header section, text parts, attachments listed |
 //! | GET | `/console/held/ID.eml` | the held message as it would be relayed (`message/rfc822`, a download) |
+//! | GET | `/console/campaigns` | campaigns of message keys: their accounts (linking to their incident pages), copies, recipients, Subject, link domains, held mail |
 //! | GET | `/console/key/KEY` (or `/console/key?k=KEY`) | the incident page of KEY: its restriction, evidence, held mail, recent messages from the event log, every limit's reading, its last hour, actions |
 //! | GET, POST | `/console/login` | the login form; posting the admin token opens a session (429 with `Retry-After` while the address waits after wrong tokens, see [`throttle`]) |
 //! | POST | `/console/logout` | ends the session |

@@ -188,6 +188,7 @@ pub async fn route(c: &Console, req: &Request, peer: IpAddr) -> Response {
         "/console/top" => pages::top::page(c, req, &shell).await,
         "/console/restricted" => pages::restricted::page(c, req, &shell).await,
         "/console/held" => pages::held::page(c, req, &shell).await,
+        "/console/campaigns" => pages::campaigns::page(c, &shell).await,
         "/console/key" => match req.param("k").filter(|k| !k.is_empty()) {
             Some(k) => pages::key::page(c, req, k, &shell).await,
             None => error_page(400, "which key? /console/key/KEY", &shell),

@@ -321,12 +321,20 @@ impl RateSession {
                 return v;
             }
         }
+        // A campaign's ledger takes every message with its key, over or not.
+        let campaign = self.campaigns(evals, stage, facts, model).await;
         let Some(s) = judged.strongest else {
             return Verdict::Continue;
         };
-        let mut restricted: Option<(usize, Restriction)> = None;
+        // The sender restricted with its campaign answers as restricted when its limit
+        // restricts; under any other action (hold, defer) that action answers.
+        let mut restricted: Option<(usize, Restriction)> =
+            campaign.filter(|(i, _)| evals[*i].def.action == Action::Restrict);
         for (i, e) in evals.iter().enumerate() {
-            if !e.outcome.over || e.def.action != Action::Restrict {
+            if !e.outcome.over
+                || e.def.action != Action::Restrict
+                || e.def.restrict.as_ref().is_some_and(|r| r.senders)
+            {
                 continue;
             }
             if let Some(r) = self.restrict_over(e, facts, model).await {

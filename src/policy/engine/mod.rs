@@ -28,6 +28,7 @@
 //! The driver in `check` tells the observer, the metrics and the log from what `settle`
 //! returns.
 
+mod campaign;
 mod check;
 mod pending;
 mod plan;
@@ -270,6 +271,66 @@ impl Policy for RatePolicy {
             o.transaction(t);
         }
     }
+
+    fn message_keys(
+        &self,
+        message: &[u8],
+        null_sender: bool,
+    ) -> Option<crate::message_keys::MessageKeys> {
+        let model = self
+            .inner
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        message_keys_of(&model, message, null_sender)
+    }
+}
+
+/// The header section of `message` (up to its first empty line; all of it without one).
+fn head_of(message: &[u8]) -> &[u8] {
+    memchr::memmem::find(message, b"\r\n\r\n")
+        .map(|i| &message[..i + 2])
+        .or_else(|| memchr::memmem::find(message, b"\n\n").map(|i| &message[..i + 1]))
+        .unwrap_or(message)
+}
+
+/// The message keys `model`'s limits use, of `message` (see [`Policy::message_keys`]).
+fn message_keys_of(
+    model: &PolicyModel,
+    message: &[u8],
+    null_sender: bool,
+) -> Option<crate::message_keys::MessageKeys> {
+    use crate::message_keys::{compute, is_automatic, Wanted};
+    let wanted = model.wanted_message_keys();
+    if wanted == Wanted::default() {
+        return None;
+    }
+    let settings = &model.message_keys;
+    if !settings.include_automatic && (null_sender || is_automatic(head_of(message))) {
+        return None;
+    }
+    let exempt = &settings.exempt_link_domains;
+    if exempt.is_empty() {
+        return Some(compute(message, wanted, &[]));
+    }
+    // The link domains too, to tell a message that links only to exempt domains (own
+    // bulk mail) from one that links to others as well.
+    let mut keys = compute(
+        message,
+        Wanted {
+            link_domains: true,
+            ..wanted
+        },
+        exempt,
+    );
+    if keys.only_exempt_links {
+        return None;
+    }
+    if !wanted.link_domains {
+        keys.link_domains.clear();
+    }
+    Some(keys)
 }
 
 impl super::held::Publisher for RatePolicy {
@@ -282,5 +343,81 @@ impl super::held::Publisher for RatePolicy {
 impl super::expiry::Sweeper for RatePolicy {
     fn sweep(&self) -> impl Future<Output = Result<usize, StoreError>> + Send {
         self.expire_restrictions()
+    }
+}
+
+#[cfg(test)]
+mod message_key_tests {
+    use super::testing::model;
+    use super::*;
+
+    const CAMPAIGN: &str = r#"
+[[limit]]
+name = "campaign"
+key = "${fingerprint}"
+ratelimit = "3 / 1h / per_mail / unique=${authenticated_id}"
+action = "hold"
+"#;
+
+    fn message(extra_head: &str, links: &[&str]) -> Vec<u8> {
+        let mut body = String::from(
+            "Hello,\r\nplease find the minutes of our meeting about the garden project \
+             and the budget for next spring, with the list of plants we chose together \
+             and the dates on which the volunteers will meet to plant them.\r\n",
+        );
+        for l in links {
+            body.push_str(&format!("https://{l}/page\r\n"));
+        }
+        format!("Subject: minutes 12\r\n{extra_head}\r\n{body}").into_bytes()
+    }
+
+    #[test]
+    fn keys_only_when_a_limit_uses_them() {
+        assert!(message_keys_of(&model(""), &message("", &[]), false).is_none());
+        let k = message_keys_of(&model(CAMPAIGN), &message("", &[]), false).unwrap();
+        assert!(!k.fingerprint.is_empty());
+        // Not asked for: neither link domains nor the Subject's shape.
+        assert!(k.link_domains.is_empty() && k.subject_shape.is_none());
+    }
+
+    #[test]
+    fn automatic_and_null_sender_mail_get_none_unless_included() {
+        let m = model(CAMPAIGN);
+        assert!(message_keys_of(&m, &message("", &[]), true).is_none());
+        for head in [
+            "Auto-Submitted: auto-replied\r\n",
+            "List-Id: <x.example.org>\r\n",
+        ] {
+            assert!(
+                message_keys_of(&m, &message(head, &[]), false).is_none(),
+                "{head}"
+            );
+        }
+        let m = model(&format!(
+            "{CAMPAIGN}\n[message_keys]\ninclude_automatic = true\n"
+        ));
+        assert!(message_keys_of(&m, &message("List-Id: <x>\r\n", &[]), true).is_some());
+    }
+
+    #[test]
+    fn mail_linking_only_to_exempt_domains_gets_no_keys() {
+        let m = model(&format!(
+            "{CAMPAIGN}\n[message_keys]\nexempt_link_domains = [\"example.org\", \"news.example.net\"]\n"
+        ));
+        let own = message("", &["www.example.org", "lists.news.example.net"]);
+        assert!(message_keys_of(&m, &own, false).is_none());
+        // One other link domain: keys, and only that domain among the link domains.
+        let mixed = message("", &["www.example.org", "evil.example.com"]);
+        let k = message_keys_of(&m, &mixed, false).unwrap();
+        assert!(!k.fingerprint.is_empty());
+        // No link at all: keys as usual.
+        assert!(message_keys_of(&m, &message("", &[]), false).is_some());
+        // link_domain asked for: the exempt ones are left out.
+        let m = model(
+            "[[limit]]\nname = \"links\"\nkey = \"${link_domain}\"\nratelimit = \"5 / 1h / per_mail\"\n\
+             [message_keys]\nexempt_link_domains = [\"example.org\"]\n",
+        );
+        let k = message_keys_of(&m, &mixed, false).unwrap();
+        assert_eq!(k.link_domains, ["example.com"]);
     }
 }

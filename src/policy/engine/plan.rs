@@ -1,7 +1,7 @@
 //! The plan of a check, without I/O: which limits apply at a stage, the key and request of
 //! each, how each is asked ([`Class`]), and the decisions the store is asked.
 
-use super::super::action::{var_value, Outcome};
+use super::super::action::{message_key_values, var_value, Outcome};
 use super::super::concurrency::SlotGuard;
 use super::super::model::{Counted, LimitDef, PolicyModel, RateDef};
 use super::super::request::request;
@@ -79,10 +79,25 @@ pub(super) fn applies(def: &LimitDef, stage: Stage, facts: &Facts, model: &Polic
 }
 
 /// The key text of `def` for `facts`: its key template expanded, else the client address.
+/// A key on a message key has its first value here (see [`key_texts`]).
 pub(super) fn key_text(def: &LimitDef, facts: &Facts, model: &PolicyModel) -> String {
+    key_texts(def, facts, model)
+        .into_iter()
+        .next()
+        .unwrap_or_default()
+}
+
+/// The key texts of `def` for `facts`: one, or with a message key in the key template
+/// (`${fingerprint}`, `${link_domain}`, `${subject_shape}`) one per value of it, none when
+/// the message has none (the limit then does not count the message).
+pub(super) fn key_texts(def: &LimitDef, facts: &Facts, model: &PolicyModel) -> Vec<String> {
+    let vars = |v, out: &mut String| var_value(v, facts, Some(def), None, &model.hostname, out);
     match &def.key {
-        Some(t) => t.expand(|v, out| var_value(v, facts, Some(def), None, &model.hostname, out)),
-        None => facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
+        Some(t) => match t.message_keys().next() {
+            Some(mk) => t.expand_each(mk, &message_key_values(mk, facts), vars),
+            None => vec![t.expand(vars)],
+        },
+        None => vec![facts.client_ip.map(|i| i.to_string()).unwrap_or_default()],
     }
 }
 
@@ -101,71 +116,87 @@ pub(super) fn plan<'m>(
         if !applies(def, stage, facts, model) {
             continue;
         }
-        let key_text = key_text(def, facts, model);
-        let (mut req, mut outcome) = request(def, model, stage, facts, &key_text);
-        let class = match &def.rate {
-            RateDef::Concurrency(_) => {
-                if holds_slot(&def.name) {
-                    continue;
-                }
-                Class::Slot
-            }
-            RateDef::Ratio(_) => Class::Ratio,
-            // Upstream's outcomes are charged when they happen: would one more be over?
-            _ if def.counted.outcome() => {
-                req.count = 1.0;
-                Class::DryRun
-            }
-            _ if def.counted == Counted::AuthFailures => {
-                // Before an AUTH exchange: would one more failure be over?
-                req.count = 1.0;
-                if matches!(req.algorithm, Algorithm::Bucket { .. }) {
-                    Class::BucketNow
-                } else {
-                    Class::DryRun
-                }
-            }
-            RateDef::Bucket(_) if def.counted.reserved() || def.counted == Counted::Messages => {
-                Class::Reserve
-            }
-            RateDef::Bucket(_) => Class::BucketNow,
-            RateDef::Exim { resolved, .. } => {
-                if let Some(rate) = cache.get(resolved.cache, &req.key) {
-                    outcome.value = rate;
-                    outcome.over = is_over(rate, outcome.limit);
-                    Class::Cached
-                } else if let Some(j) = evals.iter().position(|e| {
-                    // An earlier limit of this check already puts the key in the cache
-                    // (a cached one would have answered above).
-                    matches!(e.class, Class::Now | Class::Replay)
-                        && e.key == req.key
-                        && matches!(&e.def.rate, RateDef::Exim { resolved: r, .. }
-                            if r.cache == resolved.cache)
-                }) {
-                    Class::Same(j)
-                } else if def.mode == UpdateMode::Leaky && def.counted.reserved() {
-                    Class::Replay
-                } else {
-                    Class::Now
-                }
-            }
-            RateDef::Gcra(_) if def.mode == UpdateMode::Leaky && def.counted.reserved() => {
-                Class::DryRun
-            }
-            RateDef::Gcra(_) => Class::Now,
-        };
-        evals.push(Eval {
-            def,
-            class,
-            key: req.key.clone(),
-            key_text,
-            req,
-            outcome,
-            slot: None,
-            replayed: false,
-        });
+        if matches!(def.rate, RateDef::Concurrency(_)) && holds_slot(&def.name) {
+            continue;
+        }
+        // One evaluation per key text: a key on a message key counts the message once under
+        // each of its values.
+        for key_text in key_texts(def, facts, model) {
+            let e = planned(def, model, stage, facts, cache, &evals, key_text);
+            evals.push(e);
+        }
     }
     evals
+}
+
+/// The evaluation of `def` under `key_text`, classified against the evaluations `earlier`
+/// in the same check.
+fn planned<'m>(
+    def: &'m LimitDef,
+    model: &'m PolicyModel,
+    stage: Stage,
+    facts: &Facts,
+    cache: &SessionCache,
+    earlier: &[Eval<'m>],
+    key_text: String,
+) -> Eval<'m> {
+    let (mut req, mut outcome) = request(def, model, stage, facts, &key_text);
+    let class = match &def.rate {
+        RateDef::Concurrency(_) => Class::Slot,
+        RateDef::Ratio(_) => Class::Ratio,
+        // Upstream's outcomes are charged when they happen: would one more be over?
+        _ if def.counted.outcome() => {
+            req.count = 1.0;
+            Class::DryRun
+        }
+        _ if def.counted == Counted::AuthFailures => {
+            // Before an AUTH exchange: would one more failure be over?
+            req.count = 1.0;
+            if matches!(req.algorithm, Algorithm::Bucket { .. }) {
+                Class::BucketNow
+            } else {
+                Class::DryRun
+            }
+        }
+        RateDef::Bucket(_) if def.counted.reserved() || def.counted == Counted::Messages => {
+            Class::Reserve
+        }
+        RateDef::Bucket(_) => Class::BucketNow,
+        RateDef::Exim { resolved, .. } => {
+            if let Some(rate) = cache.get(resolved.cache, &req.key) {
+                outcome.value = rate;
+                outcome.over = is_over(rate, outcome.limit);
+                Class::Cached
+            } else if let Some(j) = earlier.iter().position(|e| {
+                // An earlier limit of this check already puts the key in the cache
+                // (a cached one would have answered above).
+                matches!(e.class, Class::Now | Class::Replay)
+                    && e.key == req.key
+                    && matches!(&e.def.rate, RateDef::Exim { resolved: r, .. }
+                        if r.cache == resolved.cache)
+            }) {
+                Class::Same(j)
+            } else if def.mode == UpdateMode::Leaky && def.counted.reserved() {
+                Class::Replay
+            } else {
+                Class::Now
+            }
+        }
+        RateDef::Gcra(_) if def.mode == UpdateMode::Leaky && def.counted.reserved() => {
+            Class::DryRun
+        }
+        RateDef::Gcra(_) => Class::Now,
+    };
+    Eval {
+        def,
+        class,
+        key: req.key.clone(),
+        key_text,
+        req,
+        outcome,
+        slot: None,
+        replayed: false,
+    }
 }
 
 /// Whether the observer is told of `e` as the check plans it: evaluations only (cached

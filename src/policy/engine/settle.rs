@@ -284,10 +284,22 @@ pub(super) fn answer(
             },
             _ => TakenAnswer::Hold,
         };
+        // A message held by a limit on a message key is held under its sender (the key an
+        // incident and a release name), not under the band or domain that tripped it.
+        let key = if s
+            .def
+            .key
+            .as_ref()
+            .is_some_and(|k| k.message_keys().next().is_some())
+        {
+            super::restrict::evidence_key(facts)
+        } else {
+            s.key_text.clone()
+        };
         return Answer {
             verdict: Verdict::Hold(HoldOrder {
                 limit: s.def.name.clone(),
-                key: s.key_text.clone(),
+                key,
                 answer,
             }),
             held: false,

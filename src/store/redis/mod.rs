@@ -33,6 +33,7 @@
 //! under 2^53 ns (104 days); larger values are refused as invalid.
 
 mod baseline;
+mod campaign;
 pub mod conn;
 pub mod copy;
 pub mod encode;
@@ -471,6 +472,21 @@ impl Store for RedisStore {
         add: super::RatioCounts,
     ) -> StoreFuture<'a, super::RatioCounts> {
         Box::pin(self.ratio_key(key, window, add))
+    }
+
+    fn campaign_note<'a>(
+        &'a self,
+        note: &'a super::CampaignNote,
+    ) -> StoreFuture<'a, Vec<super::CampaignSender>> {
+        Box::pin(self.campaign_note_key(note))
+    }
+
+    fn campaign_mark<'a>(&'a self, key: &'a str, limit: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(self.campaign_mark_key(key, limit))
+    }
+
+    fn campaigns(&self) -> StoreFuture<'_, Vec<super::Campaign>> {
+        Box::pin(self.campaign_list())
     }
 
     fn save_baselines<'a>(

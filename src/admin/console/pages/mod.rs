@@ -1,5 +1,6 @@
 //! The console's pages, one file each.
 
+pub mod campaigns;
 pub mod held;
 pub mod key;
 pub mod login;

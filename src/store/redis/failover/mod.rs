@@ -546,6 +546,37 @@ impl Store for FailoverStore {
         })
     }
 
+    fn campaign_note<'a>(
+        &'a self,
+        note: &'a crate::store::CampaignNote,
+    ) -> StoreFuture<'a, Vec<crate::store::CampaignSender>> {
+        Box::pin(async move {
+            match self.redis.campaign_note_key(note).await {
+                Ok(r) => Ok(r),
+                // While Redis is down this node keeps its own ledgers: senders it sees are
+                // still restricted together.
+                Err(e) if self.policy.default == FailureMode::Closed => Err(e),
+                Err(_) => self.local.campaign_note(note).await,
+            }
+        })
+    }
+
+    fn campaign_mark<'a>(&'a self, key: &'a str, limit: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let local = self.local.campaign_mark(key, limit).await;
+            self.redis.campaign_mark_key(key, limit).await.or(local)
+        })
+    }
+
+    fn campaigns(&self) -> StoreFuture<'_, Vec<crate::store::Campaign>> {
+        Box::pin(async move {
+            match self.redis.campaign_list().await {
+                Ok(r) => Ok(r),
+                Err(_) => self.local.campaigns().await,
+            }
+        })
+    }
+
     fn save_baselines<'a>(
         &'a self,
         limit: &'a str,

@@ -1,0 +1,418 @@
+//! HTML reduced to the text a reader sees, and the targets of its links.
+//!
+//! Tags go; the contents of `script`, `style`, `head`, `title` and `noscript` go with
+//! them; block elements end a line; character references are decoded. Text inside
+//! `blockquote` comes out as quoted lines (`> `), so that quotes in HTML replies are left out
+//! like quotes in plain ones.
+
+/// Elements whose contents are not shown.
+const HIDDEN: [&str; 5] = ["script", "style", "head", "title", "noscript"];
+
+/// Elements that start or end a line.
+const BLOCKS: [&str; 21] = [
+    "br",
+    "p",
+    "div",
+    "tr",
+    "li",
+    "ul",
+    "ol",
+    "table",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "hr",
+    "blockquote",
+    "pre",
+    "section",
+    "article",
+    "header",
+    "footer",
+];
+
+/// At most this many link targets are taken from one document.
+pub(super) const MAX_HREFS: usize = 10_000;
+
+/// The text of one HTML document and its link targets.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Reduced {
+    /// The visible text, lines ended by block elements.
+    pub text: String,
+    /// The `href` values of `a` and `area` elements, references decoded.
+    pub hrefs: Vec<String>,
+}
+
+/// Reduces `html` to its text (at most about `max_text` bytes of it; the link targets are
+/// still read after that) and link targets (at most [`MAX_HREFS`]). Malformed HTML is read
+/// as far as it makes sense; nothing fails.
+pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
+    let mut out = Reduced::default();
+    let mut line = Line {
+        start: true,
+        ..Line::default()
+    };
+    let mut rest = html;
+    while !rest.is_empty() {
+        let full = out.text.len() >= max_text;
+        if full && out.hrefs.len() >= MAX_HREFS {
+            break;
+        }
+        let lt = rest.find('<').unwrap_or(rest.len());
+        if !full {
+            push_text(&mut out.text, &rest[..lt], &mut line);
+        }
+        rest = &rest[lt..];
+        if rest.is_empty() {
+            break;
+        }
+        if let Some(after) = rest.strip_prefix("<!--") {
+            rest = after.find("-->").map_or("", |e| &after[e + 3..]);
+            continue;
+        }
+        let Some(tag) = Tag::read(rest) else {
+            // A '<' that opens no tag is text.
+            if !full {
+                push_text(&mut out.text, "<", &mut line);
+            }
+            rest = &rest[1..];
+            continue;
+        };
+        rest = &rest[tag.len..];
+        let is = |n: &str| tag.name.eq_ignore_ascii_case(n);
+        if !tag.closing {
+            if let Some(hidden) = HIDDEN.iter().find(|h| is(h)) {
+                rest = skip_element(rest, hidden);
+                continue;
+            }
+        }
+        if is("blockquote") {
+            line.quote_depth = if tag.closing {
+                line.quote_depth.saturating_sub(1)
+            } else {
+                line.quote_depth + 1
+            };
+        }
+        if !full && BLOCKS.iter().any(|b| is(b)) {
+            if !line.start {
+                out.text.push('\n');
+            }
+            line.start = true;
+            line.space = false;
+        }
+        if !tag.closing && (is("a") || is("area")) && out.hrefs.len() < MAX_HREFS {
+            if let Some(href) = tag.attribute("href") {
+                out.hrefs.push(decode_references(href));
+            }
+        }
+    }
+    out
+}
+
+/// Appends text found between tags, references decoded: runs of whitespace (newlines
+/// included) become one space, and each line inside a blockquote starts with `> `. Text
+/// split by inline tags (`V<b></b>iagra`) stays one word.
+fn push_text(out: &mut String, raw: &str, line: &mut Line) {
+    if raw.is_empty() {
+        return;
+    }
+    for c in decode_references(raw).chars() {
+        if c.is_whitespace() {
+            line.space = !line.start;
+            continue;
+        }
+        if line.start {
+            for _ in 0..line.quote_depth {
+                out.push_str("> ");
+            }
+            line.start = false;
+        } else if line.space {
+            out.push(' ');
+        }
+        line.space = false;
+        out.push(c);
+    }
+}
+
+/// Where the output stands.
+#[derive(Default)]
+struct Line {
+    /// Nothing written on the current line yet.
+    start: bool,
+    /// Whitespace seen since the last character written.
+    space: bool,
+    /// Blockquotes open.
+    quote_depth: usize,
+}
+
+/// The rest of the document after the end tag of `name` (all of it gone when there is none).
+fn skip_element<'a>(rest: &'a str, name: &str) -> &'a str {
+    let b = rest.as_bytes();
+    let mut from = 0;
+    while let Some(k) = memchr::memmem::find(&b[from..], b"</") {
+        let at = from + k + 2;
+        let end = at + name.len();
+        if end <= b.len() && b[at..end].eq_ignore_ascii_case(name.as_bytes()) {
+            return rest[end..].find('>').map_or("", |g| &rest[end + g + 1..]);
+        }
+        from = at;
+    }
+    ""
+}
+
+/// One tag: `<name attributes>` or `</name>`.
+struct Tag<'a> {
+    name: &'a str,
+    closing: bool,
+    attributes: &'a str,
+    /// Its length in the source, `<` to `>` included.
+    len: usize,
+}
+
+impl<'a> Tag<'a> {
+    /// The tag at the start of `s` (which starts with `<`), or None when what follows the
+    /// `<` is no tag name. A tag that is never closed runs to the end.
+    fn read(s: &'a str) -> Option<Tag<'a>> {
+        let body = &s[1..];
+        let (closing, body) = match body.strip_prefix('/') {
+            Some(b) => (true, b),
+            None => (false, body),
+        };
+        let declaration = body.starts_with('!') || body.starts_with('?');
+        if !declaration && !body.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            return None;
+        }
+        let name_len = body
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(body.len());
+        // The end: the first '>' outside quotes.
+        let b = body.as_bytes();
+        let mut quote = None;
+        let mut end = b.len();
+        for (i, &c) in b.iter().enumerate().skip(name_len) {
+            match (quote, c) {
+                (None, b'"' | b'\'') => quote = Some(c),
+                (Some(q), _) if c == q => quote = None,
+                (None, b'>') => {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let offset = s.len() - body.len();
+        Some(Tag {
+            name: if declaration { "" } else { &body[..name_len] },
+            closing,
+            attributes: &body[name_len..end],
+            len: (offset + end + 1).min(s.len()),
+        })
+    }
+
+    /// The raw value of attribute `wanted` (quoted or not), references not yet decoded.
+    fn attribute(&self, wanted: &str) -> Option<&'a str> {
+        let mut rest = self.attributes;
+        loop {
+            rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == '/');
+            if rest.is_empty() {
+                return None;
+            }
+            let name_end = match rest
+                .find(|c: char| c.is_whitespace() || c == '=' || c == '/')
+                .unwrap_or(rest.len())
+            {
+                // A stray '=' names nothing: it is passed over.
+                0 => rest.chars().next().map_or(0, char::len_utf8),
+                n => n,
+            };
+            let name = &rest[..name_end];
+            rest = rest[name_end..].trim_start();
+            let value = if let Some(v) = rest.strip_prefix('=') {
+                let v = v.trim_start();
+                let (value, after) = match v.chars().next() {
+                    Some(q @ ('"' | '\'')) => {
+                        let inner = &v[1..];
+                        let close = inner.find(q).unwrap_or(inner.len());
+                        (&inner[..close], &inner[(close + 1).min(inner.len())..])
+                    }
+                    _ => {
+                        let e = v.find(char::is_whitespace).unwrap_or(v.len());
+                        (&v[..e], &v[e..])
+                    }
+                };
+                rest = after;
+                value
+            } else {
+                ""
+            };
+            if name.eq_ignore_ascii_case(wanted) {
+                return Some(value);
+            }
+        }
+    }
+}
+
+/// `s` with HTML character references decoded: the numeric ones and the named ones mail
+/// writers use; an unknown or malformed reference stays as written.
+pub(super) fn decode_references(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(amp) = rest.find('&') {
+        out.push_str(&rest[..amp]);
+        rest = &rest[amp..];
+        let end = rest[1..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '#'))
+            .map_or(rest.len(), |e| e + 1);
+        let name = &rest[1..end];
+        let terminated = rest[end..].starts_with(';');
+        match reference(name) {
+            Some(decoded) if terminated || !name.starts_with('#') => {
+                match decoded {
+                    Decoded::Char(c) => out.push(c),
+                    Decoded::Str(t) => out.push_str(t),
+                }
+                rest = &rest[end + usize::from(terminated)..];
+            }
+            _ => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// What one reference (`amp`, `#233`, `#x1F600`) stands for.
+fn reference(name: &str) -> Option<Decoded> {
+    if let Some(num) = name.strip_prefix('#') {
+        let code = match num.strip_prefix(['x', 'X']) {
+            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+            None => num.parse().ok()?,
+        };
+        return Some(Decoded::Char(
+            char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER),
+        ));
+    }
+    let text = match name {
+        "amp" => "&",
+        "lt" => "<",
+        "gt" => ">",
+        "quot" => "\"",
+        "apos" => "'",
+        "nbsp" => "\u{A0}",
+        "shy" | "zwnj" | "zwj" => "",
+        "copy" => "©",
+        "reg" => "®",
+        "trade" => "™",
+        "hellip" => "…",
+        "mdash" => "—",
+        "ndash" => "–",
+        "lsquo" => "‘",
+        "rsquo" => "’",
+        "ldquo" => "“",
+        "rdquo" => "”",
+        "laquo" => "«",
+        "raquo" => "»",
+        "bull" => "•",
+        "middot" => "·",
+        "euro" => "€",
+        "pound" => "£",
+        "yen" => "¥",
+        "cent" => "¢",
+        "deg" => "°",
+        "times" => "×",
+        _ => return None,
+    };
+    Some(Decoded::Str(text))
+}
+
+/// A decoded reference.
+enum Decoded {
+    Char(char),
+    Str(&'static str),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(html: &str) -> String {
+        reduce(html, usize::MAX).text
+    }
+
+    #[test]
+    fn tags_go_and_blocks_end_lines() {
+        assert_eq!(
+            text("<html><body><p>Hello <b>dear</b>\n  friend,</p><div>Buy <i>now</i><br>today</div></body></html>"),
+            "Hello dear friend,\nBuy now\ntoday\n"
+        );
+    }
+
+    #[test]
+    fn hidden_elements_and_comments_go() {
+        assert_eq!(
+            text("<HEAD><TITLE>t</TITLE><style>p{color:red}</style></HEAD><script type=x>var a = '<p>';</script><!-- hidden <p> -->shown<SCRIPT>x</Script> too"),
+            "shown too"
+        );
+        assert_eq!(text("<script>never closed"), "");
+    }
+
+    #[test]
+    fn references_are_decoded() {
+        assert_eq!(
+            text("Caf&eacute; &amp; caf&#233; &#x41;&lt;b&gt; &nbsp;&bogus; & ok &#xZZ;"),
+            "Caf&eacute; & café A<b> &bogus; & ok &#xZZ;"
+        );
+        assert_eq!(decode_references("fish&chips&amp"), "fish&chips&");
+        assert_eq!(decode_references("&#1114112;"), "\u{FFFD}");
+    }
+
+    #[test]
+    fn blockquotes_come_out_quoted() {
+        assert_eq!(
+            text("<div>Thanks!</div><div>On Mon, Ann wrote:</div><blockquote>old <p>text</p></blockquote><p>bye</p>"),
+            "Thanks!\nOn Mon, Ann wrote:\n> old\n> text\nbye\n"
+        );
+    }
+
+    #[test]
+    fn hrefs_are_collected() {
+        let r = reduce(
+            "<a class=x href=\"https://t.example.com/c?a=1&amp;b=2\">go</a> <A HREF='http://b.example'>b</A> <a href=https://c.example/x>c</a> <a name=n>no</a> <area href=\"https://d.example\">",
+            usize::MAX,
+        );
+        assert_eq!(
+            r.hrefs,
+            [
+                "https://t.example.com/c?a=1&b=2",
+                "http://b.example",
+                "https://c.example/x",
+                "https://d.example"
+            ]
+        );
+        assert_eq!(r.text, "go b c no");
+    }
+
+    #[test]
+    fn links_are_read_past_the_text_budget() {
+        let r = reduce("<p>text</p><a href=\"https://a.example\">a</a>", 0);
+        assert_eq!(r.text, "");
+        assert_eq!(r.hrefs, ["https://a.example"]);
+    }
+
+    #[test]
+    fn text_that_only_looks_like_tags_stays() {
+        assert_eq!(text("a < b and 3<4 <"), "a < b and 3<4 <");
+        assert_eq!(text("V<b></b>iagra <i>now</i>"), "Viagra now");
+        assert_eq!(text("<p unclosed attr=\"x>y"), "");
+    }
+
+    #[test]
+    fn text_is_bounded() {
+        let html = "<p>word</p>".repeat(10_000);
+        assert!(reduce(&html, 100).text.len() < 120);
+    }
+}

@@ -1,0 +1,142 @@
+//! Message keys: rate-limit keys read from the message itself, for campaigns that spread
+//! one message over many accounts.
+//!
+//! Credential-stuffing spam logs in to many stolen accounts and sends a little from each;
+//! what the copies share is the message: one template with another greeting, a tracking
+//! token in each link, a number in the Subject, and the same link hosts. Three keys catch
+//! that, each computed only when some limit uses it:
+//!
+//! - **fingerprint**: the message's text as a near-duplicate fingerprint, one key value per
+//!   band of a MinHash signature ([`minhash`] has the parameters and their S-curve);
+//!   copies of one template share at least one value, unrelated messages almost never do.
+//! - **link_domains**: the registered domains (eTLD+1) its links point to ([`links`]).
+//! - **subject_shape**: its Subject with numbers and random tokens masked.
+//!
+//! Everything here is pure and bounded: at most [`MAX_PARSED`] bytes of a message are
+//! parsed, [`parts::MAX_TEXT`] bytes of text read, [`minhash::MAX_SHINGLES`] shingles
+//! hashed, [`links::MAX_LINKS_READ`] links read; bad MIME gives fewer keys, never a panic.
+//!
+//! The text the fingerprint reads: the text parts (the plain alternative where there is
+//! one; HTML reduced to its text), quoted lines and the attribution before them left out
+//! (module `quotes`), then normalised word by word (module `words`): case-folded, links as
+//! their host, digit runs as `0`, random-looking tokens as `*`, punctuation dropped.
+
+mod automatic;
+mod html;
+pub mod links;
+pub mod minhash;
+pub mod parts;
+mod quotes;
+pub mod subject;
+mod words;
+
+pub use automatic::is_automatic;
+
+use mail_parser::MessageParser;
+
+/// At most this many bytes of a message are parsed; the rest (in practice attachments after
+/// the text) is not read. It bounds the time and memory of [`compute`] whatever the size.
+pub const MAX_PARSED: usize = 4 * 1024 * 1024;
+
+/// Which keys to compute: only those some limit uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Wanted {
+    /// The near-duplicate fingerprint's band values.
+    pub fingerprint: bool,
+    /// The registered domains of the links.
+    pub link_domains: bool,
+    /// The Subject's shape.
+    pub subject_shape: bool,
+}
+
+impl Wanted {
+    /// Every key.
+    pub const ALL: Wanted = Wanted {
+        fingerprint: true,
+        link_domains: true,
+        subject_shape: true,
+    };
+
+    /// Whether no key is wanted (and [`compute`] does nothing).
+    pub fn is_none(self) -> bool {
+        !(self.fingerprint || self.link_domains || self.subject_shape)
+    }
+}
+
+/// The keys of one message. A key not wanted, or not computable (no text, fewer than
+/// [`minhash::MIN_WORDS`] words, no links, no Subject), is empty or None.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MessageKeys {
+    /// One value per band of the text's MinHash signature, `b{band}:{16 hex digits}`
+    /// ([`minhash::BANDS`] of them), or none.
+    pub fingerprint: Vec<String>,
+    /// The distinct registered domains of the message's `http(s)` links, sorted, at most
+    /// [`links::MAX_LINK_DOMAINS`], exempt ones left out.
+    pub link_domains: Vec<String>,
+    /// The Subject case-folded, spaces collapsed, digit runs as `0`, random tokens as `*`.
+    pub subject_shape: Option<String>,
+    /// The message links somewhere, and only to exempt domains (with `link_domains`
+    /// wanted): own bulk mail, which the caller may leave without keys.
+    pub only_exempt_links: bool,
+}
+
+/// Computes the `wanted` keys of `message` (the whole message as received: header section,
+/// blank line, body; CRLF line ends) in bounded time and memory. Links to a domain of
+/// `exempt_link_domains`, or to a subdomain of one, are left out of `link_domains`.
+pub fn compute(message: &[u8], wanted: Wanted, exempt_link_domains: &[String]) -> MessageKeys {
+    let mut keys = MessageKeys::default();
+    if wanted.is_none() {
+        return keys;
+    }
+    let raw = &message[..message.len().min(MAX_PARSED)];
+    let parser = MessageParser::new();
+    let needs_body = wanted.fingerprint || wanted.link_domains;
+    let parsed = if needs_body {
+        parser.parse(raw)
+    } else {
+        parser.parse_headers(raw)
+    };
+    let Some(parsed) = parsed else {
+        return keys;
+    };
+    if wanted.subject_shape {
+        keys.subject_shape = parsed.subject().and_then(subject::shape);
+    }
+    if needs_body {
+        let texts = parts::texts(&parsed, wanted.link_domains);
+        if wanted.fingerprint {
+            keys.fingerprint = fingerprint(&texts.text);
+        }
+        if wanted.link_domains {
+            let mut domains = links::LinkDomains::new(exempt_link_domains);
+            for href in &texts.hrefs {
+                domains.add_url(href);
+            }
+            domains.add_text(&texts.text);
+            keys.only_exempt_links = domains.only_exempt();
+            keys.link_domains = domains.finish();
+        }
+    }
+    keys
+}
+
+/// The fingerprint of a message's text: its unquoted lines' normalised words, shingled,
+/// MinHashed and banded. Empty when there are fewer than [`minhash::MIN_WORDS`] words.
+fn fingerprint(text: &str) -> Vec<String> {
+    let mut hashes = Vec::new();
+    for line in quotes::unquoted_lines(text) {
+        let more = words::each_word(line, &mut |w| {
+            hashes.push(minhash::word_hash(w));
+            hashes.len() < minhash::MAX_WORDS
+        });
+        if !more {
+            break;
+        }
+    }
+    minhash::signature(&hashes)
+        .map(|s| minhash::band_keys(&s))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

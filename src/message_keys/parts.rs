@@ -1,0 +1,132 @@
+//! The text a message shows its reader: its text parts decoded (mail-parser decodes the
+//! transfer encoding and charset), one alternative of each, HTML reduced to text, within a
+//! budget.
+
+use super::html;
+use mail_parser::{Message, PartType};
+
+/// At most this many bytes of decoded text are read from one message.
+pub const MAX_TEXT: usize = 256 * 1024;
+
+/// At most this many bytes of one HTML part are read: HTML spends much of its size on tags.
+pub const MAX_HTML: usize = 1024 * 1024;
+
+/// A message's text and the link targets of its HTML.
+#[derive(Debug, Default)]
+pub(super) struct Texts {
+    /// The text parts, one after the other, each ending a line.
+    pub text: String,
+    /// The `href`s of the HTML parts (of the HTML alternative too when the text read is the
+    /// plain one).
+    pub hrefs: Vec<String>,
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends at a character boundary.
+fn prefix(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The text of `message`: the parts of its text body (mail-parser's choice: the plain
+/// alternative where there is one, else the HTML one), HTML reduced to text. With
+/// `hrefs`, the link targets of every HTML body part as well.
+pub(super) fn texts(message: &Message<'_>, hrefs: bool) -> Texts {
+    let mut out = Texts::default();
+    for &id in &message.text_body {
+        let room = MAX_TEXT.saturating_sub(out.text.len());
+        if room == 0 {
+            break;
+        }
+        match message.parts.get(id as usize).map(|p| &p.body) {
+            Some(PartType::Text(t)) => out.text.push_str(prefix(t, room)),
+            Some(PartType::Html(h)) => {
+                let reduced = html::reduce(prefix(h, MAX_HTML), room);
+                out.text.push_str(prefix(&reduced.text, room));
+                if hrefs {
+                    out.hrefs.extend(reduced.hrefs);
+                }
+            }
+            _ => continue,
+        }
+        out.text.push('\n');
+    }
+    if hrefs {
+        for &id in message
+            .html_body
+            .iter()
+            .filter(|id| !message.text_body.contains(id))
+        {
+            if out.hrefs.len() >= html::MAX_HREFS {
+                break;
+            }
+            if let Some(PartType::Html(h)) = message.parts.get(id as usize).map(|p| &p.body) {
+                out.hrefs.extend(html::reduce(prefix(h, MAX_HTML), 0).hrefs);
+            }
+        }
+        out.hrefs.truncate(html::MAX_HREFS);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mail_parser::MessageParser;
+
+    fn parse(raw: &str) -> Texts {
+        let m = MessageParser::new().parse(raw.as_bytes()).expect("parses");
+        texts(&m, true)
+    }
+
+    #[test]
+    fn the_plain_alternative_is_preferred_and_html_links_still_read() {
+        let t = parse(
+            "Subject: x\r\nContent-Type: multipart/alternative; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nplain words\r\n--b\r\nContent-Type: text/html\r\n\r\n<p>html words <a href=\"https://x.example.com/\">x</a></p>\r\n--b--\r\n",
+        );
+        assert_eq!(t.text.trim(), "plain words");
+        assert_eq!(t.hrefs, ["https://x.example.com/"]);
+    }
+
+    #[test]
+    fn html_only_is_reduced_to_text() {
+        let t = parse(
+            "Subject: x\r\nContent-Type: text/html; charset=utf-8\r\n\r\n<html><style>p{}</style><p>Hello&nbsp;<b>there</b></p></html>\r\n",
+        );
+        assert_eq!(t.text.trim(), "Hello there");
+    }
+
+    #[test]
+    fn transfer_encodings_and_charsets_are_decoded() {
+        let t = parse(
+            "Subject: x\r\nContent-Type: text/plain; charset=iso-8859-1\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\nCaf=E9 cr=E8me\r\n",
+        );
+        assert_eq!(t.text.trim(), "Café crème");
+        let t = parse(
+            "Subject: x\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: base64\r\n\r\nR3LDvMOfZSBhdXMgV2llbg==\r\n",
+        );
+        assert_eq!(t.text.trim(), "Grüße aus Wien");
+    }
+
+    #[test]
+    fn attachments_are_not_text() {
+        let t = parse(
+            "Subject: x\r\nContent-Type: multipart/mixed; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: image/png\r\nContent-Transfer-Encoding: base64\r\n\r\niVBORw0KGgo=\r\n--b--\r\n",
+        );
+        assert_eq!(t.text, "");
+        assert!(t.hrefs.is_empty());
+    }
+
+    #[test]
+    fn text_is_bounded() {
+        let body = "word ".repeat(MAX_TEXT / 2);
+        let t = parse(&format!("Subject: x\r\n\r\n{body}\r\n"));
+        assert!(t.text.len() <= MAX_TEXT + 1);
+        assert!(prefix("é", 1).is_empty());
+    }
+}

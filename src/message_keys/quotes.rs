@@ -1,0 +1,119 @@
+//! Quoted text left out: replies that quote the same original must not look alike because
+//! of the quote.
+//!
+//! A quoted line starts with `>` after optional spaces. The attribution line just before a
+//! quote ("On Mon, 3 Mar 2025, Ann <ann@example.org> wrote:", also when wrapped over two
+//! lines, and its usual forms in a few other languages) goes with it.
+
+/// Verbs of attribution lines, lower-case: "wrote:", "schrieb:", "a écrit :", …
+const ATTRIBUTION_VERBS: [&str; 9] = [
+    "wrote",
+    "writes",
+    "schrieb",
+    "écrit",
+    "escribió",
+    "scritto",
+    "schreef",
+    "escreveu",
+    "написал",
+];
+
+/// How attribution lines start when they are wrapped: "On …", "Am …", "Le …", "El …".
+const ATTRIBUTION_OPENERS: [&str; 5] = ["on ", "am ", "le ", "el ", "op "];
+
+/// Whether `line` is quoted: `>` after optional spaces or tabs.
+pub(super) fn is_quoted(line: &str) -> bool {
+    line.trim_start_matches([' ', '\t']).starts_with('>')
+}
+
+/// Whether `line` reads like an attribution: it ends with a colon and names the writing.
+fn is_attribution(line: &str) -> bool {
+    let t = line.trim();
+    if !t.ends_with(':') || t.len() > 400 {
+        return false;
+    }
+    let lower = t.to_lowercase();
+    ATTRIBUTION_VERBS.iter().any(|v| lower.contains(v))
+}
+
+/// Whether `line` starts like the first line of an attribution.
+fn opens_attribution(line: &str) -> bool {
+    let t = line.trim_start();
+    ATTRIBUTION_OPENERS.iter().any(|o| {
+        t.len() >= o.len() && t.is_char_boundary(o.len()) && t[..o.len()].eq_ignore_ascii_case(o)
+    })
+}
+
+/// The lines of `text` (LF or CRLF ends) that are neither quoted nor the attribution of a
+/// quote, in order.
+pub(super) fn unquoted_lines(text: &str) -> Vec<&str> {
+    let mut kept: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        if !is_quoted(line) {
+            kept.push(line);
+            continue;
+        }
+        // Blank lines between an attribution and its quote stay; they hold no words.
+        let Some(last) = kept.iter().rposition(|l| !l.trim().is_empty()) else {
+            continue;
+        };
+        if is_attribution(kept[last]) {
+            let one_line = opens_attribution(kept[last]);
+            kept.truncate(last);
+            // Wrapped: "On …, Ann Example <" / "ann@example.org> wrote:".
+            if !one_line
+                && kept.last().is_some_and(|l| {
+                    opens_attribution(l) && !l.trim_end().ends_with(['.', '!', '?'])
+                })
+            {
+                kept.pop();
+            }
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_lines_are_left_out() {
+        let text = "Sounds good.\r\n\r\n> Shall we meet?\r\n  >> Earlier\r\nSee you\r\n";
+        assert_eq!(unquoted_lines(text), ["Sounds good.", "", "See you"]);
+    }
+
+    #[test]
+    fn the_attribution_goes_with_its_quote() {
+        let text =
+            "Yes.\n\nOn Mon, 3 Mar 2025 at 10:00, Ann <ann@example.org> wrote:\n\n> Coming?\n";
+        assert_eq!(unquoted_lines(text), ["Yes.", ""]);
+        let wrapped = "Yes.\nOn Mon, 3 Mar 2025 at 10:00, Ann Example <\nann@example.org> wrote:\n> Coming?\n";
+        assert_eq!(unquoted_lines(wrapped), ["Yes."]);
+        let german = "Ja.\nAm 03.03.2025 um 10:00 schrieb Ann:\n> Kommst du?\n";
+        assert_eq!(unquoted_lines(german), ["Ja."]);
+    }
+
+    #[test]
+    fn lines_that_only_look_like_attributions_stay() {
+        // Not followed by a quote.
+        let text = "Here is what she wrote:\nplain text\n";
+        assert_eq!(
+            unquoted_lines(text),
+            ["Here is what she wrote:", "plain text"]
+        );
+        // Followed by a quote but not an attribution.
+        let text = "Prices:\n> 10 EUR\n";
+        assert_eq!(unquoted_lines(text), ["Prices:"]);
+        // A wrapped attribution takes only the line that opens it.
+        let text = "On the whole, fine.\nAnn wrote:\n> x\n";
+        assert_eq!(unquoted_lines(text), ["On the whole, fine."]);
+    }
+
+    #[test]
+    fn a_greater_than_sign_inside_a_line_is_no_quote() {
+        assert!(!is_quoted("a > b"));
+        assert!(is_quoted("   > a"));
+        assert!(is_quoted("\t>a"));
+    }
+}
