@@ -256,6 +256,7 @@ pub fn notice_mail(n: &Notice, m: &MailSettings, host: &str, now_us: i64) -> Out
             ],
         ),
         Notice::Restriction(v) if is_spool_notice(v) => spool_mail(v, host),
+        Notice::Restriction(v) if v["event"] == "floodgate.campaign" => campaign_mail(v, m, host),
         Notice::Restriction(v) => restriction_mail(v, m, host),
     };
     let mut body = body;
@@ -312,6 +313,82 @@ fn spool_mail(v: &Value, host: &str) -> (String, Vec<String>) {
     ]));
     body.push(String::new());
     body.push("(At most one such mail a minute from this node.)".into());
+    (subject, body)
+}
+
+/// The subject and body of a campaign's notice: one message sent from several accounts,
+/// the accounts it restricted.
+fn campaign_mail(v: &Value, m: &MailSettings, host: &str) -> (String, Vec<String>) {
+    let accounts = v["accounts"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let subject = format!(
+        "floodgate: campaign from {} accounts ({})",
+        accounts.len(),
+        text(&v["limit"])
+    );
+    let mut body = vec![
+        format!(
+            "floodgate on {} saw one message sent from {} accounts, over the limit {}:              every account that sent it is restricted, its mail refused or held until              released.",
+            one_line(host),
+            accounts.len(),
+            text(&v["limit"])
+        ),
+        String::new(),
+    ];
+    let links: Vec<String> = v["link_domains"]
+        .as_array()
+        .map(|a| a.iter().map(text).collect())
+        .unwrap_or_default();
+    body.extend(table(&[
+        ("Message key", text(&v["message_key"])),
+        ("Subject", text(&v["subject"])),
+        (
+            "Links",
+            if links.is_empty() {
+                "none".into()
+            } else {
+                links.join(", ")
+            },
+        ),
+        (
+            "Copies",
+            format!(
+                "{} to {} recipients",
+                text(&v["copies"]),
+                text(&v["recipients"])
+            ),
+        ),
+        (
+            "Rate",
+            format!("{} against {}", text(&v["rate"]), text(&v["limit_value"])),
+        ),
+    ]));
+    body.push(String::new());
+    body.push("Accounts (copies, recipients, client, restricted now):".into());
+    for a in accounts.iter().take(50) {
+        body.push(format!(
+            "  {}  {} copies, {} recipients, from {}{}",
+            text(&a["key"]),
+            text(&a["copies"]),
+            text(&a["recipients"]),
+            text(&a["client_ip"]),
+            if a["restricted"] == true {
+                ", restricted now"
+            } else {
+                ""
+            }
+        ));
+        if let Some(url) = key_link(m, &text(&a["key"])) {
+            body.push(format!("    {url}"));
+        }
+    }
+    if accounts.len() > 50 {
+        body.push(format!("  … and {} more", accounts.len() - 50));
+    }
+    body.push(String::new());
+    body.push("floodgate campaigns lists the campaign with its held messages.".into());
     (subject, body)
 }
 

@@ -178,13 +178,27 @@ impl Observer for Observers {
 
     fn restriction(&self, notice: &serde_json::Value) {
         self.alerter.restriction(notice);
+        let limit = notice["limit"].as_str().unwrap_or("");
         if notice["event"] == "floodgate.restricted" {
             self.contained(&Contained {
                 what: "restricted".into(),
-                limit: notice["limit"].as_str().unwrap_or("").into(),
+                limit: limit.into(),
                 key: notice["key"].as_str().unwrap_or("").into(),
                 time_us: crate::store::now_micros(),
             });
+        }
+        // A campaign's one alert restricted each of its accounts it marks so.
+        if notice["event"] == "floodgate.campaign" {
+            for a in notice["accounts"].as_array().into_iter().flatten() {
+                if a["restricted"] == true {
+                    self.contained(&Contained {
+                        what: "restricted".into(),
+                        limit: limit.into(),
+                        key: a["key"].as_str().unwrap_or("").into(),
+                        time_us: crate::store::now_micros(),
+                    });
+                }
+            }
         }
     }
 

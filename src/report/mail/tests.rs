@@ -253,3 +253,36 @@ fn a_full_spool_has_its_own_mail() {
     let m = notice_mail(&failed, &settings(None), "mx", NOW);
     assert!(text_of(&m).contains("Subject: floodgate: hold spool not writable on mx"));
 }
+
+#[test]
+fn a_campaign_has_its_own_mail_naming_every_account() {
+    let notice = Notice::Restriction(serde_json::json!({
+        "event": "floodgate.campaign", "limit": "campaign", "key": "1h/per_mail/unique/b3:ab",
+        "message_key": "b3:ab", "rate": 4.0, "limit_value": "3 / 1h",
+        "subject": "Your invoice #0 is overdue", "link_domains": ["secure-billing.example"],
+        "copies": 4, "recipients": 20, "host": "mx", "by": "limit campaign on mx",
+        "accounts": [
+            {"key": "stolen1", "copies": 1, "recipients": 5, "client_ip": "192.0.2.1", "restricted": true},
+            {"key": "stolen2\r\nBcc: x@y", "copies": 1, "recipients": 5, "client_ip": "192.0.2.2", "restricted": true},
+        ],
+    }));
+    let m = notice_mail(&notice, &settings(Some("https://fg.uni.test")), "mx", NOW);
+    let text = text_of(&m);
+    let head = head_of(&text);
+    assert!(
+        head.contains("Subject: floodgate: campaign from 2 accounts (campaign)\r\n"),
+        "{head}"
+    );
+    assert!(!head.contains("Bcc:"), "{head}");
+    for want in [
+        "one message sent from 2 accounts",
+        "b3:ab",
+        "secure-billing.example",
+        "4 to 20 recipients",
+        "stolen1  1 copies, 5 recipients, from 192.0.2.1, restricted now",
+        "https://fg.uni.test/console/key?k=stolen1",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+    assert!(!text.contains("restricted the key"), "{text}");
+}
