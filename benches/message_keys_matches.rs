@@ -126,11 +126,9 @@ fn roff_words(page: &str) -> Vec<String> {
                     chars.next();
                     clean.push(' ');
                 }
-                Some('*') => {
-                    if chars.next() == Some('(') {
-                        chars.next();
-                        chars.next();
-                    }
+                Some('*') if chars.next() == Some('(') => {
+                    chars.next();
+                    chars.next();
                 }
                 Some('-') => clean.push('-'),
                 Some('"') => break,
@@ -411,8 +409,8 @@ fn main() {
             .collect();
         for a in 0..copies.len() {
             let set: HashSet<&String> = copies[a].iter().collect();
-            for b in a + 1..copies.len() {
-                let hit = copies[b].iter().any(|k| set.contains(k));
+            for other in &copies[a + 1..] {
+                let hit = other.iter().any(|k| set.contains(k));
                 within += 1;
                 within_matched += usize::from(hit);
                 if a == 0 {
