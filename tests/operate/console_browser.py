@@ -18,9 +18,10 @@ import tempfile
 import time
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 FLAGS = [
@@ -117,17 +118,29 @@ def fits(d):
 
 
 def done_text(d):
-    WebDriverWait(d, WAIT).until(
-        lambda d: d.find_elements(By.ID, "done") or d.find_elements(By.ID, "failed")
-    )
-    found = d.find_elements(By.ID, "done") or d.find_elements(By.ID, "failed")
-    return found[0].text
+    """The result text of the page an action led to (read from the element the wait found,
+    so a page that is replaced meanwhile cannot leave nothing to read)."""
+
+    def result(d):
+        found = d.find_elements(By.ID, "done") or d.find_elements(By.ID, "failed")
+        if not found:
+            return False
+        try:
+            return found[0].text or False
+        except StaleElementReferenceException:
+            return False
+
+    return WebDriverWait(d, WAIT).until(result)
 
 
 def submit_form(d, form_id, reason):
+    """Submits a form with `reason`; the result text of the page it leads to (the old page
+    gone first: it may show an earlier result)."""
     f = d.find_element(By.ID, form_id)
     f.find_element(By.NAME, "reason").send_keys(reason)
+    page = d.find_element(By.TAG_NAME, "html")
     f.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
+    WebDriverWait(d, WAIT).until(staleness_of(page))
     return done_text(d)
 
 
@@ -147,9 +160,9 @@ def release_selection(d, ids, reason, confirm):
         field.send_keys(reason)
     if confirm:
         form.find_element(By.CSS_SELECTOR, "input[name='confirm'][value='true']").click()
-    old = d.current_url
+    page = d.find_element(By.TAG_NAME, "html")
     form.find_element(By.CSS_SELECTOR, "button[name='op'][value='release']").click()
-    WebDriverWait(d, WAIT).until(lambda d: d.current_url != old)
+    WebDriverWait(d, WAIT).until(staleness_of(page))
     return done_text(d)
 
 
@@ -169,7 +182,9 @@ def incident(args, d, facts):
     d.get(args.base + "/console/held")
     f = d.find_element(By.ID, "filters")
     f.find_element(By.NAME, "key").send_keys(key)
+    page = d.find_element(By.TAG_NAME, "html")
     f.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
+    WebDriverWait(d, WAIT).until(staleness_of(page))
     WebDriverWait(d, WAIT).until(lambda d: d.find_elements(By.ID, "held-match"))
     facts["filtered"] = {
         "match": d.find_element(By.ID, "held-match").text,
