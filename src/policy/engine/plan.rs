@@ -12,6 +12,7 @@ use crate::limit::rate::Rate;
 use crate::limit::spec::UpdateMode;
 use crate::limit::SessionCache;
 use crate::store::{Algorithm, Decision, LimitRequest};
+use smallvec::SmallVec;
 
 /// How a limit is asked in a check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,14 +91,22 @@ pub(super) fn key_text(def: &LimitDef, facts: &Facts, model: &PolicyModel) -> St
 /// The key texts of `def` for `facts`: one, or with a message key in the key template
 /// (`${fingerprint}`, `${link_domain}`, `${subject_shape}`) one per value of it, none when
 /// the message has none (the limit then does not count the message).
-pub(super) fn key_texts(def: &LimitDef, facts: &Facts, model: &PolicyModel) -> Vec<String> {
+/// One key text is kept inline: a check of limits without message keys (every command's)
+/// allocates no list for it.
+pub(super) fn key_texts(
+    def: &LimitDef,
+    facts: &Facts,
+    model: &PolicyModel,
+) -> SmallVec<[String; 1]> {
     let vars = |v, out: &mut String| var_value(v, facts, Some(def), None, &model.hostname, out);
     match &def.key {
         Some(t) => match t.message_keys().next() {
-            Some(mk) => t.expand_each(mk, &message_key_values(mk, facts), vars),
-            None => vec![t.expand(vars)],
+            Some(mk) => t
+                .expand_each(mk, &message_key_values(mk, facts), vars)
+                .into(),
+            None => smallvec::smallvec![t.expand(vars)],
         },
-        None => vec![facts.client_ip.map(|i| i.to_string()).unwrap_or_default()],
+        None => smallvec::smallvec![facts.client_ip.map(|i| i.to_string()).unwrap_or_default()],
     }
 }
 
