@@ -1,6 +1,6 @@
 //! An Rspamd-compatible leaky bucket (peers.md §1.3): a level that drains at
 //! `rate`, a reservation for events that passed the check but are not yet
-//! committed, and dynamic multipliers moved by ham/spam verdicts.
+//! committed, and dynamic multipliers moved by whether messages turn out ham or spam.
 //!
 //! One deliberate difference: the capacity never falls below one event, so
 //! the dynamic burst multiplier cannot deadlock a key (Rspamd issue #4637).
@@ -69,9 +69,10 @@ impl BucketSpec {
     }
 }
 
-/// The verdict that moves the dynamic multipliers.
+/// What the message turned out to be (ham, spam or neither), which moves the dynamic
+/// multipliers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Verdict {
+pub enum MessageClass {
     /// Ham: multipliers grow.
     Ham,
     /// Spam/junk: multipliers shrink.
@@ -86,7 +87,7 @@ pub enum BucketOp {
     /// The check (prefilter): leak, compare, reserve when allowed.
     Check,
     /// The message was accepted: commit the reservation, move the multipliers.
-    Commit(Verdict),
+    Commit(MessageClass),
     /// The message was refused or dropped: release the reservation.
     Cancel,
 }
@@ -151,7 +152,7 @@ impl BucketSpec {
         let n = n.max(1.0);
         match op {
             BucketOp::Check => self.check(prev, now_ms, n),
-            BucketOp::Commit(verdict) => {
+            BucketOp::Commit(class) => {
                 let mut st = prev.copied().unwrap_or(BucketState {
                     last_ms: now_ms,
                     level: 0.0,
@@ -160,10 +161,10 @@ impl BucketSpec {
                     dyn_burst: 10000,
                 });
                 if let Some(m) = self.dynamic {
-                    let (fr, fb) = match verdict {
-                        Verdict::Ham => (m.ham_factor_rate, m.ham_factor_burst),
-                        Verdict::Spam => (m.spam_factor_rate, m.spam_factor_burst),
-                        Verdict::Other => (1.0, 1.0),
+                    let (fr, fb) = match class {
+                        MessageClass::Ham => (m.ham_factor_rate, m.ham_factor_burst),
+                        MessageClass::Spam => (m.spam_factor_rate, m.spam_factor_burst),
+                        MessageClass::Other => (1.0, 1.0),
                     };
                     st.dyn_rate = step_mult(st.dyn_rate, fr, m.max_rate_mult);
                     st.dyn_burst = step_mult(st.dyn_burst, fb, m.max_bucket_mult);
@@ -284,7 +285,7 @@ mod tests {
         let mut st = None;
         for _ in 0..2 {
             assert!(!run(&s, &mut st, 0.0, BucketOp::Check).over);
-            run(&s, &mut st, 0.0, BucketOp::Commit(Verdict::Other));
+            run(&s, &mut st, 0.0, BucketOp::Commit(MessageClass::Other));
         }
         let o = run(&s, &mut st, 0.0, BucketOp::Check);
         assert!(o.over);

@@ -6,7 +6,7 @@ use super::action::var_value;
 use super::model::{Counted, LimitDef, PolicyModel, RateDef};
 use super::request::request;
 use super::{Facts, Stage};
-use crate::limit::bucket::{BucketOp, Verdict as Spamminess};
+use crate::limit::bucket::{BucketOp, MessageClass};
 use crate::limit::spec::UpdateMode;
 use crate::store::{Algorithm, LimitRequest, RatioCounts, RatioWindow};
 
@@ -81,7 +81,7 @@ pub fn charge_request(
     req.blocking = false;
     match &mut req.algorithm {
         Algorithm::Ewma { mode, .. } => *mode = UpdateMode::Strict,
-        Algorithm::Bucket { op, .. } => *op = BucketOp::Commit(Spamminess::Other),
+        Algorithm::Bucket { op, .. } => *op = BucketOp::Commit(MessageClass::Other),
         _ => {}
     }
     req

@@ -55,7 +55,7 @@ use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
 
-use crate::limit::bucket::{BucketOp, BucketSpec, Verdict};
+use crate::limit::bucket::{BucketOp, BucketSpec, MessageClass};
 use crate::limit::gcra::GcraSpec;
 use crate::limit::rate::Rate;
 use crate::limit::spec::UpdateMode;
@@ -704,7 +704,7 @@ pub fn analyze_traced(
                 {
                     spec.rate = r;
                 }
-                for op in [BucketOp::Check, BucketOp::Commit(Verdict::Other)] {
+                for op in [BucketOp::Check, BucketOp::Commit(MessageClass::Other)] {
                     decision.limits.clear();
                     decision.limits.push(first_req(
                         prefix.clone() + &key_text,

@@ -1,6 +1,6 @@
 //! Property tests of the engine (case counts kept at or below 256).
 
-use floodgate::limit::bucket::{BucketOp, BucketSpec, BucketState, Multipliers, Verdict};
+use floodgate::limit::bucket::{BucketOp, BucketSpec, BucketState, MessageClass, Multipliers};
 use floodgate::limit::ewma::{self, EwmaParams, EwmaState};
 use floodgate::limit::gcra::GcraSpec;
 use floodgate::limit::rate::Rate;
@@ -202,7 +202,7 @@ proptest! {
     }
 
     #[test]
-    fn dynamic_bucket_never_deadlocks(verdicts in proptest::collection::vec(prop_oneof![Just(Verdict::Spam), Just(Verdict::Ham), Just(Verdict::Other)], 0..400), burst in 1.0f64..20.0) {
+    fn dynamic_bucket_never_deadlocks(verdicts in proptest::collection::vec(prop_oneof![Just(MessageClass::Spam), Just(MessageClass::Ham), Just(MessageClass::Other)], 0..400), burst in 1.0f64..20.0) {
         let spec = BucketSpec { burst, rate: Rate::new(1.0, 1.0).unwrap(), dynamic: Some(Multipliers::default()) };
         let mut st: Option<BucketState> = None;
         let mut now = 0.0;

@@ -2,7 +2,7 @@
 //! snapshots (round trip and refusal of corrupt or foreign files), the
 //! async `Store` trait, and `simulate`.
 
-use floodgate::limit::bucket::{BucketOp, BucketSpec, Verdict};
+use floodgate::limit::bucket::{BucketOp, BucketSpec, MessageClass};
 use floodgate::limit::gcra::GcraSpec;
 use floodgate::limit::rate::Rate;
 use floodgate::limit::spec::UpdateMode;
@@ -205,7 +205,7 @@ fn bucket_check_commit_cancel() {
         }],
     };
     assert!(!store.decide_at(0, &op(BucketOp::Check, 1.0)).refused);
-    store.decide_at(0, &op(BucketOp::Commit(Verdict::Ham), 1.0));
+    store.decide_at(0, &op(BucketOp::Commit(MessageClass::Ham), 1.0));
     assert!(!store.decide_at(0, &op(BucketOp::Check, 1.0)).refused);
     // One committed + one in flight: a third does not fit.
     assert!(store.decide_at(0, &op(BucketOp::Check, 1.0)).refused);

@@ -6,7 +6,7 @@
 
 use crate::common::redis as redis_server;
 
-use floodgate::limit::bucket::{BucketOp, BucketSpec, Multipliers, Verdict};
+use floodgate::limit::bucket::{BucketOp, BucketSpec, MessageClass, Multipliers};
 use floodgate::limit::gcra::GcraSpec;
 use floodgate::limit::rate::Rate;
 use floodgate::limit::spec::UpdateMode;
@@ -258,8 +258,8 @@ fn request(templates: &[Template], u: &Use) -> LimitRequest {
                 spec: *s,
                 op: match u.op {
                     0 | 1 => BucketOp::Check,
-                    2 => BucketOp::Commit(Verdict::Ham),
-                    3 => BucketOp::Commit(Verdict::Spam),
+                    2 => BucketOp::Commit(MessageClass::Ham),
+                    3 => BucketOp::Commit(MessageClass::Spam),
                     _ => BucketOp::Cancel,
                 },
             },

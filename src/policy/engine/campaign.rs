@@ -9,8 +9,8 @@ use tracing::info;
 use super::super::model::{LimitDef, PolicyModel, RateDef};
 use super::super::{Facts, Stage};
 use super::plan::Eval;
+use super::rate_session::RateSession;
 use super::restrict::evidence_key;
-use super::session::RateSession;
 use crate::lograte::RepeatedWarning;
 use crate::store::{CampaignNote, CampaignSender, Restriction};
 

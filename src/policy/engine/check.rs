@@ -11,8 +11,8 @@ use super::super::model::{Action, PolicyModel, RateDef};
 use super::super::replay::{self, replay};
 use super::super::{Facts, Stage, TakenAnswer, Verdict};
 use super::plan::{self, Class, Eval};
+use super::rate_session::RateSession;
 use super::restrict::evidence_key;
-use super::session::RateSession;
 use super::settle::{self, Charge};
 use crate::store::{Algorithm, Decision, LimitRequest, LimitResult, Restriction, StoreError};
 
@@ -114,14 +114,11 @@ impl RateSession {
     /// Judges one event at `stage`.
     pub(super) async fn run_check(&mut self, stage: Stage, facts: &Facts) -> Verdict {
         let model = self.model();
-        let now_us = (self.inner.clock)();
-        self.cache.start_command();
-        if stage == Stage::Mail {
-            self.cache.reset_message();
-            self.headers.clear();
-            self.tally_abandoned();
-            self.contained.store(false, Ordering::Relaxed);
+        self.start_stage(stage);
+        if self.asks_nothing(stage) {
+            return Verdict::Continue;
         }
+        let now_us = (self.inner.clock)();
         let restricts = model.restricts();
         if restricts {
             self.note_evidence(stage, facts, now_us);

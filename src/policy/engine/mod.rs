@@ -28,17 +28,17 @@
 //! The driver in `check` tells the observer, the metrics and the log from what `settle`
 //! returns.
 
+mod answers;
 mod campaign;
 mod check;
 mod pending;
 mod plan;
+mod rate_session;
 mod repeated;
 mod restrict;
-mod session;
 mod settle;
 #[cfg(test)]
 mod testing;
-mod upstream;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,7 +51,7 @@ use super::held::{HeldNow, HeldReader, HeldSource};
 use super::model::PolicyModel;
 use super::{Policy, SessionPolicy};
 use crate::store::{now_micros, Store, StoreError};
-use session::RateSession;
+use rate_session::RateSession;
 
 /// The policy's clock: microseconds since the Unix epoch. It times this session's pending
 /// events for the replay of leaky Exim limits, so it must agree with the store's clock.

@@ -1,6 +1,6 @@
 //! Charges waiting for upstream's answer, and the decision that settles them.
 
-use crate::limit::bucket::{BucketOp, Verdict as Spamminess};
+use crate::limit::bucket::{BucketOp, MessageClass};
 use crate::limit::spec::UpdateMode;
 use crate::store::{Algorithm, Decision, LimitRequest};
 
@@ -57,8 +57,8 @@ impl Pending {
     }
 }
 
-/// A decision that settles `pending`: commit (with a verdict for dynamic buckets) or not.
-pub(super) fn settlement(pending: Vec<Pending>, commit: Option<Spamminess>) -> Decision {
+/// A decision that settles `pending`: commit (with the message class for dynamic buckets) or not.
+pub(super) fn settlement(pending: Vec<Pending>, commit: Option<MessageClass>) -> Decision {
     let mut d = Decision::default();
     // Sum non-unique charges per key: one request per key and algorithm. EWMA events
     // stay one request each, in the order they were checked, as Exim stores them.
@@ -105,11 +105,11 @@ pub(super) fn settlement(pending: Vec<Pending>, commit: Option<Spamminess>) -> D
 /// and releases the rest; anything else releases everything.
 pub(super) fn message_settlement(pending: Vec<Pending>, class: u16) -> Decision {
     let mut d = match class {
-        2 => settlement(pending, Some(Spamminess::Ham)),
+        2 => settlement(pending, Some(MessageClass::Ham)),
         5 => {
             let (spam, rest): (Vec<Pending>, Vec<Pending>) =
                 pending.into_iter().partition(Pending::is_dynamic_bucket);
-            let mut d = settlement(spam, Some(Spamminess::Spam));
+            let mut d = settlement(spam, Some(MessageClass::Spam));
             d.limits.extend(settlement(rest, None).limits);
             d
         }
@@ -141,7 +141,7 @@ mod tests {
     fn accepted_charges_merge_per_key() {
         let d = settlement(
             vec![gcra("a", 1.0), gcra("b", 2.0), gcra("a", 3.0)],
-            Some(Spamminess::Ham),
+            Some(MessageClass::Ham),
         );
         let got: Vec<(&str, f64)> = d.limits.iter().map(|r| (&*r.key, r.count)).collect();
         assert_eq!(got, [("a", 4.0), ("b", 2.0)]);

@@ -11,7 +11,7 @@ use super::super::evidence::Fact;
 use super::super::model::{LimitDef, PolicyModel};
 use super::super::{Facts, HoldOrder, Stage, TakenAnswer, Verdict};
 use super::plan::Eval;
-use super::session::RateSession;
+use super::rate_session::RateSession;
 use crate::smtp::reply::Reply;
 use crate::store::{now_micros, Decision, Guarded, LimitResult, Restriction, StoreError};
 

@@ -9,7 +9,7 @@ use super::super::request::apply_result;
 use super::super::{Facts, HoldOrder, Stage, TakenAnswer, Verdict};
 use super::pending::Pending;
 use super::plan::{Class, Eval};
-use crate::limit::bucket::{BucketOp, Verdict as Spamminess};
+use crate::limit::bucket::{BucketOp, MessageClass};
 use crate::limit::ewma::is_over;
 use crate::limit::spec::CacheScope;
 use crate::smtp::reply::Reply;
@@ -118,7 +118,7 @@ pub(super) fn charges(evals: &[Eval<'_>], refused: bool, now_us: i64) -> Vec<Cha
             Class::BucketNow if !refused && !e.outcome.over => {
                 let mut r = req.clone();
                 if let Algorithm::Bucket { op, .. } = &mut r.algorithm {
-                    *op = BucketOp::Commit(Spamminess::Other);
+                    *op = BucketOp::Commit(MessageClass::Other);
                 }
                 r.blocking = false;
                 out.push(Charge::CommitNow(r));
@@ -146,7 +146,7 @@ pub(super) fn unavailable(evals: &[Eval<'_>], stage: Stage, hostname: &str) -> O
 
 /// What the answers of a check say, before the verdict.
 #[derive(Debug, Default, PartialEq)]
-pub(super) struct Judged {
+pub(super) struct Ruling {
     /// Header lines to put on the message: limit name → line.
     pub(super) headers: Vec<(String, String)>,
     /// The limits over, in order (each is counted, logged and told as crossed).
@@ -156,8 +156,8 @@ pub(super) struct Judged {
 }
 
 /// Judges the answered limits of a check at `stage`.
-pub(super) fn judge(evals: &[Eval<'_>], stage: Stage) -> Judged {
-    let mut j = Judged::default();
+pub(super) fn judge(evals: &[Eval<'_>], stage: Stage) -> Ruling {
+    let mut j = Ruling::default();
     for (i, e) in evals.iter().enumerate() {
         if e.def.action == Action::Header && stage != Stage::Connect {
             j.headers

@@ -1,7 +1,7 @@
 //! Turning a [`Decision`] into the keys and arguments of the decision script,
 //! and its reply back into a [`DecisionResult`]. No I/O.
 
-use crate::limit::bucket::{BucketOp, BucketState, Verdict};
+use crate::limit::bucket::{BucketOp, BucketState, MessageClass};
 use crate::limit::ewma::{self, EwmaState};
 use crate::limit::spec::UpdateMode;
 use crate::limit::unique::{bloom_size, UniqueKind};
@@ -302,9 +302,9 @@ fn encode_limit(
             keys.push(namer.name('b', &req.key));
             let (op, verdict) = match op {
                 BucketOp::Check => (0, 0),
-                BucketOp::Commit(Verdict::Ham) => (1, 1),
-                BucketOp::Commit(Verdict::Spam) => (1, 2),
-                BucketOp::Commit(Verdict::Other) => (1, 0),
+                BucketOp::Commit(MessageClass::Ham) => (1, 1),
+                BucketOp::Commit(MessageClass::Spam) => (1, 2),
+                BucketOp::Commit(MessageClass::Other) => (1, 0),
                 BucketOp::Cancel => (2, 0),
             };
             let m = spec.dynamic.unwrap_or_default();

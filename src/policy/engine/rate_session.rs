@@ -92,6 +92,30 @@ impl RateSession {
         }
     }
 
+    /// Moves the session on to a check at `stage`: a new command for Exim's cache and, at
+    /// MAIL, a new message (no headers yet, nothing contained, the tally of a transaction
+    /// that ended without upstream's answer to a message let go).
+    pub(super) fn start_stage(&mut self, stage: Stage) {
+        self.cache.start_command();
+        if stage == Stage::Mail {
+            self.cache.reset_message();
+            self.headers.clear();
+            self.tally_abandoned();
+            self.contained.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a check at `stage` on the generation last read has nothing to ask: no limit
+    /// at the stage, and no restricted set to check or evidence to note there (the set is
+    /// checked at MAIL, evidence noted at MAIL, RCPT and the end of the message). Such a
+    /// check answers [`Verdict::Continue`] once the session is moved on to the stage.
+    pub(super) fn asks_nothing(&self, stage: Stage) -> bool {
+        let model = &self.model;
+        !model.limits.iter().any(|d| d.stage == stage)
+            && !(matches!(stage, Stage::Mail | Stage::Rcpt | Stage::Message)
+                && (model.restricts() || (stage == Stage::Mail && self.inner.store.may_restrict())))
+    }
+
     /// Releases pending charges from a synchronous context (abandon, drop).
     pub(super) fn release_detached(&self, pending: Vec<Pending>) {
         let d = settlement(pending, None);
@@ -116,26 +140,10 @@ impl SessionPolicy for RateSession {
 
     fn check_now(&mut self, stage: Stage, _facts: &Facts) -> Option<Verdict> {
         self.refresh();
-        if stage == Stage::Mail {
-            // A transaction that ended without upstream's answer to a message (held, say).
-            self.tally_abandoned();
-        }
-        if self.model.limits.iter().any(|d| d.stage == stage) {
+        if !self.asks_nothing(stage) {
             return None;
         }
-        // The restricted set is checked at MAIL, and evidence noted at MAIL, RCPT and the
-        // end of the message.
-        if matches!(stage, Stage::Mail | Stage::Rcpt | Stage::Message)
-            && (self.model.restricts() || (stage == Stage::Mail && self.inner.store.may_restrict()))
-        {
-            return None;
-        }
-        // What run_check does when no limit is at this stage.
-        self.cache.start_command();
-        if stage == Stage::Mail {
-            self.cache.reset_message();
-            self.headers.clear();
-        }
+        self.start_stage(stage);
         Some(Verdict::Continue)
     }
 

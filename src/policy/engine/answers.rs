@@ -12,9 +12,9 @@ use super::super::request::request;
 use super::super::{Facts, Stage, Verdict};
 use super::pending::message_settlement;
 use super::plan::{applies, key_text};
+use super::rate_session::RateSession;
 use super::restrict::evidence_key;
-use super::session::RateSession;
-use crate::limit::bucket::{BucketOp, Verdict as Spamminess};
+use crate::limit::bucket::{BucketOp, MessageClass};
 use crate::smtp::reply::Reply;
 use crate::store::{Algorithm, Decision};
 
@@ -46,7 +46,7 @@ impl RateSession {
             }
             req.blocking = false;
             if let Algorithm::Bucket { op, .. } = &mut req.algorithm {
-                *op = BucketOp::Commit(Spamminess::Other);
+                *op = BucketOp::Commit(MessageClass::Other);
             }
             d.limits.push(req);
         }
