@@ -23,6 +23,7 @@
 //! | [`lograte`] | warnings that can come once per event, told once per interval with a count |
 //! | [`time`] | RFC 3339 in and out, and times given as a duration back from now |
 //! | [`docs`] | man pages and shell completions generated from the command line |
+//! | [`figures`] | numbers, byte sizes, durations and periods as people read them; imports nothing else of the crate |
 //! | [`message_keys`] | keys read from the message itself: text fingerprint, link domains, Subject shape |
 //! | [`metrics`] | the metrics registry and its exposition; a leaf, it imports nothing of the crate |
 //! | [`admin`] | the admin API, the metrics endpoint and the client side of the admin verbs |
@@ -31,6 +32,7 @@ pub mod admin;
 pub mod config;
 pub mod demo;
 pub mod docs;
+pub mod figures;
 pub mod generation;
 pub mod hold;
 pub mod limit;

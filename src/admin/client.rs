@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::http::percent_encode;
+use crate::figures;
 
 /// How long the CLI waits for floodgate's answer.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -391,39 +392,16 @@ where
 }
 
 fn num(v: &Value) -> String {
-    match v.as_f64() {
-        Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{}", x as i64),
-        Some(x) => format!("{x:.3}"),
-        None => "-".into(),
-    }
+    v.as_f64()
+        .map_or_else(|| "-".into(), figures::three_decimals)
 }
 
 fn until(v: &Value) -> String {
     match v.as_f64() {
         None => "never".into(),
         Some(s) if s <= 0.0 => "now".into(),
-        Some(s) => human(s.ceil() as u64),
+        Some(s) => figures::duration(s.ceil() as u64),
     }
-}
-
-/// `1d2h`, `13m24s`, `5s`: the two largest units.
-fn human(mut s: u64) -> String {
-    let units = [("d", 86400), ("h", 3600), ("m", 60), ("s", 1)];
-    let mut out = String::new();
-    let mut parts = 0;
-    for (u, n) in units {
-        if s >= n && parts < 2 {
-            out.push_str(&format!("{}{u}", s / n));
-            s %= n;
-            parts += 1;
-        } else if parts > 0 {
-            parts = 2;
-        }
-    }
-    if out.is_empty() {
-        out.push_str("0s");
-    }
-    out
 }
 
 /// Lays out rows under a header, columns padded to their widest cell.

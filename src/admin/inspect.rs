@@ -123,14 +123,7 @@ fn period_of(def: &LimitDef) -> String {
         RateDef::Concurrency(_) => return "session".into(),
         RateDef::Ratio(r) => r.period_secs as f64,
     };
-    let s = secs.round() as u64;
-    match s {
-        0 => format!("{secs}s"),
-        s if s % 86400 == 0 => format!("{}d", s / 86400),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
+    crate::figures::period_precise(secs)
 }
 
 /// Reads `def`'s record among `records` (all records of `db_key`) at `now_us`.

@@ -27,6 +27,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use crate::figures::num;
 use crate::store::BaselineSet;
 
 /// The factor when none is given.
@@ -140,7 +141,7 @@ impl BaselineDef {
     pub fn percentile_of(&self, daily: &[f64]) -> f64 {
         let mut v = daily.to_vec();
         v.sort_by(f64::total_cmp);
-        super::figures::percentile(&v, self.spec.percentile / 100.0)
+        crate::figures::percentile(&v, self.spec.percentile / 100.0)
     }
 
     /// How `floodgate check` explains it.
@@ -157,14 +158,10 @@ impl BaselineDef {
             num(self.factor),
             self.spec.percentile,
             self.spec.days,
-            super::figures::period_text(self.window_secs as f64),
+            crate::figures::period_text(self.window_secs as f64),
             num(self.floor),
         )
     }
-}
-
-fn num(v: f64) -> String {
-    super::figures::num(v)
 }
 
 /// The computed baselines of every limit that has one, shared by every configuration

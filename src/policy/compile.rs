@@ -960,7 +960,7 @@ fn compile_baseline(
             text.span(),
             format!(
                 "baseline needs a period of at most 1d (daily peaks), this limit's is {}",
-                super::figures::period_text(period_secs)
+                crate::figures::period_text(period_secs)
             ),
         ));
     }

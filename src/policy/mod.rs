@@ -29,7 +29,6 @@ pub mod describe;
 pub mod engine;
 pub mod evidence;
 pub mod expiry;
-pub mod figures;
 pub mod held;
 pub mod lists;
 pub mod model;

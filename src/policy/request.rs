@@ -5,6 +5,7 @@
 use super::action::{var_value, Outcome};
 use super::model::{Counted, LimitDef, PolicyModel, RateDef};
 use super::{Facts, Stage};
+use crate::figures;
 use crate::limit::bucket::BucketOp;
 use crate::limit::gcra::GcraSpec;
 use crate::limit::rate::Rate;
@@ -49,7 +50,7 @@ fn limit_value(def: &LimitDef, model: &PolicyModel, facts: &Facts) -> Option<(f6
 fn baseline_value(def: &LimitDef, model: &PolicyModel, key_text: &str) -> Option<(f64, String)> {
     let b = def.baseline.as_ref()?;
     let m = model.baselines.limit(&def.name, b, key_text);
-    Some((m, fmt_num(m)))
+    Some((m, figures::exact(m)))
 }
 
 /// Builds the store request and the outcome skeleton of one limit.
@@ -119,7 +120,7 @@ pub(super) fn request(
         }
         RateDef::Gcra(g) => {
             let mut g = *g;
-            let mut limit_text = fmt_num(g.burst);
+            let mut limit_text = figures::exact(g.burst);
             let mut from_list = false;
             if let Some((m, t)) = over_value {
                 if let Some(ng) =
@@ -143,7 +144,7 @@ pub(super) fn request(
                     limit: g.burst,
                     from_list,
                     limit_text,
-                    period_text: fmt_period(g.rate.period_secs()),
+                    period_text: figures::period_whole(g.rate.period_secs()),
                     over: false,
                     retry_after: None,
                 },
@@ -151,7 +152,7 @@ pub(super) fn request(
         }
         RateDef::Bucket(b) => {
             let mut b = *b;
-            let mut limit_text = fmt_num(b.burst);
+            let mut limit_text = figures::exact(b.burst);
             let mut from_list = false;
             if let Some((m, t)) = over_value {
                 if let Some(r) = Rate::new(m, b.rate.period_secs()) {
@@ -177,7 +178,7 @@ pub(super) fn request(
                     limit: b.burst,
                     from_list,
                     limit_text,
-                    period_text: fmt_period(b.rate.period_secs()),
+                    period_text: figures::period_whole(b.rate.period_secs()),
                     over: false,
                     retry_after: None,
                 },
@@ -202,7 +203,7 @@ pub(super) fn request(
                 limit: r.above,
                 from_list: false,
                 limit_text: format!("{} {} / {}", r.above, r.num.as_str(), r.den.as_str()),
-                period_text: fmt_period(r.period_secs as f64),
+                period_text: figures::period_whole(r.period_secs as f64),
                 over: false,
                 retry_after: None,
             },
@@ -230,24 +231,6 @@ pub(super) fn request(
                 retry_after: None,
             },
         ),
-    }
-}
-
-fn fmt_num(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
-    } else {
-        format!("{v}")
-    }
-}
-
-fn fmt_period(secs: f64) -> String {
-    let s = secs.round() as u64;
-    match s {
-        s if s % 86400 == 0 => format!("{}d", s / 86400),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
     }
 }
 

@@ -49,7 +49,7 @@
 //!
 //! Memory: one record and one peak per (limit, key); the log is read line by line.
 
-pub use crate::policy::figures::percentile;
+pub use crate::figures::percentile;
 use std::collections::HashMap;
 use std::io::BufRead;
 
@@ -392,7 +392,7 @@ fn summarise(def: &LimitDef, tally: Tally, top: usize, contained: &Contained) ->
         RateDef::Concurrency(n) => ("concurrency", *n as f64, 0.0),
         RateDef::Ratio(r) => ("ratio", r.above, r.period_secs as f64),
     };
-    let period = crate::policy::figures::period_text(period_secs);
+    let period = crate::figures::period_text(period_secs);
     let what = def.counted.as_str().replace('_', " ");
     let unit = if algorithm == "exim" {
         format!("{what} per {period}")

@@ -440,7 +440,7 @@ pub fn summarise(
 
 /// The text of one limit's baselines in `floodgate report`.
 pub fn render(o: &mut String, b: &BaselineReport) {
-    use crate::policy::figures::num;
+    use crate::figures::num;
     use std::fmt::Write as _;
     let _ = writeln!(
         o,

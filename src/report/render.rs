@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::analyze::{LimitReport, Report, HEADROOM, OUTLIER_FACTOR};
-pub use crate::policy::figures::{num, period_text};
+pub use crate::figures::{num, period_text};
 use crate::time::rfc3339;
 
 /// The report as text.

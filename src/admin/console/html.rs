@@ -6,6 +6,8 @@
 use std::fmt::Write as _;
 
 use crate::admin::http::percent_encode;
+// The figures the pages show: a byte size, and a number for a table cell.
+pub use crate::figures::{size, table_number as num};
 
 /// The longest key, address or header value shown in a table cell, in characters.
 pub const CELL_CHARS: usize = 120;
@@ -168,24 +170,6 @@ pub fn title_text(title: &str, host: &str) -> String {
     }
 }
 
-/// An amount of octets in binary units (B, KiB, MiB, GiB, TiB), whole when it is a whole
-/// number of the unit, else with one decimal: `512 B`, `1.5 KiB`, `1 GiB`.
-pub fn size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut unit = 0;
-    let mut value = bytes as f64;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    let tenths = (value * 10.0).round() / 10.0;
-    if unit == 0 || tenths.fract() == 0.0 {
-        format!("{tenths:.0} {}", UNITS[unit])
-    } else {
-        format!("{tenths:.1} {}", UNITS[unit])
-    }
-}
-
 /// A whole page: head (style sheet and script from this server only), navigation, the
 /// page's `body` HTML, footer.
 pub fn page(title: &str, nav: Nav, shell: &Shell<'_>, body: &str) -> String {
@@ -289,19 +273,6 @@ pub const NOSCRIPT: &str =
     "<noscript><p class=\"note\">The buttons need JavaScript; everything else works without \
      it.</p></noscript>";
 
-/// A number for a table: integers without a fraction, others with up to 2 decimals.
-pub fn num(v: f64) -> String {
-    if !v.is_finite() {
-        return "∞".into();
-    }
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
-    } else {
-        let s = format!("{v:.2}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,14 +367,6 @@ mod tests {
         assert!(!p.contains("http://") && !p.contains("https://"), "{p}");
     }
 
-    #[test]
-    fn numbers() {
-        assert_eq!(num(3.0), "3");
-        assert_eq!(num(2.5), "2.5");
-        assert_eq!(num(1.0 / 3.0), "0.33");
-        assert_eq!(num(f64::INFINITY), "∞");
-    }
-
     proptest! {
         #[test]
         fn escaped_text_has_no_markup_and_reads_back(s in "\\PC*") {
@@ -434,19 +397,6 @@ mod tests {
             prop_assert!(t.chars().count() <= max);
             prop_assert_eq!(cut, s.chars().count() > max);
         }
-    }
-
-    #[test]
-    fn sizes_are_in_binary_units() {
-        assert_eq!(size(0), "0 B");
-        assert_eq!(size(1023), "1023 B");
-        assert_eq!(size(1024), "1 KiB");
-        assert_eq!(size(1536), "1.5 KiB");
-        assert_eq!(size(100 * 1024 * 1024), "100 MiB");
-        assert_eq!(size(1 << 30), "1 GiB");
-        assert_eq!(size(1_073_741_824 + 1), "1 GiB");
-        assert_eq!(size(5 << 40), "5 TiB");
-        assert_eq!(size(1 << 50), "1024 TiB");
     }
 
     #[test]

@@ -57,21 +57,6 @@ pub fn nice_ceiling(v: f64) -> f64 {
     10.0 * base
 }
 
-/// A y-axis label: integers plainly, thousands with k, millions with M.
-fn y_label(v: f64) -> String {
-    let t = |x: f64, unit: &str| {
-        let s = format!("{x:.1}");
-        format!("{}{unit}", s.trim_end_matches('0').trim_end_matches('.'))
-    };
-    if v >= 1e6 {
-        t(v / 1e6, "M")
-    } else if v >= 1e3 {
-        t(v / 1e3, "k")
-    } else {
-        t(v, "")
-    }
-}
-
 /// Draws `c` as an `<svg class="chart">` element.
 pub fn line_chart(c: &Chart<'_>) -> String {
     let w = f64::from(c.width.max(120));
@@ -112,7 +97,7 @@ pub fn line_chart(c: &Chart<'_>) -> String {
             w - RIGHT,
             LEFT - 4.0,
             yy + 3.0,
-            y_label(v)
+            crate::figures::abbreviated(v)
         );
     }
     let _ = write!(
@@ -317,13 +302,5 @@ mod tests {
         assert!(meter(1.0, 0.0).contains("width=\"100\" height=\"10\" fill=\"#d62728\""));
         assert!(meter(0.0, 0.0).contains("width=\"0\""));
         assert!(meter(3.0, 10.0).contains("<title>30% of the limit</title>"));
-    }
-
-    #[test]
-    fn y_labels() {
-        assert_eq!(y_label(0.0), "0");
-        assert_eq!(y_label(2.5), "2.5");
-        assert_eq!(y_label(5000.0), "5k");
-        assert_eq!(y_label(2_500_000.0), "2.5M");
     }
 }
