@@ -6,8 +6,9 @@
 //! * [`template`]: key and message templates (`${authenticated_id}`, `${client_ip/24}`);
 //! * [`condition`]: `when` conditions (`!`, `&&`, `||`, lists);
 //! * [`lists`]: `[lists]` of CIDRs, users, addresses and domains with values;
-//! * [`model`]: `[[limit]]` compiled and checked ([`compile`]); [`check_sections`]: what
-//!   some countermeasures need of other sections;
+//! * [`model`]: `[[limit]]` compiled and checked ([`compile`]); [`check_sections`]: the
+//!   limits checked against the other sections of the config their countermeasures need
+//!   (`[hold]`, `[upstream.high_risk]`);
 //! * [`engine`]: [`RatePolicy`], deciding all limits of a stage as one;
 //! * [`action`]: countermeasures and reply texts;
 //! * [`alert`]: alerts when a key first crosses a limit, and the engine's [`alert::Observer`] hook;
@@ -25,6 +26,7 @@ mod compile;
 pub mod concurrency;
 pub mod condition;
 pub mod counted;
+mod cross_checks;
 pub mod describe;
 pub mod engine;
 pub mod evidence;
@@ -37,12 +39,11 @@ pub mod outcomes;
 pub mod ratio;
 mod replay;
 mod request;
-mod sections;
 pub mod template;
 
 pub use compile::compile;
+pub use cross_checks::check_sections;
 pub use engine::RatePolicy;
-pub use sections::check_sections;
 
 use std::future::Future;
 use std::net::IpAddr;

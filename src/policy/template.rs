@@ -121,14 +121,6 @@ impl Var {
     pub fn is_message_key(self) -> bool {
         matches!(self, Var::Fingerprint | Var::LinkDomain | Var::SubjectShape)
     }
-
-    /// Whether the value depends on the rate result (only known after a decision).
-    pub fn is_result(self) -> bool {
-        matches!(
-            self,
-            Var::SenderRate | Var::SenderRateLimit | Var::SenderRatePeriod | Var::RetryAfter
-        )
-    }
 }
 
 /// Why a template was refused; `at` is the byte offset in the template text.
@@ -226,11 +218,6 @@ impl Template {
     /// The text as written.
     pub fn text(&self) -> &str {
         &self.text
-    }
-
-    /// True when the template has no variables (the same text for every event).
-    pub fn is_constant(&self) -> bool {
-        self.parts.iter().all(|p| matches!(p, Part::Lit(_)))
     }
 
     /// The variables used, in order.
@@ -391,9 +378,9 @@ mod tests {
     fn variables_and_literals() {
         let t = Template::parse("u=${authenticated_id} ip=$sender_host_address $$5").unwrap();
         assert_eq!(show(&t), "u=<User> ip=<ClientIp { v4: 32, v6: 128 }> $5");
-        assert!(!t.is_constant());
-        assert!(Template::parse("all").unwrap().is_constant());
-        assert!(Template::parse("").unwrap().is_constant());
+        assert!(t.vars().next().is_some());
+        assert!(Template::parse("all").unwrap().vars().next().is_none());
+        assert!(Template::parse("").unwrap().vars().next().is_none());
         let t = Template::parse("${auth_attempted_id}/$user").unwrap();
         assert_eq!(show(&t), "<AuthAttempt>/<User>");
     }
@@ -456,7 +443,7 @@ mod tests {
         #[test]
         fn literal_text_round_trips(s in "[^$]{0,40}") {
             let t = Template::parse(&s).unwrap();
-            prop_assert!(t.is_constant());
+            prop_assert!(t.vars().next().is_none());
             prop_assert_eq!(t.expand(|_, _| {}), s);
         }
 

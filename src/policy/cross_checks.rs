@@ -1,4 +1,5 @@
-//! What some countermeasures need of other sections of the config: `action = "hold"` and
+//! The compiled limits checked against other sections of the config, which the policy's
+//! own compile does not read: what some countermeasures need of them. `action = "hold"` and
 //! `while_restricted = "hold"` the hold spool (`[hold]`), `action = "reroute"` the second
 //! smart host (`[upstream.high_risk]`), `action = "pace"` the hold spool too.
 
