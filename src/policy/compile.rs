@@ -167,30 +167,35 @@ fn message_key_settings(config: &Config, at: At<'_>) -> Result<MessageKeySetting
 
 /// Whether a key template uses a message key (the limit is then judged at the end of data
 /// unless its stage says otherwise, which is an error).
-fn on_message(key: &Option<Template>) -> bool {
-    key.as_ref()
-        .is_some_and(|k| k.message_keys().next().is_some())
+fn on_message(key: Option<&Template>) -> bool {
+    key.is_some_and(|k| k.message_keys().next().is_some())
 }
 
+/// The words of a limit that say how it counts, each checked: `count`, `stage` and `mode`.
+struct Words {
+    count: Option<Counted>,
+    stage: Option<Stage>,
+    mode: Option<UpdateMode>,
+}
+
+/// How a limit rates what it counts: what, at which stage, with which algorithm, and how
+/// the store is updated.
+struct Rated {
+    counted: Counted,
+    stage: Stage,
+    rate: RateDef,
+    mode: UpdateMode,
+}
+
+/// Compiles one `[[limit]]` (the `index`th, named `limit-N` when it has no name); every
+/// refusal names the limit and where it is.
 fn compile_limit(
     raw: &LimitConfig,
     index: usize,
     lists: &Lists,
     at: At<'_>,
 ) -> Result<LimitDef, ConfigError> {
-    // The position of the whole [[limit]]: its first field that is present.
-    let anchor = [
-        raw.name.as_ref().map(|s| s.span()),
-        raw.ratelimit.as_ref().map(|s| s.span()),
-        raw.rate.as_ref().map(|s| s.span()),
-        raw.count.as_ref().map(|s| s.span()),
-        raw.max.as_ref().map(|s| s.span()),
-        raw.ratio.as_ref().map(|s| s.span()),
-    ]
-    .into_iter()
-    .flatten()
-    .min_by_key(|r| r.start)
-    .unwrap_or(0..0);
+    let anchor = anchor_of(raw);
     let line = match at(anchor.clone(), String::new()) {
         ConfigError::Invalid { line, .. } => line,
         ConfigError::Read { .. } => 0,
@@ -202,268 +207,19 @@ fn compile_limit(
         .unwrap_or_else(|| format!("limit-{}", index + 1));
     let err = |span: Range<usize>, m: String| at(span, format!("limit {name}: {m}"));
 
-    let explicit_count = match word(&raw.count) {
-        Some((w, span)) => Some(Counted::parse(w).ok_or_else(|| {
-            err(span, format!("unknown count {w:?}: use connections, commands, messages, recipients, distinct_recipients, bytes, auth_failures, sessions, refused_recipients, refused_messages, bounced_recipients or deferred_recipients"))
-        })?),
-        None => None,
-    };
-    let explicit_stage = match word(&raw.stage) {
-        Some((w, span)) => Some(stage_of(w).ok_or_else(|| {
-            err(span, format!("unknown stage {w:?}: use connect, helo, auth, mail, rcpt, data, message or command"))
-        })?),
-        None => None,
-    };
-    let mode_word = match word(&raw.mode) {
-        Some((w, span)) => Some(match w {
-            "leaky" => UpdateMode::Leaky,
-            "strict" => UpdateMode::Strict,
-            "readonly" => UpdateMode::Readonly,
-            _ => {
-                return Err(err(
-                    span,
-                    format!("unknown mode {w:?}: use leaky, strict or readonly"),
-                ))
-            }
-        }),
-        None => None,
-    };
-
-    // The rate: exactly one of ratelimit, rate (+burst), max.
-    let given = [
-        raw.ratelimit.is_some(),
-        raw.rate.is_some(),
-        raw.max.is_some(),
-        raw.ratio.is_some(),
-    ];
-    if given.iter().filter(|g| **g).count() != 1 {
-        return Err(err(
-            anchor,
-            "give exactly one of `ratelimit` (Exim syntax), `rate` with `burst`, `max` (sessions at once) or `ratio`".into(),
-        ));
-    }
-    if raw.ratio.is_none() {
-        if let Some((k, span)) = super::ratio::stray_key(raw) {
-            return Err(err(span, format!("`{k}` goes with `ratio`")));
-        }
-    }
+    let words = words(raw, &err)?;
+    one_rate(raw, &anchor, &err)?;
     let mut key: Option<Template> = match &raw.key {
         Some(k) => Some(template(k, &format!("limit {name}: key"), at)?),
         None => None,
     };
-    let (counted, stage, rate, mode) = if let Some(ratio) = &raw.ratio {
-        let (counted, stage, ratio) = super::ratio::compile(raw, ratio, explicit_stage, &err)?;
-        (counted, stage, RateDef::Ratio(ratio), UpdateMode::Readonly)
-    } else if let Some(rl) = &raw.ratelimit {
-        let spec = LimitSpec::parse(rl.get_ref())
-            .map_err(|e| err(rl.span(), format!("ratelimit: {e}")))?;
-        if mode_word.is_some() {
-            return Err(err(
-                raw.mode.as_ref().map_or(0..0, |m| m.span()),
-                "with `ratelimit` write the mode inside the string (/ leaky, / strict, / readonly)"
-                    .into(),
-            ));
-        }
-        let from_per = if spec.unique().is_some() && spec.per_mode() != PerMode::Addr {
-            Counted::Distinct
-        } else {
-            match spec.per_mode() {
-                PerMode::Conn => Counted::Connections,
-                PerMode::Cmd => Counted::Commands,
-                PerMode::Mail => Counted::Messages,
-                PerMode::Rcpt => Counted::Recipients,
-                PerMode::Addr => Counted::DistinctRecipients,
-                PerMode::Byte => Counted::Bytes,
-            }
-        };
-        let counted = match explicit_count {
-            None => from_per,
-            Some(c) if c == from_per => c,
-            Some(c @ Counted::AuthFailures) if spec.per_mode() == PerMode::Cmd || spec.per_option().is_none() => {
-                c
-            }
-            // Charged one by one when upstream answers (or reports) them.
-            Some(c) if c.outcome() && (spec.per_mode() == PerMode::Cmd || spec.per_option().is_none()) => c,
-            Some(c) => {
-                return Err(err(
-                    raw.count.as_ref().map_or(0..0, |c| c.span()),
-                    format!(
-                        "count = {:?} disagrees with the ratelimit string, which counts {} (with `ratelimit` the per_* option says what is counted; only \"auth_failures\" and upstream's outcomes (refused_*, bounced_recipients, deferred_recipients) may be added, with per_cmd or no per_* option)",
-                        c.as_str(),
-                        from_per.as_str()
-                    ),
-                ))
-            }
-        };
-        let spec_key_on_message = spec
-            .key_text()
-            .and_then(|k| Template::parse(k).ok())
-            .is_some_and(|t| t.message_keys().next().is_some());
-        let stage = explicit_stage.unwrap_or(if on_message(&key) || spec_key_on_message {
-            Stage::Message
-        } else {
-            counted.default_stage()
-        });
-        let resolved = spec.resolve(acl_of(stage)).map_err(|e| {
-            err(
-                rl.span(),
-                format!("ratelimit at stage {}: {e}", stage.as_str()),
-            )
-        })?;
-        if let Some(k) = spec.key_text() {
-            if key.is_some() {
-                return Err(err(
-                    raw.key.as_ref().map_or(0..0, |k| k.span()),
-                    format!("the ratelimit string already has key text {k:?}; give the key in one place"),
-                ));
-            }
-            key = Some(
-                Template::parse(k)
-                    .map_err(|e| err(rl.span(), format!("ratelimit key {k:?}: {}", e.message)))?,
-            );
-        }
-        let unique = match spec.unique() {
-            Some(u) if spec.per_mode() != PerMode::Addr => {
-                Some(Template::parse(u).map_err(|e| {
-                    err(rl.span(), format!("ratelimit unique={u:?}: {}", e.message))
-                })?)
-            }
-            _ => None,
-        };
-        let mode = resolved.update;
-        (
-            counted,
-            stage,
-            RateDef::Exim {
-                spec,
-                resolved,
-                unique,
-            },
-            mode,
-        )
-    } else if let Some(max) = &raw.max {
-        let counted = explicit_count.unwrap_or(Counted::Sessions);
-        if counted != Counted::Sessions {
-            return Err(err(
-                max.span(),
-                "`max` is for count = \"sessions\" (sessions at once)".into(),
-            ));
-        }
-        let n = u64::try_from(*max.get_ref())
-            .ok()
-            .filter(|n| *n >= 1)
-            .ok_or_else(|| err(max.span(), "max must be at least 1".into()))?;
-        let uses_user = key
-            .as_ref()
-            .is_some_and(|k| k.vars().any(|v| v == Var::User));
-        let stage = explicit_stage.unwrap_or(if uses_user {
-            Stage::Mail
-        } else {
-            Stage::Connect
-        });
-        (counted, stage, RateDef::Concurrency(n), UpdateMode::Strict)
-    } else {
-        let rate_s = raw.rate.as_ref().expect("checked above");
-        let burst = raw.burst.as_ref().ok_or_else(|| {
-            err(
-                rate_s.span(),
-                "`rate` needs a `burst` (how many events at once)".into(),
-            )
-        })?;
-        let counted = explicit_count.ok_or_else(|| {
-            err(
-                rate_s.span(),
-                "with `rate`, say what is counted: count = \"messages\", \"recipients\", ..."
-                    .into(),
-            )
-        })?;
-        if matches!(
-            counted,
-            Counted::Sessions | Counted::DistinctRecipients | Counted::Distinct
-        ) {
-            return Err(err(
-                raw.count.as_ref().map_or(0..0, |c| c.span()),
-                format!(
-                    "count = {:?} needs `max` (sessions) or an Exim `ratelimit` (distinct values)",
-                    counted.as_str()
-                ),
-            ));
-        }
-        let stage = explicit_stage.unwrap_or(if on_message(&key) {
-            Stage::Message
-        } else {
-            counted.default_stage()
-        });
-        let algo = word(&raw.algorithm).map_or("gcra", |(w, _)| w);
-        let rate = match algo {
-            "gcra" => {
-                if raw.dynamic.is_some() {
-                    return Err(err(
-                        raw.dynamic.as_ref().map_or(0..0, |d| d.span()),
-                        "`dynamic` is for algorithm = \"bucket\"".into(),
-                    ));
-                }
-                RateDef::Gcra(
-                    GcraSpec::parse(burst.get_ref(), rate_s.get_ref()).map_err(|e| {
-                        err(
-                            rate_s.span().start.min(burst.span().start)..burst.span().end,
-                            format!("rate/burst: {e}"),
-                        )
-                    })?,
-                )
-            }
-            "bucket" => {
-                let mut b = BucketSpec::parse(burst.get_ref(), rate_s.get_ref())
-                    .map_err(|e| err(rate_s.span(), format!("rate/burst: {e}")))?;
-                if b.burst <= 0.0 || !b.burst.is_finite() {
-                    return Err(err(burst.span(), "burst must be positive".into()));
-                }
-                if raw.dynamic.as_ref().is_some_and(|d| *d.get_ref()) {
-                    b.dynamic = Some(Multipliers::default());
-                }
-                RateDef::Bucket(b)
-            }
-            other => {
-                return Err(err(
-                    raw.algorithm.as_ref().map_or(0..0, |a| a.span()),
-                    format!("unknown algorithm {other:?}: use gcra or bucket"),
-                ))
-            }
-        };
-        let mode = mode_word.unwrap_or(UpdateMode::Leaky);
-        if mode == UpdateMode::Readonly {
-            return Err(err(
-                raw.mode.as_ref().map_or(0..0, |m| m.span()),
-                "readonly is for Exim `ratelimit` limits".into(),
-            ));
-        }
-        if mode == UpdateMode::Strict && matches!(rate, RateDef::Bucket(_)) {
-            return Err(err(
-                raw.mode.as_ref().map_or(0..0, |m| m.span()),
-                "a bucket reserves and commits; strict is for gcra and ratelimit".into(),
-            ));
-        }
-        (counted, stage, rate, mode)
-    };
-    if counted == Counted::AuthFailures && stage != Stage::Auth {
-        return Err(err(
-            raw.stage.as_ref().map_or(anchor.clone(), |s| s.span()),
-            "auth_failures are counted at stage \"auth\"".into(),
-        ));
-    }
-    if raw.algorithm.is_some() && raw.rate.is_none() {
-        return Err(err(
-            raw.algorithm.as_ref().map_or(0..0, |a| a.span()),
-            "`algorithm` goes with `rate` and `burst`".into(),
-        ));
-    }
-    if raw.burst.is_some() && raw.rate.is_none() {
-        return Err(err(
-            raw.burst.as_ref().map_or(0..0, |a| a.span()),
-            "`burst` goes with `rate`".into(),
-        ));
-    }
-
+    let Rated {
+        counted,
+        stage,
+        rate,
+        mode,
+    } = rated(raw, &words, &mut key, &err)?;
+    rate_fields(raw, counted, stage, &anchor, &err)?;
     let when = match &raw.when {
         Some(w) => Some(
             Condition::parse(w.get_ref(), &|n| lists.contains(n))
@@ -471,102 +227,9 @@ fn compile_limit(
         ),
         None => None,
     };
-
-    let max_delay = match &raw.max_delay {
-        Some(d) => {
-            let v = duration(d, &format!("limit {name}: max_delay"), at)?;
-            if v > HARD_MAX_DELAY {
-                return Err(err(
-                    d.span(),
-                    format!(
-                        "max_delay may be at most {}s (clients give up after 5 minutes)",
-                        HARD_MAX_DELAY.as_secs()
-                    ),
-                ));
-            }
-            v
-        }
-        None => DEFAULT_MAX_DELAY,
-    };
-    let action_word = word(&raw.action).map_or("defer", |(w, _)| w);
+    let max_delay = max_delay(raw, &err)?;
     let action_span = raw.action.as_ref().map_or(anchor.clone(), |a| a.span());
-    let action = match action_word {
-        "warn" => Action::Warn,
-        "header" => Action::Header,
-        "delay" => {
-            let d = raw.delay.as_ref().ok_or_else(|| {
-                err(
-                    action_span.clone(),
-                    "action = \"delay\" needs `delay` (a duration such as \"2s\", or \"computed\")"
-                        .into(),
-                )
-            })?;
-            if d.get_ref() == "computed" {
-                Action::Delay(DelayKind::Computed)
-            } else {
-                let v = duration(d, &format!("limit {name}: delay"), at)?;
-                if v > max_delay {
-                    return Err(err(
-                        d.span(),
-                        format!("delay is longer than max_delay ({}s)", max_delay.as_secs()),
-                    ));
-                }
-                Action::Delay(DelayKind::Fixed(v))
-            }
-        }
-        "hold" => {
-            if !matches!(
-                stage,
-                Stage::Mail | Stage::Rcpt | Stage::Data | Stage::Message
-            ) {
-                return Err(err(
-                    action_span,
-                    "action = \"hold\" holds a message: it is for limits at the mail, rcpt, data or message stage".into(),
-                ));
-            }
-            Action::Hold
-        }
-        "reroute" | "pace" => {
-            if !matches!(
-                stage,
-                Stage::Mail | Stage::Rcpt | Stage::Data | Stage::Message
-            ) {
-                return Err(err(
-                    action_span,
-                    format!("action = \"{action_word}\" takes a message: it is for limits at the mail, rcpt, data or message stage"),
-                ));
-            }
-            if action_word == "reroute" {
-                Action::Reroute
-            } else {
-                if matches!(rate, RateDef::Concurrency(_)) {
-                    return Err(err(
-                        action_span,
-                        "action = \"pace\" releases at the limit's rate: it is for rate limits, not sessions at once".into(),
-                    ));
-                }
-                if matches!(rate, RateDef::Ratio(_)) {
-                    return Err(err(
-                        action_span,
-                        "action = \"pace\" releases at the limit's rate: a ratio limit has none (use hold, reroute, defer or restrict)".into(),
-                    ));
-                }
-                Action::Pace
-            }
-        }
-        "defer" => Action::Defer,
-        "deny" => Action::Deny,
-        "disconnect" => Action::Disconnect,
-        "restrict" => Action::Restrict,
-        other => {
-            return Err(err(
-                action_span,
-                format!(
-                    "unknown action {other:?}: use warn, header, delay, hold, reroute, pace, defer, deny, disconnect or restrict"
-                ),
-            ))
-        }
-    };
+    let action = action(raw, stage, &rate, max_delay, &action_span, &err)?;
     let restrict = restrict_def(raw, action, &name, key.as_ref(), at, &err)?;
     message_key_rules(
         raw,
@@ -577,77 +240,13 @@ fn compile_limit(
         restrict.as_ref(),
         &err,
     )?;
-    if raw.delay.is_some() && !matches!(action, Action::Delay(_)) {
-        return Err(err(
-            raw.delay.as_ref().map_or(0..0, |d| d.span()),
-            "`delay` goes with action = \"delay\"".into(),
-        ));
-    }
-    if counted == Counted::Sessions
-        && !matches!(
-            action,
-            Action::Warn | Action::Defer | Action::Disconnect | Action::Deny
-        )
-    {
-        return Err(err(
-            action_span,
-            "a sessions limit can warn, defer, deny or disconnect".into(),
-        ));
-    }
+    action_fields(raw, action, counted, action_span, &err)?;
     let message = match &raw.message {
         Some(m) => Some(template(m, &format!("limit {name}: message"), at)?),
         None => None,
     };
-    let code = match &raw.code {
-        Some(c) => {
-            let v = *c.get_ref();
-            let ok = match action {
-                Action::Defer => (400..500).contains(&v),
-                Action::Deny => (500..600).contains(&v),
-                Action::Disconnect => v == 421,
-                _ => false,
-            };
-            if !ok {
-                return Err(err(c.span(), format!("code {v} does not fit action {:?} (defer: 4xx, deny: 5xx, disconnect: 421)", action.as_str())));
-            }
-            Some(v as u16)
-        }
-        None => None,
-    };
-    let limit_list = match &raw.limit_list {
-        Some(l) => {
-            let lname = l.get_ref();
-            let list = lists
-                .get(lname)
-                .ok_or_else(|| err(l.span(), format!("no list called {lname:?} in [lists]")))?;
-            if matches!(rate, RateDef::Concurrency(_)) {
-                return Err(err(l.span(), "limit_list is for rate limits".into()));
-            }
-            if let Some(bad) = list.values().find(|v| {
-                v.parse::<f64>()
-                    .map_or(true, |x| !(x >= 0.0 && x.is_finite()))
-            }) {
-                return Err(err(
-                    l.span(),
-                    format!(
-                        "list {lname:?} has the value {bad:?}, which is not a limit (a number)"
-                    ),
-                ));
-            }
-            let by = match &raw.limit_by {
-                Some(b) => super::condition::Subject::parse_word(b.get_ref())
-                    .ok_or_else(|| err(b.span(), format!("limit_by {:?} is not one of client_ip, user, user_domain, sender, sender_domain, recipient, recipient_domain, helo, header_from, listener", b.get_ref())))?,
-                None => Subject::ClientIp,
-            };
-            Some((lname.clone(), by))
-        }
-        None => {
-            if let Some(b) = &raw.limit_by {
-                return Err(err(b.span(), "limit_by goes with limit_list".into()));
-            }
-            None
-        }
-    };
+    let code = code(raw, action, &err)?;
+    let limit_list = limit_list(raw, lists, &rate, &err)?;
     let baseline = compile_baseline(
         raw,
         &rate,
@@ -675,6 +274,601 @@ fn compile_limit(
     })
 }
 
+/// The position of the whole `[[limit]]`: its first field that is present.
+fn anchor_of(raw: &LimitConfig) -> Range<usize> {
+    [
+        raw.name.as_ref().map(|s| s.span()),
+        raw.ratelimit.as_ref().map(|s| s.span()),
+        raw.rate.as_ref().map(|s| s.span()),
+        raw.count.as_ref().map(|s| s.span()),
+        raw.max.as_ref().map(|s| s.span()),
+        raw.ratio.as_ref().map(|s| s.span()),
+    ]
+    .into_iter()
+    .flatten()
+    .min_by_key(|r| r.start)
+    .unwrap_or(0..0)
+}
+
+/// Reads the limit's `count`, `stage` and `mode` words, refusing unknown ones.
+fn words(raw: &LimitConfig, err: At<'_>) -> Result<Words, ConfigError> {
+    let count = match word(&raw.count) {
+        Some((w, span)) => Some(Counted::parse(w).ok_or_else(|| {
+            err(span, format!("unknown count {w:?}: use connections, commands, messages, recipients, distinct_recipients, bytes, auth_failures, sessions, refused_recipients, refused_messages, bounced_recipients or deferred_recipients"))
+        })?),
+        None => None,
+    };
+    let stage = match word(&raw.stage) {
+        Some((w, span)) => Some(stage_of(w).ok_or_else(|| {
+            err(span, format!("unknown stage {w:?}: use connect, helo, auth, mail, rcpt, data, message or command"))
+        })?),
+        None => None,
+    };
+    let mode = match word(&raw.mode) {
+        Some((w, span)) => Some(match w {
+            "leaky" => UpdateMode::Leaky,
+            "strict" => UpdateMode::Strict,
+            "readonly" => UpdateMode::Readonly,
+            _ => {
+                return Err(err(
+                    span,
+                    format!("unknown mode {w:?}: use leaky, strict or readonly"),
+                ))
+            }
+        }),
+        None => None,
+    };
+    Ok(Words { count, stage, mode })
+}
+
+/// Checks that the limit gives exactly one rate (`ratelimit`, `rate` with `burst`, `max`
+/// or `ratio`), and the ratio's own settings only with `ratio`.
+fn one_rate(raw: &LimitConfig, anchor: &Range<usize>, err: At<'_>) -> Result<(), ConfigError> {
+    let given = [
+        raw.ratelimit.is_some(),
+        raw.rate.is_some(),
+        raw.max.is_some(),
+        raw.ratio.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err(err(
+            anchor.clone(),
+            "give exactly one of `ratelimit` (Exim syntax), `rate` with `burst`, `max` (sessions at once) or `ratio`".into(),
+        ));
+    }
+    if raw.ratio.is_none() {
+        if let Some((k, span)) = super::ratio::stray_key(raw) {
+            return Err(err(span, format!("`{k}` goes with `ratio`")));
+        }
+    }
+    Ok(())
+}
+
+/// Compiles the limit's one rate, whichever it gives; an Exim `ratelimit` string may set
+/// the limit's `key`.
+fn rated(
+    raw: &LimitConfig,
+    words: &Words,
+    key: &mut Option<Template>,
+    err: At<'_>,
+) -> Result<Rated, ConfigError> {
+    if let Some(ratio) = &raw.ratio {
+        let (counted, stage, ratio) = super::ratio::compile(raw, ratio, words.stage, err)?;
+        Ok(Rated {
+            counted,
+            stage,
+            rate: RateDef::Ratio(ratio),
+            mode: UpdateMode::Readonly,
+        })
+    } else if let Some(rl) = &raw.ratelimit {
+        exim_rated(raw, rl, words, key, err)
+    } else if let Some(max) = &raw.max {
+        sessions_rated(max, words, key.as_ref(), err)
+    } else {
+        burst_rated(raw, words, key.as_ref(), err)
+    }
+}
+
+/// Compiles an Exim `ratelimit` string: what it counts, at which stage, and its key and
+/// `unique=` templates.
+fn exim_rated(
+    raw: &LimitConfig,
+    rl: &Spanned<String>,
+    words: &Words,
+    key: &mut Option<Template>,
+    err: At<'_>,
+) -> Result<Rated, ConfigError> {
+    let spec =
+        LimitSpec::parse(rl.get_ref()).map_err(|e| err(rl.span(), format!("ratelimit: {e}")))?;
+    if words.mode.is_some() {
+        return Err(err(
+            raw.mode.as_ref().map_or(0..0, |m| m.span()),
+            "with `ratelimit` write the mode inside the string (/ leaky, / strict, / readonly)"
+                .into(),
+        ));
+    }
+    let counted = exim_counted(raw, &spec, words.count, err)?;
+    let spec_key_on_message = spec
+        .key_text()
+        .and_then(|k| Template::parse(k).ok())
+        .is_some_and(|t| t.message_keys().next().is_some());
+    let stage = words
+        .stage
+        .unwrap_or(if on_message(key.as_ref()) || spec_key_on_message {
+            Stage::Message
+        } else {
+            counted.default_stage()
+        });
+    let resolved = spec.resolve(acl_of(stage)).map_err(|e| {
+        err(
+            rl.span(),
+            format!("ratelimit at stage {}: {e}", stage.as_str()),
+        )
+    })?;
+    if let Some(k) = spec.key_text() {
+        if key.is_some() {
+            return Err(err(
+                raw.key.as_ref().map_or(0..0, |k| k.span()),
+                format!(
+                    "the ratelimit string already has key text {k:?}; give the key in one place"
+                ),
+            ));
+        }
+        *key = Some(
+            Template::parse(k)
+                .map_err(|e| err(rl.span(), format!("ratelimit key {k:?}: {}", e.message)))?,
+        );
+    }
+    let unique = match spec.unique() {
+        Some(u) if spec.per_mode() != PerMode::Addr => Some(
+            Template::parse(u)
+                .map_err(|e| err(rl.span(), format!("ratelimit unique={u:?}: {}", e.message)))?,
+        ),
+        _ => None,
+    };
+    let mode = resolved.update;
+    Ok(Rated {
+        counted,
+        stage,
+        rate: RateDef::Exim {
+            spec,
+            resolved,
+            unique,
+        },
+        mode,
+    })
+}
+
+/// What an Exim `ratelimit` string counts: what its `per_*` option says, or the `count`
+/// given when it may add to that (auth failures, upstream's outcomes).
+fn exim_counted(
+    raw: &LimitConfig,
+    spec: &LimitSpec,
+    explicit: Option<Counted>,
+    err: At<'_>,
+) -> Result<Counted, ConfigError> {
+    let from_per = if spec.unique().is_some() && spec.per_mode() != PerMode::Addr {
+        Counted::Distinct
+    } else {
+        match spec.per_mode() {
+            PerMode::Conn => Counted::Connections,
+            PerMode::Cmd => Counted::Commands,
+            PerMode::Mail => Counted::Messages,
+            PerMode::Rcpt => Counted::Recipients,
+            PerMode::Addr => Counted::DistinctRecipients,
+            PerMode::Byte => Counted::Bytes,
+        }
+    };
+    Ok(match explicit {
+        None => from_per,
+        Some(c) if c == from_per => c,
+        Some(c @ Counted::AuthFailures)
+            if spec.per_mode() == PerMode::Cmd || spec.per_option().is_none() =>
+        {
+            c
+        }
+        // Charged one by one when upstream answers (or reports) them.
+        Some(c)
+            if c.outcome() && (spec.per_mode() == PerMode::Cmd || spec.per_option().is_none()) =>
+        {
+            c
+        }
+        Some(c) => {
+            return Err(err(
+                raw.count.as_ref().map_or(0..0, |c| c.span()),
+                format!(
+                    "count = {:?} disagrees with the ratelimit string, which counts {} (with `ratelimit` the per_* option says what is counted; only \"auth_failures\" and upstream's outcomes (refused_*, bounced_recipients, deferred_recipients) may be added, with per_cmd or no per_* option)",
+                    c.as_str(),
+                    from_per.as_str()
+                ),
+            ))
+        }
+    })
+}
+
+/// Compiles `max`: sessions at once, from MAIL when the key names the user, else from the
+/// connection.
+fn sessions_rated(
+    max: &Spanned<i64>,
+    words: &Words,
+    key: Option<&Template>,
+    err: At<'_>,
+) -> Result<Rated, ConfigError> {
+    let counted = words.count.unwrap_or(Counted::Sessions);
+    if counted != Counted::Sessions {
+        return Err(err(
+            max.span(),
+            "`max` is for count = \"sessions\" (sessions at once)".into(),
+        ));
+    }
+    let n = u64::try_from(*max.get_ref())
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| err(max.span(), "max must be at least 1".into()))?;
+    let uses_user = key.is_some_and(|k| k.vars().any(|v| v == Var::User));
+    let stage = words.stage.unwrap_or(if uses_user {
+        Stage::Mail
+    } else {
+        Stage::Connect
+    });
+    Ok(Rated {
+        counted,
+        stage,
+        rate: RateDef::Concurrency(n),
+        mode: UpdateMode::Strict,
+    })
+}
+
+/// Compiles `rate` with `burst`: what is counted (which must be said), at which stage, the
+/// algorithm and its update mode.
+fn burst_rated(
+    raw: &LimitConfig,
+    words: &Words,
+    key: Option<&Template>,
+    err: At<'_>,
+) -> Result<Rated, ConfigError> {
+    let rate_s = raw.rate.as_ref().expect("checked above");
+    let burst = raw.burst.as_ref().ok_or_else(|| {
+        err(
+            rate_s.span(),
+            "`rate` needs a `burst` (how many events at once)".into(),
+        )
+    })?;
+    let counted = words.count.ok_or_else(|| {
+        err(
+            rate_s.span(),
+            "with `rate`, say what is counted: count = \"messages\", \"recipients\", ...".into(),
+        )
+    })?;
+    if matches!(
+        counted,
+        Counted::Sessions | Counted::DistinctRecipients | Counted::Distinct
+    ) {
+        return Err(err(
+            raw.count.as_ref().map_or(0..0, |c| c.span()),
+            format!(
+                "count = {:?} needs `max` (sessions) or an Exim `ratelimit` (distinct values)",
+                counted.as_str()
+            ),
+        ));
+    }
+    let stage = words.stage.unwrap_or(if on_message(key) {
+        Stage::Message
+    } else {
+        counted.default_stage()
+    });
+    let rate = burst_algorithm(raw, rate_s, burst, err)?;
+    let mode = words.mode.unwrap_or(UpdateMode::Leaky);
+    if mode == UpdateMode::Readonly {
+        return Err(err(
+            raw.mode.as_ref().map_or(0..0, |m| m.span()),
+            "readonly is for Exim `ratelimit` limits".into(),
+        ));
+    }
+    if mode == UpdateMode::Strict && matches!(rate, RateDef::Bucket(_)) {
+        return Err(err(
+            raw.mode.as_ref().map_or(0..0, |m| m.span()),
+            "a bucket reserves and commits; strict is for gcra and ratelimit".into(),
+        ));
+    }
+    Ok(Rated {
+        counted,
+        stage,
+        rate,
+        mode,
+    })
+}
+
+/// The algorithm of a `rate` with `burst`: GCRA, or a bucket (optionally `dynamic`).
+fn burst_algorithm(
+    raw: &LimitConfig,
+    rate_s: &Spanned<String>,
+    burst: &Spanned<String>,
+    err: At<'_>,
+) -> Result<RateDef, ConfigError> {
+    let algo = word(&raw.algorithm).map_or("gcra", |(w, _)| w);
+    Ok(match algo {
+        "gcra" => {
+            if raw.dynamic.is_some() {
+                return Err(err(
+                    raw.dynamic.as_ref().map_or(0..0, |d| d.span()),
+                    "`dynamic` is for algorithm = \"bucket\"".into(),
+                ));
+            }
+            RateDef::Gcra(
+                GcraSpec::parse(burst.get_ref(), rate_s.get_ref()).map_err(|e| {
+                    err(
+                        rate_s.span().start.min(burst.span().start)..burst.span().end,
+                        format!("rate/burst: {e}"),
+                    )
+                })?,
+            )
+        }
+        "bucket" => {
+            let mut b = BucketSpec::parse(burst.get_ref(), rate_s.get_ref())
+                .map_err(|e| err(rate_s.span(), format!("rate/burst: {e}")))?;
+            if b.burst <= 0.0 || !b.burst.is_finite() {
+                return Err(err(burst.span(), "burst must be positive".into()));
+            }
+            if raw.dynamic.as_ref().is_some_and(|d| *d.get_ref()) {
+                b.dynamic = Some(Multipliers::default());
+            }
+            RateDef::Bucket(b)
+        }
+        other => {
+            return Err(err(
+                raw.algorithm.as_ref().map_or(0..0, |a| a.span()),
+                format!("unknown algorithm {other:?}: use gcra or bucket"),
+            ))
+        }
+    })
+}
+
+/// Checks the fields that go with one rate only: auth failures counted at `auth`,
+/// `algorithm` and `burst` only with `rate`.
+fn rate_fields(
+    raw: &LimitConfig,
+    counted: Counted,
+    stage: Stage,
+    anchor: &Range<usize>,
+    err: At<'_>,
+) -> Result<(), ConfigError> {
+    if counted == Counted::AuthFailures && stage != Stage::Auth {
+        return Err(err(
+            raw.stage.as_ref().map_or(anchor.clone(), |s| s.span()),
+            "auth_failures are counted at stage \"auth\"".into(),
+        ));
+    }
+    if raw.algorithm.is_some() && raw.rate.is_none() {
+        return Err(err(
+            raw.algorithm.as_ref().map_or(0..0, |a| a.span()),
+            "`algorithm` goes with `rate` and `burst`".into(),
+        ));
+    }
+    if raw.burst.is_some() && raw.rate.is_none() {
+        return Err(err(
+            raw.burst.as_ref().map_or(0..0, |a| a.span()),
+            "`burst` goes with `rate`".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The limit's `max_delay` (at most [`HARD_MAX_DELAY`]), else the default.
+fn max_delay(raw: &LimitConfig, err: At<'_>) -> Result<Duration, ConfigError> {
+    let Some(d) = &raw.max_delay else {
+        return Ok(DEFAULT_MAX_DELAY);
+    };
+    let v = duration(d, "max_delay", err)?;
+    if v > HARD_MAX_DELAY {
+        return Err(err(
+            d.span(),
+            format!(
+                "max_delay may be at most {}s (clients give up after 5 minutes)",
+                HARD_MAX_DELAY.as_secs()
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+/// Compiles the limit's `action` (`defer` when not given) with what it needs: a delay, a
+/// stage where it can take a message, a rate to pace at.
+fn action(
+    raw: &LimitConfig,
+    stage: Stage,
+    rate: &RateDef,
+    max_delay: Duration,
+    action_span: &Range<usize>,
+    err: At<'_>,
+) -> Result<Action, ConfigError> {
+    let action_word = word(&raw.action).map_or("defer", |(w, _)| w);
+    Ok(match action_word {
+        "warn" => Action::Warn,
+        "header" => Action::Header,
+        "delay" => delay_action(raw, max_delay, action_span, err)?,
+        "hold" | "reroute" | "pace" => {
+            taking_action(action_word, stage, rate, action_span.clone(), err)?
+        }
+        "defer" => Action::Defer,
+        "deny" => Action::Deny,
+        "disconnect" => Action::Disconnect,
+        "restrict" => Action::Restrict,
+        other => {
+            return Err(err(
+                action_span.clone(),
+                format!(
+                    "unknown action {other:?}: use warn, header, delay, hold, reroute, pace, defer, deny, disconnect or restrict"
+                ),
+            ))
+        }
+    })
+}
+
+/// `action = "delay"` with its `delay`: a duration up to `max_delay`, or `computed`.
+fn delay_action(
+    raw: &LimitConfig,
+    max_delay: Duration,
+    action_span: &Range<usize>,
+    err: At<'_>,
+) -> Result<Action, ConfigError> {
+    let d = raw.delay.as_ref().ok_or_else(|| {
+        err(
+            action_span.clone(),
+            "action = \"delay\" needs `delay` (a duration such as \"2s\", or \"computed\")".into(),
+        )
+    })?;
+    if d.get_ref() == "computed" {
+        return Ok(Action::Delay(DelayKind::Computed));
+    }
+    let v = duration(d, "delay", err)?;
+    if v > max_delay {
+        return Err(err(
+            d.span(),
+            format!("delay is longer than max_delay ({}s)", max_delay.as_secs()),
+        ));
+    }
+    Ok(Action::Delay(DelayKind::Fixed(v)))
+}
+
+/// The actions that take a message (`hold`, `reroute`, `pace`): only at a stage with one,
+/// and `pace` only for a limit with a rate to release at.
+fn taking_action(
+    action_word: &str,
+    stage: Stage,
+    rate: &RateDef,
+    action_span: Range<usize>,
+    err: At<'_>,
+) -> Result<Action, ConfigError> {
+    let with_message = matches!(
+        stage,
+        Stage::Mail | Stage::Rcpt | Stage::Data | Stage::Message
+    );
+    if action_word == "hold" {
+        if !with_message {
+            return Err(err(
+                action_span,
+                "action = \"hold\" holds a message: it is for limits at the mail, rcpt, data or message stage".into(),
+            ));
+        }
+        return Ok(Action::Hold);
+    }
+    if !with_message {
+        return Err(err(
+            action_span,
+            format!("action = \"{action_word}\" takes a message: it is for limits at the mail, rcpt, data or message stage"),
+        ));
+    }
+    if action_word == "reroute" {
+        return Ok(Action::Reroute);
+    }
+    if matches!(rate, RateDef::Concurrency(_)) {
+        return Err(err(
+            action_span,
+            "action = \"pace\" releases at the limit's rate: it is for rate limits, not sessions at once".into(),
+        ));
+    }
+    if matches!(rate, RateDef::Ratio(_)) {
+        return Err(err(
+            action_span,
+            "action = \"pace\" releases at the limit's rate: a ratio limit has none (use hold, reroute, defer or restrict)".into(),
+        ));
+    }
+    Ok(Action::Pace)
+}
+
+/// Checks what goes with the action: `delay` only with `delay`, and a sessions limit only
+/// warning, deferring, denying or disconnecting.
+fn action_fields(
+    raw: &LimitConfig,
+    action: Action,
+    counted: Counted,
+    action_span: Range<usize>,
+    err: At<'_>,
+) -> Result<(), ConfigError> {
+    if raw.delay.is_some() && !matches!(action, Action::Delay(_)) {
+        return Err(err(
+            raw.delay.as_ref().map_or(0..0, |d| d.span()),
+            "`delay` goes with action = \"delay\"".into(),
+        ));
+    }
+    if counted == Counted::Sessions
+        && !matches!(
+            action,
+            Action::Warn | Action::Defer | Action::Disconnect | Action::Deny
+        )
+    {
+        return Err(err(
+            action_span,
+            "a sessions limit can warn, defer, deny or disconnect".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The limit's reply `code`, which must fit its action (defer 4xx, deny 5xx, disconnect
+/// 421).
+fn code(raw: &LimitConfig, action: Action, err: At<'_>) -> Result<Option<u16>, ConfigError> {
+    let Some(c) = &raw.code else {
+        return Ok(None);
+    };
+    let v = *c.get_ref();
+    let ok = match action {
+        Action::Defer => (400..500).contains(&v),
+        Action::Deny => (500..600).contains(&v),
+        Action::Disconnect => v == 421,
+        _ => false,
+    };
+    if !ok {
+        return Err(err(
+            c.span(),
+            format!(
+                "code {v} does not fit action {:?} (defer: 4xx, deny: 5xx, disconnect: 421)",
+                action.as_str()
+            ),
+        ));
+    }
+    Ok(Some(v as u16))
+}
+
+/// The limit's `limit_list` (a list of numbers in `[lists]`) and the `limit_by` subject
+/// that looks it up.
+fn limit_list(
+    raw: &LimitConfig,
+    lists: &Lists,
+    rate: &RateDef,
+    err: At<'_>,
+) -> Result<Option<(String, Subject)>, ConfigError> {
+    let Some(l) = &raw.limit_list else {
+        if let Some(b) = &raw.limit_by {
+            return Err(err(b.span(), "limit_by goes with limit_list".into()));
+        }
+        return Ok(None);
+    };
+    let lname = l.get_ref();
+    let list = lists
+        .get(lname)
+        .ok_or_else(|| err(l.span(), format!("no list called {lname:?} in [lists]")))?;
+    if matches!(rate, RateDef::Concurrency(_)) {
+        return Err(err(l.span(), "limit_list is for rate limits".into()));
+    }
+    if let Some(bad) = list.values().find(|v| {
+        v.parse::<f64>()
+            .map_or(true, |x| !(x >= 0.0 && x.is_finite()))
+    }) {
+        return Err(err(
+            l.span(),
+            format!("list {lname:?} has the value {bad:?}, which is not a limit (a number)"),
+        ));
+    }
+    let by = match &raw.limit_by {
+        Some(b) => super::condition::Subject::parse_word(b.get_ref())
+            .ok_or_else(|| err(b.span(), format!("limit_by {:?} is not one of client_ip, user, user_domain, sender, sender_domain, recipient, recipient_domain, helo, header_from, listener", b.get_ref())))?,
+        None => Subject::ClientIp,
+    };
+    Ok(Some((lname.clone(), by)))
+}
+
 /// Where a limit may use the message keys (`${fingerprint}`, `${link_domain}`,
 /// `${subject_shape}`): in its key, one of them, at the message stage, and in nothing that
 /// names one value per event (`unique=`, `restrict_key`, `notify_user`). A `restrict`
@@ -687,7 +881,7 @@ fn message_key_rules(
     rate: &RateDef,
     action: Action,
     restrict: Option<&RestrictDef>,
-    err: &dyn Fn(Range<usize>, String) -> ConfigError,
+    err: At<'_>,
 ) -> Result<(), ConfigError> {
     let key_span = || {
         [&raw.key, &raw.ratelimit]
@@ -785,7 +979,7 @@ fn restrict_def(
     name: &str,
     limit_key: Option<&Template>,
     at: At<'_>,
-    err: &dyn Fn(Range<usize>, String) -> ConfigError,
+    err: At<'_>,
 ) -> Result<Option<RestrictDef>, ConfigError> {
     let spans = [
         raw.restrict_key
@@ -829,7 +1023,7 @@ fn restrict_def(
     if let Some(w) = &raw.while_restricted {
         match w.get_ref().as_str() {
             "defer" => {}
-            // That [hold] exists is checked with the other sections (`sections.rs`).
+            // That [hold] exists is checked with the other sections (`cross_checks.rs`).
             "hold" => def.hold = true,
             other => {
                 return Err(err(
@@ -840,14 +1034,7 @@ fn restrict_def(
         }
     }
     if let Some(c) = &raw.restricted_code {
-        let v = *c.get_ref();
-        if !(400..600).contains(&v) || v == 421 {
-            return Err(err(
-                c.span(),
-                format!("restricted_code {v}: use a 4xx (not 421) or 5xx code"),
-            ));
-        }
-        def.code = v as u16;
+        def.code = restricted_code(c, err)?;
     }
     if let Some(m) = &raw.restricted_message {
         def.message = Some(template(
@@ -857,24 +1044,7 @@ fn restrict_def(
         )?);
     }
     if let Some(n) = &raw.notify_user {
-        if n.get_ref().trim().is_empty() {
-            return Err(err(
-                n.span(),
-                "notify_user is empty: give an address or a template such as \"${authenticated_id}\""
-                    .into(),
-            ));
-        }
-        let t = template(n, &format!("limit {name}: notify_user"), at)?;
-        if attempted(&t) {
-            return Err(err(
-                n.span(),
-                "notify_user must not use ${auth_attempted_id}: that is a name a client tried, \
-                 not its account, and the notice would go to an address the client chose \
-                 (use ${authenticated_id})"
-                    .into(),
-            ));
-        }
-        def.notify = Some(t);
+        def.notify = Some(notify_user(n, name, at, err)?);
     }
     if def.key.as_ref().or(limit_key).is_some_and(attempted) {
         let span = [&raw.restrict_key, &raw.key, &raw.ratelimit]
@@ -893,6 +1063,46 @@ fn restrict_def(
     Ok(Some(def))
 }
 
+/// A restriction's `restricted_code`: a 4xx (not 421) or 5xx code.
+fn restricted_code(c: &Spanned<i64>, err: At<'_>) -> Result<u16, ConfigError> {
+    let v = *c.get_ref();
+    if !(400..600).contains(&v) || v == 421 {
+        return Err(err(
+            c.span(),
+            format!("restricted_code {v}: use a 4xx (not 421) or 5xx code"),
+        ));
+    }
+    Ok(v as u16)
+}
+
+/// A restriction's `notify_user`: a template of the address told, never empty nor built
+/// from a name a client merely tried in AUTH.
+fn notify_user(
+    n: &Spanned<String>,
+    name: &str,
+    at: At<'_>,
+    err: At<'_>,
+) -> Result<Template, ConfigError> {
+    if n.get_ref().trim().is_empty() {
+        return Err(err(
+            n.span(),
+            "notify_user is empty: give an address or a template such as \"${authenticated_id}\""
+                .into(),
+        ));
+    }
+    let t = template(n, &format!("limit {name}: notify_user"), at)?;
+    if attempted(&t) {
+        return Err(err(
+            n.span(),
+            "notify_user must not use ${auth_attempted_id}: that is a name a client tried, \
+             not its account, and the notice would go to an address the client chose \
+             (use ${authenticated_id})"
+                .into(),
+        ));
+    }
+    Ok(t)
+}
+
 /// Compiles a limit's `baseline`, `factor` and `floor`. `configured` is the limit's own
 /// m or burst (the default floor); `has_list` says whether it has a `limit_list`.
 fn compile_baseline(
@@ -900,7 +1110,7 @@ fn compile_baseline(
     rate: &RateDef,
     readonly: bool,
     has_list: bool,
-    err: &dyn Fn(Range<usize>, String) -> ConfigError,
+    err: At<'_>,
 ) -> Result<Option<BaselineDef>, ConfigError> {
     let Some(text) = &raw.baseline else {
         let stray = [
