@@ -89,6 +89,15 @@ pub fn duration(mut secs: u64) -> String {
     out
 }
 
+/// A wait in seconds, with milliseconds only when it has some: `2s`, `0.250s`.
+pub fn seconds(d: std::time::Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{:.3}s", d.as_secs_f64())
+    }
+}
+
 /// A period in seconds as the config writes it (`1h`, `10m`, `1d`, `90s`); one under half
 /// a second reads `-`.
 pub fn period_text(secs: f64) -> String {
@@ -192,6 +201,8 @@ mod tests {
         assert_eq!(duration(13 * 60 + 24), "13m24s");
         assert_eq!(duration(86_400 + 2 * 3600 + 5), "1d2h");
         assert_eq!(duration(86_400 + 5), "1d");
+        assert_eq!(seconds(std::time::Duration::from_secs(2)), "2s");
+        assert_eq!(seconds(std::time::Duration::from_millis(250)), "0.250s");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! (exim-ratelimit.md): a limit ≤ 1 refuses every event, an unknown option silently becomes
 //! key text, and `1h` and `60m` are different keys.
 
-use super::model::{Action, Counted, LimitDef, PolicyModel, RateDef};
+use super::model::{Action, Counted, LimitDef, PolicyModel, RateDef, RestrictDef};
 use super::Stage;
 use crate::hold::pace::PaceUnit;
 use crate::limit::spec::{CacheScope, LimitSpec, Resolved, UpdateMode};
@@ -30,8 +30,73 @@ pub fn describe(model: &PolicyModel) -> Vec<String> {
     out
 }
 
+/// One limit's line: its head (stage, key, rate, what is counted, mode, action), then its
+/// limit list, baseline, condition, restriction and what its action does with a message.
 fn describe_limit(d: &LimitDef) -> String {
-    let rate = match &d.rate {
+    let key = d
+        .key
+        .as_ref()
+        .map_or("${sender_host_address}".to_string(), |k| {
+            k.text().to_string()
+        });
+    let mut s = head(d, &key);
+    if let Some((l, by)) = &d.limit_list {
+        s.push_str(&format!(" per-key-limit-from={l} by={}", by.as_str()));
+    }
+    if let Some(b) = &d.baseline {
+        let configured = match &d.rate {
+            RateDef::Exim { spec, .. } => spec.limit(),
+            RateDef::Gcra(g) => g.burst,
+            RateDef::Bucket(b) => b.burst,
+            RateDef::Concurrency(n) => *n as f64,
+            RateDef::Ratio(_) => 0.0,
+        };
+        s.push_str(&format!(
+            " baseline={:?}: {}",
+            b.spec.text(),
+            b.describe(configured)
+        ));
+    }
+    if let Some(w) = &d.when_text {
+        s.push_str(&format!(" when={w:?}"));
+    }
+    if let Some(r) = &d.restrict {
+        s.push_str(&restriction(r, &key));
+    }
+    s.push_str(&taken(d));
+    s
+}
+
+/// The head of a limit's line: name, stage, key, rate, what is counted and the mode (a
+/// ratio counts both sides of its expression and stores nothing), action.
+fn head(d: &LimitDef, key: &str) -> String {
+    let rate = rate_text(&d.rate);
+    if matches!(d.rate, RateDef::Ratio(_)) {
+        format!(
+            "limit {}: stage={} key={:?} {} action={}",
+            d.name,
+            d.stage.as_str(),
+            key,
+            rate,
+            d.action.as_str()
+        )
+    } else {
+        format!(
+            "limit {}: stage={} key={:?} {} counts={} mode={} action={}",
+            d.name,
+            d.stage.as_str(),
+            key,
+            rate,
+            d.counted.as_str(),
+            mode_word(d.mode),
+            d.action.as_str()
+        )
+    }
+}
+
+/// A limit's rate: the algorithm and its figures.
+fn rate_text(rate: &RateDef) -> String {
+    match rate {
         RateDef::Exim { spec, .. } => format!(
             "ratelimit m={} per {} ({}s, EWMA, burst ~m)",
             spec.limit_text(),
@@ -69,89 +134,51 @@ fn describe_limit(d: &LimitDef) -> String {
                 "; null-sender and auto-submitted messages left out"
             }
         ),
-    };
-    let key = d
-        .key
-        .as_ref()
-        .map_or("${sender_host_address}".to_string(), |k| {
-            k.text().to_string()
-        });
-    let mut s = if matches!(d.rate, RateDef::Ratio(_)) {
-        // A ratio counts both sides of its expression and stores nothing when checked.
-        format!(
-            "limit {}: stage={} key={:?} {} action={}",
-            d.name,
-            d.stage.as_str(),
-            key,
-            rate,
-            d.action.as_str()
-        )
-    } else {
-        format!(
-            "limit {}: stage={} key={:?} {} counts={} mode={} action={}",
-            d.name,
-            d.stage.as_str(),
-            key,
-            rate,
-            d.counted.as_str(),
-            mode_word(d.mode),
-            d.action.as_str()
-        )
-    };
-    if let Some((l, by)) = &d.limit_list {
-        s.push_str(&format!(" per-key-limit-from={l} by={}", by.as_str()));
     }
-    if let Some(b) = &d.baseline {
-        let configured = match &d.rate {
-            RateDef::Exim { spec, .. } => spec.limit(),
-            RateDef::Gcra(g) => g.burst,
-            RateDef::Bucket(b) => b.burst,
-            RateDef::Concurrency(n) => *n as f64,
-            RateDef::Ratio(_) => 0.0,
-        };
+}
+
+/// What a restriction does, for how long, and whom it tells; `key` is the limit's key.
+fn restriction(r: &RestrictDef, key: &str) -> String {
+    let mut s = String::new();
+    let rkey = r.key.as_ref().map_or_else(
+        || format!("{key} (the limit's key)"),
+        |t| t.text().to_string(),
+    );
+    let how_long = match r.duration {
+        crate::store::RestrictFor::UntilReleased => {
+            "until `floodgate release KEY` ends it".to_string()
+        }
+        f => format!(
+            "for {} (then released automatically, logged, counted and alerted once as floodgate.released by expiry)",
+            f.text()
+        ),
+    };
+    if r.hold {
         s.push_str(&format!(
-            " baseline={:?}: {}",
-            b.spec.text(),
-            b.describe(configured)
+            "; when over: the key {rkey:?} is restricted {how_long}; while restricted the key's messages are taken (250) and held in the [hold] spool, not relayed (while_restricted=hold); restrictions outlive restarts and reloads"
+        ));
+    } else {
+        s.push_str(&format!(
+            "; when over: the key {rkey:?} is restricted {how_long}; while restricted each MAIL FROM of the key gets {} {} (while_restricted=defer); restrictions outlive restarts and reloads",
+            r.code,
+            r.message
+                .as_ref()
+                .map_or("(the default text)".to_string(), |m| format!("{:?}", m.text()))
         ));
     }
-    if let Some(w) = &d.when_text {
-        s.push_str(&format!(" when={w:?}"));
+    if let Some(n) = &r.notify {
+        s.push_str(&format!(
+            "; each restriction is told once by a short mail to {:?} (notify_user), sent through upstream from the null sender <>, saying since, until, the limit and the restricted answer",
+            n.text()
+        ));
     }
-    if let Some(r) = &d.restrict {
-        let rkey = r.key.as_ref().map_or_else(
-            || format!("{key} (the limit's key)"),
-            |t| t.text().to_string(),
-        );
-        let how_long = match r.duration {
-            crate::store::RestrictFor::UntilReleased => {
-                "until `floodgate release KEY` ends it".to_string()
-            }
-            f => format!(
-                "for {} (then released automatically, logged, counted and alerted once as floodgate.released by expiry)",
-                f.text()
-            ),
-        };
-        if r.hold {
-            s.push_str(&format!(
-                "; when over: the key {rkey:?} is restricted {how_long}; while restricted the key's messages are taken (250) and held in the [hold] spool, not relayed (while_restricted=hold); restrictions outlive restarts and reloads"
-            ));
-        } else {
-            s.push_str(&format!(
-                "; when over: the key {rkey:?} is restricted {how_long}; while restricted each MAIL FROM of the key gets {} {} (while_restricted=defer); restrictions outlive restarts and reloads",
-                r.code,
-                r.message
-                    .as_ref()
-                    .map_or("(the default text)".to_string(), |m| format!("{:?}", m.text()))
-            ));
-        }
-        if let Some(n) = &r.notify {
-            s.push_str(&format!(
-                "; each restriction is told once by a short mail to {:?} (notify_user), sent through upstream from the null sender <>, saying since, until, the limit and the restricted answer",
-                n.text()
-            ));
-        }
-    }
+    s
+}
+
+/// What the limit's action does with a message it takes (reroute, pace); empty for the
+/// others.
+fn taken(d: &LimitDef) -> String {
+    let mut s = String::new();
     match d.action {
         Action::Reroute => s.push_str(
             "; when over: the message is taken from the client and, at the end of its data, relayed to the second smart host [upstream.high_risk] with the client's identity, not to [upstream]; that host's answer goes to the client (down: 4xx, the client keeps the message)",
@@ -160,7 +187,7 @@ fn describe_limit(d: &LimitDef) -> String {
             if let Some(r) = d.pace_rate() {
                 s.push_str(&format!(
                     "; when over: the message is taken (250) and kept in the [hold] spool, then released automatically to [upstream] at the limit's rate ({r}: one message every {} per key{}), oldest first; while a key has paced messages waiting, its later messages queue behind them; a failed release is retried with backoff; paced messages outlive restarts",
-                    secs_text(r.interval(1.0)),
+                    crate::figures::seconds(r.interval(1.0)),
                     match r.unit() {
                         PaceUnit::Messages => "",
                         PaceUnit::Recipients => ", times its recipients",
@@ -172,15 +199,6 @@ fn describe_limit(d: &LimitDef) -> String {
         _ => {}
     }
     s
-}
-
-/// A wait in seconds, with milliseconds only when it has some.
-fn secs_text(d: std::time::Duration) -> String {
-    if d.subsec_millis() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{:.3}s", d.as_secs_f64())
-    }
 }
 
 fn mode_word(m: UpdateMode) -> &'static str {
