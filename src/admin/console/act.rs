@@ -13,10 +13,10 @@ use super::html;
 use super::respond::api_as;
 use super::state::Console;
 use crate::admin::actor::Actor;
-use crate::admin::held::HeldError;
 use crate::admin::held_act::{HeldAsk, HeldRefusal, HeldResults, Selection};
 use crate::admin::http::{Request, Response};
 use crate::hold::SpoolError;
+use crate::proxy::release::HeldError;
 
 /// Most ids one form may release or delete.
 pub const MAX_IDS: usize = 1000;

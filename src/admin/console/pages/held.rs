@@ -9,9 +9,9 @@ use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::paging::{self, Page, PAGE_SIZE};
 use crate::admin::console::respond::{error_page, html_response};
 use crate::admin::console::state::Console;
-use crate::admin::held::blocking;
 use crate::admin::http::{Request, Response};
 use crate::hold::{HeldHead, SpoolError};
+use crate::proxy::release::blocking;
 
 /// Recipients listed per message; more are counted.
 const RCPTS_SHOWN: usize = 5;

@@ -17,9 +17,9 @@ use crate::admin::console::keylog;
 use crate::admin::console::respond::{api, error_page, html_response};
 use crate::admin::console::state::Console;
 use crate::admin::console::svg::{line_chart, meter, Chart, Series};
-use crate::admin::held::blocking;
 use crate::admin::http::{Request, Response};
 use crate::hold::HeldHead;
+use crate::proxy::release::blocking;
 use crate::report::transactions::{self, Recent};
 use crate::store::Restriction;
 

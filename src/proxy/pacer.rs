@@ -9,13 +9,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::release::{release_one, HeldError, ReleaseBy};
+use super::Shared;
 use crate::hold::pace::{clock_ms, PaceBook, PaceRate, Paced};
 use crate::hold::spool::now_secs;
 use crate::hold::{Spool, SpoolError};
-use crate::proxy::release::ReleaseBy;
-use crate::proxy::Shared;
-
-use super::held::{release_one, HeldError};
 
 /// Queues every paced message of the spool in `book`, oldest first: at start, before any
 /// session. Reads the files' envelopes only; a file that does not read is set aside by the
