@@ -14,7 +14,7 @@ use std::io::BufRead;
 use super::analyze::{analyze_traced, Options, Report, ReportError, Traced, HEADROOM};
 use super::markup::escape;
 use super::render::num;
-use super::svg::{self, truncate, Line, Marker};
+use super::svg::{self, truncate, Line, Marker, Points};
 use crate::policy::model::PolicyModel;
 use crate::time::rfc3339;
 
@@ -229,7 +229,7 @@ pub fn page(report: &Report, charts: &Charts) -> String {
                 .iter()
                 .map(|s| Line {
                     name: &s.key,
-                    points: &s.points,
+                    points: Points::Timed(&s.points),
                 })
                 .collect();
             o.push_str(&svg::lines(

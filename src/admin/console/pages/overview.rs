@@ -8,10 +8,10 @@ use crate::admin::console::history::{minute_of, Range};
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::respond::{error_page, html_response};
 use crate::admin::console::state::Console;
-use crate::admin::console::svg::{line_chart, Chart, Series};
 use crate::admin::http::{Request, Response};
 use crate::policy::alert::Contained;
 use crate::policy::model::Action;
+use crate::report::svg::{line_chart, Line, LineChart, Look, Points};
 use crate::store::open::Opened;
 
 /// How often the page reloads itself, seconds.
@@ -139,39 +139,44 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     };
     let _ = write!(b, "<h2>Messages and sessions {per}</h2>");
     let title = format!("Messages sent and sessions admitted {per}, {words}");
-    b.push_str(&line_chart(&Chart {
+    b.push_str(&line_chart(&LineChart {
         title: &title,
-        width: 760,
-        height: 200,
-        points: messages.len(),
-        x_labels: labels.clone(),
-        series: vec![
-            Series {
+        look: Look::Console {
+            width: 760,
+            height: 200,
+            points: messages.len(),
+            x_labels: labels.clone(),
+        },
+        lines: &[
+            Line {
                 name: "messages",
-                values: &messages,
+                points: Points::Spaced(&messages),
             },
-            Series {
+            Line {
                 name: "sessions",
-                values: &sessions,
+                points: Points::Spaced(&sessions),
             },
         ],
     }));
     let _ = write!(b, "<h2>Deferrals {per}, by limit</h2>");
     let title = format!("Deferrals {per} by limit (limits whose action is defer), {words}");
-    b.push_str(&line_chart(&Chart {
+    let deferrals: Vec<Line<'_>> = limits
+        .iter()
+        .filter(|l| deferring.contains(&l.name.as_str()))
+        .map(|l| Line {
+            name: &l.name,
+            points: Points::Spaced(&l.deferred),
+        })
+        .collect();
+    b.push_str(&line_chart(&LineChart {
         title: &title,
-        width: 760,
-        height: 200,
-        points: messages.len(),
-        x_labels: labels,
-        series: limits
-            .iter()
-            .filter(|l| deferring.contains(&l.name.as_str()))
-            .map(|l| Series {
-                name: &l.name,
-                values: &l.deferred,
-            })
-            .collect(),
+        look: Look::Console {
+            width: 760,
+            height: 200,
+            points: messages.len(),
+            x_labels: labels,
+        },
+        lines: &deferrals,
     }));
 
     b.push_str("<h2>Latest restrictions, holds and deferrals</h2>");
