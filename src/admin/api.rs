@@ -63,6 +63,8 @@ pub struct AdminState {
 /// The answer for a held message that could not be shown, released or deleted.
 pub(super) fn held_error(e: &HeldError) -> Response {
     let status = match e {
+        HeldError::NotFound(_) => 404,
+        HeldError::Busy(_) => 409,
         HeldError::Spool(s) => spool_status(s),
         HeldError::Release(_) => 502,
     };

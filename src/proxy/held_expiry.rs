@@ -69,10 +69,38 @@ pub async fn expire_once(shared: &Arc<Shared>, spool: &Arc<Spool>) {
                     "held message expired");
             }
             // Set aside (logged and counted) or taken by another request meanwhile.
-            Err(HeldError::Spool(
-                SpoolError::Busy(_) | SpoolError::NotFound(_) | SpoolError::Corrupt { .. },
-            )) => {}
+            Err(
+                HeldError::Busy(_)
+                | HeldError::NotFound(_)
+                | HeldError::Spool(SpoolError::Corrupt { .. }),
+            ) => {}
             Err(e) => warn!(id = %m.id, error = %e, "held message expired but stays held"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_errors_read_as_the_spools() {
+        for e in [
+            SpoolError::NotFound("a-1".into()),
+            SpoolError::Busy("a-1".into()),
+            SpoolError::Full("3 messages".into()),
+        ] {
+            let text = e.to_string();
+            let held = HeldError::from(e);
+            assert_eq!(held.to_string(), text);
+        }
+        assert!(matches!(
+            HeldError::from(SpoolError::NotFound("x".into())),
+            HeldError::NotFound(id) if id == "x"
+        ));
+        assert!(matches!(
+            HeldError::from(SpoolError::Busy("x".into())),
+            HeldError::Busy(id) if id == "x"
+        ));
     }
 }

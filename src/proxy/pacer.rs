@@ -94,7 +94,7 @@ async fn release_paced(sh: &Arc<Shared>, spool: &Arc<Spool>, book: &PaceBook, p:
             sh.metrics.graded.paced_released.inc();
             info!(id = %p.id, limit = %p.limit, key = %p.key, waiting = book.len(), "paced message released");
         }
-        Err(HeldError::Spool(SpoolError::NotFound(_))) => {
+        Err(HeldError::NotFound(_)) => {
             // Released or deleted by an operator meanwhile.
             book.gone(p);
             info!(id = %p.id, limit = %p.limit, key = %p.key, "paced message no longer held: dropped from its queue");

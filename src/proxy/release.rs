@@ -262,12 +262,28 @@ pub async fn blocking<T: Send + 'static>(
 /// Why a release or delete did not happen; the message stays held.
 #[derive(Debug, thiserror::Error)]
 pub enum HeldError {
-    /// The spool refused (unknown id, busy, I/O).
+    /// No message is held with this id (released or deleted meanwhile).
+    #[error("{}", SpoolError::NotFound(.0.clone()))]
+    NotFound(String),
+    /// Another release or delete has the message right now.
+    #[error("{}", SpoolError::Busy(.0.clone()))]
+    Busy(String),
+    /// The spool failed otherwise (I/O, an unreadable file set aside).
     #[error(transparent)]
-    Spool(#[from] SpoolError),
+    Spool(SpoolError),
     /// Upstream did not take the message.
     #[error("{0}; the message stays held")]
     Release(#[from] ReleaseError),
+}
+
+impl From<SpoolError> for HeldError {
+    fn from(e: SpoolError) -> Self {
+        match e {
+            SpoolError::NotFound(id) => HeldError::NotFound(id),
+            SpoolError::Busy(id) => HeldError::Busy(id),
+            e => HeldError::Spool(e),
+        }
+    }
 }
 
 /// Releases one held message: claimed (so a concurrent release cannot take it), read whole
