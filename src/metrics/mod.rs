@@ -706,11 +706,6 @@ impl Metrics {
         }
     }
 
-    /// Admin connections cut by `listener` for `reason` so far.
-    pub fn admin_connections_refused_of(&self, listener: &str, reason: &str) -> u64 {
-        self.admin_counter(listener, reason).map_or(0, Counter::get)
-    }
-
     fn admin_counter(&self, listener: &str, reason: &str) -> Option<&Counter> {
         let l = ADMIN_LISTENERS.iter().position(|v| *v == listener)?;
         let r = ADMIN_REFUSALS.iter().position(|v| *v == reason)?;
@@ -767,11 +762,6 @@ impl Metrics {
         }
     }
 
-    /// How many alert mails had `result`.
-    pub fn alert_mail_of(&self, result: &str) -> u64 {
-        self.alert_mail.count(result)
-    }
-
     /// How many restriction events of `event` there were.
     pub fn restrictions_of(&self, event: &str) -> u64 {
         self.restrictions.count(event)
@@ -813,16 +803,6 @@ impl Metrics {
         if let Some(c) = self.identity_refused.get(reason) {
             c.inc();
         }
-    }
-
-    /// Identity refusals for one reason.
-    pub fn identity_refused_of(&self, reason: &str) -> u64 {
-        self.identity_refused.count(reason)
-    }
-
-    /// Upstream failures of one kind (one of [`UPSTREAM_KINDS`]).
-    pub fn upstream_errors_of(&self, kind: &str) -> u64 {
-        self.upstream_errors.count(kind)
     }
 
     /// A TLS handshake on `side` that worked or failed.
@@ -885,6 +865,30 @@ impl Metrics {
         self.store_latency
             .write_text(&mut out, LATENCY, "Rate-limit store decision latency.");
         out
+    }
+}
+
+/// Counts read back by the tests.
+#[cfg(test)]
+impl Metrics {
+    /// Admin connections cut by `listener` for `reason` so far.
+    pub fn admin_connections_refused_of(&self, listener: &str, reason: &str) -> u64 {
+        self.admin_counter(listener, reason).map_or(0, Counter::get)
+    }
+
+    /// How many alert mails had `result`.
+    pub fn alert_mail_of(&self, result: &str) -> u64 {
+        self.alert_mail.count(result)
+    }
+
+    /// Identity refusals for one reason.
+    pub fn identity_refused_of(&self, reason: &str) -> u64 {
+        self.identity_refused.count(reason)
+    }
+
+    /// Upstream failures of one kind (one of [`UPSTREAM_KINDS`]).
+    pub fn upstream_errors_of(&self, kind: &str) -> u64 {
+        self.upstream_errors.count(kind)
     }
 }
 
