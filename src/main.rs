@@ -566,12 +566,12 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             spool.recover()?;
             floodgate::proxy::refresh_hold_gauges(&spool, &metrics);
             let control = server.control();
-            tokio::spawn(floodgate::admin::held::expire_loop(
+            tokio::spawn(floodgate::proxy::held_expiry::expire_loop(
                 move || control.shared(),
                 hold_stop.clone(),
             ));
             // Paced messages: read back from the spool before any session.
-            let n = floodgate::admin::paced::load(&spool, &server.control().shared().paced)?;
+            let n = floodgate::proxy::pacer::load(&spool, &server.control().shared().paced)?;
             if n > 0 {
                 info!(messages = n, "paced messages waiting in the hold spool");
             }
@@ -582,7 +582,7 @@ fn run(path: PathBuf) -> anyhow::Result<()> {
             let book = server.control().shared().paced.clone();
             admin_policy.pace_with(book.clone());
             let control = server.control();
-            tokio::spawn(floodgate::admin::paced::pace_loop(
+            tokio::spawn(floodgate::proxy::pacer::pace_loop(
                 move || control.shared(),
                 book,
                 hold_stop.clone(),

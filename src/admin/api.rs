@@ -34,6 +34,7 @@ use super::held;
 use super::http::{Request, Response};
 use super::inspect::{database_key, reading_of_key, TopBuilder};
 use super::Metrics;
+use crate::proxy::release::{blocking, HeldError};
 use crate::server::Control;
 use crate::store::open::Opened;
 use crate::store::{now_micros, Record, StoreError};
@@ -60,10 +61,12 @@ pub struct AdminState {
 }
 
 /// The answer for a held message that could not be shown, released or deleted.
-pub(super) fn held_error(e: &held::HeldError) -> Response {
+pub(super) fn held_error(e: &HeldError) -> Response {
     let status = match e {
-        held::HeldError::Spool(s) => spool_status(s),
-        held::HeldError::Release(_) => 502,
+        HeldError::NotFound(_) => 404,
+        HeldError::Busy(_) => 409,
+        HeldError::Spool(s) => spool_status(s),
+        HeldError::Release(_) => 502,
     };
     Response::error(status, &e.to_string())
 }
@@ -209,7 +212,7 @@ impl AdminState {
             Err(r) => return r,
         };
         let s = spool.clone();
-        match held::blocking(move || s.list()).await {
+        match blocking(move || s.list()).await {
             Ok(all) => {
                 let list: Vec<_> = all
                     .iter()
@@ -228,7 +231,7 @@ impl AdminState {
             Err(r) => return r,
         };
         let (s, owned) = (spool.clone(), id.to_string());
-        match held::blocking(move || s.header_section(&owned)).await {
+        match blocking(move || s.header_section(&owned)).await {
             Ok((h, section)) => Response::json(200, &held::detail(&h, &section)),
             Err(e) => held_error(&e.into()),
         }

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::api::AdminState;
 use super::held;
 use super::http::Response;
+use crate::proxy::release::blocking;
 use crate::store::Campaign;
 
 /// One campaign as JSON: `{"limit", "key", "message_key", "since", "last", "copies",
@@ -77,7 +78,7 @@ impl AdminState {
         let held: Vec<Value> = match self.spool() {
             Ok((_, spool)) if !list.is_empty() => {
                 let s = spool.clone();
-                match held::blocking(move || s.list()).await {
+                match blocking(move || s.list()).await {
                     Ok(all) => all.iter().map(held::summary).collect(),
                     Err(_) => Vec::new(),
                 }

@@ -452,236 +452,19 @@ fn strings(v: &Value) -> Vec<&str> {
 /// The human-readable form of an answer to `verb`.
 pub fn render(verb: &Verb, v: &Value) -> String {
     match verb {
-        Verb::Inspect(_) => {
-            let rows: Vec<Vec<String>> = items(&v["limits"])
-                .iter()
-                .map(|l| {
-                    vec![
-                        l["limit"].as_str().unwrap_or("").into(),
-                        l["algorithm"].as_str().unwrap_or("").into(),
-                        l["key"].as_str().unwrap_or("(not stored)").into(),
-                        num(&l["value"]),
-                        num(&l["limit_value"]),
-                        l["period"].as_str().unwrap_or("").into(),
-                        yes(&l["over"]),
-                        until(&l["until_under_secs"]),
-                    ]
-                })
-                .collect();
-            if rows.is_empty() {
-                return "no limits are configured\n".into();
-            }
-            let mut out = table(
-                &[
-                    "LIMIT",
-                    "ALGORITHM",
-                    "DATABASE KEY",
-                    "VALUE",
-                    "LIMIT",
-                    "PER",
-                    "OVER",
-                    "UNDER IN",
-                ],
-                &rows,
-            );
-            let r = &v["restriction"];
-            if r.is_object() {
-                out.push_str(&format!(
-                    "restricted by {} since {} ({}): {}\n",
-                    r["limit"].as_str().unwrap_or(""),
-                    r["since"].as_str().unwrap_or(""),
-                    r["until"]
-                        .as_str()
-                        .map_or_else(|| "until released".into(), |u| format!("until {u}")),
-                    evidence_summary(&r["evidence"])
-                ));
-            }
-            for l in items(&v["limits"]) {
-                let b = &l["baseline"];
-                if b.is_object() {
-                    let peak = if b["peak"].is_null() {
-                        "no history".to_string()
-                    } else {
-                        format!("daily peak {}", num(&b["peak"]))
-                    };
-                    out.push_str(&format!(
-                        "{}: baseline {}: {peak}, limit max({}, {} x peak) = {} (computed {})\n",
-                        l["limit"].as_str().unwrap_or(""),
-                        b["baseline"].as_str().unwrap_or(""),
-                        num(&b["floor"]),
-                        num(&b["factor"]),
-                        num(&l["limit_value"]),
-                        b["computed"].as_str().unwrap_or("not yet"),
-                    ));
-                }
-            }
-            out
-        }
+        Verb::Inspect(_) => render_inspect(v),
         Verb::Reset(k) => {
             let n = v["removed"].as_u64().unwrap_or(0);
             format!("{k}: removed {n} record{}\n", if n == 1 { "" } else { "s" })
         }
-        Verb::Top { .. } => {
-            let rows: Vec<Vec<String>> = items(&v["entries"])
-                .iter()
-                .map(|e| {
-                    vec![
-                        e["key"].as_str().unwrap_or("").into(),
-                        e["limit"].as_str().unwrap_or("").into(),
-                        num(&e["value"]),
-                        num(&e["limit_value"]),
-                        format!("{:.0}%", e["ratio"].as_f64().unwrap_or(0.0) * 100.0),
-                        yes(&e["over"]),
-                        until(&e["until_under_secs"]),
-                    ]
-                })
-                .collect();
-            let mut out = if rows.is_empty() {
-                "no keys stored\n".to_string()
-            } else {
-                table(
-                    &[
-                        "DATABASE KEY",
-                        "LIMIT",
-                        "VALUE",
-                        "LIMIT",
-                        "OF LIMIT",
-                        "OVER",
-                        "UNDER IN",
-                    ],
-                    &rows,
-                )
-            };
-            if v["partial"].as_bool() == Some(true) {
-                out.push_str("(partial: the store holds more keys than were scanned)\n");
-            }
-            out
-        }
+        Verb::Top { .. } => render_top(v),
         Verb::Reload => "configuration reloaded\n".into(),
-        Verb::HeldList(_) => {
-            let rows: Vec<Vec<String>> = items(&v["held"])
-                .iter()
-                .map(|m| {
-                    let rcpts: Vec<&str> = strings(&m["recipients"]);
-                    vec![
-                        m["id"].as_str().unwrap_or("").into(),
-                        m["key"].as_str().unwrap_or("").into(),
-                        m["limit"].as_str().unwrap_or("").into(),
-                        match m["paced"].as_str() {
-                            Some(rate) => format!("paced {rate}"),
-                            None => "held".into(),
-                        },
-                        m["sender"].as_str().unwrap_or("").into(),
-                        rcpts.join(","),
-                        num(&m["size"]),
-                        crate::smtp::received::rfc5322_date(m["time"].as_i64().unwrap_or(0)),
-                        m["subject"].as_str().unwrap_or("").into(),
-                    ]
-                })
-                .collect();
-            if rows.is_empty() {
-                return "no held messages\n".into();
-            }
-            table(
-                &[
-                    "ID",
-                    "KEY",
-                    "LIMIT",
-                    "STATE",
-                    "SENDER",
-                    "RECIPIENTS",
-                    "SIZE",
-                    "HELD AT",
-                    "SUBJECT",
-                ],
-                &rows,
-            )
-        }
-        Verb::HeldShow(_) => {
-            let text = |k: &str| v[k].as_str().unwrap_or("").to_string();
-            let rcpts: Vec<&str> = strings(&v["rcpts"]);
-            let mut out = String::new();
-            for (name, value) in [
-                ("id", text("id")),
-                ("key", text("key")),
-                ("limit", text("limit")),
-                (
-                    "state",
-                    match v["paced"].as_str() {
-                        Some(rate) => format!("paced (released automatically at {rate})"),
-                        None => "held".into(),
-                    },
-                ),
-                (
-                    "held at",
-                    crate::smtp::received::rfc5322_date(v["time"].as_i64().unwrap_or(0)),
-                ),
-                (
-                    "client",
-                    format!("{} port {}", text("client"), num(&v["client_port"])),
-                ),
-                ("name", text("name")),
-                ("user", text("user")),
-                ("helo", text("helo")),
-                ("tls", text("tls")),
-                ("mail from", text("mail")),
-                ("rcpt to", rcpts.join(", ")),
-                ("size", num(&v["size"])),
-            ] {
-                out.push_str(&format!("{name:<10} {value}\n"));
-            }
-            out.push('\n');
-            out.push_str(&text("headers").replace("\r\n", "\n"));
-            out
-        }
-        Verb::HeldRelease(_) | Verb::HeldDelete(_) => {
-            let (verb, list) = match verb {
-                Verb::HeldRelease(_) => ("released", &v["released"]),
-                _ => ("deleted", &v["deleted"]),
-            };
-            let ids: Vec<&str> = strings(list);
-            if ids.is_empty() {
-                return format!("no held messages {verb}\n");
-            }
-            ids.iter().map(|i| format!("{i}: {verb}\n")).collect()
-        }
+        Verb::HeldList(_) => render_held_list(v),
+        Verb::HeldShow(_) => render_held_show(v),
+        Verb::HeldRelease(_) => render_held_done(v, true),
+        Verb::HeldDelete(_) => render_held_done(v, false),
         Verb::Campaigns => render_campaigns(v),
-        Verb::Restricted => {
-            let rows: Vec<Vec<String>> = items(&v["restricted"])
-                .iter()
-                .map(|r| {
-                    let ev = &r["evidence"];
-                    let ips: Vec<&str> = strings(&ev["client_ips"]);
-                    vec![
-                        r["key"].as_str().unwrap_or("").into(),
-                        r["limit"].as_str().unwrap_or("").into(),
-                        r["since"].as_str().unwrap_or("").into(),
-                        r["until"].as_str().unwrap_or("until released").into(),
-                        num(&r["rate"]),
-                        r["by"].as_str().unwrap_or("").into(),
-                        r["reason"].as_str().unwrap_or("").into(),
-                        format!(
-                            "{}; ips {}",
-                            evidence_summary(ev),
-                            if ips.is_empty() {
-                                "-".into()
-                            } else {
-                                ips.join(",")
-                            }
-                        ),
-                    ]
-                })
-                .collect();
-            if rows.is_empty() {
-                return "nobody is restricted\n".into();
-            }
-            table(
-                &[
-                    "KEY", "LIMIT", "SINCE", "UNTIL", "RATE", "BY", "REASON", "EVIDENCE",
-                ],
-                &rows,
-            )
-        }
+        Verb::Restricted => render_restricted(v),
         Verb::Release { key, .. } => format!("{key}: released\n"),
         Verb::Outcome { .. } => format!(
             "{} {}: {} ({})\n",
@@ -695,6 +478,250 @@ pub fn render(verb: &Verb, v: &Value) -> String {
             v["restricted"]["until"].as_str().unwrap_or("released")
         ),
     }
+}
+
+/// `inspect`: a key's reading for every limit, its restriction and baselines.
+fn render_inspect(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = items(&v["limits"])
+        .iter()
+        .map(|l| {
+            vec![
+                l["limit"].as_str().unwrap_or("").into(),
+                l["algorithm"].as_str().unwrap_or("").into(),
+                l["key"].as_str().unwrap_or("(not stored)").into(),
+                num(&l["value"]),
+                num(&l["limit_value"]),
+                l["period"].as_str().unwrap_or("").into(),
+                yes(&l["over"]),
+                until(&l["until_under_secs"]),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no limits are configured\n".into();
+    }
+    let mut out = table(
+        &[
+            "LIMIT",
+            "ALGORITHM",
+            "DATABASE KEY",
+            "VALUE",
+            "LIMIT",
+            "PER",
+            "OVER",
+            "UNDER IN",
+        ],
+        &rows,
+    );
+    let r = &v["restriction"];
+    if r.is_object() {
+        out.push_str(&format!(
+            "restricted by {} since {} ({}): {}\n",
+            r["limit"].as_str().unwrap_or(""),
+            r["since"].as_str().unwrap_or(""),
+            r["until"]
+                .as_str()
+                .map_or_else(|| "until released".into(), |u| format!("until {u}")),
+            evidence_summary(&r["evidence"])
+        ));
+    }
+    out.push_str(&inspect_baselines(v));
+    out
+}
+
+/// The baseline lines of `inspect`: one per limit with a baseline.
+fn inspect_baselines(v: &Value) -> String {
+    let mut out = String::new();
+    for l in items(&v["limits"]) {
+        let b = &l["baseline"];
+        if b.is_object() {
+            let peak = if b["peak"].is_null() {
+                "no history".to_string()
+            } else {
+                format!("daily peak {}", num(&b["peak"]))
+            };
+            out.push_str(&format!(
+                "{}: baseline {}: {peak}, limit max({}, {} x peak) = {} (computed {})\n",
+                l["limit"].as_str().unwrap_or(""),
+                b["baseline"].as_str().unwrap_or(""),
+                num(&b["floor"]),
+                num(&b["factor"]),
+                num(&l["limit_value"]),
+                b["computed"].as_str().unwrap_or("not yet"),
+            ));
+        }
+    }
+    out
+}
+
+/// `top`: the keys nearest their limits.
+fn render_top(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = items(&v["entries"])
+        .iter()
+        .map(|e| {
+            vec![
+                e["key"].as_str().unwrap_or("").into(),
+                e["limit"].as_str().unwrap_or("").into(),
+                num(&e["value"]),
+                num(&e["limit_value"]),
+                format!("{:.0}%", e["ratio"].as_f64().unwrap_or(0.0) * 100.0),
+                yes(&e["over"]),
+                until(&e["until_under_secs"]),
+            ]
+        })
+        .collect();
+    let mut out = if rows.is_empty() {
+        "no keys stored\n".to_string()
+    } else {
+        table(
+            &[
+                "DATABASE KEY",
+                "LIMIT",
+                "VALUE",
+                "LIMIT",
+                "OF LIMIT",
+                "OVER",
+                "UNDER IN",
+            ],
+            &rows,
+        )
+    };
+    if v["partial"].as_bool() == Some(true) {
+        out.push_str("(partial: the store holds more keys than were scanned)\n");
+    }
+    out
+}
+
+/// `held list`: one row per held message.
+fn render_held_list(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = items(&v["held"])
+        .iter()
+        .map(|m| {
+            let rcpts: Vec<&str> = strings(&m["recipients"]);
+            vec![
+                m["id"].as_str().unwrap_or("").into(),
+                m["key"].as_str().unwrap_or("").into(),
+                m["limit"].as_str().unwrap_or("").into(),
+                match m["paced"].as_str() {
+                    Some(rate) => format!("paced {rate}"),
+                    None => "held".into(),
+                },
+                m["sender"].as_str().unwrap_or("").into(),
+                rcpts.join(","),
+                num(&m["size"]),
+                crate::smtp::received::rfc5322_date(m["time"].as_i64().unwrap_or(0)),
+                m["subject"].as_str().unwrap_or("").into(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no held messages\n".into();
+    }
+    table(
+        &[
+            "ID",
+            "KEY",
+            "LIMIT",
+            "STATE",
+            "SENDER",
+            "RECIPIENTS",
+            "SIZE",
+            "HELD AT",
+            "SUBJECT",
+        ],
+        &rows,
+    )
+}
+
+/// `held show`: one held message's envelope, client and header section.
+fn render_held_show(v: &Value) -> String {
+    let text = |k: &str| v[k].as_str().unwrap_or("").to_string();
+    let rcpts: Vec<&str> = strings(&v["rcpts"]);
+    let mut out = String::new();
+    for (name, value) in [
+        ("id", text("id")),
+        ("key", text("key")),
+        ("limit", text("limit")),
+        (
+            "state",
+            match v["paced"].as_str() {
+                Some(rate) => format!("paced (released automatically at {rate})"),
+                None => "held".into(),
+            },
+        ),
+        (
+            "held at",
+            crate::smtp::received::rfc5322_date(v["time"].as_i64().unwrap_or(0)),
+        ),
+        (
+            "client",
+            format!("{} port {}", text("client"), num(&v["client_port"])),
+        ),
+        ("name", text("name")),
+        ("user", text("user")),
+        ("helo", text("helo")),
+        ("tls", text("tls")),
+        ("mail from", text("mail")),
+        ("rcpt to", rcpts.join(", ")),
+        ("size", num(&v["size"])),
+    ] {
+        out.push_str(&format!("{name:<10} {value}\n"));
+    }
+    out.push('\n');
+    out.push_str(&text("headers").replace("\r\n", "\n"));
+    out
+}
+
+/// `held release` or `held delete`: the ids released (`release`) or deleted.
+fn render_held_done(v: &Value, release: bool) -> String {
+    let (verb, list) = if release {
+        ("released", &v["released"])
+    } else {
+        ("deleted", &v["deleted"])
+    };
+    let ids: Vec<&str> = strings(list);
+    if ids.is_empty() {
+        return format!("no held messages {verb}\n");
+    }
+    ids.iter().map(|i| format!("{i}: {verb}\n")).collect()
+}
+
+/// `restricted`: one row per restricted key, with its evidence.
+fn render_restricted(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = items(&v["restricted"])
+        .iter()
+        .map(|r| {
+            let ev = &r["evidence"];
+            let ips: Vec<&str> = strings(&ev["client_ips"]);
+            vec![
+                r["key"].as_str().unwrap_or("").into(),
+                r["limit"].as_str().unwrap_or("").into(),
+                r["since"].as_str().unwrap_or("").into(),
+                r["until"].as_str().unwrap_or("until released").into(),
+                num(&r["rate"]),
+                r["by"].as_str().unwrap_or("").into(),
+                r["reason"].as_str().unwrap_or("").into(),
+                format!(
+                    "{}; ips {}",
+                    evidence_summary(ev),
+                    if ips.is_empty() {
+                        "-".into()
+                    } else {
+                        ips.join(",")
+                    }
+                ),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "nobody is restricted\n".into();
+    }
+    table(
+        &[
+            "KEY", "LIMIT", "SINCE", "UNTIL", "RATE", "BY", "REASON", "EVIDENCE",
+        ],
+        &rows,
+    )
 }
 
 /// A restriction's evidence in one line: messages, recipients, refusals (upstream's, then

@@ -40,7 +40,7 @@ impl AdminState {
             .collect();
         let mut held = Vec::new();
         if let Some(spool) = self.control.shared().hold.clone() {
-            let all = super::held::blocking(move || spool.list())
+            let all = crate::proxy::release::blocking(move || spool.list())
                 .await
                 .map_err(|e| DigestError(format!("held messages: {e}")))?;
             let mut per_key: BTreeMap<String, u64> = BTreeMap::new();

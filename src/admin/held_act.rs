@@ -16,11 +16,12 @@ use serde_json::json;
 use super::actor::Actor;
 use super::api::{held_error, spool_status, AdminState};
 use super::audit::result_of;
-use super::held::{self, HeldError};
+use super::held;
 use super::http::{Request, Response};
 use crate::hold::SpoolError;
 use crate::policy::alert::restriction_json;
 use crate::proxy::release::ReleaseBy;
+use crate::proxy::release::{self, HeldError};
 use crate::store::{Restriction, StoreError};
 use crate::time::rfc3339;
 
@@ -234,9 +235,9 @@ impl AdminState {
         let mut results = Vec::with_capacity(picked.len());
         for (id, _) in picked {
             let r = if ask.release {
-                held::release_one(&shared, &spool, &id, &by).await
+                release::release_one(&shared, &spool, &id, &by).await
             } else {
-                held::delete_one(&shared, &spool, &id, &by).await
+                release::delete_one(&shared, &spool, &id, &by).await
             };
             let result = match &r {
                 Ok(()) => "ok".to_string(),

@@ -3,7 +3,7 @@
 //!
 //! * [`http`]: the handlers' request and response, converted from and to hyper's, and the
 //!   guard that keeps request heads to CRLF and error answers in JSON;
-//! * [`held`]: the hold spool's verbs (list, show, release, delete) and its expiry;
+//! * [`held`]: the hold spool's reads for `held list` and `held show`;
 //! * [`held_act`]: the API's release and delete of held mail (reason, confirmation, audit);
 //! * [`actor`]: who asked (a named token, the user at the admin socket), the `by` of
 //!   every action;
@@ -30,7 +30,6 @@ pub mod held_act;
 pub mod http;
 pub mod inspect;
 pub mod outcome;
-pub mod paced;
 pub mod peer;
 pub mod restricted;
 pub mod serve;

@@ -392,60 +392,8 @@ pub fn validate(
         Some(s) => abs(s.get_ref()),
         None => default_socket(state_path, config_path),
     };
-    if let (Some(c), None) = (&admin.console_actions, &admin.address) {
-        return Err(at(
-            c.span(),
-            "[admin] console_actions is only used with address (the console is served there)"
-                .into(),
-        ));
-    }
-    if let (Some(t), None) = (&admin.tls, &admin.address) {
-        return Err(at(
-            t.span(),
-            "[admin.tls] is only used with [admin] address (TLS is served there)".into(),
-        ));
-    }
-    let allow_remote = admin.allow_remote.as_ref().is_some_and(|a| *a.get_ref());
-    let tokens_span = admin
-        .token_file
-        .as_ref()
-        .map(Spanned::span)
-        .or_else(|| admin.tokens.as_ref().map(Spanned::span));
-    let tcp = match (&admin.address, tokens_span) {
-        (None, None) => None,
-        (None, Some(span)) => {
-            return Err(at(
-                span,
-                "[admin] token_file and [admin.tokens] are only used with address".into(),
-            ))
-        }
-        (Some(a), None) => {
-            return Err(at(
-                a.span(),
-                "[admin] address needs token_file or [admin.tokens] (the bearer tokens clients \
-                 must send)"
-                    .into(),
-            ))
-        }
-        (Some(a), Some(_)) => {
-            loopback_only(a, allow_remote, "admin", at)?;
-            if let Some(remote) = admin.allow_remote.as_ref().filter(|r| *r.get_ref()) {
-                if admin.tls.is_none() && !admin.allow_remote_without_tls {
-                    return Err(at(
-                        remote.span(),
-                        "[admin] allow_remote = true without [admin.tls]: the admin token and \
-                         the console's session cookie would cross the network in clear text; \
-                         set [admin.tls] certificate and private_key, or \
-                         allow_remote_without_tls = true if something else encrypts the way \
-                         (a VPN, an SSH tunnel)"
-                            .into(),
-                    ));
-                }
-            }
-            let tokens = read_tokens(admin.token_file.as_ref(), admin.tokens.as_ref(), &abs, at)?;
-            Some((*a.get_ref(), tokens))
-        }
-    };
+    only_with_address(&admin, at)?;
+    let tcp = tcp_of(&admin, &abs, at)?;
     let audit = match &admin.audit {
         Some(p) if p.get_ref().as_os_str().is_empty() => {
             return Err(at(p.span(), "[admin] audit must not be empty".into()));
@@ -471,6 +419,74 @@ pub fn validate(
             public_url,
         },
     ))
+}
+
+/// Refuses `[admin] console_actions` and `[admin.tls]` without `[admin] address`, where
+/// they are served.
+fn only_with_address(
+    admin: &RawAdmin,
+    at: &dyn Fn(Range<usize>, String) -> super::ConfigError,
+) -> Result<(), super::ConfigError> {
+    if let (Some(c), None) = (&admin.console_actions, &admin.address) {
+        return Err(at(
+            c.span(),
+            "[admin] console_actions is only used with address (the console is served there)"
+                .into(),
+        ));
+    }
+    if let (Some(t), None) = (&admin.tls, &admin.address) {
+        return Err(at(
+            t.span(),
+            "[admin.tls] is only used with [admin] address (TLS is served there)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `[admin] address` with its bearer tokens (read now), if set: on loopback unless
+/// `allow_remote`, and remote only with TLS or `allow_remote_without_tls`.
+fn tcp_of(
+    admin: &RawAdmin,
+    abs: &dyn Fn(&Path) -> PathBuf,
+    at: &dyn Fn(Range<usize>, String) -> super::ConfigError,
+) -> Result<Option<(SocketAddr, Vec<AdminToken>)>, super::ConfigError> {
+    let allow_remote = admin.allow_remote.as_ref().is_some_and(|a| *a.get_ref());
+    let tokens_span = admin
+        .token_file
+        .as_ref()
+        .map(Spanned::span)
+        .or_else(|| admin.tokens.as_ref().map(Spanned::span));
+    match (&admin.address, tokens_span) {
+        (None, None) => Ok(None),
+        (None, Some(span)) => Err(at(
+            span,
+            "[admin] token_file and [admin.tokens] are only used with address".into(),
+        )),
+        (Some(a), None) => Err(at(
+            a.span(),
+            "[admin] address needs token_file or [admin.tokens] (the bearer tokens clients \
+             must send)"
+                .into(),
+        )),
+        (Some(a), Some(_)) => {
+            loopback_only(a, allow_remote, "admin", at)?;
+            if let Some(remote) = admin.allow_remote.as_ref().filter(|r| *r.get_ref()) {
+                if admin.tls.is_none() && !admin.allow_remote_without_tls {
+                    return Err(at(
+                        remote.span(),
+                        "[admin] allow_remote = true without [admin.tls]: the admin token and \
+                         the console's session cookie would cross the network in clear text; \
+                         set [admin.tls] certificate and private_key, or \
+                         allow_remote_without_tls = true if something else encrypts the way \
+                         (a VPN, an SSH tunnel)"
+                            .into(),
+                    ));
+                }
+            }
+            let tokens = read_tokens(admin.token_file.as_ref(), admin.tokens.as_ref(), abs, at)?;
+            Ok(Some((*a.get_ref(), tokens)))
+        }
+    }
 }
 
 /// `[admin] public_url`: an `http://` or `https://` address of one word, kept without its

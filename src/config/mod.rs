@@ -537,43 +537,7 @@ impl Config {
                 "at least one [[listener]] is needed".into(),
             ));
         }
-        for l in &listeners {
-            if *l.tls.get_ref() != TlsMode::None && raw.tls.is_none() {
-                return Err(at(
-                    l.tls.span(),
-                    format!(
-                        "listener {} uses tls = \"{}\" but there is no [tls] section with a certificate",
-                        l.display_name(),
-                        l.tls.get_ref().as_str()
-                    ),
-                ));
-            }
-            let auth_in_clear = raw.tls.as_ref().is_some_and(|t| t.auth_without_tls);
-            if *l.tls.get_ref() == TlsMode::None
-                && (l.require_tls || (l.require_auth && !auth_in_clear))
-            {
-                let (key, why) = if l.require_tls {
-                    ("require_tls", "TLS is never offered there")
-                } else {
-                    (
-                        "require_auth",
-                        "AUTH is offered only after TLS ([tls] auth_without_tls = false)",
-                    )
-                };
-                // The listener's `tls` line, or the [[listener]] list when it has none.
-                let span = match l.tls.span() {
-                    s if s.is_empty() => listeners_span.clone(),
-                    s => s,
-                };
-                return Err(at(
-                    span,
-                    format!(
-                        "listener {} has {key} = true but tls = \"none\": {why}, so every MAIL would be refused",
-                        l.display_name()
-                    ),
-                ));
-            }
-        }
+        check_listeners(&listeners, &listeners_span, raw.tls.as_ref(), &at)?;
         let up_span = raw.upstream.address.span();
         if split_host_port(raw.upstream.address.get_ref()).is_none() {
             return Err(at(
@@ -591,35 +555,7 @@ impl Config {
             .validate(&base)
             .map_err(|e| at(store_span, e.to_string()))?;
         let smtp = raw.smtp;
-        if smtp.max_command_line < 512 {
-            return Err(at(
-                0..0,
-                "[smtp] max_command_line must be at least 512 (RFC 5321 §4.5.3.1.4)".into(),
-            ));
-        }
-        if smtp.max_text_line < 1000 {
-            return Err(at(
-                0..0,
-                "[smtp] max_text_line must be at least 1000 (RFC 5321 §4.5.3.1.6)".into(),
-            ));
-        }
-        if smtp.max_auth_line < 512 {
-            return Err(at(0..0, "[smtp] max_auth_line must be at least 512".into()));
-        }
-        if smtp.max_message_size == 0 {
-            return Err(at(
-                0..0,
-                "[smtp] max_message_size must be at least 1 (0 would refuse every message)".into(),
-            ));
-        }
-        if !(1..=MAX_LOG_QUEUE).contains(&raw.log.queue) {
-            return Err(at(
-                0..0,
-                format!(
-                    "[log] queue must be between 1 and {MAX_LOG_QUEUE} (lines waiting for the log writer)"
-                ),
-            ));
-        }
+        check_sizes(&smtp, &raw.log, &at)?;
         let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let tls = raw.tls.map(|t| TlsConfig {
             certificate: abs(t.certificate),
@@ -719,6 +655,93 @@ pub fn split_host_port(s: &str) -> Option<(&str, u16)> {
         return None;
     }
     Some((host, port))
+}
+
+/// Refuses a listener with TLS but no `[tls]`, and one that requires TLS or AUTH (which
+/// needs TLS) where TLS is never offered.
+fn check_listeners(
+    listeners: &[ListenerConfig],
+    listeners_span: &Range<usize>,
+    tls: Option<&TlsConfig>,
+    at: &dyn Fn(Range<usize>, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    for l in listeners {
+        if *l.tls.get_ref() != TlsMode::None && tls.is_none() {
+            return Err(at(
+                l.tls.span(),
+                format!(
+                    "listener {} uses tls = \"{}\" but there is no [tls] section with a certificate",
+                    l.display_name(),
+                    l.tls.get_ref().as_str()
+                ),
+            ));
+        }
+        let auth_in_clear = tls.is_some_and(|t| t.auth_without_tls);
+        if *l.tls.get_ref() == TlsMode::None
+            && (l.require_tls || (l.require_auth && !auth_in_clear))
+        {
+            let (key, why) = if l.require_tls {
+                ("require_tls", "TLS is never offered there")
+            } else {
+                (
+                    "require_auth",
+                    "AUTH is offered only after TLS ([tls] auth_without_tls = false)",
+                )
+            };
+            // The listener's `tls` line, or the [[listener]] list when it has none.
+            let span = match l.tls.span() {
+                s if s.is_empty() => listeners_span.clone(),
+                s => s,
+            };
+            return Err(at(
+                span,
+                format!(
+                    "listener {} has {key} = true but tls = \"none\": {why}, so every MAIL would be refused",
+                    l.display_name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses `[smtp]` line and message sizes below what SMTP needs, and a `[log] queue` out
+/// of range.
+fn check_sizes(
+    smtp: &SmtpConfig,
+    log: &LogConfig,
+    at: &dyn Fn(Range<usize>, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    if smtp.max_command_line < 512 {
+        return Err(at(
+            0..0,
+            "[smtp] max_command_line must be at least 512 (RFC 5321 §4.5.3.1.4)".into(),
+        ));
+    }
+    if smtp.max_text_line < 1000 {
+        return Err(at(
+            0..0,
+            "[smtp] max_text_line must be at least 1000 (RFC 5321 §4.5.3.1.6)".into(),
+        ));
+    }
+    if smtp.max_auth_line < 512 {
+        return Err(at(0..0, "[smtp] max_auth_line must be at least 512".into()));
+    }
+    if smtp.max_message_size == 0 {
+        return Err(at(
+            0..0,
+            "[smtp] max_message_size must be at least 1 (0 would refuse every message)".into(),
+        ));
+    }
+    if !(1..=MAX_LOG_QUEUE).contains(&log.queue) {
+        return Err(at(
+            0..0,
+            format!(
+                "[log] queue must be between 1 and {MAX_LOG_QUEUE} (lines waiting for the log writer)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -67,118 +67,155 @@ impl Config {
     /// `[upstream] ca_file`, `[store]`, `[admin] socket`, `[admin] audit`, `[report] events`,
     /// `[hold] dir`, `[alerts] command`.
     pub fn paths(&self) -> Vec<ConfigPath> {
+        let mut v = self.tls_paths();
+        v.extend(self.store_paths());
+        v.extend(self.admin_paths());
+        v.extend(self.output_paths());
+        v
+    }
+
+    /// The path `label` names, written at `key` of `[section]`.
+    fn named(
+        &self,
+        label: &'static str,
+        section: &str,
+        key: &str,
+        path: PathBuf,
+        used: PathUse,
+        required: bool,
+    ) -> ConfigPath {
+        ConfigPath {
+            label,
+            path,
+            used,
+            span: self.key_span(section, key),
+            required,
+        }
+    }
+
+    /// The certificates and keys read: `[tls]`, `[upstream] ca_file`.
+    fn tls_paths(&self) -> Vec<ConfigPath> {
         let mut v = Vec::new();
-        let mut add = |label, section, key, path: PathBuf, used, required| {
-            v.push(ConfigPath {
-                label,
-                path,
-                used,
-                span: self.key_span(section, key),
-                required,
-            });
-        };
         if let Some(t) = &self.tls {
             let (c, k) = (t.certificate.clone(), t.private_key.clone());
-            add(
+            v.push(self.named(
                 "[tls] certificate",
                 "tls",
                 "certificate",
                 c,
                 PathUse::Read,
                 true,
-            );
-            add(
+            ));
+            v.push(self.named(
                 "[tls] private_key",
                 "tls",
                 "private_key",
                 k,
                 PathUse::Read,
                 true,
-            );
+            ));
         }
         if let Some(ca) = &self.upstream.ca_file {
             let ca = ca.clone();
-            add(
+            v.push(self.named(
                 "[upstream] ca_file",
                 "upstream",
                 "ca_file",
                 ca,
                 PathUse::Read,
                 true,
-            );
+            ));
         }
+        v
+    }
+
+    /// The store's file (memory) or password file (Redis).
+    fn store_paths(&self) -> Vec<ConfigPath> {
+        let mut v = Vec::new();
         let store = &self.store;
         match (store.backend.as_str(), &store.path, &store.password_file) {
             ("memory", Some(p), _) => {
-                add(
+                v.push(self.named(
                     "[store] path",
                     "store",
                     "path",
                     p.clone(),
                     PathUse::Written,
                     true,
-                );
+                ));
             }
             ("redis", _, Some(p)) => {
                 let p = p.clone();
-                add(
+                v.push(self.named(
                     "[store] password_file",
                     "store",
                     "password_file",
                     p,
                     PathUse::Read,
                     true,
-                );
+                ));
             }
             _ => {}
         }
+        v
+    }
+
+    /// The admin socket and the audit log.
+    fn admin_paths(&self) -> Vec<ConfigPath> {
+        let mut v = Vec::new();
         if let Some(s) = &self.admin.socket {
             let required = !self.admin.default_socket;
-            add(
+            v.push(self.named(
                 "[admin] socket",
                 "admin",
                 "socket",
                 s.clone(),
                 PathUse::Written,
                 required,
-            );
+            ));
         }
         if let Some(p) = &self.admin.audit {
-            add(
+            v.push(self.named(
                 "[admin] audit",
                 "admin",
                 "audit",
                 p.clone(),
                 PathUse::Written,
                 true,
-            );
+            ));
         }
+        v
+    }
+
+    /// Where messages and events go: `[report] events`, `[hold] dir`, `[alerts] command`.
+    fn output_paths(&self) -> Vec<ConfigPath> {
+        let mut v = Vec::new();
         if let Some(e) = &self.report.events {
             let e = self.resolve(e.get_ref());
-            add(
+            v.push(self.named(
                 "[report] events",
                 "report",
                 "events",
                 e,
                 PathUse::Written,
                 true,
-            );
+            ));
         }
         if let Some(h) = &self.hold {
             let d = self.resolve(&h.get_ref().dir);
-            add("[hold] dir", "hold", "dir", d, PathUse::Directory, true);
+            v.push(self.named("[hold] dir", "hold", "dir", d, PathUse::Directory, true));
         }
         if let Some(a) = self.alerts.as_ref().filter(|a| a.enabled != Some(false)) {
             if let Some(program) = a.command.as_ref().and_then(|c| c.get_ref().first()) {
                 let p = PathBuf::from(program);
-                add(
+                v.push(self.named(
                     "[alerts] command",
                     "alerts",
                     "command",
                     p,
                     PathUse::Run,
                     true,
-                );
+                ));
             }
         }
         v

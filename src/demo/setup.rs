@@ -177,8 +177,39 @@ pub fn write(
         }
     };
 
-    // The certificate stays the shipped one, wherever the demo's config is written.
-    let tls = table(&mut root, "tls");
+    let ca_file = keep_tls(&mut root, shipped, &absolute)?;
+    let (listeners, moved) = listeners_on_free_ports(&mut root, shipped)?;
+    stand_in_upstream(&mut root, upstream);
+    let (socket, console) = state_in(&mut root, dir)?;
+    alerts_to(&mut root, shipped, webhook)?;
+    keep_lists(&mut root, &absolute);
+    faster_policy(&mut root, shipped)?;
+
+    // Quiet logs (the demo prints what happens) and no name lookups on loopback.
+    table(&mut root, "log").insert("level".into(), "warn".into());
+    table(&mut root, "server").insert("resolve_client_names".into(), Value::Boolean(false));
+
+    let path = dir.join("floodgate.toml");
+    let written = toml::to_string(&root).map_err(|e| bad(shipped, e.to_string()))?;
+    write_private(&path, &written)?;
+    Ok(DemoConfig {
+        path,
+        listeners,
+        moved,
+        ca_file,
+        socket,
+        console,
+    })
+}
+
+/// `[tls]`: the certificate stays the shipped one, wherever the demo's config is written.
+/// Returns the CA the demo's clients trust (`ca.crt` beside the certificate).
+fn keep_tls(
+    root: &mut Table,
+    shipped: &Path,
+    absolute: &dyn Fn(&str) -> PathBuf,
+) -> Result<PathBuf, DemoError> {
+    let tls = table(root, "tls");
     let mut ca_file = None;
     for key in ["certificate", "private_key"] {
         let Some(Value::String(p)) = tls.get(key) else {
@@ -200,8 +231,20 @@ pub fn write(
             ),
         ));
     }
+    Ok(ca_file)
+}
 
-    // Listeners: the shipped addresses, or free loopback ports when taken.
+/// Each listener of the demo: its name, its address, whether it uses TLS from the start.
+type Listeners = Vec<(String, SocketAddr, bool)>;
+/// Listeners moved off their shipped address: name, shipped address, new address.
+type Moved = Vec<(String, String, SocketAddr)>;
+
+/// `[[listener]]`: the shipped addresses, or free loopback ports when taken. Returns each
+/// listener (name, address, implicit TLS) and those moved (name, shipped address, new).
+fn listeners_on_free_ports(
+    root: &mut Table,
+    shipped: &Path,
+) -> Result<(Listeners, Moved), DemoError> {
     let mut listeners = Vec::new();
     let mut moved = Vec::new();
     let Some(Value::Array(list)) = root.get_mut("listener") else {
@@ -229,8 +272,11 @@ pub fn write(
         let implicit = l.get("tls").and_then(Value::as_str) == Some("implicit");
         listeners.push((name, addr, implicit));
     }
+    Ok((listeners, moved))
+}
 
-    // The stand-in: plain SMTP; it learns nothing of the client (no XCLIENT).
+/// `[upstream]`: the stand-in, plain SMTP; it learns nothing of the client (no XCLIENT).
+fn stand_in_upstream(root: &mut Table, upstream: SocketAddr) {
     let mut up = Table::new();
     up.insert("address".into(), Value::String(upstream.to_string()));
     up.insert("tls".into(), "none".into());
@@ -246,13 +292,17 @@ pub fn write(
         }
     }
     root.insert("upstream".into(), Value::Table(up));
+}
 
-    // State in the scratch directory.
+/// State in the scratch directory `dir`: the store, the event log, the hold spool, the
+/// admin socket and the console (a free loopback port, a new token). Returns the socket
+/// and the console's address and token.
+fn state_in(root: &mut Table, dir: &Path) -> Result<(PathBuf, (SocketAddr, String)), DemoError> {
     let mut store = Table::new();
     store.insert("backend".into(), "memory".into());
     store.insert("path".into(), text(&dir.join("floodgate.state")));
     root.insert("store".into(), Value::Table(store));
-    table(&mut root, "report").insert("events".into(), text(&dir.join("events.jsonl")));
+    table(root, "report").insert("events".into(), text(&dir.join("events.jsonl")));
     let hold_dir = dir.join("hold");
     {
         use std::os::unix::fs::DirBuilderExt;
@@ -261,7 +311,7 @@ pub fn write(
             .create(&hold_dir)
             .map_err(DemoError::io(format!("creating {}", hold_dir.display())))?;
     }
-    table(&mut root, "hold").insert("dir".into(), text(&hold_dir));
+    table(root, "hold").insert("dir".into(), text(&hold_dir));
     let socket = dir.join("admin.sock");
     let (console_addr, _) = free_or("127.0.0.1:0")?;
     let console_token = token()?;
@@ -276,9 +326,12 @@ pub fn write(
     // Neither the smart host's log nor a metrics port of the shipped config is the demo's.
     root.remove("outcomes");
     root.remove("metrics");
+    Ok((socket, (console_addr, console_token)))
+}
 
-    // Alerts to the demo's receiver, with the shipped settings otherwise.
-    let alerts = table(&mut root, "alerts");
+/// `[alerts]`: to the demo's receiver `webhook`, with the shipped settings otherwise.
+fn alerts_to(root: &mut Table, shipped: &Path, webhook: &str) -> Result<(), DemoError> {
+    let alerts = table(root, "alerts");
     alerts.remove("command");
     alerts.remove("ca_file");
     alerts.insert("webhook".into(), Value::String(webhook.to_string()));
@@ -286,8 +339,11 @@ pub fn write(
         let p = scaled(p).ok_or_else(|| bad(shipped, "[alerts] period does not scale"))?;
         alerts.insert("period".into(), Value::String(p));
     }
+    Ok(())
+}
 
-    // List files stay where the shipped config has them.
+/// `[lists]`: list files stay where the shipped config has them.
+fn keep_lists(root: &mut Table, absolute: &dyn Fn(&str) -> PathBuf) {
     if let Some(Value::Table(lists)) = root.get_mut("lists") {
         for (_, l) in lists.iter_mut() {
             if let Some(Value::String(f)) = l.get("file") {
@@ -298,8 +354,10 @@ pub fn write(
             }
         }
     }
+}
 
-    // The policy: the shipped limits and actions, on the faster clock.
+/// The policy: the shipped limits and actions, on the faster clock.
+fn faster_policy(root: &mut Table, shipped: &Path) -> Result<(), DemoError> {
     if let Some(Value::Array(limits)) = root.get_mut("limit") {
         for l in limits.iter_mut().filter_map(Value::as_table_mut) {
             scale_limit(l, shipped)?;
@@ -312,22 +370,7 @@ pub fn write(
             }
         }
     }
-
-    // Quiet logs (the demo prints what happens) and no name lookups on loopback.
-    table(&mut root, "log").insert("level".into(), "warn".into());
-    table(&mut root, "server").insert("resolve_client_names".into(), Value::Boolean(false));
-
-    let path = dir.join("floodgate.toml");
-    let written = toml::to_string(&root).map_err(|e| bad(shipped, e.to_string()))?;
-    write_private(&path, &written)?;
-    Ok(DemoConfig {
-        path,
-        listeners,
-        moved,
-        ca_file,
-        socket,
-        console: (console_addr, console_token),
-    })
+    Ok(())
 }
 
 /// How long an hour of the shipped policy lasts in the demo.

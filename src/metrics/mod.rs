@@ -346,6 +346,66 @@ impl Default for Metrics {
     }
 }
 
+/// The families of sessions and of what they relay.
+struct Traffic {
+    /// Sessions admitted, by listener.
+    sessions: Counters<1>,
+    /// Sessions open now.
+    sessions_open: Gauge,
+    /// Command lines received.
+    commands: Counter,
+    /// Messages relayed.
+    messages: Counter,
+    /// Recipients relayed.
+    recipients: Counter,
+    /// Bytes relayed.
+    bytes: Counter,
+    /// Commands and messages refused by floodgate.
+    refused: Counter,
+}
+
+/// The families of the policy's verdicts, restrictions and alert mail.
+struct Containment {
+    /// Limits found over.
+    verdicts: Counters<2>,
+    /// Restricted-set events.
+    restrictions: Fixed<6>,
+    /// Alert mail by result.
+    alert_mail: Fixed<3>,
+}
+
+/// The families of upstream and of the rate-limit store.
+struct Backends {
+    /// Upstream sessions set up.
+    upstream_connects: Counter,
+    /// Upstream failures.
+    upstream_errors: Fixed<5>,
+    /// Client identities upstream did not take.
+    identity_refused: Fixed<5>,
+    /// Store decisions.
+    store_decisions: Counter,
+    /// Store decisions that failed.
+    store_errors: Fixed<2>,
+}
+
+/// The families of TLS handshakes and AUTH exchanges.
+struct Handshakes {
+    /// TLS handshakes by side and result.
+    tls: [[Counter; 2]; 2],
+    /// AUTH exchanges upstream accepted.
+    auth_ok: Counter,
+    /// AUTH exchanges upstream refused.
+    auth_failed: Counter,
+}
+
+/// The families of connections cut by the caps and by the admin listeners.
+struct Cuts {
+    /// Connections refused by the caps.
+    connections_refused: Fixed<2>,
+    /// Admin, console and metrics connections cut.
+    admin_refused: [[Counter; ADMIN_REFUSALS.len()]; ADMIN_LISTENERS.len()],
+}
+
 /// The latency histogram's family, written after the registry's.
 const LATENCY: &str = "floodgate_store_decision_seconds";
 
@@ -353,6 +413,53 @@ impl Metrics {
     /// A registry with every family floodgate records, all at zero.
     pub fn new() -> Metrics {
         let mut f = Families(Registry::default());
+        // Registered in this order: the exposition lists families in it.
+        let traffic = Self::traffic_families(&mut f);
+        let containment = Self::containment_families(&mut f);
+        let backends = Self::backend_families(&mut f);
+        let hold = Self::hold_families(&mut f);
+        let graded = Self::graded_families(&mut f);
+        let handshakes = Self::handshake_families(&mut f);
+        let cuts = Self::cut_families(&mut f);
+        let audit_write_errors = f.counter(
+            "floodgate_audit_write_errors_total",
+            "Admin actions whose audit line could not be written to [admin] audit.",
+        );
+        Metrics {
+            audit_write_errors,
+            exposition: Mutex::new(Exposition {
+                registry: f.0,
+                readers: Vec::new(),
+            }),
+            sessions: traffic.sessions,
+            sessions_open: traffic.sessions_open,
+            commands: traffic.commands,
+            messages: traffic.messages,
+            recipients: traffic.recipients,
+            bytes: traffic.bytes,
+            refused: traffic.refused,
+            verdicts: containment.verdicts,
+            limits: DashMap::new(),
+            restrictions: containment.restrictions,
+            alert_mail: containment.alert_mail,
+            upstream_connects: backends.upstream_connects,
+            upstream_errors: backends.upstream_errors,
+            identity_refused: backends.identity_refused,
+            store_decisions: backends.store_decisions,
+            store_errors: backends.store_errors,
+            store_latency: Histogram::default(),
+            tls: handshakes.tls,
+            auth_ok: handshakes.auth_ok,
+            auth_failed: handshakes.auth_failed,
+            connections_refused: cuts.connections_refused,
+            admin_refused: cuts.admin_refused,
+            hold,
+            graded,
+        }
+    }
+
+    /// Registers the families of sessions and of what they relay.
+    fn traffic_families(f: &mut Families) -> Traffic {
         let sessions = f.family(
             "floodgate_sessions_total",
             "Sessions admitted, by listener.",
@@ -378,6 +485,19 @@ impl Metrics {
             "floodgate_refused_total",
             "Commands and messages floodgate refused itself (limits, size, line endings).",
         );
+        Traffic {
+            sessions,
+            sessions_open,
+            commands,
+            messages,
+            recipients,
+            bytes,
+            refused,
+        }
+    }
+
+    /// Registers the families of verdicts, restrictions and alert mail.
+    fn containment_families(f: &mut Families) -> Containment {
         let verdicts = f.family(
             "floodgate_policy_verdicts_total",
             "Limits found over, by limit name and countermeasure.",
@@ -394,6 +514,15 @@ impl Metrics {
             "result",
             ALERT_MAIL_RESULTS,
         );
+        Containment {
+            verdicts,
+            restrictions,
+            alert_mail,
+        }
+    }
+
+    /// Registers the families of upstream and of the rate-limit store.
+    fn backend_families(f: &mut Families) -> Backends {
         let upstream_connects = f.counter(
             "floodgate_upstream_connects_total",
             "Upstream sessions set up.",
@@ -420,8 +549,17 @@ impl Metrics {
             "kind",
             STORE_ERRORS,
         );
-        let hold = Self::hold_families(&mut f);
-        let graded = Self::graded_families(&mut f);
+        Backends {
+            upstream_connects,
+            upstream_errors,
+            identity_refused,
+            store_decisions,
+            store_errors,
+        }
+    }
+
+    /// Registers the families of TLS handshakes and AUTH exchanges.
+    fn handshake_families(f: &mut Families) -> Handshakes {
         let tls_family: Counters<2> = f.family(
             "floodgate_tls_handshakes_total",
             "TLS handshakes, by side and result.",
@@ -441,6 +579,15 @@ impl Metrics {
             ["success", "failure"],
         );
         let [auth_ok, auth_failed] = auth.counters;
+        Handshakes {
+            tls,
+            auth_ok,
+            auth_failed,
+        }
+    }
+
+    /// Registers the families of connections cut by the caps and the admin listeners.
+    fn cut_families(f: &mut Families) -> Cuts {
         let connections_refused = f.fixed(
             "floodgate_connections_refused_total",
             "Connections refused by the connection caps, by cap.",
@@ -459,40 +606,9 @@ impl Metrics {
                 ])
             })
         });
-        let audit_write_errors = f.counter(
-            "floodgate_audit_write_errors_total",
-            "Admin actions whose audit line could not be written to [admin] audit.",
-        );
-        Metrics {
-            audit_write_errors,
-            exposition: Mutex::new(Exposition {
-                registry: f.0,
-                readers: Vec::new(),
-            }),
-            sessions,
-            sessions_open,
-            commands,
-            messages,
-            recipients,
-            bytes,
-            refused,
-            verdicts,
-            limits: DashMap::new(),
-            restrictions,
-            alert_mail,
-            upstream_connects,
-            upstream_errors,
-            identity_refused,
-            store_decisions,
-            store_errors,
-            store_latency: Histogram::default(),
-            tls,
-            auth_ok,
-            auth_failed,
+        Cuts {
             connections_refused,
             admin_refused,
-            hold,
-            graded,
         }
     }
 
@@ -590,11 +706,6 @@ impl Metrics {
         }
     }
 
-    /// Admin connections cut by `listener` for `reason` so far.
-    pub fn admin_connections_refused_of(&self, listener: &str, reason: &str) -> u64 {
-        self.admin_counter(listener, reason).map_or(0, Counter::get)
-    }
-
     fn admin_counter(&self, listener: &str, reason: &str) -> Option<&Counter> {
         let l = ADMIN_LISTENERS.iter().position(|v| *v == listener)?;
         let r = ADMIN_REFUSALS.iter().position(|v| *v == reason)?;
@@ -651,11 +762,6 @@ impl Metrics {
         }
     }
 
-    /// How many alert mails had `result`.
-    pub fn alert_mail_of(&self, result: &str) -> u64 {
-        self.alert_mail.count(result)
-    }
-
     /// How many restriction events of `event` there were.
     pub fn restrictions_of(&self, event: &str) -> u64 {
         self.restrictions.count(event)
@@ -697,16 +803,6 @@ impl Metrics {
         if let Some(c) = self.identity_refused.get(reason) {
             c.inc();
         }
-    }
-
-    /// Identity refusals for one reason.
-    pub fn identity_refused_of(&self, reason: &str) -> u64 {
-        self.identity_refused.count(reason)
-    }
-
-    /// Upstream failures of one kind (one of [`UPSTREAM_KINDS`]).
-    pub fn upstream_errors_of(&self, kind: &str) -> u64 {
-        self.upstream_errors.count(kind)
     }
 
     /// A TLS handshake on `side` that worked or failed.
@@ -769,6 +865,30 @@ impl Metrics {
         self.store_latency
             .write_text(&mut out, LATENCY, "Rate-limit store decision latency.");
         out
+    }
+}
+
+/// Counts read back by the tests.
+#[cfg(test)]
+impl Metrics {
+    /// Admin connections cut by `listener` for `reason` so far.
+    pub fn admin_connections_refused_of(&self, listener: &str, reason: &str) -> u64 {
+        self.admin_counter(listener, reason).map_or(0, Counter::get)
+    }
+
+    /// How many alert mails had `result`.
+    pub fn alert_mail_of(&self, result: &str) -> u64 {
+        self.alert_mail.count(result)
+    }
+
+    /// Identity refusals for one reason.
+    pub fn identity_refused_of(&self, reason: &str) -> u64 {
+        self.identity_refused.count(reason)
+    }
+
+    /// Upstream failures of one kind (one of [`UPSTREAM_KINDS`]).
+    pub fn upstream_errors_of(&self, kind: &str) -> u64 {
+        self.upstream_errors.count(kind)
     }
 }
 

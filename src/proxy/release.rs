@@ -1,9 +1,15 @@
 //! Releasing a held message: a new upstream session carrying the original client's
 //! identity (XCLIENT with address, HELO and login, or a PROXY v2 header), the original
-//! envelope, and the held octets with one trace header on top.
+//! envelope, and the held octets with one trace header on top. Releasing or deleting one
+//! message of the spool (for the admin API, the pacer and the expiry), each a log event and
+//! a metric.
+
+use std::sync::Arc;
+
+use tracing::{info, warn};
 
 use crate::config::ClientIdentity;
-use crate::hold::{HeldEnvelope, HeldMessage};
+use crate::hold::{HeldEnvelope, HeldMessage, Spool, SpoolError};
 use crate::smtp::data::{encode_data, unstuffed};
 use crate::smtp::ehlo::parse_ehlo;
 use crate::smtp::reply::Reply;
@@ -11,6 +17,7 @@ use crate::smtp::xclient::{ClientName, XclientAttrs, TEMPUNAVAIL};
 
 use super::identity::quote_reply;
 use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
+use super::Shared;
 
 /// Why a release did not deliver; the message stays held.
 #[derive(Debug, thiserror::Error)]
@@ -238,6 +245,112 @@ pub fn reroute_header(limit: &str, at: i64) -> Vec<u8> {
         crate::smtp::received::rfc5322_date(at)
     )
     .into_bytes()
+}
+
+/// Runs blocking spool work off the event loop.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, SpoolError> + Send + 'static,
+) -> Result<T, SpoolError> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(SpoolError::Io {
+            path: "hold spool".into(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    })
+}
+
+/// Why a release or delete did not happen; the message stays held.
+#[derive(Debug, thiserror::Error)]
+pub enum HeldError {
+    /// No message is held with this id (released or deleted meanwhile).
+    #[error("{}", SpoolError::NotFound(.0.clone()))]
+    NotFound(String),
+    /// Another release or delete has the message right now.
+    #[error("{}", SpoolError::Busy(.0.clone()))]
+    Busy(String),
+    /// The spool failed otherwise (I/O, an unreadable file set aside).
+    #[error(transparent)]
+    Spool(SpoolError),
+    /// Upstream did not take the message.
+    #[error("{0}; the message stays held")]
+    Release(#[from] ReleaseError),
+}
+
+impl From<SpoolError> for HeldError {
+    fn from(e: SpoolError) -> Self {
+        match e {
+            SpoolError::NotFound(id) => HeldError::NotFound(id),
+            SpoolError::Busy(id) => HeldError::Busy(id),
+            e => HeldError::Spool(e),
+        }
+    }
+}
+
+/// Releases one held message: claimed (so a concurrent release cannot take it), read whole
+/// (the only message whose body is read), relayed, removed only after upstream accepted it
+/// for every recipient, else given back.
+pub async fn release_one(
+    shared: &Arc<Shared>,
+    spool: &Arc<Spool>,
+    id: &str,
+    by: &ReleaseBy,
+) -> Result<(), HeldError> {
+    let s = spool.clone();
+    let owned = id.to_string();
+    let m = blocking(move || {
+        s.claim(&owned)?;
+        match s.claimed(&owned) {
+            Ok(m) => Ok(m),
+            // Set aside: nothing to give back.
+            Err(e @ SpoolError::Corrupt { .. }) => Err(e),
+            Err(e) => {
+                let _ = s.unclaim(&owned);
+                Err(e)
+            }
+        }
+    })
+    .await?;
+    let (key, limit) = (&m.envelope.key, &m.envelope.limit);
+    match relay_held(&shared.upstream, &m, by).await {
+        Ok(reply) => {
+            let s = spool.clone();
+            let owned = id.to_string();
+            blocking(move || s.remove_claimed(&owned)).await?;
+            shared.metrics.hold.released.inc();
+            info!(id, key = %key, limit = %limit, by = %by.by, reason = %by.reason,
+                upstream = reply.lines.last().map(String::as_str).unwrap_or(""),
+                "held message released");
+            Ok(())
+        }
+        Err(e) => {
+            let s = spool.clone();
+            let owned = id.to_string();
+            blocking(move || s.unclaim(&owned)).await?;
+            warn!(id, key = %key, error = %e, "held message not released: it stays held");
+            Err(e.into())
+        }
+    }
+}
+
+/// Deletes one held message (its envelope is read for the log line, never its body).
+pub async fn delete_one(
+    shared: &Arc<Shared>,
+    spool: &Arc<Spool>,
+    id: &str,
+    by: &ReleaseBy,
+) -> Result<(), HeldError> {
+    let s = spool.clone();
+    let owned = id.to_string();
+    let m = blocking(move || {
+        let m = s.claim(&owned)?;
+        s.remove_claimed(&owned)?;
+        Ok(m)
+    })
+    .await?;
+    shared.metrics.hold.deleted.inc();
+    info!(id, key = %m.envelope.key, limit = %m.envelope.limit, by = %by.by,
+        reason = %by.reason, "held message deleted");
+    Ok(())
 }
 
 #[cfg(test)]

@@ -532,18 +532,7 @@ pub fn analyze_traced(
             return Err(ReportError::EmptyRange);
         }
     }
-    let chosen: Vec<&LimitDef> = model
-        .limits
-        .iter()
-        .filter(|d| replay_of(d).is_some())
-        .filter(|d| opts.limit.as_ref().is_none_or(|n| *n == d.name))
-        .collect();
-    if let Some(n) = &opts.limit {
-        if chosen.is_empty() {
-            let names: Vec<&str> = model.limits.iter().map(|d| d.name.as_str()).collect();
-            return Err(ReportError::NoSuchLimit(n.clone(), names.join(", ")));
-        }
-    }
+    let chosen = chosen_limits(model, opts)?;
     let index: HashMap<&str, usize> = chosen
         .iter()
         .enumerate()
@@ -555,19 +544,7 @@ pub fn analyze_traced(
         shards: 1,
         ..MemoryConfig::default()
     });
-    let mut report = Report {
-        source: source.to_string(),
-        since_us: opts.since_us,
-        until_us: opts.until_us,
-        first_us: None,
-        last_us: None,
-        lines: 0,
-        events: 0,
-        outside: 0,
-        unknown_limit: 0,
-        limits: Vec::new(),
-        baselines: Vec::new(),
-    };
+    let mut report = Report::empty(source, opts);
     let mut line = String::new();
     let mut input = input;
     let mut line_no = 0usize;
@@ -587,14 +564,7 @@ pub fn analyze_traced(
         // Contained keys are noted; queued messages and their outcomes are not
         // evaluations.
         if text.starts_with("{\"event\":\"contained\"") {
-            if let Ok(c) = serde_json::from_str::<ContainedLine>(text) {
-                let at = (c.t * 1e6).round() as i64;
-                let inside =
-                    opts.since_us.is_none_or(|s| at >= s) && opts.until_us.is_none_or(|u| at < u);
-                if c.t.is_finite() && inside {
-                    contained.note(c);
-                }
-            }
+            note_contained(text, opts, &mut contained);
             continue;
         }
         if text.is_empty() || text.starts_with("{\"event\":") {
@@ -606,27 +576,7 @@ pub fn analyze_traced(
             line: line_no,
             detail,
         };
-        let ev: Event = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
-        if !ev.t.is_finite() || ev.t.abs() > 9.0e12 {
-            return Err(bad(format!(
-                "\"t\" must be a finite number of seconds, got {}",
-                ev.t
-            )));
-        }
-        if let Some(c) = ev.count {
-            if !c.is_finite() || c < 0.0 {
-                return Err(bad(format!(
-                    "\"count\" must be a finite number >= 0, got {c}"
-                )));
-            }
-        }
-        if let Some(m) = ev.own_limit {
-            if !m.is_finite() || m <= 0.0 {
-                return Err(bad(format!(
-                    "\"own_limit\" must be a finite number > 0, got {m}"
-                )));
-            }
-        }
+        let mut ev = read_event(text, &bad)?;
         let now_us = (ev.t * 1e6).round() as i64;
         if opts.since_us.is_some_and(|s| now_us < s) || opts.until_us.is_some_and(|u| now_us >= u) {
             report.outside += 1;
@@ -636,8 +586,144 @@ pub fn analyze_traced(
             report.unknown_limit += 1;
             continue;
         };
-        let key_text = ev.key.unwrap_or_default();
-        let prefix = format!("{i}/");
+        let key_text = ev.key.take().unwrap_or_default();
+        let asked = Asked {
+            replay: &replays[i],
+            ev: &ev,
+            key_text: &key_text,
+            prefix: format!("{i}/"),
+            now_us,
+        };
+        asked.decision(&mut decision, &store, &bad)?;
+        let result = store.decide_at(now_us, &decision);
+        let value = result.limits.first().map_or(0.0, |r| r.value);
+        trace(&Traced {
+            limit: i,
+            key: &key_text,
+            time_us: now_us,
+            value,
+            own_limit: ev.own_limit,
+        });
+        tallies[i].add(key_text, value, ev.own_limit);
+        report.events += 1;
+        report.first_us = Some(report.first_us.map_or(now_us, |f| f.min(now_us)));
+        report.last_us = Some(report.last_us.map_or(now_us, |l| l.max(now_us)));
+    }
+    report.limits = chosen
+        .iter()
+        .zip(tallies)
+        .map(|(d, t)| summarise(d, t, opts.top, &contained))
+        .collect();
+    Ok(report)
+}
+
+impl Report {
+    /// The report on `source` before any line is read.
+    fn empty(source: &str, opts: &Options) -> Self {
+        Report {
+            source: source.to_string(),
+            since_us: opts.since_us,
+            until_us: opts.until_us,
+            first_us: None,
+            last_us: None,
+            lines: 0,
+            events: 0,
+            outside: 0,
+            unknown_limit: 0,
+            limits: Vec::new(),
+            baselines: Vec::new(),
+        }
+    }
+}
+
+/// The limits to report on: every replayable one, or the one `opts` names (an error when
+/// no replayable limit has that name).
+fn chosen_limits<'m>(
+    model: &'m PolicyModel,
+    opts: &Options,
+) -> Result<Vec<&'m LimitDef>, ReportError> {
+    let chosen: Vec<&LimitDef> = model
+        .limits
+        .iter()
+        .filter(|d| replay_of(d).is_some())
+        .filter(|d| opts.limit.as_ref().is_none_or(|n| *n == d.name))
+        .collect();
+    if let Some(n) = &opts.limit {
+        if chosen.is_empty() {
+            let names: Vec<&str> = model.limits.iter().map(|d| d.name.as_str()).collect();
+            return Err(ReportError::NoSuchLimit(n.clone(), names.join(", ")));
+        }
+    }
+    Ok(chosen)
+}
+
+/// Notes a `contained` line in `contained` when it is inside the range of `opts`.
+fn note_contained(text: &str, opts: &Options, contained: &mut Contained) {
+    if let Ok(c) = serde_json::from_str::<ContainedLine>(text) {
+        let at = (c.t * 1e6).round() as i64;
+        let inside = opts.since_us.is_none_or(|s| at >= s) && opts.until_us.is_none_or(|u| at < u);
+        if c.t.is_finite() && inside {
+            contained.note(c);
+        }
+    }
+}
+
+/// One evaluation line read and checked: its time, count and own limit in range.
+fn read_event(text: &str, bad: &dyn Fn(String) -> ReportError) -> Result<Event, ReportError> {
+    let ev: Event = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+    if !ev.t.is_finite() || ev.t.abs() > 9.0e12 {
+        return Err(bad(format!(
+            "\"t\" must be a finite number of seconds, got {}",
+            ev.t
+        )));
+    }
+    if let Some(c) = ev.count {
+        if !c.is_finite() || c < 0.0 {
+            return Err(bad(format!(
+                "\"count\" must be a finite number >= 0, got {c}"
+            )));
+        }
+    }
+    if let Some(m) = ev.own_limit {
+        if !m.is_finite() || m <= 0.0 {
+            return Err(bad(format!(
+                "\"own_limit\" must be a finite number > 0, got {m}"
+            )));
+        }
+    }
+    Ok(ev)
+}
+
+/// One event of a limit, to be asked of the replay's store.
+struct Asked<'e> {
+    /// The limit's replay.
+    replay: &'e Replay,
+    /// The event.
+    ev: &'e Event,
+    /// Its key.
+    key_text: &'e str,
+    /// The limit's prefix of database keys (its index), so limits never share a key.
+    prefix: String,
+    /// The event's time (µs).
+    now_us: i64,
+}
+
+impl Asked<'_> {
+    /// Fills `decision` with the event's one request (a bucket's check is asked of `store`
+    /// first, as the proxy does, so that its commit follows it).
+    fn decision(
+        self,
+        decision: &mut Decision,
+        store: &MemoryStore,
+        bad: &dyn Fn(String) -> ReportError,
+    ) -> Result<(), ReportError> {
+        let Asked {
+            replay,
+            ev,
+            key_text,
+            prefix,
+            now_us,
+        } = self;
         decision.limits.clear();
         let first_req = |key: String, algorithm: Algorithm, count: f64, unique| LimitRequest {
             key,
@@ -646,7 +732,7 @@ pub fn analyze_traced(
             unique,
             blocking: true,
         };
-        match &replays[i] {
+        match replay {
             Replay::Ewma {
                 limit,
                 period_secs,
@@ -664,7 +750,7 @@ pub fn analyze_traced(
                     .as_ref()
                     .map(|u| ev.unique.clone().unwrap_or_else(|| u.clone()));
                 decision.limits.push(first_req(
-                    prefix + &spec.database_key(&key_text, &key_text),
+                    prefix + &spec.database_key(key_text, key_text),
                     Algorithm::Ewma {
                         limit: *limit,
                         period_secs: *period_secs,
@@ -686,7 +772,7 @@ pub fn analyze_traced(
                     .and_then(|r| GcraSpec::new(f64::MAX, r))
                     .unwrap_or(*g);
                 decision.limits.push(first_req(
-                    prefix + &key_text,
+                    prefix + key_text,
                     Algorithm::Gcra(g),
                     ev.count.unwrap_or(1.0),
                     None,
@@ -707,46 +793,34 @@ pub fn analyze_traced(
                 for op in [BucketOp::Check, BucketOp::Commit(MessageClass::Other)] {
                     decision.limits.clear();
                     decision.limits.push(first_req(
-                        prefix.clone() + &key_text,
+                        prefix.clone() + key_text,
                         Algorithm::Bucket { spec, op },
                         count,
                         None,
                     ));
                     if op == BucketOp::Check {
-                        store.decide_at(now_us, &decision);
+                        store.decide_at(now_us, decision);
                     }
                 }
             }
         }
-        let result = store.decide_at(now_us, &decision);
-        let value = result.limits.first().map_or(0.0, |r| r.value);
-        trace(&Traced {
-            limit: i,
-            key: &key_text,
-            time_us: now_us,
-            value,
-            own_limit: ev.own_limit,
-        });
-        let t = &mut tallies[i];
-        t.events += 1;
-        let k = t.keys.entry(key_text).or_insert(KeyTally {
+        Ok(())
+    }
+}
+
+impl Tally {
+    /// Counts one event of `key` with the key's `value` after it and its own limit.
+    fn add(&mut self, key: String, value: f64, own_limit: Option<f64>) {
+        self.events += 1;
+        let k = self.keys.entry(key).or_insert(KeyTally {
             peak: f64::NEG_INFINITY,
             events: 0,
             own_limit: None,
         });
         k.peak = k.peak.max(value);
         k.events += 1;
-        k.own_limit = ev.own_limit;
-        report.events += 1;
-        report.first_us = Some(report.first_us.map_or(now_us, |f| f.min(now_us)));
-        report.last_us = Some(report.last_us.map_or(now_us, |l| l.max(now_us)));
+        k.own_limit = own_limit;
     }
-    report.limits = chosen
-        .iter()
-        .zip(tallies)
-        .map(|(d, t)| summarise(d, t, opts.top, &contained))
-        .collect();
-    Ok(report)
 }
 
 #[cfg(test)]

@@ -11,10 +11,10 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::BufRead;
 
-use super::analyze::{analyze_traced, Options, Report, ReportError, Traced, HEADROOM};
+use super::analyze::{analyze_traced, LimitReport, Options, Report, ReportError, Traced, HEADROOM};
 use super::markup::escape;
 use super::render::num;
-use super::svg::{self, truncate, Line, Marker};
+use super::svg::{self, truncate, Line, Marker, Points};
 use crate::policy::model::PolicyModel;
 use crate::time::rfc3339;
 
@@ -197,98 +197,112 @@ pub fn page(report: &Report, charts: &Charts) -> String {
             num(l.configured),
             l.over_configured
         );
-        let mut markers = vec![Marker {
-            value: l.configured,
-            label: "configured",
-            class: "configured",
-        }];
-        if !c.peaks.is_empty() {
-            markers.insert(
-                0,
-                Marker {
-                    value: l.suggested,
-                    label: "suggested",
-                    class: "suggested",
-                },
-            );
-        }
-        o.push_str(&svg::histogram(
-            &l.name,
-            &c.peaks,
-            HISTOGRAM_BINS,
-            &markers,
-            &l.unit,
-        ));
-        if c.series.is_empty() {
-            o.push_str(
-                "<p class=\"note\">no key without its own limit: nothing to draw over time</p>",
-            );
-        } else {
-            let lines: Vec<Line<'_>> = c
-                .series
-                .iter()
-                .map(|s| Line {
-                    name: &s.key,
-                    points: &s.points,
-                })
-                .collect();
-            o.push_str(&svg::lines(
-                &l.name,
-                report.first_us.unwrap_or(0),
-                report.last_us.unwrap_or(0),
-                &lines,
-                l.configured,
-                "configured",
-                &l.unit,
-            ));
-        }
-        if let Some(key) = &l.capped_by {
-            let _ = write!(
-                o,
-                "<p class=\"capped\">The suggestion is held under the peak of <strong>{}</strong>, \
-                 a contained key: {} × the highest ordinary peak would have let it through.</p>",
-                escape(&truncate(key, NAME_CHARS)),
-                num(HEADROOM)
-            );
-        }
-        if !l.contained.is_empty() {
-            let _ = write!(
-                o,
-                "<p class=\"contained\">Contained (restricted or held) in the period: {}</p>",
-                l.contained
-                    .iter()
-                    .map(|k| format!(
-                        "<strong>{}</strong> ({}, peak {})",
-                        escape(&truncate(&k.key, NAME_CHARS)),
-                        escape(k.contained.as_deref().unwrap_or("")),
-                        num(k.peak)
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        if !l.top.is_empty() {
-            o.push_str("<table class=\"top\"><tr><th>peak</th><th>events</th><th>key</th><th>contained</th></tr>");
-            for k in &l.top {
-                let (class, how) = match k.contained.as_deref() {
-                    Some(how) => (" class=\"contained\"", escape(how)),
-                    None => ("", String::new()),
-                };
-                let _ = write!(
-                    o,
-                    "<tr{class}><td class=\"n\">{}</td><td class=\"n\">{}</td><td title=\"{}\">{}</td><td>{how}</td></tr>",
-                    num(k.peak),
-                    k.events,
-                    escape(&truncate(&k.key, 1000)),
-                    escape(&truncate(&k.key, NAME_CHARS))
-                );
-            }
-            o.push_str("</table>");
-        }
+        charts_of(&mut o, report, l, c);
+        contained_notes(&mut o, l);
+        top_table(&mut o, l);
         o.push_str("</section>");
     }
     o.push_str("</body></html>\n");
     o
+}
+
+/// A limit's charts: the histogram of its keys' peaks with the suggested and configured
+/// values marked, and its keys' lines over time.
+fn charts_of(o: &mut String, report: &Report, l: &LimitReport, c: &LimitCharts) {
+    let mut markers = vec![Marker {
+        value: l.configured,
+        label: "configured",
+        class: "configured",
+    }];
+    if !c.peaks.is_empty() {
+        markers.insert(
+            0,
+            Marker {
+                value: l.suggested,
+                label: "suggested",
+                class: "suggested",
+            },
+        );
+    }
+    o.push_str(&svg::histogram(
+        &l.name,
+        &c.peaks,
+        HISTOGRAM_BINS,
+        &markers,
+        &l.unit,
+    ));
+    if c.series.is_empty() {
+        o.push_str("<p class=\"note\">no key without its own limit: nothing to draw over time</p>");
+    } else {
+        let lines: Vec<Line<'_>> = c
+            .series
+            .iter()
+            .map(|s| Line {
+                name: &s.key,
+                points: Points::Timed(&s.points),
+            })
+            .collect();
+        o.push_str(&svg::lines(
+            &l.name,
+            report.first_us.unwrap_or(0),
+            report.last_us.unwrap_or(0),
+            &lines,
+            l.configured,
+            "configured",
+            &l.unit,
+        ));
+    }
+}
+
+/// What the suggestion is capped by, and the keys contained in the period.
+fn contained_notes(o: &mut String, l: &LimitReport) {
+    if let Some(key) = &l.capped_by {
+        let _ = write!(
+            o,
+            "<p class=\"capped\">The suggestion is held under the peak of <strong>{}</strong>, \
+             a contained key: {} × the highest ordinary peak would have let it through.</p>",
+            escape(&truncate(key, NAME_CHARS)),
+            num(HEADROOM)
+        );
+    }
+    if !l.contained.is_empty() {
+        let _ = write!(
+            o,
+            "<p class=\"contained\">Contained (restricted or held) in the period: {}</p>",
+            l.contained
+                .iter()
+                .map(|k| format!(
+                    "<strong>{}</strong> ({}, peak {})",
+                    escape(&truncate(&k.key, NAME_CHARS)),
+                    escape(k.contained.as_deref().unwrap_or("")),
+                    num(k.peak)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+}
+
+/// The table of a limit's top keys by peak.
+fn top_table(o: &mut String, l: &LimitReport) {
+    if !l.top.is_empty() {
+        o.push_str("<table class=\"top\"><tr><th>peak</th><th>events</th><th>key</th><th>contained</th></tr>");
+        for k in &l.top {
+            let (class, how) = match k.contained.as_deref() {
+                Some(how) => (" class=\"contained\"", escape(how)),
+                None => ("", String::new()),
+            };
+            let _ = write!(
+                o,
+                "<tr{class}><td class=\"n\">{}</td><td class=\"n\">{}</td><td title=\"{}\">{}</td><td>{how}</td></tr>",
+                num(k.peak),
+                k.events,
+                escape(&truncate(&k.key, 1000)),
+                escape(&truncate(&k.key, NAME_CHARS))
+            );
+        }
+        o.push_str("</table>");
+    }
 }
 
 #[cfg(test)]

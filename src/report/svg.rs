@@ -1,5 +1,6 @@
-//! Inline SVG charts for the HTML report: a histogram with marked values, and lines over
-//! time. Pure functions from numbers to markup; every text is escaped, every coordinate is
+//! Inline SVG charts for the HTML report and the web console: a histogram with marked
+//! values, and line charts (the report's over time, the console's over evenly spaced
+//! points). Pure functions from numbers to markup; every text is escaped, every coordinate is
 //! finite.
 
 use super::markup::escape;
@@ -256,14 +257,6 @@ pub fn histogram(
     o
 }
 
-/// One line over time: points `(time µs, value)` in time order.
-pub struct Line<'a> {
-    /// Its name in the legend (escaped and truncated here).
-    pub name: &'a str,
-    /// The points.
-    pub points: &'a [(i64, f64)],
-}
-
 /// Tick spacings of a time axis, seconds: the first that gives at most [`MAX_TIME_TICKS`]
 /// ticks over the span is used.
 const TIME_STEPS: [i64; 24] = [
@@ -320,7 +313,7 @@ pub fn time_ticks(t0: i64, t1: i64) -> Vec<(i64, String)> {
 }
 
 /// Lines of values over `[t0, t1]` (µs), from 0 up, with `limit` as a dashed horizontal
-/// line labelled `limit_label`.
+/// line labelled `limit_label`: the report's chart of a limit's top keys.
 pub fn lines(
     limit_name: &str,
     t0: i64,
@@ -330,97 +323,444 @@ pub fn lines(
     limit_label: &str,
     y_label: &str,
 ) -> String {
-    let t1 = t1.max(t0.saturating_add(1_000_000));
-    let span = t1.saturating_sub(t0).max(1);
-    let data_max = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .filter(|v| v.is_finite())
-        .fold(0.0, f64::max);
-    let (y_top, y_ticks) = linear_axis(data_max.max(fin(limit)) * 1.05, 5);
-    let x_at = |t: i64| LEFT + (t.saturating_sub(t0)) as f64 / span as f64 * plot_w();
-    let y_at = |v: f64| TOP + plot_h() - fin(v).clamp(0.0, y_top) / y_top * plot_h();
+    line_chart(&LineChart {
+        title: &format!("{limit_name}: top keys over time"),
+        look: Look::Report {
+            limit_name,
+            t0,
+            t1,
+            limit,
+            limit_label,
+            y_label,
+        },
+        lines: series,
+    })
+}
 
-    let mut o = String::with_capacity(4096);
-    open_svg(
-        &mut o,
-        "rates",
-        limit_name,
-        &format!("{limit_name}: top keys over time"),
-    );
-    for t in &y_ticks {
-        let y = y_at(*t);
-        let _ = write!(
-            o,
-            r##"<line class="grid" x1="{LEFT:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
-            LEFT + plot_w()
-        );
-        text(&mut o, LEFT - 6.0, y + 4.0, "end", "tick", &num(*t));
+/// One line of a line chart.
+#[derive(Clone, Copy, Debug)]
+pub struct Line<'a> {
+    /// Its name in the legend (escaped and cut here).
+    pub name: &'a str,
+    /// Its points.
+    pub points: Points<'a>,
+}
+
+/// The points of a line: on the report's time axis, or evenly spaced on the console's.
+#[derive(Clone, Copy, Debug)]
+pub enum Points<'a> {
+    /// `(time µs, value)` in time order, for [`Look::Report`].
+    Timed(&'a [(i64, f64)]),
+    /// One value per point of the axis (missing and non-finite ones drawn as 0), for
+    /// [`Look::Console`].
+    Spaced(&'a [f64]),
+}
+
+/// How a line chart looks and what its x axis is.
+#[derive(Clone, Debug)]
+pub enum Look<'a> {
+    /// The report's: [`WIDTH`] × [`HEIGHT`], styled by the page's classes, a time axis over
+    /// `[t0, t1]` (µs), the y axis at nice steps, `limit` as a dashed line labelled
+    /// `limit_label`, the legend inset in the top left corner, `y_label` under the axis.
+    Report {
+        /// The limit charted (the `<svg>`'s `data-limit`).
+        limit_name: &'a str,
+        /// Start of the time axis (µs).
+        t0: i64,
+        /// End of the time axis (µs).
+        t1: i64,
+        /// The limit's value, drawn as a dashed line.
+        limit: f64,
+        /// The dashed line's label.
+        limit_label: &'a str,
+        /// What the y axis counts.
+        y_label: &'a str,
+    },
+    /// The console's: `width` × `height` plus the legend in rows of three under the plot,
+    /// presentation attributes inline, `points` evenly spaced points labelled under the
+    /// axis at `x_labels` (point index, text), grid lines at 0, half and the top.
+    Console {
+        /// Width of the drawing, in CSS pixels (scaled down with the page).
+        width: u32,
+        /// Height of the plot, legend excluded.
+        height: u32,
+        /// Points on the x axis.
+        points: usize,
+        /// Labels under the x axis: (point index, text).
+        x_labels: Vec<(usize, String)>,
+    },
+}
+
+/// A line chart: its title (the SVG's `<title>`), its look and its lines.
+#[derive(Clone, Debug)]
+pub struct LineChart<'a> {
+    /// Its title, read by screen readers and shown on hover.
+    pub title: &'a str,
+    /// Its look and x axis.
+    pub look: Look<'a>,
+    /// The lines.
+    pub lines: &'a [Line<'a>],
+}
+
+/// The console's series colours, in order (seen on white and in greyscale print).
+const CONSOLE_PALETTE: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#7f7f7f",
+];
+/// The console's margins around the plot, and the height of a legend row.
+const CONSOLE_LEFT: f64 = 44.0;
+const CONSOLE_RIGHT: f64 = 10.0;
+const CONSOLE_TOP: f64 = 10.0;
+const CONSOLE_BOTTOM: f64 = 22.0;
+const LEGEND_ROW: f64 = 16.0;
+
+/// The smallest 1, 2 or 5 × 10ⁿ at or above `v` (1 for anything at or below 1).
+pub fn nice_ceiling(v: f64) -> f64 {
+    if !v.is_finite() || v <= 1.0 {
+        return 1.0;
     }
-    for (t, label) in time_ticks(t0, t1) {
+    let exp = v.log10().floor();
+    let base = 10f64.powf(exp);
+    for m in [1.0, 2.0, 5.0, 10.0] {
+        if m * base >= v * (1.0 - 1e-12) {
+            return m * base;
+        }
+    }
+    10.0 * base
+}
+
+/// At most `max` characters of `text`, cut without a mark.
+fn cut(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
+}
+
+/// Where a chart's plot sits in its drawing and how values map into it.
+struct Plot<'c, 'a> {
+    /// The chart drawn.
+    look: &'c Look<'a>,
+    /// Width and height of the drawing, legend below excluded.
+    w: f64,
+    h: f64,
+    /// The plot's margins in the drawing.
+    left: f64,
+    right: f64,
+    top: f64,
+    /// The plot's size.
+    plot_w: f64,
+    plot_h: f64,
+    /// The value at the top of the y axis.
+    y_top: f64,
+    /// The report's values marked on the y axis.
+    y_ticks: Vec<f64>,
+}
+
+impl<'c, 'a> Plot<'c, 'a> {
+    /// The plot of `c`: its frame by its look, the y axis over its lines' values.
+    fn of(c: &'c LineChart<'a>) -> Self {
+        let data_max = c
+            .lines
+            .iter()
+            .flat_map(|l| l.values())
+            .filter(|v| v.is_finite())
+            .fold(0.0, f64::max);
+        match &c.look {
+            Look::Report { limit, .. } => {
+                let (y_top, y_ticks) = linear_axis(data_max.max(fin(*limit)) * 1.05, 5);
+                Plot {
+                    look: &c.look,
+                    w: WIDTH,
+                    h: HEIGHT,
+                    left: LEFT,
+                    right: RIGHT,
+                    top: TOP,
+                    plot_w: plot_w(),
+                    plot_h: plot_h(),
+                    y_top,
+                    y_ticks,
+                }
+            }
+            Look::Console { width, height, .. } => {
+                let (w, h) = (f64::from((*width).max(120)), f64::from((*height).max(60)));
+                Plot {
+                    look: &c.look,
+                    w,
+                    h,
+                    left: CONSOLE_LEFT,
+                    right: CONSOLE_RIGHT,
+                    top: CONSOLE_TOP,
+                    plot_w: w - CONSOLE_LEFT - CONSOLE_RIGHT,
+                    plot_h: h - CONSOLE_TOP - CONSOLE_BOTTOM,
+                    y_top: nice_ceiling(data_max),
+                    y_ticks: Vec::new(),
+                }
+            }
+        }
+    }
+
+    /// The x of time `t` (µs) on the report's time axis, or of point `t` on the console's.
+    fn x(&self, t: i64) -> f64 {
+        match self.look {
+            Look::Report { t0, t1, .. } => {
+                let t1 = (*t1).max(t0.saturating_add(1_000_000));
+                let span = t1.saturating_sub(*t0).max(1);
+                self.left + (t.saturating_sub(*t0)) as f64 / span as f64 * self.plot_w
+            }
+            Look::Console { points, .. } => {
+                let n = (*points).max(2);
+                self.left + self.plot_w * t as f64 / (n - 1) as f64
+            }
+        }
+    }
+
+    /// The y of value `v` (clamped to the axis; non-finite values at 0).
+    fn y(&self, v: f64) -> f64 {
+        match self.look {
+            Look::Report { .. } => {
+                self.top + self.plot_h - fin(v).clamp(0.0, self.y_top) / self.y_top * self.plot_h
+            }
+            Look::Console { .. } => {
+                self.top + self.plot_h * (1.0 - (v.max(0.0) / self.y_top).min(1.0))
+            }
+        }
+    }
+}
+
+impl Line<'_> {
+    /// Its values, in order.
+    fn values(&self) -> Box<dyn Iterator<Item = f64> + '_> {
+        match self.points {
+            Points::Timed(p) => Box::new(p.iter().map(|p| p.1)),
+            Points::Spaced(v) => Box::new(v.iter().copied()),
+        }
+    }
+}
+
+/// Draws `c` as an `<svg>` element: the report's `class="rates"` or the console's
+/// `class="chart"`.
+pub fn line_chart(c: &LineChart<'_>) -> String {
+    let p = Plot::of(c);
+    let mut o = String::with_capacity(4096);
+    open_chart(&mut o, c, &p);
+    y_grid(&mut o, &p);
+    x_labels(&mut o, &p);
+    limit_line(&mut o, &p);
+    for (i, l) in c.lines.iter().enumerate() {
+        polyline(&mut o, &p, i, l);
+        legend_entry(&mut o, &p, i, l);
+    }
+    if let Look::Report { y_label, .. } = &c.look {
         text(
             &mut o,
-            x_at(t),
-            TOP + plot_h() + 16.0,
+            LEFT + plot_w() / 2.0,
+            HEIGHT - 6.0,
             "middle",
-            "tick",
-            &label,
+            "axis-label",
+            &format!("time (UTC); {y_label}"),
         );
     }
-    let y = y_at(limit);
+    o.push_str("</svg>");
+    o
+}
+
+/// The `<svg>` tag with its title (and the report's axes).
+fn open_chart(o: &mut String, c: &LineChart<'_>, p: &Plot<'_, '_>) {
+    match &c.look {
+        Look::Report { limit_name, .. } => open_svg(o, "rates", limit_name, c.title),
+        Look::Console { .. } => {
+            let total_h = p.h + c.lines.len().div_ceil(3) as f64 * LEGEND_ROW;
+            let _ = write!(
+                o,
+                "<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" \
+                 viewBox=\"0 0 {} {total_h}\" width=\"{}\" height=\"{total_h}\" \
+                 data-series=\"{}\"><title>{}</title>",
+                p.w,
+                p.w,
+                c.lines.len(),
+                escape(c.title)
+            );
+        }
+    }
+}
+
+/// The horizontal grid lines with their values (and the console's x axis line).
+fn y_grid(o: &mut String, p: &Plot<'_, '_>) {
+    match p.look {
+        Look::Report { .. } => {
+            for t in &p.y_ticks {
+                let y = p.y(*t);
+                let _ = write!(
+                    o,
+                    r##"<line class="grid" x1="{LEFT:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
+                    LEFT + plot_w()
+                );
+                text(o, LEFT - 6.0, y + 4.0, "end", "tick", &num(*t));
+            }
+        }
+        Look::Console { .. } => {
+            for frac in [0.0, 0.5, 1.0] {
+                let v = p.y_top * frac;
+                let yy = p.y(v);
+                let _ = write!(
+                    o,
+                    "<line class=\"grid\" x1=\"{}\" y1=\"{yy:.1}\" x2=\"{:.1}\" y2=\"{yy:.1}\" \
+                     stroke=\"#ddd\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" \
+                     font-size=\"10\" fill=\"#555\">{}</text>",
+                    p.left,
+                    p.w - p.right,
+                    p.left - 4.0,
+                    yy + 3.0,
+                    crate::figures::abbreviated(v)
+                );
+            }
+            let _ = write!(
+                o,
+                "<line x1=\"{}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#888\"/>",
+                p.left,
+                p.top + p.plot_h,
+                p.w - p.right,
+                p.top + p.plot_h
+            );
+        }
+    }
+}
+
+/// The labels under the x axis: the report's time ticks, the console's given labels.
+fn x_labels(o: &mut String, p: &Plot<'_, '_>) {
+    match p.look {
+        Look::Report { t0, t1, .. } => {
+            let t1 = (*t1).max(t0.saturating_add(1_000_000));
+            for (t, label) in time_ticks(*t0, t1) {
+                text(o, p.x(t), TOP + plot_h() + 16.0, "middle", "tick", &label);
+            }
+        }
+        Look::Console {
+            points, x_labels, ..
+        } => {
+            let n = (*points).max(2);
+            for (i, label) in x_labels {
+                let anchor = match i {
+                    0 => "start",
+                    i if *i + 1 >= n => "end",
+                    _ => "middle",
+                };
+                let _ = write!(
+                    o,
+                    "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\" font-size=\"10\" \
+                     fill=\"#555\">{}</text>",
+                    p.x((*i).min(n - 1) as i64),
+                    p.h - 6.0,
+                    escape(cut(label, 24))
+                );
+            }
+        }
+    }
+}
+
+/// The report's limit: a dashed horizontal line with its label.
+fn limit_line(o: &mut String, p: &Plot<'_, '_>) {
+    let Look::Report {
+        limit, limit_label, ..
+    } = p.look
+    else {
+        return;
+    };
+    let y = p.y(*limit);
     let _ = write!(
         o,
         r#"<line class="marker configured" x1="{LEFT:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke-width="2" stroke-dasharray="6 3"/>"#,
         LEFT + plot_w()
     );
     text(
-        &mut o,
+        o,
         LEFT + plot_w() - 4.0,
         y - 4.0,
         "end",
         "label configured",
-        &format!("{limit_label} {}", num(limit)),
+        &format!("{limit_label} {}", num(*limit)),
     );
-    for (i, s) in series.iter().enumerate() {
-        let colour = PALETTE[i % PALETTE.len()];
-        let mut pts = String::new();
-        for (t, v) in s.points {
-            let _ = write!(pts, "{:.1},{:.1} ", x_at(*t), y_at(*v));
-        }
-        let _ = write!(
-            o,
-            r#"<polyline class="series" points="{}" fill="none" stroke="{colour}" stroke-width="1.5"><title>{}</title></polyline>"#,
-            pts.trim_end(),
-            escape(&truncate(s.name, 1000))
-        );
-        // Legend: up to two columns of five in the top left corner.
-        let (col, row) = (i / 5, i % 5);
-        let lx = LEFT + 8.0 + 230.0 * col as f64;
-        let ly = TOP + 10.0 + 13.0 * row as f64;
-        let _ = write!(
-            o,
-            r#"<rect x="{lx:.1}" y="{:.1}" width="10" height="3" fill="{colour}"/>"#,
-            ly - 4.0
-        );
-        text(
-            &mut o,
-            lx + 14.0,
-            ly,
-            "start",
-            "legend",
-            &truncate(s.name, 32),
-        );
+}
+
+/// The colour of the `i`th line.
+fn colour(p: &Plot<'_, '_>, i: usize) -> &'static str {
+    match p.look {
+        Look::Report { .. } => PALETTE[i % PALETTE.len()],
+        Look::Console { .. } => CONSOLE_PALETTE[i % CONSOLE_PALETTE.len()],
     }
-    text(
-        &mut o,
-        LEFT + plot_w() / 2.0,
-        HEIGHT - 6.0,
-        "middle",
-        "axis-label",
-        &format!("time (UTC); {y_label}"),
-    );
-    o.push_str("</svg>");
-    o
+}
+
+/// Line `l`, the `i`th, as a `<polyline>` titled with its name.
+fn polyline(o: &mut String, p: &Plot<'_, '_>, i: usize, l: &Line<'_>) {
+    let colour = colour(p, i);
+    let mut pts = String::new();
+    match l.points {
+        Points::Timed(points) => {
+            for (t, v) in points {
+                let _ = write!(pts, "{:.1},{:.1} ", p.x(*t), p.y(*v));
+            }
+        }
+        Points::Spaced(values) => {
+            let n = match p.look {
+                Look::Console { points, .. } => *points,
+                Look::Report { .. } => values.len(),
+            };
+            for i in 0..n {
+                let v = values.get(i).copied().filter(|v| v.is_finite());
+                let _ = write!(pts, "{:.1},{:.1} ", p.x(i as i64), p.y(v.unwrap_or(0.0)));
+            }
+        }
+    }
+    match p.look {
+        Look::Report { .. } => {
+            let _ = write!(
+                o,
+                r#"<polyline class="series" points="{}" fill="none" stroke="{colour}" stroke-width="1.5"><title>{}</title></polyline>"#,
+                pts.trim_end(),
+                escape(&truncate(l.name, 1000))
+            );
+        }
+        Look::Console { .. } => {
+            let _ = write!(
+                o,
+                "<polyline class=\"series\" fill=\"none\" stroke=\"{colour}\" \
+                 stroke-width=\"1.5\" points=\"{pts}\"><title>{}</title></polyline>",
+                escape(l.name)
+            );
+        }
+    }
+}
+
+/// The legend's entry of line `l`, the `i`th: the report's in up to two columns of five
+/// in the top left corner, the console's in rows of three under the plot.
+fn legend_entry(o: &mut String, p: &Plot<'_, '_>, i: usize, l: &Line<'_>) {
+    let colour = colour(p, i);
+    match p.look {
+        Look::Report { .. } => {
+            let (col, row) = (i / 5, i % 5);
+            let lx = LEFT + 8.0 + 230.0 * col as f64;
+            let ly = TOP + 10.0 + 13.0 * row as f64;
+            let _ = write!(
+                o,
+                r#"<rect x="{lx:.1}" y="{:.1}" width="10" height="3" fill="{colour}"/>"#,
+                ly - 4.0
+            );
+            text(o, lx + 14.0, ly, "start", "legend", &truncate(l.name, 32));
+        }
+        Look::Console { .. } => {
+            let (row, col) = (i / 3, i % 3);
+            let lx = p.left + col as f64 * (p.plot_w / 3.0);
+            let ly = p.h + row as f64 * LEGEND_ROW + 4.0;
+            let _ = write!(
+                o,
+                "<rect x=\"{lx:.1}\" y=\"{ly:.1}\" width=\"10\" height=\"10\" fill=\"{colour}\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#222\">{}</text>",
+                lx + 14.0,
+                ly + 9.0,
+                escape(cut(l.name, 32))
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -526,11 +866,11 @@ mod tests {
             &[
                 Line {
                     name: "alice",
-                    points: &a,
+                    points: Points::Timed(&a),
                 },
                 Line {
                     name: "<bob>",
-                    points: &b,
+                    points: Points::Timed(&b),
                 },
             ],
             4.0,
@@ -542,6 +882,113 @@ mod tests {
         assert!(!s.contains("<bob>"));
         assert!(s.contains(">00:00<") && s.contains(">01:00<"), "{s}");
         assert!(!s.contains("NaN") && !s.contains("inf"));
+    }
+
+    /// A console chart of `lines` (name, values) over `points` points.
+    fn console_chart(
+        title: &str,
+        width: u32,
+        height: u32,
+        points: usize,
+        x_labels: Vec<(usize, String)>,
+        lines: &[(&str, &[f64])],
+    ) -> String {
+        let lines: Vec<Line<'_>> = lines
+            .iter()
+            .map(|(name, values)| Line {
+                name,
+                points: Points::Spaced(values),
+            })
+            .collect();
+        line_chart(&LineChart {
+            title,
+            look: Look::Console {
+                width,
+                height,
+                points,
+                x_labels,
+            },
+            lines: &lines,
+        })
+    }
+
+    #[test]
+    fn nice_ceilings() {
+        assert_eq!(nice_ceiling(0.0), 1.0);
+        assert_eq!(nice_ceiling(0.3), 1.0);
+        assert_eq!(nice_ceiling(1.0), 1.0);
+        assert_eq!(nice_ceiling(1.5), 2.0);
+        assert_eq!(nice_ceiling(3.0), 5.0);
+        assert_eq!(nice_ceiling(7.0), 10.0);
+        assert_eq!(nice_ceiling(10.0), 10.0);
+        assert_eq!(nice_ceiling(11.0), 20.0);
+        assert_eq!(nice_ceiling(450.0), 500.0);
+        assert_eq!(nice_ceiling(f64::NAN), 1.0);
+        assert_eq!(nice_ceiling(f64::INFINITY), 1.0);
+    }
+
+    #[test]
+    fn chart_has_one_polyline_per_series_with_every_point() {
+        let a = [0.0, 5.0, 10.0];
+        let b = [1.0, f64::NAN];
+        let svg = console_chart(
+            "messages <per> minute",
+            600,
+            200,
+            3,
+            vec![(0, "-60m".into()), (2, "now".into())],
+            &[("a&b", &a), ("second", &b)],
+        );
+        assert!(svg.starts_with("<svg class=\"chart\""), "{svg}");
+        assert!(svg.ends_with("</svg>"));
+        assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
+        assert!(
+            svg.contains("<title>messages &lt;per&gt; minute</title>"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(">a&amp;b</text>") && !svg.contains(">a&b<"),
+            "{svg}"
+        );
+        assert!(svg.contains("data-series=\"2\""), "{svg}");
+        // Top of the axis is 10: the value 10 is drawn at the top of the plot (y = TOP),
+        // 0 at its bottom, and x runs from LEFT to width - RIGHT.
+        assert!(
+            svg.contains("points=\"44.0,178.0 317.0,94.0 590.0,10.0 \""),
+            "{svg}"
+        );
+        // A missing or NaN point is drawn at 0.
+        assert!(
+            svg.contains("points=\"44.0,161.2 317.0,178.0 590.0,178.0 \""),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(">now</text>") && svg.contains(">-60m</text>"),
+            "{svg}"
+        );
+        // The labels of the y axis: 0, 5, 10.
+        for l in [">0</text>", ">5</text>", ">10</text>"] {
+            assert!(svg.contains(l), "{l} in {svg}");
+        }
+    }
+
+    #[test]
+    fn empty_chart_is_still_a_chart() {
+        let svg = console_chart("nothing", 0, 0, 0, vec![], &[]);
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"), "{svg}");
+        assert_eq!(svg.matches("<polyline").count(), 0);
+    }
+
+    #[test]
+    fn long_legend_names_are_cut_and_escaped() {
+        let name = "<".repeat(500);
+        let v = [1.0];
+        let svg = console_chart("t", 300, 100, 1, vec![], &[(&name, &v)]);
+        assert!(!svg.contains("<<"), "{svg}");
+        assert!(
+            svg.contains(&format!(">{}</text>", "&lt;".repeat(32))),
+            "{svg}"
+        );
     }
 
     #[test]

@@ -13,10 +13,9 @@ use super::html;
 use super::respond::api_as;
 use super::state::Console;
 use crate::admin::actor::Actor;
-use crate::admin::held::HeldError;
 use crate::admin::held_act::{HeldAsk, HeldRefusal, HeldResults, Selection};
 use crate::admin::http::{Request, Response};
-use crate::hold::SpoolError;
+use crate::proxy::release::HeldError;
 
 /// Most ids one form may release or delete.
 pub const MAX_IDS: usize = 1000;
@@ -26,11 +25,11 @@ pub fn held_outcome(id: &str, r: &Result<(), HeldError>, release: bool) -> Strin
     let verb = if release { "released" } else { "deleted" };
     match r {
         Ok(()) => format!("held message {id} {verb}"),
-        Err(HeldError::Spool(SpoolError::NotFound(_))) => format!(
+        Err(HeldError::NotFound(_)) => format!(
             "held message {id} is no longer held: it was released or deleted already (by \
              another admin, the expiry or the pacer); nothing was done"
         ),
-        Err(HeldError::Spool(SpoolError::Busy(_))) => format!(
+        Err(HeldError::Busy(_)) => format!(
             "held message {id} is being released or deleted by another request right now; \
              nothing was done"
         ),
@@ -41,8 +40,8 @@ pub fn held_outcome(id: &str, r: &Result<(), HeldError>, release: bool) -> Strin
 /// The HTTP status of one held message's failed action.
 fn held_status(e: &HeldError) -> u16 {
     match e {
-        HeldError::Spool(SpoolError::NotFound(_)) => 404,
-        HeldError::Spool(SpoolError::Busy(_)) => 409,
+        HeldError::NotFound(_) => 404,
+        HeldError::Busy(_) => 409,
         HeldError::Release(_) => 502,
         HeldError::Spool(_) => 500,
     }
@@ -233,6 +232,7 @@ fn api_error(v: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hold::SpoolError;
 
     #[test]
     fn outcomes_in_words() {

@@ -4,14 +4,15 @@
 //! released or deleted by one form.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::paging::{self, Page, PAGE_SIZE};
 use crate::admin::console::respond::{error_page, html_response};
 use crate::admin::console::state::Console;
-use crate::admin::held::blocking;
 use crate::admin::http::{Request, Response};
-use crate::hold::{HeldHead, SpoolError};
+use crate::hold::{HeldHead, Spool, SpoolError};
+use crate::proxy::release::blocking;
 
 /// Recipients listed per message; more are counted.
 const RCPTS_SHOWN: usize = 5;
@@ -199,20 +200,32 @@ fn filter_form(f: &Filter) -> String {
     )
 }
 
-/// `GET /console/held`.
-pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
-    let Some(spool) = c.state.control.shared().hold.clone() else {
-        let b = "<p class=\"muted\">No hold spool: the configuration has no [hold] section.</p>";
-        return html_response(200, html::page("Held messages", Nav::Held, shell, b));
-    };
-    let filter = Filter::of(req);
-    let asked = Page::parse(req.param("page"), PAGE_SIZE);
+/// One page of held messages, and the counts the page shows.
+struct Listing {
+    /// The page's messages with their header sections, newest first.
+    msgs: Vec<(HeldHead, Vec<u8>)>,
+    /// Messages held.
+    total: usize,
+    /// Messages the filter lets through.
+    matching: usize,
+    /// Bytes held.
+    bytes: u64,
+    /// The page shown.
+    pg: Page,
+}
+
+/// Reads the page `asked` of the messages `filter` lets through, newest first: without a
+/// filter only the page's files are read; with one, every envelope.
+async fn read_listing(
+    spool: &Arc<Spool>,
+    filter: &Filter,
+    asked: Page,
+) -> Result<Listing, SpoolError> {
     let (s, f) = (spool.clone(), filter.clone());
-    let read = blocking(move || {
+    blocking(move || {
         let listed = s.ids()?;
         let total = listed.len();
         let bytes: u64 = listed.iter().map(|(_, n)| n).sum();
-        // Without a filter only the page's files are read; with one, every envelope.
         let ids: Vec<String> = if f.any() {
             let mut heads = s.list()?;
             heads.retain(|h| f.passes(h));
@@ -231,10 +244,64 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
                 Err(e) => tracing::warn!(error = %e, "console: skipping a held file"),
             }
         }
-        Ok((msgs, total, matching, bytes, pg))
+        Ok(Listing {
+            msgs,
+            total,
+            matching,
+            bytes,
+            pg,
+        })
     })
-    .await;
-    let (msgs, total, matching, bytes, pg) = match read {
+    .await
+}
+
+/// The page's table of held messages (with a pick box per row when `actions`), or the
+/// row that says none is held (or none matches, when `filtered`).
+fn table(msgs: &[(HeldHead, Vec<u8>)], filtered: bool, actions: bool) -> String {
+    let mut b = String::new();
+    b.push_str("<table id=\"held\" class=\"stack\"><thead><tr>");
+    if actions {
+        b.push_str("<th class=\"pick\"><span class=\"muted\">pick</span></th>");
+    }
+    b.push_str(
+        "<th>id, held at</th><th>key</th><th>limit</th><th>from</th><th>to</th>\
+         <th class=\"n\">size</th><th>subject, client</th>",
+    );
+    if actions {
+        b.push_str("<th></th>");
+    }
+    b.push_str("</tr></thead><tbody>");
+    for (h, section) in msgs {
+        b.push_str(&row(h, section, actions));
+    }
+    if msgs.is_empty() {
+        let none = if filtered {
+            "no held message matches"
+        } else {
+            "nothing is held"
+        };
+        let _ = write!(b, "<tr><td colspan=\"9\" class=\"muted\">{none}</td></tr>");
+    }
+    b.push_str("</tbody></table>");
+    b
+}
+
+/// `GET /console/held`.
+pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
+    let Some(spool) = c.state.control.shared().hold.clone() else {
+        let b = "<p class=\"muted\">No hold spool: the configuration has no [hold] section.</p>";
+        return html_response(200, html::page("Held messages", Nav::Held, shell, b));
+    };
+    let filter = Filter::of(req);
+    let asked = Page::parse(req.param("page"), PAGE_SIZE);
+    let read = read_listing(&spool, &filter, asked).await;
+    let Listing {
+        msgs,
+        total,
+        matching,
+        bytes,
+        pg,
+    } = match read {
         Ok(r) => r,
         Err(e) => return error_page(500, &e.to_string(), shell),
     };
@@ -270,30 +337,7 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         );
         b.push_str(html::NOSCRIPT);
     }
-    b.push_str("<table id=\"held\" class=\"stack\"><thead><tr>");
-    if shell.actions {
-        b.push_str("<th class=\"pick\"><span class=\"muted\">pick</span></th>");
-    }
-    b.push_str(
-        "<th>id, held at</th><th>key</th><th>limit</th><th>from</th><th>to</th>\
-         <th class=\"n\">size</th><th>subject, client</th>",
-    );
-    if shell.actions {
-        b.push_str("<th></th>");
-    }
-    b.push_str("</tr></thead><tbody>");
-    for (h, section) in &msgs {
-        b.push_str(&row(h, section, shell.actions));
-    }
-    if msgs.is_empty() {
-        let none = if filter.any() {
-            "no held message matches"
-        } else {
-            "nothing is held"
-        };
-        let _ = write!(b, "<tr><td colspan=\"9\" class=\"muted\">{none}</td></tr>");
-    }
-    b.push_str("</tbody></table>");
+    b.push_str(&table(&msgs, filter.any(), shell.actions));
     if shell.actions {
         b.push_str(
             "<p class=\"act-form\"><label>Reason <input name=\"reason\" required \

@@ -16,10 +16,11 @@ use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::keylog;
 use crate::admin::console::respond::{api, error_page, html_response};
 use crate::admin::console::state::Console;
-use crate::admin::console::svg::{line_chart, meter, Chart, Series};
-use crate::admin::held::blocking;
+use crate::admin::console::svg::meter;
 use crate::admin::http::{Request, Response};
 use crate::hold::HeldHead;
+use crate::proxy::release::blocking;
+use crate::report::svg::{line_chart, Line, LineChart, Look, Points};
 use crate::report::transactions::{self, Recent};
 use crate::store::Restriction;
 
@@ -454,18 +455,23 @@ async fn history(c: &Console, key: &str) -> String {
         }
         Err(e) => return format!("<p class=\"error\">{}</p>", html::escape(&e.to_string())),
     };
-    let series: Vec<Series<'_>> = h
+    let lines: Vec<Line<'_>> = h
         .limits
         .iter()
-        .map(|(name, values)| Series { name, values })
+        .map(|(name, values)| Line {
+            name,
+            points: Points::Spaced(values),
+        })
         .collect();
-    let mut out = line_chart(&Chart {
+    let mut out = line_chart(&LineChart {
         title: "Amount offered to each limit per minute, last hour (event log)",
-        width: 760,
-        height: 180,
-        points: MINUTES,
-        x_labels: super::hour_labels(now),
-        series,
+        look: Look::Console {
+            width: 760,
+            height: 180,
+            points: MINUTES,
+            x_labels: super::hour_labels(now),
+        },
+        lines: &lines,
     });
     let _ = write!(
         out,

@@ -10,10 +10,10 @@ use mail_parser::{MessageParser, MimeHeaders};
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::respond::{error_page, html_response};
 use crate::admin::console::state::Console;
-use crate::admin::held::blocking;
 use crate::admin::http::{Request, Response};
 use crate::hold::format::valid_id;
 use crate::hold::{HeldMessage, SpoolError};
+use crate::proxy::release::blocking;
 
 /// The most characters of body text shown.
 pub const TEXT_CHARS: usize = 64 * 1024;

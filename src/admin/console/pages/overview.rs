@@ -4,44 +4,66 @@
 
 use std::fmt::Write as _;
 
-use crate::admin::console::history::{minute_of, Range};
+use crate::admin::console::history::{minute_of, LimitHour, Range};
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::respond::{error_page, html_response};
 use crate::admin::console::state::Console;
-use crate::admin::console::svg::{line_chart, Chart, Series};
 use crate::admin::http::{Request, Response};
 use crate::policy::alert::Contained;
-use crate::policy::model::Action;
+use crate::policy::model::{Action, LimitDef};
+use crate::report::svg::{line_chart, Line, LineChart, Look, Points};
 use crate::store::open::Opened;
+use crate::store::{Restriction, StoreError};
 
 /// How often the page reloads itself, seconds.
 pub const REFRESH_SECS: u32 = 60;
 /// Most entries in the feed of latest containments.
 pub const FEED: usize = 20;
 
+/// The series of the range shown, read off the console's history.
+struct Window<'a> {
+    /// The range.
+    range: Range,
+    /// Messages sent per point.
+    messages: Vec<f64>,
+    /// Relayed, released from hold, notices: totals over the range.
+    sent: (u64, u64, u64),
+    /// Sessions admitted per point.
+    sessions: Vec<f64>,
+    /// Each limit's deferrals and overs.
+    limits: Vec<LimitHour>,
+    /// The limits whose action defers (the deferral chart and totals).
+    deferring: Vec<&'a str>,
+}
+
+/// The range `?range=` asks for (the last hour when absent), or the page's answer to a
+/// range it does not know.
+fn range_of(req: &Request, shell: &Shell<'_>) -> Result<Range, Response> {
+    match req.param("range") {
+        None => Ok(Range::Hour),
+        Some(v) => Range::parse(v).ok_or_else(|| {
+            error_page(
+                400,
+                &format!(
+                    "range must be 1h, 6h or 24h, not {:?}",
+                    v.chars().take(40).collect::<String>()
+                ),
+                shell,
+            )
+        }),
+    }
+}
+
 /// `GET /console/?range=1h|6h|24h`.
 pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
-    let range = match req.param("range") {
-        None => Range::Hour,
-        Some(v) => match Range::parse(v) {
-            Some(r) => r,
-            None => {
-                return error_page(
-                    400,
-                    &format!(
-                        "range must be 1h, 6h or 24h, not {:?}",
-                        v.chars().take(40).collect::<String>()
-                    ),
-                    shell,
-                )
-            }
-        },
+    let range = match range_of(req, shell) {
+        Ok(r) => r,
+        Err(answer) => return answer,
     };
     let config = c.state.control.generation();
     let metrics = &c.state.metrics;
     let now = minute_of(crate::store::now_micros());
     c.history.sample(metrics, &config, now);
-    // The deferral chart and totals: only limits whose action defers.
     let deferring: Vec<&str> = config
         .policy
         .limits
@@ -55,19 +77,49 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         .iter()
         .map(|d| d.name.as_str())
         .collect();
-    let (messages, sent, sessions, limits) = {
+    let w = {
         let h = c.history.lock();
-        (
-            h.messages(now, range),
-            h.sent(now, range),
-            h.sessions(now, range),
-            h.limits(now, range, &names),
-        )
+        Window {
+            range,
+            messages: h.messages(now, range),
+            sent: h.sent(now, range),
+            sessions: h.sessions(now, range),
+            limits: h.limits(now, range, &names),
+            deferring,
+        }
     };
     let restricted = c.state.store.as_store().restrictions().await;
-    let words = range.words();
     let mut b = String::with_capacity(16 * 1024);
+    b.push_str(&range_nav(range));
+    b.push_str(&cards(&w, metrics, &restricted));
+    b.push_str(&charts(&w, now));
+    b.push_str("<h2>Latest restrictions, holds and deferrals</h2>");
+    let recent = c
+        .state
+        .observer
+        .as_ref()
+        .map(|o| o.recent_contained(FEED))
+        .unwrap_or_default();
+    b.push_str(&feed(recent, restricted.as_deref().unwrap_or(&[])));
+    b.push_str(&limits_table(&config.policy.limits, &w));
+    b.push_str("<h2>Store</h2>");
+    b.push_str(&store_health(&c.state.store, metrics));
+    if let Err(e) = &restricted {
+        let _ = write!(
+            b,
+            "<p class=\"error\">the restricted set could not be read: {}</p>",
+            html::text(&e.to_string(), 500)
+        );
+    }
+    html_response(
+        200,
+        html::page_refreshing("Overview", Nav::Overview, shell, &b, Some(REFRESH_SECS)),
+    )
+}
 
+/// The links to the other ranges and the refresh link.
+fn range_nav(range: Range) -> String {
+    let mut b = String::new();
     b.push_str("<p class=\"range\" id=\"range\">");
     for r in Range::ALL {
         let href = html::url("/console/", &[("range", r.as_str())]);
@@ -83,7 +135,17 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
          <span class=\"muted\">(the page reloads itself every minute)</span></p>",
         html::url("/console/", &[("range", range.as_str())])
     );
+    b
+}
 
+/// The cards of counts: sessions, messages, deferrals, restricted keys, held messages.
+fn cards(
+    w: &Window<'_>,
+    metrics: &crate::admin::Metrics,
+    restricted: &Result<Vec<Restriction>, StoreError>,
+) -> String {
+    let words = w.range.words();
+    let mut b = String::new();
     b.push_str("<dl class=\"cards\">");
     let mut card = |label: &str, value: String| {
         let _ = write!(b, "<div><dt>{label}</dt><dd>{value}</dd></div>");
@@ -91,9 +153,9 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     card("sessions open", metrics.sessions_open.get().to_string());
     card(
         &format!("sessions, {words}"),
-        html::num(sessions.iter().sum::<f64>()),
+        html::num(w.sessions.iter().sum::<f64>()),
     );
-    let (relayed, released, notices) = sent;
+    let (relayed, released, notices) = w.sent;
     card(
         &format!("messages, {words}"),
         format!(
@@ -104,20 +166,20 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     );
     card(
         "messages, this minute",
-        html::num(messages.last().copied().unwrap_or(0.0)),
+        html::num(w.messages.last().copied().unwrap_or(0.0)),
     );
     card(
         &format!("deferrals, {words}"),
-        limits
+        w.limits
             .iter()
-            .filter(|l| deferring.contains(&l.name.as_str()))
+            .filter(|l| w.deferring.contains(&l.name.as_str()))
             .map(|l| l.total_deferred)
             .sum::<u64>()
             .to_string(),
     );
     card(
         "restricted keys",
-        match &restricted {
+        match restricted {
             Ok(r) => format!("<a href=\"/console/restricted\">{}</a>", r.len()),
             Err(_) => "?".into(),
         },
@@ -130,66 +192,75 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         ),
     );
     b.push_str("</dl>");
+    b
+}
 
-    let labels = range_labels(now, range);
-    let per = if range.step() == 1 {
+/// The charts of the range: messages and sessions, deferrals by limit.
+fn charts(w: &Window<'_>, now: i64) -> String {
+    let words = w.range.words();
+    let mut b = String::new();
+    let labels = range_labels(now, w.range);
+    let per = if w.range.step() == 1 {
         "per minute".to_string()
     } else {
-        format!("per {} minutes", range.step())
+        format!("per {} minutes", w.range.step())
     };
     let _ = write!(b, "<h2>Messages and sessions {per}</h2>");
     let title = format!("Messages sent and sessions admitted {per}, {words}");
-    b.push_str(&line_chart(&Chart {
+    b.push_str(&line_chart(&LineChart {
         title: &title,
-        width: 760,
-        height: 200,
-        points: messages.len(),
-        x_labels: labels.clone(),
-        series: vec![
-            Series {
+        look: Look::Console {
+            width: 760,
+            height: 200,
+            points: w.messages.len(),
+            x_labels: labels.clone(),
+        },
+        lines: &[
+            Line {
                 name: "messages",
-                values: &messages,
+                points: Points::Spaced(&w.messages),
             },
-            Series {
+            Line {
                 name: "sessions",
-                values: &sessions,
+                points: Points::Spaced(&w.sessions),
             },
         ],
     }));
     let _ = write!(b, "<h2>Deferrals {per}, by limit</h2>");
     let title = format!("Deferrals {per} by limit (limits whose action is defer), {words}");
-    b.push_str(&line_chart(&Chart {
+    let deferrals: Vec<Line<'_>> = w
+        .limits
+        .iter()
+        .filter(|l| w.deferring.contains(&l.name.as_str()))
+        .map(|l| Line {
+            name: &l.name,
+            points: Points::Spaced(&l.deferred),
+        })
+        .collect();
+    b.push_str(&line_chart(&LineChart {
         title: &title,
-        width: 760,
-        height: 200,
-        points: messages.len(),
-        x_labels: labels,
-        series: limits
-            .iter()
-            .filter(|l| deferring.contains(&l.name.as_str()))
-            .map(|l| Series {
-                name: &l.name,
-                values: &l.deferred,
-            })
-            .collect(),
+        look: Look::Console {
+            width: 760,
+            height: 200,
+            points: w.messages.len(),
+            x_labels: labels,
+        },
+        lines: &deferrals,
     }));
+    b
+}
 
-    b.push_str("<h2>Latest restrictions, holds and deferrals</h2>");
-    let recent = c
-        .state
-        .observer
-        .as_ref()
-        .map(|o| o.recent_contained(FEED))
-        .unwrap_or_default();
-    b.push_str(&feed(recent, restricted.as_deref().unwrap_or(&[])));
-
+/// The table of limits: each one's action, deferrals and overs over the range.
+fn limits_table(defs: &[LimitDef], w: &Window<'_>) -> String {
+    let words = w.range.words();
+    let mut b = String::new();
     let _ = write!(
         b,
         "<h2>Limits</h2><table><thead><tr><th>limit</th><th>action</th>\
          <th class=\"n\">deferrals, {words}</th><th class=\"n\">over the limit, {words} \
          (any action)</th></tr></thead><tbody>"
     );
-    for (def, l) in config.policy.limits.iter().zip(&limits) {
+    for (def, l) in defs.iter().zip(&w.limits) {
         let _ = write!(
             b,
             "<tr><td><a href=\"{}\">{}</a></td><td>{}</td><td class=\"n\">{}</td>\
@@ -201,24 +272,11 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
             l.total_over
         );
     }
-    if config.policy.limits.is_empty() {
+    if defs.is_empty() {
         b.push_str("<tr><td colspan=\"4\" class=\"muted\">no limits configured</td></tr>");
     }
     b.push_str("</tbody></table>");
-
-    b.push_str("<h2>Store</h2>");
-    b.push_str(&store_health(&c.state.store, metrics));
-    if let Err(e) = &restricted {
-        let _ = write!(
-            b,
-            "<p class=\"error\">the restricted set could not be read: {}</p>",
-            html::text(&e.to_string(), 500)
-        );
-    }
-    html_response(
-        200,
-        html::page_refreshing("Overview", Nav::Overview, shell, &b, Some(REFRESH_SECS)),
-    )
+    b
 }
 
 /// The labels under a range's time axis ending at minute `now`: its first point, the

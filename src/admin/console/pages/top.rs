@@ -4,6 +4,7 @@
 //! `top` builder keeps about twice that), so 100,000 keys cost one walk, not a sort of
 //! them all.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use crate::admin::console::svg::meter;
 use crate::admin::http::{Request, Response};
 use crate::admin::inspect::{database_key, TopBuilder, TopEntry};
 use crate::generation::Generation;
-use crate::policy::model::PolicyModel;
+use crate::policy::model::{LimitDef, PolicyModel};
 use crate::store::open::Opened;
 use crate::store::{now_micros, Record};
 
@@ -78,6 +79,167 @@ pub fn by_key(model: &PolicyModel, entries: Vec<TopEntry>) -> Vec<KeyRow> {
     rows
 }
 
+/// The entries of the store nearest their limits (of `only`, when given), the `n` first
+/// ranked, with how many there are and whether the walk was partial (Redis: more keys
+/// than [`MAX_SCAN`]); or the status and text of the failure.
+async fn ranked(
+    c: &Console,
+    config: &Arc<Generation>,
+    only: Option<&str>,
+    n: usize,
+    now: i64,
+) -> Result<(Vec<TopEntry>, usize, bool), (u16, String)> {
+    match &c.state.store {
+        Opened::Memory(m) => {
+            let (m, cfg, only) = (m.clone(), config.clone(), only.map(str::to_string));
+            let walked = tokio::task::spawn_blocking(move || {
+                collect(
+                    &cfg.policy,
+                    |f| m.for_each_record(f),
+                    only.as_deref(),
+                    n,
+                    now,
+                )
+            })
+            .await;
+            match walked {
+                Ok((e, t)) => Ok((e, t, false)),
+                Err(e) => Err((500, e.to_string())),
+            }
+        }
+        Opened::Redis(f) => match f.redis().scan_records(MAX_SCAN).await {
+            Ok((records, complete)) => {
+                let (e, t) = collect(
+                    &config.policy,
+                    |f| {
+                        for (k, r) in records {
+                            f(&k, r);
+                        }
+                    },
+                    only,
+                    n,
+                    now,
+                );
+                Ok((e, t, !complete))
+            }
+            Err(e) => Err((503, e.to_string())),
+        },
+    }
+}
+
+/// The links to every limit's top (`only`'s marked current), and to all limits'.
+fn limit_nav(limits: &[LimitDef], only: Option<&str>) -> String {
+    let mut b = String::new();
+    b.push_str("<p class=\"limits\">");
+    let all_current = if only.is_none() {
+        " aria-current=\"page\""
+    } else {
+        ""
+    };
+    let _ = write!(b, "<a href=\"/console/top\"{all_current}>all limits</a>");
+    for d in limits {
+        let current = if only == Some(d.name.as_str()) {
+            " aria-current=\"page\""
+        } else {
+            ""
+        };
+        let _ = write!(
+            b,
+            " · <a href=\"{}\"{current}>{}</a>",
+            html::url("/console/top", &[("limit", &d.name)]),
+            html::text(&d.name, 60)
+        );
+    }
+    b.push_str("</p>");
+    b
+}
+
+/// How many entries there are, and how many were ranked or read.
+fn count_line(total: usize, partial: bool) -> String {
+    let mut b = String::new();
+    let _ = write!(
+        b,
+        "<p class=\"muted\" id=\"top-count\">{total} entries (key and limit){}{}, highest \
+         first against their limit.</p>",
+        if total > MAX_TOP {
+            format!(", the first {MAX_TOP} ranked")
+        } else {
+            String::new()
+        },
+        if partial {
+            format!(" (Redis: only the first {MAX_SCAN} keys were read)")
+        } else {
+            String::new()
+        }
+    );
+    b
+}
+
+/// Row `number` of the table: a key, the limit it is nearest, its reading and meter, the
+/// other limits it is near.
+fn row_html(number: usize, row: &KeyRow, restricted: &HashSet<String>) -> String {
+    let e = &row.nearest;
+    let r = &e.reading;
+    let until = match (r.over, r.until_under_secs) {
+        (false, _) => String::new(),
+        (true, Some(s)) => format!("{} s", html::num(s.ceil())),
+        (true, None) => "never by waiting".into(),
+    };
+    let is_restricted = restricted.contains(&row.text);
+    let mut class = Vec::new();
+    if r.over {
+        class.push("over");
+    }
+    if is_restricted {
+        class.push("restricted");
+    }
+    let others: Vec<String> = row
+        .others
+        .iter()
+        .map(|(l, ratio)| {
+            format!(
+                "{} {}%",
+                html::text(l, 60),
+                html::num((ratio * 100.0).round())
+            )
+        })
+        .collect();
+    format!(
+        "<tr{}><td class=\"n\" data-label=\"#\">{}</td><td data-label=\"key\">{}{}<br>\
+         <small class=\"muted\">{}</small></td><td data-label=\"limit\">{}{}</td>\
+         <td class=\"n\" data-label=\"value\">{}</td><td class=\"n\" data-label=\"limit\">{}</td>\
+         <td data-label=\"per\">{}</td><td data-label=\"against the limit\">{}</td>\
+         <td class=\"n\" data-label=\"under again in\">{}</td></tr>",
+        if class.is_empty() {
+            String::new()
+        } else {
+            format!(" class=\"{}\"", class.join(" "))
+        },
+        number,
+        html::key_link(&row.text),
+        if is_restricted {
+            " <strong class=\"badge restricted\">restricted</strong>"
+        } else {
+            ""
+        },
+        html::text(&e.key, html::CELL_CHARS),
+        html::text(&r.limit, 60),
+        if others.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "<br><small class=\"muted\">also {}</small>",
+                others.join(", ")
+            )
+        },
+        html::num(r.value),
+        html::num(r.limit_value),
+        html::escape(&r.period),
+        meter(r.value, r.limit_value),
+        until
+    )
+}
+
 /// `GET /console/top`.
 pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     let config: Arc<Generation> = c.state.control.generation();
@@ -99,156 +261,29 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     };
     let now = now_micros();
     let n = pg.needed();
-    let (entries, total, partial) = match &c.state.store {
-        Opened::Memory(m) => {
-            let (m, cfg, only) = (m.clone(), config.clone(), only.clone());
-            let walked = tokio::task::spawn_blocking(move || {
-                collect(
-                    &cfg.policy,
-                    |f| m.for_each_record(f),
-                    only.as_deref(),
-                    n,
-                    now,
-                )
-            })
-            .await;
-            match walked {
-                Ok((e, t)) => (e, t, false),
-                Err(e) => return error_page(500, &e.to_string(), shell),
-            }
-        }
-        Opened::Redis(f) => match f.redis().scan_records(MAX_SCAN).await {
-            Ok((records, complete)) => {
-                let (e, t) = collect(
-                    &config.policy,
-                    |f| {
-                        for (k, r) in records {
-                            f(&k, r);
-                        }
-                    },
-                    only.as_deref(),
-                    n,
-                    now,
-                );
-                (e, t, !complete)
-            }
-            Err(e) => return error_page(503, &e.to_string(), shell),
-        },
+    let (entries, total, partial) = match ranked(c, &config, only.as_deref(), n, now).await {
+        Ok(r) => r,
+        Err((status, e)) => return error_page(status, &e, shell),
     };
     let shown_total = total.min(MAX_TOP);
     let pg = pg.clamp(shown_total);
     let rows = by_key(&config.policy, entries);
     let range = pg.range(rows.len());
-    let restricted: std::collections::HashSet<String> =
-        match c.state.store.as_store().restrictions().await {
-            Ok(list) => list.into_iter().map(|r| r.key).collect(),
-            Err(_) => Default::default(),
-        };
+    let restricted: HashSet<String> = match c.state.store.as_store().restrictions().await {
+        Ok(list) => list.into_iter().map(|r| r.key).collect(),
+        Err(_) => Default::default(),
+    };
 
     let mut b = String::with_capacity(32 * 1024);
-    b.push_str("<p class=\"limits\">");
-    let all_current = if only.is_none() {
-        " aria-current=\"page\""
-    } else {
-        ""
-    };
-    let _ = write!(b, "<a href=\"/console/top\"{all_current}>all limits</a>");
-    for d in &config.policy.limits {
-        let current = if only.as_deref() == Some(d.name.as_str()) {
-            " aria-current=\"page\""
-        } else {
-            ""
-        };
-        let _ = write!(
-            b,
-            " · <a href=\"{}\"{current}>{}</a>",
-            html::url("/console/top", &[("limit", &d.name)]),
-            html::text(&d.name, 60)
-        );
-    }
-    b.push_str("</p>");
-    let _ = write!(
-        b,
-        "<p class=\"muted\" id=\"top-count\">{total} entries (key and limit){}{}, highest \
-         first against their limit.</p>",
-        if total > MAX_TOP {
-            format!(", the first {MAX_TOP} ranked")
-        } else {
-            String::new()
-        },
-        if partial {
-            format!(" (Redis: only the first {MAX_SCAN} keys were read)")
-        } else {
-            String::new()
-        }
-    );
+    b.push_str(&limit_nav(&config.policy.limits, only.as_deref()));
+    b.push_str(&count_line(total, partial));
     b.push_str(
         "<table id=\"top\" class=\"stack\"><thead><tr><th class=\"n\">#</th><th>key</th><th>limit</th>\
          <th class=\"n\">value</th><th class=\"n\">limit</th><th>per</th><th>against the \
          limit</th><th class=\"n\">under again in</th></tr></thead><tbody>",
     );
     for (i, row) in rows[range.clone()].iter().enumerate() {
-        let e = &row.nearest;
-        let r = &e.reading;
-        let until = match (r.over, r.until_under_secs) {
-            (false, _) => String::new(),
-            (true, Some(s)) => format!("{} s", html::num(s.ceil())),
-            (true, None) => "never by waiting".into(),
-        };
-        let is_restricted = restricted.contains(&row.text);
-        let mut class = Vec::new();
-        if r.over {
-            class.push("over");
-        }
-        if is_restricted {
-            class.push("restricted");
-        }
-        let others: Vec<String> = row
-            .others
-            .iter()
-            .map(|(l, ratio)| {
-                format!(
-                    "{} {}%",
-                    html::text(l, 60),
-                    html::num((ratio * 100.0).round())
-                )
-            })
-            .collect();
-        let _ = write!(
-            b,
-            "<tr{}><td class=\"n\" data-label=\"#\">{}</td><td data-label=\"key\">{}{}<br>\
-             <small class=\"muted\">{}</small></td><td data-label=\"limit\">{}{}</td>\
-             <td class=\"n\" data-label=\"value\">{}</td><td class=\"n\" data-label=\"limit\">{}</td>\
-             <td data-label=\"per\">{}</td><td data-label=\"against the limit\">{}</td>\
-             <td class=\"n\" data-label=\"under again in\">{}</td></tr>",
-            if class.is_empty() {
-                String::new()
-            } else {
-                format!(" class=\"{}\"", class.join(" "))
-            },
-            range.start + i + 1,
-            html::key_link(&row.text),
-            if is_restricted {
-                " <strong class=\"badge restricted\">restricted</strong>"
-            } else {
-                ""
-            },
-            html::text(&e.key, html::CELL_CHARS),
-            html::text(&r.limit, 60),
-            if others.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "<br><small class=\"muted\">also {}</small>",
-                    others.join(", ")
-                )
-            },
-            html::num(r.value),
-            html::num(r.limit_value),
-            html::escape(&r.period),
-            meter(r.value, r.limit_value),
-            until
-        );
+        b.push_str(&row_html(range.start + i + 1, row, &restricted));
     }
     if range.is_empty() {
         b.push_str("<tr><td colspan=\"8\" class=\"muted\">no keys</td></tr>");

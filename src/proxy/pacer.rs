@@ -9,13 +9,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::release::{release_one, HeldError, ReleaseBy};
+use super::Shared;
 use crate::hold::pace::{clock_ms, PaceBook, PaceRate, Paced};
 use crate::hold::spool::now_secs;
 use crate::hold::{Spool, SpoolError};
-use crate::proxy::release::ReleaseBy;
-use crate::proxy::Shared;
-
-use super::held::{release_one, HeldError};
 
 /// Queues every paced message of the spool in `book`, oldest first: at start, before any
 /// session. Reads the files' envelopes only; a file that does not read is set aside by the
@@ -96,7 +94,7 @@ async fn release_paced(sh: &Arc<Shared>, spool: &Arc<Spool>, book: &PaceBook, p:
             sh.metrics.graded.paced_released.inc();
             info!(id = %p.id, limit = %p.limit, key = %p.key, waiting = book.len(), "paced message released");
         }
-        Err(HeldError::Spool(SpoolError::NotFound(_))) => {
+        Err(HeldError::NotFound(_)) => {
             // Released or deleted by an operator meanwhile.
             book.gone(p);
             info!(id = %p.id, limit = %p.limit, key = %p.key, "paced message no longer held: dropped from its queue");
