@@ -24,7 +24,8 @@ use floodgate::config::{Config, LogFormat};
 use floodgate::generation::Generation;
 use floodgate::policy::describe::{describe, warnings};
 use floodgate::policy::AllowAll;
-use floodgate::server::{build_policy_with, build_shared, open_store, spawn_store_tasks, Server};
+use floodgate::server::{build_policy_with, build_shared, spawn_store_tasks, Server};
+use floodgate::store::open::{OpenError, Opened};
 
 /// The `--version` line: the version and the kind of build, so that a package carrying a
 /// debug build (debug assertions, no optimisation) is told apart from a release build.
@@ -470,6 +471,15 @@ fn fingerprint(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Opens the store of `[store]`; an error in its settings is given under the section's
+/// name, a snapshot that cannot be loaded as it is.
+fn open_store(config: &floodgate::config::StoreConfig) -> anyhow::Result<Opened> {
+    floodgate::store::open::open_store(config).map_err(|e| match e {
+        OpenError::Snapshot(_) => e.into(),
+        e => anyhow::Error::new(e).context("[store]"),
+    })
 }
 
 fn run(path: PathBuf) -> anyhow::Result<()> {

@@ -39,9 +39,9 @@ impl Session {
         let mut reply = self.up()?.command(&line).await?;
         // Wipe our copy of the initial response: it may hold a password.
         line.iter_mut().for_each(|b| *b = 0);
-        let max_cmd = self.shared.config.smtp.max_command_line;
+        let max_cmd = self.shared.config().smtp.max_command_line;
         self.framer
-            .set_max_len(self.shared.config.smtp.max_auth_line);
+            .set_max_len(self.shared.config().smtp.max_auth_line);
         let result = loop {
             if reply.code != 334 {
                 break Ok(reply);

@@ -44,7 +44,7 @@ impl Session {
                 // towards the size, as for DATA.
                 self.received = self.received_header().await;
                 let received = self.received.as_ref().map_or(0, |r| r.len() as u64);
-                let smtp = &self.shared.config.smtp;
+                let smtp = &self.shared.config().smtp;
                 ChunkedBody::new(
                     smtp.max_text_line,
                     bare_policy(smtp.bare_line_endings),
@@ -83,7 +83,7 @@ impl Session {
         size: u64,
         mut body: Option<&mut ChunkedBody>,
     ) -> Result<(), ReadEnd> {
-        let timeouts = &self.shared.config.timeouts;
+        let timeouts = &self.shared.config().timeouts;
         let mut wait = Wait::new(timeouts.command.0, timeouts.data.0);
         let mut reader = ChunkReader::new(size);
         // Reads of message size only for a chunk that is not in the buffer already.

@@ -17,7 +17,7 @@ impl Session {
     /// floodgate's Received line for the message being received, when `[smtp] add_received`
     /// asks for one.
     pub(super) async fn received_header(&mut self) -> Option<Vec<u8>> {
-        let cfg = self.shared.config.clone();
+        let cfg = self.shared.config().clone();
         if !cfg.smtp.add_received {
             return None;
         }
@@ -47,7 +47,7 @@ impl Session {
     /// Starts the client's name lookup when something will use it (XCLIENT, the Received
     /// line) and lookups are on; it runs while upstream is reached and the client greeted.
     pub(super) fn start_name_lookup(&mut self) {
-        let cfg = &self.shared.config;
+        let cfg = &self.shared.config();
         let used = cfg.upstream.client_identity == ClientIdentity::Xclient || cfg.smtp.add_received;
         if !used || !cfg.server.resolve_client_names {
             return;
@@ -78,7 +78,7 @@ impl Session {
     /// address (the operator asked for it), `Err(Flow::Close)` after queueing the refusal.
     pub(super) fn identity_refused(&mut self, problem: IdentityProblem) -> Result<(), Flow> {
         self.shared.metrics.identity_refused(problem.kind());
-        let relay = self.shared.config.upstream.on_identity_refused == OnIdentityRefused::Relay;
+        let relay = self.shared.config().upstream.on_identity_refused == OnIdentityRefused::Relay;
         if relay && problem.relayable() {
             warn!(client = %self.ip_text, problem = %problem,
                 "relaying with floodgate's own address (on_identity_refused = \"relay\")");
@@ -87,7 +87,7 @@ impl Session {
         error!(client = %self.ip_text, port = self.peer.port(), problem = %problem,
             "upstream did not take the client's identity: refusing the client");
         self.client
-            .queue(&refusal_reply(&self.shared.config.server.hostname));
+            .queue(&refusal_reply(&self.shared.config().server.hostname));
         Err(Flow::Close)
     }
 

@@ -93,7 +93,7 @@ impl Session {
             }
             Step::StartTls => self.starttls().await,
             Step::Quit => {
-                let host = &self.shared.config.server.hostname;
+                let host = &self.shared.config().server.hostname;
                 self.client.queue(&replies::closing(host));
                 Ok(Flow::Close)
             }
@@ -102,7 +102,7 @@ impl Session {
                 // as the balancer's address, so refuse loudly instead.
                 warn!(client = %self.ip_text, listener = %self.listener.name,
                     "PROXY header from a peer not trusted for it: closing (see [server] trusted_proxies and the listener's proxy_protocol)");
-                let host = &self.shared.config.server.hostname;
+                let host = &self.shared.config().server.hostname;
                 self.client
                     .queue(&replies::proxy_header_refused(host, self.peer.ip()));
                 Ok(Flow::Close)
@@ -287,7 +287,7 @@ impl Session {
             return Ok(self.refuse_with(&replies::starttls_unavailable()));
         };
         self.client.queue(&replies::ready_for_tls());
-        let handshake = self.shared.config.timeouts.tls_handshake.0;
+        let handshake = self.shared.config().timeouts.tls_handshake.0;
         let handshake = self.client.starttls(&acceptor, handshake).await;
         self.shared
             .metrics
@@ -303,7 +303,7 @@ impl Session {
                 }
                 // RFC 3207 §4.2: forget everything learned before TLS.
                 self.framer =
-                    crate::smtp::line::LineFramer::new(self.shared.config.smtp.max_command_line);
+                    crate::smtp::line::LineFramer::new(self.shared.config().smtp.max_command_line);
                 self.facts.helo = None;
                 self.facts.tls = true;
                 let abandoned = self.dialogue.tls_started();

@@ -69,7 +69,7 @@ impl Session {
             Judged::Close => return Ok(Flow::Close),
         }
         self.client.queue(replies::start_data());
-        let cfg = self.shared.config.clone();
+        let cfg = self.shared.config().clone();
         let bare = bare_policy(cfg.smtp.bare_line_endings);
         // floodgate's own Received line is part of what is relayed: it counts towards the size.
         self.received = self.received_header().await;

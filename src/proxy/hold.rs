@@ -252,13 +252,13 @@ impl Session {
                         &e,
                         &order,
                         spool_settings,
-                        &self.shared.config.server.hostname,
+                        &self.shared.config().server.hostname,
                     )
                 }) {
                     self.shared.policy.notice(&notice);
                 }
                 self.reset_txn();
-                let host = &self.shared.config.server.hostname;
+                let host = &self.shared.config().server.hostname;
                 let reply = if e.is_full() {
                     Reply::new(
                         451,

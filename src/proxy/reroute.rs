@@ -45,7 +45,7 @@ impl Session {
         received: Option<&[u8]>,
         size: u64,
     ) -> Result<Flow, UpstreamError> {
-        let host = self.shared.config.server.hostname.clone();
+        let host = self.shared.config().server.hostname.clone();
         let shared = self.shared.clone();
         let Some(settings) = shared.high_risk.as_ref() else {
             return Err(UpstreamError::Protocol("no high-risk smart host".into()));

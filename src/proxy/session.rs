@@ -30,8 +30,6 @@ use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
 pub struct Shared {
     /// The generation in force: the config and what was compiled from it.
     pub generation: Arc<crate::generation::Generation>,
-    /// The validated config (the generation's).
-    pub config: Arc<Config>,
     /// How to reach upstream.
     pub upstream: UpstreamSettings,
     /// floodgate's TLS server side, when `[tls]` is configured.
@@ -48,6 +46,13 @@ pub struct Shared {
     pub high_risk: Option<UpstreamSettings>,
     /// Paced messages waiting for their release (the same book across reloads).
     pub paced: Arc<crate::hold::pace::PaceBook>,
+}
+
+impl Shared {
+    /// The validated config in force (the generation's).
+    pub fn config(&self) -> &Arc<Config> {
+        &self.generation.config
+    }
 }
 
 /// The listener a session came in on.
@@ -139,7 +144,7 @@ impl Session {
         stop: CancellationToken,
     ) {
         let started = Instant::now();
-        let cfg = shared.config.clone();
+        let cfg = shared.config().clone();
         let deadline = started + cfg.timeouts.session.0;
         let tls = stream.is_tls();
         let dialogue = Dialogue::new(dialogue_settings(&shared, &listener), tls);
@@ -209,7 +214,7 @@ impl Session {
         let connected = Upstream::connect(&self.shared.upstream, self.peer, self.local).await;
         self.shared.metrics.upstream_connected(
             connected.as_ref().err().map(UpstreamError::label),
-            self.shared.config.upstream.tls != TlsMode::None,
+            self.shared.config().upstream.tls != TlsMode::None,
         );
         let greeting = match connected {
             Ok((up, greeting)) => {
@@ -221,12 +226,12 @@ impl Session {
                 error!(client = %self.ip_text, port = self.peer.port(), problem = %p,
                     "upstream did not take the client's identity: refusing the client");
                 self.client
-                    .queue(&refusal_reply(&self.shared.config.server.hostname));
+                    .queue(&refusal_reply(&self.shared.config().server.hostname));
                 return "identity refused";
             }
             Err(e) => {
                 warn!(client = %self.ip_text, error = %e, "upstream unavailable");
-                let r = e.client_reply(&self.shared.config.server.hostname);
+                let r = e.client_reply(&self.shared.config().server.hostname);
                 self.client.queue(&r);
                 return "upstream unavailable";
             }
@@ -264,7 +269,7 @@ impl Session {
             Err(e) => {
                 self.shared.metrics.upstream_failed(e.label());
                 warn!(client = %self.ip_text, error = %e, "upstream failed");
-                let r = e.client_reply(&self.shared.config.server.hostname);
+                let r = e.client_reply(&self.shared.config().server.hostname);
                 self.client.queue(&r);
                 // The upstream session is unusable; do not QUIT it politely.
                 self.up = None;
@@ -367,7 +372,7 @@ impl Session {
     /// `[timeouts] command` bounds the wait for the whole line, not each read: a client
     /// trickling one byte at a time must not hold the session open forever.
     pub(super) async fn next_event(&mut self) -> Result<LineEvent, &'static str> {
-        let command = self.shared.config.timeouts.command.0;
+        let command = self.shared.config().timeouts.command.0;
         let mut wait = Wait::new(command, command);
         loop {
             if let Some(e) = self.framer.next_line(&mut self.client.rbuf) {
@@ -381,7 +386,7 @@ impl Session {
 
     /// Queues the reply that goes with an end of input and names it for the log.
     pub(super) fn read_end(&mut self, end: ReadEnd) -> &'static str {
-        let host = &self.shared.config.server.hostname;
+        let host = &self.shared.config().server.hostname;
         match end {
             ReadEnd::Eof => "client closed",
             ReadEnd::Io(_) => "client connection error",
@@ -410,7 +415,7 @@ impl Session {
     /// After a client error: go on, or (past `[server] max_errors`, 421 queued) close.
     pub(super) fn error_flow(&mut self) -> Flow {
         if self.dialogue.count_error() {
-            let host = &self.shared.config.server.hostname;
+            let host = &self.shared.config().server.hostname;
             self.client.queue(&replies::too_many_errors(host));
             return Flow::Close;
         }
@@ -568,7 +573,7 @@ pub(super) enum FactSlot {
 
 /// The dialogue's settings for a session on `listener`.
 fn dialogue_settings(shared: &Shared, listener: &ListenerInfo) -> Settings {
-    let cfg = &shared.config;
+    let cfg = &shared.config();
     Settings {
         max_recipients: cfg.smtp.max_recipients,
         max_message_size: cfg.smtp.max_message_size,

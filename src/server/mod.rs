@@ -32,8 +32,8 @@ use crate::proxy::{ListenerInfo, Session, Shared, Stream, UpstreamSettings};
 use crate::report::Observers;
 use crate::smtp::dialogue::replies;
 use crate::smtp::proxy_header::{parse_proxy_header, V2_MAX, V2_SIGNATURE};
-use crate::store::open::{OpenError, Opened};
-use crate::store::{MemoryConfig, MemoryStore, SnapshotError, Store};
+use crate::store::open::Opened;
+use crate::store::Store;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +80,7 @@ pub fn build_shared_with(
     policy: Arc<dyn Policy>,
     metrics: Arc<Metrics>,
 ) -> Result<Shared, ServerError> {
-    let config = generation.config.clone();
+    let config = &generation.config;
     let tls = match &config.tls {
         Some(t) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
             &t.certificate,
@@ -88,7 +88,7 @@ pub fn build_shared_with(
         )?)),
         None => None,
     };
-    let upstream = UpstreamSettings::from_config(&config)?;
+    let upstream = UpstreamSettings::from_config(config)?;
     let names = Arc::new(crate::proxy::names::NameResolver::new(
         config.timeouts.client_name_lookup.0,
     ));
@@ -99,10 +99,9 @@ pub fn build_shared_with(
         )?)),
         None => None,
     };
-    let high_risk = UpstreamSettings::high_risk(&config)?;
+    let high_risk = UpstreamSettings::high_risk(config)?;
     Ok(Shared {
         generation,
-        config,
         upstream,
         tls,
         policy,
@@ -112,40 +111,6 @@ pub fn build_shared_with(
         high_risk,
         paced: Arc::default(),
     })
-}
-
-/// Why the configured store could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenStoreError {
-    /// The memory store's snapshot could not be loaded (never silently reset).
-    #[error(transparent)]
-    Snapshot(#[from] SnapshotError),
-    /// The Redis store could not be built from `[store]`.
-    #[error("[store]: {0}")]
-    Open(#[from] OpenError),
-}
-
-/// Opens the store of `[store]`: the memory store (loading its snapshot when there is
-/// one), or Redis behind its failure mode. Redis is not contacted here.
-pub fn open_store(cfg: &StoreConfig) -> Result<Opened, OpenStoreError> {
-    if cfg.backend == "redis" {
-        return Ok(crate::store::open::open_store(cfg)?);
-    }
-    let store = Arc::new(MemoryStore::new(MemoryConfig {
-        idle_ttl: cfg.idle_ttl.0,
-        ..MemoryConfig::default()
-    }));
-    if let Some(path) = &cfg.path {
-        if let Some(n) = store.load_snapshot_if_present(path)? {
-            info!(keys = n, path = %path.display(), "rate limit state loaded");
-        }
-    }
-    Ok(Opened::Memory(store))
-}
-
-/// The rate-limit policy of `generation` over `store`.
-pub fn build_policy(generation: &Generation, store: Arc<dyn Store>) -> RatePolicy {
-    RatePolicy::new(generation.policy.clone(), store)
 }
 
 /// The rate-limit policy of `generation` over `store`, its verdicts and store decisions
@@ -263,7 +228,7 @@ impl Control {
     /// whole reload.
     pub fn reload(&self) -> Result<(), ReloadError> {
         let cur = self.shared.load_full();
-        let generation = Arc::new(Generation::load(&cur.config.path)?);
+        let generation = Arc::new(Generation::load(&cur.config().path)?);
         let mut shared =
             build_shared_with(generation.clone(), cur.policy.clone(), cur.metrics.clone())?;
         // Paced messages keep waiting in the same queues.
@@ -278,12 +243,10 @@ impl Control {
         self.shared.store(Arc::new(shared));
         Ok(())
     }
-}
 
-impl Control {
     /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
-        self.shared.load().config.clone()
+        self.shared.load().config().clone()
     }
 
     /// The generation in force: the config and what was compiled from it.
@@ -396,7 +359,7 @@ impl Server {
 
     /// A handle to stop or reload this server.
     pub fn control(&self) -> Control {
-        let grace = self.shared.load().config.server.shutdown_grace.0;
+        let grace = self.shared.load().config().server.shutdown_grace.0;
         Control {
             accepting: self.accepting.clone(),
             force: self.force.clone(),
@@ -759,7 +722,7 @@ async fn inbox_loop(
 async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
     let _ = tcp.set_nodelay(true);
     let shared = ctx.shared.load_full();
-    let cfg = shared.config.clone();
+    let cfg = shared.config().clone();
     // Only a PROXY v2 header and XCLIENT (DESTADDR, DESTPORT) towards upstream need the
     // local address: no syscall otherwise.
     let mut local = if cfg.upstream.client_identity != ClientIdentity::None {

@@ -3,7 +3,7 @@
 use super::redis::{
     ConnectOptions, FailoverStore, FailureMode, FailurePolicy, HashTag, RedisOptions, RedisStore,
 };
-use super::{MemoryStore, Store, StoreError};
+use super::{MemoryConfig, MemoryStore, SnapshotError, Store, StoreError};
 use crate::config::StoreConfig;
 use std::sync::Arc;
 use zeroize::Zeroizing;
@@ -20,6 +20,9 @@ pub enum OpenError {
     /// The store refused its settings.
     #[error("[store]: {0}")]
     Store(#[from] StoreError),
+    /// The memory store's snapshot could not be loaded (never silently reset).
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
 }
 
 /// The store the configuration names, with its concrete kind kept.
@@ -88,12 +91,13 @@ pub fn failure_policy(config: &StoreConfig) -> Result<FailurePolicy, OpenError> 
     })
 }
 
-/// Builds the configured store. Redis is not contacted here (the first
+/// Builds the configured store: the memory store (loading its snapshot when `path` names
+/// one), or Redis behind its failure mode. Redis is not contacted here (the first
 /// decision connects), so floodgate starts even while Redis is down; use
 /// [`RedisStore::ping`] to check it.
 pub fn open_store(config: &StoreConfig) -> Result<Opened, OpenError> {
     match config.backend.as_str() {
-        "memory" => Ok(Opened::Memory(Arc::new(MemoryStore::default()))),
+        "memory" => Ok(Opened::Memory(open_memory(config)?)),
         "redis" => {
             let redis = RedisStore::new(redis_options(config)?)?;
             Ok(Opened::Redis(Arc::new(FailoverStore::new(
@@ -106,9 +110,20 @@ pub fn open_store(config: &StoreConfig) -> Result<Opened, OpenError> {
     }
 }
 
-/// Builds the configured store as the trait object the policy uses.
-pub fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, OpenError> {
-    Ok(open_store(config)?.as_store())
+/// The memory store of `config`, its snapshot loaded when there is one.
+fn open_memory(config: &StoreConfig) -> Result<Arc<MemoryStore>, SnapshotError> {
+    let store = Arc::new(MemoryStore::new(MemoryConfig {
+        idle_ttl: config.idle_ttl.0,
+        ..MemoryConfig::default()
+    }));
+    if let Some(path) = &config.path {
+        if let Some(n) = store.load_snapshot_if_present(path)? {
+            // Logged under the server's target, beside the line that the state was saved.
+            tracing::info!(target: "floodgate::server", keys = n, path = %path.display(),
+                "rate limit state loaded");
+        }
+    }
+    Ok(store)
 }
 
 #[cfg(test)]
@@ -133,6 +148,6 @@ mod tests {
         assert_eq!(r.policy().mode_for("1h/x"), FailureMode::Closed);
         assert_eq!(r.policy().mode_for("1d/x"), FailureMode::Local);
         c.password_env = Some("FLOODGATE_TEST_SURELY_UNSET_VAR".into());
-        assert!(open(&c).is_err());
+        assert!(open_store(&c).is_err());
     }
 }
