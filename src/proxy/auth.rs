@@ -86,7 +86,7 @@ impl Session {
         self.facts.auth_attempt = user.clone();
         self.facts.auth_succeeded = reply.code == 235;
         self.shared.metrics.auth(reply.code == 235);
-        if self.dialogue.on_upstream(dialogue::Stage::Auth, &reply) == Heard::Accepted {
+        if self.dialogue.on_upstream(dialogue::Exchange::Auth, &reply) == Heard::Accepted {
             self.facts.user = user.clone();
             info!(client = %self.ip_text, user = user.as_deref().unwrap_or(""), mechanism = %mechanism, "authenticated");
         } else {

@@ -124,11 +124,6 @@ impl ClientConn {
         reply.write_to(&mut self.wbuf);
     }
 
-    /// Queues raw reply bytes.
-    pub fn queue_bytes(&mut self, bytes: &[u8]) {
-        self.wbuf.extend_from_slice(bytes);
-    }
-
     /// Sends everything queued.
     pub async fn flush(&mut self) -> std::io::Result<()> {
         if self.wbuf.is_empty() {

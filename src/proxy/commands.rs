@@ -57,7 +57,7 @@ impl Session {
             },
             Step::Relay(stage) => {
                 let r = self.up()?.relay(&cmd).await?;
-                // A NOOP, VRFY or EXPN took a held MAIL with it. If upstream refused the
+                // A NOOP, VRFY or EXPN took a pipelined MAIL with it. If upstream refused the
                 // sender, the transaction has ended: the client's next RCPT hears 503.
                 match self.late_mail().await {
                     LateMail::None | LateMail::Accepted => {}
@@ -66,7 +66,7 @@ impl Session {
                 }
                 let heard = self.dialogue.on_upstream(stage, &r);
                 self.heard(heard);
-                if stage == dialogue::Stage::Rset {
+                if stage == dialogue::Exchange::Rset {
                     self.answer(r);
                 } else {
                     self.client.queue(&r);
@@ -114,8 +114,8 @@ impl Session {
         }
     }
 
-    async fn helo(&mut self, stage: dialogue::Stage, name: &str) -> Handled {
-        let ehlo = stage == dialogue::Stage::Ehlo;
+    async fn helo(&mut self, stage: dialogue::Exchange, name: &str) -> Handled {
+        let ehlo = stage == dialogue::Exchange::Ehlo;
         self.facts.helo = Some(name.to_string());
         match self.judge(Stage::Helo).await {
             Judged::Go => {}
@@ -163,9 +163,9 @@ impl Session {
         if size_fits && self.shared.upstream.pipelining() && self.dialogue.upstream_pipelining() {
             // The MAIL goes upstream with the next command, normally the first RCPT, and
             // upstream's answer to it is heard then (`late_mail`).
-            self.up()?.hold(cmd);
+            self.up()?.pipeline_mail(cmd);
             let reply = replies::sender_ok();
-            if self.dialogue.on_upstream(dialogue::Stage::Mail, &reply) == Heard::Accepted {
+            if self.dialogue.on_upstream(dialogue::Exchange::Mail, &reply) == Heard::Accepted {
                 self.note_mail(cmd);
             }
             self.client.queue(&reply);
@@ -175,7 +175,7 @@ impl Session {
         let Some(reply) = self.after_upstream(Stage::Mail, reply).await else {
             return Ok(Flow::Close);
         };
-        match self.dialogue.on_upstream(dialogue::Stage::Mail, &reply) {
+        match self.dialogue.on_upstream(dialogue::Exchange::Mail, &reply) {
             Heard::Accepted => self.note_mail(cmd),
             _ => self.facts.sender = None,
         }
@@ -217,7 +217,7 @@ impl Session {
         let Some(reply) = self.after_upstream(Stage::Rcpt, reply).await else {
             return Ok(Flow::Close);
         };
-        if self.dialogue.on_upstream(dialogue::Stage::Rcpt, &reply) == Heard::Accepted {
+        if self.dialogue.on_upstream(dialogue::Exchange::Rcpt, &reply) == Heard::Accepted {
             self.note_rcpt(cmd);
             self.facts.recipients_count = self.dialogue.recipients();
         }
@@ -232,7 +232,7 @@ impl Session {
         let Some(up) = self.up.as_mut() else {
             return LateMail::None;
         };
-        let Some(reply) = up.take_late() else {
+        let Some(reply) = up.take_mail_answer() else {
             return LateMail::None;
         };
         let Some(reply) = self.after_upstream(Stage::Mail, reply).await else {

@@ -226,7 +226,9 @@ impl Session {
             "message"
         );
         // The transaction ended with upstream's verdict: nothing is left to release.
-        let heard = self.dialogue.on_upstream(dialogue::Stage::Message, &reply);
+        let heard = self
+            .dialogue
+            .on_upstream(dialogue::Exchange::Message, &reply);
         let answer = self.after_upstream(Stage::Message, reply).await;
         self.heard(heard);
         match answer {

@@ -226,7 +226,9 @@ impl Session {
                 self.tally.recipients += recipients as u64;
                 let reply = Reply::new(250, format!("2.0.0 Ok: queued as {id}"));
                 // The policy counts a held message as one the client sent.
-                let heard = self.dialogue.on_upstream(dialogue::Stage::Message, &reply);
+                let heard = self
+                    .dialogue
+                    .on_upstream(dialogue::Exchange::Message, &reply);
                 let answer = self.after_upstream(Stage::Message, reply).await;
                 self.heard(heard);
                 let flow = match answer {

@@ -74,7 +74,9 @@ impl Session {
                 self.tally.messages += 1;
                 self.tally.recipients += recipients as u64;
                 self.shared.metrics.message_relayed(recipients, size);
-                let heard = self.dialogue.on_upstream(dialogue::Stage::Message, &reply);
+                let heard = self
+                    .dialogue
+                    .on_upstream(dialogue::Exchange::Message, &reply);
                 let answer = self.after_upstream(Stage::Message, reply).await;
                 self.heard(heard);
                 answer

@@ -255,9 +255,10 @@ pub struct Upstream {
     /// Where this connection's EHLO answers are kept for the next connections.
     learned: Option<Arc<Learned>>,
     /// A MAIL, in wire form, waiting to go upstream in one write with the next command.
-    held: Vec<u8>,
-    /// Upstream's answer to a held MAIL, read with the answer to the command it went with.
-    late: Option<Reply>,
+    pipelined_mail: Vec<u8>,
+    /// Upstream's answer to the pipelined MAIL, read with the answer to the command it went
+    /// with.
+    mail_answer: Option<Reply>,
 }
 
 impl Upstream {
@@ -320,8 +321,8 @@ impl Upstream {
             caps: Capabilities::default(),
             caps_learned: false,
             learned: None,
-            held: Vec::new(),
-            late: None,
+            pipelined_mail: Vec::new(),
+            mail_answer: None,
         };
         let greeting = up.read_reply().await?;
         if let Some(p) = greeting_problem(&greeting) {
@@ -392,8 +393,8 @@ impl Upstream {
                 caps,
                 caps_learned,
                 learned,
-                held,
-                late,
+                pipelined_mail,
+                mail_answer,
             } = up;
             let stream = timeout(settings.connect_timeout, tls_connect(settings, stream))
                 .await
@@ -408,8 +409,8 @@ impl Upstream {
                 caps,
                 caps_learned,
                 learned,
-                held,
-                late,
+                pipelined_mail,
+                mail_answer,
             };
             up.ehlo(settings.helo_name()).await?;
         }
@@ -479,13 +480,13 @@ impl Upstream {
     }
 
     /// Writes `parts` one after the other, without joining them first, and flushes.
-    /// A held MAIL not sent by [`relay`](Self::relay) is dropped: whatever else goes
+    /// A pipelined MAIL not sent by [`relay`](Self::relay) is dropped: whatever else goes
     /// upstream first ends the transaction it opened.
     pub async fn send_parts(
         &mut self,
         parts: &mut [std::io::IoSlice<'_>],
     ) -> Result<(), UpstreamError> {
-        self.held.clear();
+        self.pipelined_mail.clear();
         self.timer
             .write_all_parts(&mut self.stream, parts, self.reply_timeout)
             .await
@@ -525,43 +526,43 @@ impl Upstream {
 
     /// Relays one parsed client command in its canonical wire form and reads the reply.
     ///
-    /// A held MAIL goes first, in the same write, when `cmd` may follow it in a group
+    /// A pipelined MAIL goes first, in the same write, when `cmd` may follow it in a group
     /// (RCPT, NOOP, VRFY, EXPN: RFC 2920 §3.1); its answer is read first and kept for
-    /// [`take_late`](Self::take_late). Any other command ends the transaction the MAIL
+    /// [`take_mail_answer`](Self::take_mail_answer). Any other command ends the transaction the MAIL
     /// opened (RSET, HELO, EHLO), and the MAIL is dropped unsent.
     pub async fn relay(&mut self, cmd: &Command) -> Result<Reply, UpstreamError> {
         let mut wire = std::mem::take(&mut self.wbuf);
         wire.clear();
-        let with_held = !self.held.is_empty()
+        let with_mail = !self.pipelined_mail.is_empty()
             && matches!(
                 cmd,
                 Command::Rcpt(_) | Command::Noop | Command::Vrfy(_) | Command::Expn(_)
             );
-        if with_held {
-            wire.extend_from_slice(&self.held);
+        if with_mail {
+            wire.extend_from_slice(&self.pipelined_mail);
         }
         cmd.write_wire(&mut wire);
         let sent = self.send(&wire).await;
         self.wbuf = wire;
         sent?;
-        if with_held {
+        if with_mail {
             let mail = self.read_reply().await?;
-            self.late = Some(mail);
+            self.mail_answer = Some(mail);
         }
         self.read_reply().await
     }
 
     /// Keeps `mail` (a MAIL command) to go upstream in one write with the next command
     /// [`relay`](Self::relay)ed, for an upstream that offers PIPELINING.
-    pub fn hold(&mut self, mail: &Command) {
-        self.held.clear();
-        mail.write_wire(&mut self.held);
-        self.late = None;
+    pub fn pipeline_mail(&mut self, mail: &Command) {
+        self.pipelined_mail.clear();
+        mail.write_wire(&mut self.pipelined_mail);
+        self.mail_answer = None;
     }
 
-    /// Upstream's answer to the held MAIL that went with the last relayed command.
-    pub fn take_late(&mut self) -> Option<Reply> {
-        self.late.take()
+    /// Upstream's answer to the pipelined MAIL that went with the last relayed command.
+    pub fn take_mail_answer(&mut self) -> Option<Reply> {
+        self.mail_answer.take()
     }
 
     /// Hands a reply that has been answered back to the reply parser for reuse.
