@@ -22,19 +22,20 @@ impl Session {
             return None;
         }
         let names = self.client_names().await;
-        let tls = self.client.tls_info().map(received_tls);
+        let tls = self.client.conn.tls_info().map(received_tls);
         let time = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         let info = ReceivedInfo {
-            helo: self.facts.helo.as_deref(),
+            helo: self.policy.facts.helo.as_deref(),
             name: names.name.known(),
-            addr: self.peer.ip(),
+            addr: self.client.peer.ip(),
             by: &cfg.server.hostname,
             ehlo: self.dialogue.ehlo(),
             tls: tls.as_ref().map(|(v, c)| (v.as_str(), c.as_str())),
-            authenticated: self.facts.user.is_some(),
+            authenticated: self.policy.facts.user.is_some(),
             user: self
+                .policy
                 .facts
                 .user
                 .as_deref()
@@ -52,26 +53,26 @@ impl Session {
         if !used || !cfg.server.resolve_client_names {
             return;
         }
-        let ip = self.peer.ip();
+        let ip = self.client.peer.ip();
         // A client seen within the cache's lifetime (most connections) needs no task.
         if let Some(names) = self.shared.names.cached(ip) {
-            self.names = Some(names);
+            self.client.names = Some(names);
             return;
         }
         let resolver = self.shared.names.clone();
-        self.names_task = Some(tokio::spawn(async move { resolver.lookup(ip).await }));
+        self.client.names_task = Some(tokio::spawn(async move { resolver.lookup(ip).await }));
     }
 
     /// The client's names: the lookup's outcome (waiting for it if needed, never past its
     /// timeout), or none when lookups are off.
     pub(super) async fn client_names(&mut self) -> ClientNames {
-        if let Some(task) = self.names_task.take() {
+        if let Some(task) = self.client.names_task.take() {
             let names = task
                 .await
                 .unwrap_or_else(|_| ClientNames::temp_unavailable());
-            self.names = Some(names);
+            self.client.names = Some(names);
         }
-        self.names.clone().unwrap_or_default()
+        self.client.names.clone().unwrap_or_default()
     }
 
     /// Handles an identity upstream did not take: `Ok` to go on with floodgate's own
@@ -80,13 +81,14 @@ impl Session {
         self.shared.metrics.identity_refused(problem.kind());
         let relay = self.shared.config.upstream.on_identity_refused == OnIdentityRefused::Relay;
         if relay && problem.relayable() {
-            warn!(client = %self.ip_text, problem = %problem,
+            warn!(client = %self.client.ip_text, problem = %problem,
                 "relaying with floodgate's own address (on_identity_refused = \"relay\")");
             return Ok(());
         }
-        error!(client = %self.ip_text, port = self.peer.port(), problem = %problem,
+        error!(client = %self.client.ip_text, port = self.client.peer.port(), problem = %problem,
             "upstream did not take the client's identity: refusing the client");
         self.client
+            .conn
             .queue(&refusal_reply(&self.shared.config.server.hostname));
         Err(Flow::Close)
     }
@@ -100,13 +102,13 @@ impl Session {
     ) -> Result<Option<Flow>, UpstreamError> {
         let names = self.client_names().await;
         let attrs = XclientAttrs {
-            addr: self.peer.ip(),
-            port: self.peer.port(),
+            addr: self.client.peer.ip(),
+            port: self.client.peer.port(),
             name: &names.name,
             reverse_name: &names.reverse,
             helo: Some(helo),
             proto: if ehlo { "ESMTP" } else { "SMTP" },
-            dest: self.local,
+            dest: self.client.local,
             login: None,
         };
         let up = self.up()?;

@@ -21,10 +21,8 @@ use crate::smtp::header_fields::{self, header_end, HeaderFields};
 use crate::smtp::reply::Reply;
 
 use super::client::Wait;
-use super::session::{Flow, Judged, Session};
+use super::session::{Flow, Session};
 use super::upstream::UpstreamError;
-
-type Handled = Result<Flow, UpstreamError>;
 
 /// The decoder's policy for `[smtp] bare_line_endings`.
 pub(super) fn bare_policy(b: BareLineEndings) -> BarePolicy {
@@ -62,47 +60,47 @@ fn header_section(stuffed: &[u8]) -> std::borrow::Cow<'_, [u8]> {
 
 impl Session {
     /// DATA, the dialogue having allowed it: the data stage, 354, the message spooled.
-    pub(super) async fn data(&mut self) -> Handled {
-        match self.judge(Stage::Data).await {
-            Judged::Go => {}
-            Judged::Answered => return Ok(Flow::Next),
-            Judged::Close => return Ok(Flow::Close),
+    pub(super) async fn data(&mut self) -> Result<Flow, UpstreamError> {
+        if let Some(flow) = self.judge(Stage::Data).await {
+            return Ok(flow);
         }
-        self.client.queue(replies::start_data());
+        self.client.conn.queue(replies::start_data());
         let cfg = self.shared.config.clone();
         let bare = bare_policy(cfg.smtp.bare_line_endings);
         // floodgate's own Received line is part of what is relayed: it counts towards the size.
-        self.received = self.received_header().await;
-        let max = cfg
-            .smtp
-            .max_message_size
-            .saturating_sub(self.received.as_ref().map_or(0, |r| r.len() as u64));
+        self.transaction.received = self.received_header().await;
+        let max = cfg.smtp.max_message_size.saturating_sub(
+            self.transaction
+                .received
+                .as_ref()
+                .map_or(0, |r| r.len() as u64),
+        );
         // The message stays in the input buffer, already in its dot-stuffed wire form, unless
         // one of its lines has to change on the way (then it is copied into `body`).
         let mut decoder = DataDecoder::new(cfg.smtp.max_text_line, bare, max).held();
         let mut body = Vec::new();
         let mut wait = Wait::new(cfg.timeouts.command.0, cfg.timeouts.data.0);
-        self.client.set_bulk(true);
+        self.client.conn.set_bulk(true);
         // A size announced with MAIL (and allowed) is room made at once, not grown into.
-        let hint = usize::try_from(self.facts.message_size.min(max)).unwrap_or(0);
-        self.client.rbuf.reserve(hint.min(1 << 24));
+        let hint = usize::try_from(self.policy.facts.message_size.min(max)).unwrap_or(0);
+        self.client.conn.rbuf.reserve(hint.min(1 << 24));
         loop {
-            if decoder.feed_held(&mut self.client.rbuf, &mut body) {
+            if decoder.feed_held(&mut self.client.conn.rbuf, &mut body) {
                 break;
             }
-            if let Err(end) = self.client.fill(&mut wait, &self.stop).await {
+            if let Err(end) = self.client.conn.fill(&mut wait, &self.stop).await {
                 // The session ends here: what was held of the message is dropped, not moved.
-                self.client.rbuf.clear();
-                self.client.set_bulk(false);
+                self.client.conn.rbuf.clear();
+                self.client.conn.set_bulk(false);
                 let why = self.read_end(end);
-                info!(client = %self.ip_text, why, "message abandoned during DATA");
+                info!(client = %self.client.ip_text, why, "message abandoned during DATA");
                 self.abort_upstream_txn().await?;
                 return Ok(Flow::Close);
             }
         }
         // Taken before the read buffer shrinks, so only what follows the message is moved.
-        let wire = decoder.take_wire(&mut self.client.rbuf, body);
-        self.client.set_bulk(false);
+        let wire = decoder.take_wire(&mut self.client.conn.rbuf, body);
+        self.client.conn.set_bulk(false);
         self.finish_message(decoder.outcome(), Spooled::Data(wire))
             .await
     }
@@ -111,14 +109,18 @@ impl Session {
     /// limit says so, asked about at the message stage, and relayed with upstream's verdict
     /// going back to the client. A refused message is never relayed: upstream's transaction
     /// is reset.
-    pub(super) async fn finish_message(&mut self, outcome: DataOutcome, msg: Spooled) -> Handled {
+    pub(super) async fn finish_message(
+        &mut self,
+        outcome: DataOutcome,
+        msg: Spooled,
+    ) -> Result<Flow, UpstreamError> {
         self.tally.bytes += outcome.size;
         let refusal = outcome.rejection();
         if let Some(r) = refusal {
             info!(
-                client = %self.ip_text,
-                user = self.facts.user.as_deref().unwrap_or(""),
-                sender = self.facts.sender.as_deref().unwrap_or(""),
+                client = %self.client.ip_text,
+                user = self.policy.facts.user.as_deref().unwrap_or(""),
+                sender = self.policy.facts.sender.as_deref().unwrap_or(""),
                 recipients = self.dialogue.recipients(),
                 size = outcome.size,
                 code = r.code,
@@ -128,11 +130,11 @@ impl Session {
             self.tally.refused += 1;
             self.shared.metrics.refused.inc();
             self.tell_transaction(&format!("refused {}", r.code));
-            self.client.queue(&r);
+            self.client.conn.queue(&r);
             self.abort_upstream_txn().await?;
             return Ok(Flow::Next);
         }
-        self.facts.message_size = outcome.size;
+        self.policy.facts.message_size = outcome.size;
         // The header is parsed for the message's log line and for limits that read the
         // header From; with neither, nobody would see the result.
         let fields =
@@ -145,10 +147,10 @@ impl Session {
                 HeaderFields::default()
             };
         let message_id = fields.message_id;
-        self.facts.header_from = fields.from;
-        self.facts.subject = fields.subject;
+        self.policy.facts.header_from = fields.from;
+        self.policy.facts.subject = fields.subject;
         // Ratio limits leave auto-submitted messages out (the policy then reads headers).
-        self.facts.auto_submitted = self.shared.policy.reads_header_from()
+        self.policy.facts.auto_submitted = self.shared.policy.reads_header_from()
             && match &msg {
                 Spooled::Data(wire) => {
                     crate::smtp::auto_submitted::is_automatic(&header_section(wire.message()))
@@ -156,27 +158,19 @@ impl Session {
                 Spooled::Chunked(body) => crate::smtp::auto_submitted::is_automatic(body),
             };
         // The message keys, when some limit is keyed on one (else nothing is computed).
-        let null_sender = self.facts.sender.as_deref() == Some("");
-        self.facts.message_keys = match &msg {
+        let null_sender = self.policy.facts.sender.as_deref() == Some("");
+        self.policy.facts.message_keys = match &msg {
             Spooled::Data(wire) => self.shared.policy.message_keys(wire.message(), null_sender),
             Spooled::Chunked(body) => self.shared.policy.message_keys(body, null_sender),
         }
         .map(std::sync::Arc::new);
-        match self.judge(Stage::Message).await {
-            Judged::Go => {}
-            Judged::Answered => {
-                self.tell_transaction("refused by floodgate");
-                self.abort_upstream_txn().await?;
-                return Ok(Flow::Next);
-            }
-            Judged::Close => {
-                self.tell_transaction("refused by floodgate");
-                self.abort_upstream_txn().await?;
-                return Ok(Flow::Close);
-            }
+        if let Some(flow) = self.judge(Stage::Message).await {
+            self.tell_transaction("refused by floodgate");
+            self.abort_upstream_txn().await?;
+            return Ok(flow);
         }
-        let received = self.received.take();
-        if let Some(order) = self.hold.take() {
+        let received = self.transaction.received.take();
+        if let Some(order) = self.transaction.order.take() {
             self.tell_transaction(match order.answer {
                 crate::policy::TakenAnswer::Reroute => "rerouted",
                 crate::policy::TakenAnswer::Pace(_) => "paced",
@@ -214,12 +208,12 @@ impl Session {
         };
         self.tell_transaction(&format!("{verdict} {}", reply.code));
         info!(
-            client = %self.ip_text,
-            user = self.facts.user.as_deref().unwrap_or(""),
-            sender = self.facts.sender.as_deref().unwrap_or(""),
+            client = %self.client.ip_text,
+            user = self.policy.facts.user.as_deref().unwrap_or(""),
+            sender = self.policy.facts.sender.as_deref().unwrap_or(""),
             recipients = self.dialogue.recipients(),
             size = outcome.size,
-            from = self.facts.header_from.as_deref().unwrap_or(""),
+            from = self.policy.facts.header_from.as_deref().unwrap_or(""),
             message_id = message_id.as_deref().unwrap_or(""),
             upstream = reply.lines.last().map(String::as_str).unwrap_or(""),
             code = reply.code,
@@ -250,7 +244,7 @@ impl Session {
     /// never beginning with '.') and the policy's header lines, each kept to one line, with
     /// a leading '.' stuffed when the message goes as DATA.
     fn top_lines(&mut self, received: Option<&[u8]>, stuffed: bool) -> Vec<u8> {
-        let headers = self.policy.message_headers();
+        let headers = self.policy.session.message_headers();
         let mut top = Vec::with_capacity(received.map_or(0, <[u8]>::len) + 256 * headers.len());
         top.extend_from_slice(received.unwrap_or_default());
         for h in &headers {

@@ -53,11 +53,12 @@ impl Session {
         };
         if usable
             && self
-                .hold
+                .transaction
+                .order
                 .as_ref()
                 .is_none_or(|h| strength(&h.answer) < strength(&order.answer))
         {
-            self.hold = Some(order);
+            self.transaction.order = Some(order);
         }
     }
 
@@ -70,21 +71,21 @@ impl Session {
     /// Notes an accepted MAIL for a message that may be held.
     pub(super) fn note_mail(&mut self, cmd: &Command) {
         if self.may_take() {
-            self.envelope.mail = Some(argument(cmd));
+            self.transaction.envelope.mail = Some(argument(cmd));
         }
-        self.envelope.rcpts.clear();
+        self.transaction.envelope.rcpts.clear();
     }
 
     /// Notes an accepted RCPT: for a message that may be held, and for the message's line
     /// in the event log.
     pub(super) fn note_rcpt(&mut self, cmd: &Command) {
-        self.envelope.rcpts.push(argument(cmd));
+        self.transaction.envelope.rcpts.push(argument(cmd));
     }
 
     /// The message octets as floodgate relays them: its Received line and the policy's
     /// header lines on top, CRLF lines, not dot-stuffed.
     fn relayed_octets(&mut self, msg: &Spooled, received: Option<&[u8]>) -> Vec<u8> {
-        let headers = self.policy.message_headers();
+        let headers = self.policy.session.message_headers();
         let mut out = Vec::new();
         out.extend_from_slice(received.unwrap_or_default());
         for h in &headers {
@@ -122,25 +123,23 @@ impl Session {
                 _ => None,
             },
             time: now_secs(),
-            client: self.peer,
-            local: self.local,
+            client: self.client.peer,
+            local: self.client.local,
             name: kept_name(&names.name),
             reverse_name: kept_name(&names.reverse),
-            user: self.facts.user.clone(),
-            helo: self.facts.helo.clone(),
+            user: self.policy.facts.user.clone(),
+            helo: self.policy.facts.helo.clone(),
             proto: if self.dialogue.ehlo() {
                 "ESMTP"
             } else {
                 "SMTP"
             }
             .into(),
-            tls: self.client.tls_info().map(|t| t.to_string()),
-            mail: self
-                .envelope
-                .mail
-                .clone()
-                .unwrap_or_else(|| format!("<{}>", self.facts.sender.as_deref().unwrap_or(""))),
-            rcpts: self.envelope.rcpts.clone(),
+            tls: self.client.conn.tls_info().map(|t| t.to_string()),
+            mail: self.transaction.envelope.mail.clone().unwrap_or_else(|| {
+                format!("<{}>", self.policy.facts.sender.as_deref().unwrap_or(""))
+            }),
+            rcpts: self.transaction.envelope.rcpts.clone(),
         };
         (envelope, body)
     }
@@ -192,9 +191,9 @@ impl Session {
                 metrics.hold.held.inc();
                 if let Some(p) = paced {
                     info!(
-                        client = %self.ip_text,
-                        user = self.facts.user.as_deref().unwrap_or(""),
-                        sender = self.facts.sender.as_deref().unwrap_or(""),
+                        client = %self.client.ip_text,
+                        user = self.policy.facts.user.as_deref().unwrap_or(""),
+                        sender = self.policy.facts.sender.as_deref().unwrap_or(""),
                         recipients,
                         size,
                         id = %id,
@@ -211,9 +210,9 @@ impl Session {
                         .set(self.shared.paced.len() as i64);
                 } else {
                     info!(
-                        client = %self.ip_text,
-                        user = self.facts.user.as_deref().unwrap_or(""),
-                        sender = self.facts.sender.as_deref().unwrap_or(""),
+                        client = %self.client.ip_text,
+                        user = self.policy.facts.user.as_deref().unwrap_or(""),
+                        sender = self.policy.facts.sender.as_deref().unwrap_or(""),
                         recipients,
                         size,
                         id = %id,
@@ -233,7 +232,7 @@ impl Session {
                 self.heard(heard);
                 let flow = match answer {
                     Some(a) => {
-                        self.client.queue(&a);
+                        self.client.conn.queue(&a);
                         Flow::Next
                     }
                     None => Flow::Close,
@@ -247,7 +246,7 @@ impl Session {
                 // Full (its limits, or its disk or quota) or unwritable: one count, and the
                 // postmaster told (at most once a minute).
                 metrics.hold.refused.inc();
-                warn!(client = %self.ip_text, error = %e, full = e.is_full(), limit = %order.limit,
+                warn!(client = %self.client.ip_text, error = %e, full = e.is_full(), limit = %order.limit,
                     key = %order.key, "message not held: deferred");
                 if let Some(notice) = FULL_NOTICES.due(crate::store::now_micros()).then(|| {
                     spool_notice(
@@ -273,7 +272,7 @@ impl Session {
                     )
                 };
                 self.tally.refused += 1;
-                self.client.queue(&reply);
+                self.client.conn.queue(&reply);
                 self.reset_upstream().await?;
                 Ok(Flow::Next)
             }
