@@ -127,7 +127,7 @@ impl Session {
         let (upstream_ehlo, reply) = self.up()?.greet(name, ehlo, always_ehlo).await?;
         if let Some(p) = helo_problem(&reply) {
             // Never the client's answer: upstream refuses every command of this session.
-            return Ok(self.identity_refused(p).err().unwrap_or(Flow::Close));
+            return Ok(self.identity_refused(p).unwrap_or(Flow::Close));
         }
         let heard = self.dialogue.on_greeting(ehlo, upstream_ehlo, &reply);
         match self.heard(heard) {

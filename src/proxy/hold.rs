@@ -113,7 +113,7 @@ impl Session {
         received: Option<&[u8]>,
     ) -> (HeldEnvelope, Vec<u8>) {
         let body = self.relayed_octets(msg, received);
-        let names = self.client_names().await;
+        let names = self.client.names.get().await;
         let envelope = HeldEnvelope {
             id: new_id(),
             key: order.key.clone(),

@@ -53,6 +53,45 @@ impl ClientNames {
     }
 }
 
+/// One session's lookup of its client's names: started early, awaited when first needed.
+#[derive(Debug, Default)]
+pub(super) struct NameLookup {
+    /// The lookup under way.
+    task: Option<tokio::task::JoinHandle<ClientNames>>,
+    /// Its outcome, once awaited (or found in the cache).
+    names: Option<ClientNames>,
+}
+
+impl NameLookup {
+    /// Starts looking up `ip` with `resolver`: a client seen within the cache's lifetime
+    /// (most connections) needs no task.
+    pub(super) fn start(&mut self, resolver: &Arc<NameResolver>, ip: IpAddr) {
+        if let Some(names) = resolver.cached(ip) {
+            self.names = Some(names);
+            return;
+        }
+        let resolver = resolver.clone();
+        self.task = Some(tokio::spawn(async move { resolver.lookup(ip).await }));
+    }
+
+    /// The client's names: the lookup's outcome (waiting for it if needed, never past its
+    /// timeout), or none when no lookup was started.
+    pub(super) async fn get(&mut self) -> ClientNames {
+        if let Some(task) = self.task.take() {
+            let names = task
+                .await
+                .unwrap_or_else(|_| ClientNames::temp_unavailable());
+            self.names = Some(names);
+        }
+        self.names.clone().unwrap_or_default()
+    }
+
+    /// The client's names if the lookup has been awaited.
+    pub(super) fn known(&self) -> Option<&ClientNames> {
+        self.names.as_ref()
+    }
+}
+
 /// The outcome of one resolver call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup<T> {

@@ -20,8 +20,8 @@ use crate::smtp::reply::Reply;
 
 use super::client::{ClientConn, ReadEnd, Wait};
 use super::envelope::Envelope;
-use super::identity::{refusal_reply, xclient_offer_problem};
-use super::names::{ClientNames, NameResolver};
+use super::identity::{refusal_reply, refused_identity, xclient_offer_problem, IdentityProblem};
+use super::names::{NameLookup, NameResolver};
 use super::pool::pool_string;
 use super::stream::Stream;
 use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
@@ -98,10 +98,8 @@ pub(super) struct ClientSide {
     pub ip_text: IpText,
     /// The address it connected to, when upstream needs it (PROXY v2, XCLIENT).
     pub local: Option<SocketAddr>,
-    /// Its name lookup, started with the session.
-    pub names_task: Option<tokio::task::JoinHandle<ClientNames>>,
-    /// Its names, once looked up.
-    pub names: Option<ClientNames>,
+    /// Its names, looked up from the start of the session.
+    pub names: NameLookup,
 }
 
 /// What the policy sees of the session: its per-session state and the facts it is asked
@@ -217,8 +215,7 @@ impl Session {
                 peer,
                 ip_text: IpText::new(peer.ip()),
                 local,
-                names_task: None,
-                names: None,
+                names: NameLookup::default(),
             },
             upstream: None,
             policy: PolicyView {
@@ -300,7 +297,7 @@ impl Session {
             if let Some(p) = xclient_offer_problem(offered) {
                 // Nothing to send XCLIENT to: decided once, before the client is greeted.
                 self.dialogue.xclient_settled();
-                if self.identity_refused(p).is_err() {
+                if self.identity_refused(p).is_some() {
                     return "identity refused";
                 }
             }
@@ -437,6 +434,33 @@ impl Session {
                 return Err(self.read_end(end));
             }
         }
+    }
+
+    /// Starts the client's name lookup when something will use it (XCLIENT, the Received
+    /// line) and lookups are on; it runs while upstream is reached and the client greeted.
+    fn start_name_lookup(&mut self) {
+        let cfg = &self.shared.config;
+        let used = cfg.upstream.client_identity == ClientIdentity::Xclient || cfg.smtp.add_received;
+        if used && cfg.server.resolve_client_names {
+            self.client
+                .names
+                .start(&self.shared.names, self.client.peer.ip());
+        }
+    }
+
+    /// Handles an identity upstream did not take ([`refused_identity`]): `None` to go on
+    /// with floodgate's own address, `Some(Close)` once the refusal is queued.
+    pub(super) fn identity_refused(&mut self, problem: IdentityProblem) -> Option<Flow> {
+        let client = &self.client;
+        let refusal = refused_identity(
+            &problem,
+            &self.shared.config,
+            &self.shared.metrics,
+            &client.ip_text,
+            client.peer.port(),
+        )?;
+        self.client.conn.queue(&refusal);
+        Some(Flow::Close)
     }
 
     /// Queues the reply that goes with an end of input and names it for the log.

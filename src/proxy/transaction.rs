@@ -27,7 +27,7 @@ impl Session {
         let name = self
             .client
             .names
-            .as_ref()
+            .known()
             .and_then(|n| kept_name(&n.reverse));
         let key = incident_key(&self.policy.facts);
         self.shared.policy.transaction(&Transaction {
