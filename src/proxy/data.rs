@@ -115,55 +115,12 @@ impl Session {
         msg: Spooled,
     ) -> Result<Flow, UpstreamError> {
         self.tally.bytes += outcome.size;
-        let refusal = outcome.rejection();
-        if let Some(r) = refusal {
-            info!(
-                client = %self.client.ip_text,
-                user = self.policy.facts.user.as_deref().unwrap_or(""),
-                sender = self.policy.facts.sender.as_deref().unwrap_or(""),
-                recipients = self.dialogue.recipients(),
-                size = outcome.size,
-                code = r.code,
-                reason = r.text().as_str(),
-                "message refused"
-            );
-            self.tally.refused += 1;
-            self.shared.metrics.refused.inc();
-            self.tell_transaction(&format!("refused {}", r.code));
-            self.client.conn.queue(&r);
-            self.abort_upstream_txn().await?;
+        if let Some(r) = outcome.rejection() {
+            self.refuse_message(&r, outcome.size).await?;
             return Ok(Flow::Next);
         }
         self.policy.facts.message_size = outcome.size;
-        // The header is parsed for the message's log line and for limits that read the
-        // header From; with neither, nobody would see the result.
-        let fields =
-            if tracing::enabled!(tracing::Level::INFO) || self.shared.policy.reads_header_from() {
-                match &msg {
-                    Spooled::Data(wire) => header_fields::read(&header_section(wire.message())),
-                    Spooled::Chunked(body) => header_fields::read(body),
-                }
-            } else {
-                HeaderFields::default()
-            };
-        let message_id = fields.message_id;
-        self.policy.facts.header_from = fields.from;
-        self.policy.facts.subject = fields.subject;
-        // Ratio limits leave auto-submitted messages out (the policy then reads headers).
-        self.policy.facts.auto_submitted = self.shared.policy.reads_header_from()
-            && match &msg {
-                Spooled::Data(wire) => {
-                    crate::smtp::auto_submitted::is_automatic(&header_section(wire.message()))
-                }
-                Spooled::Chunked(body) => crate::smtp::auto_submitted::is_automatic(body),
-            };
-        // The message keys, when some limit is keyed on one (else nothing is computed).
-        let null_sender = self.policy.facts.sender.as_deref() == Some("");
-        self.policy.facts.message_keys = match &msg {
-            Spooled::Data(wire) => self.shared.policy.message_keys(wire.message(), null_sender),
-            Spooled::Chunked(body) => self.shared.policy.message_keys(body, null_sender),
-        }
-        .map(std::sync::Arc::new);
+        let message_id = self.read_message_facts(&msg);
         if let Some(flow) = self.judge(Stage::Message).await {
             self.tell_transaction("refused by floodgate");
             self.abort_upstream_txn().await?;
@@ -171,18 +128,8 @@ impl Session {
         }
         let received = self.transaction.received.take();
         if let Some(order) = self.transaction.order.take() {
-            self.tell_transaction(match order.answer {
-                crate::policy::TakenAnswer::Reroute => "rerouted",
-                crate::policy::TakenAnswer::Pace(_) => "paced",
-                crate::policy::TakenAnswer::Hold => "held",
-            });
-            if order.answer == crate::policy::TakenAnswer::Reroute {
-                return self
-                    .reroute_message(&msg, order, received.as_deref(), outcome.size)
-                    .await;
-            }
             return self
-                .hold_message(&msg, order, received.as_deref(), outcome.size)
+                .take_message(&msg, order, received.as_deref(), outcome.size)
                 .await;
         }
         let reply = match &msg {
@@ -193,13 +140,99 @@ impl Session {
             Spooled::Chunked(body) => self.relay_chunked(body, received.as_deref()).await,
         };
         drop(msg);
-        let reply = reply?;
+        self.relayed(reply?, outcome.size, message_id).await
+    }
+
+    /// A message over a limit of the data itself (size, line length, bare line endings):
+    /// logged, counted, told to the event log, answered with `refusal`, and upstream's
+    /// transaction reset.
+    async fn refuse_message(&mut self, refusal: &Reply, size: u64) -> Result<(), UpstreamError> {
+        info!(
+            client = %self.client.ip_text,
+            user = self.policy.facts.user.as_deref().unwrap_or(""),
+            sender = self.policy.facts.sender.as_deref().unwrap_or(""),
+            recipients = self.dialogue.recipients(),
+            size = size,
+            code = refusal.code,
+            reason = refusal.text().as_str(),
+            "message refused"
+        );
+        self.tally.refused += 1;
+        self.shared.metrics.refused.inc();
+        self.tell_transaction(&format!("refused {}", refusal.code));
+        self.client.conn.queue(refusal);
+        self.abort_upstream_txn().await
+    }
+
+    /// Reads what the policy and the message's log line need from the message into the
+    /// facts (header From, Subject, Auto-Submitted, message keys); the Message-ID is handed
+    /// back for the log line.
+    fn read_message_facts(&mut self, msg: &Spooled) -> Option<String> {
+        // The header is parsed for the message's log line and for limits that read the
+        // header From; with neither, nobody would see the result.
+        let fields =
+            if tracing::enabled!(tracing::Level::INFO) || self.shared.policy.reads_header_from() {
+                match msg {
+                    Spooled::Data(wire) => header_fields::read(&header_section(wire.message())),
+                    Spooled::Chunked(body) => header_fields::read(body),
+                }
+            } else {
+                HeaderFields::default()
+            };
+        self.policy.facts.header_from = fields.from;
+        self.policy.facts.subject = fields.subject;
+        // Ratio limits leave auto-submitted messages out (the policy then reads headers).
+        self.policy.facts.auto_submitted = self.shared.policy.reads_header_from()
+            && match msg {
+                Spooled::Data(wire) => {
+                    crate::smtp::auto_submitted::is_automatic(&header_section(wire.message()))
+                }
+                Spooled::Chunked(body) => crate::smtp::auto_submitted::is_automatic(body),
+            };
+        // The message keys, when some limit is keyed on one (else nothing is computed).
+        let null_sender = self.policy.facts.sender.as_deref() == Some("");
+        self.policy.facts.message_keys = match msg {
+            Spooled::Data(wire) => self.shared.policy.message_keys(wire.message(), null_sender),
+            Spooled::Chunked(body) => self.shared.policy.message_keys(body, null_sender),
+        }
+        .map(std::sync::Arc::new);
+        fields.message_id
+    }
+
+    /// A message floodgate takes instead of relaying it, as `order` says: rerouted to the
+    /// second smart host, or written to the hold spool (held or paced).
+    async fn take_message(
+        &mut self,
+        msg: &Spooled,
+        order: crate::policy::HoldOrder,
+        received: Option<&[u8]>,
+        size: u64,
+    ) -> Result<Flow, UpstreamError> {
+        self.tell_transaction(match order.answer {
+            crate::policy::TakenAnswer::Reroute => "rerouted",
+            crate::policy::TakenAnswer::Pace(_) => "paced",
+            crate::policy::TakenAnswer::Hold => "held",
+        });
+        if order.answer == crate::policy::TakenAnswer::Reroute {
+            return self.reroute_message(msg, order, received, size).await;
+        }
+        self.hold_message(msg, order, received, size).await
+    }
+
+    /// Upstream's verdict on a relayed message: counted, told to the event log, logged,
+    /// heard by the dialogue and the policy, and passed on to the client.
+    async fn relayed(
+        &mut self,
+        reply: Reply,
+        size: u64,
+        message_id: Option<String>,
+    ) -> Result<Flow, UpstreamError> {
         if reply.is_completion() {
             self.tally.messages += 1;
             self.tally.recipients += self.dialogue.recipients() as u64;
             self.shared
                 .metrics
-                .message_relayed(self.dialogue.recipients(), outcome.size);
+                .message_relayed(self.dialogue.recipients(), size);
         }
         let verdict = if reply.is_completion() {
             "relayed"
@@ -212,7 +245,7 @@ impl Session {
             user = self.policy.facts.user.as_deref().unwrap_or(""),
             sender = self.policy.facts.sender.as_deref().unwrap_or(""),
             recipients = self.dialogue.recipients(),
-            size = outcome.size,
+            size = size,
             from = self.policy.facts.header_from.as_deref().unwrap_or(""),
             message_id = message_id.as_deref().unwrap_or(""),
             upstream = reply.lines.last().map(String::as_str).unwrap_or(""),

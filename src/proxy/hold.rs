@@ -185,99 +185,137 @@ impl Session {
         let id = held.envelope.id.clone();
         let recipients = held.envelope.rcpts.len();
         let metrics = self.shared.metrics.clone();
-        let stored = store_blocking(spool, held, metrics.clone()).await;
-        match stored {
+        match store_blocking(spool, held, metrics).await {
             Ok(()) => {
-                metrics.hold.held.inc();
-                if let Some(p) = paced {
-                    info!(
-                        client = %self.client.ip_text,
-                        user = self.policy.facts.user.as_deref().unwrap_or(""),
-                        sender = self.policy.facts.sender.as_deref().unwrap_or(""),
-                        recipients,
-                        size,
-                        id = %id,
-                        limit = %order.limit,
-                        key = %order.key,
-                        rate = %p.rate,
-                        "message paced"
-                    );
-                    metrics.graded.paced.inc();
-                    self.shared.paced.add(p, clock_ms());
-                    metrics
-                        .graded
-                        .paced_waiting
-                        .set(self.shared.paced.len() as i64);
-                } else {
-                    info!(
-                        client = %self.client.ip_text,
-                        user = self.policy.facts.user.as_deref().unwrap_or(""),
-                        sender = self.policy.facts.sender.as_deref().unwrap_or(""),
-                        recipients,
-                        size,
-                        id = %id,
-                        limit = %order.limit,
-                        key = %order.key,
-                        "message held"
-                    );
-                }
-                self.tally.messages += 1;
-                self.tally.recipients += recipients as u64;
-                let reply = Reply::new(250, format!("2.0.0 Ok: queued as {id}"));
-                // The policy counts a held message as one the client sent.
-                let heard = self
-                    .dialogue
-                    .on_upstream(dialogue::Exchange::Message, &reply);
-                let answer = self.after_upstream(Stage::Message, reply).await;
-                self.heard(heard);
-                let flow = match answer {
-                    Some(a) => {
-                        self.client.conn.queue(&a);
-                        Flow::Next
-                    }
-                    None => Flow::Close,
+                let stored = Stored {
+                    id: &id,
+                    recipients,
+                    size,
                 };
-                // After the client's answer is queued: a failing upstream ends the session
-                // with a 421 after it, never instead of it (the message is safe on disk).
-                self.reset_upstream().await?;
-                Ok(flow)
+                self.note_stored(&order, paced, &stored);
+                self.answer_stored(&stored).await
             }
-            Err(e) => {
-                // Full (its limits, or its disk or quota) or unwritable: one count, and the
-                // postmaster told (at most once a minute).
-                metrics.hold.refused.inc();
-                warn!(client = %self.client.ip_text, error = %e, full = e.is_full(), limit = %order.limit,
-                    key = %order.key, "message not held: deferred");
-                if let Some(notice) = FULL_NOTICES.due(crate::store::now_micros()).then(|| {
-                    spool_notice(
-                        &e,
-                        &order,
-                        spool_settings,
-                        &self.shared.config.server.hostname,
-                    )
-                }) {
-                    self.shared.policy.notice(&notice);
-                }
-                self.reset_txn();
-                let host = &self.shared.config.server.hostname;
-                let reply = if e.is_full() {
-                    Reply::new(
-                        451,
-                        format!("4.3.1 {host} Insufficient system storage, try again later"),
-                    )
-                } else {
-                    Reply::new(
-                        451,
-                        format!("4.3.0 {host} Local error in processing, try again later"),
-                    )
-                };
-                self.tally.refused += 1;
-                self.client.conn.queue(&reply);
-                self.reset_upstream().await?;
-                Ok(Flow::Next)
-            }
+            Err(e) => self.spool_refused(&e, &order, spool_settings).await,
         }
     }
+
+    /// Counts and logs a message on disk, held or paced (a paced one joins the pace book).
+    fn note_stored(&mut self, order: &HoldOrder, paced: Option<Paced>, stored: &Stored<'_>) {
+        let metrics = self.shared.metrics.clone();
+        metrics.hold.held.inc();
+        let facts = &self.policy.facts;
+        let (recipients, size, id) = (stored.recipients, stored.size, stored.id);
+        if let Some(p) = paced {
+            info!(
+                client = %self.client.ip_text,
+                user = facts.user.as_deref().unwrap_or(""),
+                sender = facts.sender.as_deref().unwrap_or(""),
+                recipients,
+                size,
+                id = %id,
+                limit = %order.limit,
+                key = %order.key,
+                rate = %p.rate,
+                "message paced"
+            );
+            metrics.graded.paced.inc();
+            self.shared.paced.add(p, clock_ms());
+            metrics
+                .graded
+                .paced_waiting
+                .set(self.shared.paced.len() as i64);
+        } else {
+            info!(
+                client = %self.client.ip_text,
+                user = facts.user.as_deref().unwrap_or(""),
+                sender = facts.sender.as_deref().unwrap_or(""),
+                recipients,
+                size,
+                id = %id,
+                limit = %order.limit,
+                key = %order.key,
+                "message held"
+            );
+        }
+    }
+
+    /// Answers a message that is on disk with 250, as the policy hears it, then resets
+    /// upstream's transaction.
+    async fn answer_stored(&mut self, stored: &Stored<'_>) -> Result<Flow, UpstreamError> {
+        self.tally.messages += 1;
+        self.tally.recipients += stored.recipients as u64;
+        let reply = Reply::new(250, format!("2.0.0 Ok: queued as {}", stored.id));
+        // The policy counts a held message as one the client sent.
+        let heard = self
+            .dialogue
+            .on_upstream(dialogue::Exchange::Message, &reply);
+        let answer = self.after_upstream(Stage::Message, reply).await;
+        self.heard(heard);
+        let flow = match answer {
+            Some(a) => {
+                self.client.conn.queue(&a);
+                Flow::Next
+            }
+            None => Flow::Close,
+        };
+        // After the client's answer is queued: a failing upstream ends the session
+        // with a 421 after it, never instead of it (the message is safe on disk).
+        self.reset_upstream().await?;
+        Ok(flow)
+    }
+
+    /// The spool did not take the message: counted, logged, the postmaster told (at most
+    /// once a minute), the transaction dropped, the client answered 451, and upstream's
+    /// transaction reset.
+    async fn spool_refused(
+        &mut self,
+        e: &SpoolError,
+        order: &HoldOrder,
+        spool_settings: &crate::hold::HoldSettings,
+    ) -> Result<Flow, UpstreamError> {
+        // Full (its limits, or its disk or quota) or unwritable: one count, and the
+        // postmaster told (at most once a minute).
+        self.shared.metrics.hold.refused.inc();
+        warn!(client = %self.client.ip_text, error = %e, full = e.is_full(), limit = %order.limit,
+            key = %order.key, "message not held: deferred");
+        if let Some(notice) = FULL_NOTICES.due(crate::store::now_micros()).then(|| {
+            spool_notice(
+                e,
+                order,
+                spool_settings,
+                &self.shared.config.server.hostname,
+            )
+        }) {
+            self.shared.policy.notice(&notice);
+        }
+        self.reset_txn();
+        let host = &self.shared.config.server.hostname;
+        let reply = if e.is_full() {
+            Reply::new(
+                451,
+                format!("4.3.1 {host} Insufficient system storage, try again later"),
+            )
+        } else {
+            Reply::new(
+                451,
+                format!("4.3.0 {host} Local error in processing, try again later"),
+            )
+        };
+        self.tally.refused += 1;
+        self.client.conn.queue(&reply);
+        self.reset_upstream().await?;
+        Ok(Flow::Next)
+    }
+}
+
+/// A message the hold spool took: its id, and its counts for the log and the tally.
+struct Stored<'a> {
+    /// Its id in the spool.
+    id: &'a str,
+    /// Its recipients.
+    recipients: usize,
+    /// Its size as the client sent it.
+    size: u64,
 }
 
 /// How often the spool's refusals are told to the alerts, at most (per node).
