@@ -108,11 +108,6 @@ impl ClientConn {
         }
     }
 
-    /// Whether the client side is encrypted.
-    pub fn is_tls(&self) -> bool {
-        self.stream.as_ref().is_some_and(Stream::is_tls)
-    }
-
     /// TLS version and cipher, for logs: those of the session's TLS, also after
     /// [`close`](Self::close).
     pub fn tls_info(&self) -> Option<&str> {

@@ -193,16 +193,6 @@ impl NameCache {
         }
         self.entries.insert(ip, (now + ttl, names));
     }
-
-    /// Addresses kept.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether nothing is kept.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 }
 
 /// Name lookups with the system resolver, bounded and cached.
@@ -503,13 +493,13 @@ mod tests {
         );
         // Full: the entry expiring soonest (the temporary one) makes room.
         cache.insert(ip("192.0.2.3"), named.clone(), t0);
-        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.entries.len(), 2);
         assert!(cache.get(ip("192.0.2.2"), t0).is_none());
         assert!(cache.get(ip("192.0.2.1"), t0).is_some());
         // Expired entries go first.
         cache.insert(ip("192.0.2.4"), named, t0 + TTL);
-        assert_eq!(cache.len(), 1);
-        assert!(!cache.is_empty());
+        assert_eq!(cache.entries.len(), 1);
+        assert!(!cache.entries.is_empty());
     }
 
     #[test]
@@ -530,7 +520,7 @@ mod tests {
         let names = r.lookup(ip("127.0.0.1")).await;
         assert!(names.name.known().is_some(), "{names:?}");
         assert_eq!(names.name, names.reverse);
-        assert_eq!(r.cache.lock().unwrap().len(), 1);
+        assert_eq!(r.cache.lock().unwrap().entries.len(), 1);
         assert_eq!(r.lookup(ip("127.0.0.1")).await, names);
         // Known now without a lookup, also as the IPv4-mapped IPv6 address.
         assert_eq!(r.cached(ip("127.0.0.1")), Some(names.clone()));

@@ -260,11 +260,6 @@ impl Dialogue {
         self.upstream_pipelining
     }
 
-    /// BDAT chunks of the open transaction are under way.
-    pub fn chunks_under_way(&self) -> bool {
-        self.chunks
-    }
-
     /// STARTTLS is available now: possible on this listener and not yet done.
     pub fn starttls_available(&self) -> bool {
         self.settings.starttls && !self.tls
@@ -280,11 +275,6 @@ impl Dialogue {
     pub fn count_error(&mut self) -> bool {
         self.errors = self.errors.saturating_add(1);
         self.errors >= self.settings.max_errors
-    }
-
-    /// Protocol errors counted so far.
-    pub fn errors(&self) -> u32 {
-        self.errors
     }
 
     /// Whether XCLIENT is to be sent now, before the first HELO/EHLO is relayed: true once
