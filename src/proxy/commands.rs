@@ -42,17 +42,17 @@ impl Session {
                 Ok(self.refuse_with(&reply))
             }
             // The parts are borrowed from `cmd`, a local: no copies per command.
-            Step::Ask(stage) => match &cmd {
-                Command::Ehlo(name) | Command::Helo(name) => self.helo(stage, name).await,
+            Step::Ask(exchange) => match &cmd {
+                Command::Ehlo(name) | Command::Helo(name) => self.helo(exchange, name).await,
                 Command::Mail(m) => self.mail(&cmd, m).await,
                 Command::Rcpt(r) => self.rcpt(&cmd, r).await,
                 _ => Err(UpstreamError::Protocol(format!(
                     "{} asked at {:?}",
                     cmd.verb(),
-                    stage
+                    exchange
                 ))),
             },
-            Step::Relay(stage) => {
+            Step::Relay(exchange) => {
                 let r = self.up()?.relay(&cmd).await?;
                 // A NOOP, VRFY or EXPN took a pipelined MAIL with it. If upstream refused the
                 // sender, the transaction has ended: the client's next RCPT hears 503.
@@ -61,9 +61,9 @@ impl Session {
                     PipelinedMail::Refused(_) => self.reset_txn(),
                     PipelinedMail::Close => return Ok(Flow::Close),
                 }
-                let heard = self.dialogue.on_upstream(stage, &r);
+                let heard = self.dialogue.on_upstream(exchange, &r);
                 self.heard(heard);
-                if stage == dialogue::Exchange::Rset {
+                if exchange == dialogue::Exchange::Rset {
                     self.answer(r);
                 } else {
                     self.client.conn.queue(&r);
@@ -112,8 +112,12 @@ impl Session {
         }
     }
 
-    async fn helo(&mut self, stage: dialogue::Exchange, name: &str) -> Result<Flow, UpstreamError> {
-        let ehlo = stage == dialogue::Exchange::Ehlo;
+    async fn helo(
+        &mut self,
+        exchange: dialogue::Exchange,
+        name: &str,
+    ) -> Result<Flow, UpstreamError> {
+        let ehlo = exchange == dialogue::Exchange::Ehlo;
         self.policy.facts.helo = Some(name.to_string());
         if let Some(flow) = self.judge(Stage::Helo).await {
             return Ok(flow);
@@ -140,7 +144,7 @@ impl Session {
     async fn mail(&mut self, cmd: &Command, m: &MailFrom) -> Result<Flow, UpstreamError> {
         self.policy.set_fact(FactSlot::Sender, m.sender.as_str());
         self.policy.facts.message_size = dialogue::size_hint(m);
-        // A new transaction: only its own checks may hold it.
+        // A new transaction: only its own checks may have it taken (held, paced, rerouted).
         self.transaction.order = None;
         if let Some(flow) = self.judge(Stage::Mail).await {
             if flow == Flow::Next {

@@ -171,15 +171,21 @@ impl PolicyView {
 
 /// The state of one client session.
 pub struct Session {
+    /// What every session of the config generation shares.
     pub(super) shared: Arc<Shared>,
+    /// The client: its connection, where it came from, its names.
     pub(super) client: ClientSide,
     /// The upstream session (present for the whole command loop).
     pub(super) upstream: Option<Upstream>,
+    /// The policy's state for this session and the facts it is asked about.
     pub(super) policy: PolicyView,
     /// The protocol state and its sequencing rules.
     pub(super) dialogue: Dialogue,
+    /// What floodgate keeps of the transaction under way.
     pub(super) transaction: Transaction,
+    /// Fires when the session must end now (fast stop, the end of the shutdown grace).
     pub(super) stop: CancellationToken,
+    /// Counters for the session's log line.
     pub(super) tally: Tally,
 }
 
