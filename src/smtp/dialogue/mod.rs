@@ -260,6 +260,11 @@ impl Dialogue {
         self.upstream_pipelining
     }
 
+    /// BDAT chunks of the open transaction are under way.
+    pub fn chunks_under_way(&self) -> bool {
+        self.chunks
+    }
+
     /// STARTTLS is available now: possible on this listener and not yet done.
     pub fn starttls_available(&self) -> bool {
         self.settings.starttls && !self.tls

@@ -487,7 +487,7 @@ fn rset_is_relayed_and_abandons_the_transaction() {
         d.on_upstream(Exchange::Rset, &ok()),
         Heard::Reset { abandoned: true }
     );
-    assert!(!d.chunks);
+    assert!(!d.chunks_under_way());
     assert_eq!(d.on_command(&Command::Rset), Step::Relay(Exchange::Rset));
     assert_eq!(
         d.on_upstream(Exchange::Rset, &ok()),
@@ -778,7 +778,7 @@ fn exchange() -> impl Strategy<Value = Exchange> {
 fn check_invariants(d: &Dialogue) -> Result<(), TestCaseError> {
     prop_assert!(d.recipients() <= d.settings.max_recipients);
     prop_assert!(d.in_transaction() || d.recipients() == 0);
-    prop_assert!(d.in_transaction() || !d.chunks);
+    prop_assert!(d.in_transaction() || !d.chunks_under_way());
     prop_assert!(!d.in_transaction() || d.helo_seen());
     // A client that said HELO (or nothing yet) is offered no extension.
     prop_assert!(d.ehlo() || d.offered() == &Capabilities::default());
@@ -821,7 +821,7 @@ proptest! {
                 }
                 Step::Chunk { first } => {
                     prop_assert!(before.in_transaction() && before.recipients() > 0);
-                    prop_assert_eq!(first, !before.chunks);
+                    prop_assert_eq!(first, !before.chunks_under_way());
                     if last_taken {
                         d.on_upstream(Exchange::Message, &reply);
                     } else {
