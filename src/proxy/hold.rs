@@ -200,8 +200,8 @@ impl Session {
     }
 
     /// Counts and logs a message on disk, held or paced (a paced one joins the pace book).
-    fn note_stored(&mut self, order: &HoldOrder, paced: Option<Paced>, stored: &Stored<'_>) {
-        let metrics = self.shared.metrics.clone();
+    fn note_stored(&self, order: &HoldOrder, paced: Option<Paced>, stored: &Stored<'_>) {
+        let metrics = &self.shared.metrics;
         metrics.hold.held.inc();
         let facts = &self.policy.facts;
         let (recipients, size, id) = (stored.recipients, stored.size, stored.id);

@@ -261,52 +261,19 @@ impl Session {
         );
     }
 
+    /// The session from the connect stage to its end; what ended it, for the log line.
     async fn serve(&mut self) -> &'static str {
         if self.judge(Stage::Connect).await.is_some() {
             // A refusal at connect ends the session: there is nothing to go on with.
             return "refused at connect";
         }
         self.start_name_lookup();
-        let connected =
-            Upstream::connect(&self.shared.upstream, self.client.peer, self.client.local).await;
-        self.shared.metrics.upstream_connected(
-            connected.as_ref().err().map(UpstreamError::label),
-            self.shared.config.upstream.tls != TlsMode::None,
-        );
-        let greeting = match connected {
-            Ok((up, greeting)) => {
-                self.upstream = Some(up);
-                greeting
-            }
-            Err(UpstreamError::Identity(p)) => {
-                // Counted with the upstream outcome above.
-                error!(client = %self.client.ip_text, port = self.client.peer.port(), problem = %p,
-                    "upstream did not take the client's identity: refusing the client");
-                self.client
-                    .conn
-                    .queue(&refusal_reply(&self.shared.config.server.hostname));
-                return "identity refused";
-            }
-            Err(e) => {
-                warn!(client = %self.client.ip_text, error = %e, "upstream unavailable");
-                let r = e.client_reply(&self.shared.config.server.hostname);
-                self.client.conn.queue(&r);
-                return "upstream unavailable";
-            }
+        let greeting = match self.reach_upstream().await {
+            Ok(greeting) => greeting,
+            Err(end) => return end,
         };
-        if greeting.code == 220 && self.shared.upstream.identity() == ClientIdentity::Xclient {
-            let offered = &self
-                .upstream
-                .as_ref()
-                .map(|u| u.caps.xclient.clone())
-                .unwrap_or_default();
-            if let Some(p) = xclient_offer_problem(offered) {
-                // Nothing to send XCLIENT to: decided once, before the client is greeted.
-                self.dialogue.xclient_settled();
-                if self.identity_refused(p).is_some() {
-                    return "identity refused";
-                }
-            }
+        if greeting.code == 220 && self.xclient_unusable() {
+            return "identity refused";
         }
         let result = match greeting.class() {
             _ if greeting.code == 220 => {
@@ -334,6 +301,57 @@ impl Session {
                 "upstream failed"
             }
         }
+    }
+
+    /// Connects upstream and hands back its greeting; when that fails, the client's answer
+    /// is queued and what ended the session is handed back instead.
+    async fn reach_upstream(&mut self) -> Result<Reply, &'static str> {
+        let connected =
+            Upstream::connect(&self.shared.upstream, self.client.peer, self.client.local).await;
+        self.shared.metrics.upstream_connected(
+            connected.as_ref().err().map(UpstreamError::label),
+            self.shared.config.upstream.tls != TlsMode::None,
+        );
+        match connected {
+            Ok((up, greeting)) => {
+                self.upstream = Some(up);
+                Ok(greeting)
+            }
+            Err(UpstreamError::Identity(p)) => {
+                // Counted with the upstream outcome above.
+                error!(client = %self.client.ip_text, port = self.client.peer.port(), problem = %p,
+                    "upstream did not take the client's identity: refusing the client");
+                self.client
+                    .conn
+                    .queue(&refusal_reply(&self.shared.config.server.hostname));
+                Err("identity refused")
+            }
+            Err(e) => {
+                warn!(client = %self.client.ip_text, error = %e, "upstream unavailable");
+                let r = e.client_reply(&self.shared.config.server.hostname);
+                self.client.conn.queue(&r);
+                Err("upstream unavailable")
+            }
+        }
+    }
+
+    /// With XCLIENT identity, whether upstream's offer rules XCLIENT out and the client is
+    /// refused for it (refusal queued). Decided once, before the client is greeted.
+    fn xclient_unusable(&mut self) -> bool {
+        if self.shared.upstream.identity() != ClientIdentity::Xclient {
+            return false;
+        }
+        let offered = &self
+            .upstream
+            .as_ref()
+            .map(|u| u.caps.xclient.clone())
+            .unwrap_or_default();
+        let Some(p) = xclient_offer_problem(offered) else {
+            return false;
+        };
+        // Nothing to send XCLIENT to: it is never sent in this session.
+        self.dialogue.xclient_settled();
+        self.identity_refused(p).is_some()
     }
 
     /// Upstream refused the session in its greeting; that reply is already queued for the
