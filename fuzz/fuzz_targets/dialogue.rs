@@ -3,19 +3,19 @@
 //! never past the limit, a transaction only after HELO/EHLO, chunks only inside one).
 #![no_main]
 
-use floodgate::smtp::dialogue::{Dialogue, Settings, Stage, Step};
+use floodgate::smtp::dialogue::{Dialogue, Exchange, Settings, Step};
 use floodgate::smtp::{parse_command, Reply};
 use libfuzzer_sys::fuzz_target;
 
-const STAGES: [Stage; 8] = [
-    Stage::Helo,
-    Stage::Ehlo,
-    Stage::Auth,
-    Stage::Mail,
-    Stage::Rcpt,
-    Stage::Message,
-    Stage::Rset,
-    Stage::Other,
+const EXCHANGES: [Exchange; 8] = [
+    Exchange::Helo,
+    Exchange::Ehlo,
+    Exchange::Auth,
+    Exchange::Mail,
+    Exchange::Rcpt,
+    Exchange::Message,
+    Exchange::Rset,
+    Exchange::Other,
 ];
 
 /// An upstream answer chosen by `b`: its code, and for an EHLO a list of extensions.
@@ -59,8 +59,11 @@ fuzz_target!(|data: &[u8]| {
     // Lines separated by '\n'; a line starting with 0xff is an upstream answer instead.
     for line in rest.split(|&b| b == b'\n') {
         match line {
-            [0xff, stage, code, ..] => {
-                d.on_upstream(STAGES[usize::from(*stage) % STAGES.len()], &answer(*code));
+            [0xff, exchange, code, ..] => {
+                d.on_upstream(
+                    EXCHANGES[usize::from(*exchange) % EXCHANGES.len()],
+                    &answer(*code),
+                );
             }
             // A HELO or EHLO answered, the client's and floodgate's upstream verb apart.
             [0xfe, verbs, code, ..] => {
@@ -73,13 +76,13 @@ fuzz_target!(|data: &[u8]| {
                 if let Ok(cmd) = parse_command(line) {
                     let before = d.clone();
                     match d.on_command(&cmd) {
-                        Step::Ask(Stage::Rcpt) => {
+                        Step::Ask(Exchange::Rcpt) => {
                             assert!(before.in_transaction());
                             assert!(before.recipients() < settings.max_recipients);
-                            d.on_upstream(Stage::Rcpt, &answer(1));
+                            d.on_upstream(Exchange::Rcpt, &answer(1));
                         }
-                        Step::Ask(stage) | Step::Relay(stage) => {
-                            d.on_upstream(stage, &answer(line.len() as u8));
+                        Step::Ask(exchange) | Step::Relay(exchange) => {
+                            d.on_upstream(exchange, &answer(line.len() as u8));
                         }
                         Step::Data => assert!(before.in_transaction() && before.recipients() > 0),
                         Step::Chunk { .. } => {
@@ -87,7 +90,8 @@ fuzz_target!(|data: &[u8]| {
                             d.chunk_taken();
                         }
                         Step::StartTls => {
-                            assert!(!before.tls());
+                            // STARTTLS is offered only before TLS.
+                            assert!(before.starttls_available());
                             d.tls_started();
                         }
                         Step::Refuse { reply, .. } => {

@@ -9,10 +9,8 @@ use crate::smtp::dialogue::{self, replies, Heard};
 use crate::smtp::line::LineEvent;
 use crate::smtp::sasl::{Mechanism, SaslObserver};
 
-use super::session::{Flow, Judged, Session};
+use super::session::{Flow, Session};
 use super::upstream::UpstreamError;
-
-type Handled = Result<Flow, UpstreamError>;
 
 impl Session {
     /// One AUTH exchange with `mech`, the dialogue having allowed it.
@@ -21,13 +19,11 @@ impl Session {
         mech: Mechanism,
         mechanism: String,
         initial: Option<String>,
-    ) -> Handled {
-        self.facts.auth_attempt = None;
-        self.facts.auth_succeeded = false;
-        match self.judge(Stage::Auth).await {
-            Judged::Go => {}
-            Judged::Answered => return Ok(Flow::Next),
-            Judged::Close => return Ok(Flow::Close),
+    ) -> Result<Flow, UpstreamError> {
+        self.policy.facts.auth_attempt = None;
+        self.policy.facts.auth_succeeded = false;
+        if let Some(flow) = self.judge(Stage::Auth).await {
+            return Ok(flow);
         }
         let mut observer = SaslObserver::new(mech, initial.as_deref());
         let mut line = format!("AUTH {mechanism}").into_bytes();
@@ -40,17 +36,18 @@ impl Session {
         // Wipe our copy of the initial response: it may hold a password.
         line.iter_mut().for_each(|b| *b = 0);
         let max_cmd = self.shared.config().smtp.max_command_line;
-        self.framer
+        self.client
+            .framer
             .set_max_len(self.shared.config().smtp.max_auth_line);
         let result = loop {
             if reply.code != 334 {
                 break Ok(reply);
             }
-            self.client.queue(&reply);
+            self.client.conn.queue(&reply);
             let event = match self.next_event().await {
                 Ok(e) => e,
                 Err(_end) => {
-                    self.framer.set_max_len(max_cmd);
+                    self.client.framer.set_max_len(max_cmd);
                     // The client went away mid-exchange; cancel it upstream before QUIT.
                     let _ = self.up()?.command(b"*\r\n").await;
                     return Ok(Flow::Close);
@@ -74,28 +71,28 @@ impl Session {
                 }
             }
         };
-        self.framer.set_max_len(max_cmd);
+        self.client.framer.set_max_len(max_cmd);
         let reply = match result {
             Ok(r) => r,
             Err(local) => {
-                self.client.queue(&local);
+                self.client.conn.queue(&local);
                 return Ok(self.error_flow());
             }
         };
         let user = observer.username().map(str::to_string);
-        self.facts.auth_attempt = user.clone();
-        self.facts.auth_succeeded = reply.code == 235;
+        self.policy.facts.auth_attempt = user.clone();
+        self.policy.facts.auth_succeeded = reply.code == 235;
         self.shared.metrics.auth(reply.code == 235);
-        if self.dialogue.on_upstream(dialogue::Stage::Auth, &reply) == Heard::Accepted {
-            self.facts.user = user.clone();
-            info!(client = %self.ip_text, user = user.as_deref().unwrap_or(""), mechanism = %mechanism, "authenticated");
+        if self.dialogue.on_upstream(dialogue::Exchange::Auth, &reply) == Heard::Accepted {
+            self.policy.facts.user = user.clone();
+            info!(client = %self.client.ip_text, user = user.as_deref().unwrap_or(""), mechanism = %mechanism, "authenticated");
         } else {
-            info!(client = %self.ip_text, user = user.as_deref().unwrap_or(""), mechanism = %mechanism, code = reply.code, "authentication failed");
+            info!(client = %self.client.ip_text, user = user.as_deref().unwrap_or(""), mechanism = %mechanism, code = reply.code, "authentication failed");
         }
         let Some(reply) = self.after_upstream(Stage::Auth, reply).await else {
             return Ok(Flow::Close);
         };
-        self.client.queue(&reply);
+        self.client.conn.queue(&reply);
         Ok(Flow::Next)
     }
 }

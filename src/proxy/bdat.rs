@@ -15,21 +15,24 @@ use crate::smtp::reply::Reply;
 
 use super::client::{ReadEnd, Wait};
 use super::data::{bare_policy, Spooled};
-use super::session::{Flow, Judged, Session};
+use super::session::{Flow, Session};
 use super::upstream::UpstreamError;
-
-type Handled = Result<Flow, UpstreamError>;
 
 impl Session {
     /// One `BDAT size [LAST]` and its chunk, the dialogue having allowed it; `first`: the
     /// first chunk of its message.
-    pub(super) async fn bdat(&mut self, size: u64, last: bool, first: bool) -> Handled {
-        let mut body = match self.chunked.take() {
+    pub(super) async fn bdat(
+        &mut self,
+        size: u64,
+        last: bool,
+        first: bool,
+    ) -> Result<Flow, UpstreamError> {
+        let mut body = match self.transaction.chunked.take() {
             Some(body) if !first => body,
             _ => {
                 match self.judge(Stage::Data).await {
-                    Judged::Go => {}
-                    Judged::Answered => {
+                    None => {}
+                    Some(Flow::Next) => {
                         // The policy's reply is queued: the chunk is read and dropped, and
                         // the transaction ends so later chunks are not asked about again.
                         if let Err(end) = self.read_chunk(size, None).await {
@@ -38,12 +41,16 @@ impl Session {
                         self.abort_upstream_txn().await?;
                         return Ok(Flow::Next);
                     }
-                    Judged::Close => return Ok(Flow::Close),
+                    Some(Flow::Close) => return Ok(Flow::Close),
                 }
                 // floodgate's own Received line is part of what is relayed: it counts
                 // towards the size, as for DATA.
-                self.received = self.received_header().await;
-                let received = self.received.as_ref().map_or(0, |r| r.len() as u64);
+                self.transaction.received = self.received_header().await;
+                let received = self
+                    .transaction
+                    .received
+                    .as_ref()
+                    .map_or(0, |r| r.len() as u64);
                 let smtp = &self.shared.config().smtp;
                 ChunkedBody::new(
                     smtp.max_text_line,
@@ -53,7 +60,7 @@ impl Session {
             }
         };
         if !body.announce(size) {
-            info!(client = %self.ip_text, size = body.announced(), "message refused: chunks over max_message_size");
+            info!(client = %self.client.ip_text, size = body.announced(), "message refused: chunks over max_message_size");
             self.tally.refused += 1;
             self.shared.metrics.refused.inc();
             self.abort_upstream_txn().await?;
@@ -67,9 +74,9 @@ impl Session {
             return self.chunk_abandoned(end).await;
         }
         if !last {
-            self.chunked = Some(body);
+            self.transaction.chunked = Some(body);
             self.dialogue.chunk_taken();
-            self.client.queue(&replies::chunk_received(size));
+            self.client.conn.queue(&replies::chunk_received(size));
             return Ok(Flow::Next);
         }
         let outcome = body.finish();
@@ -87,27 +94,32 @@ impl Session {
         let mut wait = Wait::new(timeouts.command.0, timeouts.data.0);
         let mut reader = ChunkReader::new(size);
         // Reads of message size only for a chunk that is not in the buffer already.
-        let bulk = size > self.client.rbuf.len() as u64;
+        let bulk = size > self.client.conn.rbuf.len() as u64;
         if bulk {
-            self.client.set_bulk(true);
+            self.client.conn.set_bulk(true);
         }
         let res = loop {
-            if reader.feed(&mut self.client.rbuf, body.as_deref_mut()) {
+            if reader.feed(&mut self.client.conn.rbuf, body.as_deref_mut()) {
                 break Ok(());
             }
-            if let Err(end) = self.client.fill(&mut wait, &self.stop).await {
+            if let Err(end) = self.client.conn.fill(&mut wait, &self.stop).await {
                 break Err(end);
             }
         };
         if bulk {
-            self.client.set_bulk(false);
+            self.client.conn.set_bulk(false);
         }
         res
     }
 
     /// Reads and drops a chunk (so its octets are never read as commands, RFC 3030 §3),
     /// then queues `reply` for it; `error`: it counts as a protocol error.
-    pub(super) async fn discard_chunk(&mut self, size: u64, reply: &Reply, error: bool) -> Handled {
+    pub(super) async fn discard_chunk(
+        &mut self,
+        size: u64,
+        reply: &Reply,
+        error: bool,
+    ) -> Result<Flow, UpstreamError> {
         if let Err(end) = self.read_chunk(size, None).await {
             self.read_end(end);
             return Ok(Flow::Close);
@@ -115,15 +127,15 @@ impl Session {
         if error {
             return Ok(self.refuse_with(reply));
         }
-        self.client.queue(reply);
+        self.client.conn.queue(reply);
         Ok(Flow::Next)
     }
 
     /// The client went away (or timed out) inside a chunk: the message is dropped and
     /// upstream's transaction reset.
-    async fn chunk_abandoned(&mut self, end: ReadEnd) -> Handled {
+    async fn chunk_abandoned(&mut self, end: ReadEnd) -> Result<Flow, UpstreamError> {
         let why = self.read_end(end);
-        info!(client = %self.ip_text, why, "message abandoned during BDAT");
+        info!(client = %self.client.ip_text, why, "message abandoned during BDAT");
         if self.dialogue.in_transaction() {
             self.abort_upstream_txn().await?;
         }

@@ -108,11 +108,6 @@ impl ClientConn {
         }
     }
 
-    /// Whether the client side is encrypted.
-    pub fn is_tls(&self) -> bool {
-        self.stream.as_ref().is_some_and(Stream::is_tls)
-    }
-
     /// TLS version and cipher, for logs: those of the session's TLS, also after
     /// [`close`](Self::close).
     pub fn tls_info(&self) -> Option<&str> {
@@ -122,11 +117,6 @@ impl ClientConn {
     /// Queues a reply; it is sent at the next flush.
     pub fn queue(&mut self, reply: &Reply) {
         reply.write_to(&mut self.wbuf);
-    }
-
-    /// Queues raw reply bytes.
-    pub fn queue_bytes(&mut self, bytes: &[u8]) {
-        self.wbuf.extend_from_slice(bytes);
     }
 
     /// Sends everything queued.

@@ -10,17 +10,14 @@ use crate::smtp::dialogue::{self, replies, Heard, Step};
 use crate::smtp::reply::Reply;
 
 use super::identity::helo_problem;
-use super::session::{FactSlot, Flow, Judged, Session};
+use super::session::{FactSlot, Flow, Session};
 use super::upstream::UpstreamError;
 
-type Handled = Result<Flow, UpstreamError>;
-
-/// What became of a MAIL that went upstream with a later command.
-enum LateMail {
-    /// No MAIL went with it.
-    None,
-    /// Upstream accepted the sender.
-    Accepted,
+/// What became of a MAIL pipelined upstream with the command just relayed: floodgate
+/// answered the client's MAIL itself, so a refusal heard now ends the transaction late.
+enum PipelinedMail {
+    /// No MAIL went with the command, or upstream accepted the sender.
+    Stands,
     /// Upstream refused the sender: the answer the client gets instead of the command's.
     Refused(Reply),
     /// The policy ended the session on upstream's answer (already queued for the client).
@@ -29,47 +26,47 @@ enum LateMail {
 
 impl Session {
     /// Runs one parsed command.
-    pub(super) async fn dispatch(&mut self, cmd: Command) -> Handled {
+    pub(super) async fn dispatch(&mut self, cmd: Command) -> Result<Flow, UpstreamError> {
         match self.dialogue.on_command(&cmd) {
             Step::Reply(reply) => {
-                self.client.queue(&reply);
+                self.client.conn.queue(&reply);
                 Ok(Flow::Next)
             }
             Step::Refuse { reply, note } => {
                 if let Some(note) = note {
-                    info!(client = %self.ip_text, listener = %self.listener.name, "{note}");
+                    info!(client = %self.client.ip_text, listener = %self.client.listener.name, "{note}");
                 }
                 if let Command::Unknown(verb) = &cmd {
-                    info!(client = %self.ip_text, verb = %verb, "unknown command");
+                    info!(client = %self.client.ip_text, verb = %verb, "unknown command");
                 }
                 Ok(self.refuse_with(&reply))
             }
             // The parts are borrowed from `cmd`, a local: no copies per command.
-            Step::Ask(stage) => match &cmd {
-                Command::Ehlo(name) | Command::Helo(name) => self.helo(stage, name).await,
+            Step::Ask(exchange) => match &cmd {
+                Command::Ehlo(name) | Command::Helo(name) => self.helo(exchange, name).await,
                 Command::Mail(m) => self.mail(&cmd, m).await,
                 Command::Rcpt(r) => self.rcpt(&cmd, r).await,
                 _ => Err(UpstreamError::Protocol(format!(
                     "{} asked at {:?}",
                     cmd.verb(),
-                    stage
+                    exchange
                 ))),
             },
-            Step::Relay(stage) => {
+            Step::Relay(exchange) => {
                 let r = self.up()?.relay(&cmd).await?;
-                // A NOOP, VRFY or EXPN took a held MAIL with it. If upstream refused the
+                // A NOOP, VRFY or EXPN took a pipelined MAIL with it. If upstream refused the
                 // sender, the transaction has ended: the client's next RCPT hears 503.
-                match self.late_mail().await {
-                    LateMail::None | LateMail::Accepted => {}
-                    LateMail::Refused(_) => self.reset_txn(),
-                    LateMail::Close => return Ok(Flow::Close),
+                match self.pipelined_mail().await {
+                    PipelinedMail::Stands => {}
+                    PipelinedMail::Refused(_) => self.reset_txn(),
+                    PipelinedMail::Close => return Ok(Flow::Close),
                 }
-                let heard = self.dialogue.on_upstream(stage, &r);
+                let heard = self.dialogue.on_upstream(exchange, &r);
                 self.heard(heard);
-                if stage == dialogue::Stage::Rset {
+                if exchange == dialogue::Exchange::Rset {
                     self.answer(r);
                 } else {
-                    self.client.queue(&r);
+                    self.client.conn.queue(&r);
                 }
                 Ok(Flow::Next)
             }
@@ -94,33 +91,36 @@ impl Session {
             Step::StartTls => self.starttls().await,
             Step::Quit => {
                 let host = &self.shared.config().server.hostname;
-                self.client.queue(&replies::closing(host));
+                self.client.conn.queue(&replies::closing(host));
                 Ok(Flow::Close)
             }
             Step::ProxyHeader => {
                 // Going on would count every client behind a misconfigured load balancer
                 // as the balancer's address, so refuse loudly instead.
-                warn!(client = %self.ip_text, listener = %self.listener.name,
+                warn!(client = %self.client.ip_text, listener = %self.client.listener.name,
                     "PROXY header from a peer not trusted for it: closing (see [server] trusted_proxies and the listener's proxy_protocol)");
                 let host = &self.shared.config().server.hostname;
                 self.client
-                    .queue(&replies::proxy_header_refused(host, self.peer.ip()));
+                    .conn
+                    .queue(&replies::proxy_header_refused(host, self.client.peer.ip()));
                 Ok(Flow::Close)
             }
             Step::Close(reply) => {
-                self.client.queue(&reply);
+                self.client.conn.queue(&reply);
                 Ok(Flow::Close)
             }
         }
     }
 
-    async fn helo(&mut self, stage: dialogue::Stage, name: &str) -> Handled {
-        let ehlo = stage == dialogue::Stage::Ehlo;
-        self.facts.helo = Some(name.to_string());
-        match self.judge(Stage::Helo).await {
-            Judged::Go => {}
-            Judged::Answered => return Ok(Flow::Next),
-            Judged::Close => return Ok(Flow::Close),
+    async fn helo(
+        &mut self,
+        exchange: dialogue::Exchange,
+        name: &str,
+    ) -> Result<Flow, UpstreamError> {
+        let ehlo = exchange == dialogue::Exchange::Ehlo;
+        self.policy.facts.helo = Some(name.to_string());
+        if let Some(flow) = self.judge(Stage::Helo).await {
+            return Ok(flow);
         }
         if self.dialogue.xclient_due() {
             if let Some(flow) = self.send_xclient(name, ehlo).await? {
@@ -131,76 +131,75 @@ impl Session {
         let (upstream_ehlo, reply) = self.up()?.greet(name, ehlo, always_ehlo).await?;
         if let Some(p) = helo_problem(&reply) {
             // Never the client's answer: upstream refuses every command of this session.
-            return Ok(self.identity_refused(p).err().unwrap_or(Flow::Close));
+            return Ok(self.identity_refused(p).unwrap_or(Flow::Close));
         }
         let heard = self.dialogue.on_greeting(ehlo, upstream_ehlo, &reply);
         match self.heard(heard) {
-            Some(filtered) => self.client.queue(&filtered),
-            None => self.client.queue(&reply),
+            Some(filtered) => self.client.conn.queue(&filtered),
+            None => self.client.conn.queue(&reply),
         }
         Ok(Flow::Next)
     }
 
-    async fn mail(&mut self, cmd: &Command, m: &MailFrom) -> Handled {
-        self.set_fact(FactSlot::Sender, m.sender.as_str());
-        self.facts.message_size = dialogue::size_hint(m);
-        // A new transaction: only its own checks may hold it.
-        self.hold = None;
-        match self.judge(Stage::Mail).await {
-            Judged::Go => {}
-            Judged::Answered => {
-                self.facts.sender = None;
-                return Ok(Flow::Next);
+    async fn mail(&mut self, cmd: &Command, m: &MailFrom) -> Result<Flow, UpstreamError> {
+        self.policy.set_fact(FactSlot::Sender, m.sender.as_str());
+        self.policy.facts.message_size = dialogue::size_hint(m);
+        // A new transaction: only its own checks may have it taken (held, paced, rerouted).
+        self.transaction.order = None;
+        if let Some(flow) = self.judge(Stage::Mail).await {
+            if flow == Flow::Next {
+                // Answered by the policy: no transaction, no sender.
+                self.policy.facts.sender = None;
             }
-            Judged::Close => return Ok(Flow::Close),
+            return Ok(flow);
         }
         // A declared size over the SIZE announced to the client (upstream's, or floodgate's
         // own if smaller) waits for upstream's refusal at MAIL, where the client expects it.
         let size_fits = match self.dialogue.offered().size {
-            Some(limit) if limit > 0 => self.facts.message_size <= limit,
+            Some(limit) if limit > 0 => self.policy.facts.message_size <= limit,
             _ => true,
         };
         if size_fits && self.shared.upstream.pipelining() && self.dialogue.upstream_pipelining() {
             // The MAIL goes upstream with the next command, normally the first RCPT, and
-            // upstream's answer to it is heard then (`late_mail`).
-            self.up()?.hold(cmd);
+            // upstream's answer to it is heard then (`pipelined_mail`).
+            self.up()?.pipeline_mail(cmd);
             let reply = replies::sender_ok();
-            if self.dialogue.on_upstream(dialogue::Stage::Mail, &reply) == Heard::Accepted {
+            if self.dialogue.on_upstream(dialogue::Exchange::Mail, &reply) == Heard::Accepted {
                 self.note_mail(cmd);
             }
-            self.client.queue(&reply);
+            self.client.conn.queue(&reply);
             return Ok(Flow::Next);
         }
         let reply = self.up()?.relay(cmd).await?;
         let Some(reply) = self.after_upstream(Stage::Mail, reply).await else {
             return Ok(Flow::Close);
         };
-        match self.dialogue.on_upstream(dialogue::Stage::Mail, &reply) {
+        match self.dialogue.on_upstream(dialogue::Exchange::Mail, &reply) {
             Heard::Accepted => self.note_mail(cmd),
-            _ => self.facts.sender = None,
+            _ => self.policy.facts.sender = None,
         }
         self.answer(reply);
         Ok(Flow::Next)
     }
 
-    async fn rcpt(&mut self, cmd: &Command, r: &RcptTo) -> Handled {
-        self.set_fact(FactSlot::Recipient, r.recipient.as_str());
+    async fn rcpt(&mut self, cmd: &Command, r: &RcptTo) -> Result<Flow, UpstreamError> {
+        self.policy
+            .set_fact(FactSlot::Recipient, r.recipient.as_str());
         let mut normalized = self
+            .policy
             .facts
             .recipient_normalized
             .take()
-            .unwrap_or_else(|| self.pooled(""));
+            .unwrap_or_else(|| self.policy.pooled(""));
         r.recipient.normalized_into(&mut normalized);
-        self.facts.recipient_normalized = Some(normalized);
-        match self.judge(Stage::Rcpt).await {
-            Judged::Go => {}
-            Judged::Answered => return Ok(Flow::Next),
-            Judged::Close => return Ok(Flow::Close),
+        self.policy.facts.recipient_normalized = Some(normalized);
+        if let Some(flow) = self.judge(Stage::Rcpt).await {
+            return Ok(flow);
         }
         let reply = self.up()?.relay(cmd).await?;
-        match self.late_mail().await {
-            LateMail::None | LateMail::Accepted => {}
-            LateMail::Refused(refusal) => {
+        match self.pipelined_mail().await {
+            PipelinedMail::Stands => {}
+            PipelinedMail::Refused(refusal) => {
                 // Upstream answered this RCPT too (a 503: it has no transaction). The policy
                 // hears that answer, as it hears every answer to a relayed RCPT; the client
                 // hears why there is no transaction.
@@ -212,14 +211,14 @@ impl Session {
                 self.answer(refusal);
                 return Ok(Flow::Next);
             }
-            LateMail::Close => return Ok(Flow::Close),
+            PipelinedMail::Close => return Ok(Flow::Close),
         }
         let Some(reply) = self.after_upstream(Stage::Rcpt, reply).await else {
             return Ok(Flow::Close);
         };
-        if self.dialogue.on_upstream(dialogue::Stage::Rcpt, &reply) == Heard::Accepted {
+        if self.dialogue.on_upstream(dialogue::Exchange::Rcpt, &reply) == Heard::Accepted {
             self.note_rcpt(cmd);
-            self.facts.recipients_count = self.dialogue.recipients();
+            self.policy.facts.recipients_count = self.dialogue.recipients();
         }
         self.answer(reply);
         Ok(Flow::Next)
@@ -228,30 +227,30 @@ impl Session {
     /// Upstream's answer to a MAIL that went with the command just relayed, heard by the
     /// policy as every answer to MAIL is. After a refusal the caller ends the transaction
     /// floodgate opened when it answered the MAIL itself (`reset_txn`).
-    async fn late_mail(&mut self) -> LateMail {
-        let Some(up) = self.up.as_mut() else {
-            return LateMail::None;
+    async fn pipelined_mail(&mut self) -> PipelinedMail {
+        let Some(up) = self.upstream.as_mut() else {
+            return PipelinedMail::Stands;
         };
-        let Some(reply) = up.take_late() else {
-            return LateMail::None;
+        let Some(reply) = up.take_mail_answer() else {
+            return PipelinedMail::Stands;
         };
         let Some(reply) = self.after_upstream(Stage::Mail, reply).await else {
-            return LateMail::Close;
+            return PipelinedMail::Close;
         };
         if reply.is_completion() {
-            if let Some(up) = self.up.as_mut() {
+            if let Some(up) = self.upstream.as_mut() {
                 up.recycle(reply);
             }
-            return LateMail::Accepted;
+            return PipelinedMail::Stands;
         }
         info!(
-            client = %self.ip_text,
-            sender = self.facts.sender.as_deref().unwrap_or(""),
+            client = %self.client.ip_text,
+            sender = self.policy.facts.sender.as_deref().unwrap_or(""),
             code = reply.code,
             upstream = reply.lines.last().map(String::as_str).unwrap_or(""),
             "sender refused upstream after MAIL was answered"
         );
-        LateMail::Refused(reply)
+        PipelinedMail::Refused(reply)
     }
 
     /// Tells the policy what upstream answered; it may delay the answer, or (for a reply
@@ -260,13 +259,23 @@ impl Session {
     /// then any 421), so a client never misses a success upstream gave.
     pub(super) async fn after_upstream(&mut self, stage: Stage, reply: Reply) -> Option<Reply> {
         let replaceable = !reply.is_completion() && !reply.is_intermediate();
-        let verdict = match self.policy.after_upstream_now(stage, &self.facts, &reply) {
-            Some(v) => v,
-            None => self.policy.after_upstream(stage, &self.facts, &reply).await,
-        };
+        let verdict =
+            match self
+                .policy
+                .session
+                .after_upstream_now(stage, &self.policy.facts, &reply)
+            {
+                Some(v) => v,
+                None => {
+                    self.policy
+                        .session
+                        .after_upstream(stage, &self.policy.facts, &reply)
+                        .await
+                }
+            };
         match verdict {
             Verdict::Delay(d) if !self.pause(d).await => {
-                self.client.queue(&reply);
+                self.client.conn.queue(&reply);
                 self.stopped();
                 None
             }
@@ -274,21 +283,21 @@ impl Session {
             Verdict::Disconnect(r) if replaceable => {
                 self.tally.refused += 1;
                 self.shared.metrics.refused.inc();
-                self.client.queue(&r);
+                self.client.conn.queue(&r);
                 None
             }
             _ => Some(reply),
         }
     }
 
-    async fn starttls(&mut self) -> Handled {
+    async fn starttls(&mut self) -> Result<Flow, UpstreamError> {
         let Some(acceptor) = self.shared.tls.clone() else {
             // The dialogue offers STARTTLS only with a certificate.
             return Ok(self.refuse_with(&replies::starttls_unavailable()));
         };
-        self.client.queue(&replies::ready_for_tls());
+        self.client.conn.queue(&replies::ready_for_tls());
         let handshake = self.shared.config().timeouts.tls_handshake.0;
-        let handshake = self.client.starttls(&acceptor, handshake).await;
+        let handshake = self.client.conn.starttls(&acceptor, handshake).await;
         self.shared
             .metrics
             .tls_handshake(crate::metrics::Side::Client, handshake.is_ok());
@@ -296,22 +305,22 @@ impl Session {
             Ok(discarded) => {
                 if discarded > 0 {
                     warn!(
-                        client = %self.ip_text,
+                        client = %self.client.ip_text,
                         discarded,
                         "discarded bytes pipelined after STARTTLS (CVE-2011-0411)"
                     );
                 }
                 // RFC 3207 §4.2: forget everything learned before TLS.
-                self.framer =
+                self.client.framer =
                     crate::smtp::line::LineFramer::new(self.shared.config().smtp.max_command_line);
-                self.facts.helo = None;
-                self.facts.tls = true;
+                self.policy.facts.helo = None;
+                self.policy.facts.tls = true;
                 let abandoned = self.dialogue.tls_started();
                 self.forget_txn(abandoned);
                 Ok(Flow::Next)
             }
             Err(e) => {
-                info!(client = %self.ip_text, port = self.peer.port(), listener = %self.listener.name, error = %e, "STARTTLS handshake failed");
+                info!(client = %self.client.ip_text, port = self.client.peer.port(), listener = %self.client.listener.name, error = %e, "STARTTLS handshake failed");
                 Ok(Flow::Close)
             }
         }

@@ -21,10 +21,8 @@ use crate::smtp::header_fields::{self, header_end, HeaderFields};
 use crate::smtp::reply::Reply;
 
 use super::client::Wait;
-use super::session::{Flow, Judged, Session};
+use super::session::{Flow, Session};
 use super::upstream::UpstreamError;
-
-type Handled = Result<Flow, UpstreamError>;
 
 /// The decoder's policy for `[smtp] bare_line_endings`.
 pub(super) fn bare_policy(b: BareLineEndings) -> BarePolicy {
@@ -62,47 +60,47 @@ fn header_section(stuffed: &[u8]) -> std::borrow::Cow<'_, [u8]> {
 
 impl Session {
     /// DATA, the dialogue having allowed it: the data stage, 354, the message spooled.
-    pub(super) async fn data(&mut self) -> Handled {
-        match self.judge(Stage::Data).await {
-            Judged::Go => {}
-            Judged::Answered => return Ok(Flow::Next),
-            Judged::Close => return Ok(Flow::Close),
+    pub(super) async fn data(&mut self) -> Result<Flow, UpstreamError> {
+        if let Some(flow) = self.judge(Stage::Data).await {
+            return Ok(flow);
         }
-        self.client.queue(replies::start_data());
+        self.client.conn.queue(replies::start_data());
         let cfg = self.shared.config().clone();
         let bare = bare_policy(cfg.smtp.bare_line_endings);
         // floodgate's own Received line is part of what is relayed: it counts towards the size.
-        self.received = self.received_header().await;
-        let max = cfg
-            .smtp
-            .max_message_size
-            .saturating_sub(self.received.as_ref().map_or(0, |r| r.len() as u64));
+        self.transaction.received = self.received_header().await;
+        let max = cfg.smtp.max_message_size.saturating_sub(
+            self.transaction
+                .received
+                .as_ref()
+                .map_or(0, |r| r.len() as u64),
+        );
         // The message stays in the input buffer, already in its dot-stuffed wire form, unless
         // one of its lines has to change on the way (then it is copied into `body`).
         let mut decoder = DataDecoder::new(cfg.smtp.max_text_line, bare, max).held();
         let mut body = Vec::new();
         let mut wait = Wait::new(cfg.timeouts.command.0, cfg.timeouts.data.0);
-        self.client.set_bulk(true);
+        self.client.conn.set_bulk(true);
         // A size announced with MAIL (and allowed) is room made at once, not grown into.
-        let hint = usize::try_from(self.facts.message_size.min(max)).unwrap_or(0);
-        self.client.rbuf.reserve(hint.min(1 << 24));
+        let hint = usize::try_from(self.policy.facts.message_size.min(max)).unwrap_or(0);
+        self.client.conn.rbuf.reserve(hint.min(1 << 24));
         loop {
-            if decoder.feed_held(&mut self.client.rbuf, &mut body) {
+            if decoder.feed_held(&mut self.client.conn.rbuf, &mut body) {
                 break;
             }
-            if let Err(end) = self.client.fill(&mut wait, &self.stop).await {
+            if let Err(end) = self.client.conn.fill(&mut wait, &self.stop).await {
                 // The session ends here: what was held of the message is dropped, not moved.
-                self.client.rbuf.clear();
-                self.client.set_bulk(false);
+                self.client.conn.rbuf.clear();
+                self.client.conn.set_bulk(false);
                 let why = self.read_end(end);
-                info!(client = %self.ip_text, why, "message abandoned during DATA");
+                info!(client = %self.client.ip_text, why, "message abandoned during DATA");
                 self.abort_upstream_txn().await?;
                 return Ok(Flow::Close);
             }
         }
         // Taken before the read buffer shrinks, so only what follows the message is moved.
-        let wire = decoder.take_wire(&mut self.client.rbuf, body);
-        self.client.set_bulk(false);
+        let wire = decoder.take_wire(&mut self.client.conn.rbuf, body);
+        self.client.conn.set_bulk(false);
         self.finish_message(decoder.outcome(), Spooled::Data(wire))
             .await
     }
@@ -111,84 +109,27 @@ impl Session {
     /// limit says so, asked about at the message stage, and relayed with upstream's verdict
     /// going back to the client. A refused message is never relayed: upstream's transaction
     /// is reset.
-    pub(super) async fn finish_message(&mut self, outcome: DataOutcome, msg: Spooled) -> Handled {
+    pub(super) async fn finish_message(
+        &mut self,
+        outcome: DataOutcome,
+        msg: Spooled,
+    ) -> Result<Flow, UpstreamError> {
         self.tally.bytes += outcome.size;
-        let refusal = outcome.rejection();
-        if let Some(r) = refusal {
-            info!(
-                client = %self.ip_text,
-                user = self.facts.user.as_deref().unwrap_or(""),
-                sender = self.facts.sender.as_deref().unwrap_or(""),
-                recipients = self.dialogue.recipients(),
-                size = outcome.size,
-                code = r.code,
-                reason = r.text().as_str(),
-                "message refused"
-            );
-            self.tally.refused += 1;
-            self.shared.metrics.refused.inc();
-            self.tell_transaction(&format!("refused {}", r.code));
-            self.client.queue(&r);
-            self.abort_upstream_txn().await?;
+        if let Some(r) = outcome.rejection() {
+            self.refuse_message(&r, outcome.size).await?;
             return Ok(Flow::Next);
         }
-        self.facts.message_size = outcome.size;
-        // The header is parsed for the message's log line and for limits that read the
-        // header From; with neither, nobody would see the result.
-        let fields =
-            if tracing::enabled!(tracing::Level::INFO) || self.shared.policy.reads_header_from() {
-                match &msg {
-                    Spooled::Data(wire) => header_fields::read(&header_section(wire.message())),
-                    Spooled::Chunked(body) => header_fields::read(body),
-                }
-            } else {
-                HeaderFields::default()
-            };
-        let message_id = fields.message_id;
-        self.facts.header_from = fields.from;
-        self.facts.subject = fields.subject;
-        // Ratio limits leave auto-submitted messages out (the policy then reads headers).
-        self.facts.auto_submitted = self.shared.policy.reads_header_from()
-            && match &msg {
-                Spooled::Data(wire) => {
-                    crate::smtp::auto_submitted::is_automatic(&header_section(wire.message()))
-                }
-                Spooled::Chunked(body) => crate::smtp::auto_submitted::is_automatic(body),
-            };
-        // The message keys, when some limit is keyed on one (else nothing is computed).
-        let null_sender = self.facts.sender.as_deref() == Some("");
-        self.facts.message_keys = match &msg {
-            Spooled::Data(wire) => self.shared.policy.message_keys(wire.message(), null_sender),
-            Spooled::Chunked(body) => self.shared.policy.message_keys(body, null_sender),
+        self.policy.facts.message_size = outcome.size;
+        let message_id = self.read_message_facts(&msg);
+        if let Some(flow) = self.judge(Stage::Message).await {
+            self.tell_transaction("refused by floodgate");
+            self.abort_upstream_txn().await?;
+            return Ok(flow);
         }
-        .map(std::sync::Arc::new);
-        match self.judge(Stage::Message).await {
-            Judged::Go => {}
-            Judged::Answered => {
-                self.tell_transaction("refused by floodgate");
-                self.abort_upstream_txn().await?;
-                return Ok(Flow::Next);
-            }
-            Judged::Close => {
-                self.tell_transaction("refused by floodgate");
-                self.abort_upstream_txn().await?;
-                return Ok(Flow::Close);
-            }
-        }
-        let received = self.received.take();
-        if let Some(order) = self.hold.take() {
-            self.tell_transaction(match order.answer {
-                crate::policy::TakenAnswer::Reroute => "rerouted",
-                crate::policy::TakenAnswer::Pace(_) => "paced",
-                crate::policy::TakenAnswer::Hold => "held",
-            });
-            if order.answer == crate::policy::TakenAnswer::Reroute {
-                return self
-                    .reroute_message(&msg, order, received.as_deref(), outcome.size)
-                    .await;
-            }
+        let received = self.transaction.received.take();
+        if let Some(order) = self.transaction.order.take() {
             return self
-                .hold_message(&msg, order, received.as_deref(), outcome.size)
+                .take_message(&msg, order, received.as_deref(), outcome.size)
                 .await;
         }
         let reply = match &msg {
@@ -199,13 +140,99 @@ impl Session {
             Spooled::Chunked(body) => self.relay_chunked(body, received.as_deref()).await,
         };
         drop(msg);
-        let reply = reply?;
+        self.relayed(reply?, outcome.size, message_id).await
+    }
+
+    /// A message over a limit of the data itself (size, line length, bare line endings):
+    /// logged, counted, told to the event log, answered with `refusal`, and upstream's
+    /// transaction reset.
+    async fn refuse_message(&mut self, refusal: &Reply, size: u64) -> Result<(), UpstreamError> {
+        info!(
+            client = %self.client.ip_text,
+            user = self.policy.facts.user.as_deref().unwrap_or(""),
+            sender = self.policy.facts.sender.as_deref().unwrap_or(""),
+            recipients = self.dialogue.recipients(),
+            size = size,
+            code = refusal.code,
+            reason = refusal.text().as_str(),
+            "message refused"
+        );
+        self.tally.refused += 1;
+        self.shared.metrics.refused.inc();
+        self.tell_transaction(&format!("refused {}", refusal.code));
+        self.client.conn.queue(refusal);
+        self.abort_upstream_txn().await
+    }
+
+    /// Reads what the policy and the message's log line need from the message into the
+    /// facts (header From, Subject, Auto-Submitted, message keys); the Message-ID is handed
+    /// back for the log line.
+    fn read_message_facts(&mut self, msg: &Spooled) -> Option<String> {
+        // The header is parsed for the message's log line and for limits that read the
+        // header From; with neither, nobody would see the result.
+        let fields =
+            if tracing::enabled!(tracing::Level::INFO) || self.shared.policy.reads_header_from() {
+                match msg {
+                    Spooled::Data(wire) => header_fields::read(&header_section(wire.message())),
+                    Spooled::Chunked(body) => header_fields::read(body),
+                }
+            } else {
+                HeaderFields::default()
+            };
+        self.policy.facts.header_from = fields.from;
+        self.policy.facts.subject = fields.subject;
+        // Ratio limits leave auto-submitted messages out (the policy then reads headers).
+        self.policy.facts.auto_submitted = self.shared.policy.reads_header_from()
+            && match msg {
+                Spooled::Data(wire) => {
+                    crate::smtp::auto_submitted::is_automatic(&header_section(wire.message()))
+                }
+                Spooled::Chunked(body) => crate::smtp::auto_submitted::is_automatic(body),
+            };
+        // The message keys, when some limit is keyed on one (else nothing is computed).
+        let null_sender = self.policy.facts.sender.as_deref() == Some("");
+        self.policy.facts.message_keys = match msg {
+            Spooled::Data(wire) => self.shared.policy.message_keys(wire.message(), null_sender),
+            Spooled::Chunked(body) => self.shared.policy.message_keys(body, null_sender),
+        }
+        .map(std::sync::Arc::new);
+        fields.message_id
+    }
+
+    /// A message floodgate takes instead of relaying it, as `order` says: rerouted to the
+    /// second smart host, or written to the hold spool (held or paced).
+    async fn take_message(
+        &mut self,
+        msg: &Spooled,
+        order: crate::policy::HoldOrder,
+        received: Option<&[u8]>,
+        size: u64,
+    ) -> Result<Flow, UpstreamError> {
+        self.tell_transaction(match order.answer {
+            crate::policy::TakenAnswer::Reroute => "rerouted",
+            crate::policy::TakenAnswer::Pace(_) => "paced",
+            crate::policy::TakenAnswer::Hold => "held",
+        });
+        if order.answer == crate::policy::TakenAnswer::Reroute {
+            return self.reroute_message(msg, order, received, size).await;
+        }
+        self.hold_message(msg, order, received, size).await
+    }
+
+    /// Upstream's verdict on a relayed message: counted, told to the event log, logged,
+    /// heard by the dialogue and the policy, and passed on to the client.
+    async fn relayed(
+        &mut self,
+        reply: Reply,
+        size: u64,
+        message_id: Option<String>,
+    ) -> Result<Flow, UpstreamError> {
         if reply.is_completion() {
             self.tally.messages += 1;
             self.tally.recipients += self.dialogue.recipients() as u64;
             self.shared
                 .metrics
-                .message_relayed(self.dialogue.recipients(), outcome.size);
+                .message_relayed(self.dialogue.recipients(), size);
         }
         let verdict = if reply.is_completion() {
             "relayed"
@@ -214,19 +241,21 @@ impl Session {
         };
         self.tell_transaction(&format!("{verdict} {}", reply.code));
         info!(
-            client = %self.ip_text,
-            user = self.facts.user.as_deref().unwrap_or(""),
-            sender = self.facts.sender.as_deref().unwrap_or(""),
+            client = %self.client.ip_text,
+            user = self.policy.facts.user.as_deref().unwrap_or(""),
+            sender = self.policy.facts.sender.as_deref().unwrap_or(""),
             recipients = self.dialogue.recipients(),
-            size = outcome.size,
-            from = self.facts.header_from.as_deref().unwrap_or(""),
+            size = size,
+            from = self.policy.facts.header_from.as_deref().unwrap_or(""),
             message_id = message_id.as_deref().unwrap_or(""),
             upstream = reply.lines.last().map(String::as_str).unwrap_or(""),
             code = reply.code,
             "message"
         );
         // The transaction ended with upstream's verdict: nothing is left to release.
-        let heard = self.dialogue.on_upstream(dialogue::Stage::Message, &reply);
+        let heard = self
+            .dialogue
+            .on_upstream(dialogue::Exchange::Message, &reply);
         let answer = self.after_upstream(Stage::Message, reply).await;
         self.heard(heard);
         match answer {
@@ -248,7 +277,7 @@ impl Session {
     /// never beginning with '.') and the policy's header lines, each kept to one line, with
     /// a leading '.' stuffed when the message goes as DATA.
     fn top_lines(&mut self, received: Option<&[u8]>, stuffed: bool) -> Vec<u8> {
-        let headers = self.policy.message_headers();
+        let headers = self.policy.session.message_headers();
         let mut top = Vec::with_capacity(received.map_or(0, <[u8]>::len) + 256 * headers.len());
         top.extend_from_slice(received.unwrap_or_default());
         for h in &headers {

@@ -53,11 +53,12 @@ impl Session {
         };
         if usable
             && self
-                .hold
+                .transaction
+                .order
                 .as_ref()
                 .is_none_or(|h| strength(&h.answer) < strength(&order.answer))
         {
-            self.hold = Some(order);
+            self.transaction.order = Some(order);
         }
     }
 
@@ -70,21 +71,21 @@ impl Session {
     /// Notes an accepted MAIL for a message that may be held.
     pub(super) fn note_mail(&mut self, cmd: &Command) {
         if self.may_take() {
-            self.envelope.mail = Some(argument(cmd));
+            self.transaction.envelope.mail = Some(argument(cmd));
         }
-        self.envelope.rcpts.clear();
+        self.transaction.envelope.rcpts.clear();
     }
 
     /// Notes an accepted RCPT: for a message that may be held, and for the message's line
     /// in the event log.
     pub(super) fn note_rcpt(&mut self, cmd: &Command) {
-        self.envelope.rcpts.push(argument(cmd));
+        self.transaction.envelope.rcpts.push(argument(cmd));
     }
 
     /// The message octets as floodgate relays them: its Received line and the policy's
     /// header lines on top, CRLF lines, not dot-stuffed.
     fn relayed_octets(&mut self, msg: &Spooled, received: Option<&[u8]>) -> Vec<u8> {
-        let headers = self.policy.message_headers();
+        let headers = self.policy.session.message_headers();
         let mut out = Vec::new();
         out.extend_from_slice(received.unwrap_or_default());
         for h in &headers {
@@ -112,7 +113,7 @@ impl Session {
         received: Option<&[u8]>,
     ) -> (HeldEnvelope, Vec<u8>) {
         let body = self.relayed_octets(msg, received);
-        let names = self.client_names().await;
+        let names = self.client.names.get().await;
         let envelope = HeldEnvelope {
             id: new_id(),
             key: order.key.clone(),
@@ -122,25 +123,23 @@ impl Session {
                 _ => None,
             },
             time: now_secs(),
-            client: self.peer,
-            local: self.local,
+            client: self.client.peer,
+            local: self.client.local,
             name: kept_name(&names.name),
             reverse_name: kept_name(&names.reverse),
-            user: self.facts.user.clone(),
-            helo: self.facts.helo.clone(),
+            user: self.policy.facts.user.clone(),
+            helo: self.policy.facts.helo.clone(),
             proto: if self.dialogue.ehlo() {
                 "ESMTP"
             } else {
                 "SMTP"
             }
             .into(),
-            tls: self.client.tls_info().map(|t| t.to_string()),
-            mail: self
-                .envelope
-                .mail
-                .clone()
-                .unwrap_or_else(|| format!("<{}>", self.facts.sender.as_deref().unwrap_or(""))),
-            rcpts: self.envelope.rcpts.clone(),
+            tls: self.client.conn.tls_info().map(|t| t.to_string()),
+            mail: self.transaction.envelope.mail.clone().unwrap_or_else(|| {
+                format!("<{}>", self.policy.facts.sender.as_deref().unwrap_or(""))
+            }),
+            rcpts: self.transaction.envelope.rcpts.clone(),
         };
         (envelope, body)
     }
@@ -186,97 +185,137 @@ impl Session {
         let id = held.envelope.id.clone();
         let recipients = held.envelope.rcpts.len();
         let metrics = self.shared.metrics.clone();
-        let stored = store_blocking(spool, held, metrics.clone()).await;
-        match stored {
+        match store_blocking(spool, held, metrics).await {
             Ok(()) => {
-                metrics.hold.held.inc();
-                if let Some(p) = paced {
-                    info!(
-                        client = %self.ip_text,
-                        user = self.facts.user.as_deref().unwrap_or(""),
-                        sender = self.facts.sender.as_deref().unwrap_or(""),
-                        recipients,
-                        size,
-                        id = %id,
-                        limit = %order.limit,
-                        key = %order.key,
-                        rate = %p.rate,
-                        "message paced"
-                    );
-                    metrics.graded.paced.inc();
-                    self.shared.paced.add(p, clock_ms());
-                    metrics
-                        .graded
-                        .paced_waiting
-                        .set(self.shared.paced.len() as i64);
-                } else {
-                    info!(
-                        client = %self.ip_text,
-                        user = self.facts.user.as_deref().unwrap_or(""),
-                        sender = self.facts.sender.as_deref().unwrap_or(""),
-                        recipients,
-                        size,
-                        id = %id,
-                        limit = %order.limit,
-                        key = %order.key,
-                        "message held"
-                    );
-                }
-                self.tally.messages += 1;
-                self.tally.recipients += recipients as u64;
-                let reply = Reply::new(250, format!("2.0.0 Ok: queued as {id}"));
-                // The policy counts a held message as one the client sent.
-                let heard = self.dialogue.on_upstream(dialogue::Stage::Message, &reply);
-                let answer = self.after_upstream(Stage::Message, reply).await;
-                self.heard(heard);
-                let flow = match answer {
-                    Some(a) => {
-                        self.client.queue(&a);
-                        Flow::Next
-                    }
-                    None => Flow::Close,
+                let stored = Stored {
+                    id: &id,
+                    recipients,
+                    size,
                 };
-                // After the client's answer is queued: a failing upstream ends the session
-                // with a 421 after it, never instead of it (the message is safe on disk).
-                self.reset_upstream().await?;
-                Ok(flow)
+                self.note_stored(&order, paced, &stored);
+                self.answer_stored(&stored).await
             }
-            Err(e) => {
-                // Full (its limits, or its disk or quota) or unwritable: one count, and the
-                // postmaster told (at most once a minute).
-                metrics.hold.refused.inc();
-                warn!(client = %self.ip_text, error = %e, full = e.is_full(), limit = %order.limit,
-                    key = %order.key, "message not held: deferred");
-                if let Some(notice) = FULL_NOTICES.due(crate::store::now_micros()).then(|| {
-                    spool_notice(
-                        &e,
-                        &order,
-                        spool_settings,
-                        &self.shared.config().server.hostname,
-                    )
-                }) {
-                    self.shared.policy.notice(&notice);
-                }
-                self.reset_txn();
-                let host = &self.shared.config().server.hostname;
-                let reply = if e.is_full() {
-                    Reply::new(
-                        451,
-                        format!("4.3.1 {host} Insufficient system storage, try again later"),
-                    )
-                } else {
-                    Reply::new(
-                        451,
-                        format!("4.3.0 {host} Local error in processing, try again later"),
-                    )
-                };
-                self.tally.refused += 1;
-                self.client.queue(&reply);
-                self.reset_upstream().await?;
-                Ok(Flow::Next)
-            }
+            Err(e) => self.spool_refused(&e, &order, spool_settings).await,
         }
     }
+
+    /// Counts and logs a message on disk, held or paced (a paced one joins the pace book).
+    fn note_stored(&self, order: &HoldOrder, paced: Option<Paced>, stored: &Stored<'_>) {
+        let metrics = &self.shared.metrics;
+        metrics.hold.held.inc();
+        let facts = &self.policy.facts;
+        let (recipients, size, id) = (stored.recipients, stored.size, stored.id);
+        if let Some(p) = paced {
+            info!(
+                client = %self.client.ip_text,
+                user = facts.user.as_deref().unwrap_or(""),
+                sender = facts.sender.as_deref().unwrap_or(""),
+                recipients,
+                size,
+                id = %id,
+                limit = %order.limit,
+                key = %order.key,
+                rate = %p.rate,
+                "message paced"
+            );
+            metrics.graded.paced.inc();
+            self.shared.paced.add(p, clock_ms());
+            metrics
+                .graded
+                .paced_waiting
+                .set(self.shared.paced.len() as i64);
+        } else {
+            info!(
+                client = %self.client.ip_text,
+                user = facts.user.as_deref().unwrap_or(""),
+                sender = facts.sender.as_deref().unwrap_or(""),
+                recipients,
+                size,
+                id = %id,
+                limit = %order.limit,
+                key = %order.key,
+                "message held"
+            );
+        }
+    }
+
+    /// Answers a message that is on disk with 250, as the policy hears it, then resets
+    /// upstream's transaction.
+    async fn answer_stored(&mut self, stored: &Stored<'_>) -> Result<Flow, UpstreamError> {
+        self.tally.messages += 1;
+        self.tally.recipients += stored.recipients as u64;
+        let reply = Reply::new(250, format!("2.0.0 Ok: queued as {}", stored.id));
+        // The policy counts a held message as one the client sent.
+        let heard = self
+            .dialogue
+            .on_upstream(dialogue::Exchange::Message, &reply);
+        let answer = self.after_upstream(Stage::Message, reply).await;
+        self.heard(heard);
+        let flow = match answer {
+            Some(a) => {
+                self.client.conn.queue(&a);
+                Flow::Next
+            }
+            None => Flow::Close,
+        };
+        // After the client's answer is queued: a failing upstream ends the session
+        // with a 421 after it, never instead of it (the message is safe on disk).
+        self.reset_upstream().await?;
+        Ok(flow)
+    }
+
+    /// The spool did not take the message: counted, logged, the postmaster told (at most
+    /// once a minute), the transaction dropped, the client answered 451, and upstream's
+    /// transaction reset.
+    async fn spool_refused(
+        &mut self,
+        e: &SpoolError,
+        order: &HoldOrder,
+        spool_settings: &crate::hold::HoldSettings,
+    ) -> Result<Flow, UpstreamError> {
+        // Full (its limits, or its disk or quota) or unwritable: one count, and the
+        // postmaster told (at most once a minute).
+        self.shared.metrics.hold.refused.inc();
+        warn!(client = %self.client.ip_text, error = %e, full = e.is_full(), limit = %order.limit,
+            key = %order.key, "message not held: deferred");
+        if let Some(notice) = FULL_NOTICES.due(crate::store::now_micros()).then(|| {
+            spool_notice(
+                e,
+                order,
+                spool_settings,
+                &self.shared.config().server.hostname,
+            )
+        }) {
+            self.shared.policy.notice(&notice);
+        }
+        self.reset_txn();
+        let host = &self.shared.config().server.hostname;
+        let reply = if e.is_full() {
+            Reply::new(
+                451,
+                format!("4.3.1 {host} Insufficient system storage, try again later"),
+            )
+        } else {
+            Reply::new(
+                451,
+                format!("4.3.0 {host} Local error in processing, try again later"),
+            )
+        };
+        self.tally.refused += 1;
+        self.client.conn.queue(&reply);
+        self.reset_upstream().await?;
+        Ok(Flow::Next)
+    }
+}
+
+/// A message the hold spool took: its id, and its counts for the log and the tally.
+struct Stored<'a> {
+    /// Its id in the spool.
+    id: &'a str,
+    /// Its recipients.
+    recipients: usize,
+    /// Its size as the client sent it.
+    size: u64,
 }
 
 /// How often the spool's refusals are told to the alerts, at most (per node).

@@ -8,6 +8,11 @@
 //! operator wrote `on_identity_refused = "relay"` (XCLIENT only: a connection whose PROXY
 //! header was misread is unusable).
 
+use tracing::{error, warn};
+
+use crate::config::{Config, OnIdentityRefused};
+use crate::logs::text::IpText;
+use crate::metrics::Metrics;
 use crate::smtp::reply::Reply;
 use crate::smtp::xclient::xclient_carries_addr;
 
@@ -150,16 +155,26 @@ pub fn refusal_reply(hostname: &str) -> Reply {
     )
 }
 
-/// TLS version and cipher in the words of a Received line (`TLSv1.3`,
-/// `TLS_AES_256_GCM_SHA384`) from the session's TLS description (`TLSv1_3
-/// TLS13_AES_256_GCM_SHA384`, rustls' names).
-pub fn received_tls(info: &str) -> (String, String) {
-    let (version, cipher) = info.split_once(' ').unwrap_or((info, ""));
-    let cipher = match cipher.strip_prefix("TLS13_") {
-        Some(rest) => format!("TLS_{rest}"),
-        None => cipher.to_string(),
-    };
-    (version.replace('_', "."), cipher)
+/// What the session does with an identity upstream did not take, counted and logged:
+/// `None` to relay with floodgate's own address (`on_identity_refused = "relay"`, for a
+/// problem that allows it), else the refusal the client gets before the session ends.
+pub(super) fn refused_identity(
+    problem: &IdentityProblem,
+    config: &Config,
+    metrics: &Metrics,
+    client: &IpText,
+    port: u16,
+) -> Option<Reply> {
+    metrics.identity_refused(problem.kind());
+    let relay = config.upstream.on_identity_refused == OnIdentityRefused::Relay;
+    if relay && problem.relayable() {
+        warn!(client = %client, problem = %problem,
+            "relaying with floodgate's own address (on_identity_refused = \"relay\")");
+        return None;
+    }
+    error!(client = %client, port = port, problem = %problem,
+        "upstream did not take the client's identity: refusing the client");
+    Some(refusal_reply(&config.server.hostname))
 }
 
 #[cfg(test)]
@@ -278,22 +293,6 @@ mod tests {
     #[test]
     fn problem_kinds_are_the_metrics_reasons() {
         assert_eq!(PROBLEM_KINDS, crate::metrics::IDENTITY_REASONS);
-    }
-
-    #[test]
-    fn tls_words_for_the_received_line() {
-        assert_eq!(
-            received_tls("TLSv1_3 TLS13_AES_256_GCM_SHA384"),
-            ("TLSv1.3".to_string(), "TLS_AES_256_GCM_SHA384".to_string())
-        );
-        assert_eq!(
-            received_tls("TLSv1_2 TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
-            (
-                "TLSv1.2".to_string(),
-                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".to_string()
-            )
-        );
-        assert_eq!(received_tls("odd"), ("odd".to_string(), String::new()));
     }
 
     #[test]

@@ -5,7 +5,6 @@
 mod auth;
 mod bdat;
 pub mod client;
-mod client_info;
 mod commands;
 mod data;
 mod deadline;
@@ -17,12 +16,14 @@ pub mod names;
 pub mod notify;
 pub mod pacer;
 mod pool;
+mod received;
 pub mod release;
 mod reroute;
 pub mod session;
 pub mod stream;
 mod transaction;
 pub mod upstream;
+mod xclient;
 
 pub use hold::refresh_gauges as refresh_hold_gauges;
 pub use session::{ListenerInfo, Session, Shared};

@@ -53,6 +53,45 @@ impl ClientNames {
     }
 }
 
+/// One session's lookup of its client's names: started early, awaited when first needed.
+#[derive(Debug, Default)]
+pub(super) struct NameLookup {
+    /// The lookup under way.
+    task: Option<tokio::task::JoinHandle<ClientNames>>,
+    /// Its outcome, once awaited (or found in the cache).
+    names: Option<ClientNames>,
+}
+
+impl NameLookup {
+    /// Starts looking up `ip` with `resolver`: a client seen within the cache's lifetime
+    /// (most connections) needs no task.
+    pub(super) fn start(&mut self, resolver: &Arc<NameResolver>, ip: IpAddr) {
+        if let Some(names) = resolver.cached(ip) {
+            self.names = Some(names);
+            return;
+        }
+        let resolver = resolver.clone();
+        self.task = Some(tokio::spawn(async move { resolver.lookup(ip).await }));
+    }
+
+    /// The client's names: the lookup's outcome (waiting for it if needed, never past its
+    /// timeout), or none when no lookup was started.
+    pub(super) async fn get(&mut self) -> ClientNames {
+        if let Some(task) = self.task.take() {
+            let names = task
+                .await
+                .unwrap_or_else(|_| ClientNames::temp_unavailable());
+            self.names = Some(names);
+        }
+        self.names.clone().unwrap_or_default()
+    }
+
+    /// The client's names if the lookup has been awaited.
+    pub(super) fn known(&self) -> Option<&ClientNames> {
+        self.names.as_ref()
+    }
+}
+
 /// The outcome of one resolver call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup<T> {
@@ -153,16 +192,6 @@ impl NameCache {
             }
         }
         self.entries.insert(ip, (now + ttl, names));
-    }
-
-    /// Addresses kept.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether nothing is kept.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 
@@ -464,13 +493,13 @@ mod tests {
         );
         // Full: the entry expiring soonest (the temporary one) makes room.
         cache.insert(ip("192.0.2.3"), named.clone(), t0);
-        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.entries.len(), 2);
         assert!(cache.get(ip("192.0.2.2"), t0).is_none());
         assert!(cache.get(ip("192.0.2.1"), t0).is_some());
         // Expired entries go first.
         cache.insert(ip("192.0.2.4"), named, t0 + TTL);
-        assert_eq!(cache.len(), 1);
-        assert!(!cache.is_empty());
+        assert_eq!(cache.entries.len(), 1);
+        assert!(!cache.entries.is_empty());
     }
 
     #[test]
@@ -491,7 +520,7 @@ mod tests {
         let names = r.lookup(ip("127.0.0.1")).await;
         assert!(names.name.known().is_some(), "{names:?}");
         assert_eq!(names.name, names.reverse);
-        assert_eq!(r.cache.lock().unwrap().len(), 1);
+        assert_eq!(r.cache.lock().unwrap().entries.len(), 1);
         assert_eq!(r.lookup(ip("127.0.0.1")).await, names);
         // Known now without a lookup, also as the IPv4-mapped IPv6 address.
         assert_eq!(r.cached(ip("127.0.0.1")), Some(names.clone()));

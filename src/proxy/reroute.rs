@@ -59,9 +59,9 @@ impl Session {
             Ok(reply) => {
                 metrics.graded.rerouted.inc();
                 info!(
-                    client = %self.ip_text,
-                    user = self.facts.user.as_deref().unwrap_or(""),
-                    sender = self.facts.sender.as_deref().unwrap_or(""),
+                    client = %self.client.ip_text,
+                    user = self.policy.facts.user.as_deref().unwrap_or(""),
+                    sender = self.policy.facts.sender.as_deref().unwrap_or(""),
                     recipients,
                     size,
                     limit = %order.limit,
@@ -74,7 +74,9 @@ impl Session {
                 self.tally.messages += 1;
                 self.tally.recipients += recipients as u64;
                 self.shared.metrics.message_relayed(recipients, size);
-                let heard = self.dialogue.on_upstream(dialogue::Stage::Message, &reply);
+                let heard = self
+                    .dialogue
+                    .on_upstream(dialogue::Exchange::Message, &reply);
                 let answer = self.after_upstream(Stage::Message, reply).await;
                 self.heard(heard);
                 answer
@@ -91,8 +93,8 @@ impl Session {
                     }
                 };
                 warn!(
-                    client = %self.ip_text,
-                    user = self.facts.user.as_deref().unwrap_or(""),
+                    client = %self.client.ip_text,
+                    user = self.policy.facts.user.as_deref().unwrap_or(""),
                     limit = %order.limit,
                     key = %order.key,
                     high_risk = settings.address(),
@@ -109,7 +111,7 @@ impl Session {
         };
         let flow = match answer {
             Some(a) => {
-                self.client.queue(&a);
+                self.client.conn.queue(&a);
                 Flow::Next
             }
             None => Flow::Close,

@@ -20,8 +20,8 @@ use crate::smtp::reply::Reply;
 
 use super::client::{ClientConn, ReadEnd, Wait};
 use super::envelope::Envelope;
-use super::identity::{refusal_reply, xclient_offer_problem};
-use super::names::{ClientNames, NameResolver};
+use super::identity::{refusal_reply, refused_identity, xclient_offer_problem, IdentityProblem};
+use super::names::{NameLookup, NameResolver};
 use super::pool::pool_string;
 use super::stream::Stream;
 use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
@@ -68,22 +68,14 @@ pub struct ListenerInfo {
     pub require_auth: bool,
 }
 
-/// What the loop does after a command.
-#[derive(Debug, PartialEq, Eq)]
+/// What the command loop does once a command is done. Where a step may end a command
+/// early (the policy answered it, the session is over), it hands back `Option<Flow>`:
+/// `None` to go on with the command, `Some(flow)` for what the loop does instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Flow {
     /// Read the next command.
     Next,
     /// End the session (replies already queued).
-    Close,
-}
-
-/// The outcome of asking the policy.
-pub(super) enum Judged {
-    /// Go on with the command.
-    Go,
-    /// The policy answered; skip the command.
-    Answered,
-    /// The policy closed the session.
     Close,
 }
 
@@ -97,38 +89,109 @@ pub(super) struct Tally {
     pub refused: u64,
 }
 
+/// The client's side of a session: its connection, where it came from, and its names.
+pub(super) struct ClientSide {
+    /// The connection: its input buffer and the replies queued for it.
+    pub conn: ClientConn,
+    /// Cuts the client's input into command lines.
+    pub framer: LineFramer,
+    /// The listener it came in on.
+    pub listener: ListenerInfo,
+    /// Its address.
+    pub peer: SocketAddr,
+    /// Its address as its log lines write it.
+    pub ip_text: IpText,
+    /// The address it connected to, when upstream needs it (PROXY v2, XCLIENT).
+    pub local: Option<SocketAddr>,
+    /// Its names, looked up from the start of the session.
+    pub names: NameLookup,
+}
+
+/// What the policy sees of the session: its per-session state and the facts it is asked
+/// about.
+pub(super) struct PolicyView {
+    /// The policy's state for this session, asked at every stage.
+    pub session: Box<dyn SessionPolicy>,
+    /// The facts of the session and of its current transaction.
+    pub facts: Facts,
+    /// Emptied strings of the last transaction's facts, reused by the next one.
+    pub strings: Vec<String>,
+}
+
+/// The transaction under way: what floodgate keeps of it besides the policy's facts.
+#[derive(Default)]
+pub(super) struct Transaction {
+    /// The message of a BDAT transaction, from its first chunk to its LAST.
+    pub chunked: Option<crate::smtp::ChunkedBody>,
+    /// floodgate's Received line for the message being taken, made when it starts.
+    pub received: Option<Vec<u8>>,
+    /// floodgate takes the message instead of relaying it (hold, pace or reroute).
+    pub order: Option<crate::policy::HoldOrder>,
+    /// With a hold spool: the transaction's MAIL and accepted RCPT arguments as relayed.
+    pub envelope: Envelope,
+}
+
+impl Transaction {
+    /// Forgets the transaction's message, Received line, order and envelope.
+    fn clear(&mut self) {
+        self.chunked = None;
+        self.received = None;
+        self.order = None;
+        self.envelope.clear();
+    }
+}
+
+impl PolicyView {
+    /// Forgets the facts of the transaction, their strings going back to the pool.
+    fn forget_transaction(&mut self) {
+        let facts = &mut self.facts;
+        pool_string(&mut self.strings, facts.sender.take());
+        pool_string(&mut self.strings, facts.recipient.take());
+        pool_string(&mut self.strings, facts.recipient_normalized.take());
+        facts.recipients_count = 0;
+        facts.message_size = 0;
+        facts.header_from = None;
+        facts.subject = None;
+        facts.auto_submitted = false;
+        facts.message_keys = None;
+    }
+
+    /// `text` in a string from the pool (no allocation once the pool is warm).
+    pub(super) fn pooled(&mut self, text: &str) -> String {
+        let mut s = self.strings.pop().unwrap_or_default();
+        s.push_str(text);
+        s
+    }
+
+    /// Replaces a fact's string, the old one going back to the pool.
+    pub(super) fn set_fact(&mut self, slot: FactSlot, text: &str) {
+        let s = self.pooled(text);
+        let old = match slot {
+            FactSlot::Sender => self.facts.sender.replace(s),
+            FactSlot::Recipient => self.facts.recipient.replace(s),
+        };
+        pool_string(&mut self.strings, old);
+    }
+}
+
 /// The state of one client session.
 pub struct Session {
+    /// What every session of the config generation shares.
     pub(super) shared: Arc<Shared>,
-    pub(super) policy: Box<dyn SessionPolicy>,
-    pub(super) listener: ListenerInfo,
-    pub(super) client: ClientConn,
-    pub(super) up: Option<Upstream>,
-    pub(super) framer: LineFramer,
-    pub(super) facts: Facts,
+    /// The client: its connection, where it came from, its names.
+    pub(super) client: ClientSide,
+    /// The upstream session (present for the whole command loop).
+    pub(super) upstream: Option<Upstream>,
+    /// The policy's state for this session and the facts it is asked about.
+    pub(super) policy: PolicyView,
     /// The protocol state and its sequencing rules.
     pub(super) dialogue: Dialogue,
-    /// The message of a BDAT transaction, from its first chunk to its LAST.
-    pub(super) chunked: Option<crate::smtp::ChunkedBody>,
-    /// floodgate's Received line for the message being taken, made when it starts.
-    pub(super) received: Option<Vec<u8>>,
+    /// What floodgate keeps of the transaction under way.
+    pub(super) transaction: Transaction,
+    /// Fires when the session must end now (fast stop, the end of the shutdown grace).
     pub(super) stop: CancellationToken,
-    pub(super) peer: SocketAddr,
-    /// The client's address as its log lines write it.
-    pub(super) ip_text: IpText,
-    /// The address the client connected to, when upstream needs it (PROXY v2, XCLIENT).
-    pub(super) local: Option<SocketAddr>,
-    /// The client's name lookup, started with the session.
-    pub(super) names_task: Option<tokio::task::JoinHandle<ClientNames>>,
-    /// Its outcome, once awaited.
-    pub(super) names: Option<ClientNames>,
+    /// Counters for the session's log line.
     pub(super) tally: Tally,
-    /// Emptied strings of the last transaction's facts, reused by the next one.
-    pub(super) strings: Vec<String>,
-    /// The transaction's message goes to the hold spool instead of upstream.
-    pub(super) hold: Option<crate::policy::HoldOrder>,
-    /// With a hold spool: the transaction's MAIL and accepted RCPT arguments as relayed.
-    pub(super) envelope: Envelope,
 }
 
 impl Session {
@@ -148,49 +211,50 @@ impl Session {
         let deadline = started + cfg.timeouts.session.0;
         let tls = stream.is_tls();
         let dialogue = Dialogue::new(dialogue_settings(&shared, &listener), tls);
+        let facts = Facts {
+            client_ip: Some(peer.ip()),
+            client_port: peer.port(),
+            listener: listener.name.clone(),
+            tls,
+            ..Facts::default()
+        };
         let mut s = Session {
-            framer: LineFramer::new(cfg.smtp.max_command_line),
-            client: ClientConn::new(stream, deadline),
-            facts: Facts {
-                client_ip: Some(peer.ip()),
-                client_port: peer.port(),
-                listener: listener.name.clone(),
-                tls,
-                ..Facts::default()
+            client: ClientSide {
+                conn: ClientConn::new(stream, deadline),
+                framer: LineFramer::new(cfg.smtp.max_command_line),
+                listener,
+                peer,
+                ip_text: IpText::new(peer.ip()),
+                local,
+                names: NameLookup::default(),
             },
-            policy: shared.policy.session(),
+            upstream: None,
+            policy: PolicyView {
+                session: shared.policy.session(),
+                facts,
+                strings: Vec::new(),
+            },
             shared,
-            listener,
-            up: None,
             dialogue,
-            chunked: None,
-            received: None,
+            transaction: Transaction::default(),
             stop,
-            peer,
-            ip_text: IpText::new(peer.ip()),
-            local,
-            names_task: None,
-            names: None,
             tally: Tally::default(),
-            strings: Vec::new(),
-            hold: None,
-            envelope: Default::default(),
         };
         let end = s.serve().await;
         if s.dialogue.in_transaction() {
-            s.policy.transaction_abandoned();
+            s.policy.session.transaction_abandoned();
         }
-        s.client.close().await;
-        if let Some(up) = s.up.take() {
+        s.client.conn.close().await;
+        if let Some(up) = s.upstream.take() {
             up.quit().await;
         }
         info!(
-            client = %s.ip_text,
-            port = s.peer.port(),
-            listener = %s.listener.name,
-            tls = s.client.tls_info().unwrap_or("no"),
-            user = s.facts.user.as_deref().unwrap_or(""),
-            helo = s.facts.helo.as_deref().unwrap_or(""),
+            client = %s.client.ip_text,
+            port = s.client.peer.port(),
+            listener = %s.client.listener.name,
+            tls = s.client.conn.tls_info().unwrap_or("no"),
+            user = s.policy.facts.user.as_deref().unwrap_or(""),
+            helo = s.policy.facts.helo.as_deref().unwrap_or(""),
             commands = s.tally.commands,
             messages = s.tally.messages,
             recipients = s.tally.recipients,
@@ -202,61 +266,27 @@ impl Session {
         );
     }
 
+    /// The session from the connect stage to its end; what ended it, for the log line.
     async fn serve(&mut self) -> &'static str {
-        match self.judge(Stage::Connect).await {
-            Judged::Go => {}
-            Judged::Answered | Judged::Close => {
-                // A refusal at connect ends the session: there is nothing to go on with.
-                return "refused at connect";
-            }
+        if self.judge(Stage::Connect).await.is_some() {
+            // A refusal at connect ends the session: there is nothing to go on with.
+            return "refused at connect";
         }
         self.start_name_lookup();
-        let connected = Upstream::connect(&self.shared.upstream, self.peer, self.local).await;
-        self.shared.metrics.upstream_connected(
-            connected.as_ref().err().map(UpstreamError::label),
-            self.shared.config().upstream.tls != TlsMode::None,
-        );
-        let greeting = match connected {
-            Ok((up, greeting)) => {
-                self.up = Some(up);
-                greeting
-            }
-            Err(UpstreamError::Identity(p)) => {
-                // Counted with the upstream outcome above.
-                error!(client = %self.ip_text, port = self.peer.port(), problem = %p,
-                    "upstream did not take the client's identity: refusing the client");
-                self.client
-                    .queue(&refusal_reply(&self.shared.config().server.hostname));
-                return "identity refused";
-            }
-            Err(e) => {
-                warn!(client = %self.ip_text, error = %e, "upstream unavailable");
-                let r = e.client_reply(&self.shared.config().server.hostname);
-                self.client.queue(&r);
-                return "upstream unavailable";
-            }
+        let greeting = match self.reach_upstream().await {
+            Ok(greeting) => greeting,
+            Err(end) => return end,
         };
-        if greeting.code == 220 && self.shared.upstream.identity() == ClientIdentity::Xclient {
-            let offered = &self
-                .up
-                .as_ref()
-                .map(|u| u.caps.xclient.clone())
-                .unwrap_or_default();
-            if let Some(p) = xclient_offer_problem(offered) {
-                // Nothing to send XCLIENT to: decided once, before the client is greeted.
-                self.dialogue.xclient_settled();
-                if self.identity_refused(p).is_err() {
-                    return "identity refused";
-                }
-            }
+        if greeting.code == 220 && self.xclient_unusable() {
+            return "identity refused";
         }
         let result = match greeting.class() {
             _ if greeting.code == 220 => {
-                self.client.queue(&greeting);
+                self.client.conn.queue(&greeting);
                 self.command_loop().await
             }
             4 | 5 => {
-                self.client.queue(&greeting);
+                self.client.conn.queue(&greeting);
                 return self.refused_at_greeting(&greeting).await;
             }
             _ => Err(UpstreamError::Protocol(format!(
@@ -268,14 +298,65 @@ impl Session {
             Ok(end) => end,
             Err(e) => {
                 self.shared.metrics.upstream_failed(e.label());
-                warn!(client = %self.ip_text, error = %e, "upstream failed");
+                warn!(client = %self.client.ip_text, error = %e, "upstream failed");
                 let r = e.client_reply(&self.shared.config().server.hostname);
-                self.client.queue(&r);
+                self.client.conn.queue(&r);
                 // The upstream session is unusable; do not QUIT it politely.
-                self.up = None;
+                self.upstream = None;
                 "upstream failed"
             }
         }
+    }
+
+    /// Connects upstream and hands back its greeting; when that fails, the client's answer
+    /// is queued and what ended the session is handed back instead.
+    async fn reach_upstream(&mut self) -> Result<Reply, &'static str> {
+        let connected =
+            Upstream::connect(&self.shared.upstream, self.client.peer, self.client.local).await;
+        self.shared.metrics.upstream_connected(
+            connected.as_ref().err().map(UpstreamError::label),
+            self.shared.config().upstream.tls != TlsMode::None,
+        );
+        match connected {
+            Ok((up, greeting)) => {
+                self.upstream = Some(up);
+                Ok(greeting)
+            }
+            Err(UpstreamError::Identity(p)) => {
+                // Counted with the upstream outcome above.
+                error!(client = %self.client.ip_text, port = self.client.peer.port(), problem = %p,
+                    "upstream did not take the client's identity: refusing the client");
+                self.client
+                    .conn
+                    .queue(&refusal_reply(&self.shared.config().server.hostname));
+                Err("identity refused")
+            }
+            Err(e) => {
+                warn!(client = %self.client.ip_text, error = %e, "upstream unavailable");
+                let r = e.client_reply(&self.shared.config().server.hostname);
+                self.client.conn.queue(&r);
+                Err("upstream unavailable")
+            }
+        }
+    }
+
+    /// With XCLIENT identity, whether upstream's offer rules XCLIENT out and the client is
+    /// refused for it (refusal queued). Decided once, before the client is greeted.
+    fn xclient_unusable(&mut self) -> bool {
+        if self.shared.upstream.identity() != ClientIdentity::Xclient {
+            return false;
+        }
+        let offered = &self
+            .upstream
+            .as_ref()
+            .map(|u| u.caps.xclient.clone())
+            .unwrap_or_default();
+        let Some(p) = xclient_offer_problem(offered) else {
+            return false;
+        };
+        // Nothing to send XCLIENT to: it is never sent in this session.
+        self.dialogue.xclient_settled();
+        self.identity_refused(p).is_some()
     }
 
     /// Upstream refused the session in its greeting; that reply is already queued for the
@@ -287,12 +368,12 @@ impl Session {
     /// command timeout and `[server] max_errors`.
     async fn refused_at_greeting(&mut self, greeting: &Reply) -> &'static str {
         warn!(
-            client = %self.ip_text,
+            client = %self.client.ip_text,
             code = greeting.code,
             upstream = greeting.text().as_str(),
             "upstream refused the session in its greeting; its reply is passed on"
         );
-        if let Some(up) = self.up.take() {
+        if let Some(up) = self.upstream.take() {
             up.quit().await;
         }
         if greeting.class() != 5 {
@@ -310,7 +391,7 @@ impl Session {
             };
             let flow = match step {
                 Step::Close(reply) => {
-                    self.client.queue(&reply);
+                    self.client.conn.queue(&reply);
                     return "quit";
                 }
                 Step::Refuse { reply, .. } => self.refuse_with(&reply),
@@ -349,18 +430,18 @@ impl Session {
             let cmd = match parse_command(&line) {
                 Ok(c) => c,
                 Err(e) => {
-                    debug!(client = %self.ip_text, error = %e, "bad command");
+                    debug!(client = %self.client.ip_text, error = %e, "bad command");
                     if self.refuse_with(&e.reply()) == Flow::Close {
                         return Ok("too many errors");
                     }
                     continue;
                 }
             };
-            self.facts.command = Some(cmd.verb());
+            self.policy.facts.command = Some(cmd.verb());
             match self.judge(Stage::Command).await {
-                Judged::Go => {}
-                Judged::Answered => continue,
-                Judged::Close => return Ok("closed by policy"),
+                None => {}
+                Some(Flow::Next) => continue,
+                Some(Flow::Close) => return Ok("closed by policy"),
             }
             if self.dispatch(cmd).await? == Flow::Close {
                 return Ok("closed");
@@ -375,13 +456,40 @@ impl Session {
         let command = self.shared.config().timeouts.command.0;
         let mut wait = Wait::new(command, command);
         loop {
-            if let Some(e) = self.framer.next_line(&mut self.client.rbuf) {
+            if let Some(e) = self.client.framer.next_line(&mut self.client.conn.rbuf) {
                 return Ok(e);
             }
-            if let Err(end) = self.client.fill(&mut wait, &self.stop).await {
+            if let Err(end) = self.client.conn.fill(&mut wait, &self.stop).await {
                 return Err(self.read_end(end));
             }
         }
+    }
+
+    /// Starts the client's name lookup when something will use it (XCLIENT, the Received
+    /// line) and lookups are on; it runs while upstream is reached and the client greeted.
+    fn start_name_lookup(&mut self) {
+        let cfg = &self.shared.config();
+        let used = cfg.upstream.client_identity == ClientIdentity::Xclient || cfg.smtp.add_received;
+        if used && cfg.server.resolve_client_names {
+            self.client
+                .names
+                .start(&self.shared.names, self.client.peer.ip());
+        }
+    }
+
+    /// Handles an identity upstream did not take ([`refused_identity`]): `None` to go on
+    /// with floodgate's own address, `Some(Close)` once the refusal is queued.
+    pub(super) fn identity_refused(&mut self, problem: IdentityProblem) -> Option<Flow> {
+        let client = &self.client;
+        let refusal = refused_identity(
+            &problem,
+            &self.shared.config(),
+            &self.shared.metrics,
+            &client.ip_text,
+            client.peer.port(),
+        )?;
+        self.client.conn.queue(&refusal);
+        Some(Flow::Close)
     }
 
     /// Queues the reply that goes with an end of input and names it for the log.
@@ -391,15 +499,15 @@ impl Session {
             ReadEnd::Eof => "client closed",
             ReadEnd::Io(_) => "client connection error",
             ReadEnd::Idle => {
-                self.client.queue(&replies::idle_timeout(host));
+                self.client.conn.queue(&replies::idle_timeout(host));
                 "idle timeout"
             }
             ReadEnd::SessionDeadline => {
-                self.client.queue(&replies::session_too_long(host));
+                self.client.conn.queue(&replies::session_too_long(host));
                 "session timeout"
             }
             ReadEnd::Shutdown => {
-                self.client.queue(&replies::shutting_down(host));
+                self.client.conn.queue(&replies::shutting_down(host));
                 "shutdown"
             }
         }
@@ -408,7 +516,7 @@ impl Session {
     /// Queues a refusal and counts it as a protocol error; past the cap queues a 421 and
     /// says to close.
     pub(super) fn refuse_with(&mut self, reply: &Reply) -> Flow {
-        self.client.queue(reply);
+        self.client.conn.queue(reply);
         self.error_flow()
     }
 
@@ -416,49 +524,51 @@ impl Session {
     pub(super) fn error_flow(&mut self) -> Flow {
         if self.dialogue.count_error() {
             let host = &self.shared.config().server.hostname;
-            self.client.queue(&replies::too_many_errors(host));
+            self.client.conn.queue(&replies::too_many_errors(host));
             return Flow::Close;
         }
         Flow::Next
     }
 
     /// Asks the policy about `stage` and applies delays; replies it gives are queued.
-    pub(super) async fn judge(&mut self, stage: Stage) -> Judged {
-        let verdict = match self.policy.check_now(stage, &self.facts) {
+    /// `None`: go on with the command; `Some(Next)`: the policy answered it; `Some(Close)`:
+    /// the policy ended the session.
+    pub(super) async fn judge(&mut self, stage: Stage) -> Option<Flow> {
+        let verdict = match self.policy.session.check_now(stage, &self.policy.facts) {
             Some(v) => v,
-            None => self.policy.check(stage, &self.facts).await,
+            None => self.policy.session.check(stage, &self.policy.facts).await,
         };
         self.apply(verdict, stage).await
     }
 
     /// Applies a verdict that the policy gave for `stage`.
-    pub(super) async fn apply(&mut self, verdict: Verdict, stage: Stage) -> Judged {
+    pub(super) async fn apply(&mut self, verdict: Verdict, stage: Stage) -> Option<Flow> {
         match verdict {
-            Verdict::Continue => Judged::Go,
+            Verdict::Continue => None,
             Verdict::Delay(d) => {
                 if self.pause(d).await {
-                    Judged::Go
+                    None
                 } else {
                     self.stopped();
-                    Judged::Close
+                    Some(Flow::Close)
                 }
             }
             Verdict::Reply(r) => {
-                debug!(client = %self.ip_text, stage = stage.as_str(), code = r.code, "answered by policy");
+                debug!(client = %self.client.ip_text, stage = stage.as_str(), code = r.code, "answered by policy");
                 self.tally.refused += 1;
                 self.shared.metrics.refused.inc();
-                self.client.queue(&r);
-                Judged::Answered
+                self.client.conn.queue(&r);
+                Some(Flow::Next)
             }
             Verdict::Disconnect(r) => {
                 self.tally.refused += 1;
                 self.shared.metrics.refused.inc();
-                self.client.queue(&r);
-                Judged::Close
+                self.client.conn.queue(&r);
+                Some(Flow::Close)
             }
             Verdict::Hold(order) => {
                 self.hold_transaction(order);
-                Judged::Go
+                None
             }
         }
     }
@@ -467,7 +577,7 @@ impl Session {
     /// floodgate is stopping; the caller then queues what is still owed and ends the session
     /// (with [`Session::stopped`]).
     pub(super) async fn pause(&mut self, d: Duration) -> bool {
-        if self.client.flush().await.is_err() {
+        if self.client.conn.flush().await.is_err() {
             return false;
         }
         tokio::select! {
@@ -488,7 +598,7 @@ impl Session {
 
     /// The upstream connection (present for the whole command loop).
     pub(super) fn up(&mut self) -> Result<&mut Upstream, UpstreamError> {
-        self.up
+        self.upstream
             .as_mut()
             .ok_or_else(|| UpstreamError::Protocol("no upstream session".into()))
     }
@@ -520,50 +630,22 @@ impl Session {
     /// of data); `abandoned`: it was open, its reservations are released.
     pub(super) fn forget_txn(&mut self, abandoned: bool) {
         if abandoned {
-            self.policy.transaction_abandoned();
+            self.policy.session.transaction_abandoned();
         }
-        self.chunked = None;
-        self.received = None;
-        self.hold = None;
-        self.envelope.clear();
-        pool_string(&mut self.strings, self.facts.sender.take());
-        pool_string(&mut self.strings, self.facts.recipient.take());
-        pool_string(&mut self.strings, self.facts.recipient_normalized.take());
-        self.facts.recipients_count = 0;
-        self.facts.message_size = 0;
-        self.facts.header_from = None;
-        self.facts.subject = None;
-        self.facts.auto_submitted = false;
-        self.facts.message_keys = None;
-    }
-
-    /// `text` in a string from the session's pool (no allocation once the pool is warm).
-    pub(super) fn pooled(&mut self, text: &str) -> String {
-        let mut s = self.strings.pop().unwrap_or_default();
-        s.push_str(text);
-        s
-    }
-
-    /// Replaces a fact's string, the old one going back to the pool.
-    pub(super) fn set_fact(&mut self, slot: FactSlot, text: &str) {
-        let s = self.pooled(text);
-        let old = match slot {
-            FactSlot::Sender => self.facts.sender.replace(s),
-            FactSlot::Recipient => self.facts.recipient.replace(s),
-        };
-        pool_string(&mut self.strings, old);
+        self.transaction.clear();
+        self.policy.forget_transaction();
     }
 
     /// Queues a reply relayed from upstream, then hands it back to the reply parser.
     pub(super) fn answer(&mut self, reply: Reply) {
-        self.client.queue(&reply);
-        if let Some(up) = self.up.as_mut() {
+        self.client.conn.queue(&reply);
+        if let Some(up) = self.upstream.as_mut() {
             up.recycle(reply);
         }
     }
 }
 
-/// The fact strings [`Session::set_fact`] fills.
+/// The fact strings [`PolicyView::set_fact`] fills.
 pub(super) enum FactSlot {
     /// `facts.sender`.
     Sender,

@@ -17,18 +17,34 @@ pub enum Stream {
     ServerTls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     /// TLS where floodgate is the client (upstream side).
     ClientTls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    /// No connection: its TCP was taken for a TLS handshake ([`Stream::take_plain`]) that
+    /// has not put TLS in its place. Reads and writes fail.
+    Taken,
 }
 
 impl Stream {
     /// Whether the stream is encrypted.
     pub fn is_tls(&self) -> bool {
-        !matches!(self, Stream::Plain(_))
+        matches!(self, Stream::ServerTls(_) | Stream::ClientTls(_))
+    }
+
+    /// The TCP connection of a plain stream, for a TLS handshake whose stream then takes its
+    /// place: the stream is left [`Stream::Taken`]. `None` (and the stream unchanged) when
+    /// it is not plain.
+    pub fn take_plain(&mut self) -> Option<TcpStream> {
+        if !matches!(self, Stream::Plain(_)) {
+            return None;
+        }
+        match std::mem::replace(self, Stream::Taken) {
+            Stream::Plain(tcp) => Some(tcp),
+            _ => None,
+        }
     }
 
     /// The TLS protocol version and cipher suite in use, for logs.
     pub fn tls_info(&self) -> Option<String> {
         let (v, c) = match self {
-            Stream::Plain(_) => return None,
+            Stream::Plain(_) | Stream::Taken => return None,
             Stream::ServerTls(s) => {
                 let c = s.get_ref().1;
                 (c.protocol_version(), c.negotiated_cipher_suite())
@@ -45,6 +61,14 @@ impl Stream {
                 .unwrap_or(rustls::CipherSuite::Unknown(0))
         ))
     }
+}
+
+/// The error of a read or write on a [`Stream::Taken`].
+fn taken() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        "the connection was taken for TLS",
+    )
 }
 
 /// Reading into the spare room of a buffer, as `AsyncReadExt::read_buf` does, but polled
@@ -85,6 +109,7 @@ impl AsyncRead for Stream {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::ServerTls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Stream::ClientTls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::Taken => Poll::Ready(Err(taken())),
         }
     }
 }
@@ -99,6 +124,7 @@ impl AsyncWrite for Stream {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Stream::ServerTls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Stream::ClientTls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Stream::Taken => Poll::Ready(Err(taken())),
         }
     }
 
@@ -107,6 +133,7 @@ impl AsyncWrite for Stream {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
             Stream::ServerTls(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Stream::ClientTls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Stream::Taken => Poll::Ready(Ok(())),
         }
     }
 
@@ -115,6 +142,7 @@ impl AsyncWrite for Stream {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::ServerTls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Stream::ClientTls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::Taken => Poll::Ready(Ok(())),
         }
     }
 
@@ -127,6 +155,7 @@ impl AsyncWrite for Stream {
             Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::ServerTls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             Stream::ClientTls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            Stream::Taken => Poll::Ready(Err(taken())),
         }
     }
 
@@ -135,6 +164,7 @@ impl AsyncWrite for Stream {
             Stream::Plain(s) => s.is_write_vectored(),
             Stream::ServerTls(s) => s.is_write_vectored(),
             Stream::ClientTls(s) => s.is_write_vectored(),
+            Stream::Taken => false,
         }
     }
 }

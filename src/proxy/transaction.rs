@@ -18,22 +18,27 @@ impl Session {
     /// Tells the policy that the transaction's message ended with `verdict`.
     pub(super) fn tell_transaction(&self, verdict: &str) {
         let recipients: Vec<String> = self
+            .transaction
             .envelope
             .rcpts
             .iter()
             .map(|r| address(r).to_string())
             .collect();
-        let name = self.names.as_ref().and_then(|n| kept_name(&n.reverse));
-        let key = incident_key(&self.facts);
+        let name = self
+            .client
+            .names
+            .known()
+            .and_then(|n| kept_name(&n.reverse));
+        let key = incident_key(&self.policy.facts);
         self.shared.policy.transaction(&Transaction {
             time_us: crate::store::now_micros(),
             key: &key,
-            client: self.facts.client_ip,
+            client: self.policy.facts.client_ip,
             name: name.as_deref(),
-            user: self.facts.user.as_deref(),
-            sender: self.facts.sender.as_deref().unwrap_or(""),
+            user: self.policy.facts.user.as_deref(),
+            sender: self.policy.facts.sender.as_deref().unwrap_or(""),
             recipients: &recipients,
-            subject: self.facts.subject.as_deref(),
+            subject: self.policy.facts.subject.as_deref(),
             verdict,
         });
     }

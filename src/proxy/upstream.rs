@@ -255,9 +255,10 @@ pub struct Upstream {
     /// Where this connection's EHLO answers are kept for the next connections.
     learned: Option<Arc<Learned>>,
     /// A MAIL, in wire form, waiting to go upstream in one write with the next command.
-    held: Vec<u8>,
-    /// Upstream's answer to a held MAIL, read with the answer to the command it went with.
-    late: Option<Reply>,
+    pipelined_mail: Vec<u8>,
+    /// Upstream's answer to the pipelined MAIL, read with the answer to the command it went
+    /// with.
+    mail_answer: Option<Reply>,
 }
 
 impl Upstream {
@@ -281,10 +282,34 @@ impl Upstream {
         Upstream::open(settings, None).await
     }
 
+    /// Opens a session: the connection, upstream's greeting, then (on a 220) floodgate's
+    /// first command and STARTTLS as configured.
     async fn open(
         settings: &UpstreamSettings,
         client: Option<(SocketAddr, Option<SocketAddr>)>,
     ) -> Result<(Upstream, Reply), UpstreamError> {
+        let mut up = Upstream::reach(settings, client).await?;
+        let greeting = up.read_reply().await?;
+        if let Some(p) = greeting_problem(&greeting) {
+            return Err(UpstreamError::Identity(p));
+        }
+        if greeting.code != 220 {
+            return Ok((up, greeting));
+        }
+        up.introduce(settings).await?;
+        if settings.tls == TlsMode::Starttls {
+            up.starttls(settings).await?;
+        }
+        Ok((up, greeting))
+    }
+
+    /// The connection up to upstream's greeting: TCP, the PROXY header for
+    /// `client_identity = "proxy-v2"` (naming `client`, or this connection's own endpoints
+    /// without one), and the handshake of implicit TLS.
+    async fn reach(
+        settings: &UpstreamSettings,
+        client: Option<(SocketAddr, Option<SocketAddr>)>,
+    ) -> Result<Upstream, UpstreamError> {
         let tcp = timeout(settings.connect_timeout, connect_tcp(settings))
             .await
             .map_err(|_| UpstreamError::Timeout("connecting"))??;
@@ -297,39 +322,42 @@ impl Upstream {
                 tcp.peer_addr().map_err(UpstreamError::Lost)?,
             ),
         };
-        let mut stream = Stream::Plain(tcp);
+        let mut up = Upstream::over(Stream::Plain(tcp), settings.reply_timeout);
         if settings.identity == ClientIdentity::ProxyV2 {
             let header = encode_proxy_v2(source, destination);
-            stream
+            up.stream
                 .write_all(&header)
                 .await
                 .map_err(UpstreamError::Lost)?;
         }
         if settings.tls == TlsMode::Implicit {
-            stream = timeout(settings.connect_timeout, tls_connect(settings, stream))
-                .await
-                .map_err(|_| UpstreamError::Timeout("in the TLS handshake"))??;
+            up.encrypt(settings).await?;
         }
-        let mut up = Upstream {
+        Ok(up)
+    }
+
+    /// A session over `stream` that has read nothing yet.
+    fn over(stream: Stream, reply_timeout: Duration) -> Upstream {
+        Upstream {
             stream,
             rbuf: BytesMut::with_capacity(4096),
             wbuf: Vec::with_capacity(256),
             timer: Deadline::new(),
             parser: ReplyParser::new(),
-            reply_timeout: settings.reply_timeout,
+            reply_timeout,
             caps: Capabilities::default(),
             caps_learned: false,
             learned: None,
-            held: Vec::new(),
-            late: None,
-        };
-        let greeting = up.read_reply().await?;
-        if let Some(p) = greeting_problem(&greeting) {
-            return Err(UpstreamError::Identity(p));
+            pipelined_mail: Vec::new(),
+            mail_answer: None,
         }
-        if greeting.code != 220 {
-            return Ok((up, greeting));
-        }
+    }
+
+    /// floodgate's first command after a 220 greeting: with a PROXY header, a probe (EHLO
+    /// when one is needed, else NOOP) that shows upstream read the header as one; for
+    /// XCLIENT without STARTTLS, EHLO only when no earlier connection taught upstream's
+    /// extensions; else EHLO when STARTTLS or XCLIENT needs the extensions.
+    async fn introduce(&mut self, settings: &UpstreamSettings) -> Result<(), UpstreamError> {
         let needs_ehlo =
             settings.tls == TlsMode::Starttls || settings.identity == ClientIdentity::Xclient;
         if settings.identity == ClientIdentity::ProxyV2 {
@@ -340,80 +368,65 @@ impl Upstream {
             } else {
                 "NOOP\r\n".to_string()
             };
-            let r = up.command(probe.as_bytes()).await?;
+            let r = self.command(probe.as_bytes()).await?;
             if let Some(p) = proxy_probe_problem(&r) {
                 return Err(UpstreamError::Identity(p));
             }
             if needs_ehlo {
-                up.ehlo_reply(&r)?;
+                self.ehlo_reply(&r)?;
             }
         } else if settings.identity == ClientIdentity::Xclient && settings.tls != TlsMode::Starttls
         {
-            up.learned = Some(settings.learned.clone());
+            self.learned = Some(settings.learned.clone());
             match settings.learned.caps_for_xclient() {
                 Some(caps) => {
-                    up.caps = caps;
-                    up.caps_learned = true;
+                    self.caps = caps;
+                    self.caps_learned = true;
                 }
                 None => {
-                    up.ehlo(settings.helo_name()).await?;
-                    settings.learned.remember(&up.caps);
+                    self.ehlo(settings.helo_name()).await?;
+                    settings.learned.remember(&self.caps);
                 }
             }
         } else if needs_ehlo {
-            up.ehlo(settings.helo_name()).await?;
+            self.ehlo(settings.helo_name()).await?;
         }
-        if settings.tls == TlsMode::Starttls {
-            if !up.caps.starttls {
-                return Err(UpstreamError::Tls(
-                    "upstream does not offer STARTTLS".into(),
-                ));
-            }
-            let r = up.command(b"STARTTLS\r\n").await?;
-            if r.code != 220 {
-                return Err(UpstreamError::Tls(format!(
-                    "upstream refused STARTTLS: {}",
-                    r.code
-                )));
-            }
-            if !up.rbuf.is_empty() {
-                // Response injection: bytes after the 220 that were sent in the clear.
-                return Err(UpstreamError::Protocol(
-                    "upstream sent data after its STARTTLS reply".into(),
-                ));
-            }
-            let Upstream {
-                stream,
-                rbuf,
-                wbuf,
-                timer,
-                parser,
-                reply_timeout,
-                caps,
-                caps_learned,
-                learned,
-                held,
-                late,
-            } = up;
-            let stream = timeout(settings.connect_timeout, tls_connect(settings, stream))
-                .await
-                .map_err(|_| UpstreamError::Timeout("in the TLS handshake"))??;
-            up = Upstream {
-                stream,
-                rbuf,
-                wbuf,
-                timer,
-                parser,
-                reply_timeout,
-                caps,
-                caps_learned,
-                learned,
-                held,
-                late,
-            };
-            up.ehlo(settings.helo_name()).await?;
+        Ok(())
+    }
+
+    /// STARTTLS where upstream offers it, the handshake, and EHLO again under TLS.
+    async fn starttls(&mut self, settings: &UpstreamSettings) -> Result<(), UpstreamError> {
+        if !self.caps.starttls {
+            return Err(UpstreamError::Tls(
+                "upstream does not offer STARTTLS".into(),
+            ));
         }
-        Ok((up, greeting))
+        let r = self.command(b"STARTTLS\r\n").await?;
+        if r.code != 220 {
+            return Err(UpstreamError::Tls(format!(
+                "upstream refused STARTTLS: {}",
+                r.code
+            )));
+        }
+        if !self.rbuf.is_empty() {
+            // Response injection: bytes after the 220 that were sent in the clear.
+            return Err(UpstreamError::Protocol(
+                "upstream sent data after its STARTTLS reply".into(),
+            ));
+        }
+        self.encrypt(settings).await?;
+        self.ehlo(settings.helo_name()).await
+    }
+
+    /// Runs the TLS handshake on the plain connection, which TLS then replaces in place.
+    async fn encrypt(&mut self, settings: &UpstreamSettings) -> Result<(), UpstreamError> {
+        let Some(tcp) = self.stream.take_plain() else {
+            return Err(UpstreamError::Tls("already encrypted".into()));
+        };
+        self.stream = timeout(settings.connect_timeout, tls_connect(settings, tcp))
+            .await
+            .map_err(|_| UpstreamError::Timeout("in the TLS handshake"))??;
+        Ok(())
     }
 
     async fn ehlo(&mut self, name: &str) -> Result<(), UpstreamError> {
@@ -479,13 +492,13 @@ impl Upstream {
     }
 
     /// Writes `parts` one after the other, without joining them first, and flushes.
-    /// A held MAIL not sent by [`relay`](Self::relay) is dropped: whatever else goes
+    /// A pipelined MAIL not sent by [`relay`](Self::relay) is dropped: whatever else goes
     /// upstream first ends the transaction it opened.
     pub async fn send_parts(
         &mut self,
         parts: &mut [std::io::IoSlice<'_>],
     ) -> Result<(), UpstreamError> {
-        self.held.clear();
+        self.pipelined_mail.clear();
         self.timer
             .write_all_parts(&mut self.stream, parts, self.reply_timeout)
             .await
@@ -525,43 +538,43 @@ impl Upstream {
 
     /// Relays one parsed client command in its canonical wire form and reads the reply.
     ///
-    /// A held MAIL goes first, in the same write, when `cmd` may follow it in a group
+    /// A pipelined MAIL goes first, in the same write, when `cmd` may follow it in a group
     /// (RCPT, NOOP, VRFY, EXPN: RFC 2920 §3.1); its answer is read first and kept for
-    /// [`take_late`](Self::take_late). Any other command ends the transaction the MAIL
+    /// [`take_mail_answer`](Self::take_mail_answer). Any other command ends the transaction the MAIL
     /// opened (RSET, HELO, EHLO), and the MAIL is dropped unsent.
     pub async fn relay(&mut self, cmd: &Command) -> Result<Reply, UpstreamError> {
         let mut wire = std::mem::take(&mut self.wbuf);
         wire.clear();
-        let with_held = !self.held.is_empty()
+        let with_mail = !self.pipelined_mail.is_empty()
             && matches!(
                 cmd,
                 Command::Rcpt(_) | Command::Noop | Command::Vrfy(_) | Command::Expn(_)
             );
-        if with_held {
-            wire.extend_from_slice(&self.held);
+        if with_mail {
+            wire.extend_from_slice(&self.pipelined_mail);
         }
         cmd.write_wire(&mut wire);
         let sent = self.send(&wire).await;
         self.wbuf = wire;
         sent?;
-        if with_held {
+        if with_mail {
             let mail = self.read_reply().await?;
-            self.late = Some(mail);
+            self.mail_answer = Some(mail);
         }
         self.read_reply().await
     }
 
     /// Keeps `mail` (a MAIL command) to go upstream in one write with the next command
     /// [`relay`](Self::relay)ed, for an upstream that offers PIPELINING.
-    pub fn hold(&mut self, mail: &Command) {
-        self.held.clear();
-        mail.write_wire(&mut self.held);
-        self.late = None;
+    pub fn pipeline_mail(&mut self, mail: &Command) {
+        self.pipelined_mail.clear();
+        mail.write_wire(&mut self.pipelined_mail);
+        self.mail_answer = None;
     }
 
-    /// Upstream's answer to the held MAIL that went with the last relayed command.
-    pub fn take_late(&mut self) -> Option<Reply> {
-        self.late.take()
+    /// Upstream's answer to the pipelined MAIL that went with the last relayed command.
+    pub fn take_mail_answer(&mut self) -> Option<Reply> {
+        self.mail_answer.take()
     }
 
     /// Hands a reply that has been answered back to the reply parser for reuse.
@@ -630,10 +643,8 @@ async fn connect_tcp(settings: &UpstreamSettings) -> Result<TcpStream, UpstreamE
     })
 }
 
-async fn tls_connect(settings: &UpstreamSettings, stream: Stream) -> Result<Stream, UpstreamError> {
-    let Stream::Plain(tcp) = stream else {
-        return Err(UpstreamError::Tls("already encrypted".into()));
-    };
+/// The TLS handshake as a client on `tcp`, naming the configured server.
+async fn tls_connect(settings: &UpstreamSettings, tcp: TcpStream) -> Result<Stream, UpstreamError> {
     let config = settings
         .tls_config
         .clone()

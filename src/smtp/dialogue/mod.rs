@@ -62,9 +62,10 @@ impl Default for Settings {
     }
 }
 
-/// A point of the dialogue where upstream is asked (and, for most, the policy first).
+/// A command relayed upstream whose answer comes back to [`Dialogue::on_upstream`] (for
+/// most, the policy is asked first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
+pub enum Exchange {
     /// HELO.
     Helo,
     /// EHLO.
@@ -95,14 +96,14 @@ pub enum Step {
         /// Why, for the log, when an operator should see it.
         note: Option<&'static str>,
     },
-    /// Ask the policy at `stage`, then relay the command and hand upstream's answer to
-    /// [`Dialogue::on_upstream`] with the same stage.
-    Ask(Stage),
+    /// Ask the policy about this exchange, then relay the command and hand upstream's
+    /// answer to [`Dialogue::on_upstream`] with the same exchange.
+    Ask(Exchange),
     /// Relay the command without asking the policy; upstream's answer goes back through
-    /// [`Dialogue::on_upstream`] with `stage`.
-    Relay(Stage),
+    /// [`Dialogue::on_upstream`] with this exchange.
+    Relay(Exchange),
     /// Ask the policy at the auth stage and run the exchange with this mechanism; its final
-    /// reply goes to [`Dialogue::on_upstream`] as [`Stage::Auth`].
+    /// reply goes to [`Dialogue::on_upstream`] as [`Exchange::Auth`].
     Auth(Mechanism),
     /// Ask the policy at the data stage, answer 354 and take the message.
     Data,
@@ -218,11 +219,6 @@ impl Dialogue {
         }
     }
 
-    /// The settings of this dialogue.
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     /// A transaction is open (MAIL accepted, its message not yet answered).
     pub fn in_transaction(&self) -> bool {
         self.in_txn
@@ -246,11 +242,6 @@ impl Dialogue {
     /// Upstream accepted an AUTH in this session.
     pub fn authenticated(&self) -> bool {
         self.authenticated
-    }
-
-    /// The session is under TLS.
-    pub fn tls(&self) -> bool {
-        self.tls
     }
 
     /// What the client was offered in the last EHLO answer.
@@ -289,11 +280,6 @@ impl Dialogue {
     pub fn count_error(&mut self) -> bool {
         self.errors = self.errors.saturating_add(1);
         self.errors >= self.settings.max_errors
-    }
-
-    /// Protocol errors counted so far.
-    pub fn errors(&self) -> u32 {
-        self.errors
     }
 
     /// Whether XCLIENT is to be sent now, before the first HELO/EHLO is relayed: true once
@@ -340,14 +326,14 @@ impl Dialogue {
             };
         }
         match cmd {
-            Command::Helo(_) => Step::Ask(Stage::Helo),
-            Command::Ehlo(_) => Step::Ask(Stage::Ehlo),
+            Command::Helo(_) => Step::Ask(Exchange::Helo),
+            Command::Ehlo(_) => Step::Ask(Exchange::Ehlo),
             Command::Mail(m) => self.mail(m),
             Command::Rcpt(r) => self.rcpt(&r.params),
             Command::Data => self.data(),
             Command::Bdat { .. } => self.bdat(),
-            Command::Rset => Step::Relay(Stage::Rset),
-            Command::Noop | Command::Vrfy(_) | Command::Expn(_) => Step::Relay(Stage::Other),
+            Command::Rset => Step::Relay(Exchange::Rset),
+            Command::Noop | Command::Vrfy(_) | Command::Expn(_) => Step::Relay(Exchange::Other),
             Command::Help => Step::Reply(help_reply(&HelpCommands {
                 starttls: self.starttls_available(),
                 auth: !self.offered.auth.is_empty(),
@@ -390,7 +376,7 @@ impl Dialogue {
         if size_hint(m) > self.settings.max_message_size {
             return Step::Reply(replies::size_over_limit());
         }
-        Step::Ask(Stage::Mail)
+        Step::Ask(Exchange::Mail)
     }
 
     /// RCPT: inside a transaction, below the recipient limit, offered parameters only.
@@ -404,7 +390,7 @@ impl Dialogue {
         if !self.params_ok(params, true) {
             return refuse(replies::unsupported_option());
         }
-        Step::Ask(Stage::Rcpt)
+        Step::Ask(Exchange::Rcpt)
     }
 
     /// DATA: inside a transaction with a recipient, and not after BDAT chunks.
@@ -506,38 +492,38 @@ impl Dialogue {
         })
     }
 
-    /// Upstream answered what was relayed at `stage` with `reply` (the answer the client
-    /// gets, after the policy had its say): the state moves on.
-    pub fn on_upstream(&mut self, stage: Stage, reply: &Reply) -> Heard {
+    /// Upstream answered the relayed `exchange` with `reply` (the answer the client gets,
+    /// after the policy had its say): the state moves on.
+    pub fn on_upstream(&mut self, exchange: Exchange, reply: &Reply) -> Heard {
         let accepted = reply.is_completion();
-        match stage {
-            Stage::Helo | Stage::Ehlo => {
-                let ehlo = stage == Stage::Ehlo;
+        match exchange {
+            Exchange::Helo | Exchange::Ehlo => {
+                let ehlo = exchange == Exchange::Ehlo;
                 self.on_greeting(ehlo, ehlo, reply)
             }
-            Stage::Mail if accepted && self.helo_seen && !self.in_txn => {
+            Exchange::Mail if accepted && self.helo_seen && !self.in_txn => {
                 self.in_txn = true;
                 self.recipients = 0;
                 self.chunks = false;
                 Heard::Accepted
             }
-            Stage::Rcpt
+            Exchange::Rcpt
                 if accepted && self.in_txn && self.recipients < self.settings.max_recipients =>
             {
                 self.recipients += 1;
                 Heard::Accepted
             }
-            Stage::Auth if reply.code == 235 && !self.authenticated => {
+            Exchange::Auth if reply.code == 235 && !self.authenticated => {
                 self.authenticated = true;
                 Heard::Accepted
             }
-            Stage::Message => {
+            Exchange::Message => {
                 // Upstream's verdict ends the transaction, whatever it is.
                 self.in_txn = false;
                 self.reset_transaction();
                 Heard::Reset { abandoned: false }
             }
-            Stage::Rset => Heard::Reset {
+            Exchange::Rset => Heard::Reset {
                 abandoned: self.reset_transaction(),
             },
             _ => Heard::Refused,

@@ -44,10 +44,10 @@ fn greeted(s: Settings) -> Dialogue {
     let mut d = Dialogue::new(s, false);
     assert_eq!(
         d.on_command(&cmd("EHLO client.example")),
-        Step::Ask(Stage::Ehlo)
+        Step::Ask(Exchange::Ehlo)
     );
     assert!(matches!(
-        d.on_upstream(Stage::Ehlo, &ehlo_list()),
+        d.on_upstream(Exchange::Ehlo, &ehlo_list()),
         Heard::Greeted {
             abandoned: false,
             ..
@@ -61,15 +61,15 @@ fn with_recipients(s: Settings, n: usize) -> Dialogue {
     let mut d = greeted(s);
     assert_eq!(
         d.on_command(&cmd("MAIL FROM:<a@b.example>")),
-        Step::Ask(Stage::Mail)
+        Step::Ask(Exchange::Mail)
     );
-    assert_eq!(d.on_upstream(Stage::Mail, &ok()), Heard::Accepted);
+    assert_eq!(d.on_upstream(Exchange::Mail, &ok()), Heard::Accepted);
     for _ in 0..n {
         assert_eq!(
             d.on_command(&cmd("RCPT TO:<c@d.example>")),
-            Step::Ask(Stage::Rcpt)
+            Step::Ask(Exchange::Rcpt)
         );
-        assert_eq!(d.on_upstream(Stage::Rcpt, &ok()), Heard::Accepted);
+        assert_eq!(d.on_upstream(Exchange::Rcpt, &ok()), Heard::Accepted);
     }
     d
 }
@@ -96,7 +96,7 @@ fn refused_helo_does_not_count_as_greeted() {
     let mut d = Dialogue::new(settings(), false);
     d.on_command(&cmd("HELO x"));
     assert_eq!(
-        d.on_upstream(Stage::Helo, &Reply::new(501, "bad")),
+        d.on_upstream(Exchange::Helo, &Reply::new(501, "bad")),
         Heard::Refused
     );
     assert!(!d.helo_seen());
@@ -107,9 +107,9 @@ fn refused_helo_does_not_count_as_greeted() {
 fn helo_offers_no_extensions() {
     let mut d = greeted(settings());
     assert!(d.offered().chunking);
-    assert_eq!(d.on_command(&cmd("HELO x")), Step::Ask(Stage::Helo));
+    assert_eq!(d.on_command(&cmd("HELO x")), Step::Ask(Exchange::Helo));
     assert_eq!(
-        d.on_upstream(Stage::Helo, &ok()),
+        d.on_upstream(Exchange::Helo, &ok()),
         Heard::Reset { abandoned: false }
     );
     assert!(!d.ehlo());
@@ -132,7 +132,7 @@ fn helo_offers_no_extensions() {
 #[test]
 fn a_helo_that_went_upstream_as_ehlo_is_answered_with_the_first_line_alone() {
     let mut d = with_recipients(settings(), 1);
-    assert_eq!(d.on_command(&cmd("HELO x")), Step::Ask(Stage::Helo));
+    assert_eq!(d.on_command(&cmd("HELO x")), Step::Ask(Exchange::Helo));
     let heard = d.on_greeting(false, true, &ehlo_list());
     assert_eq!(
         heard,
@@ -177,7 +177,7 @@ fn a_client_ehlo_is_greeted_the_same_through_on_greeting() {
     a.on_command(&cmd("EHLO again"));
     b.on_command(&cmd("EHLO again"));
     assert_eq!(
-        a.on_upstream(Stage::Ehlo, &ehlo_list()),
+        a.on_upstream(Exchange::Ehlo, &ehlo_list()),
         b.on_greeting(true, true, &ehlo_list())
     );
     assert_eq!(a.offered(), b.offered());
@@ -205,7 +205,7 @@ fn ehlo_offers_starttls_only_where_it_can_be_done() {
     assert!(greeted(s).offered().starttls);
     let mut d = Dialogue::new(s, true);
     d.on_command(&cmd("EHLO x"));
-    d.on_upstream(Stage::Ehlo, &ehlo_list());
+    d.on_upstream(Exchange::Ehlo, &ehlo_list());
     assert!(!d.offered().starttls, "already TLS");
 }
 
@@ -214,7 +214,7 @@ fn ehlo_ends_an_open_transaction() {
     let mut d = with_recipients(settings(), 1);
     d.on_command(&cmd("EHLO x"));
     assert!(matches!(
-        d.on_upstream(Stage::Ehlo, &ehlo_list()),
+        d.on_upstream(Exchange::Ehlo, &ehlo_list()),
         Heard::Greeted {
             abandoned: true,
             ..
@@ -237,10 +237,10 @@ fn mail_needs_tls_where_required() {
     );
     let mut d = Dialogue::new(s, true);
     d.on_command(&cmd("EHLO x"));
-    d.on_upstream(Stage::Ehlo, &ehlo_list());
+    d.on_upstream(Exchange::Ehlo, &ehlo_list());
     assert_eq!(
         d.on_command(&cmd("MAIL FROM:<a@b>")),
-        Step::Ask(Stage::Mail)
+        Step::Ask(Exchange::Mail)
     );
 }
 
@@ -258,12 +258,12 @@ fn mail_needs_auth_where_required() {
         Step::Auth(Mechanism::Plain)
     );
     assert_eq!(
-        d.on_upstream(Stage::Auth, &Reply::new(235, "2.7.0 ok")),
+        d.on_upstream(Exchange::Auth, &Reply::new(235, "2.7.0 ok")),
         Heard::Accepted
     );
     assert_eq!(
         d.on_command(&cmd("MAIL FROM:<a@b>")),
-        Step::Ask(Stage::Mail)
+        Step::Ask(Exchange::Mail)
     );
 }
 
@@ -275,7 +275,7 @@ fn nested_mail_is_refused() {
         (503, "5.5.1 Nested MAIL command".into())
     );
     // An accept upstream would never give does not reopen it.
-    assert_eq!(d.on_upstream(Stage::Mail, &ok()), Heard::Refused);
+    assert_eq!(d.on_upstream(Exchange::Mail, &ok()), Heard::Refused);
 }
 
 #[test]
@@ -283,7 +283,7 @@ fn refused_mail_opens_no_transaction() {
     let mut d = greeted(settings());
     d.on_command(&cmd("MAIL FROM:<a@b>"));
     assert_eq!(
-        d.on_upstream(Stage::Mail, &Reply::new(550, "no")),
+        d.on_upstream(Exchange::Mail, &Reply::new(550, "no")),
         Heard::Refused
     );
     assert!(!d.in_transaction());
@@ -301,7 +301,7 @@ fn mail_parameters_need_their_extension() {
         "AUTH=<>",
     ] {
         let line = format!("MAIL FROM:<a@b> {ok}");
-        assert_eq!(d.on_command(&cmd(&line)), Step::Ask(Stage::Mail), "{ok}");
+        assert_eq!(d.on_command(&cmd(&line)), Step::Ask(Exchange::Mail), "{ok}");
     }
     assert_eq!(
         refused_with(d.on_command(&cmd("MAIL FROM:<a@b> FOO=1"))),
@@ -309,7 +309,7 @@ fn mail_parameters_need_their_extension() {
     );
     let mut plain = Dialogue::new(settings(), false);
     plain.on_command(&cmd("EHLO x"));
-    plain.on_upstream(Stage::Ehlo, &Reply::multi(250, ["mx", "PIPELINING"]));
+    plain.on_upstream(Exchange::Ehlo, &Reply::multi(250, ["mx", "PIPELINING"]));
     for refused in [
         "SIZE=10",
         "BODY=8BITMIME",
@@ -331,7 +331,7 @@ fn rcpt_parameters_need_dsn() {
     let mut d = with_recipients(settings(), 0);
     assert_eq!(
         d.on_command(&cmd("RCPT TO:<c@d> NOTIFY=NEVER ORCPT=rfc822;c@d")),
-        Step::Ask(Stage::Rcpt)
+        Step::Ask(Exchange::Rcpt)
     );
     assert_eq!(
         refused_with(d.on_command(&cmd("RCPT TO:<c@d> SIZE=1"))).0,
@@ -346,7 +346,7 @@ fn size_over_the_limit_is_552_not_an_error() {
     assert_eq!(step, Step::Reply(replies::size_over_limit()));
     assert_eq!(
         d.on_command(&cmd("MAIL FROM:<a@b> SIZE=1000")),
-        Step::Ask(Stage::Mail)
+        Step::Ask(Exchange::Mail)
     );
     assert_eq!(
         size_hint(&MailFrom {
@@ -364,7 +364,7 @@ fn rcpt_needs_mail() {
         refused_with(d.on_command(&cmd("RCPT TO:<c@d>"))),
         (503, "5.5.1 Send MAIL first".into())
     );
-    assert_eq!(d.on_upstream(Stage::Rcpt, &ok()), Heard::Refused);
+    assert_eq!(d.on_upstream(Exchange::Rcpt, &ok()), Heard::Refused);
     assert_eq!(d.recipients(), 0);
 }
 
@@ -375,7 +375,7 @@ fn too_many_recipients_is_452_not_an_error() {
         d.on_command(&cmd("RCPT TO:<c@d>")),
         Step::Reply(replies::too_many_recipients())
     );
-    assert_eq!(d.on_upstream(Stage::Rcpt, &ok()), Heard::Refused);
+    assert_eq!(d.on_upstream(Exchange::Rcpt, &ok()), Heard::Refused);
     assert_eq!(d.recipients(), 3);
 }
 
@@ -384,7 +384,7 @@ fn refused_rcpt_is_not_counted() {
     let mut d = with_recipients(settings(), 1);
     d.on_command(&cmd("RCPT TO:<x@y>"));
     assert_eq!(
-        d.on_upstream(Stage::Rcpt, &Reply::new(550, "no")),
+        d.on_upstream(Exchange::Rcpt, &Reply::new(550, "no")),
         Heard::Refused
     );
     assert_eq!(d.recipients(), 1);
@@ -431,7 +431,7 @@ fn bdat_needs_chunking_offered() {
     s.chunking = false;
     let mut d = Dialogue::new(s, false);
     d.on_command(&cmd("EHLO x"));
-    d.on_upstream(Stage::Ehlo, &ehlo_list());
+    d.on_upstream(Exchange::Ehlo, &ehlo_list());
     assert!(!d.offered().chunking);
     assert_eq!(
         d.on_command(&cmd("BDAT 5 LAST")),
@@ -467,13 +467,13 @@ fn message_verdict_ends_the_transaction() {
     let mut d = with_recipients(settings(), 2);
     assert_eq!(d.on_command(&Command::Data), Step::Data);
     assert_eq!(
-        d.on_upstream(Stage::Message, &Reply::new(554, "no")),
+        d.on_upstream(Exchange::Message, &Reply::new(554, "no")),
         Heard::Reset { abandoned: false }
     );
     assert!(!d.in_transaction());
     assert_eq!(
         d.on_command(&cmd("MAIL FROM:<a@b>")),
-        Step::Ask(Stage::Mail)
+        Step::Ask(Exchange::Mail)
     );
 }
 
@@ -482,15 +482,15 @@ fn rset_is_relayed_and_abandons_the_transaction() {
     let mut d = with_recipients(settings(), 1);
     d.on_command(&cmd("BDAT 3"));
     d.chunk_taken();
-    assert_eq!(d.on_command(&Command::Rset), Step::Relay(Stage::Rset));
+    assert_eq!(d.on_command(&Command::Rset), Step::Relay(Exchange::Rset));
     assert_eq!(
-        d.on_upstream(Stage::Rset, &ok()),
+        d.on_upstream(Exchange::Rset, &ok()),
         Heard::Reset { abandoned: true }
     );
     assert!(!d.chunks_under_way());
-    assert_eq!(d.on_command(&Command::Rset), Step::Relay(Stage::Rset));
+    assert_eq!(d.on_command(&Command::Rset), Step::Relay(Exchange::Rset));
     assert_eq!(
-        d.on_upstream(Stage::Rset, &ok()),
+        d.on_upstream(Exchange::Rset, &ok()),
         Heard::Reset { abandoned: false }
     );
 }
@@ -499,8 +499,8 @@ fn rset_is_relayed_and_abandons_the_transaction() {
 fn noop_vrfy_expn_are_relayed_and_change_nothing() {
     let mut d = with_recipients(settings(), 1);
     for c in ["NOOP", "VRFY x", "EXPN x"] {
-        assert_eq!(d.on_command(&cmd(c)), Step::Relay(Stage::Other), "{c}");
-        assert_eq!(d.on_upstream(Stage::Other, &ok()), Heard::Refused);
+        assert_eq!(d.on_command(&cmd(c)), Step::Relay(Exchange::Other), "{c}");
+        assert_eq!(d.on_upstream(Exchange::Other, &ok()), Heard::Refused);
     }
     assert!(d.in_transaction());
     assert_eq!(d.recipients(), 1);
@@ -585,7 +585,7 @@ fn starttls_not_after_auth() {
     s.starttls = true;
     let mut d = greeted(s);
     d.on_command(&cmd("AUTH PLAIN"));
-    d.on_upstream(Stage::Auth, &Reply::new(235, "ok"));
+    d.on_upstream(Exchange::Auth, &Reply::new(235, "ok"));
     assert_eq!(
         refused_with(d.on_command(&Command::StartTls)),
         (503, "5.5.1 Already authenticated".into())
@@ -599,7 +599,7 @@ fn tls_forgets_the_greeting() {
     let mut d = greeted(s);
     assert_eq!(d.on_command(&Command::StartTls), Step::StartTls);
     assert!(!d.tls_started());
-    assert!(d.tls() && !d.helo_seen());
+    assert!(d.tls && !d.helo_seen());
     assert_eq!(d.offered(), &Capabilities::default());
     assert_eq!(refused_with(d.on_command(&cmd("MAIL FROM:<a@b>"))).0, 503);
     assert!(!d.starttls_available());
@@ -619,7 +619,7 @@ fn auth_once() {
     let mut d = greeted(settings());
     d.on_command(&cmd("AUTH LOGIN"));
     assert_eq!(
-        d.on_upstream(Stage::Auth, &Reply::new(235, "ok")),
+        d.on_upstream(Exchange::Auth, &Reply::new(235, "ok")),
         Heard::Accepted
     );
     assert!(d.authenticated());
@@ -634,7 +634,7 @@ fn failed_auth_is_not_authenticated() {
     let mut d = greeted(settings());
     d.on_command(&cmd("AUTH PLAIN"));
     assert_eq!(
-        d.on_upstream(Stage::Auth, &Reply::new(535, "no")),
+        d.on_upstream(Exchange::Auth, &Reply::new(535, "no")),
         Heard::Refused
     );
     assert!(!d.authenticated());
@@ -686,7 +686,7 @@ fn errors_close_at_the_cap() {
         assert!(!d.count_error());
     }
     assert!(d.count_error());
-    assert_eq!(d.errors(), 5);
+    assert_eq!(d.errors, 5);
 }
 
 #[test]
@@ -762,21 +762,21 @@ fn answer() -> impl Strategy<Value = Reply> {
     ]
 }
 
-fn stage() -> impl Strategy<Value = Stage> {
+fn exchange() -> impl Strategy<Value = Exchange> {
     prop_oneof![
-        Just(Stage::Helo),
-        Just(Stage::Ehlo),
-        Just(Stage::Auth),
-        Just(Stage::Mail),
-        Just(Stage::Rcpt),
-        Just(Stage::Message),
-        Just(Stage::Rset),
-        Just(Stage::Other),
+        Just(Exchange::Helo),
+        Just(Exchange::Ehlo),
+        Just(Exchange::Auth),
+        Just(Exchange::Mail),
+        Just(Exchange::Rcpt),
+        Just(Exchange::Message),
+        Just(Exchange::Rset),
+        Just(Exchange::Other),
     ]
 }
 
 fn check_invariants(d: &Dialogue) -> Result<(), TestCaseError> {
-    prop_assert!(d.recipients() <= d.settings().max_recipients);
+    prop_assert!(d.recipients() <= d.settings.max_recipients);
     prop_assert!(d.in_transaction() || d.recipients() == 0);
     prop_assert!(d.in_transaction() || !d.chunks_under_way());
     prop_assert!(!d.in_transaction() || d.helo_seen());
@@ -800,30 +800,30 @@ proptest! {
         for (c, reply, last_taken) in turns {
             let before = d.clone();
             match d.on_command(&c) {
-                Step::Ask(stage) | Step::Relay(stage) => {
-                    if stage == Stage::Rcpt {
+                Step::Ask(exchange) | Step::Relay(exchange) => {
+                    if exchange == Exchange::Rcpt {
                         prop_assert!(before.in_transaction());
                         prop_assert!(before.recipients() < s.max_recipients);
                     }
-                    if stage == Stage::Mail {
+                    if exchange == Exchange::Mail {
                         prop_assert!(before.helo_seen() && !before.in_transaction());
                     }
-                    let heard = d.on_upstream(stage, &reply);
-                    if stage == Stage::Rcpt && reply.is_completion() {
+                    let heard = d.on_upstream(exchange, &reply);
+                    if exchange == Exchange::Rcpt && reply.is_completion() {
                         prop_assert_eq!(heard, Heard::Accepted);
                         prop_assert_eq!(d.recipients(), before.recipients() + 1);
                     }
                 }
                 Step::Data => {
                     prop_assert!(before.in_transaction() && before.recipients() > 0);
-                    d.on_upstream(Stage::Message, &reply);
+                    d.on_upstream(Exchange::Message, &reply);
                     prop_assert!(!d.in_transaction());
                 }
                 Step::Chunk { first } => {
                     prop_assert!(before.in_transaction() && before.recipients() > 0);
                     prop_assert_eq!(first, !before.chunks_under_way());
                     if last_taken {
-                        d.on_upstream(Stage::Message, &reply);
+                        d.on_upstream(Exchange::Message, &reply);
                     } else {
                         d.chunk_taken();
                     }
@@ -831,10 +831,10 @@ proptest! {
                 Step::Auth(_) => {
                     prop_assert!(before.helo_seen() && !before.authenticated());
                     prop_assert!(!before.in_transaction());
-                    d.on_upstream(Stage::Auth, &reply);
+                    d.on_upstream(Exchange::Auth, &reply);
                 }
                 Step::StartTls => {
-                    prop_assert!(!before.tls() && !before.in_transaction());
+                    prop_assert!(!before.tls && !before.in_transaction());
                     prop_assert!(!d.tls_started());
                 }
                 Step::Refuse { reply, .. } => {
@@ -856,7 +856,7 @@ proptest! {
         calls in proptest::collection::vec(
             prop_oneof![
                 command().prop_map(Ok),
-                (stage(), answer(), any::<bool>()).prop_map(Err),
+                (exchange(), answer(), any::<bool>()).prop_map(Err),
             ],
             0..80,
         ),
@@ -865,9 +865,9 @@ proptest! {
         for call in calls {
             match call {
                 Ok(c) => { d.on_command(&c); }
-                // A HELO relayed upstream as EHLO, or any stage as the driver hands it.
-                Err((Stage::Helo, reply, true)) => { d.on_greeting(false, true, &reply); }
-                Err((stage, reply, _)) => { d.on_upstream(stage, &reply); }
+                // A HELO relayed upstream as EHLO, or any exchange as the driver hands it.
+                Err((Exchange::Helo, reply, true)) => { d.on_greeting(false, true, &reply); }
+                Err((exchange, reply, _)) => { d.on_upstream(exchange, &reply); }
             }
             d.chunk_taken();
             check_invariants(&d)?;
