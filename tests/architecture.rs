@@ -1,9 +1,11 @@
 //! The layering that ARCHITECTURE.md declares, checked against the sources.
 //!
-//! Two rules, read from the code itself (no compiler involved):
+//! Three rules, read from the code itself (no compiler involved):
 //! 1. a top-level module imports only modules on a lower floor of the table in
 //!    ARCHITECTURE.md (never one on its own floor or above);
-//! 2. no two source files import each other, directly or through others (no import circle).
+//! 2. no two source files import each other, directly or through others (no import circle);
+//! 3. ARCHITECTURE.md's map names every module down to the second level (`proxy::session`,
+//!    `generation`) and names none that does not exist.
 //!
 //! Imports are the `crate::…`, `super::…` and `self::…` paths of `use` declarations (`pub use`
 //! included) and of paths written inline; a parent's `pub use child::Item` names no
@@ -377,6 +379,40 @@ fn declared_floors(doc: &str) -> BTreeMap<String, u32> {
     floors
 }
 
+/// The modules the map of ARCHITECTURE.md names: the first cell of each table row under
+/// `## Map`, a module path in backticks (`proxy::session`).
+fn mapped_modules(doc: &str) -> BTreeSet<String> {
+    let mut mapped = BTreeSet::new();
+    let mut in_map = false;
+    for line in doc.lines() {
+        if let Some(title) = line.strip_prefix("## ") {
+            in_map = title.trim() == "Map";
+            continue;
+        }
+        if !in_map {
+            continue;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 3 || !cells[0].is_empty() {
+            continue;
+        }
+        let name = cells[1];
+        if name.len() > 2 && name.starts_with('`') && name.ends_with('`') {
+            mapped.insert(name.trim_matches('`').to_string());
+        }
+    }
+    mapped
+}
+
+/// Every module down to the second level, as the map names them (`store::redis`, `time`).
+fn modules_to_map(files: &[SourceFile]) -> BTreeSet<String> {
+    files
+        .iter()
+        .filter(|f| !f.module.is_empty())
+        .map(|f| f.module.iter().take(2).cloned().collect::<Vec<_>>().join("::"))
+        .collect()
+}
+
 struct Graph {
     files: Vec<SourceFile>,
     /// file → (imported file, the path as written).
@@ -555,6 +591,46 @@ fn no_import_circles_between_files() {
         })
         .collect();
     assert!(found.is_empty(), "import circles:\n{}", text.join("\n--\n"));
+}
+
+#[test]
+fn the_map_names_every_module_and_no_other() {
+    let doc = fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let mapped = mapped_modules(&doc);
+    let mut files = Vec::new();
+    let src = root().join("src");
+    collect(&src, &src, &mut files);
+    let present = modules_to_map(&files);
+    let unmapped: Vec<_> = present.difference(&mapped).collect();
+    let stale: Vec<_> = mapped.difference(&present).collect();
+    assert!(
+        unmapped.is_empty(),
+        "modules the map in ARCHITECTURE.md (## Map) does not name: {unmapped:?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "modules the map in ARCHITECTURE.md (## Map) names that do not exist: {stale:?}"
+    );
+}
+
+#[test]
+fn the_map_is_read_from_its_section_only() {
+    let doc = "## Floors\n| `elsewhere` | x |\n## Map\n| module | holds |\n|---|---|\n| `proxy` | the session |\n| `proxy::session` | its state |\n## Where to look\n| `not::this` | y |\n";
+    let m = mapped_modules(doc);
+    assert_eq!(
+        m.into_iter().collect::<Vec<_>>(),
+        vec!["proxy".to_string(), "proxy::session".to_string()]
+    );
+    let f = |m: &[&str]| SourceFile {
+        path: PathBuf::new(),
+        module: m.iter().map(|s| s.to_string()).collect(),
+        is_mod_root: false,
+    };
+    let present = modules_to_map(&[f(&["store", "redis", "failover"]), f(&["time"]), f(&[])]);
+    assert_eq!(
+        present.into_iter().collect::<Vec<_>>(),
+        vec!["store::redis".to_string(), "time".to_string()]
+    );
 }
 
 #[test]
