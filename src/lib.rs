@@ -1,3 +1,6 @@
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::too_many_lines))]
+
 //! floodgate: an SMTP submission proxy that stops outgoing email floods.
 //!
 //! Data flows one way: bytes → SMTP dialogue → policy decision → store → relay. The map of

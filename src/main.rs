@@ -1,3 +1,5 @@
+#![cfg_attr(not(test), deny(clippy::too_many_lines))]
+
 //! The floodgate command line: `run`, `demo`, `check`, `simulate`, `report`, and the admin verbs
 //! `inspect`, `reset`, `top`, `reload` and `held` (which talk to a running floodgate over its admin
 //! socket).
@@ -22,10 +24,16 @@ use floodgate::admin::client::{self, Verb};
 use floodgate::admin::{serve, Metrics};
 use floodgate::config::{Config, LogFormat};
 use floodgate::generation::Generation;
+use floodgate::hold::pace::PaceBook;
 use floodgate::policy::describe::{describe, warnings};
 use floodgate::policy::AllowAll;
-use floodgate::server::{build_policy_with, build_shared, spawn_store_tasks, Server};
+use floodgate::policy::RatePolicy;
+use floodgate::report::Observers;
+use floodgate::server::{
+    build_policy, build_shared, spawn_store_tasks, InForce, Server, ServerParts,
+};
 use floodgate::store::open::{OpenError, Opened};
+use tokio_util::sync::CancellationToken;
 
 /// The `--version` line: the version and the kind of build, so that a package carrying a
 /// debug build (debug assertions, no optimisation) is told apart from a release build.
@@ -484,207 +492,302 @@ fn open_store(config: &floodgate::config::StoreConfig) -> anyhow::Result<Opened>
 
 fn run(path: PathBuf) -> anyhow::Result<()> {
     let generation = Generation::load(&path)?;
-    let config = generation.config.clone();
     // Declared before the runtime, so dropped after it: the last lines are written at exit.
-    let logs = init_logs(&config);
-    let log_dropped = logs.dropped.clone();
-    let log_flush = logs.writer.clone();
-    check_fd_limit(&config);
+    let logs = init_logs(&generation.config);
+    check_fd_limit(&generation.config);
     // The control plane (signals, reload) runs here; sessions run on the server's workers.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
-        let store = open_store(&config.store)?;
-        let metrics = Arc::new(Metrics::new());
-        floodgate::store::metered::register_store_figures(&metrics, &store);
-        log_dropped.register_metrics(&metrics);
-        let policy = build_policy_with(&generation, store.as_store(), metrics.clone());
-        let observers = floodgate::report::Observers::start(generation.observer_settings())?;
-        observers
-            .keep_baselines(generation.observer_settings(), store.as_store())
-            .await;
-        policy.observe(observers.clone());
-        // Queued messages whose outcomes are still to come, from the event log.
-        policy
-            .queue_index()
-            .set_capacity(generation.outcomes.remember);
-        policy.queue_index().register_metrics(&metrics);
-        if let Some(events) = &generation.report.events {
-            let r = floodgate::outcomes::journal::rebuild(policy.queue_index(), events);
-            if r.queued > 0 || r.bad > 0 {
-                info!(queued = r.queued, outcomes = r.outcomes, unreadable = r.bad,
-                    "queued messages read back from the event log");
-            }
-        }
-        let _follower = match &generation.outcomes.follow {
-            Some(f) => {
-                info!(path = %f.path.display(), format = ?f.format, "following the smart host's log");
-                Some(floodgate::policy::outcomes::follow(policy.clone(), f.clone())?)
-            }
-            None => None,
-        };
-        let admin_policy = policy.clone();
-        let sweep_policy = policy.clone();
-        let admin_observer: Arc<dyn floodgate::policy::alert::Observer> = observers.clone();
-        let store_stop = tokio_util::sync::CancellationToken::new();
-        let store_tasks = spawn_store_tasks(&store, &config.store, store_stop.clone());
-        for w in warnings(&generation.policy) {
-            warn!("{w}");
-        }
-        let admin_cfg = config.admin.clone();
-        let metrics_cfg = config.metrics.clone();
-        let server = Server::bind_with(generation, Arc::new(policy), metrics.clone())
-            .await?
-            .with_observers(observers.clone());
-        // Restrictions ended by time are told (log, metric, alert) by one node each.
-        let sweep_stop = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(floodgate::policy::expiry::run(
-            sweep_policy.clone(),
-            floodgate::policy::expiry::SWEEP_EVERY,
-            sweep_stop.clone(),
-        ));
-        {
-            // notify_user mail goes through the upstream in force.
-            let control = server.control();
-            sweep_policy.notify_with(Arc::new(floodgate::proxy::notify::UpstreamNotifier::new(
-                move || control.shared(),
-            )));
-            // Alert mail too.
-            let control = server.control();
-            observers.mailer().install(
-                Arc::new(floodgate::proxy::notify::UpstreamMailer::new(move || {
-                    control.shared()
-                })),
-                metrics.clone(),
+    runtime.block_on(serve_until_stopped(generation, &logs))
+}
+
+/// The stop signals of the background jobs, fired once the server has stopped.
+struct Stops {
+    /// The admin socket, admin address and metrics listeners.
+    admin: CancellationToken,
+    /// The hold spool's jobs: held counts published, expiry, the pacer.
+    hold: CancellationToken,
+    /// The sweep of restrictions ended by time.
+    sweep: CancellationToken,
+    /// The store's expiry and snapshots (the last snapshot is written when it fires).
+    store: CancellationToken,
+}
+
+/// Runs floodgate on `generation`: the store, the observers, the policy and the server
+/// built in the order each needs the others, then the background jobs and the admin
+/// listeners; serves until a signal stops the server, then ends the rest.
+async fn serve_until_stopped(
+    generation: Generation,
+    logs: &floodgate::logs::LogQueue,
+) -> anyhow::Result<()> {
+    let config = generation.config.clone();
+    let store = open_store(&config.store)?;
+    let metrics = Arc::new(Metrics::new());
+    floodgate::store::metered::register_store_figures(&metrics, &store);
+    logs.dropped.register_metrics(&metrics);
+    let observers = Observers::start(generation.observer_settings(), store.as_store()).await?;
+    let paced = Arc::new(PaceBook::default());
+    // Sessions share the policy, and the policy's notifier and view of the hold spool read
+    // what sessions share: a circle, broken by this handle made before either and filled
+    // when the server binds.
+    let in_force = InForce::default();
+    let policy = build_policy(
+        &generation,
+        store.as_store(),
+        metrics.clone(),
+        policy_parts(&observers, &paced, &in_force),
+    );
+    read_back_queued(&generation, &policy, &metrics);
+    let _follower = follow_outcomes(&generation, &policy)?;
+    let stops = Stops {
+        admin: CancellationToken::new(),
+        hold: CancellationToken::new(),
+        sweep: CancellationToken::new(),
+        store: CancellationToken::new(),
+    };
+    let store_tasks = spawn_store_tasks(&store, &config.store, stops.store.clone());
+    for w in warnings(&generation.policy) {
+        warn!("{w}");
+    }
+    let parts = ServerParts {
+        metrics: metrics.clone(),
+        observers: observers.clone(),
+        paced: paced.clone(),
+        in_force,
+    };
+    let server = Server::bind(generation, Arc::new(policy.clone()), parts).await?;
+    start_background_jobs(&server, &policy, &observers, &metrics, &stops)?;
+    let sigs = install_signals()?;
+    let state = admin_state(&server, &store, &metrics, &observers, &policy)?;
+    // The daily alert digest reads what the admin endpoints read.
+    observers
+        .mailer()
+        .digest_from(Arc::new(floodgate::admin::digest::AdminDigest(
+            state.clone(),
+        )));
+    // Removed when this returns (at exit).
+    let (_socket_file, extra) = serve_admin(&config, state, &stops.admin).await?;
+    print_listening(&server, &extra, &logs.writer);
+    tokio::spawn(signals(server.control(), sigs));
+    server.run().await;
+    stops.admin.cancel();
+    stops.hold.cancel();
+    stops.sweep.cancel();
+    if !observers.events().drain(std::time::Duration::from_secs(5)) {
+        warn!("event log: not every event was written before exit");
+    }
+    stops.store.cancel();
+    let _ = store_tasks.await;
+    Ok(())
+}
+
+/// What the policy reports to and reads: the observers, the book of paced messages, and
+/// `notify_user` mail and the hold spool through what sessions share in force.
+fn policy_parts(
+    observers: &Arc<Observers>,
+    paced: &Arc<PaceBook>,
+    in_force: &InForce,
+) -> floodgate::policy::engine::Serving {
+    // notify_user mail goes through the upstream in force.
+    let shared = in_force.clone();
+    let notifier = floodgate::proxy::notify::UpstreamNotifier::new(move || shared.get());
+    // The evidence's `held` reads the hold spool in force; with Redis each node publishes
+    // its counts for the others.
+    let shared = in_force.clone();
+    let held = move || shared.get().and_then(|s| s.hold.clone());
+    floodgate::policy::engine::Serving {
+        observer: observers.clone(),
+        paced: paced.clone(),
+        notifier: Arc::new(notifier),
+        held: Arc::new(held),
+    }
+}
+
+/// Sizes the index of queued messages whose outcomes are still to come and reads them back
+/// from the event log.
+fn read_back_queued(generation: &Generation, policy: &RatePolicy, metrics: &Arc<Metrics>) {
+    policy
+        .queue_index()
+        .set_capacity(generation.outcomes.remember);
+    policy.queue_index().register_metrics(metrics);
+    if let Some(events) = &generation.report.events {
+        let r = floodgate::outcomes::journal::rebuild(policy.queue_index(), events);
+        if r.queued > 0 || r.bad > 0 {
+            info!(
+                queued = r.queued,
+                outcomes = r.outcomes,
+                unreadable = r.bad,
+                "queued messages read back from the event log"
             );
         }
-        {
-            // The evidence's `held` reads the hold spool in force; with Redis each node
-            // publishes its counts for the others.
-            let control = server.control();
-            sweep_policy.held_from(Arc::new(move || control.shared().hold.clone()));
-        }
-        let hold_stop = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(floodgate::policy::held::run(
-            sweep_policy.clone(),
-            floodgate::policy::held::PUBLISH_EVERY,
-            hold_stop.clone(),
-        ));
-        if let Some(spool) = server.control().shared().hold.clone() {
-            spool.recover()?;
-            floodgate::proxy::refresh_hold_gauges(&spool, &metrics);
-            let control = server.control();
-            tokio::spawn(floodgate::proxy::held_expiry::expire_loop(
-                move || control.shared(),
-                hold_stop.clone(),
-            ));
-            // Paced messages: read back from the spool before any session.
-            let n = floodgate::proxy::pacer::load(&spool, &server.control().shared().paced)?;
-            if n > 0 {
-                info!(messages = n, "paced messages waiting in the hold spool");
-            }
-        }
-        {
-            // The pacer releases paced messages at their limits' rates; it reads the spool in
-            // force at each round, so a [hold] added by a reload is paced too.
-            let book = server.control().shared().paced.clone();
-            admin_policy.pace_with(book.clone());
-            let control = server.control();
-            tokio::spawn(floodgate::proxy::pacer::pace_loop(
-                move || control.shared(),
-                book,
-                hold_stop.clone(),
-            ));
-        }
-        let sigs = install_signals()?;
+    }
+}
+
+/// Starts following the smart host's log when `[outcomes] follow` names one; the follower
+/// stops when the returned value is dropped.
+fn follow_outcomes(
+    generation: &Generation,
+    policy: &RatePolicy,
+) -> anyhow::Result<Option<floodgate::outcomes::follow::Running>> {
+    let Some(f) = &generation.outcomes.follow else {
+        return Ok(None);
+    };
+    info!(path = %f.path.display(), format = ?f.format, "following the smart host's log");
+    Ok(Some(floodgate::policy::outcomes::follow(
+        policy.clone(),
+        f.clone(),
+    )?))
+}
+
+/// Starts the jobs that run beside the sessions: the sweep of restrictions ended by time,
+/// alert mail, the publication of held counts, and for the hold spool its recovery,
+/// expiry and the pacer.
+fn start_background_jobs(
+    server: &Server,
+    policy: &RatePolicy,
+    observers: &Observers,
+    metrics: &Arc<Metrics>,
+    stops: &Stops,
+) -> anyhow::Result<()> {
+    // Restrictions ended by time are told (log, metric, alert) by one node each.
+    tokio::spawn(floodgate::policy::expiry::run(
+        policy.clone(),
+        floodgate::policy::expiry::SWEEP_EVERY,
+        stops.sweep.clone(),
+    ));
+    // Alert mail goes through the upstream in force.
+    let control = server.control();
+    observers.mailer().install(
+        Arc::new(floodgate::proxy::notify::UpstreamMailer::new(move || {
+            control.shared()
+        })),
+        metrics.clone(),
+    );
+    tokio::spawn(floodgate::policy::held::run(
+        policy.clone(),
+        floodgate::policy::held::PUBLISH_EVERY,
+        stops.hold.clone(),
+    ));
+    start_hold_jobs(server, metrics, &stops.hold)
+}
+
+/// The hold spool's jobs: recovery and expiry of the spool in force at start, its paced
+/// messages read back before any session, and the pacer.
+fn start_hold_jobs(
+    server: &Server,
+    metrics: &Arc<Metrics>,
+    stop: &CancellationToken,
+) -> anyhow::Result<()> {
+    let shared = server.control().shared();
+    if let Some(spool) = shared.hold.clone() {
+        spool.recover()?;
+        floodgate::proxy::refresh_hold_gauges(&spool, metrics);
         let control = server.control();
-        let admin_stop = tokio_util::sync::CancellationToken::new();
-        let audit = match &admin_cfg.audit {
-            Some(path) => Some(
-                floodgate::admin::audit::AuditLog::open(path)
-                    .map_err(|e| anyhow::anyhow!("[admin] audit {}: {e}", path.display()))?,
-            ),
-            None => None,
-        };
-        let state = Arc::new(AdminState {
-            control: control.clone(),
-            store: store.clone(),
-            metrics: metrics.clone(),
-            observer: Some(admin_observer),
-            policy: Some(admin_policy),
-            audit,
-        });
-        // The daily alert digest reads what the admin endpoints read.
-        observers
-            .mailer()
-            .digest_from(Arc::new(floodgate::admin::digest::AdminDigest(state.clone())));
-        // Removed when `run` returns (at exit).
-        let socket_file = match &admin_cfg.socket {
-            Some(path) => match serve::serve_unix(path, state.clone(), admin_stop.clone()) {
-                Ok(f) => Some(f),
-                Err(e) if admin_cfg.default_socket => {
-                    warn!(error = %e, "no admin socket (set [admin] socket to choose one)");
-                    None
-                }
-                Err(e) => return Err(e.into()),
-            },
-            None => None,
-        };
-        // The `listening` lines come first (scripts read them); then the admin and metrics
-        // addresses.
-        let mut extra = Vec::new();
-        if let Some(path) = socket_file.as_ref().and(admin_cfg.socket.as_ref()) {
-            extra.push(format!("admin socket {}", path.display()));
+        tokio::spawn(floodgate::proxy::held_expiry::expire_loop(
+            move || control.shared(),
+            stop.clone(),
+        ));
+        let n = floodgate::proxy::pacer::load(&spool, &shared.paced)?;
+        if n > 0 {
+            info!(messages = n, "paced messages waiting in the hold spool");
         }
-        if let Some((address, tokens)) = admin_cfg.tcp.clone() {
-            let a =
-                serve::serve_admin_tcp(address, tokens, state.clone(), admin_stop.clone()).await?;
-            extra.push(format!("admin address {a}"));
-        }
-        if let Some(m) = &metrics_cfg {
-            let a = serve::serve_metrics(
-                m.address,
-                admin_cfg.limits,
-                metrics.clone(),
-                admin_stop.clone(),
-            )
+    }
+    // The pacer releases paced messages at their limits' rates; it reads the spool in
+    // force at each round, so a [hold] added by a reload is paced too.
+    let control = server.control();
+    tokio::spawn(floodgate::proxy::pacer::pace_loop(
+        move || control.shared(),
+        shared.paced.clone(),
+        stop.clone(),
+    ));
+    Ok(())
+}
+
+/// What the admin endpoints work with, its audit log opened.
+fn admin_state(
+    server: &Server,
+    store: &Opened,
+    metrics: &Arc<Metrics>,
+    observers: &Arc<Observers>,
+    policy: &RatePolicy,
+) -> anyhow::Result<Arc<AdminState>> {
+    let control = server.control();
+    let audit = match &control.config().admin.audit {
+        Some(path) => Some(
+            floodgate::admin::audit::AuditLog::open(path)
+                .map_err(|e| anyhow::anyhow!("[admin] audit {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    let observer: Arc<dyn floodgate::policy::alert::Observer> = observers.clone();
+    Ok(Arc::new(AdminState {
+        control,
+        store: store.clone(),
+        metrics: metrics.clone(),
+        observer: Some(observer),
+        policy: Some(policy.clone()),
+        audit,
+    }))
+}
+
+/// Serves the admin socket, the admin address and the metrics address that `config` asks
+/// for: the socket file (removed when dropped) and a line naming each for the output.
+async fn serve_admin(
+    config: &Config,
+    state: Arc<AdminState>,
+    stop: &CancellationToken,
+) -> anyhow::Result<(Option<serve::SocketFile>, Vec<String>)> {
+    let admin = &config.admin;
+    let socket_file = match &admin.socket {
+        Some(path) => match serve::serve_unix(path, state.clone(), stop.clone()) {
+            Ok(f) => Some(f),
+            Err(e) if admin.default_socket => {
+                warn!(error = %e, "no admin socket (set [admin] socket to choose one)");
+                None
+            }
+            Err(e) => return Err(e.into()),
+        },
+        None => None,
+    };
+    let mut extra = Vec::new();
+    if let Some(path) = socket_file.as_ref().and(admin.socket.as_ref()) {
+        extra.push(format!("admin socket {}", path.display()));
+    }
+    if let Some((address, tokens)) = admin.tcp.clone() {
+        let a = serve::serve_admin_tcp(address, tokens, state.clone(), stop.clone()).await?;
+        extra.push(format!("admin address {a}"));
+    }
+    if let Some(m) = &config.metrics {
+        let a = serve::serve_metrics(m.address, admin.limits, state.metrics.clone(), stop.clone())
             .await?;
-            extra.push(format!("metrics address {a}"));
-        }
-        {
-            // One write for all the lines: a script that reads only the first line and
-            // closes the pipe must not find a later line failing. A stdout nobody reads any
-            // more is not a reason to stop serving.
-            let mut text = String::new();
-            for (name, addr, tls) in server.local_addrs() {
-                text.push_str(&format!("listening {name} {addr} {}\n", tls.as_str()));
-                info!(listener = %name, address = %addr, tls = tls.as_str(), "listening");
-            }
-            for line in extra {
-                text.push_str(&line);
-                text.push('\n');
-            }
-            // What start-up logged is out before floodgate says it is listening.
-            log_flush.flush_within(std::time::Duration::from_secs(1));
-            let mut out = std::io::stdout().lock();
-            if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                warn!(error = %e, "cannot write the listening lines to stdout");
-            }
-        }
-        tokio::spawn(signals(control, sigs));
-        server.run().await;
-        admin_stop.cancel();
-        hold_stop.cancel();
-        sweep_stop.cancel();
-        if !observers.events().drain(std::time::Duration::from_secs(5)) {
-            warn!("event log: not every event was written before exit");
-        }
-        store_stop.cancel();
-        let _ = store_tasks.await;
-        Ok(())
-    })
+        extra.push(format!("metrics address {a}"));
+    }
+    Ok((socket_file, extra))
+}
+
+/// Prints the `listening` lines (scripts read them), then the admin and metrics addresses
+/// in `extra`, once what start-up logged is out.
+fn print_listening(server: &Server, extra: &[String], log: &floodgate::logs::LogWriter) {
+    // One write for all the lines: a script that reads only the first line and closes the
+    // pipe must not find a later line failing. A stdout nobody reads any more is not a
+    // reason to stop serving.
+    let mut text = String::new();
+    for (name, addr, tls) in server.local_addrs() {
+        text.push_str(&format!("listening {name} {addr} {}\n", tls.as_str()));
+        info!(listener = %name, address = %addr, tls = tls.as_str(), "listening");
+    }
+    for line in extra {
+        text.push_str(line);
+        text.push('\n');
+    }
+    // What start-up logged is out before floodgate says it is listening.
+    log.flush_within(std::time::Duration::from_secs(1));
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        warn!(error = %e, "cannot write the listening lines to stdout");
+    }
 }
 
 /// How long floodgate may take to come up in the demo.
@@ -899,6 +1002,32 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
     }
     let mut out = Vec::new();
     writeln!(out, "{}: OK", path.display())?;
+    check_listeners(&config, &mut out)?;
+    check_hold(&generation, &mut out)?;
+    check_tls_and_admin(&config, &mut out)?;
+    check_upstream(&config, &mut out)?;
+    check_server_smtp_timeouts(&config, &mut out)?;
+    check_store_section(&config, &mut out)?;
+    check_report_and_alerts(&generation, &mut out)?;
+    check_other_sections(&generation, &mut out)?;
+    check_restricted(&generation, &mut out)?;
+    for line in describe(&generation.policy) {
+        writeln!(out, "{line}")?;
+    }
+    for w in warnings(&generation.policy) {
+        writeln!(out, "warning: {w}")?;
+    }
+    for w in path_warnings {
+        writeln!(out, "warning: {w}")?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&out)?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// `floodgate check`: each listener.
+fn check_listeners(config: &Config, out: &mut Vec<u8>) -> anyhow::Result<()> {
     for l in &config.listeners {
         writeln!(
             out,
@@ -911,6 +1040,11 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
             l.require_auth
         )?;
     }
+    Ok(())
+}
+
+/// `floodgate check`: the hold spool, and pacing when a limit paces.
+fn check_hold(generation: &Generation, out: &mut Vec<u8>) -> anyhow::Result<()> {
     if let Some(h) = &generation.hold {
         writeln!(
             out,
@@ -938,6 +1072,11 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
             )?;
         }
     }
+    Ok(())
+}
+
+/// `floodgate check`: `[tls]`, the admin address and the admin listeners' limits.
+fn check_tls_and_admin(config: &Config, out: &mut Vec<u8>) -> anyhow::Result<()> {
     if let Some(t) = &config.tls {
         writeln!(
             out,
@@ -966,6 +1105,11 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
         "admin listeners: max_connections={} each, request_timeout={:?} write_timeout={:?}",
         l.max_connections, l.request_timeout, l.write_timeout
     )?;
+    Ok(())
+}
+
+/// `floodgate check`: `[upstream]` and its high-risk smart host.
+fn check_upstream(config: &Config, out: &mut Vec<u8>) -> anyhow::Result<()> {
     let u = &config.upstream;
     writeln!(
         out,
@@ -990,6 +1134,11 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
             h.helo_name.as_deref().unwrap_or_else(|| config.helo_name())
         )?;
     }
+    Ok(())
+}
+
+/// `floodgate check`: `[server]`, `[smtp]` and `[timeouts]`.
+fn check_server_smtp_timeouts(config: &Config, out: &mut Vec<u8>) -> anyhow::Result<()> {
     let s = &config.server;
     writeln!(
         out,
@@ -1027,6 +1176,11 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
         t.upstream_reply,
         t.client_name_lookup
     )?;
+    Ok(())
+}
+
+/// `floodgate check`: `[store]`, and the store itself reached.
+fn check_store_section(config: &Config, out: &mut Vec<u8>) -> anyhow::Result<()> {
     let st = &config.store;
     writeln!(
         out,
@@ -1039,7 +1193,12 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
         st.expire_interval,
         st.idle_ttl
     )?;
-    check_store(&config.store, &mut out)?;
+    check_store(&config.store, out)?;
+    Ok(())
+}
+
+/// `floodgate check`: the event log and `[alerts]` (and their mail).
+fn check_report_and_alerts(generation: &Generation, out: &mut Vec<u8>) -> anyhow::Result<()> {
     if let Some(e) = &generation.report.events {
         writeln!(
             out,
@@ -1092,20 +1251,6 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
             None => writeln!(out, "alerts: mail off (no mail_to)")?,
         }
     }
-    check_other_sections(&generation, &mut out)?;
-    check_restricted(&generation, &mut out)?;
-    for line in describe(&generation.policy) {
-        writeln!(out, "{line}")?;
-    }
-    for w in warnings(&generation.policy) {
-        writeln!(out, "warning: {w}")?;
-    }
-    for w in path_warnings {
-        writeln!(out, "warning: {w}")?;
-    }
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(&out)?;
-    stdout.flush()?;
     Ok(())
 }
 

@@ -409,7 +409,14 @@ fn modules_to_map(files: &[SourceFile]) -> BTreeSet<String> {
     files
         .iter()
         .filter(|f| !f.module.is_empty())
-        .map(|f| f.module.iter().take(2).cloned().collect::<Vec<_>>().join("::"))
+        .map(|f| {
+            f.module
+                .iter()
+                .take(2)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("::")
+        })
         .collect()
 }
 

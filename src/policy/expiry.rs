@@ -163,8 +163,10 @@ mod tests {
         // One message held for alice in this node's spool.
         let dir = tempfile::tempdir().unwrap();
         let spool = Arc::new(held_spool(dir.path()));
-        let held = HeldReader::new(Arc::new(MemoryStore::default()));
-        held.read_from(Arc::new(move || Some(spool.clone())));
+        let held = HeldReader::new(
+            Arc::new(MemoryStore::default()),
+            Some(Arc::new(move || Some(spool.clone()))),
+        );
         let n = sweep(&store, Some(&obs), &metrics, &held, "mx")
             .await
             .unwrap();

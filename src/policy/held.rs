@@ -14,7 +14,7 @@
 //! name.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -107,33 +107,27 @@ pub fn node_name(id: &str) -> &str {
 
 /// Reads what is held: this node's spool, and the other nodes' published counts.
 pub struct HeldReader {
-    source: OnceLock<Arc<dyn HeldSource>>,
+    /// Where the spool is; `None`: this node holds nothing.
+    source: Option<Arc<dyn HeldSource>>,
     store: Arc<dyn Store>,
     /// The keys this node last published a count for.
     published: Mutex<HashSet<String>>,
 }
 
 impl HeldReader {
-    /// A reader over `store` with no spool until [`HeldReader::read_from`].
-    pub fn new(store: Arc<dyn Store>) -> HeldReader {
+    /// A reader over `store` of the spool `source` tells (none without a source).
+    pub fn new(store: Arc<dyn Store>, source: Option<Arc<dyn HeldSource>>) -> HeldReader {
         HeldReader {
-            source: OnceLock::new(),
+            source,
             store,
             published: Mutex::default(),
         }
     }
 
-    /// Installs where the spool is. Only the first call takes effect.
-    pub fn read_from(&self, source: Arc<dyn HeldSource>) {
-        let _ = self.source.set(source);
-    }
-
-    /// Every held message's envelope on this node (none without a spool, or when it cannot
-    /// be listed).
     /// Every held message's envelope on this node with the node's id (none without a
     /// spool, or when it cannot be listed).
     async fn heads(&self, node: &str) -> (Vec<HeldHead>, Option<String>) {
-        let Some(spool) = self.source.get().and_then(|s| s.spool()) else {
+        let Some(spool) = self.source.as_ref().and_then(|s| s.spool()) else {
             return (Vec::new(), None);
         };
         let id = node_id(node, &spool.settings().dir);
@@ -301,9 +295,9 @@ mod tests {
     #[tokio::test]
     async fn without_a_spool_or_shared_store_nothing_is_held() {
         let store: Arc<dyn Store> = Arc::new(crate::store::MemoryStore::default());
-        let r = HeldReader::new(store);
+        let r = HeldReader::new(store.clone(), None);
         assert_eq!(r.now("alice", "mx").await, HeldNow::default());
-        r.read_from(Arc::new(|| None));
+        let r = HeldReader::new(store, Some(Arc::new(|| None)));
         r.publish("mx").await;
         assert_eq!(r.now("alice", "mx").await, HeldNow::default());
     }

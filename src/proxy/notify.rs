@@ -93,12 +93,15 @@ impl MailTransport for UpstreamMailer {
 /// The [`Notifier`] of a running floodgate: each notice is sent by its own task through the
 /// upstream settings in force (read from `shared` when it is sent, so reloads apply).
 pub struct UpstreamNotifier {
-    shared: Box<dyn Fn() -> Arc<Shared> + Send + Sync>,
+    shared: Box<dyn Fn() -> Option<Arc<Shared>> + Send + Sync>,
 }
 
 impl UpstreamNotifier {
-    /// A notifier sending through the upstream of `shared()`.
-    pub fn new(shared: impl Fn() -> Arc<Shared> + Send + Sync + 'static) -> UpstreamNotifier {
+    /// A notifier sending through the upstream of `shared()`; none is sent while it gives
+    /// nothing (before floodgate serves).
+    pub fn new(
+        shared: impl Fn() -> Option<Arc<Shared>> + Send + Sync + 'static,
+    ) -> UpstreamNotifier {
         UpstreamNotifier {
             shared: Box::new(shared),
         }
@@ -107,7 +110,10 @@ impl UpstreamNotifier {
 
 impl Notifier for UpstreamNotifier {
     fn notify(&self, notice: UserNotice) {
-        let sh = (self.shared)();
+        let Some(sh) = (self.shared)() else {
+            warn!(to = %notice.to, key = %notice.key, "restriction notice not sent: not serving yet");
+            return;
+        };
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             sh.metrics.restriction("user_notice_failed");
             warn!(to = %notice.to, key = %notice.key, "restriction notice not sent: no runtime");

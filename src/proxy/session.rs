@@ -483,7 +483,7 @@ impl Session {
         let client = &self.client;
         let refusal = refused_identity(
             &problem,
-            &self.shared.config(),
+            self.shared.config(),
             &self.shared.metrics,
             &client.ip_text,
             client.peer.port(),

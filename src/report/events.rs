@@ -39,7 +39,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tracing::warn;
@@ -130,7 +130,8 @@ enum Entry {
 
 struct Shared {
     enabled: AtomicBool,
-    tx: OnceLock<SyncSender<Entry>>,
+    /// The queue to the writer thread, made with the log.
+    tx: SyncSender<Entry>,
     path: Mutex<Option<PathBuf>>,
     max_size: Mutex<Option<u64>>,
     reopen: AtomicBool,
@@ -149,12 +150,14 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    /// An event log following `settings` (off when `events` is unset).
+    /// An event log following `settings` (off when `events` is unset), its writer thread
+    /// started with it. The queue length is fixed here, for the log's life.
     pub fn new(settings: &ReportSettings) -> EventLog {
+        let (tx, rx) = sync_channel(settings.queue);
         let log = EventLog {
             shared: Arc::new(Shared {
                 enabled: AtomicBool::new(false),
-                tx: OnceLock::new(),
+                tx,
                 path: Mutex::new(None),
                 max_size: Mutex::new(None),
                 reopen: AtomicBool::new(false),
@@ -165,29 +168,24 @@ impl EventLog {
                 started: Instant::now(),
             }),
         };
+        let shared = log.shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("floodgate-events".into())
+            .spawn(move || writer(shared, rx));
+        if let Err(e) = spawned {
+            warn!(error = %e, "cannot start the event log writer");
+        }
         log.apply(settings);
         log
     }
 
     /// Applies (new) settings: a new path, rotation size, on or off. The file is reopened
-    /// in every case (SIGHUP after logrotate). The queue length is fixed at first start.
+    /// in every case (SIGHUP after logrotate).
     pub fn apply(&self, settings: &ReportSettings) {
         let s = &self.shared;
         *s.path.lock().unwrap_or_else(|e| e.into_inner()) = settings.events.clone();
         *s.max_size.lock().unwrap_or_else(|e| e.into_inner()) = settings.max_size;
         s.reopen.store(true, Ordering::Release);
-        if settings.events.is_some() && s.tx.get().is_none() {
-            let (tx, rx) = sync_channel(settings.queue);
-            if s.tx.set(tx).is_ok() {
-                let shared = self.shared.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("floodgate-events".into())
-                    .spawn(move || writer(shared, rx));
-                if let Err(e) = spawned {
-                    warn!(error = %e, "cannot start the event log writer");
-                }
-            }
-        }
         s.enabled
             .store(settings.events.is_some(), Ordering::Release);
     }
@@ -211,8 +209,10 @@ impl EventLog {
 
     fn send(&self, r: Entry) {
         let s = &self.shared;
-        let Some(tx) = s.tx.get() else { return };
-        match tx.try_send(r) {
+        if !s.enabled.load(Ordering::Relaxed) {
+            return;
+        }
+        match s.tx.try_send(r) {
             Ok(()) => {
                 s.queued.fetch_add(1, Ordering::Relaxed);
             }

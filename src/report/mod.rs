@@ -57,7 +57,7 @@ pub struct Observers {
     alerter: Arc<Alerter>,
     mailer: Arc<mailer::Mailer>,
     host: Arc<RwLock<String>>,
-    baselines: std::sync::OnceLock<Arc<baseline::BaselineKeeper>>,
+    baselines: Arc<baseline::BaselineKeeper>,
     /// The latest containments, newest last, at most [`RECENT_CONTAINED`].
     recent: Mutex<VecDeque<Contained>>,
 }
@@ -75,8 +75,13 @@ pub enum ObserversError {
 
 impl Observers {
     /// Starts the event log writer (when configured) and the alert delivery task (on the
-    /// current tokio runtime, which must outlive the server).
-    pub fn start(settings: ObserverSettings<'_>) -> Result<Arc<Observers>, ObserversError> {
+    /// current tokio runtime, which must outlive the server); loads or computes the per-key
+    /// baselines of the limits in force (from `store`, else from the event log) and keeps
+    /// them fresh from now on: daily and at every reload.
+    pub async fn start(
+        settings: ObserverSettings<'_>,
+        store: Arc<dyn crate::store::Store>,
+    ) -> Result<Arc<Observers>, ObserversError> {
         if let Some(a) = settings.alerts {
             deliver::webhook_tls(a)?;
         }
@@ -97,32 +102,20 @@ impl Observers {
             alerter.clone(),
             host.clone(),
         ));
+        let baselines = baseline::BaselineKeeper::start(
+            settings.policy.clone(),
+            settings.report.events.clone(),
+            store,
+        )
+        .await;
         Ok(Arc::new(Observers {
             events: EventLog::new(settings.report),
             alerter,
             mailer,
             host,
-            baselines: std::sync::OnceLock::new(),
+            baselines,
             recent: Mutex::default(),
         }))
-    }
-
-    /// Loads or computes the per-key baselines of the limits in force (from `store`, else
-    /// from the event log) and keeps them fresh from now on: daily and at every reload.
-    pub async fn keep_baselines(
-        &self,
-        settings: ObserverSettings<'_>,
-        store: Arc<dyn crate::store::Store>,
-    ) {
-        if self.baselines.get().is_none() {
-            let keeper = baseline::BaselineKeeper::start(
-                settings.policy.clone(),
-                settings.report.events.clone(),
-                store,
-            )
-            .await;
-            let _ = self.baselines.set(keeper);
-        }
     }
 
     /// The event log.
@@ -254,9 +247,8 @@ impl Observers {
     /// installed in the policy): its limits adopt the per-key baselines computed so far,
     /// the event log, the alerts and the host name take its settings.
     pub fn reload(&self, settings: ObserverSettings<'_>) {
-        if let Some(k) = self.baselines.get() {
-            k.reload(settings.policy, settings.report.events.clone());
-        }
+        self.baselines
+            .reload(settings.policy, settings.report.events.clone());
         self.events.apply(settings.report);
         if let Some(a) = settings.alerts {
             if let Err(e) = deliver::webhook_tls(a) {

@@ -10,7 +10,7 @@ pub use fdlimit::{raise_fd_limit, FdLimit};
 pub use limits::{ConnCounter, ConnGuard, Refusal};
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -26,7 +26,9 @@ use tracing::{debug, error, info, warn};
 use crate::config::StoreConfig;
 use crate::config::{ClientIdentity, Config, ConfigError, TlsMode};
 use crate::generation::Generation;
+use crate::hold::pace::PaceBook;
 use crate::metrics::{ListenerMetrics, Metrics, Side};
+use crate::policy::engine::Serving;
 use crate::policy::{Policy, RatePolicy};
 use crate::proxy::{ListenerInfo, Session, Shared, Stream, UpstreamSettings};
 use crate::report::Observers;
@@ -66,19 +68,21 @@ pub enum ReloadError {
 }
 
 /// Builds what sessions share from a generation (certificates loaded, upstream prepared),
-/// with a metrics registry of its own.
+/// with a metrics registry and a book of paced messages of its own.
 pub fn build_shared(
     generation: Arc<Generation>,
     policy: Arc<dyn Policy>,
 ) -> Result<Shared, ServerError> {
-    build_shared_with(generation, policy, Arc::new(Metrics::new()))
+    build_shared_with(generation, policy, Arc::new(Metrics::new()), Arc::default())
 }
 
-/// [`build_shared`] reporting to `metrics`.
+/// [`build_shared`] reporting to `metrics`, its paced messages in `paced` (one book across
+/// reloads: paced messages keep waiting in the same queues).
 pub fn build_shared_with(
     generation: Arc<Generation>,
     policy: Arc<dyn Policy>,
     metrics: Arc<Metrics>,
+    paced: Arc<PaceBook>,
 ) -> Result<Shared, ServerError> {
     let config = &generation.config;
     let tls = match &config.tls {
@@ -109,22 +113,50 @@ pub fn build_shared_with(
         names,
         hold,
         high_risk,
-        paced: Arc::default(),
+        paced,
     })
 }
 
-/// The rate-limit policy of `generation` over `store`, its verdicts and store decisions
-/// counted in `metrics`.
-pub fn build_policy_with(
+/// The rate-limit policy of a running floodgate: `generation`'s limits over `store`, its
+/// verdicts and store decisions counted in `metrics`, with every part of `parts`.
+pub fn build_policy(
     generation: &Generation,
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
+    parts: Serving,
 ) -> RatePolicy {
     let store = Arc::new(crate::store::metered::MeteredStore::new(
         store,
         metrics.clone(),
     ));
-    RatePolicy::with_metrics(generation.policy.clone(), store, metrics)
+    RatePolicy::serving(generation.policy.clone(), store, metrics, parts)
+}
+
+/// What sessions share in force, for the parts built before the server that read it once
+/// it runs. Sessions share the policy, and the policy's notifier and its view of the hold
+/// spool read what sessions share: this handle is made first, given to those parts, and
+/// filled by [`Server::bind`]. Until then it holds nothing. Give each server its own.
+#[derive(Clone, Default)]
+pub struct InForce(Arc<OnceLock<Arc<ArcSwap<Shared>>>>);
+
+impl InForce {
+    /// What sessions share now; `None` before the server is bound.
+    pub fn get(&self) -> Option<Arc<Shared>> {
+        self.0.get().map(|s| s.load_full())
+    }
+}
+
+/// What a server is built with besides its generation and policy.
+pub struct ServerParts {
+    /// The metrics registry sessions report to.
+    pub metrics: Arc<Metrics>,
+    /// The event log and the alerts: every reload hands them their part of the new
+    /// generation before the policy takes its limits.
+    pub observers: Arc<Observers>,
+    /// The paced messages waiting (the book the policy reads).
+    pub paced: Arc<PaceBook>,
+    /// Filled with what sessions share.
+    pub in_force: InForce,
 }
 
 /// Starts the store's background tasks: for the memory store, idle expiry and periodic
@@ -179,7 +211,7 @@ pub struct Server {
     bound: Vec<Bound>,
     workers: usize,
     shared: Arc<ArcSwap<Shared>>,
-    observers: Option<Arc<Observers>>,
+    observers: Arc<Observers>,
     conns: Arc<ConnCounter>,
     loads: Arc<WorkerLoads>,
     /// Stops accepting (graceful shutdown starts).
@@ -195,7 +227,7 @@ pub struct Control {
     force: CancellationToken,
     grace: Duration,
     shared: Arc<ArcSwap<Shared>>,
-    observers: Option<Arc<Observers>>,
+    observers: Arc<Observers>,
 }
 
 impl Control {
@@ -229,16 +261,16 @@ impl Control {
     pub fn reload(&self) -> Result<(), ReloadError> {
         let cur = self.shared.load_full();
         let generation = Arc::new(Generation::load(&cur.config().path)?);
-        let mut shared =
-            build_shared_with(generation.clone(), cur.policy.clone(), cur.metrics.clone())?;
-        // Paced messages keep waiting in the same queues.
-        shared.paced = cur.paced.clone();
+        let shared = build_shared_with(
+            generation.clone(),
+            cur.policy.clone(),
+            cur.metrics.clone(),
+            cur.paced.clone(),
+        )?;
         for w in crate::policy::describe::warnings(&generation.policy) {
             warn!("{w}");
         }
-        if let Some(o) = &self.observers {
-            o.reload(generation.observer_settings());
-        }
+        self.observers.reload(generation.observer_settings());
         cur.policy.reload(generation.policy.clone());
         self.shared.store(Arc::new(shared));
         Ok(())
@@ -259,9 +291,9 @@ impl Control {
         self.shared.load_full()
     }
 
-    /// The event log and the alerts, when the server has them.
+    /// The event log and the alerts.
     pub fn observers(&self) -> Option<Arc<Observers>> {
-        self.observers.clone()
+        Some(self.observers.clone())
     }
 }
 
@@ -270,19 +302,18 @@ impl Server {
     pub async fn bind(
         generation: Generation,
         policy: Arc<dyn Policy>,
+        parts: ServerParts,
     ) -> Result<Server, ServerError> {
-        Server::bind_with(generation, policy, Arc::new(Metrics::new())).await
-    }
-
-    /// [`Server::bind`] reporting to `metrics`.
-    pub async fn bind_with(
-        generation: Generation,
-        policy: Arc<dyn Policy>,
-        metrics: Arc<Metrics>,
-    ) -> Result<Server, ServerError> {
+        let ServerParts {
+            metrics,
+            observers,
+            paced,
+            in_force,
+        } = parts;
         let generation = Arc::new(generation);
         let config = generation.config.clone();
-        let shared = build_shared_with(generation, policy, metrics.clone())?;
+        let shared = build_shared_with(generation, policy, metrics.clone(), paced)?;
+        let shared = Arc::new(ArcSwap::from_pointee(shared));
         let workers = match config.server.workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
@@ -320,11 +351,12 @@ impl Server {
         }
         let loads = Arc::new(WorkerLoads::new(workers, config.server.placement));
         register_worker_metrics(&metrics, &loads);
+        let _ = in_force.0.set(shared.clone());
         Ok(Server {
             bound,
             workers,
-            shared: Arc::new(ArcSwap::from_pointee(shared)),
-            observers: None,
+            shared,
+            observers,
             conns: Arc::new(ConnCounter::default()),
             loads,
             accepting: CancellationToken::new(),
@@ -338,13 +370,6 @@ impl Server {
             .iter()
             .map(|b| (b.info.name.clone(), b.address, b.info.tls))
             .collect()
-    }
-
-    /// Has every reload hand the event log and the alerts their part of the new generation
-    /// (before the policy takes its limits). Call before [`control`](Self::control).
-    pub fn with_observers(mut self, observers: Arc<Observers>) -> Server {
-        self.observers = Some(observers);
-        self
     }
 
     /// The metrics registry sessions report to.
@@ -778,29 +803,8 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
         cfg.server.max_connections,
         cfg.server.max_connections_per_ip,
     );
-    let stream = match ctx.info.tls {
-        TlsMode::Implicit => {
-            let Some(acceptor) = shared.tls.clone() else {
-                return;
-            };
-            let hs = timeout(cfg.timeouts.tls_handshake.0, acceptor.accept(tcp)).await;
-            shared
-                .metrics
-                .tls_handshake(Side::Client, matches!(hs, Ok(Ok(_))));
-            match hs {
-                Ok(Ok(tls)) => Stream::ServerTls(Box::new(tls)),
-                // No session line follows: this line is the connection's only trace.
-                Ok(Err(e)) => {
-                    info!(client = %peer.ip(), port = peer.port(), listener = %ctx.info.name, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    info!(client = %peer.ip(), port = peer.port(), listener = %ctx.info.name, "TLS handshake timed out");
-                    return;
-                }
-            }
-        }
-        _ => Stream::Plain(tcp),
+    let Some(stream) = client_stream(tcp, peer, &shared, &cfg, ctx).await else {
+        return;
     };
     let _guard = match guard {
         Ok(g) => g,
@@ -832,6 +836,37 @@ async fn admit(tcp: TcpStream, mut peer: SocketAddr, ctx: &AcceptCtx) {
         ctx.force.clone(),
     )
     .await;
+}
+
+/// The client's stream on this listener: the TCP stream itself, or on an implicit-TLS
+/// listener the TLS session once its handshake is done (`None` when it failed or timed
+/// out, logged here: no session line follows).
+async fn client_stream(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+    cfg: &Config,
+    ctx: &AcceptCtx,
+) -> Option<Stream> {
+    if ctx.info.tls != TlsMode::Implicit {
+        return Some(Stream::Plain(tcp));
+    }
+    let acceptor = shared.tls.clone()?;
+    let hs = timeout(cfg.timeouts.tls_handshake.0, acceptor.accept(tcp)).await;
+    shared
+        .metrics
+        .tls_handshake(Side::Client, matches!(hs, Ok(Ok(_))));
+    match hs {
+        Ok(Ok(tls)) => Some(Stream::ServerTls(Box::new(tls))),
+        Ok(Err(e)) => {
+            info!(client = %peer.ip(), port = peer.port(), listener = %ctx.info.name, error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            info!(client = %peer.ip(), port = peer.port(), listener = %ctx.info.name, "TLS handshake timed out");
+            None
+        }
+    }
 }
 
 /// Reads a PROXY v1/v2 header byte-exactly (never past its end): the client's address and

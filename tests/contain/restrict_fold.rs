@@ -15,6 +15,8 @@ use floodgate::generation::Generation;
 use floodgate::limit::gcra::GcraSpec;
 use floodgate::limit::rate::Rate;
 use floodgate::policy::alert::{Crossed, Evaluated, Observer};
+use floodgate::policy::engine::Serving;
+use floodgate::policy::notice::{Notifier, UserNotice};
 use floodgate::policy::{Facts, Policy, RatePolicy, Stage, Verdict};
 use floodgate::store::redis::{ConnectOptions, RedisOptions, RedisStore};
 use floodgate::store::{
@@ -89,15 +91,27 @@ impl Observer for Evaluations {
     fn crossed(&self, _: &Crossed<'_>) {}
 }
 
+/// Sends nothing.
+struct Mute;
+
+impl Notifier for Mute {
+    fn notify(&self, _: UserNotice) {}
+}
+
 fn policy(limits: &str) -> (RatePolicy, Arc<Counting>, Arc<Evaluations>) {
     let text = format!(
         "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:2525\"\n{limits}"
     );
     let config = Generation::parse(Path::new("/etc/floodgate/t.toml"), &text).unwrap();
     let store = Arc::new(Counting::default());
-    let p = RatePolicy::new(config.policy, store.clone());
     let seen = Arc::new(Evaluations::default());
-    p.observe(seen.clone());
+    let parts = Serving {
+        observer: seen.clone(),
+        paced: Arc::default(),
+        notifier: Arc::new(Mute),
+        held: Arc::new(|| None),
+    };
+    let p = RatePolicy::serving(config.policy, store.clone(), Arc::default(), parts);
     (p, store, seen)
 }
 

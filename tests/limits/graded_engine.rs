@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 use floodgate::generation::Generation;
 use floodgate::hold::pace::{PaceBook, PaceRate, PaceUnit, Paced};
+use floodgate::policy::alert::{Crossed, Evaluated, Observer};
+use floodgate::policy::engine::Serving;
+use floodgate::policy::notice::{Notifier, UserNotice};
 use floodgate::policy::{Facts, HoldOrder, Policy, RatePolicy, Stage, TakenAnswer, Verdict};
 use floodgate::store::MemoryStore;
 
@@ -26,6 +29,39 @@ fn policy(limits: &str) -> RatePolicy {
     let c = Generation::parse(Path::new("/etc/t.toml"), &format!("{HEAD}{limits}"))
         .unwrap_or_else(|e| panic!("{e}"));
     RatePolicy::new(c.policy, Arc::new(MemoryStore::default()))
+}
+
+/// Sees nothing.
+struct Blind;
+
+impl Observer for Blind {
+    fn evaluated(&self, _: &Evaluated<'_>) {}
+    fn crossed(&self, _: &Crossed<'_>) {}
+}
+
+/// Sends nothing.
+struct Mute;
+
+impl Notifier for Mute {
+    fn notify(&self, _: UserNotice) {}
+}
+
+/// The policy of `limits` reading the paced messages of `book`.
+fn pacing_policy(limits: &str, book: Arc<PaceBook>) -> RatePolicy {
+    let c = Generation::parse(Path::new("/etc/t.toml"), &format!("{HEAD}{limits}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let parts = Serving {
+        observer: Arc::new(Blind),
+        paced: book,
+        notifier: Arc::new(Mute),
+        held: Arc::new(|| None),
+    };
+    RatePolicy::serving(
+        c.policy,
+        Arc::new(MemoryStore::default()),
+        Arc::default(),
+        parts,
+    )
 }
 
 fn facts(user: &str) -> Facts {
@@ -97,9 +133,8 @@ async fn the_strongest_countermeasure_wins() {
 
 #[tokio::test]
 async fn a_key_with_paced_messages_waiting_queues_behind_them() {
-    let p = policy(&limit("run", "pace"));
     let book = Arc::new(PaceBook::default());
-    p.pace_with(book.clone());
+    let p = pacing_policy(&limit("run", "pace"), book.clone());
     let mut s = p.session();
     let alice = facts("alice");
     let bob = facts("bob");
@@ -128,8 +163,7 @@ async fn a_key_with_paced_messages_waiting_queues_behind_them() {
     // Once alice's queue is empty, her messages go again while under the limit.
     let due = book.due(u64::MAX);
     book.released(&due[0], 0);
-    let p = policy(&limit("run", "pace"));
-    p.pace_with(book);
+    let p = pacing_policy(&limit("run", "pace"), book);
     let mut s3 = p.session();
     assert_eq!(s3.check(Stage::Mail, &alice).await, Verdict::Continue);
 }

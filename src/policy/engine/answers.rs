@@ -34,7 +34,7 @@ impl RateSession {
             }
             let key_text = key_text(def, facts, &model);
             let (mut req, outcome) = request(def, &model, Stage::Auth, facts, &key_text);
-            if let Some(o) = self.inner.observer.get() {
+            if let Some(o) = self.inner.observer.as_ref() {
                 o.evaluated(&Evaluated {
                     def,
                     key: &key_text,
@@ -97,7 +97,7 @@ impl RateSession {
         let now_us = (self.inner.clock)();
         let mut d = Decision::default();
         for (def, key_text) in &limits {
-            if let Some(o) = self.inner.observer.get() {
+            if let Some(o) = self.inner.observer.as_ref() {
                 o.evaluated(&Evaluated {
                     def,
                     key: key_text,
@@ -198,7 +198,7 @@ impl RateSession {
             keys,
             recipients: tally.accepted,
         };
-        if let Some(o) = self.inner.observer.get() {
+        if let Some(o) = self.inner.observer.as_ref() {
             o.queued(id, &queued, (self.inner.clock)());
         }
         self.inner.queued.insert(id, queued);

@@ -158,7 +158,7 @@ impl RateSession {
             }
         }
         if !newly.is_empty() {
-            if let Some(o) = self.inner.observer.get() {
+            if let Some(o) = self.inner.observer.as_ref() {
                 o.restriction(&campaign_notice(
                     e,
                     senders,

@@ -96,7 +96,7 @@ impl RateSession {
 
     /// Tells the observer of the evaluations `told` selects.
     fn tell(&self, evals: &[Eval<'_>], told: fn(&Eval<'_>) -> bool, now_us: i64) {
-        let Some(o) = self.inner.observer.get() else {
+        let Some(o) = self.inner.observer.as_ref() else {
             return;
         };
         for e in evals.iter().filter(|e| told(e)) {
@@ -299,7 +299,7 @@ impl RateSession {
                 user = facts.user.as_deref().unwrap_or(""),
                 "rate limit over"
             );
-            if let Some(o) = self.inner.observer.get() {
+            if let Some(o) = self.inner.observer.as_ref() {
                 o.crossed(&Crossed {
                     def: e.def,
                     key: &e.key_text,
@@ -310,7 +310,7 @@ impl RateSession {
                 });
             }
         }
-        if let Some(book) = self.inner.paced.get() {
+        if let Some(book) = self.inner.paced.as_ref() {
             let waiting = |limit: &str, key: &str| book.pending(limit, key);
             if let Some((i, v)) = settle::paced_behind(evals, judged.strongest, waiting) {
                 let e = &evals[i];

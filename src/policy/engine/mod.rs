@@ -67,22 +67,38 @@ struct Inner {
     store: Arc<dyn Store>,
     slots: Arc<Slots>,
     clock: Clock,
-    /// The event log and alerts, when installed.
-    observer: std::sync::OnceLock<Arc<dyn Observer>>,
+    /// The event log and alerts, when serving.
+    observer: Option<Arc<dyn Observer>>,
     metrics: Arc<crate::metrics::Metrics>,
     /// Whether the generation in force reads the header From.
     header_from: std::sync::atomic::AtomicBool,
     /// What this node saw of each key recently (for restriction notices).
     evidence: Evidence,
-    /// The paced messages waiting, when installed: a key with some queues its later
+    /// The paced messages waiting, when serving: a key with some queues its later
     /// messages behind them.
-    paced: std::sync::OnceLock<Arc<crate::hold::pace::PaceBook>>,
-    /// Sends the mail of `notify_user`, when installed.
-    notifier: std::sync::OnceLock<Arc<dyn super::notice::Notifier>>,
+    paced: Option<Arc<crate::hold::pace::PaceBook>>,
+    /// Sends the mail of `notify_user`, when serving.
+    notifier: Option<Arc<dyn super::notice::Notifier>>,
     /// Queued messages whose bounces and deferrals are still to come.
     queued: Arc<crate::outcomes::index::Index>,
     /// What the hold spool holds per key, on this node and the others.
     held: HeldReader,
+}
+
+/// What the policy of a running floodgate reports to and reads besides its limits and
+/// store, each given when it is built ([`RatePolicy::serving`]). The notifier and the
+/// hold spool's source read what sessions share in force, which itself holds this policy:
+/// the caller gives them a handle to it made before either.
+pub struct Serving {
+    /// Sees every evaluation and every limit over (the event log and alerts).
+    pub observer: Arc<dyn Observer>,
+    /// The paced messages waiting: while a key of an `action = "pace"` limit has messages
+    /// waiting, its later messages are paced too, behind them, so they leave in order.
+    pub paced: Arc<crate::hold::pace::PaceBook>,
+    /// Sends the mail of `notify_user` (through upstream).
+    pub notifier: Arc<dyn super::notice::Notifier>,
+    /// Where the hold spool in force is, for the `held` of evidence (see [`super::held`]).
+    pub held: Arc<dyn HeldSource>,
 }
 
 /// The floodgate policy: the current generation of limits over one store that outlives
@@ -101,17 +117,18 @@ impl RatePolicy {
     /// A policy running `model` over `store`, timing checks with `clock` (for tests that
     /// replay the same times elsewhere; the store keeps its own clock).
     pub fn with_clock(model: Arc<PolicyModel>, store: Arc<dyn Store>, clock: Clock) -> RatePolicy {
-        RatePolicy::build(model, store, clock, Arc::default())
+        RatePolicy::build(model, store, clock, Arc::default(), None)
     }
 
-    /// A policy running `model` over `store` on the system clock, counting the limits found
-    /// over in `metrics`.
-    pub fn with_metrics(
+    /// The policy of a running floodgate: `model` over `store` on the system clock, counting
+    /// the limits found over in `metrics`, with every part of [`Serving`].
+    pub fn serving(
         model: Arc<PolicyModel>,
         store: Arc<dyn Store>,
         metrics: Arc<crate::metrics::Metrics>,
+        parts: Serving,
     ) -> RatePolicy {
-        RatePolicy::build(model, store, Arc::new(now_micros), metrics)
+        RatePolicy::build(model, store, Arc::new(now_micros), metrics, Some(parts))
     }
 
     fn build(
@@ -119,7 +136,17 @@ impl RatePolicy {
         store: Arc<dyn Store>,
         clock: Clock,
         metrics: Arc<crate::metrics::Metrics>,
+        parts: Option<Serving>,
     ) -> RatePolicy {
+        let (observer, paced, notifier, held) = match parts {
+            Some(p) => (
+                Some(p.observer),
+                Some(p.paced),
+                Some(p.notifier),
+                Some(p.held),
+            ),
+            None => (None, None, None, None),
+        };
         RatePolicy {
             inner: Arc::new(Inner {
                 header_from: (model.reads_header_from()
@@ -128,15 +155,15 @@ impl RatePolicy {
                 .into(),
                 current: RwLock::new(model),
                 generation: AtomicU64::new(0),
-                held: HeldReader::new(store.clone()),
+                held: HeldReader::new(store.clone(), held),
                 store,
                 slots: Arc::new(Slots::default()),
                 clock,
-                observer: std::sync::OnceLock::new(),
+                observer,
                 metrics,
                 evidence: Evidence::default(),
-                paced: std::sync::OnceLock::new(),
-                notifier: std::sync::OnceLock::new(),
+                paced,
+                notifier,
                 queued: Arc::default(),
             }),
         }
@@ -156,25 +183,6 @@ impl RatePolicy {
         self.inner.generation.fetch_add(1, Ordering::Release);
     }
 
-    /// Installs the observer that sees every evaluation and every limit over (the event log
-    /// and alerts). Only the first call takes effect.
-    pub fn observe(&self, observer: Arc<dyn Observer>) {
-        let _ = self.inner.observer.set(observer);
-    }
-
-    /// Installs the book of paced messages waiting: while a key of an `action = "pace"`
-    /// limit has messages waiting, its later messages are paced too, behind them, so they
-    /// leave in order. Only the first call takes effect.
-    pub fn pace_with(&self, book: Arc<crate::hold::pace::PaceBook>) {
-        let _ = self.inner.paced.set(book);
-    }
-
-    /// Installs what sends the mail of `notify_user` (through upstream). Only the first
-    /// call takes effect; without one, no such mail is sent.
-    pub fn notify_with(&self, notifier: Arc<dyn super::notice::Notifier>) {
-        let _ = self.inner.notifier.set(notifier);
-    }
-
     /// Ends every restriction whose time is over and tells of each (log, metric, alert);
     /// see [`super::expiry`]. Returns how many ended. Also tells the counts of the
     /// engine's repeated warnings whose interval has passed.
@@ -183,7 +191,7 @@ impl RatePolicy {
         let host = self.current().hostname.clone();
         super::expiry::sweep(
             &*self.inner.store,
-            self.inner.observer.get(),
+            self.inner.observer.as_ref(),
             &self.inner.metrics,
             &self.inner.held,
             &host,
@@ -195,12 +203,6 @@ impl RatePolicy {
     /// [`Evidence::of`]).
     pub fn evidence(&self, keys: &[&str]) -> serde_json::Value {
         self.inner.evidence.of(keys)
-    }
-
-    /// Installs where the hold spool in force is, for the `held` of evidence (see
-    /// [`super::held`]). Only the first call takes effect; without one nothing is held.
-    pub fn held_from(&self, source: Arc<dyn HeldSource>) {
-        self.inner.held.read_from(source);
     }
 
     /// What the hold spool holds for `key` now, on this node and (with a shared store) the
@@ -226,9 +228,9 @@ impl RatePolicy {
         &self.inner.store
     }
 
-    /// The observer (event log and alerts), once installed.
+    /// The observer (event log and alerts), when serving.
     pub fn observer(&self) -> Option<&Arc<dyn Observer>> {
-        self.inner.observer.get()
+        self.inner.observer.as_ref()
     }
 
     /// The generation in force.

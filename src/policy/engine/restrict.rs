@@ -173,7 +173,7 @@ impl RateSession {
                     by = %by,
                     "key restricted"
                 );
-                if let Some(o) = self.inner.observer.get() {
+                if let Some(o) = self.inner.observer.as_ref() {
                     o.restriction(&super::super::alert::restriction_notice(
                         "floodgate.restricted",
                         &r,
@@ -204,7 +204,7 @@ impl RateSession {
         let date = now_micros().div_euclid(1_000_000);
         match super::super::notice::user_notice(def, r, facts, hostname, date) {
             Ok(None) => {}
-            Ok(Some(n)) => match self.inner.notifier.get() {
+            Ok(Some(n)) => match self.inner.notifier.as_ref() {
                 Some(sender) => sender.notify(n),
                 None => warn!(key = %r.key, "notify_user: no way to send mail here; not told"),
             },
@@ -217,7 +217,7 @@ impl RateSession {
 
     /// Tells the observer that `key` was contained by `limit` (`what`: `held`, `defer`).
     pub(super) fn tell_contained(&self, what: &str, limit: &str, key: &str, now_us: i64) {
-        if let Some(o) = self.inner.observer.get() {
+        if let Some(o) = self.inner.observer.as_ref() {
             o.contained(&super::super::alert::Contained {
                 what: what.into(),
                 limit: limit.into(),
