@@ -10,7 +10,7 @@
 //! * [`crate::time`]: RFC 3339 and relative times; [`config`]: `[report]` compiled.
 //!
 //! [`Observers`] plugs the event log and the alerter into the engine
-//! ([`crate::policy::RatePolicy::observe`]); a reload hands them their
+//! (`observer` of [`crate::policy::engine::Serving`]); a reload hands them their
 //! [`ObserverSettings`].
 
 pub mod analyze;
