@@ -527,12 +527,17 @@ async fn serve_until_stopped(
     let metrics = Arc::new(Metrics::new());
     floodgate::store::metered::register_store_figures(&metrics, &store);
     logs.dropped.register_metrics(&metrics);
-    let observers = Observers::start(generation.observer_settings(), store.as_store()).await?;
-    let paced = Arc::new(PaceBook::default());
-    // Sessions share the policy, and the policy's notifier and view of the hold spool read
-    // what sessions share: a circle, broken by this handle made before either and filled
-    // when the server binds.
+    // Sessions share the policy, and the policy's notifier and view of the hold spool, and
+    // alert mail and its digest, read what sessions share: a circle, broken by this handle
+    // made before any of them and filled when the server binds.
     let in_force = InForce::default();
+    let observers = Observers::start(
+        generation.observer_settings(),
+        store.as_store(),
+        mail_parts(&store, &metrics, &in_force),
+    )
+    .await?;
+    let paced = Arc::new(PaceBook::default());
     let policy = build_policy(
         &generation,
         store.as_store(),
@@ -558,15 +563,9 @@ async fn serve_until_stopped(
         in_force,
     };
     let server = Server::bind(generation, Arc::new(policy.clone()), parts).await?;
-    start_background_jobs(&server, &policy, &observers, &metrics, &stops)?;
+    start_background_jobs(&server, &policy, &metrics, &stops)?;
     let sigs = install_signals()?;
     let state = admin_state(&server, &store, &metrics, &observers, &policy)?;
-    // The daily alert digest reads what the admin endpoints read.
-    observers
-        .mailer()
-        .digest_from(Arc::new(floodgate::admin::digest::AdminDigest(
-            state.clone(),
-        )));
     // Removed when this returns (at exit).
     let (_socket_file, extra) = serve_admin(&config, state, &stops.admin).await?;
     print_listening(&server, &extra, &logs.writer);
@@ -581,6 +580,26 @@ async fn serve_until_stopped(
     stops.store.cancel();
     let _ = store_tasks.await;
     Ok(())
+}
+
+/// What alert mail needs: the upstream in force to send through, the metrics it counts
+/// in, and the daily digest's facts, read as the admin endpoints read them.
+fn mail_parts(
+    store: &Opened,
+    metrics: &Arc<Metrics>,
+    in_force: &InForce,
+) -> floodgate::report::mailer::MailParts {
+    let shared = in_force.clone();
+    floodgate::report::mailer::MailParts {
+        transport: Arc::new(floodgate::proxy::notify::UpstreamMailer::new(move || {
+            shared.get()
+        })),
+        metrics: metrics.clone(),
+        digest: Arc::new(floodgate::admin::digest::AdminDigest::new(
+            store.clone(),
+            in_force.clone(),
+        )),
+    }
 }
 
 /// What the policy reports to and reads: the observers, the book of paced messages, and
@@ -642,12 +661,11 @@ fn follow_outcomes(
 }
 
 /// Starts the jobs that run beside the sessions: the sweep of restrictions ended by time,
-/// alert mail, the publication of held counts, and for the hold spool its recovery,
-/// expiry and the pacer.
+/// the publication of held counts, and for the hold spool its recovery, expiry and the
+/// pacer.
 fn start_background_jobs(
     server: &Server,
     policy: &RatePolicy,
-    observers: &Observers,
     metrics: &Arc<Metrics>,
     stops: &Stops,
 ) -> anyhow::Result<()> {
@@ -657,14 +675,6 @@ fn start_background_jobs(
         floodgate::policy::expiry::SWEEP_EVERY,
         stops.sweep.clone(),
     ));
-    // Alert mail goes through the upstream in force.
-    let control = server.control();
-    observers.mailer().install(
-        Arc::new(floodgate::proxy::notify::UpstreamMailer::new(move || {
-            control.shared()
-        })),
-        metrics.clone(),
-    );
     tokio::spawn(floodgate::policy::held::run(
         policy.clone(),
         floodgate::policy::held::PUBLISH_EVERY,

@@ -64,14 +64,15 @@ async fn transaction(
 }
 
 /// The [`MailTransport`] of alert mail: each mail is sent through the upstream settings in
-/// force (read from `shared` when it is sent, so reloads apply).
+/// force (read from `shared` when it is sent, so reloads apply); before sessions are served
+/// there is none ([`MailError::NoTransport`]).
 pub struct UpstreamMailer {
-    shared: Box<dyn Fn() -> Arc<Shared> + Send + Sync>,
+    shared: Box<dyn Fn() -> Option<Arc<Shared>> + Send + Sync>,
 }
 
 impl UpstreamMailer {
-    /// A transport sending through the upstream of `shared()`.
-    pub fn new(shared: impl Fn() -> Arc<Shared> + Send + Sync + 'static) -> UpstreamMailer {
+    /// A transport sending through the upstream of `shared()`, once it gives one.
+    pub fn new(shared: impl Fn() -> Option<Arc<Shared>> + Send + Sync + 'static) -> UpstreamMailer {
         UpstreamMailer {
             shared: Box::new(shared),
         }
@@ -81,7 +82,7 @@ impl UpstreamMailer {
 impl MailTransport for UpstreamMailer {
     fn send<'a>(&'a self, mail: &'a OutMail) -> SendFuture<'a> {
         Box::pin(async move {
-            let sh = (self.shared)();
+            let sh = (self.shared)().ok_or(MailError::NoTransport)?;
             match send_mail(&sh.upstream, &mail.to, &mail.message).await {
                 Ok(reply) => Ok(reply.lines.last().cloned().unwrap_or_default()),
                 Err(e) => Err(MailError::Send(e.to_string())),

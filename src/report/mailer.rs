@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -34,7 +34,7 @@ pub enum MailError {
     /// The transport failed: upstream refused the mail or could not be reached.
     #[error("{0}")]
     Send(String),
-    /// No transport was installed (floodgate is not running a proxy).
+    /// Nothing to send through yet (floodgate is not serving sessions).
     #[error("no upstream to send through")]
     NoTransport,
     /// Alert mail is off (no `[alerts] mail_to`).
@@ -58,48 +58,45 @@ static SEND_FAILED: RepeatedWarning = RepeatedWarning::new("alert mail not sent"
 static DROPPED: RepeatedWarning =
     RepeatedWarning::new("alert mail dropped: too many waiting to be sent");
 
+/// What alert mail goes out through, is counted in and reads the digest's facts from,
+/// given when the [`Mailer`] is made.
+pub struct MailParts {
+    /// Sends each mail (the running floodgate's upstream).
+    pub transport: Arc<dyn MailTransport>,
+    /// Counts the results (`floodgate_alert_mail_total{result}`).
+    pub metrics: Arc<Metrics>,
+    /// The digest's facts.
+    pub digest: Arc<dyn DigestSource>,
+}
+
 /// The queue of alert mail, its transport, the digest's source and what the digest
 /// remembers.
 pub struct Mailer {
     tx: mpsc::Sender<OutMail>,
-    transport: OnceLock<Arc<dyn MailTransport>>,
-    source: OnceLock<Arc<dyn DigestSource>>,
-    metrics: OnceLock<Arc<Metrics>>,
+    transport: Arc<dyn MailTransport>,
+    source: Arc<dyn DigestSource>,
+    metrics: Arc<Metrics>,
     released: Mutex<VecDeque<(i64, Value)>>,
 }
 
 impl Mailer {
-    /// A mailer and the receiving end of its queue (for [`run`]).
-    pub fn new() -> (Mailer, mpsc::Receiver<OutMail>) {
+    /// A mailer of `parts` and the receiving end of its queue (for [`run`]).
+    pub fn new(parts: MailParts) -> (Mailer, mpsc::Receiver<OutMail>) {
         let (tx, rx) = mpsc::channel(MAIL_QUEUE);
         (
             Mailer {
                 tx,
-                transport: OnceLock::new(),
-                source: OnceLock::new(),
-                metrics: OnceLock::new(),
+                transport: parts.transport,
+                source: parts.digest,
+                metrics: parts.metrics,
                 released: Mutex::new(VecDeque::new()),
             },
             rx,
         )
     }
 
-    /// Sends through `transport` from now on, counting into `metrics` (once; later calls
-    /// are ignored).
-    pub fn install(&self, transport: Arc<dyn MailTransport>, metrics: Arc<Metrics>) {
-        let _ = self.transport.set(transport);
-        let _ = self.metrics.set(metrics);
-    }
-
-    /// Reads the digest's facts from `source` (once; later calls are ignored).
-    pub fn digest_from(&self, source: Arc<dyn DigestSource>) {
-        let _ = self.source.set(source);
-    }
-
     fn count(&self, result: &str) {
-        if let Some(m) = self.metrics.get() {
-            m.alert_mail(result);
-        }
+        self.metrics.alert_mail(result);
     }
 
     /// Queues `mail`; a full queue drops it (counted and logged).
@@ -132,12 +129,7 @@ impl Mailer {
 
     /// Sends `mail` now, counting and logging the result.
     pub async fn send(&self, mail: &OutMail) -> Result<String, MailError> {
-        let Some(t) = self.transport.get() else {
-            self.count("failed");
-            SEND_FAILED.warn(&MailError::NoTransport.to_string());
-            return Err(MailError::NoTransport);
-        };
-        match t.send(mail).await {
+        match self.transport.send(mail).await {
             Ok(answer) => {
                 self.count("sent");
                 tracing::info!(to = ?mail.to, subject = %mail.subject, upstream = %answer,
@@ -155,11 +147,7 @@ impl Mailer {
     /// Makes and sends the digest of `settings` now.
     pub async fn digest(&self, settings: &AlertSettings, host: &str) -> Result<String, MailError> {
         let m = settings.mail.as_ref().ok_or(MailError::Off)?;
-        let source = self
-            .source
-            .get()
-            .ok_or_else(|| DigestError("nothing to read them from".into()))?;
-        let facts = match source.facts().await {
+        let facts = match self.source.facts().await {
             Ok(f) => f,
             Err(e) => {
                 self.count("failed");
@@ -244,20 +232,58 @@ mod tests {
         }
     }
 
+    /// A digest source with nothing to tell.
+    struct NoFacts;
+
+    impl DigestSource for NoFacts {
+        fn facts(&self) -> super::super::digest::FactsFuture<'_> {
+            Box::pin(async { Err(DigestError("no facts here".into())) })
+        }
+    }
+
+    fn mailer(
+        answer: Result<String, String>,
+        metrics: &Arc<Metrics>,
+    ) -> (Mailer, Arc<Fixed>, mpsc::Receiver<OutMail>) {
+        let t = Arc::new(Fixed {
+            answer,
+            sent: Mutex::default(),
+        });
+        let (m, rx) = Mailer::new(MailParts {
+            transport: t.clone(),
+            metrics: metrics.clone(),
+            digest: Arc::new(NoFacts),
+        });
+        (m, t, rx)
+    }
+
+    /// The transport of a floodgate not serving yet.
+    struct NotServing;
+
+    impl MailTransport for NotServing {
+        fn send<'a>(&'a self, _: &'a OutMail) -> SendFuture<'a> {
+            Box::pin(async { Err(MailError::NoTransport) })
+        }
+    }
+
     #[tokio::test]
     async fn results_are_counted_and_a_full_queue_drops() {
-        let metrics = Arc::new(Metrics::new());
-        let (m, _rx) = Mailer::new();
-        // Without a transport: failed, not sent.
+        // Without an upstream to send through: failed, not sent.
+        let before = Arc::new(Metrics::new());
+        let (m, _rx) = Mailer::new(MailParts {
+            transport: Arc::new(NotServing),
+            metrics: before.clone(),
+            digest: Arc::new(NoFacts),
+        });
         assert!(matches!(
             m.send(&mail("a")).await,
             Err(MailError::NoTransport)
         ));
-        let t = Arc::new(Fixed {
-            answer: Ok("250 queued".into()),
-            sent: Mutex::default(),
-        });
-        m.install(t.clone(), metrics.clone());
+        assert_eq!(before.alert_mail_of("failed"), 1);
+        assert_eq!(before.alert_mail_of("sent"), 0);
+
+        let metrics = Arc::new(Metrics::new());
+        let (m, t, _rx) = mailer(Ok("250 queued".into()), &metrics);
         assert_eq!(m.send(&mail("b")).await.unwrap(), "250 queued");
         assert_eq!(*t.sent.lock().unwrap(), ["b"]);
         assert_eq!(metrics.alert_mail_of("sent"), 1);
@@ -267,14 +293,7 @@ mod tests {
         }
         assert_eq!(metrics.alert_mail_of("dropped"), 1);
 
-        let (m, _rx) = Mailer::new();
-        m.install(
-            Arc::new(Fixed {
-                answer: Err("550 5.1.1 no such user".into()),
-                sent: Mutex::default(),
-            }),
-            metrics.clone(),
-        );
+        let (m, _t, _rx) = mailer(Err("550 5.1.1 no such user".into()), &metrics);
         let e = m.send(&mail("c")).await.unwrap_err();
         assert_eq!(e.to_string(), "550 5.1.1 no such user");
         assert_eq!(metrics.alert_mail_of("failed"), 1);
@@ -283,7 +302,7 @@ mod tests {
 
     #[test]
     fn releases_are_remembered_for_a_day() {
-        let (m, _rx) = Mailer::new();
+        let (m, _t, _rx) = mailer(Ok("250 queued".into()), &Arc::new(Metrics::new()));
         let released = |key: &str| {
             Notice::Restriction(serde_json::json!({"event": "floodgate.released", "key": key}))
         };

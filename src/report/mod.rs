@@ -81,6 +81,7 @@ impl Observers {
     pub async fn start(
         settings: ObserverSettings<'_>,
         store: Arc<dyn crate::store::Store>,
+        mail: mailer::MailParts,
     ) -> Result<Arc<Observers>, ObserversError> {
         if let Some(a) = settings.alerts {
             deliver::webhook_tls(a)?;
@@ -88,7 +89,7 @@ impl Observers {
         let (alerter, rx) = Alerter::new(settings.alerts.cloned());
         let alerter = Arc::new(alerter);
         let host = Arc::new(RwLock::new(settings.host.to_string()));
-        let (mailer, mail_rx) = mailer::Mailer::new();
+        let (mailer, mail_rx) = mailer::Mailer::new(mail);
         let mailer = Arc::new(mailer);
         tokio::spawn(deliver::run(
             alerter.clone(),
@@ -128,7 +129,7 @@ impl Observers {
         &self.alerter
     }
 
-    /// Alert mail: install its transport and the digest's source here.
+    /// Alert mail and the daily digest.
     pub fn mailer(&self) -> &mailer::Mailer {
         &self.mailer
     }
