@@ -60,7 +60,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(t) = Template::parse(text) {
         let out = t.expand(|v, out| out.push_str(&format!("<{v:?}>")));
-        if t.is_constant() {
+        if t.vars().next().is_none() {
             assert_eq!(out, text.replace("$$", "$"));
         }
     }
