@@ -1,8 +1,8 @@
 //! The book under `docs/` holds together: every page is in `docs/SUMMARY.md` and every
 //! entry there is a page; every relative link of the README and the book reaches a file,
 //! and every `#anchor` a heading of its page (GitHub's anchors); no table cell is long
-//! enough to need prose instead; and names only the Cambridge background explains are used
-//! nowhere else.
+//! enough to need prose instead; names only the Cambridge background explains are used
+//! nowhere else; and the package ships every directory of the book.
 
 use crate::common;
 
@@ -257,4 +257,44 @@ fn the_cambridge_names_are_explained_where_they_are_used() {
             assert!(!lower.contains(word), "{page} uses {word:?} unexplained");
         }
     }
+}
+
+#[test]
+fn the_package_ships_every_directory_of_the_book() {
+    let manifest: toml::Table =
+        toml::from_str(&std::fs::read_to_string(repo_root().join("Cargo.toml")).unwrap()).unwrap();
+    let assets = manifest["package"]["metadata"]["deb"]["assets"]
+        .as_array()
+        .unwrap();
+    let shipped: BTreeSet<(String, String)> = assets
+        .iter()
+        .map(|a| {
+            let a = a.as_array().unwrap();
+            (
+                a[0].as_str().unwrap().to_string(),
+                a[1].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let dirs: BTreeSet<String> = book::pages()
+        .into_iter()
+        .filter_map(|(p, _)| {
+            p.starts_with("docs/")
+                .then(|| Path::new(&p).parent().unwrap().display().to_string())
+        })
+        .collect();
+    for dir in &dirs {
+        let asset = (
+            format!("{dir}/*.md"),
+            format!("usr/share/doc/floodgate/{dir}/"),
+        );
+        assert!(
+            shipped.contains(&asset),
+            "Cargo.toml's [package.metadata.deb] assets lack {asset:?}"
+        );
+    }
+    assert!(shipped.contains(&(
+        "README.md".to_string(),
+        "usr/share/doc/floodgate/README.md".to_string()
+    )));
 }

@@ -1,4 +1,4 @@
-//! Configuration, `floodgate check`, the command line and the README examples.
+//! Configuration, `floodgate check`, the command line and the examples of the README and the book.
 
 #[path = "../common/mod.rs"]
 mod common;

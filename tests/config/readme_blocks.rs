@@ -33,7 +33,7 @@ struct Block {
     /// The info string (`sh`, `toml`, or empty).
     lang: String,
     text: String,
-    /// The README's text between the previous block and this one.
+    /// The page's text between the previous block and this one.
     before: String,
 }
 
@@ -77,7 +77,7 @@ fn blocks(readme: &str) -> Vec<Block> {
             }
         }
     }
-    assert!(open.is_none(), "README ends inside a block");
+    assert!(open.is_none(), "a page ends inside a block");
     out
 }
 
@@ -98,7 +98,7 @@ fn blocks_are_read_with_their_lines() {
 // ---------------------------------------------------------------------------------------
 // TOML examples
 
-/// Merges `add` into `base` as the README's "Configuration" says.
+/// Merges `add` into `base` as the book's "Configuration" says.
 fn merge(base: &mut toml::Table, add: toml::Table) {
     for (k, v) in add {
         match (base.get_mut(&k), v) {
@@ -144,7 +144,7 @@ fn merging_replaces_keys_adds_limits_and_replaces_listeners_by_name() {
     assert_eq!((l.len(), l[0]["address"].as_str()), (1, Some("2")));
 }
 
-/// A temporary root with what the README's examples name: `<root>/var/lib/floodgate`,
+/// A temporary root with what the book's examples name: `<root>/var/lib/floodgate`,
 /// `<root>/var/spool/floodgate`, `<root>/var/log/postfix.log`,
 /// `<root>/etc/floodgate/redis.pass`, the admin token files `<root>/etc/floodgate/admin.token`
 /// and `<root>/etc/floodgate/tokens/{alice,backup}`, and the shipped config in `<root>/conf` beside a
@@ -435,7 +435,7 @@ fn the_worked_example_runs_as_printed() {
         d.join("target/release/floodgate"),
     )
     .unwrap();
-    // Free ports for the README's fixed ones, in the config and in the commands alike.
+    // Free ports for the page's fixed ones, in the config and in the commands alike.
     let ports: Vec<(String, String)> = ["2587", "2465", "2525", "10025"]
         .iter()
         .map(|p| (p.to_string(), closed_port().port().to_string()))
@@ -475,7 +475,7 @@ fn the_worked_example_runs_as_printed() {
         "the example did not finish\n{}",
         context()
     );
-    // What each step printed, against the README's output block after it.
+    // What each step printed, against the page's output block after it.
     let printed: Vec<&str> = out.stdout.split("@@step ").skip(1).collect();
     assert_eq!(printed.len(), steps.len(), "{}", context());
     let mut compared = 0;
