@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds floodgate's .deb from a release build, unpacks it into a scratch root and checks it
 # as installed:
-#   - the files are there, the man pages and completions cover every subcommand, the
+#   - the files are there (the README and every page of the book), the man pages (with
+#     floodgate.toml(5)) and completions cover every subcommand, the
 #     maintainer scripts are valid shell, /etc/floodgate/floodgate.toml is a conffile;
 #   - the binary is a release build (`floodgate --version` says so: no debug assertions);
 #   - the installed config, its system paths moved into the scratch root and its listeners
@@ -60,7 +61,8 @@ for f in usr/bin/floodgate etc/floodgate/floodgate.toml lib/systemd/system/flood
     usr/share/floodgate/make-certificate \
     usr/share/floodgate/prometheus/floodgate-rules.yml usr/share/floodgate/grafana/floodgate.json \
     usr/share/bash-completion/completions/floodgate usr/share/zsh/vendor-completions/_floodgate \
-    usr/share/fish/vendor_completions.d/floodgate.fish usr/share/doc/floodgate/README.md; do
+    usr/share/fish/vendor_completions.d/floodgate.fish usr/share/doc/floodgate/README.md \
+    usr/share/doc/floodgate/docs/SUMMARY.md; do
     need "$f"
 done
 [[ -x $root/usr/bin/floodgate ]] || { echo "/usr/bin/floodgate is not executable"; fail=1; }
@@ -87,6 +89,12 @@ echo "$version; $(stat -c %s "$root/usr/bin/floodgate") bytes"
 subs=$("$root/usr/bin/floodgate" --help | sed -n '/^Commands:/,/^$/p' | awk 'NR>1 && $1 != "help" {print $1}')
 [[ -n $subs ]] || { echo "no subcommands in floodgate --help"; fail=1; }
 need usr/share/man/man1/floodgate.1.gz
+[[ -e $root/usr/share/man/man5/floodgate.toml.5.gz || -e $root/usr/share/man/man5/floodgate.toml.5 ]] ||
+    { echo "no man page floodgate.toml(5)"; fail=1; }
+# Every page of the book is in the package, where README.md is.
+while IFS= read -r page; do
+    need "usr/share/doc/floodgate/$page"
+done < <(find docs -name '*.md' | sort)
 for s in $subs; do
     if [[ ! -e $root/usr/share/man/man1/floodgate-$s.1.gz && ! -e $root/usr/share/man/man1/floodgate-$s.1 ]]; then
         echo "no man page for floodgate $s"

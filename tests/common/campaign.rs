@@ -4,15 +4,13 @@
 
 use super::*;
 
-/// The README's campaign policy (`### Spam runs across accounts`), its spool in `dir`.
+/// The book's campaign policy (the first TOML block of `docs/containment/campaigns.md`,
+/// "Spam runs across accounts"), its spool in `dir`.
 pub fn readme_policy(dir: &std::path::Path) -> String {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let section = readme
-        .split_once("### Spam runs across accounts")
-        .expect("the README section")
-        .1;
-    let block = section.split_once("```toml\n").expect("a toml block").1;
-    let block = block.split_once("```").unwrap().0;
+    let block = super::book::first_toml_after(
+        "docs/containment/campaigns.md",
+        "# Spam runs across accounts",
+    );
     let held = dir.join("held");
     std::fs::create_dir(&held).unwrap();
     block.replace("/var/lib/floodgate/hold", &held.display().to_string())

@@ -254,6 +254,7 @@ pub fn smtplib(addr: SocketAddr, body: &str, limit: Duration) -> Output {
     )
 }
 
+pub mod book;
 pub mod campaign;
 pub mod daemon;
 pub mod delivered;

@@ -1,4 +1,4 @@
-//! Configuration, `floodgate check`, the command line and the README examples.
+//! Configuration, `floodgate check`, the command line and the examples of the README and the book.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -8,7 +8,9 @@ mod baseline_check;
 mod check_paths;
 mod cli;
 mod cli_docs;
+mod config_reference;
 mod default_config;
+mod docs_book;
 mod package_config;
 mod policy_check;
 mod policy_config;

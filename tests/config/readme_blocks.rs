@@ -1,15 +1,18 @@
-//! The README's blocks work pasted as they stand:
-//! - every TOML example, merged into the shipped `conf/floodgate.toml` as the README's
+//! The blocks of the README and of every page of the book (`docs/**/*.md`) work pasted as
+//! they stand:
+//! - every TOML example, merged into the shipped `conf/floodgate.toml` as the book's
 //!   "Configuration" says (keys replace, `[[limit]]`s are added, a `[[listener]]` replaces
 //!   the one of its name), passes `floodgate check` with the files it names made in a
 //!   temporary root;
-//! - the worked example's shell blocks run one after the other in one shell, in a copy of
-//!   the repository's layout (only the ports are changed, and `./target/release/floodgate`
-//!   is this build), and print what the README shows after each of them;
+//! - the worked example's shell blocks (`docs/start/worked-example.md`) run one after the
+//!   other in one shell, in a copy of the repository's layout (only the ports are changed,
+//!   and `./target/release/floodgate` is this build), and print what the page shows after
+//!   each of them: the same lines, with only what differs from run to run (rates, times,
+//!   percentages, retry delays) left out of the comparison;
 //! - every other shell block is named here with the test that runs it instead, so a new
 //!   block cannot go untested unnoticed;
 //! - the Postfix `main.cf` block means what it says to Postfix's own `postconf`;
-//! - every repository file the README names exists.
+//! - every repository file a page names exists.
 
 use crate::common;
 
@@ -21,19 +24,30 @@ use std::time::Duration;
 use common::redis::RedisServer;
 use common::*;
 
-/// One fenced block of the README.
+/// One fenced block of a page.
 struct Block {
+    /// The page, from the repository root (`README.md`, `docs/start/run.md`).
+    file: String,
     /// Line of the opening fence (1-based).
     line: usize,
     /// The info string (`sh`, `toml`, or empty).
     lang: String,
     text: String,
-    /// The README's text between the previous block and this one.
+    /// The page's text between the previous block and this one.
     before: String,
 }
 
-fn readme() -> String {
-    fs::read_to_string(repo_root().join("README.md")).expect("README.md")
+/// Every block of every page, in page order.
+fn all_blocks() -> Vec<Block> {
+    book::pages()
+        .into_iter()
+        .flat_map(|(file, text)| {
+            blocks(&text).into_iter().map(move |b| Block {
+                file: file.clone(),
+                ..b
+            })
+        })
+        .collect()
 }
 
 fn blocks(readme: &str) -> Vec<Block> {
@@ -46,6 +60,7 @@ fn blocks(readme: &str) -> Vec<Block> {
             (Some(_), Some("")) => {
                 let (line, lang, text) = open.take().unwrap();
                 out.push(Block {
+                    file: String::new(),
                     line,
                     lang,
                     text,
@@ -62,7 +77,7 @@ fn blocks(readme: &str) -> Vec<Block> {
             }
         }
     }
-    assert!(open.is_none(), "README ends inside a block");
+    assert!(open.is_none(), "a page ends inside a block");
     out
 }
 
@@ -83,7 +98,7 @@ fn blocks_are_read_with_their_lines() {
 // ---------------------------------------------------------------------------------------
 // TOML examples
 
-/// Merges `add` into `base` as the README's "Configuration" says.
+/// Merges `add` into `base` as the book's "Configuration" says.
 fn merge(base: &mut toml::Table, add: toml::Table) {
     for (k, v) in add {
         match (base.get_mut(&k), v) {
@@ -129,7 +144,7 @@ fn merging_replaces_keys_adds_limits_and_replaces_listeners_by_name() {
     assert_eq!((l.len(), l[0]["address"].as_str()), (1, Some("2")));
 }
 
-/// A temporary root with what the README's examples name: `<root>/var/lib/floodgate`,
+/// A temporary root with what the book's examples name: `<root>/var/lib/floodgate`,
 /// `<root>/var/spool/floodgate`, `<root>/var/log/postfix.log`,
 /// `<root>/etc/floodgate/redis.pass`, the admin token files `<root>/etc/floodgate/admin.token`
 /// and `<root>/etc/floodgate/tokens/{alice,backup}`, and the shipped config in `<root>/conf` beside a
@@ -189,8 +204,7 @@ impl Root {
 #[test]
 fn every_toml_example_passes_check_inside_the_shipped_config() {
     let shipped = fs::read_to_string(repo_root().join("conf/floodgate.toml")).unwrap();
-    let readme = readme();
-    let examples: Vec<Block> = blocks(&readme)
+    let examples: Vec<Block> = all_blocks()
         .into_iter()
         .filter(|b| b.lang == "toml")
         .collect();
@@ -222,7 +236,7 @@ fn every_toml_example_passes_check_inside_the_shipped_config() {
         let add: toml::Table = match toml::from_str(&text) {
             Ok(t) => t,
             Err(e) => {
-                failed.push(format!("README.md:{}: not TOML: {e}", b.line));
+                failed.push(format!("{}:{}: not TOML: {e}", b.file, b.line));
                 continue;
             }
         };
@@ -236,7 +250,7 @@ fn every_toml_example_passes_check_inside_the_shipped_config() {
             Duration::from_secs(60),
         );
         if !out.ok() {
-            failed.push(format!("README.md:{}:\n{}\n{out}", b.line, b.text));
+            failed.push(format!("{}:{}:\n{}\n{out}", b.file, b.line, b.text));
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
@@ -282,24 +296,14 @@ const RUN_ELSEWHERE: &[(&str, &str)] = &[
     ),
 ];
 
-const WORKED: &str = "## A worked example with swaks";
+/// The page of the worked example: its shell blocks run in order.
+const WORKED: &str = "docs/start/worked-example.md";
 
 /// The shell blocks of the worked example, in order, each with the output block the
-/// README prints right after it (if any).
+/// page prints right after it (if any).
 fn worked_example(all: &[Block]) -> Vec<(&Block, Option<&Block>)> {
-    let readme = readme();
-    let start = readme[..readme.find(WORKED).expect("the worked example")]
-        .lines()
-        .count();
-    let end = start
-        + readme[readme.find(WORKED).unwrap()..]
-            .find("\n## ")
-            .map(|i| readme[readme.find(WORKED).unwrap()..][..i].lines().count())
-            .unwrap();
-    let inside: Vec<&Block> = all
-        .iter()
-        .filter(|b| b.line > start && b.line < end)
-        .collect();
+    let inside: Vec<&Block> = all.iter().filter(|b| b.file == WORKED).collect();
+    assert!(!inside.is_empty(), "{WORKED} has no blocks");
     let mut out = Vec::new();
     for (i, b) in inside.iter().enumerate() {
         if b.lang != "sh" {
@@ -316,18 +320,21 @@ fn worked_example(all: &[Block]) -> Vec<(&Block, Option<&Block>)> {
 
 #[test]
 fn every_shell_block_is_run_here_or_named_with_its_test() {
-    let readme = readme();
-    let all = blocks(&readme);
-    let worked: Vec<usize> = worked_example(&all).iter().map(|(b, _)| b.line).collect();
+    let all = all_blocks();
+    let worked: Vec<(String, usize)> = worked_example(&all)
+        .iter()
+        .map(|(b, _)| (b.file.clone(), b.line))
+        .collect();
     assert!(worked.len() >= 6, "{worked:?}");
     for b in all.iter().filter(|b| b.lang == "sh" || b.lang == "bash") {
-        if worked.contains(&b.line) {
+        if worked.contains(&(b.file.clone(), b.line)) {
             continue;
         }
         let first = b.text.lines().next().unwrap_or("");
         assert!(
             RUN_ELSEWHERE.iter().any(|(k, _)| first.starts_with(k)),
-            "README.md:{}: a shell block neither run by this test nor named in RUN_ELSEWHERE:\n{}",
+            "{}:{}: a shell block neither run by this test nor named in RUN_ELSEWHERE:\n{}",
+            b.file,
             b.line,
             b.text
         );
@@ -342,41 +349,74 @@ fn every_shell_block_is_run_here_or_named_with_its_test() {
     }
 }
 
-/// A line compared without its numbers and runs of spaces (rates, times and ports differ
-/// from run to run; the words and the shape may not).
+/// A line as it is compared: runs of spaces as one, and with `#` for what differs from run
+/// to run: numbers with a point, colon, dash or `T` inside (rates such as `9.997`, times such
+/// as `2026-11-25T16:32:20.114015Z`, addresses), percentages (`100%`: a rate that decayed
+/// meanwhile) and the delay of "try again in N seconds". Whole numbers are compared as
+/// printed: counts (`12 events`, the counts of `uniq -c`), limits and periods.
 fn shape(line: &str) -> String {
+    let chars: Vec<char> = line.trim().chars().collect();
     let mut out = String::new();
-    let mut digits = false;
-    for c in line.trim().chars() {
-        if c.is_ascii_digit() || (digits && c == '.') {
-            if !digits {
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_ascii_digit() {
+            let start = i;
+            let mut plain = true;
+            while i < chars.len() {
+                let joins = ".:-T".contains(chars[i])
+                    && chars.get(i + 1).is_some_and(|n| n.is_ascii_digit());
+                if chars[i].is_ascii_digit() {
+                    i += 1;
+                } else if joins {
+                    plain = false;
+                    i += 1;
+                } else {
+                    break;
+                }
+            }
+            if !plain && chars.get(i) == Some(&'Z') {
+                i += 1;
+            }
+            let percent = chars.get(i) == Some(&'%');
+            let retry = out.ends_with("again in ");
+            if plain && !percent && !retry {
+                out.extend(&chars[start..i]);
+            } else {
                 out.push('#');
             }
-            digits = true;
-        } else {
-            digits = false;
-            if c.is_whitespace() {
-                if !out.ends_with(' ') {
-                    out.push(' ');
-                }
-            } else {
-                out.push(c);
-            }
+            continue;
         }
+        if c.is_whitespace() {
+            if !out.ends_with(' ') {
+                out.push(' ');
+            }
+        } else {
+            out.push(c);
+        }
+        i += 1;
     }
     out
 }
 
 #[test]
-fn shapes_mask_numbers_and_spaces() {
-    assert_eq!(shape("  9.997  10   100%  "), "# # #%");
+fn shapes_mask_what_varies_and_keep_counts() {
+    assert_eq!(shape("  9.997  10   100%  "), "# 10 #%");
     assert_eq!(shape("try again in 190 seconds"), "try again in # seconds");
+    assert_eq!(shape("     12 \"auth_user\":null"), "12 \"auth_user\":null");
+    assert_ne!(
+        shape("     12 \"auth_user\":null"),
+        shape("10 \"auth_user\":null")
+    );
+    assert_eq!(
+        shape("12 events from 2026-11-25T16:32:20.114015Z to 127.0.0.1"),
+        "12 events from # to #"
+    );
 }
 
 #[test]
 fn the_worked_example_runs_as_printed() {
-    let readme = readme();
-    let all = blocks(&readme);
+    let all = all_blocks();
     let steps = worked_example(&all);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -395,7 +435,7 @@ fn the_worked_example_runs_as_printed() {
         d.join("target/release/floodgate"),
     )
     .unwrap();
-    // Free ports for the README's fixed ones, in the config and in the commands alike.
+    // Free ports for the page's fixed ones, in the config and in the commands alike.
     let ports: Vec<(String, String)> = ["2587", "2465", "2525", "10025"]
         .iter()
         .map(|p| (p.to_string(), closed_port().port().to_string()))
@@ -435,7 +475,7 @@ fn the_worked_example_runs_as_printed() {
         "the example did not finish\n{}",
         context()
     );
-    // What each step printed, against the README's output block after it.
+    // What each step printed, against the page's output block after it.
     let printed: Vec<&str> = out.stdout.split("@@step ").skip(1).collect();
     assert_eq!(printed.len(), steps.len(), "{}", context());
     let mut compared = 0;
@@ -449,7 +489,8 @@ fn the_worked_example_runs_as_printed() {
         {
             assert!(
                 got.contains(&shape(&swap(want))),
-                "README.md:{}: the line {want:?} was not printed\n{}",
+                "{}:{}: the line {want:?} was not printed\n{}",
+                b.file,
                 b.line,
                 context()
             );
@@ -475,8 +516,7 @@ fn the_worked_example_runs_as_printed() {
 
 #[test]
 fn the_postfix_main_cf_block_means_what_it_says() {
-    let readme = readme();
-    let all = blocks(&readme);
+    let all = all_blocks();
     let b = all
         .iter()
         .find(|b| b.before.trim_end().ends_with("`main.cf`:"))
@@ -505,17 +545,17 @@ fn the_postfix_main_cf_block_means_what_it_says() {
     );
     // No value of the block carries a comment Postfix would keep.
     for l in b.text.lines().filter(|l| !l.trim_start().starts_with('#')) {
-        assert!(!l.contains('#'), "README.md:{}: {l:?}", b.line);
+        assert!(!l.contains('#'), "{}:{}: {l:?}", b.file, b.line);
     }
 }
 
-/// Paths under the repository's top-level directories that the README names.
+/// Paths under the repository's top-level directories that a page names.
 fn named_paths(readme: &str) -> Vec<String> {
     let mut out = Vec::new();
     for word in readme.split(|c: char| c.is_whitespace() || "`()[],;\"'".contains(c)) {
         let word = word.trim_end_matches(['.', ':']);
         let top = [
-            "src/", "tests/", "conf/", "certs/", "benches/", "fuzz/", ".ci/",
+            "src/", "tests/", "conf/", "certs/", "benches/", "fuzz/", ".ci/", "docs/",
         ];
         if top.iter().any(|t| word.starts_with(t)) && word.len() > 5 {
             out.push(word.split(':').next().unwrap().to_string());
@@ -554,10 +594,11 @@ fn exists(root: &Path, pattern: &str) -> bool {
 }
 
 #[test]
-fn every_file_the_readme_names_exists() {
+fn every_file_a_page_names_exists() {
     let root = repo_root();
     let shipped = fs::read_to_string(root.join("conf/floodgate.toml")).unwrap();
-    let named = named_paths(&readme());
+    let all: String = book::pages().into_iter().map(|(_, text)| text).collect();
+    let named = named_paths(&all);
     assert!(named.len() > 30, "{named:?}");
     let missing: Vec<&String> = named
         .iter()
@@ -570,7 +611,7 @@ fn every_file_the_readme_names_exists() {
         .collect();
     assert!(
         missing.is_empty(),
-        "the README names files that are not there: {missing:?}"
+        "the README or the book names files that are not there: {missing:?}"
     );
 }
 

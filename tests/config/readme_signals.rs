@@ -1,5 +1,6 @@
-//! README's "Signals of compromise" policy, as printed there, passes `floodgate check` and
-//! is explained limit by limit (its paths pointed into a temporary directory).
+//! The book's "Signals of compromise" policy (`docs/containment/signals.md`), as printed
+//! there, passes `floodgate check` and is explained limit by limit (its paths pointed into a
+//! temporary directory).
 
 #[allow(unused_imports)]
 use crate::common;
@@ -9,15 +10,9 @@ use std::time::Duration;
 
 use common::*;
 
-/// The first TOML block after the heading `### Signals of compromise`.
+/// The first TOML block after the page's heading `# Signals of compromise`.
 fn readme_policy() -> String {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let section = readme
-        .split_once("### Signals of compromise")
-        .expect("README has the section")
-        .1;
-    let block = section.split_once("```toml\n").expect("a toml block").1;
-    block.split_once("```").expect("closed block").0.to_string()
+    book::first_toml_after("docs/containment/signals.md", "# Signals of compromise")
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! `floodgate report --html`: the page opened in Debian's real chromium (headless), which
 //! must show one histogram and one rate chart per limit in its rendered DOM; a screenshot
-//! for the README; and the time a report takes over a fraction of a day's events (printed,
+//! for the book (docs/measuring/before-limiting.md); and the time a report takes over a fraction of a day's events (printed,
 //! never asserted).
 
 use crate::common;
@@ -181,7 +181,7 @@ fn chromium_shows_one_chart_per_limit() {
     assert_eq!(dom.matches("<polyline class=\"series\"").count(), 15);
     assert!(dom.contains("user7@example.org"));
 
-    // A screenshot for the README, kept only when small.
+    // A screenshot for the book, kept only when small.
     let shot = dir.path().join("report.png");
     chromium(
         dir.path(),

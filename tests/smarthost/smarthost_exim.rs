@@ -5,7 +5,7 @@
 //!
 //! Also pinned here, talking to Exim directly: what Exim answers when floodgate's PROXY
 //! settings and Exim's disagree, and Exim's own per-host rules behind a proxy (the facts
-//! README's "Deploying in front of Exim" relies on).
+//! the book's "Deploying in front of Exim" (docs/deployment/exim.md) relies on).
 
 use crate::common;
 use crate::common::exim;

@@ -1,6 +1,10 @@
-//! Man pages and shell completions generated from the command line's definition, for
-//! packages: `floodgate generate-docs DIR` writes `DIR/man/*.1` (`floodgate.1` and one page
-//! per subcommand, `floodgate-check.1` …) and `DIR/completions/` (bash, zsh, fish).
+//! Man pages and shell completions, for packages: `floodgate generate-docs DIR` writes
+//! `DIR/man/*.1` from the command line's definition (`floodgate.1` and one page per
+//! subcommand at every level, `floodgate-check.1`, `floodgate-held-list.1` …),
+//! `DIR/man/floodgate.toml.5` from the book's configuration reference ([`man5`]), and
+//! `DIR/completions/` (bash, zsh, fish).
+
+pub mod man5;
 
 use std::path::{Path, PathBuf};
 
@@ -35,10 +39,16 @@ pub fn completion_files(bin: &str) -> [(Shell, String); 3] {
     ]
 }
 
-/// Writes the man pages of `cmd` and of each of its visible subcommands into `dir/man`,
-/// and its completions into `dir/completions`; returns the files written.
+/// The name of the configuration's man page, written beside the command pages.
+pub const CONFIG_PAGE: &str = "floodgate.toml.5";
+
+/// Writes the man pages of `cmd` and of each of its visible subcommands, at every level,
+/// into `dir/man` with [`CONFIG_PAGE`], and its completions into `dir/completions`; returns
+/// the files written.
 pub fn generate(cmd: &clap::Command, dir: &Path) -> Result<Vec<PathBuf>, DocsError> {
-    let mut cmd = cmd.clone();
+    // Without clap's `help` subcommands, whose pages would say nothing: no page names a
+    // `floodgate-help(1)` that is not there.
+    let mut cmd = without_help(cmd.clone());
     cmd.build();
     let bin = cmd.get_name().to_string();
     let man = dir.join("man");
@@ -58,15 +68,23 @@ pub fn generate(cmd: &clap::Command, dir: &Path) -> Result<Vec<PathBuf>, DocsErr
         written.push(path);
         Ok(())
     };
-    page(&cmd, &bin, &bin)?;
-    // `help` is the one clap adds; its page would say nothing.
-    for sub in cmd
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
-    {
-        let name = sub.get_name();
-        page(sub, &format!("{bin}-{name}"), &format!("{bin} {name}"))?;
+    // Each page names its subcommands' pages (`floodgate-held-list(1)`): every one is
+    // written, depth first.
+    let mut todo = vec![(&cmd, bin.clone(), bin.clone())];
+    while let Some((c, name, usage)) = todo.pop() {
+        page(c, &name, &usage)?;
+        let subs: Vec<_> = visible_subcommands(c)
+            .map(|s| {
+                let n = s.get_name();
+                (s, format!("{name}-{n}"), format!("{usage} {n}"))
+            })
+            .collect();
+        todo.extend(subs.into_iter().rev());
     }
+    let path = man.join(CONFIG_PAGE);
+    let version = cmd.get_version().unwrap_or("");
+    std::fs::write(&path, man5::render(version)).map_err(io(&path))?;
+    written.push(path);
     for (shell, file) in completion_files(&bin) {
         let path = comp.join(file);
         let mut out = Vec::new();
@@ -75,6 +93,24 @@ pub fn generate(cmd: &clap::Command, dir: &Path) -> Result<Vec<PathBuf>, DocsErr
         written.push(path);
     }
     Ok(written)
+}
+
+/// The subcommands that get a page: those not hidden.
+fn visible_subcommands(cmd: &clap::Command) -> impl Iterator<Item = &clap::Command> {
+    cmd.get_subcommands().filter(|s| !s.is_hide_set())
+}
+
+/// `cmd` with clap's `help` subcommand turned off at every level (`--help` stays).
+fn without_help(cmd: clap::Command) -> clap::Command {
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    names
+        .into_iter()
+        .fold(cmd.disable_help_subcommand(true), |c, n| {
+            c.mut_subcommand(n, without_help)
+        })
 }
 
 #[cfg(test)]
@@ -89,12 +125,16 @@ mod tests {
                     .about("Run it")
                     .arg(clap::Arg::new("config").long("config")),
             )
-            .subcommand(clap::Command::new("check").about("Check it"))
+            .subcommand(
+                clap::Command::new("check")
+                    .about("Check it")
+                    .subcommand(clap::Command::new("deep").about("Check deeply")),
+            )
             .subcommand(clap::Command::new("secret").hide(true))
     }
 
     #[test]
-    fn one_page_per_visible_subcommand_and_three_completions() {
+    fn one_page_per_visible_subcommand_at_every_level_and_three_completions() {
         let dir = tempfile::tempdir().unwrap();
         let files = generate(&cli(), dir.path()).unwrap();
         let names: Vec<String> = files
@@ -107,6 +147,8 @@ mod tests {
                 "man/tool.1",
                 "man/tool-run.1",
                 "man/tool-check.1",
+                "man/tool-check-deep.1",
+                "man/floodgate.toml.5",
                 "completions/tool",
                 "completions/_tool",
                 "completions/tool.fish"
@@ -115,6 +157,8 @@ mod tests {
         let run = std::fs::read_to_string(dir.path().join("man/tool-run.1")).unwrap();
         assert!(run.contains(".TH tool-run 1"), "{run}");
         assert!(run.contains("\\-\\-config"), "{run}");
+        let check = std::fs::read_to_string(dir.path().join("man/tool-check.1")).unwrap();
+        assert!(check.contains("tool\\-check\\-deep(1)"), "{check}");
         let bash = std::fs::read_to_string(dir.path().join("completions/tool")).unwrap();
         assert!(bash.contains("run") && bash.contains("check"));
     }
