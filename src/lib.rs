@@ -23,6 +23,7 @@ pub mod message_keys;
 pub mod metrics;
 pub mod outcomes;
 pub mod policy;
+pub mod postfix;
 pub mod proxy;
 pub mod report;
 pub mod server;

@@ -1,0 +1,274 @@
+//! The SMTP access policy delegation protocol (Postfix's `SMTPD_POLICY_README`).
+//!
+//! A request is a run of `name=value` lines ended by an empty line; the answer is one
+//! `action=…` line and an empty line; the connection then carries the next request. Lines
+//! end in LF (a CR before it is dropped too). Unknown attributes are kept but mean nothing
+//! here, as the protocol asks; a value may hold `=`.
+
+use std::net::IpAddr;
+use thiserror::Error;
+
+/// Most octets of one attribute line, its end included. Postfix's longest attributes (a
+/// client certificate's subject or issuer, an address in SMTPUTF8) stay far below it.
+pub const MAX_LINE: usize = 8 * 1024;
+/// Most attributes of one request. Postfix 3.x sends about 30.
+pub const MAX_ATTRIBUTES: usize = 128;
+
+/// A request that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PolicyError {
+    /// A line longer than [`MAX_LINE`].
+    #[error("policy request line longer than {MAX_LINE} octets")]
+    LineTooLong,
+    /// A line without `=`.
+    #[error("policy request line without '=': {0:?}")]
+    NoEquals(String),
+    /// A line whose name is empty (`=value`).
+    #[error("policy request attribute without a name")]
+    EmptyName,
+    /// More than [`MAX_ATTRIBUTES`] lines before the empty line.
+    #[error("policy request with more than {MAX_ATTRIBUTES} attributes")]
+    TooManyAttributes,
+}
+
+/// Postfix's `protocol_state`: the SMTP command the request is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProtocolState {
+    /// `CONNECT` (`smtpd_client_restrictions`).
+    Connect,
+    /// `EHLO` or `HELO` (`smtpd_helo_restrictions`).
+    Helo,
+    /// `MAIL` (`smtpd_sender_restrictions`).
+    Mail,
+    /// `RCPT` (`smtpd_recipient_restrictions`, `smtpd_relay_restrictions`).
+    Rcpt,
+    /// `DATA` (`smtpd_data_restrictions`): every recipient is known.
+    Data,
+    /// `END-OF-MESSAGE` (`smtpd_end_of_data_restrictions`): the size is known.
+    EndOfMessage,
+    /// `VRFY` (`smtpd_recipient_restrictions` for VRFY).
+    Vrfy,
+    /// `ETRN` (`smtpd_etrn_restrictions`).
+    Etrn,
+}
+
+impl ProtocolState {
+    /// The state a `protocol_state` value names, in any case.
+    pub fn parse(value: &str) -> Option<ProtocolState> {
+        const NAMES: [(&str, ProtocolState); 9] = [
+            ("CONNECT", ProtocolState::Connect),
+            ("EHLO", ProtocolState::Helo),
+            ("HELO", ProtocolState::Helo),
+            ("MAIL", ProtocolState::Mail),
+            ("RCPT", ProtocolState::Rcpt),
+            ("DATA", ProtocolState::Data),
+            ("END-OF-MESSAGE", ProtocolState::EndOfMessage),
+            ("VRFY", ProtocolState::Vrfy),
+            ("ETRN", ProtocolState::Etrn),
+        ];
+        NAMES
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(value))
+            .map(|&(_, s)| s)
+    }
+}
+
+/// One policy request: its attributes in the order they came.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyRequest {
+    attributes: Vec<(String, String)>,
+}
+
+impl PolicyRequest {
+    /// The value of attribute `name` (the last one, should it come twice); an empty value
+    /// is `Some("")`, as Postfix sends `sasl_username=` for a client without AUTH.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.attributes
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of `name` when it is present and not empty.
+    pub fn non_empty(&self, name: &str) -> Option<&str> {
+        self.get(name).filter(|v| !v.is_empty())
+    }
+
+    /// Every attribute in order.
+    pub fn attributes(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.attributes
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    /// Whether this is an access policy request (`request=smtpd_access_policy`).
+    pub fn is_access_policy(&self) -> bool {
+        self.get("request") == Some("smtpd_access_policy")
+    }
+
+    /// `protocol_state`, when it names a state.
+    pub fn protocol_state(&self) -> Option<ProtocolState> {
+        self.get("protocol_state").and_then(ProtocolState::parse)
+    }
+
+    /// `client_address`, when it is an address (Postfix sends `unknown` when it has none).
+    pub fn client_address(&self) -> Option<IpAddr> {
+        self.get("client_address")?.parse().ok()
+    }
+
+    /// `client_port`, when it is a port.
+    pub fn client_port(&self) -> Option<u16> {
+        self.get("client_port")?.parse().ok()
+    }
+
+    /// `client_name`, unless Postfix has none (`unknown`).
+    pub fn client_name(&self) -> Option<&str> {
+        self.non_empty("client_name").filter(|n| *n != "unknown")
+    }
+
+    /// `sasl_username`: the login the client authenticated as, when it did.
+    pub fn sasl_username(&self) -> Option<&str> {
+        self.non_empty("sasl_username")
+    }
+
+    /// `recipient_count`: recipients accepted so far (0 before DATA; the count at DATA and
+    /// END-OF-MESSAGE).
+    pub fn recipient_count(&self) -> Option<u32> {
+        self.get("recipient_count")?.parse().ok()
+    }
+
+    /// `size`: the message size the client announced (MAIL SIZE=) or, at
+    /// END-OF-MESSAGE, the size received.
+    pub fn size(&self) -> Option<u64> {
+        self.get("size")?.parse().ok()
+    }
+
+    /// `instance`: one value for every request of one message.
+    pub fn instance(&self) -> Option<&str> {
+        self.non_empty("instance")
+    }
+}
+
+/// Reads requests line by line: each line (without its LF) goes to [`RequestReader::line`],
+/// which answers the request when the line is the empty one that ends it.
+#[derive(Debug, Default)]
+pub struct RequestReader {
+    request: PolicyRequest,
+}
+
+impl RequestReader {
+    /// Takes one line (its LF left off; a CR before it is dropped here). An error leaves
+    /// the reader at the start of a new request: the caller answers or closes.
+    pub fn line(&mut self, line: &[u8]) -> Result<Option<PolicyRequest>, PolicyError> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return Ok(Some(std::mem::take(&mut self.request)));
+        }
+        let result = self.attribute(line);
+        if result.is_err() {
+            self.request = PolicyRequest::default();
+        }
+        result.map(|()| None)
+    }
+
+    fn attribute(&mut self, line: &[u8]) -> Result<(), PolicyError> {
+        if line.len() + 1 > MAX_LINE {
+            return Err(PolicyError::LineTooLong);
+        }
+        if self.request.attributes.len() >= MAX_ATTRIBUTES {
+            return Err(PolicyError::TooManyAttributes);
+        }
+        let Some(eq) = memchr::memchr(b'=', line) else {
+            return Err(PolicyError::NoEquals(
+                String::from_utf8_lossy(&line[..line.len().min(64)]).into_owned(),
+            ));
+        };
+        if eq == 0 {
+            return Err(PolicyError::EmptyName);
+        }
+        let name = String::from_utf8_lossy(&line[..eq]).into_owned();
+        let value = String::from_utf8_lossy(&line[eq + 1..]).into_owned();
+        self.request.attributes.push((name, value));
+        Ok(())
+    }
+
+    /// Whether a request is under way (some of its lines read).
+    pub fn in_request(&self) -> bool {
+        !self.request.attributes.is_empty()
+    }
+}
+
+/// An access(5) action, the answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyAction {
+    /// `DUNNO`: no opinion; Postfix goes on with its other restrictions.
+    Dunno,
+    /// `OK`: accept (rarely right for a limiter: it skips the restrictions after it).
+    Ok,
+    /// `DEFER_IF_PERMIT text`: a 450 unless a later restriction rejects anyway.
+    DeferIfPermit(String),
+    /// `DEFER text`: a 450 at once.
+    Defer(String),
+    /// `REJECT text`: a 554 (5xx).
+    Reject(String),
+    /// `4NN text` or `5NN text`: that code and text.
+    Code(u16, String),
+    /// `HOLD text`: the whole message goes to Postfix's hold queue.
+    Hold(String),
+    /// `PREPEND name: value`: a header field added to the message.
+    Prepend(String),
+    /// `WARN text`: a warning in Postfix's log, nothing else.
+    Warn(String),
+    /// `INFO text`: an informational line in Postfix's log.
+    Info(String),
+}
+
+/// Most octets of an action's text; Postfix truncates SMTP replies near 512 anyway.
+pub const MAX_TEXT: usize = 400;
+
+/// `text` as one line: control characters as spaces, runs of spaces as one, trimmed, at
+/// most [`MAX_TEXT`] octets (at a character boundary).
+pub fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_TEXT));
+    for c in text.chars() {
+        let c = if c.is_control() { ' ' } else { c };
+        if c == ' ' && (out.is_empty() || out.ends_with(' ')) {
+            continue;
+        }
+        if out.len() + c.len_utf8() > MAX_TEXT {
+            break;
+        }
+        out.push(c);
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
+impl PolicyAction {
+    /// The answer on the wire: `action=…`, LF, and the empty line that ends it.
+    pub fn encode(&self) -> String {
+        let (word, text) = match self {
+            PolicyAction::Dunno => ("DUNNO".to_string(), None),
+            PolicyAction::Ok => ("OK".to_string(), None),
+            PolicyAction::DeferIfPermit(t) => ("DEFER_IF_PERMIT".to_string(), Some(t)),
+            PolicyAction::Defer(t) => ("DEFER".to_string(), Some(t)),
+            PolicyAction::Reject(t) => ("REJECT".to_string(), Some(t)),
+            PolicyAction::Code(code, t) => {
+                let code = (*code).clamp(400, 599);
+                (code.to_string(), Some(t))
+            }
+            PolicyAction::Hold(t) => ("HOLD".to_string(), Some(t)),
+            PolicyAction::Prepend(t) => ("PREPEND".to_string(), Some(t)),
+            PolicyAction::Warn(t) => ("WARN".to_string(), Some(t)),
+            PolicyAction::Info(t) => ("INFO".to_string(), Some(t)),
+        };
+        match text.map(|t| one_line(t)).filter(|t| !t.is_empty()) {
+            Some(t) => format!("action={word} {t}\n\n"),
+            None => format!("action={word}\n\n"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
