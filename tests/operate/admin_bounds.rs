@@ -371,15 +371,24 @@ fn slow_bodies_and_idle_connections_leave_metrics_console_and_login_answering() 
     assert_eq!(c.cmd("EHLO laptop.test").code, 250);
     assert_eq!(c.cmd("QUIT").code, 221);
 
-    // The flood's address beyond its bound was refused at once, and counted.
+    // The flood was refused at once (its address beyond its bound, or nothing that could
+    // be cut) or cut to make room, and counted: all but the 64 held, the slow bodies
+    // answered from their heads, and the login forms that timed out.
     let scrape = scrape_now(metrics);
     for listener in ["admin", "metrics"] {
-        let per_address = refused(&scrape, listener, "per_address");
-        println!("{listener}: {per_address} refused per address, {} evicted, {} full, {} request timeouts",
-            refused(&scrape, listener, "evicted"), refused(&scrape, listener, "full"),
-            refused(&scrape, listener, "request_timeout"));
-        assert!(per_address >= 1_000, "{listener}: {per_address}");
-        assert_eq!(refused(&scrape, listener, "write_timeout"), 0);
+        let count = |reason| refused(&scrape, listener, reason);
+        let (per_address, full, evicted) = (count("per_address"), count("full"), count("evicted"));
+        println!(
+            "{listener}: {per_address} refused per address, {full} refused full, {evicted} \
+             evicted, {} request timeouts",
+            count("request_timeout")
+        );
+        assert!(per_address > 0, "{listener}");
+        assert!(
+            per_address + full + evicted >= (IDLE - 64) as u64,
+            "{listener}: {per_address} {full} {evicted}"
+        );
+        assert_eq!(count("write_timeout"), 0);
     }
     drop((slow_admin, slow_metrics, idle_admin, idle_metrics));
     assert!(fg.stderr().contains("admin address listening"));
