@@ -340,6 +340,32 @@ trait Accept: Send + 'static {
     fn next(&self) -> impl std::future::Future<Output = io::Result<(Self::Conn, Peer)>> + Send;
     /// Closes a connection refused at once, after `answer` when given (see [`say_and_close`]).
     fn refuse(conn: Self::Conn, answer: Option<&[u8]>);
+    /// Whether the client already sent its whole request head (`tls`: any byte of its
+    /// handshake); never waits.
+    fn head_ready(conn: &Self::Conn, tls: bool) -> bool {
+        use std::os::fd::AsRawFd;
+        let fd = Self::fd(conn);
+        let mut buf = [0u8; 8 * 1024];
+        // SAFETY: `fd` is the open socket of `conn` for the duration of the call; the
+        // buffer is valid for its length.
+        let n = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        let Ok(n) = usize::try_from(n) else {
+            return false;
+        };
+        if tls {
+            return n > 0;
+        }
+        buf[..n].windows(4).any(|w| w == b"\r\n\r\n")
+    }
+    /// The socket of `conn`.
+    fn fd(conn: &Self::Conn) -> std::os::fd::BorrowedFd<'_>;
 }
 
 /// Writes `answer` if the socket takes it now, reads away what the client already sent (so
@@ -374,6 +400,11 @@ impl Accept for UnixListener {
             say_and_close(s, answer);
         }
     }
+
+    fn fd(conn: &Self::Conn) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        conn.as_fd()
+    }
 }
 
 impl Accept for TcpListener {
@@ -388,6 +419,11 @@ impl Accept for TcpListener {
         if let Ok(s) = conn.into_std() {
             say_and_close(s, answer);
         }
+    }
+
+    fn fd(conn: &Self::Conn) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        conn.as_fd()
     }
 }
 
@@ -534,7 +570,9 @@ fn spawn_accept_loop<L: Accept>(socket: L, listener: Arc<Listener>, stop: Cancel
                 () = stop.cancelled() => return,
             };
             match accepted {
-                Ok((stream, peer)) => match listener.slots.admit(peer.key(), Instant::now()) {
+                Ok((stream, peer)) => match listener.slots.admit(peer.key(), Instant::now(), || {
+                    L::head_ready(&stream, listener.tls.is_some())
+                }) {
                     Ok((slot, admitted)) => {
                         tokio::spawn(serve_conn(stream, peer, slot, listener.clone()));
                         if admitted == Admitted::Evicted {
@@ -720,6 +758,16 @@ async fn handle(
     };
     if reading != BodyUse::Form {
         slot.answering();
+    } else if !slot.may_wait_for_body() {
+        slot.answering();
+        l.refused("per_address");
+        let mut r = Response::error(
+            429,
+            "too many connections from your address are waiting to send their request: \
+             send the form at once, or try again",
+        );
+        r.headers.push(("Retry-After", "1".into()));
+        return r;
     }
     let req = if reading == BodyUse::Skip {
         head

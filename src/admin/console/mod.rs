@@ -92,11 +92,11 @@ impl Console {
     /// whether to read the body, and what was found. An admin API request's bearer token is
     /// checked here; a console action's or logout's credentials (bearer token or session
     /// cookie) too, its body (the CSRF field, the form) read only with live ones; the login
-    /// form's body is read unless the token throttle would refuse it anyway; other console
-    /// pages need no body.
+    /// form's body (its token) is read within the request timeout; other console pages need
+    /// no body.
     pub fn gate(&self, head: &Request, peer: IpAddr) -> Result<(Body, Pass), Response> {
         if is_console(&head.path) {
-            return routes::gate(self, head, peer);
+            return Ok(routes::gate(self, head, peer));
         }
         let name = self.authorize_api(head, peer)?;
         Ok((Body::Cleared, Pass(Cleared::Api(name))))

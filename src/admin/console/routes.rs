@@ -12,7 +12,7 @@ use super::html::Shell;
 use super::pages;
 use super::respond::{api_as, error_page};
 use super::state::Console;
-use super::throttle::{Turn, Wait};
+use super::throttle::Wait;
 use super::{too_many_json, Body, Cleared, Pass};
 use crate::admin::actor::Actor;
 use crate::admin::http::ct_eq;
@@ -114,29 +114,22 @@ fn too_many(wait: Wait, page: bool, host: &str) -> Response {
 }
 
 /// What a console request's head allows before its body is read (see
-/// [`Console::gate`]); answers (429) only a login form from an address, or at a time, whose
-/// token would not be looked at: the rest is [`route`]'s, from the head when the body is
-/// not read.
-pub fn gate(c: &Console, head: &Request, peer: IpAddr) -> Result<(Body, Pass), Response> {
+/// [`Console::gate`]): the answer is [`route`]'s, from the head alone when the body is not
+/// read.
+pub fn gate(c: &Console, head: &Request, peer: IpAddr) -> (Body, Pass) {
     if head.method != "POST" {
-        return Ok((Body::Skip, Pass::default()));
+        return (Body::Skip, Pass::default());
     }
     let act = head.path.starts_with("/console/act/");
     match head.path.as_str() {
-        "/console/login" => match c.throttle.turn(peer, Instant::now()) {
-            Turn::Wait(wait) => {
-                let config = c.state.control.config();
-                Err(secure(too_many(wait, true, &config.server.hostname)))
-            }
-            Turn::Go => Ok((Body::Form, Pass::default())),
-        },
+        "/console/login" => (Body::Form, Pass::default()),
         "/console/logout" => {
             let who = c.who(head, peer);
             let body = match who {
                 Ok(Who::Session { .. }) => Body::Cleared,
                 _ => Body::Skip,
             };
-            Ok((body, Pass(Cleared::Console(who))))
+            (body, Pass(Cleared::Console(who)))
         }
         _ if act => {
             let who = c.who(head, peer);
@@ -145,9 +138,9 @@ pub fn gate(c: &Console, head: &Request, peer: IpAddr) -> Result<(Body, Pass), R
                 // Refused from the head alone (401, 403 or 429 by `route`).
                 _ => Body::Skip,
             };
-            Ok((body, Pass(Cleared::Console(who))))
+            (body, Pass(Cleared::Console(who)))
         }
-        _ => Ok((Body::Skip, Pass::default())),
+        _ => (Body::Skip, Pass::default()),
     }
 }
 

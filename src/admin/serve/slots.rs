@@ -9,7 +9,10 @@
 //! - **Per address.** One client address (IPv6: its /64) may have at most `per_address`
 //!   waiting connections; a new one beyond that is refused at once ([`Refused::Address`]),
 //!   taking nothing from other addresses. A flood from one address therefore turns over at
-//!   accept speed without touching anyone else's connections.
+//!   accept speed without touching anyone else's connections. (A new connection whose
+//!   request head is already there is taken all the same: the accept loop may run ahead of
+//!   the tasks that read the heads of a burst of requests. One that then waits for a login
+//!   form's body beyond the bound is refused there, see [`Slot::may_wait_for_body`].)
 //! - **At the bound.** With `max` connections held, a new one takes the place of a waiting
 //!   one: the oldest waiting connection older than the grace time, from the address with the
 //!   most waiting connections. A connection younger than the grace time is cut only from an
@@ -156,15 +159,17 @@ impl Slots {
     }
 
     /// Admits a new connection from `key` (`None`: the admin socket) accepted at `now`
-    /// (see the module for who is cut to make room).
+    /// (see the module for who is cut to make room); `head_ready` says, when asked (its
+    /// address at its bound), whether its request head is already there.
     pub fn admit(
         self: &Arc<Self>,
         key: Option<IpAddr>,
         now: Instant,
+        head_ready: impl FnOnce() -> bool,
     ) -> Result<(Slot, Admitted), Refused> {
         let mut t = self.table();
         let mine = key.map_or(0, |k| t.waiting.get(&k).copied().unwrap_or(0));
-        if key.is_some() && mine >= self.per_address {
+        if key.is_some() && mine >= self.per_address && !head_ready() {
             return Err(Refused::Address);
         }
         let mut admitted = Admitted::Room;
@@ -259,6 +264,16 @@ impl Slot {
         t.unwait(key);
     }
 
+    /// Whether this connection, its head read, may go on waiting for a login form's body:
+    /// its address has no more than the bound of waiting connections, itself included.
+    pub fn may_wait_for_body(&self) -> bool {
+        let t = self.slots.table();
+        match t.open.get(&self.id).and_then(|h| h.key) {
+            Some(k) => t.waiting.get(&k).copied().unwrap_or(0) <= self.slots.per_address,
+            None => true,
+        }
+    }
+
     /// Cancelled when the listener cuts this connection to make room.
     pub fn cut(&self) -> &CancellationToken {
         &self.cut
@@ -286,20 +301,22 @@ mod tests {
     fn room_then_the_oldest_waiting_one_past_the_grace_is_cut() {
         let s = Slots::new(3, 8, GRACE);
         let t0 = Instant::now();
-        let (a, e) = s.admit(ip(1), t0).unwrap();
+        let (a, e) = s.admit(ip(1), t0, || false).unwrap();
         assert_eq!(e, Admitted::Room);
-        let (b, _) = s.admit(ip(2), t0).unwrap();
-        let (c, _) = s.admit(ip(3), t0 + Duration::from_secs(1)).unwrap();
+        let (b, _) = s.admit(ip(2), t0, || false).unwrap();
+        let (c, _) = s
+            .admit(ip(3), t0 + Duration::from_secs(1), || false)
+            .unwrap();
         assert_eq!(s.len(), 3);
         // a is being answered; b is the oldest still waiting, but within its grace time:
         // nothing may be cut for a fourth address.
         a.answering();
         assert!(s.can_accept());
         let early = t0 + Duration::from_millis(1500);
-        assert_eq!(s.admit(ip(4), early).unwrap_err(), Refused::Full);
+        assert_eq!(s.admit(ip(4), early, || false).unwrap_err(), Refused::Full);
         assert!(!b.cut().is_cancelled());
         // Past b's grace time (c is still within its own): b goes.
-        let (d, evicted) = s.admit(ip(4), t0 + GRACE).unwrap();
+        let (d, evicted) = s.admit(ip(4), t0 + GRACE, || false).unwrap();
         assert_eq!(evicted, Admitted::Evicted);
         assert!(b.cut().is_cancelled() && !a.cut().is_cancelled() && !c.cut().is_cancelled());
         assert_eq!(s.len(), 3);
@@ -311,11 +328,11 @@ mod tests {
         d.answering();
         assert!(!s.can_accept());
         let later = t0 + Duration::from_secs(60);
-        assert_eq!(s.admit(ip(5), later).unwrap_err(), Refused::Full);
+        assert_eq!(s.admit(ip(5), later, || false).unwrap_err(), Refused::Full);
         assert!(!c.cut().is_cancelled() && !d.cut().is_cancelled());
         drop(a);
         assert!(s.can_accept());
-        let (_e, evicted) = s.admit(ip(5), later).unwrap();
+        let (_e, evicted) = s.admit(ip(5), later, || false).unwrap();
         assert_eq!(evicted, Admitted::Room);
     }
 
@@ -323,21 +340,32 @@ mod tests {
     fn one_address_gets_its_cap_and_no_more() {
         let s = Slots::new(64, 3, GRACE);
         let t0 = Instant::now();
-        let held: Vec<_> = (0..3).map(|_| s.admit(ip(9), t0).unwrap().0).collect();
+        let held: Vec<_> = (0..3)
+            .map(|_| s.admit(ip(9), t0, || false).unwrap().0)
+            .collect();
         for _ in 0..100 {
-            assert_eq!(s.admit(ip(9), t0).unwrap_err(), Refused::Address);
+            assert_eq!(s.admit(ip(9), t0, || false).unwrap_err(), Refused::Address);
         }
         // Others are not touched, and the address has room again once one is answered.
-        let (_other, e) = s.admit(ip(1), t0).unwrap();
+        let (_other, e) = s.admit(ip(1), t0, || false).unwrap();
         assert_eq!(e, Admitted::Room);
         held[0].answering();
-        let (_fourth, _) = s.admit(ip(9), t0).unwrap();
-        assert_eq!(s.admit(ip(9), t0).unwrap_err(), Refused::Address);
+        let (_fourth, _) = s.admit(ip(9), t0, || false).unwrap();
+        assert_eq!(s.admit(ip(9), t0, || false).unwrap_err(), Refused::Address);
         // A cut or ended one frees its place too.
         drop(held);
-        assert!(s.admit(ip(9), t0).is_ok());
+        let again: Vec<_> = (0..2)
+            .map(|_| s.admit(ip(9), t0, || false).unwrap().0)
+            .collect();
+        assert_eq!(s.admit(ip(9), t0, || false).unwrap_err(), Refused::Address);
+        assert!(again[0].may_wait_for_body());
+        // One whose head is already there is taken beyond the bound; waiting for a login
+        // form's body it would be over it.
+        let (ready, _) = s.admit(ip(9), t0, || true).unwrap();
+        assert!(!ready.may_wait_for_body());
+        drop(ready);
         // The admin socket has no per-address bound.
-        let unix: Vec<_> = (0..10).map(|_| s.admit(None, t0)).collect();
+        let unix: Vec<_> = (0..10).map(|_| s.admit(None, t0, || false)).collect();
         assert!(unix.iter().all(Result::is_ok));
     }
 
@@ -346,14 +374,18 @@ mod tests {
         let s = Slots::new(6, 8, GRACE);
         let t0 = Instant::now();
         // A lone client first (oldest of all), then four from a flood address.
-        let (lone, _) = s.admit(ip(1), t0).unwrap();
+        let (lone, _) = s.admit(ip(1), t0, || false).unwrap();
         let flood: Vec<_> = (0..4)
-            .map(|i| s.admit(ip(2), t0 + Duration::from_millis(i)).unwrap().0)
+            .map(|i| {
+                s.admit(ip(2), t0 + Duration::from_millis(i), || false)
+                    .unwrap()
+                    .0
+            })
             .collect();
-        let (_x, _) = s.admit(ip(3), t0).unwrap();
+        let (_x, _) = s.admit(ip(3), t0, || false).unwrap();
         // All past the grace time: the flood's oldest goes, not the lone client's older one.
         let late = t0 + Duration::from_secs(5);
-        let (_new, e) = s.admit(ip(4), late).unwrap();
+        let (_new, e) = s.admit(ip(4), late, || false).unwrap();
         assert_eq!(e, Admitted::Evicted);
         assert!(flood[0].cut().is_cancelled());
         assert!(!lone.cut().is_cancelled());
@@ -364,20 +396,22 @@ mod tests {
         let s = Slots::new(4, 8, GRACE);
         let t0 = Instant::now();
         // A flood address holds three young connections, another address one.
-        let flood: Vec<_> = (0..3).map(|_| s.admit(ip(2), t0).unwrap().0).collect();
-        let (client, _) = s.admit(ip(1), t0).unwrap();
+        let flood: Vec<_> = (0..3)
+            .map(|_| s.admit(ip(2), t0, || false).unwrap().0)
+            .collect();
+        let (client, _) = s.admit(ip(1), t0, || false).unwrap();
         // A new address (none waiting) may take the flood's oldest: 3 >= 0 + 2.
         let at = t0 + Duration::from_millis(50);
-        let (newcomer, e) = s.admit(ip(5), at).unwrap();
+        let (newcomer, e) = s.admit(ip(5), at, || false).unwrap();
         assert_eq!(e, Admitted::Evicted);
         assert!(flood[0].cut().is_cancelled());
         // The flood now has two; a third address may take one more: 2 >= 0 + 2.
-        let (_third, _) = s.admit(ip(6), at).unwrap();
+        let (_third, _) = s.admit(ip(6), at, || false).unwrap();
         assert!(flood[1].cut().is_cancelled());
         // Now every address has one waiting: nothing young may be cut, whoever comes,
         // and the flood's own address gets nothing either.
-        assert_eq!(s.admit(ip(7), at).unwrap_err(), Refused::Full);
-        assert_eq!(s.admit(ip(2), at).unwrap_err(), Refused::Full);
+        assert_eq!(s.admit(ip(7), at, || false).unwrap_err(), Refused::Full);
+        assert_eq!(s.admit(ip(2), at, || false).unwrap_err(), Refused::Full);
         assert!(!client.cut().is_cancelled() && !newcomer.cut().is_cancelled());
         assert!(!flood[2].cut().is_cancelled());
     }
@@ -386,16 +420,16 @@ mod tests {
     fn at_least_one() {
         let s = Slots::new(0, 0, GRACE);
         let t0 = Instant::now();
-        let (a, _) = s.admit(ip(1), t0).unwrap();
-        assert_eq!(s.admit(ip(1), t0).unwrap_err(), Refused::Address);
+        let (a, _) = s.admit(ip(1), t0, || false).unwrap();
+        assert_eq!(s.admit(ip(1), t0, || false).unwrap_err(), Refused::Address);
         a.answering();
-        assert_eq!(s.admit(ip(1), t0).unwrap_err(), Refused::Full);
+        assert_eq!(s.admit(ip(1), t0, || false).unwrap_err(), Refused::Full);
     }
 
     #[tokio::test]
     async fn room_waits_for_a_connection_to_end() {
         let s = Slots::new(1, 8, GRACE);
-        let (a, _) = s.admit(ip(1), Instant::now()).unwrap();
+        let (a, _) = s.admit(ip(1), Instant::now(), || false).unwrap();
         a.answering();
         let waiter = {
             let s = s.clone();
@@ -414,7 +448,7 @@ mod tests {
     #[tokio::test]
     async fn room_is_at_once_with_a_waiting_connection() {
         let s = Slots::new(1, 8, GRACE);
-        let (_a, _) = s.admit(ip(1), Instant::now()).unwrap();
+        let (_a, _) = s.admit(ip(1), Instant::now(), || false).unwrap();
         tokio::time::timeout(Duration::from_secs(5), s.room())
             .await
             .expect("a waiting connection may be cut or end");
@@ -449,7 +483,7 @@ mod tests {
                                     .map(|(id, h)| (*id, h.since))
                                     .collect()
                             };
-                            if let Ok((slot, _)) = s.admit(key, now) {
+                            if let Ok((slot, _)) = s.admit(key, now, || false) {
                                 held.push((key, now, slot));
                             }
                             for (id, since) in lone {

@@ -451,7 +451,10 @@ async fn an_answer_nobody_reads_is_cut_after_the_write_timeout() {
         .write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
         .await
         .unwrap();
-    let (slot, _) = listener.slots.admit(None, Instant::now()).unwrap();
+    let (slot, _) = listener
+        .slots
+        .admit(None, Instant::now(), || false)
+        .unwrap();
     let started = tokio::time::Instant::now();
     tokio::time::timeout(
         Duration::from_secs(5),
