@@ -57,7 +57,7 @@ use slots::{Admitted, Refused, Slot, Slots};
 const BACKLOG: u32 = 1024;
 
 /// How long a connection waiting for its request is safe from being cut to make room
-/// (see [`slots`]): far longer than a client takes to send its request once connected.
+/// (see the module): far longer than a client takes to send its request once connected.
 pub const GRACE: Duration = Duration::from_secs(2);
 
 /// Requests handled at once per listener (at most `max_connections`); more wait for a free
