@@ -3,14 +3,20 @@
 //! address, served by hyper's HTTP/1.1 server. One request per connection, answered, closed:
 //! no connection is kept alive between requests.
 //!
-//! No client can hold a listener: each holds at most `[admin] max_connections`
-//! connections, cutting the oldest one that has not sent its request head when a new one
-//! comes at the bound and otherwise leaving new ones in the kernel's queue (`slots`); the
-//! TLS handshake and the whole request must arrive within `request_timeout` of the accept
-//! (408 past it); at most [`MAX_HANDLERS`] requests are handled at once, the others waiting
-//! for a free handler until their `request_timeout` (503 past it); and once an answer's
-//! writing stalls, the client has `write_timeout` to take the rest (`deadline`). Each cut
-//! is counted in `floodgate_admin_connections_refused_total`.
+//! No client can hold a listener (`slots`): each listener holds at most `[admin]
+//! max_connections` connections, of which one client address may have at most
+//! `max_connections_per_address` waiting for their request (429 at once beyond); at the
+//! bound a new connection takes the place of the oldest waiting one past [`GRACE`] from the
+//! address with the most, and when all are being answered new ones wait in the kernel's
+//! queue. The TLS handshake and the whole request must arrive within `request_timeout` of
+//! the accept (408 past it). A request's body is read only once its head allows it: on the
+//! admin address after its credentials were checked (a request without the right token gets
+//! its 401 without the body being read), except the console's login form, read within the
+//! request timeout; the metrics address reads none. At most [`MAX_HANDLERS`] requests are
+//! handled at once, the others waiting for a free handler until their `request_timeout`
+//! (503 past it); and once an answer's writing stalls, the client has `write_timeout` to
+//! take the rest (`deadline`). Each cut is counted in
+//! `floodgate_admin_connections_refused_total`.
 
 mod deadline;
 mod slots;
@@ -19,7 +25,7 @@ use std::io;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -38,16 +44,21 @@ use tracing::{debug, info, warn};
 
 use super::actor::Actor;
 use super::api::{metrics_response, AdminState};
+use super::console::{Body as BodyUse, Pass};
 use super::http::guard::Guard;
 use super::http::{HttpError, Limits, Request, Response};
 use crate::config::{AdminToken, ListenerLimits};
 use deadline::{Flags, Timed};
-use slots::{Full, Slot, Slots};
+use slots::{Admitted, Refused, Slot, Slots};
 
 /// The kernel's queue of connections not yet accepted, per TCP listener (as the SMTP
 /// listeners'): it absorbs a burst of connections while the accept loop turns idle ones over,
 /// or waits for room, at no descriptor's cost (the system's `net.core.somaxconn` caps it).
 const BACKLOG: u32 = 1024;
+
+/// How long a connection waiting for its request is safe from being cut to make room
+/// (see the module): far longer than a client takes to send its request once connected.
+pub const GRACE: Duration = Duration::from_secs(2);
 
 /// Requests handled at once per listener (at most `max_connections`); more wait for a free
 /// handler until their `request_timeout`.
@@ -131,6 +142,17 @@ enum Peer {
     Unix(Option<u32>),
 }
 
+impl Peer {
+    /// The key its connections are counted under per address: the address (IPv6: its
+    /// /64); `None` on the admin socket, which has no per-address bound.
+    fn key(self) -> Option<IpAddr> {
+        match self {
+            Peer::Tcp(ip) => Some(super::console::throttle::key_of(ip)),
+            Peer::Unix(_) => None,
+        }
+    }
+}
+
 /// What a connection may ask.
 #[derive(Clone)]
 enum Mode {
@@ -138,7 +160,7 @@ enum Mode {
     Admin(Arc<AdminState>),
     /// Everything, with `Authorization: Bearer TOKEN` (checked by the console's throttle of
     /// wrong tokens), done as the token's name; and the web console.
-    Token(Arc<AdminState>, Arc<super::console::Console>),
+    Token(Arc<super::console::Console>),
     /// Only `GET /metrics`.
     Metrics(Arc<super::Metrics>),
 }
@@ -254,7 +276,7 @@ pub async fn serve_admin_tcp(
     let listener = Listener::new(
         "admin address",
         "admin",
-        Mode::Token(state.clone(), console),
+        Mode::Token(console),
         Bounds::from(config.admin.limits),
         state.metrics.clone(),
         tls,
@@ -316,6 +338,51 @@ trait Accept: Send + 'static {
     type Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     /// Waits for the next connection; with the client's address when it has one.
     fn next(&self) -> impl std::future::Future<Output = io::Result<(Self::Conn, Peer)>> + Send;
+    /// Closes a connection refused at once, after `answer` when given (see [`say_and_close`]).
+    fn refuse(conn: Self::Conn, answer: Option<&[u8]>);
+    /// Whether the client already sent its whole request head (`tls`: any byte of its
+    /// handshake); never waits.
+    fn head_ready(conn: &Self::Conn, tls: bool) -> bool {
+        use std::os::fd::AsRawFd;
+        let fd = Self::fd(conn);
+        let mut buf = [0u8; 8 * 1024];
+        // SAFETY: `fd` is the open socket of `conn` for the duration of the call; the
+        // buffer is valid for its length.
+        let n = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        let Ok(n) = usize::try_from(n) else {
+            return false;
+        };
+        if tls {
+            return n > 0;
+        }
+        buf[..n].windows(4).any(|w| w == b"\r\n\r\n")
+    }
+    /// The socket of `conn`.
+    fn fd(conn: &Self::Conn) -> std::os::fd::BorrowedFd<'_>;
+}
+
+/// Writes `answer` if the socket takes it now, reads away what the client already sent (so
+/// that closing sends a FIN, not a reset that could destroy the answer), and closes; never
+/// waits.
+fn say_and_close<S: io::Read + io::Write>(mut s: S, answer: Option<&[u8]>) {
+    if let Some(a) = answer {
+        let _ = s.write(a);
+    }
+    let mut sink = [0u8; 4096];
+    // Bounded: at most 16 reads (64 KiB), whatever the client sends.
+    for _ in 0..16 {
+        match s.read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
 }
 
 impl Accept for UnixListener {
@@ -327,6 +394,17 @@ impl Accept for UnixListener {
             .ok();
         Ok((s, Peer::Unix(uid)))
     }
+
+    fn refuse(conn: Self::Conn, answer: Option<&[u8]>) {
+        if let Ok(s) = conn.into_std() {
+            say_and_close(s, answer);
+        }
+    }
+
+    fn fd(conn: &Self::Conn) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        conn.as_fd()
+    }
 }
 
 impl Accept for TcpListener {
@@ -335,6 +413,17 @@ impl Accept for TcpListener {
         let (s, a) = self.accept().await?;
         cap_send_buffer(&s);
         Ok((s, Peer::Tcp(a.ip())))
+    }
+
+    fn refuse(conn: Self::Conn, answer: Option<&[u8]>) {
+        if let Ok(s) = conn.into_std() {
+            say_and_close(s, answer);
+        }
+    }
+
+    fn fd(conn: &Self::Conn) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        conn.as_fd()
     }
 }
 
@@ -369,6 +458,8 @@ fn cap_send_buffer(s: &tokio::net::TcpStream) {
 struct Bounds {
     /// Connections held at once (see [`slots`]).
     max_connections: usize,
+    /// Connections of one client address waiting for their request at once.
+    max_per_address: usize,
     /// Time allowed for the TLS handshake and the whole request (head and body), from the
     /// accept; also the longest wait for a free handler.
     request_timeout: Duration,
@@ -382,6 +473,7 @@ impl From<ListenerLimits> for Bounds {
     fn from(l: ListenerLimits) -> Self {
         Bounds {
             max_connections: l.max_connections,
+            max_per_address: l.max_per_address,
             request_timeout: l.request_timeout,
             write_timeout: l.write_timeout,
             limits: Limits::default(),
@@ -427,7 +519,7 @@ impl Listener {
             bounds,
             metrics,
             tls,
-            slots: Slots::new(bounds.max_connections),
+            slots: Slots::new(bounds.max_connections, bounds.max_per_address, GRACE),
             handlers: Arc::new(Semaphore::new(MAX_HANDLERS.min(bounds.max_connections))),
         }
     }
@@ -437,12 +529,35 @@ impl Listener {
         self.metrics.admin_connection_refused(self.label, reason);
         debug!(listener = self.what, reason, "admin connection cut");
     }
+
+    /// Counts a connection refused at its accept, and the answer it gets before it is
+    /// closed (none over TLS, whose handshake has not happened).
+    fn refusal(&self, why: Refused) -> Option<Vec<u8>> {
+        let (reason, mut r) = match why {
+            Refused::Address => (
+                "per_address",
+                Response::error(
+                    429,
+                    "too many connections from your address are waiting to send their \
+                     request: send the request at once, or try again",
+                ),
+            ),
+            Refused::Full => (
+                "full",
+                Response::error(503, "the admin listener is full: try again"),
+            ),
+        };
+        self.refused(reason);
+        r.headers.push(("Retry-After", "1".into()));
+        self.tls.is_none().then(|| r.to_bytes())
+    }
 }
 
 /// Accepts on `socket` until `stop`, while the listener has room for another connection
-/// (see [`slots`]): at the bound it waits, connections queueing in the kernel, until one
-/// ends or one can be cut. An accept error (out of descriptors) backs off instead of
-/// spinning.
+/// or holds one still waiting for its request (see [`slots`]): when every held connection
+/// is being answered it waits, connections queueing in the kernel, until one ends. A
+/// connection refused at its accept is answered (429 or 503) and closed at once. An accept
+/// error (out of descriptors) backs off instead of spinning.
 fn spawn_accept_loop<L: Accept>(socket: L, listener: Arc<Listener>, stop: CancellationToken) {
     tokio::spawn(async move {
         loop {
@@ -455,18 +570,19 @@ fn spawn_accept_loop<L: Accept>(socket: L, listener: Arc<Listener>, stop: Cancel
                 () = stop.cancelled() => return,
             };
             match accepted {
-                Ok((stream, peer)) => match listener.slots.admit() {
-                    Ok((slot, evicted)) => {
+                Ok((stream, peer)) => match listener.slots.admit(peer.key(), Instant::now(), || {
+                    L::head_ready(&stream, listener.tls.is_some())
+                }) {
+                    Ok((slot, admitted)) => {
                         tokio::spawn(serve_conn(stream, peer, slot, listener.clone()));
-                        if evicted {
+                        if admitted == Admitted::Evicted {
                             listener.refused("evicted");
                             // Let the cut connection's task close it before the next accept:
                             // a burst must not pile up connections cut but still open.
                             tokio::task::yield_now().await;
                         }
                     }
-                    // Every held connection started being answered since `room`: closed.
-                    Err(Full) => listener.refused("full"),
+                    Err(why) => L::refuse(stream, listener.refusal(why).as_deref()),
                 },
                 Err(e) => {
                     warn!(error = %e, "{} accept failed", listener.what);
@@ -545,8 +661,7 @@ where
     let answered = &flags.answering;
     let mut guard = Guard::new(&mut stream, answered);
     let service = service_fn(|req| async {
-        slot.head_received();
-        let resp = handle(req, peer, l, deadline).await;
+        let resp = handle(req, peer, slot, l, deadline).await;
         answered.store(true, Ordering::Release);
         Ok::<_, Infallible>(resp.into_hyper())
     });
@@ -563,6 +678,7 @@ where
         .serve_connection(TokioIo::new(&mut guard), service)
         .await;
     if answered.load(Ordering::Acquire) {
+        drain(&mut stream).await;
         return served.map_err(io::Error::other);
     }
     let resp = match (guard.refused(), served) {
@@ -583,24 +699,90 @@ where
     stream.shutdown().await
 }
 
-/// The answer to one request whose head arrived: its body read by `deadline`, then a free
-/// handler waited for until `deadline` (503 past it), then the endpoint's answer. The
-/// handler is free again before the answer is written.
+/// Reads away, without waiting, what the client sent that was not read (a body left
+/// unread): closing a socket with unread bytes sends a reset, which can destroy the answer
+/// on its way. At most 64 KiB.
+async fn drain<S: AsyncRead + Unpin>(stream: &mut S) {
+    use tokio::io::AsyncReadExt;
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        match tokio::time::timeout(Duration::ZERO, stream.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return,
+        }
+    }
+}
+
+/// What a request's head lets it do next, by listener: the admin address asks the console
+/// (credentials first, see [`super::console::Console::gate`]); the admin socket's requests
+/// are its owner's (file permissions guard it) and have their body read; the metrics
+/// address takes no body and never reads one.
+fn gate(head: &Request, mode: &Mode, peer: Peer) -> Result<(BodyUse, Pass), Response> {
+    match mode {
+        Mode::Token(console) => console.gate(head, client_ip(peer)),
+        Mode::Admin(_) => Ok((BodyUse::Cleared, Pass::default())),
+        Mode::Metrics(_) => Ok((BodyUse::Skip, Pass::default())),
+    }
+}
+
+/// The client address of a request on the admin address. A TCP connection always has one;
+/// without one, every such request would share one throttle entry.
+fn client_ip(peer: Peer) -> IpAddr {
+    match peer {
+        Peer::Tcp(ip) => ip,
+        Peer::Unix(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+    }
+}
+
+/// The answer to one request whose head arrived: what its head allows (see [`gate`]), its
+/// body read by `deadline` when needed (the connection still counted as waiting while an
+/// unauthenticated login form's body comes), then a free handler waited for until
+/// `deadline` (503 past it), then the endpoint's answer. The handler is free again before
+/// the answer is written.
 async fn handle(
     req: hyper::Request<Incoming>,
     peer: Peer,
+    slot: &Slot,
     l: &Listener,
     deadline: tokio::time::Instant,
 ) -> Response {
-    let req = match read_request(req, l.bounds.limits.max_body, deadline).await {
-        Ok(req) => req,
-        Err(resp) => {
-            if resp.status == 408 {
-                l.refused("request_timeout");
-            }
-            return resp;
+    let (parts, body) = req.into_parts();
+    let head = head_of(&parts, &body, l.bounds.limits.max_body);
+    let next = head.and_then(|head| Ok((gate(&head, &l.mode, peer)?, head)));
+    let ((reading, pass), head) = match next {
+        Ok(n) => n,
+        Err(r) => {
+            slot.answering();
+            return r;
         }
     };
+    if reading != BodyUse::Form {
+        slot.answering();
+    } else if !slot.may_wait_for_body() {
+        slot.answering();
+        l.refused("per_address");
+        let mut r = Response::error(
+            429,
+            "too many connections from your address are waiting to send their request: \
+             send the form at once, or try again",
+        );
+        r.headers.push(("Retry-After", "1".into()));
+        return r;
+    }
+    let req = if reading == BodyUse::Skip {
+        head
+    } else {
+        match read_body(head, body, l.bounds.limits.max_body, deadline).await {
+            Ok(req) => req,
+            Err(resp) => {
+                if resp.status == 408 {
+                    l.refused("request_timeout");
+                }
+                return resp;
+            }
+        }
+    };
+    slot.answering();
     let Ok(Ok(_handler)) =
         tokio::time::timeout_at(deadline, l.handlers.clone().acquire_owned()).await
     else {
@@ -609,31 +791,42 @@ async fn handle(
         r.headers.push(("Retry-After", "1".into()));
         return r;
     };
-    answer(&req, &l.mode, peer).await
+    answer(&req, &l.mode, peer, pass).await
 }
 
-/// The whole request, its body read within `deadline` and `max_body`; or the answer saying
-/// why not.
-async fn read_request(
-    req: hyper::Request<Incoming>,
+/// The request as its head gives it (no body yet); or the answer saying why it cannot be
+/// taken: a `Transfer-Encoding` or a `Content-Length` past `max_body`.
+fn head_of(
+    parts: &hyper::http::request::Parts,
+    body: &Incoming,
     max_body: usize,
-    deadline: tokio::time::Instant,
 ) -> Result<Request, Response> {
-    let (parts, body) = req.into_parts();
     if parts.headers.contains_key(hyper::header::TRANSFER_ENCODING) {
         return Err(HttpError::Bad("Transfer-Encoding is not supported").into());
     }
     if body.size_hint().lower() > max_body as u64 {
         return Err(HttpError::TooLarge("body").into());
     }
-    let body = match tokio::time::timeout_at(deadline, Limited::new(body, max_body).collect()).await
+    Request::from_parts(parts, Vec::new()).map_err(Response::from)
+}
+
+/// `head` with its body, read within `deadline` and `max_body`; or the answer saying why
+/// not.
+async fn read_body(
+    mut head: Request,
+    body: Incoming,
+    max_body: usize,
+    deadline: tokio::time::Instant,
+) -> Result<Request, Response> {
+    head.body = match tokio::time::timeout_at(deadline, Limited::new(body, max_body).collect())
+        .await
     {
         Err(_) => return Err(Response::error(408, "request not received in time")),
         Ok(Err(e)) if e.is::<LengthLimitError>() => return Err(HttpError::TooLarge("body").into()),
         Ok(Err(_)) => return Err(Response::error(400, "request ended early")),
-        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Ok(collected)) => collected.to_bytes().to_vec(),
     };
-    Request::from_parts(&parts, body.to_vec()).map_err(Response::from)
+    Ok(head)
 }
 
 /// The actor of a request on the admin socket: the peer's user, by name (`getpwuid_r`, off
@@ -645,7 +838,7 @@ async fn socket_actor(uid: u32) -> Actor {
     Actor::User(name)
 }
 
-async fn answer(req: &Request, mode: &Mode, peer: Peer) -> Response {
+async fn answer(req: &Request, mode: &Mode, peer: Peer, pass: Pass) -> Response {
     match mode {
         Mode::Admin(state) => match peer {
             Peer::Unix(Some(uid)) => state.handle(req, &socket_actor(uid).await).await,
@@ -655,21 +848,7 @@ async fn answer(req: &Request, mode: &Mode, peer: Peer) -> Response {
                 "the admin socket could not read who is asking (its peer credentials)",
             ),
         },
-        Mode::Token(state, console) => {
-            // A TCP connection always has an address; without one, every such request
-            // shares one throttle entry.
-            let peer = match peer {
-                Peer::Tcp(ip) => ip,
-                Peer::Unix(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-            };
-            if let Some(r) = console.answer(req, peer).await {
-                return r;
-            }
-            match console.authorize_api(req, peer) {
-                Ok(name) => state.handle(req, &Actor::Token(name)).await,
-                Err(r) => r,
-            }
-        }
+        Mode::Token(console) => console.respond(req, client_ip(peer), pass).await,
         Mode::Metrics(m) => match (req.path.as_str(), req.method.as_str()) {
             ("/metrics", "GET" | "HEAD") => metrics_response(m),
             ("/metrics", other) => {

@@ -58,6 +58,9 @@ pub struct RawAdmin {
     /// Connections each admin listener (and the metrics address) holds at once.
     #[serde(default)]
     pub max_connections: Option<Spanned<usize>>,
+    /// Connections from one client address that may be waiting for their request at once.
+    #[serde(default)]
+    pub max_connections_per_address: Option<Spanned<usize>>,
     /// Time allowed for a whole request (and the TLS handshake before it).
     #[serde(default)]
     pub request_timeout: Option<Spanned<ConfigDuration>>,
@@ -73,6 +76,9 @@ pub struct RawAdmin {
     /// How fast wrong tokens are forgotten (the count decays by e every `login_decay`).
     #[serde(default)]
     pub login_decay: Option<Spanned<ConfigDuration>>,
+    /// Wrong tokens looked at per minute from all addresses together.
+    #[serde(default)]
+    pub login_failures_per_minute: Option<Spanned<u32>>,
     /// Let the web console on the TCP address release, delete, reset and end restrictions
     /// (default false: the console only shows).
     #[serde(default)]
@@ -108,6 +114,9 @@ pub struct AdminTls {
 pub struct ListenerLimits {
     /// Connections held at once; more wait in the kernel's queue (see `admin::serve`).
     pub max_connections: usize,
+    /// Connections of one client address (IPv6: its /64) waiting for their request (its
+    /// head, or the login form's body) at once; more are answered 429 at once.
+    pub max_per_address: usize,
     /// Time for the TLS handshake and the whole request, from the connection's accept.
     pub request_timeout: Duration,
     /// Time for the rest of an answer once writing it stalls (the client does not read).
@@ -118,6 +127,9 @@ pub struct ListenerLimits {
 pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 /// The largest `[admin] max_connections`.
 pub const MAX_MAX_CONNECTIONS: usize = 1024;
+/// The default of `[admin] max_connections_per_address`: more than a browser opens to one
+/// host at once (six), and an eighth of `max_connections`.
+pub const DEFAULT_MAX_PER_ADDRESS: usize = 8;
 /// The longest `request_timeout` and `write_timeout`.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -125,6 +137,7 @@ impl Default for ListenerLimits {
     fn default() -> Self {
         ListenerLimits {
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_per_address: DEFAULT_MAX_PER_ADDRESS,
             request_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(10),
         }
@@ -132,7 +145,8 @@ impl Default for ListenerLimits {
 }
 
 /// The wait imposed on an address after wrong admin tokens: `base · 2^(n−1)` after its
-/// n-th recent one, at most `max`; the count decays by e every `decay`.
+/// n-th recent one, at most `max`; the count decays by e every `decay`. Across all
+/// addresses together, at most `per_minute` wrong tokens are looked at per minute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoginDelay {
     /// The wait after the first wrong token.
@@ -141,10 +155,16 @@ pub struct LoginDelay {
     pub max: Duration,
     /// How fast wrong tokens are forgotten.
     pub decay: Duration,
+    /// Wrong tokens from all addresses together looked at per minute (also the burst).
+    pub per_minute: u32,
 }
 
 /// The longest `login_max_delay`.
 pub const MAX_LOGIN_DELAY: Duration = Duration::from_secs(3600);
+/// The default of `[admin] login_failures_per_minute`.
+pub const DEFAULT_LOGIN_FAILURES_PER_MINUTE: u32 = 60;
+/// The largest `[admin] login_failures_per_minute`.
+pub const MAX_LOGIN_FAILURES_PER_MINUTE: u32 = 100_000;
 
 impl Default for LoginDelay {
     fn default() -> Self {
@@ -152,6 +172,7 @@ impl Default for LoginDelay {
             base: Duration::from_secs(1),
             max: Duration::from_secs(60),
             decay: Duration::from_secs(600),
+            per_minute: DEFAULT_LOGIN_FAILURES_PER_MINUTE,
         }
     }
 }
@@ -289,9 +310,23 @@ fn listener_limits(
             ))
         }
     };
+    let max_per_address = match &admin.max_connections_per_address {
+        None => d.max_per_address,
+        Some(m) if (1..=MAX_MAX_CONNECTIONS).contains(m.get_ref()) => *m.get_ref(),
+        Some(m) => {
+            return Err(at(
+                m.span(),
+                format!(
+                    "[admin] max_connections_per_address must be between 1 and \
+                     {MAX_MAX_CONNECTIONS}"
+                ),
+            ))
+        }
+    };
     let short = Duration::from_millis(100)..=MAX_TIMEOUT;
     Ok(ListenerLimits {
         max_connections,
+        max_per_address,
         request_timeout: duration_key(
             &admin.request_timeout,
             "request_timeout",
@@ -336,7 +371,25 @@ fn login_delay(
         Duration::from_secs(1)..=Duration::from_secs(7 * 86_400),
         at,
     )?;
-    Ok(LoginDelay { base, max, decay })
+    let per_minute = match &admin.login_failures_per_minute {
+        None => d.per_minute,
+        Some(n) if (1..=MAX_LOGIN_FAILURES_PER_MINUTE).contains(n.get_ref()) => *n.get_ref(),
+        Some(n) => {
+            return Err(at(
+                n.span(),
+                format!(
+                    "[admin] login_failures_per_minute must be between 1 and \
+                     {MAX_LOGIN_FAILURES_PER_MINUTE}"
+                ),
+            ))
+        }
+    };
+    Ok(LoginDelay {
+        base,
+        max,
+        decay,
+        per_minute,
+    })
 }
 
 /// Validates `[metrics]` and `[admin]`; relative paths are resolved against `base`, the
@@ -631,14 +684,19 @@ mod tests {
         let c = parse("").unwrap().admin;
         assert_eq!(c.limits, super::ListenerLimits::default());
         assert_eq!(c.limits.max_connections, 64);
+        assert_eq!(c.limits.max_per_address, 8);
+        assert_eq!(c.login_delay.per_minute, 60);
         assert_eq!(c.login_delay, super::LoginDelay::default());
         let c = parse(
             "[admin]\nmax_connections = 8\nrequest_timeout = \"2s\"\nwrite_timeout = \"500ms\"\n\
-             login_base_delay = \"200ms\"\nlogin_max_delay = \"5s\"\nlogin_decay = \"1m\"\n",
+             login_base_delay = \"200ms\"\nlogin_max_delay = \"5s\"\nlogin_decay = \"1m\"\n\
+             max_connections_per_address = 3\nlogin_failures_per_minute = 10\n",
         )
         .unwrap()
         .admin;
         assert_eq!(c.limits.max_connections, 8);
+        assert_eq!(c.limits.max_per_address, 3);
+        assert_eq!(c.login_delay.per_minute, 10);
         assert_eq!(c.limits.request_timeout, Duration::from_secs(2));
         assert_eq!(c.limits.write_timeout, Duration::from_millis(500));
         assert_eq!(c.login_delay.base, Duration::from_millis(200));
@@ -769,6 +827,36 @@ mod tests {
                 "max_connections must be between 1 and 1024",
             ),
             ("[admin]\nmax_connections = -1\n", "6:19", "invalid value"),
+            (
+                "[admin]\nmax_connections_per_address = 0\n",
+                "6:31",
+                "max_connections_per_address must be between 1 and 1024",
+            ),
+            (
+                "[admin]\nmax_connections_per_address = 5000\n",
+                "6:31",
+                "max_connections_per_address must be between 1 and 1024",
+            ),
+            (
+                "[admin]\nmax_connections_per_address = \"few\"\n",
+                "6:31",
+                "invalid type",
+            ),
+            (
+                "[admin]\nlogin_failures_per_minute = 0\n",
+                "6:29",
+                "login_failures_per_minute must be between 1 and 100000",
+            ),
+            (
+                "[admin]\nlogin_failures_per_minute = 1000000\n",
+                "6:29",
+                "login_failures_per_minute must be between 1 and 100000",
+            ),
+            (
+                "[admin]\nlogin_failures_per_minute = -5\n",
+                "6:29",
+                "invalid value",
+            ),
             (
                 "[admin]\nrequest_timeout = \"0s\"\n",
                 "6:19",

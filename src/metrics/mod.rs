@@ -106,13 +106,16 @@ pub const ADMIN_LISTENERS: [&str; 3] = ["socket", "admin", "metrics"];
 /// Why an admin listener cut a connection: the `reason` label of
 /// `floodgate_admin_connections_refused_total`. `evicted`: closed, its request not yet
 /// sent, to make room for a new connection at `[admin] max_connections`; `full`: accepted
-/// at the bound with nothing to evict, and closed; `request_timeout`: the request (or the
+/// at the bound with nothing that may be cut, answered 503 and closed; `per_address`:
+/// accepted while its address had `[admin] max_connections_per_address` connections waiting
+/// for their request, answered 429 and closed; `request_timeout`: the request (or the
 /// TLS handshake) did not arrive within `request_timeout`; `tls_handshake`: the handshake
 /// failed; `busy`: no free handler within `request_timeout` (answered 503);
 /// `write_timeout`: the client did not take the answer within `write_timeout`.
-pub const ADMIN_REFUSALS: [&str; 6] = [
+pub const ADMIN_REFUSALS: [&str; 7] = [
     "evicted",
     "full",
+    "per_address",
     "request_timeout",
     "tls_handshake",
     "busy",

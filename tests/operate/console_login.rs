@@ -1,5 +1,7 @@
 //! The console's login through the real binary: wrong tokens slow their own client address
-//! down, doubling, and no other; the right token still works once the wait is over; over
+//! down, doubling, and no other; wrong tokens from 2,000 addresses share the minute's tries
+//! (`[admin] login_failures_per_minute`) and the right token works once they stop; the
+//! right token still works once the wait is over; over
 //! TLS (`[admin.tls]`, curl against the development CA) the session cookie is `Secure`;
 //! `allow_remote = true` without TLS is refused by name unless the config opts out.
 
@@ -152,6 +154,66 @@ fn wrong_tokens_slow_their_address_doubling_and_no_other() {
     let log = fg.stderr();
     assert!(log.contains("wrong token"), "{log}");
     assert!(log.contains("client=127.0.0.2"), "{log}");
+}
+
+#[test]
+fn wrong_tokens_from_two_thousand_addresses_share_the_minutes_tries() {
+    let rec = Recorder::plain();
+    let dir = tempfile::TempDir::new().unwrap();
+    let addr = closed_port();
+    let per_minute = 60;
+    let extra = format!(
+        "[admin]\nsocket = \"admin.sock\"\naddress = \"{addr}\"\ntoken_file = \"{}\"\n\
+         login_failures_per_minute = {per_minute}\n",
+        token_file(dir.path())
+    );
+    let _fg = Floodgate::start(&FloodgateConfig::new(rec.addr()).extra(&extra));
+    // One wrong token from each of 2,000 addresses in 127/8: as many are looked at as the
+    // bucket holds (60) plus what it refilled meanwhile (one a second); every other one is
+    // answered 429 naming the many addresses, its token not looked at.
+    let started = Instant::now();
+    let (mut looked_at, mut refused) = (0u64, 0u64);
+    for i in 0..2_000u32 {
+        let from = format!("127.3.{}.{}", i / 250, 1 + i % 250);
+        let (status, text) = post_login(&from, addr, "wrong-token-0123456789");
+        match status {
+            401 => looked_at += 1,
+            429 => {
+                assert!(text.contains("many addresses"), "{text}");
+                assert!(text.contains("Retry-After: "), "{text}");
+                refused += 1;
+            }
+            _ => panic!("{from}: {text}"),
+        }
+    }
+    let secs = started.elapsed().as_secs() + 1;
+    println!(
+        "2,000 addresses, one wrong token each, in {:?}: {looked_at} looked at, {refused} refused",
+        started.elapsed()
+    );
+    assert!(looked_at >= per_minute, "{looked_at}");
+    assert!(looked_at <= per_minute + secs, "{looked_at} in {secs} s");
+    assert_eq!(looked_at + refused, 2_000);
+    // Meanwhile no token is looked at, not even the right one from a fresh address, nor a
+    // bearer token on the API.
+    let (status, text) = post_login("127.4.0.1", addr, TOKEN);
+    assert_eq!(status, 429, "{text}");
+    assert!(!text.contains("Set-Cookie"), "{text}");
+    let mut s = connect_from("127.4.0.2", addr);
+    s.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+    write!(
+        s,
+        "GET /v1/top HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 429"), "{out}");
+    assert!(out.contains("many addresses"), "{out}");
+    // The guessing stopped: the right token works as soon as a try is back.
+    let (status, text, _, _) = login_when_heard("127.4.0.1", addr, TOKEN);
+    assert_eq!(status, 303, "{text}");
+    assert!(text.contains("Set-Cookie: floodgate_console="), "{text}");
 }
 
 #[test]

@@ -123,8 +123,9 @@ pub enum TokenCheck {
     Right(String),
     /// None of the admin tokens; the address now waits this long before its next token.
     Wrong(Duration),
-    /// Not looked at: the address must wait this long after its wrong tokens.
-    Throttled(Duration),
+    /// Not looked at: the address must wait after its wrong tokens, or everyone after the
+    /// wrong tokens of all addresses together.
+    Throttled(super::throttle::Wait),
 }
 
 /// Whole seconds to tell a client to wait for `wait` (`Retry-After`): rounded up, at least 1.

@@ -47,19 +47,78 @@ pub mod throttle;
 
 use std::net::IpAddr;
 
+use super::actor::Actor;
 use super::http::{Request, Response};
-use auth::TokenCheck;
+use auth::{TokenCheck, Who};
 
 pub use state::{Console, SAMPLE_EVERY};
 
+/// What to do with a request's body once its head was looked at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    /// Not read: nothing that answers the request needs it.
+    Skip,
+    /// Read before any credentials were checked: the login form, whose token is in the body.
+    /// The connection still counts as waiting for its request meanwhile.
+    Form,
+    /// Read: the head's credentials were checked (or the listener needs none).
+    Cleared,
+}
+
+/// What [`Console::gate`] found in a request's head, handed on to [`Console::respond`] so
+/// that the credentials are not checked (and a wrong token not counted) twice.
+#[derive(Debug, Default)]
+pub struct Pass(Cleared);
+
+#[derive(Debug, Default)]
+enum Cleared {
+    /// Nothing checked yet: the answer looks.
+    #[default]
+    Unchecked,
+    /// An admin API request with the right bearer token, by its name.
+    Api(String),
+    /// A console request, with what its head's credentials turned out to be.
+    Console(Result<Who, throttle::Wait>),
+}
+
+fn is_console(path: &str) -> bool {
+    path == "/console" || path.starts_with("/console/")
+}
+
 impl Console {
-    /// The answer to `req`, from `peer`, when its path is the console's (`/console` and
-    /// below), else `None` (the admin API answers it).
-    pub async fn answer(&self, req: &Request, peer: IpAddr) -> Option<Response> {
-        if req.path != "/console" && !req.path.starts_with("/console/") {
-            return None;
+    /// What the head of a request on the admin address, from `peer`, allows before its
+    /// body is read: `Err` is the answer from the head alone, the body never read (a
+    /// missing or wrong token, an address or everyone waiting after wrong tokens); else
+    /// whether to read the body, and what was found. An admin API request's bearer token is
+    /// checked here; a console action's or logout's credentials (bearer token or session
+    /// cookie) too, its body (the CSRF field, the form) read only with live ones; the login
+    /// form's body (its token) is read within the request timeout; other console pages need
+    /// no body.
+    pub fn gate(&self, head: &Request, peer: IpAddr) -> Result<(Body, Pass), Response> {
+        if is_console(&head.path) {
+            return Ok(routes::gate(self, head, peer));
         }
-        Some(routes::secure(routes::route(self, req, peer).await))
+        let name = self.authorize_api(head, peer)?;
+        Ok((Body::Cleared, Pass(Cleared::Api(name))))
+    }
+
+    /// The answer to `req` from `peer`, given what [`Console::gate`] found in its head:
+    /// a console page or action, or the admin API.
+    pub async fn respond(&self, req: &Request, peer: IpAddr, pass: Pass) -> Response {
+        let name = match pass.0 {
+            Cleared::Api(name) => name,
+            Cleared::Console(who) => {
+                return routes::secure(routes::route(self, req, peer, Some(who)).await);
+            }
+            Cleared::Unchecked if is_console(&req.path) => {
+                return routes::secure(routes::route(self, req, peer, None).await);
+            }
+            Cleared::Unchecked => match self.authorize_api(req, peer) {
+                Ok(name) => name,
+                Err(r) => return r,
+            },
+        };
+        self.state.handle(req, &Actor::Token(name)).await
     }
 
     /// Whether `req`, from `peer`, may use the admin API: `Authorization: Bearer` with one of
@@ -77,13 +136,10 @@ impl Console {
     }
 }
 
-/// The JSON 429 for a token presented while its address waits.
-fn too_many_json(wait: std::time::Duration) -> Response {
-    let secs = auth::retry_after_secs(wait);
-    let mut r = Response::error(
-        429,
-        &format!("too many wrong tokens from this address: try again in {secs} s"),
-    );
+/// The JSON 429 for a token presented while its address, or everyone, waits.
+fn too_many_json(wait: throttle::Wait) -> Response {
+    let secs = auth::retry_after_secs(wait.time());
+    let mut r = Response::error(429, &wait.why(secs));
     r.headers.push(("Retry-After", secs.to_string()));
     r
 }

@@ -2,7 +2,7 @@
 //! [`auth::decide`], and the headers every console answer carries.
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::json;
 
@@ -12,7 +12,8 @@ use super::html::Shell;
 use super::pages;
 use super::respond::{api_as, error_page};
 use super::state::Console;
-use super::too_many_json;
+use super::throttle::Wait;
+use super::{too_many_json, Body, Cleared, Pass};
 use crate::admin::actor::Actor;
 use crate::admin::http::ct_eq;
 use crate::admin::http::{Request, Response};
@@ -62,8 +63,8 @@ pub fn same_origin(origin: Option<&str>, host: Option<&str>) -> bool {
 
 impl Console {
     /// The credentials `req`, from `peer`, carries; `Err(wait)` when it presents a token
-    /// while `peer` must wait after its wrong ones.
-    fn who(&self, req: &Request, peer: IpAddr) -> Result<Who, Duration> {
+    /// while `peer` (or everyone) must wait after wrong ones.
+    fn who(&self, req: &Request, peer: IpAddr) -> Result<Who, Wait> {
         if req.header("authorization").is_some() {
             return match req.bearer().map(|t| self.check_token(t, peer)) {
                 Some(TokenCheck::Right(name)) => Ok(Who::Bearer(name)),
@@ -100,24 +101,62 @@ impl Console {
 }
 
 /// The login page (or, for an action, JSON) with 429 and `Retry-After`, for a token presented
-/// while its address waits after wrong ones.
-fn too_many(wait: Duration, page: bool, host: &str) -> Response {
+/// while its address (or everyone) waits after wrong ones.
+fn too_many(wait: Wait, page: bool, host: &str) -> Response {
     if !page {
         return too_many_json(wait);
     }
-    let secs = auth::retry_after_secs(wait);
-    let why = format!("too many wrong tokens from your address: try again in {secs} s");
-    let mut r = pages::login::page(429, Some(&why), Some(wait), host);
+    let secs = auth::retry_after_secs(wait.time());
+    let why = wait.why(secs);
+    let mut r = pages::login::page(429, Some(&why), Some(wait.time()), host);
     r.headers.push(("Retry-After", secs.to_string()));
     r
 }
 
-/// Answers one console request from `peer`.
-pub async fn route(c: &Console, req: &Request, peer: IpAddr) -> Response {
+/// What a console request's head allows before its body is read (see
+/// [`Console::gate`]): the answer is [`route`]'s, from the head alone when the body is not
+/// read.
+pub fn gate(c: &Console, head: &Request, peer: IpAddr) -> (Body, Pass) {
+    if head.method != "POST" {
+        return (Body::Skip, Pass::default());
+    }
+    let act = head.path.starts_with("/console/act/");
+    match head.path.as_str() {
+        "/console/login" => (Body::Form, Pass::default()),
+        "/console/logout" => {
+            let who = c.who(head, peer);
+            let body = match who {
+                Ok(Who::Session { .. }) => Body::Cleared,
+                _ => Body::Skip,
+            };
+            (body, Pass(Cleared::Console(who)))
+        }
+        _ if act => {
+            let who = c.who(head, peer);
+            let body = match who {
+                Ok(Who::Session { .. } | Who::Bearer(_)) => Body::Cleared,
+                // Refused from the head alone (401, 403 or 429 by `route`).
+                _ => Body::Skip,
+            };
+            (body, Pass(Cleared::Console(who)))
+        }
+        _ => (Body::Skip, Pass::default()),
+    }
+}
+
+/// Answers one console request from `peer`; `checked`: its credentials, when
+/// [`gate`] looked at them already.
+pub async fn route(
+    c: &Console,
+    req: &Request,
+    peer: IpAddr,
+    checked: Option<Result<Who, Wait>>,
+) -> Response {
     let get = req.method == "GET" || req.method == "HEAD";
     let post = req.method == "POST";
     let config = c.state.control.config();
     let host = config.server.hostname.as_str();
+    let who = |c: &Console| checked.clone().unwrap_or_else(|| c.who(req, peer));
     match req.path.as_str() {
         "/console" => return redirect("/console/"),
         "/console/static/console.css" if get => {
@@ -130,14 +169,14 @@ pub async fn route(c: &Console, req: &Request, peer: IpAddr) -> Response {
             return Response::text(200, "image/svg+xml", ICON.into());
         }
         "/console/login" if get => {
-            return match c.who(req, peer) {
+            return match who(c) {
                 Ok(Who::Session { .. }) => redirect("/console/"),
                 Err(wait) => too_many(wait, true, host),
                 Ok(_) => pages::login::page(200, None, None, host),
             };
         }
         "/console/login" if post => return login(c, req, host, peer),
-        "/console/logout" if post => return logout(c, req, peer),
+        "/console/logout" if post => return logout(c, req, who(c)),
         _ => {}
     }
     let need = if req.path.starts_with("/console/act/") {
@@ -145,7 +184,7 @@ pub async fn route(c: &Console, req: &Request, peer: IpAddr) -> Response {
     } else {
         Need::Read
     };
-    let who = match c.who(req, peer) {
+    let who = match who(c) {
         Ok(who) => who,
         Err(wait) => return too_many(wait, need == Need::Read, host),
     };
@@ -234,9 +273,9 @@ fn login(c: &Console, req: &Request, host: &str, peer: IpAddr) -> Response {
     r
 }
 
-fn logout(c: &Console, req: &Request, peer: IpAddr) -> Response {
+fn logout(c: &Console, req: &Request, who: Result<Who, Wait>) -> Response {
     // The form carries the session's CSRF value: another site cannot log the user out.
-    if let Ok(Who::Session { id, csrf, .. }) = c.who(req, peer) {
+    if let Ok(Who::Session { id, csrf, .. }) = who {
         let given = auth::form_field(&req.body, "csrf").unwrap_or_default();
         if !ct_eq(given.as_bytes(), csrf.as_bytes()) {
             return Response::error(403, "logout without this session's CSRF value");

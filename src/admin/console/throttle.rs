@@ -10,6 +10,14 @@
 //! starve the listener. A right token still works once the wait is over, and forgets the
 //! address's wrong tokens.
 //!
+//! Across all addresses together, at most `per_minute` wrong tokens are looked at per
+//! minute (a bucket of `per_minute` tries, refilled evenly over the minute): once they are
+//! spent, no token from anyone is looked at (429 with `Retry-After`, the time until the next
+//! try) until the bucket refills, so a guesser with many addresses (2,000 in 127/8, or an
+//! IPv6 range) gets no more tries than the bucket gives, and the right token works again
+//! once the guessing stops. The right token cannot be let through meanwhile: answering it
+//! while refusing wrong ones would tell the guesser which was right.
+//!
 //! An IPv6 client is keyed by its /64 (one host commonly holds a whole /64); an IPv4-mapped
 //! address by its IPv4 address. At most [`MAX_ADDRESSES`] addresses are remembered; a new
 //! one beyond that takes the place of the one whose wait ends first. No I/O: the caller
@@ -38,13 +46,54 @@ pub fn key_of(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// Why a presented token is not looked at now, and for how long (answer 429 with
+/// `Retry-After`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// The client's address waits after its own wrong tokens.
+    Address(Duration),
+    /// Wrong tokens from all addresses together spent the minute's tries.
+    Everyone(Duration),
+}
+
+impl Wait {
+    /// How long.
+    pub fn time(self) -> Duration {
+        match self {
+            Wait::Address(d) | Wait::Everyone(d) => d,
+        }
+    }
+
+    /// Why, in words, with the wait in whole seconds (`secs`).
+    pub fn why(self, secs: u64) -> String {
+        match self {
+            Wait::Address(_) => {
+                format!("too many wrong tokens from your address: try again in {secs} s")
+            }
+            Wait::Everyone(_) => format!(
+                "too many wrong tokens from many addresses: no token is checked for now; try \
+                 again in {secs} s"
+            ),
+        }
+    }
+}
+
 /// What a request that presents a token may do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Turn {
     /// Its token is looked at.
     Go,
-    /// Not before this long (answer 429 with `Retry-After`).
-    Wait(Duration),
+    /// Not now.
+    Wait(Wait),
+}
+
+/// The tries left for wrong tokens from all addresses: `per_minute` at most, refilled at
+/// `per_minute` a minute; below one, no token is looked at.
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    /// Tries left as of `at` (below zero when concurrent wrong tokens overdrew it).
+    left: f64,
+    at: Instant,
 }
 
 /// One address's recent wrong tokens.
@@ -58,12 +107,19 @@ struct Entry {
     until: Instant,
 }
 
-/// The wrong tokens of recent addresses, bounded in number.
+/// The wrong tokens of recent addresses, bounded in number, and of all together.
 #[derive(Debug)]
 pub struct Throttle {
     delay: LoginDelay,
     max_addresses: usize,
-    entries: Mutex<HashMap<IpAddr, Entry>>,
+    entries: Mutex<Entries>,
+}
+
+#[derive(Debug)]
+struct Entries {
+    by_address: HashMap<IpAddr, Entry>,
+    /// `None` until the first wrong token (full).
+    all: Option<Bucket>,
 }
 
 impl Throttle {
@@ -77,26 +133,55 @@ impl Throttle {
         Throttle {
             delay,
             max_addresses: max_addresses.max(1),
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries {
+                by_address: HashMap::new(),
+                all: None,
+            }),
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Entry>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether a token from `ip` is looked at now.
-    pub fn turn(&self, ip: IpAddr, now: Instant) -> Turn {
-        match self.map().get(&key_of(ip)) {
-            Some(e) if e.until > now => Turn::Wait(e.until - now),
-            _ => Turn::Go,
-        }
+    /// Tries per second, and at most, of the bucket shared by all addresses.
+    fn rate(&self) -> (f64, f64) {
+        let n = f64::from(self.delay.per_minute.max(1));
+        (n / 60.0, n)
     }
 
-    /// Counts a wrong token from `ip`; returns how long the address now waits.
+    /// The bucket's tries left at `now`.
+    fn left(&self, all: Option<Bucket>, now: Instant) -> f64 {
+        let (rate, full) = self.rate();
+        all.map_or(full, |b| {
+            (b.left + now.saturating_duration_since(b.at).as_secs_f64() * rate).min(full)
+        })
+    }
+
+    /// Whether a token from `ip` is looked at now: not while the address waits after its
+    /// own wrong tokens, nor while the tries of all addresses together are spent.
+    pub fn turn(&self, ip: IpAddr, now: Instant) -> Turn {
+        let e = self.entries();
+        if let Some(a) = e.by_address.get(&key_of(ip)).filter(|a| a.until > now) {
+            return Turn::Wait(Wait::Address(a.until - now));
+        }
+        let left = self.left(e.all, now);
+        if left < 1.0 {
+            let (rate, _) = self.rate();
+            let secs = (1.0 - left) / rate;
+            return Turn::Wait(Wait::Everyone(Duration::from_secs_f64(secs)));
+        }
+        Turn::Go
+    }
+
+    /// Counts a wrong token from `ip` (and one of the tries of all addresses); returns how
+    /// long the address now waits.
     pub fn wrong(&self, ip: IpAddr, now: Instant) -> Duration {
         let key = key_of(ip);
-        let mut map = self.map();
+        let mut e = self.entries();
+        let left = self.left(e.all, now) - 1.0;
+        e.all = Some(Bucket { left, at: now });
+        let map = &mut e.by_address;
         let count = match map.get(&key) {
             Some(e) => decayed(
                 e.count,
@@ -125,12 +210,12 @@ impl Throttle {
 
     /// A right token from `ip`: its wrong ones are forgotten.
     pub fn right(&self, ip: IpAddr) {
-        self.map().remove(&key_of(ip));
+        self.entries().by_address.remove(&key_of(ip));
     }
 
     /// Addresses remembered now.
     pub fn len(&self) -> usize {
-        self.map().len()
+        self.entries().by_address.len()
     }
 
     /// Whether no address is remembered.
@@ -168,6 +253,7 @@ mod tests {
             base: Duration::from_millis(100),
             max: Duration::from_secs(3),
             decay: Duration::from_secs(600),
+            per_minute: 100_000,
         }
     }
 
@@ -192,7 +278,7 @@ mod tests {
             let w = t.wrong(a, now);
             waits.push(w.as_millis());
             // Asked again at once: wait the whole of it; after it: heard.
-            assert_eq!(t.turn(a, now), Turn::Wait(w));
+            assert_eq!(t.turn(a, now), Turn::Wait(Wait::Address(w)));
             now += w;
             assert_eq!(t.turn(a, now), Turn::Go);
         }
@@ -259,6 +345,46 @@ mod tests {
         assert!(matches!(t.turn(ip("192.0.2.3"), now), Turn::Wait(_)));
     }
 
+    #[test]
+    fn wrong_tokens_from_many_addresses_share_the_minutes_tries() {
+        let t = Throttle::new(LoginDelay {
+            per_minute: 60,
+            ..delay()
+        });
+        let t0 = Instant::now();
+        // 2,000 addresses in 127/8, each with one wrong token, all at once: the first 60
+        // are looked at, then nobody's (not even a fresh address's) until the bucket refills.
+        let mut looked_at = 0;
+        for i in 0..2_000u32 {
+            let a = IpAddr::from([127, 1, (i >> 8) as u8, i as u8]);
+            match t.turn(a, t0) {
+                Turn::Go => {
+                    t.wrong(a, t0);
+                    looked_at += 1;
+                }
+                Turn::Wait(w) => assert!(matches!(w, Wait::Everyone(_)), "{w:?}"),
+            }
+        }
+        assert_eq!(looked_at, 60);
+        let fresh = ip("192.0.2.9");
+        let Turn::Wait(Wait::Everyone(w)) = t.turn(fresh, t0) else {
+            panic!("the tries are spent")
+        };
+        // One try comes back every second (60 a minute).
+        assert_eq!(w, Duration::from_secs(1));
+        assert!(Wait::Everyone(w).why(1).contains("many addresses"));
+        assert_eq!(t.turn(fresh, t0 + w), Turn::Go);
+        // Half a minute without guesses: 30 tries again, no more than the minute's 60 later.
+        assert_eq!(t.left(t.entries().all, t0 + Duration::from_secs(30)), 30.0);
+        assert_eq!(
+            t.left(t.entries().all, t0 + Duration::from_secs(3600)),
+            60.0
+        );
+        // The right token forgets its address only; the shared tries stay spent.
+        t.right(fresh);
+        assert!(matches!(t.turn(fresh, t0), Turn::Wait(Wait::Everyone(_))));
+    }
+
     proptest! {
         /// Whatever the addresses and times, the wait never falls below the base, never
         /// exceeds the cap, never shrinks for quick repeats from one address, and the
@@ -284,7 +410,7 @@ mod tests {
                 }
                 last = Some((a, w));
                 prop_assert!(t.len() <= 4);
-                prop_assert_eq!(t.turn(a, now), Turn::Wait(w));
+                prop_assert_eq!(t.turn(a, now), Turn::Wait(Wait::Address(w)));
             }
         }
     }

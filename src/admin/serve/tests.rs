@@ -245,11 +245,13 @@ async fn bad_requests_get_json_answers() {
         (&long_head, false, 413, "request too large: request head"),
         (&many, false, 413, "request too large: request head"),
         (b"GET /x", true, 400, "request ended early"),
+        // The metrics address reads no body: the answer comes from the head, whatever
+        // follows it.
         (
             b"POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nab",
             true,
-            400,
-            "request ended early",
+            405,
+            "takes GET, HEAD",
         ),
     ];
     for (req, half_close, status, words) in cases {
@@ -265,18 +267,22 @@ async fn slow_requests_get_408() {
         ..Bounds::default()
     };
     let (addr, m, _stop) = counted_metrics_listener(bounds).await;
-    for req in [
-        &b""[..],
-        b"GET /metrics HTTP/1.1\r\n",
-        b"POST /metrics HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc",
-    ] {
+    for req in [&b""[..], b"GET /metrics HTTP/1.1\r\n"] {
         let a = raw(addr, req, false).await;
         assert_error(&a, 408, "request not received in time");
     }
     assert_eq!(
         m.admin_connections_refused_of("metrics", "request_timeout"),
-        3
+        2
     );
+    // A body that never comes is not waited for: the metrics address takes none.
+    let a = raw(
+        addr,
+        b"POST /metrics HTTP/1.1\r\nContent-Length: 10000\r\n\r\nabc",
+        false,
+    )
+    .await;
+    assert_error(&a, 405, "takes GET, HEAD");
 }
 
 #[tokio::test]
@@ -306,37 +312,105 @@ async fn the_body_is_bounded() {
     assert_error(&a, 405, "takes GET, HEAD");
 }
 
+/// A connection to `to` from the loopback address `from` (another client as far as the
+/// listener can tell).
+async fn connect_from(from: [u8; 4], to: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from((from, 0)))
+        .expect("bind a loopback address");
+    socket.connect(to).await.unwrap()
+}
+
 #[tokio::test]
-async fn idle_connections_beyond_the_bound_make_room_for_a_real_request() {
+async fn idle_connections_of_other_addresses_make_room_for_a_real_request() {
     let bounds = Bounds {
         max_connections: 4,
+        max_per_address: 2,
         ..Bounds::default()
     };
     let (addr, m, _stop) = counted_metrics_listener(bounds).await;
-    // 50 connections that send nothing, and one that sends half a head (slowloris).
-    let mut idle = Vec::new();
-    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // One that sends half a head (slowloris), then 50 that send nothing, from two flood
+    // addresses: each address gets two places, the rest are refused at once.
+    let mut slow = connect_from([127, 0, 0, 2], addr).await;
     slow.write_all(b"GET /metrics HTTP/1.1\r\n").await.unwrap();
-    for _ in 0..50 {
-        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    let mut idle = Vec::new();
+    for i in 0..50u8 {
+        idle.push(connect_from([127, 0, 0, 2 + i % 2], addr).await);
     }
-    let a = tokio::time::timeout(
-        Duration::from_secs(2),
-        raw(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", false),
-    )
-    .await
-    .expect("answered within 2 s");
-    assert_eq!(a.status, 200, "{a:?}");
-    // All but the newest few were cut: 52 connections, at most 4 held at once.
+    // A client of its own address is answered: the listener holds four, all within their
+    // grace time, and an address with two waiting gives one up for it.
+    let mut c = connect_from([127, 0, 0, 1], addr).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut out))
+        .await
+        .expect("answered")
+        .unwrap();
+    assert!(out.starts_with(b"HTTP/1.1 200 OK\r\n"), "{out:?}");
+    let per_address = m.admin_connections_refused_of("metrics", "per_address");
+    assert!(per_address >= 51 - 4, "{per_address}");
+    // A refused one got its 429 before the close.
+    let mut out = Vec::new();
+    let last = idle.last_mut().unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(5), last.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 429 "), "{text}");
+    assert!(text.contains("Retry-After: 1\r\n"), "{text}");
     assert!(
-        m.admin_connections_refused_of("metrics", "evicted") >= 52 - 4,
-        "{}",
-        m.admin_connections_refused_of("metrics", "evicted")
+        text.contains("too many connections from your address"),
+        "{text}"
     );
-    // The slow one, the oldest, was among them: its connection is closed without an answer.
+    // The slow one, the oldest of an address with two waiting, made room for the client
+    // (two more waiting than the client's address had): closed without an answer.
+    assert_eq!(m.admin_connections_refused_of("metrics", "evicted"), 1);
     let mut out = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut out)).await;
     assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?} {out:?}");
+}
+
+#[tokio::test]
+async fn a_client_that_sends_after_50ms_beside_a_flood_is_answered() {
+    let bounds = Bounds {
+        max_connections: 8,
+        max_per_address: 4,
+        ..Bounds::default()
+    };
+    let (addr, m, _stop) = counted_metrics_listener(bounds).await;
+    // The flood fills the listener from two addresses, then keeps coming while the client
+    // connects and waits 50 ms: each new flood connection is refused (its address is at
+    // its bound, or nothing may be cut), never the client's.
+    let mut flood = Vec::new();
+    for i in 0..8u8 {
+        flood.push(connect_from([127, 0, 1, 1 + i % 2], addr).await);
+    }
+    let client = tokio::spawn(async move {
+        let mut c = connect_from([127, 0, 0, 1], addr).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        c.read_to_end(&mut out).await.unwrap();
+        out
+    });
+    let more = tokio::spawn(async move {
+        for i in 0..300u16 {
+            let from = [127, 0, 1, 1 + (i % 3) as u8];
+            flood.push(connect_from(from, addr).await);
+        }
+        flood
+    });
+    let out = tokio::time::timeout(Duration::from_secs(5), client)
+        .await
+        .expect("answered")
+        .unwrap();
+    assert!(out.starts_with(b"HTTP/1.1 200 OK\r\n"), "{out:?}");
+    let _flood = more.await.unwrap();
+    assert!(m.admin_connections_refused_of("metrics", "per_address") > 0);
 }
 
 #[tokio::test]
@@ -377,7 +451,10 @@ async fn an_answer_nobody_reads_is_cut_after_the_write_timeout() {
         .write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
         .await
         .unwrap();
-    let (slot, _) = listener.slots.admit().unwrap();
+    let (slot, _) = listener
+        .slots
+        .admit(None, Instant::now(), || false)
+        .unwrap();
     let started = tokio::time::Instant::now();
     tokio::time::timeout(
         Duration::from_secs(5),
