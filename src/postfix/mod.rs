@@ -3,8 +3,12 @@
 //! protocol (`smtpd_milters`, `non_smtpd_milters`; sendmail's libmilter protocol, version
 //! 6, as Postfix speaks it).
 //!
-//! Both are parsed from bytes the front ends read and written into buffers they send; what
+//! Beside them, what Postfix's own commands say of its queue (`postqueue -j`) and the line
+//! its pickup writes for locally submitted mail, for held mail kept in Postfix's hold queue.
+//!
+//! Both protocols are parsed from bytes the front ends read and written into buffers they send; what
 //! a request means to the policy is decided a floor above.
 
 pub mod milter;
 pub mod policy;
+pub mod queue;

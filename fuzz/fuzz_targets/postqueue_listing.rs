@@ -1,0 +1,20 @@
+//! `postqueue -j` listings and pickup's Received line: any text never panics; an entry read
+//! has a queue id that is safe to hand to postsuper only when it is plain; the user id read
+//! is written in the text.
+#![no_main]
+
+use floodgate::postfix::queue::{pickup_userid, read_listing};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    for entry in read_listing(&text).flatten() {
+        if entry.has_plain_id() {
+            assert!(entry.queue_id.bytes().all(|b| b.is_ascii_alphanumeric()));
+            assert_ne!(entry.queue_id.to_ascii_uppercase(), "ALL");
+        }
+    }
+    if let Some(uid) = pickup_userid(&text) {
+        assert!(text.contains(&format!("from userid {uid})")));
+    }
+});
