@@ -5,6 +5,26 @@
 //! Where two texts read the same figure differently (a rate in the report, a cell in a
 //! console table), each has its own function, documented with an example.
 
+/// A count and its noun, plural where the count asks for it: `1 message`, `3 messages`,
+/// `2 copies`, `0 addresses` (English: consonant + `y` takes `ies`; `s`, `x`, `ch`, `sh`
+/// take `es`).
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        return format!("1 {noun}");
+    }
+    let bytes = noun.as_bytes();
+    let consonant_y = bytes.len() >= 2
+        && bytes[bytes.len() - 1] == b'y'
+        && !b"aeiou".contains(&bytes[bytes.len() - 2]);
+    if consonant_y {
+        format!("{n} {}ies", &noun[..noun.len() - 1])
+    } else if ["s", "x", "ch", "sh"].iter().any(|e| noun.ends_with(e)) {
+        format!("{n} {noun}es")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// A rate for people: up to three decimals, no trailing zeros (`0.125`, `3`; `-0.0001`
 /// reads `0`).
 pub fn num(v: f64) -> String {
@@ -153,6 +173,18 @@ fn trimmed(s: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn counts_take_their_plural() {
+        assert_eq!(count(1, "copy"), "1 copy");
+        assert_eq!(count(2, "copy"), "2 copies");
+        assert_eq!(count(0, "message"), "0 messages");
+        assert_eq!(count(3, "address"), "3 addresses");
+        assert_eq!(count(2, "day"), "2 days");
+        assert_eq!(count(5, "batch"), "5 batches");
+        assert_eq!(count(1, "recipient"), "1 recipient");
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -934,6 +934,7 @@ fn demo_side(
     });
     // Alerts are delivered off the session path: give the last ones a moment.
     std::thread::sleep(std::time::Duration::from_secs(1));
+    sink.queued.print_tally();
     let result = played.map_err(anyhow::Error::from).and_then(|p| {
         let standing = scenario::standing(&config.socket)?;
         floodgate::demo::summary::print(&p, &standing, &receiver.received());

@@ -1,9 +1,12 @@
 //! The stand-in smart host: an SMTP server on a free loopback port that accepts every
-//! message, answers `250 2.0.0 Ok: queued as ID` and prints one line per message (its id,
-//! sender, recipients and Subject). It offers AUTH (PLAIN and LOGIN) and accepts any user
+//! message, answers `250 2.0.0 Ok: queued as ID` and prints, once a second, one line of what
+//! it queued in that second (messages and recipients per sender, and the Subject of a
+//! sender's first message); floodgate's own mail (the null sender: alerts, notices) gets a
+//! line of its own, as the postmaster would see it. It offers AUTH (PLAIN and LOGIN) and accepts any user
 //! name with the password [`PASSWORD`], as a smart host that checks passwords would.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,12 +32,72 @@ const SESSION_TIME: Duration = Duration::from_secs(3600);
 /// How long one line may take to come.
 const LINE_TIME: Duration = Duration::from_secs(300);
 
+/// How often the stand-in prints what it queued.
+const TALLY_EVERY: Duration = Duration::from_secs(1);
+
+/// What one sender had queued since the last tally line.
+#[derive(Default)]
+struct SenderTally {
+    messages: u64,
+    recipients: u64,
+    /// The Subject of the sender's first message ever, shown once.
+    first_subject: Option<String>,
+}
+
+/// What was queued since the last tally line, per sender, and the senders already shown.
+#[derive(Default)]
+struct Tally {
+    senders: BTreeMap<String, SenderTally>,
+    shown: HashSet<String>,
+}
+
+impl Tally {
+    fn add(&mut self, sender: &str, recipients: usize, subject: String) {
+        let first = self.shown.insert(sender.to_string());
+        let t = self.senders.entry(sender.to_string()).or_default();
+        t.messages += 1;
+        t.recipients += recipients as u64;
+        if first {
+            t.first_subject = Some(subject);
+        }
+    }
+
+    /// The line of what was queued since the last one, if anything was; starts anew.
+    fn take_line(&mut self) -> Option<String> {
+        if self.senders.is_empty() {
+            return None;
+        }
+        let senders = std::mem::take(&mut self.senders);
+        let messages: u64 = senders.values().map(|t| t.messages).sum();
+        let recipients: u64 = senders.values().map(|t| t.recipients).sum();
+        let mut line = format!(
+            "stand-in smart host: queued {} for {}:",
+            crate::figures::count(messages, "message"),
+            crate::figures::count(recipients, "recipient"),
+        );
+        for (i, (sender, t)) in senders.iter().enumerate() {
+            let sep = if i == 0 { " " } else { "; " };
+            let _ = write!(
+                line,
+                "{sep}from <{sender}> {} to {}",
+                t.messages,
+                crate::figures::count(t.recipients, "recipient")
+            );
+            if let Some(s) = &t.first_subject {
+                let _ = write!(line, " (first: Subject: {s})");
+            }
+        }
+        Some(line)
+    }
+}
+
 /// The queue ids the stand-in gave out, so that a client can tell a message it relayed
-/// from one floodgate answered itself (held).
+/// from one floodgate answered itself (held); and the tally it prints.
 #[derive(Clone, Default)]
 pub struct Queued {
     ids: Arc<Mutex<HashSet<String>>>,
     next: Arc<AtomicU64>,
+    tally: Arc<Mutex<Tally>>,
 }
 
 impl Queued {
@@ -59,6 +122,14 @@ impl Queued {
         self.ids.lock().expect("queued ids").insert(id.clone());
         id
     }
+
+    /// Prints what was queued since the last line, if anything was.
+    pub fn print_tally(&self) {
+        let line = self.tally.lock().expect("tally").take_line();
+        if let Some(line) = line {
+            println!("{line}");
+        }
+    }
 }
 
 /// A running stand-in smart host.
@@ -78,6 +149,15 @@ pub async fn start() -> Result<Sink, DemoError> {
         .local_addr()
         .map_err(DemoError::io("stand-in smart host: its address"))?;
     let queued = Queued::default();
+    let ticking = queued.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(TALLY_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            ticking.print_tally();
+        }
+    });
     let q = queued.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
@@ -248,12 +328,17 @@ async fn session(stream: TcpStream, queued: Queued) -> Option<()> {
                     message.push(l);
                 }
                 let id = queued.take();
-                println!(
-                    "stand-in smart host: queued {id} from <{}> to {}: Subject: {}",
-                    sender.take().unwrap_or_default(),
-                    recipients_text(&rcpts),
-                    subject(&message)
-                );
+                let from = sender.take().unwrap_or_default();
+                if from.is_empty() {
+                    println!(
+                        "stand-in smart host: queued {id} from <> to {}: Subject: {}",
+                        recipients_text(&rcpts),
+                        subject(&message)
+                    );
+                } else {
+                    let mut tally = queued.tally.lock().expect("tally");
+                    tally.add(&from, rcpts.len(), subject(&message));
+                }
                 rcpts.clear();
                 format!("250 2.0.0 Ok: queued as {id}\r\n")
             }
@@ -292,5 +377,31 @@ mod tests {
         assert_eq!(path("FROM:<a@b> SIZE=3"), "a@b");
         let r: Vec<String> = (0..5).map(|i| format!("r{i}@x")).collect();
         assert_eq!(recipients_text(&r), "<r0@x>, <r1@x>, <r2@x> and 2 more");
+    }
+
+    #[test]
+    fn the_tally_sums_each_second_and_names_a_sender_s_first_subject_once() {
+        let mut t = Tally::default();
+        assert_eq!(t.take_line(), None);
+        t.add("carol@example.org", 25, "Invoice 1".into());
+        t.add("alice@example.org", 1, "Minutes".into());
+        t.add("carol@example.org", 25, "Invoice 2".into());
+        assert_eq!(
+            t.take_line().as_deref(),
+            Some(
+                "stand-in smart host: queued 3 messages for 51 recipients: from \
+                 <alice@example.org> 1 to 1 recipient (first: Subject: Minutes); from \
+                 <carol@example.org> 2 to 50 recipients (first: Subject: Invoice 1)"
+            )
+        );
+        assert_eq!(t.take_line(), None, "nothing new, no line");
+        t.add("carol@example.org", 25, "Invoice 3".into());
+        assert_eq!(
+            t.take_line().as_deref(),
+            Some(
+                "stand-in smart host: queued 1 message for 25 recipients: from \
+                 <carol@example.org> 1 to 25 recipients"
+            )
+        );
     }
 }
