@@ -128,6 +128,7 @@ pub fn compile(config: &Config) -> Result<PolicyModel, ConfigError> {
         hostname: config.server.hostname.clone(),
         baselines: Default::default(),
         message_keys,
+        identity: super::identity::Identity::compile(&config.identity),
     })
 }
 
