@@ -248,7 +248,7 @@ async fn session(stream: TcpStream, queued: Queued) -> Option<()> {
                     message.push(l);
                 }
                 let id = queued.take();
-                println!(
+                say!(
                     "stand-in smart host: queued {id} from <{}> to {}: Subject: {}",
                     sender.take().unwrap_or_default(),
                     recipients_text(&rcpts),
