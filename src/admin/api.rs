@@ -141,16 +141,23 @@ impl AdminState {
     fn folded_key(&self, req: &Request) -> Option<Request> {
         let typed = req.param("key")?;
         let folded = self.admin_key(typed);
-        if folded == typed {
-            return None;
-        }
-        let mut r = req.clone();
-        for (name, value) in &mut r.query {
-            if name == "key" {
-                *value = folded.to_string();
+        (folded != typed).then(|| with_key(req, &folded))
+    }
+
+    /// `POST /v1/release` of the folded key, else (not restricted) of the key as `typed`.
+    async fn release_either(&self, req: &Request, typed: Option<&str>, who: &Actor) -> Response {
+        let r = self.release(req, who).await;
+        match (r.status, typed) {
+            (404, Some(typed)) => {
+                let again = self.release(&with_key(req, typed), who).await;
+                if again.status == 404 {
+                    r
+                } else {
+                    again
+                }
             }
+            _ => r,
         }
-        Some(r)
     }
 
     /// Answers one request of `who`, its `key` folded like a login.
@@ -215,20 +222,7 @@ impl AdminState {
             "/v1/restricted" => self.restricted().await,
             "/v1/campaigns" => self.campaigns().await,
             "/v1/release" => {
-                let mut r = self.release(req, who).await;
-                if let (404, Some(typed)) = (r.status, typed) {
-                    // Not an account's key: the key as typed, when it is restricted.
-                    let mut as_typed = req.clone();
-                    for (name, value) in &mut as_typed.query {
-                        if name == "key" {
-                            *value = typed.to_string();
-                        }
-                    }
-                    let again = self.release(&as_typed, who).await;
-                    if again.status != 404 {
-                        r = again;
-                    }
-                }
+                let r = self.release_either(req, typed, who).await;
                 self.audited(who, "release", json!(req.param("key")), req, r)
             }
             "/v1/restrict" => {
@@ -414,4 +408,15 @@ impl AdminState {
 /// `GET /metrics`.
 pub fn metrics_response(m: &Metrics) -> Response {
     Response::text(200, crate::metrics::CONTENT_TYPE, m.render())
+}
+
+/// `req` with its `key` parameter set to `key`.
+fn with_key(req: &Request, key: &str) -> Request {
+    let mut r = req.clone();
+    for (name, value) in &mut r.query {
+        if name == "key" {
+            *value = key.to_string();
+        }
+    }
+    r
 }
