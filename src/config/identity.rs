@@ -123,7 +123,12 @@ mod tests {
 
     #[test]
     fn realms_are_domains() {
-        for good in ["example.org", "EXAMPLE.org", "mail-1.example.ac.uk", "localdomain"] {
+        for good in [
+            "example.org",
+            "EXAMPLE.org",
+            "mail-1.example.ac.uk",
+            "localdomain",
+        ] {
             let c = parse(&format!("default_realm = {good:?}")).unwrap();
             assert!(c.check().is_ok(), "{good}");
         }

@@ -125,7 +125,9 @@ async fn stolen_account(
             say!(
                 "{STOLEN_USER} ({secs:>2} s): so far {} messages relayed to {} recipients, {} \
                  attempts deferred outright",
-                met.relayed, met.recipients, met.refused
+                met.relayed,
+                met.recipients,
+                met.refused
             );
             progress += PROGRESS_EVERY;
         }

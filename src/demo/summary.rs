@@ -70,7 +70,8 @@ pub fn print_try(config: &super::setup::DemoConfig, submission: std::net::Socket
     say!("  admin socket {socket}");
     say!(
         "  web console http://{}/console/ (token {})",
-        config.console.0, config.console.1
+        config.console.0,
+        config.console.1
     );
     say!("Send a message yourself (any user, password demo):");
     say!(

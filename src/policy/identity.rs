@@ -170,9 +170,15 @@ mod tests {
     #[test]
     fn check_says_what_the_fold_does() {
         let d = identity("default_realm = \"example.org\"").describe();
-        assert!(d.contains("login_fold=lowercase") && d.contains("alice@example.org"), "{d}");
+        assert!(
+            d.contains("login_fold=lowercase") && d.contains("alice@example.org"),
+            "{d}"
+        );
         let d = identity("login_fold = \"exact\"").describe();
-        assert!(d.contains("login_fold=exact") && d.contains("no default_realm"), "{d}");
+        assert!(
+            d.contains("login_fold=exact") && d.contains("no default_realm"),
+            "{d}"
+        );
     }
 
     proptest! {

@@ -96,7 +96,9 @@ impl Session {
                 Some(typed) => {
                     info!(client = %self.client.ip_text, user = user_text, login = typed, mechanism = %mechanism, "authenticated")
                 }
-                None => info!(client = %self.client.ip_text, user = user_text, mechanism = %mechanism, "authenticated"),
+                None => {
+                    info!(client = %self.client.ip_text, user = user_text, mechanism = %mechanism, "authenticated")
+                }
             }
         } else {
             info!(client = %self.client.ip_text, user = user_text, login = typed.unwrap_or(""), mechanism = %mechanism, code = reply.code, "authentication failed");

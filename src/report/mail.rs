@@ -161,7 +161,13 @@ fn one_line_body(s: &str) -> String {
 fn flat(s: &str) -> String {
     super::markup::reveal(s)
         .chars()
-        .map(|c| if matches!(c, '\t' | '\r' | '\n') { ' ' } else { c })
+        .map(|c| {
+            if matches!(c, '\t' | '\r' | '\n') {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect()
 }
 

@@ -131,10 +131,7 @@ mod tests {
     #[test]
     fn bidi_and_format_characters_are_shown_not_obeyed() {
         // invoice, U+202E, fdp.exe reads "invoiceexe.pdf" when the override is obeyed.
-        assert_eq!(
-            escape("invoice\u{202e}fdp.exe"),
-            "invoice\\u{202e}fdp.exe"
-        );
+        assert_eq!(escape("invoice\u{202e}fdp.exe"), "invoice\\u{202e}fdp.exe");
         assert_eq!(escape("a\u{200b}b\u{feff}c"), "a\\u{200b}b\\u{feff}c");
         assert_eq!(escape("\u{85}\u{9f}\u{7f}"), "\\u{85}\\u{9f}\\u{7f}");
         assert_eq!(escape("tag\u{e0041}"), "tag\\u{e0041}");
@@ -152,10 +149,25 @@ mod tests {
 
     #[test]
     fn hidden_is_controls_and_every_format_character() {
-        for c in ['\0', '\x1b', '\x7f', '\u{80}', '\u{9f}', '\u{ad}', '\u{61c}', '\u{200e}', '\u{202a}', '\u{2069}', '\u{feff}', '\u{e007f}'] {
+        for c in [
+            '\0',
+            '\x1b',
+            '\x7f',
+            '\u{80}',
+            '\u{9f}',
+            '\u{ad}',
+            '\u{61c}',
+            '\u{200e}',
+            '\u{202a}',
+            '\u{2069}',
+            '\u{feff}',
+            '\u{e007f}',
+        ] {
             assert!(is_hidden(c), "{:x}", c as u32);
         }
-        for c in ['a', ' ', '\u{a0}', 'é', '\u{2010}', '\u{2070}', '\u{fffd}', '😀'] {
+        for c in [
+            'a', ' ', '\u{a0}', 'é', '\u{2010}', '\u{2070}', '\u{fffd}', '😀',
+        ] {
             assert!(!is_hidden(c), "{:x}", c as u32);
         }
     }

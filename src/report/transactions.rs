@@ -193,7 +193,10 @@ mod tests {
             ..tx("alice", "hi", &r)
         };
         let l = line(&t);
-        assert!(l.contains("\"user\":\"alice\",\"auth_login\":\"ALICE\""), "{l}");
+        assert!(
+            l.contains("\"user\":\"alice\",\"auth_login\":\"ALICE\""),
+            "{l}"
+        );
         let back: MessageLine<'_> = serde_json::from_str(&l).unwrap();
         assert_eq!(back.auth_login.as_deref(), Some("ALICE"));
     }

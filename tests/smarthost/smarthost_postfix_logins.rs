@@ -122,7 +122,10 @@ restrict_for = "until_released"
         .iter()
         .filter_map(|l| l["auth_login"].as_str())
         .collect();
-    assert!(typed.contains(&"ALICE") && typed.contains(&"aLiCe"), "{typed:?}");
+    assert!(
+        typed.contains(&"ALICE") && typed.contains(&"aLiCe"),
+        "{typed:?}"
+    );
     assert!(lines.iter().any(|l| l["auth_login"].is_null()), "{text}");
     // The info log line names both.
     fg.wait_stderr("login=\"ALICE\"", std::time::Duration::from_secs(5));
@@ -150,15 +153,11 @@ action = "defer"
     let fg = Floodgate::start(&cfg);
     let tok = token("exact");
     for login in ["ALICE", "ALICE", "alice", "alice"] {
-        assert_eq!(
-            send_as(&fg, login, &tok),
-            [250, 250, 354, 250],
-            "{login}"
-        );
+        assert_eq!(send_as(&fg, login, &tok), [250, 250, 354, 250], "{login}");
     }
     // Each spelling's third is over its own limit.
     for login in ["ALICE", "alice"] {
-        assert_eq!(send_as(&fg, login, &tok)[0], 451, "{login}");
+        assert_eq!(send_as(&fg, login, &tok)[0], 450, "{login}");
     }
     pf.settle();
     assert_eq!(pf.messages_with(&tok).len(), 4);

@@ -194,7 +194,10 @@ fn bidi_and_format_characters_are_shown_in_fields_and_body() {
         NOW,
     );
     let text = text_of(&m);
-    assert!(!text.contains(['\u{202e}', '\u{200b}', '\u{2067}', '\u{85}']), "{text}");
+    assert!(
+        !text.contains(['\u{202e}', '\u{200b}', '\u{2067}', '\u{85}']),
+        "{text}"
+    );
     assert!(text.contains("invoice\\u{202e}fdp.exe\\u{200b}"), "{text}");
     assert!(text.contains("Pay \\u{2067}now\\u{85}"), "{text}");
     assert_eq!(one_line("a\tb\r\nc\u{202e}"), "a b  c\\u{202e}");
