@@ -111,8 +111,9 @@ pub struct Facts {
     /// logs and evidence only, never a key.
     pub login: Option<String>,
     /// The user name the client gave in its latest AUTH exchange, accepted or not (`None`
-    /// before any, and in the check that precedes each exchange): the client's choice, never
-    /// the user (that is [`Facts::user`]).
+    /// before any, and in the check that precedes each exchange), folded like a login
+    /// ([`identity`]) so that failures of every spelling count together: the client's
+    /// choice, never the user (that is [`Facts::user`]).
     pub auth_attempt: Option<String>,
     /// Whether the AUTH attempt succeeded (stage Auth).
     pub auth_succeeded: bool,
