@@ -300,6 +300,22 @@ struct AdminArgs {
     json: bool,
 }
 
+/// `println!` that hands back the write's error instead of panicking: a reader that closed
+/// its end (`floodgate fingerprint FILE | head`) ends the verb quietly (see [`main`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    };
+}
+
+/// Whether `e` is, or was caused by, a write to a pipe whose reader is gone.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -358,6 +374,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of stdout has gone (`| head`): what it wanted, it has.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("floodgate: {}", error_text(&e));
             ExitCode::FAILURE
@@ -457,26 +475,26 @@ fn fingerprint(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
             "subject_shape": keys.subject_shape,
             "automatic": automatic,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());
     }
     if keys.fingerprint.is_empty() {
-        println!("fingerprint: none (too little text)");
+        outln!("fingerprint: none (too little text)")?;
     }
     for f in &keys.fingerprint {
-        println!("fingerprint {f}");
+        outln!("fingerprint {f}")?;
     }
     for d in &keys.link_domains {
-        println!("link_domain {d}");
+        outln!("link_domain {d}")?;
     }
     match &keys.subject_shape {
-        Some(s) => println!("subject_shape {s}"),
-        None => println!("subject_shape: none (no Subject)"),
+        Some(s) => outln!("subject_shape {s}")?,
+        None => outln!("subject_shape: none (no Subject)")?,
     }
     if automatic {
-        println!(
+        outln!(
             "automatic or list mail: no message keys unless [message_keys] include_automatic = true"
-        );
+        )?;
     }
     Ok(())
 }
@@ -894,33 +912,34 @@ fn demo_side(
             shipped.display()
         );
     };
-    println!("floodgate demo: the policy of {}", shipped.display());
-    println!(
+    outln!("floodgate demo: the policy of {}", shipped.display())?;
+    outln!(
         "  its clock runs {}x faster for the demo (limits and actions as shipped): an hour of \
          the policy lasts {} s, a day {} s",
         setup::TIME_SCALE,
         setup::demo_hour().as_secs(),
         setup::demo_hour().as_secs() * 24
-    );
-    println!(
+    )?;
+    outln!(
         "  stand-in smart host {} (accepts any user with password {})",
         sink.addr,
         sink::PASSWORD
-    );
-    println!("  postmaster alerts to {}", receiver.url());
-    println!(
+    )?;
+    outln!("  postmaster alerts to {}", receiver.url())?;
+    outln!(
         "  state, event log, hold spool and admin socket in {}",
         dir.display()
-    );
+    )?;
     for (name, shipped_addr, addr) in &config.moved {
-        println!("  listener {name}: {shipped_addr} is taken, using {addr}");
+        outln!("  listener {name}: {shipped_addr} is taken, using {addr}")?;
     }
     let tls = floodgate::demo::client::tls(&config.ca_file)?;
     let _ = ready.send(config.path.clone());
 
     let played = runtime.block_on(async {
         scenario::wait_for(&config.socket, submission, DEMO_START).await?;
-        println!(
+        // The narration only: a closed stdout must not stop the scenario.
+        let _ = outln!(
             "\nThe scenario: {} sends normal mail while the stolen account {} sprays invoices.\n",
             scenario::NORMAL_USER,
             scenario::STOLEN_USER
@@ -1456,7 +1475,7 @@ fn simulate(limit: &str, file: Option<PathBuf>) -> anyhow::Result<()> {
 fn generate_docs(dir: &std::path::Path) -> anyhow::Result<()> {
     use clap::CommandFactory;
     let files = floodgate::docs::generate(&Cli::command(), dir)?;
-    println!("wrote {} files into {}", files.len(), dir.display());
+    outln!("wrote {} files into {}", files.len(), dir.display())?;
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! SaslObserver: no panics on any mechanism, initial response or lines, and
-//! any user name found is bounded, non-empty and free of control characters.
+//! any user name found is bounded, non-empty and free of control characters; its account
+//! (the login folded, `[identity]`) is folded once and for all and as long as the login.
 #![no_main]
 
 use floodgate::smtp::sasl::MAX_USERNAME;
@@ -33,5 +34,10 @@ fuzz_target!(|data: &[u8]| {
     if let Some(u) = o.username() {
         assert!(!u.is_empty() && u.len() <= MAX_USERNAME);
         assert!(!u.chars().any(char::is_control));
+        let id = floodgate::policy::identity::Identity::default();
+        let account = id.fold(u);
+        assert_eq!(id.fold(&account), account);
+        assert_eq!(account.len(), u.len());
+        assert!(account.eq_ignore_ascii_case(u));
     }
 });

@@ -16,6 +16,12 @@
 //! | POST | `/v1/restrict?key=KEY&for=DURATION&reason=TEXT` | restricts by hand |
 //! | POST | `/v1/alerts/digest` | sends the daily alert digest now (see [`super::digest`]) |
 //!
+//! A `key=KEY` is folded like a login before it is looked up ([`crate::policy::identity`]:
+//! with `login_fold = "lowercase"`, `ALICE` is the key `alice`; an IP address or CIDR block
+//! stays as typed), so an account is found however the admin spells it. A key whose case
+//! the client chose (a `${sender_address}` key) is still found by `release` and `held
+//! list` as typed: when the folded key is not restricted (not held), the key as typed is.
+//!
 //! HEAD is accepted wherever GET is. Answers are JSON (`{"error": …}` on failure).
 //!
 //! Every request comes with its [`Actor`]: the name of the bearer token on the admin
@@ -123,8 +129,48 @@ impl AdminState {
         r
     }
 
-    /// Answers one request of `who`.
+    /// A key an admin typed, in the form floodgate keeps it: folded like a login by the
+    /// `[identity]` in force ([`crate::policy::identity::Identity::admin_key`]).
+    pub fn admin_key(&self, typed: &str) -> String {
+        let generation = self.control.generation();
+        generation.policy.identity.admin_key(typed).into_owned()
+    }
+
+    /// `req` with its `key` folded like a login (see the module's doc); `None` when the
+    /// fold leaves it as it is.
+    fn folded_key(&self, req: &Request) -> Option<Request> {
+        let typed = req.param("key")?;
+        let folded = self.admin_key(typed);
+        (folded != typed).then(|| with_key(req, &folded))
+    }
+
+    /// `POST /v1/release` of the folded key, else (not restricted) of the key as `typed`.
+    async fn release_either(&self, req: &Request, typed: Option<&str>, who: &Actor) -> Response {
+        let r = self.release(req, who).await;
+        match (r.status, typed) {
+            (404, Some(typed)) => {
+                let again = self.release(&with_key(req, typed), who).await;
+                if again.status == 404 {
+                    r
+                } else {
+                    again
+                }
+            }
+            _ => r,
+        }
+    }
+
+    /// Answers one request of `who`, its `key` folded like a login.
     pub async fn handle(&self, req: &Request, who: &Actor) -> Response {
+        match self.folded_key(req) {
+            None => self.answer(req, None, who).await,
+            Some(folded) => self.answer(&folded, req.param("key"), who).await,
+        }
+    }
+
+    /// Answers `req` of `who`; `typed` is the key as the admin typed it when `req`'s was
+    /// folded.
+    async fn answer(&self, req: &Request, typed: Option<&str>, who: &Actor) -> Response {
         let get = req.method == "GET" || req.method == "HEAD";
         let post = req.method == "POST";
         let (allowed, ok) = match req.path.as_str() {
@@ -164,7 +210,7 @@ impl AdminState {
                 };
                 self.top(req.param("limit"), n).await
             }
-            "/v1/held" => self.held_list(req.param("key")).await,
+            "/v1/held" => self.held_list(req.param("key"), typed).await,
             "/v1/held/show" => match req.param("id") {
                 Some(id) => self.held_show(id).await,
                 None => Response::error(400, "held show needs ?id=ID"),
@@ -176,7 +222,7 @@ impl AdminState {
             "/v1/restricted" => self.restricted().await,
             "/v1/campaigns" => self.campaigns().await,
             "/v1/release" => {
-                let r = self.release(req, who).await;
+                let r = self.release_either(req, typed, who).await;
                 self.audited(who, "release", json!(req.param("key")), req, r)
             }
             "/v1/restrict" => {
@@ -206,7 +252,9 @@ impl AdminState {
         }
     }
 
-    async fn held_list(&self, key: Option<&str>) -> Response {
+    /// `GET /v1/held`: every held message, or those of `key` (folded), or of the key as
+    /// `typed` when none is held for the folded one.
+    async fn held_list(&self, key: Option<&str>, typed: Option<&str>) -> Response {
         let (_, spool) = match self.spool() {
             Ok(s) => s,
             Err(r) => return r,
@@ -214,11 +262,16 @@ impl AdminState {
         let s = spool.clone();
         match blocking(move || s.list()).await {
             Ok(all) => {
-                let list: Vec<_> = all
-                    .iter()
-                    .filter(|m| key.is_none_or(|k| m.envelope.key == k))
-                    .map(held::summary)
-                    .collect();
+                let of = |k: Option<&str>| -> Vec<_> {
+                    all.iter()
+                        .filter(|m| k.is_none_or(|k| m.envelope.key == k))
+                        .map(held::summary)
+                        .collect()
+                };
+                let mut list = of(key);
+                if list.is_empty() && typed.is_some() {
+                    list = of(typed);
+                }
                 Response::json(200, &json!({ "held": list }))
             }
             Err(e) => held_error(&e.into()),
@@ -355,4 +408,15 @@ impl AdminState {
 /// `GET /metrics`.
 pub fn metrics_response(m: &Metrics) -> Response {
     Response::text(200, crate::metrics::CONTENT_TYPE, m.render())
+}
+
+/// `req` with its `key` parameter set to `key`.
+fn with_key(req: &Request, key: &str) -> Request {
+    let mut r = req.clone();
+    for (name, value) in &mut r.query {
+        if name == "key" {
+            *value = key.to_string();
+        }
+    }
+    r
 }

@@ -8,6 +8,7 @@ mod default_path;
 mod duration;
 mod graded;
 mod hold;
+mod identity;
 mod message_keys;
 mod net;
 mod outcomes;
@@ -26,6 +27,7 @@ pub use alerts::AlertsConfig;
 pub use default_path::{default_config, first_present, NoConfigFile, LOCAL_CONFIG, SYSTEM_CONFIG};
 pub use duration::{parse_duration, ConfigDuration, DurationError};
 pub use hold::{HoldConfig, OnExpiry};
+pub use identity::{IdentityConfig, LoginFold};
 pub use message_keys::MessageKeysConfig;
 pub use net::{Cidr, CidrError};
 pub use outcomes::OutcomesConfig;
@@ -458,6 +460,8 @@ struct RawConfig {
     outcomes: Option<Spanned<OutcomesConfig>>,
     #[serde(default)]
     message_keys: MessageKeysConfig,
+    #[serde(default)]
+    identity: IdentityConfig,
 }
 
 /// A validated configuration: the sections as written, with what can be checked without
@@ -505,6 +509,8 @@ pub struct Config {
     pub outcomes: Option<Spanned<OutcomesConfig>>,
     /// `[message_keys]` as written (defaults when absent).
     pub message_keys: MessageKeysConfig,
+    /// `[identity]`: how logins are folded into accounts (defaults when absent).
+    pub identity: IdentityConfig,
     /// The text it was read from, to place errors found later.
     source: Source,
 }
@@ -556,6 +562,9 @@ impl Config {
             .map_err(|e| at(store_span, e.to_string()))?;
         let smtp = raw.smtp;
         check_sizes(&smtp, &raw.log, &at)?;
+        raw.identity
+            .check()
+            .map_err(|(span, message)| at(span, message))?;
         let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let tls = raw.tls.map(|t| TlsConfig {
             certificate: abs(t.certificate),
@@ -593,6 +602,7 @@ impl Config {
             hold: raw.hold,
             outcomes: raw.outcomes,
             message_keys: raw.message_keys,
+            identity: raw.identity,
             source: Source::new(text),
         })
     }

@@ -63,7 +63,7 @@ fn take(kept: &Mutex<Vec<serde_json::Value>>, body: &[u8]) {
     let value = serde_json::from_slice(body)
         .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(body).into()));
     let kind = value["event"].as_str().unwrap_or("alert");
-    println!(
+    say!(
         "postmaster alert ({kind}): {}",
         serde_json::to_string(&value).unwrap_or_default()
     );

@@ -5,6 +5,15 @@
 //! ([`client`]) play a normal user and a stolen account against it ([`scenario`]); then
 //! [`summary`] says what happened.
 
+/// `println!` that never panics: the demo's narration is for a person watching, and a
+/// closed stdout (`floodgate demo | head`) must not stop the scenario half-way.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 pub mod alerts;
 pub mod client;
 pub mod scenario;

@@ -86,10 +86,10 @@ async fn normal_user(
         match s.send(&from, &to, &subject, &queued).await? {
             Outcome::Relayed { id, .. } => {
                 met.relayed += 1;
-                println!("{NORMAL_USER}: message {n} relayed, queued upstream as {id}");
+                say!("{NORMAL_USER}: message {n} relayed, queued upstream as {id}");
             }
             other => {
-                println!("{NORMAL_USER}: message {n}: {other:?}");
+                say!("{NORMAL_USER}: message {n}: {other:?}");
                 met.other.push(format!("{other:?}"));
             }
         }
@@ -122,10 +122,12 @@ async fn stolen_account(
         }
         let secs = start.elapsed().as_secs();
         if start.elapsed() >= progress && met.held == 0 {
-            println!(
+            say!(
                 "{STOLEN_USER} ({secs:>2} s): so far {} messages relayed to {} recipients, {} \
                  attempts deferred outright",
-                met.relayed, met.recipients, met.refused
+                met.relayed,
+                met.recipients,
+                met.refused
             );
             progress += PROGRESS_EVERY;
         }
@@ -142,11 +144,11 @@ async fn stolen_account(
                 met.relayed += 1;
                 met.recipients += accepted;
                 match deferred {
-                    Some(d) if first("partly") => println!(
+                    Some(d) if first("partly") => say!(
                         "{STOLEN_USER} ({secs:>2} s): message {n} relayed as {id} to {accepted} of \
                          {SPRAY_RECIPIENTS} recipients, the others deferred: {d}"
                     ),
-                    None if first("relayed") => println!(
+                    None if first("relayed") => say!(
                         "{STOLEN_USER} ({secs:>2} s): message {n} relayed as {id} to all \
                          {SPRAY_RECIPIENTS} recipients"
                     ),
@@ -159,13 +161,13 @@ async fn stolen_account(
                     met.first_refusal = Some(r.to_string());
                 }
                 if first("refused") {
-                    println!("{STOLEN_USER} ({secs:>2} s): message {n} deferred: {r}");
+                    say!("{STOLEN_USER} ({secs:>2} s): message {n} deferred: {r}");
                 }
                 tokio::time::sleep(SPRAY_PAUSE).await;
             }
             Outcome::Held { id } => {
                 met.held += 1;
-                println!(
+                say!(
                     "{STOLEN_USER} ({secs:>2} s): message {n} answered 250 but held by floodgate as {id}"
                 );
             }

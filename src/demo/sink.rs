@@ -127,7 +127,7 @@ impl Queued {
     pub fn print_tally(&self) {
         let line = self.tally.lock().expect("tally").take_line();
         if let Some(line) = line {
-            println!("{line}");
+            say!("{line}");
         }
     }
 }
@@ -330,7 +330,7 @@ async fn session(stream: TcpStream, queued: Queued) -> Option<()> {
                 let id = queued.take();
                 let from = sender.take().unwrap_or_default();
                 if from.is_empty() {
-                    println!(
+                    say!(
                         "stand-in smart host: queued {id} from <> to {}: Subject: {}",
                         recipients_text(&rcpts),
                         subject(&message)

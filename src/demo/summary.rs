@@ -8,8 +8,8 @@ pub fn print(
     alerts: &[serde_json::Value],
 ) {
     use super::scenario::{NORMAL_USER, STOLEN_USER};
-    println!("\n== What happened ({} s) ==", p.took.as_secs());
-    println!(
+    say!("\n== What happened ({} s) ==", p.took.as_secs());
+    say!(
         "{NORMAL_USER} (normal user): {} messages relayed{}",
         p.normal.relayed,
         if p.normal.other.is_empty() {
@@ -18,7 +18,7 @@ pub fn print(
             format!(", {} not: {:?}", p.normal.other.len(), p.normal.other)
         }
     );
-    println!(
+    say!(
         "{STOLEN_USER} (stolen account): {} messages relayed to {} recipients before it was restricted, \
          {} attempts deferred{}",
         p.spray.relayed,
@@ -30,7 +30,7 @@ pub fn print(
             .map(|r| format!(" (first: {r})"))
             .unwrap_or_default()
     );
-    println!(
+    say!(
         "restricted account: {}; held messages: {}",
         if s.restricted.is_empty() {
             "none".to_string()
@@ -39,8 +39,8 @@ pub fn print(
         },
         s.held
     );
-    println!("\n$ floodgate restricted\n{}", s.restricted_text.trim_end());
-    println!(
+    say!("\n$ floodgate restricted\n{}", s.restricted_text.trim_end());
+    say!(
         "\n$ floodgate held list --key {STOLEN_USER}\n{}",
         s.held_text.trim_end()
     );
@@ -49,13 +49,13 @@ pub fn print(
         .iter()
         .filter(|a| a["event"] == "floodgate.restricted")
         .collect();
-    println!(
+    say!(
         "\nThe postmaster got {} alerts, {} of them a restriction:",
         alerts.len(),
         restrictions.len()
     );
     for a in restrictions {
-        println!("{}", serde_json::to_string_pretty(a).unwrap_or_default());
+        say!("{}", serde_json::to_string_pretty(a).unwrap_or_default());
     }
 }
 
@@ -63,17 +63,18 @@ pub fn print(
 pub fn print_try(config: &super::setup::DemoConfig, submission: std::net::SocketAddr) {
     use super::scenario::STOLEN_USER;
     let socket = config.socket.display();
-    println!("\nfloodgate, the stand-in smart host and the alert receiver keep running; Ctrl-C stops them.");
+    say!("\nfloodgate, the stand-in smart host and the alert receiver keep running; Ctrl-C stops them.");
     for (name, addr, _) in &config.listeners {
-        println!("  listener {name} {addr}");
+        say!("  listener {name} {addr}");
     }
-    println!("  admin socket {socket}");
-    println!(
+    say!("  admin socket {socket}");
+    say!(
         "  web console http://{}/console/ (token {})",
-        config.console.0, config.console.1
+        config.console.0,
+        config.console.1
     );
-    println!("Send a message yourself (any user, password demo):");
-    println!(
+    say!("Send a message yourself (any user, password demo):");
+    say!(
         "  swaks --server {submission} --tls-on-connect --auth PLAIN --auth-user dave \
          --auth-password demo --from dave@example.org --to friend@example.net"
     );
@@ -81,7 +82,7 @@ pub fn print_try(config: &super::setup::DemoConfig, submission: std::net::Socket
     let me = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "floodgate".into());
-    println!("Release the stolen account and its held mail:");
-    println!("  {me} release {STOLEN_USER} --reason 'password changed' --socket {socket}");
-    println!("  {me} held release --key {STOLEN_USER} --reason 'checked' --socket {socket}");
+    say!("Release the stolen account and its held mail:");
+    say!("  {me} release {STOLEN_USER} --reason 'password changed' --socket {socket}");
+    say!("  {me} held release --key {STOLEN_USER} --reason 'checked' --socket {socket}");
 }

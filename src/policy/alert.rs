@@ -73,8 +73,10 @@ pub struct Transaction<'a> {
     pub client: Option<std::net::IpAddr>,
     /// The client's reverse name, when the session knew it.
     pub name: Option<&'a str>,
-    /// The authenticated user, if any.
+    /// The authenticated user, if any (the login folded into its account).
     pub user: Option<&'a str>,
+    /// The login as the client typed it, when the fold changed it.
+    pub login: Option<&'a str>,
     /// The envelope sender ("" for the null sender).
     pub sender: &'a str,
     /// The accepted recipients.

@@ -91,7 +91,9 @@ fn duration(v: &Spanned<String>, what: &str, at: At<'_>) -> Result<Duration, Con
 /// where it is.
 pub fn compile(config: &Config) -> Result<PolicyModel, ConfigError> {
     let at: At<'_> = &|span, message| config.error_at(span, message);
-    let lists = load_lists(config, at)?;
+    let identity = super::identity::Identity::compile(&config.identity);
+    let mut lists = load_lists(config, at)?;
+    lists.set_login_realm(identity.default_realm.clone());
     let mut limits: Vec<LimitDef> = Vec::new();
     for (i, raw) in config.limits.iter().enumerate() {
         let def = compile_limit(raw, i, &lists, at)?;
@@ -128,6 +130,7 @@ pub fn compile(config: &Config) -> Result<PolicyModel, ConfigError> {
         hostname: config.server.hostname.clone(),
         baselines: Default::default(),
         message_keys,
+        identity,
     })
 }
 

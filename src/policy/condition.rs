@@ -428,6 +428,10 @@ impl Condition {
                     Subject::Sender | Subject::Recipient | Subject::HeaderFrom => subject
                         .value(facts)
                         .is_some_and(|v| !v.is_empty() && list.lookup_address(&v).is_some()),
+                    Subject::User => facts
+                        .user
+                        .as_deref()
+                        .is_some_and(|u| list.lookup_account(u, lists.login_realm()).is_some()),
                     _ => subject
                         .value(facts)
                         .is_some_and(|v| list.lookup_text(&v).is_some()),

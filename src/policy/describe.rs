@@ -9,7 +9,7 @@ use crate::limit::spec::{CacheScope, LimitSpec, Resolved, UpdateMode};
 
 /// One line per limit: stage, key, rate and burst, what is counted, mode, countermeasure.
 pub fn describe(model: &PolicyModel) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out = vec![model.identity.describe()];
     for (name, n) in model.lists.summary() {
         out.push(format!("list {name}: {n} entries"));
     }
@@ -140,10 +140,21 @@ fn rate_text(rate: &RateDef) -> String {
 /// What a restriction does, for how long, and whom it tells; `key` is the limit's key.
 fn restriction(r: &RestrictDef, key: &str) -> String {
     let mut s = String::new();
-    let rkey = r.key.as_ref().map_or_else(
-        || format!("{key} (the limit's key)"),
-        |t| t.text().to_string(),
-    );
+    // With restrict_senders the message key itself is never restricted: the accounts
+    // that sent it are (each under its login, else its client address).
+    let rkey = match &r.key {
+        _ if r.senders => format!(
+            "each account that sent the message key {key} within the limit's period (keyed by its login, else its client address; never {key} itself)"
+        ),
+        Some(t) => format!("the key {:?}", t.text()),
+        None => format!("the key {:?}", format!("{key} (the limit's key)")),
+    };
+    let whose = if r.senders {
+        "the account's"
+    } else {
+        "the key's"
+    };
+    let each = if r.senders { "account" } else { "key" };
     let how_long = match r.duration {
         crate::store::RestrictFor::UntilReleased => {
             "until `floodgate release KEY` ends it".to_string()
@@ -155,11 +166,11 @@ fn restriction(r: &RestrictDef, key: &str) -> String {
     };
     if r.hold {
         s.push_str(&format!(
-            "; when over: the key {rkey:?} is restricted {how_long}; while restricted the key's messages are taken (250) and held in the [hold] spool, not relayed (while_restricted=hold); restrictions outlive restarts and reloads"
+            "; when over: {rkey} is restricted {how_long}; while restricted {whose} messages are taken (250) and held in the [hold] spool, not relayed (while_restricted=hold); restrictions outlive restarts and reloads"
         ));
     } else {
         s.push_str(&format!(
-            "; when over: the key {rkey:?} is restricted {how_long}; while restricted each MAIL FROM of the key gets {} {} (while_restricted=defer); restrictions outlive restarts and reloads",
+            "; when over: {rkey} is restricted {how_long}; while restricted each MAIL FROM of the {each} gets {} {} (while_restricted=defer); restrictions outlive restarts and reloads",
             r.code,
             r.message
                 .as_ref()
@@ -372,4 +383,62 @@ fn capped_by_a_leaky_twin(model: &PolicyModel) -> Vec<String> {
         }
     }
     w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(body: &str) -> PolicyModel {
+        let text = format!(
+            "[[listener]]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:2525\"\n\
+             [hold]\ndir = \"/var/lib/floodgate/hold\"\n{body}"
+        );
+        let c = crate::config::Config::parse(std::path::Path::new("/etc/floodgate/t.toml"), &text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        super::super::compile(&c).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn restrict_senders_says_the_senders_are_restricted_not_the_message_key() {
+        let m = model(
+            "[[limit]]\nname = \"campaign\"\nkey = \"${fingerprint}\"\n\
+             ratelimit = \"3 / 1h / per_mail / unique=${authenticated_id}\"\n\
+             action = \"hold\"\nrestrict_senders = true\n",
+        );
+        let line = describe(&m)
+            .into_iter()
+            .find(|l| l.starts_with("limit campaign"))
+            .unwrap();
+        assert!(
+            line.contains("each account that sent the message key ${fingerprint}"),
+            "{line}"
+        );
+        assert!(line.contains("never ${fingerprint} itself"), "{line}");
+        assert!(!line.contains("the key \"${fingerprint}"), "{line}");
+        assert!(line.contains("MAIL FROM of the account gets"), "{line}");
+    }
+
+    #[test]
+    fn a_restricting_limit_names_its_key() {
+        let m = model(
+            "[[limit]]\nname = \"per-user\"\nratelimit = \"3 / 1h / per_mail / ${authenticated_id}\"\n\
+             action = \"restrict\"\n",
+        );
+        let line = describe(&m)
+            .into_iter()
+            .find(|l| l.starts_with("limit per-user"))
+            .unwrap();
+        assert!(
+            line.contains("the key \"${authenticated_id} (the limit's key)\" is restricted"),
+            "{line}"
+        );
+        assert!(line.contains("MAIL FROM of the key gets"), "{line}");
+    }
+
+    #[test]
+    fn the_identity_fold_is_described_first() {
+        let m = model("[identity]\nlogin_fold = \"exact\"\n");
+        assert!(describe(&m)[0].starts_with("identity: login_fold=exact"));
+    }
 }

@@ -2,6 +2,10 @@
 //! addresses, recipient domains, Subjects of the last messages, counts of messages,
 //! recipients and refusals.
 //!
+//! An account's logins as the client typed them (`ALICE`, `Alice`), when the `[identity]`
+//! fold changed them, are kept too: the key is the folded account, the spellings are the
+//! evidence of how it was used.
+//!
 //! Refusals are of two kinds, never mixed: upstream's (its 4xx or 5xx to a RCPT and to the
 //! end of data) and floodgate's own, by limit and action (`defer`, `deny`, `disconnect`, or
 //! `restricted` for a MAIL FROM of a restricted key). A limit whose action lets the event
@@ -28,6 +32,8 @@ pub const MAX_ITEMS: usize = 32;
 pub const MAX_SUBJECTS: usize = 5;
 /// Longest Subject kept, in characters.
 pub const MAX_SUBJECT_CHARS: usize = 200;
+/// Most spellings of a login remembered per key (the last ones).
+pub const MAX_LOGINS: usize = 8;
 /// Most limits (with their actions) named in a key's refusals; later ones are not named.
 pub const MAX_REFUSING: usize = 64;
 
@@ -36,6 +42,7 @@ struct Ring {
     ips: VecDeque<IpAddr>,
     domains: VecDeque<String>,
     subjects: VecDeque<String>,
+    logins: VecDeque<String>,
     messages: u64,
     recipients: u64,
     /// Upstream's refusals of recipients.
@@ -64,6 +71,9 @@ pub enum Fact<'a> {
     Recipient(&'a str),
     /// A message with this Subject reached the end of its data.
     Subject(&'a str),
+    /// A MAIL FROM of an account whose login the client typed this way (when the fold
+    /// changed it).
+    Login(&'a str),
     /// floodgate refused the event: the limit that did and the action it took (its
     /// `action`, or `restricted` for a restricted key).
     Refused {
@@ -149,6 +159,19 @@ impl Evidence {
                         .or_default() += 1;
                 }
             }
+            Fact::Login(typed) => {
+                if let Some(i) = r.logins.iter().position(|l| l == typed) {
+                    r.logins.remove(i);
+                } else if r.logins.len() >= MAX_LOGINS {
+                    r.logins.pop_front();
+                }
+                let typed: String = typed
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(MAX_SUBJECT_CHARS)
+                    .collect();
+                r.logins.push_back(typed);
+            }
             Fact::UpstreamRefusedRecipient => r.upstream_rcpt += 1,
             Fact::UpstreamRefusedMessage => r.upstream_data += 1,
         }
@@ -156,14 +179,15 @@ impl Evidence {
 
     /// The evidence about the first of `keys` this node has seen, as JSON: `client_ips`
     /// (most recent last), `top_recipient_domains` (`[domain, count]`, most first, at most
-    /// 5), `subjects` (the last ones, most recent last), `messages`, `recipients`,
+    /// 5), `subjects` (the last ones, most recent last), `logins` (the spellings the
+    /// client typed of the key's account where they differ from it, most recent last), `messages`, `recipients`,
     /// `refusals` (`{"upstream": {"rcpt": N, "data": N}, "floodgate": {LIMIT: {ACTION: N}}}`),
     /// `held` and `held_by_node` (0 and `{}` here: the caller sets what the hold spool
     /// holds, see [`super::held::HeldNow::set_in`]), `since` (RFC 3339).
     pub fn of(&self, keys: &[&str]) -> serde_json::Value {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         let Some(r) = keys.iter().find_map(|k| map.get(*k)) else {
-            return json!({"client_ips": [], "top_recipient_domains": [], "subjects": [], "messages": 0,
+            return json!({"client_ips": [], "top_recipient_domains": [], "subjects": [], "logins": [], "messages": 0,
                 "recipients": 0, "refusals": refusals_json(0, 0, &BTreeMap::new()),
                 "held": 0, "held_by_node": {}, "since": null});
         };
@@ -178,6 +202,7 @@ impl Evidence {
             "client_ips": r.ips.iter().map(|i| i.to_string()).collect::<Vec<_>>(),
             "top_recipient_domains": top,
             "subjects": r.subjects,
+            "logins": r.logins,
             "messages": r.messages,
             "recipients": r.recipients,
             "refusals": refusals_json(r.upstream_rcpt, r.upstream_data, &r.own),
@@ -239,6 +264,7 @@ mod tests {
             MAX_SUBJECT_CHARS
         );
         assert_eq!(v["client_ips"], json!(["192.0.2.7"]));
+        assert_eq!(v["logins"], json!([]));
         assert_eq!(v["top_recipient_domains"][0][0], "example.org");
         assert_eq!(v["top_recipient_domains"][0][1], (MAX_ITEMS - 1) as u64);
         for i in 0..(MAX_KEYS + 10) {
@@ -319,5 +345,22 @@ mod tests {
         assert_eq!(own.len(), MAX_REFUSING);
         assert_eq!(own["l0"]["deny"], 2);
         assert!(!own.contains_key(&format!("l{}", MAX_REFUSING)));
+    }
+
+    #[test]
+    fn logins_as_typed_are_kept_once_each_most_recent_last_and_bounded() {
+        let e = Evidence::default();
+        for typed in ["ALICE", "Alice", "ALICE"] {
+            e.note("alice", Fact::Login(typed), 1);
+        }
+        assert_eq!(e.of(&["alice"])["logins"], json!(["Alice", "ALICE"]));
+        for i in 0..20 {
+            e.note("alice", Fact::Login(&format!("A{i}\u{202e}")), 2);
+        }
+        let v = e.of(&["alice"]);
+        let logins = v["logins"].as_array().unwrap();
+        assert_eq!(logins.len(), MAX_LOGINS);
+        assert_eq!(logins[MAX_LOGINS - 1], "A19\u{202e}");
+        assert_eq!(e.of(&["nobody"])["logins"], json!([]));
     }
 }

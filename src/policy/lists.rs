@@ -119,6 +119,21 @@ impl NamedList {
         self.text.get(&s.to_lowercase()).map(|v| v.as_deref())
     }
 
+    /// An account (the folded login, see [`super::identity`]): its entry, or, when the
+    /// account is a login of the default `realm` that was written without it, the entry of
+    /// the bare login (`alice` in the list is the account `alice@example.org`).
+    pub fn lookup_account(&self, account: &str, realm: Option<&str>) -> Option<Option<&str>> {
+        self.lookup_text(account).or_else(|| {
+            let (login, r) = account.rsplit_once('@')?;
+            let realm = realm?;
+            if r.eq_ignore_ascii_case(realm) {
+                self.lookup_text(login)
+            } else {
+                None
+            }
+        })
+    }
+
     /// An address: exact, then `local@`, then `domain`, then `@domain`.
     pub fn lookup_address(&self, addr: &str) -> Option<Option<&str>> {
         let lower = addr.to_lowercase();
@@ -142,9 +157,21 @@ impl NamedList {
 #[derive(Debug, Default, Clone)]
 pub struct Lists {
     lists: HashMap<String, NamedList>,
+    login_realm: Option<String>,
 }
 
 impl Lists {
+    /// Sets the realm of logins written without one (`[identity] default_realm`), for
+    /// [`NamedList::lookup_account`].
+    pub fn set_login_realm(&mut self, realm: Option<String>) {
+        self.login_realm = realm;
+    }
+
+    /// The realm of logins written without one, if any.
+    pub fn login_realm(&self) -> Option<&str> {
+        self.login_realm.as_deref()
+    }
+
     /// Adds a list under `name`.
     pub fn insert(&mut self, name: &str, list: NamedList) {
         self.lists.insert(name.to_string(), list);
@@ -220,5 +247,17 @@ mod tests {
             let l = NamedList::from_text(&format!("{ip}/{p} v")).unwrap();
             prop_assert_eq!(l.lookup_ip(IpAddr::V4(ip)), Some(Some("v")));
         }
+    }
+
+    #[test]
+    fn an_account_of_the_default_realm_finds_its_bare_login() {
+        let l = NamedList::from_text("alice\nBob@Example.org\n").unwrap();
+        let realm = Some("example.org");
+        assert!(l.lookup_account("alice@example.org", realm).is_some());
+        assert!(l.lookup_account("bob@example.org", realm).is_some());
+        assert!(l.lookup_account("alice@example.org", None).is_none());
+        assert!(l.lookup_account("alice@other.net", realm).is_none());
+        assert!(l.lookup_account("carol@example.org", realm).is_none());
+        assert!(l.lookup_account("alice", realm).is_some());
     }
 }

@@ -32,6 +32,7 @@ pub mod engine;
 pub mod evidence;
 pub mod expiry;
 pub mod held;
+pub mod identity;
 pub mod lists;
 pub mod model;
 pub mod notice;
@@ -103,11 +104,16 @@ pub struct Facts {
     pub tls: bool,
     /// The HELO/EHLO name.
     pub helo: Option<String>,
-    /// The authenticated user (only after upstream said 235).
+    /// The authenticated user (only after upstream said 235): the login folded into its
+    /// account (`[identity]`, see [`identity`]).
     pub user: Option<String>,
+    /// The login as the client typed it, when the fold changed it (`None` otherwise): for
+    /// logs and evidence only, never a key.
+    pub login: Option<String>,
     /// The user name the client gave in its latest AUTH exchange, accepted or not (`None`
-    /// before any, and in the check that precedes each exchange): the client's choice, never
-    /// the user (that is [`Facts::user`]).
+    /// before any, and in the check that precedes each exchange), folded like a login
+    /// ([`identity`]) so that failures of every spelling count together: the client's
+    /// choice, never the user (that is [`Facts::user`]).
     pub auth_attempt: Option<String>,
     /// Whether the AUTH attempt succeeded (stage Auth).
     pub auth_succeeded: bool,

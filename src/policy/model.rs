@@ -280,6 +280,8 @@ pub struct PolicyModel {
     pub baselines: std::sync::Arc<super::baseline::Baselines>,
     /// `[message_keys]`: link domains left out, and whether automatic mail gets keys.
     pub message_keys: MessageKeySettings,
+    /// `[identity]`: how a login is folded into its account.
+    pub identity: super::identity::Identity,
 }
 
 /// `[message_keys]`, validated.
@@ -353,6 +355,7 @@ impl Default for PolicyModel {
             hostname: "floodgate".into(),
             baselines: Default::default(),
             message_keys: MessageKeySettings::default(),
+            identity: super::identity::Identity::default(),
         }
     }
 }

@@ -13,10 +13,11 @@ use std::net::IpAddr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Var {
     /// `authenticated_id` / `user`: the authenticated user: the name of an AUTH upstream
-    /// answered 235; empty before (never the name of a failed attempt).
+    /// answered 235, folded into its account (`[identity]`); empty before (never the name
+    /// of a failed attempt).
     User,
     /// `auth_attempted_id`: the name the client gave in its latest AUTH exchange, accepted
-    /// or not: a name the client chose, for the limits on failed AUTH; empty before the
+    /// or not, folded like a login: a name the client chose, for the limits on failed AUTH; empty before the
     /// first exchange and in the check that precedes each one.
     AuthAttempt,
     /// `sender_host_address` / `client_ip`, optionally as a network.

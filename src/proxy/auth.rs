@@ -79,15 +79,29 @@ impl Session {
                 return Ok(self.error_flow());
             }
         };
-        let user = observer.username().map(str::to_string);
+        // One account, one key: the login as the back-end folds it, from here on; the
+        // spelling the client typed is kept beside it when it differs.
+        let typed = observer.username();
+        let identity = &self.shared.generation.policy.identity;
+        let user = typed.map(|t| identity.fold(t).into_owned());
+        let login = typed.filter(|t| user.as_deref() != Some(*t));
         self.policy.facts.auth_attempt = user.clone();
         self.policy.facts.auth_succeeded = reply.code == 235;
         self.shared.metrics.auth(reply.code == 235);
+        let user_text = user.as_deref().unwrap_or("");
         if self.dialogue.on_upstream(dialogue::Exchange::Auth, &reply) == Heard::Accepted {
             self.policy.facts.user = user.clone();
-            info!(client = %self.client.ip_text, user = user.as_deref().unwrap_or(""), mechanism = %mechanism, "authenticated");
+            self.policy.facts.login = login.map(str::to_string);
+            match login {
+                Some(typed) => {
+                    info!(client = %self.client.ip_text, user = user_text, login = typed, mechanism = %mechanism, "authenticated")
+                }
+                None => {
+                    info!(client = %self.client.ip_text, user = user_text, mechanism = %mechanism, "authenticated")
+                }
+            }
         } else {
-            info!(client = %self.client.ip_text, user = user.as_deref().unwrap_or(""), mechanism = %mechanism, code = reply.code, "authentication failed");
+            info!(client = %self.client.ip_text, user = user_text, login = typed.unwrap_or(""), mechanism = %mechanism, code = reply.code, "authentication failed");
         }
         let Some(reply) = self.after_upstream(Stage::Auth, reply).await else {
             return Ok(Flow::Close);

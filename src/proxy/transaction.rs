@@ -36,6 +36,7 @@ impl Session {
             client: self.policy.facts.client_ip,
             name: name.as_deref(),
             user: self.policy.facts.user.as_deref(),
+            login: self.policy.facts.login.as_deref(),
             sender: self.policy.facts.sender.as_deref().unwrap_or(""),
             recipients: &recipients,
             subject: self.policy.facts.subject.as_deref(),

@@ -3,7 +3,9 @@
 //! `[admin] public_url`, a link to the key's page in the web console.
 //!
 //! Every header field is built here from values that may come from clients (keys, subjects,
-//! user names): control characters become spaces, non-ASCII text is an RFC 2047 encoded
+//! user names): line breaks and tabs become spaces, other controls and format characters
+//! (a right-to-left override, a zero-width space) are shown as `\u{202e}`
+//! ([`super::markup::reveal`]), non-ASCII text is an RFC 2047 encoded
 //! word, long fields are folded, so no value can end a field or start another.
 
 use std::fmt::Write;
@@ -29,14 +31,10 @@ pub struct OutMail {
 /// The longest value of one body line or header field, in characters; longer ones are cut.
 pub const MAX_VALUE: usize = 400;
 
-/// `s` on one line: control characters (CR, LF, TAB, …) become spaces, at most
-/// [`MAX_VALUE`] characters (cut with `…`).
+/// `s` on one line: CR, LF and TAB become spaces, other hidden characters are shown as
+/// `\u{…}` ([`super::markup::reveal`]), at most [`MAX_VALUE`] characters (cut with `…`).
 pub fn one_line(s: &str) -> String {
-    let mut out: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(MAX_VALUE + 1)
-        .collect();
+    let mut out: String = flat(s).chars().take(MAX_VALUE + 1).collect();
     if out.chars().count() > MAX_VALUE {
         out = out.chars().take(MAX_VALUE - 1).collect();
         out.push('…');
@@ -154,11 +152,22 @@ pub fn compose(
     }
 }
 
-/// A body line: control characters become spaces (the text itself may span no lines).
+/// A body line: line breaks and tabs become spaces, other hidden characters are shown.
 fn one_line_body(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(900)
+    flat(s).chars().take(900).collect()
+}
+
+/// `s` with line breaks and tabs as spaces and every other hidden character shown.
+fn flat(s: &str) -> String {
+    super::markup::reveal(s)
+        .chars()
+        .map(|c| {
+            if matches!(c, '\t' | '\r' | '\n') {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect()
 }
 

@@ -38,9 +38,12 @@ pub struct MessageLine<'a> {
     /// The client's reverse name.
     #[serde(default, borrow)]
     pub name: Option<Cow<'a, str>>,
-    /// The authenticated user.
+    /// The authenticated user: the login folded into its account (`[identity]`).
     #[serde(default, borrow)]
     pub user: Option<Cow<'a, str>>,
+    /// The login as the client typed it, when the fold changed it (absent otherwise).
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub auth_login: Option<Cow<'a, str>>,
     /// The envelope sender.
     #[serde(default, borrow)]
     pub sender: Cow<'a, str>,
@@ -64,6 +67,7 @@ pub fn line(t: &Transaction<'_>) -> String {
         client: t.client.map(|c| c.to_string().into()),
         name: t.name.map(Into::into),
         user: t.user.map(Into::into),
+        auth_login: t.login.map(Into::into),
         sender: t.sender.into(),
         recipients: t.recipients.to_vec(),
         subject: t.subject.map(Into::into),
@@ -104,6 +108,7 @@ fn parse_of(
         client: l.client.map(|c| Cow::Owned(c.into_owned())),
         name: l.name.map(|c| Cow::Owned(c.into_owned())),
         user: l.user.map(|c| Cow::Owned(c.into_owned())),
+        auth_login: l.auth_login.map(|c| Cow::Owned(c.into_owned())),
         sender: Cow::Owned(l.sender.into_owned()),
         recipients: l.recipients,
         subject: l.subject.map(|c| Cow::Owned(c.into_owned())),
@@ -159,6 +164,7 @@ mod tests {
             client: Some("192.0.2.7".parse().unwrap()),
             name: Some("mx.example.org"),
             user: Some(key),
+            login: None,
             sender: "a@example.org",
             recipients: rcpts,
             subject: Some(subject),
@@ -176,6 +182,23 @@ mod tests {
         assert_eq!(back.subject.as_deref(), Some("<hi>"));
         assert_eq!(back.recipients, r);
         assert_eq!(back.t, 1_764_099_001.5);
+        assert!(!l.contains("auth_login"), "{l}");
+    }
+
+    #[test]
+    fn the_login_as_typed_goes_beside_the_account() {
+        let r = vec!["b@example.net".to_string()];
+        let t = Transaction {
+            login: Some("ALICE"),
+            ..tx("alice", "hi", &r)
+        };
+        let l = line(&t);
+        assert!(
+            l.contains("\"user\":\"alice\",\"auth_login\":\"ALICE\""),
+            "{l}"
+        );
+        let back: MessageLine<'_> = serde_json::from_str(&l).unwrap();
+        assert_eq!(back.auth_login.as_deref(), Some("ALICE"));
     }
 
     #[test]

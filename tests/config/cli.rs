@@ -292,3 +292,63 @@ fn simulate_reads_events_from_a_file() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("cannot open /nonexistent/events"));
 }
+
+/// A pipe whose reading end is already closed: every write to the other end fails with
+/// EPIPE, as when a reader (`| head`) has gone.
+fn pipe_without_reader() -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+    // SAFETY: pipe(2) made both descriptors; each is owned once, here.
+    let (read, write) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    drop(read);
+    write
+}
+
+/// Runs `floodgate args` with its stdout a pipe nobody reads; its exit status and stderr.
+fn closed_stdout(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(pipe_without_reader()))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run floodgate");
+    (out.status, text(&out.stderr))
+}
+
+#[test]
+fn a_closed_stdout_ends_a_verb_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let eml = dir.path().join("m.eml");
+    std::fs::write(
+        &eml,
+        "From: a@example.org\r\nSubject: Invoice 2041\r\n\r\nPlease find the invoice for \
+         March attached, and pay it by Friday at https://pay.example.com/x please.\r\n",
+    )
+    .unwrap();
+    let events = dir.path().join("events.jsonl");
+    std::fs::write(&events, "{\"t\": 0, \"key\": \"k\"}\n").unwrap();
+    let docs = dir.path().join("docs");
+    let cases: [&[&str]; 5] = [
+        &["fingerprint", eml.to_str().unwrap()],
+        &["fingerprint", "--json", eml.to_str().unwrap()],
+        &["check", "--config", "conf/floodgate.toml"],
+        &["simulate", "--limit", "10 / 1h", events.to_str().unwrap()],
+        &["generate-docs", docs.to_str().unwrap()],
+    ];
+    for args in cases {
+        let (status, err) = closed_stdout(args);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(status.success(), "{args:?}: {status} {err}");
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+}

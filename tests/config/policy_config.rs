@@ -359,3 +359,37 @@ fn defaults_are_understood() {
     assert_eq!(l[2].stage.as_str(), "mail");
     assert_eq!(l[0].line, 8);
 }
+
+#[test]
+fn identity_values_are_refused_where_they_are_written() {
+    refused_at(
+        "[identity]\nlogin_fold = \"upper\"\n",
+        "\"upper\"",
+        "unknown variant `upper`, expected `lowercase` or `exact`",
+    );
+    refused_at(
+        "[identity]\ndefault_realm = \"@example.org\"\n",
+        "\"@example.org\"",
+        "[identity] default_realm \"@example.org\" is not a domain: a realm is what follows the @",
+    );
+    refused_at(
+        "[identity]\ndefault_realm = \"exa mple.org\"\n",
+        "\"exa mple.org\"",
+        "only ASCII letters, digits, hyphens and dots",
+    );
+    refused_at(
+        "[identity]\nrealm = \"example.org\"\n",
+        "realm",
+        "unknown field `realm`",
+    );
+}
+
+#[test]
+fn identity_is_compiled_into_the_policy() {
+    let c = accepted("[identity]\nlogin_fold = \"exact\"\ndefault_realm = \"Example.org\"\n");
+    let id = &c.policy.identity;
+    assert_eq!(id.fold("Alice"), "Alice@Example.org");
+    let c = accepted("[identity]\ndefault_realm = \"Example.org\"\n");
+    assert_eq!(c.policy.identity.fold("Alice"), "alice@example.org");
+    assert_eq!(accepted("").policy.identity.fold("ALICE"), "alice");
+}

@@ -8,6 +8,7 @@ mod redis_campaign;
 mod redis_check;
 mod redis_equivalence;
 mod redis_fleet;
+mod redis_logins;
 mod redis_ratio;
 mod redis_restrict_outage;
 mod redis_shared;

@@ -8,6 +8,7 @@ mod smarthost_identity;
 mod smarthost_postfix;
 mod smarthost_postfix_alert_mail;
 mod smarthost_postfix_hold;
+mod smarthost_postfix_logins;
 mod smarthost_postfix_mail;
 mod smarthost_postfix_message;
 mod smarthost_postfix_outcomes;

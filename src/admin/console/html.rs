@@ -42,7 +42,7 @@ pub fn text(s: &str, max: usize) -> String {
 
 /// `s` escaped for a quoted attribute value (not truncated: use it for ids and URLs).
 pub fn attr(s: &str) -> String {
-    escape(s)
+    crate::report::markup::escape_attr(s)
 }
 
 /// A console URL: `path` with the query `params` percent-encoded, ready for an `href`
@@ -296,8 +296,12 @@ mod tests {
         assert_eq!(escape("plain ünïcode"), "plain ünïcode");
         assert_eq!(
             escape("a\0b\x1bc\u{7f}d\te\nf"),
-            "a\u{FFFD}b\u{FFFD}c\u{FFFD}d\te\nf"
+            "a\\u{0}b\\u{1b}c\\u{7f}d\te\nf"
         );
+        // A right-to-left override in a key is shown, not obeyed; in a form's value it
+        // stays what is submitted.
+        assert_eq!(escape("k\u{202e}gpj"), "k\\u{202e}gpj");
+        assert_eq!(attr("k\u{202e}gpj"), "k\u{202e}gpj");
         assert_eq!(escape("&amp;"), "&amp;amp;");
     }
 

@@ -228,13 +228,14 @@ pub async fn route(
         "/console/restricted" => pages::restricted::page(c, req, &shell).await,
         "/console/held" => pages::held::page(c, req, &shell).await,
         "/console/campaigns" => pages::campaigns::page(c, &shell).await,
+        // The key search finds an account however its login is spelled.
         "/console/key" => match req.param("k").filter(|k| !k.is_empty()) {
-            Some(k) => pages::key::page(c, req, k, &shell).await,
+            Some(k) => pages::key::page(c, req, &c.state.admin_key(k), &shell).await,
             None => error_page(400, "which key? /console/key/KEY", &shell),
         },
         p => {
             if let Some(k) = p.strip_prefix("/console/key/").filter(|k| !k.is_empty()) {
-                return pages::key::page(c, req, k, &shell).await;
+                return pages::key::page(c, req, &c.state.admin_key(k), &shell).await;
             }
             if let Some(id) = p.strip_prefix("/console/held/") {
                 return match id.strip_suffix(".eml") {

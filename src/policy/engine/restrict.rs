@@ -241,7 +241,11 @@ impl RateSession {
             },
             _ => return,
         };
-        self.inner.evidence.note(&evidence_key(facts), fact, now_us);
+        let key = evidence_key(facts);
+        self.inner.evidence.note(&key, fact, now_us);
+        if let (Stage::Mail, Some(typed)) = (stage, facts.login.as_deref()) {
+            self.inner.evidence.note(&key, Fact::Login(typed), now_us);
+        }
     }
 }
 

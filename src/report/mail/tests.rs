@@ -186,6 +186,24 @@ fn keys_and_subjects_cannot_inject_header_fields() {
 }
 
 #[test]
+fn bidi_and_format_characters_are_shown_in_fields_and_body() {
+    let m = notice_mail(
+        &restricted("invoice\u{202e}fdp.exe\u{200b}", "Pay \u{2067}now\u{85}"),
+        &settings(None),
+        "mx",
+        NOW,
+    );
+    let text = text_of(&m);
+    assert!(
+        !text.contains(['\u{202e}', '\u{200b}', '\u{2067}', '\u{85}']),
+        "{text}"
+    );
+    assert!(text.contains("invoice\\u{202e}fdp.exe\\u{200b}"), "{text}");
+    assert!(text.contains("Pay \\u{2067}now\\u{85}"), "{text}");
+    assert_eq!(one_line("a\tb\r\nc\u{202e}"), "a b  c\\u{202e}");
+}
+
+#[test]
 fn long_and_non_ascii_fields_are_folded_and_encoded() {
     let f = header_field("Subject", "floodgate: Jürgen restricted (per-user)");
     assert!(f.starts_with("Subject: =?utf-8?B?"), "{f}");

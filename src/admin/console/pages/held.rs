@@ -45,8 +45,10 @@ pub fn headers(section: &[u8]) -> String {
 /// The filters of the Held page, from its query string.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Filter {
-    /// The key, exactly.
+    /// The key, exactly, as the admin typed it.
     pub key: String,
+    /// The key folded like a login (`[identity]`); a message held for either passes.
+    pub account: String,
     /// The limit, exactly.
     pub limit: String,
     /// Part of the sender, any case.
@@ -59,8 +61,10 @@ impl Filter {
     /// The filters `req` asks for (empty ones filter nothing).
     pub fn of(req: &Request) -> Filter {
         let p = |n: &str| req.param(n).unwrap_or("").trim().to_string();
+        let key = p("key");
         Filter {
-            key: p("key"),
+            account: key.clone(),
+            key,
             limit: p("limit"),
             sender: p("sender"),
             subject: p("subject"),
@@ -81,7 +85,7 @@ impl Filter {
         let has = |hay: &str, needle: &str| {
             needle.is_empty() || hay.to_lowercase().contains(&needle.to_lowercase())
         };
-        (self.key.is_empty() || m.key == self.key)
+        (self.key.is_empty() || m.key == self.key || m.key == self.account)
             && (self.limit.is_empty() || m.limit == self.limit)
             && has(m.sender(), &self.sender)
             && has(h.subject.as_deref().unwrap_or(""), &self.subject)
@@ -292,7 +296,8 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         let b = "<p class=\"muted\">No hold spool: the configuration has no [hold] section.</p>";
         return html_response(200, html::page("Held messages", Nav::Held, shell, b));
     };
-    let filter = Filter::of(req);
+    let mut filter = Filter::of(req);
+    filter.account = c.state.admin_key(&filter.key);
     let asked = Page::parse(req.param("page"), PAGE_SIZE);
     let read = read_listing(&spool, &filter, asked).await;
     let Listing {
