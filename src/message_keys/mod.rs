@@ -23,6 +23,7 @@
 
 mod automatic;
 mod html;
+mod invisible;
 pub mod links;
 pub mod minhash;
 pub mod parts;
