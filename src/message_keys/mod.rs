@@ -29,6 +29,7 @@ pub mod minhash;
 pub mod parts;
 mod quotes;
 pub mod subject;
+mod visibility;
 mod words;
 
 pub use automatic::is_automatic;

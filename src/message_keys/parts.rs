@@ -46,7 +46,8 @@ pub(super) fn texts(message: &Message<'_>, hrefs: bool) -> Texts {
         match message.parts.get(id as usize).map(|p| &p.body) {
             Some(PartType::Text(t)) => out.text.push_str(prefix(t, room)),
             Some(PartType::Html(h)) => {
-                let reduced = html::reduce(prefix(h, MAX_HTML), room);
+                let h = html::without_images(h);
+                let reduced = html::reduce(prefix(&h, MAX_HTML), room);
                 out.text.push_str(prefix(&reduced.text, room));
                 if hrefs {
                     out.hrefs.extend(reduced.hrefs);
@@ -66,7 +67,8 @@ pub(super) fn texts(message: &Message<'_>, hrefs: bool) -> Texts {
                 break;
             }
             if let Some(PartType::Html(h)) = message.parts.get(id as usize).map(|p| &p.body) {
-                out.hrefs.extend(html::reduce(prefix(h, MAX_HTML), 0).hrefs);
+                let h = html::without_images(h);
+                out.hrefs.extend(html::reduce(prefix(&h, MAX_HTML), 0).hrefs);
             }
         }
         out.hrefs.truncate(html::MAX_HREFS);
