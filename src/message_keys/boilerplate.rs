@@ -75,7 +75,11 @@ impl Entry {
             return 0;
         }
         let keep = window.min(32) - age;
-        let mask = if keep >= 32 { u32::MAX } else { (1u32 << keep) - 1 };
+        let mask = if keep >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << keep) - 1
+        };
         (self.days & mask).count_ones()
     }
 }

@@ -39,8 +39,8 @@ const FROM_FIELDS: [&str; 4] = ["from", "von", "de", "da"];
 
 /// The other field names of a header block.
 const OTHER_FIELDS: [&str; 17] = [
-    "sent", "date", "to", "subject", "cc", "gesendet", "datum", "an", "betreff", "envoyé",
-    "à", "objet", "enviado", "fecha", "para", "asunto", "oggetto",
+    "sent", "date", "to", "subject", "cc", "gesendet", "datum", "an", "betreff", "envoyé", "à",
+    "objet", "enviado", "fecha", "para", "asunto", "oggetto",
 ];
 
 /// How many lines after a `From:` line the rest of its header block may reach.
@@ -68,7 +68,11 @@ fn is_separator(line: &str) -> bool {
         return false;
     }
     let inner = t.trim_matches(|c: char| c == '-' || c == '_' || c.is_whitespace());
-    let inner = inner.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase();
+    let inner = inner
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase();
     SEPARATOR_NAMES.iter().any(|n| inner == *n)
 }
 

@@ -42,8 +42,8 @@ const BLOCKS: [&str; 21] = [
 
 /// Elements that have no end tag.
 const VOID: [&str; 13] = [
-    "br", "img", "hr", "meta", "link", "input", "wbr", "area", "base", "col", "embed",
-    "source", "track",
+    "br", "img", "hr", "meta", "link", "input", "wbr", "area", "base", "col", "embed", "source",
+    "track",
 ];
 
 /// At most this many elements are tracked open (deeper ones inherit their parent's
@@ -68,7 +68,8 @@ pub(super) fn without_images(html: &str) -> std::borrow::Cow<'_, str> {
             && b[i..i + 5].eq_ignore_ascii_case(b"data:")
             && (i == 0 || !b[i - 1].is_ascii_alphanumeric())
     };
-    if !(0..b.len()).any(|i| (b[i] == b'<' && starts_image(i)) || (b[i] | 0x20 == b'd' && starts_data(i)))
+    if !(0..b.len())
+        .any(|i| (b[i] == b'<' && starts_image(i)) || (b[i] | 0x20 == b'd' && starts_data(i)))
     {
         return std::borrow::Cow::Borrowed(html);
     }
@@ -78,7 +79,10 @@ pub(super) fn without_images(html: &str) -> std::borrow::Cow<'_, str> {
     while i < b.len() {
         if b[i] == b'<' && starts_image(i) {
             out.push_str(&html[copied..i]);
-            i = b[i..].iter().position(|&c| c == b'>').map_or(b.len(), |e| i + e + 1);
+            i = b[i..]
+                .iter()
+                .position(|&c| c == b'>')
+                .map_or(b.len(), |e| i + e + 1);
             copied = i;
         } else if (b[i] == b'd' || b[i] == b'D') && starts_data(i) {
             out.push_str(&html[copied..i]);
@@ -630,7 +634,10 @@ mod tests {
         let stripped = without_images(&html);
         assert!(stripped.len() < 100, "{stripped}");
         assert_eq!(text(&stripped), "text\nl metadata: ok");
-        assert!(matches!(without_images("<p>plain</p>"), std::borrow::Cow::Borrowed(_)));
+        assert!(matches!(
+            without_images("<p>plain</p>"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

@@ -94,10 +94,32 @@ mod tests {
     #[test]
     fn every_listed_invisible_character_is_invisible() {
         for c in [
-            '\u{34F}', '\u{115F}', '\u{1160}', '\u{17B4}', '\u{17B5}', '\u{180B}', '\u{180E}',
-            '\u{180F}', '\u{200B}', '\u{200F}', '\u{202A}', '\u{202E}', '\u{2060}', '\u{2062}',
-            '\u{2064}', '\u{206F}', '\u{3164}', '\u{FE00}', '\u{FE0F}', '\u{FEFF}', '\u{FFA0}',
-            '\u{E0001}', '\u{E0FFF}', '\u{AD}', '\u{600}', '\u{FFF9}',
+            '\u{34F}',
+            '\u{115F}',
+            '\u{1160}',
+            '\u{17B4}',
+            '\u{17B5}',
+            '\u{180B}',
+            '\u{180E}',
+            '\u{180F}',
+            '\u{200B}',
+            '\u{200F}',
+            '\u{202A}',
+            '\u{202E}',
+            '\u{2060}',
+            '\u{2062}',
+            '\u{2064}',
+            '\u{206F}',
+            '\u{3164}',
+            '\u{FE00}',
+            '\u{FE0F}',
+            '\u{FEFF}',
+            '\u{FFA0}',
+            '\u{E0001}',
+            '\u{E0FFF}',
+            '\u{AD}',
+            '\u{600}',
+            '\u{FFF9}',
         ] {
             assert!(is_invisible(c), "{:04X}", c as u32);
         }
@@ -122,7 +144,10 @@ mod tests {
     fn the_ascii_table_agrees_with_the_slow_path() {
         for b in 0u8..128 {
             let s = char::from(b).to_string();
-            assert_eq!(ascii_table()[usize::from(b)], fold_slow(&s.to_ascii_lowercase()));
+            assert_eq!(
+                ascii_table()[usize::from(b)],
+                fold_slow(&s.to_ascii_lowercase())
+            );
         }
     }
 }

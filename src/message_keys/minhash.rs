@@ -33,11 +33,11 @@ use siphasher::sip::SipHasher13;
 use std::hash::Hasher;
 
 /// Words in one shingle.
-pub const SHINGLE_WORDS: usize = 4;
+pub const SHINGLE_WORDS: usize = 3;
 /// Bands of the signature, each one key value.
 pub const BANDS: usize = 24;
 /// Rows (hash functions) in one band.
-pub const ROWS: usize = 5;
+pub const ROWS: usize = 4;
 /// Hash functions in a signature.
 pub const HASHES: usize = BANDS * ROWS;
 /// A text of fewer words has no fingerprint: too short to tell a template from chance.
@@ -102,6 +102,16 @@ fn shingle_hash(words: &[u64]) -> u64 {
         h.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(w)
     });
     fmix64(h)
+}
+
+/// The hashes of the shingles of `words` (word hashes, in order): the first
+/// [`MAX_SHINGLES`]; a text of fewer than [`SHINGLE_WORDS`] words has none.
+pub(super) fn shingles(words: &[u64]) -> Vec<u64> {
+    words
+        .windows(SHINGLE_WORDS)
+        .take(MAX_SHINGLES)
+        .map(shingle_hash)
+        .collect()
 }
 
 /// The MinHash signature of the shingles of `words` (word hashes, in order): the first

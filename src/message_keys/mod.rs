@@ -157,5 +157,24 @@ pub fn compute_learnt(
     keys
 }
 
+/// The shingle hashes of a plain `text` as the fingerprint reads it (sorted, distinct):
+/// the sets whose Jaccard similarity the bands estimate, for measuring them.
+pub fn text_shingles(text: &str) -> Vec<u64> {
+    let words = reading::read(text, None).words;
+    let mut s = minhash::shingles(&words);
+    s.sort_unstable();
+    s.dedup();
+    s
+}
+
+/// The fingerprint's band values of a plain `text` (as [`compute`] gives them for a
+/// message whose only text part it is).
+pub fn text_bands(text: &str) -> Vec<String> {
+    let words = reading::read(text, None).words;
+    minhash::signature(&words)
+        .map(|s| minhash::band_keys(&s))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests;

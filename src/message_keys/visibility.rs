@@ -99,7 +99,10 @@ pub(super) fn parse_color(value: &str) -> Option<Rgb> {
         .or_else(|| v.strip_prefix("rgb("))
         .and_then(|a| a.strip_suffix(')'))
     {
-        let parts: Vec<&str> = args.split([',', ' ', '/']).filter(|p| !p.is_empty()).collect();
+        let parts: Vec<&str> = args
+            .split([',', ' ', '/'])
+            .filter(|p| !p.is_empty())
+            .collect();
         if parts.len() < 3 {
             return None;
         }
@@ -114,7 +117,11 @@ pub(super) fn parse_color(value: &str) -> Option<Rgb> {
             let x: f32 = p.parse().ok()?;
             Some(x.clamp(0.0, 255.0).round() as u8)
         };
-        return Some(Rgb(channel(parts[0])?, channel(parts[1])?, channel(parts[2])?));
+        return Some(Rgb(
+            channel(parts[0])?,
+            channel(parts[1])?,
+            channel(parts[2])?,
+        ));
     }
     let named = match v.as_str() {
         "white" | "snow" | "ivory" | "ghostwhite" | "whitesmoke" | "floralwhite" => WHITE,
