@@ -270,8 +270,8 @@ proptest! {
 
     /// Texts of random words from a 3,000-word vocabulary share no band. They share a
     /// 4-word shingle with probability below 300² / 3000⁴ ≈ 10⁻⁹, and without one a band
-    /// agrees only by five equal 32-bit minima or a 64-bit band hash collision: far below
-    /// 10⁻⁹ per case.
+    /// agrees only by four equal 32-bit minima or a 64-bit band hash collision: far below
+    /// 10⁻⁵ per case.
     #[test]
     fn unrelated_texts_share_no_band(
         a in prop::collection::vec(0usize..3000, 50..300),
