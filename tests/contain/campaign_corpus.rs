@@ -322,9 +322,10 @@ fn roff_text(line: &str) -> String {
             continue;
         }
         match chars.next() {
+            // A font change: `\fB`, or `\f(CW` with a two-letter name.
             Some('f') => {
-                if chars.next() == Some('(') {
-                    chars.next();
+                let two = chars.next() == Some('(');
+                for _ in 0..2 * usize::from(two) {
                     chars.next();
                 }
             }
