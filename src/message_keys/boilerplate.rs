@@ -147,7 +147,7 @@ impl Boilerplate {
     }
 
     /// Records that the account of hash `account` sent `blocks` (block hashes, see
-    /// [`crate::message_keys::Reading::blocks`]) on day `today`.
+    /// [`crate::message_keys::MessageKeys::blocks`]) on day `today`.
     pub fn observe(&mut self, account: u64, today: u32, blocks: &[u64]) {
         let bit = 1u128 << (account % 128);
         for &b in blocks {
