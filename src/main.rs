@@ -136,7 +136,9 @@ enum Cmd {
         admin: AdminArgs,
     },
     /// Print the message keys of a message (`${fingerprint}` bands, `${link_domain}`,
-    /// `${subject_shape}`), to see why two messages matched; no floodgate needed.
+    /// `${subject_shape}`) and the lines the fingerprint left out as not the author's
+    /// (forwarded, signature, disclaimer; learnt boilerplate only in a running floodgate),
+    /// to see why two messages matched; no floodgate needed.
     Fingerprint {
         /// The message (.eml: header section, blank line, body).
         file: PathBuf,
@@ -474,9 +476,21 @@ fn fingerprint(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
             "link_domain": keys.link_domains,
             "subject_shape": keys.subject_shape,
             "automatic": automatic,
+            "quoted_lines": keys.quoted_lines,
+            "left_out": keys.left_out,
         });
         outln!("{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());
+    }
+    if keys.quoted_lines > 0 {
+        println!("left out: {} quoted line(s)", keys.quoted_lines);
+    }
+    for t in &keys.left_out {
+        println!(
+            "left out ({}): {}",
+            serde_json::to_value(t.why)?.as_str().unwrap_or(""),
+            t.text
+        );
     }
     if keys.fingerprint.is_empty() {
         outln!("fingerprint: none (too little text)")?;
@@ -571,6 +585,14 @@ async fn serve_until_stopped(
         store: CancellationToken::new(),
     };
     let store_tasks = spawn_store_tasks(&store, &config.store, stops.store.clone());
+    let boilerplate_task = config.store.path.as_ref().map(|p| {
+        keep_boilerplate(
+            policy.clone(),
+            boilerplate_path(p),
+            config.store.snapshot_interval.0,
+            stops.store.clone(),
+        )
+    });
     for w in warnings(&generation.policy) {
         warn!("{w}");
     }
@@ -597,7 +619,69 @@ async fn serve_until_stopped(
     }
     stops.store.cancel();
     let _ = store_tasks.await;
+    if let Some(t) = boilerplate_task {
+        let _ = t.await;
+    }
     Ok(())
+}
+
+/// Where the learnt boilerplate of the fingerprint is kept: beside the store's snapshot,
+/// its name with `.boilerplate` added.
+fn boilerplate_path(snapshot: &std::path::Path) -> PathBuf {
+    let mut name = snapshot.file_name().unwrap_or_default().to_os_string();
+    name.push(".boilerplate");
+    snapshot.with_file_name(name)
+}
+
+/// Loads the boilerplate learnt before a restart from `path` (when there), then writes it
+/// there every `interval` and once more when `stop` fires: temporary file, rename.
+fn keep_boilerplate(
+    policy: RatePolicy,
+    path: PathBuf,
+    interval: std::time::Duration,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    match std::fs::read(&path) {
+        Ok(bytes) => match policy.restore_boilerplate(&bytes) {
+            Ok(n) => info!(path = %path.display(), blocks = n, "learnt boilerplate loaded"),
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "learnt boilerplate not loaded; learning again")
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => warn!(path = %path.display(), error = %e, "cannot read the learnt boilerplate"),
+    }
+    tokio::spawn(async move {
+        let save = |policy: RatePolicy, path: PathBuf| async move {
+            let bytes = policy.boilerplate_bytes();
+            let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+                use std::os::unix::fs::OpenOptionsExt;
+                let tmp = path.with_extension("boilerplate.tmp");
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&tmp)?;
+                f.write_all(&bytes)?;
+                f.sync_all()?;
+                std::fs::rename(&tmp, &path)
+            })
+            .await;
+            if let Ok(Err(e)) = written {
+                warn!(error = %e, "cannot write the learnt boilerplate");
+            }
+        };
+        let mut ticker = tokio::time::interval(interval.max(std::time::Duration::from_secs(1)));
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = ticker.tick() => save(policy.clone(), path.clone()).await,
+            }
+        }
+        save(policy, path).await;
+    })
 }
 
 /// What alert mail needs: the upstream in force to send through, the metrics it counts

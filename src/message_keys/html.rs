@@ -3,7 +3,14 @@
 //! Tags go; the contents of `script`, `style`, `head`, `title` and `noscript` go with
 //! them; block elements end a line; character references are decoded. Text inside
 //! `blockquote` comes out as quoted lines (`> `), so that quotes in HTML replies are left out
-//! like quotes in plain ones.
+//! like quotes in plain ones. Text the reader cannot see goes too: inside an element that
+//! inline CSS or the `hidden` attribute hides, or drawn in (nearly) the colour of its
+//! background (module `visibility`). The quoted or forwarded part of a reply in the forms
+//! mail clients mark it (Gmail's `gmail_quote`, Outlook's `divRplyFwdMsg` and its
+//! `border-top` separator, Thunderbird's `moz-cite-prefix`) ends the author's text: nothing
+//! after it is read as text.
+
+use super::visibility::{parse_attribute_color, parse_style, Rgb, BLACK, WHITE};
 
 /// Elements whose contents are not shown.
 const HIDDEN: [&str; 5] = ["script", "style", "head", "title", "noscript"];
@@ -33,8 +40,67 @@ const BLOCKS: [&str; 21] = [
     "footer",
 ];
 
+/// Elements that have no end tag.
+const VOID: [&str; 13] = [
+    "br", "img", "hr", "meta", "link", "input", "wbr", "area", "base", "col", "embed", "source",
+    "track",
+];
+
+/// At most this many elements are tracked open (deeper ones inherit their parent's
+/// visibility).
+const MAX_DEPTH: usize = 256;
+
 /// At most this many link targets are taken from one document.
 pub(super) const MAX_HREFS: usize = 10_000;
+
+/// `html` without its `<img …>` tags and without the payload of its `data:` URIs: an inline
+/// image placed before the text must not push the text out of the bytes read. Linear in
+/// the length of `html`.
+pub(super) fn without_images(html: &str) -> std::borrow::Cow<'_, str> {
+    let b = html.as_bytes();
+    let starts_image = |i: usize| {
+        b.len() >= i + 4
+            && b[i..i + 4].eq_ignore_ascii_case(b"<img")
+            && b.get(i + 4).is_none_or(|c| !c.is_ascii_alphanumeric())
+    };
+    let starts_data = |i: usize| {
+        b.len() >= i + 5
+            && b[i..i + 5].eq_ignore_ascii_case(b"data:")
+            && (i == 0 || !b[i - 1].is_ascii_alphanumeric())
+    };
+    if !(0..b.len())
+        .any(|i| (b[i] == b'<' && starts_image(i)) || (b[i] | 0x20 == b'd' && starts_data(i)))
+    {
+        return std::borrow::Cow::Borrowed(html);
+    }
+    let mut out = String::with_capacity(html.len().min(MAX_KEPT));
+    let mut i = 0;
+    let mut copied = 0;
+    while i < b.len() {
+        if b[i] == b'<' && starts_image(i) {
+            out.push_str(&html[copied..i]);
+            i = b[i..]
+                .iter()
+                .position(|&c| c == b'>')
+                .map_or(b.len(), |e| i + e + 1);
+            copied = i;
+        } else if (b[i] == b'd' || b[i] == b'D') && starts_data(i) {
+            out.push_str(&html[copied..i]);
+            i += b[i..]
+                .iter()
+                .position(|&c| matches!(c, b'"' | b'\'' | b')' | b'>') || c.is_ascii_whitespace())
+                .unwrap_or(b.len() - i);
+            copied = i;
+        } else {
+            i += 1;
+        }
+    }
+    out.push_str(&html[copied..]);
+    std::borrow::Cow::Owned(out)
+}
+
+/// The capacity reserved for an HTML part without its images.
+const MAX_KEPT: usize = 1024 * 1024;
 
 /// The text of one HTML document and its link targets.
 #[derive(Debug, Default, PartialEq)]
@@ -54,14 +120,15 @@ pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
         start: true,
         ..Line::default()
     };
+    let mut open = Open::default();
     let mut rest = html;
     while !rest.is_empty() {
-        let full = out.text.len() >= max_text;
+        let full = out.text.len() >= max_text || open.cut;
         if full && out.hrefs.len() >= MAX_HREFS {
             break;
         }
         let lt = rest.find('<').unwrap_or(rest.len());
-        if !full {
+        if !full && open.visible() {
             push_text(&mut out.text, &rest[..lt], &mut line);
         }
         rest = &rest[lt..];
@@ -74,7 +141,7 @@ pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
         }
         let Some(tag) = Tag::read(rest) else {
             // A '<' that opens no tag is text.
-            if !full {
+            if !full && open.visible() {
                 push_text(&mut out.text, "<", &mut line);
             }
             rest = &rest[1..];
@@ -88,6 +155,7 @@ pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
                 continue;
             }
         }
+        open.tag(&tag);
         if is("blockquote") {
             line.quote_depth = if tag.closing {
                 line.quote_depth.saturating_sub(1)
@@ -145,6 +213,113 @@ struct Line {
     space: bool,
     /// Blockquotes open.
     quote_depth: usize,
+}
+
+/// The elements open, with what their style says about their text.
+#[derive(Default)]
+struct Open {
+    /// Name, hidden, text colour, background colour of each open element, outermost first.
+    stack: Vec<Frame>,
+    /// A quoted or forwarded part began: no text is read after it.
+    cut: bool,
+}
+
+/// One open element.
+struct Frame {
+    name: String,
+    hidden: bool,
+    color: Rgb,
+    background: Rgb,
+}
+
+impl Open {
+    /// Whether text here is shown: no open element hides it and its colour differs from
+    /// its background.
+    fn visible(&self) -> bool {
+        self.stack
+            .last()
+            .is_none_or(|f| !f.hidden && !f.color.near(f.background))
+    }
+
+    /// Opens or closes an element for `tag`.
+    fn tag(&mut self, tag: &Tag<'_>) {
+        if tag.name.is_empty() {
+            return;
+        }
+        if tag.closing {
+            if let Some(i) = self
+                .stack
+                .iter()
+                .rposition(|f| f.name.eq_ignore_ascii_case(tag.name))
+            {
+                self.stack.truncate(i);
+            }
+            return;
+        }
+        if is_quote_marker(tag) {
+            self.cut = true;
+        }
+        if VOID.iter().any(|v| tag.name.eq_ignore_ascii_case(v)) || tag.self_closing() {
+            return;
+        }
+        // A new paragraph or list item ends the one open (their end tags are optional).
+        if ["p", "li"].iter().any(|n| tag.name.eq_ignore_ascii_case(n))
+            && self
+                .stack
+                .last()
+                .is_some_and(|f| f.name.eq_ignore_ascii_case(tag.name))
+        {
+            self.stack.pop();
+        }
+        if self.stack.len() >= MAX_DEPTH {
+            return;
+        }
+        let (parent_hidden, parent_color, parent_background) = self
+            .stack
+            .last()
+            .map_or((false, BLACK, WHITE), |f| (f.hidden, f.color, f.background));
+        let style = tag.attribute("style").map(parse_style).unwrap_or_default();
+        let background = style
+            .background
+            .or_else(|| tag.attribute("bgcolor").and_then(parse_attribute_color))
+            .unwrap_or(parent_background);
+        let color = style
+            .color
+            .or_else(|| {
+                tag.name
+                    .eq_ignore_ascii_case("font")
+                    .then(|| tag.attribute("color").and_then(parse_attribute_color))
+                    .flatten()
+            })
+            .unwrap_or(parent_color);
+        self.stack.push(Frame {
+            name: tag.name.to_ascii_lowercase(),
+            hidden: parent_hidden || style.hidden || tag.attribute("hidden").is_some(),
+            color,
+            background,
+        });
+    }
+}
+
+/// Whether `tag` opens the quoted or forwarded part of a reply as mail clients mark it:
+/// Gmail's `gmail_quote`, Thunderbird's `moz-cite-prefix`, Outlook's `divRplyFwdMsg` and
+/// the top border Outlook draws above the forwarded header block.
+fn is_quote_marker(tag: &Tag<'_>) -> bool {
+    let class = tag.attribute("class").unwrap_or("");
+    let id = tag.attribute("id").unwrap_or("");
+    if class
+        .split_whitespace()
+        .any(|c| c == "gmail_quote" || c == "moz-cite-prefix" || c == "gmail_quote_container")
+        || id.starts_with("divRplyFwdMsg")
+        || id == "appendonsend"
+    {
+        return true;
+    }
+    if !tag.name.eq_ignore_ascii_case("div") {
+        return false;
+    }
+    let style = tag.attribute("style").unwrap_or("").to_ascii_lowercase();
+    style.contains("border-top:solid") || style.contains("border-top: solid")
 }
 
 /// The rest of the document after the end tag of `name` (all of it gone when there is none).
@@ -209,6 +384,11 @@ impl<'a> Tag<'a> {
             attributes: &body[name_len..end],
             len: (offset + end + 1).min(s.len()),
         })
+    }
+
+    /// Whether the tag ends with `/>`.
+    fn self_closing(&self) -> bool {
+        self.attributes.trim_end().ends_with('/')
     }
 
     /// The raw value of attribute `wanted` (quoted or not), references not yet decoded.
@@ -408,6 +588,56 @@ mod tests {
         assert_eq!(text("a < b and 3<4 <"), "a < b and 3<4 <");
         assert_eq!(text("V<b></b>iagra <i>now</i>"), "Viagra now");
         assert_eq!(text("<p unclosed attr=\"x>y"), "");
+    }
+
+    #[test]
+    fn text_hidden_by_css_or_colour_goes() {
+        assert_eq!(
+            text("<p>shown <span style=\"display:none\">hidden1</span> <font style='font-size:0px'>hidden2</font> too</p>\
+                  <div hidden>hidden3</div><div style=\"max-height:0;overflow:hidden\">hidden4 <b>x</b></div>\
+                  <div style=\"mso-hide:all\">hidden5</div><span style='opacity:0'>hidden6</span>end"),
+            "shown too\nend"
+        );
+        // White on white (the default background), near-white on white, and text on a
+        // background of its own colour set by an ancestor.
+        assert_eq!(
+            text("<p>a <span style='color:#fff'>w1</span> <font color=\"#fefefe\">w2</font> b</p>\
+                  <table bgcolor=\"#123456\"><tr><td><span style='color:#123457'>w3</span> c</td></tr></table>\
+                  <div style='background:#000;color:#fff'>d</div>"),
+            "a b\nc\nd\n"
+        );
+        // Unclosed paragraphs end at the next one.
+        assert_eq!(text("<p style='display:none'>x<p>y"), "y");
+    }
+
+    #[test]
+    fn quoted_and_forwarded_parts_end_the_text() {
+        for marker in [
+            "<div class=\"gmail_quote\">",
+            "<div id=\"divRplyFwdMsg\" dir=\"ltr\">",
+            "<div style=\"border:none;border-top:solid #E1E1E1 1.0pt;padding:3.0pt 0in 0in 0in\">",
+            "<div class=\"moz-cite-prefix\">",
+        ] {
+            let r = reduce(
+                &format!("<p>mine</p>{marker}<p>From: Ann</p><a href=\"https://x.example\">old</a></div><p>after</p>"),
+                usize::MAX,
+            );
+            assert_eq!(r.text, "mine\n", "{marker}");
+            assert_eq!(r.hrefs, ["https://x.example"]);
+        }
+    }
+
+    #[test]
+    fn images_and_data_uris_are_dropped_before_the_window() {
+        let big = "A".repeat(2_000_000);
+        let html = format!("<IMG src=\"data:image/png;base64,{big}\"><p>text</p><a href='data:x,{big}'>l</a> metadata: ok");
+        let stripped = without_images(&html);
+        assert!(stripped.len() < 100, "{stripped}");
+        assert_eq!(text(&stripped), "text\nl metadata: ok");
+        assert!(matches!(
+            without_images("<p>plain</p>"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

@@ -16,21 +16,33 @@
 //! parsed, [`parts::MAX_TEXT`] bytes of text read, [`minhash::MAX_SHINGLES`] shingles
 //! hashed, [`links::MAX_LINKS_READ`] links read; bad MIME gives fewer keys, never a panic.
 //!
-//! The text the fingerprint reads: the text parts (the plain alternative where there is
-//! one; HTML reduced to its text), quoted lines and the attribution before them left out
-//! (module `quotes`), then normalised word by word (module `words`): case-folded, links as
-//! their host, digit runs as `0`, random-looking tokens as `*`, punctuation dropped.
+//! The text the fingerprint reads is the author's own visible text (module [`reading`]):
+//! the text parts (the plain alternative where there is one; HTML reduced to the text a
+//! reader sees, CSS-hidden and same-colour text left out, images dropped before its byte
+//! window), without quoted lines, forwarded or Outlook-quoted messages, signatures,
+//! disclaimers and the organisation's learnt boilerplate ([`Boilerplate`]), then normalised
+//! word by word (module `words`): invisible characters dropped, look-alike letters folded,
+//! case-folded, links as their host, digit runs as `0`, random-looking tokens as `*`,
+//! punctuation dropped.
 
 mod automatic;
+pub mod boilerplate;
+mod forwarded;
 mod html;
+mod invisible;
 pub mod links;
 pub mod minhash;
 pub mod parts;
 mod quotes;
+pub mod reading;
+mod signature;
 pub mod subject;
+mod visibility;
 mod words;
 
 pub use automatic::is_automatic;
+pub use boilerplate::Boilerplate;
+pub use reading::{LeftOut, Told};
 
 use mail_parser::MessageParser;
 
@@ -78,12 +90,31 @@ pub struct MessageKeys {
     /// The message links somewhere, and only to exempt domains (with `link_domains`
     /// wanted): own bulk mail, which the caller may leave without keys.
     pub only_exempt_links: bool,
+    /// With the fingerprint: the hashes of the blocks of the author's text (lines of at
+    /// least [`boilerplate::MIN_BLOCK_WORDS`] words), for [`Boilerplate::observe`].
+    pub blocks: Vec<u64>,
+    /// With the fingerprint: the lines left out as not the author's (at most
+    /// [`reading::MAX_TOLD`]), and why.
+    pub left_out: Vec<Told>,
+    /// With the fingerprint: the quoted lines left out.
+    pub quoted_lines: usize,
 }
 
 /// Computes the `wanted` keys of `message` (the whole message as received: header section,
 /// blank line, body; CRLF line ends) in bounded time and memory. Links to a domain of
 /// `exempt_link_domains`, or to a subdomain of one, are left out of `link_domains`.
 pub fn compute(message: &[u8], wanted: Wanted, exempt_link_domains: &[String]) -> MessageKeys {
+    compute_learnt(message, wanted, exempt_link_domains, None)
+}
+
+/// [`compute`], the lines that `learnt` (the organisation's boilerplate, and today's day
+/// number, [`boilerplate::day_of`]) holds left out of the fingerprint.
+pub fn compute_learnt(
+    message: &[u8],
+    wanted: Wanted,
+    exempt_link_domains: &[String],
+    learnt: Option<(&Boilerplate, u32)>,
+) -> MessageKeys {
     let mut keys = MessageKeys::default();
     if wanted.is_none() {
         return keys;
@@ -105,7 +136,13 @@ pub fn compute(message: &[u8], wanted: Wanted, exempt_link_domains: &[String]) -
     if needs_body {
         let texts = parts::texts(&parsed, wanted.link_domains);
         if wanted.fingerprint {
-            keys.fingerprint = fingerprint(&texts.text);
+            let reading = reading::read(&texts.text, learnt);
+            keys.fingerprint = minhash::signature(&reading.words)
+                .map(|s| minhash::band_keys(&s))
+                .unwrap_or_default();
+            keys.blocks = reading.blocks;
+            keys.left_out = reading.told;
+            keys.quoted_lines = reading.quoted;
         }
         if wanted.link_domains {
             let mut domains = links::LinkDomains::new(exempt_link_domains);
@@ -120,20 +157,21 @@ pub fn compute(message: &[u8], wanted: Wanted, exempt_link_domains: &[String]) -
     keys
 }
 
-/// The fingerprint of a message's text: its unquoted lines' normalised words, shingled,
-/// MinHashed and banded. Empty when there are fewer than [`minhash::MIN_WORDS`] words.
-fn fingerprint(text: &str) -> Vec<String> {
-    let mut hashes = Vec::new();
-    for line in quotes::unquoted_lines(text) {
-        let more = words::each_word(line, &mut |w| {
-            hashes.push(minhash::word_hash(w));
-            hashes.len() < minhash::MAX_WORDS
-        });
-        if !more {
-            break;
-        }
-    }
-    minhash::signature(&hashes)
+/// The shingle hashes of a plain `text` as the fingerprint reads it (sorted, distinct):
+/// the sets whose Jaccard similarity the bands estimate, for measuring them.
+pub fn text_shingles(text: &str) -> Vec<u64> {
+    let words = reading::read(text, None).words;
+    let mut s = minhash::shingles(&words);
+    s.sort_unstable();
+    s.dedup();
+    s
+}
+
+/// The fingerprint's band values of a plain `text` (as [`compute`] gives them for a
+/// message whose only text part it is).
+pub fn text_bands(text: &str) -> Vec<String> {
+    let words = reading::read(text, None).words;
+    minhash::signature(&words)
         .map(|s| minhash::band_keys(&s))
         .unwrap_or_default()
 }

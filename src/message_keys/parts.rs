@@ -3,7 +3,7 @@
 //! budget.
 
 use super::html;
-use mail_parser::{Message, PartType};
+use mail_parser::{Message, MimeHeaders, PartType};
 
 /// At most this many bytes of decoded text are read from one message.
 pub const MAX_TEXT: usize = 256 * 1024;
@@ -46,7 +46,8 @@ pub(super) fn texts(message: &Message<'_>, hrefs: bool) -> Texts {
         match message.parts.get(id as usize).map(|p| &p.body) {
             Some(PartType::Text(t)) => out.text.push_str(prefix(t, room)),
             Some(PartType::Html(h)) => {
-                let reduced = html::reduce(prefix(h, MAX_HTML), room);
+                let h = html::without_images(h);
+                let reduced = html::reduce(prefix(&h, MAX_HTML), room);
                 out.text.push_str(prefix(&reduced.text, room));
                 if hrefs {
                     out.hrefs.extend(reduced.hrefs);
@@ -55,6 +56,26 @@ pub(super) fn texts(message: &Message<'_>, hrefs: bool) -> Texts {
             _ => continue,
         }
         out.text.push('\n');
+    }
+    if out.text.trim().is_empty() {
+        // The body mail-parser chose holds no text (an inline image placed first in a
+        // multipart/related, say): the first text part not given as an attachment is the
+        // text the reader sees.
+        if let Some(part) = message.parts.iter().find(|p| {
+            matches!(p.body, PartType::Text(_) | PartType::Html(_))
+                && !p.content_disposition().is_some_and(|d| d.is_attachment())
+        }) {
+            match &part.body {
+                PartType::Text(t) => out.text.push_str(prefix(t, MAX_TEXT)),
+                PartType::Html(h) => {
+                    let h = html::without_images(h);
+                    out.text
+                        .push_str(&html::reduce(prefix(&h, MAX_HTML), MAX_TEXT).text);
+                }
+                _ => {}
+            }
+            out.text.push('\n');
+        }
     }
     if hrefs {
         for &id in message
@@ -66,7 +87,9 @@ pub(super) fn texts(message: &Message<'_>, hrefs: bool) -> Texts {
                 break;
             }
             if let Some(PartType::Html(h)) = message.parts.get(id as usize).map(|p| &p.body) {
-                out.hrefs.extend(html::reduce(prefix(h, MAX_HTML), 0).hrefs);
+                let h = html::without_images(h);
+                out.hrefs
+                    .extend(html::reduce(prefix(&h, MAX_HTML), 0).hrefs);
             }
         }
         out.hrefs.truncate(html::MAX_HREFS);
@@ -120,6 +143,14 @@ mod tests {
         );
         assert_eq!(t.text, "");
         assert!(t.hrefs.is_empty());
+    }
+
+    #[test]
+    fn an_image_placed_first_does_not_hide_the_text() {
+        let t = parse(
+            "Subject: x\r\nContent-Type: multipart/related; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: image/png\r\nContent-Transfer-Encoding: base64\r\n\r\niVBORw0KGgo=\r\n--b\r\nContent-Type: text/html\r\n\r\n<p>the text</p>\r\n--b\r\nContent-Type: text/plain\r\nContent-Disposition: attachment\r\n\r\nattached\r\n--b--\r\n",
+        );
+        assert_eq!(t.text.trim(), "the text");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The shape of a Subject: what stays the same across a campaign's copies when each copy
 //! numbers or tags its Subject differently.
 
-use super::words::{fold_into, is_random, RANDOM};
+use super::words::{case_fold_into, is_random, RANDOM};
 
 /// A shape is cut to at most this many bytes (at a character boundary): it is a key.
 pub const MAX_SHAPE: usize = 200;
@@ -23,13 +23,13 @@ pub(super) fn shape(subject: &str) -> Option<String> {
         });
         let core = &token[core_start..core_end];
         if is_random(core) {
-            fold_into(&token[..core_start], &mut buf);
+            case_fold_into(&token[..core_start], &mut buf);
             out.push_str(&buf);
             out.push_str(RANDOM);
-            fold_into(&token[core_end..], &mut buf);
+            case_fold_into(&token[core_end..], &mut buf);
             out.push_str(&buf);
         } else {
-            fold_into(token, &mut buf);
+            case_fold_into(token, &mut buf);
             out.push_str(&buf);
         }
         if out.len() >= MAX_SHAPE {

@@ -4,7 +4,7 @@
 //! Masking makes the parts a campaign varies per recipient (order numbers, tracking tokens,
 //! coupon codes) read the same in every copy, so that only the wording is compared.
 
-use super::links;
+use super::{invisible, links};
 
 /// What every random-looking token reads as.
 pub(super) const RANDOM: &str = "*";
@@ -71,13 +71,10 @@ pub(super) fn is_random(token: &str) -> bool {
 }
 
 /// Characters that change nothing a reader sees and are dropped inside words (zero-width
-/// spaces and joiners, the soft hyphen, the byte order mark): spammers put them in words to
-/// make every copy spell them differently.
+/// spaces and joiners, the soft hyphen, every other default-ignorable or format character):
+/// spammers put them in words to make every copy spell them differently.
 fn is_invisible(c: char) -> bool {
-    matches!(
-        c,
-        '\u{00AD}' | '\u{200B}' | '\u{200C}' | '\u{200D}' | '\u{2060}' | '\u{FEFF}'
-    )
+    invisible::is_invisible(c)
 }
 
 /// Whether `c` separates words: anything that is neither a letter or digit nor invisible.
@@ -138,8 +135,43 @@ fn plain(token: &str, buf: &mut String, emit: &mut dyn FnMut(&str) -> bool) -> b
         })
 }
 
-/// `piece` case-folded into `buf`, each run of digits as `0`, invisible characters dropped.
+/// `piece` folded into `buf`: invisible characters dropped, look-alike letters folded to
+/// one form (NFKC, lower case, confusable skeleton: Cyrillic `а` reads as `a`, a digit
+/// that looks like a letter as that letter), each remaining run of digits as `0`.
 pub(super) fn fold_into(piece: &str, buf: &mut String) {
+    buf.clear();
+    if piece.chars().all(|c| c.is_numeric() || is_invisible(c)) {
+        if piece.chars().any(char::is_numeric) {
+            buf.push(DIGITS);
+        }
+        return;
+    }
+    let mut folded = String::with_capacity(piece.len());
+    let mut run = String::new();
+    for c in piece.chars() {
+        if is_invisible(c) {
+            continue;
+        }
+        run.push(c);
+    }
+    invisible::fold_letters(&run, &mut folded);
+    let mut in_digits = false;
+    for c in folded.chars() {
+        if c.is_numeric() {
+            if !in_digits {
+                buf.push(DIGITS);
+            }
+            in_digits = true;
+            continue;
+        }
+        in_digits = false;
+        buf.push(c);
+    }
+}
+
+/// `piece` case-folded into `buf`, each run of digits as `0`, invisible characters dropped
+/// (the Subject's shape: people read it, so look-alikes are not folded there).
+pub(super) fn case_fold_into(piece: &str, buf: &mut String) {
     buf.clear();
     let mut in_digits = false;
     for c in piece.chars() {
@@ -187,9 +219,11 @@ mod tests {
     fn digit_runs_read_as_zero() {
         assert_eq!(
             words("Order 12345 costs $1,299.00 (ref A12B)"),
-            ["order", "0", "costs", "0", "0", "0", "ref", "a0b"]
+            ["order", "0", "costs", "0", "0", "0", "ref", "al0b"]
         );
-        assert_eq!(words("covid19 ٣٤٥"), ["covid0", "0"]);
+        assert_eq!(words("covid19 ٣٤٥"), ["covidl0", "0"]);
+        // A digit that looks like a letter reads as the letter.
+        assert_eq!(words("0ffer 0rder"), ["offer", "order"]);
     }
 
     #[test]
@@ -229,7 +263,12 @@ mod tests {
 
     #[test]
     fn invisible_characters_do_not_split_words() {
-        assert_eq!(words("fr\u{200B}ee mo\u{00AD}ney"), ["free", "money"]);
+        assert_eq!(words("fr\u{200B}ee mo\u{00AD}ney"), words("free money"));
+        assert_eq!(
+            words("fr\u{034F}ee mo\u{2062}n\u{2063}e\u{2064}y o\u{180E}ffer"),
+            words("free money offer")
+        );
+        assert_eq!(words("Frее mоnеy"), words("free money"));
     }
 
     #[test]

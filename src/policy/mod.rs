@@ -214,13 +214,15 @@ pub trait Policy: Send + Sync {
     /// that some limit uses (see [`crate::message_keys`]); `None` when no limit uses one,
     /// or the message is from the null sender (`null_sender`) or automatic or list mail and
     /// `[message_keys] include_automatic` is off, or every link of it goes to an exempt
-    /// domain. The default computes none.
+    /// domain. `account` (the authenticated id, or the client address without AUTH) is
+    /// what the organisation's boilerplate is learnt from. The default computes none.
     fn message_keys(
         &self,
         message: &[u8],
         null_sender: bool,
+        account: Option<&str>,
     ) -> Option<crate::message_keys::MessageKeys> {
-        let _ = (message, null_sender);
+        let _ = (message, null_sender, account);
         None
     }
 

@@ -191,9 +191,19 @@ impl Session {
             };
         // The message keys, when some limit is keyed on one (else nothing is computed).
         let null_sender = self.policy.facts.sender.as_deref() == Some("");
+        let facts = &self.policy.facts;
+        let account = facts
+            .user
+            .clone()
+            .or_else(|| facts.client_ip.map(|ip| ip.to_string()));
+        let account = account.as_deref();
         self.policy.facts.message_keys = match msg {
-            Spooled::Data(wire) => self.shared.policy.message_keys(wire.message(), null_sender),
-            Spooled::Chunked(body) => self.shared.policy.message_keys(body, null_sender),
+            Spooled::Data(wire) => {
+                self.shared
+                    .policy
+                    .message_keys(wire.message(), null_sender, account)
+            }
+            Spooled::Chunked(body) => self.shared.policy.message_keys(body, null_sender, account),
         }
         .map(std::sync::Arc::new);
         fields.message_id

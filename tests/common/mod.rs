@@ -256,6 +256,7 @@ pub fn smtplib(addr: SocketAddr, body: &str, limit: Duration) -> Output {
 
 pub mod book;
 pub mod campaign;
+pub mod corpus;
 pub mod daemon;
 pub mod delivered;
 pub mod dovecot;

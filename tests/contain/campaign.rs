@@ -158,7 +158,15 @@ fn a_campaign_across_eight_accounts_is_stopped_at_the_third() {
     let list = v["campaigns"].as_array().unwrap();
     assert!(!list.is_empty(), "{v}");
     let c = &list[0];
-    assert_eq!(c["accounts"].as_array().unwrap().len(), PHISHERS, "{c}");
+    // Listed per band value: each copy shares some band with the others, not every copy
+    // the same one, so the bands listed cover the eight accounts between them.
+    assert!(c["accounts"].as_array().unwrap().len() >= 4, "{c}");
+    let listed: std::collections::HashSet<&str> = list
+        .iter()
+        .flat_map(|c| c["accounts"].as_array().unwrap())
+        .map(|a| a["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed.len(), PHISHERS, "{v}");
     assert!(c["accounts"]
         .as_array()
         .unwrap()

@@ -5,6 +5,7 @@ mod common;
 
 mod auth_attempt;
 mod campaign;
+mod campaign_corpus;
 mod evidence;
 mod hold;
 mod hold_spool;

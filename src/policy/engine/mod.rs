@@ -83,6 +83,9 @@ struct Inner {
     queued: Arc<crate::outcomes::index::Index>,
     /// What the hold spool holds per key, on this node and the others.
     held: HeldReader,
+    /// The organisation's boilerplate, learnt from the messages whose fingerprint is
+    /// computed, left out of later fingerprints (node-local, also with Redis).
+    boilerplate: RwLock<crate::message_keys::Boilerplate>,
 }
 
 /// What the policy of a running floodgate reports to and reads besides its limits and
@@ -165,6 +168,7 @@ impl RatePolicy {
                 paced,
                 notifier,
                 queued: Arc::default(),
+                boilerplate: RwLock::default(),
             }),
         }
     }
@@ -278,14 +282,37 @@ impl Policy for RatePolicy {
         &self,
         message: &[u8],
         null_sender: bool,
+        account: Option<&str>,
     ) -> Option<crate::message_keys::MessageKeys> {
+        use crate::message_keys::boilerplate::{account_hash, day_of};
         let model = self
             .inner
             .current
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        message_keys_of(&model, message, null_sender)
+        let seconds = u64::try_from((self.inner.clock)() / 1_000_000).unwrap_or(0);
+        let today = day_of(seconds);
+        let keys = {
+            let learnt = self
+                .inner
+                .boilerplate
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
+            message_keys_of(&model, message, null_sender, Some((&learnt, today)))
+        };
+        // Learnt from the author's blocks after the keys are read: a block becomes
+        // boilerplate only over days, never through the message being judged.
+        if let (Some(k), Some(account)) = (&keys, account) {
+            if !k.blocks.is_empty() {
+                self.inner
+                    .boilerplate
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .observe(account_hash(account), today, &k.blocks);
+            }
+        }
+        keys
     }
 }
 
@@ -302,8 +329,10 @@ fn message_keys_of(
     model: &PolicyModel,
     message: &[u8],
     null_sender: bool,
+    learnt: Option<(&crate::message_keys::Boilerplate, u32)>,
 ) -> Option<crate::message_keys::MessageKeys> {
-    use crate::message_keys::{compute, is_automatic, Wanted};
+    use crate::message_keys::{compute_learnt, is_automatic, Wanted};
+    let compute = |m: &[u8], w: Wanted, e: &[String]| compute_learnt(m, w, e, learnt);
     let wanted = model.wanted_message_keys();
     if wanted == Wanted::default() {
         return None;
@@ -333,6 +362,33 @@ fn message_keys_of(
         keys.link_domains.clear();
     }
     Some(keys)
+}
+
+impl RatePolicy {
+    /// The boilerplate learnt so far, as bytes ([`crate::message_keys::Boilerplate::to_bytes`]).
+    pub fn boilerplate_bytes(&self) -> Vec<u8> {
+        self.inner
+            .boilerplate
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .to_bytes()
+    }
+
+    /// Takes the boilerplate learnt before (its bytes) in place of what is known.
+    pub fn restore_boilerplate(
+        &self,
+        bytes: &[u8],
+    ) -> Result<usize, crate::message_keys::boilerplate::BoilerplateError> {
+        use crate::message_keys::{boilerplate::Settings, Boilerplate};
+        let b = Boilerplate::from_bytes(bytes, Settings::default())?;
+        let n = b.len();
+        *self
+            .inner
+            .boilerplate
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = b;
+        Ok(n)
+    }
 }
 
 impl super::held::Publisher for RatePolicy {
@@ -375,8 +431,8 @@ action = "hold"
 
     #[test]
     fn keys_only_when_a_limit_uses_them() {
-        assert!(message_keys_of(&model(""), &message("", &[]), false).is_none());
-        let k = message_keys_of(&model(CAMPAIGN), &message("", &[]), false).unwrap();
+        assert!(message_keys_of(&model(""), &message("", &[]), false, None).is_none());
+        let k = message_keys_of(&model(CAMPAIGN), &message("", &[]), false, None).unwrap();
         assert!(!k.fingerprint.is_empty());
         // Not asked for: neither link domains nor the Subject's shape.
         assert!(k.link_domains.is_empty() && k.subject_shape.is_none());
@@ -385,20 +441,20 @@ action = "hold"
     #[test]
     fn automatic_and_null_sender_mail_get_none_unless_included() {
         let m = model(CAMPAIGN);
-        assert!(message_keys_of(&m, &message("", &[]), true).is_none());
+        assert!(message_keys_of(&m, &message("", &[]), true, None).is_none());
         for head in [
             "Auto-Submitted: auto-replied\r\n",
             "List-Id: <x.example.org>\r\n",
         ] {
             assert!(
-                message_keys_of(&m, &message(head, &[]), false).is_none(),
+                message_keys_of(&m, &message(head, &[]), false, None).is_none(),
                 "{head}"
             );
         }
         let m = model(&format!(
             "{CAMPAIGN}\n[message_keys]\ninclude_automatic = true\n"
         ));
-        assert!(message_keys_of(&m, &message("List-Id: <x>\r\n", &[]), true).is_some());
+        assert!(message_keys_of(&m, &message("List-Id: <x>\r\n", &[]), true, None).is_some());
     }
 
     #[test]
@@ -407,19 +463,19 @@ action = "hold"
             "{CAMPAIGN}\n[message_keys]\nexempt_link_domains = [\"example.org\", \"news.example.net\"]\n"
         ));
         let own = message("", &["www.example.org", "lists.news.example.net"]);
-        assert!(message_keys_of(&m, &own, false).is_none());
+        assert!(message_keys_of(&m, &own, false, None).is_none());
         // One other link domain: keys, and only that domain among the link domains.
         let mixed = message("", &["www.example.org", "evil.example.com"]);
-        let k = message_keys_of(&m, &mixed, false).unwrap();
+        let k = message_keys_of(&m, &mixed, false, None).unwrap();
         assert!(!k.fingerprint.is_empty());
         // No link at all: keys as usual.
-        assert!(message_keys_of(&m, &message("", &[]), false).is_some());
+        assert!(message_keys_of(&m, &message("", &[]), false, None).is_some());
         // link_domain asked for: the exempt ones are left out.
         let m = model(
             "[[limit]]\nname = \"links\"\nkey = \"${link_domain}\"\nratelimit = \"5 / 1h / per_mail\"\n\
              [message_keys]\nexempt_link_domains = [\"example.org\"]\n",
         );
-        let k = message_keys_of(&m, &mixed, false).unwrap();
+        let k = message_keys_of(&m, &mixed, false, None).unwrap();
         assert_eq!(k.link_domains, ["example.com"]);
     }
 }

@@ -1,0 +1,228 @@
+//! What an HTML element's inline style (and its presentational attributes) says about the
+//! visibility of its text: hidden by CSS, or drawn in the colour of its background.
+//!
+//! Lures pad each copy with random words the reader never sees (`display:none`,
+//! `font-size:0`, white on white) so that copies differ in their text; the fingerprint reads
+//! only what is shown. Only inline styles are read (mail clients drop most style sheets).
+
+/// A colour, red, green and blue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Rgb(pub u8, pub u8, pub u8);
+
+/// White: the background of a document that sets none.
+pub(super) const WHITE: Rgb = Rgb(255, 255, 255);
+/// Black: the text colour of a document that sets none.
+pub(super) const BLACK: Rgb = Rgb(0, 0, 0);
+
+/// Colours this close (the largest difference of one channel) read as the same.
+const NEAR: u8 = 24;
+
+/// At most this many bytes of one style attribute are read.
+const MAX_STYLE: usize = 4096;
+
+impl Rgb {
+    /// Whether text of this colour on `background` cannot be told from it.
+    pub(super) fn near(self, background: Rgb) -> bool {
+        self.0.abs_diff(background.0) <= NEAR
+            && self.1.abs_diff(background.1) <= NEAR
+            && self.2.abs_diff(background.2) <= NEAR
+    }
+}
+
+/// What one element's style says.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Style {
+    /// Its contents are not shown (display, visibility, a zero font size, zero opacity, a
+    /// zero box with overflow hidden, `mso-hide:all`).
+    pub hidden: bool,
+    /// Its text colour, when set.
+    pub color: Option<Rgb>,
+    /// Its background colour, when set.
+    pub background: Option<Rgb>,
+}
+
+/// Reads an inline `style` attribute's declarations. Unknown properties and values are
+/// passed over; nothing fails.
+pub(super) fn parse_style(style: &str) -> Style {
+    let mut out = Style::default();
+    let mut zero_box = false;
+    let mut overflow_hidden = false;
+    let mut end = style.len().min(MAX_STYLE);
+    while !style.is_char_boundary(end) {
+        end -= 1;
+    }
+    for declaration in style[..end].split(';') {
+        let Some((name, value)) = declaration.split_once(':') else {
+            continue;
+        };
+        let name = name.trim().to_ascii_lowercase();
+        let value = value.trim().to_ascii_lowercase();
+        let value = value.trim_end_matches("!important").trim();
+        match name.as_str() {
+            "display" => out.hidden |= value == "none",
+            "visibility" => out.hidden |= value == "hidden" || value == "collapse",
+            "font-size" => out.hidden |= is_zero_length(value),
+            "opacity" => out.hidden |= value.parse::<f32>().is_ok_and(|o| o < 0.05),
+            "mso-hide" => out.hidden |= value == "all",
+            "max-height" | "height" | "max-width" | "width" => zero_box |= is_zero_length(value),
+            "overflow" | "overflow-x" | "overflow-y" => overflow_hidden |= value == "hidden",
+            "color" => out.color = parse_color(value).or(out.color),
+            "background-color" => out.background = parse_color(value).or(out.background),
+            "background" => {
+                out.background = value
+                    .split_whitespace()
+                    .find_map(parse_color)
+                    .or(out.background);
+            }
+            _ => {}
+        }
+    }
+    out.hidden |= zero_box && overflow_hidden;
+    out
+}
+
+/// Whether a CSS length is zero (`0`, `0px`, `0pt`, `0em`, `0%`, `0.0rem`).
+fn is_zero_length(value: &str) -> bool {
+    let number = value.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == '%');
+    number.parse::<f32>().is_ok_and(|n| n == 0.0)
+}
+
+/// A CSS or HTML colour: `#rgb`, `#rrggbb`, `rgb(…)`/`rgba(…)` (an alpha under 0.05 is no
+/// colour at all), or a common name.
+pub(super) fn parse_color(value: &str) -> Option<Rgb> {
+    let v = value.trim().to_ascii_lowercase();
+    if let Some(hex) = v.strip_prefix('#') {
+        return parse_hex(hex);
+    }
+    if let Some(args) = v
+        .strip_prefix("rgba(")
+        .or_else(|| v.strip_prefix("rgb("))
+        .and_then(|a| a.strip_suffix(')'))
+    {
+        let parts: Vec<&str> = args
+            .split([',', ' ', '/'])
+            .filter(|p| !p.is_empty())
+            .collect();
+        if parts.len() < 3 {
+            return None;
+        }
+        if parts.len() > 3 && parts[3].parse::<f32>().is_ok_and(|a| a < 0.05) {
+            return None;
+        }
+        let channel = |p: &str| -> Option<u8> {
+            if let Some(pct) = p.strip_suffix('%') {
+                let x: f32 = pct.parse().ok()?;
+                return Some((x.clamp(0.0, 100.0) * 2.55).round() as u8);
+            }
+            let x: f32 = p.parse().ok()?;
+            Some(x.clamp(0.0, 255.0).round() as u8)
+        };
+        return Some(Rgb(
+            channel(parts[0])?,
+            channel(parts[1])?,
+            channel(parts[2])?,
+        ));
+    }
+    let named = match v.as_str() {
+        "white" | "snow" | "ivory" | "ghostwhite" | "whitesmoke" | "floralwhite" => WHITE,
+        "black" => BLACK,
+        "red" => Rgb(255, 0, 0),
+        "green" => Rgb(0, 128, 0),
+        "blue" => Rgb(0, 0, 255),
+        "yellow" => Rgb(255, 255, 0),
+        "gray" | "grey" => Rgb(128, 128, 128),
+        "silver" => Rgb(192, 192, 192),
+        "navy" => Rgb(0, 0, 128),
+        "orange" => Rgb(255, 165, 0),
+        _ => return None,
+    };
+    Some(named)
+}
+
+/// `rgb` or `rrggbb` (a leading `#` already gone); an HTML attribute may leave the `#` out.
+fn parse_hex(hex: &str) -> Option<Rgb> {
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let digit = |i: usize| u8::from_str_radix(&hex[i..=i], 16).ok();
+    match hex.len() {
+        3 => Some(Rgb(digit(0)? * 17, digit(1)? * 17, digit(2)? * 17)),
+        6 => {
+            let byte = |i: usize| u8::from_str_radix(&hex[i..i + 2], 16).ok();
+            Some(Rgb(byte(0)?, byte(2)?, byte(4)?))
+        }
+        _ => None,
+    }
+}
+
+/// An HTML colour attribute (`bgcolor`, `<font color>`): a CSS colour or bare hex digits.
+pub(super) fn parse_attribute_color(value: &str) -> Option<Rgb> {
+    parse_color(value).or_else(|| parse_hex(value.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn hiding_declarations_are_read() {
+        for s in [
+            "display:none",
+            "DISPLAY: None !important",
+            "visibility:hidden",
+            "font-size:0",
+            "font-size: 0px",
+            "font-size:0pt",
+            "font-size:0.0em",
+            "opacity:0",
+            "max-height:0; overflow:hidden",
+            "width:0px;height:0px;overflow:hidden",
+            "mso-hide:all",
+            "color:red; display:none;",
+        ] {
+            assert!(parse_style(s).hidden, "{s}");
+        }
+        for s in [
+            "display:block",
+            "font-size:12px",
+            "max-height:0",
+            "overflow:hidden",
+            "opacity:0.9",
+            "",
+            ";;:",
+            "font-size:",
+        ] {
+            assert!(!parse_style(s).hidden, "{s}");
+        }
+    }
+
+    #[test]
+    fn colours_are_read() {
+        assert_eq!(parse_color("#fff"), Some(WHITE));
+        assert_eq!(parse_color("#FeFeFe"), Some(Rgb(254, 254, 254)));
+        assert_eq!(parse_color("rgb(255, 255, 250)"), Some(Rgb(255, 255, 250)));
+        assert_eq!(parse_color("rgba(0,0,0,0)"), None);
+        assert_eq!(parse_color("rgb(100%, 0%, 0%)"), Some(Rgb(255, 0, 0)));
+        assert_eq!(parse_color("White"), Some(WHITE));
+        assert_eq!(parse_color("#ggg"), None);
+        assert_eq!(parse_color("rgb(1,2)"), None);
+        assert_eq!(parse_attribute_color("ffffff"), Some(WHITE));
+        let s = parse_style("color:#fefefe;background:url(x.png) #fff no-repeat");
+        assert_eq!(s.color, Some(Rgb(254, 254, 254)));
+        assert_eq!(s.background, Some(WHITE));
+        assert!(Rgb(250, 250, 250).near(WHITE));
+        assert!(!Rgb(200, 200, 200).near(WHITE));
+    }
+
+    proptest! {
+        /// Any style text: no panic, and a `display:none` appended always hides.
+        #[test]
+        fn any_style_parses(s in "\\PC{0,200}") {
+            let _ = parse_style(&s);
+            let _ = parse_color(&s);
+            let hiding = format!("{s};display:none");
+            prop_assert!(parse_style(&hiding).hidden);
+        }
+    }
+}
