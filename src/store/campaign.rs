@@ -199,6 +199,8 @@ pub struct CampaignLedger {
     pub recipients: u64,
     /// The senders within the period, most recent first (with their release times).
     pub senders: Vec<CampaignSender>,
+    /// When a limit last found it (its last mark, µs; 0: never).
+    pub found_us: i64,
 }
 
 /// A campaign marked as found: its limit was over.
@@ -475,6 +477,7 @@ impl CampaignBook {
             copies: l.copies,
             recipients: l.recipients,
             senders: l.sorted(&book.released),
+            found_us: l.mark.as_ref().map_or(0, |m| m.last_us),
         }
     }
 

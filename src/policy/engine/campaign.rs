@@ -15,8 +15,10 @@
 //!
 //! # Restricted on evidence
 //!
-//! When such a limit is over (the campaign is found), the limit's action takes the
-//! message (e.g. `hold`), and `restrict_senders` restricts only the accounts whose own part
+//! When such a limit is over, the campaign is found: the limit's action takes the message
+//! (e.g. `hold`), and every later copy while copies keep coming within the period (a copy
+//! of the first accounts too, which their limit alone would let through as accounts
+//! already counted); and `restrict_senders` restricts only the accounts whose own part
 //! is evidence: within the limit's period, and after the account's last release by an
 //! admin, [`OWN_COPIES`] copies or more, or one copy to [`OWN_RECIPIENTS`] recipients or
 //! more. Colleagues who each sent one copy of a shared text to a few recipients have
@@ -127,6 +129,21 @@ impl Joined {
         match message_key(e.def)? {
             Var::Fingerprint => self.fingerprint.as_ref(),
             _ => self.values.iter().find(|l| l.id == e.key_text),
+        }
+    }
+
+    /// Makes every evaluation of a campaign found within its limit's period over: once
+    /// found, every later copy (the first accounts' too) is taken by the limit's action,
+    /// as long as copies keep coming within the period of each other.
+    pub(super) fn found_over(&self, evals: &mut [Eval<'_>]) {
+        for e in evals.iter_mut() {
+            let Some(l) = self.ledger_of(e) else {
+                continue;
+            };
+            let now = l.senders.first().map_or(0, |s| s.last_us);
+            if l.found_us > 0 && now.saturating_sub(l.found_us) <= period_us(e.def) {
+                e.outcome.over = true;
+            }
         }
     }
 

@@ -106,6 +106,7 @@ fn the_alert_is_due_when_found_then_at_most_once_an_interval() {
     b.join(&join(&["b1:a"], "s1", 1), 0);
     b.mark("c:b1:a", "c", &["s1".into()], HOUR, 20);
     assert_eq!(b.campaigns(30)[0].senders[0].restricted_us, 20);
+    assert_eq!(b.join(&join(&["b1:a"], "s2", 1), 40).found_us, 20);
     assert!(b.campaigns(HOUR + 10 + LISTED_US + 1).is_empty());
 }
 

@@ -15,7 +15,7 @@
 //!   [`RELEASES_KEPT_US`]).
 //!
 //! One script call notes a message (resolving and merging its bands, noting the sender,
-//! answering the campaign with each sender's release time); one more marks a found campaign
+//! answering the campaign with each sender's release time and its last mark); one more marks a found campaign
 //! (recording whom it restricted, answering whether its alert is due). The time is the
 //! server's (`TIME`), so every node agrees, and every node groups alike.
 
@@ -191,7 +191,7 @@ for i = 1, #all, 2 do
     table.insert(out, f)
     table.insert(out, all[i + 1])
     table.insert(out, rel or '0')
-  elseif f == '~copies' or f == '~recipients' then
+  elseif f == '~copies' or f == '~recipients' or f == '~last' or f == '~limit' then
     table.insert(out, f)
     table.insert(out, all[i + 1])
     table.insert(out, '0')
@@ -275,6 +275,9 @@ fn read_ledger(id: &str, fields: &[(String, String, i64)]) -> (CampaignLedger, O
     }
     l.senders
         .sort_by(|a, b| b.last_us.cmp(&a.last_us).then(a.sender.cmp(&b.sender)));
+    if limit.is_some() {
+        l.found_us = last;
+    }
     (l, limit.map(|limit| Mark { limit, since, last }))
 }
 
@@ -480,7 +483,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("bob", 1, 3), ("alice", 2, 0)]
         );
-        assert_eq!((l.copies, l.recipients), (4, 20));
+        assert_eq!((l.copies, l.recipients, l.found_us), (4, 20, 9));
         assert_eq!(l.senders[0].restricted_us, 7);
         assert_eq!(
             mark,
