@@ -36,9 +36,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// Most campaigns the in-memory book keeps (the least recently written is dropped first).
-pub const MAX_CAMPAIGNS: usize = 100_000;
-/// Most band entries (band value → campaign) the in-memory book keeps.
-pub const MAX_BANDS: usize = 1_000_000;
+pub const MAX_CAMPAIGNS: usize = 50_000;
+/// Most band entries (band value → campaign) the in-memory book keeps: the bands of
+/// 20,000 messages (the oldest tenth is dropped when full).
+pub const MAX_BANDS: usize = 480_000;
 /// Most senders one campaign keeps (the least recent is dropped first).
 pub const MAX_SENDERS: usize = 1_000;
 /// How long a campaign stays listed after it was last over.
