@@ -200,3 +200,17 @@ proptest! {
         prop_assert_eq!(b.sizes().1, 1);
     }
 }
+
+#[test]
+fn what_expired_is_swept_without_waiting_for_the_bounds() {
+    let b = CampaignBook::default();
+    for i in 0..10 {
+        b.join(&join(&[&format!("b1:{i}")], "s", 1), 0);
+    }
+    assert_eq!(b.sizes(), (10, 10));
+    // Two periods later, the sweep on the next thousands of joins drops them.
+    for k in 0..SWEEP_EVERY as i64 {
+        b.join(&join(&["b1:new"], "s", 1), 3 * HOUR + k);
+    }
+    assert_eq!(b.sizes(), (1, 1));
+}
