@@ -146,3 +146,99 @@ fn four_hundred_logins_cannot_flood_the_postmaster() {
         "{log_lines} alert log lines"
     );
 }
+
+/// A colleague's message: a few lines of their own, then the company footer all share.
+fn with_footer(rng: &mut Rng, n: usize) -> (String, String) {
+    let own: Vec<&str> = (0..25)
+        .map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize])
+        .collect();
+    let footer = "Example Widgets GmbH, Registered office Musterstadt, Commercial register \
+                  HRB 12345, Managing directors Anna Example and Ben Example. This message \
+                  and any attachment are confidential and intended solely for the addressee. \
+                  If you received it in error please notify the sender and delete it. Our \
+                  privacy notice explains how we process personal data in our customer and \
+                  supplier relationships and is available on request from our office.";
+    (
+        format!("Notes {n}"),
+        format!("Hello,\r\n\r\n{}\r\n\r\n-- \r\n{footer}\r\n", own.join(" ")),
+    )
+}
+
+#[test]
+fn colleagues_sharing_a_footer_are_not_restricted_the_bulk_sender_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let people: Vec<String> = (1..=5)
+        .map(|i| format!("colleague{i}"))
+        .chain(["bulk".to_string()])
+        .collect();
+    let rec = Recorder::start(RecorderOptions {
+        users: people.iter().map(|u| (u.clone(), password(u))).collect(),
+        ..RecorderOptions::default()
+    });
+    let fg = Floodgate::start(
+        &FloodgateConfig::new(rec.addr())
+            .auth_without_tls(true)
+            .extra(&readme_policy(dir.path())),
+    );
+    let mut rng = Rng(0xf007);
+    let texts: Vec<(String, String)> = (0..5).map(|i| with_footer(&mut rng, i)).collect();
+    // Which copies this fingerprint links into one campaign, message by message (a
+    // fingerprint that leaves the footer out links none): a copy whose campaign reaches a
+    // fourth account is held.
+    let sets: Vec<Vec<String>> = texts.iter().map(|(s, b)| bands(s, b)).collect();
+    let mut groups: Vec<(Vec<String>, usize)> = Vec::new();
+    let mut held = 0;
+    for set in &sets {
+        let (mut merged, mut accounts) = (set.clone(), 1);
+        groups.retain(|(g, n)| {
+            if g.iter().any(|b| set.contains(b)) {
+                merged.extend(g.iter().cloned());
+                accounts += n;
+                false
+            } else {
+                true
+            }
+        });
+        if accounts > 3 {
+            held += 1;
+        }
+        groups.push((merged, accounts));
+    }
+    let linked = held > 0;
+    for (i, c) in people[..5].iter().enumerate() {
+        let (code, _) = send(
+            fg.addr("plain"),
+            c,
+            &[format!("friend{i}@example.net")],
+            &texts[i],
+        );
+        assert_eq!(code, 250, "{c}");
+    }
+    let out = |tag: &str| {
+        rec.messages()
+            .iter()
+            .filter(|m| m.rcpts.iter().any(|r| r.starts_with(tag)))
+            .count()
+    };
+    assert_eq!(out("friend"), 5 - held, "{held} held of five");
+    // The bulk sender sends the last colleague's text three times, to twelve recipients.
+    let rcpts: Vec<String> = (0..12).map(|r| format!("bulk{r}@example.net")).collect();
+    for _ in 0..3 {
+        let (code, mail) = send(fg.addr("plain"), "bulk", &rcpts, &texts[4]);
+        assert!(code == 250 || mail != 250, "{code} {mail}");
+    }
+    let v = admin_json(&fg.admin_socket(), &["restricted"]);
+    let keys: Vec<&str> = v["restricted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    // No colleague is restricted, whatever the fingerprint links; the bulk sender is when
+    // its copies belong to a found campaign.
+    assert!(keys.iter().all(|k| !k.starts_with("colleague")), "{v}");
+    if linked {
+        assert_eq!(keys, ["bulk"], "{v}");
+        assert_eq!(out("bulk"), 0, "the bulk sender's copies are held");
+    }
+}

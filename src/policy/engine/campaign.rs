@@ -7,7 +7,10 @@
 //! (merging campaigns the message links), and every limit keyed on `${fingerprint}`
 //! counts the message once, under that id, instead of once per band: a `3 / 1h /
 //! per_mail / unique=${authenticated_id}` limit sees the campaign's fourth account even
-//! when its copies pairwise share different bands. The id is what the event log, the
+//! when its copies pairwise share different bands. When a message merges two campaigns,
+//! the limit's counter under the absorbed id stays behind; a limit counting distinct
+//! accounts (`unique=${authenticated_id}`) therefore also sees the accounts of the
+//! campaign's ledger (see [`Joined::settle`]). The id is what the event log, the
 //! alerts, `floodgate campaigns` and `floodgate inspect` show; `floodgate fingerprint`
 //! still prints the bands. A `restrict_senders` limit on another message key notes each
 //! value as its own campaign. A message of a restricted account (held at MAIL) is noted
@@ -76,6 +79,17 @@ fn message_key(def: &LimitDef) -> Option<Var> {
     def.key.as_ref().and_then(|t| t.message_keys().next())
 }
 
+/// Whether `def` is an Exim limit counting distinct accounts: its `unique=` reads only
+/// `${authenticated_id}`.
+fn counts_accounts(def: &LimitDef) -> bool {
+    match &def.rate {
+        RateDef::Exim {
+            unique: Some(t), ..
+        } => t.vars().eq([Var::User]),
+        _ => false,
+    }
+}
+
 /// Whether `s`'s own part in a campaign restricts it at `now_us` (see the module doc):
 /// not restricted by the campaign since its last release, and its copies after that
 /// release and within `period_us` number [`OWN_COPIES`], or one had [`OWN_RECIPIENTS`].
@@ -132,14 +146,33 @@ impl Joined {
         }
     }
 
-    /// Makes every evaluation of a campaign found within its limit's period over: once
-    /// found, every later copy (the first accounts' too) is taken by the limit's action,
-    /// as long as copies keep coming within the period of each other.
-    pub(super) fn found_over(&self, evals: &mut [Eval<'_>]) {
+    /// Settles the evaluations of campaigns with what their ledgers know:
+    ///
+    /// * a limit counting distinct accounts (`unique=${authenticated_id}`) sees the
+    ///   campaign's accounts within the period (its ledger's senders that are accounts, not
+    ///   client addresses) when they are more than its own count: a merge of two campaigns
+    ///   carries their accounts, not their counters;
+    /// * a campaign found within its limit's period makes every evaluation over: once
+    ///   found, every later copy (the first accounts' too) is taken by the limit's action,
+    ///   as long as copies keep coming within the period of each other.
+    pub(super) fn settle(&self, evals: &mut [Eval<'_>]) {
         for e in evals.iter_mut() {
             let Some(l) = self.ledger_of(e) else {
                 continue;
             };
+            if counts_accounts(e.def) {
+                let accounts = l
+                    .senders
+                    .iter()
+                    .filter(|s| s.sender.parse::<std::net::IpAddr>().is_err())
+                    .count() as f64;
+                // More accounts than the limit allows (an EWMA of m events in quick
+                // succession stays just under m: the (m+1)th is the one over).
+                if accounts > e.outcome.value && accounts > e.outcome.limit {
+                    e.outcome.value = accounts;
+                    e.outcome.over = true;
+                }
+            }
             let now = l.senders.first().map_or(0, |s| s.last_us);
             if l.found_us > 0 && now.saturating_sub(l.found_us) <= period_us(e.def) {
                 e.outcome.over = true;
@@ -442,6 +475,8 @@ burst = "10"
         assert!(m.limits[0].restrict.as_ref().unwrap().senders);
         assert_eq!(message_key(&m.limits[0]), Some(Var::Fingerprint));
         assert_eq!(message_key(&m.limits[1]), Some(Var::SubjectShape));
+        assert!(counts_accounts(&m.limits[0]));
+        assert!(!counts_accounts(&m.limits[1]));
     }
 
     fn sender(recent: &[(i64, u64)], restricted_us: i64, released_us: i64) -> CampaignSender {

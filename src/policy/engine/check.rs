@@ -180,7 +180,7 @@ impl RateSession {
             }
         }
         self.keep(&mut evals, stage, refused, now_us).await;
-        joined.found_over(&mut evals);
+        joined.settle(&mut evals);
         if self.unavailable.swap(false, Ordering::Relaxed) {
             if let Some(v) = settle::unavailable(&evals, stage, &model.hostname) {
                 return v;
