@@ -36,8 +36,12 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// A sender as both stores must agree on it: name, copies, recipients, the recipients of
+/// its recent copies, whether a mark restricted it.
+type SenderView = (String, u64, u64, Vec<u64>, bool);
+
 /// What both stores must agree on in a campaign.
-fn view(l: &CampaignLedger) -> (String, u64, u64, Vec<(String, u64, u64, Vec<u64>, bool)>) {
+fn view(l: &CampaignLedger) -> (String, u64, u64, Vec<SenderView>) {
     let mut senders: Vec<_> = l
         .senders
         .iter()
