@@ -1,7 +1,8 @@
-//! `GET /v1/campaigns`: the message keys whose `restrict_senders` limit was over in the
-//! last 7 days (with Redis: the fleet's), each with its senders (restricted or not now),
-//! copies and recipients, the last copy's Subject and link domains, and the held messages
-//! of its senders.
+//! `GET /v1/campaigns`: the campaigns found in the last 7 days (with Redis: the fleet's;
+//! see [`crate::store::campaign`]: a fingerprint's bands grouped into one campaign), each
+//! once with its true totals (every copy noted, held ones too), its senders (restricted or
+//! not now), the last copy's Subject and link domains, and the held messages of its
+//! senders.
 
 use std::collections::HashSet;
 
@@ -13,9 +14,10 @@ use super::http::Response;
 use crate::proxy::release::blocking;
 use crate::store::Campaign;
 
-/// One campaign as JSON: `{"limit", "key", "message_key", "since", "last", "copies",
-/// "recipients", "subject", "link_domains", "accounts": [{"key", "copies", "recipients",
-/// "client_ip", "last", "restricted"}], "held": [held summaries]}`.
+/// One campaign as JSON: `{"limit", "key", "message_key" (the campaign id, as `floodgate
+/// inspect` takes it), "since", "last", "copies", "recipients" (the campaign's totals),
+/// "subject", "link_domains", "accounts": [{"key", "copies", "recipients", "client_ip",
+/// "last", "restricted"}], "held": [held summaries]}`.
 pub fn campaign_json(c: &Campaign, restricted: &HashSet<String>, held: &[Value]) -> Value {
     let info = |s: &crate::store::CampaignSender| -> Value {
         serde_json::from_str(&s.info).unwrap_or_default()
@@ -43,11 +45,11 @@ pub fn campaign_json(c: &Campaign, restricted: &HashSet<String>, held: &[Value])
     json!({
         "limit": c.limit,
         "key": c.key,
-        "message_key": last["message_key"],
+        "message_key": c.key,
         "since": crate::time::rfc3339(c.since_us),
         "last": crate::time::rfc3339(c.last_us),
-        "copies": c.senders.iter().map(|s| s.copies).sum::<u64>(),
-        "recipients": c.senders.iter().map(|s| s.recipients).sum::<u64>(),
+        "copies": c.copies,
+        "recipients": c.recipients,
         "subject": last["subject"],
         "link_domains": last["link_domains"],
         "accounts": accounts,
@@ -105,14 +107,18 @@ mod tests {
             recipients: 10,
             last_us: last,
             info: json!({"client_ip": "192.0.2.7", "subject": format!("from {who}"),
-                "link_domains": ["evil.example"], "message_key": "b3:ab"})
+                "link_domains": ["evil.example"]})
             .to_string(),
+            ..CampaignSender::default()
         };
+        // The totals count copies of senders no longer listed (or restricted before).
         let c = Campaign {
-            key: "1h/per_mail/b3:ab".into(),
+            key: "c:b3:ab".into(),
             limit: "campaign".into(),
             since_us: 1_000_000,
             last_us: 2_000_000,
+            copies: 7,
+            recipients: 31,
             senders: vec![s("bob", 9), s("alice", 5)],
         };
         let restricted: HashSet<String> = ["bob".to_string()].into();
@@ -121,10 +127,10 @@ mod tests {
             json!({"id": "h2", "key": "carol"}),
         ];
         let v = campaign_json(&c, &restricted, &held);
-        assert_eq!(v["copies"], 4);
-        assert_eq!(v["recipients"], 20);
+        assert_eq!(v["copies"], 7);
+        assert_eq!(v["recipients"], 31);
         assert_eq!(v["subject"], "from bob");
-        assert_eq!(v["message_key"], "b3:ab");
+        assert_eq!(v["message_key"], "c:b3:ab");
         assert_eq!(v["accounts"][0]["restricted"], true);
         assert_eq!(v["accounts"][1]["restricted"], false);
         assert_eq!(v["held"].as_array().unwrap().len(), 1);

@@ -215,12 +215,13 @@ fn render_campaigns(v: &Value) -> String {
     let mut out = String::new();
     for c in list {
         out.push_str(&format!(
-            "campaign {} (limit {}, since {}): {} copies, {} recipients, Subject {:?}, links {}\n",
+            "campaign {} (limit {}, since {}): {} copies, {} recipients, {} accounts, Subject {:?}, links {}\n",
             c["message_key"].as_str().unwrap_or(""),
             c["limit"].as_str().unwrap_or(""),
             c["since"].as_str().unwrap_or(""),
             c["copies"].as_u64().unwrap_or(0),
             c["recipients"].as_u64().unwrap_or(0),
+            c["accounts"].as_array().map_or(0, Vec::len),
             c["subject"].as_str().unwrap_or(""),
             strings(&c["link_domains"]).join(", "),
         ));

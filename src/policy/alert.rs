@@ -22,7 +22,9 @@
 //!   not authenticated) of the session that crossed it;
 //! * `suppressed`: alerts not delivered since the previous delivered one (`max_per_minute`).
 //!
-//! When alerts were suppressed and no later alert reported them, a summary follows at the
+//! `max_per_minute` bounds every notice together, on every channel (the log line, the
+//! webhook, the command and the mail each get what is delivered): alerts, restrictions,
+//! releases and campaigns. When alerts were suppressed and no later alert reported them, a summary follows at the
 //! end of the minute: `{"event":"floodgate.alert.suppressed","suppressed":<n>,
 //! "from":"<RFC 3339>","to":"<RFC 3339>","host":".."}`. Fields may be added; none will be
 //! renamed or removed.
@@ -386,7 +388,8 @@ pub enum Notice {
     Alert(Alert),
     /// A summary of suppressed alerts.
     Suppressed(Suppressed),
-    /// A restriction or release (never suppressed: each is an admin-worthy event).
+    /// A restriction, a release or a campaign (within `max_per_minute` like alerts; a
+    /// `"suppressed"` field counts the notices suppressed before it).
     Restriction(serde_json::Value),
 }
 
@@ -429,6 +432,32 @@ struct State {
     suppressed: u64,
     /// Start of the window of the first unreported suppression.
     suppressed_since: i64,
+}
+
+impl State {
+    /// Counts one notice at `now` against the minute's budget: `Some(suppressed before
+    /// it)` when it may be delivered, `None` when it is suppressed (and counted).
+    fn admit(&mut self, now: i64, max_per_minute: u32) -> Option<u64> {
+        // A clock that went back a minute (a sped-up policy clock beside the real one)
+        // starts a window too.
+        if now >= self.window_start.saturating_add(MINUTE_US)
+            || now < self.window_start.saturating_sub(MINUTE_US)
+            || self.window_start == 0
+        {
+            self.window_start = now;
+            self.delivered = 0;
+        }
+        if self.delivered >= max_per_minute {
+            if self.suppressed == 0 {
+                self.suppressed_since = self.window_start;
+                tracing::warn!(max_per_minute, "alerts suppressed: max_per_minute reached");
+            }
+            self.suppressed += 1;
+            return None;
+        }
+        self.delivered += 1;
+        Some(std::mem::take(&mut self.suppressed))
+    }
 }
 
 /// Decides which crossings become alerts: once per key and period, at most
@@ -505,23 +534,7 @@ impl Alerter {
             }
         }
         st.seen.insert(id, now.saturating_add(period_us));
-        if now >= st.window_start.saturating_add(MINUTE_US) || st.window_start == 0 {
-            st.window_start = now;
-            st.delivered = 0;
-        }
-        if st.delivered >= settings.max_per_minute {
-            if st.suppressed == 0 {
-                st.suppressed_since = st.window_start;
-                tracing::warn!(
-                    max_per_minute = settings.max_per_minute,
-                    "alerts suppressed: max_per_minute reached"
-                );
-            }
-            st.suppressed += 1;
-            return None;
-        }
-        st.delivered += 1;
-        let suppressed = std::mem::take(&mut st.suppressed);
+        let suppressed = st.admit(now, settings.max_per_minute)?;
         drop(st);
         let alert = Alert {
             event: "floodgate.alert".into(),
@@ -570,9 +583,42 @@ impl Alerter {
             .len()
     }
 
-    /// Queues a restriction notice for delivery (log line, webhook, command).
-    pub fn restriction(&self, notice: &serde_json::Value) {
-        self.queue(Notice::Restriction(notice.clone()));
+    /// Queues a restriction notice (a restriction, a release, a campaign) for delivery
+    /// (log line, webhook, command, mail) within the same `max_per_minute` as alerts;
+    /// beyond it the notice is counted in the summary. Answers whether it was queued.
+    pub fn restriction(&self, notice: &serde_json::Value) -> bool {
+        let Some(settings) = self.settings() else {
+            // No [alerts]: the notice is only logged; the log is bounded all the same.
+            return self.admit_unconfigured(notice);
+        };
+        let now = crate::store::now_micros();
+        let admitted = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(now, settings.max_per_minute);
+        let Some(suppressed) = admitted else {
+            return false;
+        };
+        let mut v = notice.clone();
+        if suppressed > 0 {
+            v["suppressed"] = suppressed.into();
+        }
+        self.queue(Notice::Restriction(v));
+        true
+    }
+
+    fn admit_unconfigured(&self, notice: &serde_json::Value) -> bool {
+        let now = crate::store::now_micros();
+        let admitted = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(now, AlertSettings::default().max_per_minute);
+        if admitted.is_some() {
+            self.queue(Notice::Restriction(notice.clone()));
+        }
+        admitted.is_some()
     }
 
     fn queue(&self, n: Notice) {

@@ -77,9 +77,9 @@ impl Record {
         } else {
             let _ = write!(out, "{{\"t\":{:.6},\"limit\":", self.time_us as f64 / 1e6);
         }
-        let _ = serde_json::to_writer(&mut *out, &self.limit);
+        let _ = serde_json::to_writer(&mut *out, &field(&self.limit));
         out.extend_from_slice(b",\"key\":");
-        let _ = serde_json::to_writer(&mut *out, &self.key);
+        let _ = serde_json::to_writer(&mut *out, &key_field(&self.key));
         out.extend_from_slice(b",\"count\":");
         push_number(out, self.count);
         if let Some(m) = self.own_limit {
@@ -88,10 +88,38 @@ impl Record {
         }
         if let Some(u) = &self.unique {
             out.extend_from_slice(b",\"unique\":");
-            let _ = serde_json::to_writer(&mut *out, u);
+            let _ = serde_json::to_writer(&mut *out, &key_field(u));
         }
         out.push(b'}');
     }
+}
+
+/// Longest free-text field of an event-log line, in characters (a Subject, an address,
+/// a reason: as the evidence keeps them).
+pub const FIELD_CHARS: usize = 200;
+
+/// `text` as the event log writes a free-text field: at most [`FIELD_CHARS`] characters.
+pub fn field(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= FIELD_CHARS {
+        return text.into();
+    }
+    crate::store::campaign::capped(text, FIELD_CHARS).into()
+}
+
+/// `key` as the event log writes a key or unique value: a longer one than
+/// [`FIELD_CHARS`] is cut and given a hash of the whole (`…#` and 16 hex digits), so
+/// that two long keys stay two keys for `floodgate report` and `simulate`.
+pub fn key_field(key: &str) -> std::borrow::Cow<'_, str> {
+    if key.chars().nth(FIELD_CHARS).is_none() {
+        return key.into();
+    }
+    // FNV-1a: stable across runs and versions (the std hasher is not).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let head: String = key.chars().take(FIELD_CHARS - 18).collect();
+    format!("{head}…#{h:016x}").into()
 }
 
 /// A JSON number: integers without a fraction, anything not finite as 0.
@@ -114,9 +142,9 @@ pub fn contained_line(c: &crate::policy::alert::Contained) -> String {
         "{{\"event\":\"contained\",\"t\":{}.{:06},\"what\":{},\"limit\":{},\"key\":{}}}",
         c.time_us.div_euclid(1_000_000),
         c.time_us.rem_euclid(1_000_000),
-        text(&c.what),
-        text(&c.limit),
-        text(&c.key)
+        text(&field(&c.what)),
+        text(&field(&c.limit)),
+        text(&key_field(&c.key))
     )
 }
 

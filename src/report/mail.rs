@@ -332,17 +332,25 @@ fn campaign_mail(v: &Value, m: &MailSettings, host: &str) -> (String, Vec<String
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
+    let count = v["account_count"].as_u64().unwrap_or(accounts.len() as u64);
+    let update = v["update"] == true;
     let subject = format!(
-        "floodgate: campaign from {} accounts ({})",
-        accounts.len(),
-        text(&v["limit"])
+        "floodgate: campaign from {count} accounts ({}){}",
+        text(&v["limit"]),
+        if update { ", update" } else { "" }
     );
     let mut body = vec![
         format!(
-            "floodgate on {} saw one message sent from {} accounts, over the limit {}:              every account that sent it is restricted, its mail refused or held until              released.",
+            "floodgate on {} saw one message sent from {count} accounts, over the limit {}: \
+             its copies are taken by the limit's action; the accounts whose own part is \
+             evidence (several copies, or many recipients) are restricted until released.{}",
             one_line(host),
-            accounts.len(),
-            text(&v["limit"])
+            text(&v["limit"]),
+            if update {
+                " An update: the campaign goes on (one such mail a period at most)."
+            } else {
+                ""
+            }
         ),
         String::new(),
     ];
@@ -375,7 +383,7 @@ fn campaign_mail(v: &Value, m: &MailSettings, host: &str) -> (String, Vec<String
         ),
     ]));
     body.push(String::new());
-    body.push("Accounts (copies, recipients, client, restricted now):".into());
+    body.push("Accounts (copies, recipients, client, restricted by this campaign now):".into());
     for a in accounts.iter().take(50) {
         body.push(format!(
             "  {}  {} copies, {} recipients, from {}{}",
@@ -393,8 +401,9 @@ fn campaign_mail(v: &Value, m: &MailSettings, host: &str) -> (String, Vec<String
             body.push(format!("    {url}"));
         }
     }
-    if accounts.len() > 50 {
-        body.push(format!("  … and {} more", accounts.len() - 50));
+    let listed = accounts.len().min(50) as u64;
+    if count > listed {
+        body.push(format!("  … and {} more", count - listed));
     }
     body.push(String::new());
     body.push("floodgate campaigns lists the campaign with its held messages.".into());

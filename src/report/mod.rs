@@ -181,19 +181,6 @@ impl Observer for Observers {
                 time_us: crate::store::now_micros(),
             });
         }
-        // A campaign's one alert restricted each of its accounts it marks so.
-        if notice["event"] == "floodgate.campaign" {
-            for a in notice["accounts"].as_array().into_iter().flatten() {
-                if a["restricted"] == true {
-                    self.contained(&Contained {
-                        what: "restricted".into(),
-                        limit: limit.into(),
-                        key: a["key"].as_str().unwrap_or("").into(),
-                        time_us: crate::store::now_micros(),
-                    });
-                }
-            }
-        }
     }
 
     fn contained(&self, c: &Contained) {

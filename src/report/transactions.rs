@@ -60,18 +60,20 @@ pub struct MessageLine<'a> {
 
 /// The event-log line of `t` (without its newline).
 pub fn line(t: &Transaction<'_>) -> String {
+    use super::events::{field, key_field};
+    // Every free-text field capped (a 3 MB Subject is not written whole).
     let l = MessageLine {
         event: "message".into(),
         t: t.time_us as f64 / 1e6,
-        key: t.key.into(),
+        key: key_field(t.key),
         client: t.client.map(|c| c.to_string().into()),
-        name: t.name.map(Into::into),
-        user: t.user.map(Into::into),
-        auth_login: t.login.map(Into::into),
-        sender: t.sender.into(),
-        recipients: t.recipients.to_vec(),
-        subject: t.subject.map(Into::into),
-        verdict: t.verdict.into(),
+        name: t.name.map(field),
+        user: t.user.map(field),
+        auth_login: t.login.map(field),
+        sender: field(t.sender),
+        recipients: t.recipients.iter().map(|r| field(r).into_owned()).collect(),
+        subject: t.subject.map(field),
+        verdict: field(t.verdict),
     };
     serde_json::to_string(&l).unwrap_or_default()
 }
@@ -170,6 +172,29 @@ mod tests {
             subject: Some(subject),
             verdict: "relayed 250",
         }
+    }
+
+    #[test]
+    fn every_free_text_field_is_capped() {
+        let long = "x".repeat(3_400_000);
+        let r = vec![format!("{long}@example.net")];
+        let t = Transaction {
+            sender: &long,
+            verdict: &long,
+            name: Some(&long),
+            ..tx(&long, &long, &r)
+        };
+        let l = line(&t);
+        assert!(l.len() < 3_000, "{} bytes", l.len());
+        let back: MessageLine<'_> = serde_json::from_str(&l).unwrap();
+        assert_eq!(back.subject.unwrap().chars().count(), 200);
+        assert_eq!(back.recipients[0].chars().count(), 200);
+        // A long key keeps a hash of the whole: two keys stay two.
+        let other = format!("{long}y");
+        let k2 = line(&tx(&other, "s", &r));
+        let back2: MessageLine<'_> = serde_json::from_str(&k2).unwrap();
+        assert_ne!(back.key, back2.key);
+        assert_eq!(back.key.chars().count(), 200);
     }
 
     #[test]

@@ -87,6 +87,12 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
+    /// Remembers that an admin released `key` now, for the campaigns' evidence rule (see
+    /// [`super::campaign`]).
+    pub fn campaign_released(&self, key: &str) {
+        self.campaigns.released(key, super::now_micros());
+    }
+
     /// An empty store.
     pub fn new(config: MemoryConfig) -> MemoryStore {
         let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
@@ -457,7 +463,12 @@ impl Store for MemoryStore {
     }
 
     fn release<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<super::Restriction>> {
-        let r = self.restricted.remove_in_force(key, super::now_micros());
+        let now = super::now_micros();
+        let r = self.restricted.remove_in_force(key, now);
+        if r.is_some() {
+            // A campaign does not restrict it again for copies sent before now.
+            self.campaigns.released(key, now);
+        }
         Box::pin(std::future::ready(Ok(r)))
     }
 
@@ -471,17 +482,25 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(Ok(self.ratio_at(key, window, add, now))))
     }
 
-    fn campaign_note<'a>(
+    fn campaign_join<'a>(
         &'a self,
-        note: &'a super::CampaignNote,
-    ) -> StoreFuture<'a, Vec<super::CampaignSender>> {
-        let v = self.campaigns.note(note, super::now_micros());
+        join: &'a super::CampaignJoin,
+    ) -> StoreFuture<'a, super::CampaignLedger> {
+        let v = self.campaigns.join(join, super::now_micros());
         Box::pin(std::future::ready(Ok(v)))
     }
 
-    fn campaign_mark<'a>(&'a self, key: &'a str, limit: &'a str) -> StoreFuture<'a, ()> {
-        self.campaigns.mark(key, limit, super::now_micros());
-        Box::pin(std::future::ready(Ok(())))
+    fn campaign_mark<'a>(
+        &'a self,
+        id: &'a str,
+        limit: &'a str,
+        restricted: &'a [String],
+        every_us: i64,
+    ) -> StoreFuture<'a, super::MarkAnswer> {
+        let v = self
+            .campaigns
+            .mark(id, limit, restricted, every_us, super::now_micros());
+        Box::pin(std::future::ready(Ok(v)))
     }
 
     fn campaigns(&self) -> StoreFuture<'_, Vec<super::Campaign>> {

@@ -191,15 +191,21 @@ impl Store for MeteredStore {
         self.inner.ratio(key, window, add)
     }
 
-    fn campaign_note<'a>(
+    fn campaign_join<'a>(
         &'a self,
-        note: &'a crate::store::CampaignNote,
-    ) -> StoreFuture<'a, Vec<crate::store::CampaignSender>> {
-        self.inner.campaign_note(note)
+        join: &'a crate::store::CampaignJoin,
+    ) -> StoreFuture<'a, crate::store::CampaignLedger> {
+        self.inner.campaign_join(join)
     }
 
-    fn campaign_mark<'a>(&'a self, key: &'a str, limit: &'a str) -> StoreFuture<'a, ()> {
-        self.inner.campaign_mark(key, limit)
+    fn campaign_mark<'a>(
+        &'a self,
+        id: &'a str,
+        limit: &'a str,
+        restricted: &'a [String],
+        every_us: i64,
+    ) -> StoreFuture<'a, crate::store::MarkAnswer> {
+        self.inner.campaign_mark(id, limit, restricted, every_us)
     }
 
     fn campaigns(&self) -> StoreFuture<'_, Vec<crate::store::Campaign>> {

@@ -27,7 +27,7 @@ mod snapshot;
 mod table;
 
 pub use baseline::BaselineSet;
-pub use campaign::{Campaign, CampaignNote, CampaignSender};
+pub use campaign::{Campaign, CampaignJoin, CampaignLedger, CampaignSender, MarkAnswer};
 pub use key::ThinKey;
 pub use memory::{run_expiry, MemoryConfig, MemoryStats, MemoryStore};
 pub use ratio::{RatioCounts, RatioWindow};
@@ -334,22 +334,30 @@ pub trait Store: Send + Sync {
         ))))
     }
 
-    /// Adds one message to the campaign ledger of `note.key` (see [`campaign`]) at the
-    /// store's time; answers the ledger's senders within the period, most recent first.
-    fn campaign_note<'a>(&'a self, note: &'a CampaignNote) -> StoreFuture<'a, Vec<CampaignSender>> {
-        let _ = note;
+    /// Notes one message in the campaign it belongs to (see [`campaign`]: its bands are
+    /// grouped, campaigns they link merged) at the store's time; answers that campaign.
+    fn campaign_join<'a>(&'a self, join: &'a CampaignJoin) -> StoreFuture<'a, CampaignLedger> {
+        let _ = join;
         Box::pin(std::future::ready(Err(StoreError::Invalid(
             "this store keeps no campaign ledgers".into(),
         ))))
     }
 
-    /// Marks the ledger of `key` as a campaign of `limit` (its limit is over).
-    fn campaign_mark<'a>(&'a self, key: &'a str, limit: &'a str) -> StoreFuture<'a, ()> {
-        let _ = (key, limit);
-        Box::pin(std::future::ready(Ok(())))
+    /// Marks campaign `id` as found by `limit` (its limit is over), records that it
+    /// restricted the senders `restricted`, and answers whether its alert is due (first
+    /// found, or `every_us` after its last alert). One call, atomic for a fleet.
+    fn campaign_mark<'a>(
+        &'a self,
+        id: &'a str,
+        limit: &'a str,
+        restricted: &'a [String],
+        every_us: i64,
+    ) -> StoreFuture<'a, MarkAnswer> {
+        let _ = (id, limit, restricted, every_us);
+        Box::pin(std::future::ready(Ok(MarkAnswer::Quiet)))
     }
 
-    /// The ledgers marked as campaigns in the last 7 days, most recently marked first.
+    /// The campaigns found in the last 7 days, most recently marked first.
     fn campaigns(&self) -> StoreFuture<'_, Vec<Campaign>> {
         Box::pin(std::future::ready(Ok(Vec::new())))
     }

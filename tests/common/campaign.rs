@@ -173,3 +173,157 @@ pub fn send(
     assert_eq!(c.cmd("QUIT").code, 221);
     (code, 250)
 }
+
+/// The fingerprint bands of a message with `subject` and `body`, as floodgate computes them.
+pub fn bands(subject: &str, body: &str) -> Vec<String> {
+    let text = format!("Subject: {subject}\r\n\r\n{body}\r\n");
+    let wanted = ::floodgate::message_keys::Wanted {
+        fingerprint: true,
+        ..Default::default()
+    };
+    ::floodgate::message_keys::compute(text.as_bytes(), wanted, &[]).fingerprint
+}
+
+/// `n` spun copies of one lure: copy `i` is a window of 100 words of one long text,
+/// shifted by 25 words from copy `i - 1`, so that each copy shares a band with the one
+/// before it and no band is shared by more than three copies (checked here, with the
+/// bands floodgate computes; among a bounded number of word lists the first that has both).
+/// Counted per band, no band ever sees a fourth account; grouped, they are one campaign.
+pub fn spun_copies(n: usize) -> Vec<(String, String)> {
+    for seed in 1..=40u64 {
+        let mut rng = Rng(0x5eed_0000 + seed);
+        let words: Vec<String> = (0..(n * 25 + 100))
+            .map(|i| format!("{}{}", WORDS[(rng.next() % WORDS.len() as u64) as usize], i))
+            .collect();
+        let copies: Vec<(String, String)> = (0..n)
+            .map(|i| {
+                let body = words[i * 25..i * 25 + 100].join(" ");
+                (format!("Invoice {}", 1000 + i), body)
+            })
+            .collect();
+        let sets: Vec<Vec<String>> = copies.iter().map(|(s, b)| bands(s, b)).collect();
+        let chained = sets
+            .windows(2)
+            .all(|w| w[0].iter().any(|b| w[1].contains(b)));
+        let widest = sets
+            .iter()
+            .flatten()
+            .map(|b| sets.iter().filter(|s| s.contains(b)).count())
+            .max()
+            .unwrap_or(0);
+        if chained && widest <= 3 {
+            return copies;
+        }
+    }
+    panic!("no word list gave spun copies that chain with at most three copies per band");
+}
+
+/// The outcome of [`spun_campaign`].
+pub struct SpunRun {
+    /// Accounts whose copies went out (each once at most).
+    pub relayed: Vec<String>,
+    /// `floodgate restricted` after the run.
+    pub restricted: Vec<String>,
+    /// The one campaign `floodgate campaigns --json` lists.
+    pub campaign: serde_json::Value,
+    /// Copies sent in all.
+    pub copies: u64,
+}
+
+/// Eight accounts each send one spun copy ([`spun_copies`]) to one recipient; then
+/// `stolen1` sends a second copy and `stolen2` one to twelve recipients; then `stolen1` is
+/// released and sends one more copy (to one recipient, with a Subject of `long_subject`
+/// characters, folded, through the second node when there are two). Node `i % nodes.len()`
+/// takes account `i`'s first copy; the admin verbs go to the first node. Answers what happened for the caller's assertions.
+pub fn spun_campaign(rec: &Recorder, nodes: &[&Floodgate], long_subject: usize) -> SpunRun {
+    let accounts: Vec<String> = (1..=8).map(|i| format!("stolen{i}")).collect();
+    let copies = spun_copies(accounts.len());
+    let node = |i: usize| nodes[i % nodes.len()].addr("plain");
+    let delivered = |tag: &str| {
+        rec.messages()
+            .iter()
+            .any(|m| m.rcpts.iter().any(|r| r.starts_with(tag)))
+    };
+    let mut relayed = Vec::new();
+    let mut sent = 0;
+    for (i, a) in accounts.iter().enumerate() {
+        let tag = format!("colleague{i}@");
+        let (code, _) = send(node(i), a, &[format!("{tag}example.net")], &copies[i]);
+        assert_eq!(code, 250, "{a}");
+        sent += 1;
+        if delivered(&tag) {
+            relayed.push(a.clone());
+        }
+    }
+    // Evidence: a second copy, and one copy to twelve recipients.
+    let (code, _) = send(
+        node(0),
+        &accounts[0],
+        &["again0@example.net".into()],
+        &copies[0],
+    );
+    assert_eq!(code, 250);
+    let many: Vec<String> = (0..12).map(|r| format!("many{r}@example.net")).collect();
+    let (code, _) = send(node(1), &accounts[1], &many, &copies[1]);
+    assert_eq!(code, 250);
+    sent += 2;
+    let sock = nodes[0].admin_socket();
+    let out = admin_verb(
+        &sock,
+        &["release", &accounts[0], "--reason", "password changed"],
+    );
+    assert!(out.ok(), "{out}");
+    // After the release: one more copy, to one recipient, with a long Subject.
+    let folded: Vec<String> = (0..long_subject.div_ceil(70))
+        .map(|_| "x".repeat(70))
+        .collect();
+    let subject = format!("Invoice {}", folded.join("\r\n "));
+    let (code, mail) = send(
+        node(1),
+        &accounts[0],
+        &["after@example.net".into()],
+        &(subject, copies[0].1.clone()),
+    );
+    assert_eq!((code, mail), (250, 250));
+    sent += 1;
+    let v = admin_json(&sock, &["restricted"]);
+    let mut restricted: Vec<String> = v["restricted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap().to_string())
+        .collect();
+    restricted.sort();
+    let c = admin_json(&sock, &["campaigns"]);
+    let list = c["campaigns"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "one campaign: {c}");
+    SpunRun {
+        relayed,
+        restricted,
+        campaign: list[0].clone(),
+        copies: sent,
+    }
+}
+
+/// The assertions both stores answer alike for [`spun_campaign`].
+pub fn check_spun(run: &SpunRun, log: &str) {
+    // Grouped: the fourth account trips the limit though no band has four accounts.
+    assert_eq!(run.relayed, ["stolen1", "stolen2", "stolen3"], "{log}");
+    // Evidence, not company: stolen1 (two copies) and stolen2 (twelve recipients) were
+    // restricted; stolen1 was released and its later single copy did not restrict it
+    // again; the others, one copy to one recipient each, are not restricted (their copies
+    // from the fourth on were held).
+    assert_eq!(run.restricted, ["stolen2"], "{log}");
+    let c = &run.campaign;
+    assert_eq!(c["copies"], run.copies, "true totals: {c}");
+    assert_eq!(c["recipients"], 8 + 1 + 12 + 1, "{c}");
+    let accounts = c["accounts"].as_array().unwrap();
+    assert_eq!(accounts.len(), 8, "{c}");
+    assert!(c["message_key"].as_str().unwrap().starts_with("c:b"), "{c}");
+    let s1 = accounts.iter().find(|a| a["key"] == "stolen1").unwrap();
+    assert_eq!(s1["copies"], 3, "{c}");
+    // The Subject kept is capped.
+    let subject = c["subject"].as_str().unwrap();
+    assert!(subject.starts_with("Invoice x"), "{c}");
+    assert_eq!(subject.chars().count(), 200, "{c}");
+}

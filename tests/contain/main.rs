@@ -6,6 +6,7 @@ mod common;
 mod auth_attempt;
 mod campaign;
 mod campaign_corpus;
+mod campaign_groups;
 mod evidence;
 mod hold;
 mod hold_spool;

@@ -3,6 +3,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod campaign_memory;
 mod engine_bloom;
 mod engine_props;
 mod engine_spec;

@@ -5,6 +5,7 @@ mod common;
 
 mod redis_baseline;
 mod redis_campaign;
+mod redis_campaign_equivalence;
 mod redis_check;
 mod redis_equivalence;
 mod redis_fleet;

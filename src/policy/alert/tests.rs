@@ -238,3 +238,22 @@ fn settings_are_read() {
     assert_eq!(a.command.unwrap(), vec!["/bin/cat", "-"]);
     assert_eq!(a.command_timeout, Duration::from_secs(3));
 }
+
+#[test]
+fn restriction_and_campaign_notices_share_the_minute_budget() {
+    let c = config("[alerts]\nmax_per_minute = 3\n").unwrap();
+    let (a, mut rx) = Alerter::new(c.alerts.clone());
+    let notice = |k: usize| serde_json::json!({"event": "floodgate.campaign", "key": k});
+    let queued = (0..400).filter(|&k| a.restriction(&notice(k))).count();
+    assert_eq!(queued, 3);
+    let mut n = 0;
+    while rx.try_recv().is_ok() {
+        n += 1;
+    }
+    assert_eq!(n, 3);
+    // The summary of the 397 others comes when the window ends.
+    let later = crate::store::now_micros() + 61 * S;
+    let s = a.tick(later, "h").expect("summary");
+    assert_eq!(s.suppressed, 397);
+    assert!(matches!(rx.try_recv(), Ok(Notice::Suppressed(_))));
+}

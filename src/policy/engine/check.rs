@@ -10,6 +10,7 @@ use super::super::evidence::Fact;
 use super::super::model::{Action, PolicyModel, RateDef};
 use super::super::replay::{self, replay};
 use super::super::{Facts, Stage, TakenAnswer, Verdict};
+use super::campaign::Joined;
 use super::plan::{self, Class, Eval};
 use super::rate_session::RateSession;
 use super::restrict::evidence_key;
@@ -123,6 +124,9 @@ impl RateSession {
         if restricts {
             self.note_evidence(stage, facts, now_us);
         }
+        // The message's campaigns note it first, held or not (their totals count every
+        // copy); a limit on `${fingerprint}` then counts it under its campaign's id.
+        let joined = self.join_campaigns(stage, facts, &model).await;
         // A message held for a restricted key is not checked further: its limits would
         // only tell again, per recipient, what the restriction told.
         if matches!(stage, Stage::Rcpt | Stage::Data | Stage::Message)
@@ -130,6 +134,8 @@ impl RateSession {
         {
             return Verdict::Continue;
         }
+        let grouped = joined.facts(facts);
+        let facts = grouped.as_ref().unwrap_or(facts);
         // The restricted set is checked at MAIL FROM: within the stage's decision when there
         // is one (one round trip with Redis), else on its own before anything is counted.
         // Until it passed, evaluations are not told (a restricted key's are not).
@@ -174,12 +180,13 @@ impl RateSession {
             }
         }
         self.keep(&mut evals, stage, refused, now_us).await;
+        joined.settle(&mut evals);
         if self.unavailable.swap(false, Ordering::Relaxed) {
             if let Some(v) = settle::unavailable(&evals, stage, &model.hostname) {
                 return v;
             }
         }
-        self.countermeasure(&evals, stage, facts, &model, now_us)
+        self.countermeasure(&evals, &joined, stage, facts, &model, now_us)
             .await
     }
 
@@ -273,6 +280,7 @@ impl RateSession {
     async fn countermeasure(
         &mut self,
         evals: &[Eval<'_>],
+        joined: &Joined,
         stage: Stage,
         facts: &Facts,
         model: &PolicyModel,
@@ -299,7 +307,13 @@ impl RateSession {
                 user = facts.user.as_deref().unwrap_or(""),
                 "rate limit over"
             );
-            if let Some(o) = self.inner.observer.as_ref() {
+            // A campaign's own alert tells of it (see `campaign`).
+            if let Some(o) = self
+                .inner
+                .observer
+                .as_ref()
+                .filter(|_| joined.ledger_of(e).is_none())
+            {
                 o.crossed(&Crossed {
                     def: e.def,
                     key: &e.key_text,
@@ -319,7 +333,7 @@ impl RateSession {
             }
         }
         // A campaign's ledger takes every message with its key, over or not.
-        let campaign = self.campaigns(evals, stage, facts, model).await;
+        let campaign = self.campaigns(evals, joined, facts, model).await;
         let Some(s) = judged.strongest else {
             return Verdict::Continue;
         };

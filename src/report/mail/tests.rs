@@ -304,3 +304,21 @@ fn a_campaign_has_its_own_mail_naming_every_account() {
     }
     assert!(!text.contains("restricted the key"), "{text}");
 }
+
+#[test]
+fn a_campaign_update_names_its_true_count() {
+    let notice = Notice::Restriction(serde_json::json!({
+        "event": "floodgate.campaign", "update": true, "limit": "campaign",
+        "message_key": "c:b3:ab", "copies": 400, "recipients": 400, "account_count": 400,
+        "accounts": [{"key": "a1", "copies": 1, "recipients": 1, "restricted": false},
+                     {"key": "a2", "copies": 1, "recipients": 1, "restricted": false}],
+    }));
+    let m = notice_mail(&notice, &settings(None), "mx", NOW);
+    let text = text_of(&m);
+    assert!(
+        head_of(&text)
+            .contains("Subject: floodgate: campaign from 400 accounts (campaign), update\r\n"),
+        "{text}"
+    );
+    assert!(text.contains("… and 398 more"), "{text}");
+}

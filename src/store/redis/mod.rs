@@ -474,15 +474,21 @@ impl Store for RedisStore {
         Box::pin(self.ratio_key(key, window, add))
     }
 
-    fn campaign_note<'a>(
+    fn campaign_join<'a>(
         &'a self,
-        note: &'a super::CampaignNote,
-    ) -> StoreFuture<'a, Vec<super::CampaignSender>> {
-        Box::pin(self.campaign_note_key(note))
+        join: &'a super::CampaignJoin,
+    ) -> StoreFuture<'a, super::CampaignLedger> {
+        Box::pin(self.campaign_join_values(join))
     }
 
-    fn campaign_mark<'a>(&'a self, key: &'a str, limit: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(self.campaign_mark_key(key, limit))
+    fn campaign_mark<'a>(
+        &'a self,
+        id: &'a str,
+        limit: &'a str,
+        restricted: &'a [String],
+        every_us: i64,
+    ) -> StoreFuture<'a, super::MarkAnswer> {
+        Box::pin(self.campaign_mark_id(id, limit, restricted, every_us))
     }
 
     fn campaigns(&self) -> StoreFuture<'_, Vec<super::Campaign>> {

@@ -400,10 +400,18 @@ impl RedisStore {
 
     /// Ends the restriction of `key`; `None` when it had none in force.
     pub async fn release_key(&self, key: &str) -> Result<Option<Restriction>, StoreError> {
-        match self.run(script(&RELEASE, RELEASE_LUA), &[key]).await? {
-            redis::Value::BulkString(b) => parse(&String::from_utf8_lossy(&b)).map(Some),
-            _ => Ok(None),
+        let r = match self.run(script(&RELEASE, RELEASE_LUA), &[key]).await? {
+            redis::Value::BulkString(b) => parse(&String::from_utf8_lossy(&b)).map(Some)?,
+            _ => None,
+        };
+        if r.is_some() {
+            // The campaigns (another hash slot) learn of the release for their evidence
+            // rule; the release stands if this fails (the campaign may restrict it again).
+            if let Err(e) = self.campaign_released(key).await {
+                tracing::warn!(error = %e, key, "campaigns not told of a release");
+            }
         }
+        Ok(r)
     }
 
     /// Every restriction in force, by key.

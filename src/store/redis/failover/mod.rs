@@ -493,13 +493,18 @@ impl Store for FailoverStore {
                 }
                 Err(e)
             };
-            match self.ask(self.redis.release_key(key)).await? {
+            let released = match self.ask(self.redis.release_key(key)).await? {
                 Ok(r) => {
                     self.copy.forget(key);
                     Ok(r.or(here))
                 }
                 Err(e) => down(e),
+            };
+            if matches!(released, Ok(Some(_))) {
+                // This node's own campaigns (kept while Redis is down) learn of it too.
+                self.local.campaign_released(key);
             }
+            released
         })
     }
 
@@ -546,25 +551,41 @@ impl Store for FailoverStore {
         })
     }
 
-    fn campaign_note<'a>(
+    fn campaign_join<'a>(
         &'a self,
-        note: &'a crate::store::CampaignNote,
-    ) -> StoreFuture<'a, Vec<crate::store::CampaignSender>> {
+        join: &'a crate::store::CampaignJoin,
+    ) -> StoreFuture<'a, crate::store::CampaignLedger> {
         Box::pin(async move {
-            match self.redis.campaign_note_key(note).await {
+            match self.redis.campaign_join_values(join).await {
                 Ok(r) => Ok(r),
-                // While Redis is down this node keeps its own ledgers: senders it sees are
-                // still restricted together.
+                // While Redis is down this node keeps its own campaigns: the copies it sees
+                // are still grouped and counted.
                 Err(e) if self.policy.default == FailureMode::Closed => Err(e),
-                Err(_) => self.local.campaign_note(note).await,
+                Err(_) => self.local.campaign_join(join).await,
             }
         })
     }
 
-    fn campaign_mark<'a>(&'a self, key: &'a str, limit: &'a str) -> StoreFuture<'a, ()> {
+    fn campaign_mark<'a>(
+        &'a self,
+        id: &'a str,
+        limit: &'a str,
+        restricted: &'a [String],
+        every_us: i64,
+    ) -> StoreFuture<'a, crate::store::MarkAnswer> {
         Box::pin(async move {
-            let local = self.local.campaign_mark(key, limit).await;
-            self.redis.campaign_mark_key(key, limit).await.or(local)
+            let local = self
+                .local
+                .campaign_mark(id, limit, restricted, every_us)
+                .await;
+            match self
+                .redis
+                .campaign_mark_id(id, limit, restricted, every_us)
+                .await
+            {
+                Ok(a) => Ok(a),
+                Err(_) => local,
+            }
         })
     }
 

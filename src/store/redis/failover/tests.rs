@@ -169,3 +169,34 @@ fn longest_prefix_wins() {
     }
     assert_eq!(FailureMode::parse("x"), None);
 }
+
+#[tokio::test]
+async fn campaigns_are_grouped_here_while_redis_is_away() {
+    let join = |bands: &[&str], sender: &str| crate::store::CampaignJoin {
+        values: keys(bands),
+        link: true,
+        sender: sender.into(),
+        recipients: 1,
+        info: "{}".into(),
+        period_us: 3_600_000_000,
+    };
+    let f = unreachable(FailureMode::Local);
+    f.campaign_join(&join(&["b1:a", "b2:a"], "s1"))
+        .await
+        .unwrap();
+    let l = f
+        .campaign_join(&join(&["b2:a", "b3:a"], "s2"))
+        .await
+        .unwrap();
+    assert_eq!((l.id.as_str(), l.senders.len()), ("c:b1:a", 2));
+    assert_eq!(
+        f.campaign_mark(&l.id, "campaign", &keys(&["s1"]), 1)
+            .await
+            .unwrap(),
+        crate::store::MarkAnswer::Found
+    );
+    assert_eq!(f.campaigns().await.unwrap()[0].copies, 2);
+    // Failing closed, a message is not noted anywhere.
+    let closed = unreachable(FailureMode::Closed);
+    assert!(closed.campaign_join(&join(&["b1:a"], "s1")).await.is_err());
+}
