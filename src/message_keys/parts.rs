@@ -57,10 +57,13 @@ pub(super) fn texts(message: &Message<'_>, hrefs: bool) -> Texts {
         out.text.push('\n');
     }
     if hrefs {
+        // Sorted once: a message of many parts has as many ids in both lists.
+        let mut read = message.text_body.clone();
+        read.sort_unstable();
         for &id in message
             .html_body
             .iter()
-            .filter(|id| !message.text_body.contains(id))
+            .filter(|id| read.binary_search(id).is_err())
         {
             if out.hrefs.len() >= html::MAX_HREFS {
                 break;
