@@ -5,6 +5,8 @@
 //! `blockquote` comes out as quoted lines (`> `), so that quotes in HTML replies are left out
 //! like quotes in plain ones.
 
+use super::Budget;
+
 /// Elements whose contents are not shown.
 const HIDDEN: [&str; 5] = ["script", "style", "head", "title", "noscript"];
 
@@ -45,10 +47,17 @@ pub(super) struct Reduced {
     pub hrefs: Vec<String>,
 }
 
+/// [`reduce_within`] without a budget.
+#[cfg(test)]
+pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
+    reduce_within(html, max_text, &mut Budget::unlimited())
+}
+
 /// Reduces `html` to its text (at most about `max_text` bytes of it; the link targets are
 /// still read after that) and link targets (at most [`MAX_HREFS`]). Malformed HTML is read
-/// as far as it makes sense; nothing fails.
-pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
+/// as far as it makes sense; nothing fails. Stops where `budget` runs out, with what was
+/// reduced before.
+pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) -> Reduced {
     let mut out = Reduced::default();
     let mut line = Line {
         start: true,
@@ -61,6 +70,9 @@ pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
             break;
         }
         let lt = rest.find('<').unwrap_or(rest.len());
+        if !budget.spend_octets(lt) {
+            break;
+        }
         if !full {
             push_text(&mut out.text, &rest[..lt], &mut line);
         }

@@ -119,12 +119,21 @@ impl LinkDomains {
     }
 
     /// Adds the links written out in `text`.
+    #[cfg(test)]
     pub(super) fn add_text(&mut self, text: &str) {
+        self.add_text_within(text, &mut super::Budget::unlimited());
+    }
+
+    /// Adds the links written out in `text`, as far as `budget` allows.
+    pub(super) fn add_text_within(&mut self, text: &str, budget: &mut super::Budget) {
         let mut rest = text;
         while !self.full() {
-            let Some((_, after)) = find_link(rest) else {
+            let Some((start, after)) = find_link(rest) else {
                 return;
             };
+            if !budget.spend_octets(start) {
+                return;
+            }
             rest = &rest[after..];
             self.add_host(host(rest));
         }

@@ -15,6 +15,8 @@
 //! Everything here is pure and bounded: at most [`MAX_PARSED`] bytes of a message are
 //! parsed, [`parts::MAX_TEXT`] bytes of text read, [`minhash::MAX_SHINGLES`] shingles
 //! hashed, [`links::MAX_LINKS_READ`] links read; bad MIME gives fewer keys, never a panic.
+//! Every pass is linear in what it reads, and [`compute_within`] stops at a [`Budget`] of
+//! time: the keys finished by then are kept, the one under way and those after it are not.
 //!
 //! The text the fingerprint reads: the text parts (the plain alternative where there is
 //! one; HTML reduced to its text), quoted lines and the attribution before them left out
@@ -22,6 +24,7 @@
 //! their host, digit runs as `0`, random-looking tokens as `*`, punctuation dropped.
 
 mod automatic;
+pub mod budget;
 mod html;
 pub mod links;
 pub mod minhash;
@@ -31,6 +34,7 @@ pub mod subject;
 mod words;
 
 pub use automatic::is_automatic;
+pub use budget::Budget;
 
 use mail_parser::MessageParser;
 
@@ -84,6 +88,23 @@ pub struct MessageKeys {
 /// blank line, body; CRLF line ends) in bounded time and memory. Links to a domain of
 /// `exempt_link_domains`, or to a subdomain of one, are left out of `link_domains`.
 pub fn compute(message: &[u8], wanted: Wanted, exempt_link_domains: &[String]) -> MessageKeys {
+    compute_within(
+        message,
+        wanted,
+        exempt_link_domains,
+        &mut Budget::unlimited(),
+    )
+}
+
+/// [`compute`] within `budget`: once it is spent ([`Budget::exceeded`]), the keys finished
+/// before are kept (the Subject's shape first, then the fingerprint, then the link
+/// domains), and the key under way and those after it stay empty.
+pub fn compute_within(
+    message: &[u8],
+    wanted: Wanted,
+    exempt_link_domains: &[String],
+    budget: &mut Budget,
+) -> MessageKeys {
     let mut keys = MessageKeys::default();
     if wanted.is_none() {
         return keys;
@@ -99,39 +120,64 @@ pub fn compute(message: &[u8], wanted: Wanted, exempt_link_domains: &[String]) -
     let Some(parsed) = parsed else {
         return keys;
     };
+    if !budget.check() {
+        return keys;
+    }
     if wanted.subject_shape {
         keys.subject_shape = parsed.subject().and_then(subject::shape);
     }
-    if needs_body {
-        let texts = parts::texts(&parsed, wanted.link_domains);
-        if wanted.fingerprint {
-            keys.fingerprint = fingerprint(&texts.text);
+    if !needs_body {
+        return keys;
+    }
+    let texts = parts::texts(&parsed, wanted.link_domains, budget);
+    if budget.exceeded() {
+        return keys;
+    }
+    if wanted.fingerprint {
+        keys.fingerprint = fingerprint(&texts.text, budget);
+        if budget.exceeded() {
+            keys.fingerprint.clear();
+            return keys;
         }
-        if wanted.link_domains {
-            let mut domains = links::LinkDomains::new(exempt_link_domains);
-            for href in &texts.hrefs {
-                domains.add_url(href);
+    }
+    if wanted.link_domains {
+        let mut domains = links::LinkDomains::new(exempt_link_domains);
+        for href in &texts.hrefs {
+            if !budget.spend(1) {
+                return keys;
             }
-            domains.add_text(&texts.text);
-            keys.only_exempt_links = domains.only_exempt();
-            keys.link_domains = domains.finish();
+            domains.add_url(href);
         }
+        domains.add_text_within(&texts.text, budget);
+        if budget.exceeded() {
+            return keys;
+        }
+        keys.only_exempt_links = domains.only_exempt();
+        keys.link_domains = domains.finish();
     }
     keys
 }
 
 /// The fingerprint of a message's text: its unquoted lines' normalised words, shingled,
-/// MinHashed and banded. Empty when there are fewer than [`minhash::MIN_WORDS`] words.
-fn fingerprint(text: &str) -> Vec<String> {
+/// MinHashed and banded. Empty when there are fewer than [`minhash::MIN_WORDS`] words, or
+/// when `budget` runs out.
+fn fingerprint(text: &str, budget: &mut Budget) -> Vec<String> {
     let mut hashes = Vec::new();
+    if !budget.spend_octets(text.len()) {
+        return Vec::new();
+    }
     for line in quotes::unquoted_lines(text) {
-        let more = words::each_word(line, &mut |w| {
-            hashes.push(minhash::word_hash(w));
-            hashes.len() < minhash::MAX_WORDS
-        });
+        let more = budget.spend(1)
+            && words::each_word(line, &mut |w| {
+                hashes.push(minhash::word_hash(w));
+                hashes.len() < minhash::MAX_WORDS && budget.spend(1)
+            });
         if !more {
             break;
         }
+    }
+    if budget.exceeded() {
+        return Vec::new();
     }
     minhash::signature(&hashes)
         .map(|s| minhash::band_keys(&s))
