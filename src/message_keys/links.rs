@@ -18,9 +18,13 @@ const MAX_HOST: usize = 253;
 /// The next `http://` or `https://` link in `text` (scheme in any case): the offset where
 /// its scheme starts and the offset just after its `//`.
 pub(super) fn find_link(text: &str) -> Option<(usize, usize)> {
+    // Built once: building a searcher costs more than most searches of one token.
+    static SEPARATOR: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+        std::sync::OnceLock::new();
+    let separator = SEPARATOR.get_or_init(|| memchr::memmem::Finder::new(b"://"));
     let b = text.as_bytes();
     let mut from = 0;
-    while let Some(k) = memchr::memmem::find(&b[from..], b"://") {
+    while let Some(k) = separator.find(&b[from..]) {
         let colon = from + k;
         from = colon + 3;
         for scheme in ["https", "http"] {
