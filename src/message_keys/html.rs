@@ -130,7 +130,15 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
     if raw.is_empty() {
         return;
     }
-    for c in decode_references(raw).chars() {
+    // Decoded into a new string only when there is a reference to decode.
+    let decoded;
+    let text = if raw.contains('&') {
+        decoded = decode_references(raw);
+        decoded.as_str()
+    } else {
+        raw
+    };
+    for c in text.chars() {
         if c.is_whitespace() {
             line.space = !line.start;
             continue;
