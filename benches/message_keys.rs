@@ -4,6 +4,12 @@
 //! every key wanted; and the same 100 KiB newsletter with no key wanted, which must do
 //! nothing.
 //!
+//! Then the worst cases (group `message_keys_worst`): crafted messages up to
+//! `message_keys::MAX_PARSED` that aim at one loop each: a base64 text part of blank lines
+//! and then `>` lines (the quote pass), deep multipart nesting, many parts, a huge header
+//! section, one long line, thousands of encoded words, tags and references, links and
+//! blockquotes by the hundred thousand.
+//!
 //! Run: `cargo bench --bench message_keys -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
@@ -73,6 +79,14 @@ fn alternative(bytes: usize) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A plain-text message of about `bytes`.
+fn alternative_text(bytes: usize) -> Vec<u8> {
+    raw(
+        "Subject: Your order 12345\r\nContent-Type: text/plain; charset=utf-8",
+        &prose(bytes, 1),
+    )
+}
+
 /// An HTML-only newsletter of about `bytes`: tables, inline styles, links.
 fn newsletter(bytes: usize) -> Vec<u8> {
     let mut html = String::from(
@@ -102,10 +116,100 @@ fn with_attachment(bytes: usize) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A message of `head` fields and a `body`, as sent.
+fn raw(head: &str, body: &str) -> Vec<u8> {
+    format!("From: a@example.org\r\nTo: b@example.net\r\n{head}\r\n\r\n{body}\r\n").into_bytes()
+}
+
+/// `text` base64-encoded in lines of 76.
+fn base64_lines(text: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(text);
+    b64.as_bytes()
+        .chunks(76)
+        .map(|l| format!("{}\r\n", std::str::from_utf8(l).unwrap_or("")))
+        .collect()
+}
+
+/// Crafted messages, each aimed at one loop of the computation.
+fn worst_cases() -> Vec<(&'static str, Vec<u8>)> {
+    const MAX: usize = floodgate::message_keys::MAX_PARSED;
+    let mut quoted = "\n".repeat(180_000).into_bytes();
+    quoted.extend("> q\n".repeat(22_000).into_bytes());
+    let quoted = raw(
+        "Subject: re\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: base64",
+        &base64_lines(&quoted),
+    );
+    let depth = 3_000;
+    let mut nested = String::new();
+    for i in 0..depth {
+        nested.push_str(&format!(
+            "--b{i}\r\nContent-Type: multipart/mixed; boundary=\"b{}\"\r\n\r\n",
+            i + 1
+        ));
+    }
+    nested.push_str(&format!(
+        "--b{depth}\r\nContent-Type: text/plain\r\n\r\nhello\r\n"
+    ));
+    let nested = raw(
+        "Subject: n\r\nContent-Type: multipart/mixed; boundary=\"b0\"",
+        &nested,
+    );
+    let part = "--p\r\nContent-Type: text/plain\r\n\r\nw w\r\n";
+    let many_parts = raw(
+        "Subject: p\r\nContent-Type: multipart/mixed; boundary=\"p\"",
+        &part.repeat(MAX / part.len()),
+    );
+    let field = "X-F: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+    let mut head = field.repeat(MAX / field.len() / 2);
+    head.push_str("Subject: s");
+    head.push_str(&"\r\n a".repeat(MAX / 8));
+    let huge_header = raw(&head, "short");
+    let long_line = raw(
+        "Subject: l\r\nContent-Type: text/plain",
+        &"a".repeat(MAX - 200),
+    );
+    let word = "=?utf-8?B?w6k=?= ";
+    let encoded_words = raw(
+        &format!("Subject: {}", word.repeat(MAX / word.len())),
+        "body",
+    );
+    let tag = "<a b='1' c=\"2\">&amp;&#233;&bogus x ";
+    let tags = raw(
+        "Subject: t\r\nContent-Type: text/html",
+        &tag.repeat(MAX / tag.len()),
+    );
+    let link = "http://a.b.c.d.example.com/x ";
+    let links = raw(
+        "Subject: k\r\nContent-Type: text/plain",
+        &link.repeat(MAX / link.len()),
+    );
+    let blockquotes = raw(
+        "Subject: q\r\nContent-Type: text/html",
+        &format!(
+            "{}{}",
+            "<blockquote>".repeat(MAX / 24),
+            "<p>x</p>".repeat(MAX / 16)
+        ),
+    );
+    vec![
+        ("quoted-base64-357KB", quoted),
+        ("nested-3000", nested),
+        ("many-parts", many_parts),
+        ("huge-header", huge_header),
+        ("long-line", long_line),
+        ("encoded-words", encoded_words),
+        ("tags-references", tags),
+        ("links", links),
+        ("blockquotes", blockquotes),
+    ]
+}
+
 fn bench(c: &mut Criterion) {
     let messages = [
         ("4KiB-alternative", alternative(4 * 1024)),
         ("100KiB-html", newsletter(100 * 1024)),
+        ("100KiB-text", alternative_text(100 * 1024)),
         ("100KiB-attachment", with_attachment(100 * 1024)),
         ("5MiB-attachment", with_attachment(5 * 1024 * 1024)),
         ("5MiB-text", alternative(5 * 1024 * 1024)),
@@ -122,6 +226,15 @@ fn bench(c: &mut Criterion) {
     g.bench_with_input(BenchmarkId::new("none", name), raw, |b, raw| {
         b.iter(|| compute(black_box(raw), Wanted::default(), &[]))
     });
+    g.finish();
+    let mut g = c.benchmark_group("message_keys_worst");
+    g.sample_size(10);
+    for (name, raw) in &worst_cases() {
+        g.throughput(Throughput::Bytes(raw.len() as u64));
+        g.bench_with_input(BenchmarkId::new("all", name), raw, |b, raw| {
+            b.iter(|| compute(black_box(raw), Wanted::ALL, &[]))
+        });
+    }
     g.finish();
 }
 

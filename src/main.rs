@@ -1478,14 +1478,15 @@ fn check_other_sections(generation: &Generation, out: &mut impl Write) -> anyhow
         .collect();
         writeln!(
             out,
-            "message keys: {} at the end of data; exempt_link_domains={} include_automatic={}",
+            "message keys: {} at the end of data; exempt_link_domains={} include_automatic={} budget={}ms",
             names.join(", "),
             if mk.exempt_link_domains.is_empty() {
                 "(none)".to_string()
             } else {
                 mk.exempt_link_domains.join(",")
             },
-            mk.include_automatic
+            mk.include_automatic,
+            mk.budget.as_millis()
         )?;
     }
     let l = &config.log;

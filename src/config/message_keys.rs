@@ -4,6 +4,8 @@
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::duration::ConfigDuration;
+
 /// `[message_keys]` as written.
 #[derive(Clone, Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -17,4 +19,7 @@ pub struct MessageKeysConfig {
     /// (`Auto-Submitted`, `List-Id`, `Precedence: bulk|list|junk`); default false.
     #[serde(default)]
     pub include_automatic: bool,
+    /// The CPU time one message's keys may take (default 50ms, from 1ms to 10s): past it
+    /// the message keeps the keys finished by then, and is relayed all the same.
+    pub budget: Option<Spanned<ConfigDuration>>,
 }

@@ -12,6 +12,8 @@
 
 use super::visibility::{parse_attribute_color, parse_style, Rgb, BLACK, WHITE};
 
+use super::Budget;
+
 /// Elements whose contents are not shown.
 const HIDDEN: [&str; 5] = ["script", "style", "head", "title", "noscript"];
 
@@ -111,10 +113,17 @@ pub(super) struct Reduced {
     pub hrefs: Vec<String>,
 }
 
+/// [`reduce_within`] without a budget.
+#[cfg(test)]
+pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
+    reduce_within(html, max_text, &mut Budget::unlimited())
+}
+
 /// Reduces `html` to its text (at most about `max_text` bytes of it; the link targets are
 /// still read after that) and link targets (at most [`MAX_HREFS`]). Malformed HTML is read
-/// as far as it makes sense; nothing fails.
-pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
+/// as far as it makes sense; nothing fails. Stops where `budget` runs out, with what was
+/// reduced before.
+pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) -> Reduced {
     let mut out = Reduced::default();
     let mut line = Line {
         start: true,
@@ -128,6 +137,9 @@ pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
             break;
         }
         let lt = rest.find('<').unwrap_or(rest.len());
+        if !budget.spend_octets(lt) {
+            break;
+        }
         if !full && open.visible() {
             push_text(&mut out.text, &rest[..lt], &mut line);
         }
@@ -186,7 +198,15 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
     if raw.is_empty() {
         return;
     }
-    for c in decode_references(raw).chars() {
+    // Decoded into a new string only when there is a reference to decode.
+    let decoded;
+    let text = if raw.contains('&') {
+        decoded = decode_references(raw);
+        decoded.as_str()
+    } else {
+        raw
+    };
+    for c in text.chars() {
         if c.is_whitespace() {
             line.space = !line.start;
             continue;

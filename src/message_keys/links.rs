@@ -18,9 +18,13 @@ const MAX_HOST: usize = 253;
 /// The next `http://` or `https://` link in `text` (scheme in any case): the offset where
 /// its scheme starts and the offset just after its `//`.
 pub(super) fn find_link(text: &str) -> Option<(usize, usize)> {
+    // Built once: building a searcher costs more than most searches of one token.
+    static SEPARATOR: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+        std::sync::OnceLock::new();
+    let separator = SEPARATOR.get_or_init(|| memchr::memmem::Finder::new(b"://"));
     let b = text.as_bytes();
     let mut from = 0;
-    while let Some(k) = memchr::memmem::find(&b[from..], b"://") {
+    while let Some(k) = separator.find(&b[from..]) {
         let colon = from + k;
         from = colon + 3;
         for scheme in ["https", "http"] {
@@ -119,12 +123,21 @@ impl LinkDomains {
     }
 
     /// Adds the links written out in `text`.
+    #[cfg(test)]
     pub(super) fn add_text(&mut self, text: &str) {
+        self.add_text_within(text, &mut super::Budget::unlimited());
+    }
+
+    /// Adds the links written out in `text`, as far as `budget` allows.
+    pub(super) fn add_text_within(&mut self, text: &str, budget: &mut super::Budget) {
         let mut rest = text;
         while !self.full() {
-            let Some((_, after)) = find_link(rest) else {
+            let Some((start, after)) = find_link(rest) else {
                 return;
             };
+            if !budget.spend_octets(start) {
+                return;
+            }
             rest = &rest[after..];
             self.add_host(host(rest));
         }

@@ -15,6 +15,8 @@
 //! Everything here is pure and bounded: at most [`MAX_PARSED`] bytes of a message are
 //! parsed, [`parts::MAX_TEXT`] bytes of text read, [`minhash::MAX_SHINGLES`] shingles
 //! hashed, [`links::MAX_LINKS_READ`] links read; bad MIME gives fewer keys, never a panic.
+//! Every pass is linear in what it reads, and [`compute_within`] stops at a [`Budget`] of
+//! time: the keys finished by then are kept, the one under way and those after it are not.
 //!
 //! The text the fingerprint reads is the author's own visible text (module [`reading`]):
 //! the text parts (the plain alternative where there is one; HTML reduced to the text a
@@ -27,6 +29,7 @@
 
 mod automatic;
 pub mod boilerplate;
+pub mod budget;
 mod forwarded;
 mod html;
 mod invisible;
@@ -42,6 +45,7 @@ mod words;
 
 pub use automatic::is_automatic;
 pub use boilerplate::Boilerplate;
+pub use budget::Budget;
 pub use reading::{LeftOut, Told};
 
 use mail_parser::MessageParser;
@@ -104,7 +108,13 @@ pub struct MessageKeys {
 /// blank line, body; CRLF line ends) in bounded time and memory. Links to a domain of
 /// `exempt_link_domains`, or to a subdomain of one, are left out of `link_domains`.
 pub fn compute(message: &[u8], wanted: Wanted, exempt_link_domains: &[String]) -> MessageKeys {
-    compute_learnt(message, wanted, exempt_link_domains, None)
+    compute_within(
+        message,
+        wanted,
+        exempt_link_domains,
+        None,
+        &mut Budget::unlimited(),
+    )
 }
 
 /// [`compute`], the lines that `learnt` (the organisation's boilerplate, and today's day
@@ -114,6 +124,25 @@ pub fn compute_learnt(
     wanted: Wanted,
     exempt_link_domains: &[String],
     learnt: Option<(&Boilerplate, u32)>,
+) -> MessageKeys {
+    compute_within(
+        message,
+        wanted,
+        exempt_link_domains,
+        learnt,
+        &mut Budget::unlimited(),
+    )
+}
+
+/// [`compute_learnt`] within `budget`: once it is spent ([`Budget::exceeded`]), the keys
+/// finished before are kept (the Subject's shape first, then the fingerprint, then the link
+/// domains), and the key under way and those after it stay empty.
+pub fn compute_within(
+    message: &[u8],
+    wanted: Wanted,
+    exempt_link_domains: &[String],
+    learnt: Option<(&Boilerplate, u32)>,
+    budget: &mut Budget,
 ) -> MessageKeys {
     let mut keys = MessageKeys::default();
     if wanted.is_none() {
@@ -130,29 +159,55 @@ pub fn compute_learnt(
     let Some(parsed) = parsed else {
         return keys;
     };
+    if !budget.check() {
+        return keys;
+    }
     if wanted.subject_shape {
         keys.subject_shape = parsed.subject().and_then(subject::shape);
     }
-    if needs_body {
-        let texts = parts::texts(&parsed, wanted.link_domains);
-        if wanted.fingerprint {
-            let reading = reading::read(&texts.text, learnt);
-            keys.fingerprint = minhash::signature(&reading.words)
-                .map(|s| minhash::band_keys(&s))
-                .unwrap_or_default();
-            keys.blocks = reading.blocks;
-            keys.left_out = reading.told;
-            keys.quoted_lines = reading.quoted;
+    if !needs_body {
+        return keys;
+    }
+    let texts = parts::texts(&parsed, wanted.link_domains, budget);
+    if budget.exceeded() {
+        return keys;
+    }
+    if wanted.fingerprint {
+        // The reading is linear in the text (at most parts::MAX_TEXT octets), charged to
+        // the budget before and checked after.
+        if !budget.spend_octets(texts.text.len()) {
+            return keys;
         }
-        if wanted.link_domains {
-            let mut domains = links::LinkDomains::new(exempt_link_domains);
-            for href in &texts.hrefs {
-                domains.add_url(href);
+        let reading = reading::read(&texts.text, learnt);
+        if !budget.check() {
+            return keys;
+        }
+        keys.fingerprint = minhash::signature(&reading.words)
+            .map(|s| minhash::band_keys(&s))
+            .unwrap_or_default();
+        keys.blocks = reading.blocks;
+        keys.left_out = reading.told;
+        keys.quoted_lines = reading.quoted;
+        if !budget.check() {
+            keys.fingerprint.clear();
+            keys.blocks.clear();
+            return keys;
+        }
+    }
+    if wanted.link_domains {
+        let mut domains = links::LinkDomains::new(exempt_link_domains);
+        for href in &texts.hrefs {
+            if !budget.spend(1) {
+                return keys;
             }
-            domains.add_text(&texts.text);
-            keys.only_exempt_links = domains.only_exempt();
-            keys.link_domains = domains.finish();
+            domains.add_url(href);
         }
+        domains.add_text_within(&texts.text, budget);
+        if budget.exceeded() {
+            return keys;
+        }
+        keys.only_exempt_links = domains.only_exempt();
+        keys.link_domains = domains.finish();
     }
     keys
 }

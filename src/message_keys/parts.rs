@@ -2,7 +2,7 @@
 //! transfer encoding and charset), one alternative of each, HTML reduced to text, within a
 //! budget.
 
-use super::html;
+use super::{html, Budget};
 use mail_parser::{Message, MimeHeaders, PartType};
 
 /// At most this many bytes of decoded text are read from one message.
@@ -35,19 +35,20 @@ fn prefix(s: &str, max: usize) -> &str {
 
 /// The text of `message`: the parts of its text body (mail-parser's choice: the plain
 /// alternative where there is one, else the HTML one), HTML reduced to text. With
-/// `hrefs`, the link targets of every HTML body part as well.
-pub(super) fn texts(message: &Message<'_>, hrefs: bool) -> Texts {
+/// `hrefs`, the link targets of every HTML body part as well. Stops where `budget` runs
+/// out.
+pub(super) fn texts(message: &Message<'_>, hrefs: bool, budget: &mut Budget) -> Texts {
     let mut out = Texts::default();
     for &id in &message.text_body {
         let room = MAX_TEXT.saturating_sub(out.text.len());
-        if room == 0 {
+        if room == 0 || !budget.spend(1) {
             break;
         }
         match message.parts.get(id as usize).map(|p| &p.body) {
             Some(PartType::Text(t)) => out.text.push_str(prefix(t, room)),
             Some(PartType::Html(h)) => {
                 let h = html::without_images(h);
-                let reduced = html::reduce(prefix(&h, MAX_HTML), room);
+                let reduced = html::reduce_within(prefix(&h, MAX_HTML), room, budget);
                 out.text.push_str(prefix(&reduced.text, room));
                 if hrefs {
                     out.hrefs.extend(reduced.hrefs);
@@ -69,8 +70,9 @@ pub(super) fn texts(message: &Message<'_>, hrefs: bool) -> Texts {
                 PartType::Text(t) => out.text.push_str(prefix(t, MAX_TEXT)),
                 PartType::Html(h) => {
                     let h = html::without_images(h);
-                    out.text
-                        .push_str(&html::reduce(prefix(&h, MAX_HTML), MAX_TEXT).text);
+                    out.text.push_str(
+                        &html::reduce_within(prefix(&h, MAX_HTML), MAX_TEXT, budget).text,
+                    );
                 }
                 _ => {}
             }
@@ -78,18 +80,21 @@ pub(super) fn texts(message: &Message<'_>, hrefs: bool) -> Texts {
         }
     }
     if hrefs {
+        // Sorted once: a message of many parts has as many ids in both lists.
+        let mut read = message.text_body.clone();
+        read.sort_unstable();
         for &id in message
             .html_body
             .iter()
-            .filter(|id| !message.text_body.contains(id))
+            .filter(|id| read.binary_search(id).is_err())
         {
-            if out.hrefs.len() >= html::MAX_HREFS {
+            if out.hrefs.len() >= html::MAX_HREFS || !budget.spend(1) {
                 break;
             }
             if let Some(PartType::Html(h)) = message.parts.get(id as usize).map(|p| &p.body) {
                 let h = html::without_images(h);
                 out.hrefs
-                    .extend(html::reduce(prefix(&h, MAX_HTML), 0).hrefs);
+                    .extend(html::reduce_within(prefix(&h, MAX_HTML), 0, budget).hrefs);
             }
         }
         out.hrefs.truncate(html::MAX_HREFS);
@@ -104,7 +109,7 @@ mod tests {
 
     fn parse(raw: &str) -> Texts {
         let m = MessageParser::new().parse(raw.as_bytes()).expect("parses");
-        texts(&m, true)
+        texts(&m, true, &mut Budget::unlimited())
     }
 
     #[test]

@@ -331,6 +331,9 @@ pub struct Metrics {
     pub graded: GradedMetrics,
     /// Audit lines (`[admin] audit`) that could not be written.
     pub audit_write_errors: Counter,
+    /// Messages whose keys took longer than `[message_keys] budget` (they kept the keys
+    /// finished in time).
+    pub message_keys_budget_exceeded: Counter,
 }
 
 /// Keeps a session counted as open; dropping it closes it.
@@ -428,8 +431,13 @@ impl Metrics {
             "floodgate_audit_write_errors_total",
             "Admin actions whose audit line could not be written to [admin] audit.",
         );
+        let message_keys_budget_exceeded = f.counter(
+            "floodgate_message_keys_budget_exceeded_total",
+            "Messages whose message keys took longer than [message_keys] budget (they kept the keys finished in time).",
+        );
         Metrics {
             audit_write_errors,
+            message_keys_budget_exceeded,
             exposition: Mutex::new(Exposition {
                 registry: f.0,
                 readers: Vec::new(),

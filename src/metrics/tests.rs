@@ -216,6 +216,7 @@ fn families_of_a_fresh_registry() {
         ("floodgate_connections_refused_total", "counter"),
         ("floodgate_admin_connections_refused_total", "counter"),
         ("floodgate_audit_write_errors_total", "counter"),
+        ("floodgate_message_keys_budget_exceeded_total", "counter"),
     ];
     let want: BTreeMap<String, String> = want
         .iter()

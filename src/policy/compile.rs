@@ -162,9 +162,26 @@ fn message_key_settings(config: &Config, at: At<'_>) -> Result<MessageKeySetting
         }
         exempt.push(v);
     }
+    let budget = match &raw.budget {
+        None => MessageKeySettings::DEFAULT_BUDGET,
+        Some(b) => {
+            let d = b.get_ref().0;
+            if !(MessageKeySettings::MIN_BUDGET..=MessageKeySettings::MAX_BUDGET).contains(&d) {
+                return Err(at(
+                    b.span(),
+                    format!(
+                        "[message_keys] budget: {}ms is out of range (write from 1ms to 10s; the default is 50ms)",
+                        d.as_millis()
+                    ),
+                ));
+            }
+            d
+        }
+    };
     Ok(MessageKeySettings {
         exempt_link_domains: exempt,
         include_automatic: raw.include_automatic,
+        budget,
     })
 }
 

@@ -194,6 +194,10 @@ impl TakenAnswer {
     }
 }
 
+/// A message shared with the thread that reads it ([`Policy::message_keys`]): the session
+/// keeps it to relay while its keys are computed elsewhere.
+pub type SharedMessage = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
 /// A boxed future, so that policies can be async (a shared store) and still be objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -215,15 +219,16 @@ pub trait Policy: Send + Sync {
     /// or the message is from the null sender (`null_sender`) or automatic or list mail and
     /// `[message_keys] include_automatic` is off, or every link of it goes to an exempt
     /// domain. `account` (the authenticated id, or the client address without AUTH) is
-    /// what the organisation's boilerplate is learnt from. The default computes none.
+    /// what the organisation's boilerplate is learnt from. They are computed off the
+    /// session's worker, within `[message_keys] budget`. The default computes none.
     fn message_keys(
         &self,
-        message: &[u8],
+        message: SharedMessage,
         null_sender: bool,
-        account: Option<&str>,
-    ) -> Option<crate::message_keys::MessageKeys> {
+        account: Option<String>,
+    ) -> BoxFuture<'_, Option<crate::message_keys::MessageKeys>> {
         let _ = (message, null_sender, account);
-        None
+        Box::pin(std::future::ready(None))
     }
 
     /// A new generation is in force (SIGHUP): later checks, in new and running sessions,

@@ -285,12 +285,33 @@ pub struct PolicyModel {
 }
 
 /// `[message_keys]`, validated.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MessageKeySettings {
     /// Registered domains whose links are not message keys (lower case).
     pub exempt_link_domains: Vec<String>,
     /// Keys also for null-sender, automatic and list mail.
     pub include_automatic: bool,
+    /// The CPU time one message's keys may take (see [`crate::message_keys::Budget`]).
+    pub budget: std::time::Duration,
+}
+
+impl MessageKeySettings {
+    /// `budget` when the config sets none.
+    pub const DEFAULT_BUDGET: std::time::Duration = std::time::Duration::from_millis(50);
+    /// The least `budget` the config may set.
+    pub const MIN_BUDGET: std::time::Duration = std::time::Duration::from_millis(1);
+    /// The most `budget` the config may set.
+    pub const MAX_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+}
+
+impl Default for MessageKeySettings {
+    fn default() -> Self {
+        MessageKeySettings {
+            exempt_link_domains: Vec::new(),
+            include_automatic: false,
+            budget: MessageKeySettings::DEFAULT_BUDGET,
+        }
+    }
 }
 
 impl PolicyModel {

@@ -40,6 +40,16 @@ pub(super) enum Spooled {
     Chunked(Vec<u8>),
 }
 
+impl AsRef<[u8]> for Spooled {
+    /// The message as the policy reads it (dot-stuffed as it came with DATA).
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Spooled::Data(wire) => wire.message(),
+            Spooled::Chunked(body) => body,
+        }
+    }
+}
+
 /// The header section (through its blank line, or everything) of a message spooled in its
 /// dot-stuffed wire form, unstuffed: borrowed when no line of it starts with '.'.
 fn header_section(stuffed: &[u8]) -> std::borrow::Cow<'_, [u8]> {
@@ -120,7 +130,9 @@ impl Session {
             return Ok(Flow::Next);
         }
         self.policy.facts.message_size = outcome.size;
-        let message_id = self.read_message_facts(&msg);
+        // Shared with the thread that computes its keys while the session waits.
+        let msg = std::sync::Arc::new(msg);
+        let message_id = self.read_message_facts(&msg).await;
         if let Some(flow) = self.judge(Stage::Message).await {
             self.tell_transaction("refused by floodgate");
             self.abort_upstream_txn().await?;
@@ -132,7 +144,7 @@ impl Session {
                 .take_message(&msg, order, received.as_deref(), outcome.size)
                 .await;
         }
-        let reply = match &msg {
+        let reply = match &*msg {
             Spooled::Data(wire) => {
                 self.relay_message(wire, outcome.size, received.as_deref())
                     .await
@@ -167,12 +179,12 @@ impl Session {
     /// Reads what the policy and the message's log line need from the message into the
     /// facts (header From, Subject, Auto-Submitted, message keys); the Message-ID is handed
     /// back for the log line.
-    fn read_message_facts(&mut self, msg: &Spooled) -> Option<String> {
+    async fn read_message_facts(&mut self, msg: &std::sync::Arc<Spooled>) -> Option<String> {
         // The header is parsed for the message's log line and for limits that read the
         // header From; with neither, nobody would see the result.
         let fields =
             if tracing::enabled!(tracing::Level::INFO) || self.shared.policy.reads_header_from() {
-                match msg {
+                match &**msg {
                     Spooled::Data(wire) => header_fields::read(&header_section(wire.message())),
                     Spooled::Chunked(body) => header_fields::read(body),
                 }
@@ -183,7 +195,7 @@ impl Session {
         self.policy.facts.subject = fields.subject;
         // Ratio limits leave auto-submitted messages out (the policy then reads headers).
         self.policy.facts.auto_submitted = self.shared.policy.reads_header_from()
-            && match msg {
+            && match &**msg {
                 Spooled::Data(wire) => {
                     crate::smtp::auto_submitted::is_automatic(&header_section(wire.message()))
                 }
@@ -196,16 +208,15 @@ impl Session {
             .user
             .clone()
             .or_else(|| facts.client_ip.map(|ip| ip.to_string()));
-        let account = account.as_deref();
-        self.policy.facts.message_keys = match msg {
-            Spooled::Data(wire) => {
-                self.shared
-                    .policy
-                    .message_keys(wire.message(), null_sender, account)
-            }
-            Spooled::Chunked(body) => self.shared.policy.message_keys(body, null_sender, account),
-        }
-        .map(std::sync::Arc::new);
+        // Computed off this worker (see `Policy::message_keys`): the session waits, the
+        // worker serves the other sessions meanwhile.
+        let shared: crate::policy::SharedMessage = msg.clone();
+        self.policy.facts.message_keys = self
+            .shared
+            .policy
+            .message_keys(shared, null_sender, account)
+            .await
+            .map(std::sync::Arc::new);
         fields.message_id
     }
 

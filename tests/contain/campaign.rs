@@ -284,7 +284,7 @@ fn check_says_which_message_keys_are_computed() {
     assert!(out.ok(), "{out}");
     assert!(
         out.stdout.contains(
-            "message keys: fingerprint, link_domain at the end of data; exempt_link_domains=example.org include_automatic=false"
+            "message keys: fingerprint, link_domain at the end of data; exempt_link_domains=example.org include_automatic=false budget=50ms"
         ),
         "{out}"
     );
@@ -322,6 +322,15 @@ fn message_keys_are_refused_where_they_cannot_be() {
             "is not a domain name",
         ),
         ("[message_keys]\ncolour = 1\n", "unknown field `colour`"),
+        (
+            "[message_keys]\nbudget = \"0ms\"\n",
+            "[message_keys] budget: 0ms is out of range (write from 1ms to 10s",
+        ),
+        (
+            "[message_keys]\nbudget = \"1h\"\n",
+            "[message_keys] budget: 3600000ms is out of range",
+        ),
+        ("[message_keys]\nbudget = \"fast\"\n", "bad duration \"fast\""),
     ];
     let dir = tempfile::tempdir().unwrap();
     for (i, (extra, want)) in cases.iter().enumerate() {

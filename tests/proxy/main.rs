@@ -8,6 +8,7 @@ mod diff;
 mod faults;
 mod hostile_caps;
 mod log_queue;
+mod message_keys_stall;
 mod policy_e2e;
 mod proxy_harness;
 mod proxy_hostile;

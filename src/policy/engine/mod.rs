@@ -31,6 +31,7 @@
 mod answers;
 mod campaign;
 mod check;
+mod keys_pool;
 mod pending;
 mod plan;
 mod rate_session;
@@ -85,7 +86,9 @@ struct Inner {
     held: HeldReader,
     /// The organisation's boilerplate, learnt from the messages whose fingerprint is
     /// computed, left out of later fingerprints (node-local, also with Redis).
-    boilerplate: RwLock<crate::message_keys::Boilerplate>,
+    boilerplate: Arc<RwLock<crate::message_keys::Boilerplate>>,
+    /// Where message keys are computed, off the sessions' workers.
+    keys: keys_pool::KeysPool,
 }
 
 /// What the policy of a running floodgate reports to and reads besides its limits and
@@ -168,7 +171,8 @@ impl RatePolicy {
                 paced,
                 notifier,
                 queued: Arc::default(),
-                boilerplate: RwLock::default(),
+                boilerplate: Arc::default(),
+                keys: keys_pool::KeysPool::new(keys_pool::threads()),
             }),
         }
     }
@@ -280,39 +284,59 @@ impl Policy for RatePolicy {
 
     fn message_keys(
         &self,
-        message: &[u8],
+        message: super::SharedMessage,
         null_sender: bool,
-        account: Option<&str>,
-    ) -> Option<crate::message_keys::MessageKeys> {
+        account: Option<String>,
+    ) -> super::BoxFuture<'_, Option<crate::message_keys::MessageKeys>> {
         use crate::message_keys::boilerplate::{account_hash, day_of};
-        let model = self
-            .inner
-            .current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let model = self.current();
+        if model.wanted_message_keys().is_none() {
+            return Box::pin(std::future::ready(None));
+        }
         let seconds = u64::try_from((self.inner.clock)() / 1_000_000).unwrap_or(0);
         let today = day_of(seconds);
-        let keys = {
-            let learnt = self
-                .inner
-                .boilerplate
-                .read()
-                .unwrap_or_else(|e| e.into_inner());
-            message_keys_of(&model, message, null_sender, Some((&learnt, today)))
-        };
-        // Learnt from the author's blocks after the keys are read: a block becomes
-        // boilerplate only over days, never through the message being judged.
-        if let (Some(k), Some(account)) = (&keys, account) {
-            if !k.blocks.is_empty() {
-                self.inner
-                    .boilerplate
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .observe(account_hash(account), today, &k.blocks);
+        let boilerplate = self.inner.boilerplate.clone();
+        Box::pin(async move {
+            let size = (*message).as_ref().len();
+            let budget = model.message_keys.budget;
+            let work = move || {
+                let mut budget =
+                    crate::message_keys::Budget::new(budget, keys_pool::thread_cpu_time);
+                let keys = {
+                    let learnt = boilerplate.read().unwrap_or_else(|e| e.into_inner());
+                    message_keys_of(
+                        &model,
+                        (*message).as_ref(),
+                        null_sender,
+                        Some((&learnt, today)),
+                        &mut budget,
+                    )
+                };
+                // Learnt from the author's blocks after the keys are read: a block becomes
+                // boilerplate only over days, never through the message being judged.
+                if let (Some(k), Some(account)) = (&keys, account.as_deref()) {
+                    if !k.blocks.is_empty() {
+                        boilerplate
+                            .write()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .observe(account_hash(account), today, &k.blocks);
+                    }
+                }
+                (keys, budget.exceeded())
+            };
+            let Some((keys, exceeded)) = self.inner.keys.run(work).await else {
+                repeated::KEYS_LOST.warn("the message-key pool gave no answer");
+                return None;
+            };
+            if exceeded {
+                self.inner.metrics.message_keys_budget_exceeded.inc();
+                repeated::KEYS_BUDGET.warn(&format!(
+                    "a message of {size} octets; budget {}ms",
+                    budget.as_millis()
+                ));
             }
-        }
-        keys
+            keys
+        })
     }
 }
 
@@ -324,15 +348,16 @@ fn head_of(message: &[u8]) -> &[u8] {
         .unwrap_or(message)
 }
 
-/// The message keys `model`'s limits use, of `message` (see [`Policy::message_keys`]).
+/// The message keys `model`'s limits use, of `message` (see [`Policy::message_keys`]),
+/// within `budget`.
 fn message_keys_of(
     model: &PolicyModel,
     message: &[u8],
     null_sender: bool,
     learnt: Option<(&crate::message_keys::Boilerplate, u32)>,
+    budget: &mut crate::message_keys::Budget,
 ) -> Option<crate::message_keys::MessageKeys> {
-    use crate::message_keys::{compute_learnt, is_automatic, Wanted};
-    let compute = |m: &[u8], w: Wanted, e: &[String]| compute_learnt(m, w, e, learnt);
+    use crate::message_keys::{compute_within, is_automatic, Wanted};
     let wanted = model.wanted_message_keys();
     if wanted == Wanted::default() {
         return None;
@@ -343,17 +368,19 @@ fn message_keys_of(
     }
     let exempt = &settings.exempt_link_domains;
     if exempt.is_empty() {
-        return Some(compute(message, wanted, &[]));
+        return Some(compute_within(message, wanted, &[], learnt, budget));
     }
     // The link domains too, to tell a message that links only to exempt domains (own
     // bulk mail) from one that links to others as well.
-    let mut keys = compute(
+    let mut keys = compute_within(
         message,
         Wanted {
             link_domains: true,
             ..wanted
         },
         exempt,
+        learnt,
+        budget,
     );
     if keys.only_exempt_links {
         return None;
@@ -417,6 +444,20 @@ ratelimit = "3 / 1h / per_mail / unique=${authenticated_id}"
 action = "hold"
 "#;
 
+    fn keys_of(
+        model: &PolicyModel,
+        message: &[u8],
+        null_sender: bool,
+    ) -> Option<crate::message_keys::MessageKeys> {
+        message_keys_of(
+            model,
+            message,
+            null_sender,
+            None,
+            &mut crate::message_keys::Budget::unlimited(),
+        )
+    }
+
     fn message(extra_head: &str, links: &[&str]) -> Vec<u8> {
         let mut body = String::from(
             "Hello,\r\nplease find the minutes of our meeting about the garden project \
@@ -431,8 +472,8 @@ action = "hold"
 
     #[test]
     fn keys_only_when_a_limit_uses_them() {
-        assert!(message_keys_of(&model(""), &message("", &[]), false, None).is_none());
-        let k = message_keys_of(&model(CAMPAIGN), &message("", &[]), false, None).unwrap();
+        assert!(keys_of(&model(""), &message("", &[]), false).is_none());
+        let k = keys_of(&model(CAMPAIGN), &message("", &[]), false).unwrap();
         assert!(!k.fingerprint.is_empty());
         // Not asked for: neither link domains nor the Subject's shape.
         assert!(k.link_domains.is_empty() && k.subject_shape.is_none());
@@ -441,20 +482,17 @@ action = "hold"
     #[test]
     fn automatic_and_null_sender_mail_get_none_unless_included() {
         let m = model(CAMPAIGN);
-        assert!(message_keys_of(&m, &message("", &[]), true, None).is_none());
+        assert!(keys_of(&m, &message("", &[]), true).is_none());
         for head in [
             "Auto-Submitted: auto-replied\r\n",
             "List-Id: <x.example.org>\r\n",
         ] {
-            assert!(
-                message_keys_of(&m, &message(head, &[]), false, None).is_none(),
-                "{head}"
-            );
+            assert!(keys_of(&m, &message(head, &[]), false).is_none(), "{head}");
         }
         let m = model(&format!(
             "{CAMPAIGN}\n[message_keys]\ninclude_automatic = true\n"
         ));
-        assert!(message_keys_of(&m, &message("List-Id: <x>\r\n", &[]), true, None).is_some());
+        assert!(keys_of(&m, &message("List-Id: <x>\r\n", &[]), true).is_some());
     }
 
     #[test]
@@ -463,19 +501,72 @@ action = "hold"
             "{CAMPAIGN}\n[message_keys]\nexempt_link_domains = [\"example.org\", \"news.example.net\"]\n"
         ));
         let own = message("", &["www.example.org", "lists.news.example.net"]);
-        assert!(message_keys_of(&m, &own, false, None).is_none());
+        assert!(keys_of(&m, &own, false).is_none());
         // One other link domain: keys, and only that domain among the link domains.
         let mixed = message("", &["www.example.org", "evil.example.com"]);
-        let k = message_keys_of(&m, &mixed, false, None).unwrap();
+        let k = keys_of(&m, &mixed, false).unwrap();
         assert!(!k.fingerprint.is_empty());
         // No link at all: keys as usual.
-        assert!(message_keys_of(&m, &message("", &[]), false, None).is_some());
+        assert!(keys_of(&m, &message("", &[]), false).is_some());
         // link_domain asked for: the exempt ones are left out.
         let m = model(
             "[[limit]]\nname = \"links\"\nkey = \"${link_domain}\"\nratelimit = \"5 / 1h / per_mail\"\n\
              [message_keys]\nexempt_link_domains = [\"example.org\"]\n",
         );
-        let k = message_keys_of(&m, &mixed, false, None).unwrap();
+        let k = keys_of(&m, &mixed, false).unwrap();
         assert_eq!(k.link_domains, ["example.com"]);
+    }
+
+    fn policy(limits: &str) -> (RatePolicy, Arc<crate::metrics::Metrics>) {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let store: Arc<dyn Store> = Arc::new(crate::store::MemoryStore::default());
+        let p = RatePolicy::build(
+            Arc::new(model(limits)),
+            store,
+            Arc::new(now_micros),
+            metrics.clone(),
+            None,
+        );
+        (p, metrics)
+    }
+
+    fn budget_exceeded(metrics: &crate::metrics::Metrics) -> String {
+        metrics
+            .render()
+            .lines()
+            .find(|l| l.starts_with("floodgate_message_keys_budget_exceeded_total "))
+            .unwrap_or("")
+            .to_string()
+    }
+
+    #[tokio::test]
+    async fn the_policy_computes_keys_on_the_pool_within_the_budget() {
+        let (p, metrics) = policy(CAMPAIGN);
+        let shared: crate::policy::SharedMessage = Arc::new(message("", &[]));
+        let k = p.message_keys(shared, false, None).await.unwrap();
+        assert_eq!(
+            Some(&k),
+            keys_of(&model(CAMPAIGN), &message("", &[]), false).as_ref()
+        );
+        assert_eq!(
+            budget_exceeded(&metrics),
+            "floodgate_message_keys_budget_exceeded_total 0"
+        );
+        // A message far longer than 1 ms of work: no fingerprint, counted.
+        let (p, metrics) = policy(&format!("{CAMPAIGN}\n[message_keys]\nbudget = \"1ms\"\n"));
+        let words: String = (0..400_000).map(|i| format!("w{} ", i % 997)).collect();
+        let long = format!("Subject: s\r\n\r\n{words}\r\n").into_bytes();
+        let k = p.message_keys(Arc::new(long), false, None).await.unwrap();
+        assert!(k.fingerprint.is_empty());
+        assert_eq!(
+            budget_exceeded(&metrics),
+            "floodgate_message_keys_budget_exceeded_total 1"
+        );
+        // No limit uses a key: nothing computed, nothing counted.
+        let (p, _) = policy("");
+        assert!(p
+            .message_keys(Arc::new(message("", &[])), false, None)
+            .await
+            .is_none());
     }
 }

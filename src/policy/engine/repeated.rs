@@ -28,6 +28,17 @@ pub(super) static RATIO_NOT_UPDATED: RepeatedWarning =
 pub(super) static RESERVATIONS_KEPT: RepeatedWarning =
     RepeatedWarning::new("cannot release rate limit reservations");
 
+/// A message whose keys took longer than `[message_keys] budget`: it keeps the keys
+/// finished by then.
+pub(super) static KEYS_BUDGET: RepeatedWarning = RepeatedWarning::new(
+    "message keys: budget exceeded; the message keeps the keys finished in time",
+);
+
+/// A message whose keys the pool could not compute (its threads did not start, or the
+/// computation panicked): it has none.
+pub(super) static KEYS_LOST: RepeatedWarning =
+    RepeatedWarning::new("message keys: not computed; the message has none");
+
 /// Tells the counts whose interval has passed.
 pub(super) fn flush() {
     for w in [
@@ -37,6 +48,8 @@ pub(super) fn flush() {
         &NOT_RESTRICTED,
         &RATIO_NOT_UPDATED,
         &RESERVATIONS_KEPT,
+        &KEYS_BUDGET,
+        &KEYS_LOST,
     ] {
         w.flush();
     }
