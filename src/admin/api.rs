@@ -19,7 +19,8 @@
 //! HEAD is accepted wherever GET is. Answers are JSON (`{"error": …}` on failure).
 //!
 //! Every request comes with its [`Actor`]: the name of the bearer token on the admin
-//! address, the user at the other end of the admin socket. Each change is recorded under
+//! address, the user at the other end of the admin socket (or, when that user is root or
+//! floodgate's own, the person its verb names: [`super::invoker`]). Each change is recorded under
 //! it (`by`: log line, alert, restriction, trace header) and, with `[admin] audit`, in the
 //! audit log ([`super::audit`]).
 
@@ -125,6 +126,12 @@ impl AdminState {
 
     /// Answers one request of `who`.
     pub async fn handle(&self, req: &Request, who: &Actor) -> Response {
+        // The person behind root or this process's user, when the verb names one.
+        let who = match super::invoker::vouched(who, req.header(super::invoker::HEADER)) {
+            Ok(w) => w,
+            Err(e) => return Response::error(400, &e.to_string()),
+        };
+        let who = &who;
         let get = req.method == "GET" || req.method == "HEAD";
         let post = req.method == "POST";
         let (allowed, ok) = match req.path.as_str() {
