@@ -29,9 +29,7 @@ use floodgate::policy::describe::{describe, warnings};
 use floodgate::policy::AllowAll;
 use floodgate::policy::RatePolicy;
 use floodgate::report::{EventLog, Observers};
-use floodgate::server::{
-    build_policy, spawn_store_tasks, InForce, Server, ServerParts,
-};
+use floodgate::server::{build_policy, spawn_store_tasks, InForce, Server, ServerParts};
 use floodgate::store::open::{OpenError, Opened};
 use tokio_util::sync::CancellationToken;
 

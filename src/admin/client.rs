@@ -293,10 +293,7 @@ pub fn call(socket: &Path, verb: &Verb) -> Result<Value, ClientError> {
             .into_iter()
             .map(|v| ("Floodgate-Invoker", v))
             .collect();
-        tokio::time::timeout(
-            TIMEOUT,
-            exchange_with(s, method, &target, None, &headers),
-        )
+        tokio::time::timeout(TIMEOUT, exchange_with(s, method, &target, None, &headers))
             .await
             .map_err(|_| {
                 std::io::Error::new(

@@ -69,8 +69,7 @@ impl Claim {
 /// Whether `s` can be a user name as Debian's adduser and useradd allow them.
 fn user_name_like(s: &str) -> bool {
     (1..=MAX_NAME).contains(&s.len())
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'@' | b'$'))
 }
 
@@ -104,7 +103,10 @@ pub fn claim_from(
     if uid == NO_LOGIN_UID || uid == me {
         return None;
     }
-    named(&name_of(uid).unwrap_or_else(|| format!("uid{uid}")), "login")
+    named(
+        &name_of(uid).unwrap_or_else(|| format!("uid{uid}")),
+        "login",
+    )
 }
 
 /// The claim of this process (its environment, its login uid, its user).
@@ -193,16 +195,28 @@ mod tests {
                 via,
             })
         };
-        assert_eq!(c(Some("alice"), None, None, 0, "root"), claim("alice", "sudo"));
-        assert_eq!(c(None, Some("bob"), Some("1000"), 0, "root"), claim("bob", "doas"));
-        assert_eq!(c(None, None, Some("1000\n"), 0, "root"), claim("alice", "login"));
+        assert_eq!(
+            c(Some("alice"), None, None, 0, "root"),
+            claim("alice", "sudo")
+        );
+        assert_eq!(
+            c(None, Some("bob"), Some("1000"), 0, "root"),
+            claim("bob", "doas")
+        );
+        assert_eq!(
+            c(None, None, Some("1000\n"), 0, "root"),
+            claim("alice", "login")
+        );
         // runuser to the service's user keeps the login uid.
         assert_eq!(
             c(None, None, Some("1000"), 994, "floodgate"),
             claim("alice", "login")
         );
         // A login uid without a name is named by its number.
-        assert_eq!(c(None, None, Some("4242"), 0, "root"), claim("uid4242", "login"));
+        assert_eq!(
+            c(None, None, Some("4242"), 0, "root"),
+            claim("uid4242", "login")
+        );
         // No one else: the connecting user is the person.
         assert_eq!(c(None, None, Some("4294967295"), 0, "root"), None);
         assert_eq!(c(None, None, Some("1000"), 1000, "alice"), None);
@@ -224,10 +238,7 @@ mod tests {
         };
         assert_eq!(claim.header_value(), "alice; via=sudo");
         assert_eq!(Claim::parse("alice; via=sudo"), Ok(claim));
-        assert_eq!(
-            Claim::parse("alice"),
-            Err(ClaimError::Form("alice".into()))
-        );
+        assert_eq!(Claim::parse("alice"), Err(ClaimError::Form("alice".into())));
         assert_eq!(
             Claim::parse("alice; via=magic"),
             Err(ClaimError::Form("alice; via=magic".into()))

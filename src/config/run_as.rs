@@ -147,8 +147,15 @@ fn lookup_name(name: &str) -> Option<(u32, u32)> {
     let mut found: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: every pointer is valid for writes for the length given with it, `c` is
     // NUL-terminated; on success `found` points at `pwd`.
-    let rc =
-        unsafe { libc::getpwnam_r(c.as_ptr(), &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
+    let rc = unsafe {
+        libc::getpwnam_r(
+            c.as_ptr(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        )
+    };
     (rc == 0 && !found.is_null()).then_some((pwd.pw_uid, pwd.pw_gid))
 }
 
@@ -186,10 +193,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             c.state_directories(),
-            [
-                PathBuf::from("/var/lib/fg"),
-                PathBuf::from("/run/fg"),
-            ]
+            [PathBuf::from("/var/lib/fg"), PathBuf::from("/run/fg"),]
         );
     }
 
@@ -212,7 +216,10 @@ mod tests {
             assert_eq!(u.uid, me);
         }
         let root = choose(Some("root"), &[]).unwrap().unwrap();
-        assert_eq!((root.uid, root.gid, root.why.as_str()), (0, 0, "given with --user"));
+        assert_eq!(
+            (root.uid, root.gid, root.why.as_str()),
+            (0, 0, "given with --user")
+        );
         let e = choose(Some("no-such-user-here"), &[]).unwrap_err();
         assert_eq!(e.to_string(), "--user no-such-user-here: no such user");
     }

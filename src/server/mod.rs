@@ -79,11 +79,21 @@ pub fn build_shared(
 /// What `floodgate check` builds of [`build_shared`]: everything but the hold spool, which
 /// is checked without being created ([`crate::hold::Spool::verify`]): a check makes no
 /// directory.
-pub fn check_shared(generation: Arc<Generation>, policy: Arc<dyn Policy>) -> Result<(), ServerError> {
+pub fn check_shared(
+    generation: Arc<Generation>,
+    policy: Arc<dyn Policy>,
+) -> Result<(), ServerError> {
     if let Some(h) = &generation.hold {
         crate::hold::Spool::verify(h)?;
     }
-    build(generation, policy, Arc::new(Metrics::new()), Arc::default(), false).map(drop)
+    build(
+        generation,
+        policy,
+        Arc::new(Metrics::new()),
+        Arc::default(),
+        false,
+    )
+    .map(drop)
 }
 
 /// [`build_shared`] reporting to `metrics`, its paced messages in `paced` (one book across

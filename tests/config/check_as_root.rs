@@ -100,7 +100,10 @@ fn root_checks_as_the_owner_of_the_state_directory_and_creates_nothing() {
     std::fs::set_permissions(state.join("hold"), std::fs::Permissions::from_mode(0o700)).unwrap();
     let out = check(&config, &[]);
     assert!(!out.ok(), "{out}");
-    let said = format!("[hold] dir {}: not writable by uid {NOBODY}", state.join("hold").display());
+    let said = format!(
+        "[hold] dir {}: not writable by uid {NOBODY}",
+        state.join("hold").display()
+    );
     assert!(out.stderr.contains(&said), "{said}\n{out}");
     // --user chooses: as root itself, root's spool passes.
     let out = check(&config, &["--user", "root"]);
@@ -112,12 +115,19 @@ fn root_checks_as_the_owner_of_the_state_directory_and_creates_nothing() {
     );
     let out = check(&config, &["--user", "no-such-user-here"]);
     assert!(!out.ok(), "{out}");
-    assert!(out.stderr.contains("--user no-such-user-here: no such user"), "{out}");
+    assert!(
+        out.stderr
+            .contains("--user no-such-user-here: no such user"),
+        "{out}"
+    );
 
     // Every directory root's: root checks as itself, and still makes no spool.
     let (_dir, config, state) = setup(0);
     let out = check(&config, &[]);
     assert!(out.ok(), "{out}");
-    assert!(out.stdout.contains("checked as: root (every directory"), "{out}");
+    assert!(
+        out.stdout.contains("checked as: root (every directory"),
+        "{out}"
+    );
     assert!(!state.join("hold").exists(), "check made the spool\n{out}");
 }
