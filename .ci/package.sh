@@ -289,7 +289,7 @@ ls -l "$state" "$runtime"
 
 step "postrm purge"
 sed -e "s#/var/lib/floodgate#$state#g; s#/run/floodgate#$runtime#g" \
-    -e "s#/etc/floodgate/#$root/etc/floodgate/#g; s#/var/lib/logrotate/#$root/#g" \
+    -e "s#/etc/floodgate/#$root/etc/floodgate/#g" \
     "$root/DEBIAN/postrm" >"$root/postrm"
 sh "$root/postrm" purge || { echo "postrm purge failed"; fail=1; }
 for gone in "$state" "$runtime" "$root/etc/floodgate/tls"; do
