@@ -248,26 +248,24 @@ logrotate -f -s "$root/logrotate.status" "$root/logrotate.conf" ||
     { echo "logrotate failed"; fail=1; }
 [[ -f $state/events.jsonl.1 && -f $state/audit.jsonl.1 ]] ||
     { ls -l "$state"; echo "logrotate did not rotate the event and audit logs"; fail=1; }
+# SIGUSR1 makes floodgate open the path anew (within a second, by itself).
+for _ in $(seq 100); do [[ -e $state/events.jsonl ]] && break; sleep 0.1; done
 verb env SUDO_USER=alice "$root/usr/bin/floodgate" restrict after-rotation --for 10m --reason "package check"
 for _ in $(seq 100); do
     grep -q '"key":"after-rotation"' "$state/events.jsonl" 2>/dev/null && break
     sleep 0.1
 done
+# Without SIGUSR1 (from logrotate's postrotate) it would go to events.jsonl.1.
 grep -q '"key":"after-rotation"' "$state/events.jsonl" ||
     { echo "the event after rotation is not in the new event log"; fail=1; }
 grep -q 'after-rotation' "$state/audit.jsonl" ||
     { echo "the action after rotation is not in the new audit log"; fail=1; }
 grep -q 'by-sudo' "$state/audit.jsonl" && { echo "the new audit log holds old lines"; fail=1; }
-# floodgate's own log, copied to floodgate.log.1 and truncated by the same file; its lines
-# are written off the signal's thread: waited for (at most 10 s).
+# floodgate's own log, copied to floodgate.log.1 and truncated by the same file (a line
+# written between the copy and the truncation is lost: copytruncate's window, so the
+# SIGUSR1 log line is not looked for; the new event log holding the new event shows it).
 [[ -f $root/var/log/floodgate.log.1 ]] || { echo "logrotate did not rotate floodgate.log"; fail=1; }
 runlog() { cat "$root/var/log/floodgate.log.1" "$root/var/log/floodgate.log" 2>/dev/null; }
-for _ in $(seq 100); do
-    runlog | grep -q "SIGUSR1: event log reopened" && break
-    sleep 0.1
-done
-runlog | grep -q "SIGUSR1: event log reopened" ||
-    { echo "floodgate got no SIGUSR1 from logrotate"; fail=1; }
 
 step "reload and stop by the init script"
 init reload || fail=1
