@@ -1057,10 +1057,11 @@ fn check(path: PathBuf, user: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `floodgate check` run by root: becomes the service's user (`--user`, else the owner of
-/// the config's first state directory) before anything is read or checked, so the check
-/// is the service's and creates nothing as root; the line saying as whom. `None` when not
-/// root (unless `--user` names another user: refused).
+/// `floodgate check` run by root: reads the config only to find the service's user
+/// (`--user`, else the owner of the config's first state directory) and becomes it before
+/// anything is checked (the config read again as that user), so the check is the
+/// service's and creates nothing as root; the line saying as whom. `None` when not root
+/// (where `--user` naming another user is refused).
 fn check_as_service_user(path: &Path, user: Option<&str>) -> anyhow::Result<Option<String>> {
     use floodgate::config::run_as;
     // SAFETY: geteuid has no preconditions and cannot fail.
