@@ -14,6 +14,7 @@
 #   chromium                            : tests/operate/report_html.rs (the HTML report, headless)
 #   cargo-fuzz                          : `cargo +nightly fuzz run` smoke in .ci/run
 #   cargo-deb                           : the .deb of .ci/package.sh
+#   logrotate                           : .ci/package.sh rotates with the package's file
 #   Exim 4 (unpacked, not installed)    : tests/smarthost/smarthost_exim.rs (.ci/install-exim.sh)
 set -euo pipefail
 
@@ -25,7 +26,7 @@ fi
 
 want=(swaks libnet-ssleay-perl libio-socket-ssl-perl libio-socket-inet6-perl
     libdigest-hmac-perl openssl python3 redis-server postfix dovecot-core prometheus
-    chromium chromium-driver python3-selenium)
+    chromium chromium-driver python3-selenium logrotate)
 missing=()
 for pkg in "${want[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then

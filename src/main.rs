@@ -11,7 +11,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -28,10 +28,8 @@ use floodgate::hold::pace::PaceBook;
 use floodgate::policy::describe::{describe, warnings};
 use floodgate::policy::AllowAll;
 use floodgate::policy::RatePolicy;
-use floodgate::report::Observers;
-use floodgate::server::{
-    build_policy, build_shared, spawn_store_tasks, InForce, Server, ServerParts,
-};
+use floodgate::report::{EventLog, Observers};
+use floodgate::server::{build_policy, spawn_store_tasks, InForce, Server, ServerParts};
 use floodgate::store::open::{OpenError, Opened};
 use tokio_util::sync::CancellationToken;
 
@@ -73,11 +71,19 @@ enum Cmd {
         once: bool,
     },
     /// Validate a config file and print what floodgate understood.
+    ///
+    /// Run by root, it checks as the service's user (--user, else the owner of the first
+    /// existing directory the config writes in: /var/lib/floodgate for the package), says
+    /// which, and so neither creates nor changes anything the service then cannot use.
     Check {
         /// The config file [default: conf/floodgate.toml when present, else
         /// /etc/floodgate/floodgate.toml].
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// When run by root: check as this user (the unit's User=) instead of the owner of
+        /// the state directory.
+        #[arg(long)]
+        user: Option<String>,
     },
     /// Replay events (JSON lines) through one limit, without network.
     Simulate {
@@ -322,7 +328,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Run { config } => config_or_default(config).and_then(run),
-        Cmd::Check { config } => config_or_default(config).and_then(check),
+        Cmd::Check { config, user } => config_or_default(config).and_then(|c| check(c, user)),
         Cmd::Demo { config, once } => config_or_default(config).and_then(|c| demo(c, once)),
         Cmd::Simulate { limit, file } => simulate(&limit, file),
         Cmd::Report(args) => report(args),
@@ -609,7 +615,7 @@ async fn serve_until_stopped(
     // Removed when this returns (at exit).
     let (_socket_file, extra) = serve_admin(&config, state, &stops.admin).await?;
     print_listening(&server, &extra, &logs.writer);
-    tokio::spawn(signals(server.control(), sigs));
+    tokio::spawn(signals(server.control(), sigs, observers.events().clone()));
     server.run().await;
     stops.admin.cancel();
     stops.hold.cancel();
@@ -826,6 +832,8 @@ fn admin_state(
     policy: &RatePolicy,
 ) -> anyhow::Result<Arc<AdminState>> {
     let control = server.control();
+    // The names of the users who may vouch for an invoker, read before any request.
+    floodgate::admin::invoker::prepare();
     let audit = match &control.config().admin.audit {
         Some(path) => Some(
             floodgate::admin::audit::AuditLog::open(path)
@@ -1071,6 +1079,7 @@ struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
 }
 
 fn install_signals() -> anyhow::Result<Signals> {
@@ -1079,10 +1088,14 @@ fn install_signals() -> anyhow::Result<Signals> {
         term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
         int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
         hup: signal(SignalKind::hangup()).context("cannot handle SIGHUP")?,
+        usr1: signal(SignalKind::user_defined1()).context("cannot handle SIGUSR1")?,
     })
 }
 
-async fn signals(control: floodgate::server::Control, mut s: Signals) {
+/// Serves the signals: SIGTERM drains, SIGINT stops, SIGHUP reloads (and reopens the event
+/// log), SIGUSR1 reopens the event log only (logrotate; the audit log is opened for each
+/// line, so it follows a move by itself).
+async fn signals(control: floodgate::server::Control, mut s: Signals, events: EventLog) {
     loop {
         tokio::select! {
             _ = s.term.recv() => {
@@ -1092,6 +1105,10 @@ async fn signals(control: floodgate::server::Control, mut s: Signals) {
             _ = s.int.recv() => {
                 info!("SIGINT: stopping now");
                 control.stop_now();
+            }
+            _ = s.usr1.recv() => {
+                events.reopen();
+                info!("SIGUSR1: event log reopened");
             }
             _ = s.hup.recv() => match control.reload() {
                 Ok(()) => info!("SIGHUP: configuration reloaded"),
@@ -1104,11 +1121,12 @@ async fn signals(control: floodgate::server::Control, mut s: Signals) {
 /// `floodgate check`: everything that can refuse the config runs before anything is
 /// printed, and the report is written only once all of it passed, so "OK" is never followed
 /// by an error.
-fn check(path: PathBuf) -> anyhow::Result<()> {
+fn check(path: PathBuf, user: Option<String>) -> anyhow::Result<()> {
+    let checked_as = check_as_service_user(&path, user.as_deref())?;
     let generation = Arc::new(Generation::load(&path)?);
     let config = generation.config.clone();
     let path_warnings = config.check_paths()?;
-    build_shared(generation.clone(), Arc::new(AllowAll))
+    floodgate::server::check_shared(generation.clone(), Arc::new(AllowAll))
         .map_err(|e| located_shared_error(&config, e))?;
     if let Some(t) = &config.admin.tls {
         floodgate::tls::server_config(&t.certificate, &t.private_key)
@@ -1116,6 +1134,9 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
     }
     let mut out = Vec::new();
     writeln!(out, "{}: OK", path.display())?;
+    if let Some(line) = checked_as {
+        writeln!(out, "{line}")?;
+    }
     check_listeners(&config, &mut out)?;
     check_hold(&generation, &mut out)?;
     check_tls_and_admin(&config, &mut out)?;
@@ -1138,6 +1159,39 @@ fn check(path: PathBuf) -> anyhow::Result<()> {
     stdout.write_all(&out)?;
     stdout.flush()?;
     Ok(())
+}
+
+/// `floodgate check` run by root: reads the config only to find the service's user
+/// (`--user`, else the owner of the config's first state directory) and becomes it before
+/// anything is checked (the config read again as that user), so the check is the
+/// service's and creates nothing as root; the line saying as whom. `None` when not root
+/// (where `--user` naming another user is refused).
+fn check_as_service_user(path: &Path, user: Option<&str>) -> anyhow::Result<Option<String>> {
+    use floodgate::config::run_as;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if me != 0 {
+        if let Some(u) = run_as::choose(user, &[])?.filter(|u| u.uid != me) {
+            anyhow::bail!(
+                "--user {}: only root can check as another user (this is uid {me})",
+                u.name
+            );
+        }
+        return Ok(None);
+    }
+    let config = Config::load(path)?;
+    let Some(u) = run_as::choose(user, &config.state_directories())? else {
+        return Ok(Some(
+            "checked as: root (every directory the config writes in is root's; give --user \
+             to check as the service's user)"
+                .into(),
+        ));
+    };
+    u.become_it()?;
+    Ok(Some(format!(
+        "checked as: {} (uid {}), {}: the user the service runs as (give --user to choose)",
+        u.name, u.uid, u.why
+    )))
 }
 
 /// `floodgate check`: each listener.

@@ -12,6 +12,18 @@ pub enum Actor {
     /// The operating-system user whose process connected to the admin socket (its peer
     /// credentials), by user name, or `uid N` when the system knows no name: `user:NAME`.
     User(String),
+    /// A person acting through root or the service's own user (`sudo`, `doas`, a login
+    /// session's `su`/`runuser`), as that user's admin verb said and the server accepted
+    /// (only from those two users): `user:PERSON (uid UID via VIA)`.
+    Invoker {
+        /// The person behind the connection (`SUDO_USER`, `DOAS_USER`, the login uid's
+        /// name).
+        person: String,
+        /// The user id at the other end of the admin socket: 0, or the service's own.
+        uid: u32,
+        /// How the person became that user: `sudo`, `doas` or `login` (the login uid).
+        via: String,
+    },
     /// The web console reading the admin API for its own pages; never the actor of a
     /// change (the console's actions carry the session's token).
     Console,
@@ -22,6 +34,7 @@ impl fmt::Display for Actor {
         match self {
             Actor::Token(name) => write!(f, "token:{name}"),
             Actor::User(name) => write!(f, "user:{name}"),
+            Actor::Invoker { person, uid, via } => write!(f, "user:{person} (uid {uid} via {via})"),
             Actor::Console => f.write_str("console"),
         }
     }
@@ -37,5 +50,11 @@ mod tests {
         assert_eq!(Actor::User("root".into()).to_string(), "user:root");
         assert_eq!(Actor::User("uid 4242".into()).to_string(), "user:uid 4242");
         assert_eq!(Actor::Console.to_string(), "console");
+        let alice = Actor::Invoker {
+            person: "alice".into(),
+            uid: 0,
+            via: "sudo".into(),
+        };
+        assert_eq!(alice.to_string(), "user:alice (uid 0 via sudo)");
     }
 }

@@ -25,7 +25,8 @@
 //! HEAD is accepted wherever GET is. Answers are JSON (`{"error": …}` on failure).
 //!
 //! Every request comes with its [`Actor`]: the name of the bearer token on the admin
-//! address, the user at the other end of the admin socket. Each change is recorded under
+//! address, the user at the other end of the admin socket (or, when that user is root or
+//! floodgate's own, the person its verb names: [`super::invoker`]). Each change is recorded under
 //! it (`by`: log line, alert, restriction, trace header) and, with `[admin] audit`, in the
 //! audit log ([`super::audit`]).
 
@@ -162,6 +163,12 @@ impl AdminState {
 
     /// Answers one request of `who`, its `key` folded like a login.
     pub async fn handle(&self, req: &Request, who: &Actor) -> Response {
+        // The person behind root or this process's user, when the verb names one.
+        let who = match super::invoker::vouched(who, req.header(super::invoker::HEADER)) {
+            Ok(w) => w,
+            Err(e) => return Response::error(400, &e.to_string()),
+        };
+        let who = &who;
         match self.folded_key(req) {
             None => self.answer(req, None, who).await,
             Some(folded) => self.answer(&folded, req.param("key"), who).await,

@@ -7,6 +7,8 @@
 //! * [`held_act`]: the API's release and delete of held mail (reason, confirmation, audit);
 //! * [`actor`]: who asked (a named token, the user at the admin socket), the `by` of
 //!   every action;
+//! * [`invoker`]: the person behind a verb run as root or as floodgate's user (sudo,
+//!   doas, the login uid), vouched for only by those two users;
 //! * [`audit`]: the audit log of admin actions (`[admin] audit`);
 //! * [`inspect`]: what a key means for every configured limit (inspect, top);
 //! * [`api`]: the endpoints (inspect, reset, top, reload, metrics);
@@ -29,6 +31,7 @@ pub mod held;
 pub mod held_act;
 pub mod http;
 pub mod inspect;
+pub mod invoker;
 pub mod outcome;
 pub mod peer;
 pub mod restricted;

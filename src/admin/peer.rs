@@ -3,8 +3,9 @@
 //! The admin socket's default place may be a shared directory (the temporary directory when
 //! there is no `$XDG_RUNTIME_DIR` and no snapshot directory), where another local user can
 //! put a socket of their own at the expected path before floodgate does. The admin verbs
-//! therefore talk only to a socket served by their own user or by root, and the server
-//! names the user holding a path it cannot take.
+//! therefore talk only to a socket served by their own user or by root (and root also to
+//! one served by the owner of a directory only that owner may write: the service's own
+//! runtime directory), and the server names the user holding a path it cannot take.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -98,9 +99,27 @@ pub fn trusted(peer: u32, me: u32) -> bool {
     peer == me || peer == 0
 }
 
+/// Whether a directory owned by `owner` with permission bits `mode` is `uid`'s alone to
+/// put sockets in: owned by it and writable by neither its group nor others. Root trusts
+/// the user serving a socket there (the service's runtime directory, `/run/floodgate`),
+/// as Postfix's `postsuper` trusts root: nobody else could have put the socket there.
+pub fn owns_private_dir(uid: u32, owner: u32, mode: u32) -> bool {
+    owner == uid && mode & 0o022 == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn root_trusts_the_owner_of_a_private_directory() {
+        assert!(owns_private_dir(994, 994, 0o40750));
+        assert!(owns_private_dir(994, 994, 0o40700));
+        // Another user's directory, or one others may write (/tmp): not trusted.
+        assert!(!owns_private_dir(994, 0, 0o40755));
+        assert!(!owns_private_dir(994, 994, 0o40770));
+        assert!(!owns_private_dir(994, 994, 0o41777));
+    }
 
     #[test]
     fn own_user_and_root_only() {

@@ -15,6 +15,7 @@ mod outcomes;
 mod paths;
 mod policy;
 mod report;
+pub mod run_as;
 mod source;
 mod store;
 mod tokens;

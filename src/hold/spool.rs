@@ -213,6 +213,26 @@ impl Spool {
         Ok(Spool { settings, corrupt })
     }
 
+    /// Checks the spool as [`Spool::open`] would, creating nothing: a missing directory
+    /// passes (`open` makes it; `floodgate check` judges its parent with the config's
+    /// paths); an existing one must pass [`dir::check`] and take a file (a probe is
+    /// written and removed).
+    pub fn verify(settings: &HoldSettings) -> Result<(), SpoolError> {
+        let dir = &settings.dir;
+        if !dir.exists() {
+            return Ok(());
+        }
+        dir::check(dir)?;
+        let probe = dir.join(format!("tmp.probe-{}", std::process::id()));
+        let unwritable = |source| SpoolError::Unwritable {
+            path: dir.clone(),
+            source,
+        };
+        create_private(&probe).map_err(unwritable)?;
+        fs::remove_file(&probe).map_err(unwritable)?;
+        Ok(())
+    }
+
     /// The settings in force.
     pub fn settings(&self) -> &HoldSettings {
         &self.settings

@@ -31,7 +31,9 @@
 //! and never wait; a writer thread appends them through a `BufWriter` and flushes whenever
 //! the queue is empty. When the queue is full the event is dropped and counted, with a
 //! warning at most once a minute. The file is opened for appending (created 0640) and
-//! reopened on SIGHUP, so logrotate's move-then-HUP works; with `max_size` the writer
+//! reopened on SIGUSR1 ([`EventLog::reopen`], logrotate's move-then-signal) and on SIGHUP
+//! (with a reload, which a broken config refuses: SIGUSR1 reopens whatever the config
+//! says); with `max_size` the writer
 //! renames a full file to `PATH.1` itself and starts a new one.
 
 use std::fs::{File, OpenOptions};
@@ -216,6 +218,12 @@ impl EventLog {
         s.reopen.store(true, Ordering::Release);
         s.enabled
             .store(settings.events.is_some(), Ordering::Release);
+    }
+
+    /// Reopens the file at its path (SIGUSR1, after logrotate moved it): the writer
+    /// flushes the old file and opens the path anew within a second, with no other change.
+    pub fn reopen(&self) {
+        self.shared.reopen.store(true, Ordering::Release);
     }
 
     /// Whether events are being logged.

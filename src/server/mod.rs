@@ -76,6 +76,26 @@ pub fn build_shared(
     build_shared_with(generation, policy, Arc::new(Metrics::new()), Arc::default())
 }
 
+/// What `floodgate check` builds of [`build_shared`]: everything but the hold spool, which
+/// is checked without being created ([`crate::hold::Spool::verify`]): a check makes no
+/// directory.
+pub fn check_shared(
+    generation: Arc<Generation>,
+    policy: Arc<dyn Policy>,
+) -> Result<(), ServerError> {
+    if let Some(h) = &generation.hold {
+        crate::hold::Spool::verify(h)?;
+    }
+    build(
+        generation,
+        policy,
+        Arc::new(Metrics::new()),
+        Arc::default(),
+        false,
+    )
+    .map(drop)
+}
+
 /// [`build_shared`] reporting to `metrics`, its paced messages in `paced` (one book across
 /// reloads: paced messages keep waiting in the same queues).
 pub fn build_shared_with(
@@ -83,6 +103,17 @@ pub fn build_shared_with(
     policy: Arc<dyn Policy>,
     metrics: Arc<Metrics>,
     paced: Arc<PaceBook>,
+) -> Result<Shared, ServerError> {
+    build(generation, policy, metrics, paced, true)
+}
+
+/// [`build_shared_with`], the hold spool opened (and made when missing) when `open_hold`.
+fn build(
+    generation: Arc<Generation>,
+    policy: Arc<dyn Policy>,
+    metrics: Arc<Metrics>,
+    paced: Arc<PaceBook>,
+    open_hold: bool,
 ) -> Result<Shared, ServerError> {
     let config = &generation.config;
     let tls = match &config.tls {
@@ -96,7 +127,7 @@ pub fn build_shared_with(
     let names = Arc::new(crate::proxy::names::NameResolver::new(
         config.timeouts.client_name_lookup.0,
     ));
-    let hold = match &generation.hold {
+    let hold = match generation.hold.as_ref().filter(|_| open_hold) {
         Some(h) => Some(Arc::new(crate::hold::Spool::open(
             h.clone(),
             metrics.hold.corrupt.clone(),

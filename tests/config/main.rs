@@ -5,6 +5,7 @@ mod common;
 
 mod alert_mail;
 mod baseline_check;
+mod check_as_root;
 mod check_paths;
 mod cli;
 mod cli_docs;

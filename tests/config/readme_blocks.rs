@@ -145,7 +145,7 @@ fn merging_replaces_keys_adds_limits_and_replaces_listeners_by_name() {
 }
 
 /// A temporary root with what the book's examples name: `<root>/var/lib/floodgate`,
-/// `<root>/var/spool/floodgate`, `<root>/var/log/postfix.log`,
+/// `<root>/run/floodgate` (the package's runtime directory), `<root>/var/spool/floodgate`, `<root>/var/log/postfix.log`,
 /// `<root>/etc/floodgate/redis.pass`, the admin token files `<root>/etc/floodgate/admin.token`
 /// and `<root>/etc/floodgate/tokens/{alice,backup}`, and the shipped config in `<root>/conf` beside a
 /// `certs` link and a `bulk-senders.txt`.
@@ -159,6 +159,7 @@ impl Root {
         let r = dir.path();
         for d in [
             "var/lib/floodgate",
+            "run/floodgate",
             "var/spool/floodgate",
             "var/log",
             "etc/floodgate",
@@ -191,6 +192,7 @@ impl Root {
         let r = self.dir.path().display().to_string();
         [
             "/var/lib/floodgate",
+            "/run/floodgate",
             "/var/spool/floodgate",
             "/var/log/postfix.log",
             "/etc/floodgate",
@@ -293,6 +295,38 @@ const RUN_ELSEWHERE: &[(&str, &str)] = &[
     (
         "floodgate outcome 4XyzQ1bCDf",
         "needs a queue id upstream gave: tests/contain/outcomes_ratio.rs",
+    ),
+    (
+        "apt install ./floodgate",
+        "the package installed: .ci/package.sh installs it into a scratch root, checks it as root and as the service user, starts it by the init script, relays a message, purges it",
+    ),
+    (
+        "floodgate check --user",
+        "checking as another user: tests/config/check_as_root.rs",
+    ),
+    (
+        "mv /var/lib/floodgate/events.jsonl",
+        "reopening the event log: tests/operate/log_reopen.rs (rename, SIGUSR1), .ci/package.sh (the package's logrotate file)",
+    ),
+    (
+        "install -m 0755 /usr/share/floodgate/floodgate.init",
+        "the recipe without systemd: .ci/package.sh starts, reloads and stops floodgate by the init script",
+    ),
+    (
+        "CONFIG=/etc/floodgate/floodgate.toml",
+        "the init script's defaults: .ci/package.sh runs the init script with them",
+    ),
+    (
+        "deluser --system floodgate",
+        "after a purge, by hand: .ci/package.sh runs the postrm purge",
+    ),
+    (
+        "cargo install cargo-deb",
+        "building the .deb: .ci/package.sh runs this command line",
+    ),
+    (
+        "CARGO_TARGET_DIR=$(mktemp -d) /usr/bin/time",
+        "the build time measurement: a fresh release build, too slow for a test",
     ),
 ];
 

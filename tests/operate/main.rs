@@ -7,12 +7,14 @@ mod loadkit;
 
 mod admin_bounds;
 mod admin_metrics;
+mod admin_root;
 mod admin_verbs;
 mod alerts;
 mod audit;
 mod console;
 mod console_login;
 mod demo;
+mod log_reopen;
 mod prometheus;
 mod report;
 mod report_html;

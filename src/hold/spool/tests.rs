@@ -429,3 +429,21 @@ fn full_spool_reads() {
     );
     assert!(files > 1_000_000_000, "{files}");
 }
+
+#[test]
+fn verify_judges_the_spool_and_creates_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    // Missing: passes (run makes it), and is still missing.
+    let missing = d.path().join("hold");
+    Spool::verify(&settings(&missing)).unwrap();
+    assert!(!missing.exists());
+    // Present and private: passes, no probe left behind.
+    std::fs::create_dir(&missing).unwrap();
+    std::fs::set_permissions(&missing, std::fs::Permissions::from_mode(0o700)).unwrap();
+    Spool::verify(&settings(&missing)).unwrap();
+    assert_eq!(std::fs::read_dir(&missing).unwrap().count(), 0);
+    // Writable by others: refused, as open refuses it.
+    std::fs::set_permissions(&missing, std::fs::Permissions::from_mode(0o770)).unwrap();
+    let e = Spool::verify(&settings(&missing)).unwrap_err();
+    assert!(e.to_string().contains("chmod 700"), "{e}");
+}
