@@ -36,6 +36,10 @@ const PAGES: &[(&str, &str)] = &[
         include_str!("../../docs/configuration/store.md"),
     ),
     (
+        "identity.md",
+        include_str!("../../docs/configuration/identity.md"),
+    ),
+    (
         "lists.md",
         include_str!("../../docs/configuration/lists.md"),
     ),
