@@ -184,6 +184,12 @@ pub fn bands(subject: &str, body: &str) -> Vec<String> {
     ::floodgate::message_keys::compute(text.as_bytes(), wanted, &[]).fingerprint
 }
 
+/// A `[message_keys]` budget no copy of [`spun_campaign`] reaches: its last copy's Subject
+/// of megabytes takes mail-parser longer than the default 50 ms of a debug build, which
+/// would leave that copy without keys (the budget has tests of its own,
+/// tests/proxy/message_keys_stall.rs); here every copy must be counted.
+pub const UNHURRIED_KEYS: &str = "\n[message_keys]\nbudget = \"10s\"\n";
+
 /// `n` spun copies of one lure: copy `i` is a window of 100 words of one long text,
 /// shifted by 25 words from copy `i - 1`, so that each copy shares a band with the one
 /// before it and no band is shared by more than three copies (checked here, with the

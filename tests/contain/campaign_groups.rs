@@ -44,7 +44,7 @@ fn spun_copies_are_one_campaign_and_only_evidence_restricts() {
             .auth_without_tls(true)
             .log_level("info")
             .extra(&format!(
-                "{}{}",
+                "{}{}{UNHURRIED_KEYS}",
                 readme_policy(dir.path()),
                 mail_alerts(&alert_file, 60)
             )),

@@ -24,7 +24,7 @@ fn two_floodgates_group_one_campaign_as_memory_does() {
         ..RecorderOptions::default()
     });
     let extra = format!(
-        "{}\n[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"500ms\"\n",
+        "{}\n[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"500ms\"\n{UNHURRIED_KEYS}",
         readme_policy(dir.path()),
         redis.url()
     );
