@@ -22,10 +22,13 @@
 //!   not authenticated) of the session that crossed it;
 //! * `suppressed`: alerts not delivered since the previous delivered one (`max_per_minute`).
 //!
-//! `max_per_minute` bounds every notice together, on every channel (the log line, the
-//! webhook, the command and the mail each get what is delivered): alerts, restrictions,
-//! releases and campaigns. When alerts were suppressed and no later alert reported them, a summary follows at the
-//! end of the minute: `{"event":"floodgate.alert.suppressed","suppressed":<n>,
+//! `max_per_minute` bounds every kind of notice, each kind on its own budget, on every
+//! channel (the log line, the webhook, the command and the mail each get what is
+//! delivered): limit crossings (alerts), restrictions and releases, and campaigns. A flood
+//! of one kind (400 logins crossing a limit, a campaign of 400 accounts) is cut at
+//! `max_per_minute` a minute without silencing the others: the restriction that follows a
+//! burst of alerts is still told. When notices were suppressed and no later one of their
+//! kind reported them, a summary follows at the end of the minute: `{"event":"floodgate.alert.suppressed","suppressed":<n>,
 //! "from":"<RFC 3339>","to":"<RFC 3339>","host":".."}`. Fields may be added; none will be
 //! renamed or removed.
 
@@ -420,13 +423,34 @@ pub fn limit_period(def: &LimitDef) -> Duration {
 
 const MINUTE_US: i64 = 60_000_000;
 
+/// The kinds of notice, each with its own `max_per_minute` budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A limit crossing (`floodgate.alert`).
+    Alert = 0,
+    /// A restriction or a release.
+    Restriction = 1,
+    /// A campaign found or updated (`floodgate.campaign`).
+    Campaign = 2,
+}
+
+impl Kind {
+    /// The kind of a restriction notice, by its `event`.
+    fn of(notice: &serde_json::Value) -> Kind {
+        if notice["event"] == "floodgate.campaign" {
+            Kind::Campaign
+        } else {
+            Kind::Restriction
+        }
+    }
+}
+
+/// One kind's budget: a one-minute window and what it suppressed.
 #[derive(Default)]
-struct State {
-    /// (limit, key) → when it may alert again (µs).
-    seen: HashMap<(Arc<str>, String), i64>,
-    /// Start of the current one-minute window (µs), 0 before the first alert.
-    window_start: i64,
-    /// Alerts delivered in the window.
+struct Window {
+    /// Start of the current one-minute window (µs), 0 before the first notice.
+    start: i64,
+    /// Notices delivered in the window.
     delivered: u32,
     /// Suppressed and not yet reported.
     suppressed: u64,
@@ -434,22 +458,22 @@ struct State {
     suppressed_since: i64,
 }
 
-impl State {
+impl Window {
     /// Counts one notice at `now` against the minute's budget: `Some(suppressed before
     /// it)` when it may be delivered, `None` when it is suppressed (and counted).
     fn admit(&mut self, now: i64, max_per_minute: u32) -> Option<u64> {
         // A clock that went back a minute (a sped-up policy clock beside the real one)
         // starts a window too.
-        if now >= self.window_start.saturating_add(MINUTE_US)
-            || now < self.window_start.saturating_sub(MINUTE_US)
-            || self.window_start == 0
+        if now >= self.start.saturating_add(MINUTE_US)
+            || now < self.start.saturating_sub(MINUTE_US)
+            || self.start == 0
         {
-            self.window_start = now;
+            self.start = now;
             self.delivered = 0;
         }
         if self.delivered >= max_per_minute {
             if self.suppressed == 0 {
-                self.suppressed_since = self.window_start;
+                self.suppressed_since = self.start;
                 tracing::warn!(max_per_minute, "alerts suppressed: max_per_minute reached");
             }
             self.suppressed += 1;
@@ -457,6 +481,20 @@ impl State {
         }
         self.delivered += 1;
         Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// (limit, key) → when it may alert again (µs).
+    seen: HashMap<(Arc<str>, String), i64>,
+    /// Each kind's budget, by [`Kind`].
+    windows: [Window; 3],
+}
+
+impl State {
+    fn admit(&mut self, kind: Kind, now: i64, max_per_minute: u32) -> Option<u64> {
+        self.windows[kind as usize].admit(now, max_per_minute)
     }
 }
 
@@ -534,7 +572,7 @@ impl Alerter {
             }
         }
         st.seen.insert(id, now.saturating_add(period_us));
-        let suppressed = st.admit(now, settings.max_per_minute)?;
+        let suppressed = st.admit(Kind::Alert, now, settings.max_per_minute)?;
         drop(st);
         let alert = Alert {
             event: "floodgate.alert".into(),
@@ -559,17 +597,29 @@ impl Alerter {
     /// summary. Called periodically by the delivery side.
     pub fn tick(&self, now_us: i64, host: &str) -> Option<Suppressed> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.suppressed == 0 || now_us < st.window_start.saturating_add(MINUTE_US) {
+        // Every kind whose window with unreported suppressions has ended, in one summary.
+        let mut suppressed = 0;
+        let mut from = i64::MAX;
+        let mut to = 0;
+        for w in &mut st.windows {
+            if w.suppressed == 0 || now_us < w.start.saturating_add(MINUTE_US) {
+                continue;
+            }
+            suppressed += std::mem::take(&mut w.suppressed);
+            from = from.min(w.suppressed_since);
+            to = to.max(w.start.saturating_add(MINUTE_US));
+        }
+        drop(st);
+        if suppressed == 0 {
             return None;
         }
         let s = Suppressed {
             event: "floodgate.alert.suppressed".into(),
-            suppressed: std::mem::take(&mut st.suppressed),
-            from: rfc3339(st.suppressed_since),
-            to: rfc3339(st.window_start.saturating_add(MINUTE_US)),
+            suppressed,
+            from: rfc3339(from),
+            to: rfc3339(to),
             host: host.to_string(),
         };
-        drop(st);
         self.queue(Notice::Suppressed(s.clone()));
         Some(s)
     }
@@ -584,19 +634,19 @@ impl Alerter {
     }
 
     /// Queues a restriction notice (a restriction, a release, a campaign) for delivery
-    /// (log line, webhook, command, mail) within the same `max_per_minute` as alerts;
-    /// beyond it the notice is counted in the summary. Answers whether it was queued.
+    /// (log line, webhook, command, mail) within its kind's `max_per_minute`; beyond it the
+    /// notice is counted in the summary. Answers whether it was queued.
     pub fn restriction(&self, notice: &serde_json::Value) -> bool {
         let Some(settings) = self.settings() else {
             // No [alerts]: the notice is only logged; the log is bounded all the same.
             return self.admit_unconfigured(notice);
         };
         let now = crate::store::now_micros();
-        let admitted = self
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .admit(now, settings.max_per_minute);
+        let admitted = self.state.lock().unwrap_or_else(|e| e.into_inner()).admit(
+            Kind::of(notice),
+            now,
+            settings.max_per_minute,
+        );
         let Some(suppressed) = admitted else {
             return false;
         };
@@ -610,11 +660,11 @@ impl Alerter {
 
     fn admit_unconfigured(&self, notice: &serde_json::Value) -> bool {
         let now = crate::store::now_micros();
-        let admitted = self
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .admit(now, AlertSettings::default().max_per_minute);
+        let admitted = self.state.lock().unwrap_or_else(|e| e.into_inner()).admit(
+            Kind::of(notice),
+            now,
+            AlertSettings::default().max_per_minute,
+        );
         if admitted.is_some() {
             self.queue(Notice::Restriction(notice.clone()));
         }

@@ -240,7 +240,7 @@ fn settings_are_read() {
 }
 
 #[test]
-fn restriction_and_campaign_notices_share_the_minute_budget() {
+fn campaign_notices_are_held_to_the_minute_budget() {
     let c = config("[alerts]\nmax_per_minute = 3\n").unwrap();
     let (a, mut rx) = Alerter::new(c.alerts.clone());
     let notice = |k: usize| serde_json::json!({"event": "floodgate.campaign", "key": k});
@@ -256,4 +256,42 @@ fn restriction_and_campaign_notices_share_the_minute_budget() {
     let s = a.tick(later, "h").expect("summary");
     assert_eq!(s.suppressed, 397);
     assert!(matches!(rx.try_recv(), Ok(Notice::Suppressed(_))));
+}
+
+#[test]
+fn each_kind_has_its_own_budget_so_a_flood_never_silences_a_restriction() {
+    let c = config("[alerts]\nmax_per_minute = 2\n").unwrap();
+    let def = &c.policy.limits[0];
+    let (a, mut rx) = Alerter::new(c.alerts.clone());
+    let (o, f) = (outcome(), Facts::default());
+    let now = crate::store::now_micros();
+    // Five crossings: two alerts, three suppressed.
+    let alerts = (0..5)
+        .filter(|k| {
+            a.crossed(&crossing(def, &format!("k{k}"), &o, &f, now + k), "h")
+                .is_some()
+        })
+        .count();
+    assert_eq!(alerts, 2);
+    // A campaign flood: two told, the rest suppressed.
+    let campaign = |k: usize| serde_json::json!({"event": "floodgate.campaign", "key": k});
+    assert_eq!((0..10).filter(|&k| a.restriction(&campaign(k))).count(), 2);
+    // The restriction after both floods is still told, within its own budget.
+    let restricted = serde_json::json!({"event": "floodgate.restricted", "key": "alice"});
+    assert!(a.restriction(&restricted));
+    let released = serde_json::json!({"event": "floodgate.released", "key": "alice"});
+    assert!(a.restriction(&released));
+    assert!(
+        !a.restriction(&restricted),
+        "the third of its kind in the minute"
+    );
+    let mut n = 0;
+    while rx.try_recv().is_ok() {
+        n += 1;
+    }
+    assert_eq!(n, 2 + 2 + 2);
+    // One summary of every kind's suppressed notices when the windows end.
+    let s = a.tick(now + 61 * S, "h").expect("summary");
+    assert_eq!(s.suppressed, 3 + 8 + 1);
+    assert_eq!(a.tick(now + 62 * S, "h"), None);
 }
