@@ -1,6 +1,6 @@
 //! `postqueue -j` listings and pickup's Received line: any text never panics; an entry read
-//! has a queue id that is safe to hand to postsuper only when it is plain; the user id read
-//! is written in the text.
+//! has a queue id that is safe to hand to postsuper only when it is plain; a user id is read
+//! only from a text that has pickup's mark, and it is the number written there.
 #![no_main]
 
 use floodgate::postfix::queue::{pickup_userid, read_listing};
@@ -15,6 +15,9 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Some(uid) = pickup_userid(&text) {
-        assert!(text.contains(&format!("from userid {uid})")));
+        const MARK: &str = "(Postfix, from userid ";
+        let at = text.find(MARK).expect("read only after the mark") + MARK.len();
+        let digits: String = text[at..].chars().take_while(char::is_ascii_digit).collect();
+        assert_eq!(digits.parse::<u32>().ok(), Some(uid));
     }
 });
