@@ -159,8 +159,8 @@ fn lookup_name(name: &str) -> Option<(u32, u32)> {
     (rc == 0 && !found.is_null()).then_some((pwd.pw_uid, pwd.pw_gid))
 }
 
-/// The name of user `uid`, when the user database has one.
-fn name_of(uid: u32) -> Option<String> {
+/// The name of user `uid`, when the user database has one (`getpwuid_r`).
+pub fn name_of(uid: u32) -> Option<String> {
     let mut buf = vec![0 as libc::c_char; 16 * 1024];
     // SAFETY: an all-zero passwd is a valid value for getpwuid_r to overwrite.
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };

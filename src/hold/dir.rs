@@ -120,20 +120,7 @@ pub fn check(path: &Path) -> Result<(), DirError> {
 
 /// The name of the user `uid`, when the password database has one.
 fn user_name(uid: u32) -> Option<String> {
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    // SAFETY: an all-zero `passwd` is a valid value of the plain C struct (null pointers,
-    // zero ids); getpwuid_r only writes it.
-    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call and `buf.len()` is the buffer's length;
-    // on success `found` points at `pwd`, whose strings live in `buf`.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
-    if rc != 0 || found.is_null() || pwd.pw_name.is_null() {
-        return None;
-    }
-    // SAFETY: pw_name is a NUL-terminated string in `buf`, alive here.
-    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
-    Some(name.to_string_lossy().into_owned())
+    crate::config::run_as::name_of(uid)
 }
 
 #[cfg(test)]

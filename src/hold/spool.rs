@@ -200,16 +200,8 @@ impl Spool {
     /// file is written and removed). Files left by a crash are cleaned up by
     /// [`Spool::recover`], once at start. `corrupt` counts the files set aside.
     pub fn open(settings: HoldSettings, corrupt: Counter) -> Result<Spool, SpoolError> {
-        let dir = &settings.dir;
-        dir::create_missing(dir)?;
-        dir::check(dir)?;
-        let probe = dir.join(format!("tmp.probe-{}", std::process::id()));
-        let unwritable = |source| SpoolError::Unwritable {
-            path: dir.clone(),
-            source,
-        };
-        create_private(&probe).map_err(unwritable)?;
-        fs::remove_file(&probe).map_err(unwritable)?;
+        dir::create_missing(&settings.dir)?;
+        Spool::verify(&settings)?;
         Ok(Spool { settings, corrupt })
     }
 
