@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+use super::proxy_identity::metric;
+
 /// A limit keyed on the fingerprint that no test message reaches.
 const FINGERPRINT_LIMIT: &str = "[[limit]]\nname = \"campaign\"\nkey = \"${fingerprint}\"\nratelimit = \"100000 / 1h / per_mail\"\n";
 
@@ -177,19 +179,6 @@ fn no_crafted_message_holds_up_another_clients_greeting() {
         passed,
         "no round of {PROBES} connects had each greeting and EHLO within {BOUND:?}: {rounds:?}"
     );
-}
-
-/// One series of the metrics listener at `addr` (0 when absent).
-fn metric(addr: SocketAddr, series: &str) -> u64 {
-    let mut s = TcpStream::connect(addr).expect("connect metrics");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("metrics answer");
-    out.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0, |v| v.parse().expect("integer"))
 }
 
 #[test]

@@ -40,7 +40,7 @@ fn send_message(c: &mut RawClient, tag: &str) -> Reply {
 }
 
 /// One series of floodgate's `/metrics` at `addr` (0 when absent).
-fn metric(addr: SocketAddr, series: &str) -> u64 {
+pub(crate) fn metric(addr: SocketAddr, series: &str) -> u64 {
     let mut s = TcpStream::connect(addr).expect("connect metrics");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
