@@ -60,7 +60,7 @@ pub struct MessageLine<'a> {
 
 /// The event-log line of `t` (without its newline).
 pub fn line(t: &Transaction<'_>) -> String {
-    use super::events::{field, key_field};
+    use crate::eventlog::{field, key_field};
     // Every free-text field capped (a 3 MB Subject is not written whole).
     let l = MessageLine {
         event: "message".into(),
