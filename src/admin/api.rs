@@ -105,10 +105,23 @@ impl AdminState {
         reason: Option<&str>,
         result: &str,
     ) {
+        self.audit_with(who, action, target, reason, result, &[]);
+    }
+
+    /// [`AdminState::audit`] with more fields (see [`audit::line_with`]).
+    pub fn audit_with(
+        &self,
+        who: &Actor,
+        action: &str,
+        target: &serde_json::Value,
+        reason: Option<&str>,
+        result: &str,
+        more: &[(&str, serde_json::Value)],
+    ) {
         let Some(log) = &self.audit else {
             return;
         };
-        let line = audit::line(now_micros(), who, action, target, reason, result);
+        let line = audit::line_with(now_micros(), who, action, target, reason, result, more);
         if let Err(e) = log.write(&line) {
             self.metrics.audit_write_errors.inc();
             tracing::warn!(path = %log.path().display(), error = %e, action, who = %who,

@@ -9,7 +9,10 @@
 //! `target` the key, the held message's id, or (for a console selection refused before
 //! any message was touched) the ids it selected, or `null` (reload); `reason` the reason given or `null`; `result` `ok`,
 //! `refused: WHY` (the request was refused: a 4xx) or `error: WHY` (it failed: a 5xx).
-//! A held action writes one line per message. A line that cannot be written is logged and
+//! A held action writes one line per message, with two more fields: `key` (the key the
+//! message was held for, so that a key's incident page finds what became of its mail) and,
+//! for a release, `ref` (the reference the released message's trace header names in place
+//! of the reason, unless `[hold] reason_in_header` is on). A line that cannot be written is logged and
 //! counted (`floodgate_audit_write_errors_total`); the action goes on regardless.
 
 use std::io::Write as _;
@@ -89,6 +92,31 @@ pub fn line(
     )
 }
 
+/// [`line`] with more fields after `result` (their values JSON), in the order given.
+pub fn line_with(
+    time_us: i64,
+    who: &Actor,
+    action: &str,
+    target: &Value,
+    reason: Option<&str>,
+    result: &str,
+    more: &[(&str, Value)],
+) -> String {
+    let mut l = line(time_us, who, action, target, reason, result);
+    l.pop();
+    for (name, v) in more {
+        l.push_str(&format!(",{}:{v}", Value::from(*name)));
+    }
+    l.push('}');
+    l
+}
+
+/// The reference of the `n`th message of a release asked at `time_us`: what the trace
+/// header of a released message names, and its audit line's `ref`.
+pub fn reference(time_us: i64, n: usize) -> String {
+    format!("{time_us:x}-{n}")
+}
+
 /// The `result` of an answer: `ok` (2xx), `refused: WHY` (4xx), `error: WHY` (otherwise),
 /// WHY being the answer's `error` text.
 pub fn result_of(r: &Response) -> String {
@@ -141,6 +169,19 @@ mod tests {
         assert_eq!(v["result"], "error: bad config");
         // One line, whatever the text holds.
         assert!(!l.contains('\n'));
+        let k = line_with(
+            0,
+            &Actor::Token("ops".into()),
+            "held_release",
+            &json!("id-1"),
+            Some("ok"),
+            "ok",
+            &[("key", json!("bob\"x")), ("ref", json!(reference(255, 3)))],
+        );
+        let v: Value = serde_json::from_str(&k).unwrap();
+        assert_eq!(v["key"], "bob\"x");
+        assert_eq!(v["ref"], "ff-3");
+        assert!(k.ends_with(",\"key\":\"bob\\\"x\",\"ref\":\"ff-3\"}"), "{k}");
     }
 
     #[test]
