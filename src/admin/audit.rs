@@ -24,13 +24,17 @@ use super::actor::Actor;
 use super::http::Response;
 
 /// The actions the audit log records.
-pub const ACTIONS: [&str; 6] = [
+pub const ACTIONS: [&str; 10] = [
     "release",
     "restrict",
     "held_release",
     "held_delete",
     "reset",
     "reload",
+    "campaign_held_release",
+    "campaign_held_delete",
+    "campaign_release",
+    "campaign",
 ];
 
 /// The audit log's file.
