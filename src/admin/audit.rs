@@ -121,6 +121,42 @@ pub fn reference(time_us: i64, n: usize) -> String {
     format!("{time_us:x}-{n}")
 }
 
+/// The most bytes read from the end of the audit log for one key's history.
+pub const ABOUT_MAX_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Whether audit line `l` is about `key`: an action on the key itself (its restriction, its
+/// release, a reset, its held mail as a whole) or on a message held for it.
+pub fn is_about(l: &Value, key: &str) -> bool {
+    l["target"] == key || l["key"] == key
+}
+
+/// The lines of the audit log at `path` about `key` (see [`is_about`]), oldest first, from
+/// at most the last `max_bytes` of the file (a line cut by that start is left out); a line
+/// that does not parse is skipped. A missing file has none.
+pub fn about(path: &Path, key: &str, max_bytes: u64) -> std::io::Result<Vec<Value>> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let len = f.metadata()?.len();
+    let start = len.saturating_sub(max_bytes);
+    f.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::new();
+    f.take(max_bytes).read_to_end(&mut bytes)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines = text.split('\n');
+    if start > 0 {
+        lines.next();
+    }
+    Ok(lines
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| is_about(v, key))
+        .collect())
+}
+
 /// The `result` of an answer: `ok` (2xx), `refused: WHY` (4xx), `error: WHY` (otherwise),
 /// WHY being the answer's `error` text.
 pub fn result_of(r: &Response) -> String {
@@ -207,6 +243,38 @@ mod tests {
             result_of(&Response::text(500, "text/plain", "x".into())),
             "error: status 500"
         );
+    }
+
+    #[test]
+    fn a_keys_lines_from_the_end_of_the_log() {
+        let d = tempfile::TempDir::new().unwrap();
+        let p = d.path().join("audit.jsonl");
+        assert!(about(&p, "bob", 1000).unwrap().is_empty());
+        let log = AuditLog::open(&p).unwrap();
+        let who = Actor::Token("ops".into());
+        log.write(&line(1, &who, "restrict", &json!("bob"), Some("x"), "ok"))
+            .unwrap();
+        log.write(&line(2, &who, "restrict", &json!("alice"), None, "ok"))
+            .unwrap();
+        log.write("not json").unwrap();
+        let held = line_with(
+            3,
+            &who,
+            "held_delete",
+            &json!("id-9"),
+            Some("spam"),
+            "ok",
+            &[("key", json!("bob"))],
+        );
+        log.write(&held).unwrap();
+        let bob = about(&p, "bob", ABOUT_MAX_BYTES).unwrap();
+        assert_eq!(bob.len(), 2, "{bob:?}");
+        assert_eq!(bob[0]["action"], "restrict");
+        assert_eq!(bob[1]["target"], "id-9");
+        // Only the tail is read: the first line, cut, is left out.
+        let tail = about(&p, "bob", held.len() as u64 + 5).unwrap();
+        assert_eq!(tail.len(), 1, "{tail:?}");
+        assert_eq!(tail[0]["action"], "held_delete");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 pub mod campaigns;
 pub mod held;
 pub mod key;
+pub mod key_history;
 pub mod login;
 pub mod message;
 pub mod overview;
