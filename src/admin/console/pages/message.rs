@@ -205,13 +205,21 @@ pub async fn page(c: &Console, req: &Request, id: &str, shell: &Shell<'_>) -> Re
             b,
             "<form class=\"act-form\" method=\"post\" action=\"/console/act/held/bulk\">{}\
              <input type=\"hidden\" name=\"id\" value=\"{}\">\
-             <input type=\"hidden\" name=\"back\" value=\"/console/held\">\
-             <label>Reason <input name=\"reason\" required placeholder=\"why\"></label>\
+             <input type=\"hidden\" name=\"back\" value=\"{}\">\
+             <input type=\"hidden\" name=\"failed_back\" value=\"/console/held/{enc}\">\
+             <label>Reason <input name=\"reason\" required placeholder=\"why\" value=\"{}\">\
+             </label>\
              <button type=\"submit\" name=\"op\" value=\"release\">Release</button>\
              <button type=\"submit\" name=\"op\" value=\"delete\">Delete</button> {}</form>",
             html::csrf_field(shell),
             html::attr(&e.id),
+            html::key_url(&e.key),
+            html::attr(req.param("reason").unwrap_or("")),
             html::CONFIRM_FIELD
+        );
+        b.push_str(
+            "<p class=\"muted\">Done, the incident page of its key opens; refused, this page \
+             again with the reason kept.</p>",
         );
     }
     b.push_str("<h2>Header section</h2><pre id=\"headers\">");
