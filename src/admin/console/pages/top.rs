@@ -4,7 +4,7 @@
 //! `top` builder keeps about twice that), so 100,000 keys cost one walk, not a sort of
 //! them all.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -177,7 +177,12 @@ fn count_line(total: usize, partial: bool) -> String {
 
 /// Row `number` of the table: a key, the limit it is nearest, its reading and meter, the
 /// other limits it is near.
-fn row_html(number: usize, row: &KeyRow, restricted: &HashSet<String>) -> String {
+fn row_html(
+    number: usize,
+    row: &KeyRow,
+    restricted: &HashSet<String>,
+    campaigns: &HashMap<String, String>,
+) -> String {
     let e = &row.nearest;
     let r = &e.reading;
     let until = match (r.over, r.until_under_secs) {
@@ -216,7 +221,10 @@ fn row_html(number: usize, row: &KeyRow, restricted: &HashSet<String>) -> String
             format!(" class=\"{}\"", class.join(" "))
         },
         number,
-        html::key_link(&row.text),
+        campaigns
+            .get(&row.text)
+            .cloned()
+            .unwrap_or_else(|| html::key_link(&row.text)),
         if is_restricted {
             " <strong class=\"badge restricted\">restricted</strong>"
         } else {
@@ -238,6 +246,38 @@ fn row_html(number: usize, row: &KeyRow, restricted: &HashSet<String>) -> String
         meter(r.value, r.limit_value),
         until
     )
+}
+
+/// Each campaign's id with what its row shows in place of the opaque id: the campaign's
+/// Subject and accounts, linking to its one entry on the Campaigns page.
+pub fn campaign_labels(list: &[serde_json::Value]) -> HashMap<String, String> {
+    list.iter()
+        .filter_map(|c| {
+            let id = c["message_key"].as_str()?;
+            let accounts: Vec<&str> = c["accounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a["key"].as_str())
+                .collect();
+            let shown: Vec<String> = accounts.iter().take(4).map(|a| html::token(a, 60)).collect();
+            let more = accounts.len().saturating_sub(4);
+            let label = format!(
+                "<a href=\"{}\">campaign: {}</a><br><small>{} account{}: {}{}</small>",
+                html::url("/console/campaigns", &[("c", id)]),
+                html::text(c["subject"].as_str().unwrap_or("no Subject"), 80),
+                accounts.len(),
+                if accounts.len() == 1 { "" } else { "s" },
+                shown.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            );
+            Some((id.to_string(), label))
+        })
+        .collect()
 }
 
 /// `GET /console/top`.
@@ -274,6 +314,7 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         Err(_) => Default::default(),
     };
 
+    let campaigns = campaign_labels(&c.state.campaign_list().await.unwrap_or_default());
     let mut b = String::with_capacity(32 * 1024);
     b.push_str(&limit_nav(&config.policy.limits, only.as_deref()));
     b.push_str(&count_line(total, partial));
@@ -283,7 +324,7 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
          limit</th><th class=\"n\">under again in</th></tr></thead><tbody>",
     );
     for (i, row) in rows[range.clone()].iter().enumerate() {
-        b.push_str(&row_html(range.start + i + 1, row, &restricted));
+        b.push_str(&row_html(range.start + i + 1, row, &restricted, &campaigns));
     }
     if range.is_empty() {
         b.push_str("<tr><td colspan=\"8\" class=\"muted\">no keys</td></tr>");
@@ -315,6 +356,18 @@ mod tests {
         crate::generation::Generation::parse(std::path::Path::new("t.toml"), text)
             .unwrap()
             .policy
+    }
+
+    #[test]
+    fn a_campaign_row_shows_its_subject_and_accounts() {
+        let list = [serde_json::json!({"message_key": "c:b3:ab", "subject": "Invoice <1>",
+            "accounts": [{"key": "s1"}, {"key": "s2"}, {"key": "s3"}, {"key": "s4"},
+                         {"key": "s5"}]})];
+        let l = campaign_labels(&list);
+        let h = &l["c:b3:ab"];
+        assert!(h.contains("campaign: Invoice &lt;1&gt;"), "{h}");
+        assert!(h.contains("5 accounts: s1, s2, s3, s4 and 1 more"), "{h}");
+        assert!(h.contains("/console/campaigns?c=c%3Ab3%3Aab"), "{h}");
     }
 
     #[test]
