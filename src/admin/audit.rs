@@ -221,7 +221,10 @@ mod tests {
         let v: Value = serde_json::from_str(&k).unwrap();
         assert_eq!(v["key"], "bob\"x");
         assert_eq!(v["ref"], "ff-3");
-        assert!(k.ends_with(",\"key\":\"bob\\\"x\",\"ref\":\"ff-3\"}"), "{k}");
+        assert!(
+            k.ends_with(",\"key\":\"bob\\\"x\",\"ref\":\"ff-3\"}"),
+            "{k}"
+        );
     }
 
     #[test]

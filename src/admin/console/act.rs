@@ -9,8 +9,8 @@
 use serde_json::json;
 
 use super::form::{self, back_to, with_result};
-use super::pages::held::Filter;
 use super::html;
+use super::pages::held::Filter;
 use super::respond::api_as;
 use super::state::Console;
 use crate::admin::actor::Actor;
@@ -252,8 +252,10 @@ pub async fn bulk(c: &Console, req: &Request, who: &Actor) -> Response {
         .unwrap_or("");
     if ids.is_empty() {
         let why = match scope {
-            "selected" => "no held message is ticked: tick at least one, or choose \"every \
-                           message on this page\" or \"all matching the filter\"",
+            "selected" => {
+                "no held message is ticked: tick at least one, or choose \"every \
+                           message on this page\" or \"all matching the filter\""
+            }
             _ => "no held message matches: nothing was done",
         };
         let to = keeping(&failed_back, reason, &ticked, scope);
@@ -363,7 +365,11 @@ pub async fn campaign(c: &Console, req: &Request, who: &Actor) -> Response {
                 op.verb()
             );
             if !d.failed.is_empty() {
-                text.push_str(&format!(", {} not: {}", d.failed.len(), d.failed.join("; ")));
+                text.push_str(&format!(
+                    ", {} not: {}",
+                    d.failed.len(),
+                    d.failed.join("; ")
+                ));
             }
             (d.failed.is_empty(), text)
         }

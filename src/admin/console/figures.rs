@@ -48,9 +48,8 @@ pub fn delivered_before(evidence: &Value) -> Option<Delivered> {
 impl Delivered {
     /// The figure in words, for a page (HTML).
     pub fn words(&self) -> String {
-        let plural = |n: u64, one: &str, many: &str| {
-            format!("{n} {}", if n == 1 { one } else { many })
-        };
+        let plural =
+            |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         let what = format!(
             "{} to {}",
             plural(self.messages, "message", "messages"),
@@ -119,7 +118,11 @@ mod tests {
         let seen = json!({"messages": 1, "recipients": 5});
         let d = delivered_before(&seen).unwrap();
         assert!(!d.exact);
-        assert!(d.words().starts_with("1 message to 5 recipients"), "{}", d.words());
+        assert!(
+            d.words().starts_with("1 message to 5 recipients"),
+            "{}",
+            d.words()
+        );
         assert_eq!(delivered_before(&json!({})), None);
         assert_eq!(delivered_before(&Value::Null), None);
         assert_eq!(exact_words(), "12 messages to 111 recipients relayed");

@@ -87,7 +87,11 @@ pub fn key_url(key: &str) -> String {
 
 /// A link to the incident page of `key`, showing the key cut to [`CELL_CHARS`].
 pub fn key_link(key: &str) -> String {
-    format!("<a href=\"{}\">{}</a>", key_url(key), token(key, CELL_CHARS))
+    format!(
+        "<a href=\"{}\">{}</a>",
+        key_url(key),
+        token(key, CELL_CHARS)
+    )
 }
 
 /// A link to the page of held message `id`.

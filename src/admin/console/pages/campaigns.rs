@@ -20,7 +20,13 @@ const HELD_SHOWN: usize = 50;
 /// The campaign-wide action forms of campaign `id`: each with a reason, as the admin API's
 /// `POST /v1/campaigns/act` (each message and restriction audited on its own, the
 /// campaign's action too); `reason`: what a refused form kept.
-pub fn actions(id: &str, held: usize, restricted: usize, shell: &Shell<'_>, reason: &str) -> String {
+pub fn actions(
+    id: &str,
+    held: usize,
+    restricted: usize,
+    shell: &Shell<'_>,
+    reason: &str,
+) -> String {
     let form = |op: &str, confirm: &str, label: &str| {
         format!(
             "<form class=\"act-form\" method=\"post\" action=\"/console/act/campaign\" \
@@ -37,7 +43,11 @@ pub fn actions(id: &str, held: usize, restricted: usize, shell: &Shell<'_>, reas
     if held > 0 {
         out.push_str(&form(
             "release-held",
-            if restricted > 0 { html::CONFIRM_FIELD } else { "" },
+            if restricted > 0 {
+                html::CONFIRM_FIELD
+            } else {
+                ""
+            },
             &format!("Release all {held} held"),
         ));
         out.push_str(&form("delete-held", "", &format!("Delete all {held} held")));
@@ -66,7 +76,10 @@ pub fn section(c: &Value, shell: &Shell<'_>, reason: &str) -> String {
         .as_array()
         .map(|a| a.iter().map(s).collect())
         .unwrap_or_default();
-    let accounts = c["accounts"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let accounts = c["accounts"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     let restricted = accounts.iter().filter(|a| a["restricted"] == true).count();
     let held = c["held"].as_array().map(Vec::as_slice).unwrap_or_default();
     let id = s(&c["message_key"]);

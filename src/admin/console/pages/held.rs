@@ -125,7 +125,13 @@ pub enum Sort {
 
 impl Sort {
     /// Every order, as the page offers them.
-    pub const ALL: [Sort; 5] = [Sort::Newest, Sort::Oldest, Sort::Size, Sort::Key, Sort::Limit];
+    pub const ALL: [Sort; 5] = [
+        Sort::Newest,
+        Sort::Oldest,
+        Sort::Size,
+        Sort::Key,
+        Sort::Limit,
+    ];
 
     /// The order `?sort=` names (newest first when absent or unknown).
     pub fn parse(v: Option<&str>) -> Sort {
@@ -377,12 +383,7 @@ async fn read_listing(
 
 /// The page's table of held messages (with a pick box per row when `actions`), or the
 /// row that says none is held (or none matches, when `filtered`).
-fn table(
-    msgs: &[(HeldHead, Vec<u8>)],
-    filtered: bool,
-    actions: bool,
-    ticked: &[&str],
-) -> String {
+fn table(msgs: &[(HeldHead, Vec<u8>)], filtered: bool, actions: bool, ticked: &[&str]) -> String {
     let mut b = String::new();
     b.push_str("<table id=\"held\" class=\"stack\"><thead><tr>");
     if actions {

@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::admin::console::evidence::{self, Client};
+use crate::admin::console::figures;
 use crate::admin::console::history::{minute_of, MINUTES};
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::keylog;
-use crate::admin::console::figures;
 use crate::admin::console::paging::{self, Page};
 use crate::admin::console::respond::{api, error_page, html_response};
 use crate::admin::console::state::Console;
@@ -341,9 +341,10 @@ fn summary(key: &str, r: Option<&Restriction>, evidence: Option<&Value>, held: u
         }
         None => items.push(("restricted", "sum-since", "no".into())),
     }
-    let delivered = evidence
-        .and_then(figures::delivered_before)
-        .map_or_else(|| "<span class=\"muted\">not known here</span>".into(), |d| d.words());
+    let delivered = evidence.and_then(figures::delivered_before).map_or_else(
+        || "<span class=\"muted\">not known here</span>".into(),
+        |d| d.words(),
+    );
     items.push(("delivered before", "sum-delivered", delivered));
     items.push((
         "held now",
@@ -355,7 +356,11 @@ fn summary(key: &str, r: Option<&Restriction>, evidence: Option<&Value>, held: u
     ));
     let mut out = format!(
         "<dl class=\"summary\" id=\"{}\">",
-        if r.is_some() { "restriction" } else { "summary" }
+        if r.is_some() {
+            "restriction"
+        } else {
+            "summary"
+        }
     );
     for (label, id, v) in items {
         let _ = write!(out, "<div><dt>{label}</dt><dd id=\"{id}\">{v}</dd></div>");
@@ -456,7 +461,7 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
     b.push_str(&fold(
         "held",
         &format!("Held mail ({})", held.len()),
-        req.param("page").is_some(),
+        true,
         &held_table(key, &held, asked),
     ));
     let tx = match &recent {
@@ -479,8 +484,18 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
             )
         );
     }
-    b.push_str(&fold("readings", "Every limit's reading", false, &readings_html));
-    b.push_str(&fold("hour", "Last hour", false, &history_chart(c, key).await));
+    b.push_str(&fold(
+        "readings",
+        "Every limit's reading",
+        false,
+        &readings_html,
+    ));
+    b.push_str(&fold(
+        "hour",
+        "Last hour",
+        false,
+        &history_chart(c, key).await,
+    ));
     html_response(200, html::page("Incident", Nav::Key, shell, &b))
 }
 

@@ -92,8 +92,7 @@ pub async fn section(c: &Console, key: &str) -> String {
     };
     let (path, k) = (log.path().to_path_buf(), key.to_string());
     let read =
-        tokio::task::spawn_blocking(move || audit::about(&path, &k, audit::ABOUT_MAX_BYTES))
-            .await;
+        tokio::task::spawn_blocking(move || audit::about(&path, &k, audit::ABOUT_MAX_BYTES)).await;
     let lines = match read {
         Ok(Ok(l)) => l,
         Ok(Err(e)) => {
@@ -120,7 +119,7 @@ pub fn table(rows: &[Row]) -> String {
     );
     for r in rows.iter().rev().take(ROWS_SHOWN) {
         let when = match &r.until {
-            Some(u) if u != &r.time => format!(
+            Some(u) if u.get(..19) != r.time.get(..19) => format!(
                 "{}–{}",
                 html::text(&r.time, 40),
                 html::text(u.get(11..19).unwrap_or(u), 40)
@@ -166,13 +165,55 @@ mod tests {
     #[test]
     fn runs_of_held_actions_are_one_row() {
         let lines = [
-            l("2026-01-01T00:00:00Z", "user:root", "restrict", "phished", "ok"),
-            l("2026-01-01T00:01:00Z", "token:ops", "held_delete", "spam", "ok"),
-            l("2026-01-01T00:01:01Z", "token:ops", "held_delete", "spam", "ok"),
-            l("2026-01-01T00:01:02Z", "token:ops", "held_delete", "spam", "ok"),
-            l("2026-01-01T00:02:00Z", "token:ops", "held_release", "fine", "ok"),
-            l("2026-01-01T00:03:00Z", "token:ops", "release", "reset pw", "ok"),
-            l("2026-01-01T00:03:01Z", "token:ops", "release", "reset pw", "ok"),
+            l(
+                "2026-01-01T00:00:00Z",
+                "user:root",
+                "restrict",
+                "phished",
+                "ok",
+            ),
+            l(
+                "2026-01-01T00:01:00Z",
+                "token:ops",
+                "held_delete",
+                "spam",
+                "ok",
+            ),
+            l(
+                "2026-01-01T00:01:01Z",
+                "token:ops",
+                "held_delete",
+                "spam",
+                "ok",
+            ),
+            l(
+                "2026-01-01T00:01:02Z",
+                "token:ops",
+                "held_delete",
+                "spam",
+                "ok",
+            ),
+            l(
+                "2026-01-01T00:02:00Z",
+                "token:ops",
+                "held_release",
+                "fine",
+                "ok",
+            ),
+            l(
+                "2026-01-01T00:03:00Z",
+                "token:ops",
+                "release",
+                "reset pw",
+                "ok",
+            ),
+            l(
+                "2026-01-01T00:03:01Z",
+                "token:ops",
+                "release",
+                "reset pw",
+                "ok",
+            ),
         ];
         let r = rows(&lines);
         assert_eq!(r.len(), 5, "{r:#?}");
@@ -185,6 +226,12 @@ mod tests {
         let t = table(&r);
         assert!(t.find("ended the restriction").unwrap() < t.find("phished").unwrap());
         assert!(t.contains("00:01:00Z–00:01:02"), "{t}");
+        // A run within one second shows one time.
+        let same = rows(&[
+            l("2026-01-01T00:00:00.1Z", "u", "held_delete", "r", "ok"),
+            l("2026-01-01T00:00:00.9Z", "u", "held_delete", "r", "ok"),
+        ]);
+        assert!(!table(&same).contains('–'), "{}", table(&same));
         assert!(table(&[]).contains("No admin action"));
     }
 
@@ -192,6 +239,9 @@ mod tests {
     fn history_text_is_escaped() {
         let r = rows(&[l("t", "token:<x>", "release", "<b>", "refused: <y>")]);
         let t = table(&r);
-        assert!(!t.contains("<b>") && !t.contains("<x>") && !t.contains("<y>"), "{t}");
+        assert!(
+            !t.contains("<b>") && !t.contains("<x>") && !t.contains("<y>"),
+            "{t}"
+        );
     }
 }

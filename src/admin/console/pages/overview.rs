@@ -107,7 +107,10 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         &counts,
     ));
     if let Err(e) = &held {
-        let _ = write!(b, "<p class=\"error\">the hold spool could not be read: {e}</p>");
+        let _ = write!(
+            b,
+            "<p class=\"error\">the hold spool could not be read: {e}</p>"
+        );
     }
     b.push_str(&range_nav(range));
     b.push_str(&cards(&w, metrics, &restricted));
@@ -431,6 +434,14 @@ fn feed(
     out
 }
 
+/// An RFC 3339 time without its fraction of a second (`…:20.338479Z` → `…:20Z`).
+fn whole_seconds(t: &str) -> String {
+    match t.split_once('.') {
+        Some((head, _)) if t.ends_with('Z') => format!("{head}Z"),
+        _ => t.to_string(),
+    }
+}
+
 /// The block that comes first: restricted keys and open campaigns, newest first, each
 /// with since, limit, held now, what got out before and a link to its page.
 fn needs_action(
@@ -453,8 +464,10 @@ fn needs_action(
          </tr></thead><tbody>",
     );
     for r in rs.iter().take(FEED) {
-        let delivered = figures::delivered_before(&r.evidence)
-            .map_or_else(|| "<span class=\"muted\">not known</span>".into(), |d| d.words());
+        let delivered = figures::delivered_before(&r.evidence).map_or_else(
+            || "<span class=\"muted\">not known</span>".into(),
+            |d| d.words(),
+        );
         let _ = write!(
             out,
             "<tr data-row class=\"restricted\"><td data-label=\"what\">restricted: {}</td>\
@@ -498,7 +511,7 @@ fn needs_action(
              <td><a href=\"{}\">open the campaign</a></td></tr>",
             html::text(&s(&c["subject"]), 80),
             c["copies"].as_u64().unwrap_or(0),
-            html::text(&s(&c["since"]), 40),
+            html::text(&whole_seconds(&s(&c["since"])), 40),
             html::text(&s(&c["limit"]), 60),
             html::url("/console/campaigns", &[("c", &id)]),
         );
@@ -616,7 +629,10 @@ mod tests {
         ];
         let rows = group(&recent, 10);
         assert_eq!(rows.len(), 4, "{rows:#?}");
-        assert_eq!((rows[0].count, rows[0].first_us, rows[0].last_us), (3, 7, 9));
+        assert_eq!(
+            (rows[0].count, rows[0].first_us, rows[0].last_us),
+            (3, 7, 9)
+        );
         assert_eq!(feed_words(&rows[0], 3), "3 held");
         assert_eq!(feed_words(&rows[0], 1), "3 held, 1 still held");
         assert_eq!(feed_words(&rows[1], 0), "restricted");
@@ -641,10 +657,18 @@ mod tests {
         };
         let held: HashMap<String, usize> = [("new<x>".to_string(), 44)].into();
         let h = needs_action(&[r("old", 1), r("new<x>", 2_000_000)], &[], &held);
-        assert!(h.find("new&lt;x&gt;").unwrap() < h.find("old").unwrap(), "{h}");
+        assert!(
+            h.find("new&lt;x&gt;").unwrap() < h.find("old").unwrap(),
+            "{h}"
+        );
         assert!(h.contains(">44</td>"), "{h}");
         assert!(h.contains("12 messages to 111 recipients"), "{h}");
         assert!(h.contains("/console/key/new%3Cx%3E"), "{h}");
         assert!(needs_action(&[], &[], &held).contains("Nothing"));
+        assert_eq!(
+            whole_seconds("2026-12-07T06:26:20.338479Z"),
+            "2026-12-07T06:26:20Z"
+        );
+        assert_eq!(whole_seconds("x"), "x");
     }
 }

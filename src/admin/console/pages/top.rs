@@ -260,7 +260,11 @@ pub fn campaign_labels(list: &[serde_json::Value]) -> HashMap<String, String> {
                 .flatten()
                 .filter_map(|a| a["key"].as_str())
                 .collect();
-            let shown: Vec<String> = accounts.iter().take(4).map(|a| html::token(a, 60)).collect();
+            let shown: Vec<String> = accounts
+                .iter()
+                .take(4)
+                .map(|a| html::token(a, 60))
+                .collect();
             let more = accounts.len().saturating_sub(4);
             let label = format!(
                 "<a href=\"{}\">campaign: {}</a><br><small>{} account{}: {}{}</small>",
@@ -360,9 +364,11 @@ mod tests {
 
     #[test]
     fn a_campaign_row_shows_its_subject_and_accounts() {
-        let list = [serde_json::json!({"message_key": "c:b3:ab", "subject": "Invoice <1>",
+        let list = [
+            serde_json::json!({"message_key": "c:b3:ab", "subject": "Invoice <1>",
             "accounts": [{"key": "s1"}, {"key": "s2"}, {"key": "s3"}, {"key": "s4"},
-                         {"key": "s5"}]})];
+                         {"key": "s5"}]}),
+        ];
         let l = campaign_labels(&list);
         let h = &l["c:b3:ab"];
         assert!(h.contains("campaign: Invoice &lt;1&gt;"), "{h}");
