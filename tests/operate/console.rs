@@ -1055,9 +1055,10 @@ fn held_filters_selection_message_pages_and_the_incident_page() {
     // Bad forms: a clear refusal each, nothing done.
     for (body, status, says) in [
         (
+            // Back to the list, the refusal naming what to tick.
             form("release", &[], "x", back),
-            400,
-            "no held message is selected",
+            303,
+            "failed=no%20held%20message%20is%20ticked",
         ),
         (
             form("explode", &[&script_id], "x", back),
@@ -1088,7 +1089,13 @@ fn held_filters_selection_message_pages_and_the_incident_page() {
         &form("release", &[&script_id], "", back),
     );
     let (to, page) = follow(addr, &a, &me);
-    assert!(to.contains("&failed=say%20why%3A%20reason%3DTEXT"), "{to}");
+    // The tick is kept.
+    assert!(
+        to.contains(&format!(
+            "&picked={script_id}&failed=say%20why%3A%20type%20a%20reason"
+        )),
+        "{to}"
+    );
     assert!(
         page.body
             .contains("id=\"failed\" role=\"alert\">say why: type a reason"),
@@ -1118,7 +1125,7 @@ fn held_filters_selection_message_pages_and_the_incident_page() {
     assert!(
         a.header("location")
             .unwrap()
-            .starts_with("/console/held?failed="),
+            .starts_with("/console/held?reason=x&picked=nope-1&failed="),
         "{a}"
     );
     assert_eq!(held_ids(&sock), vec![script_id.clone()]);
@@ -1149,7 +1156,7 @@ fn held_filters_selection_message_pages_and_the_incident_page() {
         "{b}"
     );
     // Restricted as the session's token (named by the token file's stem).
-    assert!(b.contains("<dt>by</dt><dd>token:token</dd>"), "{b}");
+    assert!(b.contains("admin, by token:token: stolen password"), "{b}");
     assert!(b.contains("id=\"evidence\""), "{b}");
     assert!(
         b.contains("<th scope=\"row\">top recipient domains</th>"),
@@ -1534,7 +1541,7 @@ fn the_overview_tells_what_was_sent_and_contained() {
     assert!(deferrals.contains("never-defer"), "{deferrals}");
     assert!(!deferrals.contains("per-user"), "{deferrals}");
     let feed = b
-        .split("<table id=\"feed\">")
+        .split("<table id=\"feed\" class=\"stack\">")
         .nth(1)
         .and_then(|r| r.split("</table>").next())
         .expect("the feed");
@@ -1547,7 +1554,8 @@ fn the_overview_tells_what_was_sent_and_contained() {
     // Newest first: bob's restriction came after alice's messages were held.
     assert!(bob < alice, "{feed}");
     assert!(
-        feed.contains("<td>restricted</td>") && feed.contains("<td>held</td>"),
+        feed.contains("<td data-label=\"what\">restricted</td>")
+            && feed.contains("<td data-label=\"what\">2 held, 1 still held</td>"),
         "{feed}"
     );
 

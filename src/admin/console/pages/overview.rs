@@ -412,14 +412,11 @@ fn feed(
          <th>key</th><th>limit</th></tr></thead><tbody>",
     );
     for r in &rows {
-        let when = if r.count > 1 && r.first_us != r.last_us {
-            format!(
-                "{}–{}",
-                super::when(r.first_us),
-                super::when(r.last_us).get(11..).unwrap_or("")
-            )
+        let (first, last) = (super::when(r.first_us), super::when(r.last_us));
+        let when = if first == last {
+            last
         } else {
-            super::when(r.last_us)
+            format!("{first}–{}", last.get(11..).unwrap_or(""))
         };
         let _ = write!(
             out,
