@@ -167,7 +167,7 @@ impl Sort {
     }
 
     /// Sorts `heads` (oldest first, as the spool lists them) into this order.
-    pub fn apply(self, heads: &mut Vec<HeldHead>) {
+    pub fn apply(self, heads: &mut [HeldHead]) {
         let newest = |a: &HeldHead, b: &HeldHead| {
             b.envelope
                 .time

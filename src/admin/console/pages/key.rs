@@ -369,6 +369,46 @@ fn summary(key: &str, r: Option<&Restriction>, evidence: Option<&Value>, held: u
     out
 }
 
+/// The evidence section: what the node saw of the key, as tables.
+fn evidence_section(
+    evidence: Option<&Value>,
+    restricted: bool,
+    known: &BTreeMap<String, Client>,
+) -> String {
+    match evidence {
+        Some(e) => format!(
+            "<p class=\"muted\">{}</p>{}",
+            if restricted {
+                "What this node saw of the key up to its restriction."
+            } else {
+                "What this node saw of the key recently."
+            },
+            evidence::table(e, known)
+        ),
+        None => "<p class=\"muted\">No evidence kept here.</p>".into(),
+    }
+}
+
+/// Every limit's reading (from `/v1/inspect`'s answer `v`), and the reset button.
+fn readings_section(v: &Value, key: &str, shell: &Shell<'_>) -> String {
+    let mut out = readings(v["limits"].as_array().map_or(&[][..], |a| a));
+    if shell.actions {
+        out.push_str(html::NOSCRIPT);
+        let _ = write!(
+            out,
+            "<p data-row>{} <span class=\"muted\">removes every record of this key for every \
+             limit (a restriction stays).</span></p>",
+            html::action_button(
+                "Reset",
+                &html::url("/console/act/reset", &[("key", key)]),
+                "Reset every limit?",
+                false
+            )
+        );
+    }
+    out
+}
+
 /// A collapsible section of the incident page (works without scripting).
 fn fold(id: &str, title: &str, open: bool, body: &str) -> String {
     format!(
@@ -444,18 +484,7 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
     let recent = recent(c, key).await;
     let empty = Recent::default();
     let known = known_clients(key, recent.as_ref().unwrap_or(&empty), &held);
-    let evidence_html = match &evidence {
-        Some(e) => format!(
-            "<p class=\"muted\">{}</p>{}",
-            if restricted.is_some() {
-                "What this node saw of the key up to its restriction."
-            } else {
-                "What this node saw of the key recently."
-            },
-            evidence::table(e, &known)
-        ),
-        None => "<p class=\"muted\">No evidence kept here.</p>".into(),
-    };
+    let evidence_html = evidence_section(evidence.as_ref(), restricted.is_some(), &known);
     b.push_str(&fold("evidence", "Evidence", false, &evidence_html));
     let asked = Page::parse(req.param("page"), KEY_HELD_SHOWN);
     b.push_str(&fold(
@@ -469,21 +498,7 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
         Err(why) => format!("<p class=\"muted\" id=\"no-transactions\">{why}</p>"),
     };
     b.push_str(&fold("recent", "Recent messages", false, &tx));
-    let mut readings_html = readings(v["limits"].as_array().map_or(&[][..], |a| a));
-    if shell.actions {
-        readings_html.push_str(html::NOSCRIPT);
-        let _ = write!(
-            readings_html,
-            "<p data-row>{} <span class=\"muted\">removes every record of this key for every \
-             limit (a restriction stays).</span></p>",
-            html::action_button(
-                "Reset",
-                &html::url("/console/act/reset", &[("key", key)]),
-                "Reset every limit?",
-                false
-            )
-        );
-    }
+    let readings_html = readings_section(&v, key, shell);
     b.push_str(&fold(
         "readings",
         "Every limit's reading",
