@@ -96,7 +96,7 @@ pub fn line(
     )
 }
 
-/// [`line`] with more fields after `result` (their values JSON), in the order given.
+/// [`line()`] with more fields after `result` (their values JSON), in the order given.
 pub fn line_with(
     time_us: i64,
     who: &Actor,
