@@ -1801,6 +1801,27 @@ ops = "{token}"
     let stolen_held: Vec<String> = stolen.iter().flat_map(|s| held_of(&sock, s)).collect();
     assert!(!stolen_held.is_empty(), "{campaigns:#}");
     let delivered_before = rec.messages().len();
+    // The admin verb: a release of the campaign's mail while its accounts are restricted
+    // is refused without --confirm, nothing touched.
+    let out = admin_verb(
+        &sock,
+        &[
+            "campaign",
+            &campaign_id,
+            "release-held",
+            "--reason",
+            "check",
+        ],
+    );
+    assert!(
+        !out.ok() && out.stderr.contains("is still restricted"),
+        "{out}"
+    );
+    let unknown = admin_verb(&sock, &["campaign", "c:nope", "release", "--reason", "x"]);
+    assert!(
+        !unknown.ok() && unknown.stderr.contains("is not a campaign"),
+        "{unknown}"
+    );
 
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-incident-screenshots");
     std::fs::create_dir_all(&shots).unwrap();

@@ -354,14 +354,14 @@ pub async fn campaign(c: &Console, req: &Request, who: &Actor) -> Response {
         .await;
     let (ok, text) = match r {
         Ok(d) => {
-            let what = match op {
-                CampaignOp::EndRestrictions => "restrictions",
-                _ => "held messages",
+            let noun = match op {
+                CampaignOp::EndRestrictions => "restriction",
+                _ => "held message",
             };
             let mut text = format!(
-                "{id}: {} {what} of its {} accounts {}",
-                d.done.len(),
-                d.accounts.len(),
+                "{id}: {} of its {} {}",
+                crate::figures::count(d.done.len() as u64, noun),
+                crate::figures::count(d.accounts.len() as u64, "account"),
                 op.verb()
             );
             if !d.failed.is_empty() {
