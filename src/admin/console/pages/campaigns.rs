@@ -56,11 +56,11 @@ pub fn actions(
         out.push_str(&form(
             "release",
             "",
-            &format!(
-                "End {} restriction{}",
-                if restricted == 1 { "the" } else { "every" },
-                if restricted == 1 { "" } else { "s" }
-            ),
+            if restricted == 1 {
+                "End the restriction"
+            } else {
+                "End every restriction"
+            },
         ));
     }
     out.push_str("</div>");
@@ -108,8 +108,8 @@ pub fn section(c: &Value, shell: &Shell<'_>, reason: &str) -> String {
         } else {
             html::text(&links.join(", "), html::CELL_CHARS)
         },
-        html::text(&s(&c["since"]), 40),
-        html::text(&s(&c["last"]), 40),
+        html::text(&super::whole_seconds(&s(&c["since"])), 40),
+        html::text(&super::whole_seconds(&s(&c["last"])), 40),
         html::text(&id, 80),
         html::text(&s(&c["limit"]), 60),
     );
@@ -134,7 +134,7 @@ pub fn section(c: &Value, shell: &Shell<'_>, reason: &str) -> String {
             n(&a["copies"]),
             n(&a["recipients"]),
             html::text(&s(&a["client_ip"]), 60),
-            html::text(&s(&a["last"]), 40),
+            html::text(&super::whole_seconds(&s(&a["last"])), 40),
             if a["restricted"] == true { "yes" } else { "no" },
             html::url("/console/held", &[("key", &key)]),
         );

@@ -39,6 +39,15 @@ pub fn when(us: i64) -> String {
     }
 }
 
+/// An RFC 3339 time without its fraction of a second (`…:20.338479Z` → `…:20Z`), as
+/// [`when`] shows times.
+pub fn whole_seconds(t: &str) -> String {
+    match t.split_once('.') {
+        Some((head, _)) if t.ends_with('Z') => format!("{head}Z"),
+        _ => t.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -431,14 +431,6 @@ fn feed(
     out
 }
 
-/// An RFC 3339 time without its fraction of a second (`…:20.338479Z` → `…:20Z`).
-fn whole_seconds(t: &str) -> String {
-    match t.split_once('.') {
-        Some((head, _)) if t.ends_with('Z') => format!("{head}Z"),
-        _ => t.to_string(),
-    }
-}
-
 /// The block that comes first: restricted keys and open campaigns, newest first, each
 /// with since, limit, held now, what got out before and a link to its page.
 fn needs_action(
@@ -508,7 +500,7 @@ fn needs_action(
              <td><a href=\"{}\">open the campaign</a></td></tr>",
             html::text(&s(&c["subject"]), 80),
             c["copies"].as_u64().unwrap_or(0),
-            html::text(&whole_seconds(&s(&c["since"])), 40),
+            html::text(&super::whole_seconds(&s(&c["since"])), 40),
             html::text(&s(&c["limit"]), 60),
             html::url("/console/campaigns", &[("c", &id)]),
         );
@@ -663,9 +655,9 @@ mod tests {
         assert!(h.contains("/console/key/new%3Cx%3E"), "{h}");
         assert!(needs_action(&[], &[], &held).contains("Nothing"));
         assert_eq!(
-            whole_seconds("2026-12-07T06:26:20.338479Z"),
+            super::super::whole_seconds("2026-12-07T06:26:20.338479Z"),
             "2026-12-07T06:26:20Z"
         );
-        assert_eq!(whole_seconds("x"), "x");
+        assert_eq!(super::super::whole_seconds("x"), "x");
     }
 }

@@ -19,7 +19,7 @@ use crate::admin::inspect::{database_key, TopBuilder, TopEntry};
 use crate::generation::Generation;
 use crate::policy::model::{LimitDef, PolicyModel};
 use crate::store::open::Opened;
-use crate::store::{now_micros, Record};
+use crate::store::{now_micros, Campaign, Record};
 
 /// The key text of database key `db` under limit `name` (what the key page takes).
 pub fn key_text<'a>(model: &PolicyModel, name: &str, db: &'a str) -> &'a str {
@@ -249,17 +249,18 @@ fn row_html(
 }
 
 /// Each campaign's id with what its row shows in place of the opaque id: the campaign's
-/// Subject and accounts, linking to its one entry on the Campaigns page.
-pub fn campaign_labels(list: &[serde_json::Value]) -> HashMap<String, String> {
+/// Subject (its latest copy's) and accounts, linking to its one entry on the Campaigns
+/// page. Read from the store alone: no held mail is looked at.
+pub fn campaign_labels(list: &[Campaign]) -> HashMap<String, String> {
     list.iter()
-        .filter_map(|c| {
-            let id = c["message_key"].as_str()?;
-            let accounts: Vec<&str> = c["accounts"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|a| a["key"].as_str())
-                .collect();
+        .map(|c| {
+            let accounts: Vec<&str> = c.senders.iter().map(|s| s.sender.as_str()).collect();
+            let subject = c
+                .senders
+                .first()
+                .and_then(|s| serde_json::from_str::<serde_json::Value>(&s.info).ok())
+                .and_then(|v| v["subject"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "no Subject".into());
             let shown: Vec<String> = accounts
                 .iter()
                 .take(4)
@@ -267,11 +268,10 @@ pub fn campaign_labels(list: &[serde_json::Value]) -> HashMap<String, String> {
                 .collect();
             let more = accounts.len().saturating_sub(4);
             let label = format!(
-                "<a href=\"{}\">campaign: {}</a><br><small>{} account{}: {}{}</small>",
-                html::url("/console/campaigns", &[("c", id)]),
-                html::text(c["subject"].as_str().unwrap_or("no Subject"), 80),
-                accounts.len(),
-                if accounts.len() == 1 { "" } else { "s" },
+                "<a href=\"{}\">campaign: {}</a><br><small>{}: {}{}</small>",
+                html::url("/console/campaigns", &[("c", &c.key)]),
+                html::text(&subject, 80),
+                crate::figures::count(accounts.len() as u64, "account"),
                 shown.join(", "),
                 if more > 0 {
                     format!(" and {more} more")
@@ -279,7 +279,7 @@ pub fn campaign_labels(list: &[serde_json::Value]) -> HashMap<String, String> {
                     String::new()
                 }
             );
-            Some((id.to_string(), label))
+            (c.key.clone(), label)
         })
         .collect()
 }
@@ -318,7 +318,14 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         Err(_) => Default::default(),
     };
 
-    let campaigns = campaign_labels(&c.state.campaign_list().await.unwrap_or_default());
+    let campaigns = campaign_labels(
+        &c.state
+            .store
+            .as_store()
+            .campaigns()
+            .await
+            .unwrap_or_default(),
+    );
     let mut b = String::with_capacity(32 * 1024);
     b.push_str(&limit_nav(&config.policy.limits, only.as_deref()));
     b.push_str(&count_line(total, partial));
@@ -364,11 +371,20 @@ mod tests {
 
     #[test]
     fn a_campaign_row_shows_its_subject_and_accounts() {
-        let list = [
-            serde_json::json!({"message_key": "c:b3:ab", "subject": "Invoice <1>",
-            "accounts": [{"key": "s1"}, {"key": "s2"}, {"key": "s3"}, {"key": "s4"},
-                         {"key": "s5"}]}),
-        ];
+        let sender = |n: usize| crate::store::CampaignSender {
+            sender: format!("s{n}"),
+            info: serde_json::json!({"subject": "Invoice <1>"}).to_string(),
+            ..Default::default()
+        };
+        let list = [Campaign {
+            key: "c:b3:ab".into(),
+            limit: "campaign".into(),
+            since_us: 0,
+            last_us: 0,
+            copies: 5,
+            recipients: 25,
+            senders: (1..=5).map(sender).collect(),
+        }];
         let l = campaign_labels(&list);
         let h = &l["c:b3:ab"];
         assert!(h.contains("campaign: Invoice &lt;1&gt;"), "{h}");
