@@ -14,6 +14,7 @@
 //! | GET | `/v1/restricted` | the restricted keys (see [`super::restricted`]) |
 //! | POST | `/v1/release?key=KEY&reason=TEXT` | ends a restriction |
 //! | POST | `/v1/restrict?key=KEY&for=DURATION&reason=TEXT` | restricts by hand |
+//! | POST | `/v1/campaigns/act?id=ID&op=release-held\|delete-held\|release&reason=TEXT[&confirm=true]` | one action on every account of a campaign: release or delete all their held mail, or end every restriction (see [`super::campaigns`]) |
 //! | POST | `/v1/alerts/digest` | sends the daily alert digest now (see [`super::digest`]) |
 //!
 //! A `key=KEY` is folded like a login before it is looked up ([`crate::policy::identity`]:
@@ -105,10 +106,23 @@ impl AdminState {
         reason: Option<&str>,
         result: &str,
     ) {
+        self.audit_with(who, action, target, reason, result, &[]);
+    }
+
+    /// [`AdminState::audit`] with more fields (see [`audit::line_with`]).
+    pub fn audit_with(
+        &self,
+        who: &Actor,
+        action: &str,
+        target: &serde_json::Value,
+        reason: Option<&str>,
+        result: &str,
+        more: &[(&str, serde_json::Value)],
+    ) {
         let Some(log) = &self.audit else {
             return;
         };
-        let line = audit::line(now_micros(), who, action, target, reason, result);
+        let line = audit::line_with(now_micros(), who, action, target, reason, result, more);
         if let Err(e) = log.write(&line) {
             self.metrics.audit_write_errors.inc();
             tracing::warn!(path = %log.path().display(), error = %e, action, who = %who,
@@ -185,7 +199,9 @@ impl AdminState {
             "/v1/inspect" | "/v1/top" | "/v1/held" | "/v1/held/show" | "/v1/restricted"
             | "/v1/campaigns" => ("GET, HEAD", get),
             "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" | "/v1/release"
-            | "/v1/restrict" | "/v1/outcome" | "/v1/alerts/digest" => ("POST", post),
+            | "/v1/restrict" | "/v1/outcome" | "/v1/alerts/digest" | "/v1/campaigns/act" => {
+                ("POST", post)
+            }
             _ => return Response::error(404, &format!("no endpoint {}", req.path)),
         };
         if !ok {
@@ -228,6 +244,7 @@ impl AdminState {
             }
             "/v1/restricted" => self.restricted().await,
             "/v1/campaigns" => self.campaigns().await,
+            "/v1/campaigns/act" => self.campaign_request(req, who).await,
             "/v1/release" => {
                 let r = self.release_either(req, typed, who).await;
                 self.audited(who, "release", json!(req.param("key")), req, r)

@@ -100,6 +100,17 @@ pub enum Verb {
     Restricted,
     /// List the campaigns of message keys.
     Campaigns,
+    /// One action on every account of a campaign.
+    CampaignAct {
+        /// The campaign's id.
+        id: String,
+        /// `release-held`, `delete-held` or `release`.
+        op: String,
+        /// Why.
+        reason: String,
+        /// Release mail of accounts still restricted all the same.
+        confirm: bool,
+    },
     /// End a key's restriction.
     Release {
         /// The key.
@@ -169,6 +180,21 @@ impl Verb {
             Verb::HeldDelete(t) => ("POST", format!("/v1/held/delete?{}", t.query())),
             Verb::Restricted => ("GET", "/v1/restricted".into()),
             Verb::Campaigns => ("GET", "/v1/campaigns".into()),
+            Verb::CampaignAct {
+                id,
+                op,
+                reason,
+                confirm,
+            } => (
+                "POST",
+                format!(
+                    "/v1/campaigns/act?id={}&op={}&reason={}{}",
+                    percent_encode(id),
+                    percent_encode(op),
+                    percent_encode(reason),
+                    if *confirm { "&confirm=true" } else { "" }
+                ),
+            ),
             Verb::Outcome {
                 queue_id,
                 recipient,
@@ -205,6 +231,31 @@ impl Verb {
             ),
         }
     }
+}
+
+/// `floodgate campaign ID OP`: what was done to how many, of how many accounts, and what
+/// failed.
+fn render_campaign_act(id: &str, op: &str, v: &Value) -> String {
+    let (field, noun) = match op {
+        "release" => ("ended", "restriction"),
+        "release-held" => ("released", "held message"),
+        _ => ("deleted", "held message"),
+    };
+    let accounts: Vec<&str> = items(&v["accounts"])
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let n = items(&v[field]).len() as u64;
+    let mut out = format!(
+        "{id}: {} {field}, of its {} ({})\n",
+        crate::figures::count(n, noun),
+        crate::figures::count(accounts.len() as u64, "account"),
+        accounts.join(", ")
+    );
+    for f in items(&v["failed"]) {
+        out.push_str(&format!("  not done: {}\n", f.as_str().unwrap_or("")));
+    }
+    out
 }
 
 /// `floodgate campaigns`: per campaign a heading line, then its accounts as a table.
@@ -509,6 +560,7 @@ pub fn render(verb: &Verb, v: &Value) -> String {
         Verb::HeldRelease(_) => render_held_done(v, true),
         Verb::HeldDelete(_) => render_held_done(v, false),
         Verb::Campaigns => render_campaigns(v),
+        Verb::CampaignAct { id, op, .. } => render_campaign_act(id, op, v),
         Verb::Restricted => render_restricted(v),
         Verb::Release { key, .. } => format!("{key}: released\n"),
         Verb::Outcome { .. } => format!(
@@ -827,6 +879,37 @@ mod tests {
             .request()
             .1,
             "/v1/top?n=3&limit=x"
+        );
+        let act = |confirm| Verb::CampaignAct {
+            id: "c:b3:ab".into(),
+            op: "release-held".into(),
+            reason: "checked & fine".into(),
+            confirm,
+        };
+        assert_eq!(
+            act(true).request(),
+            (
+                "POST",
+                "/v1/campaigns/act?id=c%3Ab3%3Aab&op=release-held&reason=checked%20%26%20fine\
+                 &confirm=true"
+                    .into()
+            )
+        );
+        assert!(!act(false).request().1.contains("confirm"));
+    }
+
+    #[test]
+    fn a_campaign_action_in_words() {
+        let v = serde_json::json!({"campaign": "c:x", "accounts": ["s1", "s2"],
+            "deleted": ["h1", "h2", "h3"], "failed": ["h4: busy"]});
+        assert_eq!(
+            render_campaign_act("c:x", "delete-held", &v),
+            "c:x: 3 held messages deleted, of its 2 accounts (s1, s2)\n  not done: h4: busy\n"
+        );
+        let v = serde_json::json!({"accounts": ["s1"], "ended": ["s1"], "failed": []});
+        assert_eq!(
+            render_campaign_act("c:x", "release", &v),
+            "c:x: 1 restriction ended, of its 1 account (s1)\n"
         );
     }
 

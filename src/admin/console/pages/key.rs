@@ -11,21 +11,22 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::admin::console::evidence::{self, Client};
+use crate::admin::console::figures;
 use crate::admin::console::history::{minute_of, MINUTES};
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::keylog;
+use crate::admin::console::paging::{self, Page};
 use crate::admin::console::respond::{api, error_page, html_response};
 use crate::admin::console::state::Console;
 use crate::admin::console::svg::meter;
 use crate::admin::http::{Request, Response};
 use crate::hold::HeldHead;
-use crate::proxy::release::blocking;
 use crate::report::svg::{line_chart, Line, LineChart, Look, Points};
 use crate::report::transactions::{self, Recent};
 use crate::store::Restriction;
 
-/// Most held messages of the key listed on its page.
-pub const KEY_HELD_SHOWN: usize = 50;
+/// Held messages of the key per page of its list.
+pub const KEY_HELD_SHOWN: usize = 20;
 /// Most recent messages of the key listed on its page.
 pub const KEY_TX_SHOWN: usize = 50;
 /// The most bytes read from the end of the event log for the recent messages.
@@ -83,33 +84,6 @@ fn readings(limits: &[Value]) -> String {
     b
 }
 
-/// The key's restriction, if any, as a definition list.
-fn restriction(r: &Restriction) -> String {
-    let rate = match r.rate {
-        Some(v) => format!("{} against {}", html::num(v), html::text(&r.limit_text, 60)),
-        None => "<span class=\"muted\">not measured (restricted by hand)</span>".into(),
-    };
-    let rows = [
-        ("limit", html::text(&r.limit, 60)),
-        ("since", super::when(r.since_us)),
-        (
-            "until",
-            r.until_us
-                .map_or_else(|| "until released".into(), super::when),
-        ),
-        ("by", html::text(&r.by, html::CELL_CHARS)),
-        ("why", html::text(&r.reason, 1000)),
-        ("rate", rate),
-    ];
-    let mut out = String::from("<p class=\"over\" id=\"restricted\">Restricted.</p>");
-    out.push_str("<dl class=\"evidence wide\" id=\"restriction\">");
-    for (k, v) in rows {
-        let _ = write!(out, "<dt>{k}</dt><dd>{v}</dd>");
-    }
-    out.push_str("</dl>");
-    out
-}
-
 /// The incident page's action forms: each needs a reason.
 fn actions(key: &str, restricted: bool, held: usize, shell: &Shell<'_>) -> String {
     // `extra` comes before the reason, `confirm` after it.
@@ -124,7 +98,7 @@ fn actions(key: &str, restricted: bool, held: usize, shell: &Shell<'_>) -> Strin
             html::attr(key)
         )
     };
-    let mut out = String::from("<h2>Actions</h2>");
+    let mut out = String::from("<div class=\"incident-actions\" id=\"actions\">");
     if restricted {
         out.push_str(&form(
             "release",
@@ -164,28 +138,20 @@ fn actions(key: &str, restricted: bool, held: usize, shell: &Shell<'_>) -> Strin
             "for good",
         ));
     }
+    out.push_str("</div>");
     out
 }
 
-/// The key's held messages (at most [`KEY_HELD_SHOWN`], newest first) as a table, and
-/// how many there are.
-fn held_table(key: &str, list: &[HeldHead]) -> String {
-    let mine: Vec<&HeldHead> = list
-        .iter()
-        .rev()
-        .filter(|h| h.envelope.key == key)
-        .collect();
+/// One page of the key's held messages (`mine`: oldest first), newest first, as a table
+/// with the links to the other pages.
+fn held_table(key: &str, mine: &[HeldHead], asked: Page) -> String {
+    let pg = asked.clamp(mine.len());
+    let newest: Vec<&HeldHead> = mine.iter().rev().collect();
     let mut out = format!(
-        "<p class=\"muted\" id=\"key-held-count\">{} held for this key{}.</p>",
+        "<p class=\"muted\" id=\"key-held-count\">{} held for this key: \
+         <a href=\"{}\">select, sort and act on them on the Held page</a>.</p>",
         mine.len(),
-        if mine.len() > KEY_HELD_SHOWN {
-            format!(
-                ", the newest {KEY_HELD_SHOWN} shown: <a href=\"{}\">all of them</a>",
-                html::url("/console/held", &[("key", key)])
-            )
-        } else {
-            String::new()
-        }
+        html::url("/console/held", &[("key", key)])
     );
     if mine.is_empty() {
         return out;
@@ -194,7 +160,7 @@ fn held_table(key: &str, list: &[HeldHead]) -> String {
         "<table class=\"stack\" id=\"key-held\"><thead><tr><th>id</th><th>held at</th>\
          <th>limit</th><th>from</th><th>to</th><th>subject</th></tr></thead><tbody>",
     );
-    for h in mine.iter().take(KEY_HELD_SHOWN) {
+    for h in &newest[pg.range(mine.len())] {
         let m = &h.envelope;
         let rcpts = m.recipients();
         let _ = write!(
@@ -209,10 +175,10 @@ fn held_table(key: &str, list: &[HeldHead]) -> String {
                     .saturating_mul(1_000_000)
             ),
             html::text(&m.limit, 60),
-            html::text(m.sender(), html::CELL_CHARS),
+            html::token(m.sender(), html::CELL_CHARS),
             rcpts
                 .first()
-                .map_or_else(String::new, |r| html::text(r, html::CELL_CHARS)),
+                .map_or_else(String::new, |r| html::token(r, html::CELL_CHARS)),
             if rcpts.len() > 1 {
                 format!(" and {} more", rcpts.len() - 1)
             } else {
@@ -225,6 +191,15 @@ fn held_table(key: &str, list: &[HeldHead]) -> String {
         );
     }
     out.push_str("</tbody></table>");
+    if mine.len() > pg.size {
+        // The page's own path (the key percent-encoded, or in `?k=`), unescaped.
+        let path = html::key_url(key).replace("&amp;", "&");
+        let (base, params) = match path.split_once("?k=") {
+            Some((b, _)) => (b.to_string(), vec![("k", key)]),
+            None => (path.clone(), Vec::new()),
+        };
+        out.push_str(&paging::links(&base, &params, pg, Some(mine.len()), false));
+    }
     out
 }
 
@@ -333,92 +308,94 @@ async fn recent(c: &Console, key: &str) -> Result<Recent, String> {
     }
 }
 
-/// `GET /console/key/KEY`: the incident page.
-pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> Response {
-    let (status, v) = api(c, "GET", "/v1/inspect", &[("key", key)]).await;
-    if status != 200 {
-        let e = v["error"].as_str().unwrap_or("inspect failed").to_string();
-        return error_page(status, &e, shell);
+/// The incident's summary: who, since when, why, until, delivered before, held now.
+fn summary(key: &str, r: Option<&Restriction>, evidence: Option<&Value>, held: usize) -> String {
+    let mut items: Vec<(&str, &str, String)> = Vec::new();
+    items.push(("who", "sum-who", html::token(key, 200)));
+    match r {
+        Some(r) => {
+            items.push(("restricted since", "sum-since", super::when(r.since_us)));
+            let rate = r.rate.map_or_else(String::new, |v| {
+                format!(
+                    " at {} against {}",
+                    html::num(v),
+                    html::text(&r.limit_text, 60)
+                )
+            });
+            items.push((
+                "why",
+                "sum-why",
+                format!(
+                    "{}{rate}, by {}: {}",
+                    html::text(&r.limit, 60),
+                    html::token(&r.by, 80),
+                    html::text(&r.reason, 300)
+                ),
+            ));
+            items.push((
+                "until",
+                "sum-until",
+                r.until_us
+                    .map_or_else(|| "an admin releases it".into(), super::when),
+            ));
+        }
+        None => items.push(("restricted", "sum-since", "no".into())),
     }
-    let mut b = String::with_capacity(32 * 1024);
-    b.push_str(&html::done_note(req.param("done"), req.param("failed")));
-    let _ = write!(
-        b,
-        "<p>Key <strong class=\"wrap\" id=\"key\">{}</strong></p>",
-        html::text(key, 1000)
+    let delivered = evidence.and_then(figures::delivered_before).map_or_else(
+        || "<span class=\"muted\">not known here</span>".into(),
+        |d| d.words(),
     );
-    let mut restricted: Option<Restriction> = None;
-    match c.state.store.as_store().restrictions().await {
-        Ok(list) => match list.into_iter().find(|r| r.key == key) {
-            Some(r) => {
-                b.push_str(&restriction(&r));
-                restricted = Some(r);
-            }
-            None => b.push_str("<p class=\"muted\" id=\"not-restricted\">Not restricted.</p>"),
-        },
-        Err(e) => {
-            let _ = write!(
-                b,
-                "<p class=\"error\">restrictions unreadable: {}</p>",
-                html::text(&e.to_string(), 300)
-            );
+    items.push(("delivered before", "sum-delivered", delivered));
+    items.push((
+        "held now",
+        "sum-held",
+        format!(
+            "<a href=\"{}\">{held}</a>",
+            html::url("/console/held", &[("key", key)])
+        ),
+    ));
+    let mut out = format!(
+        "<dl class=\"summary\" id=\"{}\">",
+        if r.is_some() {
+            "restriction"
+        } else {
+            "summary"
         }
+    );
+    for (label, id, v) in items {
+        let _ = write!(out, "<div><dt>{label}</dt><dd id=\"{id}\">{v}</dd></div>");
     }
-    let held: Vec<HeldHead> = match c.state.control.shared().hold.clone() {
-        Some(spool) => match blocking(move || spool.list()).await {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = write!(
-                    b,
-                    "<p class=\"error\">the hold spool could not be read: {}</p>",
-                    html::text(&e.to_string(), 300)
-                );
-                Vec::new()
-            }
-        },
-        None => Vec::new(),
-    };
-    let held_count = held.iter().filter(|h| h.envelope.key == key).count();
-    let recent = recent(c, key).await;
-    if shell.actions {
-        b.push_str(&actions(key, restricted.is_some(), held_count, shell));
-    }
-    b.push_str("<h2>Evidence</h2>");
-    let evidence = match (&restricted, &c.state.policy) {
-        (Some(r), _) if !r.evidence.is_null() => Some(r.evidence.clone()),
-        (_, Some(p)) => Some(p.evidence(&[key])),
-        _ => None,
-    };
-    let empty = Recent::default();
-    let known = known_clients(key, recent.as_ref().unwrap_or(&empty), &held);
+    out.push_str("</dl>");
+    out
+}
+
+/// The evidence section: what the node saw of the key, as tables.
+fn evidence_section(
+    evidence: Option<&Value>,
+    restricted: bool,
+    known: &BTreeMap<String, Client>,
+) -> String {
     match evidence {
-        Some(e) => {
-            if restricted.is_some() {
-                b.push_str(
-                    "<p class=\"muted\">What this node saw of the key up to its restriction.</p>",
-                );
+        Some(e) => format!(
+            "<p class=\"muted\">{}</p>{}",
+            if restricted {
+                "What this node saw of the key up to its restriction."
             } else {
-                b.push_str("<p class=\"muted\">What this node saw of the key recently.</p>");
-            }
-            b.push_str(&evidence::table(&e, &known));
-        }
-        None => b.push_str("<p class=\"muted\">No evidence kept here.</p>"),
+                "What this node saw of the key recently."
+            },
+            evidence::table(e, known)
+        ),
+        None => "<p class=\"muted\">No evidence kept here.</p>".into(),
     }
-    b.push_str("<h2>Held mail</h2>");
-    b.push_str(&held_table(key, &held));
-    b.push_str("<h2>Recent messages</h2>");
-    match &recent {
-        Ok(r) => b.push_str(&transactions_table(r)),
-        Err(why) => {
-            let _ = write!(b, "<p class=\"muted\" id=\"no-transactions\">{why}</p>");
-        }
-    }
-    b.push_str("<h2>Every limit's reading</h2>");
-    b.push_str(&readings(v["limits"].as_array().map_or(&[][..], |a| a)));
+}
+
+/// Every limit's reading (from `/v1/inspect`'s answer `v`), and the reset button.
+fn readings_section(v: &Value, key: &str, shell: &Shell<'_>) -> String {
+    let mut out = readings(v["limits"].as_array().map_or(&[][..], |a| a));
     if shell.actions {
-        b.push_str(html::NOSCRIPT);
+        out.push_str(html::NOSCRIPT);
         let _ = write!(
-            b,
+            out,
             "<p data-row>{} <span class=\"muted\">removes every record of this key for every \
              limit (a restriction stays).</span></p>",
             html::action_button(
@@ -429,13 +406,116 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
             )
         );
     }
-    b.push_str("<h2>Last hour</h2>");
-    b.push_str(&history(c, key).await);
+    out
+}
+
+/// A collapsible section of the incident page (works without scripting).
+fn fold(id: &str, title: &str, open: bool, body: &str) -> String {
+    format!(
+        "<details class=\"section\" id=\"{id}-box\"{}><summary>{title}</summary>{body}</details>",
+        if open { " open" } else { "" }
+    )
+}
+
+/// `GET /console/key/KEY`: the incident page. Its first screen: who, since when, why,
+/// what got out before, what is held, the actions; then the history of what admins did
+/// (open once the restriction has ended), and the long lists folded.
+pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> Response {
+    let (status, v) = api(c, "GET", "/v1/inspect", &[("key", key)]).await;
+    if status != 200 {
+        let e = v["error"].as_str().unwrap_or("inspect failed").to_string();
+        return error_page(status, &e, shell);
+    }
+    let mut b = String::with_capacity(32 * 1024);
+    b.push_str(&html::done_note(req.param("done"), req.param("failed")));
+    let mut restricted: Option<Restriction> = None;
+    match c.state.store.as_store().restrictions().await {
+        Ok(list) => restricted = list.into_iter().find(|r| r.key == key),
+        Err(e) => {
+            let _ = write!(
+                b,
+                "<p class=\"error\">restrictions unreadable: {}</p>",
+                html::text(&e.to_string(), 300)
+            );
+        }
+    }
+    let held = match figures::held_of(c, key).await {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = write!(
+                b,
+                "<p class=\"error\">the hold spool could not be read: {e}</p>"
+            );
+            Vec::new()
+        }
+    };
+    let _ = write!(
+        b,
+        "<p>Key <strong class=\"wrap\" id=\"key\">{}</strong> {}</p>",
+        html::text(key, 1000),
+        if restricted.is_some() {
+            "<span class=\"over\" id=\"restricted\">restricted</span>"
+        } else {
+            "<span class=\"muted\" id=\"not-restricted\">not restricted</span>"
+        }
+    );
+    let evidence = match (&restricted, &c.state.policy) {
+        (Some(r), _) if !r.evidence.is_null() => Some(r.evidence.clone()),
+        (_, Some(p)) => Some(p.evidence(&[key])),
+        _ => None,
+    };
+    b.push_str(&summary(
+        key,
+        restricted.as_ref(),
+        evidence.as_ref(),
+        held.len(),
+    ));
+    if shell.actions {
+        b.push_str(&actions(key, restricted.is_some(), held.len(), shell));
+    }
+    // Once the restriction has ended, what admins did is the first thing to read.
+    let history = super::key_history::section(c, key).await;
+    b.push_str(&fold(
+        "history",
+        "History: what admins did (audit log)",
+        restricted.is_none(),
+        &history,
+    ));
+    let recent = recent(c, key).await;
+    let empty = Recent::default();
+    let known = known_clients(key, recent.as_ref().unwrap_or(&empty), &held);
+    let evidence_html = evidence_section(evidence.as_ref(), restricted.is_some(), &known);
+    b.push_str(&fold("evidence", "Evidence", false, &evidence_html));
+    let asked = Page::parse(req.param("page"), KEY_HELD_SHOWN);
+    b.push_str(&fold(
+        "held",
+        &format!("Held mail ({})", held.len()),
+        true,
+        &held_table(key, &held, asked),
+    ));
+    let tx = match &recent {
+        Ok(r) => transactions_table(r),
+        Err(why) => format!("<p class=\"muted\" id=\"no-transactions\">{why}</p>"),
+    };
+    b.push_str(&fold("recent", "Recent messages", false, &tx));
+    let readings_html = readings_section(&v, key, shell);
+    b.push_str(&fold(
+        "readings",
+        "Every limit's reading",
+        false,
+        &readings_html,
+    ));
+    b.push_str(&fold(
+        "hour",
+        "Last hour",
+        false,
+        &history_chart(c, key).await,
+    ));
     html_response(200, html::page("Incident", Nav::Key, shell, &b))
 }
 
 /// The key's last hour from the event log, as a chart with one line per limit.
-async fn history(c: &Console, key: &str) -> String {
+async fn history_chart(c: &Console, key: &str) -> String {
     let config = c.state.control.generation();
     let Some(path) = config.report.events.clone() else {
         return "<p class=\"muted\" id=\"no-history\">No history: it is read from the event \
