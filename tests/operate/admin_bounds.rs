@@ -332,8 +332,19 @@ fn slow_bodies_and_idle_connections_leave_metrics_console_and_login_answering() 
         t.elapsed()
     );
     // Each listener holds at most [admin] max_connections (64) of them, and one more for
-    // the moment between cutting one and its task closing it.
-    let (on_admin, on_metrics) = (held(admin), held(metrics));
+    // the moment between cutting one and its task closing it. A connection accepted only
+    // to be refused is in the table for that moment too, so the steady state is the least
+    // of a few readings.
+    let steady = |addr| {
+        (0..5)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(50));
+                held(addr)
+            })
+            .min()
+            .unwrap()
+    };
+    let (on_admin, on_metrics) = (steady(admin), steady(metrics));
     println!("connections floodgate holds: {on_admin} on the admin address, {on_metrics} on the metrics address");
     assert!(
         on_admin <= 65 && on_metrics <= 65,
