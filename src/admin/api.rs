@@ -267,18 +267,20 @@ impl AdminState {
             Err(r) => return r,
         };
         let s = spool.clone();
-        match blocking(move || s.list()).await {
-            Ok(all) => {
-                let of = |k: Option<&str>| -> Vec<_> {
-                    all.iter()
-                        .filter(|m| k.is_none_or(|k| m.envelope.key == k))
-                        .map(held::summary)
-                        .collect()
-                };
-                let mut list = of(key);
-                if list.is_empty() && typed.is_some() {
-                    list = of(typed);
-                }
+        let (key, typed) = (key.map(str::to_string), typed.map(str::to_string));
+        let read = blocking(move || {
+            let Some(key) = key else {
+                return s.list();
+            };
+            let list = s.of_keys(&[&key])?;
+            match typed {
+                Some(t) if list.is_empty() => s.of_keys(&[&t]),
+                _ => Ok(list),
+            }
+        });
+        match read.await {
+            Ok(list) => {
+                let list: Vec<_> = list.iter().map(held::summary).collect();
                 Response::json(200, &json!({ "held": list }))
             }
             Err(e) => held_error(&e.into()),

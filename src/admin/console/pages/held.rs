@@ -1,6 +1,6 @@
-//! Held messages, newest first, filtered and paged: without a filter the spool directory
-//! is listed (names only) and only the page's files are read, each through its header
-//! section; with one, every file's envelope is read (no body). A selection of the page is
+//! Held messages, newest first, filtered and paged, from the spool's index of envelopes
+//! (a key's messages by key); only the page's files are read, each through its header
+//! section. A selection of the page is
 //! released or deleted by one form.
 
 use std::fmt::Write as _;
@@ -227,15 +227,24 @@ async fn read_listing(
 ) -> Result<Listing, SpoolError> {
     let (s, f) = (spool.clone(), filter.clone());
     blocking(move || {
-        let listed = s.ids()?;
-        let total = listed.len();
-        let bytes: u64 = listed.iter().map(|(_, n)| n).sum();
+        let (total, bytes) = s.indexed_usage()?;
         let ids: Vec<String> = if f.any() {
-            let mut heads = s.list()?;
+            // A key's messages come from the spool's index by key.
+            let mut heads = if f.key.is_empty() {
+                s.list()?
+            } else {
+                s.of_keys(&[&f.key, &f.account])?
+            };
             heads.retain(|h| f.passes(h));
             heads.into_iter().rev().map(|h| h.envelope.id).collect()
         } else {
-            listed.into_iter().rev().map(|(id, _)| id).collect()
+            s.indexed(|ix| {
+                ix.all()
+                    .iter()
+                    .rev()
+                    .map(|h| h.envelope.id.clone())
+                    .collect()
+            })?
         };
         let matching = ids.len();
         let pg = asked.clamp(matching);

@@ -285,13 +285,12 @@ fn transactions_table(r: &Recent) -> String {
     out
 }
 
-/// The names and counts of client addresses, from the recent messages and the held ones.
+/// The names of client addresses, from the recent messages and the held ones.
 fn known_clients(key: &str, recent: &Recent, held: &[HeldHead]) -> BTreeMap<String, Client> {
     let mut known: BTreeMap<String, Client> = BTreeMap::new();
     for m in &recent.messages {
         if let Some(ip) = &m.client {
             let c = known.entry(ip.to_string()).or_default();
-            c.messages += 1;
             if c.name.is_none() {
                 c.name = m.name.as_deref().map(str::to_string);
             }
@@ -333,6 +332,55 @@ async fn recent(c: &Console, key: &str) -> Result<Recent, String> {
     }
 }
 
+/// The key's held messages (from the spool's index), oldest first; a spool that cannot
+/// be read is said in `b`.
+async fn held_of(c: &Console, key: &str, b: &mut String) -> Vec<HeldHead> {
+    let Some(spool) = c.state.control.shared().hold.clone() else {
+        return Vec::new();
+    };
+    let k = key.to_string();
+    match blocking(move || spool.of_keys(&[&k])).await {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = write!(
+                b,
+                "<p class=\"error\">the hold spool could not be read: {}</p>",
+                html::text(&e.to_string(), 300)
+            );
+            Vec::new()
+        }
+    }
+}
+
+/// The evidence box: the restriction's live evidence (see
+/// [`crate::admin::api::AdminState::held_into`]), else what this node saw of the key with
+/// what is held for it now.
+async fn evidence_box(
+    c: &Console,
+    key: &str,
+    restricted: Option<&Restriction>,
+    known: &BTreeMap<String, Client>,
+) -> String {
+    let evidence = match (restricted, &c.state.policy) {
+        (Some(r), _) if !r.evidence.is_null() => Some(r.evidence.clone()),
+        (_, Some(p)) => {
+            let mut e = p.evidence(&[key]);
+            p.set_held(&mut e, key).await;
+            Some(e)
+        }
+        _ => None,
+    };
+    let Some(e) = evidence else {
+        return "<p class=\"muted\">No evidence kept here.</p>".into();
+    };
+    let mut out = String::from(
+        "<p class=\"muted\">What this node has seen of the key up to now; held: what the \
+         hold spool holds now.</p>",
+    );
+    out.push_str(&evidence::table(&e, known));
+    out
+}
+
 /// `GET /console/key/KEY`: the incident page.
 pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> Response {
     let (status, v) = api(c, "GET", "/v1/inspect", &[("key", key)]).await;
@@ -348,7 +396,7 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
         html::text(key, 1000)
     );
     let mut restricted: Option<Restriction> = None;
-    match c.state.store.as_store().restrictions().await {
+    match c.state.restrictions_now().await {
         Ok(list) => match list.into_iter().find(|r| r.key == key) {
             Some(r) => {
                 b.push_str(&restriction(&r));
@@ -364,46 +412,16 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
             );
         }
     }
-    let held: Vec<HeldHead> = match c.state.control.shared().hold.clone() {
-        Some(spool) => match blocking(move || spool.list()).await {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = write!(
-                    b,
-                    "<p class=\"error\">the hold spool could not be read: {}</p>",
-                    html::text(&e.to_string(), 300)
-                );
-                Vec::new()
-            }
-        },
-        None => Vec::new(),
-    };
-    let held_count = held.iter().filter(|h| h.envelope.key == key).count();
+    let held = held_of(c, key, &mut b).await;
+    let held_count = held.len();
     let recent = recent(c, key).await;
     if shell.actions {
         b.push_str(&actions(key, restricted.is_some(), held_count, shell));
     }
     b.push_str("<h2>Evidence</h2>");
-    let evidence = match (&restricted, &c.state.policy) {
-        (Some(r), _) if !r.evidence.is_null() => Some(r.evidence.clone()),
-        (_, Some(p)) => Some(p.evidence(&[key])),
-        _ => None,
-    };
     let empty = Recent::default();
     let known = known_clients(key, recent.as_ref().unwrap_or(&empty), &held);
-    match evidence {
-        Some(e) => {
-            if restricted.is_some() {
-                b.push_str(
-                    "<p class=\"muted\">What this node saw of the key up to its restriction.</p>",
-                );
-            } else {
-                b.push_str("<p class=\"muted\">What this node saw of the key recently.</p>");
-            }
-            b.push_str(&evidence::table(&e, &known));
-        }
-        None => b.push_str("<p class=\"muted\">No evidence kept here.</p>"),
-    }
+    b.push_str(&evidence_box(c, key, restricted.as_ref(), &known).await);
     b.push_str("<h2>Held mail</h2>");
     b.push_str(&held_table(key, &held));
     b.push_str("<h2>Recent messages</h2>");
