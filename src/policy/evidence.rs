@@ -328,7 +328,11 @@ mod tests {
         let ip: IpAddr = "192.0.2.7".parse().unwrap();
         let other: IpAddr = "192.0.2.8".parse().unwrap();
         for i in 0..100 {
-            e.note("alice", Fact::Mail(Some(if i % 4 == 0 { other } else { ip })), i);
+            e.note(
+                "alice",
+                Fact::Mail(Some(if i % 4 == 0 { other } else { ip })),
+                i,
+            );
             let rcpts = [format!("u{i}@Example.org"), format!("v{i}@other.net>")];
             e.note("alice", Fact::Relayed(&rcpts), i);
         }

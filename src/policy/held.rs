@@ -128,9 +128,7 @@ impl HeldReader {
     /// What is held for `key` now on every node, this one being named `node`.
     pub async fn now(&self, key: &str, node: &str) -> HeldNow {
         let owned = key.to_string();
-        let (mine, me) = self
-            .read_spool(node, move |s| s.count_for(&owned))
-            .await;
+        let (mine, me) = self.read_spool(node, move |s| s.count_for(&owned)).await;
         let mut by_node: BTreeMap<String, u64> = BTreeMap::new();
         if self.store.shares_state() {
             match self.store.held_counts(key).await {

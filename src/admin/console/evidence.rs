@@ -101,7 +101,11 @@ fn pairs(items: &[Value]) -> String {
 
 /// The client addresses (a list of strings) as a table with their names and the messages
 /// each offered (`offered`: address → count).
-fn clients(ips: &[Value], offered: &BTreeMap<&str, u64>, known: &BTreeMap<String, Client>) -> String {
+fn clients(
+    ips: &[Value],
+    offered: &BTreeMap<&str, u64>,
+    known: &BTreeMap<String, Client>,
+) -> String {
     if ips.is_empty() {
         return "<span class=\"muted\">none</span>".into();
     }

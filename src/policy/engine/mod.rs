@@ -284,9 +284,11 @@ impl Policy for RatePolicy {
     fn transaction(&self, t: &crate::policy::alert::Transaction<'_>) {
         // What was relayed is evidence about the key (restricting configs only).
         if t.verdict.starts_with("relayed") && self.current().restricts() {
-            self.inner
-                .evidence
-                .note(t.key, super::evidence::Fact::Relayed(t.recipients), t.time_us);
+            self.inner.evidence.note(
+                t.key,
+                super::evidence::Fact::Relayed(t.recipients),
+                t.time_us,
+            );
         }
         if let Some(o) = self.observer() {
             o.transaction(t);
