@@ -12,6 +12,8 @@
 //! | POST | `/v1/held/release?id=ID` or `?key=KEY` `&reason=TEXT[&confirm=true]` | relays it upstream (see [`super::held_act`]) |
 //! | POST | `/v1/held/delete?id=ID` or `?key=KEY` (`&reason=TEXT`) | removes it |
 //! | GET | `/v1/restricted` | the restricted keys (see [`super::restricted`]) |
+//! | GET | `/v1/messages?key=KEY&page=N` | the key's messages from the event log, paged (see [`super::messages`]) |
+//! | GET | `/v1/delivered?key=KEY&format=json\|csv` | what was relayed for a restricted key before its restriction |
 //! | POST | `/v1/release?key=KEY&reason=TEXT` | ends a restriction |
 //! | POST | `/v1/restrict?key=KEY&for=DURATION&reason=TEXT` | restricts by hand |
 //! | POST | `/v1/alerts/digest` | sends the daily alert digest now (see [`super::digest`]) |
@@ -183,7 +185,7 @@ impl AdminState {
         let (allowed, ok) = match req.path.as_str() {
             "/metrics" => ("GET, HEAD", get),
             "/v1/inspect" | "/v1/top" | "/v1/held" | "/v1/held/show" | "/v1/restricted"
-            | "/v1/campaigns" => ("GET, HEAD", get),
+            | "/v1/campaigns" | "/v1/messages" | "/v1/delivered" => ("GET, HEAD", get),
             "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" | "/v1/release"
             | "/v1/restrict" | "/v1/outcome" | "/v1/alerts/digest" => ("POST", post),
             _ => return Response::error(404, &format!("no endpoint {}", req.path)),
@@ -228,6 +230,8 @@ impl AdminState {
             }
             "/v1/restricted" => self.restricted().await,
             "/v1/campaigns" => self.campaigns().await,
+            "/v1/messages" => self.messages(req).await,
+            "/v1/delivered" => self.delivered(req).await,
             "/v1/release" => {
                 let r = self.release_either(req, typed, who).await;
                 self.audited(who, "release", json!(req.param("key")), req, r)

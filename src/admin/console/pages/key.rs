@@ -18,6 +18,7 @@ use crate::admin::console::respond::{api, error_page, html_response};
 use crate::admin::console::state::Console;
 use crate::admin::console::svg::meter;
 use crate::admin::http::{Request, Response};
+use crate::admin::messages;
 use crate::hold::HeldHead;
 use crate::proxy::release::blocking;
 use crate::report::svg::{line_chart, Line, LineChart, Look, Points};
@@ -306,8 +307,9 @@ fn known_clients(key: &str, recent: &Recent, held: &[HeldHead]) -> BTreeMap<Stri
     known
 }
 
-/// The key's recent messages from the event log, or why there are none.
-async fn recent(c: &Console, key: &str) -> Result<Recent, String> {
+/// The key's recent messages from the event log, the page `page` of them (1: the newest
+/// [`KEY_TX_SHOWN`]), and whether older ones were found; or why there are none.
+async fn recent(c: &Console, key: &str, page: usize) -> Result<(Recent, bool), String> {
     let config = c.state.control.generation();
     let Some(path) = config.report.events.clone() else {
         return Err(
@@ -317,18 +319,107 @@ async fn recent(c: &Console, key: &str) -> Result<Recent, String> {
         );
     };
     let k = key.to_string();
+    // Older pages may read further back than the first.
+    let max_bytes = if page > 1 {
+        messages::MAX_BYTES
+    } else {
+        TX_MAX_BYTES
+    };
     let read = tokio::task::spawn_blocking(move || {
-        transactions::recent(&path, &k, KEY_TX_SHOWN, TX_MAX_BYTES)
+        transactions::recent_page(
+            &path,
+            &k,
+            (page - 1) * KEY_TX_SHOWN,
+            KEY_TX_SHOWN,
+            max_bytes,
+        )
     })
     .await;
     match read {
         Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(Recent::default()),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok((Recent::default(), false)),
         Ok(Err(e)) => Err(format!(
             "the event log could not be read: {}",
             html::text(&e.to_string(), 300)
         )),
         Err(e) => Err(html::escape(&e.to_string())),
+    }
+}
+
+/// The links to the newer and older pages of the key's recent messages.
+fn tx_pages(key: &str, page: usize, more: bool) -> String {
+    let link = |p: usize, label: &str| {
+        let n = p.to_string();
+        format!(
+            "<a href=\"{}#transactions\">{label}</a>",
+            html::url("/console/key", &[("k", key), ("tx_page", &n)])
+        )
+    };
+    let mut parts = Vec::new();
+    if page > 1 {
+        parts.push(link(page - 1, "newer"));
+    }
+    if more {
+        parts.push(link(page + 1, "older"));
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<p class=\"paging\" id=\"tx-pages\">Page {page} of the key's messages: {}</p>",
+        parts.join(" · ")
+    )
+}
+
+/// What was delivered for the restricted key before its restriction, in a sentence with
+/// the link to its recipients as CSV; or why it cannot be said.
+async fn delivered_line(c: &Console, key: &str) -> String {
+    match c.state.delivered_before(key).await {
+        Ok(((from, to, from_is), d)) => {
+            let recipients: usize = d.messages.iter().map(|m| m.recipients.len()).sum();
+            format!(
+                "<p id=\"delivered\"><strong>Delivered before containment: {} to {}</strong>{} \
+                 <span class=\"muted\">from {} ({}) to {} (the restriction), as the event \
+                 log shows them relayed.</span> <a href=\"{}\">Recipients as CSV</a></p>",
+                crate::figures::count(d.messages.len() as u64, "message"),
+                crate::figures::count(recipients as u64, "recipient"),
+                if d.complete {
+                    ""
+                } else {
+                    " at least (the event log was read only so far back)"
+                },
+                super::when(from),
+                from_is,
+                super::when(to),
+                html::url("/console/delivered.csv", &[("k", key)])
+            )
+        }
+        Err(r) => {
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            format!(
+                "<p class=\"muted\" id=\"delivered\">Delivered before containment: not known ({}).</p>",
+                html::text(v["error"].as_str().unwrap_or("unreadable"), 300)
+            )
+        }
+    }
+}
+
+/// `GET /console/delivered.csv?k=KEY`: the recipients delivered for KEY before its
+/// restriction, as CSV.
+pub async fn delivered_csv(c: &Console, key: &str, shell: &Shell<'_>) -> Response {
+    match c.state.delivered_before(key).await {
+        Ok((_, d)) => {
+            let mut r = Response::text(200, "text/csv; charset=utf-8", messages::csv(&d.messages));
+            r.headers.push((
+                "Content-Disposition",
+                "attachment; filename=\"delivered.csv\"".into(),
+            ));
+            r
+        }
+        Err(r) => {
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            error_page(r.status, v["error"].as_str().unwrap_or("unreadable"), shell)
+        }
     }
 }
 
@@ -412,21 +503,31 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
             );
         }
     }
+    if restricted.is_some() {
+        b.push_str(&delivered_line(c, key).await);
+    }
     let held = held_of(c, key, &mut b).await;
     let held_count = held.len();
-    let recent = recent(c, key).await;
+    let tx_page = match messages::page_of(req.param("tx_page")) {
+        Ok(p) => p,
+        Err(e) => return error_page(400, &format!("tx_page: {e}"), shell),
+    };
+    let recent = recent(c, key, tx_page).await;
     if shell.actions {
         b.push_str(&actions(key, restricted.is_some(), held_count, shell));
     }
     b.push_str("<h2>Evidence</h2>");
     let empty = Recent::default();
-    let known = known_clients(key, recent.as_ref().unwrap_or(&empty), &held);
+    let known = known_clients(key, recent.as_ref().map_or(&empty, |r| &r.0), &held);
     b.push_str(&evidence_box(c, key, restricted.as_ref(), &known).await);
     b.push_str("<h2>Held mail</h2>");
     b.push_str(&held_table(key, &held));
     b.push_str("<h2>Recent messages</h2>");
     match &recent {
-        Ok(r) => b.push_str(&transactions_table(r)),
+        Ok((r, more)) => {
+            b.push_str(&transactions_table(r));
+            b.push_str(&tx_pages(key, tx_page, *more));
+        }
         Err(why) => {
             let _ = write!(b, "<p class=\"muted\" id=\"no-transactions\">{why}</p>");
         }
