@@ -6,12 +6,12 @@
 //! | GET | `/v1/messages?key=KEY&page=N` | the key's messages, newest first, [`PER_PAGE`] a page (page 1: the newest) |
 //! | GET | `/v1/delivered?key=KEY&format=json\|csv` | the messages relayed for a restricted key before its restriction, and their recipients |
 //!
-//! "Delivered before containment" is the window from the key's first over-limit event
-//! (as this node's evidence saw it) to its restriction; when the evidence has no such
-//! event, or one older than the restricting limit's period, the window is that period
-//! before the restriction (an hour for a restriction by hand). The event log is read
-//! backwards from its end, at most [`MAX_BYTES`] bytes; `complete` says whether the
-//! window's start was reached.
+//! "Delivered before containment" is what was relayed in the window before the key's
+//! restriction that starts at the earlier of its first over-limit event (as this node's
+//! evidence saw it) and the restricting limit's period before the restriction (an hour for
+//! a restriction by hand): all the limit measured, and everything since a limit first
+//! said the key was over. The event log is read backwards from its end, at most
+//! [`MAX_BYTES`] bytes; `complete` says whether the window's start was reached.
 
 use std::fmt::Write as _;
 
@@ -54,10 +54,10 @@ pub fn window(
     period_us: Option<i64>,
 ) -> (i64, i64, &'static str) {
     let to = r.since_us;
-    let period = period_us.unwrap_or(BY_HAND_US);
+    let by_period = to - period_us.unwrap_or(BY_HAND_US);
     match first_over_us {
-        Some(t) if t <= to && to - t <= period => (t, to, "first over a limit"),
-        _ => (to - period, to, "the limit's period before the restriction"),
+        Some(t) if t < by_period => (t, to, "first over a limit"),
+        _ => (by_period, to, "the limit's period before the restriction"),
     }
 }
 
@@ -310,18 +310,17 @@ mod tests {
     }
 
     #[test]
-    fn the_window_starts_at_the_first_over_event_within_the_period() {
+    fn the_window_starts_at_the_earlier_of_the_first_over_event_and_the_period() {
         let r = restriction(10_000_000_000);
         assert_eq!(
-            window(&r, Some(9_000_000_000), Some(3_600_000_000)),
+            window(&r, Some(9_000_000_000), Some(60_000_000)),
             (9_000_000_000, 10_000_000_000, "first over a limit")
         );
-        // None known, one after the restriction, one older than the period: the period.
-        for first in [None, Some(10_000_000_001), Some(1)] {
-            assert_eq!(
-                window(&r, first, Some(60_000_000)).0,
-                10_000_000_000 - 60_000_000
-            );
+        // None known, or one within the period: the period.
+        for first in [None, Some(9_990_000_000), Some(10_000_000_001)] {
+            let w = window(&r, first, Some(60_000_000));
+            assert_eq!(w.0, 10_000_000_000 - 60_000_000);
+            assert_eq!(w.2, "the limit's period before the restriction");
         }
         assert_eq!(window(&r, None, None).0, 10_000_000_000 - BY_HAND_US);
     }
@@ -349,8 +348,8 @@ mod tests {
         };
         assert_eq!(
             csv(&[m]),
-            "time,sender,recipient\r\n1970-01-01T00:00:01.500Z,s@x,a@y\r\n\
-             1970-01-01T00:00:01.500Z,s@x,\"b,c@z\"\r\n"
+            "time,sender,recipient\r\n1970-01-01T00:00:01.500000Z,s@x,a@y\r\n\
+             1970-01-01T00:00:01.500000Z,s@x,\"b,c@z\"\r\n"
         );
     }
 }
