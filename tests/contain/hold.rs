@@ -109,7 +109,7 @@ fn held_messages_are_listed_shown_released_and_deleted() {
     );
     // The recipients are counted, and listed with --wide.
     assert!(!text.stdout.contains("r3@example.com"), "{text}");
-    assert!(text.stdout.contains(" recipients "), "{text}");
+    assert!(text.stdout.contains(" 1 recipient "), "{text}");
     let wide = admin_verb(&sock, &["held", "list", "--wide"]);
     assert!(wide.stdout.contains("r3@example.com"), "{wide}");
     let only = admin_verb(&sock, &["held", "list", "--key", "nobody", "--json"]);
