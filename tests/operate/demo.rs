@@ -110,7 +110,11 @@ fn demo_once_relays_the_normal_user_and_restricts_and_holds_the_stolen_account()
         &format!("carol (stolen account): {relayed} messages relayed to "),
     )
     .unwrap_or_else(|| panic!("no recipient count: {all}"));
-    let ev = out.stdout.split("\"evidence\": {").nth(1).unwrap_or_default();
+    let ev = out
+        .stdout
+        .split("\"evidence\": {")
+        .nth(1)
+        .unwrap_or_default();
     let ev_rcpts = number_after(ev, "\"recipients\": ").unwrap_or_else(|| panic!("{all}"));
     assert_eq!(ev_rcpts, spray_rcpts, "{all}");
     assert!(
