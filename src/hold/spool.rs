@@ -18,7 +18,7 @@
 //!
 //! Claims read each file's envelope only ([`read::head`]); a release reads the whole file
 //! of the message it sends. Listing, counting, expiry and pacing read the spool's
-//! [`Index`](super::index::Index) of envelopes, brought up to date from the directory's
+//! [`Index`] of envelopes, brought up to date from the directory's
 //! names before each read (`indexed`): a file is read once, when it is first listed.
 
 use std::fs::{self, File, OpenOptions};
