@@ -352,4 +352,37 @@ mod tests {
              1970-01-01T00:00:01.500000Z,s@x,\"b,c@z\"\r\n"
         );
     }
+
+    proptest::proptest! {
+        /// A page is accepted exactly when it is a whole number from 1 to MAX_PAGE.
+        #[test]
+        fn any_page_text_is_a_page_or_a_clear_error(p in "\\PC{0,12}|[0-9]{1,6}") {
+            let want = p.trim().parse::<usize>().ok().filter(|n| (1..=MAX_PAGE).contains(n));
+            match page_of(Some(&p)) {
+                Ok(n) => proptest::prop_assert_eq!(Some(n), want),
+                Err(e) => {
+                    proptest::prop_assert!(want.is_none());
+                    proptest::prop_assert!(e.starts_with("page must be a whole number"));
+                }
+            }
+        }
+
+        /// A CSV field reads back as the value (after the formula guard), one field.
+        #[test]
+        fn any_csv_field_reads_back(v in "\\PC{0,40}|[,\"\r\n=@a-z]{0,20}") {
+            let f = csv_field(&v);
+            let back = match f.strip_prefix('"').and_then(|x| x.strip_suffix('"')) {
+                Some(inner) => {
+                    proptest::prop_assert!(!inner.replace("\"\"", "").contains('"'));
+                    inner.replace("\"\"", "\"")
+                }
+                None => {
+                    proptest::prop_assert!(!f.contains([',', '"', '\r', '\n']));
+                    f.clone()
+                }
+            };
+            let unguarded = back.strip_prefix('\'').filter(|_| v.starts_with(['=', '+', '-', '@']));
+            proptest::prop_assert_eq!(unguarded.unwrap_or(&back), v.as_str());
+        }
+    }
 }
