@@ -96,7 +96,7 @@ fn restriction(r: &Restriction) -> String {
         (
             "until",
             r.until_us
-                .map_or_else(|| "until released".into(), super::when),
+                .map_or_else(|| "when released".into(), super::when),
         ),
         ("by", html::text(&r.by, html::CELL_CHARS)),
         ("why", html::text(&r.reason, 1000)),
