@@ -223,11 +223,14 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum HeldCmd {
-    /// List held messages: id, key, limit, sender, recipients, size, when, Subject.
+    /// List held messages: id, key, limit, sender, how many recipients, size, when, Subject.
     List {
         /// Only the messages held for this key.
         #[arg(long)]
         key: Option<String>,
+        /// List every recipient of each message instead of their count.
+        #[arg(long)]
+        wide: bool,
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -403,7 +406,7 @@ fn main() -> ExitCode {
         Cmd::Top { limit, n, admin } => admin_verb(&admin, Verb::Top { limit, n }),
         Cmd::Reload { admin } => admin_verb(&admin, Verb::Reload),
         Cmd::Held { verb } => match verb {
-            HeldCmd::List { key, admin } => admin_verb(&admin, Verb::HeldList(key)),
+            HeldCmd::List { key, wide, admin } => admin_verb(&admin, Verb::HeldList { key, wide }),
             HeldCmd::Show { id, admin } => admin_verb(&admin, Verb::HeldShow(id)),
             HeldCmd::Release(a) => {
                 let (admin, t) = a.target.target(a.confirm);

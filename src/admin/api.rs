@@ -12,6 +12,8 @@
 //! | POST | `/v1/held/release?id=ID` or `?key=KEY` `&reason=TEXT[&confirm=true]` | relays it upstream (see [`super::held_act`]) |
 //! | POST | `/v1/held/delete?id=ID` or `?key=KEY` (`&reason=TEXT`) | removes it |
 //! | GET | `/v1/restricted` | the restricted keys (see [`super::restricted`]) |
+//! | GET | `/v1/messages?key=KEY&page=N` | the key's messages from the event log, paged (see [`super::messages`]) |
+//! | GET | `/v1/delivered?key=KEY&format=json\|csv` | what was relayed for a restricted key before its restriction |
 //! | POST | `/v1/release?key=KEY&reason=TEXT` | ends a restriction |
 //! | POST | `/v1/restrict?key=KEY&for=DURATION&reason=TEXT` | restricts by hand |
 //! | POST | `/v1/campaigns/act?id=ID&op=release-held\|delete-held\|release&reason=TEXT[&confirm=true]` | one action on every account of a campaign: release or delete all their held mail, or end every restriction (see [`super::campaigns`]) |
@@ -197,7 +199,7 @@ impl AdminState {
         let (allowed, ok) = match req.path.as_str() {
             "/metrics" => ("GET, HEAD", get),
             "/v1/inspect" | "/v1/top" | "/v1/held" | "/v1/held/show" | "/v1/restricted"
-            | "/v1/campaigns" => ("GET, HEAD", get),
+            | "/v1/campaigns" | "/v1/messages" | "/v1/delivered" => ("GET, HEAD", get),
             "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" | "/v1/release"
             | "/v1/restrict" | "/v1/outcome" | "/v1/alerts/digest" | "/v1/campaigns/act" => {
                 ("POST", post)
@@ -245,6 +247,8 @@ impl AdminState {
             "/v1/restricted" => self.restricted().await,
             "/v1/campaigns" => self.campaigns().await,
             "/v1/campaigns/act" => self.campaign_request(req, who).await,
+            "/v1/messages" => self.messages(req).await,
+            "/v1/delivered" => self.delivered(req).await,
             "/v1/release" => {
                 let r = self.release_either(req, typed, who).await;
                 self.audited(who, "release", json!(req.param("key")), req, r)
@@ -284,18 +288,20 @@ impl AdminState {
             Err(r) => return r,
         };
         let s = spool.clone();
-        match blocking(move || s.list()).await {
-            Ok(all) => {
-                let of = |k: Option<&str>| -> Vec<_> {
-                    all.iter()
-                        .filter(|m| k.is_none_or(|k| m.envelope.key == k))
-                        .map(held::summary)
-                        .collect()
-                };
-                let mut list = of(key);
-                if list.is_empty() && typed.is_some() {
-                    list = of(typed);
-                }
+        let (key, typed) = (key.map(str::to_string), typed.map(str::to_string));
+        let read = blocking(move || {
+            let Some(key) = key else {
+                return s.list();
+            };
+            let list = s.of_keys(&[&key])?;
+            match typed {
+                Some(t) if list.is_empty() => s.of_keys(&[&t]),
+                _ => Ok(list),
+            }
+        });
+        match read.await {
+            Ok(list) => {
+                let list: Vec<_> = list.iter().map(held::summary).collect();
                 Response::json(200, &json!({ "held": list }))
             }
             Err(e) => held_error(&e.into()),

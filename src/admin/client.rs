@@ -88,8 +88,14 @@ pub enum Verb {
     },
     /// Reload the configuration.
     Reload,
-    /// List held messages (all, or those of a key).
-    HeldList(Option<String>),
+    /// List held messages (all, or those of a key); `wide`: every recipient, not their
+    /// count.
+    HeldList {
+        /// Only the messages held for this key.
+        key: Option<String>,
+        /// Every recipient listed.
+        wide: bool,
+    },
     /// One held message's envelope and header section.
     HeldShow(String),
     /// Release (relay) held messages: one id, or every one of a key.
@@ -173,8 +179,10 @@ impl Verb {
                 ("GET", t)
             }
             Verb::Reload => ("POST", "/v1/reload".into()),
-            Verb::HeldList(None) => ("GET", "/v1/held".into()),
-            Verb::HeldList(Some(k)) => ("GET", format!("/v1/held?key={}", percent_encode(k))),
+            Verb::HeldList { key: None, .. } => ("GET", "/v1/held".into()),
+            Verb::HeldList { key: Some(k), .. } => {
+                ("GET", format!("/v1/held?key={}", percent_encode(k)))
+            }
             Verb::HeldShow(id) => ("GET", format!("/v1/held/show?id={}", percent_encode(id))),
             Verb::HeldRelease(t) => ("POST", format!("/v1/held/release?{}", t.query())),
             Verb::HeldDelete(t) => ("POST", format!("/v1/held/delete?{}", t.query())),
@@ -555,7 +563,7 @@ pub fn render(verb: &Verb, v: &Value) -> String {
         }
         Verb::Top { .. } => render_top(v),
         Verb::Reload => "configuration reloaded\n".into(),
-        Verb::HeldList(_) => render_held_list(v),
+        Verb::HeldList { wide, .. } => render_held_list(v, *wide),
         Verb::HeldShow(_) => render_held_show(v),
         Verb::HeldRelease(_) => render_held_done(v, true),
         Verb::HeldDelete(_) => render_held_done(v, false),
@@ -689,12 +697,17 @@ fn render_top(v: &Value) -> String {
     out
 }
 
-/// `held list`: one row per held message.
-fn render_held_list(v: &Value) -> String {
+/// `held list`: one row per held message, its recipients counted (`wide`: listed).
+fn render_held_list(v: &Value, wide: bool) -> String {
     let rows: Vec<Vec<String>> = items(&v["held"])
         .iter()
         .map(|m| {
             let rcpts: Vec<&str> = strings(&m["recipients"]);
+            let rcpts = if wide {
+                rcpts.join(",")
+            } else {
+                crate::figures::count(rcpts.len() as u64, "recipient")
+            };
             vec![
                 m["id"].as_str().unwrap_or("").into(),
                 m["key"].as_str().unwrap_or("").into(),
@@ -704,7 +717,7 @@ fn render_held_list(v: &Value) -> String {
                     None => "held".into(),
                 },
                 m["sender"].as_str().unwrap_or("").into(),
-                rcpts.join(","),
+                rcpts,
                 num(&m["size"]),
                 crate::smtp::received::rfc5322_date(m["time"].as_i64().unwrap_or(0)),
                 m["subject"].as_str().unwrap_or("").into(),
@@ -789,7 +802,17 @@ fn render_restricted(v: &Value) -> String {
         .iter()
         .map(|r| {
             let ev = &r["evidence"];
-            let ips: Vec<&str> = strings(&ev["client_ips"]);
+            // Each address with the messages it offered, most first.
+            let mut ips: Vec<String> = items(&ev["offered_by_client"])
+                .iter()
+                .map(|p| format!("{} ({})", p[0].as_str().unwrap_or(""), num(&p[1])))
+                .collect();
+            if ips.is_empty() {
+                ips = strings(&ev["client_ips"])
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect();
+            }
             vec![
                 r["key"].as_str().unwrap_or("").into(),
                 r["limit"].as_str().unwrap_or("").into(),
@@ -821,8 +844,9 @@ fn render_restricted(v: &Value) -> String {
     )
 }
 
-/// A restriction's evidence in one line: messages, recipients, refusals (upstream's, then
-/// floodgate's by limit and action) and what is held (by node when more than one holds).
+/// A restriction's evidence in one line: messages and recipients relayed, messages offered,
+/// refusals (upstream's, then floodgate's by limit and action) and what is held now (by
+/// node when more than one holds).
 pub fn evidence_summary(ev: &Value) -> String {
     let count = |v: &Value| v.as_u64().unwrap_or(0);
     let upstream = &ev["refusals"]["upstream"];
@@ -835,9 +859,11 @@ pub fn evidence_summary(ev: &Value) -> String {
         }
     }
     let mut out = format!(
-        "{} msgs, {} rcpts, refused by upstream {} (rcpt {}, data {}), by floodgate {}",
+        "{} msgs relayed to {} rcpts ({} offered), refused by upstream {} (rcpt {}, data {}), \
+         by floodgate {}",
         count(&ev["messages"]),
         count(&ev["recipients"]),
+        count(&ev["offered"]),
         count(&upstream["rcpt"]) + count(&upstream["data"]),
         count(&upstream["rcpt"]),
         count(&upstream["data"]),
@@ -937,6 +963,30 @@ mod tests {
         assert!(
             s.contains("is floodgate running with [admin] socket?"),
             "{s}"
+        );
+    }
+
+    #[test]
+    fn held_list_counts_recipients_unless_wide() {
+        let rcpts: Vec<String> = (0..25).map(|i| format!("r{i}@example.net")).collect();
+        let v = json!({"held": [
+            {"id": "1-a", "key": "alice", "limit": "per-user", "sender": "a@example.org",
+             "recipients": rcpts, "size": 120, "time": 0, "subject": "hi"},
+            {"id": "1-b", "key": "alice", "limit": "per-user", "sender": "a@example.org",
+             "recipients": ["one@example.net"], "size": 99, "time": 0, "subject": "hi"},
+        ]});
+        let list = |wide| render(&Verb::HeldList { key: None, wide }, &v);
+        let short = list(false);
+        assert!(
+            short.contains(" 25 recipients ") && short.contains(" 1 recipient "),
+            "{short}"
+        );
+        assert!(!short.contains("r24@example.net"), "{short}");
+        assert!(short.lines().all(|l| l.len() < 150), "{short}");
+        let wide = list(true);
+        assert!(
+            wide.contains("r0@example.net,r1@example.net") && wide.contains("r24@example.net"),
+            "{wide}"
         );
     }
 }

@@ -57,10 +57,10 @@ pub async fn select_keyed(
         }
         (None, Some(k)) => {
             let s = spool.clone();
-            Ok(blocking(move || s.list())
+            let k = k.to_string();
+            Ok(blocking(move || s.of_keys(&[&k]))
                 .await?
                 .into_iter()
-                .filter(|m| m.envelope.key == k)
                 .map(|m| (m.envelope.id, m.envelope.key))
                 .collect())
         }

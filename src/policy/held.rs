@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::hold::{HeldHead, Spool};
+use crate::hold::Spool;
 use crate::store::Store;
 
 /// How often each node publishes its counts to a shared store.
@@ -65,26 +65,6 @@ impl HeldNow {
     }
 }
 
-/// How many of `heads` count for `key` (held under it, or sent by it as user).
-pub fn count(heads: &[HeldHead], key: &str) -> u64 {
-    heads
-        .iter()
-        .filter(|h| h.envelope.key == key || h.envelope.user.as_deref() == Some(key))
-        .count() as u64
-}
-
-/// The count of every key some of `heads` count for.
-pub fn per_key(heads: &[HeldHead]) -> BTreeMap<String, u64> {
-    let mut out: BTreeMap<String, u64> = BTreeMap::new();
-    for h in heads {
-        *out.entry(h.envelope.key.clone()).or_default() += 1;
-        if let Some(u) = h.envelope.user.as_deref().filter(|u| *u != h.envelope.key) {
-            *out.entry(u.to_string()).or_default() += 1;
-        }
-    }
-    out
-}
-
 /// The name a node's counts are published under: `NAME|MACHINE|SPOOL_DIR` (`NAME`: its
 /// `[server] hostname`).
 pub fn node_id(name: &str, spool_dir: &std::path::Path) -> String {
@@ -124,27 +104,31 @@ impl HeldReader {
         }
     }
 
-    /// Every held message's envelope on this node with the node's id (none without a
-    /// spool, or when it cannot be listed).
-    async fn heads(&self, node: &str) -> (Vec<HeldHead>, Option<String>) {
+    /// What `read` gives of this node's spool (from its index), with the node's id (none
+    /// without a spool; `T::default()` when it cannot be read).
+    async fn read_spool<T: Default + Send + 'static>(
+        &self,
+        node: &str,
+        read: impl FnOnce(&Spool) -> Result<T, crate::hold::SpoolError> + Send + 'static,
+    ) -> (T, Option<String>) {
         let Some(spool) = self.source.as_ref().and_then(|s| s.spool()) else {
-            return (Vec::new(), None);
+            return (T::default(), None);
         };
         let id = node_id(node, &spool.settings().dir);
-        match tokio::task::spawn_blocking(move || spool.list()).await {
-            Ok(Ok(h)) => (h, Some(id)),
+        match tokio::task::spawn_blocking(move || read(&spool)).await {
+            Ok(Ok(v)) => (v, Some(id)),
             Ok(Err(e)) => {
                 warn!(error = %e, "hold spool: cannot count held messages");
-                (Vec::new(), Some(id))
+                (T::default(), Some(id))
             }
-            Err(_) => (Vec::new(), Some(id)),
+            Err(_) => (T::default(), Some(id)),
         }
     }
 
     /// What is held for `key` now on every node, this one being named `node`.
     pub async fn now(&self, key: &str, node: &str) -> HeldNow {
-        let (heads, me) = self.heads(node).await;
-        let mine = count(&heads, key);
+        let owned = key.to_string();
+        let (mine, me) = self.read_spool(node, move |s| s.count_for(&owned)).await;
         let mut by_node: BTreeMap<String, u64> = BTreeMap::new();
         if self.store.shares_state() {
             match self.store.held_counts(key).await {
@@ -173,11 +157,11 @@ impl HeldReader {
         if !self.store.shares_state() {
             return;
         }
-        let (heads, me) = self.heads(node).await;
+        let (counts, me) = self.read_spool(node, Spool::per_key).await;
         let Some(me) = me else {
             return;
         };
-        let counts: Vec<(String, u64)> = per_key(&heads).into_iter().collect();
+        let counts: Vec<(String, u64)> = counts.into_iter().collect();
         let now: HashSet<String> = counts.iter().map(|(k, _)| k.clone()).collect();
         let gone: Vec<String> = {
             let published = self.published.lock().unwrap_or_else(|e| e.into_inner());
@@ -215,53 +199,6 @@ pub async fn run<P: Publisher>(policy: P, every: Duration, stop: CancellationTok
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hold::HeldEnvelope;
-
-    fn head(key: &str, user: Option<&str>) -> HeldHead {
-        HeldHead {
-            envelope: HeldEnvelope {
-                id: "1-a".into(),
-                key: key.into(),
-                limit: "l".into(),
-                paced: None,
-                time: 0,
-                client: "192.0.2.1:25".parse().unwrap(),
-                local: None,
-                name: None,
-                reverse_name: None,
-                user: user.map(str::to_string),
-                helo: None,
-                proto: "ESMTP".into(),
-                tls: None,
-                mail: "<a@b>".into(),
-                rcpts: vec!["<c@d>".into()],
-            },
-            subject: None,
-            headers: 0,
-            size: 0,
-        }
-    }
-
-    #[test]
-    fn a_message_counts_for_its_key_and_its_user_once_each() {
-        let heads = [
-            head("alice", Some("alice")),
-            head("192.0.2.1", Some("alice")),
-            head("bob", None),
-        ];
-        assert_eq!(count(&heads, "alice"), 2);
-        assert_eq!(count(&heads, "bob"), 1);
-        assert_eq!(count(&heads, "carol"), 0);
-        let all = per_key(&heads);
-        assert_eq!(
-            all.into_iter().collect::<Vec<_>>(),
-            [
-                ("192.0.2.1".to_string(), 1),
-                ("alice".to_string(), 2),
-                ("bob".to_string(), 1)
-            ]
-        );
-    }
 
     #[test]
     fn node_ids_carry_the_name_the_machine_and_the_spool() {

@@ -73,14 +73,9 @@ pub async fn held_of(c: &Console, key: &str) -> Result<Vec<HeldHead>, String> {
         return Ok(Vec::new());
     };
     let k = key.to_string();
-    blocking(move || {
-        spool.list().map(|mut l| {
-            l.retain(|h| h.envelope.key == k);
-            l
-        })
-    })
-    .await
-    .map_err(|e| html::text(&e.to_string(), 300))
+    blocking(move || spool.of_keys(&[&k]))
+        .await
+        .map_err(|e| html::text(&e.to_string(), 300))
 }
 
 /// How many messages are held now for each key (empty without a hold spool).
@@ -88,14 +83,17 @@ pub async fn held_counts(c: &Console) -> Result<HashMap<String, usize>, String> 
     let Some(spool) = c.state.control.shared().hold.clone() else {
         return Ok(HashMap::new());
     };
-    let list = blocking(move || spool.list())
-        .await
-        .map_err(|e| html::text(&e.to_string(), 300))?;
-    let mut counts: HashMap<String, usize> = HashMap::new();
-    for h in list {
-        *counts.entry(h.envelope.key).or_default() += 1;
-    }
-    Ok(counts)
+    blocking(move || {
+        spool.indexed(|ix| {
+            let mut counts: HashMap<String, usize> = HashMap::new();
+            for h in ix.all() {
+                *counts.entry(h.envelope.key.clone()).or_default() += 1;
+            }
+            counts
+        })
+    })
+    .await
+    .map_err(|e| html::text(&e.to_string(), 300))
 }
 
 #[cfg(test)]

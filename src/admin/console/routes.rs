@@ -228,6 +228,10 @@ pub async fn route(
         "/console/restricted" => pages::restricted::page(c, req, &shell).await,
         "/console/held" => pages::held::page(c, req, &shell).await,
         "/console/campaigns" => pages::campaigns::page(c, req, &shell).await,
+        "/console/delivered.csv" => match req.param("k").filter(|k| !k.is_empty()) {
+            Some(k) => pages::key::delivered_csv(c, &c.state.admin_key(k), &shell).await,
+            None => error_page(400, "which key? /console/delivered.csv?k=KEY", &shell),
+        },
         // The key search finds an account however its login is spelled.
         "/console/key" => match req.param("k").filter(|k| !k.is_empty()) {
             Some(k) => pages::key::page(c, req, &c.state.admin_key(k), &shell).await,

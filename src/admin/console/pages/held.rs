@@ -1,9 +1,9 @@
 //! Held messages, filtered, sorted (newest first, oldest, largest, by key, by limit) and
-//! paged: newest first without a filter the spool directory is listed (names only) and
-//! only the page's files are read, each through its header section; otherwise every
-//! file's envelope is read (no body). One form releases or deletes the ticked messages,
-//! every message of the page, or all that match the filter, its buttons above and below
-//! the list; a refused action comes back with the filter, the ticks and the reason kept.
+//! paged, from the spool's index of envelopes (a key's messages by key); only the page's
+//! files are read, each through its header section. One form releases or deletes the
+//! ticked messages, every message of the page, or all that match the filter, its buttons
+//! above and below the list; a refused action comes back with the filter, the ticks and the
+//! reason kept.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -348,16 +348,25 @@ async fn read_listing(
 ) -> Result<Listing, SpoolError> {
     let (s, f) = (spool.clone(), filter.clone());
     blocking(move || {
-        let listed = s.ids()?;
-        let total = listed.len();
-        let bytes: u64 = listed.iter().map(|(_, n)| n).sum();
+        let (total, bytes) = s.indexed_usage()?;
         let ids: Vec<String> = if f.any() || sort != Sort::Newest {
-            let mut heads = s.list()?;
+            // A key's messages come from the spool's index by key.
+            let mut heads = if f.key.is_empty() {
+                s.list()?
+            } else {
+                s.of_keys(&[&f.key, &f.account])?
+            };
             heads.retain(|h| f.passes(h));
             sort.apply(&mut heads);
             heads.into_iter().map(|h| h.envelope.id).collect()
         } else {
-            listed.into_iter().rev().map(|(id, _)| id).collect()
+            s.indexed(|ix| {
+                ix.all()
+                    .iter()
+                    .rev()
+                    .map(|h| h.envelope.id.clone())
+                    .collect()
+            })?
         };
         let matching = ids.len();
         let pg = asked.clamp(matching);

@@ -20,6 +20,7 @@ use crate::admin::console::respond::{api, error_page, html_response};
 use crate::admin::console::state::Console;
 use crate::admin::console::svg::meter;
 use crate::admin::http::{Request, Response};
+use crate::admin::messages;
 use crate::hold::HeldHead;
 use crate::report::svg::{line_chart, Line, LineChart, Look, Points};
 use crate::report::transactions::{self, Recent};
@@ -260,13 +261,12 @@ fn transactions_table(r: &Recent) -> String {
     out
 }
 
-/// The names and counts of client addresses, from the recent messages and the held ones.
+/// The names of client addresses, from the recent messages and the held ones.
 fn known_clients(key: &str, recent: &Recent, held: &[HeldHead]) -> BTreeMap<String, Client> {
     let mut known: BTreeMap<String, Client> = BTreeMap::new();
     for m in &recent.messages {
         if let Some(ip) = &m.client {
             let c = known.entry(ip.to_string()).or_default();
-            c.messages += 1;
             if c.name.is_none() {
                 c.name = m.name.as_deref().map(str::to_string);
             }
@@ -282,8 +282,9 @@ fn known_clients(key: &str, recent: &Recent, held: &[HeldHead]) -> BTreeMap<Stri
     known
 }
 
-/// The key's recent messages from the event log, or why there are none.
-async fn recent(c: &Console, key: &str) -> Result<Recent, String> {
+/// The key's recent messages from the event log, the page `page` of them (1: the newest
+/// [`KEY_TX_SHOWN`]), and whether older ones were found; or why there are none.
+async fn recent(c: &Console, key: &str, page: usize) -> Result<(Recent, bool), String> {
     let config = c.state.control.generation();
     let Some(path) = config.report.events.clone() else {
         return Err(
@@ -293,13 +294,25 @@ async fn recent(c: &Console, key: &str) -> Result<Recent, String> {
         );
     };
     let k = key.to_string();
+    // Older pages may read further back than the first.
+    let max_bytes = if page > 1 {
+        messages::MAX_BYTES
+    } else {
+        TX_MAX_BYTES
+    };
     let read = tokio::task::spawn_blocking(move || {
-        transactions::recent(&path, &k, KEY_TX_SHOWN, TX_MAX_BYTES)
+        transactions::recent_page(
+            &path,
+            &k,
+            (page - 1) * KEY_TX_SHOWN,
+            KEY_TX_SHOWN,
+            max_bytes,
+        )
     })
     .await;
     match read {
         Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(Recent::default()),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok((Recent::default(), false)),
         Ok(Err(e)) => Err(format!(
             "the event log could not be read: {}",
             html::text(&e.to_string(), 300)
@@ -308,8 +321,83 @@ async fn recent(c: &Console, key: &str) -> Result<Recent, String> {
     }
 }
 
+/// The links to the newer and older pages of the key's recent messages.
+fn tx_pages(key: &str, page: usize, more: bool) -> String {
+    let link = |p: usize, label: &str| {
+        let n = p.to_string();
+        format!(
+            "<a href=\"{}#recent-box\">{label}</a>",
+            html::url("/console/key", &[("k", key), ("tx_page", &n)])
+        )
+    };
+    let mut parts = Vec::new();
+    if page > 1 {
+        parts.push(link(page - 1, "newer"));
+    }
+    if more {
+        parts.push(link(page + 1, "older"));
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<p class=\"paging\" id=\"tx-pages\">Page {page} of the key's messages: {}</p>",
+        parts.join(" · ")
+    )
+}
+
+/// `GET /console/delivered.csv?k=KEY`: the recipients delivered for KEY before its
+/// restriction, as CSV.
+pub async fn delivered_csv(c: &Console, key: &str, shell: &Shell<'_>) -> Response {
+    match c.state.delivered_before(key).await {
+        Ok((_, d)) => {
+            let mut r = Response::text(200, "text/csv; charset=utf-8", messages::csv(&d.messages));
+            r.headers.push((
+                "Content-Disposition",
+                "attachment; filename=\"delivered.csv\"".into(),
+            ));
+            r
+        }
+        Err(r) => {
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            error_page(r.status, v["error"].as_str().unwrap_or("unreadable"), shell)
+        }
+    }
+}
+
+/// What the restricted key relayed before its restriction, in words with the link to its
+/// recipients as CSV: from the event log (the relayed messages from its first over-limit
+/// event, or the limit's period, to the restriction); else the evidence's figure, said as
+/// such; else that it is not known here.
+async fn delivered_words(c: &Console, key: &str, evidence: Option<&Value>) -> String {
+    match c.state.delivered_before(key).await {
+        Ok(((from, to, from_is), d)) => {
+            let recipients: usize = d.messages.iter().map(|m| m.recipients.len()).sum();
+            format!(
+                "{} to {} relayed{} <span class=\"muted\">from {} ({}) to {}</span> \
+                 <a href=\"{}\">recipients as CSV</a>",
+                crate::figures::count(d.messages.len() as u64, "message"),
+                crate::figures::count(recipients as u64, "recipient"),
+                if d.complete {
+                    ""
+                } else {
+                    " at least (the event log was read only so far back)"
+                },
+                super::when(from),
+                from_is,
+                super::when(to),
+                html::url("/console/delivered.csv", &[("k", key)])
+            )
+        }
+        Err(_) => evidence.and_then(figures::delivered_before).map_or_else(
+            || "<span class=\"muted\">not known here</span>".into(),
+            |d| d.words(),
+        ),
+    }
+}
+
 /// The incident's summary: who, since when, why, until, delivered before, held now.
-fn summary(key: &str, r: Option<&Restriction>, evidence: Option<&Value>, held: usize) -> String {
+fn summary(key: &str, r: Option<&Restriction>, delivered: String, held: usize) -> String {
     let mut items: Vec<(&str, &str, String)> = Vec::new();
     items.push(("who", "sum-who", html::token(key, 200)));
     match r {
@@ -341,10 +429,6 @@ fn summary(key: &str, r: Option<&Restriction>, evidence: Option<&Value>, held: u
         }
         None => items.push(("restricted", "sum-since", "no".into())),
     }
-    let delivered = evidence.and_then(figures::delivered_before).map_or_else(
-        || "<span class=\"muted\">not known here</span>".into(),
-        |d| d.words(),
-    );
     items.push(("delivered before", "sum-delivered", delivered));
     items.push((
         "held now",
@@ -379,9 +463,9 @@ fn evidence_section(
         Some(e) => format!(
             "<p class=\"muted\">{}</p>{}",
             if restricted {
-                "What this node saw of the key up to its restriction."
+                "What this node saw of the key up to its restriction; held: what is held now."
             } else {
-                "What this node saw of the key recently."
+                "What this node saw of the key recently; held: what is held now."
             },
             evidence::table(e, known)
         ),
@@ -429,7 +513,7 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
     let mut b = String::with_capacity(32 * 1024);
     b.push_str(&html::done_note(req.param("done"), req.param("failed")));
     let mut restricted: Option<Restriction> = None;
-    match c.state.store.as_store().restrictions().await {
+    match c.state.restrictions_now().await {
         Ok(list) => restricted = list.into_iter().find(|r| r.key == key),
         Err(e) => {
             let _ = write!(
@@ -461,15 +545,19 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
     );
     let evidence = match (&restricted, &c.state.policy) {
         (Some(r), _) if !r.evidence.is_null() => Some(r.evidence.clone()),
-        (_, Some(p)) => Some(p.evidence(&[key])),
+        (_, Some(p)) => {
+            let mut e = p.evidence(&[key]);
+            p.set_held(&mut e, key).await;
+            Some(e)
+        }
         _ => None,
     };
-    b.push_str(&summary(
-        key,
-        restricted.as_ref(),
-        evidence.as_ref(),
-        held.len(),
-    ));
+    let delivered = if restricted.is_some() {
+        delivered_words(c, key, evidence.as_ref()).await
+    } else {
+        "<span class=\"muted\">counted up to a restriction</span>".into()
+    };
+    b.push_str(&summary(key, restricted.as_ref(), delivered, held.len()));
     if shell.actions {
         b.push_str(&actions(key, restricted.is_some(), held.len(), shell));
     }
@@ -481,9 +569,13 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
         restricted.is_none(),
         &history,
     ));
-    let recent = recent(c, key).await;
+    let tx_page = match messages::page_of(req.param("tx_page")) {
+        Ok(p) => p,
+        Err(e) => return error_page(400, &format!("tx_page: {e}"), shell),
+    };
+    let recent = recent(c, key, tx_page).await;
     let empty = Recent::default();
-    let known = known_clients(key, recent.as_ref().unwrap_or(&empty), &held);
+    let known = known_clients(key, recent.as_ref().map_or(&empty, |r| &r.0), &held);
     let evidence_html = evidence_section(evidence.as_ref(), restricted.is_some(), &known);
     b.push_str(&fold("evidence", "Evidence", false, &evidence_html));
     let asked = Page::parse(req.param("page"), KEY_HELD_SHOWN);
@@ -494,10 +586,16 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
         &held_table(key, &held, asked),
     ));
     let tx = match &recent {
-        Ok(r) => transactions_table(r),
+        Ok((r, more)) => transactions_table(r) + &tx_pages(key, tx_page, *more),
         Err(why) => format!("<p class=\"muted\" id=\"no-transactions\">{why}</p>"),
     };
-    b.push_str(&fold("recent", "Recent messages", false, &tx));
+    // A page of older messages asked for opens the list.
+    b.push_str(&fold(
+        "recent",
+        "Recent messages",
+        req.param("tx_page").is_some(),
+        &tx,
+    ));
     let readings_html = readings_section(&v, key, shell);
     b.push_str(&fold(
         "readings",

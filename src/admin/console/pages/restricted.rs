@@ -61,7 +61,7 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
             html::text(&r.limit, 60),
             super::when(r.since_us),
             r.until_us
-                .map_or_else(|| "until released".into(), super::when),
+                .map_or_else(|| "when released".into(), super::when),
             rate,
             html::text(&r.by, html::CELL_CHARS),
             html::text(&r.reason, html::CELL_CHARS),
