@@ -501,6 +501,21 @@ fn fold(id: &str, title: &str, open: bool, body: &str) -> String {
     )
 }
 
+/// The key's evidence: its restriction's (held live, see
+/// [`crate::admin::api::AdminState::held_into`]), else what this node saw of it with what is
+/// held for it now; `None` where nothing is kept.
+async fn evidence_of(c: &Console, key: &str, restricted: Option<&Restriction>) -> Option<Value> {
+    match (restricted, &c.state.policy) {
+        (Some(r), _) if !r.evidence.is_null() => Some(r.evidence.clone()),
+        (_, Some(p)) => {
+            let mut e = p.evidence(&[key]);
+            p.set_held(&mut e, key).await;
+            Some(e)
+        }
+        _ => None,
+    }
+}
+
 /// `GET /console/key/KEY`: the incident page. Its first screen: who, since when, why,
 /// what got out before, what is held, the actions; then the history of what admins did
 /// (open once the restriction has ended), and the long lists folded.
@@ -543,15 +558,7 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
             "<span class=\"muted\" id=\"not-restricted\">not restricted</span>"
         }
     );
-    let evidence = match (&restricted, &c.state.policy) {
-        (Some(r), _) if !r.evidence.is_null() => Some(r.evidence.clone()),
-        (_, Some(p)) => {
-            let mut e = p.evidence(&[key]);
-            p.set_held(&mut e, key).await;
-            Some(e)
-        }
-        _ => None,
-    };
+    let evidence = evidence_of(c, key, restricted.as_ref()).await;
     let delivered = if restricted.is_some() {
         delivered_words(c, key, evidence.as_ref()).await
     } else {
