@@ -2,7 +2,7 @@
 //! send a head and never its body, or never read their answer, through the real binary:
 //! 1,000 slow bodies and 5,000 idle connections to each, from one address and from sixteen
 //! others, leave `GET /metrics`, a console page (by token and by session cookie) and the
-//! login page answering within 1 s (the acceptance bound between two processes), and
+//! login page answering within [`ONE`] (a silenced address answers in minutes or never), and
 //! a client that sends its request 50 ms after connecting answered while the flood goes on,
 //! with floodgate's descriptors bounded; a request without a token gets its 401 without its
 //! body being read; clients that do not read a large answer are cut after
