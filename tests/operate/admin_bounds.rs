@@ -2,7 +2,7 @@
 //! send a head and never its body, or never read their answer, through the real binary:
 //! 1,000 slow bodies and 5,000 idle connections to each, from one address and from sixteen
 //! others, leave `GET /metrics`, a console page (by token and by session cookie) and the
-//! login page answering within [`ONE`] (a silenced address answers in minutes or never), and
+//! login page answering within 1 s (the acceptance bound between two processes), and
 //! a client that sends its request 50 ms after connecting answered while the flood goes on,
 //! with floodgate's descriptors bounded; a request without a token gets its 401 without its
 //! body being read; clients that do not read a large answer are cut after
@@ -25,11 +25,14 @@ const TOKEN: &str = "bounds-test-token-0123456789";
 const IDLE: usize = 5_000;
 /// Connections sending a head announcing a body that never comes, to each address.
 const SLOW: usize = 1_000;
-/// The bound of an answer while the flood is open: a flood that silences an address
-/// leaves its clients unanswered for minutes or for ever, while an answered request of a
-/// debug build beside the other tests of this binary (a browser among them) on a loaded
-/// machine can take over a second.
-const ONE: Duration = Duration::from_secs(4);
+/// The acceptance bound of an answer while the flood is open.
+const ONE: Duration = Duration::from_secs(1);
+/// How long a probe's answer is waited for: a flood that silences an address leaves its
+/// clients unanswered for minutes or for ever.
+const PATIENCE: Duration = Duration::from_secs(5);
+/// Tries of a probe: the machine running the tests (a debug build beside the other tests of
+/// this binary, a browser among them) may stall one answer past [`ONE`] by itself.
+const TRIES: usize = 3;
 
 /// A connection to `to` from the local address `from` (another loopback address: another
 /// client as far as floodgate can tell; Linux answers for all of 127/8), connected within
@@ -207,12 +210,18 @@ fn token_file(dir: &Path) -> String {
     t.display().to_string()
 }
 
-/// Asserts an answer within [`ONE`] with `status`, and prints its time.
-fn within_one(what: &str, (status, text, took): (u16, String, Duration), want: u16) -> String {
-    println!("{what} beside the flood: {took:?}");
-    assert_eq!(status, want, "{what}: {text}");
-    assert!(took < ONE, "{what}: {took:?}");
-    text
+/// Asserts that `probe` is answered with `status`, within [`ONE`] in one of [`TRIES`]
+/// tries (each answered within [`PATIENCE`]), and prints its times.
+fn within_one(what: &str, probe: impl Fn() -> (u16, String, Duration), want: u16) -> String {
+    for _ in 0..TRIES {
+        let (status, text, took) = probe();
+        println!("{what} beside the flood: {took:?}");
+        assert_eq!(status, want, "{what}: {text}");
+        if took < ONE {
+            return text;
+        }
+    }
+    panic!("{what}: no answer within {ONE:?} in {TRIES} tries")
 }
 
 /// The probes of the acceptance, each answered within [`ONE`]: `/metrics` on both
@@ -220,21 +229,25 @@ fn within_one(what: &str, (status, text, took): (u16, String, Duration), want: u
 /// that sends its request 50 ms after connecting, on both addresses.
 fn probes(admin: SocketAddr, metrics: SocketAddr) {
     let bearer = format!("Authorization: Bearer {TOKEN}\r\n");
-    within_one("GET /metrics", timed_get(metrics, "/metrics", "", ONE), 200);
+    within_one(
+        "GET /metrics",
+        || timed_get(metrics, "/metrics", "", PATIENCE),
+        200,
+    );
     let page = within_one(
         "GET /console/ by token",
-        timed_get(admin, "/console/", &bearer, ONE),
+        || timed_get(admin, "/console/", &bearer, PATIENCE),
         200,
     );
     assert!(page.contains("Overview"), "{page}");
     within_one(
         "GET /console/login",
-        timed_get(admin, "/console/login", "", ONE),
+        || timed_get(admin, "/console/login", "", PATIENCE),
         200,
     );
     within_one(
         "GET /metrics on the admin address",
-        timed_get(admin, "/metrics", &bearer, ONE),
+        || timed_get(admin, "/metrics", &bearer, PATIENCE),
         200,
     );
     let form = format!("token={TOKEN}");
@@ -245,7 +258,7 @@ fn probes(admin: SocketAddr, metrics: SocketAddr) {
     );
     let answer = within_one(
         "POST /console/login",
-        timed_request(admin, &login, &form, Duration::ZERO, ONE),
+        || timed_request(admin, &login, &form, Duration::ZERO, PATIENCE),
         303,
     );
     let cookie = answer
@@ -255,36 +268,42 @@ fn probes(admin: SocketAddr, metrics: SocketAddr) {
         .unwrap_or_else(|| panic!("no cookie: {answer}"));
     let page = within_one(
         "GET /console/held by session cookie",
-        timed_get(
-            admin,
-            "/console/held",
-            &format!("Cookie: {cookie}\r\n"),
-            ONE,
-        ),
+        || {
+            timed_get(
+                admin,
+                "/console/held",
+                &format!("Cookie: {cookie}\r\n"),
+                PATIENCE,
+            )
+        },
         200,
     );
     assert!(page.contains("Held"), "{page}");
     let late = Duration::from_millis(50);
     within_one(
         "GET /metrics sent 50 ms after connecting",
-        timed_request(
-            metrics,
-            &format!("GET /metrics HTTP/1.1\r\nHost: {metrics}\r\n"),
-            "",
-            late,
-            ONE,
-        ),
+        || {
+            timed_request(
+                metrics,
+                &format!("GET /metrics HTTP/1.1\r\nHost: {metrics}\r\n"),
+                "",
+                late,
+                PATIENCE,
+            )
+        },
         200,
     );
     within_one(
         "GET /console/login sent 50 ms after connecting",
-        timed_request(
-            admin,
-            &format!("GET /console/login HTTP/1.1\r\nHost: {admin}\r\n"),
-            "",
-            late,
-            ONE,
-        ),
+        || {
+            timed_request(
+                admin,
+                &format!("GET /console/login HTTP/1.1\r\nHost: {admin}\r\n"),
+                "",
+                late,
+                PATIENCE,
+            )
+        },
         200,
     );
 }
@@ -378,12 +397,16 @@ fn slow_bodies_and_idle_connections_leave_metrics_console_and_login_answering() 
     );
 
     // SMTP still opens and greets.
-    let t = Instant::now();
-    let mut c = RawClient::connect_greeted(fg.addr("plain"));
-    println!("SMTP greeting with the flood open: {:?}", t.elapsed());
-    assert!(t.elapsed() < ONE, "{:?}", t.elapsed());
-    assert_eq!(c.cmd("EHLO laptop.test").code, 250);
-    assert_eq!(c.cmd("QUIT").code, 221);
+    let greeted = (0..TRIES).any(|_| {
+        let t = Instant::now();
+        let mut c = RawClient::connect_greeted(fg.addr("plain"));
+        let took = t.elapsed();
+        println!("SMTP greeting with the flood open: {took:?}");
+        assert_eq!(c.cmd("EHLO laptop.test").code, 250);
+        assert_eq!(c.cmd("QUIT").code, 221);
+        took < ONE
+    });
+    assert!(greeted, "no SMTP greeting within {ONE:?} in {TRIES} tries");
 
     // The flood was refused at once (its address beyond its bound, or nothing that could
     // be cut) or cut to make room, and counted: all but the 64 held, the slow bodies
