@@ -655,5 +655,10 @@ fn clients_that_never_read_a_large_answer_are_cut_after_the_write_timeout() {
     while held(admin) != 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(held(admin), 0, "{}", std::fs::read_to_string("/proc/net/tcp").unwrap());
+    assert_eq!(
+        held(admin),
+        0,
+        "{}",
+        std::fs::read_to_string("/proc/net/tcp").unwrap()
+    );
 }
