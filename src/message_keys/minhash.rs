@@ -34,6 +34,16 @@
 //! 64-bit shingle hash; hash function `i` is `((a_i · x + c_i) mod 2⁶⁴) >> 32`
 //! (multiply-add-shift, a 2-universal family) with fixed odd `a_i` and `c_i` drawn from a
 //! fixed seed, so a signature costs one strong hash per word and a multiply per function.
+//!
+//! A text of more than [`SAMPLE`] distinct shingles enters the signature with its
+//! [`SAMPLE`] smallest shingle hashes only (a text of fewer enters whole, and its signature
+//! is the MinHash of its whole set). Shingle hashes are uniform, so these are a uniform
+//! sample of the set, and the same shingles are sampled in every text that holds them
+//! among its smallest: the samples of two texts of about one length (as copies of one
+//! template are) have about the Jaccard similarity of the texts, and the rows of their
+//! signatures agree with that probability. The bound makes a long text cost a few
+//! comparisons per shingle, to select the sample, and [`HASHES`] multiplications for each
+//! of [`SAMPLE`] shingles, rather than for each of up to [`MAX_SHINGLES`].
 
 use siphasher::sip::SipHasher13;
 use std::hash::Hasher;
@@ -50,9 +60,12 @@ pub const HASHES: usize = BANDS * ROWS;
 /// A text of fewer words has no fingerprint: too short to tell a template from chance.
 pub const MIN_WORDS: usize = 20;
 /// At most this many shingles are read from one message (the first ones).
-pub const MAX_SHINGLES: usize = 10_000;
+pub const MAX_SHINGLES: usize = 2_000;
 /// At most this many words are read from one message.
 pub const MAX_WORDS: usize = MAX_SHINGLES + SHINGLE_WORDS - 1;
+/// At most this many distinct shingles enter the signature: the smallest shingle hashes
+/// (see the module documentation).
+pub const SAMPLE: usize = 256;
 
 /// The fixed key of word hashes (and so of every shingle and signature): fingerprints
 /// compare across processes, nodes and restarts.
@@ -122,21 +135,67 @@ pub(super) fn shingles(words: &[u64]) -> Vec<u64> {
 }
 
 /// The MinHash signature of the shingles of `words` (word hashes, in order): the first
-/// [`MAX_SHINGLES`] shingles are read. None with fewer than [`MIN_WORDS`] words.
+/// [`MAX_SHINGLES`] shingles are read, and of those the [`SAMPLE`] smallest distinct
+/// shingle hashes enter the signature. None with fewer than [`MIN_WORDS`] words.
 pub(super) fn signature(words: &[u64]) -> Option<[u32; HASHES]> {
     if words.len() < MIN_WORDS {
         return None;
     }
+    let mut hashes = shingles(words);
     let (a, c) = &FUNCTIONS;
     let mut mins = [u32::MAX; HASHES];
-    for shingle in words.windows(SHINGLE_WORDS).take(MAX_SHINGLES) {
-        let x = shingle_hash(shingle);
+    for &x in smallest_distinct(&mut hashes, SAMPLE) {
         for ((m, &ai), &ci) in mins.iter_mut().zip(a).zip(c) {
             let v = (ai.wrapping_mul(x).wrapping_add(ci) >> 32) as u32;
             *m = (*m).min(v);
         }
     }
     Some(mins)
+}
+
+/// The `k` smallest distinct values of `v`, in any order (`v` reordered; duplicates are
+/// returned too when `v` holds at most `k` values: they change no minimum).
+fn smallest_distinct(v: &mut Vec<u64>, k: usize) -> &[u64] {
+    if v.len() <= k {
+        return v;
+    }
+    drop_most_repeats(v);
+    let mut take = 2 * k;
+    loop {
+        let t = take.min(v.len());
+        if t < v.len() {
+            v.select_nth_unstable(t - 1);
+        }
+        let head = &mut v[..t];
+        head.sort_unstable();
+        // The distinct values to the front, the repeats behind them (swapped, not dropped:
+        // the next round selects from all of `v` again).
+        let mut n = usize::from(t > 0);
+        for i in 1..t {
+            if head[i] != head[n - 1] {
+                head.swap(n, i);
+                n += 1;
+            }
+        }
+        if n >= k || t == v.len() {
+            return &v[..n.min(k)];
+        }
+        take = take.saturating_mul(4);
+    }
+}
+
+/// Drops from `v` each value equal to the last one seen in its slot of a small direct-mapped
+/// table: the repeats of a text that says the same thing many times mostly go, so that
+/// [`smallest_distinct`] selects among about as many values as there are distinct ones.
+fn drop_most_repeats(v: &mut Vec<u64>) {
+    const SLOTS: usize = 1024;
+    let mut seen = [None; SLOTS];
+    v.retain(|&x| {
+        let slot = &mut seen[(x >> 54) as usize % SLOTS];
+        let repeat = *slot == Some(x);
+        *slot = Some(x);
+        !repeat
+    });
 }
 
 /// One key value per band of `signature`: `b{index}:{16 hex digits}`, the hex a SipHash of
@@ -203,6 +262,69 @@ mod tests {
             band_keys(&signature(&b).unwrap()),
         );
         assert!(ka.iter().zip(&kb).all(|(x, y)| x != y));
+    }
+
+    /// The MinHash of a set of shingle hashes, every one read.
+    fn minhash_of(set: &[u64]) -> [u32; HASHES] {
+        let (a, c) = &FUNCTIONS;
+        let mut mins = [u32::MAX; HASHES];
+        for &x in set {
+            for i in 0..HASHES {
+                mins[i] = mins[i].min((a[i].wrapping_mul(x).wrapping_add(c[i]) >> 32) as u32);
+            }
+        }
+        mins
+    }
+
+    #[test]
+    fn a_text_of_few_distinct_shingles_enters_whole() {
+        // 600 words saying one 40-word sentence 15 times: 600 shingles, 40 distinct.
+        let sentence: Vec<u64> = (0..40u64).map(|i| word_hash(&format!("w{i}"))).collect();
+        let words: Vec<u64> = sentence.iter().copied().cycle().take(600).collect();
+        let mut set = shingles(&words);
+        set.sort_unstable();
+        set.dedup();
+        assert_eq!(set.len(), 40);
+        assert_eq!(signature(&words), Some(minhash_of(&set)));
+    }
+
+    #[test]
+    fn a_long_text_enters_with_its_smallest_shingles() {
+        let words: Vec<u64> = (0..2_000u64).map(|i| word_hash(&format!("w{i}"))).collect();
+        let mut set = shingles(&words);
+        set.sort_unstable();
+        set.dedup();
+        assert!(set.len() > SAMPLE);
+        assert_eq!(signature(&words), Some(minhash_of(&set[..SAMPLE])));
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any values, any repeats: the k smallest distinct ones, as sorting finds them.
+        #[test]
+        fn smallest_distinct_is_what_sorting_finds(
+            values in prop::collection::vec(
+                (0u64..400).prop_map(|x| x.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                0..3_000,
+            ),
+            k in 1usize..300,
+        ) {
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            let mut v = values.clone();
+            let mut got = smallest_distinct(&mut v, k).to_vec();
+            got.sort_unstable();
+            got.dedup();
+            if values.len() <= k {
+                prop_assert_eq!(got, sorted);
+            } else {
+                sorted.truncate(k);
+                prop_assert_eq!(got.len(), smallest_distinct(&mut values.clone(), k).len());
+                prop_assert_eq!(got, sorted);
+            }
+        }
     }
 
     #[test]

@@ -48,11 +48,50 @@ pub use boilerplate::Boilerplate;
 pub use budget::Budget;
 pub use reading::{LeftOut, Told};
 
-use mail_parser::MessageParser;
+use mail_parser::{HeaderName, MessageParser};
+use std::sync::OnceLock;
 
 /// At most this many bytes of a message are parsed; the rest (in practice attachments after
 /// the text) is not read. It bounds the time and memory of [`compute`] whatever the size.
 pub const MAX_PARSED: usize = 4 * 1024 * 1024;
+
+/// At most this many lines that start with `--` are parsed: every MIME part starts at such
+/// a line (its boundary), so a message is parsed into at most about this many parts, and a
+/// message of a hundred thousand tiny parts costs no more than one of this many. The text
+/// the keys read comes first in every common layout.
+pub const MAX_BOUNDARY_LINES: usize = 1_000;
+
+/// The part of `message` that is parsed: its first [`MAX_PARSED`] bytes, cut before its
+/// `MAX_BOUNDARY_LINES + 1`-th line that starts with `--`. Linear in what it returns.
+fn parse_window(message: &[u8]) -> &[u8] {
+    let raw = &message[..message.len().min(MAX_PARSED)];
+    let mut seen = 0;
+    let mut from = 0;
+    while let Some(k) = memchr::memmem::find(&raw[from..], b"\n--") {
+        let line = from + k + 1;
+        seen += 1;
+        if seen > MAX_BOUNDARY_LINES {
+            return &raw[..line];
+        }
+        from = line;
+    }
+    raw
+}
+
+/// The parser of message keys: the fields that shape the MIME structure (`Content-Type`,
+/// `Content-Disposition`, `Content-Transfer-Encoding`) and the Subject are parsed, every
+/// other field is passed over unread (addresses, dates and message ids are never used).
+fn parser() -> &'static MessageParser {
+    static PARSER: OnceLock<MessageParser> = OnceLock::new();
+    PARSER.get_or_init(|| {
+        MessageParser::new()
+            .header_content_type(HeaderName::ContentType)
+            .header_content_type(HeaderName::ContentDisposition)
+            .header_text(HeaderName::ContentTransferEncoding)
+            .header_text(HeaderName::Subject)
+            .default_header_ignore()
+    })
+}
 
 /// Which keys to compute: only those some limit uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -148,8 +187,8 @@ pub fn compute_within(
     if wanted.is_none() {
         return keys;
     }
-    let raw = &message[..message.len().min(MAX_PARSED)];
-    let parser = MessageParser::new();
+    let raw = parse_window(message);
+    let parser = parser();
     let needs_body = wanted.fingerprint || wanted.link_domains;
     let parsed = if needs_body {
         parser.parse(raw)

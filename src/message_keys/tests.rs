@@ -213,6 +213,30 @@ fn huge_messages_are_read_in_bounded_time_and_memory() {
 }
 
 #[test]
+fn a_message_of_many_parts_is_parsed_up_to_its_boundary_lines() {
+    let v = vocabulary();
+    let part = "--p\r\nContent-Type: application/octet-stream\r\n\r\nw w\r\n";
+    let raw = format!(
+        "Subject: p\r\nContent-Type: multipart/mixed; boundary=\"p\"\r\n\r\n--p\r\nContent-Type: text/plain\r\n\r\n{}\r\n{}--p--\r\n",
+        prose(&v, 0, 100),
+        part.repeat(3 * MAX_BOUNDARY_LINES)
+    );
+    let window = parse_window(raw.as_bytes());
+    assert!(window.len() < raw.len() / 2);
+    assert_eq!(
+        memchr::memmem::find_iter(window, b"\n--").count(),
+        MAX_BOUNDARY_LINES
+    );
+    assert!(window.ends_with(b"\r\n"), "cut at the start of a line");
+    // The text part comes first: its keys are those of the whole message.
+    let whole = keys(&message("p", &prose(&v, 0, 100)));
+    assert_eq!(keys(raw.as_bytes()).fingerprint, whole.fingerprint);
+    // A message of fewer boundary lines is parsed whole.
+    let few = message("x", "--\nsignature\n");
+    assert_eq!(parse_window(&few), &few[..]);
+}
+
+#[test]
 fn automatic_mail_is_told_from_the_header_section() {
     assert!(is_automatic(b"Subject: x\r\nPrecedence: bulk\r\n\r\n"));
     assert!(!is_automatic(&message("x", "Precedence: bulk")));
