@@ -226,9 +226,20 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
     } else {
         raw
     };
-    for c in text.chars() {
-        if c.is_whitespace() {
+    // Runs of characters other than whitespace are copied whole; ASCII bytes are looked at
+    // as bytes, other characters decoded.
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let (space, len) = if b[i] < 0x80 {
+            (matches!(b[i], b'\t'..=b'\r' | b' '), 1)
+        } else {
+            let c = text[i..].chars().next().unwrap_or(' ');
+            (c.is_whitespace(), c.len_utf8())
+        };
+        if space {
             line.space = !line.start;
+            i += len;
             continue;
         }
         if line.start {
@@ -240,7 +251,13 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
             out.push(' ');
         }
         line.space = false;
-        out.push(c);
+        let run = b[i..]
+            .iter()
+            .position(|&c| c >= 0x80 || matches!(c, b'\t'..=b'\r' | b' '))
+            .map_or(b.len(), |k| i + k)
+            .max(i + len);
+        out.push_str(&text[i..run]);
+        i = run;
     }
 }
 

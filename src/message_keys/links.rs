@@ -58,6 +58,16 @@ pub(super) fn host(rest: &str) -> Option<String> {
     if name.is_empty() || name.len() > MAX_HOST {
         return None;
     }
+    if name.is_ascii() {
+        // Most hosts: bytes, no Unicode tables.
+        let valid = name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        });
+        return valid.then(|| name.to_ascii_lowercase());
+    }
     let valid = name.split('.').all(|label| {
         !label.is_empty()
             && label

@@ -231,7 +231,14 @@ fn fold_ascii_into(piece: &str, buf: &mut String) {
     let table = invisible::ascii_table();
     let mut in_digits = false;
     for b in piece.bytes() {
-        for c in table[usize::from(b)].chars() {
+        let folded = &table[usize::from(b)];
+        if folded.len() == 1 && folded.as_bytes()[0].is_ascii_lowercase() {
+            // Most letters fold to one lower-case letter.
+            in_digits = false;
+            buf.push(char::from(folded.as_bytes()[0]));
+            continue;
+        }
+        for c in folded.chars() {
             if c.is_numeric() {
                 if !in_digits {
                     buf.push(DIGITS);
@@ -307,7 +314,8 @@ mod tests {
                 continue;
             }
             let core = raw.trim_matches(separates);
-            if core.len() > 4 && core.is_char_boundary(4) && core[..4].eq_ignore_ascii_case("www.") {
+            if core.len() > 4 && core.is_char_boundary(4) && core[..4].eq_ignore_ascii_case("www.")
+            {
                 if let Some(host) = links::host(core) {
                     out.push(host);
                     continue;
