@@ -103,7 +103,9 @@ fn is_header_block(lines: &[&str], i: usize) -> bool {
 /// a header block goes with it.
 pub(super) fn start(lines: &[&str]) -> Option<usize> {
     let found = (0..lines.len()).find(|&i| {
-        is_separator(lines[i]) || is_forward_line(lines[i]) || is_header_block(lines, i)
+        // An empty line is none of them (a text of blank lines is looked at quickly).
+        !lines[i].is_empty()
+            && (is_separator(lines[i]) || is_forward_line(lines[i]) || is_header_block(lines, i))
     })?;
     let rule = |l: &str| {
         let t = l.trim();

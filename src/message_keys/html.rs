@@ -469,18 +469,6 @@ impl<'a> Tag<'a> {
         self.attributes.trim_end().ends_with('/')
     }
 
-    /// The raw value of attribute `wanted` (quoted or not), references not yet decoded.
-    #[cfg(test)]
-    fn attribute(&self, wanted: &str) -> Option<&'a str> {
-        let mut found = None;
-        self.each_attribute(|name, value| {
-            if found.is_none() && name.eq_ignore_ascii_case(wanted) {
-                found = Some(value);
-            }
-        });
-        found
-    }
-
     /// The attributes the reduction reads, in one pass (the first of each name).
     fn read_attributes(&self) -> Attributes<'a> {
         let mut a = Attributes::default();

@@ -13,8 +13,11 @@
 //! - **subject_shape**: its Subject with numbers and random tokens masked.
 //!
 //! Everything here is pure and bounded: at most [`MAX_PARSED`] bytes of a message are
-//! parsed, [`parts::MAX_TEXT`] bytes of text read, [`minhash::MAX_SHINGLES`] shingles
-//! hashed, [`links::MAX_LINKS_READ`] links read; bad MIME gives fewer keys, never a panic.
+//! parsed, and in them at most [`MAX_BOUNDARY_LINES`] MIME boundaries; only the fields that
+//! shape the MIME structure and the Subject are parsed; [`parts::MAX_TEXT`] bytes of text
+//! read, [`minhash::MAX_SHINGLES`] shingles hashed and [`minhash::SAMPLE`] of them
+//! MinHashed, [`links::MAX_LINKS_READ`] links read; bad MIME gives fewer keys, never a
+//! panic.
 //! Every pass is linear in what it reads, and [`compute_within`] stops at a [`Budget`] of
 //! time: the keys finished by then are kept, the one under way and those after it are not.
 //!
@@ -61,8 +64,40 @@ pub const MAX_PARSED: usize = 4 * 1024 * 1024;
 /// the keys read comes first in every common layout.
 pub const MAX_BOUNDARY_LINES: usize = 1_000;
 
-/// The part of `message` that is parsed: its first [`MAX_PARSED`] bytes, cut before its
-/// `MAX_BOUNDARY_LINES + 1`-th line that starts with `--`. Linear in what it returns.
+/// At most this many bytes of a message's header section are parsed (a header section of
+/// hundreds of kilobytes is crafted: a real one holds a few kilobytes of trace fields and
+/// signatures). Past it the section is ended and the body follows: the fields after the
+/// cut, or the rest of a longer one, are not read.
+pub const MAX_HEADER: usize = 64 * 1024;
+
+/// The part of `message` that is parsed: [`parse_window`], its header section cut to
+/// [`MAX_HEADER`] bytes (copied only then). Linear in the message's length.
+fn parsed_part(message: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let raw = parse_window(message);
+    if raw.len() <= MAX_HEADER {
+        return raw.into();
+    }
+    // The body starts after the first empty line.
+    let body = [&b"\n\r\n"[..], b"\n\n"]
+        .iter()
+        .filter_map(|end| memchr::memmem::find(raw, end).map(|i| i + end.len()))
+        .min();
+    match body {
+        Some(body) if body <= MAX_HEADER => raw.into(),
+        _ => {
+            let body = &raw[body.unwrap_or(raw.len())..];
+            let mut cut = Vec::with_capacity(MAX_HEADER + 4 + body.len());
+            cut.extend_from_slice(&raw[..MAX_HEADER]);
+            cut.extend_from_slice(b"\r\n\r\n");
+            cut.extend_from_slice(body);
+            cut.into()
+        }
+    }
+}
+
+/// The part of `message` that is parsed, its header section aside: its first [`MAX_PARSED`]
+/// bytes, cut before its `MAX_BOUNDARY_LINES + 1`-th line that starts with `--`. Linear in
+/// what it returns.
 fn parse_window(message: &[u8]) -> &[u8] {
     let raw = &message[..message.len().min(MAX_PARSED)];
     let mut seen = 0;
@@ -187,13 +222,13 @@ pub fn compute_within(
     if wanted.is_none() {
         return keys;
     }
-    let raw = parse_window(message);
+    let raw = parsed_part(message);
     let parser = parser();
     let needs_body = wanted.fingerprint || wanted.link_domains;
     let parsed = if needs_body {
-        parser.parse(raw)
+        parser.parse(&*raw)
     } else {
-        parser.parse_headers(raw)
+        parser.parse_headers(&*raw)
     };
     let Some(parsed) = parsed else {
         return keys;

@@ -237,6 +237,38 @@ fn a_message_of_many_parts_is_parsed_up_to_its_boundary_lines() {
 }
 
 #[test]
+fn a_huge_header_section_is_cut_and_the_body_still_read() {
+    let v = vocabulary();
+    let field = "X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+    let body = prose(&v, 0, 100);
+    let raw = format!(
+        "Subject: Hello 123\r\n{}Content-Type: text/plain\r\n\r\n{body}\r\n",
+        field.repeat(2 * MAX_HEADER / field.len())
+    );
+    let part = parsed_part(raw.as_bytes());
+    assert!(part.len() < raw.len() - MAX_HEADER / 2);
+    assert!(part.starts_with(b"Subject: Hello 123\r\n"));
+    assert!(part.ends_with(format!("\r\n\r\n{body}\r\n").as_bytes()));
+    let k = keys(raw.as_bytes());
+    assert_eq!(k.subject_shape.as_deref(), Some("hello 0"));
+    assert_eq!(k.fingerprint, keys(&message("x", &body)).fingerprint);
+    // A Subject of megabytes is read up to the cut; an ordinary message is not copied.
+    let long = format!(
+        "Subject: {}\r\n\r\nbody\r\n",
+        "=?utf-8?B?w6k=?= ".repeat(MAX_HEADER)
+    );
+    assert_eq!(parsed_part(long.as_bytes()).len(), MAX_HEADER + 4 + 6);
+    assert!(keys(long.as_bytes())
+        .subject_shape
+        .is_some_and(|s| s.starts_with("é é")));
+    let ordinary = message("x", &body);
+    assert!(matches!(
+        parsed_part(&ordinary),
+        std::borrow::Cow::Borrowed(_)
+    ));
+}
+
+#[test]
 fn automatic_mail_is_told_from_the_header_section() {
     assert!(is_automatic(b"Subject: x\r\nPrecedence: bulk\r\n\r\n"));
     assert!(!is_automatic(&message("x", "Precedence: bulk")));
