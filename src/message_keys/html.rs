@@ -70,10 +70,8 @@ pub(super) fn without_images(html: &str) -> std::borrow::Cow<'_, str> {
             && b[i..i + 5].eq_ignore_ascii_case(b"data:")
             && (i == 0 || !b[i - 1].is_ascii_alphanumeric())
     };
-    // Only a '<' or a 'd' can start either: the bytes between are skipped by memchr.
-    let candidates =
-        |from: usize| memchr::memchr3_iter(b'<', b'd', b'D', &b[from..]).map(move |k| from + k);
-    if !candidates(0).any(|i| (b[i] == b'<' && starts_image(i)) || (b[i] != b'<' && starts_data(i)))
+    if !(0..b.len())
+        .any(|i| (b[i] == b'<' && starts_image(i)) || (b[i] | 0x20 == b'd' && starts_data(i)))
     {
         return std::borrow::Cow::Borrowed(html);
     }
@@ -81,10 +79,6 @@ pub(super) fn without_images(html: &str) -> std::borrow::Cow<'_, str> {
     let mut i = 0;
     let mut copied = 0;
     while i < b.len() {
-        match candidates(i).next() {
-            Some(next) => i = next,
-            None => break,
-        }
         if b[i] == b'<' && starts_image(i) {
             out.push_str(&html[copied..i]);
             i = b[i..]
@@ -173,20 +167,20 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
                 continue;
             }
         }
-        let attributes = if tag.closing {
-            Attributes::default()
-        } else {
-            tag.read_attributes()
-        };
         if full {
             // No more text is read: only the links are, whatever their element shows.
             if !tag.closing && (is("a") || is("area")) && out.hrefs.len() < MAX_HREFS {
-                if let Some(href) = attributes.href {
+                if let Some(href) = tag.read_attributes().href {
                     out.hrefs.push(decode_references(href));
                 }
             }
             continue;
         }
+        let attributes = if tag.closing {
+            Attributes::default()
+        } else {
+            tag.read_attributes()
+        };
         open.tag(&tag, &attributes);
         if is("blockquote") {
             line.quote_depth = if tag.closing {
