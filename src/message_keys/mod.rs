@@ -158,7 +158,9 @@ impl Wanted {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MessageKeys {
     /// One value per band of the text's MinHash signature, `b{band}:{16 hex digits}`
-    /// ([`minhash::BANDS`] of them), or none.
+    /// ([`minhash::BANDS`] of them), then, when the message has a Subject, one per band of
+    /// its word-pair signature joined to the Subject's shape, `s{band}:{16 hex digits}`
+    /// ([`minhash::SUBJECT_BANDS`]); or none.
     pub fingerprint: Vec<String>,
     /// The distinct registered domains of the message's `http(s)` links, sorted, at most
     /// [`links::MAX_LINK_DOMAINS`], exempt ones left out.
@@ -236,8 +238,13 @@ pub fn compute_within(
     if !budget.check() {
         return keys;
     }
+    let shape = if wanted.subject_shape || wanted.fingerprint {
+        parsed.subject().and_then(subject::shape)
+    } else {
+        None
+    };
     if wanted.subject_shape {
-        keys.subject_shape = parsed.subject().and_then(subject::shape);
+        keys.subject_shape = shape.clone();
     }
     if !needs_body {
         return keys;
@@ -256,9 +263,7 @@ pub fn compute_within(
         if !budget.check() {
             return keys;
         }
-        keys.fingerprint = minhash::signature(&reading.words)
-            .map(|s| minhash::band_keys(&s))
-            .unwrap_or_default();
+        keys.fingerprint = minhash::fingerprint(&reading.words, shape.as_deref());
         keys.blocks = reading.blocks;
         keys.left_out = reading.told;
         keys.quoted_lines = reading.quoted;
@@ -299,10 +304,15 @@ pub fn text_shingles(text: &str) -> Vec<u64> {
 /// The fingerprint's band values of a plain `text` (as [`compute`] gives them for a
 /// message whose only text part it is).
 pub fn text_bands(text: &str) -> Vec<String> {
-    let words = reading::read(text, None).words;
-    minhash::signature(&words)
-        .map(|s| minhash::band_keys(&s))
-        .unwrap_or_default()
+    minhash::fingerprint(&reading::read(text, None).words, None)
+}
+
+/// The fingerprint's band values of a plain `text` sent under `subject`: the text's bands
+/// and its Subject-joined bands (as [`compute`] gives them for a message of that Subject
+/// whose only text part it is).
+pub fn text_bands_with_subject(text: &str, subject: &str) -> Vec<String> {
+    let shape = subject::shape(subject);
+    minhash::fingerprint(&reading::read(text, None).words, shape.as_deref())
 }
 
 #[cfg(test)]
