@@ -1,4 +1,4 @@
-//! Word shingles, their MinHash signature, and the signature cut into bands: the
+//! Word shingles, their MinHash signatures, and the signatures cut into bands: the
 //! near-duplicate fingerprint.
 //!
 //! Each run of [`SHINGLE_WORDS`] consecutive words is one shingle. For each of [`HASHES`]
@@ -16,22 +16,71 @@
 //! |---|---|---|---|---|---|---|---|---|---|---|
 //! | P(share a band) | 7.5·10⁻⁶ | 2.4·10⁻⁴ | 0.0077 | 0.057 | 0.22 | 0.53 | 0.86 | 0.988 | 0.99993 | 1 − 5·10⁻¹⁰ |
 //!
-//! Where pairs fall decides. Copies of one template (another greeting, other tokens and
-//! numbers, which masking removes; hidden words, which the HTML step removes) sit at
-//! s ≥ 0.8. Spinning moves them down: with a fraction q of the words differing between two
-//! copies, a k-word shingle survives with probability (1 − q)^k, so s ≈ (1 − q)^k / (2 −
-//! (1 − q)^k); 3-word shingles keep s ≈ 0.57 at q = 0.1 and s ≈ 0.34–0.44 at q = 0.15–0.2
-//! (4-word ones: 0.26–0.35). Unrelated texts sit near 0. The campaign corpus test
-//! (tests/contain/campaign_corpus.rs) measures both ends: the copies of every lure family
-//! spun at 10 % form one group through shared bands (87 % of copy pairs share one), at
-//! 20 % a third of the pairs do and 2 of 10 families are one group; among 20,000
-//! paragraphs of real text the pairs under s = 0.3 that share a band are 2·10⁻⁷ of all such
-//! pairs. Four rows would raise the spun pairs to a half and put real texts at the 10⁻⁶
-//! limit (measured 1.07·10⁻⁶): no choice of 24 bands separates s = 0.35 from s = 0.3, and
-//! more bands are more keys a limit counts per message.
+//! # Spun copies
+//!
+//! Copies of one template (another greeting, other tokens and numbers, which masking
+//! removes; hidden words, which the HTML step removes) sit at s ≥ 0.8. Spinning moves them
+//! down. With a fraction q of the words differing between two copies, a k-word shingle
+//! survives with probability (1 − q)^k, so
+//!
+//! ```text
+//! s_k ≈ (1 − q)^k / (2 − (1 − q)^k)
+//! ```
+//!
+//! A fifth of the word positions spun, each with four alternatives, makes two copies differ
+//! in q = 0.2 · 3/4 = 0.15 of their words: s₃ ≈ 0.44 for 3-word shingles, s₂ ≈ 0.57 for
+//! word pairs, s₁ ≈ 0.74 for single words; a family spun at 28 % (q = 0.21) falls to
+//! s₃ ≈ 0.33, s₂ ≈ 0.45. The campaign corpus test (tests/contain/campaign_corpus.rs)
+//! measures its ten families spun at a chance of 20 % per word at s₃ 0.23–0.66 (median
+//! 0.41) and s₂ 0.38–0.72 (median 0.53); in the two most spun families half the copy pairs
+//! are under s₃ = 0.3. The text bands alone then give P ≈ 0.06–0.36: a third of the copy
+//! pairs share a band, and 2 of 10 families form one group.
+//!
+//! No band scheme on the text alone can tie those families together while keeping unrelated
+//! texts apart: among the test's 20,000 paragraphs of real text (the installed manual
+//! pages; measured once, exhaustively for the pairs sharing an uncommon word pair) 132
+//! pairs under s₃ = 0.3 have s₂ ≥ 0.4 and 415 have s₂ ≥ 0.35, where those copies sit,
+//! while the limit is about 200 such pairs sharing a band (10⁻⁶ of 2·10⁸); single words are
+//! worse, as unrelated texts share their common words (8,000 of those pairs at s₁ ≥ 0.3,
+//! 50,000 at s₁ ≥ 0.2). The text bands are therefore kept as they are (they catch a
+//! spun Subject, and text spun up to about 10 %), and a second signature is joined to
+//! evidence that a spinner keeps: the Subject.
+//!
+//! # The Subject-joined bands
+//!
+//! A message with a Subject also has [`SUBJECT_BANDS`] bands of [`SUBJECT_ROWS`] rows of a
+//! MinHash signature over its word pairs ([`PAIR_WORDS`]), each band's key a hash of the
+//! Subject's shape (digit runs as `0`, random tokens as `*`: the shape a numbered or tagged
+//! Subject keeps across copies) with the band's rows. Two messages share one only under
+//! one Subject shape, with probability in their word-pair similarity s₂:
+//!
+//! ```text
+//! P₂(s₂) = 1 − (1 − s₂^4)^48
+//! ```
+//!
+//! | s₂ | 0.02 | 0.05 | 0.1 | 0.2 | 0.3 | 0.38 | 0.45 | 0.5 | 0.6 |
+//! |---|---|---|---|---|---|---|---|---|---|
+//! | P₂ | 7.7·10⁻⁶ | 3.0·10⁻⁴ | 0.0048 | 0.074 | 0.32 | 0.64 | 0.87 | 0.955 | 0.999 |
+//!
+//! A copy pair shares a band with probability 1 − (1 − P(s₃)) (1 − P₂(s₂)) (the two
+//! signatures' functions are drawn from other seeds): the test measures 266 of 280 pairs at
+//! 20 % spun, every family one group, and as copies arrive one account after another a limit
+//! of three accounts relays at most three accounts' copies in every family (simulated over
+//! the measured similarities: in 94 % of draws of the hash functions all ten families are
+//! stopped so, the two most spun in 97 %). Four rows rather than three keep the word pairs
+//! that unrelated texts share by chance ("of the", "in the": s₂ ≈ 0.01–0.03 for most pairs)
+//! from linking them: with every one of the 20,000 real texts under one Subject, 1.1·10⁻⁵ of
+//! the pairs under s₃ = 0.3 share a band (with 3 rows and 32 bands, 2·10⁻⁴); 64 bands would
+//! reach 99 % of the draws at 1.3·10⁻⁵ and 16 more keys per message. Unrelated mail under
+//! one Subject shape (a thread's replies, notes numbered alike) is where the joined bands
+//! can err; replies leave their quotes out, and a campaign needs its copies linked across
+//! four accounts, which at 10⁻⁵ per pair takes thousands of unrelated messages under one
+//! Subject within one period. A spinner who also spins the Subject meets the text bands
+//! alone.
 //!
 //! The shingle's words are hashed with SipHash-1-3 under a fixed key and combined into one
-//! 64-bit shingle hash; hash function `i` is `((a_i · x + c_i) mod 2⁶⁴) >> 32`
+//! 64-bit shingle hash (a word pair's running hash is its 3-word shingle's prefix: both are
+//! read in one pass over the words); hash function `i` is `((a_i · x + c_i) mod 2⁶⁴) >> 32`
 //! (multiply-add-shift, a 2-universal family) with fixed odd `a_i` and `c_i` drawn from a
 //! fixed seed, so a signature costs one strong hash per word and a multiply per function.
 //!
