@@ -1,6 +1,7 @@
 //! Criterion benchmark of `message_keys::compute`: µs per message for a 4 KiB message
-//! (plain and HTML alternatives with links), a 100 KiB HTML newsletter, a 100 KiB message
-//! that is mostly an attachment, and a 5 MiB message (text and a large attachment), with
+//! (plain and HTML alternatives with links), a 100 KiB HTML newsletter, a 100 KiB plain
+//! text of a small vocabulary and one whose shingles are nearly all distinct (as in real
+//! text), a 100 KiB message that is mostly an attachment, and a 5 MiB message (text and a large attachment), with
 //! every key wanted; and the same 100 KiB newsletter with no key wanted, which must do
 //! nothing.
 //!
@@ -8,7 +9,8 @@
 //! `message_keys::MAX_PARSED` that aim at one loop each: a base64 text part of blank lines
 //! and then `>` lines (the quote pass), deep multipart nesting, many parts, a huge header
 //! section, one long line, thousands of encoded words, tags and references, links and
-//! blockquotes by the hundred thousand.
+//! blockquotes by the hundred thousand, words that each need the Unicode fold, short lines
+//! that each look like a header field, and styled elements open by the hundred thousand.
 //!
 //! Run: `cargo bench --bench message_keys -- --warm-up-time 1 --measurement-time 3`
 
@@ -66,6 +68,52 @@ fn prose(bytes: usize, salt: usize) -> String {
     out
 }
 
+/// Prose of about `bytes` whose words rarely repeat in sequence: each word drawn from a
+/// vocabulary of 3,000 made-up words by a fixed pseudo-random sequence, sentences of 12
+/// words, a paragraph break every 8 sentences. Unlike [`prose`], nearly every 3-word
+/// shingle is distinct, as in real text: the MinHash reads as many shingles as there are.
+fn distinct_prose(bytes: usize) -> String {
+    const C: &[u8] = b"bcdfghjklmnprstvwz";
+    const V: &[u8] = b"aeiou";
+    let syllable = |k: usize| {
+        format!(
+            "{}{}",
+            C[k % C.len()] as char,
+            V[(k / C.len()) % V.len()] as char
+        )
+    };
+    let vocabulary: Vec<String> = (0..3000)
+        .map(|k| {
+            format!(
+                "{}{}{}",
+                syllable(k),
+                syllable(k / 90 + 7),
+                if k % 3 == 0 {
+                    syllable(k / 7)
+                } else {
+                    String::new()
+                }
+            )
+        })
+        .collect();
+    let mut out = String::with_capacity(bytes + 64);
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut n = 0;
+    while out.len() < bytes {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.push_str(&vocabulary[(state % 3000) as usize]);
+        n += 1;
+        out.push_str(match (n % 96, n % 12) {
+            (0, _) => ".\r\n\r\n",
+            (_, 0) => ". ",
+            _ => " ",
+        });
+    }
+    out
+}
+
 /// A plain and HTML alternative of about `bytes` in all.
 fn alternative(bytes: usize) -> Vec<u8> {
     let text = prose(bytes / 2, 1);
@@ -84,6 +132,14 @@ fn alternative_text(bytes: usize) -> Vec<u8> {
     raw(
         "Subject: Your order 12345\r\nContent-Type: text/plain; charset=utf-8",
         &prose(bytes, 1),
+    )
+}
+
+/// A plain-text message of about `bytes` of [`distinct_prose`].
+fn distinct_text(bytes: usize) -> Vec<u8> {
+    raw(
+        "Subject: Minutes of the meeting\r\nContent-Type: text/plain; charset=utf-8",
+        &distinct_prose(bytes),
     )
 }
 
@@ -192,8 +248,40 @@ fn worst_cases() -> Vec<(&'static str, Vec<u8>)> {
             "<p>x</p>".repeat(MAX / 16)
         ),
     );
+    let cyrillic = "\u{0430}\u{0431}\u{0432}\u{0433}\u{0434}\u{0435}\u{0436}\u{0437}";
+    let non_ascii: String = (0..MAX / 24)
+        .map(|i| {
+            let c: Vec<char> = cyrillic.chars().collect();
+            format!(
+                "{}{}{}\u{200B}x{i} ",
+                c[i % 8],
+                c[(i / 8) % 8],
+                c[(i / 64) % 8]
+            )
+        })
+        .collect();
+    let non_ascii = raw(
+        "Subject: u\r\nContent-Type: text/plain; charset=utf-8",
+        &non_ascii,
+    );
+    let short_lines = raw(
+        "Subject: s\r\nContent-Type: text/plain",
+        &"From: x\r\n".repeat(MAX / 9),
+    );
+    let span = "<span style=\"color:#333;font-size:14px;background:#fff\" class=\"c\" id=\"i\">w ";
+    let styled = raw(
+        "Subject: y\r\nContent-Type: text/html",
+        &format!(
+            "{}{}",
+            span.repeat(MAX / span.len() / 2),
+            "</span>".repeat(MAX / 14)
+        ),
+    );
     vec![
         ("quoted-base64-357KB", quoted),
+        ("non-ascii-words", non_ascii),
+        ("short-lines", short_lines),
+        ("styled-spans", styled),
         ("nested-3000", nested),
         ("many-parts", many_parts),
         ("huge-header", huge_header),
@@ -210,6 +298,7 @@ fn bench(c: &mut Criterion) {
         ("4KiB-alternative", alternative(4 * 1024)),
         ("100KiB-html", newsletter(100 * 1024)),
         ("100KiB-text", alternative_text(100 * 1024)),
+        ("100KiB-distinct-text", distinct_text(100 * 1024)),
         ("100KiB-attachment", with_attachment(100 * 1024)),
         ("5MiB-attachment", with_attachment(5 * 1024 * 1024)),
         ("5MiB-text", alternative(5 * 1024 * 1024)),

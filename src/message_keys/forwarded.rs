@@ -76,6 +76,13 @@ fn is_separator(line: &str) -> bool {
     SEPARATOR_NAMES.iter().any(|n| inner == *n)
 }
 
+/// Whether `line` announces a forwarded message on its own (every such line ends with a
+/// colon: others are not lower-cased to be compared).
+fn is_forward_line(line: &str) -> bool {
+    let t = line.trim();
+    t.ends_with(':') && FORWARD_LINES.contains(&t.to_lowercase().as_str())
+}
+
 /// Whether a header block starts at `lines[i]`: a `From:` line and at least two other
 /// fields within [`BLOCK_REACH`] lines.
 fn is_header_block(lines: &[&str], i: usize) -> bool {
@@ -96,10 +103,9 @@ fn is_header_block(lines: &[&str], i: usize) -> bool {
 /// a header block goes with it.
 pub(super) fn start(lines: &[&str]) -> Option<usize> {
     let found = (0..lines.len()).find(|&i| {
-        let lower = lines[i].trim().to_lowercase();
-        is_separator(lines[i])
-            || FORWARD_LINES.contains(&lower.as_str())
-            || is_header_block(lines, i)
+        // An empty line is none of them (a text of blank lines is looked at quickly).
+        !lines[i].is_empty()
+            && (is_separator(lines[i]) || is_forward_line(lines[i]) || is_header_block(lines, i))
     })?;
     let rule = |l: &str| {
         let t = l.trim();

@@ -167,7 +167,21 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
                 continue;
             }
         }
-        open.tag(&tag);
+        if full {
+            // No more text is read: only the links are, whatever their element shows.
+            if !tag.closing && (is("a") || is("area")) && out.hrefs.len() < MAX_HREFS {
+                if let Some(href) = tag.read_attributes().href {
+                    out.hrefs.push(decode_references(href));
+                }
+            }
+            continue;
+        }
+        let attributes = if tag.closing {
+            Attributes::default()
+        } else {
+            tag.read_attributes()
+        };
+        open.tag(&tag, &attributes);
         if is("blockquote") {
             line.quote_depth = if tag.closing {
                 line.quote_depth.saturating_sub(1)
@@ -175,7 +189,7 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
                 line.quote_depth + 1
             };
         }
-        if !full && BLOCKS.iter().any(|b| is(b)) {
+        if BLOCKS.iter().any(|b| is(b)) {
             if !line.start {
                 out.text.push('\n');
             }
@@ -183,7 +197,7 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
             line.space = false;
         }
         if !tag.closing && (is("a") || is("area")) && out.hrefs.len() < MAX_HREFS {
-            if let Some(href) = tag.attribute("href") {
+            if let Some(href) = attributes.href {
                 out.hrefs.push(decode_references(href));
             }
         }
@@ -206,9 +220,20 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
     } else {
         raw
     };
-    for c in text.chars() {
-        if c.is_whitespace() {
+    // Runs of characters other than whitespace are copied whole; ASCII bytes are looked at
+    // as bytes, other characters decoded.
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let (space, len) = if b[i] < 0x80 {
+            (matches!(b[i], b'\t'..=b'\r' | b' '), 1)
+        } else {
+            let c = text[i..].chars().next().unwrap_or(' ');
+            (c.is_whitespace(), c.len_utf8())
+        };
+        if space {
             line.space = !line.start;
+            i += len;
             continue;
         }
         if line.start {
@@ -220,7 +245,13 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
             out.push(' ');
         }
         line.space = false;
-        out.push(c);
+        let run = b[i..]
+            .iter()
+            .position(|&c| c >= 0x80 || matches!(c, b'\t'..=b'\r' | b' '))
+            .map_or(b.len(), |k| i + k)
+            .max(i + len);
+        out.push_str(&text[i..run]);
+        i = run;
     }
 }
 
@@ -237,22 +268,23 @@ struct Line {
 
 /// The elements open, with what their style says about their text.
 #[derive(Default)]
-struct Open {
+struct Open<'a> {
     /// Name, hidden, text colour, background colour of each open element, outermost first.
-    stack: Vec<Frame>,
+    stack: Vec<Frame<'a>>,
     /// A quoted or forwarded part began: no text is read after it.
     cut: bool,
 }
 
 /// One open element.
-struct Frame {
-    name: String,
+struct Frame<'a> {
+    /// Its name as written (compared without regard to case).
+    name: &'a str,
     hidden: bool,
     color: Rgb,
     background: Rgb,
 }
 
-impl Open {
+impl<'a> Open<'a> {
     /// Whether text here is shown: no open element hides it and its colour differs from
     /// its background.
     fn visible(&self) -> bool {
@@ -262,7 +294,7 @@ impl Open {
     }
 
     /// Opens or closes an element for `tag`.
-    fn tag(&mut self, tag: &Tag<'_>) {
+    fn tag(&mut self, tag: &Tag<'a>, attributes: &Attributes<'a>) {
         if tag.name.is_empty() {
             return;
         }
@@ -276,7 +308,7 @@ impl Open {
             }
             return;
         }
-        if is_quote_marker(tag) {
+        if is_quote_marker(tag, attributes) {
             self.cut = true;
         }
         if VOID.iter().any(|v| tag.name.eq_ignore_ascii_case(v)) || tag.self_closing() {
@@ -298,23 +330,23 @@ impl Open {
             .stack
             .last()
             .map_or((false, BLACK, WHITE), |f| (f.hidden, f.color, f.background));
-        let style = tag.attribute("style").map(parse_style).unwrap_or_default();
+        let style = attributes.style.map(parse_style).unwrap_or_default();
         let background = style
             .background
-            .or_else(|| tag.attribute("bgcolor").and_then(parse_attribute_color))
+            .or_else(|| attributes.bgcolor.and_then(parse_attribute_color))
             .unwrap_or(parent_background);
         let color = style
             .color
             .or_else(|| {
                 tag.name
                     .eq_ignore_ascii_case("font")
-                    .then(|| tag.attribute("color").and_then(parse_attribute_color))
+                    .then(|| attributes.color.and_then(parse_attribute_color))
                     .flatten()
             })
             .unwrap_or(parent_color);
         self.stack.push(Frame {
-            name: tag.name.to_ascii_lowercase(),
-            hidden: parent_hidden || style.hidden || tag.attribute("hidden").is_some(),
+            name: tag.name,
+            hidden: parent_hidden || style.hidden || attributes.hidden.is_some(),
             color,
             background,
         });
@@ -324,9 +356,9 @@ impl Open {
 /// Whether `tag` opens the quoted or forwarded part of a reply as mail clients mark it:
 /// Gmail's `gmail_quote`, Thunderbird's `moz-cite-prefix`, Outlook's `divRplyFwdMsg` and
 /// the top border Outlook draws above the forwarded header block.
-fn is_quote_marker(tag: &Tag<'_>) -> bool {
-    let class = tag.attribute("class").unwrap_or("");
-    let id = tag.attribute("id").unwrap_or("");
+fn is_quote_marker(tag: &Tag<'_>, attributes: &Attributes<'_>) -> bool {
+    let class = attributes.class.unwrap_or("");
+    let id = attributes.id.unwrap_or("");
     if class
         .split_whitespace()
         .any(|c| c == "gmail_quote" || c == "moz-cite-prefix" || c == "gmail_quote_container")
@@ -338,8 +370,16 @@ fn is_quote_marker(tag: &Tag<'_>) -> bool {
     if !tag.name.eq_ignore_ascii_case("div") {
         return false;
     }
-    let style = tag.attribute("style").unwrap_or("").to_ascii_lowercase();
-    style.contains("border-top:solid") || style.contains("border-top: solid")
+    let style = attributes.style.unwrap_or("").as_bytes();
+    contains_ignore_case(style, b"border-top:solid")
+        || contains_ignore_case(style, b"border-top: solid")
+}
+
+/// Whether `haystack` holds `needle` (lower-case ASCII) in any case.
+fn contains_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// The rest of the document after the end tag of `name` (all of it gone when there is none).
@@ -355,6 +395,18 @@ fn skip_element<'a>(rest: &'a str, name: &str) -> &'a str {
         from = at;
     }
     ""
+}
+
+/// The attributes of one tag that the reduction reads.
+#[derive(Default)]
+struct Attributes<'a> {
+    style: Option<&'a str>,
+    bgcolor: Option<&'a str>,
+    color: Option<&'a str>,
+    class: Option<&'a str>,
+    id: Option<&'a str>,
+    href: Option<&'a str>,
+    hidden: Option<&'a str>,
 }
 
 /// One tag: `<name attributes>` or `</name>`.
@@ -411,13 +463,35 @@ impl<'a> Tag<'a> {
         self.attributes.trim_end().ends_with('/')
     }
 
-    /// The raw value of attribute `wanted` (quoted or not), references not yet decoded.
-    fn attribute(&self, wanted: &str) -> Option<&'a str> {
+    /// The attributes the reduction reads, in one pass (the first of each name).
+    fn read_attributes(&self) -> Attributes<'a> {
+        let mut a = Attributes::default();
+        self.each_attribute(|name, value| {
+            let slot = match name.len() {
+                2 if name.eq_ignore_ascii_case("id") => &mut a.id,
+                4 if name.eq_ignore_ascii_case("href") => &mut a.href,
+                5 if name.eq_ignore_ascii_case("style") => &mut a.style,
+                5 if name.eq_ignore_ascii_case("class") => &mut a.class,
+                5 if name.eq_ignore_ascii_case("color") => &mut a.color,
+                6 if name.eq_ignore_ascii_case("hidden") => &mut a.hidden,
+                7 if name.eq_ignore_ascii_case("bgcolor") => &mut a.bgcolor,
+                _ => return,
+            };
+            if slot.is_none() {
+                *slot = Some(value);
+            }
+        });
+        a
+    }
+
+    /// Calls `f` with the name and raw value (quoted or not, references not yet decoded;
+    /// empty when there is none) of each attribute, in order.
+    fn each_attribute(&self, mut f: impl FnMut(&'a str, &'a str)) {
         let mut rest = self.attributes;
         loop {
             rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == '/');
             if rest.is_empty() {
-                return None;
+                return;
             }
             let name_end = match rest
                 .find(|c: char| c.is_whitespace() || c == '=' || c == '/')
@@ -447,9 +521,7 @@ impl<'a> Tag<'a> {
             } else {
                 ""
             };
-            if name.eq_ignore_ascii_case(wanted) {
-                return Some(value);
-            }
+            f(name, value);
         }
     }
 }

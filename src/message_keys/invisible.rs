@@ -48,8 +48,9 @@ pub(super) fn is_invisible(c: char) -> bool {
     INVISIBLE.iter().any(|&(lo, hi)| lo <= c && c <= hi)
 }
 
-/// The folded form of each ASCII character (index = code point).
-fn ascii_table() -> &'static [String; 128] {
+/// The folded form of each ASCII character (index = code point), as [`fold_letters`] folds
+/// it.
+pub(super) fn ascii_table() -> &'static [String; 128] {
     static TABLE: OnceLock<[String; 128]> = OnceLock::new();
     TABLE.get_or_init(|| {
         std::array::from_fn(|i| {

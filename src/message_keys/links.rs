@@ -1,7 +1,7 @@
 //! Links: finding `http(s)://` links in text, their hosts, and the registered domains
 //! (eTLD+1 by the public suffix list) that the `link_domains` key lists.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// At most this many distinct registered domains are listed for one message; the first
@@ -58,6 +58,16 @@ pub(super) fn host(rest: &str) -> Option<String> {
     if name.is_empty() || name.len() > MAX_HOST {
         return None;
     }
+    if name.is_ascii() {
+        // Most hosts: bytes, no Unicode tables.
+        let valid = name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        });
+        return valid.then(|| name.to_ascii_lowercase());
+    }
     let valid = name.split('.').all(|label| {
         !label.is_empty()
             && label
@@ -98,6 +108,9 @@ fn is_exempt(host: &str, domain: &str, exempt: &[String]) -> bool {
 pub(super) struct LinkDomains {
     exempt: Vec<String>,
     domains: BTreeSet<String>,
+    /// The hosts already counted: a host met again changes nothing, and is not looked up
+    /// in the public suffix list again.
+    hosts: HashSet<String>,
     read: usize,
     left_out: bool,
 }
@@ -112,6 +125,7 @@ impl LinkDomains {
                 .filter(|e| !e.is_empty())
                 .collect(),
             domains: BTreeSet::new(),
+            hosts: HashSet::new(),
             read: 0,
             left_out: false,
         }
@@ -157,14 +171,17 @@ impl LinkDomains {
     fn add_host(&mut self, host: Option<String>) {
         self.read += 1;
         let Some(host) = host else { return };
-        let Some(domain) = registered_domain(&host) else {
+        if self.hosts.contains(&host) {
             return;
-        };
-        if is_exempt(&host, &domain, &self.exempt) {
-            self.left_out = true;
-        } else {
-            self.domains.insert(domain);
         }
+        if let Some(domain) = registered_domain(&host) {
+            if is_exempt(&host, &domain, &self.exempt) {
+                self.left_out = true;
+            } else {
+                self.domains.insert(domain);
+            }
+        }
+        self.hosts.insert(host);
     }
 
     /// Whether the message links somewhere, and only to exempt domains.

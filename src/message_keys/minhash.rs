@@ -1,4 +1,4 @@
-//! Word shingles, their MinHash signature, and the signature cut into bands: the
+//! Word shingles, their MinHash signatures, and the signatures cut into bands: the
 //! near-duplicate fingerprint.
 //!
 //! Each run of [`SHINGLE_WORDS`] consecutive words is one shingle. For each of [`HASHES`]
@@ -16,24 +16,83 @@
 //! |---|---|---|---|---|---|---|---|---|---|---|
 //! | P(share a band) | 7.5·10⁻⁶ | 2.4·10⁻⁴ | 0.0077 | 0.057 | 0.22 | 0.53 | 0.86 | 0.988 | 0.99993 | 1 − 5·10⁻¹⁰ |
 //!
-//! Where pairs fall decides. Copies of one template (another greeting, other tokens and
-//! numbers, which masking removes; hidden words, which the HTML step removes) sit at
-//! s ≥ 0.8. Spinning moves them down: with a fraction q of the words differing between two
-//! copies, a k-word shingle survives with probability (1 − q)^k, so s ≈ (1 − q)^k / (2 −
-//! (1 − q)^k); 3-word shingles keep s ≈ 0.57 at q = 0.1 and s ≈ 0.34–0.44 at q = 0.15–0.2
-//! (4-word ones: 0.26–0.35). Unrelated texts sit near 0. The campaign corpus test
-//! (tests/contain/campaign_corpus.rs) measures both ends: the copies of every lure family
-//! spun at 10 % form one group through shared bands (87 % of copy pairs share one), at
-//! 20 % a third of the pairs do and 2 of 10 families are one group; among 20,000
-//! paragraphs of real text the pairs under s = 0.3 that share a band are 2·10⁻⁷ of all such
-//! pairs. Four rows would raise the spun pairs to a half and put real texts at the 10⁻⁶
-//! limit (measured 1.07·10⁻⁶): no choice of 24 bands separates s = 0.35 from s = 0.3, and
-//! more bands are more keys a limit counts per message.
+//! # Spun copies
+//!
+//! Copies of one template (another greeting, other tokens and numbers, which masking
+//! removes; hidden words, which the HTML step removes) sit at s ≥ 0.8. Spinning moves them
+//! down. With a fraction q of the words differing between two copies, a k-word shingle
+//! survives with probability (1 − q)^k, so
+//!
+//! ```text
+//! s_k ≈ (1 − q)^k / (2 − (1 − q)^k)
+//! ```
+//!
+//! A fifth of the word positions spun, each with four alternatives, makes two copies differ
+//! in q = 0.2 · 3/4 = 0.15 of their words: s₃ ≈ 0.44 for 3-word shingles, s₂ ≈ 0.57 for
+//! word pairs, s₁ ≈ 0.74 for single words; a family spun at 28 % (q = 0.21) falls to
+//! s₃ ≈ 0.33, s₂ ≈ 0.45. The campaign corpus test (tests/contain/campaign_corpus.rs)
+//! measures its ten families spun at a chance of 20 % per word at s₃ 0.23–0.66 (median
+//! 0.41) and s₂ 0.38–0.72 (median 0.53); in the two most spun families half the copy pairs
+//! are under s₃ = 0.3. The text bands alone then give P ≈ 0.06–0.36: a third of the copy
+//! pairs share a band, and 2 of 10 families form one group.
+//!
+//! No band scheme on the text alone can tie those families together while keeping unrelated
+//! texts apart: among the test's 20,000 paragraphs of real text (the installed manual
+//! pages; measured once, exhaustively for the pairs sharing an uncommon word pair) 132
+//! pairs under s₃ = 0.3 have s₂ ≥ 0.4 and 415 have s₂ ≥ 0.35, where those copies sit,
+//! while the limit is about 200 such pairs sharing a band (10⁻⁶ of 2·10⁸); single words are
+//! worse, as unrelated texts share their common words (8,000 of those pairs at s₁ ≥ 0.3,
+//! 50,000 at s₁ ≥ 0.2). The text bands are therefore kept as they are (they catch a
+//! spun Subject, and text spun up to about 10 %), and a second signature is joined to
+//! evidence that a spinner keeps: the Subject.
+//!
+//! # The Subject-joined bands
+//!
+//! A message with a Subject also has [`SUBJECT_BANDS`] bands of [`SUBJECT_ROWS`] rows of a
+//! MinHash signature over its word pairs ([`PAIR_WORDS`]), each band's key a hash of the
+//! Subject's shape (digit runs as `0`, random tokens as `*`: the shape a numbered or tagged
+//! Subject keeps across copies) with the band's rows. Two messages share one only under
+//! one Subject shape, with probability in their word-pair similarity s₂:
+//!
+//! ```text
+//! P₂(s₂) = 1 − (1 − s₂^4)^48
+//! ```
+//!
+//! | s₂ | 0.02 | 0.05 | 0.1 | 0.2 | 0.3 | 0.38 | 0.45 | 0.5 | 0.6 |
+//! |---|---|---|---|---|---|---|---|---|---|
+//! | P₂ | 7.7·10⁻⁶ | 3.0·10⁻⁴ | 0.0048 | 0.074 | 0.32 | 0.64 | 0.87 | 0.955 | 0.999 |
+//!
+//! A copy pair shares a band with probability 1 − (1 − P(s₃)) (1 − P₂(s₂)) (the two
+//! signatures' functions are drawn from other seeds): the test measures 266 of 280 pairs at
+//! 20 % spun, every family one group, and as copies arrive one account after another a limit
+//! of three accounts relays at most three accounts' copies in every family (simulated over
+//! the measured similarities: in 94 % of draws of the hash functions all ten families are
+//! stopped so, the two most spun in 97 %). Four rows rather than three keep the word pairs
+//! that unrelated texts share by chance ("of the", "in the": s₂ ≈ 0.01–0.03 for most pairs)
+//! from linking them: with every one of the 20,000 real texts under one Subject, 1.1·10⁻⁵ of
+//! the pairs under s₃ = 0.3 share a band (with 3 rows and 32 bands, 2·10⁻⁴); 64 bands would
+//! reach 99 % of the draws at 1.3·10⁻⁵ and 16 more keys per message. Unrelated mail under
+//! one Subject shape (a thread's replies, notes numbered alike) is where the joined bands
+//! can err; replies leave their quotes out, and a campaign needs its copies linked across
+//! four accounts, which at 10⁻⁵ per pair takes thousands of unrelated messages under one
+//! Subject within one period. A spinner who also spins the Subject meets the text bands
+//! alone.
 //!
 //! The shingle's words are hashed with SipHash-1-3 under a fixed key and combined into one
-//! 64-bit shingle hash; hash function `i` is `((a_i · x + c_i) mod 2⁶⁴) >> 32`
+//! 64-bit shingle hash (a word pair's running hash is its 3-word shingle's prefix: both are
+//! read in one pass over the words); hash function `i` is `((a_i · x + c_i) mod 2⁶⁴) >> 32`
 //! (multiply-add-shift, a 2-universal family) with fixed odd `a_i` and `c_i` drawn from a
 //! fixed seed, so a signature costs one strong hash per word and a multiply per function.
+//!
+//! A text of more than [`SAMPLE`] distinct shingles enters the signature with its
+//! [`SAMPLE`] smallest shingle hashes only (a text of fewer enters whole, and its signature
+//! is the MinHash of its whole set). Shingle hashes are uniform, so these are a uniform
+//! sample of the set, and the same shingles are sampled in every text that holds them
+//! among its smallest: the samples of two texts of about one length (as copies of one
+//! template are) have about the Jaccard similarity of the texts, and the rows of their
+//! signatures agree with that probability. The bound makes a long text cost a few
+//! comparisons per shingle, to select the sample, and [`HASHES`] multiplications for each
+//! of [`SAMPLE`] shingles, rather than for each of up to [`MAX_SHINGLES`].
 
 use siphasher::sip::SipHasher13;
 use std::hash::Hasher;
@@ -47,18 +106,31 @@ pub const BANDS: usize = 24;
 pub const ROWS: usize = 5;
 /// Hash functions in a signature.
 pub const HASHES: usize = BANDS * ROWS;
+/// Words in one shingle of the Subject-joined signature (word pairs).
+pub const PAIR_WORDS: usize = 2;
+/// Bands of the Subject-joined signature, each one key value.
+pub const SUBJECT_BANDS: usize = 48;
+/// Rows (hash functions) in one band of the Subject-joined signature.
+pub const SUBJECT_ROWS: usize = 4;
+/// Hash functions in the Subject-joined signature.
+pub const PAIR_HASHES: usize = SUBJECT_BANDS * SUBJECT_ROWS;
 /// A text of fewer words has no fingerprint: too short to tell a template from chance.
 pub const MIN_WORDS: usize = 20;
 /// At most this many shingles are read from one message (the first ones).
-pub const MAX_SHINGLES: usize = 10_000;
+pub const MAX_SHINGLES: usize = 2_000;
 /// At most this many words are read from one message.
 pub const MAX_WORDS: usize = MAX_SHINGLES + SHINGLE_WORDS - 1;
+/// At most this many distinct shingles enter the signature: the smallest shingle hashes
+/// (see the module documentation).
+pub const SAMPLE: usize = 256;
 
 /// The fixed key of word hashes (and so of every shingle and signature): fingerprints
 /// compare across processes, nodes and restarts.
 const WORD_KEY: (u64, u64) = (0x666c_6f6f_6467_6174, 0x6d65_7373_6167_6531);
 /// The fixed key of band hashes.
 const BAND_KEY: (u64, u64) = (0x6261_6e64_7321_7631, 0x666c_6f6f_6467_6174);
+/// The fixed key of the Subject-joined band hashes.
+const SUBJECT_KEY: (u64, u64) = (0x7375_626a_6563_7431, 0x6261_6e64_7321_7632);
 
 /// SplitMix64: the sequence the hash functions' constants are drawn from.
 const fn splitmix64(state: u64) -> (u64, u64) {
@@ -69,14 +141,14 @@ const fn splitmix64(state: u64) -> (u64, u64) {
     (state, z ^ (z >> 31))
 }
 
-/// The constants `(a_i, c_i)` of the hash functions, odd and distinct, drawn once at
-/// compile time from a fixed seed.
-const FUNCTIONS: ([u64; HASHES], [u64; HASHES]) = {
-    let mut a = [0u64; HASHES];
-    let mut c = [0u64; HASHES];
-    let mut state = 0x0123_4567_89ab_cdef;
+/// `N` hash functions' constants `(a_i, c_i)`, odd and distinct, drawn at compile time
+/// from the fixed `seed`.
+const fn functions<const N: usize>(seed: u64) -> ([u64; N], [u64; N]) {
+    let mut a = [0u64; N];
+    let mut c = [0u64; N];
+    let mut state = seed;
     let mut i = 0;
-    while i < HASHES {
+    while i < N {
         let (s, x) = splitmix64(state);
         let (s, y) = splitmix64(s);
         state = s;
@@ -85,7 +157,13 @@ const FUNCTIONS: ([u64; HASHES], [u64; HASHES]) = {
         i += 1;
     }
     (a, c)
-};
+}
+
+/// The constants of the shingle signature's hash functions.
+const FUNCTIONS: ([u64; HASHES], [u64; HASHES]) = functions(0x0123_4567_89ab_cdef);
+/// The constants of the pair signature's hash functions (another seed: its rows are
+/// independent of the shingle signature's).
+const PAIR_FUNCTIONS: ([u64; PAIR_HASHES], [u64; PAIR_HASHES]) = functions(0xfedc_ba98_7654_3210);
 
 /// The hash of one normalised word.
 pub(super) fn word_hash(word: &str) -> u64 {
@@ -121,22 +199,117 @@ pub(super) fn shingles(words: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// The MinHash signature of the shingles of `words` (word hashes, in order): the first
-/// [`MAX_SHINGLES`] shingles are read. None with fewer than [`MIN_WORDS`] words.
-pub(super) fn signature(words: &[u64]) -> Option<[u32; HASHES]> {
-    if words.len() < MIN_WORDS {
-        return None;
+/// The shingles and (with `with_pairs`) the word pairs of `words`, read in one pass: each
+/// pair's running hash is its shingle's prefix.
+fn shingles_and_pairs(words: &[u64], with_pairs: bool) -> (Vec<u64>, Vec<u64>) {
+    let n = words.len().min(MAX_WORDS);
+    let mut triples = Vec::with_capacity(n.saturating_sub(SHINGLE_WORDS - 1));
+    let mut twos = Vec::with_capacity(if with_pairs { n } else { 0 });
+    for i in 0..n.saturating_sub(PAIR_WORDS - 1) {
+        let two = words[i]
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .wrapping_add(words[i + 1]);
+        if with_pairs && twos.len() < MAX_SHINGLES {
+            twos.push(fmix64(two));
+        }
+        if i + SHINGLE_WORDS <= n {
+            let three = two
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .wrapping_add(words[i + 2]);
+            triples.push(fmix64(three));
+        }
     }
-    let (a, c) = &FUNCTIONS;
-    let mut mins = [u32::MAX; HASHES];
-    for shingle in words.windows(SHINGLE_WORDS).take(MAX_SHINGLES) {
-        let x = shingle_hash(shingle);
+    (triples, twos)
+}
+
+/// The MinHash under the functions `f` of the [`SAMPLE`] smallest distinct values of
+/// `hashes` (reordered).
+fn minhash<const N: usize>(hashes: &mut Vec<u64>, f: &([u64; N], [u64; N])) -> [u32; N] {
+    let (a, c) = f;
+    let mut mins = [u32::MAX; N];
+    for &x in smallest_distinct(hashes, SAMPLE) {
         for ((m, &ai), &ci) in mins.iter_mut().zip(a).zip(c) {
             let v = (ai.wrapping_mul(x).wrapping_add(ci) >> 32) as u32;
             *m = (*m).min(v);
         }
     }
-    Some(mins)
+    mins
+}
+
+/// The MinHash signature of the shingles of `words` (word hashes, in order): the first
+/// [`MAX_SHINGLES`] shingles are read, and of those the [`SAMPLE`] smallest distinct
+/// shingle hashes enter the signature. None with fewer than [`MIN_WORDS`] words.
+#[cfg(test)]
+fn signature(words: &[u64]) -> Option<[u32; HASHES]> {
+    if words.len() < MIN_WORDS {
+        return None;
+    }
+    let (mut triples, _) = shingles_and_pairs(words, false);
+    Some(minhash(&mut triples, &FUNCTIONS))
+}
+
+/// The fingerprint of `words` (word hashes, in order): the [`BANDS`] band values of its
+/// shingle signature, then, with a Subject shape, the [`SUBJECT_BANDS`] values of its
+/// word-pair signature joined to that shape ([`subject_band_keys`]). Empty with fewer
+/// than [`MIN_WORDS`] words.
+pub(super) fn fingerprint(words: &[u64], subject_shape: Option<&str>) -> Vec<String> {
+    if words.len() < MIN_WORDS {
+        return Vec::new();
+    }
+    let (mut triples, mut twos) = shingles_and_pairs(words, subject_shape.is_some());
+    let mut keys = band_keys(&minhash(&mut triples, &FUNCTIONS));
+    if let Some(shape) = subject_shape {
+        keys.extend(subject_band_keys(
+            shape,
+            &minhash(&mut twos, &PAIR_FUNCTIONS),
+        ));
+    }
+    keys
+}
+
+/// The `k` smallest distinct values of `v`, in any order (`v` reordered; duplicates are
+/// returned too when `v` holds at most `k` values: they change no minimum).
+fn smallest_distinct(v: &mut Vec<u64>, k: usize) -> &[u64] {
+    if v.len() <= k {
+        return v;
+    }
+    drop_most_repeats(v);
+    let mut take = 2 * k;
+    loop {
+        let t = take.min(v.len());
+        if t < v.len() {
+            v.select_nth_unstable(t - 1);
+        }
+        let head = &mut v[..t];
+        head.sort_unstable();
+        // The distinct values to the front, the repeats behind them (swapped, not dropped:
+        // the next round selects from all of `v` again).
+        let mut n = usize::from(t > 0);
+        for i in 1..t {
+            if head[i] != head[n - 1] {
+                head.swap(n, i);
+                n += 1;
+            }
+        }
+        if n >= k || t == v.len() {
+            return &v[..n.min(k)];
+        }
+        take = take.saturating_mul(4);
+    }
+}
+
+/// Drops from `v` each value equal to the last one seen in its slot of a small direct-mapped
+/// table: the repeats of a text that says the same thing many times mostly go, so that
+/// [`smallest_distinct`] selects among about as many values as there are distinct ones.
+fn drop_most_repeats(v: &mut Vec<u64>) {
+    const SLOTS: usize = 1024;
+    let mut seen = [None; SLOTS];
+    v.retain(|&x| {
+        let slot = &mut seen[(x >> 54) as usize % SLOTS];
+        let repeat = *slot == Some(x);
+        *slot = Some(x);
+        !repeat
+    });
 }
 
 /// One key value per band of `signature`: `b{index}:{16 hex digits}`, the hex a SipHash of
@@ -152,6 +325,26 @@ pub(super) fn band_keys(signature: &[u32; HASHES]) -> Vec<String> {
                 h.write_u32(r);
             }
             format!("b{i}:{:016x}", h.finish())
+        })
+        .collect()
+}
+
+/// One key value per band of the word-pair signature `pairs` joined to the Subject shape
+/// `shape`: `s{index}:{16 hex digits}`, the hex a SipHash of the shape, the band's index
+/// and rows. Two messages share one only under one Subject shape.
+pub(super) fn subject_band_keys(shape: &str, pairs: &[u32; PAIR_HASHES]) -> Vec<String> {
+    pairs
+        .chunks_exact(SUBJECT_ROWS)
+        .enumerate()
+        .map(|(i, rows)| {
+            let mut h = SipHasher13::new_with_keys(SUBJECT_KEY.0, SUBJECT_KEY.1);
+            h.write(shape.as_bytes());
+            h.write_u8(0xff);
+            h.write_u64(i as u64);
+            for &r in rows {
+                h.write_u32(r);
+            }
+            format!("s{i}:{:016x}", h.finish())
         })
         .collect()
 }
@@ -205,6 +398,69 @@ mod tests {
         assert!(ka.iter().zip(&kb).all(|(x, y)| x != y));
     }
 
+    /// The MinHash of a set of shingle hashes, every one read.
+    fn minhash_of(set: &[u64]) -> [u32; HASHES] {
+        let (a, c) = &FUNCTIONS;
+        let mut mins = [u32::MAX; HASHES];
+        for &x in set {
+            for i in 0..HASHES {
+                mins[i] = mins[i].min((a[i].wrapping_mul(x).wrapping_add(c[i]) >> 32) as u32);
+            }
+        }
+        mins
+    }
+
+    #[test]
+    fn a_text_of_few_distinct_shingles_enters_whole() {
+        // 600 words saying one 40-word sentence 15 times: 600 shingles, 40 distinct.
+        let sentence: Vec<u64> = (0..40u64).map(|i| word_hash(&format!("w{i}"))).collect();
+        let words: Vec<u64> = sentence.iter().copied().cycle().take(600).collect();
+        let mut set = shingles(&words);
+        set.sort_unstable();
+        set.dedup();
+        assert_eq!(set.len(), 40);
+        assert_eq!(signature(&words), Some(minhash_of(&set)));
+    }
+
+    #[test]
+    fn a_long_text_enters_with_its_smallest_shingles() {
+        let words: Vec<u64> = (0..2_000u64).map(|i| word_hash(&format!("w{i}"))).collect();
+        let mut set = shingles(&words);
+        set.sort_unstable();
+        set.dedup();
+        assert!(set.len() > SAMPLE);
+        assert_eq!(signature(&words), Some(minhash_of(&set[..SAMPLE])));
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any values, any repeats: the k smallest distinct ones, as sorting finds them.
+        #[test]
+        fn smallest_distinct_is_what_sorting_finds(
+            values in prop::collection::vec(
+                (0u64..400).prop_map(|x| x.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                0..3_000,
+            ),
+            k in 1usize..300,
+        ) {
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            let mut v = values.clone();
+            let mut got = smallest_distinct(&mut v, k).to_vec();
+            got.sort_unstable();
+            got.dedup();
+            if values.len() <= k {
+                prop_assert_eq!(got, sorted);
+            } else {
+                sorted.truncate(k);
+                prop_assert_eq!(got.len(), smallest_distinct(&mut values.clone(), k).len());
+                prop_assert_eq!(got, sorted);
+            }
+        }
+    }
+
     #[test]
     fn rows_agree_about_as_often_as_the_jaccard_similarity() {
         // 100 words, the second text with its last 20 words changed: 77 shared shingles of
@@ -222,5 +478,76 @@ mod tests {
             (agree as f64 - expected).abs() < 26.0,
             "{agree} rows agree, about {expected:.0} expected"
         );
+    }
+
+    #[test]
+    fn one_pass_reads_the_shingles_and_pairs_of_the_first_words() {
+        for n in [0, 1, 2, 3, 50, MAX_WORDS - 1, MAX_WORDS, MAX_WORDS + 40] {
+            let words: Vec<u64> = (0..n as u64).map(|i| word_hash(&format!("w{i}"))).collect();
+            let (triples, twos) = shingles_and_pairs(&words, true);
+            assert_eq!(triples, shingles(&words), "{n} words");
+            let expected: Vec<u64> = words
+                .windows(PAIR_WORDS)
+                .take(MAX_SHINGLES)
+                .map(shingle_hash)
+                .collect();
+            assert_eq!(twos, expected, "{n} words");
+            assert!(shingles_and_pairs(&words, false).1.is_empty());
+        }
+    }
+
+    #[test]
+    fn subject_bands_come_only_with_a_subject_and_differ_by_its_shape() {
+        let words = hashes(&"alpha beta gamma delta epsilon zeta eta theta iota kappa ".repeat(3));
+        let plain = fingerprint(&words, None);
+        assert_eq!(plain.len(), BANDS);
+        assert_eq!(plain, band_keys(&signature(&words).unwrap()));
+        let one = fingerprint(&words, Some("offer 0"));
+        let other = fingerprint(&words, Some("invoice 0"));
+        assert_eq!(one.len(), BANDS + SUBJECT_BANDS);
+        assert_eq!(one[..BANDS], plain[..]);
+        assert!(one[BANDS..].iter().all(|k| k.starts_with('s')));
+        assert!(
+            one[BANDS].starts_with("s0:") && one[BANDS + SUBJECT_BANDS - 1].starts_with("s47:")
+        );
+        // One text under two shapes: the text's bands shared, the joined ones not.
+        assert_eq!(one[..BANDS], other[..BANDS]);
+        assert!(one[BANDS..]
+            .iter()
+            .zip(&other[BANDS..])
+            .all(|(x, y)| x != y));
+        assert_eq!(one, fingerprint(&words, Some("offer 0")));
+        assert!(fingerprint(&words[..MIN_WORDS - 1], Some("offer 0")).is_empty());
+    }
+
+    #[test]
+    fn pair_rows_agree_about_as_often_as_the_pairs_jaccard_similarity() {
+        // 200 words, every fifth one replaced in the second text: 119 of 199 pairs kept
+        // (those of two unchanged words), Jaccard 119 / 279 ≈ 0.43; of the 3-word
+        // shingles 79 of 198, Jaccard 79 / 317 ≈ 0.25.
+        let a: Vec<u64> = (0..200u64).map(|i| word_hash(&format!("w{i}"))).collect();
+        let mut b = a.clone();
+        for (i, w) in b.iter_mut().enumerate().filter(|(i, _)| i % 5 == 2) {
+            *w = word_hash(&format!("other{i}"));
+        }
+        let sig = |w: &[u64]| {
+            let (_, mut twos) = shingles_and_pairs(w, true);
+            minhash(&mut twos, &PAIR_FUNCTIONS)
+        };
+        let (sa, sb) = (sig(&a), sig(&b));
+        let agree = sa.iter().zip(&sb).filter(|(x, y)| x == y).count();
+        let expected = PAIR_HASHES as f64 * 119.0 / 279.0;
+        // Binomial(192, 0.43): standard deviation 6.9; 5 of them either way.
+        assert!(
+            (agree as f64 - expected).abs() < 35.0,
+            "{agree} rows agree, about {expected:.0} expected"
+        );
+    }
+
+    #[test]
+    fn the_two_signatures_use_other_functions() {
+        let (a, _) = &FUNCTIONS;
+        let (p, _) = &PAIR_FUNCTIONS;
+        assert!(p.iter().all(|x| x % 2 == 1 && !a.contains(x)));
     }
 }

@@ -13,8 +13,11 @@
 //! - **subject_shape**: its Subject with numbers and random tokens masked.
 //!
 //! Everything here is pure and bounded: at most [`MAX_PARSED`] bytes of a message are
-//! parsed, [`parts::MAX_TEXT`] bytes of text read, [`minhash::MAX_SHINGLES`] shingles
-//! hashed, [`links::MAX_LINKS_READ`] links read; bad MIME gives fewer keys, never a panic.
+//! parsed, and in them at most [`MAX_BOUNDARY_LINES`] MIME boundaries; only the fields that
+//! shape the MIME structure and the Subject are parsed; [`parts::MAX_TEXT`] bytes of text
+//! read, [`minhash::MAX_SHINGLES`] shingles hashed and [`minhash::SAMPLE`] of them
+//! MinHashed, [`links::MAX_LINKS_READ`] links read; bad MIME gives fewer keys, never a
+//! panic.
 //! Every pass is linear in what it reads, and [`compute_within`] stops at a [`Budget`] of
 //! time: the keys finished by then are kept, the one under way and those after it are not.
 //!
@@ -48,11 +51,82 @@ pub use boilerplate::Boilerplate;
 pub use budget::Budget;
 pub use reading::{LeftOut, Told};
 
-use mail_parser::MessageParser;
+use mail_parser::{HeaderName, MessageParser};
+use std::sync::OnceLock;
 
 /// At most this many bytes of a message are parsed; the rest (in practice attachments after
 /// the text) is not read. It bounds the time and memory of [`compute`] whatever the size.
 pub const MAX_PARSED: usize = 4 * 1024 * 1024;
+
+/// At most this many lines that start with `--` are parsed: every MIME part starts at such
+/// a line (its boundary), so a message is parsed into at most about this many parts, and a
+/// message of a hundred thousand tiny parts costs no more than one of this many. The text
+/// the keys read comes first in every common layout.
+pub const MAX_BOUNDARY_LINES: usize = 1_000;
+
+/// At most this many bytes of a message's header section are parsed (a header section of
+/// hundreds of kilobytes is crafted: a real one holds a few kilobytes of trace fields and
+/// signatures). Past it the section is ended and the body follows: the fields after the
+/// cut, or the rest of a longer one, are not read.
+pub const MAX_HEADER: usize = 64 * 1024;
+
+/// The part of `message` that is parsed: [`parse_window`], its header section cut to
+/// [`MAX_HEADER`] bytes (copied only then). Linear in the message's length.
+fn parsed_part(message: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let raw = parse_window(message);
+    if raw.len() <= MAX_HEADER {
+        return raw.into();
+    }
+    // The body starts after the first empty line.
+    let body = [&b"\n\r\n"[..], b"\n\n"]
+        .iter()
+        .filter_map(|end| memchr::memmem::find(raw, end).map(|i| i + end.len()))
+        .min();
+    match body {
+        Some(body) if body <= MAX_HEADER => raw.into(),
+        _ => {
+            let body = &raw[body.unwrap_or(raw.len())..];
+            let mut cut = Vec::with_capacity(MAX_HEADER + 4 + body.len());
+            cut.extend_from_slice(&raw[..MAX_HEADER]);
+            cut.extend_from_slice(b"\r\n\r\n");
+            cut.extend_from_slice(body);
+            cut.into()
+        }
+    }
+}
+
+/// The part of `message` that is parsed, its header section aside: its first [`MAX_PARSED`]
+/// bytes, cut before its `MAX_BOUNDARY_LINES + 1`-th line that starts with `--`. Linear in
+/// what it returns.
+fn parse_window(message: &[u8]) -> &[u8] {
+    let raw = &message[..message.len().min(MAX_PARSED)];
+    let mut seen = 0;
+    let mut from = 0;
+    while let Some(k) = memchr::memmem::find(&raw[from..], b"\n--") {
+        let line = from + k + 1;
+        seen += 1;
+        if seen > MAX_BOUNDARY_LINES {
+            return &raw[..line];
+        }
+        from = line;
+    }
+    raw
+}
+
+/// The parser of message keys: the fields that shape the MIME structure (`Content-Type`,
+/// `Content-Disposition`, `Content-Transfer-Encoding`) and the Subject are parsed, every
+/// other field is passed over unread (addresses, dates and message ids are never used).
+fn parser() -> &'static MessageParser {
+    static PARSER: OnceLock<MessageParser> = OnceLock::new();
+    PARSER.get_or_init(|| {
+        MessageParser::new()
+            .header_content_type(HeaderName::ContentType)
+            .header_content_type(HeaderName::ContentDisposition)
+            .header_text(HeaderName::ContentTransferEncoding)
+            .header_text(HeaderName::Subject)
+            .default_header_ignore()
+    })
+}
 
 /// Which keys to compute: only those some limit uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -84,7 +158,9 @@ impl Wanted {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MessageKeys {
     /// One value per band of the text's MinHash signature, `b{band}:{16 hex digits}`
-    /// ([`minhash::BANDS`] of them), or none.
+    /// ([`minhash::BANDS`] of them), then, when the message has a Subject, one per band of
+    /// its word-pair signature joined to the Subject's shape, `s{band}:{16 hex digits}`
+    /// ([`minhash::SUBJECT_BANDS`]); or none.
     pub fingerprint: Vec<String>,
     /// The distinct registered domains of the message's `http(s)` links, sorted, at most
     /// [`links::MAX_LINK_DOMAINS`], exempt ones left out.
@@ -148,13 +224,13 @@ pub fn compute_within(
     if wanted.is_none() {
         return keys;
     }
-    let raw = &message[..message.len().min(MAX_PARSED)];
-    let parser = MessageParser::new();
+    let raw = parsed_part(message);
+    let parser = parser();
     let needs_body = wanted.fingerprint || wanted.link_domains;
     let parsed = if needs_body {
-        parser.parse(raw)
+        parser.parse(&*raw)
     } else {
-        parser.parse_headers(raw)
+        parser.parse_headers(&*raw)
     };
     let Some(parsed) = parsed else {
         return keys;
@@ -162,8 +238,13 @@ pub fn compute_within(
     if !budget.check() {
         return keys;
     }
+    let shape = if wanted.subject_shape || wanted.fingerprint {
+        parsed.subject().and_then(subject::shape)
+    } else {
+        None
+    };
     if wanted.subject_shape {
-        keys.subject_shape = parsed.subject().and_then(subject::shape);
+        keys.subject_shape = shape.clone();
     }
     if !needs_body {
         return keys;
@@ -182,9 +263,7 @@ pub fn compute_within(
         if !budget.check() {
             return keys;
         }
-        keys.fingerprint = minhash::signature(&reading.words)
-            .map(|s| minhash::band_keys(&s))
-            .unwrap_or_default();
+        keys.fingerprint = minhash::fingerprint(&reading.words, shape.as_deref());
         keys.blocks = reading.blocks;
         keys.left_out = reading.told;
         keys.quoted_lines = reading.quoted;
@@ -225,10 +304,15 @@ pub fn text_shingles(text: &str) -> Vec<u64> {
 /// The fingerprint's band values of a plain `text` (as [`compute`] gives them for a
 /// message whose only text part it is).
 pub fn text_bands(text: &str) -> Vec<String> {
-    let words = reading::read(text, None).words;
-    minhash::signature(&words)
-        .map(|s| minhash::band_keys(&s))
-        .unwrap_or_default()
+    minhash::fingerprint(&reading::read(text, None).words, None)
+}
+
+/// The fingerprint's band values of a plain `text` sent under `subject`: the text's bands
+/// and its Subject-joined bands (as [`compute`] gives them for a message of that Subject
+/// whose only text part it is).
+pub fn text_bands_with_subject(text: &str, subject: &str) -> Vec<String> {
+    let shape = subject::shape(subject);
+    minhash::fingerprint(&reading::read(text, None).words, shape.as_deref())
 }
 
 #[cfg(test)]

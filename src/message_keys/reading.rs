@@ -79,11 +79,17 @@ fn block_hash(words: &[u64]) -> u64 {
     h.finish()
 }
 
+/// The number of lines of `text` as [`str::lines`] counts them, counted by memchr.
+fn line_count(text: &str) -> usize {
+    let ends = memchr::memchr_iter(b'\n', text.as_bytes()).count();
+    ends + usize::from(!text.is_empty() && !text.ends_with('\n'))
+}
+
 /// Reads `text`; with `learnt`, lines that are boilerplate on its day are left out.
 pub(super) fn read(text: &str, learnt: Option<(&Boilerplate, u32)>) -> Reading {
     let mut out = Reading::default();
     let lines = quotes::unquoted_lines(text);
-    out.quoted = text.lines().count().saturating_sub(lines.len());
+    out.quoted = line_count(text).saturating_sub(lines.len());
     let own_end = forwarded::start(&lines).unwrap_or(lines.len());
     for l in &lines[own_end..] {
         out.tell(LeftOut::Forwarded, l);
@@ -149,6 +155,15 @@ mod tests {
                 LeftOut::Signature
             ]
         );
+    }
+
+    #[test]
+    fn lines_are_counted_as_str_lines_counts_them() {
+        for text in [
+            "", "\n", "a", "a\n", "a\r\nb", "a\n\nb\n", "\r\n\r\n", "x\ny\r\n",
+        ] {
+            assert_eq!(line_count(text), text.lines().count(), "{text:?}");
+        }
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! Message keys end to end: whole messages in, keys out; and the properties the
 //! fingerprint is for.
 
-use super::minhash::BANDS;
+use super::minhash::{BANDS, SUBJECT_BANDS};
+
+/// The values of a message with a Subject: its text's bands and its Subject-joined bands.
+const ALL_BANDS: usize = BANDS + SUBJECT_BANDS;
 use super::*;
 use proptest::prelude::*;
 use std::collections::HashSet;
@@ -71,7 +74,7 @@ fn only_the_wanted_keys_are_computed() {
     assert_eq!(k.subject_shape.as_deref(), Some("hello 0"));
     assert!(k.fingerprint.is_empty() && k.link_domains.is_empty());
     let all = keys(&raw);
-    assert_eq!(all.fingerprint.len(), BANDS);
+    assert_eq!(all.fingerprint.len(), ALL_BANDS);
     assert_eq!(all.link_domains, ["example.com"]);
 }
 
@@ -93,11 +96,11 @@ fn copies_of_a_template_share_a_band_and_other_texts_do_not() {
         "Order 98765",
         &body("Bob", "zz1x2c3v4b5n6m7q8w", 98765),
     ));
-    assert_eq!(a.fingerprint.len(), BANDS);
+    assert_eq!(a.fingerprint.len(), ALL_BANDS);
     assert!(shared(&a, &b) > 0);
     assert_eq!(a.subject_shape, b.subject_shape);
     let c = keys(&message("Order 1", &prose(&v, 1000, 70)));
-    assert_eq!(c.fingerprint.len(), BANDS);
+    assert_eq!(c.fingerprint.len(), ALL_BANDS);
     assert_eq!(shared(&a, &c), 0);
 }
 
@@ -120,8 +123,8 @@ fn replies_quoting_the_same_original_do_not_match() {
         )
     };
     let (a, b) = (keys(&reply(1000)), keys(&reply(2000)));
-    assert_eq!(a.fingerprint.len(), BANDS);
-    assert_eq!(b.fingerprint.len(), BANDS);
+    assert_eq!(a.fingerprint.len(), ALL_BANDS);
+    assert_eq!(b.fingerprint.len(), ALL_BANDS);
     assert_eq!(shared(&a, &b), 0);
     // The same replies with the quote kept would match: the test can tell.
     let unquoted = |start: usize| {
@@ -145,7 +148,7 @@ fn html_replies_leave_their_blockquote_out() {
         format!("Subject: Re: x\r\nContent-Type: text/html\r\n\r\n{html}\r\n").into_bytes()
     };
     let (a, b) = (keys(&reply(1000)), keys(&reply(2000)));
-    assert_eq!(a.fingerprint.len(), BANDS);
+    assert_eq!(a.fingerprint.len(), ALL_BANDS);
     assert_eq!(shared(&a, &b), 0);
 }
 
@@ -191,7 +194,7 @@ fn bad_input_gives_fewer_keys_and_no_panic() {
         odd.extend_from_slice(b"\xe9\xfc ");
     }
     let k = keys(&odd);
-    assert_eq!(k.fingerprint.len(), BANDS);
+    assert_eq!(k.fingerprint.len(), ALL_BANDS);
 }
 
 #[test]
@@ -199,7 +202,7 @@ fn huge_messages_are_read_in_bounded_time_and_memory() {
     // Larger than MAX_PARSED: the tail is never read. Sized to stay quick in debug builds.
     let one_word = message("x", &"spam ".repeat(2 * MAX_PARSED / 5));
     let k = keys(&one_word);
-    assert_eq!(k.fingerprint.len(), BANDS);
+    assert_eq!(k.fingerprint.len(), ALL_BANDS);
     let links = message(
         "x",
         &(0..200_000)
@@ -209,7 +212,67 @@ fn huge_messages_are_read_in_bounded_time_and_memory() {
     assert!(links.len() > MAX_PARSED);
     let k = keys(&links);
     assert_eq!(k.link_domains.len(), links::MAX_LINK_DOMAINS);
-    assert_eq!(k.fingerprint.len(), BANDS);
+    assert_eq!(k.fingerprint.len(), ALL_BANDS);
+}
+
+#[test]
+fn a_message_of_many_parts_is_parsed_up_to_its_boundary_lines() {
+    let v = vocabulary();
+    let part = "--p\r\nContent-Type: application/octet-stream\r\n\r\nw w\r\n";
+    let raw = format!(
+        "Subject: p\r\nContent-Type: multipart/mixed; boundary=\"p\"\r\n\r\n--p\r\nContent-Type: text/plain\r\n\r\n{}\r\n{}--p--\r\n",
+        prose(&v, 0, 100),
+        part.repeat(3 * MAX_BOUNDARY_LINES)
+    );
+    let window = parse_window(raw.as_bytes());
+    assert!(window.len() < raw.len() / 2);
+    assert_eq!(
+        memchr::memmem::find_iter(window, b"\n--").count(),
+        MAX_BOUNDARY_LINES
+    );
+    assert!(window.ends_with(b"\r\n"), "cut at the start of a line");
+    // The text part comes first: its keys are those of the whole message.
+    let whole = keys(&message("p", &prose(&v, 0, 100)));
+    assert_eq!(keys(raw.as_bytes()).fingerprint, whole.fingerprint);
+    // A message of fewer boundary lines is parsed whole.
+    let few = message("x", "--\nsignature\n");
+    assert_eq!(parse_window(&few), &few[..]);
+}
+
+#[test]
+fn a_huge_header_section_is_cut_and_the_body_still_read() {
+    let v = vocabulary();
+    let field = "X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+    let body = prose(&v, 0, 100);
+    let raw = format!(
+        "Subject: Hello 123\r\n{}Content-Type: text/plain\r\n\r\n{body}\r\n",
+        field.repeat(2 * MAX_HEADER / field.len())
+    );
+    let part = parsed_part(raw.as_bytes());
+    assert!(part.len() < raw.len() - MAX_HEADER / 2);
+    assert!(part.starts_with(b"Subject: Hello 123\r\n"));
+    assert!(part.ends_with(format!("\r\n\r\n{body}\r\n").as_bytes()));
+    let k = keys(raw.as_bytes());
+    assert_eq!(k.subject_shape.as_deref(), Some("hello 0"));
+    assert_eq!(
+        k.fingerprint,
+        keys(&message("Hello 456", &body)).fingerprint
+    );
+    // A Subject of megabytes is read up to the cut (its adjacent encoded words joined, as
+    // RFC 2047 reads them); an ordinary message is not copied.
+    let long = format!(
+        "Subject: {}\r\n\r\nbody\r\n",
+        "=?utf-8?B?w6k=?= ".repeat(MAX_HEADER)
+    );
+    assert_eq!(parsed_part(long.as_bytes()).len(), MAX_HEADER + 4 + 6);
+    assert!(keys(long.as_bytes())
+        .subject_shape
+        .is_some_and(|s| s.starts_with("éé")));
+    let ordinary = message("x", &body);
+    assert!(matches!(
+        parsed_part(&ordinary),
+        std::borrow::Cow::Borrowed(_)
+    ));
 }
 
 #[test]
@@ -262,7 +325,7 @@ proptest! {
         let v = vocabulary();
         let a = keys(&template_copy(&v, &words, &first));
         let b = keys(&template_copy(&v, &words, &second));
-        prop_assert_eq!(a.fingerprint.len(), BANDS);
+        prop_assert_eq!(a.fingerprint.len(), ALL_BANDS);
         prop_assert!(shared(&a, &b) > 0, "{:?} / {:?}", first, second);
         prop_assert_eq!(a.subject_shape, b.subject_shape);
         prop_assert_eq!(a.link_domains, vec!["example.com".to_string()]);
@@ -281,8 +344,8 @@ proptest! {
         let text = |w: &[usize]| w.iter().map(|&i| v[i].as_str()).collect::<Vec<_>>().join(" ");
         let ka = keys(&message("Hello", &text(&a)));
         let kb = keys(&message("Hello", &text(&b)));
-        prop_assert_eq!(ka.fingerprint.len(), BANDS);
-        prop_assert_eq!(kb.fingerprint.len(), BANDS);
+        prop_assert_eq!(ka.fingerprint.len(), ALL_BANDS);
+        prop_assert_eq!(kb.fingerprint.len(), ALL_BANDS);
         prop_assert_eq!(shared(&ka, &kb), 0);
     }
 
@@ -290,7 +353,7 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(raw in prop::collection::vec(any::<u8>(), 0..4096)) {
         let k = keys(&raw);
-        prop_assert!(k.fingerprint.is_empty() || k.fingerprint.len() == BANDS);
+        prop_assert!([0, BANDS, ALL_BANDS].contains(&k.fingerprint.len()));
         prop_assert!(k.link_domains.len() <= links::MAX_LINK_DOMAINS);
         prop_assert!(k.subject_shape.map_or(0, |s| s.len()) <= subject::MAX_SHAPE);
     }

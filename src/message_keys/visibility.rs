@@ -55,30 +55,56 @@ pub(super) fn parse_style(style: &str) -> Style {
         let Some((name, value)) = declaration.split_once(':') else {
             continue;
         };
-        let name = name.trim().to_ascii_lowercase();
-        let value = value.trim().to_ascii_lowercase();
-        let value = value.trim_end_matches("!important").trim();
-        match name.as_str() {
-            "display" => out.hidden |= value == "none",
-            "visibility" => out.hidden |= value == "hidden" || value == "collapse",
-            "font-size" => out.hidden |= is_zero_length(value),
-            "opacity" => out.hidden |= value.parse::<f32>().is_ok_and(|o| o < 0.05),
-            "mso-hide" => out.hidden |= value == "all",
-            "max-height" | "height" | "max-width" | "width" => zero_box |= is_zero_length(value),
-            "overflow" | "overflow-x" | "overflow-y" => overflow_hidden |= value == "hidden",
-            "color" => out.color = parse_color(value).or(out.color),
-            "background-color" => out.background = parse_color(value).or(out.background),
-            "background" => {
-                out.background = value
-                    .split_whitespace()
-                    .find_map(parse_color)
-                    .or(out.background);
-            }
-            _ => {}
+        // Names and values compared without regard to case, nothing copied.
+        let name = name.trim();
+        let value = without_important(value.trim()).trim();
+        let is = |n: &str| name.eq_ignore_ascii_case(n);
+        let value_is = |v: &str| value.eq_ignore_ascii_case(v);
+        if is("display") {
+            out.hidden |= value_is("none");
+        } else if is("visibility") {
+            out.hidden |= value_is("hidden") || value_is("collapse");
+        } else if is("font-size") {
+            out.hidden |= is_zero_length(value);
+        } else if is("opacity") {
+            out.hidden |= value.parse::<f32>().is_ok_and(|o| o < 0.05);
+        } else if is("mso-hide") {
+            out.hidden |= value_is("all");
+        } else if ["max-height", "height", "max-width", "width"]
+            .iter()
+            .any(|n| is(n))
+        {
+            zero_box |= is_zero_length(value);
+        } else if ["overflow", "overflow-x", "overflow-y"]
+            .iter()
+            .any(|n| is(n))
+        {
+            overflow_hidden |= value_is("hidden");
+        } else if is("color") {
+            out.color = parse_color(value).or(out.color);
+        } else if is("background-color") {
+            out.background = parse_color(value).or(out.background);
+        } else if is("background") {
+            out.background = value
+                .split_whitespace()
+                .find_map(parse_color)
+                .or(out.background);
         }
     }
     out.hidden |= zero_box && overflow_hidden;
     out
+}
+
+/// `value` without the `!important` flags at its end (in any case).
+fn without_important(mut value: &str) -> &str {
+    const FLAG: &str = "!important";
+    while let Some(at) = value.len().checked_sub(FLAG.len()) {
+        if !value.is_char_boundary(at) || !value[at..].eq_ignore_ascii_case(FLAG) {
+            break;
+        }
+        value = &value[..at];
+    }
+    value
 }
 
 /// Whether a CSS length is zero (`0`, `0px`, `0pt`, `0em`, `0%`, `0.0rem`).

@@ -29,40 +29,36 @@ const SHORT_TOKEN: usize = 6;
 ///   (`a7B3x9`, `8f3k2j`).
 pub(super) fn is_random(token: &str) -> bool {
     let b = token.as_bytes();
-    if b.len() < SHORT_TOKEN
-        || !b
-            .iter()
-            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=' | b'_' | b'-'))
-    {
+    if b.len() < SHORT_TOKEN {
         return false;
     }
-    let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
-    let letters = b.iter().filter(|c| c.is_ascii_alphabetic()).count();
+    // One pass: the kinds and cases met, and how often they change.
+    let (mut digits, mut letters) = (0usize, 0usize);
     let mut kind_changes = 0;
     let mut case_changes = 0;
     let mut last_kind = None;
     let mut last_case = None;
     for &c in b {
         let kind = if c.is_ascii_digit() {
-            Some(true)
+            digits += 1;
+            true
         } else if c.is_ascii_alphabetic() {
-            Some(false)
-        } else {
-            None
-        };
-        if kind.is_some() {
-            if last_kind.is_some() && kind != last_kind {
-                kind_changes += 1;
-            }
-            last_kind = kind;
-        }
-        if c.is_ascii_alphabetic() {
+            letters += 1;
             let upper = c.is_ascii_uppercase();
-            if last_case.is_some() && last_case != Some(upper) {
+            if last_case.is_some_and(|l| l != upper) {
                 case_changes += 1;
             }
             last_case = Some(upper);
+            false
+        } else if matches!(c, b'+' | b'/' | b'=' | b'_' | b'-') {
+            continue;
+        } else {
+            return false;
+        };
+        if last_kind.is_some_and(|l| l != kind) {
+            kind_changes += 1;
         }
+        last_kind = Some(kind);
     }
     if b.len() >= LONG_TOKEN && ((digits > 0 && letters > 0) || case_changes >= 3) {
         return true;
@@ -89,14 +85,37 @@ fn separates(c: char) -> bool {
 /// Returns false when `emit` stopped it.
 pub(super) fn each_word(text: &str, emit: &mut dyn FnMut(&str) -> bool) -> bool {
     let mut buf = String::new();
-    text.split(char::is_whitespace)
-        .filter(|t| !t.is_empty())
-        .all(|raw| token(raw, &mut buf, emit))
+    let b = text.as_bytes();
+    let mut start = None;
+    let mut i = 0;
+    while i < b.len() {
+        // ASCII bytes are looked at as bytes; other characters decoded.
+        let (space, len) = if b[i] < 0x80 {
+            (matches!(b[i], b'\t'..=b'\r' | b' '), 1)
+        } else {
+            let c = text[i..].chars().next().unwrap_or(' ');
+            (c.is_whitespace(), c.len_utf8())
+        };
+        match (space, start) {
+            (true, Some(s)) => {
+                if !token(&text[s..i], &mut buf, emit) {
+                    return false;
+                }
+                start = None;
+            }
+            (false, None) => start = Some(i),
+            _ => {}
+        }
+        i += len;
+    }
+    start.is_none_or(|s| token(&text[s..], &mut buf, emit))
 }
 
 /// The words of one whitespace-separated token.
 fn token(raw: &str, buf: &mut String, emit: &mut dyn FnMut(&str) -> bool) -> bool {
-    if let Some((start, after)) = links::find_link(raw) {
+    // A link has its "://" (the search for it costs more than this look at most words).
+    let may_link = raw.len() >= "http://".len() && raw.as_bytes().contains(&b':');
+    if let Some((start, after)) = may_link.then(|| links::find_link(raw)).flatten() {
         if !plain(&raw[..start], buf, emit) {
             return false;
         }
@@ -105,7 +124,7 @@ fn token(raw: &str, buf: &mut String, emit: &mut dyn FnMut(&str) -> bool) -> boo
             None => true,
         };
     }
-    let core = raw.trim_matches(separates);
+    let core = trim_separators(raw);
     if core.len() > 4 && core.is_char_boundary(4) && core[..4].eq_ignore_ascii_case("www.") {
         if let Some(host) = links::host(core) {
             return emit(&host);
@@ -114,25 +133,51 @@ fn token(raw: &str, buf: &mut String, emit: &mut dyn FnMut(&str) -> bool) -> boo
     plain(core, buf, emit)
 }
 
+/// `token` without the separators at its ends (ASCII ones looked at as bytes).
+fn trim_separators(token: &str) -> &str {
+    if token.is_ascii() {
+        let b = token.as_bytes();
+        let start = b
+            .iter()
+            .position(u8::is_ascii_alphanumeric)
+            .unwrap_or(b.len());
+        let end = b
+            .iter()
+            .rposition(u8::is_ascii_alphanumeric)
+            .map_or(start, |e| e + 1);
+        return &token[start..end];
+    }
+    token.trim_matches(separates)
+}
+
 /// The words of a token that is not a link.
 fn plain(token: &str, buf: &mut String, emit: &mut dyn FnMut(&str) -> bool) -> bool {
-    let token = token.trim_matches(separates);
+    let token = trim_separators(token);
     if token.is_empty() {
         return true;
     }
     if is_random(token) {
         return emit(RANDOM);
     }
+    let mut piece_word = |piece: &str| {
+        // The token itself was found not random.
+        if piece.len() < token.len() && is_random(piece) {
+            return emit(RANDOM);
+        }
+        fold_into(piece, buf);
+        buf.is_empty() || emit(buf)
+    };
+    if token.is_ascii() {
+        // In ASCII the separators are the bytes that are neither letters nor digits.
+        return token
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|p| !p.is_empty())
+            .all(&mut piece_word);
+    }
     token
         .split(separates)
         .filter(|p| !p.is_empty())
-        .all(|piece| {
-            if is_random(piece) {
-                return emit(RANDOM);
-            }
-            fold_into(piece, buf);
-            buf.is_empty() || emit(buf)
-        })
+        .all(piece_word)
 }
 
 /// `piece` folded into `buf`: invisible characters dropped, look-alike letters folded to
@@ -140,6 +185,10 @@ fn plain(token: &str, buf: &mut String, emit: &mut dyn FnMut(&str) -> bool) -> b
 /// that looks like a letter as that letter), each remaining run of digits as `0`.
 pub(super) fn fold_into(piece: &str, buf: &mut String) {
     buf.clear();
+    if piece.is_ascii() {
+        fold_ascii_into(piece, buf);
+        return;
+    }
     if piece.chars().all(|c| c.is_numeric() || is_invisible(c)) {
         if piece.chars().any(char::is_numeric) {
             buf.push(DIGITS);
@@ -166,6 +215,40 @@ pub(super) fn fold_into(piece: &str, buf: &mut String) {
         }
         in_digits = false;
         buf.push(c);
+    }
+}
+
+/// [`fold_into`] for an ASCII `piece`, without allocating: each character's fold from the
+/// table of [`invisible::ascii_table`], digit runs as `0` (ASCII holds no invisible
+/// character, and a piece of digits only reads as one `0`).
+fn fold_ascii_into(piece: &str, buf: &mut String) {
+    if piece.bytes().all(|b| b.is_ascii_digit()) {
+        if !piece.is_empty() {
+            buf.push(DIGITS);
+        }
+        return;
+    }
+    let table = invisible::ascii_table();
+    let mut in_digits = false;
+    for b in piece.bytes() {
+        let folded = &table[usize::from(b)];
+        if folded.len() == 1 && folded.as_bytes()[0].is_ascii_lowercase() {
+            // Most letters fold to one lower-case letter.
+            in_digits = false;
+            buf.push(char::from(folded.as_bytes()[0]));
+            continue;
+        }
+        for c in folded.chars() {
+            if c.is_numeric() {
+                if !in_digits {
+                    buf.push(DIGITS);
+                }
+                in_digits = true;
+                continue;
+            }
+            in_digits = false;
+            buf.push(c);
+        }
     }
 }
 
@@ -197,6 +280,72 @@ pub(super) fn case_fold_into(piece: &str, buf: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The words of `text` as the plain reading of the rules gives them, character by
+    /// character, with no shortcut for ASCII: what [`each_word`] must agree with.
+    fn reference_words(text: &str) -> Vec<String> {
+        fn plain(token: &str, out: &mut Vec<String>) {
+            let token = token.trim_matches(separates);
+            if token.is_empty() {
+                return;
+            }
+            if is_random(token) {
+                out.push(RANDOM.into());
+                return;
+            }
+            for piece in token.split(separates).filter(|p| !p.is_empty()) {
+                if is_random(piece) {
+                    out.push(RANDOM.into());
+                    continue;
+                }
+                let mut buf = String::new();
+                fold_into(piece, &mut buf);
+                if !buf.is_empty() {
+                    out.push(buf);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for raw in text.split(char::is_whitespace).filter(|t| !t.is_empty()) {
+            if let Some((start, after)) = links::find_link(raw) {
+                plain(&raw[..start], &mut out);
+                out.extend(links::host(&raw[after..]));
+                continue;
+            }
+            let core = raw.trim_matches(separates);
+            if core.len() > 4 && core.is_char_boundary(4) && core[..4].eq_ignore_ascii_case("www.")
+            {
+                if let Some(host) = links::host(core) {
+                    out.push(host);
+                    continue;
+                }
+            }
+            plain(core, &mut out);
+        }
+        out
+    }
+
+    proptest! {
+        /// Any text, ASCII or not: the words are those of the plain reading.
+        #[test]
+        fn words_are_those_of_the_plain_reading(
+            text in "([a-zA-Z0-9]{1,20}|[ \t\r\n\x0b\x0c.,:/_+=-]{1,3}|https?://[a-z.]{1,12}|www\\.[a-z]{1,5}\\.com|\\PC{1,4}|[\u{00A0}\u{2003}\u{200B}\u{00AD}\u{0430}\u{0415}\u{FF41}\u{0661}])*",
+        ) {
+            prop_assert_eq!(words(&text), reference_words(&text));
+        }
+    }
+
+    #[test]
+    fn is_random_reads_each_rule() {
+        assert!(is_random("abcdefgh12345678"), "16 long, letters and digits");
+        assert!(is_random("aBcDeFgHiJkLmNoP"), "16 letters, case changing");
+        assert!(!is_random("aBcDeFgHiJkLmNo"), "15 letters");
+        assert!(is_random("ab1cd2ef"), "kind changes three times");
+        assert!(!is_random("ab1cd2!f"), "a byte outside the set");
+        assert!(!is_random("abc-12"), "two changes only");
+        assert!(is_random("a-1-b-2"), "the set's punctuation neither kind");
+    }
 
     fn words(text: &str) -> Vec<String> {
         let mut out = Vec::new();

@@ -27,8 +27,9 @@
 //! campaigns and [`MAX_BANDS`] band entries per node (the least recently written go first);
 //! bands, senders and unmarked campaigns expire with the period, marked ones
 //! [`LISTED_US`] after their last mark (swept every few thousand messages). Measured
-//! (`tests/limits/campaign_memory.rs`): about 4.3 KB per campaign with its 24 band entries
-//! and one sender, 0.8 KB per further sender. The free text kept per sender is at most about
+//! (`tests/limits/campaign_memory.rs`): about 11.8 KB per campaign with the 72 band entries
+//! of a message with a Subject (24 text bands, 48 Subject-joined ones; about 160 bytes
+//! each) and one sender, 0.8 KB per further sender. The free text kept per sender is at most about
 //! 300 bytes (the capped Subject, up to [`MAX_INFO_DOMAINS`] link domains).
 //!
 //! This file holds the types and the in-memory book; Redis keeps the same data in one hash
@@ -40,7 +41,8 @@ use std::sync::Mutex;
 /// Most campaigns the in-memory book keeps (the least recently written is dropped first).
 pub const MAX_CAMPAIGNS: usize = 50_000;
 /// Most band entries (band value → campaign) the in-memory book keeps: the bands of
-/// 20,000 messages (the oldest tenth is dropped when full).
+/// 20,000 messages without a Subject (24 each), of 6,600 with one (72 each); the oldest
+/// tenth is dropped when full.
 pub const MAX_BANDS: usize = 480_000;
 /// Most senders one campaign keeps (the least recent is dropped first).
 pub const MAX_SENDERS: usize = 1_000;

@@ -294,8 +294,9 @@ fn chance(rng: &mut Rng, percent: u64) -> bool {
     rng.next() % 100 < percent
 }
 
-/// A lure family's template: `words` words in sentences, each fifth word position a spin
-/// slot with four alternatives.
+/// A lure family's template: `words` words in sentences, each word position a spin slot
+/// with four alternatives at the chance `spin_percent` (so the share spun varies around it
+/// from family to family).
 pub struct Lure {
     /// Per position: the alternatives (one word where nothing is spun).
     slots: Vec<Vec<&'static str>>,
@@ -307,7 +308,8 @@ pub struct Lure {
 /// How the copies of a lure family differ.
 #[derive(Clone, Copy, Debug)]
 pub struct Tricks {
-    /// Percent of word positions spun (each copy picks one of four words there).
+    /// The chance in percent of a word position being spun (each copy picks one of four
+    /// words there).
     pub spin_percent: u64,
     /// Hidden random words, in percent of the visible words.
     pub hidden_percent: u64,
