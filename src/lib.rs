@@ -21,6 +21,7 @@ pub mod lograte;
 pub mod logs;
 pub mod message_keys;
 pub mod metrics;
+pub mod milter;
 pub mod outcomes;
 pub mod policy;
 pub mod postfix;

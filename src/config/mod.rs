@@ -10,6 +10,7 @@ mod graded;
 mod hold;
 mod identity;
 mod message_keys;
+mod milter;
 mod net;
 mod outcomes;
 mod paths;
@@ -30,6 +31,7 @@ pub use duration::{parse_duration, ConfigDuration, DurationError};
 pub use hold::{HoldConfig, OnExpiry};
 pub use identity::{IdentityConfig, LoginFold};
 pub use message_keys::MessageKeysConfig;
+pub use milter::{parse_listen, MilterConfig, MilterConfigError, MilterListen};
 pub use net::{Cidr, CidrError};
 pub use outcomes::OutcomesConfig;
 pub use paths::{problem, ConfigPath, PathErrors, PathUse};
@@ -432,10 +434,13 @@ struct RawConfig {
     server: ServerConfig,
     #[serde(default)]
     timeouts: Timeouts,
+    #[serde(default = "no_listeners")]
     listener: Spanned<Vec<ListenerConfig>>,
     #[serde(default)]
+    milter: Vec<MilterConfig>,
+    #[serde(default)]
     tls: Option<TlsConfig>,
-    upstream: UpstreamConfig,
+    upstream: Option<UpstreamConfig>,
     #[serde(default)]
     smtp: SmtpConfig,
     #[serde(default = "default_store")]
@@ -480,9 +485,12 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// `[[listener]]`, in file order.
     pub listeners: Vec<ListenerConfig>,
+    /// `[[milter]]`, in file order, each `listen` checked.
+    pub milters: Vec<MilterConfig>,
     /// `[tls]`, with paths made absolute.
     pub tls: Option<TlsConfig>,
-    /// `[upstream]`, with paths made absolute.
+    /// `[upstream]`, with paths made absolute; without `[[listener]]` it may be left out,
+    /// and is then the local Postfix at `localhost:25` (for alert mail only).
     pub upstream: UpstreamConfig,
     /// `[smtp]`.
     pub smtp: SmtpConfig,
@@ -538,20 +546,26 @@ impl Config {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let listeners_span = raw.listener.span();
         let listeners = raw.listener.into_inner();
-        if listeners.is_empty() {
+        if listeners.is_empty() && raw.milter.is_empty() {
             return Err(at(
                 listeners_span,
-                "at least one [[listener]] is needed".into(),
+                "at least one [[listener]] or [[milter]] is needed".into(),
             ));
         }
         check_listeners(&listeners, &listeners_span, raw.tls.as_ref(), &at)?;
-        let up_span = raw.upstream.address.span();
-        if split_host_port(raw.upstream.address.get_ref()).is_none() {
+        check_milters(&raw.milter, &base, &at)?;
+        let upstream = match raw.upstream {
+            Some(u) => u,
+            None if listeners.is_empty() => local_postfix(),
+            None => return Err(at(0..0, "missing field `upstream`".into())),
+        };
+        let up_span = upstream.address.span();
+        if split_host_port(upstream.address.get_ref()).is_none() {
             return Err(at(
                 up_span,
                 format!(
                     "upstream address {:?} is not host:port",
-                    raw.upstream.address.get_ref()
+                    upstream.address.get_ref()
                 ),
             ));
         }
@@ -572,7 +586,7 @@ impl Config {
             private_key: abs(t.private_key),
             auth_without_tls: t.auth_without_tls,
         });
-        let mut upstream = raw.upstream;
+        let mut upstream = upstream;
         upstream.ca_file = upstream.ca_file.map(abs);
         graded::check_high_risk(&mut upstream, &abs, &at)?;
         let (metrics, admin) = admin::validate(
@@ -588,6 +602,7 @@ impl Config {
             server: raw.server,
             timeouts: raw.timeouts,
             listeners,
+            milters: raw.milter,
             tls,
             upstream,
             smtp,
@@ -666,6 +681,37 @@ pub fn split_host_port(s: &str) -> Option<(&str, u16)> {
         return None;
     }
     Some((host, port))
+}
+
+/// An empty `[[listener]]` list (a config with only `[[milter]]`s).
+fn no_listeners() -> Spanned<Vec<ListenerConfig>> {
+    Spanned::new(0..0, Vec::new())
+}
+
+/// The smart host of a config without `[[listener]]`: the local Postfix, for alert mail.
+fn local_postfix() -> UpstreamConfig {
+    toml::from_str("address = \"localhost:25\"").expect("a valid [upstream]")
+}
+
+/// Refuses a `[[milter]]` whose `listen` or `mode` cannot be read, and two of one name.
+fn check_milters(
+    milters: &[MilterConfig],
+    base: &Path,
+    at: &dyn Fn(Range<usize>, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    let mut seen = std::collections::HashSet::new();
+    for m in milters {
+        m.address(base)
+            .map_err(|e| at(m.listen.span(), e.to_string()))?;
+        m.mode_bits().map_err(|e| at(m.mode.span(), e.to_string()))?;
+        if !seen.insert(m.display_name()) {
+            return Err(at(
+                m.listen.span(),
+                format!("two [[milter]] named {:?}", m.display_name()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a listener with TLS but no `[tls]`, and one that requires TLS or AUTH (which

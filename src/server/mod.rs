@@ -54,6 +54,9 @@ pub enum ServerError {
     /// The hold spool cannot be used.
     #[error(transparent)]
     Hold(#[from] crate::hold::SpoolError),
+    /// A `[[milter]]` cannot listen.
+    #[error(transparent)]
+    Milter(#[from] crate::milter::MilterListenError),
 }
 
 /// Why a reload was refused (the generation in force stays).
@@ -240,6 +243,8 @@ struct Bound {
 /// A running floodgate: bound listeners and the state sessions share.
 pub struct Server {
     bound: Vec<Bound>,
+    /// The `[[milter]]` sockets, served on the runtime that runs the server.
+    milters: Vec<crate::milter::Listener>,
     workers: usize,
     shared: Arc<ArcSwap<Shared>>,
     observers: Arc<Observers>,
@@ -380,11 +385,17 @@ impl Server {
                 metrics: metrics.listener(&l.display_name()),
             });
         }
+        let milters = config
+            .milters
+            .iter()
+            .map(|m| crate::milter::Listener::bind(m, config.base_dir()))
+            .collect::<Result<Vec<_>, _>>()?;
         let loads = Arc::new(WorkerLoads::new(workers, config.server.placement));
         register_worker_metrics(&metrics, &loads);
         let _ = in_force.0.set(shared.clone());
         Ok(Server {
             bound,
+            milters,
             workers,
             shared,
             observers,
@@ -408,6 +419,14 @@ impl Server {
         self.shared.load().metrics.clone()
     }
 
+    /// The `[[milter]]` sockets, by name, as Postfix's `smtpd_milters` names them.
+    pub fn milter_addrs(&self) -> Vec<(Arc<str>, String)> {
+        self.milters
+            .iter()
+            .map(|m| (m.name.clone(), m.postfix_address()))
+            .collect()
+    }
+
     /// The number of worker threads.
     pub fn workers(&self) -> usize {
         self.workers
@@ -428,7 +447,8 @@ impl Server {
     /// Runs the workers until stopped, then waits for every session to end. Each worker is
     /// an OS thread with a single-threaded event loop that accepts from the shared listening
     /// sockets: a session never changes thread, so no cross-thread wake-ups on the hot path.
-    pub async fn run(self) {
+    pub async fn run(mut self) {
+        let milters = self.start_milters();
         let mut done = Vec::new();
         let mut closed = Vec::new();
         let (inboxes, receivers): (Vec<_>, Vec<_>) =
@@ -486,7 +506,35 @@ impl Server {
         for rx in done {
             let _ = rx.await;
         }
+        tokio::select! {
+            _ = milters.wait() => {}
+            _ = self.force.cancelled() => {}
+        }
         info!("all sessions ended");
+    }
+
+    /// Serves the `[[milter]]` sockets on this runtime until the server stops accepting;
+    /// each connection takes the generation in force when it starts. The tracker is
+    /// closed: waiting on it waits for the milter connections to end.
+    fn start_milters(&mut self) -> TaskTracker {
+        let tracker = TaskTracker::new();
+        let shared = self.shared.clone();
+        let ctx: Arc<dyn Fn(&Arc<str>) -> crate::milter::Context + Send + Sync> =
+            Arc::new(move |name: &Arc<str>| {
+                let s = shared.load();
+                crate::milter::context(
+                    s.config(),
+                    &s.generation.policy.identity,
+                    s.policy.clone(),
+                    name,
+                )
+            });
+        for m in self.milters.drain(..) {
+            let (t, stop, ctx) = (tracker.clone(), self.accepting.clone(), ctx.clone());
+            tracker.spawn(m.serve(ctx, t, stop));
+        }
+        tracker.close();
+        tracker
     }
 }
 

@@ -1,0 +1,479 @@
+//! One milter connection's state: the facts of the SMTP session Postfix describes, the
+//! transaction under way, and the policy's verdict at each stage turned into milter
+//! answers. No socket here: [`super::conn`] reads the packets and writes the answers.
+//!
+//! Mail from Postfix's `smtpd` (`smtpd_milters`) is judged stage by stage as it comes:
+//! a recipient over a limit gets its own `450 4.7.1` through the reply-code answer. Mail
+//! handed to the local `sendmail` (`non_smtpd_milters`) has no SMTP client: Postfix's
+//! `cleanup` makes up the connect, HELO, MAIL and RCPT events (client `localhost`,
+//! `127.0.0.1`, port 0) and cannot refuse one recipient of it, and the local user who
+//! submitted it is named only by the `Received:` line of Postfix's pickup. Such mail is
+//! therefore judged whole at the end of the message, stage after stage, as the local user.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use crate::policy::identity::Identity;
+use crate::policy::{Facts, HoldOrder, Policy, SessionPolicy, Stage, Verdict};
+use crate::postfix::milter::{macro_value, ClientAddress};
+use crate::smtp::address::{AddressRole, Path};
+use crate::smtp::reply::Reply;
+
+use super::message::Assembled;
+
+/// An answer to Postfix, owned (encoded by [`super::conn`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Go on.
+    Continue,
+    /// This SMTP reply (`4NN x.y.z text`, `5NN …`).
+    Reply(String),
+    /// Put the message in Postfix's hold queue, with this reason.
+    Quarantine(String),
+    /// Add this header field.
+    AddHeader(String, String),
+}
+
+/// A message held in Postfix's hold queue on floodgate's word, for the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// Postfix's queue id (the `i` macro).
+    pub queue_id: String,
+    /// The limit and key that held it.
+    pub order: HoldOrder,
+    /// The key restrictions are kept under (the user, else the client address).
+    pub incident_key: String,
+    /// The envelope sender.
+    pub sender: String,
+    /// The recipients.
+    pub recipients: Vec<String>,
+    /// The message's size.
+    pub size: u64,
+    /// The client's address.
+    pub client: Option<IpAddr>,
+    /// The user (SASL login folded, or local user).
+    pub user: Option<String>,
+}
+
+/// What the end of a message gives: the answers (modifications first, the final answer
+/// last) and the message held, if it was.
+#[derive(Debug, Default)]
+pub struct Ending {
+    /// The answers in order.
+    pub answers: Vec<Answer>,
+    /// The message held in Postfix's hold queue, when it was.
+    pub held: Option<Held>,
+}
+
+/// What the milter session shares with the rest of floodgate.
+#[derive(Clone)]
+pub struct Context {
+    /// The policy.
+    pub policy: Arc<dyn Policy>,
+    /// How logins fold into accounts.
+    pub identity: Identity,
+    /// Most octets of a message kept for the Message stage.
+    pub max_message_size: u64,
+    /// The milter's name (the listener name the policy sees).
+    pub name: Arc<str>,
+}
+
+/// One milter connection: one SMTP session of Postfix's at a time.
+pub struct MilterSession {
+    ctx: Context,
+    policy: Box<dyn SessionPolicy>,
+    facts: Facts,
+    /// The connect event said port 0 on 127.0.0.1: mail from the local `sendmail`.
+    local: bool,
+    /// The transaction's recipients, as addresses.
+    recipients: Vec<String>,
+    /// The order of a limit that holds the transaction's message.
+    order: Option<HoldOrder>,
+    /// The message under way.
+    message: Assembled,
+}
+
+/// Whether a connect event is Postfix's made-up one for local submissions.
+pub fn is_local_submission(address: &ClientAddress) -> bool {
+    matches!(address, ClientAddress::Inet(ip, 0) if *ip == IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// The address between `<` and `>` of a MAIL or RCPT argument (as Postfix sends it).
+fn bare_address(arg: &[u8]) -> String {
+    let text = String::from_utf8_lossy(arg);
+    let t = text.trim();
+    t.strip_prefix('<')
+        .and_then(|t| t.strip_suffix('>'))
+        .unwrap_or(t)
+        .to_string()
+}
+
+/// A verdict's reply as the reply-code answer wants it: one line, `NNN text`.
+fn reply_text(r: &Reply) -> String {
+    let text = r.lines.first().map(String::as_str).unwrap_or("");
+    let text: String = text.chars().filter(|c| !matches!(c, '\r' | '\n' | '\0')).collect();
+    format!("{} {}", r.code, text)
+}
+
+/// A header line from the policy (`Name: value`) as an add-header answer.
+fn header_answer(line: &str) -> Option<Answer> {
+    let (name, value) = line.split_once(':')?;
+    let name = name.trim();
+    let valid = !name.is_empty() && name.bytes().all(|b| b > b' ' && b <= b'~' && b != b':');
+    valid.then(|| {
+        let value: String = value.chars().filter(|c| !matches!(c, '\r' | '\n' | '\0')).collect();
+        Answer::AddHeader(name.to_string(), value.trim_start().to_string())
+    })
+}
+
+impl MilterSession {
+    /// A new session of `ctx`'s policy.
+    pub fn new(ctx: Context) -> MilterSession {
+        let policy = ctx.policy.session();
+        let facts = Facts {
+            listener: ctx.name.clone(),
+            ..Facts::default()
+        };
+        let message = Assembled::new(ctx.max_message_size);
+        MilterSession {
+            ctx,
+            policy,
+            facts,
+            local: false,
+            recipients: Vec::new(),
+            order: None,
+            message,
+        }
+    }
+
+    /// Whether this session is mail from the local `sendmail`.
+    pub fn is_local(&self) -> bool {
+        self.local
+    }
+
+    /// Asks the policy at `stage` and turns a refusal into an answer; a hold is noted for
+    /// the end of the message; `None` means go on.
+    async fn judge(&mut self, stage: Stage) -> Option<Answer> {
+        let verdict = match self.policy.check_now(stage, &self.facts) {
+            Some(v) => v,
+            None => self.policy.check(stage, &self.facts).await,
+        };
+        self.act(verdict).await
+    }
+
+    async fn act(&mut self, verdict: Verdict) -> Option<Answer> {
+        match verdict {
+            Verdict::Continue => None,
+            Verdict::Delay(d) => {
+                tokio::time::sleep(d).await;
+                None
+            }
+            Verdict::Reply(r) | Verdict::Disconnect(r) => Some(Answer::Reply(reply_text(&r))),
+            Verdict::Hold(order) => {
+                // Reroute has no second smart host here: Postfix's hold queue takes it too.
+                if self.order.is_none() {
+                    self.order = Some(order);
+                }
+                None
+            }
+        }
+    }
+
+    /// Tells the policy what Postfix did after floodgate let `stage` through: it went on
+    /// (a recipient was accepted, the message queued).
+    async fn went_on(&mut self, stage: Stage) -> Option<Answer> {
+        let ok = Reply::new(250, "2.0.0 Ok");
+        let verdict = match self.policy.after_upstream_now(stage, &self.facts, &ok) {
+            Some(v) => v,
+            None => self.policy.after_upstream(stage, &self.facts, &ok).await,
+        };
+        match verdict {
+            // Nothing Postfix already did is undone; a delay is served.
+            Verdict::Delay(d) => {
+                tokio::time::sleep(d).await;
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// The connect event.
+    pub async fn connect(&mut self, hostname: &[u8], address: &ClientAddress) -> Answer {
+        self.local = is_local_submission(address);
+        if let ClientAddress::Inet(ip, port) = address {
+            self.facts.client_ip = Some(*ip);
+            self.facts.client_port = *port;
+        }
+        let _ = hostname;
+        if self.local {
+            return Answer::Continue;
+        }
+        self.judge(Stage::Connect).await.unwrap_or(Answer::Continue)
+    }
+
+    /// HELO or EHLO; `tls` from the `{tls_version}` macro.
+    pub async fn helo(&mut self, name: &[u8], tls: bool) -> Answer {
+        self.facts.helo = Some(String::from_utf8_lossy(name).into_owned());
+        self.facts.tls = tls;
+        if self.local {
+            return Answer::Continue;
+        }
+        self.judge(Stage::Helo).await.unwrap_or(Answer::Continue)
+    }
+
+    /// MAIL; `macros` are the ones sent with it (`{auth_authen}`).
+    pub async fn mail(&mut self, args: &[&[u8]], macros: &[(&[u8], &[u8])]) -> Answer {
+        self.reset_transaction();
+        let sender = args.first().map(|a| bare_address(a)).unwrap_or_default();
+        self.facts.sender = Some(sender);
+        if let Some(login) = macro_value(macros, "{auth_authen}").filter(|l| !l.is_empty()) {
+            let login = String::from_utf8_lossy(login);
+            let user = self.ctx.identity.fold(&login).into_owned();
+            self.facts.login = (user != login).then(|| login.into_owned());
+            self.facts.user = Some(user);
+        }
+        if self.local {
+            return Answer::Continue;
+        }
+        if let Some(a) = self.judge(Stage::Mail).await {
+            self.facts.sender = None;
+            return a;
+        }
+        self.went_on(Stage::Mail).await;
+        Answer::Continue
+    }
+
+    fn set_recipient(&mut self, rcpt: &str) {
+        self.facts.recipient = Some(rcpt.to_string());
+        self.facts.recipient_normalized = Some(
+            Path::parse(rcpt, AddressRole::Recipient)
+                .map(|p| p.normalized())
+                .unwrap_or_else(|_| rcpt.to_ascii_lowercase()),
+        );
+    }
+
+    /// One RCPT.
+    pub async fn rcpt(&mut self, args: &[&[u8]]) -> Answer {
+        let rcpt = args.first().map(|a| bare_address(a)).unwrap_or_default();
+        if self.local {
+            self.recipients.push(rcpt);
+            return Answer::Continue;
+        }
+        self.set_recipient(&rcpt);
+        if let Some(a) = self.judge(Stage::Rcpt).await {
+            return a;
+        }
+        self.went_on(Stage::Rcpt).await;
+        self.recipients.push(rcpt);
+        self.facts.recipients_count = self.recipients.len();
+        Answer::Continue
+    }
+
+    /// DATA.
+    pub async fn data(&mut self) -> Answer {
+        if self.local {
+            return Answer::Continue;
+        }
+        self.judge(Stage::Data).await.unwrap_or(Answer::Continue)
+    }
+
+    /// One header field.
+    pub fn header(&mut self, name: &[u8], value: &[u8]) {
+        self.message.header(name, value);
+    }
+
+    /// A body chunk.
+    pub fn body(&mut self, chunk: &[u8]) {
+        self.message.body(chunk);
+    }
+
+    /// The transaction was abandoned (RSET, a refusal, the client gone).
+    pub fn abort(&mut self) {
+        self.policy.transaction_abandoned();
+        self.reset_transaction();
+    }
+
+    fn reset_transaction(&mut self) {
+        self.recipients.clear();
+        self.order = None;
+        self.message = Assembled::new(self.ctx.max_message_size);
+        self.facts.sender = None;
+        self.facts.recipient = None;
+        self.facts.recipient_normalized = None;
+        self.facts.recipients_count = 0;
+        self.facts.message_size = 0;
+        self.facts.header_from = None;
+        self.facts.subject = None;
+        self.facts.auto_submitted = false;
+        self.facts.message_keys = None;
+    }
+
+    /// Local mail's stages before the Message stage, judged at its end as the local user:
+    /// the first refusal answers the whole message.
+    async fn local_envelope(&mut self) -> Option<Answer> {
+        for stage in [Stage::Connect, Stage::Helo, Stage::Mail] {
+            if let Some(a) = self.judge(stage).await {
+                return Some(a);
+            }
+        }
+        self.went_on(Stage::Mail).await;
+        let recipients = std::mem::take(&mut self.recipients);
+        for rcpt in &recipients {
+            self.set_recipient(rcpt);
+            if let Some(a) = self.judge(Stage::Rcpt).await {
+                return Some(a);
+            }
+            self.went_on(Stage::Rcpt).await;
+            self.facts.recipients_count += 1;
+            self.recipients.push(rcpt.clone());
+        }
+        self.judge(Stage::Data).await
+    }
+
+    /// The local user who handed the message to `sendmail`, as Postfix's pickup names it
+    /// (its user id, by name), else the envelope sender; folded like a login.
+    fn local_user(&self) -> Option<String> {
+        let user = self
+            .message
+            .pickup_uid()
+            .and_then(crate::config::run_as::name_of)
+            .or_else(|| self.facts.sender.clone().filter(|s| !s.is_empty()));
+        user.map(|u| self.ctx.identity.fold(&u).into_owned())
+    }
+
+    /// Reads the message's facts for the Message stage: size, header From, Subject,
+    /// `Auto-Submitted:`, message keys.
+    async fn message_facts(&mut self) {
+        self.message.finish();
+        self.facts.message_size = self.message.size();
+        let fields = crate::smtp::header_fields::read(self.message.bytes());
+        self.facts.header_from = fields.from;
+        self.facts.subject = fields.subject;
+        let head_end = crate::smtp::header_fields::header_end(self.message.bytes());
+        self.facts.auto_submitted =
+            crate::smtp::auto_submitted::is_automatic(&self.message.bytes()[..head_end]);
+        let null_sender = self.facts.sender.as_deref() == Some("");
+        let account = self
+            .facts
+            .user
+            .clone()
+            .or_else(|| self.facts.client_ip.map(|ip| ip.to_string()));
+        let shared: crate::policy::SharedMessage = Arc::new(self.message.take());
+        self.facts.message_keys = self
+            .ctx
+            .policy
+            .message_keys(shared, null_sender, account)
+            .await
+            .map(Arc::new);
+    }
+
+    /// The end of the message: judged (for local mail, every stage), then answered:
+    /// refused with the limit's reply, held in Postfix's hold queue, or let through with
+    /// the policy's header fields. `queue_id` is Postfix's (the `i` macro).
+    pub async fn end_of_message(&mut self, queue_id: Option<&str>) -> Ending {
+        if self.local {
+            self.facts.user = self.local_user();
+        }
+        self.message_facts().await;
+        let refusal = if self.local {
+            match self.local_envelope().await {
+                Some(a) => Some(a),
+                None => self.judge(Stage::Message).await,
+            }
+        } else {
+            self.judge(Stage::Message).await
+        };
+        if let Some(answer) = refusal {
+            self.tell("refused by floodgate");
+            self.abort();
+            return Ending {
+                answers: vec![answer],
+                held: None,
+            };
+        }
+        let mut ending = Ending::default();
+        for line in self.policy.message_headers() {
+            ending.answers.extend(header_answer(&line));
+        }
+        if let Some(order) = self.order.take() {
+            ending.answers.push(Answer::Quarantine(format!(
+                "floodgate: limit {} for {}",
+                order.limit, order.key
+            )));
+            self.tell("held");
+            ending.held = Some(Held {
+                queue_id: queue_id.unwrap_or("").to_string(),
+                incident_key: crate::policy::alert::incident_key(&self.facts),
+                order,
+                sender: self.facts.sender.clone().unwrap_or_default(),
+                recipients: self.recipients.clone(),
+                size: self.facts.message_size,
+                client: self.facts.client_ip,
+                user: self.facts.user.clone(),
+            });
+        } else {
+            self.tell("relayed 250");
+        }
+        self.went_on(Stage::Message).await;
+        ending.answers.push(Answer::Continue);
+        self.reset_transaction();
+        ending
+    }
+
+    /// Tells the event log how the transaction ended.
+    fn tell(&self, verdict: &str) {
+        let key = crate::policy::alert::incident_key(&self.facts);
+        self.ctx.policy.transaction(&crate::policy::alert::Transaction {
+            time_us: crate::store::now_micros(),
+            key: &key,
+            client: self.facts.client_ip,
+            name: None,
+            user: self.facts.user.as_deref(),
+            login: self.facts.login.as_deref(),
+            sender: self.facts.sender.as_deref().unwrap_or(""),
+            recipients: &self.recipients,
+            subject: self.facts.subject.as_deref(),
+            verdict,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_submission_is_port_zero_on_loopback() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        assert!(is_local_submission(&ClientAddress::Inet(lo, 0)));
+        assert!(!is_local_submission(&ClientAddress::Inet(lo, 40000)));
+        assert!(!is_local_submission(&ClientAddress::Inet(
+            "192.0.2.1".parse().unwrap(),
+            0
+        )));
+        assert!(!is_local_submission(&ClientAddress::Unknown));
+    }
+
+    #[test]
+    fn addresses_lose_their_brackets() {
+        assert_eq!(bare_address(b"<a@b.example>"), "a@b.example");
+        assert_eq!(bare_address(b"<>"), "");
+        assert_eq!(bare_address(b"a@b"), "a@b");
+    }
+
+    #[test]
+    fn replies_are_one_line() {
+        let r = Reply::new(450, "4.7.1 too fast\r\nsecond");
+        assert_eq!(reply_text(&r), "450 4.7.1 too fastsecond");
+    }
+
+    #[test]
+    fn policy_header_lines_become_add_header() {
+        assert_eq!(
+            header_answer("X-Floodgate: over limit a"),
+            Some(Answer::AddHeader("X-Floodgate".into(), "over limit a".into()))
+        );
+        assert_eq!(header_answer("no colon"), None);
+        assert_eq!(header_answer("bad name: x"), None);
+    }
+}
