@@ -898,6 +898,9 @@ fn print_listening(server: &Server, extra: &[String], log: &floodgate::logs::Log
         text.push_str(&format!("listening {name} {addr} {}\n", tls.as_str()));
         info!(listener = %name, address = %addr, tls = tls.as_str(), "listening");
     }
+    for (name, address) in server.milter_addrs() {
+        text.push_str(&format!("milter {name} {address}\n"));
+    }
     for line in extra {
         text.push_str(line);
         text.push('\n');

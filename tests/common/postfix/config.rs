@@ -106,8 +106,24 @@ pub struct PostfixConfig {
     pub forbid_bare_newline: Option<String>,
     /// `message_size_limit` when set (Postfix's default is 10240000).
     pub message_size_limit: Option<u64>,
+    /// floodgate as a milter ([`PostfixConfig::milters`]); none by default.
+    pub milters: Option<Milters>,
     /// More main.cf lines, written last (so they override the lines above).
     pub main_cf: Vec<String>,
+}
+
+/// The milter lines of main.cf: `smtpd_milters`, `non_smtpd_milters`,
+/// `milter_default_action`, with `milter_protocol = 6`.
+#[derive(Debug, Clone)]
+pub struct Milters {
+    /// `smtpd_milters` (`inet:127.0.0.1:PORT`, `unix:/path`; empty: none).
+    pub smtpd: String,
+    /// `non_smtpd_milters` (empty: none).
+    pub non_smtpd: String,
+    /// `milter_default_action`: what Postfix does when the milter is down or slow.
+    pub default_action: String,
+    /// `milter_connect_timeout`, `milter_command_timeout`, `milter_content_timeout`.
+    pub timeout: String,
 }
 
 impl Default for PostfixConfig {
@@ -121,6 +137,7 @@ impl Default for PostfixConfig {
             inet_protocols: "all".into(),
             forbid_bare_newline: None,
             message_size_limit: None,
+            milters: None,
             main_cf: Vec::new(),
         }
     }
@@ -160,6 +177,19 @@ impl PostfixConfig {
     /// Sets `message_size_limit`.
     pub fn message_size_limit(mut self, bytes: u64) -> Self {
         self.message_size_limit = Some(bytes);
+        self
+    }
+
+    /// floodgate as a milter: `smtpd` for `smtpd_milters`, `non_smtpd` for
+    /// `non_smtpd_milters` (empty: none), Postfix's `milter_default_action` when the milter
+    /// does not answer, and 10 s milter timeouts.
+    pub fn milters(mut self, smtpd: &str, non_smtpd: &str, default_action: &str) -> Self {
+        self.milters = Some(Milters {
+            smtpd: smtpd.into(),
+            non_smtpd: non_smtpd.into(),
+            default_action: default_action.into(),
+            timeout: "10s".into(),
+        });
         self
     }
 
@@ -237,6 +267,21 @@ impl PostfixConfig {
         }
         if let Some(n) = self.message_size_limit {
             t.push_str(&format!("message_size_limit = {n}\n"));
+        }
+        if let Some(m) = &self.milters {
+            t.push_str(&format!(
+                "smtpd_milters = {}\n\
+                 non_smtpd_milters = {}\n\
+                 milter_default_action = {}\n\
+                 milter_protocol = 6\n\
+                 milter_connect_timeout = {t}\n\
+                 milter_command_timeout = {t}\n\
+                 milter_content_timeout = {t}\n",
+                m.smtpd,
+                m.non_smtpd,
+                m.default_action,
+                t = m.timeout
+            ));
         }
         for line in &self.main_cf {
             t.push_str(line);

@@ -1,0 +1,161 @@
+//! `smtpd_milters = floodgate`: a compromised SASL account is limited recipient by
+//! recipient (`450 4.7.1`), restricted, and its later mail held in Postfix's hold queue;
+//! another account's mail flows; a floodgate that is down gets `milter_default_action`.
+
+use crate::common;
+use crate::support::{free_port, start_milter, wait_queue};
+
+use common::postfix::{b64, token, PfListener, Postfix, PostfixConfig};
+use common::*;
+
+const SECOND: (&str, &str) = ("bob", "hunter22");
+
+/// Three recipients an hour per account; more are deferred one by one.
+const PER_RECIPIENT: &str = r#"
+[[limit]]
+name = "per-user-rcpt"
+when = "authenticated"
+count = "recipients"
+key = "${authenticated_id}"
+rate = "3 / 1h"
+burst = "3"
+action = "defer"
+"#;
+
+/// Three recipients an hour per account, then restricted, and a restricted account's mail
+/// held (the message that crosses the limit too).
+const LIMITS: &str = r#"
+[[limit]]
+name = "per-user-rcpt"
+when = "authenticated"
+count = "recipients"
+key = "${authenticated_id}"
+rate = "3 / 1h"
+burst = "3"
+action = "restrict"
+while_restricted = "hold"
+"#;
+
+fn postfix(milter: &str, default_action: &str) -> Postfix {
+    let mut cfg = PostfixConfig::default()
+        .sasl()
+        .milters(milter, "", default_action);
+    cfg.users.push((SECOND.0.into(), SECOND.1.into()));
+    Postfix::start(&cfg)
+}
+
+/// An authenticated session on Postfix's plain listener.
+fn login(pf: &Postfix, user: &str, password: &str) -> RawClient {
+    let mut c = RawClient::connect_greeted(pf.addr(PfListener::Plain));
+    c.ehlo("client.example");
+    let r = c.cmd(&format!("AUTH PLAIN {}", b64(&format!("\0{user}\0{password}"))));
+    assert_eq!(r.code, 235, "{r:?}");
+    c
+}
+
+/// MAIL, the RCPTs and, when one was taken, the message: every reply code in order.
+fn send(c: &mut RawClient, from: &str, rcpts: &[String], subject: &str) -> Vec<u16> {
+    let mut codes = vec![c.cmd(&format!("MAIL FROM:<{from}>")).code];
+    for r in rcpts {
+        codes.push(c.cmd(&format!("RCPT TO:<{r}>")).code);
+    }
+    if codes[1..].contains(&250) {
+        let r = c.cmd("DATA");
+        codes.push(r.code);
+        if r.code == 354 {
+            c.send(format!("From: <{from}>\r\nSubject: {subject}\r\n\r\nhello {subject}\r\n.\r\n").as_bytes());
+            codes.push(c.reply().code);
+        }
+    } else {
+        c.cmd("RSET");
+    }
+    codes
+}
+
+#[test]
+fn recipients_over_the_limit_get_their_own_450() {
+    let port = free_port();
+    let pf = postfix(&format!("inet:127.0.0.1:{port}"), "tempfail");
+    let _log = pf.log_on_panic();
+    let fg = start_milter(&pf, port, PER_RECIPIENT);
+    let tok = token("milter-rcpt");
+    let rcpts: Vec<String> = (0..5).map(|i| format!("r{i}-{tok}@dest.test")).collect();
+    let mut c = login(&pf, USER, PASSWORD);
+    let codes = send(&mut c, "alice@client.test", &rcpts, &tok);
+    assert_eq!(codes, [250, 250, 250, 250, 450, 450, 354, 250], "{}", fg.stderr());
+    let line = pf.wait_log("with floodgate's 450", |l| l.contains("milter-reject: RCPT"));
+    assert!(line.contains("450 4.7.1"), "{line}");
+    pf.settle();
+    assert_eq!(pf.messages_with(&tok).len(), 3);
+    // The limit is used up: the next message's recipient is deferred, and no DATA follows.
+    let codes = send(&mut c, "alice@client.test", &rcpts[..1], &tok);
+    assert_eq!(codes, [250, 450]);
+}
+
+#[test]
+fn a_compromised_account_is_restricted_and_held_while_another_flows() {
+    let port = free_port();
+    let pf = postfix(&format!("inet:127.0.0.1:{port}"), "tempfail");
+    let _log = pf.log_on_panic();
+    let fg = start_milter(&pf, port, LIMITS);
+    let tok = token("milter-smtpd");
+    let rcpts: Vec<String> = (0..5).map(|i| format!("r{i}-{tok}@dest.test")).collect();
+
+    // Five recipients: the fourth crosses the limit and restricts the account, whose
+    // message is then taken and held in Postfix's hold queue, not delivered.
+    let mut c = login(&pf, USER, PASSWORD);
+    let codes = send(&mut c, "alice@client.test", &rcpts, &format!("{tok}-first"));
+    assert_eq!(codes, [250, 250, 250, 250, 250, 250, 354, 250], "{}", fg.stderr());
+    // A later message of the restricted account: taken, and held in Postfix's hold queue.
+    let codes = send(&mut c, "alice@client.test", &rcpts[..1], &format!("{tok}-later"));
+    assert_eq!(codes, [250, 250, 354, 250], "{}", fg.stderr());
+    assert_eq!(c.cmd("QUIT").code, 221);
+
+    // The other account's mail flows.
+    let mut b = login(&pf, SECOND.0, SECOND.1);
+    let other: Vec<String> = (0..2).map(|i| format!("b{i}-{tok}@dest.test")).collect();
+    let codes = send(&mut b, "bob@client.test", &other, &format!("{tok}-bob"));
+    assert_eq!(codes, [250, 250, 250, 354, 250], "{}", fg.stderr());
+    assert_eq!(pf.wait_messages(&format!("{tok}-bob"), 2).len(), 2);
+
+    let held = wait_queue(&pf, "held alice's two messages", |q| {
+        q.iter().filter(|m| m.queue_name == "hold").count() == 2
+    });
+    assert!(held.iter().filter(|m| m.queue_name == "hold").all(|m| m.sender == "alice@client.test"), "{held:?}");
+    assert!(pf.messages_with(&format!("{tok}-first")).is_empty());
+    assert!(pf.messages_with(&format!("{tok}-later")).is_empty());
+    pf.wait_log("holding on floodgate's word", |l| {
+        l.contains("milter-hold: END-OF-MESSAGE") && l.contains("milter triggers HOLD action")
+    });
+    let fgerr = fg.stderr();
+    assert!(fgerr.contains("message held in Postfix's hold queue"), "{fgerr}");
+}
+
+/// Floodgate down: Postfix applies `milter_default_action = tempfail` from the connect
+/// on, so the client is told to try again (4xx) and nothing is accepted unfiltered; once
+/// floodgate runs, the retry goes through: nothing lost.
+#[test]
+fn floodgate_down_is_tempfail_and_nothing_is_lost() {
+    let port = free_port();
+    let pf = postfix(&format!("inet:127.0.0.1:{port}"), "tempfail");
+    let _log = pf.log_on_panic();
+    let tok = token("milter-down");
+    let mut c = RawClient::connect_greeted(pf.addr(PfListener::Plain));
+    c.ehlo("client.example");
+    let auth = c.cmd(&format!("AUTH PLAIN {}", b64(&format!("\0{USER}\0{PASSWORD}"))));
+    assert_eq!(auth.class(), 4, "{auth:?}");
+    let mail = c.cmd("MAIL FROM:<alice@client.test>");
+    assert_eq!(mail.code, 451, "{mail:?}");
+    assert!(mail.text().contains("4.7.1"), "{mail:?}");
+    drop(c);
+    pf.wait_log("with the milter's default action", |l| {
+        l.contains("milter-reject: CONNECT") && l.contains("451 4.7.1")
+    });
+    assert_eq!(pf.queued(), 0);
+
+    let fg = start_milter(&pf, port, LIMITS);
+    let mut c = login(&pf, USER, PASSWORD);
+    let codes = send(&mut c, "alice@client.test", &[format!("r-{tok}@dest.test")], &tok);
+    assert_eq!(codes, [250, 250, 354, 250], "{}", fg.stderr());
+    assert_eq!(pf.wait_messages(&tok, 1).len(), 1);
+}
