@@ -1,7 +1,6 @@
 //! The message of a milter transaction, put together from the header and body packets
 //! Postfix sends, bounded by `[smtp] max_message_size`: what the Message stage reads (header
-//! From, Subject, `Auto-Submitted:`, the message keys) and the pickup `Received:` line that
-//! names the local user of mail handed to `sendmail`.
+//! From, Subject, `Auto-Submitted:`, the message keys).
 
 /// A message as the milter receives it: header fields one by one, then body chunks.
 #[derive(Debug, Default)]
@@ -15,11 +14,6 @@ pub struct Assembled {
     max: usize,
     /// Whether the blank line after the header section is written.
     body_started: bool,
-    /// The local user id named by the first `Received:` field when Postfix's pickup wrote
-    /// it (`(Postfix, from userid N)`).
-    pickup_uid: Option<u32>,
-    /// Whether a `Received:` field was seen (only the first one can be pickup's).
-    seen_received: bool,
 }
 
 impl Assembled {
@@ -40,12 +34,6 @@ impl Assembled {
     /// One header field as Postfix sends it: its value keeps its leading space
     /// (`SMFIP_HDR_LEADSPC`), folded lines are joined by a bare LF, which becomes CRLF.
     pub fn header(&mut self, name: &[u8], value: &[u8]) {
-        if !self.seen_received && name.eq_ignore_ascii_case(b"received") {
-            self.seen_received = true;
-            self.pickup_uid = std::str::from_utf8(value)
-                .ok()
-                .and_then(crate::postfix::queue::pickup_userid);
-        }
         let mut line = Vec::with_capacity(name.len() + value.len() + 4);
         line.extend_from_slice(name);
         line.push(b':');
@@ -91,12 +79,6 @@ impl Assembled {
     pub fn size(&self) -> u64 {
         self.size
     }
-
-    /// The local user id in Postfix's pickup `Received:` line, when the first `Received:`
-    /// field is one.
-    pub fn pickup_uid(&self) -> Option<u32> {
-        self.pickup_uid
-    }
 }
 
 #[cfg(test)]
@@ -126,24 +108,6 @@ mod tests {
         m.header(b"X", b" y");
         m.finish();
         assert_eq!(m.bytes(), b"X: y\r\n\r\n");
-    }
-
-    #[test]
-    fn pickup_line_names_the_uid_only_when_first() {
-        let mut m = Assembled::new(1000);
-        m.header(
-            b"Received",
-            b" by h.example (Postfix, from userid 33)\n\tid 4Q; Mon, 7 Dec 2026",
-        );
-        m.header(b"Received", b" by h.example (Postfix, from userid 0)");
-        assert_eq!(m.pickup_uid(), Some(33));
-        let mut m = Assembled::new(1000);
-        m.header(
-            b"Received",
-            b" from c (c [192.0.2.1]) by h (Postfix) with ESMTPSA",
-        );
-        m.header(b"Received", b" by h.example (Postfix, from userid 33)");
-        assert_eq!(m.pickup_uid(), None);
     }
 
     #[test]

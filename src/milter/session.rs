@@ -6,9 +6,12 @@
 //! a recipient over a limit gets its own `450 4.7.1` through the reply-code answer. Mail
 //! handed to the local `sendmail` (`non_smtpd_milters`) has no SMTP client: Postfix's
 //! `cleanup` makes up the connect, HELO, MAIL and RCPT events (client `localhost`,
-//! `127.0.0.1`, port 0) and cannot refuse one recipient of it, and the local user who
-//! submitted it is named only by the `Received:` line of Postfix's pickup. Such mail is
-//! therefore judged whole at the end of the message, stage after stage, as the local user.
+//! `127.0.0.1`, port 0) and cannot refuse one recipient of it (it defers the whole message
+//! then, as a configuration error). Such mail is judged whole at the end of the message,
+//! stage after stage. Its user is the envelope sender: Postfix's `sendmail` makes it the
+//! submitting user's login at `$myorigin` unless the program names another with `-f`; the
+//! `Received: … (Postfix, from userid N)` line Postfix's pickup writes is not handed to
+//! milters (Postfix keeps its own `Received:` line from them).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -330,15 +333,12 @@ impl MilterSession {
         self.judge(Stage::Data).await
     }
 
-    /// The local user who handed the message to `sendmail`, as Postfix's pickup names it
-    /// (its user id, by name), else the envelope sender; folded like a login.
+    /// The local user who handed the message to `sendmail`: the envelope sender (the
+    /// user's login at `$myorigin` unless the program gave another), folded like a login;
+    /// none for the null sender.
     fn local_user(&self) -> Option<String> {
-        let user = self
-            .message
-            .pickup_uid()
-            .and_then(crate::config::run_as::name_of)
-            .or_else(|| self.facts.sender.clone().filter(|s| !s.is_empty()));
-        user.map(|u| self.ctx.identity.fold(&u).into_owned())
+        let sender = self.facts.sender.as_deref().filter(|s| !s.is_empty())?;
+        Some(self.ctx.identity.fold(sender).into_owned())
     }
 
     /// Reads the message's facts for the Message stage: size, header From, Subject,

@@ -1,6 +1,7 @@
 //! `non_smtpd_milters = floodgate`: a web application's loop, mail handed to `sendmail`
-//! by one local user, is limited, restricted and held per local user; another local user's
-//! mail flows.
+//! by one local user, is limited, restricted and held in Postfix's hold queue; another
+//! local user's mail flows. The local user is the envelope sender Postfix's `sendmail`
+//! gives mail without `-f`: the login at `$myorigin`.
 
 use crate::common;
 use crate::support::{free_port, start_milter, wait_queue};
@@ -28,23 +29,32 @@ fn a_local_users_loop_is_held_while_another_users_mail_flows() {
     let fg = start_milter(&pf, port, LIMITS);
     let tok = token("milter-local");
     let (web, other) = (local_user("nobody"), local_user("daemon"));
+    let send = |u, who: &str, i: usize| {
+        pf.sendmail_as(u, None, &format!("{who}{i}-{tok}@dest.test"), &format!("{tok}-{who}-{i}"))
+    };
     for i in 0..3 {
-        pf.sendmail_as(&web, "www@site.test", &format!("r{i}-{tok}@dest.test"), &format!("{tok}-web-{i}"));
+        send(&web, "web", i);
     }
     assert_eq!(pf.wait_messages(&format!("{tok}-web"), 3).len(), 3, "{}", fg.stderr());
+    // The fourth message crosses the limit: the user is restricted and that message and
+    // every later one is held.
     for i in 3..6 {
-        pf.sendmail_as(&web, "www@site.test", &format!("r{i}-{tok}@dest.test"), &format!("{tok}-web-{i}"));
+        send(&web, "web", i);
     }
     for i in 0..2 {
-        pf.sendmail_as(&other, "cron@site.test", &format!("o{i}-{tok}@dest.test"), &format!("{tok}-other-{i}"));
+        send(&other, "cron", i);
     }
-    assert_eq!(pf.wait_messages(&format!("{tok}-other"), 2).len(), 2, "{}", fg.stderr());
-    let q = wait_queue(&pf, "held the loop's later messages", |q| {
-        q.iter().filter(|m| m.queue_name == "hold").count() >= 2
+    assert_eq!(pf.wait_messages(&format!("{tok}-cron"), 2).len(), 2, "{}", fg.stderr());
+    let q = wait_queue(&pf, "held the loop's three later messages", |q| {
+        q.iter().filter(|m| m.queue_name == "hold").count() == 3
     });
-    eprintln!("{q:?}\n{}", fg.stderr());
-    assert!(q.iter().filter(|m| m.queue_name == "hold").all(|m| m.sender == "www@site.test"), "{q:?}");
+    assert!(
+        q.iter().all(|m| m.queue_name == "hold" && m.sender == "nobody@smarthost.test"),
+        "{q:?}"
+    );
+    pf.wait_log("holding on floodgate's word", |l| l.contains("milter triggers HOLD action"));
     assert_eq!(pf.messages_with(&format!("{tok}-web")).len(), 3);
     let err = fg.stderr();
-    assert!(err.contains("user=nobody") || err.contains("user=\"nobody\""), "{err}");
+    assert!(err.contains("key restricted key=nobody@smarthost.test"), "{err}");
+    assert!(!err.contains("key=daemon@smarthost.test limit"), "{err}");
 }

@@ -1,6 +1,6 @@
 //! Mail handed to the private Postfix's `sendmail` by a local user, as a web application
-//! or a cron job hands it: Postfix's pickup then names the user in its `Received:` line
-//! (`(Postfix, from userid N)`), and `non_smtpd_milters` see it.
+//! or a cron job hands it: without `-f`, the envelope sender is the user's login at
+//! `$myorigin`, and `non_smtpd_milters` see it.
 //!
 //! The user runs `sendmail` with the private config directory (`MAIL_CONFIG`). Postfix's
 //! set-group-id `postdrop` trusts another config directory from an unprivileged caller
@@ -53,23 +53,15 @@ fn postdrop_gid() -> u32 {
 }
 
 impl Postfix {
-    /// `user` hands a message with subject `subject` from `from` to `to` to `sendmail`
-    /// (bounded: 30 s); panics with sendmail's output when it fails.
-    pub fn sendmail_as(&self, user: &LocalUser, from: &str, to: &str, subject: &str) {
+    /// `user` hands a message with subject `subject` to `to` to `sendmail`, with `-f from`
+    /// when given (bounded: 30 s); panics with sendmail's output when it fails.
+    pub fn sendmail_as(&self, user: &LocalUser, from: Option<&str>, to: &str, subject: &str) {
         let mut cmd = Command::new("/usr/sbin/sendmail");
-        // SAFETY: setgroups is async-signal-safe; it drops root's supplementary groups
-        // before the user and group ids are changed.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setgroups(0, std::ptr::null()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        if let Some(from) = from {
+            cmd.arg("-f").arg(from);
         }
+        // With a uid to change to, root's supplementary groups are dropped first (std).
         let mut child = cmd
-            .arg("-f")
-            .arg(from)
             .arg("--")
             .arg(to)
             .env("MAIL_CONFIG", self.dir().join("conf"))
@@ -81,7 +73,7 @@ impl Postfix {
             .stderr(Stdio::piped())
             .spawn()
             .expect("run sendmail");
-        let text = format!("From: {from}\nTo: {to}\nSubject: {subject}\n\nhello from {subject}\n");
+        let text = format!("To: {to}\nSubject: {subject}\n\nhello from {subject}\n");
         child
             .stdin
             .take()
