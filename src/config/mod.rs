@@ -703,7 +703,8 @@ fn check_milters(
     for m in milters {
         m.address(base)
             .map_err(|e| at(m.listen.span(), e.to_string()))?;
-        m.mode_bits().map_err(|e| at(m.mode.span(), e.to_string()))?;
+        m.mode_bits()
+            .map_err(|e| at(m.mode.span(), e.to_string()))?;
         if !seen.insert(m.display_name()) {
             return Err(at(
                 m.listen.span(),

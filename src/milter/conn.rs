@@ -97,6 +97,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// Serves the connection until Postfix closes it or sends something floodgate cannot
     /// read (then the connection is closed: Postfix applies `milter_default_action`).
     pub async fn run(mut self) -> Result<(), ConnError> {
+        let ended = self.serve().await;
+        if ended.is_err() {
+            // Answers owed before the bad packet still go out.
+            let _ = self.flush().await;
+        }
+        ended
+    }
+
+    async fn serve(&mut self) -> Result<(), ConnError> {
         loop {
             let (code, data, used) = match next_packet(&self.rbuf)? {
                 Some((p, used)) => (p.code, p.data.to_vec(), used),
@@ -166,7 +175,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     async fn handle(&mut self, command: Command<'_>) -> Result<bool, ConnError> {
         if let Command::Negotiate(offer) = command {
             let agreed = negotiate(offer, &WANTED)?;
-            debug!(version = agreed.options.version, actions = agreed.options.actions, steps = agreed.options.steps, "milter options agreed");
+            debug!(
+                version = agreed.options.version,
+                actions = agreed.options.actions,
+                steps = agreed.options.steps,
+                "milter options agreed"
+            );
             self.steps = Some(agreed.options.steps);
             self.send(&Response::Negotiate(agreed.options, agreed.macros))?;
             return Ok(true);
@@ -182,10 +196,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 }
                 self.macros = Macros {
                     stage,
-                    pairs: pairs.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect(),
+                    pairs: pairs
+                        .iter()
+                        .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                        .collect(),
                 };
             }
-            Command::Connect { hostname, ref address } => {
+            Command::Connect {
+                hostname,
+                ref address,
+            } => {
                 let a = self.session.connect(hostname, address).await;
                 self.reply(&command, &a)?;
             }
@@ -223,11 +243,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 self.session.body(chunk);
                 let queue_id = self.queue_id.take();
                 let ending = self.session.end_of_message(queue_id.as_deref()).await;
+                // A hold is written down before Postfix is told: if it cannot be, the
+                // message is refused for now rather than held unknown to floodgate.
+                if let Some(held) = ending.held {
+                    if let Err(e) = super::held::record(&self.ctx, held) {
+                        warn!(error = %e, "held message not recorded: answered tempfail");
+                        self.send(&Response::Tempfail)?;
+                        return Ok(true);
+                    }
+                }
                 for a in &ending.answers {
                     self.answer(a)?;
-                }
-                if let Some(held) = ending.held {
-                    super::held::record(&self.ctx, held);
                 }
             }
             Command::Abort => {
@@ -274,3 +300,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, ctx: Context) {
         Err(e) => info!(milter = %name, error = %e, "milter connection ended"),
     }
 }
+
+#[cfg(test)]
+#[path = "conn_tests.rs"]
+mod tests;

@@ -116,7 +116,7 @@ mod tests {
         m.header(b"Subject", b" a long subject line");
         m.body(b"and a body\r\n");
         assert_eq!(m.bytes().len(), 10);
-        assert_eq!(m.size(), 28 + 2 + 12);
+        assert_eq!(m.size(), 30 + 2 + 12);
     }
 
     proptest! {

@@ -160,7 +160,12 @@ fn remove_stale_socket(path: &std::path::Path) {
 }
 
 /// The context of a milter session from the config in force and the policy.
-pub fn context(config: &Config, identity: &Identity, policy: Arc<dyn Policy>, name: &Arc<str>) -> Context {
+pub fn context(
+    config: &Config,
+    identity: &Identity,
+    policy: Arc<dyn Policy>,
+    name: &Arc<str>,
+) -> Context {
     Context {
         policy,
         identity: identity.clone(),

@@ -114,7 +114,10 @@ fn bare_address(arg: &[u8]) -> String {
 /// A verdict's reply as the reply-code answer wants it: one line, `NNN text`.
 fn reply_text(r: &Reply) -> String {
     let text = r.lines.first().map(String::as_str).unwrap_or("");
-    let text: String = text.chars().filter(|c| !matches!(c, '\r' | '\n' | '\0')).collect();
+    let text: String = text
+        .chars()
+        .filter(|c| !matches!(c, '\r' | '\n' | '\0'))
+        .collect();
     format!("{} {}", r.code, text)
 }
 
@@ -124,7 +127,10 @@ fn header_answer(line: &str) -> Option<Answer> {
     let name = name.trim();
     let valid = !name.is_empty() && name.bytes().all(|b| b > b' ' && b <= b'~' && b != b':');
     valid.then(|| {
-        let value: String = value.chars().filter(|c| !matches!(c, '\r' | '\n' | '\0')).collect();
+        let value: String = value
+            .chars()
+            .filter(|c| !matches!(c, '\r' | '\n' | '\0'))
+            .collect();
         Answer::AddHeader(name.to_string(), value.trim_start().to_string())
     })
 }
@@ -423,18 +429,20 @@ impl MilterSession {
     /// Tells the event log how the transaction ended.
     fn tell(&self, verdict: &str) {
         let key = crate::policy::alert::incident_key(&self.facts);
-        self.ctx.policy.transaction(&crate::policy::alert::Transaction {
-            time_us: crate::store::now_micros(),
-            key: &key,
-            client: self.facts.client_ip,
-            name: None,
-            user: self.facts.user.as_deref(),
-            login: self.facts.login.as_deref(),
-            sender: self.facts.sender.as_deref().unwrap_or(""),
-            recipients: &self.recipients,
-            subject: self.facts.subject.as_deref(),
-            verdict,
-        });
+        self.ctx
+            .policy
+            .transaction(&crate::policy::alert::Transaction {
+                time_us: crate::store::now_micros(),
+                key: &key,
+                client: self.facts.client_ip,
+                name: None,
+                user: self.facts.user.as_deref(),
+                login: self.facts.login.as_deref(),
+                sender: self.facts.sender.as_deref().unwrap_or(""),
+                recipients: &self.recipients,
+                subject: self.facts.subject.as_deref(),
+                verdict,
+            });
     }
 }
 
@@ -471,7 +479,10 @@ mod tests {
     fn policy_header_lines_become_add_header() {
         assert_eq!(
             header_answer("X-Floodgate: over limit a"),
-            Some(Answer::AddHeader("X-Floodgate".into(), "over limit a".into()))
+            Some(Answer::AddHeader(
+                "X-Floodgate".into(),
+                "over limit a".into()
+            ))
         );
         assert_eq!(header_answer("no colon"), None);
         assert_eq!(header_answer("bad name: x"), None);

@@ -30,12 +30,22 @@ fn a_local_users_loop_is_held_while_another_users_mail_flows() {
     let tok = token("milter-local");
     let (web, other) = (local_user("nobody"), local_user("daemon"));
     let send = |u, who: &str, i: usize| {
-        pf.sendmail_as(u, None, &format!("{who}{i}-{tok}@dest.test"), &format!("{tok}-{who}-{i}"))
+        pf.sendmail_as(
+            u,
+            None,
+            &format!("{who}{i}-{tok}@dest.test"),
+            &format!("{tok}-{who}-{i}"),
+        )
     };
     for i in 0..3 {
         send(&web, "web", i);
     }
-    assert_eq!(pf.wait_messages(&format!("{tok}-web"), 3).len(), 3, "{}", fg.stderr());
+    assert_eq!(
+        pf.wait_messages(&format!("{tok}-web"), 3).len(),
+        3,
+        "{}",
+        fg.stderr()
+    );
     // The fourth message crosses the limit: the user is restricted and that message and
     // every later one is held.
     for i in 3..6 {
@@ -44,17 +54,28 @@ fn a_local_users_loop_is_held_while_another_users_mail_flows() {
     for i in 0..2 {
         send(&other, "cron", i);
     }
-    assert_eq!(pf.wait_messages(&format!("{tok}-cron"), 2).len(), 2, "{}", fg.stderr());
+    assert_eq!(
+        pf.wait_messages(&format!("{tok}-cron"), 2).len(),
+        2,
+        "{}",
+        fg.stderr()
+    );
     let q = wait_queue(&pf, "held the loop's three later messages", |q| {
         q.iter().filter(|m| m.queue_name == "hold").count() == 3
     });
     assert!(
-        q.iter().all(|m| m.queue_name == "hold" && m.sender == "nobody@smarthost.test"),
+        q.iter()
+            .all(|m| m.queue_name == "hold" && m.sender == "nobody@smarthost.test"),
         "{q:?}"
     );
-    pf.wait_log("holding on floodgate's word", |l| l.contains("milter triggers HOLD action"));
+    pf.wait_log("holding on floodgate's word", |l| {
+        l.contains("milter triggers HOLD action")
+    });
     assert_eq!(pf.messages_with(&format!("{tok}-web")).len(), 3);
     let err = fg.stderr();
-    assert!(err.contains("key restricted key=nobody@smarthost.test"), "{err}");
+    assert!(
+        err.contains("key restricted key=nobody@smarthost.test"),
+        "{err}"
+    );
     assert!(!err.contains("key=daemon@smarthost.test limit"), "{err}");
 }

@@ -48,7 +48,10 @@ fn postfix(milter: &str, default_action: &str) -> Postfix {
 fn login(pf: &Postfix, user: &str, password: &str) -> RawClient {
     let mut c = RawClient::connect_greeted(pf.addr(PfListener::Plain));
     c.ehlo("client.example");
-    let r = c.cmd(&format!("AUTH PLAIN {}", b64(&format!("\0{user}\0{password}"))));
+    let r = c.cmd(&format!(
+        "AUTH PLAIN {}",
+        b64(&format!("\0{user}\0{password}"))
+    ));
     assert_eq!(r.code, 235, "{r:?}");
     c
 }
@@ -63,7 +66,10 @@ fn send(c: &mut RawClient, from: &str, rcpts: &[String], subject: &str) -> Vec<u
         let r = c.cmd("DATA");
         codes.push(r.code);
         if r.code == 354 {
-            c.send(format!("From: <{from}>\r\nSubject: {subject}\r\n\r\nhello {subject}\r\n.\r\n").as_bytes());
+            c.send(
+                format!("From: <{from}>\r\nSubject: {subject}\r\n\r\nhello {subject}\r\n.\r\n")
+                    .as_bytes(),
+            );
             codes.push(c.reply().code);
         }
     } else {
@@ -82,8 +88,15 @@ fn recipients_over_the_limit_get_their_own_450() {
     let rcpts: Vec<String> = (0..5).map(|i| format!("r{i}-{tok}@dest.test")).collect();
     let mut c = login(&pf, USER, PASSWORD);
     let codes = send(&mut c, "alice@client.test", &rcpts, &tok);
-    assert_eq!(codes, [250, 250, 250, 250, 450, 450, 354, 250], "{}", fg.stderr());
-    let line = pf.wait_log("with floodgate's 450", |l| l.contains("milter-reject: RCPT"));
+    assert_eq!(
+        codes,
+        [250, 250, 250, 250, 450, 450, 354, 250],
+        "{}",
+        fg.stderr()
+    );
+    let line = pf.wait_log("with floodgate's 450", |l| {
+        l.contains("milter-reject: RCPT")
+    });
     assert!(line.contains("450 4.7.1"), "{line}");
     pf.settle();
     assert_eq!(pf.messages_with(&tok).len(), 3);
@@ -105,9 +118,19 @@ fn a_compromised_account_is_restricted_and_held_while_another_flows() {
     // message is then taken and held in Postfix's hold queue, not delivered.
     let mut c = login(&pf, USER, PASSWORD);
     let codes = send(&mut c, "alice@client.test", &rcpts, &format!("{tok}-first"));
-    assert_eq!(codes, [250, 250, 250, 250, 250, 250, 354, 250], "{}", fg.stderr());
+    assert_eq!(
+        codes,
+        [250, 250, 250, 250, 250, 250, 354, 250],
+        "{}",
+        fg.stderr()
+    );
     // A later message of the restricted account: taken, and held in Postfix's hold queue.
-    let codes = send(&mut c, "alice@client.test", &rcpts[..1], &format!("{tok}-later"));
+    let codes = send(
+        &mut c,
+        "alice@client.test",
+        &rcpts[..1],
+        &format!("{tok}-later"),
+    );
     assert_eq!(codes, [250, 250, 354, 250], "{}", fg.stderr());
     assert_eq!(c.cmd("QUIT").code, 221);
 
@@ -121,14 +144,22 @@ fn a_compromised_account_is_restricted_and_held_while_another_flows() {
     let held = wait_queue(&pf, "held alice's two messages", |q| {
         q.iter().filter(|m| m.queue_name == "hold").count() == 2
     });
-    assert!(held.iter().filter(|m| m.queue_name == "hold").all(|m| m.sender == "alice@client.test"), "{held:?}");
+    assert!(
+        held.iter()
+            .filter(|m| m.queue_name == "hold")
+            .all(|m| m.sender == "alice@client.test"),
+        "{held:?}"
+    );
     assert!(pf.messages_with(&format!("{tok}-first")).is_empty());
     assert!(pf.messages_with(&format!("{tok}-later")).is_empty());
     pf.wait_log("holding on floodgate's word", |l| {
         l.contains("milter-hold: END-OF-MESSAGE") && l.contains("milter triggers HOLD action")
     });
     let fgerr = fg.stderr();
-    assert!(fgerr.contains("message held in Postfix's hold queue"), "{fgerr}");
+    assert!(
+        fgerr.contains("message held in Postfix's hold queue"),
+        "{fgerr}"
+    );
 }
 
 /// Floodgate down: Postfix applies `milter_default_action = tempfail` from the connect
@@ -142,7 +173,10 @@ fn floodgate_down_is_tempfail_and_nothing_is_lost() {
     let tok = token("milter-down");
     let mut c = RawClient::connect_greeted(pf.addr(PfListener::Plain));
     c.ehlo("client.example");
-    let auth = c.cmd(&format!("AUTH PLAIN {}", b64(&format!("\0{USER}\0{PASSWORD}"))));
+    let auth = c.cmd(&format!(
+        "AUTH PLAIN {}",
+        b64(&format!("\0{USER}\0{PASSWORD}"))
+    ));
     assert_eq!(auth.class(), 4, "{auth:?}");
     let mail = c.cmd("MAIL FROM:<alice@client.test>");
     assert_eq!(mail.code, 451, "{mail:?}");
@@ -155,7 +189,12 @@ fn floodgate_down_is_tempfail_and_nothing_is_lost() {
 
     let fg = start_milter(&pf, port, LIMITS);
     let mut c = login(&pf, USER, PASSWORD);
-    let codes = send(&mut c, "alice@client.test", &[format!("r-{tok}@dest.test")], &tok);
+    let codes = send(
+        &mut c,
+        "alice@client.test",
+        &[format!("r-{tok}@dest.test")],
+        &tok,
+    );
     assert_eq!(codes, [250, 250, 354, 250], "{}", fg.stderr());
     assert_eq!(pf.wait_messages(&tok, 1).len(), 1);
 }

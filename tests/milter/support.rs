@@ -60,7 +60,11 @@ pub fn queue(pf: &Postfix) -> Vec<Queued> {
         .arg("-j")
         .output()
         .expect("run postqueue -j");
-    assert!(out.status.success(), "postqueue -j: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "postqueue -j: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| {
@@ -82,7 +86,11 @@ pub fn wait_queue(pf: &Postfix, what: &str, pred: impl Fn(&[Queued]) -> bool) ->
         if pred(&q) {
             return q;
         }
-        assert!(Instant::now() < deadline, "Postfix's queue never {what}: {q:?}\n{}", pf.logs());
+        assert!(
+            Instant::now() < deadline,
+            "Postfix's queue never {what}: {q:?}\n{}",
+            pf.logs()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -93,7 +93,11 @@ impl Postfix {
                 );
                 return;
             }
-            assert!(Instant::now() < deadline, "sendmail as {} did not end within 30 s", user.name);
+            assert!(
+                Instant::now() < deadline,
+                "sendmail as {} did not end within 30 s",
+                user.name
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
