@@ -16,8 +16,9 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
+use crate::exchange::{continued, Act, After, Exchange};
 use crate::policy::identity::Identity;
-use crate::policy::{Facts, HoldOrder, Policy, SessionPolicy, Stage, Verdict};
+use crate::policy::{Facts, HoldOrder, Policy, Stage};
 use crate::postfix::milter::{macro_value, ClientAddress};
 use crate::smtp::address::{AddressRole, Path};
 use crate::smtp::reply::Reply;
@@ -81,17 +82,16 @@ pub struct Context {
     pub name: Arc<str>,
 }
 
-/// One milter connection: one SMTP session of Postfix's at a time.
+/// One milter connection: one SMTP session of Postfix's at a time, driven through the
+/// exchange ([`crate::exchange`]): each event asked about at its stage, Postfix going on
+/// heard as the answer of what came after.
 pub struct MilterSession {
     ctx: Context,
-    policy: Box<dyn SessionPolicy>,
-    facts: Facts,
+    exchange: Exchange,
     /// The connect event said port 0 on 127.0.0.1: mail from the local `sendmail`.
     local: bool,
     /// The transaction's recipients, as addresses.
     recipients: Vec<String>,
-    /// The order of a limit that holds the transaction's message.
-    order: Option<HoldOrder>,
     /// The message under way.
     message: Assembled,
 }
@@ -138,21 +138,23 @@ fn header_answer(line: &str) -> Option<Answer> {
 impl MilterSession {
     /// A new session of `ctx`'s policy.
     pub fn new(ctx: Context) -> MilterSession {
-        let policy = ctx.policy.session();
         let facts = Facts {
             listener: ctx.name.clone(),
             ..Facts::default()
         };
+        let exchange = Exchange::new(ctx.policy.session(), facts);
         let message = Assembled::new(ctx.max_message_size);
         MilterSession {
             ctx,
-            policy,
-            facts,
+            exchange,
             local: false,
             recipients: Vec::new(),
-            order: None,
             message,
         }
+    }
+
+    fn facts(&mut self) -> &mut Facts {
+        self.exchange.facts_mut()
     }
 
     /// Whether this session is mail from the local `sendmail`.
@@ -160,49 +162,27 @@ impl MilterSession {
         self.local
     }
 
-    /// Asks the policy at `stage` and turns a refusal into an answer; a hold is noted for
-    /// the end of the message; `None` means go on.
+    /// Asks the policy at `stage` through the exchange: a refusal becomes the reply-code
+    /// answer, a wait is served, a hold is kept by the exchange for the end of the message;
+    /// `None` means go on.
     async fn judge(&mut self, stage: Stage) -> Option<Answer> {
-        let verdict = match self.policy.check_now(stage, &self.facts) {
-            Some(v) => v,
-            None => self.policy.check(stage, &self.facts).await,
-        };
-        self.act(verdict).await
-    }
-
-    async fn act(&mut self, verdict: Verdict) -> Option<Answer> {
-        match verdict {
-            Verdict::Continue => None,
-            Verdict::Delay(d) => {
+        match self.exchange.ask(stage).await {
+            Act::Go | Act::Take(_) => None,
+            Act::Wait(d) => {
                 tokio::time::sleep(d).await;
                 None
             }
-            Verdict::Reply(r) | Verdict::Disconnect(r) => Some(Answer::Reply(reply_text(&r))),
-            Verdict::Hold(order) => {
-                // Reroute has no second smart host here: Postfix's hold queue takes it too.
-                if self.order.is_none() {
-                    self.order = Some(order);
-                }
-                None
-            }
+            Act::Refuse(r) | Act::Close(r) => Some(Answer::Reply(reply_text(&r))),
         }
     }
 
-    /// Tells the policy what Postfix did after floodgate let `stage` through: it went on
-    /// (a recipient was accepted, the message queued).
-    async fn went_on(&mut self, stage: Stage) -> Option<Answer> {
-        let ok = Reply::new(250, "2.0.0 Ok");
-        let verdict = match self.policy.after_upstream_now(stage, &self.facts, &ok) {
-            Some(v) => v,
-            None => self.policy.after_upstream(stage, &self.facts, &ok).await,
-        };
-        match verdict {
-            // Nothing Postfix already did is undone; a delay is served.
-            Verdict::Delay(d) => {
-                tokio::time::sleep(d).await;
-                None
-            }
-            _ => None,
+    /// Postfix went on after floodgate let `stage` through (a recipient accepted, the
+    /// message queued as `queue_id`): heard by the exchange. Nothing Postfix did is undone;
+    /// a wait is served.
+    async fn went_on(&mut self, stage: Stage, queue_id: Option<&str>) {
+        let heard = continued(stage, queue_id);
+        if let After::WaitThenPass(d) = self.exchange.hear(stage, &heard).await {
+            tokio::time::sleep(d).await;
         }
     }
 
@@ -210,8 +190,8 @@ impl MilterSession {
     pub async fn connect(&mut self, hostname: &[u8], address: &ClientAddress) -> Answer {
         self.local = is_local_submission(address);
         if let ClientAddress::Inet(ip, port) = address {
-            self.facts.client_ip = Some(*ip);
-            self.facts.client_port = *port;
+            self.facts().client_ip = Some(*ip);
+            self.facts().client_port = *port;
         }
         let _ = hostname;
         if self.local {
@@ -222,8 +202,8 @@ impl MilterSession {
 
     /// HELO or EHLO; `tls` from the `{tls_version}` macro.
     pub async fn helo(&mut self, name: &[u8], tls: bool) -> Answer {
-        self.facts.helo = Some(String::from_utf8_lossy(name).into_owned());
-        self.facts.tls = tls;
+        self.facts().helo = Some(String::from_utf8_lossy(name).into_owned());
+        self.facts().tls = tls;
         if self.local {
             return Answer::Continue;
         }
@@ -232,29 +212,28 @@ impl MilterSession {
 
     /// MAIL; `macros` are the ones sent with it (`{auth_authen}`).
     pub async fn mail(&mut self, args: &[&[u8]], macros: &[(&[u8], &[u8])]) -> Answer {
-        self.reset_transaction();
+        self.abort();
         let sender = args.first().map(|a| bare_address(a)).unwrap_or_default();
-        self.facts.sender = Some(sender);
+        self.facts().sender = Some(sender);
         if let Some(login) = macro_value(macros, "{auth_authen}").filter(|l| !l.is_empty()) {
             let login = String::from_utf8_lossy(login);
             let user = self.ctx.identity.fold(&login).into_owned();
-            self.facts.login = (user != login).then(|| login.into_owned());
-            self.facts.user = Some(user);
+            self.facts().login = (user != login).then(|| login.into_owned());
+            self.facts().user = Some(user);
         }
         if self.local {
             return Answer::Continue;
         }
         if let Some(a) = self.judge(Stage::Mail).await {
-            self.facts.sender = None;
             return a;
         }
-        self.went_on(Stage::Mail).await;
+        self.went_on(Stage::Mail, None).await;
         Answer::Continue
     }
 
     fn set_recipient(&mut self, rcpt: &str) {
-        self.facts.recipient = Some(rcpt.to_string());
-        self.facts.recipient_normalized = Some(
+        self.facts().recipient = Some(rcpt.to_string());
+        self.facts().recipient_normalized = Some(
             Path::parse(rcpt, AddressRole::Recipient)
                 .map(|p| p.normalized())
                 .unwrap_or_else(|_| rcpt.to_ascii_lowercase()),
@@ -272,9 +251,8 @@ impl MilterSession {
         if let Some(a) = self.judge(Stage::Rcpt).await {
             return a;
         }
-        self.went_on(Stage::Rcpt).await;
+        self.went_on(Stage::Rcpt, None).await;
         self.recipients.push(rcpt);
-        self.facts.recipients_count = self.recipients.len();
         Answer::Continue
     }
 
@@ -298,23 +276,14 @@ impl MilterSession {
 
     /// The transaction was abandoned (RSET, a refusal, the client gone).
     pub fn abort(&mut self) {
-        self.policy.transaction_abandoned();
+        self.exchange.abandon();
         self.reset_transaction();
     }
 
+    /// Forgets the milter's own part of the transaction (the exchange forgets its facts).
     fn reset_transaction(&mut self) {
         self.recipients.clear();
-        self.order = None;
         self.message = Assembled::new(self.ctx.max_message_size);
-        self.facts.sender = None;
-        self.facts.recipient = None;
-        self.facts.recipient_normalized = None;
-        self.facts.recipients_count = 0;
-        self.facts.message_size = 0;
-        self.facts.header_from = None;
-        self.facts.subject = None;
-        self.facts.auto_submitted = false;
-        self.facts.message_keys = None;
     }
 
     /// Local mail's stages before the Message stage, judged at its end as the local user:
@@ -325,15 +294,14 @@ impl MilterSession {
                 return Some(a);
             }
         }
-        self.went_on(Stage::Mail).await;
+        self.went_on(Stage::Mail, None).await;
         let recipients = std::mem::take(&mut self.recipients);
         for rcpt in &recipients {
             self.set_recipient(rcpt);
             if let Some(a) = self.judge(Stage::Rcpt).await {
                 return Some(a);
             }
-            self.went_on(Stage::Rcpt).await;
-            self.facts.recipients_count += 1;
+            self.went_on(Stage::Rcpt, None).await;
             self.recipients.push(rcpt.clone());
         }
         self.judge(Stage::Data).await
@@ -343,7 +311,12 @@ impl MilterSession {
     /// user's login at `$myorigin` unless the program gave another), folded like a login;
     /// none for the null sender.
     fn local_user(&self) -> Option<String> {
-        let sender = self.facts.sender.as_deref().filter(|s| !s.is_empty())?;
+        let sender = self
+            .exchange
+            .facts()
+            .sender
+            .as_deref()
+            .filter(|s| !s.is_empty())?;
         Some(self.ctx.identity.fold(sender).into_owned())
     }
 
@@ -351,21 +324,23 @@ impl MilterSession {
     /// `Auto-Submitted:`, message keys.
     async fn message_facts(&mut self) {
         self.message.finish();
-        self.facts.message_size = self.message.size();
+        let size = self.message.size();
         let fields = crate::smtp::header_fields::read(self.message.bytes());
-        self.facts.header_from = fields.from;
-        self.facts.subject = fields.subject;
         let head_end = crate::smtp::header_fields::header_end(self.message.bytes());
-        self.facts.auto_submitted =
+        let automatic =
             crate::smtp::auto_submitted::is_automatic(&self.message.bytes()[..head_end]);
-        let null_sender = self.facts.sender.as_deref() == Some("");
-        let account = self
-            .facts
+        let facts = self.exchange.facts_mut();
+        facts.message_size = size;
+        facts.header_from = fields.from;
+        facts.subject = fields.subject;
+        facts.auto_submitted = automatic;
+        let null_sender = facts.sender.as_deref() == Some("");
+        let account = facts
             .user
             .clone()
-            .or_else(|| self.facts.client_ip.map(|ip| ip.to_string()));
+            .or_else(|| facts.client_ip.map(|ip| ip.to_string()));
         let shared: crate::policy::SharedMessage = Arc::new(self.message.take());
-        self.facts.message_keys = self
+        self.exchange.facts_mut().message_keys = self
             .ctx
             .policy
             .message_keys(shared, null_sender, account)
@@ -378,7 +353,7 @@ impl MilterSession {
     /// the policy's header fields. `queue_id` is Postfix's (the `i` macro).
     pub async fn end_of_message(&mut self, queue_id: Option<&str>) -> Ending {
         if self.local {
-            self.facts.user = self.local_user();
+            self.facts().user = self.local_user();
         }
         self.message_facts().await;
         let refusal = if self.local {
@@ -398,29 +373,31 @@ impl MilterSession {
             };
         }
         let mut ending = Ending::default();
-        for line in self.policy.message_headers() {
+        for line in self.exchange.headers() {
             ending.answers.extend(header_answer(&line));
         }
-        if let Some(order) = self.order.take() {
+        if let Some(order) = self.exchange.taken().cloned() {
             ending.answers.push(Answer::Quarantine(format!(
                 "floodgate: limit {} for {}",
                 order.limit, order.key
             )));
             self.tell("held");
+            let facts = self.exchange.facts();
             ending.held = Some(Held {
                 queue_id: queue_id.unwrap_or("").to_string(),
-                incident_key: crate::policy::alert::incident_key(&self.facts),
+                incident_key: crate::policy::alert::incident_key(facts),
                 order,
-                sender: self.facts.sender.clone().unwrap_or_default(),
+                sender: facts.sender.clone().unwrap_or_default(),
                 recipients: self.recipients.clone(),
-                size: self.facts.message_size,
-                client: self.facts.client_ip,
-                user: self.facts.user.clone(),
+                size: facts.message_size,
+                client: facts.client_ip,
+                user: facts.user.clone(),
             });
         } else {
             self.tell("relayed 250");
         }
-        self.went_on(Stage::Message).await;
+        // Postfix queues the message (in its hold queue when held): heard as its answer.
+        self.went_on(Stage::Message, queue_id).await;
         ending.answers.push(Answer::Continue);
         self.reset_transaction();
         ending
@@ -428,19 +405,20 @@ impl MilterSession {
 
     /// Tells the event log how the transaction ended.
     fn tell(&self, verdict: &str) {
-        let key = crate::policy::alert::incident_key(&self.facts);
+        let facts = self.exchange.facts();
+        let key = crate::policy::alert::incident_key(facts);
         self.ctx
             .policy
             .transaction(&crate::policy::alert::Transaction {
                 time_us: crate::store::now_micros(),
                 key: &key,
-                client: self.facts.client_ip,
+                client: facts.client_ip,
                 name: None,
-                user: self.facts.user.as_deref(),
-                login: self.facts.login.as_deref(),
-                sender: self.facts.sender.as_deref().unwrap_or(""),
+                user: facts.user.as_deref(),
+                login: facts.login.as_deref(),
+                sender: facts.sender.as_deref().unwrap_or(""),
                 recipients: &self.recipients,
-                subject: self.facts.subject.as_deref(),
+                subject: facts.subject.as_deref(),
                 verdict,
             });
     }
