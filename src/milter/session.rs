@@ -121,7 +121,9 @@ fn reply_text(r: &Reply) -> String {
     format!("{} {}", r.code, text)
 }
 
-/// A header line from the policy (`Name: value`) as an add-header answer.
+/// A header line from the policy (`Name: value`) as an add-header answer; the value keeps
+/// one leading space, since the header values of this negotiation keep theirs
+/// (`SMFIP_HDR_LEADSPC`) both ways.
 fn header_answer(line: &str) -> Option<Answer> {
     let (name, value) = line.split_once(':')?;
     let name = name.trim();
@@ -131,7 +133,7 @@ fn header_answer(line: &str) -> Option<Answer> {
             .chars()
             .filter(|c| !matches!(c, '\r' | '\n' | '\0'))
             .collect();
-        Answer::AddHeader(name.to_string(), value.trim_start().to_string())
+        Answer::AddHeader(name.to_string(), format!(" {}", value.trim_start()))
     })
 }
 

@@ -198,3 +198,85 @@ fn floodgate_down_is_tempfail_and_nothing_is_lost() {
     assert_eq!(codes, [250, 250, 354, 250], "{}", fg.stderr());
     assert_eq!(pf.wait_messages(&tok, 1).len(), 1);
 }
+
+/// `${fingerprint}` works in milter mode: copies of one phishing template from two
+/// accounts share a key, and the third copy is refused at the end of data; a `header`
+/// limit's field reaches the delivered message through add-header.
+#[test]
+fn message_keys_and_headers_work_in_milter_mode() {
+    use common::campaign::{phishing, Rng};
+    let port = free_port();
+    let pf = postfix(&format!("inet:127.0.0.1:{port}"), "tempfail");
+    let _log = pf.log_on_panic();
+    let fg = start_milter(
+        &pf,
+        port,
+        r#"
+[[limit]]
+name = "per-user-header"
+when = "authenticated"
+count = "messages"
+key = "${authenticated_id}"
+rate = "1 / 1h"
+burst = "1"
+action = "header"
+
+[[limit]]
+name = "same-text"
+count = "messages"
+key = "${fingerprint}"
+rate = "2 / 1h"
+burst = "2"
+action = "defer"
+"#,
+    );
+    let tok = token("milter-keys");
+    let mut rng = Rng(11);
+    let mut finals = Vec::new();
+    for (n, (user, password)) in [(USER, PASSWORD), (SECOND.0, SECOND.1), (USER, PASSWORD)]
+        .into_iter()
+        .enumerate()
+    {
+        let (subject, body) = phishing(&mut rng, n);
+        let mut c = login(&pf, user, password);
+        assert_eq!(c.cmd(&format!("MAIL FROM:<{user}@client.test>")).code, 250);
+        assert_eq!(c.cmd(&format!("RCPT TO:<r{n}-{tok}@dest.test>")).code, 250);
+        assert_eq!(c.cmd("DATA").code, 354);
+        c.send(format!("Subject: {subject}\r\nX-Token: {tok}\r\n\r\n{body}.\r\n").as_bytes());
+        finals.push(c.reply());
+    }
+    assert_eq!(finals[0].code, 250, "{}", fg.stderr());
+    assert_eq!(finals[1].code, 250, "{}", fg.stderr());
+    assert_eq!(finals[2].code, 451, "{:?}\n{}", finals[2], fg.stderr());
+    assert!(finals[2].text().contains("4.7.1"), "{:?}", finals[2]);
+    pf.settle();
+    let got = pf.messages_with(&tok);
+    assert_eq!(got.len(), 2);
+    // The header limit's field is on every message, over or not, one space after its
+    // colon as Postfix writes its own.
+    for m in &got {
+        let text = String::from_utf8_lossy(&m.raw);
+        assert!(
+            text.contains(
+                "\nX-Floodgate-Rate: per-user-header; rate=1; limit=1; period=1h; over=no\n"
+            ),
+            "{text}"
+        );
+    }
+    // Alice's second message crossed it but was refused; her next one is over it.
+    let mut c = login(&pf, USER, PASSWORD);
+    let codes = send(
+        &mut c,
+        "alice@client.test",
+        &[format!("h-{tok}@dest.test")],
+        &format!("{tok}-header"),
+    );
+    assert_eq!(codes, [250, 250, 354, 250]);
+    let m = &pf.wait_messages(&format!("{tok}-header"), 1)[0];
+    let text = String::from_utf8_lossy(&m.raw);
+    assert!(
+        text.contains("X-Floodgate-Rate: per-user-header; rate=2;"),
+        "{text}"
+    );
+    assert!(text.contains("over=yes"), "{text}");
+}
