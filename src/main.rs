@@ -1155,6 +1155,9 @@ fn check(path: PathBuf, user: Option<String>) -> anyhow::Result<()> {
     for w in warnings(&generation.policy) {
         writeln!(out, "warning: {w}")?;
     }
+    for w in floodgate::milter::mode::warnings(&config, &generation.policy) {
+        writeln!(out, "warning: milter mode: {w}")?;
+    }
     for w in path_warnings {
         writeln!(out, "warning: {w}")?;
     }
@@ -1197,8 +1200,11 @@ fn check_as_service_user(path: &Path, user: Option<&str>) -> anyhow::Result<Opti
     )))
 }
 
-/// `floodgate check`: each listener.
+/// `floodgate check`: each listener (proxy mode) and each milter (milter mode).
 fn check_listeners(config: &Config, out: &mut Vec<u8>) -> anyhow::Result<()> {
+    for line in floodgate::milter::mode::describe(config) {
+        writeln!(out, "{line}")?;
+    }
     for l in &config.listeners {
         writeln!(
             out,

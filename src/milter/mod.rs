@@ -4,12 +4,13 @@
 //! The protocol itself (packets, negotiation, macros) is [`crate::postfix::milter`], without
 //! I/O; this module listens ([`Listener`]), runs one connection per Postfix session
 //! ([`conn`]) and keeps the session's facts and the policy's verdicts ([`session`]), the
-//! message assembled from the packets ([`message`]), and the messages it holds in
-//! Postfix's hold queue ([`held`]).
+//! message assembled from the packets ([`message`]), the messages it holds in Postfix's
+//! hold queue ([`held`]), and what `floodgate check` says of milter mode ([`mode`]).
 
 pub mod conn;
 pub mod held;
 pub mod message;
+pub mod mode;
 pub mod session;
 
 use std::os::unix::fs::PermissionsExt;

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod milter_check;
 mod milter_local;
 mod milter_smtpd;
 mod support;

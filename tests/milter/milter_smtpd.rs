@@ -280,3 +280,41 @@ action = "defer"
     );
     assert!(text.contains("over=yes"), "{text}");
 }
+
+/// The milter on a unix socket (mode 0666: Postfix's smtpd connects as `postfix`): mail
+/// flows through it, and a recipient over the limit gets its 450.
+#[test]
+fn a_unix_socket_milter_serves_postfix() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("milter.sock");
+    let pf = postfix(&format!("unix:{}", socket.display()), "tempfail");
+    let _log = pf.log_on_panic();
+    let cfg = pf
+        .floodgate_config(PfListener::Plain)
+        .listeners(Vec::new())
+        .extra(&format!(
+            "[[milter]]\nname = \"pf\"\nlisten = \"unix:{}\"\nmode = \"0666\"\n\n{PER_RECIPIENT}",
+            socket.display()
+        ));
+    let fg = Floodgate::start(&cfg);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(std::time::Instant::now() < deadline, "{}", fg.stderr());
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o666);
+    let tok = token("milter-unix");
+    let rcpts: Vec<String> = (0..4).map(|i| format!("u{i}-{tok}@dest.test")).collect();
+    let mut c = login(&pf, USER, PASSWORD);
+    let codes = send(&mut c, "alice@client.test", &rcpts, &tok);
+    assert_eq!(
+        codes,
+        [250, 250, 250, 250, 450, 354, 250],
+        "{}",
+        fg.stderr()
+    );
+    assert_eq!(pf.wait_messages(&tok, 3).len(), 3);
+}
