@@ -4,10 +4,21 @@
 //!
 //! * [`line`]: the ledger file's lines (pure);
 //! * [`ledger`]: the ledger: its file, appended to and compacted, indexed by queue id and by
-//!   key.
+//!   key;
+//! * [`command`]: running one of Postfix's commands off the async workers, with a time
+//!   limit;
+//! * [`hold_queue`]: the hold queue: the ledger joined with `postqueue -j`, shown with
+//!   `postcat -q`, released and deleted with `postsuper`;
+//! * `settings`: `[postfix]` compiled into [`PostfixSettings`].
 
+pub mod command;
+pub mod hold_queue;
 pub mod ledger;
 pub mod line;
+mod settings;
 
+pub use command::CommandError;
+pub use hold_queue::{HeldInPostfix, PostfixError, PostfixHold};
 pub use ledger::{Ledger, LedgerError};
 pub use line::{Done, How, LedgerEntry};
+pub use settings::PostfixSettings;
