@@ -199,14 +199,9 @@ impl PostfixHold {
 
     /// The ledger's entry for `queue_id`, or why there is none.
     fn entry(&self, queue_id: &str) -> Result<LedgerEntry, PostfixError> {
-        match self.ledger.get(queue_id) {
-            Some(e) => Ok(e),
-            None => {
-                // The claim's error says whether it ended, and how.
-                let e = self.ledger.claim(queue_id).map(|_| ()).unwrap_err();
-                Err(e.into())
-            }
-        }
+        self.ledger
+            .get(queue_id)
+            .ok_or_else(|| self.ledger.why_not_held(queue_id).into())
     }
 
     async fn in_hold(&self, queue_id: &str) -> Result<bool, PostfixError> {

@@ -53,7 +53,7 @@ pub enum LedgerError {
     #[error("queue id {0} is not held by floodgate")]
     NotHeld(String),
     /// The message was released, deleted or went away already.
-    #[error("queue id {queue_id} was {} already (at {time}{})", how.as_str(), by.as_ref().map(|b| format!(" by {b}")).unwrap_or_default())]
+    #[error("{}", ended_text(.queue_id, *.how, *.time, .by.as_deref()))]
     Ended {
         /// The queue id.
         queue_id: String,
@@ -67,6 +67,21 @@ pub enum LedgerError {
     /// Another request is releasing or deleting it right now.
     #[error("queue id {0} is being released or deleted by another request")]
     Busy(String),
+}
+
+fn ended_text(queue_id: &str, how: How, time: u64, by: Option<&str>) -> String {
+    let when = crate::smtp::received::rfc5322_date(i64::try_from(time).unwrap_or(i64::MAX));
+    match how {
+        How::Gone => format!(
+            "queue id {queue_id} left Postfix's hold queue behind floodgate's back (released \
+             or deleted with Postfix's own commands; noticed {when})"
+        ),
+        _ => format!(
+            "queue id {queue_id} was {} already ({when}{})",
+            how.as_str(),
+            by.map(|b| format!(" by {b}")).unwrap_or_default()
+        ),
+    }
 }
 
 impl LedgerError {
@@ -258,21 +273,28 @@ impl Ledger {
         self.len() == 0
     }
 
+    /// Why `queue_id` is not held: when and how it ended, or that floodgate never held it
+    /// (or it ended too long ago to be remembered).
+    pub fn why_not_held(&self, queue_id: &str) -> LedgerError {
+        match self.lock().done.get(queue_id) {
+            Some(d) => LedgerError::Ended {
+                queue_id: queue_id.to_string(),
+                how: d.how,
+                time: d.time,
+                by: d.by.clone(),
+            },
+            None => LedgerError::NotHeld(queue_id.to_string()),
+        }
+    }
+
     /// Claims `queue_id` for a release or a delete: its entry, unless it is not held, has
     /// ended (the error says when and how) or another request has claimed it. Follow with
     /// [`finish`](Self::finish) or [`unclaim`](Self::unclaim).
     pub fn claim(&self, queue_id: &str) -> Result<LedgerEntry, LedgerError> {
         let mut s = self.lock();
         let Some(e) = s.held.get(queue_id).cloned() else {
-            return Err(match s.done.get(queue_id) {
-                Some(d) => LedgerError::Ended {
-                    queue_id: queue_id.to_string(),
-                    how: d.how,
-                    time: d.time,
-                    by: d.by.clone(),
-                },
-                None => LedgerError::NotHeld(queue_id.to_string()),
-            });
+            drop(s);
+            return Err(self.why_not_held(queue_id));
         };
         if !s.claimed.insert(queue_id.to_string()) {
             return Err(LedgerError::Busy(queue_id.to_string()));

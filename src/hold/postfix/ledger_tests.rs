@@ -50,7 +50,7 @@ fn what_is_recorded_is_found_by_id_and_key_and_survives_a_restart() {
     assert_eq!(ids(l.for_key("alice")), ["AAAAA1"]);
     assert_eq!(
         l.claim("AAAAA2").unwrap_err().to_string(),
-        "queue id AAAAA2 was released already (at 1764000500 by root)"
+        "queue id AAAAA2 was released already (Mon, 24 Nov 2025 16:08:20 +0000 by root)"
     );
     assert_eq!(
         l.claim("CCCCC1").unwrap_err().to_string(),
