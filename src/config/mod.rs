@@ -15,6 +15,7 @@ mod net;
 mod outcomes;
 mod paths;
 mod policy;
+mod postfix;
 mod report;
 pub mod run_as;
 mod source;
@@ -36,6 +37,7 @@ pub use net::{Cidr, CidrError};
 pub use outcomes::OutcomesConfig;
 pub use paths::{problem, ConfigPath, PathErrors, PathUse};
 pub use policy::{AuthFailuresConfig, LimitConfig, ListConfig, ListsConfig};
+pub use postfix::PostfixConfig;
 pub use report::ReportConfig;
 pub use store::{PasswordError, Secret, StoreConfig, StoreConfigError};
 pub use tokens::{valid_name as valid_token_name, AdminToken, MAX_TOKEN_NAME, MIN_TOKEN_LEN};
@@ -465,6 +467,8 @@ struct RawConfig {
     #[serde(default)]
     outcomes: Option<Spanned<OutcomesConfig>>,
     #[serde(default)]
+    postfix: Option<Spanned<PostfixConfig>>,
+    #[serde(default)]
     message_keys: MessageKeysConfig,
     #[serde(default)]
     identity: IdentityConfig,
@@ -516,6 +520,9 @@ pub struct Config {
     pub hold: Option<Spanned<HoldConfig>>,
     /// `[outcomes]` as written; `None` when absent.
     pub outcomes: Option<Spanned<OutcomesConfig>>,
+    /// `[postfix]` as written; `None` when absent (held mail is in floodgate's own spool
+    /// only).
+    pub postfix: Option<Spanned<PostfixConfig>>,
     /// `[message_keys]` as written (defaults when absent).
     pub message_keys: MessageKeysConfig,
     /// `[identity]`: how logins are folded into accounts (defaults when absent).
@@ -617,6 +624,7 @@ impl Config {
             admin,
             hold: raw.hold,
             outcomes: raw.outcomes,
+            postfix: raw.postfix,
             message_keys: raw.message_keys,
             identity: raw.identity,
             source: Source::new(text),

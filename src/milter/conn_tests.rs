@@ -17,6 +17,7 @@ fn ctx() -> Context {
         identity: Default::default(),
         max_message_size: 1 << 20,
         name: "test".into(),
+        postfix: None,
     }
 }
 

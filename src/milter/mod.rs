@@ -160,11 +160,13 @@ fn remove_stale_socket(path: &std::path::Path) {
     }
 }
 
-/// The context of a milter session from the config in force and the policy.
+/// The context of a milter session from the config in force, the policy and Postfix's
+/// hold queue.
 pub fn context(
     config: &Config,
     identity: &Identity,
     policy: Arc<dyn Policy>,
+    postfix: Option<Arc<crate::hold::postfix::PostfixHold>>,
     name: &Arc<str>,
 ) -> Context {
     Context {
@@ -172,5 +174,6 @@ pub fn context(
         identity: identity.clone(),
         max_message_size: config.smtp.max_message_size,
         name: name.clone(),
+        postfix,
     }
 }

@@ -45,15 +45,13 @@ pub struct Held {
     pub queue_id: String,
     /// The limit and key that held it.
     pub order: HoldOrder,
-    /// The key restrictions are kept under (the user, else the client address).
-    pub incident_key: String,
     /// The envelope sender.
     pub sender: String,
     /// The recipients.
     pub recipients: Vec<String>,
     /// The message's size.
     pub size: u64,
-    /// The client's address.
+    /// The client's address; `None` for mail from the local `sendmail`.
     pub client: Option<IpAddr>,
     /// The user (SASL login folded, or local user).
     pub user: Option<String>,
@@ -80,6 +78,8 @@ pub struct Context {
     pub max_message_size: u64,
     /// The milter's name (the listener name the policy sees).
     pub name: Arc<str>,
+    /// Postfix's hold queue (`[postfix]`): its ledger records each message held.
+    pub postfix: Option<Arc<crate::hold::postfix::PostfixHold>>,
 }
 
 /// One milter connection: one SMTP session of Postfix's at a time, driven through the
@@ -387,12 +387,11 @@ impl MilterSession {
             let facts = self.exchange.facts();
             ending.held = Some(Held {
                 queue_id: queue_id.unwrap_or("").to_string(),
-                incident_key: crate::policy::alert::incident_key(facts),
                 order,
                 sender: facts.sender.clone().unwrap_or_default(),
                 recipients: self.recipients.clone(),
                 size: facts.message_size,
-                client: facts.client_ip,
+                client: facts.client_ip.filter(|_| !self.local),
                 user: facts.user.clone(),
             });
         } else {

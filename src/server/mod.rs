@@ -57,6 +57,9 @@ pub enum ServerError {
     /// A `[[milter]]` cannot listen.
     #[error(transparent)]
     Milter(#[from] crate::milter::MilterListenError),
+    /// The ledger of Postfix's hold queue cannot be used.
+    #[error("[postfix] ledger: {0}")]
+    PostfixLedger(#[from] crate::hold::postfix::LedgerError),
 }
 
 /// Why a reload was refused (the generation in force stays).
@@ -137,6 +140,12 @@ fn build(
         )?)),
         None => None,
     };
+    let postfix = match generation.postfix.as_ref().filter(|_| open_hold) {
+        Some(p) => Some(Arc::new(crate::hold::postfix::PostfixHold::open(
+            p.clone(),
+        )?)),
+        None => None,
+    };
     let high_risk = UpstreamSettings::high_risk(config)?;
     Ok(Shared {
         generation,
@@ -146,6 +155,7 @@ fn build(
         metrics,
         names,
         hold,
+        postfix,
         high_risk,
         paced,
     })
@@ -526,6 +536,7 @@ impl Server {
                     s.config(),
                     &s.generation.policy.identity,
                     s.policy.clone(),
+                    s.postfix.clone(),
                     name,
                 )
             });

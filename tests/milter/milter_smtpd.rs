@@ -3,7 +3,7 @@
 //! another account's mail flows; a floodgate that is down gets `milter_default_action`.
 
 use crate::common;
-use crate::support::{free_port, start_milter, wait_queue};
+use crate::support::{free_port, start_milter, verb, wait_queue};
 
 use common::postfix::{b64, token, PfListener, Postfix, PostfixConfig};
 use common::*;
@@ -160,6 +160,33 @@ fn a_compromised_account_is_restricted_and_held_while_another_flows() {
         fgerr.contains("message held in Postfix's hold queue"),
         "{fgerr}"
     );
+
+    // Both are in floodgate's ledger under alice; a release delivers each once, and a
+    // second release is refused.
+    let list = verb(&fg, &["held", "list", "--key", "alice", "--json"]);
+    assert!(list.ok(), "{list}");
+    let v: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    let rows = v["held"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    assert!(rows.iter().all(|r| r["where"] == "postfix"), "{v}");
+    for m in held.iter().filter(|m| m.queue_name == "hold") {
+        let out = verb(
+            &fg,
+            &["held", "release", &m.id, "--reason", "checked", "--confirm"],
+        );
+        assert!(out.ok(), "{out}");
+        let again = verb(
+            &fg,
+            &["held", "release", &m.id, "--reason", "twice", "--confirm"],
+        );
+        assert!(!again.ok(), "{again}");
+    }
+    // Bob's two, the first message's five recipients and the later one's: each once.
+    pf.wait_messages(&tok, 8);
+    pf.settle();
+    assert_eq!(pf.messages_with(&tok).len(), 8);
+    assert_eq!(pf.messages_with(&format!("{tok}-first")).len(), 5);
+    assert_eq!(pf.messages_with(&format!("{tok}-later")).len(), 1);
 }
 
 /// Floodgate down: Postfix applies `milter_default_action = tempfail` from the connect

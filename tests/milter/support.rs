@@ -14,14 +14,17 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
-/// floodgate with no `[[listener]]`: one `[[milter]]` named `pf` on `port`, and `limits`.
+/// floodgate with no `[[listener]]`: one `[[milter]]` named `pf` on `port`, `[postfix]`
+/// naming `pf`'s config directory (its ledger beside the config file), and `limits`.
 /// Waits (bounded) until the milter accepts connections.
 pub fn start_milter(pf: &Postfix, port: u16, limits: &str) -> Floodgate {
     let cfg: FloodgateConfig = pf
         .floodgate_config(PfListener::Plain)
         .listeners(Vec::new())
         .extra(&format!(
-            "[[milter]]\nname = \"pf\"\nlisten = \"127.0.0.1:{port}\"\n\n{limits}"
+            "[[milter]]\nname = \"pf\"\nlisten = \"127.0.0.1:{port}\"\n\n\
+             [postfix]\nconfig_directory = \"{}\"\nledger = \"postfix-held\"\n\n{limits}",
+            pf.dir().join("conf").display()
         ));
     let fg = Floodgate::start(&cfg);
     wait_accepting(SocketAddr::from(([127, 0, 0, 1], port)), &fg);
@@ -93,4 +96,15 @@ pub fn wait_queue(pf: &Postfix, what: &str, pred: impl Fn(&[Queued]) -> bool) ->
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// `floodgate VERB… --socket SOCKET` (bounded: 60 s).
+pub fn verb(fg: &Floodgate, args: &[&str]) -> crate::common::Output {
+    crate::common::run_with_timeout(
+        Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args(args)
+            .arg("--socket")
+            .arg(fg.admin_socket()),
+        Duration::from_secs(60),
+    )
 }
