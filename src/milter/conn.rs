@@ -302,5 +302,4 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, ctx: Context) {
 }
 
 #[cfg(test)]
-#[path = "conn_tests.rs"]
 mod tests;
