@@ -14,6 +14,7 @@ mod net;
 mod outcomes;
 mod paths;
 mod policy;
+mod policy_service;
 mod report;
 pub mod run_as;
 mod source;
@@ -34,6 +35,7 @@ pub use net::{Cidr, CidrError};
 pub use outcomes::OutcomesConfig;
 pub use paths::{problem, ConfigPath, PathErrors, PathUse};
 pub use policy::{AuthFailuresConfig, LimitConfig, ListConfig, ListsConfig};
+pub use policy_service::{PolicyListen, PolicyServiceConfig};
 pub use report::ReportConfig;
 pub use store::{PasswordError, Secret, StoreConfig, StoreConfigError};
 pub use tokens::{valid_name as valid_token_name, AdminToken, MAX_TOKEN_NAME, MIN_TOKEN_LEN};
@@ -259,6 +261,10 @@ pub struct ListenerConfig {
     pub require_auth: bool,
 }
 
+fn no_listeners() -> Spanned<Vec<ListenerConfig>> {
+    Spanned::new(0..0, Vec::new())
+}
+
 fn default_listener_tls() -> Spanned<TlsMode> {
     Spanned::new(0..0, TlsMode::None)
 }
@@ -432,10 +438,13 @@ struct RawConfig {
     server: ServerConfig,
     #[serde(default)]
     timeouts: Timeouts,
+    #[serde(default = "no_listeners")]
     listener: Spanned<Vec<ListenerConfig>>,
     #[serde(default)]
+    policy_service: Vec<PolicyServiceConfig>,
+    #[serde(default)]
     tls: Option<TlsConfig>,
-    upstream: UpstreamConfig,
+    upstream: Option<UpstreamConfig>,
     #[serde(default)]
     smtp: SmtpConfig,
     #[serde(default = "default_store")]
@@ -480,6 +489,8 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// `[[listener]]`, in file order.
     pub listeners: Vec<ListenerConfig>,
+    /// `[[policy_service]]`, in file order, each with where it listens.
+    pub policy_services: Vec<(PolicyServiceConfig, PolicyListen)>,
     /// `[tls]`, with paths made absolute.
     pub tls: Option<TlsConfig>,
     /// `[upstream]`, with paths made absolute.
@@ -538,20 +549,36 @@ impl Config {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let listeners_span = raw.listener.span();
         let listeners = raw.listener.into_inner();
-        if listeners.is_empty() {
+        let mut policy_services = Vec::with_capacity(raw.policy_service.len());
+        for p in raw.policy_service {
+            let listen = p.resolve(&base).map_err(|(span, m)| at(span, m))?;
+            policy_services.push((p, listen));
+        }
+        if listeners.is_empty() && policy_services.is_empty() {
             return Err(at(
                 listeners_span,
-                "at least one [[listener]] is needed".into(),
+                "at least one [[listener]] or [[policy_service]] is needed".into(),
             ));
         }
         check_listeners(&listeners, &listeners_span, raw.tls.as_ref(), &at)?;
-        let up_span = raw.upstream.address.span();
-        if split_host_port(raw.upstream.address.get_ref()).is_none() {
+        let upstream = match raw.upstream {
+            Some(u) => u,
+            None if listeners.is_empty() => local_postfix(),
+            None => {
+                return Err(at(
+                    listeners_span,
+                    "the [[listener]]s relay to a smart host: an [upstream] section is needed"
+                        .into(),
+                ))
+            }
+        };
+        let up_span = upstream.address.span();
+        if split_host_port(upstream.address.get_ref()).is_none() {
             return Err(at(
                 up_span,
                 format!(
                     "upstream address {:?} is not host:port",
-                    raw.upstream.address.get_ref()
+                    upstream.address.get_ref()
                 ),
             ));
         }
@@ -572,7 +599,7 @@ impl Config {
             private_key: abs(t.private_key),
             auth_without_tls: t.auth_without_tls,
         });
-        let mut upstream = raw.upstream;
+        let mut upstream = upstream;
         upstream.ca_file = upstream.ca_file.map(abs);
         graded::check_high_risk(&mut upstream, &abs, &at)?;
         let (metrics, admin) = admin::validate(
@@ -588,6 +615,7 @@ impl Config {
             server: raw.server,
             timeouts: raw.timeouts,
             listeners,
+            policy_services,
             tls,
             upstream,
             smtp,
@@ -652,6 +680,12 @@ pub fn server_name_of(u: &UpstreamConfig) -> String {
     split_host_port(u.address.get_ref())
         .map(|(h, _)| h.to_string())
         .unwrap_or_default()
+}
+
+/// The smart host of a config without `[[listener]]` and without `[upstream]` (Postfix's
+/// policy service alone): the local Postfix on port 25, where alert mail goes.
+fn local_postfix() -> UpstreamConfig {
+    toml::from_str("address = \"127.0.0.1:25\"").expect("a valid [upstream]")
 }
 
 /// Splits `host:port` or `[v6]:port`.
