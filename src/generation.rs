@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::config::{Config, ConfigError};
+use crate::hold::postfix::PostfixSettings;
 use crate::hold::HoldSettings;
 use crate::outcomes::OutcomesSettings;
 use crate::policy::alert::AlertSettings;
@@ -33,6 +34,8 @@ pub struct Generation {
     pub hold: Option<HoldSettings>,
     /// `[outcomes]`: the smart host's log to follow, if any.
     pub outcomes: OutcomesSettings,
+    /// `[postfix]`: Postfix's hold queue and its commands; `None` when absent.
+    pub postfix: Option<PostfixSettings>,
 }
 
 impl Generation {
@@ -46,6 +49,7 @@ impl Generation {
         let hold = HoldSettings::compile(&config)?;
         crate::policy::check_sections(&policy, &config, hold.is_some())?;
         let outcomes = crate::outcomes::compile(&config)?;
+        let postfix = PostfixSettings::compile(&config)?;
         Ok(Generation {
             config: Arc::new(config),
             policy: Arc::new(policy),
@@ -53,6 +57,7 @@ impl Generation {
             alerts,
             hold,
             outcomes,
+            postfix,
         })
     }
 

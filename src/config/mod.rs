@@ -15,6 +15,7 @@ mod outcomes;
 mod paths;
 mod policy;
 mod policy_service;
+mod postfix;
 mod report;
 pub mod run_as;
 mod source;
@@ -36,6 +37,7 @@ pub use outcomes::OutcomesConfig;
 pub use paths::{problem, ConfigPath, PathErrors, PathUse};
 pub use policy::{AuthFailuresConfig, LimitConfig, ListConfig, ListsConfig};
 pub use policy_service::{PolicyListen, PolicyServiceConfig};
+pub use postfix::PostfixConfig;
 pub use report::ReportConfig;
 pub use store::{PasswordError, Secret, StoreConfig, StoreConfigError};
 pub use tokens::{valid_name as valid_token_name, AdminToken, MAX_TOKEN_NAME, MIN_TOKEN_LEN};
@@ -469,6 +471,8 @@ struct RawConfig {
     #[serde(default)]
     outcomes: Option<Spanned<OutcomesConfig>>,
     #[serde(default)]
+    postfix: Option<Spanned<PostfixConfig>>,
+    #[serde(default)]
     message_keys: MessageKeysConfig,
     #[serde(default)]
     identity: IdentityConfig,
@@ -519,6 +523,9 @@ pub struct Config {
     pub hold: Option<Spanned<HoldConfig>>,
     /// `[outcomes]` as written; `None` when absent.
     pub outcomes: Option<Spanned<OutcomesConfig>>,
+    /// `[postfix]` as written; `None` when absent (held mail is in floodgate's own spool
+    /// only).
+    pub postfix: Option<Spanned<PostfixConfig>>,
     /// `[message_keys]` as written (defaults when absent).
     pub message_keys: MessageKeysConfig,
     /// `[identity]`: how logins are folded into accounts (defaults when absent).
@@ -630,6 +637,7 @@ impl Config {
             admin,
             hold: raw.hold,
             outcomes: raw.outcomes,
+            postfix: raw.postfix,
             message_keys: raw.message_keys,
             identity: raw.identity,
             source: Source::new(text),

@@ -74,6 +74,10 @@ const PAGES: &[(&str, &str)] = &[
         include_str!("../../docs/configuration/outcomes.md"),
     ),
     (
+        "postfix.md",
+        include_str!("../../docs/configuration/postfix.md"),
+    ),
+    (
         "message-keys.md",
         include_str!("../../docs/configuration/message-keys.md"),
     ),

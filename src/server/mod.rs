@@ -54,6 +54,9 @@ pub enum ServerError {
     /// The hold spool cannot be used.
     #[error(transparent)]
     Hold(#[from] crate::hold::SpoolError),
+    /// The ledger of Postfix's hold queue cannot be used.
+    #[error("[postfix] ledger: {0}")]
+    PostfixLedger(#[from] crate::hold::postfix::LedgerError),
 }
 
 /// Why a reload was refused (the generation in force stays).
@@ -134,6 +137,12 @@ fn build(
         )?)),
         None => None,
     };
+    let postfix = match generation.postfix.as_ref().filter(|_| open_hold) {
+        Some(p) => Some(Arc::new(crate::hold::postfix::PostfixHold::open(
+            p.clone(),
+        )?)),
+        None => None,
+    };
     let high_risk = UpstreamSettings::high_risk(config)?;
     Ok(Shared {
         generation,
@@ -143,6 +152,7 @@ fn build(
         metrics,
         names,
         hold,
+        postfix,
         high_risk,
         paced,
     })
