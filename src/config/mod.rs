@@ -15,6 +15,7 @@ mod net;
 mod outcomes;
 mod paths;
 mod policy;
+mod policy_service;
 mod postfix;
 mod report;
 pub mod run_as;
@@ -37,6 +38,7 @@ pub use net::{Cidr, CidrError};
 pub use outcomes::OutcomesConfig;
 pub use paths::{problem, ConfigPath, PathErrors, PathUse};
 pub use policy::{AuthFailuresConfig, LimitConfig, ListConfig, ListsConfig};
+pub use policy_service::{PolicyListen, PolicyServiceConfig};
 pub use postfix::PostfixConfig;
 pub use report::ReportConfig;
 pub use store::{PasswordError, Secret, StoreConfig, StoreConfigError};
@@ -263,6 +265,10 @@ pub struct ListenerConfig {
     pub require_auth: bool,
 }
 
+fn no_listeners() -> Spanned<Vec<ListenerConfig>> {
+    Spanned::new(0..0, Vec::new())
+}
+
 fn default_listener_tls() -> Spanned<TlsMode> {
     Spanned::new(0..0, TlsMode::None)
 }
@@ -439,6 +445,8 @@ struct RawConfig {
     #[serde(default = "no_listeners")]
     listener: Spanned<Vec<ListenerConfig>>,
     #[serde(default)]
+    policy_service: Vec<PolicyServiceConfig>,
+    #[serde(default)]
     milter: Vec<MilterConfig>,
     #[serde(default)]
     tls: Option<TlsConfig>,
@@ -489,12 +497,13 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// `[[listener]]`, in file order.
     pub listeners: Vec<ListenerConfig>,
+    /// `[[policy_service]]`, in file order, each with where it listens.
+    pub policy_services: Vec<(PolicyServiceConfig, PolicyListen)>,
     /// `[[milter]]`, in file order, each `listen` checked.
     pub milters: Vec<MilterConfig>,
     /// `[tls]`, with paths made absolute.
     pub tls: Option<TlsConfig>,
-    /// `[upstream]`, with paths made absolute; without `[[listener]]` it may be left out,
-    /// and is then the local Postfix at `localhost:25` (for alert mail only).
+    /// `[upstream]`, with paths made absolute.
     pub upstream: UpstreamConfig,
     /// `[smtp]`.
     pub smtp: SmtpConfig,
@@ -553,10 +562,15 @@ impl Config {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let listeners_span = raw.listener.span();
         let listeners = raw.listener.into_inner();
-        if listeners.is_empty() && raw.milter.is_empty() {
+        let mut policy_services = Vec::with_capacity(raw.policy_service.len());
+        for p in raw.policy_service {
+            let listen = p.resolve(&base).map_err(|(span, m)| at(span, m))?;
+            policy_services.push((p, listen));
+        }
+        if listeners.is_empty() && policy_services.is_empty() && raw.milter.is_empty() {
             return Err(at(
                 listeners_span,
-                "at least one [[listener]] or [[milter]] is needed".into(),
+                "at least one [[listener]], [[policy_service]] or [[milter]] is needed".into(),
             ));
         }
         check_listeners(&listeners, &listeners_span, raw.tls.as_ref(), &at)?;
@@ -564,7 +578,13 @@ impl Config {
         let upstream = match raw.upstream {
             Some(u) => u,
             None if listeners.is_empty() => local_postfix(),
-            None => return Err(at(0..0, "missing field `upstream`".into())),
+            None => {
+                return Err(at(
+                    listeners_span,
+                    "the [[listener]]s relay to a smart host: an [upstream] section is needed"
+                        .into(),
+                ))
+            }
         };
         let up_span = upstream.address.span();
         if split_host_port(upstream.address.get_ref()).is_none() {
@@ -609,6 +629,7 @@ impl Config {
             server: raw.server,
             timeouts: raw.timeouts,
             listeners,
+            policy_services,
             milters: raw.milter,
             tls,
             upstream,
@@ -677,6 +698,12 @@ pub fn server_name_of(u: &UpstreamConfig) -> String {
         .unwrap_or_default()
 }
 
+/// The smart host of a config without `[[listener]]` and without `[upstream]` (Postfix's
+/// policy service alone): the local Postfix on port 25, where alert mail goes.
+fn local_postfix() -> UpstreamConfig {
+    toml::from_str("address = \"127.0.0.1:25\"").expect("a valid [upstream]")
+}
+
 /// Splits `host:port` or `[v6]:port`.
 pub fn split_host_port(s: &str) -> Option<(&str, u16)> {
     let (host, port) = s.rsplit_once(':')?;
@@ -689,16 +716,6 @@ pub fn split_host_port(s: &str) -> Option<(&str, u16)> {
         return None;
     }
     Some((host, port))
-}
-
-/// An empty `[[listener]]` list (a config with only `[[milter]]`s).
-fn no_listeners() -> Spanned<Vec<ListenerConfig>> {
-    Spanned::new(0..0, Vec::new())
-}
-
-/// The smart host of a config without `[[listener]]`: the local Postfix, for alert mail.
-fn local_postfix() -> UpstreamConfig {
-    toml::from_str("address = \"localhost:25\"").expect("a valid [upstream]")
 }
 
 /// Refuses a `[[milter]]` whose `listen` or `mode` cannot be read, and two of one name.
