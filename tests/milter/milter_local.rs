@@ -79,3 +79,29 @@ fn a_local_users_loop_is_held_while_another_users_mail_flows() {
     );
     assert!(!err.contains("key=daemon@smarthost.test limit"), "{err}");
 }
+
+/// floodgate down: Postfix's cleanup tempfails the local message (`milter_default_action
+/// = tempfail`), and pickup leaves it in the maildrop queue; once floodgate runs, the next
+/// pickup delivers it: nothing lost, nothing passed unfiltered.
+#[test]
+fn local_mail_waits_in_the_maildrop_while_floodgate_is_down() {
+    let port = free_port();
+    let milter = format!("inet:127.0.0.1:{port}");
+    let pf = Postfix::start(&PostfixConfig::default().milters("", &milter, "tempfail"));
+    let _log = pf.log_on_panic();
+    let tok = token("milter-local-down");
+    let web = local_user("nobody");
+    pf.sendmail_as(&web, None, &format!("a-{tok}@dest.test"), &format!("{tok}-a"));
+    pf.wait_log("refusing it for now", |l| {
+        l.contains("milter-reject") && l.contains("4.7.1") && l.contains("from localhost[127.0.0.1]")
+    });
+    let q = wait_queue(&pf, "kept the message", |q| q.iter().any(|m| m.queue_name == "maildrop"));
+    assert!(pf.messages_with(&tok).is_empty(), "{q:?}");
+
+    let fg = start_milter(&pf, port, LIMITS);
+    // The next submission wakes pickup, which takes the whole maildrop queue again.
+    pf.sendmail_as(&web, None, &format!("b-{tok}@dest.test"), &format!("{tok}-b"));
+    assert_eq!(pf.wait_messages(&tok, 2).len(), 2, "{}", fg.stderr());
+    pf.settle();
+    assert_eq!(pf.messages_with(&format!("{tok}-a")).len(), 1);
+}
