@@ -25,6 +25,10 @@ const PAGES: &[(&str, &str)] = &[
         "listener.md",
         include_str!("../../docs/configuration/listener.md"),
     ),
+    (
+        "milter.md",
+        include_str!("../../docs/configuration/milter.md"),
+    ),
     ("tls.md", include_str!("../../docs/configuration/tls.md")),
     (
         "upstream.md",

@@ -63,6 +63,24 @@ impl Prober {
             table = entry.as_table_mut().unwrap();
         }
         table.insert(PROBE.into(), toml::Value::Integer(1));
+        self.check_refusal(path, &config)
+    }
+
+    /// The keys of an array of tables (`[[milter]]`) the shipped config has no entry of:
+    /// probed in an entry of its own.
+    fn array_keys(&self, section: &str) -> Option<BTreeSet<String>> {
+        let mut config = self.shipped.clone();
+        let mut entry = toml::Table::new();
+        entry.insert(PROBE.into(), toml::Value::Integer(1));
+        config.insert(
+            section.into(),
+            toml::Value::Array(vec![toml::Value::Table(entry)]),
+        );
+        self.check_refusal(&[section], &config)
+    }
+
+    /// What `floodgate check` refuses of `config` with the probe in `path`.
+    fn check_refusal(&self, path: &[&str], config: &toml::Table) -> Option<BTreeSet<String>> {
         let file = self.dir.path().join("conf/floodgate.toml");
         fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
         let out = run_with_timeout(
@@ -128,6 +146,8 @@ fn model() -> BTreeMap<String, BTreeSet<String>> {
             None => {
                 if let Some(inner) = p.keys(&[section, NAMED]) {
                     out.insert(format!("{section}.{NAMED}"), inner);
+                } else if let Some(keys) = p.array_keys(section) {
+                    out.insert(section.clone(), keys);
                 }
             }
         }
