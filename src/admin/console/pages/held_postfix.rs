@@ -181,3 +181,14 @@ pub fn names_postfix(c: &Console, id: &str) -> Option<std::sync::Arc<PostfixHold
         .then(|| shared.postfix.clone())
         .flatten()
 }
+
+/// How many messages floodgate holds for `key` in Postfix's hold queue (0 without
+/// `[postfix]`), from the ledger.
+pub fn count(c: &Console, key: &str) -> usize {
+    c.state
+        .control
+        .shared()
+        .postfix
+        .as_ref()
+        .map_or(0, |pf| pf.ledger().count_for_key(key))
+}

@@ -122,9 +122,6 @@ pub fn body_parts(body: &[u8]) -> String {
 
 /// `GET /console/held/ID`.
 pub async fn page(c: &Console, req: &Request, id: &str, shell: &Shell<'_>) -> Response {
-    if let Some(pf) = super::held_postfix::names_postfix(c, id) {
-        return super::held_postfix::page(&pf, req, id, shell).await;
-    }
     let m = match read(c, id, shell).await {
         Ok(m) => m,
         Err(r) => return r,
