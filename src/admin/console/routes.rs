@@ -241,7 +241,7 @@ pub async fn route(
                 return match id.strip_suffix(".eml") {
                     Some(id) => pages::message::raw(c, id, &shell).await,
                     None => match pages::held_postfix::names_postfix(c, id) {
-                        Some(pf) => pages::held_postfix::page(&pf, req, id, &shell).await,
+                        Some(pf) => pages::message::postfix_page(&pf, req, id, &shell).await,
                         None => pages::message::page(c, req, id, &shell).await,
                     },
                 };
