@@ -1,17 +1,16 @@
 //! Mail held in Postfix's hold queue (`[postfix]`) on the console: its section of the Held
-//! page (rows picked by the same form as the spool's: the action names its hold by the id)
-//! and one message's page, from the ledger and `postcat`.
+//! page (rows picked by the same form as the spool's: the action names its hold by the id),
+//! from the ledger and `postqueue -j`; one message's page is
+//! [`super::message::postfix_page`].
 
 use std::fmt::Write as _;
 
-use crate::admin::console::html::{self, Nav, Shell};
-use crate::admin::console::respond::{error_page, html_response};
+use crate::admin::console::html;
 use crate::admin::console::state::Console;
-use crate::admin::http::{Request, Response};
 use crate::hold::postfix::{HeldInPostfix, LedgerEntry, PostfixHold};
 
 /// The time a ledger entry was held, as the console shows times.
-fn held_at(e: &LedgerEntry) -> String {
+pub fn held_at(e: &LedgerEntry) -> String {
     super::when(
         i64::try_from(e.time)
             .unwrap_or(i64::MAX)
@@ -102,77 +101,6 @@ pub async fn section(pf: &PostfixHold, key: Option<&str>, actions: bool) -> Stri
     b
 }
 
-/// `GET /console/held/QUEUEID` for a message in Postfix's hold queue.
-pub async fn page(pf: &PostfixHold, req: &Request, id: &str, shell: &Shell<'_>) -> Response {
-    let (e, m) = match pf.show(id).await {
-        Ok(v) => v,
-        Err(err) if err.is_not_held() => return error_page(404, &err.to_string(), shell),
-        Err(err) => return error_page(502, &err.to_string(), shell),
-    };
-    let mut b = String::with_capacity(16 * 1024);
-    b.push_str(&html::done_note(req.param("done"), req.param("failed")));
-    let rows = [
-        (
-            "queue id",
-            format!(
-                "<code>{}</code> (Postfix's hold queue)",
-                html::escape(&e.queue_id)
-            ),
-        ),
-        ("held at", held_at(&e)),
-        ("key", html::key_link(&e.key)),
-        ("limit", html::text(&e.limit, 60)),
-        ("reason", html::text(&e.reason, html::CELL_CHARS)),
-        ("sender", html::text(&e.sender, html::CELL_CHARS)),
-        (
-            "recipients",
-            e.recipients
-                .iter()
-                .map(|r| html::text(r, html::CELL_CHARS))
-                .collect::<Vec<_>>()
-                .join("<br>"),
-        ),
-        ("body size", format!("{} octets", m.body_size)),
-        (
-            "client address",
-            e.client.map_or_else(
-                || "local submission".into(),
-                |c| html::escape(&c.to_string()),
-            ),
-        ),
-        (
-            "login or local user",
-            e.user.as_deref().map_or_else(
-                || "<span class=\"muted\">none</span>".into(),
-                |u| html::text(u, 80),
-            ),
-        ),
-    ];
-    b.push_str("<dl class=\"evidence wide\" id=\"envelope\">");
-    for (k, v) in rows {
-        let _ = write!(b, "<dt>{k}</dt><dd>{v}</dd>");
-    }
-    b.push_str("</dl>");
-    if shell.actions {
-        let _ = write!(
-            b,
-            "<form class=\"act-form\" method=\"post\" action=\"/console/act/held/bulk\">{}\
-             <input type=\"hidden\" name=\"id\" value=\"{}\">\
-             <input type=\"hidden\" name=\"back\" value=\"/console/held\">\
-             <label>Reason <input name=\"reason\" required placeholder=\"why\"></label>\
-             <button type=\"submit\" name=\"op\" value=\"release\">Release</button>\
-             <button type=\"submit\" name=\"op\" value=\"delete\">Delete</button> {}</form>",
-            html::csrf_field(shell),
-            html::attr(&e.queue_id),
-            html::CONFIRM_FIELD
-        );
-    }
-    b.push_str("<h2>Header section</h2><pre id=\"headers\">");
-    b.push_str(&super::held::headers(m.header_section.as_bytes()));
-    b.push_str("</pre>");
-    html_response(200, html::page("Held message", Nav::Held, shell, &b))
-}
-
 /// Whether the console asks about a message of Postfix's hold queue: `[postfix]` is
 /// configured and `id` is a Postfix queue id.
 pub fn names_postfix(c: &Console, id: &str) -> Option<std::sync::Arc<PostfixHold>> {
@@ -180,4 +108,15 @@ pub fn names_postfix(c: &Console, id: &str) -> Option<std::sync::Arc<PostfixHold
     (crate::admin::held::Place::of(&shared, id) == crate::admin::held::Place::Postfix)
         .then(|| shared.postfix.clone())
         .flatten()
+}
+
+/// How many messages floodgate holds for `key` in Postfix's hold queue (0 without
+/// `[postfix]`), from the ledger.
+pub fn count(c: &Console, key: &str) -> usize {
+    c.state
+        .control
+        .shared()
+        .postfix
+        .as_ref()
+        .map_or(0, |pf| pf.ledger().count_for_key(key))
 }

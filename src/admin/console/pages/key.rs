@@ -378,14 +378,8 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
         },
         None => Vec::new(),
     };
-    let in_postfix = c
-        .state
-        .control
-        .shared()
-        .postfix
-        .as_ref()
-        .map_or(0, |pf| pf.ledger().count_for_key(key));
-    let held_count = held.iter().filter(|h| h.envelope.key == key).count() + in_postfix;
+    let held_count =
+        held.iter().filter(|h| h.envelope.key == key).count() + super::held_postfix::count(c, key);
     let recent = recent(c, key).await;
     if shell.actions {
         b.push_str(&actions(key, restricted.is_some(), held_count, shell));
