@@ -24,6 +24,7 @@ pub mod message_keys;
 pub mod metrics;
 pub mod outcomes;
 pub mod policy;
+pub mod policy_service;
 pub mod postfix;
 pub mod proxy;
 pub mod report;

@@ -57,6 +57,9 @@ pub enum ServerError {
     /// The ledger of Postfix's hold queue cannot be used.
     #[error("[postfix] ledger: {0}")]
     PostfixLedger(#[from] crate::hold::postfix::LedgerError),
+    /// A `[[policy_service]]` cannot listen.
+    #[error(transparent)]
+    PolicyService(#[from] crate::policy_service::PolicyListenError),
 }
 
 /// Why a reload was refused (the generation in force stays).
@@ -250,6 +253,8 @@ struct Bound {
 /// A running floodgate: bound listeners and the state sessions share.
 pub struct Server {
     bound: Vec<Bound>,
+    /// The `[[policy_service]]` sockets, served on the runtime that runs the server.
+    policy_services: Vec<crate::policy_service::Listener>,
     workers: usize,
     shared: Arc<ArcSwap<Shared>>,
     observers: Arc<Observers>,
@@ -390,11 +395,17 @@ impl Server {
                 metrics: metrics.listener(&l.display_name()),
             });
         }
+        let policy_services = config
+            .policy_services
+            .iter()
+            .map(|(p, listen)| crate::policy_service::Listener::bind(p, listen))
+            .collect::<Result<Vec<_>, _>>()?;
         let loads = Arc::new(WorkerLoads::new(workers, config.server.placement));
         register_worker_metrics(&metrics, &loads);
         let _ = in_force.0.set(shared.clone());
         Ok(Server {
             bound,
+            policy_services,
             workers,
             shared,
             observers,
@@ -438,7 +449,8 @@ impl Server {
     /// Runs the workers until stopped, then waits for every session to end. Each worker is
     /// an OS thread with a single-threaded event loop that accepts from the shared listening
     /// sockets: a session never changes thread, so no cross-thread wake-ups on the hot path.
-    pub async fn run(self) {
+    pub async fn run(mut self) {
+        let policy_services = self.start_policy_services();
         let mut done = Vec::new();
         let mut closed = Vec::new();
         let (inboxes, receivers): (Vec<_>, Vec<_>) =
@@ -496,7 +508,43 @@ impl Server {
         for rx in done {
             let _ = rx.await;
         }
+        tokio::select! {
+            _ = policy_services.wait() => {}
+            _ = self.force.cancelled() => {}
+        }
         info!("all sessions ended");
+    }
+
+    /// The `[[policy_service]]` sockets, by name, as `check_policy_service` names them.
+    pub fn policy_service_addrs(&self) -> Vec<(Arc<str>, String)> {
+        self.policy_services
+            .iter()
+            .map(|p| (p.name.clone(), p.postfix_address()))
+            .collect()
+    }
+
+    /// Serves the `[[policy_service]]` sockets on this runtime until the server stops
+    /// accepting; each connection takes the generation in force when it starts (a reload
+    /// swaps the policy's limits as for the proxy). The tracker is closed: waiting on it
+    /// waits for the connections to end.
+    fn start_policy_services(&mut self) -> TaskTracker {
+        let tracker = TaskTracker::new();
+        let shared = self.shared.clone();
+        let ctx: crate::policy_service::ContextFn = Arc::new(move |name: &Arc<str>| {
+            let s = shared.load();
+            crate::policy_service::Context {
+                policy: s.policy.clone(),
+                identity: s.generation.policy.identity.clone(),
+                name: name.clone(),
+                postfix: s.postfix.clone(),
+            }
+        });
+        for p in self.policy_services.drain(..) {
+            let (t, stop, ctx) = (tracker.clone(), self.accepting.clone(), ctx.clone());
+            tracker.spawn(p.serve(ctx, t, stop));
+        }
+        tracker.close();
+        tracker
     }
 }
 
