@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod milter;
 pub mod outcomes;
 pub mod policy;
+pub mod policy_service;
 pub mod postfix;
 pub mod proxy;
 pub mod report;

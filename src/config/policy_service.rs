@@ -48,7 +48,10 @@ impl PolicyServiceConfig {
         let listen = self.listen.get_ref();
         if let Some(path) = listen.strip_prefix("unix:") {
             if path.is_empty() {
-                return Err((self.listen.span(), "listen = \"unix:\" names no socket".into()));
+                return Err((
+                    self.listen.span(),
+                    "listen = \"unix:\" names no socket".into(),
+                ));
             }
             let mode = parse_mode(self.mode.get_ref()).ok_or_else(|| {
                 (
@@ -121,7 +124,11 @@ mod tests {
         let base = Path::new("/");
         let e = service("localhost", "0660").resolve(base).unwrap_err();
         assert!(e.1.contains("neither \"unix:/path\""), "{}", e.1);
-        assert!(service("unix:", "0660").resolve(base).unwrap_err().1.contains("names no socket"));
+        assert!(service("unix:", "0660")
+            .resolve(base)
+            .unwrap_err()
+            .1
+            .contains("names no socket"));
         for bad in ["0999", "rw", "", "07777"] {
             let e = service("unix:/s", bad).resolve(base).unwrap_err();
             assert!(e.1.contains("not octal"), "{bad}: {}", e.1);

@@ -60,6 +60,9 @@ pub enum ServerError {
     /// The ledger of Postfix's hold queue cannot be used.
     #[error("[postfix] ledger: {0}")]
     PostfixLedger(#[from] crate::hold::postfix::LedgerError),
+    /// A `[[policy_service]]` cannot listen.
+    #[error(transparent)]
+    PolicyService(#[from] crate::policy_service::PolicyListenError),
 }
 
 /// Why a reload was refused (the generation in force stays).
@@ -255,6 +258,8 @@ pub struct Server {
     bound: Vec<Bound>,
     /// The `[[milter]]` sockets, served on the runtime that runs the server.
     milters: Vec<crate::milter::Listener>,
+    /// The `[[policy_service]]` sockets, served on the runtime that runs the server.
+    policy_services: Vec<crate::policy_service::Listener>,
     workers: usize,
     shared: Arc<ArcSwap<Shared>>,
     observers: Arc<Observers>,
@@ -400,12 +405,18 @@ impl Server {
             .iter()
             .map(|m| crate::milter::Listener::bind(m, config.base_dir()))
             .collect::<Result<Vec<_>, _>>()?;
+        let policy_services = config
+            .policy_services
+            .iter()
+            .map(|(p, listen)| crate::policy_service::Listener::bind(p, listen))
+            .collect::<Result<Vec<_>, _>>()?;
         let loads = Arc::new(WorkerLoads::new(workers, config.server.placement));
         register_worker_metrics(&metrics, &loads);
         let _ = in_force.0.set(shared.clone());
         Ok(Server {
             bound,
             milters,
+            policy_services,
             workers,
             shared,
             observers,
@@ -459,6 +470,7 @@ impl Server {
     /// sockets: a session never changes thread, so no cross-thread wake-ups on the hot path.
     pub async fn run(mut self) {
         let milters = self.start_milters();
+        let policy_services = self.start_policy_services();
         let mut done = Vec::new();
         let mut closed = Vec::new();
         let (inboxes, receivers): (Vec<_>, Vec<_>) =
@@ -517,7 +529,7 @@ impl Server {
             let _ = rx.await;
         }
         tokio::select! {
-            _ = milters.wait() => {}
+            _ = async { milters.wait().await; policy_services.wait().await } => {}
             _ = self.force.cancelled() => {}
         }
         info!("all sessions ended");
@@ -543,6 +555,38 @@ impl Server {
         for m in self.milters.drain(..) {
             let (t, stop, ctx) = (tracker.clone(), self.accepting.clone(), ctx.clone());
             tracker.spawn(m.serve(ctx, t, stop));
+        }
+        tracker.close();
+        tracker
+    }
+
+    /// The `[[policy_service]]` sockets, by name, as `check_policy_service` names them.
+    pub fn policy_service_addrs(&self) -> Vec<(Arc<str>, String)> {
+        self.policy_services
+            .iter()
+            .map(|p| (p.name.clone(), p.postfix_address()))
+            .collect()
+    }
+
+    /// Serves the `[[policy_service]]` sockets on this runtime until the server stops
+    /// accepting; each connection takes the generation in force when it starts (a reload
+    /// swaps the policy's limits as for the proxy). The tracker is closed: waiting on it
+    /// waits for the connections to end.
+    fn start_policy_services(&mut self) -> TaskTracker {
+        let tracker = TaskTracker::new();
+        let shared = self.shared.clone();
+        let ctx: crate::policy_service::ContextFn = Arc::new(move |name: &Arc<str>| {
+            let s = shared.load();
+            crate::policy_service::Context {
+                policy: s.policy.clone(),
+                identity: s.generation.policy.identity.clone(),
+                name: name.clone(),
+                postfix: s.postfix.clone(),
+            }
+        });
+        for p in self.policy_services.drain(..) {
+            let (t, stop, ctx) = (tracker.clone(), self.accepting.clone(), ctx.clone());
+            tracker.spawn(p.serve(ctx, t, stop));
         }
         tracker.close();
         tracker

@@ -76,7 +76,10 @@ fn check_refuses_a_listen_it_cannot_read() {
     // Neither a listener nor a milter: nothing to serve.
     let out = check("[upstream]\naddress = \"127.0.0.1:25\"\n");
     assert!(
-        !out.ok() && out.stderr.contains("[[policy_service]] or [[milter]] is needed"),
+        !out.ok()
+            && out
+                .stderr
+                .contains("[[policy_service]] or [[milter]] is needed"),
         "{out}"
     );
 }

@@ -91,16 +91,30 @@ fn local_mail_waits_in_the_maildrop_while_floodgate_is_down() {
     let _log = pf.log_on_panic();
     let tok = token("milter-local-down");
     let web = local_user("nobody");
-    pf.sendmail_as(&web, None, &format!("a-{tok}@dest.test"), &format!("{tok}-a"));
+    pf.sendmail_as(
+        &web,
+        None,
+        &format!("a-{tok}@dest.test"),
+        &format!("{tok}-a"),
+    );
     pf.wait_log("refusing it for now", |l| {
-        l.contains("milter-reject") && l.contains("4.7.1") && l.contains("from localhost[127.0.0.1]")
+        l.contains("milter-reject")
+            && l.contains("4.7.1")
+            && l.contains("from localhost[127.0.0.1]")
     });
-    let q = wait_queue(&pf, "kept the message", |q| q.iter().any(|m| m.queue_name == "maildrop"));
+    let q = wait_queue(&pf, "kept the message", |q| {
+        q.iter().any(|m| m.queue_name == "maildrop")
+    });
     assert!(pf.messages_with(&tok).is_empty(), "{q:?}");
 
     let fg = start_milter(&pf, port, LIMITS);
     // The next submission wakes pickup, which takes the whole maildrop queue again.
-    pf.sendmail_as(&web, None, &format!("b-{tok}@dest.test"), &format!("{tok}-b"));
+    pf.sendmail_as(
+        &web,
+        None,
+        &format!("b-{tok}@dest.test"),
+        &format!("{tok}-b"),
+    );
     assert_eq!(pf.wait_messages(&tok, 2).len(), 2, "{}", fg.stderr());
     pf.settle();
     assert_eq!(pf.messages_with(&format!("{tok}-a")).len(), 1);
