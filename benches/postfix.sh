@@ -10,8 +10,13 @@
 # the reaped ones included through the master's cutime+cstime; nginx's over its master and
 # workers). c/a is what any relay in front costs on the machine: the extra hop alone.
 #
-#   benches/postfix.sh [-n ROUNDS] [-m MESSAGES] [-s SESSIONS] [-F "PROFILES"] [-c CLIENT] [-k]
-#       defaults: 3 rounds, 5000 messages a run, 10 sessions, all four profiles
+#   benches/postfix.sh [-n ROUNDS] [-m MESSAGES] [-s SESSIONS] [-F "PROFILES"] [-c CLIENT] [-x MODE] [-k]
+#       defaults: 3 rounds, 5000 messages a run, 10 sessions, all four profiles, proxy mode
+#       -x  proxy (default: the three paths above) or milter: (a) Postfix alone against
+#           (b) the same Postfix on a second smtpd listener (127.0.0.1:26263) with
+#           smtpd_milters = floodgate on a unix socket (milter_protocol = 6,
+#           milter_default_action = tempfail; the same warn-mode limit), round by round,
+#           the order alternating; the ratio is b/a, floodgate's CPU is its milter's
 #       -c  the load: smtp-source (default; it says HELO, which floodgate relays to Postfix
 #           as EHLO: [upstream] always_ehlo) or ehlo (benches/ehlo_source.py: EHLO as mail
 #           clients say it, then the same transactions); either way floodgate sends each
@@ -48,16 +53,17 @@
 # and ../shared/bench (load.sh). FLOODGATE_BIN overrides target/release/floodgate, which is
 # built when missing.
 set -euo pipefail
-ROUNDS=3 M=5000 S=10 PROFILES="small small-reuse big big-reuse" KEEP=0 CLIENT=smtp-source
-while getopts "n:m:s:F:c:kh" o; do
+ROUNDS=3 M=5000 S=10 PROFILES="small small-reuse big big-reuse" KEEP=0 CLIENT=smtp-source MODE=proxy
+while getopts "n:m:s:F:c:x:kh" o; do
     case "$o" in
         n) ROUNDS=$OPTARG ;;
         m) M=$OPTARG ;;
         s) S=$OPTARG ;;
         F) PROFILES=$OPTARG ;;
         c) CLIENT=$OPTARG ;;
+        x) MODE=$OPTARG ;;
         k) KEEP=1 ;;
-        h) sed -n '2,44p' "$0"; exit 0 ;;
+        h) sed -n '2,49p' "$0"; exit 0 ;;
         *) exit 2 ;;
     esac
 done
@@ -73,6 +79,10 @@ flags() {
         *) return 1 ;;
     esac
 }
+case $MODE in
+    proxy | milter) ;;
+    *) echo "unknown mode $MODE (proxy, milter)" >&2; exit 2 ;;
+esac
 case $CLIENT in
     smtp-source | ehlo) ;;
     *) echo "unknown client $CLIENT (smtp-source, ehlo)" >&2; exit 2 ;;
@@ -103,8 +113,8 @@ FGBIN=${FLOODGATE_BIN:-$ROOT/target/release/floodgate}
 if [[ ! -x $FGBIN ]]; then
     cargo build --release --manifest-path "$ROOT/Cargo.toml" --bin floodgate
 fi
-PF_PORT=26260 FG_PORT=26261 NS_PORT=26262
-for port in $PF_PORT $FG_PORT $NS_PORT; do
+PF_PORT=26260 FG_PORT=26261 NS_PORT=26262 MI_PORT=26263
+for port in $PF_PORT $FG_PORT $NS_PORT $MI_PORT; do
     if ss -Hltn "sport = :$port" | grep -q .; then
         echo "port $port is in use" >&2
         exit 2
@@ -191,6 +201,16 @@ anvil     unix  - - n -     1 anvil
 scache    unix  - - n -     1 scache
 postlog   unix-dgram n - n - 1 postlogd
 EOF
+# Milter mode: a second smtpd listener with floodgate as its milter.
+MILTER_SOCK="$DIR/floodgate/milter.sock"
+if [[ $MODE == milter ]]; then
+    cat >>"$PF/conf/master.cf" <<EOF
+127.0.0.1:$MI_PORT inet n - n - - smtpd
+  -o smtpd_milters=unix:$MILTER_SOCK
+  -o milter_protocol=6
+  -o milter_default_action=tempfail
+EOF
+fi
 err=$(/usr/sbin/postconf -c "$PF/conf" -n 2>&1 >/dev/null) || true
 [[ $err != *fatal* ]] || { echo "postconf: $err" >&2; exit 1; }
 /usr/sbin/postfix -c "$PF/conf" check >&2 || { cat "$PF/maillog" >&2 2>/dev/null; exit 1; }
@@ -220,12 +240,23 @@ name = "per-ip"
 ratelimit = "100000000 / 1h / per_rcpt / strict"
 action = "warn"
 EOF
+if [[ $MODE == milter ]]; then
+    cat >>"$DIR/floodgate/floodgate.toml" <<EOF
+[[milter]]
+name = "bench"
+listen = "unix:$MILTER_SOCK"
+mode = "0666"
+EOF
+fi
 setsid "$FGBIN" run --config "$DIR/floodgate/floodgate.toml" </dev/null \
     >"$DIR/floodgate/stdout" 2>"$DIR/floodgate/log" &
 FG=$!
 
 # --- nginx's stream byte relay in front of it, for comparison ------------------------------
-NS=$("$HARNESS/relay-nstream.sh" -d "$DIR/nstream" -p $NS_PORT -u 127.0.0.1:$PF_PORT)
+# (milter mode compares Postfix with itself: no relay in front, no nginx needed)
+if [[ $MODE == proxy ]]; then
+    NS=$("$HARNESS/relay-nstream.sh" -d "$DIR/nstream" -p $NS_PORT -u 127.0.0.1:$PF_PORT)
+fi
 
 ready() { # PORT: greets with 220 within 10 s
     local i
@@ -242,7 +273,8 @@ ready() { # PORT: greets with 220 within 10 s
 }
 ready $PF_PORT || { echo "Postfix did not greet on $PF_PORT" >&2; cat "$DIR/master.out" "$PF/maillog" >&2 2>/dev/null; exit 1; }
 ready $FG_PORT || { echo "floodgate did not greet on $FG_PORT" >&2; cat "$DIR/floodgate/log" >&2; exit 1; }
-ready $NS_PORT || { echo "nginx did not relay Postfix's greeting on $NS_PORT" >&2; exit 1; }
+[[ $MODE != proxy ]] || ready $NS_PORT || { echo "nginx did not relay Postfix's greeting on $NS_PORT" >&2; exit 1; }
+[[ $MODE != milter ]] || ready $MI_PORT || { echo "Postfix with floodgate's milter did not greet on $MI_PORT" >&2; cat "$PF/maillog" "$DIR/floodgate/log" >&2; exit 1; }
 
 TICK=$(getconf CLK_TCK)
 # Postfix's CPU ticks so far: every live process of the master's session (utime+stime) and
@@ -260,6 +292,7 @@ fg_ticks() { awk '{print $14 + $15}' "/proc/$FG/stat"; }
 # nginx's CPU ticks so far: its master and workers.
 ns_ticks() {
     local t=0 p
+    [[ -n $NS ]] || { echo 0; return; }
     for p in "$NS" $(pgrep -P "$NS"); do
         t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
     done
@@ -305,8 +338,8 @@ run() {
 
 median() { sort -g | awk '{v[NR]=$1} END{if (NR) print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
-printf '# %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s rounds; client %s; floodgate chunking %s, pipelining %s, always_ehlo %s\n' \
-    "$(date -u +%FT%TZ)" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
+printf '# mode %s; %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s rounds; client %s; floodgate chunking %s, pipelining %s, always_ehlo %s\n' \
+    "$MODE" "$(date -u +%FT%TZ)" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
     "$(uname -r)" "$(/usr/sbin/postconf -d -h mail_version)" "$M" "$S" "$ROUNDS" "$CLIENT" "${FLOODGATE_CHUNKING:-true}" "${FLOODGATE_PIPELINING:-true}" "${FLOODGATE_ALWAYS_EHLO:-default}"
 printf '# load average at start: %s; Postfix queue under %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" "$base"
 # range: "median (min-max)" of the numbers on standard input.
@@ -315,7 +348,34 @@ range() {
     v=$(cat)
     printf '%.3f (%.2f-%.2f)' "$(median <<<"$v")" "$(sort -g <<<"$v" | head -1)" "$(sort -g <<<"$v" | tail -1)"
 }
+# milter_profile PROFILE: Postfix alone against Postfix with floodgate as its milter.
+milter_profile() {
+    local profile=$1 i a b ar ap br bf bp
+    local ratios=() pfr=() mir=() fgcpu=() pfcpu_alone=() pfcpu_milter=()
+    for i in $(seq "$ROUNDS"); do
+        if ((i % 2)); then
+            a=$(run $PF_PORT "$profile"); b=$(run $MI_PORT "$profile")
+        else
+            b=$(run $MI_PORT "$profile"); a=$(run $PF_PORT "$profile")
+        fi
+        read -r ar _ _ ap <<<"$a"
+        read -r br bf _ bp <<<"$b"
+        pfr+=("$ar") mir+=("$br") fgcpu+=("$bf") pfcpu_alone+=("$ap") pfcpu_milter+=("$bp")
+        ratios+=("$(awk -v a="$ar" -v b="$br" 'BEGIN{printf "%.4f", b/a}')")
+    done
+    printf '%-12s Postfix+floodgate milter / Postfix alone %s over %d rounds\n' \
+        "$profile" "$(printf '%s\n' "${ratios[@]}" | range)" "$ROUNDS"
+    printf '%-12s msgs/s Postfix alone %.0f, with floodgate milter %.0f\n' "" \
+        "$(printf '%s\n' "${pfr[@]}" | median)" "$(printf '%s\n' "${mir[@]}" | median)"
+    printf '%-12s CPU µs/msg: floodgate milter %.0f; Postfix alone %.0f, with the milter %.0f\n' "" \
+        "$(printf '%s\n' "${fgcpu[@]}" | median)" "$(printf '%s\n' "${pfcpu_alone[@]}" | median)" \
+        "$(printf '%s\n' "${pfcpu_milter[@]}" | median)"
+}
 for profile in $PROFILES; do
+    if [[ $MODE == milter ]]; then
+        milter_profile "$profile"
+        continue
+    fi
     ratios=() nsratios=() fgns=() pfr=() fgr=() nsr=() fgcpu=() nscpu=() pfcpu_alone=() pfcpu_behind=() pfcpu_ns=()
     for i in $(seq "$ROUNDS"); do
         # Each run in an assignment of its own, so that a failed one stops the script; the

@@ -13,12 +13,14 @@ use crate::postfix::milter::{
 use super::session::{Answer, Context, MilterSession};
 
 /// What floodgate asks of Postfix in the negotiation: add-header and quarantine; no
-/// answer awaited for header fields, end of headers and body chunks; no unknown commands;
+/// answer awaited for header fields and body chunks; no end-of-headers event (nothing is
+/// decided there; not answered either where Postfix sends it anyway); no unknown commands;
 /// header values as sent; the macros each stage needs.
 pub const WANTED: Wanted<'static> = Wanted {
     needed_actions: 0,
     optional_actions: actions::ADD_HEADERS | actions::QUARANTINE | actions::SET_MACRO_LIST,
     steps: steps::NO_REPLY_HEADER
+        | steps::NO_END_OF_HEADERS
         | steps::NO_REPLY_END_OF_HEADERS
         | steps::NO_REPLY_BODY
         | steps::NO_UNKNOWN

@@ -68,6 +68,10 @@ impl Drop for Listener {
     }
 }
 
+/// The context of a connection accepted by the milter of this name, made when it starts
+/// (the generation in force then).
+pub type ContextOf = Arc<dyn Fn(&Arc<str>) -> Context + Send + Sync>;
+
 impl Listener {
     /// Binds `m` (a relative socket path is taken from `base`); a stale unix socket file
     /// left by an earlier run is replaced. Must be called within a tokio runtime.
@@ -109,12 +113,7 @@ impl Listener {
 
     /// Accepts connections until `stop`, each served by a task of `tracker` with the
     /// context `ctx` gives at its start (the generation in force).
-    pub async fn serve(
-        self,
-        ctx: Arc<dyn Fn(&Arc<str>) -> Context + Send + Sync>,
-        tracker: TaskTracker,
-        stop: CancellationToken,
-    ) {
+    pub async fn serve(self, ctx: ContextOf, tracker: TaskTracker, stop: CancellationToken) {
         info!(milter = %self.name, address = %self.postfix_address(), "milter listening");
         loop {
             let accepted = tokio::select! {

@@ -168,7 +168,13 @@ impl MilterSession {
     /// answer, a wait is served, a hold is kept by the exchange for the end of the message;
     /// `None` means go on.
     async fn judge(&mut self, stage: Stage) -> Option<Answer> {
-        match self.exchange.ask(stage).await {
+        let act = self.exchange.ask(stage).await;
+        self.carry_out(act).await
+    }
+
+    /// An act carried out: a wait served, a refusal as the reply-code answer.
+    async fn carry_out(&mut self, act: Act) -> Option<Answer> {
+        match act {
             Act::Go | Act::Take(_) => None,
             Act::Wait(d) => {
                 tokio::time::sleep(d).await;
@@ -176,6 +182,13 @@ impl MilterSession {
             }
             Act::Refuse(r) | Act::Close(r) => Some(Answer::Reply(reply_text(&r))),
         }
+    }
+
+    /// As [`Self::judge`], with the stages before `stage` not yet asked asked first
+    /// ([`Exchange::ask_through`]).
+    async fn judge_through(&mut self, stage: Stage) -> Option<Answer> {
+        let act = self.exchange.ask_through(stage).await;
+        self.carry_out(act).await
     }
 
     /// Postfix went on after floodgate let `stage` through (a recipient accepted, the
@@ -288,25 +301,21 @@ impl MilterSession {
         self.message = Assembled::new(self.ctx.max_message_size);
     }
 
-    /// Local mail's stages before the Message stage, judged at its end as the local user:
-    /// the first refusal answers the whole message.
-    async fn local_envelope(&mut self) -> Option<Answer> {
-        for stage in [Stage::Connect, Stage::Helo, Stage::Mail] {
-            if let Some(a) = self.judge(stage).await {
-                return Some(a);
-            }
-        }
-        self.went_on(Stage::Mail, None).await;
+    /// Local mail's stages up to the Message stage, judged at its end as the local user:
+    /// each recipient asked through the exchange (the stages before it asked first, as for
+    /// any front end not asked at every stage), then the message; the first refusal
+    /// answers the whole message.
+    async fn local_judged(&mut self) -> Option<Answer> {
         let recipients = std::mem::take(&mut self.recipients);
         for rcpt in &recipients {
             self.set_recipient(rcpt);
-            if let Some(a) = self.judge(Stage::Rcpt).await {
+            if let Some(a) = self.judge_through(Stage::Rcpt).await {
                 return Some(a);
             }
             self.went_on(Stage::Rcpt, None).await;
             self.recipients.push(rcpt.clone());
         }
-        self.judge(Stage::Data).await
+        self.judge_through(Stage::Message).await
     }
 
     /// The local user who handed the message to `sendmail`: the envelope sender (the
@@ -359,10 +368,7 @@ impl MilterSession {
         }
         self.message_facts().await;
         let refusal = if self.local {
-            match self.local_envelope().await {
-                Some(a) => Some(a),
-                None => self.judge(Stage::Message).await,
-            }
+            self.local_judged().await
         } else {
             self.judge(Stage::Message).await
         };
@@ -460,7 +466,7 @@ mod tests {
             header_answer("X-Floodgate: over limit a"),
             Some(Answer::AddHeader(
                 "X-Floodgate".into(),
-                "over limit a".into()
+                " over limit a".into()
             ))
         );
         assert_eq!(header_answer("no colon"), None);

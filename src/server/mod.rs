@@ -541,17 +541,16 @@ impl Server {
     fn start_milters(&mut self) -> TaskTracker {
         let tracker = TaskTracker::new();
         let shared = self.shared.clone();
-        let ctx: Arc<dyn Fn(&Arc<str>) -> crate::milter::Context + Send + Sync> =
-            Arc::new(move |name: &Arc<str>| {
-                let s = shared.load();
-                crate::milter::context(
-                    s.config(),
-                    &s.generation.policy.identity,
-                    s.policy.clone(),
-                    s.postfix.clone(),
-                    name,
-                )
-            });
+        let ctx: crate::milter::ContextOf = Arc::new(move |name: &Arc<str>| {
+            let s = shared.load();
+            crate::milter::context(
+                s.config(),
+                &s.generation.policy.identity,
+                s.policy.clone(),
+                s.postfix.clone(),
+                name,
+            )
+        });
         for m in self.milters.drain(..) {
             let (t, stop, ctx) = (tracker.clone(), self.accepting.clone(), ctx.clone());
             tracker.spawn(m.serve(ctx, t, stop));

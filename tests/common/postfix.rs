@@ -64,13 +64,12 @@ use super::dovecot::{self, Dovecot};
 use super::{FloodgateConfig, RawClient};
 
 mod config;
-mod local;
+pub mod local;
 mod maildir;
 
 use super::delivered::find;
 use config::{master_cf_text, postfix_owner, write_certs};
 pub use config::{PfListener, PostfixConfig};
-pub use local::{local_user, LocalUser};
 pub use maildir::Delivered;
 
 /// How long Postfix and Dovecot may take to start.

@@ -6,7 +6,8 @@
 use crate::common;
 use crate::support::{free_port, start_milter, wait_queue};
 
-use common::postfix::{local_user, token, Postfix, PostfixConfig};
+use common::postfix::local::local_user;
+use common::postfix::{token, Postfix, PostfixConfig};
 
 const LIMITS: &str = r#"
 [[limit]]
