@@ -47,7 +47,9 @@ impl Generation {
         let report = crate::report::compile(&config)?;
         let alerts = crate::policy::alert::compile(&config)?;
         let hold = HoldSettings::compile(&config)?;
-        crate::policy::check_sections(&policy, &config, hold.is_some())?;
+        // Without [[listener]] floodgate holds in Postfix's hold queue: no spool of its own.
+        let holds_somewhere = hold.is_some() || config.listeners.is_empty();
+        crate::policy::check_sections(&policy, &config, holds_somewhere)?;
         let outcomes = crate::outcomes::compile(&config)?;
         let postfix = PostfixSettings::compile(&config)?;
         Ok(Generation {

@@ -108,6 +108,18 @@ pub struct PostfixConfig {
     pub message_size_limit: Option<u64>,
     /// More main.cf lines, written last (so they override the lines above).
     pub main_cf: Vec<String>,
+    /// floodgate as a policy service ([`PostfixConfig::policy_service`]); none by default.
+    pub policy_service: Option<PolicyService>,
+}
+
+/// `check_policy_service` in `smtpd_recipient_restrictions`, `smtpd_data_restrictions`
+/// and `smtpd_end_of_data_restrictions`, with its `default_action` and `timeout`.
+#[derive(Debug, Clone)]
+pub struct PolicyService {
+    /// `unix:/path` or `inet:127.0.0.1:PORT`.
+    pub address: String,
+    /// What Postfix answers when the service is down or slow (`DUNNO`, `DEFER_IF_PERMIT`).
+    pub default_action: String,
 }
 
 impl Default for PostfixConfig {
@@ -122,6 +134,7 @@ impl Default for PostfixConfig {
             forbid_bare_newline: None,
             message_size_limit: None,
             main_cf: Vec::new(),
+            policy_service: None,
         }
     }
 }
@@ -160,6 +173,16 @@ impl PostfixConfig {
     /// Sets `message_size_limit`.
     pub fn message_size_limit(mut self, bytes: u64) -> Self {
         self.message_size_limit = Some(bytes);
+        self
+    }
+
+    /// floodgate as Postfix's policy service at `address`, asked at RCPT, DATA and
+    /// END-OF-MESSAGE, with `default_action` when it does not answer (10 s timeout).
+    pub fn policy_service(mut self, address: &str, default_action: &str) -> Self {
+        self.policy_service = Some(PolicyService {
+            address: address.into(),
+            default_action: default_action.into(),
+        });
         self
     }
 
@@ -237,6 +260,17 @@ impl PostfixConfig {
         }
         if let Some(n) = self.message_size_limit {
             t.push_str(&format!("message_size_limit = {n}\n"));
+        }
+        if let Some(p) = &self.policy_service {
+            let check = format!(
+                "check_policy_service {{ {}, default_action={}, timeout=10s }}",
+                p.address, p.default_action
+            );
+            t.push_str(&format!(
+                "smtpd_recipient_restrictions = {check}\n\
+                 smtpd_data_restrictions = {check}\n\
+                 smtpd_end_of_data_restrictions = {check}\n"
+            ));
         }
         for line in &self.main_cf {
             t.push_str(line);
