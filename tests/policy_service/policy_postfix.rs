@@ -7,7 +7,6 @@ use crate::common;
 use crate::support::*;
 
 use common::postfix::token;
-use common::*;
 
 /// Three recipients an hour per account; more are deferred one by one.
 const PER_RECIPIENT: &str = r#"
