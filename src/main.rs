@@ -722,13 +722,27 @@ fn policy_parts(
     let notifier = floodgate::proxy::notify::UpstreamNotifier::new(move || shared.get());
     // The evidence's `held` reads the hold spool in force; with Redis each node publishes
     // its counts for the others.
-    let shared = in_force.clone();
-    let held = move || shared.get().and_then(|s| s.hold.clone());
     floodgate::policy::engine::Serving {
         observer: observers.clone(),
         paced: paced.clone(),
         notifier: Arc::new(notifier),
-        held: Arc::new(held),
+        held: Arc::new(HeldInForce(in_force.clone())),
+    }
+}
+
+/// The holds in force for the evidence's `held`: the spool and Postfix's hold queue's
+/// ledger of the generation sessions share now.
+struct HeldInForce(InForce);
+
+impl floodgate::policy::held::HeldSource for HeldInForce {
+    fn spool(&self) -> Option<Arc<floodgate::hold::Spool>> {
+        self.0.get().and_then(|s| s.hold.clone())
+    }
+
+    fn ledger(&self) -> Option<Arc<floodgate::hold::postfix::Ledger>> {
+        self.0
+            .get()
+            .and_then(|s| s.postfix.as_ref().map(|p| p.ledger().clone()))
     }
 }
 
@@ -1263,6 +1277,19 @@ fn check_hold(generation: &Generation, out: &mut Vec<u8>) -> anyhow::Result<()> 
                 "hold: paced messages (action = \"pace\") are released automatically at their limit's rate, oldest first per key, retried with backoff when upstream fails; they do not expire"
             )?;
         }
+    }
+    if let Some(p) = &generation.postfix {
+        writeln!(
+            out,
+            "postfix: hold queue of config_directory={} through {} -j, {} -q, {} -H/-d (each at most {}s); ledger={} max_held={}",
+            p.config_directory.display(),
+            p.postqueue.display(),
+            p.postcat.display(),
+            p.postsuper.display(),
+            p.command_timeout.as_secs(),
+            p.ledger.display(),
+            p.max_held
+        )?;
     }
     Ok(())
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use crate::hold::postfix::Ledger;
 use crate::hold::{HeldHead, Spool};
 use crate::store::Store;
 
@@ -32,6 +33,11 @@ pub const PUBLISHED_FOR: Duration = Duration::from_secs(30);
 pub trait HeldSource: Send + Sync {
     /// The hold spool in force, if any.
     fn spool(&self) -> Option<Arc<Spool>>;
+
+    /// The ledger of Postfix's hold queue in force (`[postfix]`), if any.
+    fn ledger(&self) -> Option<Arc<Ledger>> {
+        None
+    }
 }
 
 impl<F> HeldSource for F
@@ -85,6 +91,17 @@ pub fn per_key(heads: &[HeldHead]) -> BTreeMap<String, u64> {
     out
 }
 
+/// Every key some of `entries` (the ledger of Postfix's hold queue) count for, added to
+/// `counts` as [`per_key`] counts the spool's.
+pub fn add_ledger(counts: &mut BTreeMap<String, u64>, ledger: &Ledger) {
+    for e in ledger.all() {
+        *counts.entry(e.key.clone()).or_default() += 1;
+        if let Some(u) = e.user.as_deref().filter(|u| *u != e.key) {
+            *counts.entry(u.to_string()).or_default() += 1;
+        }
+    }
+}
+
 /// The name a node's counts are published under: `NAME|MACHINE|SPOOL_DIR` (`NAME`: its
 /// `[server] hostname`).
 pub fn node_id(name: &str, spool_dir: &std::path::Path) -> String {
@@ -124,27 +141,40 @@ impl HeldReader {
         }
     }
 
-    /// Every held message's envelope on this node with the node's id (none without a
-    /// spool, or when it cannot be listed).
-    async fn heads(&self, node: &str) -> (Vec<HeldHead>, Option<String>) {
-        let Some(spool) = self.source.as_ref().and_then(|s| s.spool()) else {
-            return (Vec::new(), None);
+    /// This node's held messages counted per key (the spool's and those in Postfix's hold
+    /// queue) with the node's id (none without a spool or a ledger; a spool that cannot be
+    /// listed counts nothing).
+    async fn counts(&self, node: &str) -> (BTreeMap<String, u64>, Option<String>) {
+        let Some(source) = self.source.as_ref() else {
+            return (BTreeMap::new(), None);
         };
-        let id = node_id(node, &spool.settings().dir);
-        match tokio::task::spawn_blocking(move || spool.list()).await {
-            Ok(Ok(h)) => (h, Some(id)),
-            Ok(Err(e)) => {
-                warn!(error = %e, "hold spool: cannot count held messages");
-                (Vec::new(), Some(id))
-            }
-            Err(_) => (Vec::new(), Some(id)),
+        let (spool, ledger) = (source.spool(), source.ledger());
+        let id = match (&spool, &ledger) {
+            (Some(s), _) => node_id(node, &s.settings().dir),
+            (None, Some(l)) => node_id(node, l.path()),
+            (None, None) => return (BTreeMap::new(), None),
+        };
+        let mut counts = match spool {
+            Some(spool) => match tokio::task::spawn_blocking(move || spool.list()).await {
+                Ok(Ok(h)) => per_key(&h),
+                Ok(Err(e)) => {
+                    warn!(error = %e, "hold spool: cannot count held messages");
+                    BTreeMap::new()
+                }
+                Err(_) => BTreeMap::new(),
+            },
+            None => BTreeMap::new(),
+        };
+        if let Some(l) = ledger {
+            add_ledger(&mut counts, &l);
         }
+        (counts, Some(id))
     }
 
     /// What is held for `key` now on every node, this one being named `node`.
     pub async fn now(&self, key: &str, node: &str) -> HeldNow {
-        let (heads, me) = self.heads(node).await;
-        let mine = count(&heads, key);
+        let (counts, me) = self.counts(node).await;
+        let mine = counts.get(key).copied().unwrap_or(0);
         let mut by_node: BTreeMap<String, u64> = BTreeMap::new();
         if self.store.shares_state() {
             match self.store.held_counts(key).await {
@@ -173,11 +203,11 @@ impl HeldReader {
         if !self.store.shares_state() {
             return;
         }
-        let (heads, me) = self.heads(node).await;
+        let (counts, me) = self.counts(node).await;
         let Some(me) = me else {
             return;
         };
-        let counts: Vec<(String, u64)> = per_key(&heads).into_iter().collect();
+        let counts: Vec<(String, u64)> = counts.into_iter().collect();
         let now: HashSet<String> = counts.iter().map(|(k, _)| k.clone()).collect();
         let gone: Vec<String> = {
             let published = self.published.lock().unwrap_or_else(|e| e.into_inner());
@@ -215,7 +245,41 @@ pub async fn run<P: Publisher>(policy: P, every: Duration, stop: CancellationTok
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hold::postfix::LedgerEntry;
     use crate::hold::HeldEnvelope;
+
+    #[test]
+    fn postfix_s_hold_counts_for_its_key_and_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("l"), 10).unwrap();
+        for (id, key, user) in [
+            ("AAAAA1", "alice", Some("alice")),
+            ("AAAAA2", "192.0.2.7", Some("alice")),
+            ("AAAAA3", "www-data", None),
+        ] {
+            ledger
+                .record(LedgerEntry {
+                    queue_id: id.into(),
+                    key: key.into(),
+                    limit: "l".into(),
+                    reason: String::new(),
+                    time: 0,
+                    sender: String::new(),
+                    recipients: vec![],
+                    size: 0,
+                    client: None,
+                    user: user.map(str::to_string),
+                })
+                .unwrap();
+        }
+        let mut counts = BTreeMap::from([("alice".to_string(), 1u64)]);
+        add_ledger(&mut counts, &ledger);
+        assert_eq!(
+            counts["alice"], 3,
+            "one in the spool, two in Postfix's hold queue"
+        );
+        assert_eq!((counts["192.0.2.7"], counts["www-data"]), (1, 1));
+    }
 
     fn head(key: &str, user: Option<&str>) -> HeldHead {
         HeldHead {

@@ -155,7 +155,7 @@ fn held_verbs_work_on_postfix_s_hold_queue_and_release_each_message_once() {
     let rows = v["held"].as_array().unwrap();
     assert_eq!(rows.len(), 3, "{v}");
     assert!(rows.iter().all(|r| r["where"] == "postfix"), "{v}");
-    let of_bob = verb(&sock, &["held", "list", "bob", "--json"]);
+    let of_bob = verb(&sock, &["held", "list", "--key", "bob", "--json"]);
     let v: Value = serde_json::from_str(&of_bob.stdout).unwrap();
     assert_eq!(v["held"][0]["id"], id(2).as_str(), "{v}");
     assert_eq!(v["held"].as_array().unwrap().len(), 1, "{v}");
@@ -203,6 +203,14 @@ fn held_verbs_work_on_postfix_s_hold_queue_and_release_each_message_once() {
         Duration::from_secs(30),
     );
     assert!(by_hand.ok(), "{by_hand}");
+    let flush = run_with_timeout(
+        Command::new("/usr/sbin/postqueue")
+            .arg("-c")
+            .arg(pf.dir().join("conf"))
+            .args(["-i", &id(2)]),
+        Duration::from_secs(30),
+    );
+    assert!(flush.ok(), "{flush}");
     let list = verb(&sock, &["held", "list", "--json"]);
     assert!(list.stdout.contains("\"held\":[]"), "{list}");
     let late = verb(&sock, &["held", "release", &id(2), "--reason", "late"]);

@@ -186,8 +186,9 @@ impl PostfixHold {
         Ok((entry, m))
     }
 
-    /// Releases the held message `queue_id` (`postsuper -H`) for delivery, once: a second
-    /// release of it is an error that says when and by whom it was released.
+    /// Releases the held message `queue_id` (`postsuper -H`, then `postqueue -i` so Postfix
+    /// delivers it now), once: a second release of it is an error that says when and by
+    /// whom it was released.
     pub async fn release(&self, queue_id: &str, by: &str) -> Result<LedgerEntry, PostfixError> {
         self.act(queue_id, by, How::Released).await
     }
@@ -226,6 +227,9 @@ impl PostfixHold {
         let entry = self.ledger.claim(queue_id)?;
         match self.postsuper(queue_id, how).await {
             Ok(true) => {
+                if how == How::Released {
+                    self.deliver_now(queue_id).await;
+                }
                 self.ledger.finish(Done {
                     queue_id: queue_id.to_string(),
                     how,
@@ -242,6 +246,15 @@ impl PostfixHold {
                 self.ledger.unclaim(queue_id);
                 Err(e)
             }
+        }
+    }
+
+    /// Asks Postfix to deliver a released message now (`postqueue -i ID`): `postsuper -H`
+    /// puts it in the deferred queue, which Postfix otherwise looks at only every
+    /// `queue_run_delay`. A failure only delays it, so it is logged, not returned.
+    async fn deliver_now(&self, queue_id: &str) {
+        if let Err(e) = self.run(&self.settings.postqueue, &["-i", queue_id]).await {
+            tracing::warn!(error = %e, queue_id, "released message left for Postfix's next queue run");
         }
     }
 

@@ -378,7 +378,8 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
         },
         None => Vec::new(),
     };
-    let held_count = held.iter().filter(|h| h.envelope.key == key).count();
+    let held_count =
+        held.iter().filter(|h| h.envelope.key == key).count() + super::held_postfix::count(c, key);
     let recent = recent(c, key).await;
     if shell.actions {
         b.push_str(&actions(key, restricted.is_some(), held_count, shell));
