@@ -1154,7 +1154,7 @@ fn check(path: PathBuf, user: Option<String>) -> anyhow::Result<()> {
     if let Some(line) = checked_as {
         writeln!(out, "{line}")?;
     }
-    check_listeners(&config, &mut out)?;
+    check_listeners(&generation, &mut out)?;
     check_hold(&generation, &mut out)?;
     check_tls_and_admin(&config, &mut out)?;
     check_upstream(&config, &mut out)?;
@@ -1214,8 +1214,35 @@ fn check_as_service_user(path: &Path, user: Option<&str>) -> anyhow::Result<Opti
     )))
 }
 
-/// `floodgate check`: each listener (proxy mode) and each milter (milter mode).
-fn check_listeners(config: &Config, out: &mut Vec<u8>) -> anyhow::Result<()> {
+/// `floodgate check`: each listener, the modes they make, each policy service with what its
+/// limits need that Postfix's policy requests do not carry, and each milter.
+fn check_listeners(generation: &Generation, out: &mut Vec<u8>) -> anyhow::Result<()> {
+    let config = &generation.config;
+    let mut modes = Vec::new();
+    if !config.listeners.is_empty() {
+        modes.push("proxy (SMTP in front of [upstream])");
+    }
+    if !config.policy_services.is_empty() {
+        modes.push("Postfix policy service (check_policy_service: no message content)");
+    }
+    if !config.milters.is_empty() {
+        modes.push("Postfix milter (smtpd_milters, non_smtpd_milters)");
+    }
+    writeln!(out, "mode: {}", modes.join(", "))?;
+    for (p, listen) in &config.policy_services {
+        let at = match listen {
+            floodgate::config::PolicyListen::Unix(path, mode) => {
+                format!("unix:{} mode={mode:04o}", path.display())
+            }
+            floodgate::config::PolicyListen::Tcp(addr) => format!("inet:{addr}"),
+        };
+        writeln!(out, "policy_service {}: {at}", p.display_name())?;
+    }
+    if !config.policy_services.is_empty() {
+        for w in floodgate::policy_service::blind::blind_spots(&generation.policy) {
+            writeln!(out, "warning: policy service: {w}")?;
+        }
+    }
     for line in floodgate::milter::mode::describe(config) {
         writeln!(out, "{line}")?;
     }

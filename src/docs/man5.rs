@@ -82,6 +82,10 @@ const PAGES: &[(&str, &str)] = &[
         include_str!("../../docs/configuration/postfix.md"),
     ),
     (
+        "policy-service.md",
+        include_str!("../../docs/configuration/policy-service.md"),
+    ),
+    (
         "message-keys.md",
         include_str!("../../docs/configuration/message-keys.md"),
     ),

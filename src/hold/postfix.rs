@@ -2,7 +2,7 @@
 //! service and the milter): the ledger of what floodgate told Postfix to hold, and the
 //! messages themselves through Postfix's own commands.
 //!
-//! * [`line`]: the ledger file's lines (pure);
+//! * [`line`](mod@line): the ledger file's lines (pure);
 //! * [`ledger`]: the ledger: its file, appended to and compacted, indexed by queue id and by
 //!   key;
 //! * [`command`]: running one of Postfix's commands off the async workers, with a time

@@ -133,7 +133,18 @@ async fn message_end(ctx: &Context, f: &mut Followed, req: &PolicyRequest) -> Po
     let queue_id = req.non_empty("queue_id");
     let action = match f.exchange.taken().cloned() {
         Some(order) => {
-            record_hold(ctx, f, req, &order);
+            if let Err(why) = record_hold(ctx, f, req, &order) {
+                // A hold the held verbs could not find is not made: deferred instead, the
+                // transaction abandoned (nothing charged), the client retrying later.
+                warn!(service = %ctx.name, limit = %order.limit, key = %order.key, why = %why,
+                    "held message deferred: not recorded in the ledger");
+                f.exchange.abandon();
+                f.recipients.clear();
+                f.prepended = 0;
+                return PolicyAction::DeferIfPermit(
+                    "4.3.0 floodgate: the message cannot be held now, try again later".into(),
+                );
+            }
             answer::hold(&order)
         }
         None => PolicyAction::Dunno,
@@ -147,8 +158,14 @@ async fn message_end(ctx: &Context, f: &mut Followed, req: &PolicyRequest) -> Po
 }
 
 /// Records a message about to be held in Postfix's hold queue in the ledger the held verbs
-/// read (when `[postfix]` is configured; else only logged).
-fn record_hold(ctx: &Context, f: &Followed, req: &PolicyRequest, order: &HoldOrder) {
+/// read (when `[postfix]` is configured; else only logged, and held); why not when the
+/// ledger cannot take it or Postfix named no queue id.
+fn record_hold(
+    ctx: &Context,
+    f: &Followed,
+    req: &PolicyRequest,
+    order: &HoldOrder,
+) -> Result<(), String> {
     let facts = f.exchange.facts();
     let entry = LedgerEntry {
         queue_id: req.non_empty("queue_id").unwrap_or("").to_string(),
@@ -168,16 +185,11 @@ fn record_hold(ctx: &Context, f: &Followed, req: &PolicyRequest, order: &HoldOrd
         user = entry.user.as_deref().unwrap_or(""), sender = %entry.sender,
         recipients = entry.recipients.len(), size = entry.size, "message held in Postfix's hold queue");
     match &ctx.postfix {
-        Some(hold) if !entry.queue_id.is_empty() => {
-            if let Err(e) = hold.ledger().record(entry) {
-                warn!(service = %ctx.name, error = %e, "held message not recorded in the ledger");
-            }
-        }
-        Some(_) => {
-            warn!(service = %ctx.name, "held message without a queue_id: not recorded in the ledger")
-        }
+        Some(_) if entry.queue_id.is_empty() => Err("Postfix sent no queue_id".into()),
+        Some(hold) => hold.ledger().record(entry).map_err(|e| e.to_string()),
         None => {
-            warn!(service = %ctx.name, "held message not recorded: no [postfix] section for the held verbs")
+            warn!(service = %ctx.name, "held message not in a ledger: no [postfix] section, so the held verbs do not list it (postqueue does)");
+            Ok(())
         }
     }
 }

@@ -4,6 +4,7 @@
 //! * [`facts`]: a request read as the policy's facts and stage;
 //! * [`judge`]: one request judged through its session's exchange;
 //! * [`answer`]: the access action for the exchange's act;
+//! * [`blind`]: what a limit needs that the requests do not carry, for `floodgate check`;
 //! * [`table`]: the client sessions followed, bounded in number and idle time;
 //! * [`conn`]: one connection from Postfix, many requests on it.
 //!
@@ -17,6 +18,7 @@
 //! `instance`, the session gone idle) is abandoned: nothing of it is charged.
 
 pub mod answer;
+pub mod blind;
 pub mod conn;
 pub mod facts;
 pub mod judge;

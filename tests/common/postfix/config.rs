@@ -110,6 +110,18 @@ pub struct PostfixConfig {
     pub milters: Option<Milters>,
     /// More main.cf lines, written last (so they override the lines above).
     pub main_cf: Vec<String>,
+    /// floodgate as a policy service ([`PostfixConfig::policy_service`]); none by default.
+    pub policy_service: Option<PolicyService>,
+}
+
+/// `check_policy_service` in `smtpd_recipient_restrictions`, `smtpd_data_restrictions`
+/// and `smtpd_end_of_data_restrictions`, with its `default_action` and `timeout`.
+#[derive(Debug, Clone)]
+pub struct PolicyService {
+    /// `unix:/path` or `inet:127.0.0.1:PORT`.
+    pub address: String,
+    /// What Postfix answers when the service is down or slow (`DUNNO`, `DEFER_IF_PERMIT`).
+    pub default_action: String,
 }
 
 /// The milter lines of main.cf: `smtpd_milters`, `non_smtpd_milters`,
@@ -139,6 +151,7 @@ impl Default for PostfixConfig {
             message_size_limit: None,
             milters: None,
             main_cf: Vec::new(),
+            policy_service: None,
         }
     }
 }
@@ -189,6 +202,16 @@ impl PostfixConfig {
             non_smtpd: non_smtpd.into(),
             default_action: default_action.into(),
             timeout: "10s".into(),
+        });
+        self
+    }
+
+    /// floodgate as Postfix's policy service at `address`, asked at RCPT, DATA and
+    /// END-OF-MESSAGE, with `default_action` when it does not answer (10 s timeout).
+    pub fn policy_service(mut self, address: &str, default_action: &str) -> Self {
+        self.policy_service = Some(PolicyService {
+            address: address.into(),
+            default_action: default_action.into(),
         });
         self
     }
@@ -281,6 +304,17 @@ impl PostfixConfig {
                 m.non_smtpd,
                 m.default_action,
                 t = m.timeout
+            ));
+        }
+        if let Some(p) = &self.policy_service {
+            let check = format!(
+                "check_policy_service {{ {}, default_action={}, timeout=10s }}",
+                p.address, p.default_action
+            );
+            t.push_str(&format!(
+                "smtpd_recipient_restrictions = {check}\n\
+                 smtpd_data_restrictions = {check}\n\
+                 smtpd_end_of_data_restrictions = {check}\n"
             ));
         }
         for line in &self.main_cf {
