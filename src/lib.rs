@@ -13,6 +13,7 @@ pub mod admin;
 pub mod config;
 pub mod demo;
 pub mod docs;
+pub mod eventlog;
 pub mod exchange;
 pub mod figures;
 pub mod generation;

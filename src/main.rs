@@ -141,6 +141,26 @@ enum Cmd {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// One action on every account of a campaign (its id as `floodgate campaigns` prints
+    /// it): release-held or delete-held (all their held mail; mail of an account still
+    /// restricted needs --confirm to be released), or release (end every restriction).
+    /// Needs --reason; each message and restriction is audited, and the campaign's action.
+    Campaign {
+        /// The campaign's id (`c:…`).
+        id: String,
+        /// What to do: release-held, delete-held or release.
+        #[arg(value_parser = ["release-held", "delete-held", "release"])]
+        op: String,
+        /// Why (logged, audited; kept out of released messages' headers unless
+        /// `[hold] reason_in_header`).
+        #[arg(long)]
+        reason: String,
+        /// Release mail of accounts that are still restricted all the same.
+        #[arg(long)]
+        confirm: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Print the message keys of a message (`${fingerprint}` bands, `${link_domain}`,
     /// `${subject_shape}`) and the lines the fingerprint left out as not the author's
     /// (forwarded, signature, disclaimer; learnt boilerplate only in a running floodgate),
@@ -203,11 +223,14 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum HeldCmd {
-    /// List held messages: id, key, limit, sender, recipients, size, when, Subject.
+    /// List held messages: id, key, limit, sender, how many recipients, size, when, Subject.
     List {
         /// Only the messages held for this key.
         #[arg(long)]
         key: Option<String>,
+        /// List every recipient of each message instead of their count.
+        #[arg(long)]
+        wide: bool,
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -337,6 +360,21 @@ fn main() -> ExitCode {
         Cmd::Reset { key, admin } => admin_verb(&admin, Verb::Reset(key)),
         Cmd::Restricted { admin } => admin_verb(&admin, Verb::Restricted),
         Cmd::Campaigns { admin } => admin_verb(&admin, Verb::Campaigns),
+        Cmd::Campaign {
+            id,
+            op,
+            reason,
+            confirm,
+            admin,
+        } => admin_verb(
+            &admin,
+            Verb::CampaignAct {
+                id,
+                op,
+                reason,
+                confirm,
+            },
+        ),
         Cmd::Fingerprint { file, json } => fingerprint(&file, json),
         Cmd::Release { key, reason, admin } => admin_verb(&admin, Verb::Release { key, reason }),
         Cmd::Outcome {
@@ -368,7 +406,7 @@ fn main() -> ExitCode {
         Cmd::Top { limit, n, admin } => admin_verb(&admin, Verb::Top { limit, n }),
         Cmd::Reload { admin } => admin_verb(&admin, Verb::Reload),
         Cmd::Held { verb } => match verb {
-            HeldCmd::List { key, admin } => admin_verb(&admin, Verb::HeldList(key)),
+            HeldCmd::List { key, wide, admin } => admin_verb(&admin, Verb::HeldList { key, wide }),
             HeldCmd::Show { id, admin } => admin_verb(&admin, Verb::HeldShow(id)),
             HeldCmd::Release(a) => {
                 let (admin, t) = a.target.target(a.confirm);

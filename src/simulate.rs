@@ -24,7 +24,7 @@ use crate::limit::rate::{parse_burst, Rate, RateError};
 use crate::limit::unique::UniqueKind;
 use crate::limit::{LimitSpec, SpecError};
 use crate::store::{Algorithm, Decision, LimitRequest, MemoryConfig, MemoryStore};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::io::{BufRead, Write};
 
 /// Why a simulation stopped.
@@ -57,18 +57,6 @@ pub enum SimulateError {
     /// Reading input or writing output failed.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Event {
-    t: f64,
-    #[serde(default)]
-    key: Option<String>,
-    #[serde(default)]
-    count: Option<f64>,
-    #[serde(default)]
-    unique: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -163,28 +151,15 @@ pub fn run(spec: &str, input: impl BufRead, mut output: impl Write) -> Result<()
         let line_no = n + 1;
         let line = line?;
         // Queued messages and their outcomes in an event log are not events to simulate.
-        if line.trim().is_empty() || line.trim_start().starts_with("{\"event\":") {
+        if line.trim().is_empty() || crate::eventlog::is_other_event(&line) {
             continue;
         }
         let bad = |detail: String| SimulateError::Input {
             line: line_no,
             detail,
         };
-        let ev: Event = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
-        if !ev.t.is_finite() || ev.t.abs() > 9.0e12 {
-            return Err(bad(format!(
-                "\"t\" must be a finite number of seconds, got {}",
-                ev.t
-            )));
-        }
-        if let Some(c) = ev.count {
-            if c.is_nan() || c < 0.0 || c.is_infinite() {
-                return Err(bad(format!(
-                    "\"count\" must be a finite number >= 0, got {c}"
-                )));
-            }
-        }
-        let now_us = (ev.t * 1e6).round() as i64;
+        let ev = crate::eventlog::Evaluation::parse(&line).map_err(|e| bad(e.to_string()))?;
+        let now_us = ev.time_us;
         let key_text = ev.key.unwrap_or_default();
         let (db_key, algorithm, count, unique) = match &sim {
             Sim::Exim(s) => {

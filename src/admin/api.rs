@@ -12,8 +12,11 @@
 //! | POST | `/v1/held/release?id=ID` or `?key=KEY` `&reason=TEXT[&confirm=true]` | relays it upstream (see [`super::held_act`]) |
 //! | POST | `/v1/held/delete?id=ID` or `?key=KEY` (`&reason=TEXT`) | removes it |
 //! | GET | `/v1/restricted` | the restricted keys (see [`super::restricted`]) |
+//! | GET | `/v1/messages?key=KEY&page=N` | the key's messages from the event log, paged (see [`super::messages`]) |
+//! | GET | `/v1/delivered?key=KEY&format=json\|csv` | what was relayed for a restricted key before its restriction |
 //! | POST | `/v1/release?key=KEY&reason=TEXT` | ends a restriction |
 //! | POST | `/v1/restrict?key=KEY&for=DURATION&reason=TEXT` | restricts by hand |
+//! | POST | `/v1/campaigns/act?id=ID&op=release-held\|delete-held\|release&reason=TEXT[&confirm=true]` | one action on every account of a campaign: release or delete all their held mail, or end every restriction (see [`super::campaigns`]) |
 //! | POST | `/v1/alerts/digest` | sends the daily alert digest now (see [`super::digest`]) |
 //!
 //! A `key=KEY` is folded like a login before it is looked up ([`crate::policy::identity`]:
@@ -134,10 +137,23 @@ impl AdminState {
         reason: Option<&str>,
         result: &str,
     ) {
+        self.audit_with(who, action, target, reason, result, &[]);
+    }
+
+    /// [`AdminState::audit`] with more fields (see [`audit::line_with`]).
+    pub fn audit_with(
+        &self,
+        who: &Actor,
+        action: &str,
+        target: &serde_json::Value,
+        reason: Option<&str>,
+        result: &str,
+        more: &[(&str, serde_json::Value)],
+    ) {
         let Some(log) = &self.audit else {
             return;
         };
-        let line = audit::line(now_micros(), who, action, target, reason, result);
+        let line = audit::line_with(now_micros(), who, action, target, reason, result, more);
         if let Err(e) = log.write(&line) {
             self.metrics.audit_write_errors.inc();
             tracing::warn!(path = %log.path().display(), error = %e, action, who = %who,
@@ -212,9 +228,11 @@ impl AdminState {
         let (allowed, ok) = match req.path.as_str() {
             "/metrics" => ("GET, HEAD", get),
             "/v1/inspect" | "/v1/top" | "/v1/held" | "/v1/held/show" | "/v1/restricted"
-            | "/v1/campaigns" => ("GET, HEAD", get),
+            | "/v1/campaigns" | "/v1/messages" | "/v1/delivered" => ("GET, HEAD", get),
             "/v1/reset" | "/v1/reload" | "/v1/held/release" | "/v1/held/delete" | "/v1/release"
-            | "/v1/restrict" | "/v1/outcome" | "/v1/alerts/digest" => ("POST", post),
+            | "/v1/restrict" | "/v1/outcome" | "/v1/alerts/digest" | "/v1/campaigns/act" => {
+                ("POST", post)
+            }
             _ => return Response::error(404, &format!("no endpoint {}", req.path)),
         };
         if !ok {
@@ -257,6 +275,9 @@ impl AdminState {
             }
             "/v1/restricted" => self.restricted().await,
             "/v1/campaigns" => self.campaigns().await,
+            "/v1/campaigns/act" => self.campaign_request(req, who).await,
+            "/v1/messages" => self.messages(req).await,
+            "/v1/delivered" => self.delivered(req).await,
             "/v1/release" => {
                 let r = self.release_either(req, typed, who).await;
                 self.audited(who, "release", json!(req.param("key")), req, r)

@@ -9,7 +9,10 @@
 //! `target` the key, the held message's id, or (for a console selection refused before
 //! any message was touched) the ids it selected, or `null` (reload); `reason` the reason given or `null`; `result` `ok`,
 //! `refused: WHY` (the request was refused: a 4xx) or `error: WHY` (it failed: a 5xx).
-//! A held action writes one line per message. A line that cannot be written is logged and
+//! A held action writes one line per message, with two more fields: `key` (the key the
+//! message was held for, so that a key's incident page finds what became of its mail) and,
+//! for a release, `ref` (the reference the released message's trace header names in place
+//! of the reason, unless `[hold] reason_in_header` is on). A line that cannot be written is logged and
 //! counted (`floodgate_audit_write_errors_total`); the action goes on regardless.
 
 use std::io::Write as _;
@@ -21,13 +24,17 @@ use super::actor::Actor;
 use super::http::Response;
 
 /// The actions the audit log records.
-pub const ACTIONS: [&str; 6] = [
+pub const ACTIONS: [&str; 10] = [
     "release",
     "restrict",
     "held_release",
     "held_delete",
     "reset",
     "reload",
+    "campaign_held_release",
+    "campaign_held_delete",
+    "campaign_release",
+    "campaign",
 ];
 
 /// The audit log's file.
@@ -89,6 +96,67 @@ pub fn line(
     )
 }
 
+/// [`line()`] with more fields after `result` (their values JSON), in the order given.
+pub fn line_with(
+    time_us: i64,
+    who: &Actor,
+    action: &str,
+    target: &Value,
+    reason: Option<&str>,
+    result: &str,
+    more: &[(&str, Value)],
+) -> String {
+    let mut l = line(time_us, who, action, target, reason, result);
+    l.pop();
+    for (name, v) in more {
+        l.push_str(&format!(",{}:{v}", Value::from(*name)));
+    }
+    l.push('}');
+    l
+}
+
+/// The reference of the `n`th message of a release asked at `time_us`: what the trace
+/// header of a released message names, and its audit line's `ref`.
+pub fn reference(time_us: i64, n: usize) -> String {
+    format!("{time_us:x}-{n}")
+}
+
+/// The most bytes read from the end of the audit log for one key's history.
+pub const ABOUT_MAX_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Whether audit line `l` is about `key`: an action on the key itself (its restriction, its
+/// release, a reset, its held mail as a whole) or on a message held for it.
+pub fn is_about(l: &Value, key: &str) -> bool {
+    l["target"] == key || l["key"] == key
+}
+
+/// The lines of the audit log at `path` about `key` (see [`is_about`]), oldest first, from
+/// at most the last `max_bytes` of the file (a line cut by that start is left out); a line
+/// that does not parse is skipped. A missing file has none.
+pub fn about(path: &Path, key: &str, max_bytes: u64) -> std::io::Result<Vec<Value>> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let len = f.metadata()?.len();
+    let start = len.saturating_sub(max_bytes);
+    f.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::new();
+    f.take(max_bytes).read_to_end(&mut bytes)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines = text.split('\n');
+    if start > 0 {
+        lines.next();
+    }
+    Ok(lines
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| is_about(v, key))
+        .collect())
+}
+
 /// The `result` of an answer: `ok` (2xx), `refused: WHY` (4xx), `error: WHY` (otherwise),
 /// WHY being the answer's `error` text.
 pub fn result_of(r: &Response) -> String {
@@ -141,6 +209,22 @@ mod tests {
         assert_eq!(v["result"], "error: bad config");
         // One line, whatever the text holds.
         assert!(!l.contains('\n'));
+        let k = line_with(
+            0,
+            &Actor::Token("ops".into()),
+            "held_release",
+            &json!("id-1"),
+            Some("ok"),
+            "ok",
+            &[("key", json!("bob\"x")), ("ref", json!(reference(255, 3)))],
+        );
+        let v: Value = serde_json::from_str(&k).unwrap();
+        assert_eq!(v["key"], "bob\"x");
+        assert_eq!(v["ref"], "ff-3");
+        assert!(
+            k.ends_with(",\"key\":\"bob\\\"x\",\"ref\":\"ff-3\"}"),
+            "{k}"
+        );
     }
 
     #[test]
@@ -162,6 +246,38 @@ mod tests {
             result_of(&Response::text(500, "text/plain", "x".into())),
             "error: status 500"
         );
+    }
+
+    #[test]
+    fn a_keys_lines_from_the_end_of_the_log() {
+        let d = tempfile::TempDir::new().unwrap();
+        let p = d.path().join("audit.jsonl");
+        assert!(about(&p, "bob", 1000).unwrap().is_empty());
+        let log = AuditLog::open(&p).unwrap();
+        let who = Actor::Token("ops".into());
+        log.write(&line(1, &who, "restrict", &json!("bob"), Some("x"), "ok"))
+            .unwrap();
+        log.write(&line(2, &who, "restrict", &json!("alice"), None, "ok"))
+            .unwrap();
+        log.write("not json").unwrap();
+        let held = line_with(
+            3,
+            &who,
+            "held_delete",
+            &json!("id-9"),
+            Some("spam"),
+            "ok",
+            &[("key", json!("bob"))],
+        );
+        log.write(&held).unwrap();
+        let bob = about(&p, "bob", ABOUT_MAX_BYTES).unwrap();
+        assert_eq!(bob.len(), 2, "{bob:?}");
+        assert_eq!(bob[0]["action"], "restrict");
+        assert_eq!(bob[1]["target"], "id-9");
+        // Only the tail is read: the first line, cut, is left out.
+        let tail = about(&p, "bob", held.len() as u64 + 5).unwrap();
+        assert_eq!(tail.len(), 1, "{tail:?}");
+        assert_eq!(tail[0]["action"], "held_delete");
     }
 
     #[test]

@@ -88,8 +88,14 @@ pub enum Verb {
     },
     /// Reload the configuration.
     Reload,
-    /// List held messages (all, or those of a key).
-    HeldList(Option<String>),
+    /// List held messages (all, or those of a key); `wide`: every recipient, not their
+    /// count.
+    HeldList {
+        /// Only the messages held for this key.
+        key: Option<String>,
+        /// Every recipient listed.
+        wide: bool,
+    },
     /// One held message's envelope and header section.
     HeldShow(String),
     /// Release (relay) held messages: one id, or every one of a key.
@@ -100,6 +106,17 @@ pub enum Verb {
     Restricted,
     /// List the campaigns of message keys.
     Campaigns,
+    /// One action on every account of a campaign.
+    CampaignAct {
+        /// The campaign's id.
+        id: String,
+        /// `release-held`, `delete-held` or `release`.
+        op: String,
+        /// Why.
+        reason: String,
+        /// Release mail of accounts still restricted all the same.
+        confirm: bool,
+    },
     /// End a key's restriction.
     Release {
         /// The key.
@@ -162,13 +179,30 @@ impl Verb {
                 ("GET", t)
             }
             Verb::Reload => ("POST", "/v1/reload".into()),
-            Verb::HeldList(None) => ("GET", "/v1/held".into()),
-            Verb::HeldList(Some(k)) => ("GET", format!("/v1/held?key={}", percent_encode(k))),
+            Verb::HeldList { key: None, .. } => ("GET", "/v1/held".into()),
+            Verb::HeldList { key: Some(k), .. } => {
+                ("GET", format!("/v1/held?key={}", percent_encode(k)))
+            }
             Verb::HeldShow(id) => ("GET", format!("/v1/held/show?id={}", percent_encode(id))),
             Verb::HeldRelease(t) => ("POST", format!("/v1/held/release?{}", t.query())),
             Verb::HeldDelete(t) => ("POST", format!("/v1/held/delete?{}", t.query())),
             Verb::Restricted => ("GET", "/v1/restricted".into()),
             Verb::Campaigns => ("GET", "/v1/campaigns".into()),
+            Verb::CampaignAct {
+                id,
+                op,
+                reason,
+                confirm,
+            } => (
+                "POST",
+                format!(
+                    "/v1/campaigns/act?id={}&op={}&reason={}{}",
+                    percent_encode(id),
+                    percent_encode(op),
+                    percent_encode(reason),
+                    if *confirm { "&confirm=true" } else { "" }
+                ),
+            ),
             Verb::Outcome {
                 queue_id,
                 recipient,
@@ -205,6 +239,31 @@ impl Verb {
             ),
         }
     }
+}
+
+/// `floodgate campaign ID OP`: what was done to how many, of how many accounts, and what
+/// failed.
+fn render_campaign_act(id: &str, op: &str, v: &Value) -> String {
+    let (field, noun) = match op {
+        "release" => ("ended", "restriction"),
+        "release-held" => ("released", "held message"),
+        _ => ("deleted", "held message"),
+    };
+    let accounts: Vec<&str> = items(&v["accounts"])
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let n = items(&v[field]).len() as u64;
+    let mut out = format!(
+        "{id}: {} {field}, of its {} ({})\n",
+        crate::figures::count(n, noun),
+        crate::figures::count(accounts.len() as u64, "account"),
+        accounts.join(", ")
+    );
+    for f in items(&v["failed"]) {
+        out.push_str(&format!("  not done: {}\n", f.as_str().unwrap_or("")));
+    }
+    out
 }
 
 /// `floodgate campaigns`: per campaign a heading line, then its accounts as a table.
@@ -504,11 +563,12 @@ pub fn render(verb: &Verb, v: &Value) -> String {
         }
         Verb::Top { .. } => render_top(v),
         Verb::Reload => "configuration reloaded\n".into(),
-        Verb::HeldList(_) => render_held_list(v),
+        Verb::HeldList { wide, .. } => render_held_list(v, *wide),
         Verb::HeldShow(_) => render_held_show(v),
         Verb::HeldRelease(_) => render_held_done(v, true),
         Verb::HeldDelete(_) => render_held_done(v, false),
         Verb::Campaigns => render_campaigns(v),
+        Verb::CampaignAct { id, op, .. } => render_campaign_act(id, op, v),
         Verb::Restricted => render_restricted(v),
         Verb::Release { key, .. } => format!("{key}: released\n"),
         Verb::Outcome { .. } => format!(
@@ -637,12 +697,17 @@ fn render_top(v: &Value) -> String {
     out
 }
 
-/// `held list`: one row per held message.
-fn render_held_list(v: &Value) -> String {
+/// `held list`: one row per held message, its recipients counted (`wide`: listed).
+fn render_held_list(v: &Value, wide: bool) -> String {
     let rows: Vec<Vec<String>> = items(&v["held"])
         .iter()
         .map(|m| {
             let rcpts: Vec<&str> = strings(&m["recipients"]);
+            let rcpts = if wide {
+                rcpts.join(",")
+            } else {
+                crate::figures::count(rcpts.len() as u64, "recipient")
+            };
             vec![
                 m["id"].as_str().unwrap_or("").into(),
                 m["key"].as_str().unwrap_or("").into(),
@@ -652,7 +717,7 @@ fn render_held_list(v: &Value) -> String {
                     None => "held".into(),
                 },
                 m["sender"].as_str().unwrap_or("").into(),
-                rcpts.join(","),
+                rcpts,
                 num(&m["size"]),
                 crate::smtp::received::rfc5322_date(m["time"].as_i64().unwrap_or(0)),
                 m["subject"].as_str().unwrap_or("").into(),
@@ -737,7 +802,17 @@ fn render_restricted(v: &Value) -> String {
         .iter()
         .map(|r| {
             let ev = &r["evidence"];
-            let ips: Vec<&str> = strings(&ev["client_ips"]);
+            // Each address with the messages it offered, most first.
+            let mut ips: Vec<String> = items(&ev["offered_by_client"])
+                .iter()
+                .map(|p| format!("{} ({})", p[0].as_str().unwrap_or(""), num(&p[1])))
+                .collect();
+            if ips.is_empty() {
+                ips = strings(&ev["client_ips"])
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect();
+            }
             vec![
                 r["key"].as_str().unwrap_or("").into(),
                 r["limit"].as_str().unwrap_or("").into(),
@@ -769,8 +844,9 @@ fn render_restricted(v: &Value) -> String {
     )
 }
 
-/// A restriction's evidence in one line: messages, recipients, refusals (upstream's, then
-/// floodgate's by limit and action) and what is held (by node when more than one holds).
+/// A restriction's evidence in one line: messages and recipients relayed, messages offered,
+/// refusals (upstream's, then floodgate's by limit and action) and what is held now (by
+/// node when more than one holds).
 pub fn evidence_summary(ev: &Value) -> String {
     let count = |v: &Value| v.as_u64().unwrap_or(0);
     let upstream = &ev["refusals"]["upstream"];
@@ -783,9 +859,11 @@ pub fn evidence_summary(ev: &Value) -> String {
         }
     }
     let mut out = format!(
-        "{} msgs, {} rcpts, refused by upstream {} (rcpt {}, data {}), by floodgate {}",
+        "{} msgs relayed to {} rcpts ({} offered), refused by upstream {} (rcpt {}, data {}), \
+         by floodgate {}",
         count(&ev["messages"]),
         count(&ev["recipients"]),
+        count(&ev["offered"]),
         count(&upstream["rcpt"]) + count(&upstream["data"]),
         count(&upstream["rcpt"]),
         count(&upstream["data"]),
@@ -828,6 +906,37 @@ mod tests {
             .1,
             "/v1/top?n=3&limit=x"
         );
+        let act = |confirm| Verb::CampaignAct {
+            id: "c:b3:ab".into(),
+            op: "release-held".into(),
+            reason: "checked & fine".into(),
+            confirm,
+        };
+        assert_eq!(
+            act(true).request(),
+            (
+                "POST",
+                "/v1/campaigns/act?id=c%3Ab3%3Aab&op=release-held&reason=checked%20%26%20fine\
+                 &confirm=true"
+                    .into()
+            )
+        );
+        assert!(!act(false).request().1.contains("confirm"));
+    }
+
+    #[test]
+    fn a_campaign_action_in_words() {
+        let v = serde_json::json!({"campaign": "c:x", "accounts": ["s1", "s2"],
+            "deleted": ["h1", "h2", "h3"], "failed": ["h4: busy"]});
+        assert_eq!(
+            render_campaign_act("c:x", "delete-held", &v),
+            "c:x: 3 held messages deleted, of its 2 accounts (s1, s2)\n  not done: h4: busy\n"
+        );
+        let v = serde_json::json!({"accounts": ["s1"], "ended": ["s1"], "failed": []});
+        assert_eq!(
+            render_campaign_act("c:x", "release", &v),
+            "c:x: 1 restriction ended, of its 1 account (s1)\n"
+        );
     }
 
     #[test]
@@ -854,6 +963,30 @@ mod tests {
         assert!(
             s.contains("is floodgate running with [admin] socket?"),
             "{s}"
+        );
+    }
+
+    #[test]
+    fn held_list_counts_recipients_unless_wide() {
+        let rcpts: Vec<String> = (0..25).map(|i| format!("r{i}@example.net")).collect();
+        let v = json!({"held": [
+            {"id": "1-a", "key": "alice", "limit": "per-user", "sender": "a@example.org",
+             "recipients": rcpts, "size": 120, "time": 0, "subject": "hi"},
+            {"id": "1-b", "key": "alice", "limit": "per-user", "sender": "a@example.org",
+             "recipients": ["one@example.net"], "size": 99, "time": 0, "subject": "hi"},
+        ]});
+        let list = |wide| render(&Verb::HeldList { key: None, wide }, &v);
+        let short = list(false);
+        assert!(
+            short.contains(" 25 recipients ") && short.contains(" 1 recipient "),
+            "{short}"
+        );
+        assert!(!short.contains("r24@example.net"), "{short}");
+        assert!(short.lines().all(|l| l.len() < 150), "{short}");
+        let wide = list(true);
+        assert!(
+            wide.contains("r0@example.net,r1@example.net") && wide.contains("r24@example.net"),
+            "{wide}"
         );
     }
 }

@@ -89,11 +89,13 @@ pub fn postfix_detail(e: &LedgerEntry, m: &Postcat) -> Value {
 pub async fn list_all(shared: &Shared, key: Option<&str>) -> Result<Vec<Value>, HeldError> {
     let mut out = Vec::new();
     if let Some(spool) = shared.hold.clone() {
-        for h in blocking(move || spool.list()).await? {
-            if key.is_none_or(|k| h.envelope.key == k) {
-                out.push(summary(&h));
-            }
-        }
+        let owned = key.map(str::to_string);
+        let heads = blocking(move || match owned {
+            Some(k) => spool.of_keys(&[&k]),
+            None => spool.list(),
+        })
+        .await?;
+        out.extend(heads.iter().map(summary));
     }
     if let Some(pf) = &shared.postfix {
         out.extend(pf.list(key).await?.iter().map(postfix_summary));
@@ -186,10 +188,10 @@ pub async fn select_keyed(
         }
         (None, Some(k)) => {
             let s = spool.clone();
-            Ok(blocking(move || s.list())
+            let k = k.to_string();
+            Ok(blocking(move || s.of_keys(&[&k]))
                 .await?
                 .into_iter()
-                .filter(|m| m.envelope.key == k)
                 .map(|m| (m.envelope.id, m.envelope.key))
                 .collect())
         }

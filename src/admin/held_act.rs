@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::actor::Actor;
 use super::api::{held_error, postfix_status, spool_status, AdminState};
-use super::audit::result_of;
+use super::audit::{self, result_of};
 use super::held;
 use super::held::Place;
 use super::http::{Request, Response};
@@ -280,19 +280,31 @@ impl AdminState {
                 return Err(HeldRefusal::StillRestricted(Box::new(r)));
             }
         }
-        let by = ReleaseBy {
-            by: who.to_string(),
-            reason: reason.unwrap_or("").to_string(),
-            at: crate::hold::spool::now_secs() as i64,
-        };
+        let in_header = shared
+            .config()
+            .hold
+            .as_ref()
+            .is_some_and(|h| h.get_ref().reason_in_header);
+        let asked_us = crate::store::now_micros();
         let mut results = Vec::with_capacity(picked.len());
-        for (id, _) in picked {
+        for (n, (id, key)) in picked.into_iter().enumerate() {
+            let reference = audit::reference(asked_us, n);
+            let by = ReleaseBy {
+                by: who.to_string(),
+                reason: reason.unwrap_or("").to_string(),
+                note: (!in_header).then(|| format!("audit {reference}")),
+                at: asked_us.div_euclid(1_000_000),
+            };
             let r = Self::act_one(&shared, &id, ask.release, &by).await;
             let result = match &r {
                 Ok(()) => "ok".to_string(),
                 Err(e) => result_of(&held_error(e)),
             };
-            self.audit(who, action, &json!(id), reason, &result);
+            let mut more = vec![("key", json!(key))];
+            if ask.release {
+                more.push(("ref", json!(reference)));
+            }
+            self.audit_with(who, action, &json!(id), reason, &result, &more);
             results.push((id, r));
         }
         if results.is_empty() {

@@ -32,6 +32,7 @@ pub mod held_act;
 pub mod http;
 pub mod inspect;
 pub mod invoker;
+pub mod messages;
 pub mod outcome;
 pub mod peer;
 pub mod restricted;

@@ -40,15 +40,20 @@ impl AdminState {
         });
     }
 
-    /// Sets the `held` of a restriction's evidence to what the hold spool holds for its
-    /// key now (on every node).
+    /// Makes a restriction's evidence live: what this node has seen of its key up to now
+    /// (when it has seen the key; else the evidence recorded at the restriction stays),
+    /// with `held` as the hold spool holds for the key now (on every node).
     pub async fn held_into(&self, r: &mut Restriction) {
         if let Some(p) = &self.policy {
+            if p.knows(&[&r.key]) {
+                r.evidence = p.evidence(&[&r.key]);
+            }
             p.set_held(&mut r.evidence, &r.key).await;
         }
     }
 
-    /// Every restriction in force, each evidence's `held` as the hold spool holds now.
+    /// Every restriction in force, each with its live evidence (see
+    /// [`AdminState::held_into`]).
     pub async fn restrictions_now(&self) -> Result<Vec<Restriction>, crate::store::StoreError> {
         let mut list = self.store.as_store().restrictions().await?;
         for r in &mut list {

@@ -47,6 +47,11 @@ pub struct HoldConfig {
     /// What happens after `ttl`.
     #[serde(default)]
     pub on_expiry: OnExpiry,
+    /// Whether an admin's release reason is written in the released message's trace
+    /// header (which its recipients can read); off: the header names the audit line
+    /// (`audit REF`) instead.
+    #[serde(default)]
+    pub reason_in_header: bool,
 }
 
 fn default_hold_max_bytes() -> u64 {

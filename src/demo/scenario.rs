@@ -238,7 +238,10 @@ pub fn standing(socket: &Path) -> Result<Standing, DemoError> {
         .iter()
         .filter_map(|k| k.get("key").and_then(|k| k.as_str()).map(str::to_string))
         .collect();
-    let verb = Verb::HeldList(Some(STOLEN_USER.to_string()));
+    let verb = Verb::HeldList {
+        key: Some(STOLEN_USER.to_string()),
+        wide: false,
+    };
     let h = call(socket, &verb)?;
     let list = h
         .get("held")

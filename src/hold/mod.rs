@@ -4,6 +4,7 @@
 //! * [`format`](mod@format): the held file (pure: serialisation and parsing);
 //! * [`read`]: reading a held file a part at a time (the envelope, the header section, the
 //!   whole message), every length checked against the file's;
+//! * [`index`]: the envelopes of held messages in memory, by id, key and user;
 //! * [`spool`]: the directory (atomic writes, listing, claims, limits, damaged files set
 //!   aside);
 //! * [`dir`]: the checks of the directory's owner and mode at start;
@@ -13,6 +14,7 @@
 
 pub mod dir;
 pub mod format;
+pub mod index;
 pub mod pace;
 pub mod postfix;
 pub mod read;

@@ -16,9 +16,10 @@
 //!   there when a listing, a claim or a release meets them, with a log line and
 //!   `floodgate_held_corrupt_total`; they are neither listed nor counted against the limits.
 //!
-//! Listing, expiry, pacing and claims read each file's envelope only
-//! ([`read::head`]); a release reads the whole file of the message it
-//! sends.
+//! Claims read each file's envelope only ([`read::head`]); a release reads the whole file
+//! of the message it sends. Listing, counting, expiry and pacing read the spool's
+//! [`Index`] of envelopes, brought up to date from the directory's
+//! names before each read (`indexed`): a file is read once, when it is first listed.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -32,6 +33,7 @@ use tracing::{info, warn};
 
 use super::dir::{self, DirError};
 use super::format::{valid_id, HeldHead, HeldMessage, MAGIC_V1};
+use super::index::Index;
 use super::read::{self, ReadError, Source};
 use crate::metrics::Counter;
 
@@ -132,6 +134,8 @@ pub struct Spool {
     settings: HoldSettings,
     /// Files moved to `corrupt/`.
     corrupt: Counter,
+    /// The envelopes of held messages, by id, key and user.
+    index: Mutex<Index>,
 }
 
 /// Seconds since the Unix epoch.
@@ -202,7 +206,11 @@ impl Spool {
     pub fn open(settings: HoldSettings, corrupt: Counter) -> Result<Spool, SpoolError> {
         dir::create_missing(&settings.dir)?;
         Spool::verify(&settings)?;
-        Ok(Spool { settings, corrupt })
+        Ok(Spool {
+            settings,
+            corrupt,
+            index: Mutex::default(),
+        })
     }
 
     /// Checks the spool as [`Spool::open`] would, creating nothing: a missing directory
@@ -522,19 +530,7 @@ impl Spool {
     /// and pacing all read this. A file that does not read is set aside; one that cannot be
     /// read now is skipped with a warning.
     pub fn list(&self) -> Result<Vec<HeldHead>, SpoolError> {
-        let mut out = Vec::new();
-        for (id, _) in self.ids()? {
-            match self.head(&id) {
-                Ok(m) => out.push(m),
-                // Released or deleted meanwhile; or set aside, logged.
-                Err(SpoolError::NotFound(_) | SpoolError::Corrupt { .. }) => {}
-                Err(e) => warn!(error = %e, "hold spool: skipping a file"),
-            }
-        }
-        out.sort_by(|a, b| {
-            (a.envelope.time, &a.envelope.id).cmp(&(b.envelope.time, &b.envelope.id))
-        });
-        Ok(out)
+        self.indexed(|ix| ix.all().iter().map(|h| (**h).clone()).collect())
     }
 
     /// Claims a held message for a release or delete: only one request gets it. Returns its
@@ -610,6 +606,8 @@ impl Spool {
             .collect())
     }
 }
+
+mod indexed;
 
 #[cfg(test)]
 mod tests;

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::hold::postfix::Ledger;
-use crate::hold::{HeldHead, Spool};
+use crate::hold::Spool;
 use crate::store::Store;
 
 /// How often each node publishes its counts to a shared store.
@@ -71,28 +71,9 @@ impl HeldNow {
     }
 }
 
-/// How many of `heads` count for `key` (held under it, or sent by it as user).
-pub fn count(heads: &[HeldHead], key: &str) -> u64 {
-    heads
-        .iter()
-        .filter(|h| h.envelope.key == key || h.envelope.user.as_deref() == Some(key))
-        .count() as u64
-}
-
-/// The count of every key some of `heads` count for.
-pub fn per_key(heads: &[HeldHead]) -> BTreeMap<String, u64> {
-    let mut out: BTreeMap<String, u64> = BTreeMap::new();
-    for h in heads {
-        *out.entry(h.envelope.key.clone()).or_default() += 1;
-        if let Some(u) = h.envelope.user.as_deref().filter(|u| *u != h.envelope.key) {
-            *out.entry(u.to_string()).or_default() += 1;
-        }
-    }
-    out
-}
-
-/// Every key some of `entries` (the ledger of Postfix's hold queue) count for, added to
-/// `counts` as [`per_key`] counts the spool's.
+/// Every key some of `ledger`'s messages (Postfix's hold queue) count for, added to
+/// `counts` as the spool counts its own ([`Spool::per_key`]): under its key, and under its
+/// user where that is another.
 pub fn add_ledger(counts: &mut BTreeMap<String, u64>, ledger: &Ledger) {
     for e in ledger.all() {
         *counts.entry(e.key.clone()).or_default() += 1;
@@ -100,6 +81,15 @@ pub fn add_ledger(counts: &mut BTreeMap<String, u64>, ledger: &Ledger) {
             *counts.entry(u.to_string()).or_default() += 1;
         }
     }
+}
+
+/// How many of `ledger`'s messages count for `key` (held under it, or sent by it as user).
+pub fn ledger_count_for(ledger: &Ledger, key: &str) -> u64 {
+    ledger
+        .all()
+        .iter()
+        .filter(|e| e.key == key || e.user.as_deref() == Some(key))
+        .count() as u64
 }
 
 /// The name a node's counts are published under: `NAME|MACHINE|SPOOL_DIR` (`NAME`: its
@@ -141,40 +131,43 @@ impl HeldReader {
         }
     }
 
-    /// This node's held messages counted per key (the spool's and those in Postfix's hold
-    /// queue) with the node's id (none without a spool or a ledger; a spool that cannot be
-    /// listed counts nothing).
-    async fn counts(&self, node: &str) -> (BTreeMap<String, u64>, Option<String>) {
-        let Some(source) = self.source.as_ref() else {
-            return (BTreeMap::new(), None);
+    /// What `read` gives of this node's spool (from its index), with the node's id (none
+    /// without a spool; `T::default()` when it cannot be read).
+    async fn read_spool<T: Default + Send + 'static>(
+        &self,
+        node: &str,
+        read: impl FnOnce(&Spool) -> Result<T, crate::hold::SpoolError> + Send + 'static,
+    ) -> (T, Option<String>) {
+        let Some(spool) = self.source.as_ref().and_then(|s| s.spool()) else {
+            return (T::default(), None);
         };
-        let (spool, ledger) = (source.spool(), source.ledger());
-        let id = match (&spool, &ledger) {
-            (Some(s), _) => node_id(node, &s.settings().dir),
-            (None, Some(l)) => node_id(node, l.path()),
-            (None, None) => return (BTreeMap::new(), None),
-        };
-        let mut counts = match spool {
-            Some(spool) => match tokio::task::spawn_blocking(move || spool.list()).await {
-                Ok(Ok(h)) => per_key(&h),
-                Ok(Err(e)) => {
-                    warn!(error = %e, "hold spool: cannot count held messages");
-                    BTreeMap::new()
-                }
-                Err(_) => BTreeMap::new(),
-            },
-            None => BTreeMap::new(),
-        };
-        if let Some(l) = ledger {
-            add_ledger(&mut counts, &l);
+        let id = node_id(node, &spool.settings().dir);
+        match tokio::task::spawn_blocking(move || read(&spool)).await {
+            Ok(Ok(v)) => (v, Some(id)),
+            Ok(Err(e)) => {
+                warn!(error = %e, "hold spool: cannot count held messages");
+                (T::default(), Some(id))
+            }
+            Err(_) => (T::default(), Some(id)),
         }
-        (counts, Some(id))
+    }
+
+    /// This node's held messages in Postfix's hold queue (its ledger), when it has one, and
+    /// the node's id by the ledger's path.
+    fn ledger(&self, node: &str) -> Option<(Arc<Ledger>, String)> {
+        let ledger = self.source.as_ref()?.ledger()?;
+        let id = node_id(node, ledger.path());
+        Some((ledger, id))
     }
 
     /// What is held for `key` now on every node, this one being named `node`.
     pub async fn now(&self, key: &str, node: &str) -> HeldNow {
-        let (counts, me) = self.counts(node).await;
-        let mine = counts.get(key).copied().unwrap_or(0);
+        let owned = key.to_string();
+        let (mut mine, mut me) = self.read_spool(node, move |s| s.count_for(&owned)).await;
+        if let Some((ledger, id)) = self.ledger(node) {
+            mine += ledger_count_for(&ledger, key);
+            me = me.or(Some(id));
+        }
         let mut by_node: BTreeMap<String, u64> = BTreeMap::new();
         if self.store.shares_state() {
             match self.store.held_counts(key).await {
@@ -203,7 +196,11 @@ impl HeldReader {
         if !self.store.shares_state() {
             return;
         }
-        let (counts, me) = self.counts(node).await;
+        let (mut counts, mut me) = self.read_spool(node, Spool::per_key).await;
+        if let Some((ledger, id)) = self.ledger(node) {
+            add_ledger(&mut counts, &ledger);
+            me = me.or(Some(id));
+        }
         let Some(me) = me else {
             return;
         };
@@ -246,7 +243,6 @@ pub async fn run<P: Publisher>(policy: P, every: Duration, stop: CancellationTok
 mod tests {
     use super::*;
     use crate::hold::postfix::LedgerEntry;
-    use crate::hold::HeldEnvelope;
 
     #[test]
     fn postfix_s_hold_counts_for_its_key_and_user() {
@@ -279,52 +275,9 @@ mod tests {
             "one in the spool, two in Postfix's hold queue"
         );
         assert_eq!((counts["192.0.2.7"], counts["www-data"]), (1, 1));
-    }
-
-    fn head(key: &str, user: Option<&str>) -> HeldHead {
-        HeldHead {
-            envelope: HeldEnvelope {
-                id: "1-a".into(),
-                key: key.into(),
-                limit: "l".into(),
-                paced: None,
-                time: 0,
-                client: "192.0.2.1:25".parse().unwrap(),
-                local: None,
-                name: None,
-                reverse_name: None,
-                user: user.map(str::to_string),
-                helo: None,
-                proto: "ESMTP".into(),
-                tls: None,
-                mail: "<a@b>".into(),
-                rcpts: vec!["<c@d>".into()],
-            },
-            subject: None,
-            headers: 0,
-            size: 0,
-        }
-    }
-
-    #[test]
-    fn a_message_counts_for_its_key_and_its_user_once_each() {
-        let heads = [
-            head("alice", Some("alice")),
-            head("192.0.2.1", Some("alice")),
-            head("bob", None),
-        ];
-        assert_eq!(count(&heads, "alice"), 2);
-        assert_eq!(count(&heads, "bob"), 1);
-        assert_eq!(count(&heads, "carol"), 0);
-        let all = per_key(&heads);
-        assert_eq!(
-            all.into_iter().collect::<Vec<_>>(),
-            [
-                ("192.0.2.1".to_string(), 1),
-                ("alice".to_string(), 2),
-                ("bob".to_string(), 1)
-            ]
-        );
+        assert_eq!(ledger_count_for(&ledger, "alice"), 2);
+        assert_eq!(ledger_count_for(&ledger, "www-data"), 1);
+        assert_eq!(ledger_count_for(&ledger, "carol"), 0);
     }
 
     #[test]

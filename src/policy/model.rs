@@ -209,6 +209,19 @@ impl Default for RestrictDef {
 }
 
 impl LimitDef {
+    /// The limit's period in µs, at least a second and at most 366 days: an Exim limit's
+    /// or a token bucket's period, a leaky bucket's time to drain its burst, an hour for a
+    /// concurrency or ratio limit.
+    pub fn period_us(&self) -> i64 {
+        let secs = match &self.rate {
+            RateDef::Exim { spec, .. } => f64::from(spec.period_secs()),
+            RateDef::Gcra(g) => g.rate.period_secs(),
+            RateDef::Bucket(b) => b.burst / b.rate.per_second().max(f64::MIN_POSITIVE),
+            RateDef::Concurrency(_) | RateDef::Ratio(_) => 3600.0,
+        };
+        (secs * 1e6).clamp(1e6, 366.0 * 86_400e6) as i64
+    }
+
     /// The rate at which an `action = "pace"` limit releases the messages it paces: its
     /// own rate, in what it counts. `None` for concurrency limits.
     pub fn pace_rate(&self) -> Option<crate::hold::pace::PaceRate> {

@@ -54,6 +54,7 @@ pub async fn expire_once(shared: &Arc<Shared>, spool: &Arc<Spool>) {
     let by = ReleaseBy {
         by: "expiry".into(),
         reason: "ttl passed".into(),
+        note: None,
         at: now_secs() as i64,
     };
     for m in expired {

@@ -86,6 +86,7 @@ async fn release_paced(sh: &Arc<Shared>, spool: &Arc<Spool>, book: &PaceBook, p:
     let by = ReleaseBy {
         by: "pace".into(),
         reason: format!("paced by limit {} at {}", p.limit, p.rate),
+        note: None,
         at: now_secs() as i64,
     };
     match release_one(sh, spool, &p.id, &by).await {

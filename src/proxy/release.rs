@@ -44,6 +44,9 @@ pub struct ReleaseBy {
     pub by: String,
     /// Why.
     pub reason: String,
+    /// What the trace header says in place of the reason (the reference of the audit line
+    /// that keeps it); `None`: the reason itself.
+    pub note: Option<String>,
     /// When (seconds since the Unix epoch).
     pub at: i64,
 }
@@ -68,7 +71,7 @@ pub fn trace_header(id: &str, by: &ReleaseBy) -> Vec<u8> {
     format!(
         "X-Floodgate-Released: id={id}; by=\"{}\"; reason=\"{}\"; at={}\r\n",
         clean(&by.by, 100),
-        clean(&by.reason, 200),
+        clean(by.note.as_deref().unwrap_or(&by.reason), 200),
         crate::smtp::received::rfc5322_date(by.at)
     )
     .into_bytes()
@@ -388,6 +391,7 @@ mod tests {
         let by = ReleaseBy {
             by: "ops\r\nBcc: x@y".into(),
             reason: "said \"ok\"; fine".into(),
+            note: None,
             at: 0,
         };
         let h = String::from_utf8(trace_header("abc-1", &by)).unwrap();
@@ -396,5 +400,13 @@ mod tests {
             "X-Floodgate-Released: id=abc-1; by=\"ops__Bcc: x@y\"; reason=\"said _ok__ fine\"; \
              at=Thu, 01 Jan 1970 00:00:00 +0000\r\n"
         );
+        // The reason kept out of the header: its audit reference instead.
+        let by = ReleaseBy {
+            note: Some("audit 1a2b-0".into()),
+            ..by
+        };
+        let h = String::from_utf8(trace_header("abc-1", &by)).unwrap();
+        assert!(h.contains("reason=\"audit 1a2b-0\";"), "{h}");
+        assert!(!h.contains("said"), "{h}");
     }
 }

@@ -55,6 +55,7 @@ use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
 
+use crate::eventlog::{is_other_event, Containment, Evaluation};
 use crate::limit::bucket::{BucketOp, BucketSpec, MessageClass};
 use crate::limit::gcra::GcraSpec;
 use crate::limit::rate::Rate;
@@ -223,30 +224,6 @@ pub struct Report {
     pub baselines: Vec<super::baseline::BaselineReport>,
 }
 
-#[derive(Deserialize)]
-struct Event {
-    t: f64,
-    limit: String,
-    #[serde(default)]
-    key: Option<String>,
-    #[serde(default)]
-    count: Option<f64>,
-    #[serde(default)]
-    unique: Option<String>,
-    #[serde(default)]
-    own_limit: Option<f64>,
-}
-
-/// A contained key (from the event log's `contained` lines).
-#[derive(Deserialize)]
-struct ContainedLine {
-    t: f64,
-    what: String,
-    #[serde(default)]
-    limit: String,
-    key: String,
-}
-
 /// The keys contained in the period: key → how (`restricted` over `held`) and the limits
 /// that contained it.
 #[derive(Default)]
@@ -256,7 +233,7 @@ struct Contained {
 
 impl Contained {
     /// Notes one `contained` line; other kinds (`defer`) are not containment.
-    fn note(&mut self, line: ContainedLine) {
+    fn note(&mut self, line: Containment) {
         let how = match line.what.as_str() {
             "restricted" => "restricted",
             "held" => "held",
@@ -567,7 +544,7 @@ pub fn analyze_traced(
             note_contained(text, opts, &mut contained);
             continue;
         }
-        if text.is_empty() || text.starts_with("{\"event\":") {
+        if text.is_empty() || is_other_event(text) {
             continue;
         }
         report.lines += 1;
@@ -576,13 +553,16 @@ pub fn analyze_traced(
             line: line_no,
             detail,
         };
-        let mut ev = read_event(text, &bad)?;
-        let now_us = (ev.t * 1e6).round() as i64;
+        let mut ev = Evaluation::parse(text).map_err(|e| bad(e.to_string()))?;
+        let now_us = ev.time_us;
         if opts.since_us.is_some_and(|s| now_us < s) || opts.until_us.is_some_and(|u| now_us >= u) {
             report.outside += 1;
             continue;
         }
-        let Some(&i) = index.get(ev.limit.as_str()) else {
+        let Some(limit) = ev.limit.as_deref() else {
+            return Err(bad("missing field `limit`".into()));
+        };
+        let Some(&i) = index.get(limit) else {
             report.unknown_limit += 1;
             continue;
         };
@@ -659,39 +639,12 @@ fn chosen_limits<'m>(
 
 /// Notes a `contained` line in `contained` when it is inside the range of `opts`.
 fn note_contained(text: &str, opts: &Options, contained: &mut Contained) {
-    if let Ok(c) = serde_json::from_str::<ContainedLine>(text) {
-        let at = (c.t * 1e6).round() as i64;
-        let inside = opts.since_us.is_none_or(|s| at >= s) && opts.until_us.is_none_or(|u| at < u);
-        if c.t.is_finite() && inside {
+    if let Some(c) = Containment::parse(text) {
+        let at = c.time_us;
+        if opts.since_us.is_none_or(|s| at >= s) && opts.until_us.is_none_or(|u| at < u) {
             contained.note(c);
         }
     }
-}
-
-/// One evaluation line read and checked: its time, count and own limit in range.
-fn read_event(text: &str, bad: &dyn Fn(String) -> ReportError) -> Result<Event, ReportError> {
-    let ev: Event = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
-    if !ev.t.is_finite() || ev.t.abs() > 9.0e12 {
-        return Err(bad(format!(
-            "\"t\" must be a finite number of seconds, got {}",
-            ev.t
-        )));
-    }
-    if let Some(c) = ev.count {
-        if !c.is_finite() || c < 0.0 {
-            return Err(bad(format!(
-                "\"count\" must be a finite number >= 0, got {c}"
-            )));
-        }
-    }
-    if let Some(m) = ev.own_limit {
-        if !m.is_finite() || m <= 0.0 {
-            return Err(bad(format!(
-                "\"own_limit\" must be a finite number > 0, got {m}"
-            )));
-        }
-    }
-    Ok(ev)
 }
 
 /// One event of a limit, to be asked of the replay's store.
@@ -699,7 +652,7 @@ struct Asked<'e> {
     /// The limit's replay.
     replay: &'e Replay,
     /// The event.
-    ev: &'e Event,
+    ev: &'e Evaluation,
     /// Its key.
     key_text: &'e str,
     /// The limit's prefix of database keys (its index), so limits never share a key.
@@ -743,7 +696,7 @@ impl Asked<'_> {
                 if ev.unique.is_some() && unique.is_none() {
                     return Err(bad(format!(
                         "\"unique\" given but limit {} has no unique= or per_addr",
-                        ev.limit
+                        ev.limit.as_deref().unwrap_or_default()
                     )));
                 }
                 let u = unique

@@ -53,16 +53,6 @@ pub fn check_config(
     Ok(())
 }
 
-#[derive(Deserialize)]
-struct Event {
-    t: f64,
-    limit: String,
-    #[serde(default)]
-    key: Option<String>,
-    #[serde(default)]
-    count: Option<f64>,
-}
-
 /// One key's days: the window being summed and the peak of each day of the range.
 struct KeyDays {
     slot: i64,
@@ -178,11 +168,11 @@ impl DailyPeaks {
             if text.is_empty() {
                 continue;
             }
-            match serde_json::from_str::<Event>(text) {
-                Ok(ev) if ev.t.is_finite() && ev.t.abs() < 9.0e12 => {
-                    let t_us = (ev.t * 1e6).round() as i64;
+            match crate::eventlog::Evaluation::parse(text) {
+                Ok(ev) if ev.limit.is_some() => {
                     let key = ev.key.unwrap_or_default();
-                    self.add(t_us, &ev.limit, &key, ev.count.unwrap_or(1.0));
+                    let limit = ev.limit.unwrap_or_default();
+                    self.add(ev.time_us, &limit, &key, ev.count.unwrap_or(1.0));
                 }
                 _ => self.skipped += 1,
             }

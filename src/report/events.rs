@@ -48,113 +48,24 @@ use tracing::warn;
 
 use super::config::ReportSettings;
 
-/// One logged evaluation.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Record {
-    /// Microseconds since the Unix epoch.
-    pub time_us: i64,
-    /// The limit's name.
-    pub limit: String,
-    /// The key text.
-    pub key: String,
-    /// The amount offered.
-    pub count: f64,
-    /// The key's own limit from the limit's `limit_list`, when it has one.
-    pub own_limit: Option<f64>,
-    /// The unique value, for unique limits.
-    pub unique: Option<String>,
-}
+use crate::eventlog::Evaluation;
 
-impl Record {
-    /// The JSON line (without the newline).
-    pub fn to_line(&self, out: &mut Vec<u8>) {
-        use std::io::Write as _;
-        if self.time_us >= 0 {
-            let _ = write!(
-                out,
-                "{{\"t\":{}.{:06},\"limit\":",
-                self.time_us / 1_000_000,
-                self.time_us % 1_000_000
-            );
-        } else {
-            let _ = write!(out, "{{\"t\":{:.6},\"limit\":", self.time_us as f64 / 1e6);
-        }
-        let _ = serde_json::to_writer(&mut *out, &field(&self.limit));
-        out.extend_from_slice(b",\"key\":");
-        let _ = serde_json::to_writer(&mut *out, &key_field(&self.key));
-        out.extend_from_slice(b",\"count\":");
-        push_number(out, self.count);
-        if let Some(m) = self.own_limit {
-            out.extend_from_slice(b",\"own_limit\":");
-            push_number(out, m);
-        }
-        if let Some(u) = &self.unique {
-            out.extend_from_slice(b",\"unique\":");
-            let _ = serde_json::to_writer(&mut *out, &key_field(u));
-        }
-        out.push(b'}');
-    }
-}
-
-/// Longest free-text field of an event-log line, in characters (a Subject, an address,
-/// a reason: as the evidence keeps them).
-pub const FIELD_CHARS: usize = 200;
-
-/// `text` as the event log writes a free-text field: at most [`FIELD_CHARS`] characters.
-pub fn field(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.len() <= FIELD_CHARS {
-        return text.into();
-    }
-    crate::store::campaign::capped(text, FIELD_CHARS).into()
-}
-
-/// `key` as the event log writes a key or unique value: a longer one than
-/// [`FIELD_CHARS`] is cut and given a hash of the whole (`…#` and 16 hex digits), so
-/// that two long keys stay two keys for `floodgate report` and `simulate`.
-pub fn key_field(key: &str) -> std::borrow::Cow<'_, str> {
-    if key.chars().nth(FIELD_CHARS).is_none() {
-        return key.into();
-    }
-    // FNV-1a: stable across runs and versions (the std hasher is not).
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.bytes() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    let head: String = key.chars().take(FIELD_CHARS - 18).collect();
-    format!("{head}…#{h:016x}").into()
-}
-
-/// A JSON number: integers without a fraction, anything not finite as 0.
-fn push_number(out: &mut Vec<u8>, v: f64) {
-    use std::io::Write as _;
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        let _ = write!(out, "{}", v as i64);
-    } else if v.is_finite() {
-        let _ = write!(out, "{v}");
-    } else {
-        out.push(b'0');
-    }
-}
-
-/// The event log's line of a containment:
-/// `{"event":"contained","t":…,"what":"restricted"|"held"|"defer","limit":…,"key":…}`.
+/// The event log's line of a containment (see [`crate::eventlog::Containment`]).
 pub fn contained_line(c: &crate::policy::alert::Contained) -> String {
-    let text = |v: &str| serde_json::to_string(v).unwrap_or_else(|_| "\"\"".into());
-    format!(
-        "{{\"event\":\"contained\",\"t\":{}.{:06},\"what\":{},\"limit\":{},\"key\":{}}}",
-        c.time_us.div_euclid(1_000_000),
-        c.time_us.rem_euclid(1_000_000),
-        text(&field(&c.what)),
-        text(&field(&c.limit)),
-        text(&key_field(&c.key))
-    )
+    crate::eventlog::Containment {
+        time_us: c.time_us,
+        what: c.what.to_string(),
+        limit: c.limit.to_string(),
+        key: c.key.to_string(),
+    }
+    .to_line()
 }
 
 /// One line to write: an evaluation, or another event already encoded (queued messages and
 /// their outcomes: `{"event":"queued",...}`, `{"event":"outcome",...}`; such lines start
 /// with `{"event":` so readers of evaluations can skip them).
 enum Entry {
-    Eval(Record),
+    Eval(Evaluation),
     Line(String),
 }
 
@@ -232,7 +143,7 @@ impl EventLog {
     }
 
     /// Queues one event; never blocks (a full queue drops it and counts the drop).
-    pub fn record(&self, r: Record) {
+    pub fn record(&self, r: Evaluation) {
         self.send(Entry::Eval(r));
     }
 
@@ -411,12 +322,12 @@ fn writer(shared: Arc<Shared>, rx: Receiver<Entry>) {
 mod tests {
     use super::*;
 
-    fn rec(t: i64, key: &str, unique: Option<&str>) -> Record {
-        Record {
+    fn rec(t: i64, key: &str, unique: Option<&str>) -> Evaluation {
+        Evaluation {
             time_us: t,
-            limit: "l\"1".into(),
-            key: key.into(),
-            count: 1.0,
+            limit: Some("l\"1".into()),
+            key: Some(key.into()),
+            count: Some(1.0),
             own_limit: None,
             unique: unique.map(str::to_string),
         }
@@ -431,8 +342,8 @@ mod tests {
             r#"{"t":1738324800.000042,"limit":"l\"1","key":"al\nice","count":1,"unique":"b@x"}"#
         );
         let mut v = Vec::new();
-        Record {
-            count: 2.5,
+        Evaluation {
+            count: Some(2.5),
             ..rec(5, "k", None)
         }
         .to_line(&mut v);
@@ -441,7 +352,7 @@ mod tests {
             r#"{"t":0.000005,"limit":"l\"1","key":"k","count":2.5}"#
         );
         let mut v = Vec::new();
-        Record {
+        Evaluation {
             own_limit: Some(500.0),
             ..rec(5, "k", Some("b@x"))
         }

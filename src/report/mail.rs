@@ -13,6 +13,7 @@ use std::fmt::Write;
 use base64::Engine;
 use serde_json::Value;
 
+use crate::figures::count;
 use crate::policy::alert::mail::MailSettings;
 use crate::policy::alert::Notice;
 
@@ -300,7 +301,9 @@ fn spool_mail(v: &Value, host: &str) -> (String, Vec<String>) {
                 "the hold spool cannot be written"
             }
         ),
-        "Messages of restricted keys and of hold limits are deferred until there is room:          release or delete held mail (floodgate held list), or raise [hold] max_messages /          max_bytes."
+        "Messages of restricted keys and of hold limits are deferred until there is room: \
+         release or delete held mail (floodgate held list), or raise [hold] max_messages or \
+         max_bytes."
             .into(),
         String::new(),
     ];
@@ -332,19 +335,21 @@ fn campaign_mail(v: &Value, m: &MailSettings, host: &str) -> (String, Vec<String
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
-    let count = v["account_count"].as_u64().unwrap_or(accounts.len() as u64);
+    let count_of = v["account_count"].as_u64().unwrap_or(accounts.len() as u64);
     let update = v["update"] == true;
     let subject = format!(
-        "floodgate: campaign from {count} accounts ({}){}",
+        "floodgate: campaign from {} ({}){}",
+        count(count_of, "account"),
         text(&v["limit"]),
         if update { ", update" } else { "" }
     );
     let mut body = vec![
         format!(
-            "floodgate on {} saw one message sent from {count} accounts, over the limit {}: \
+            "floodgate on {} saw one message sent from {}, over the limit {}: \
              its copies are taken by the limit's action; the accounts whose own part is \
              evidence (several copies, or many recipients) are restricted until released.{}",
             one_line(host),
+            count(count_of, "account"),
             text(&v["limit"]),
             if update {
                 " An update: the campaign goes on (one such mail a period at most)."
@@ -372,9 +377,9 @@ fn campaign_mail(v: &Value, m: &MailSettings, host: &str) -> (String, Vec<String
         (
             "Copies",
             format!(
-                "{} to {} recipients",
-                text(&v["copies"]),
-                text(&v["recipients"])
+                "{} to {}",
+                count(v["copies"].as_u64().unwrap_or(0), "copy"),
+                count(v["recipients"].as_u64().unwrap_or(0), "recipient")
             ),
         ),
         (
@@ -383,14 +388,25 @@ fn campaign_mail(v: &Value, m: &MailSettings, host: &str) -> (String, Vec<String
         ),
     ]));
     body.push(String::new());
-    body.push("Accounts (copies, recipients, client, restricted by this campaign now):".into());
-    for a in accounts.iter().take(50) {
+    body.push("Accounts:".into());
+    let shown: Vec<&Value> = accounts.iter().take(50).collect();
+    let width = shown
+        .iter()
+        .map(|a| text(&a["key"]).chars().count())
+        .max()
+        .unwrap_or(0);
+    for a in shown {
+        let n = |k: &str| a[k].as_u64().unwrap_or(0);
+        let client = if a["client_ip"].is_null() {
+            String::new()
+        } else {
+            format!(" from {}", text(&a["client_ip"]))
+        };
         body.push(format!(
-            "  {}  {} copies, {} recipients, from {}{}",
+            "  {:<width$}  {} to {}{client}{}",
             text(&a["key"]),
-            text(&a["copies"]),
-            text(&a["recipients"]),
-            text(&a["client_ip"]),
+            count(n("copies"), "copy"),
+            count(n("recipients"), "recipient"),
             if a["restricted"] == true {
                 ", restricted now"
             } else {
@@ -402,8 +418,8 @@ fn campaign_mail(v: &Value, m: &MailSettings, host: &str) -> (String, Vec<String
         }
     }
     let listed = accounts.len().min(50) as u64;
-    if count > listed {
-        body.push(format!("  … and {} more", count - listed));
+    if count_of > listed {
+        body.push(format!("  and {} more", count_of - listed));
     }
     body.push(String::new());
     body.push("floodgate campaigns lists the campaign with its held messages.".into());
@@ -415,11 +431,14 @@ fn restriction_mail(v: &Value, m: &MailSettings, host: &str) -> (String, Vec<Str
     let key = text(&v["key"]);
     let limit = text(&v["limit"]);
     let released = v["event"] == "floodgate.released";
+    let e = &v["evidence"];
+    let held = e["held"].as_u64().unwrap_or(0);
     let (subject, first) = if released {
         (
             format!("floodgate: {key} released ({})", text(&v["by"])),
             format!(
-                "floodgate on {} released the key {key}: it may send mail again.",
+                "floodgate on {} released the key {key}: its restriction ended and the \
+                 records of the limit {limit} for it were reset, so it may send mail again.",
                 one_line(host)
             ),
         )
@@ -438,58 +457,49 @@ fn restriction_mail(v: &Value, m: &MailSettings, host: &str) -> (String, Vec<Str
         ("Limit", limit),
         (
             "Rate",
-            format!("{} against {}", text(&v["rate"]), text(&v["limit_value"])),
-        ),
-        ("Since", text(&v["since"])),
-        (
-            "Until",
-            if v["until"].is_null() {
-                "until released".into()
+            if v["rate"].is_null() {
+                "not measured (restricted by hand)".into()
             } else {
-                text(&v["until"])
+                format!("{} against {}", text(&v["rate"]), text(&v["limit_value"]))
             },
         ),
-        ("By", text(&v["by"])),
-        ("Reason", text(&v["reason"])),
+        ("Since", text(&v["since"])),
     ];
+    if !released {
+        let ends = if v["until"].is_null() {
+            "when released".into()
+        } else {
+            text(&v["until"])
+        };
+        rows.push(("Ends", ends));
+    }
+    rows.push(("By", text(&v["by"])));
+    rows.push(("Reason", text(&v["reason"])));
     if let Some(l) = key_link(m, v["key"].as_str().unwrap_or_default()) {
         rows.push(("Console", l));
     }
     let mut body = vec![first, String::new()];
+    if released && e.is_object() {
+        body.push(if held == 0 {
+            "No mail of this key is held.".into()
+        } else {
+            format!(
+                "Its held mail was not released: {} still held (release or delete them: \
+                 floodgate held list --key {key}).",
+                count(held, "message")
+            )
+        });
+        body.push(String::new());
+    }
     body.extend(table(&rows));
-    let e = &v["evidence"];
     if e.is_object() {
         body.push(String::new());
-        body.push(format!("Evidence (seen since {}):", text(&e["since"])));
-        body.extend(table(&[
-            ("  Messages", text(&e["messages"])),
-            ("  Recipients", text(&e["recipients"])),
-            ("  Refusals", text(&e["refusals"])),
-            ("  Held", text(&e["held"])),
-        ]));
-        let list = |title: &str, items: &Value, body: &mut Vec<String>| {
-            let Some(items) = items.as_array().filter(|a| !a.is_empty()) else {
-                return;
-            };
-            body.push(format!("  {title}:"));
-            for i in items.iter().take(20) {
-                let line = match i.as_array() {
-                    Some(pair) => pair.iter().map(text).collect::<Vec<_>>().join(": "),
-                    None => text(i),
-                };
-                body.push(format!("    {line}"));
-            }
-        };
-        list("Client addresses", &e["client_ips"], &mut body);
-        list(
-            "Top recipient domains (domain: recipients)",
-            &e["top_recipient_domains"],
-            &mut body,
-        );
-        list("Subjects", &e["subjects"], &mut body);
+        body.extend(evidence::lines(e));
     }
     (subject, body)
 }
+
+mod evidence;
 
 #[cfg(test)]
 mod tests;

@@ -36,7 +36,7 @@ use crate::policy::alert::{AlertSettings, Alerter, Contained, Crossed, Evaluated
 use crate::policy::model::{PolicyModel, RateDef};
 
 pub use config::{compile, ReportSettings};
-pub use events::{EventLog, Record};
+pub use events::EventLog;
 
 /// What the observers take from a generation.
 #[derive(Clone, Copy, Debug)]
@@ -155,11 +155,11 @@ impl Observer for Observers {
         if readonly {
             return;
         }
-        self.events.record(Record {
+        self.events.record(crate::eventlog::Evaluation {
             time_us: e.time_us,
-            limit: e.def.name.clone(),
-            key: e.key.to_string(),
-            count: e.count,
+            limit: Some(e.def.name.clone()),
+            key: Some(e.key.to_string()),
+            count: Some(e.count),
             own_limit: e.own_limit,
             unique: e.unique.map(str::to_string),
         });

@@ -60,7 +60,7 @@ pub struct MessageLine<'a> {
 
 /// The event-log line of `t` (without its newline).
 pub fn line(t: &Transaction<'_>) -> String {
-    use super::events::{field, key_field};
+    use crate::eventlog::{field, key_field};
     // Every free-text field capped (a 3 MB Subject is not written whole).
     let l = MessageLine {
         event: "message".into(),
@@ -118,40 +118,119 @@ fn parse_of(
     })
 }
 
-/// The last `max` message lines of `key` in the event log at `path`, newest first, reading
-/// backwards from the end at most `max_bytes` bytes.
-pub fn recent(path: &Path, key: &str, max: usize, max_bytes: u64) -> std::io::Result<Recent> {
+/// Reads the message lines of `key` in the event log at `path` backwards from its end,
+/// newest first, at most `max_bytes` bytes, handing each to `each` until it answers
+/// `false`; returns the bytes read and whether the read reached the start of the file.
+fn scan(
+    path: &Path,
+    key: &str,
+    max_bytes: u64,
+    mut each: impl FnMut(MessageLine<'static>) -> bool,
+) -> std::io::Result<(u64, bool)> {
     let f = File::open(path)?;
     let len = f.metadata()?.len();
     let quoted = serde_json::to_string(key).unwrap_or_default();
     let needle = format!("\"key\":{quoted}");
     let finder = memchr::memmem::Finder::new(needle.as_bytes());
-    let mut out = Recent::default();
+    let mut read = 0u64;
     let mut pos = len;
     // The start of the line the previous chunk began inside.
     let mut carry: Vec<u8> = Vec::new();
-    while pos > 0 && out.read < max_bytes && out.messages.len() < max {
-        let n = CHUNK.min(pos).min(max_bytes - out.read);
+    while pos > 0 && read < max_bytes {
+        let n = CHUNK.min(pos).min(max_bytes - read);
         pos -= n;
         let mut buf = vec![0u8; n as usize];
         f.read_exact_at(&mut buf, pos)?;
-        out.read += n;
+        read += n;
         buf.extend_from_slice(&carry);
         let mut lines = buf.split(|&b| b == b'\n');
         // The first piece may be the end of a line that starts earlier in the file.
         let first = if pos > 0 { lines.next() } else { None };
         let whole: Vec<&[u8]> = lines.collect();
         for raw in whole.iter().rev() {
-            if out.messages.len() >= max {
-                break;
-            }
             if let Some(l) = parse_of(raw, key, &finder) {
-                out.messages.push(l);
+                if !each(l) {
+                    return Ok((read, false));
+                }
             }
         }
         carry = first.map(<[u8]>::to_vec).unwrap_or_default();
     }
-    out.whole_file = pos == 0;
+    Ok((read, pos == 0))
+}
+
+/// The last `max` message lines of `key` in the event log at `path`, newest first, reading
+/// backwards from the end at most `max_bytes` bytes.
+pub fn recent(path: &Path, key: &str, max: usize, max_bytes: u64) -> std::io::Result<Recent> {
+    recent_page(path, key, 0, max, max_bytes).map(|(r, _)| r)
+}
+
+/// The message lines of `key` after the newest `skip`, at most `max`, newest first, reading
+/// at most `max_bytes` bytes from the end; and whether older ones were found past them.
+pub fn recent_page(
+    path: &Path,
+    key: &str,
+    skip: usize,
+    max: usize,
+    max_bytes: u64,
+) -> std::io::Result<(Recent, bool)> {
+    let mut out = Recent::default();
+    let (mut seen, mut more) = (0usize, false);
+    let (read, whole_file) = scan(path, key, max_bytes, |l| {
+        seen += 1;
+        if seen <= skip {
+            return true;
+        }
+        if out.messages.len() == max {
+            more = true;
+            return false;
+        }
+        out.messages.push(l);
+        true
+    })?;
+    out.read = read;
+    // Stopped on an older line: the file was not read to its start.
+    out.whole_file = whole_file && !more;
+    Ok((out, more))
+}
+
+/// What the event log says was relayed for a key in a window of time.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Relayed {
+    /// The messages relayed in the window, oldest first.
+    pub messages: Vec<MessageLine<'static>>,
+    /// Bytes of the log read.
+    pub read: u64,
+    /// Whether the read reached the window's start (a line of the key older than it, or
+    /// the start of the file): nothing of the window was left unread.
+    pub complete: bool,
+}
+
+/// The messages of `key` the event log at `path` shows relayed (`verdict` `relayed …`)
+/// from `from` to `to` (seconds since the epoch, both included), reading backwards from the
+/// end at most `max_bytes` bytes.
+pub fn relayed_between(
+    path: &Path,
+    key: &str,
+    from: f64,
+    to: f64,
+    max_bytes: u64,
+) -> std::io::Result<Relayed> {
+    let mut out = Relayed::default();
+    let mut older = false;
+    let (read, whole_file) = scan(path, key, max_bytes, |l| {
+        if l.t < from {
+            older = true;
+            return false;
+        }
+        if l.t <= to && l.verdict.starts_with("relayed") {
+            out.messages.push(l);
+        }
+        true
+    })?;
+    out.messages.reverse();
+    out.read = read;
+    out.complete = older || whole_file;
     Ok(out)
 }
 
@@ -258,5 +337,56 @@ mod tests {
         assert!(!some.messages.is_empty() && some.messages.len() < 30);
         assert!(!some.whole_file);
         assert!(recent(&dir.path().join("none"), "alice", 1, 10).is_err());
+    }
+
+    #[test]
+    fn pages_go_back_and_a_window_finds_what_was_relayed() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let r = vec!["b@example.net".to_string(), "c@example.org".to_string()];
+        let mut log = String::new();
+        for i in 0..120 {
+            let s = format!("s{i}");
+            let verdict = if i % 3 == 0 { "held" } else { "relayed 250" };
+            let t = Transaction {
+                time_us: 1_000_000_000 + i64::from(i) * 1_000_000,
+                verdict,
+                ..tx("alice", &s, &r)
+            };
+            log += &line(&t);
+            log.push('\n');
+            log += &line(&tx("bob", &s, &r));
+            log.push('\n');
+        }
+        std::fs::write(&path, &log).unwrap();
+        let subjects = |r: &Recent| -> Vec<String> {
+            r.messages
+                .iter()
+                .map(|m| m.subject.clone().unwrap().into_owned())
+                .collect()
+        };
+        let (p1, more) = recent_page(&path, "alice", 0, 50, u64::MAX).unwrap();
+        assert!(more && !p1.whole_file);
+        assert_eq!(subjects(&p1)[0], "s119");
+        let (p3, more) = recent_page(&path, "alice", 100, 50, u64::MAX).unwrap();
+        assert!(!more && p3.whole_file);
+        assert_eq!(subjects(&p3).len(), 20);
+        assert_eq!(subjects(&p3)[19], "s0");
+        let (past, more) = recent_page(&path, "alice", 500, 50, u64::MAX).unwrap();
+        assert!(past.messages.is_empty() && !more);
+        // Seconds 1000 + 10 ..= 1000 + 19: 10 messages, 3 of them held (12, 15, 18).
+        let w = relayed_between(&path, "alice", 1010.0, 1019.0, u64::MAX).unwrap();
+        let got: Vec<_> = w
+            .messages
+            .iter()
+            .map(|m| m.subject.clone().unwrap())
+            .collect();
+        assert_eq!(got, ["s10", "s11", "s13", "s14", "s16", "s17", "s19"]);
+        assert!(w.complete);
+        let none = relayed_between(&path, "alice", 5000.0, 6000.0, u64::MAX).unwrap();
+        assert!(none.messages.is_empty() && none.complete);
+        // Bounded in bytes: the window's start not reached.
+        let cut = relayed_between(&path, "alice", 1010.0, 1019.0, 4096).unwrap();
+        assert!(!cut.complete && cut.read == 4096);
     }
 }

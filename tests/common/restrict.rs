@@ -101,8 +101,11 @@ pub fn wait_notices(file: &Path, event: &str, n: usize) -> Vec<Value> {
 pub fn check_evidence(ev: &Value) {
     assert_eq!(ev["client_ips"][0], "127.0.0.1", "{ev}");
     assert_eq!(ev["top_recipient_domains"][0][0], "example.com", "{ev}");
-    assert!(ev["messages"].as_u64().unwrap() >= 6, "{ev}");
+    // Six MAIL FROMs, the first five relayed to one recipient each.
+    assert!(ev["offered"].as_u64().unwrap() >= 6, "{ev}");
+    assert!(ev["messages"].as_u64().unwrap() >= 5, "{ev}");
     assert!(ev["recipients"].as_u64().unwrap() >= 5, "{ev}");
+    assert_eq!(ev["offered_by_client"][0][0], "127.0.0.1", "{ev}");
     assert!(ev["refusals"]["upstream"]["rcpt"].is_u64(), "{ev}");
     assert!(ev["refusals"]["upstream"]["data"].is_u64(), "{ev}");
     assert!(ev["refusals"]["floodgate"].is_object(), "{ev}");

@@ -325,6 +325,10 @@ const RUN_ELSEWHERE: &[(&str, &str)] = &[
         "building the .deb: .ci/package.sh runs this command line",
     ),
     (
+        "grep '\"key\":\"alice\"' /var/lib/floodgate/events.jsonl",
+        "an event log's own lines replayed unchanged: tests/operate/report.rs (simulate_peaks)",
+    ),
+    (
         "CARGO_TARGET_DIR=$(mktemp -d) /usr/bin/time",
         "the build time measurement: a fresh release build, too slow for a test",
     ),

@@ -190,7 +190,8 @@ fn a_campaign_across_eight_accounts_is_stopped_at_the_third() {
     );
     assert!(page.ok(), "{page}");
     for want in [
-        "<h2>c:b",
+        "data-campaign=\"c:b",
+        "<h2>Your invoice #",
         "/console/key/stolen1",
         "/console/key/stolen8",
         "/console/held?key=stolen4",

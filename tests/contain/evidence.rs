@@ -240,3 +240,175 @@ fn held_is_summed_over_the_nodes_sharing_redis() {
         assert_eq!(ev["held_by_node"], json!({"floodgate.test": 5}), "{ev}");
     }
 }
+
+/// One session behind a PROXY header from `ip`, as alice: `n` messages to `rcpts`; the end
+/// of data's replies.
+fn send_from(addr: std::net::SocketAddr, ip: &str, n: usize, rcpts: &[&str]) -> Vec<u16> {
+    let mut c = RawClient::connect(addr);
+    c.send(format!("PROXY TCP4 {ip} 127.0.0.1 40000 25\r\n").as_bytes());
+    assert_eq!(c.reply().code, 220);
+    assert_eq!(c.ehlo("client.test").code, 250);
+    let token = b64_encode(format!("\0{USER}\0{PASSWORD}").as_bytes());
+    assert_eq!(c.cmd(&format!("AUTH PLAIN {token}")).code, 235);
+    let mut ends = Vec::new();
+    for i in 0..n {
+        assert_eq!(c.cmd("MAIL FROM:<s@example.org>").code, 250);
+        for r in rcpts {
+            assert_eq!(c.cmd(&format!("RCPT TO:<{r}>")).code, 250);
+        }
+        assert_eq!(c.cmd("DATA").code, 354);
+        c.send(format!("Subject: note {i}\r\n\r\nhi\r\n.\r\n").as_bytes());
+        ends.push(c.reply().code);
+    }
+    assert_eq!(c.cmd("QUIT").code, 221);
+    ends
+}
+
+/// The body of an admin API answer on the socket, and its status line.
+fn api(sock: &std::path::Path, target: &str) -> (String, String) {
+    let a = admin_get(sock, target);
+    let (head, body) = a.split_once("\r\n\r\n").expect("an HTTP answer");
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// Every figure of a restriction is what upstream and the spool show: messages and
+/// recipients relayed and the recipients per domain are the recording upstream's, the
+/// messages offered per client address are the MAIL FROMs each address sent, held is the
+/// spool's count; the same in `restricted --json`, `inspect` and the text of `restricted`.
+/// What was delivered before the restriction is upstream's messages, and its CSV lists
+/// upstream's recipients; the key's messages page back to the first.
+#[test]
+fn figures_are_what_upstream_and_the_spool_show() {
+    let rec = Recorder::start(users());
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("hold");
+    std::fs::create_dir(&spool).unwrap();
+    let events = dir.path().join("events.jsonl");
+    let extra = format!(
+        "{}while_restricted = \"hold\"\n[hold]\ndir = \"{}\"\n[report]\nevents = \"{}\"\n",
+        limit("until_released"),
+        spool.display(),
+        events.display()
+    );
+    let fg = Floodgate::start(
+        &FloodgateConfig::new(rec.addr())
+            .auth_without_tls(true)
+            .identity("xclient")
+            .trusted_proxies(&["127.0.0.1/32"])
+            .listeners(vec![
+                ListenerSpec::new("plain", "none").with_proxy_protocol()
+            ])
+            .extra(&extra),
+    );
+    let (addr, sock) = (fg.addr("plain"), fg.admin_socket());
+    let three = ["a@gmail.test", "b@gmx.test", "c@Gmail.test"];
+    // Five relayed (the limit's 5 an hour), the sixth restricts alice and is held, as
+    // are the next two.
+    assert_eq!(send_from(addr, "192.0.2.1", 2, &three), [250; 2]);
+    assert_eq!(send_from(addr, "192.0.2.2", 2, &["d@mail.test"]), [250; 2]);
+    assert_eq!(
+        send_from(addr, "192.0.2.3", 2, &["e@mail.test", "f@gmail.test"]),
+        [250; 2]
+    );
+    assert_eq!(send_from(addr, "192.0.2.1", 2, &three), [250; 2]);
+    rec.wait_idle();
+
+    // The truth: upstream's messages and recipients, the spool's count.
+    let got = rec.messages();
+    assert_eq!(got.len(), 5);
+    let rcpts: Vec<String> = got.iter().flat_map(|m| m.rcpts.clone()).collect();
+    let mut per_domain: std::collections::BTreeMap<String, u64> = Default::default();
+    for r in &rcpts {
+        let d = r.rsplit_once('@').unwrap().1.to_ascii_lowercase();
+        *per_domain.entry(d).or_default() += 1;
+    }
+    let mut want_domains: Vec<(String, u64)> = per_domain.into_iter().collect();
+    want_domains.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let held = held_ids(&sock).len();
+    assert_eq!(held, 3);
+
+    let ev = listed_evidence(&sock);
+    assert_eq!(ev["messages"], got.len(), "{ev}");
+    assert_eq!(ev["recipients"], rcpts.len(), "{ev}");
+    assert_eq!(ev["top_recipient_domains"], json!(want_domains), "{ev}");
+    assert_eq!(ev["held"], held, "{ev}");
+    // Every MAIL FROM each address sent, held ones included.
+    assert_eq!(ev["offered"], 8, "{ev}");
+    assert_eq!(
+        ev["offered_by_client"],
+        json!([["192.0.2.1", 4], ["192.0.2.2", 2], ["192.0.2.3", 2]]),
+        "{ev}"
+    );
+    let inspected = admin_json(&sock, &["inspect", USER]);
+    assert_eq!(inspected["restriction"]["evidence"], ev, "{inspected}");
+    let table = admin_verb(&sock, &["restricted"]);
+    assert!(
+        table.stdout.contains(&format!(
+            "5 msgs relayed to {} rcpts (8 offered)",
+            rcpts.len()
+        )) && table
+            .stdout
+            .contains("ips 192.0.2.1 (4),192.0.2.2 (2),192.0.2.3 (2)"),
+        "{table}"
+    );
+
+    // Delivered before containment: upstream's five messages, its recipients as CSV.
+    let (status, body) = api(&sock, "/v1/delivered?key=alice");
+    assert!(status.contains(" 200 "), "{status} {body}");
+    let d: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(d["messages"], 5, "{d}");
+    assert_eq!(d["recipients"], rcpts.len(), "{d}");
+    assert_eq!(d["complete"], true, "{d}");
+    let (_, csv) = api(&sock, "/v1/delivered?key=alice&format=csv");
+    let mut listed: Vec<&str> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit(',').next().unwrap())
+        .collect();
+    let mut want: Vec<&str> = rcpts.iter().map(String::as_str).collect();
+    listed.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(listed, want, "{csv}");
+    assert!(csv.starts_with("time,sender,recipient\r\n"), "{csv}");
+    // Bad queries say what is wrong.
+    for (target, says) in [
+        (
+            "/v1/delivered?key=alice&format=xml",
+            "format must be json or csv",
+        ),
+        ("/v1/delivered?key=bob", "\\\"bob\\\" is not restricted"),
+        ("/v1/delivered", "delivered needs ?key=KEY"),
+        (
+            "/v1/messages?key=alice&page=0",
+            "page must be a whole number from 1",
+        ),
+        (
+            "/v1/messages?key=alice&page=x",
+            "page must be a whole number from 1",
+        ),
+    ] {
+        let (status, body) = api(&sock, target);
+        assert!(status.contains(" 4"), "{target}: {status}");
+        assert!(body.contains(says), "{target}: {body}");
+    }
+    // The key's messages, newest first, all on page 1; page 2 is empty.
+    let (_, body) = api(&sock, "/v1/messages?key=alice&page=1");
+    let m: Value = serde_json::from_str(&body).unwrap();
+    let verdicts: Vec<&str> = m["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        verdicts.iter().filter(|v| v.starts_with("relayed")).count(),
+        5
+    );
+    assert_eq!(verdicts.iter().filter(|v| **v == "held").count(), 3);
+    assert_eq!(m["more"], false, "{m}");
+    let (_, body) = api(&sock, "/v1/messages?key=alice&page=2");
+    assert!(body.contains("\"messages\":[]"), "{body}");
+}

@@ -107,7 +107,11 @@ fn held_messages_are_listed_shown_released_and_deleted() {
         text.stdout.contains("SUBJECT") && text.stdout.contains("held 2"),
         "{text}"
     );
-    assert!(text.stdout.contains("r3@example.com"), "{text}");
+    // The recipients are counted, and listed with --wide.
+    assert!(!text.stdout.contains("r3@example.com"), "{text}");
+    assert!(text.stdout.contains(" 1 recipient "), "{text}");
+    let wide = admin_verb(&sock, &["held", "list", "--wide"]);
+    assert!(wide.stdout.contains("r3@example.com"), "{wide}");
     let only = admin_verb(&sock, &["held", "list", "--key", "nobody", "--json"]);
     assert!(only.stdout.contains("\"held\":[]"), "{only}");
 
@@ -137,7 +141,8 @@ fn held_messages_are_listed_shown_released_and_deleted() {
     let trace = String::from_utf8_lossy(&content[..first_end]).to_string();
     assert!(
         trace.starts_with(&format!("X-Floodgate-Released: id={id1}; by="))
-            && trace.contains("reason=\"checked\""),
+            && trace.contains("reason=\"audit ")
+            && !trace.contains("checked"),
         "{trace}"
     );
     assert_eq!(

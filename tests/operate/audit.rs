@@ -134,13 +134,14 @@ ben = "{ben}"
     assert_eq!(status, 200, "{v}");
     rec.wait_events("message", relayed + 1);
     let trace = String::from_utf8_lossy(&rec.messages()[relayed].data).to_string();
-    assert!(
-        trace.starts_with(&format!(
-            "X-Floodgate-Released: id={}; by=\"token:ann\"; reason=\"checked\";",
-            ids[0]
-        )),
-        "{trace}"
+    // The reason stays in the audit log; the header names the audit line.
+    let prefix = format!(
+        "X-Floodgate-Released: id={}; by=\"token:ann\"; reason=\"audit ",
+        ids[0]
     );
+    assert!(trace.starts_with(&prefix), "{trace}");
+    let reference = trace[prefix.len()..].split('"').next().unwrap().to_string();
+    assert!(!trace.contains("checked"), "{trace}");
 
     // Token "ben" deletes the next one, and restricts bob by hand.
     let (status, v) = post(
@@ -259,6 +260,12 @@ ben = "{ben}"
         .as_str()
         .unwrap()
         .starts_with("refused: alice is still restricted"));
+    // The release's line keeps the reason, its key, and the reference the trace header
+    // names; the delete's line its key.
+    assert_eq!(lines[3]["ref"], reference.as_str(), "{:#}", lines[3]);
+    assert_eq!(lines[3]["key"], "alice", "{:#}", lines[3]);
+    assert_eq!(lines[4]["key"], "alice", "{:#}", lines[4]);
+    assert!(lines[4]["ref"].is_null(), "{:#}", lines[4]);
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&audit).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);

@@ -8,6 +8,11 @@ bounded. Usage:
 
   console_browser.py --base http://127.0.0.1:PORT --token TOKEN --release ID --delete ID
                      --incident KEY --shots DIR [--chromium PATH] [--chromedriver PATH]
+
+With --scenario incident (and --campaign ID) it plays the issue's scene instead: the
+overview's first screen, the incident page's first screen, one campaign entry, all held
+mail matching a filter deleted at once after a refused release, the campaign's actions,
+the history after the restriction ends, and every page at 390 px (width, tap targets).
 """
 
 import argparse
@@ -148,18 +153,21 @@ def release_selection(d, ids, reason, confirm):
     """Ticks `ids` in the Held page's selection and releases them with `reason` (None: an
     empty field, sent as it is), the box "release though restricted" ticked or not; the
     page's result text."""
+    # A refused action comes back with the ticks and the reason kept: tick what is not.
     for i in ids:
-        d.find_element(
-            By.CSS_SELECTOR, "#selection input[name='id'][value='%s']" % i
-        ).click()
+        box = d.find_element(By.CSS_SELECTOR, "#selection input[name='id'][value='%s']" % i)
+        if not box.is_selected():
+            box.click()
     form = d.find_element(By.ID, "selection")
     field = form.find_element(By.NAME, "reason")
+    field.clear()
     if reason is None:
         d.execute_script("arguments[0].removeAttribute('required');", field)
     else:
         field.send_keys(reason)
-    if confirm:
-        form.find_element(By.CSS_SELECTOR, "input[name='confirm'][value='true']").click()
+    box = form.find_element(By.CSS_SELECTOR, "input[name='confirm'][value='true']")
+    if box.is_selected() != confirm:
+        box.click()
     page = d.find_element(By.TAG_NAME, "html")
     form.find_element(By.CSS_SELECTOR, "button[name='op'][value='release']").click()
     WebDriverWait(d, WAIT).until(staleness_of(page))
@@ -334,6 +342,183 @@ def without_script(args, facts):
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def in_first_screen(d, css):
+    """Whether the element `css` finds is visible within the window's first screen."""
+    return d.execute_script(
+        "const e = document.querySelector(arguments[0]); if (!e) return false;"
+        "const r = e.getBoundingClientRect();"
+        "return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight;",
+        css,
+    )
+
+
+# What a tap can land on; each must be at least 44 px tall on a phone.
+TARGETS = (
+    "main a, header a, button, select, summary, "
+    "input:not([type=hidden]):not([hidden])"
+)
+
+
+def tap_targets(d):
+    """The visible tap targets of the page and those under 44 px tall."""
+    return d.execute_script(
+        "const out = {n: 0, small: []};"
+        "document.querySelectorAll(arguments[0]).forEach(e => {"
+        " if (e.offsetParent === null) return;"
+        " const r = e.getBoundingClientRect(); if (r.width === 0) return;"
+        " out.n++;"
+        " if (r.height < 44) out.small.push(e.tagName + ' ' + (e.textContent || e.name || "
+        "  e.type).trim().slice(0, 30) + ' ' + Math.round(r.height));"
+        "});"
+        "return out;",
+        TARGETS,
+    )
+
+
+def submit_in(d, form_css, reason, tick=None):
+    """Fills the reason of the form `form_css` (cleared first), ticks `tick` inside it when
+    given, submits it; the result text of the page it leads to."""
+    f = d.find_element(By.CSS_SELECTOR, form_css)
+    field = f.find_element(By.NAME, "reason")
+    field.clear()
+    field.send_keys(reason)
+    if tick:
+        box = f.find_element(By.CSS_SELECTOR, tick)
+        if not box.is_selected():
+            box.click()
+    page = d.find_element(By.TAG_NAME, "html")
+    f.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
+    WebDriverWait(d, WAIT).until(staleness_of(page))
+    return done_text(d)
+
+
+def held_bulk(d, op, reason, scope, confirm):
+    """The Held page's selection form: `reason` (cleared first), the scope radio, the box
+    "release though restricted", then the top button `op`; the result text."""
+    form = d.find_element(By.ID, "selection")
+    field = form.find_element(By.NAME, "reason")
+    field.clear()
+    field.send_keys(reason)
+    form.find_element(By.CSS_SELECTOR, "input[name='scope'][value='%s']" % scope).click()
+    box = form.find_element(By.CSS_SELECTOR, "input[name='confirm'][value='true']")
+    if box.is_selected() != confirm:
+        box.click()
+    page = d.find_element(By.TAG_NAME, "html")
+    form.find_element(By.CSS_SELECTOR, "#bulk-top button[name='op'][value='%s']" % op).click()
+    WebDriverWait(d, WAIT).until(staleness_of(page))
+    return done_text(d)
+
+
+def incident_scene(args, d, facts):
+    """The issue's scene (see the module's doc)."""
+    key, camp = args.incident, args.campaign
+    key_href = "/console/key/" + key
+    d.set_window_size(1400, 1000)
+    d.get(args.base + "/console/")
+    WebDriverWait(d, WAIT).until(lambda d: d.find_elements(By.ID, "needs"))
+    facts["overview"] = {
+        "key_link_in_first_screen": in_first_screen(d, "#needs a[href='%s']" % key_href),
+        "campaign_link_in_first_screen": in_first_screen(
+            d, "#needs a[href^='/console/campaigns?c=']"
+        ),
+        "problems": problems(d),
+    }
+    d.get(args.base + key_href)
+    WebDriverWait(d, WAIT).until(lambda d: d.find_elements(By.ID, "sum-held"))
+    parts = ["sum-who", "sum-since", "sum-why", "sum-delivered", "sum-held", "actions"]
+    facts["incident"] = {
+        "first_screen": {p: in_first_screen(d, "#" + p) for p in parts},
+        "held": d.find_element(By.ID, "sum-held").text,
+        "problems": problems(d),
+    }
+    d.get(args.base + "/console/campaigns")
+    facts["campaigns"] = {
+        "entries": len(d.find_elements(By.CSS_SELECTOR, "section.campaign")),
+    }
+    d.get(args.base + "/console/top")
+    facts["top"] = {
+        "campaign_rows": len(
+            d.find_elements(By.CSS_SELECTOR, "#top a[href^='/console/campaigns?c=']")
+        ),
+    }
+    shots_at(args, d, "", key)
+    # The phone's pages while there is mail held (measured again at the end).
+    facts["phone_during"] = shots_at(args, d, "-phone", key)
+    # Held, filtered by the key; all matching released without the box: refused, kept.
+    d.get(args.base + "/console/held?key=" + key)
+    held = {"match": d.find_element(By.ID, "held-match").text}
+    held["refused"] = held_bulk(d, "release", "all spam", "matching", False)
+    held["refused_url"] = d.current_url
+    form = d.find_element(By.ID, "selection")
+    held["kept_reason"] = form.find_element(By.NAME, "reason").get_attribute("value")
+    held["kept_scope"] = form.find_element(
+        By.CSS_SELECTOR, "input[name='scope']:checked"
+    ).get_attribute("value")
+    held["deleted"] = held_bulk(d, "delete", "all spam", "matching", False)
+    d.get(args.base + "/console/held")
+    held["left"] = [
+        e.get_attribute("data-id") for e in d.find_elements(By.CSS_SELECTOR, "tr[data-id]")
+    ]
+    facts["held"] = held
+    # The campaign's held mail and restrictions, each by one action.
+    d.get(args.base + "/console/campaigns")
+    facts["campaign_actions"] = {
+        "deleted": submit_in(d, "#campaign-delete-held", "phishing run"),
+        "ended": submit_in(d, "#campaign-release", "passwords reset"),
+    }
+    # The incident's restriction ended; the history says who and why.
+    d.get(args.base + key_href)
+    released = submit_in(d, "#act-release", "password reset by the help desk")
+    box = d.find_element(By.ID, "history-box")
+    facts["after"] = {
+        "released": released,
+        "history": box.text,
+        "history_open": box.get_attribute("open") is not None,
+        "problems": problems(d),
+    }
+    facts["phone"] = shots_at(args, d, "-phone-after", key)
+
+
+def shots_at(args, d, suffix, key):
+    """Screenshots of every page at one size (the phone's, with `suffix`, also measured:
+    width and tap targets)."""
+    d.set_window_size(*((390, 844) if suffix else (1400, 1000)))
+    d.get(args.base + "/console/held")
+    ids = [e.get_attribute("data-id") for e in d.find_elements(By.CSS_SELECTOR, "tr[data-id]")]
+    pages = PAGES + [
+        ("campaigns", "/console/campaigns"),
+        ("incident", "/console/key/" + key),
+        ("message", "/console/held/" + ids[0] if ids else "/console/held"),
+    ]
+    measured = {}
+    for name, path in pages:
+        d.get(args.base + path)
+        WebDriverWait(d, WAIT).until(lambda d: d.find_elements(By.TAG_NAME, "h1"))
+        if suffix:
+            w = fits(d)
+            t = tap_targets(d)
+            measured[name] = {
+                "scroll": w[0],
+                "inner": w[1],
+                "targets": t["n"],
+                "small_targets": t["small"][:8],
+            }
+        d.save_screenshot("%s/console-%s%s.png" % (args.shots, name, suffix))
+    d.set_window_size(1400, 1000)
+    return measured
+
+
+def scene(args, facts):
+    profile = tempfile.mkdtemp(prefix="fg-chromium-scene-")
+    d = browser(args, profile, True)
+    try:
+        login(d, args.base, args.token)
+        incident_scene(args, d, facts)
+    finally:
+        d.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--base", required=True)
@@ -342,14 +527,19 @@ def main():
     p.add_argument("--delete", required=True)
     p.add_argument("--shots", required=True)
     p.add_argument("--incident", required=True)
+    p.add_argument("--scenario", default="console")
+    p.add_argument("--campaign", default="")
     p.add_argument("--chromium", default="/usr/bin/chromium")
     p.add_argument("--chromedriver", default="/usr/bin/chromedriver")
     args = p.parse_args()
     facts = {}
     started = time.monotonic()
     try:
-        with_script(args, facts)
-        without_script(args, facts)
+        if args.scenario == "incident":
+            scene(args, facts)
+        else:
+            with_script(args, facts)
+            without_script(args, facts)
     except TimeoutException as e:
         facts["error"] = "timed out: %s" % (e.msg or "waiting in the browser")
     except Exception as e:  # reported to the Rust test, which fails with it

@@ -103,6 +103,20 @@ fn demo_once_relays_the_normal_user_and_restricts_and_holds_the_stolen_account()
         "{all}"
     );
     assert!(out.stdout.contains("\"evidence\": {"), "{all}");
+    // Its evidence counts the recipients relayed, as the stolen account's client saw them
+    // accepted, not those it offered.
+    let spray_rcpts = number_after(
+        &out.stdout,
+        &format!("carol (stolen account): {relayed} messages relayed to "),
+    )
+    .unwrap_or_else(|| panic!("no recipient count: {all}"));
+    let ev = out
+        .stdout
+        .split("\"evidence\": {")
+        .nth(1)
+        .unwrap_or_default();
+    let ev_rcpts = number_after(ev, "\"recipients\": ").unwrap_or_else(|| panic!("{all}"));
+    assert_eq!(ev_rcpts, spray_rcpts, "{all}");
     assert!(
         out.stdout.contains("\"limit\": \"user-recipients-day\""),
         "{all}"

@@ -94,15 +94,14 @@ fn read_events(path: &Path, want: usize) -> Vec<Value> {
     )
 }
 
-/// Per key, the highest `rate` `floodgate simulate --limit spec` gives for `events`.
+/// Per key, the highest `rate` `floodgate simulate --limit spec` gives for `events`, the
+/// event log's own lines fed to it unchanged (`limit` and `own_limit` included).
 fn simulate_peaks(spec: &str, events: &[&Value], dir: &Path) -> BTreeMap<String, f64> {
     let input = dir.join(format!("sim-{}.jsonl", events.len()));
     let mut text = String::new();
     for e in events {
-        text.push_str(&format!(
-            "{{\"t\":{},\"key\":{},\"count\":{}}}\n",
-            e["t"], e["key"], e["count"]
-        ));
+        assert!(e["limit"].is_string(), "an event log line: {e}");
+        text.push_str(&format!("{e}\n"));
     }
     std::fs::write(&input, text).unwrap();
     let out = run(&["simulate", "--limit", spec, input.to_str().unwrap()]);

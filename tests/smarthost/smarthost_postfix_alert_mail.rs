@@ -134,10 +134,11 @@ fn a_restriction_is_mailed_to_the_postmaster_through_postfix_and_alerts_are_capp
     for want in [
         format!("restricted the key {USER}:"),
         "Limit:   per-user\n".into(),
-        "Until:   until released\n".into(),
+        "Ends:    when released\n".into(),
         format!("Console: https://console-{tok}.test/console/key?k={USER}\n"),
         "  Messages:   ".into(),
-        "  Client addresses:\n    127.0.0.1\n".into(),
+        "  Client addresses (messages offered):\n    127.0.0.1  ".into(),
+        "  Refusals:   ".into(),
         "  Subjects:\n".into(),
         "    Invoice 4\n".into(),
     ] {

@@ -10,11 +10,14 @@ use serde_json::json;
 
 use super::form::{self, back_to, with_result};
 use super::html;
+use super::pages::held::Filter;
 use super::respond::api_as;
 use super::state::Console;
 use crate::admin::actor::Actor;
+use crate::admin::campaigns::CampaignOp;
 use crate::admin::held_act::{HeldAsk, HeldRefusal, HeldResults, Selection};
-use crate::admin::http::{Request, Response};
+use crate::admin::http::{percent_encode, Request, Response};
+use crate::proxy::release::blocking;
 use crate::proxy::release::HeldError;
 
 /// Most ids one form may release or delete.
@@ -121,6 +124,30 @@ fn summary(results: &HeldResults, release: bool) -> (bool, String) {
     )
 }
 
+/// A refusal in the words of the console's forms: a release of mail of a key still
+/// restricted names the box to tick, not the API's parameter.
+pub fn refusal_words(r: &HeldRefusal) -> String {
+    match r {
+        HeldRefusal::StillRestricted(x) => format!(
+            "{} is still restricted (since {}, by {}: {}): its held mail is what the limit \
+             stopped. End the restriction first, or tick \"release though restricted\" and \
+             release again.",
+            x.key,
+            crate::time::rfc3339(x.since_us),
+            x.by,
+            if x.reason.is_empty() {
+                "no reason given"
+            } else {
+                &x.reason
+            }
+        ),
+        HeldRefusal::NoReason => {
+            "say why: type a reason (it goes to the audit log) and release again".into()
+        }
+        other => other.to_string(),
+    }
+}
+
 /// The result of a form's release or delete of the messages `sel` names, as `who`: the
 /// words for each message, or the refusal's text (no reason, still restricted, …).
 async fn form_held(
@@ -131,13 +158,62 @@ async fn form_held(
 ) -> (bool, String) {
     match c.state.held_ids(who, sel, ask).await {
         Ok(results) => summary(&results, ask.release),
-        Err(refusal) => (false, refusal.to_string()),
+        Err(refusal) => (false, refusal_words(&refusal)),
     }
 }
 
-/// `POST /console/act/held/bulk` (a form), as `who`: `op=release|delete`, `id` repeated,
-/// `reason`, `confirm=true` (release though restricted), `back` (the filtered list to go
-/// back to).
+/// The ids of every held message the filter of a form (`f_key`, `f_limit`, `f_sender`,
+/// `f_subject`) lets through.
+async fn matching_ids(c: &Console, f: &[(String, String)]) -> Result<Vec<String>, String> {
+    let v = |n: &str| form::first(f, n).unwrap_or("").trim().to_string();
+    let key = v("f_key");
+    let filter = Filter {
+        account: c.state.admin_key(&key),
+        key,
+        limit: v("f_limit"),
+        sender: v("f_sender"),
+        subject: v("f_subject"),
+    };
+    let Some(spool) = c.state.control.shared().hold.clone() else {
+        return Ok(Vec::new());
+    };
+    let heads = blocking(move || spool.list())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(heads
+        .into_iter()
+        .filter(|h| filter.passes(h))
+        .map(|h| h.envelope.id)
+        .collect())
+}
+
+/// `page` (a console path) with what a refused form keeps added: the reason typed, the
+/// ticked ids, the scope.
+fn keeping(page: &str, reason: &str, picked: &[String], scope: &str) -> String {
+    let mut out = page.to_string();
+    let mut add = |k: &str, v: &str| {
+        out.push(if out.contains('?') { '&' } else { '?' });
+        out.push_str(k);
+        out.push('=');
+        out.push_str(&percent_encode(v));
+    };
+    if !reason.is_empty() {
+        add("reason", reason);
+    }
+    if scope != "selected" {
+        add("scope", scope);
+    }
+    for id in picked.iter().take(MAX_IDS) {
+        add("picked", id);
+    }
+    out
+}
+
+/// `POST /console/act/held/bulk` (a form), as `who`: `op=release|delete`, `scope`
+/// (`selected`: the ticked `id`s, the default; `page`: every `page_id`; `matching`: every
+/// message the filter fields `f_*` let through), `reason`, `confirm=true` (release though
+/// restricted), `back` (the list to go back to), `failed_back` (where a refusal goes,
+/// `back` when absent). A refusal keeps the reason, the ticks and the scope.
 pub async fn bulk(c: &Console, req: &Request, who: &Actor) -> Response {
     let f = form::fields(&req.body);
     let release = match form::first(&f, "op") {
@@ -145,26 +221,63 @@ pub async fn bulk(c: &Console, req: &Request, who: &Actor) -> Response {
         Some("delete") => false,
         _ => return Response::error(400, "say what to do with the selection: op=release|delete"),
     };
-    let ids: Vec<String> = form::all(&f, "id")
+    let ids_of = |name: &str| -> Vec<String> {
+        form::all(&f, name)
+            .into_iter()
+            .filter(|i| !i.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let ticked = ids_of("id");
+    let scope = form::first(&f, "scope").unwrap_or("selected");
+    let ids = match scope {
+        "selected" => ticked.clone(),
+        "page" => ids_of("page_id"),
+        "matching" => match matching_ids(c, &f).await {
+            Ok(ids) => ids,
+            Err(e) => return Response::error(500, &e),
+        },
+        other => {
+            return Response::error(
+                400,
+                &format!("scope={other:?}: use selected, page or matching"),
+            )
+        }
+    };
+    let back = back_to(form::first(&f, "back"), "/console/held").to_string();
+    let failed_back = back_to(form::first(&f, "failed_back"), &back).to_string();
+    // Reasons typed in more than one field of the form: the first one filled.
+    let reason = form::all(&f, "reason")
         .into_iter()
-        .filter(|i| !i.is_empty())
-        .map(str::to_string)
-        .collect();
+        .find(|r| !r.trim().is_empty())
+        .unwrap_or("");
     if ids.is_empty() {
-        return Response::error(400, "no held message is selected: tick at least one");
+        let why = match scope {
+            "selected" => {
+                "no held message is ticked: tick at least one, or choose \"every \
+                           message on this page\" or \"all matching the filter\""
+            }
+            _ => "no held message matches: nothing was done",
+        };
+        let to = keeping(&failed_back, reason, &ticked, scope);
+        return see(&with_result(&to, false, why));
     }
-    if ids.len() > MAX_IDS {
+    if scope != "matching" && ids.len() > MAX_IDS {
         return Response::error(400, &format!("at most {MAX_IDS} messages at once"));
     }
-    let back = back_to(form::first(&f, "back"), "/console/held").to_string();
     let ask = HeldAsk {
         release,
-        reason: form::first(&f, "reason").unwrap_or(""),
+        reason,
         confirm: form::first(&f, "confirm"),
     };
     let (ok, text) = form_held(c, who, Selection::Ids(&ids), ask).await;
-    tracing::info!(action = %req.path, ok, by = %who, "console: form action done");
-    see(&with_result(&back, ok, &text))
+    tracing::info!(action = %req.path, ok, scope, by = %who, "console: form action done");
+    let to = if ok {
+        back
+    } else {
+        keeping(&failed_back, reason, &ticked, scope)
+    };
+    see(&with_result(&to, ok, &text))
 }
 
 /// `POST /console/act/key` (a form on the incident page), as `who`: `key`, `op`
@@ -208,7 +321,7 @@ pub async fn key(c: &Console, req: &Request, who: &Actor) -> Response {
             match c.state.held_ids(who, Selection::Key(key), ask).await {
                 Ok(results) if results.is_empty() => (true, format!("{key}: no message is held")),
                 Ok(results) => summary(&results, ask.release),
-                Err(refusal) => (false, refusal.to_string()),
+                Err(refusal) => (false, refusal_words(&refusal)),
             }
         }
         _ => {
@@ -220,6 +333,68 @@ pub async fn key(c: &Console, req: &Request, who: &Actor) -> Response {
     };
     tracing::info!(action = %req.path, ok, by = %who, "console: form action done");
     see(&with_result(&page, ok, &text))
+}
+
+/// `POST /console/act/campaign` (a form on the Campaigns page), as `who`: `id` (the
+/// campaign), `op` (`release-held` with `confirm=true` to release mail of accounts still
+/// restricted | `delete-held` | `release`: end every restriction), `reason`. Back to the
+/// campaign's entry with the result; a refusal keeps the reason.
+pub async fn campaign(c: &Console, req: &Request, who: &Actor) -> Response {
+    let f = form::fields(&req.body);
+    let Some(id) = form::first(&f, "id").filter(|k| !k.is_empty()) else {
+        return Response::error(400, "which campaign? the form needs id=");
+    };
+    let Some(op) = form::first(&f, "op").and_then(CampaignOp::parse) else {
+        return Response::error(400, "say what to do: op=release-held|delete-held|release");
+    };
+    let reason = form::first(&f, "reason").unwrap_or("");
+    let page = format!("/console/campaigns?c={}", percent_encode(id));
+    let r = c
+        .state
+        .campaign_act(who, id, op, reason, form::first(&f, "confirm"))
+        .await;
+    let (ok, text) = match r {
+        Ok(d) => {
+            let noun = match op {
+                CampaignOp::EndRestrictions => "restriction",
+                _ => "held message",
+            };
+            let mut text = format!(
+                "{id}: {} of its {} {}",
+                crate::figures::count(d.done.len() as u64, noun),
+                crate::figures::count(d.accounts.len() as u64, "account"),
+                op.verb()
+            );
+            if !d.failed.is_empty() {
+                text.push_str(&format!(
+                    ", {} not: {}",
+                    d.failed.len(),
+                    d.failed.join("; ")
+                ));
+            }
+            (d.failed.is_empty(), text)
+        }
+        Err(resp) => {
+            let v: serde_json::Value = serde_json::from_slice(&resp.body).unwrap_or_default();
+            let mut text = api_error(&v);
+            if resp.status == 409 {
+                text = text.replace(
+                    "release the restriction first, or release the mail all the same with \
+                     confirm=true (--confirm)",
+                    "end the restrictions first, or tick \"release though restricted\" and \
+                     release again",
+                );
+            }
+            (false, text)
+        }
+    };
+    tracing::info!(action = %req.path, ok, by = %who, "console: form action done");
+    let to = if ok {
+        page
+    } else {
+        keeping(&page, reason, &[], "selected")
+    };
+    see(&with_result(&to, ok, &text))
 }
 
 /// The error text of an admin API answer.

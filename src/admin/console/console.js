@@ -4,7 +4,8 @@
 // second one within five seconds sends. Each button sends its row's reason field when it
 // is filled; a button with data-reason needs it (refused empty). A ticked confirm box of
 // its row sends confirm=true (the box shows when the server answers that the release needs
-// it). Everything else in the console works without it.
+// it). The Held page's header box ticks every row of the page. Everything else in the
+// console works without it.
 "use strict";
 (function () {
   const meta = document.querySelector('meta[name="floodgate-csrf"]');
@@ -63,6 +64,18 @@
       b.disabled = false;
     }
   }
+  // The Held page's box that ticks every row of the page (hidden without script: the
+  // form's "every message on this page" does the same).
+  document.querySelectorAll("input.pick-all").forEach(function (all) {
+    all.hidden = false;
+    all.addEventListener("change", function () {
+      const form = all.closest("form");
+      if (!form) return;
+      form.querySelectorAll("input[type=checkbox][name=id]").forEach(function (b) {
+        b.checked = all.checked;
+      });
+    });
+  });
   document.addEventListener("click", function (ev) {
     const b = ev.target.closest ? ev.target.closest("button.act") : null;
     if (!b || b.disabled) return;

@@ -2,7 +2,8 @@
 //! gives, rendered by shape, so that a field added or changed there shows without a change
 //! here: a number as a number, a string as text, a list of `[name, count]` pairs as a
 //! two-column table, a list of values as a list, an object as a small nested table. The
-//! client addresses get the names and counts the page found for them elsewhere.
+//! client addresses get the messages each offered (the evidence's `offered_by_client`) and
+//! the names the page found for them elsewhere.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -18,14 +19,11 @@ pub const MAX_ITEMS: usize = 50;
 /// How deep nested objects are shown; deeper ones as compact JSON.
 const MAX_DEPTH: usize = 4;
 
-/// What the page knows of a client address: its reverse name and how many of the key's
-/// recent messages came from it.
+/// What the page knows of a client address besides the evidence: its reverse name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Client {
     /// The reverse name, when some message or held file said it.
     pub name: Option<String>,
-    /// Messages from it among those the page read.
-    pub messages: usize,
 }
 
 /// A field name for people: `top_recipient_domains` → `top recipient domains`.
@@ -101,31 +99,45 @@ fn pairs(items: &[Value]) -> String {
     out
 }
 
-/// The client addresses (a list of strings) as a table with their names and counts.
-fn clients(ips: &[Value], known: &BTreeMap<String, Client>) -> String {
+/// The client addresses (a list of strings) as a table with their names and the messages
+/// each offered (`offered`: address → count).
+fn clients(
+    ips: &[Value],
+    offered: &BTreeMap<&str, u64>,
+    known: &BTreeMap<String, Client>,
+) -> String {
     if ips.is_empty() {
         return "<span class=\"muted\">none</span>".into();
     }
     let mut out = String::from(
         "<table class=\"nested\" id=\"clients\"><thead><tr><th>address</th><th>reverse name</th>\
-         <th class=\"n\">recent messages</th></tr></thead><tbody>",
+         <th class=\"n\">messages offered</th></tr></thead><tbody>",
     );
-    for ip in ips.iter().take(MAX_ITEMS) {
-        let text = match ip {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
+    // Most messages first, as counted; then the addresses listed without a count.
+    let mut rows: Vec<(String, u64)> = ips
+        .iter()
+        .take(MAX_ITEMS)
+        .map(|ip| {
+            let text = match ip {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let n = offered.get(text.as_str()).copied().unwrap_or(0);
+            (text, n)
+        })
+        .collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    for (text, n) in rows {
         let c = known.get(&text).cloned().unwrap_or_default();
         let _ = write!(
             out,
             "<tr><td data-label=\"address\">{}</td><td data-label=\"reverse name\">{}</td>\
-             <td class=\"n\" data-label=\"recent messages\">{}</td></tr>",
+             <td class=\"n\" data-label=\"messages offered\">{n}</td></tr>",
             html::text(&text, 80),
             c.name.as_deref().map_or_else(
                 || "<span class=\"muted\">not known</span>".into(),
                 |n| html::text(n, html::CELL_CHARS)
             ),
-            c.messages
         );
     }
     out.push_str("</tbody></table>");
@@ -133,7 +145,7 @@ fn clients(ips: &[Value], known: &BTreeMap<String, Client>) -> String {
 }
 
 /// The evidence object as a table of its fields (anything else as one value);
-/// `known`: the client addresses' names and counts.
+/// `known`: the client addresses' names.
 pub fn table(v: &Value, known: &BTreeMap<String, Client>) -> String {
     let Value::Object(fields) = v else {
         return format!("<div class=\"evidence-table\">{}</div>", value(v, 0));
@@ -141,10 +153,20 @@ pub fn table(v: &Value, known: &BTreeMap<String, Client>) -> String {
     if fields.is_empty() {
         return "<p class=\"muted\">No evidence.</p>".into();
     }
+    let offered: BTreeMap<&str, u64> = v["offered_by_client"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| Some((p[0].as_str()?, p[1].as_u64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut out = String::from("<table class=\"evidence-table\" id=\"evidence\"><tbody>");
     for (k, v) in fields {
         let shown = match (k.as_str(), v) {
-            ("client_ips", Value::Array(ips)) => clients(ips, known),
+            ("client_ips", Value::Array(ips)) => clients(ips, &offered, known),
+            // Shown with the client addresses.
+            ("offered_by_client", _) if fields.contains_key("client_ips") => continue,
             _ => value(v, 1),
         };
         let _ = write!(
@@ -171,11 +193,11 @@ mod tests {
             "192.0.2.7".to_string(),
             Client {
                 name: Some("mx<1>.example".into()),
-                messages: 3,
             },
         );
         let e = json!({
             "client_ips": ["192.0.2.7", "198.51.100.1"],
+            "offered_by_client": [["192.0.2.7", 3]],
             "top_recipient_domains": [["example.com", 4], ["<b>.net", 1]],
             "subjects": ["<script>alert(1)</script>"],
             "messages": 12,

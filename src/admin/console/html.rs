@@ -40,6 +40,22 @@ pub fn text(s: &str, max: usize) -> String {
     }
 }
 
+/// Tokens longer than this many characters (an address, an id, a key) may wrap anywhere;
+/// shorter ones, and every word and number, never break inside.
+pub const LONG_TOKEN: usize = 24;
+
+/// A token (an address, an id, a key) cut to `max` characters and escaped: when it is
+/// longer than [`LONG_TOKEN`] it may wrap anywhere (`<span class="tok">`), else it keeps
+/// whole like any word.
+pub fn token(s: &str, max: usize) -> String {
+    let t = text(s, max);
+    if s.chars().count() > LONG_TOKEN {
+        format!("<span class=\"tok\">{t}</span>")
+    } else {
+        t
+    }
+}
+
 /// `s` escaped for a quoted attribute value (not truncated: use it for ids and URLs).
 pub fn attr(s: &str) -> String {
     crate::report::markup::escape_attr(s)
@@ -71,7 +87,11 @@ pub fn key_url(key: &str) -> String {
 
 /// A link to the incident page of `key`, showing the key cut to [`CELL_CHARS`].
 pub fn key_link(key: &str) -> String {
-    format!("<a href=\"{}\">{}</a>", key_url(key), text(key, CELL_CHARS))
+    format!(
+        "<a href=\"{}\">{}</a>",
+        key_url(key),
+        token(key, CELL_CHARS)
+    )
 }
 
 /// A link to the page of held message `id`.
@@ -79,7 +99,7 @@ pub fn held_link(id: &str) -> String {
     format!(
         "<a href=\"/console/held/{}\"><code>{}</code></a>",
         attr(&percent_encode(id)),
-        escape(id)
+        token(id, CELL_CHARS)
     )
 }
 
@@ -318,6 +338,11 @@ mod tests {
         assert!(!t.contains(&"&lt;".repeat(11)), "{t}");
         assert!(t.contains("1000 characters, cut"), "{t}");
         assert_eq!(text("<b>", 10), "&lt;b&gt;");
+        // Long tokens may wrap anywhere; short ones and words stay whole.
+        assert_eq!(token("127.0.0.150", 60), "127.0.0.150");
+        let a = "a.very.long.address@mail.example.org";
+        assert_eq!(token(a, 60), format!("<span class=\"tok\">{a}</span>"));
+        assert!(token("<".repeat(30).as_str(), 60).contains("&lt;&lt;"));
     }
 
     #[test]

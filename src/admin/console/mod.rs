@@ -33,6 +33,7 @@
 pub mod act;
 pub mod auth;
 pub mod evidence;
+pub mod figures;
 pub mod form;
 pub mod history;
 pub mod html;

@@ -227,7 +227,11 @@ pub async fn route(
         "/console/top" => pages::top::page(c, req, &shell).await,
         "/console/restricted" => pages::restricted::page(c, req, &shell).await,
         "/console/held" => pages::held::page(c, req, &shell).await,
-        "/console/campaigns" => pages::campaigns::page(c, &shell).await,
+        "/console/campaigns" => pages::campaigns::page(c, req, &shell).await,
+        "/console/delivered.csv" => match req.param("k").filter(|k| !k.is_empty()) {
+            Some(k) => pages::key::delivered_csv(c, &c.state.admin_key(k), &shell).await,
+            None => error_page(400, "which key? /console/delivered.csv?k=KEY", &shell),
+        },
         // The key search finds an account however its login is spelled.
         "/console/key" => match req.param("k").filter(|k| !k.is_empty()) {
             Some(k) => pages::key::page(c, req, &c.state.admin_key(k), &shell).await,
@@ -304,6 +308,7 @@ async fn action(c: &Console, req: &Request, who: &Actor) -> Response {
         "/console/act/held/delete" => return act::one(c, req, false, who).await,
         "/console/act/held/bulk" => return act::bulk(c, req, who).await,
         "/console/act/key" => return act::key(c, req, who).await,
+        "/console/act/campaign" => return act::campaign(c, req, who).await,
         "/console/act/reset" => {
             let key = match need("key") {
                 Ok(k) => k,

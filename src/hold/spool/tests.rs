@@ -414,6 +414,54 @@ fn listing_and_expiry_read_envelopes_only() {
     assert!(files > 10 * most, "the bodies are what is not read");
 }
 
+/// The index reads each file once: a second listing and a key's messages read no file; a
+/// file removed or added behind the spool's back is followed at the next read.
+#[test]
+fn the_index_reads_a_file_once_and_follows_the_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let mut st = settings(d.path());
+    st.max_messages = 1000;
+    let s = Spool::open(st, Counter::default()).unwrap();
+    for i in 0..200u64 {
+        let mut e = envelope(&format!("m{i:03}"), 1000 + i);
+        e.key = if i % 10 == 0 {
+            "bob".into()
+        } else {
+            format!("u{i}")
+        };
+        e.user = Some(e.key.clone());
+        let m = HeldMessage::new(e, vec![b'x'; 4096]);
+        fs::write(d.path().join(format!("m{i:03}.held")), m.encode()).unwrap();
+    }
+    assert_eq!(s.list().unwrap().len(), 200);
+    // Reading the counter reads the counter's file: that much, and no envelope more.
+    let (c0, c1) = (rchar(), rchar());
+    let envelope_len = msg("m000", 1).head().encode().len() as u64;
+    let r0 = rchar();
+    assert_eq!(s.list().unwrap().len(), 200);
+    let bob = s.of_keys(&["bob"]).unwrap();
+    assert_eq!(s.count_for("bob").unwrap(), 20);
+    let read = rchar() - r0;
+    assert!(read < (c1 - c0) + envelope_len, "{read} octets read");
+    let times: Vec<u64> = bob.iter().map(|h| h.envelope.time).collect();
+    assert_eq!(times, (0..20).map(|i| 1000 + i * 10).collect::<Vec<_>>());
+    // Gone by hand, and one more written by hand.
+    fs::remove_file(d.path().join("m000.held")).unwrap();
+    let mut e = envelope("n001", 5000);
+    e.key = "bob".into();
+    fs::write(
+        d.path().join("n001.held"),
+        HeldMessage::new(e, vec![]).encode(),
+    )
+    .unwrap();
+    let bob = s.of_keys(&["bob"]).unwrap();
+    assert_eq!(bob.len(), 20);
+    assert_eq!(bob[0].envelope.id, "m010");
+    assert_eq!(bob[19].envelope.id, "n001");
+    assert_eq!(s.indexed_usage().unwrap(), s.usage().unwrap());
+    assert_eq!(s.per_key().unwrap()["bob"], 20);
+}
+
 /// The same with a full spool at the default limits (10,000 messages of 100 KiB: about
 /// 1 GiB of files):
 /// `cargo test --lib hold::spool::tests::full_spool_reads -- --ignored --nocapture` prints

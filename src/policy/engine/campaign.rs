@@ -65,13 +65,7 @@ static NOT_NOTED: RepeatedWarning =
 
 /// The period of a rate limit in µs (the time a sender stays in its ledger).
 pub(super) fn period_us(def: &LimitDef) -> i64 {
-    let secs = match &def.rate {
-        RateDef::Exim { spec, .. } => f64::from(spec.period_secs()),
-        RateDef::Gcra(g) => g.rate.period_secs(),
-        RateDef::Bucket(b) => b.burst / b.rate.per_second().max(f64::MIN_POSITIVE),
-        RateDef::Concurrency(_) | RateDef::Ratio(_) => 3600.0,
-    };
-    (secs * 1e6).clamp(1e6, 366.0 * 86_400e6) as i64
+    def.period_us()
 }
 
 /// The message key of `def`'s key template, if any.

@@ -287,6 +287,11 @@ impl RateSession {
         now_us: i64,
     ) -> Verdict {
         let judged = settle::judge(evals, stage);
+        if model.restricts() && !judged.over.is_empty() {
+            self.inner
+                .evidence
+                .note(&evidence_key(facts), Fact::Over, now_us);
+        }
         for (name, line) in judged.headers {
             self.headers.retain(|(n, _)| n != &name);
             self.headers.push((name, line));

@@ -213,6 +213,11 @@ impl RatePolicy {
         self.inner.evidence.of(keys)
     }
 
+    /// Whether this node has seen any of `keys` (see [`Evidence::knows`]).
+    pub fn knows(&self, keys: &[&str]) -> bool {
+        self.inner.evidence.knows(keys)
+    }
+
     /// What the hold spool holds for `key` now, on this node and (with a shared store) the
     /// others.
     pub async fn held_now(&self, key: &str) -> HeldNow {
@@ -277,6 +282,14 @@ impl Policy for RatePolicy {
     }
 
     fn transaction(&self, t: &crate::policy::alert::Transaction<'_>) {
+        // What was relayed is evidence about the key (restricting configs only).
+        if t.verdict.starts_with("relayed") && self.current().restricts() {
+            self.inner.evidence.note(
+                t.key,
+                super::evidence::Fact::Relayed(t.recipients),
+                t.time_us,
+            );
+        }
         if let Some(o) = self.observer() {
             o.transaction(t);
         }

@@ -231,10 +231,6 @@ impl RateSession {
     pub(super) fn note_evidence(&self, stage: Stage, facts: &Facts, now_us: i64) {
         let fact = match stage {
             Stage::Mail => Fact::Mail(facts.client_ip),
-            Stage::Rcpt => match facts.recipient.as_deref() {
-                Some(r) => Fact::Recipient(r),
-                None => return,
-            },
             Stage::Message => match facts.subject.as_deref() {
                 Some(s) => Fact::Subject(s),
                 None => return,

@@ -20,9 +20,12 @@ fn restricted(key: &str, subject: &str) -> Notice {
         "limit_value": "1000 / 1d", "by": "limit user-recipients-day on mx", "reason": "rate",
         "host": "mx.uni.test",
         "evidence": {"client_ips": ["192.0.2.7", "2001:db8::1"],
+            "offered_by_client": [["192.0.2.7", 38], ["2001:db8::1", 2]],
             "top_recipient_domains": [["gmail.example", 700], ["yahoo.example", 300]],
-            "subjects": [subject], "messages": 40, "recipients": 1012, "refusals": 3,
-            "held": 2, "since": "2025-11-25T09:00:00Z"}
+            "subjects": [subject], "offered": 40, "messages": 39, "recipients": 1012,
+            "refusals": {"upstream": {"rcpt": 2, "data": 0},
+                         "floodgate": {"user-recipients-day": {"defer": 1}}},
+            "held": 2, "since": "2025-11-25T09:00:00Z", "first_over": "2025-11-25T17:10:00Z"}
     }))
 }
 
@@ -63,15 +66,20 @@ fn a_restriction_mail_has_the_headers_the_evidence_and_the_link() {
         "Limit:   user-recipients-day\r\n",
         "Rate:    1012 against 1000 / 1d\r\n",
         "Since:   2025-11-25T17:17:40Z\r\n",
-        "Until:   until released\r\n",
+        "Ends:    when released\r\n",
         "By:      limit user-recipients-day on mx\r\n",
         "Reason:  rate\r\n",
         "Console: https://fg.uni.test/console/key?k=alice\r\n",
-        "Evidence (seen since 2025-11-25T09:00:00Z):\r\n",
-        "  Recipients: 1012\r\n",
-        "  Held:       2\r\n",
-        "  Client addresses:\r\n    192.0.2.7\r\n    2001:db8::1\r\n",
-        "    gmail.example: 700\r\n",
+        "What this node saw of the key since 2025-11-25T09:00:00Z:\r\n",
+        "  Messages:   39 relayed, 40 offered\r\n",
+        "  Recipients: 1012 relayed\r\n",
+        "  Held now:   2 messages\r\n",
+        "  Refusals:   floodgate refused 1 event (user-recipients-day 1 deferred); \
+         upstream refused 2 recipients\r\n",
+        "  First over: 2025-11-25T17:10:00Z\r\n",
+        "  Client addresses (messages offered):\r\n    192.0.2.7    38 messages\r\n    \
+         2001:db8::1   2 messages\r\n",
+        "    gmail.example  700 recipients\r\n",
         "  Subjects:\r\n    Invoice 42\r\n",
     ] {
         assert!(text.contains(want), "{want:?} not in\n{text}");
@@ -84,6 +92,19 @@ fn a_restriction_mail_has_the_headers_the_evidence_and_the_link() {
         NOW,
     ));
     assert!(!plain.contains("Console:"), "{plain}");
+    // No JSON, no word said twice in a row, no run of spaces inside a sentence.
+    for line in text.split("\r\n") {
+        assert!(!line.contains(['{', '}', '"']), "{line:?}");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert!(words.windows(2).all(|w| w[0] != w[1]), "{line:?}");
+        // Alignment pads a label (`Key:     alice`) and a list item's name only.
+        let inner = line.trim_start();
+        let list_item = line.starts_with("    ");
+        let label = inner.split("  ").next().is_some_and(|l| l.ends_with(':'));
+        if !list_item && !label {
+            assert!(!inner.contains("  "), "{line:?}");
+        }
+    }
 }
 
 #[test]
@@ -97,7 +118,16 @@ fn a_release_an_alert_and_a_suppression_have_their_own_subjects() {
     v["by"] = "admin".into();
     let m = notice_mail(&Notice::Restriction(v), &s, "mx", NOW);
     assert_eq!(m.subject, "floodgate: bob released (admin)");
-    assert!(text_of(&m).contains("released the key bob: it may send mail again"));
+    let text = text_of(&m);
+    for want in [
+        "released the key bob: its restriction ended and the records of the limit \
+         user-recipients-day for it were reset, so it may send mail again.",
+        "Its held mail was not released: 2 messages still held (release or delete them: \
+         floodgate held list --key bob).",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+    assert!(!text.contains("Ends:"), "{text}");
     let a = Alert {
         event: "floodgate.alert".into(),
         limit: "per-user".into(),
@@ -296,8 +326,8 @@ fn a_campaign_has_its_own_mail_naming_every_account() {
         "one message sent from 2 accounts",
         "b3:ab",
         "secure-billing.example",
-        "4 to 20 recipients",
-        "stolen1  1 copies, 5 recipients, from 192.0.2.1, restricted now",
+        "Copies:      4 copies to 20 recipients\r\n",
+        "  stolen1            1 copy to 5 recipients from 192.0.2.1, restricted now\r\n",
         "https://fg.uni.test/console/key?k=stolen1",
     ] {
         assert!(text.contains(want), "{want:?} not in\n{text}");
@@ -320,5 +350,5 @@ fn a_campaign_update_names_its_true_count() {
             .contains("Subject: floodgate: campaign from 400 accounts (campaign), update\r\n"),
         "{text}"
     );
-    assert!(text.contains("… and 398 more"), "{text}");
+    assert!(text.contains("  and 398 more"), "{text}");
 }

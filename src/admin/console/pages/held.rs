@@ -1,7 +1,9 @@
-//! Held messages, newest first, filtered and paged: without a filter the spool directory
-//! is listed (names only) and only the page's files are read, each through its header
-//! section; with one, every file's envelope is read (no body). A selection of the page is
-//! released or deleted by one form.
+//! Held messages, filtered, sorted (newest first, oldest, largest, by key, by limit) and
+//! paged, from the spool's index of envelopes (a key's messages by key); only the page's
+//! files are read, each through its header section. One form releases or deletes the
+//! ticked messages, every message of the page, or all that match the filter, its buttons
+//! above and below the list; a refused action comes back with the filter, the ticks and the
+//! reason kept.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -105,14 +107,102 @@ impl Filter {
     }
 }
 
-/// One held message as a table row, from its head and header section.
-fn row(h: &HeldHead, section: &[u8], actions: bool) -> String {
+/// The order of the list.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Sort {
+    /// Newest first.
+    #[default]
+    Newest,
+    /// Oldest first.
+    Oldest,
+    /// Largest first.
+    Size,
+    /// By key, then newest first.
+    Key,
+    /// By limit, then newest first.
+    Limit,
+}
+
+impl Sort {
+    /// Every order, as the page offers them.
+    pub const ALL: [Sort; 5] = [
+        Sort::Newest,
+        Sort::Oldest,
+        Sort::Size,
+        Sort::Key,
+        Sort::Limit,
+    ];
+
+    /// The order `?sort=` names (newest first when absent or unknown).
+    pub fn parse(v: Option<&str>) -> Sort {
+        match v {
+            Some("oldest") => Sort::Oldest,
+            Some("size") => Sort::Size,
+            Some("key") => Sort::Key,
+            Some("limit") => Sort::Limit,
+            _ => Sort::Newest,
+        }
+    }
+
+    /// Its `?sort=` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sort::Newest => "time",
+            Sort::Oldest => "oldest",
+            Sort::Size => "size",
+            Sort::Key => "key",
+            Sort::Limit => "limit",
+        }
+    }
+
+    /// Its words on the page.
+    pub fn words(self) -> &'static str {
+        match self {
+            Sort::Newest => "newest first",
+            Sort::Oldest => "oldest first",
+            Sort::Size => "largest first",
+            Sort::Key => "by key",
+            Sort::Limit => "by limit",
+        }
+    }
+
+    /// Sorts `heads` (oldest first, as the spool lists them) into this order.
+    pub fn apply(self, heads: &mut [HeldHead]) {
+        let newest = |a: &HeldHead, b: &HeldHead| {
+            b.envelope
+                .time
+                .cmp(&a.envelope.time)
+                .then_with(|| b.envelope.id.cmp(&a.envelope.id))
+        };
+        match self {
+            Sort::Newest => heads.reverse(),
+            Sort::Oldest => {}
+            Sort::Size => heads.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| newest(a, b))),
+            Sort::Key => heads.sort_by(|a, b| {
+                a.envelope
+                    .key
+                    .cmp(&b.envelope.key)
+                    .then_with(|| newest(a, b))
+            }),
+            Sort::Limit => heads.sort_by(|a, b| {
+                a.envelope
+                    .limit
+                    .cmp(&b.envelope.limit)
+                    .then_with(|| newest(a, b))
+            }),
+        }
+    }
+}
+
+/// One held message as a table row, from its head and header section; `ticked`: its box
+/// is ticked (a refused action sent the page back with its selection).
+fn row(h: &HeldHead, section: &[u8], actions: bool, ticked: bool) -> String {
     let m = &h.envelope;
     let rcpts = m.recipients();
     let mut to: Vec<String> = rcpts
         .iter()
         .take(RCPTS_SHOWN)
-        .map(|r| html::text(r, html::CELL_CHARS))
+        .map(|r| html::token(r, html::CELL_CHARS))
         .collect();
     if rcpts.len() > RCPTS_SHOWN {
         to.push(format!("and {} more", rcpts.len() - RCPTS_SHOWN));
@@ -123,8 +213,11 @@ fn row(h: &HeldHead, section: &[u8], actions: bool) -> String {
         let _ = write!(
             out,
             "<td class=\"pick\"><input type=\"checkbox\" name=\"id\" value=\"{}\" \
-             aria-label=\"select {}\"></td>",
+             aria-label=\"select {}\"{}><input type=\"hidden\" name=\"page_id\" \
+             value=\"{}\"></td>",
             html::attr(&m.id),
+            html::attr(&m.id),
+            if ticked { " checked" } else { "" },
             html::attr(&m.id)
         );
     }
@@ -143,9 +236,9 @@ fn row(h: &HeldHead, section: &[u8], actions: bool) -> String {
         html::key_link(&m.key),
         html::text(&m.limit, 60),
         if m.paced.is_some() { " (paced)" } else { "" },
-        html::text(m.sender(), html::CELL_CHARS),
+        html::token(m.sender(), html::CELL_CHARS),
         to.join("<br>"),
-        h.size,
+        html::size(h.size),
         h.subject.as_deref().map_or_else(
             || "<span class=\"muted\">no subject</span>".into(),
             |s| { html::text(s, html::CELL_CHARS) }
@@ -186,8 +279,8 @@ fn row(h: &HeldHead, section: &[u8], actions: bool) -> String {
     out
 }
 
-/// The GET form of the filters, filled with `f`.
-fn filter_form(f: &Filter) -> String {
+/// The GET form of the filters, filled with `f`, keeping the order `sort`.
+fn filter_form(f: &Filter, sort: Sort) -> String {
     let field = |name: &str, label: &str, v: &str| {
         format!(
             "<label>{label} <input name=\"{name}\" value=\"{}\"></label>",
@@ -196,12 +289,39 @@ fn filter_form(f: &Filter) -> String {
     };
     format!(
         "<form class=\"filters\" id=\"filters\" method=\"get\" action=\"/console/held\">{}{}{}{}\
+         <input type=\"hidden\" name=\"sort\" value=\"{}\">\
          <button type=\"submit\">Filter</button> <a href=\"/console/held\">clear</a></form>",
         field("key", "key", &f.key),
         field("limit", "limit", &f.limit),
         field("sender", "sender contains", &f.sender),
         field("subject", "Subject contains", &f.subject),
+        sort.as_str(),
     )
+}
+
+/// The links to the other orders, the filters kept.
+fn sort_links(params: &[(&str, &str)], sort: Sort) -> String {
+    let mut out = String::from("<p class=\"sorts\" id=\"sorts\">Sort: ");
+    for (i, s) in Sort::ALL.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str(" · ");
+        }
+        let mut p = params.to_vec();
+        p.push(("sort", s.as_str()));
+        let current = if s == sort {
+            " aria-current=\"true\""
+        } else {
+            ""
+        };
+        let _ = write!(
+            out,
+            "<a href=\"{}\"{current}>{}</a>",
+            html::url("/console/held", &p),
+            s.words()
+        );
+    }
+    out.push_str("</p>");
+    out
 }
 
 /// One page of held messages, and the counts the page shows.
@@ -218,24 +338,35 @@ struct Listing {
     pg: Page,
 }
 
-/// Reads the page `asked` of the messages `filter` lets through, newest first: without a
-/// filter only the page's files are read; with one, every envelope.
+/// Reads the page `asked` of the messages `filter` lets through, in the order `sort`: newest
+/// first without a filter only the page's files are read; otherwise every envelope.
 async fn read_listing(
     spool: &Arc<Spool>,
     filter: &Filter,
+    sort: Sort,
     asked: Page,
 ) -> Result<Listing, SpoolError> {
     let (s, f) = (spool.clone(), filter.clone());
     blocking(move || {
-        let listed = s.ids()?;
-        let total = listed.len();
-        let bytes: u64 = listed.iter().map(|(_, n)| n).sum();
-        let ids: Vec<String> = if f.any() {
-            let mut heads = s.list()?;
+        let (total, bytes) = s.indexed_usage()?;
+        let ids: Vec<String> = if f.any() || sort != Sort::Newest {
+            // A key's messages come from the spool's index by key.
+            let mut heads = if f.key.is_empty() {
+                s.list()?
+            } else {
+                s.of_keys(&[&f.key, &f.account])?
+            };
             heads.retain(|h| f.passes(h));
-            heads.into_iter().rev().map(|h| h.envelope.id).collect()
+            sort.apply(&mut heads);
+            heads.into_iter().map(|h| h.envelope.id).collect()
         } else {
-            listed.into_iter().rev().map(|(id, _)| id).collect()
+            s.indexed(|ix| {
+                ix.all()
+                    .iter()
+                    .rev()
+                    .map(|h| h.envelope.id.clone())
+                    .collect()
+            })?
         };
         let matching = ids.len();
         let pg = asked.clamp(matching);
@@ -261,11 +392,16 @@ async fn read_listing(
 
 /// The page's table of held messages (with a pick box per row when `actions`), or the
 /// row that says none is held (or none matches, when `filtered`).
-fn table(msgs: &[(HeldHead, Vec<u8>)], filtered: bool, actions: bool) -> String {
+fn table(msgs: &[(HeldHead, Vec<u8>)], filtered: bool, actions: bool, ticked: &[&str]) -> String {
     let mut b = String::new();
     b.push_str("<table id=\"held\" class=\"stack\"><thead><tr>");
     if actions {
-        b.push_str("<th class=\"pick\"><span class=\"muted\">pick</span></th>");
+        // The script makes the box tick every row; without it the form's "every message
+        // on this page" does.
+        b.push_str(
+            "<th class=\"pick\"><input type=\"checkbox\" class=\"pick-all\" hidden \
+             aria-label=\"select every message on this page\"></th>",
+        );
     }
     b.push_str(
         "<th>id, held at</th><th>key</th><th>limit</th><th>from</th><th>to</th>\
@@ -276,7 +412,8 @@ fn table(msgs: &[(HeldHead, Vec<u8>)], filtered: bool, actions: bool) -> String 
     }
     b.push_str("</tr></thead><tbody>");
     for (h, section) in msgs {
-        b.push_str(&row(h, section, actions));
+        let t = ticked.contains(&h.envelope.id.as_str());
+        b.push_str(&row(h, section, actions, t));
     }
     if msgs.is_empty() {
         let none = if filtered {
@@ -290,22 +427,83 @@ fn table(msgs: &[(HeldHead, Vec<u8>)], filtered: bool, actions: bool) -> String 
     b
 }
 
+/// What a refused action sent the page back with: the reason typed, the ticked ids, the
+/// scope chosen.
+#[derive(Debug, Default)]
+struct Kept<'a> {
+    reason: &'a str,
+    picked: Vec<&'a str>,
+    scope: &'a str,
+}
+
+impl<'a> Kept<'a> {
+    fn of(req: &'a Request) -> Kept<'a> {
+        Kept {
+            reason: req.param("reason").unwrap_or(""),
+            picked: req
+                .query
+                .iter()
+                .filter(|(k, _)| k == "picked")
+                .map(|(_, v)| v.as_str())
+                .collect(),
+            scope: req.param("scope").unwrap_or("selected"),
+        }
+    }
+}
+
+/// The controls of the selection form, above the list: the reason, what to act on, the
+/// box that releases mail of a key still restricted, the buttons.
+fn bulk_controls(kept: &Kept<'_>, on_page: usize, matching: usize, filtered: bool) -> String {
+    let radio = |value: &str, label: String| {
+        format!(
+            "<label><input type=\"radio\" name=\"scope\" value=\"{value}\"{}> {label}</label>",
+            if kept.scope == value { " checked" } else { "" }
+        )
+    };
+    let all = if filtered {
+        format!("all {matching} matching the filter")
+    } else {
+        format!("all {matching} held")
+    };
+    format!(
+        "<div class=\"bulk\" id=\"bulk-top\"><label>Reason <input name=\"reason\" \
+         value=\"{}\" required placeholder=\"why\"></label><fieldset><legend class=\"muted\">\
+         Act on</legend>{}{}{}</fieldset>{}\
+         <button type=\"submit\" name=\"op\" value=\"release\">Release</button> \
+         <button type=\"submit\" name=\"op\" value=\"delete\">Delete</button></div>",
+        html::attr(kept.reason),
+        radio("selected", "the ticked messages".into()),
+        radio("page", format!("every message on this page ({on_page})")),
+        radio("matching", all),
+        html::CONFIRM_FIELD,
+    )
+}
+
+/// What a release writes in the released message's trace header, said once on the page.
+fn header_note(in_header: bool) -> &'static str {
+    if in_header {
+        "<p class=\"muted\" id=\"reason-note\">A release's reason is written in the \
+         released message's <code>X-Floodgate-Released</code> header: its recipients can read \
+         it (<code>[hold] reason_in_header = true</code>).</p>"
+    } else {
+        "<p class=\"muted\" id=\"reason-note\">A release's reason stays in the audit log; \
+         the released message's <code>X-Floodgate-Released</code> header names only the \
+         audit line (<code>[hold] reason_in_header</code> puts the reason itself there, where \
+         its recipients can read it).</p>"
+    }
+}
+
 /// `GET /console/held`.
 pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     let shared = c.state.control.shared();
     let Some(spool) = shared.hold.clone() else {
-        let b = match &shared.postfix {
-            Some(pf) => postfix_only(pf, req, shell).await,
-            None => "<p class=\"muted\">No hold: the configuration has neither a [hold] \
-                     section nor a [postfix] section.</p>"
-                .into(),
-        };
-        return html_response(200, html::page("Held messages", Nav::Held, shell, &b));
+        return no_spool(shared.postfix.as_deref(), req, shell).await;
     };
     let mut filter = Filter::of(req);
     filter.account = c.state.admin_key(&filter.key);
+    let sort = Sort::parse(req.param("sort"));
     let asked = Page::parse(req.param("page"), PAGE_SIZE);
-    let read = read_listing(&spool, &filter, asked).await;
+    let read = read_listing(&spool, &filter, sort, asked).await;
     let Listing {
         msgs,
         total,
@@ -317,9 +515,10 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         Err(e) => return error_page(500, &e.to_string(), shell),
     };
     let settings = spool.settings();
+    let kept = Kept::of(req);
     let mut b = String::with_capacity(64 * 1024);
     b.push_str(&html::done_note(req.param("done"), req.param("failed")));
-    b.push_str(&filter_form(&filter));
+    b.push_str(&filter_form(&filter, sort));
     if filter.any() {
         let _ = write!(
             b,
@@ -329,14 +528,18 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     let _ = write!(
         b,
         "<p class=\"muted\" id=\"held-count\">{total} messages held ({}) of at most {} \
-         ({}), newest first.</p>",
+         ({}), {}.</p>",
         html::size(bytes),
         settings.max_messages,
-        html::size(settings.max_bytes)
+        html::size(settings.max_bytes),
+        sort.words()
     );
     let params = filter.params();
+    b.push_str(&sort_links(&params, sort));
+    let mut listed: Vec<(&str, &str)> = params.clone();
+    listed.push(("sort", sort.as_str()));
     if shell.actions {
-        let mut back: Vec<(&str, &str)> = params.clone();
+        let mut back: Vec<(&str, &str)> = listed.clone();
         let number = pg.number.to_string();
         back.push(("page", &number));
         let back = html::url("/console/held", &back);
@@ -346,18 +549,32 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
              <input type=\"hidden\" name=\"back\" value=\"{back}\">",
             html::csrf_field(shell)
         );
+        for (name, v) in &params {
+            let _ = write!(
+                b,
+                "<input type=\"hidden\" name=\"f_{name}\" value=\"{}\">",
+                html::attr(v)
+            );
+        }
+        let in_header = c
+            .state
+            .control
+            .config()
+            .hold
+            .as_ref()
+            .is_some_and(|h| h.get_ref().reason_in_header);
+        b.push_str(&bulk_controls(&kept, msgs.len(), matching, filter.any()));
+        b.push_str(header_note(in_header));
         b.push_str(html::NOSCRIPT);
     }
-    b.push_str(&table(&msgs, filter.any(), shell.actions));
+    b.push_str(&table(&msgs, filter.any(), shell.actions, &kept.picked));
     if shell.actions {
         b.push_str(
-            "<p class=\"act-form\"><label>Reason <input name=\"reason\" required \
-             placeholder=\"why\"></label> <button type=\"submit\" name=\"op\" value=\"release\">\
-             Release selected</button> <button type=\"submit\" name=\"op\" value=\"delete\">\
-             Delete selected</button> ",
+            "<div class=\"bulk\" id=\"bulk-bottom\"><span class=\"muted\">With the reason and \
+             the choice above:</span> <button type=\"submit\" name=\"op\" value=\"release\">\
+             Release</button> <button type=\"submit\" name=\"op\" value=\"delete\">Delete\
+             </button></div></form>",
         );
-        b.push_str(html::CONFIRM_FIELD);
-        b.push_str("</p></form>");
     }
     if let Some(pf) = &shared.postfix {
         let key = Some(filter.key.as_str()).filter(|k| !k.is_empty());
@@ -365,11 +582,26 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     }
     b.push_str(&paging::links(
         "/console/held",
-        &params,
+        &listed,
         pg,
         Some(matching),
         false,
     ));
+    html_response(200, html::page("Held messages", Nav::Held, shell, &b))
+}
+
+/// The Held page without a hold spool: Postfix's hold queue alone, or no hold at all.
+async fn no_spool(
+    pf: Option<&crate::hold::postfix::PostfixHold>,
+    req: &Request,
+    shell: &Shell<'_>,
+) -> Response {
+    let b = match pf {
+        Some(pf) => postfix_only(pf, req, shell).await,
+        None => "<p class=\"muted\">No hold: the configuration has neither a [hold] \
+                 section nor a [postfix] section.</p>"
+            .into(),
+    };
     html_response(200, html::page("Held messages", Nav::Held, shell, &b))
 }
 
@@ -431,5 +663,14 @@ mod tests {
         let h = headers(many.as_bytes());
         assert!(h.chars().count() <= html::HEADERS_CHARS + 10, "{}", h.len());
         assert!(h.ends_with("…(cut)"));
+    }
+
+    #[test]
+    fn orders_by_name_and_back() {
+        for s in Sort::ALL {
+            assert_eq!(Sort::parse(Some(s.as_str())), s);
+        }
+        assert_eq!(Sort::parse(Some("nonsense")), Sort::Newest);
+        assert_eq!(Sort::parse(None), Sort::Newest);
     }
 }

@@ -11,21 +11,23 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::admin::console::evidence::{self, Client};
+use crate::admin::console::figures;
 use crate::admin::console::history::{minute_of, MINUTES};
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::keylog;
+use crate::admin::console::paging::{self, Page};
 use crate::admin::console::respond::{api, error_page, html_response};
 use crate::admin::console::state::Console;
 use crate::admin::console::svg::meter;
 use crate::admin::http::{Request, Response};
+use crate::admin::messages;
 use crate::hold::HeldHead;
-use crate::proxy::release::blocking;
 use crate::report::svg::{line_chart, Line, LineChart, Look, Points};
 use crate::report::transactions::{self, Recent};
 use crate::store::Restriction;
 
-/// Most held messages of the key listed on its page.
-pub const KEY_HELD_SHOWN: usize = 50;
+/// Held messages of the key per page of its list.
+pub const KEY_HELD_SHOWN: usize = 20;
 /// Most recent messages of the key listed on its page.
 pub const KEY_TX_SHOWN: usize = 50;
 /// The most bytes read from the end of the event log for the recent messages.
@@ -83,33 +85,6 @@ fn readings(limits: &[Value]) -> String {
     b
 }
 
-/// The key's restriction, if any, as a definition list.
-fn restriction(r: &Restriction) -> String {
-    let rate = match r.rate {
-        Some(v) => format!("{} against {}", html::num(v), html::text(&r.limit_text, 60)),
-        None => "<span class=\"muted\">not measured (restricted by hand)</span>".into(),
-    };
-    let rows = [
-        ("limit", html::text(&r.limit, 60)),
-        ("since", super::when(r.since_us)),
-        (
-            "until",
-            r.until_us
-                .map_or_else(|| "until released".into(), super::when),
-        ),
-        ("by", html::text(&r.by, html::CELL_CHARS)),
-        ("why", html::text(&r.reason, 1000)),
-        ("rate", rate),
-    ];
-    let mut out = String::from("<p class=\"over\" id=\"restricted\">Restricted.</p>");
-    out.push_str("<dl class=\"evidence wide\" id=\"restriction\">");
-    for (k, v) in rows {
-        let _ = write!(out, "<dt>{k}</dt><dd>{v}</dd>");
-    }
-    out.push_str("</dl>");
-    out
-}
-
 /// The incident page's action forms: each needs a reason.
 fn actions(key: &str, restricted: bool, held: usize, shell: &Shell<'_>) -> String {
     // `extra` comes before the reason, `confirm` after it.
@@ -124,7 +99,7 @@ fn actions(key: &str, restricted: bool, held: usize, shell: &Shell<'_>) -> Strin
             html::attr(key)
         )
     };
-    let mut out = String::from("<h2>Actions</h2>");
+    let mut out = String::from("<div class=\"incident-actions\" id=\"actions\">");
     if restricted {
         out.push_str(&form(
             "release",
@@ -164,28 +139,20 @@ fn actions(key: &str, restricted: bool, held: usize, shell: &Shell<'_>) -> Strin
             "for good",
         ));
     }
+    out.push_str("</div>");
     out
 }
 
-/// The key's held messages (at most [`KEY_HELD_SHOWN`], newest first) as a table, and
-/// how many there are.
-fn held_table(key: &str, list: &[HeldHead]) -> String {
-    let mine: Vec<&HeldHead> = list
-        .iter()
-        .rev()
-        .filter(|h| h.envelope.key == key)
-        .collect();
+/// One page of the key's held messages (`mine`: oldest first), newest first, as a table
+/// with the links to the other pages.
+fn held_table(key: &str, mine: &[HeldHead], asked: Page) -> String {
+    let pg = asked.clamp(mine.len());
+    let newest: Vec<&HeldHead> = mine.iter().rev().collect();
     let mut out = format!(
-        "<p class=\"muted\" id=\"key-held-count\">{} held for this key{}.</p>",
+        "<p class=\"muted\" id=\"key-held-count\">{} held for this key: \
+         <a href=\"{}\">select, sort and act on them on the Held page</a>.</p>",
         mine.len(),
-        if mine.len() > KEY_HELD_SHOWN {
-            format!(
-                ", the newest {KEY_HELD_SHOWN} shown: <a href=\"{}\">all of them</a>",
-                html::url("/console/held", &[("key", key)])
-            )
-        } else {
-            String::new()
-        }
+        html::url("/console/held", &[("key", key)])
     );
     if mine.is_empty() {
         return out;
@@ -194,7 +161,7 @@ fn held_table(key: &str, list: &[HeldHead]) -> String {
         "<table class=\"stack\" id=\"key-held\"><thead><tr><th>id</th><th>held at</th>\
          <th>limit</th><th>from</th><th>to</th><th>subject</th></tr></thead><tbody>",
     );
-    for h in mine.iter().take(KEY_HELD_SHOWN) {
+    for h in &newest[pg.range(mine.len())] {
         let m = &h.envelope;
         let rcpts = m.recipients();
         let _ = write!(
@@ -209,10 +176,10 @@ fn held_table(key: &str, list: &[HeldHead]) -> String {
                     .saturating_mul(1_000_000)
             ),
             html::text(&m.limit, 60),
-            html::text(m.sender(), html::CELL_CHARS),
+            html::token(m.sender(), html::CELL_CHARS),
             rcpts
                 .first()
-                .map_or_else(String::new, |r| html::text(r, html::CELL_CHARS)),
+                .map_or_else(String::new, |r| html::token(r, html::CELL_CHARS)),
             if rcpts.len() > 1 {
                 format!(" and {} more", rcpts.len() - 1)
             } else {
@@ -225,6 +192,15 @@ fn held_table(key: &str, list: &[HeldHead]) -> String {
         );
     }
     out.push_str("</tbody></table>");
+    if mine.len() > pg.size {
+        // The page's own path (the key percent-encoded, or in `?k=`), unescaped.
+        let path = html::key_url(key).replace("&amp;", "&");
+        let (base, params) = match path.split_once("?k=") {
+            Some((b, _)) => (b.to_string(), vec![("k", key)]),
+            None => (path.clone(), Vec::new()),
+        };
+        out.push_str(&paging::links(&base, &params, pg, Some(mine.len()), false));
+    }
     out
 }
 
@@ -285,13 +261,12 @@ fn transactions_table(r: &Recent) -> String {
     out
 }
 
-/// The names and counts of client addresses, from the recent messages and the held ones.
+/// The names of client addresses, from the recent messages and the held ones.
 fn known_clients(key: &str, recent: &Recent, held: &[HeldHead]) -> BTreeMap<String, Client> {
     let mut known: BTreeMap<String, Client> = BTreeMap::new();
     for m in &recent.messages {
         if let Some(ip) = &m.client {
             let c = known.entry(ip.to_string()).or_default();
-            c.messages += 1;
             if c.name.is_none() {
                 c.name = m.name.as_deref().map(str::to_string);
             }
@@ -307,8 +282,9 @@ fn known_clients(key: &str, recent: &Recent, held: &[HeldHead]) -> BTreeMap<Stri
     known
 }
 
-/// The key's recent messages from the event log, or why there are none.
-async fn recent(c: &Console, key: &str) -> Result<Recent, String> {
+/// The key's recent messages from the event log, the page `page` of them (1: the newest
+/// [`KEY_TX_SHOWN`]), and whether older ones were found; or why there are none.
+async fn recent(c: &Console, key: &str, page: usize) -> Result<(Recent, bool), String> {
     let config = c.state.control.generation();
     let Some(path) = config.report.events.clone() else {
         return Err(
@@ -318,13 +294,25 @@ async fn recent(c: &Console, key: &str) -> Result<Recent, String> {
         );
     };
     let k = key.to_string();
+    // Older pages may read further back than the first.
+    let max_bytes = if page > 1 {
+        messages::MAX_BYTES
+    } else {
+        TX_MAX_BYTES
+    };
     let read = tokio::task::spawn_blocking(move || {
-        transactions::recent(&path, &k, KEY_TX_SHOWN, TX_MAX_BYTES)
+        transactions::recent_page(
+            &path,
+            &k,
+            (page - 1) * KEY_TX_SHOWN,
+            KEY_TX_SHOWN,
+            max_bytes,
+        )
     })
     .await;
     match read {
         Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(Recent::default()),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok((Recent::default(), false)),
         Ok(Err(e)) => Err(format!(
             "the event log could not be read: {}",
             html::text(&e.to_string(), 300)
@@ -333,93 +321,165 @@ async fn recent(c: &Console, key: &str) -> Result<Recent, String> {
     }
 }
 
-/// `GET /console/key/KEY`: the incident page.
-pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> Response {
-    let (status, v) = api(c, "GET", "/v1/inspect", &[("key", key)]).await;
-    if status != 200 {
-        let e = v["error"].as_str().unwrap_or("inspect failed").to_string();
-        return error_page(status, &e, shell);
+/// The links to the newer and older pages of the key's recent messages.
+fn tx_pages(key: &str, page: usize, more: bool) -> String {
+    let link = |p: usize, label: &str| {
+        let n = p.to_string();
+        format!(
+            "<a href=\"{}#recent-box\">{label}</a>",
+            html::url("/console/key", &[("k", key), ("tx_page", &n)])
+        )
+    };
+    let mut parts = Vec::new();
+    if page > 1 {
+        parts.push(link(page - 1, "newer"));
     }
-    let mut b = String::with_capacity(32 * 1024);
-    b.push_str(&html::done_note(req.param("done"), req.param("failed")));
-    let _ = write!(
-        b,
-        "<p>Key <strong class=\"wrap\" id=\"key\">{}</strong></p>",
-        html::text(key, 1000)
+    if more {
+        parts.push(link(page + 1, "older"));
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<p class=\"paging\" id=\"tx-pages\">Page {page} of the key's messages: {}</p>",
+        parts.join(" · ")
+    )
+}
+
+/// `GET /console/delivered.csv?k=KEY`: the recipients delivered for KEY before its
+/// restriction, as CSV.
+pub async fn delivered_csv(c: &Console, key: &str, shell: &Shell<'_>) -> Response {
+    match c.state.delivered_before(key).await {
+        Ok((_, d)) => {
+            let mut r = Response::text(200, "text/csv; charset=utf-8", messages::csv(&d.messages));
+            r.headers.push((
+                "Content-Disposition",
+                "attachment; filename=\"delivered.csv\"".into(),
+            ));
+            r
+        }
+        Err(r) => {
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            error_page(r.status, v["error"].as_str().unwrap_or("unreadable"), shell)
+        }
+    }
+}
+
+/// What the restricted key relayed before its restriction, in words with the link to its
+/// recipients as CSV: from the event log (the relayed messages from its first over-limit
+/// event, or the limit's period, to the restriction); else the evidence's figure, said as
+/// such; else that it is not known here.
+async fn delivered_words(c: &Console, key: &str, evidence: Option<&Value>) -> String {
+    match c.state.delivered_before(key).await {
+        Ok(((from, to, from_is), d)) => {
+            let recipients: usize = d.messages.iter().map(|m| m.recipients.len()).sum();
+            format!(
+                "{} to {} relayed{} <span class=\"muted\">from {} ({}) to {}</span> \
+                 <a href=\"{}\">recipients as CSV</a>",
+                crate::figures::count(d.messages.len() as u64, "message"),
+                crate::figures::count(recipients as u64, "recipient"),
+                if d.complete {
+                    ""
+                } else {
+                    " at least (the event log was read only so far back)"
+                },
+                super::when(from),
+                from_is,
+                super::when(to),
+                html::url("/console/delivered.csv", &[("k", key)])
+            )
+        }
+        Err(_) => evidence.and_then(figures::delivered_before).map_or_else(
+            || "<span class=\"muted\">not known here</span>".into(),
+            |d| d.words(),
+        ),
+    }
+}
+
+/// The incident's summary: who, since when, why, until, delivered before, held now.
+fn summary(key: &str, r: Option<&Restriction>, delivered: String, held: usize) -> String {
+    let mut items: Vec<(&str, &str, String)> = Vec::new();
+    items.push(("who", "sum-who", html::token(key, 200)));
+    match r {
+        Some(r) => {
+            items.push(("restricted since", "sum-since", super::when(r.since_us)));
+            let rate = r.rate.map_or_else(String::new, |v| {
+                format!(
+                    " at {} against {}",
+                    html::num(v),
+                    html::text(&r.limit_text, 60)
+                )
+            });
+            items.push((
+                "why",
+                "sum-why",
+                format!(
+                    "{}{rate}, by {}: {}",
+                    html::text(&r.limit, 60),
+                    html::token(&r.by, 80),
+                    html::text(&r.reason, 300)
+                ),
+            ));
+            items.push((
+                "until",
+                "sum-until",
+                r.until_us
+                    .map_or_else(|| "an admin releases it".into(), super::when),
+            ));
+        }
+        None => items.push(("restricted", "sum-since", "no".into())),
+    }
+    items.push(("delivered before", "sum-delivered", delivered));
+    items.push((
+        "held now",
+        "sum-held",
+        format!(
+            "<a href=\"{}\">{held}</a>",
+            html::url("/console/held", &[("key", key)])
+        ),
+    ));
+    let mut out = format!(
+        "<dl class=\"summary\" id=\"{}\">",
+        if r.is_some() {
+            "restriction"
+        } else {
+            "summary"
+        }
     );
-    let mut restricted: Option<Restriction> = None;
-    match c.state.store.as_store().restrictions().await {
-        Ok(list) => match list.into_iter().find(|r| r.key == key) {
-            Some(r) => {
-                b.push_str(&restriction(&r));
-                restricted = Some(r);
-            }
-            None => b.push_str("<p class=\"muted\" id=\"not-restricted\">Not restricted.</p>"),
-        },
-        Err(e) => {
-            let _ = write!(
-                b,
-                "<p class=\"error\">restrictions unreadable: {}</p>",
-                html::text(&e.to_string(), 300)
-            );
-        }
+    for (label, id, v) in items {
+        let _ = write!(out, "<div><dt>{label}</dt><dd id=\"{id}\">{v}</dd></div>");
     }
-    let held: Vec<HeldHead> = match c.state.control.shared().hold.clone() {
-        Some(spool) => match blocking(move || spool.list()).await {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = write!(
-                    b,
-                    "<p class=\"error\">the hold spool could not be read: {}</p>",
-                    html::text(&e.to_string(), 300)
-                );
-                Vec::new()
-            }
-        },
-        None => Vec::new(),
-    };
-    let held_count =
-        held.iter().filter(|h| h.envelope.key == key).count() + super::held_postfix::count(c, key);
-    let recent = recent(c, key).await;
-    if shell.actions {
-        b.push_str(&actions(key, restricted.is_some(), held_count, shell));
-    }
-    b.push_str("<h2>Evidence</h2>");
-    let evidence = match (&restricted, &c.state.policy) {
-        (Some(r), _) if !r.evidence.is_null() => Some(r.evidence.clone()),
-        (_, Some(p)) => Some(p.evidence(&[key])),
-        _ => None,
-    };
-    let empty = Recent::default();
-    let known = known_clients(key, recent.as_ref().unwrap_or(&empty), &held);
+    out.push_str("</dl>");
+    out
+}
+
+/// The evidence section: what the node saw of the key, as tables.
+fn evidence_section(
+    evidence: Option<&Value>,
+    restricted: bool,
+    known: &BTreeMap<String, Client>,
+) -> String {
     match evidence {
-        Some(e) => {
-            if restricted.is_some() {
-                b.push_str(
-                    "<p class=\"muted\">What this node saw of the key up to its restriction.</p>",
-                );
+        Some(e) => format!(
+            "<p class=\"muted\">{}</p>{}",
+            if restricted {
+                "What this node saw of the key up to its restriction; held: what is held now."
             } else {
-                b.push_str("<p class=\"muted\">What this node saw of the key recently.</p>");
-            }
-            b.push_str(&evidence::table(&e, &known));
-        }
-        None => b.push_str("<p class=\"muted\">No evidence kept here.</p>"),
+                "What this node saw of the key recently; held: what is held now."
+            },
+            evidence::table(e, known)
+        ),
+        None => "<p class=\"muted\">No evidence kept here.</p>".into(),
     }
-    b.push_str("<h2>Held mail</h2>");
-    b.push_str(&held_table(key, &held));
-    b.push_str("<h2>Recent messages</h2>");
-    match &recent {
-        Ok(r) => b.push_str(&transactions_table(r)),
-        Err(why) => {
-            let _ = write!(b, "<p class=\"muted\" id=\"no-transactions\">{why}</p>");
-        }
-    }
-    b.push_str("<h2>Every limit's reading</h2>");
-    b.push_str(&readings(v["limits"].as_array().map_or(&[][..], |a| a)));
+}
+
+/// Every limit's reading (from `/v1/inspect`'s answer `v`), and the reset button.
+fn readings_section(v: &Value, key: &str, shell: &Shell<'_>) -> String {
+    let mut out = readings(v["limits"].as_array().map_or(&[][..], |a| a));
     if shell.actions {
-        b.push_str(html::NOSCRIPT);
+        out.push_str(html::NOSCRIPT);
         let _ = write!(
-            b,
+            out,
             "<p data-row>{} <span class=\"muted\">removes every record of this key for every \
              limit (a restriction stays).</span></p>",
             html::action_button(
@@ -430,13 +490,139 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
             )
         );
     }
-    b.push_str("<h2>Last hour</h2>");
-    b.push_str(&history(c, key).await);
+    out
+}
+
+/// A collapsible section of the incident page (works without scripting).
+fn fold(id: &str, title: &str, open: bool, body: &str) -> String {
+    format!(
+        "<details class=\"section\" id=\"{id}-box\"{}><summary>{title}</summary>{body}</details>",
+        if open { " open" } else { "" }
+    )
+}
+
+/// The key's evidence: its restriction's (held live, see
+/// [`crate::admin::api::AdminState::held_into`]), else what this node saw of it with what is
+/// held for it now; `None` where nothing is kept.
+async fn evidence_of(c: &Console, key: &str, restricted: Option<&Restriction>) -> Option<Value> {
+    match (restricted, &c.state.policy) {
+        (Some(r), _) if !r.evidence.is_null() => Some(r.evidence.clone()),
+        (_, Some(p)) => {
+            let mut e = p.evidence(&[key]);
+            p.set_held(&mut e, key).await;
+            Some(e)
+        }
+        _ => None,
+    }
+}
+
+/// `GET /console/key/KEY`: the incident page. Its first screen: who, since when, why,
+/// what got out before, what is held, the actions; then the history of what admins did
+/// (open once the restriction has ended), and the long lists folded.
+pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> Response {
+    let (status, v) = api(c, "GET", "/v1/inspect", &[("key", key)]).await;
+    if status != 200 {
+        let e = v["error"].as_str().unwrap_or("inspect failed").to_string();
+        return error_page(status, &e, shell);
+    }
+    let mut b = String::with_capacity(32 * 1024);
+    b.push_str(&html::done_note(req.param("done"), req.param("failed")));
+    let mut restricted: Option<Restriction> = None;
+    match c.state.restrictions_now().await {
+        Ok(list) => restricted = list.into_iter().find(|r| r.key == key),
+        Err(e) => {
+            let _ = write!(
+                b,
+                "<p class=\"error\">restrictions unreadable: {}</p>",
+                html::text(&e.to_string(), 300)
+            );
+        }
+    }
+    let held = match figures::held_of(c, key).await {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = write!(
+                b,
+                "<p class=\"error\">the hold spool could not be read: {e}</p>"
+            );
+            Vec::new()
+        }
+    };
+    let _ = write!(
+        b,
+        "<p>Key <strong class=\"wrap\" id=\"key\">{}</strong> {}</p>",
+        html::text(key, 1000),
+        if restricted.is_some() {
+            "<span class=\"over\" id=\"restricted\">restricted</span>"
+        } else {
+            "<span class=\"muted\" id=\"not-restricted\">not restricted</span>"
+        }
+    );
+    let evidence = evidence_of(c, key, restricted.as_ref()).await;
+    let delivered = if restricted.is_some() {
+        delivered_words(c, key, evidence.as_ref()).await
+    } else {
+        "<span class=\"muted\">counted up to a restriction</span>".into()
+    };
+    // Held in the spool, and in Postfix's hold queue by the milter or policy service.
+    let held_count = held.len() + super::held_postfix::count(c, key);
+    b.push_str(&summary(key, restricted.as_ref(), delivered, held_count));
+    if shell.actions {
+        b.push_str(&actions(key, restricted.is_some(), held_count, shell));
+    }
+    // Once the restriction has ended, what admins did is the first thing to read.
+    let history = super::key_history::section(c, key).await;
+    b.push_str(&fold(
+        "history",
+        "History: what admins did (audit log)",
+        restricted.is_none(),
+        &history,
+    ));
+    let tx_page = match messages::page_of(req.param("tx_page")) {
+        Ok(p) => p,
+        Err(e) => return error_page(400, &format!("tx_page: {e}"), shell),
+    };
+    let recent = recent(c, key, tx_page).await;
+    let empty = Recent::default();
+    let known = known_clients(key, recent.as_ref().map_or(&empty, |r| &r.0), &held);
+    let evidence_html = evidence_section(evidence.as_ref(), restricted.is_some(), &known);
+    b.push_str(&fold("evidence", "Evidence", false, &evidence_html));
+    let asked = Page::parse(req.param("page"), KEY_HELD_SHOWN);
+    b.push_str(&fold(
+        "held",
+        &format!("Held mail ({})", held.len()),
+        true,
+        &held_table(key, &held, asked),
+    ));
+    let tx = match &recent {
+        Ok((r, more)) => transactions_table(r) + &tx_pages(key, tx_page, *more),
+        Err(why) => format!("<p class=\"muted\" id=\"no-transactions\">{why}</p>"),
+    };
+    // A page of older messages asked for opens the list.
+    b.push_str(&fold(
+        "recent",
+        "Recent messages",
+        req.param("tx_page").is_some(),
+        &tx,
+    ));
+    let readings_html = readings_section(&v, key, shell);
+    b.push_str(&fold(
+        "readings",
+        "Every limit's reading",
+        false,
+        &readings_html,
+    ));
+    b.push_str(&fold(
+        "hour",
+        "Last hour",
+        false,
+        &history_chart(c, key).await,
+    ));
     html_response(200, html::page("Incident", Nav::Key, shell, &b))
 }
 
 /// The key's last hour from the event log, as a chart with one line per limit.
-async fn history(c: &Console, key: &str) -> String {
+async fn history_chart(c: &Console, key: &str) -> String {
     let config = c.state.control.generation();
     let Some(path) = config.report.events.clone() else {
         return "<p class=\"muted\" id=\"no-history\">No history: it is read from the event \

@@ -121,6 +121,28 @@ pub fn body_parts(body: &[u8]) -> String {
     out
 }
 
+/// The message page's release and delete form: done, back to the incident page of `key`;
+/// refused, back to this page (`enc`: its id, percent-encoded and escaped) with the reason
+/// (`reason`) kept.
+fn actions(id: &str, key: &str, enc: &str, reason: &str, shell: &Shell<'_>) -> String {
+    format!(
+        "<form class=\"act-form\" method=\"post\" action=\"/console/act/held/bulk\">{}\
+         <input type=\"hidden\" name=\"id\" value=\"{}\">\
+         <input type=\"hidden\" name=\"back\" value=\"{}\">\
+         <input type=\"hidden\" name=\"failed_back\" value=\"/console/held/{enc}\">\
+         <label>Reason <input name=\"reason\" required placeholder=\"why\" value=\"{}\">\
+         </label><button type=\"submit\" name=\"op\" value=\"release\">Release</button>\
+         <button type=\"submit\" name=\"op\" value=\"delete\">Delete</button> {}</form>\
+         <p class=\"muted\">Done, the incident page of its key opens; refused, this page \
+         again with the reason kept.</p>",
+        html::csrf_field(shell),
+        html::attr(id),
+        html::key_url(key),
+        html::attr(reason),
+        html::CONFIRM_FIELD
+    )
+}
+
 /// `GET /console/held/ID`.
 pub async fn page(c: &Console, req: &Request, id: &str, shell: &Shell<'_>) -> Response {
     let m = match read(c, id, shell).await {
@@ -202,18 +224,13 @@ pub async fn page(c: &Console, req: &Request, id: &str, shell: &Shell<'_>) -> Re
          <span class=\"muted\">(the message as it would be relayed; open it with care)</span></p>"
     );
     if shell.actions {
-        let _ = write!(
-            b,
-            "<form class=\"act-form\" method=\"post\" action=\"/console/act/held/bulk\">{}\
-             <input type=\"hidden\" name=\"id\" value=\"{}\">\
-             <input type=\"hidden\" name=\"back\" value=\"/console/held\">\
-             <label>Reason <input name=\"reason\" required placeholder=\"why\"></label>\
-             <button type=\"submit\" name=\"op\" value=\"release\">Release</button>\
-             <button type=\"submit\" name=\"op\" value=\"delete\">Delete</button> {}</form>",
-            html::csrf_field(shell),
-            html::attr(&e.id),
-            html::CONFIRM_FIELD
-        );
+        b.push_str(&actions(
+            &e.id,
+            &e.key,
+            &enc,
+            req.param("reason").unwrap_or(""),
+            shell,
+        ));
     }
     b.push_str("<h2>Header section</h2><pre id=\"headers\">");
     b.push_str(&super::held::headers(m.header_section()));

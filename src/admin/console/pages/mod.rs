@@ -4,6 +4,7 @@ pub mod campaigns;
 pub mod held;
 pub mod held_postfix;
 pub mod key;
+pub mod key_history;
 pub mod login;
 pub mod message;
 pub mod overview;
@@ -36,6 +37,15 @@ pub fn when(us: i64) -> String {
     match t.find('.') {
         Some(i) => format!("{}Z", &t[..i]),
         None => t,
+    }
+}
+
+/// An RFC 3339 time without its fraction of a second (`…:20.338479Z` → `…:20Z`), as
+/// [`when`] shows times.
+pub fn whole_seconds(t: &str) -> String {
+    match t.split_once('.') {
+        Some((head, _)) if t.ends_with('Z') => format!("{head}Z"),
+        _ => t.to_string(),
     }
 }
 

@@ -1,10 +1,17 @@
-//! The overview: what is happening now and over the last 1, 6 or 24 hours
-//! (`?range=1h|6h|24h`), the latest containments, and the store's health. The page
-//! reloads itself every [`REFRESH_SECS`] (no script needed) and has a refresh link.
+//! The overview: first what needs action (restricted keys and open campaigns, newest
+//! first, each with since, limit, held now, delivered before and a link to its page), then
+//! what is happening now and over the last 1, 6 or 24 hours (`?range=1h|6h|24h`), the
+//! latest containments (repeats grouped, held counts live), and the store's health. The
+//! page reloads itself every [`REFRESH_SECS`] (no script needed) and has a refresh link.
 
 use std::fmt::Write as _;
 
 use crate::admin::console::history::{minute_of, LimitHour, Range};
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::admin::console::figures;
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::respond::{error_page, html_response};
 use crate::admin::console::state::Console;
@@ -17,7 +24,8 @@ use crate::store::{Restriction, StoreError};
 
 /// How often the page reloads itself, seconds.
 pub const REFRESH_SECS: u32 = 60;
-/// Most entries in the feed of latest containments.
+/// Most rows in the feed of latest containments (each a run of one key's), and in the
+/// block of what needs action.
 pub const FEED: usize = 20;
 
 /// The series of the range shown, read off the console's history.
@@ -89,7 +97,21 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         }
     };
     let restricted = c.state.store.as_store().restrictions().await;
+    let held = figures::held_counts(c).await;
+    let campaigns = c.state.campaign_list().await.unwrap_or_default();
+    let counts = held.as_ref().cloned().unwrap_or_default();
     let mut b = String::with_capacity(16 * 1024);
+    b.push_str(&needs_action(
+        restricted.as_deref().unwrap_or(&[]),
+        &campaigns,
+        &counts,
+    ));
+    if let Err(e) = &held {
+        let _ = write!(
+            b,
+            "<p class=\"error\">the hold spool could not be read: {e}</p>"
+        );
+    }
     b.push_str(&range_nav(range));
     b.push_str(&cards(&w, metrics, &restricted));
     b.push_str(&charts(&w, now));
@@ -98,9 +120,9 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         .state
         .observer
         .as_ref()
-        .map(|o| o.recent_contained(FEED))
+        .map(|o| o.recent_contained(crate::report::RECENT_CONTAINED))
         .unwrap_or_default();
-    b.push_str(&feed(recent, restricted.as_deref().unwrap_or(&[])));
+    b.push_str(&feed(recent, restricted.as_deref().unwrap_or(&[]), &counts));
     b.push_str(&limits_table(&config.policy.limits, &w));
     b.push_str("<h2>Store</h2>");
     b.push_str(&store_health(&c.state.store, metrics));
@@ -256,15 +278,16 @@ fn limits_table(defs: &[LimitDef], w: &Window<'_>) -> String {
     let mut b = String::new();
     let _ = write!(
         b,
-        "<h2>Limits</h2><table><thead><tr><th>limit</th><th>action</th>\
+        "<h2>Limits</h2><table class=\"stack\"><thead><tr><th>limit</th><th>action</th>\
          <th class=\"n\">deferrals, {words}</th><th class=\"n\">over the limit, {words} \
          (any action)</th></tr></thead><tbody>"
     );
     for (def, l) in defs.iter().zip(&w.limits) {
         let _ = write!(
             b,
-            "<tr><td><a href=\"{}\">{}</a></td><td>{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td></tr>",
+            "<tr><td data-label=\"limit\"><a href=\"{}\">{}</a></td><td data-label=\"action\">{}</td>\
+             <td class=\"n\" data-label=\"deferrals\">{}</td>\
+             <td class=\"n\" data-label=\"over the limit\">{}</td></tr>",
             html::url("/console/top", &[("limit", &def.name)]),
             html::text(&def.name, html::CELL_CHARS),
             def.action.as_str(),
@@ -292,10 +315,78 @@ fn range_labels(now: i64, range: Range) -> Vec<(usize, String)> {
     ]
 }
 
-/// The latest containments, newest first, at most [`FEED`]: this node's holds and
-/// deferrals (and restrictions it saw) with every restriction in force, each key linking
-/// to its page.
-fn feed(mut recent: Vec<Contained>, restricted: &[crate::store::Restriction]) -> String {
+/// One row of the feed: a run of one kind of containment of one key under one limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeedRow {
+    /// `restricted`, `held` or `defer`.
+    pub what: String,
+    /// The key.
+    pub key: String,
+    /// The limit.
+    pub limit: String,
+    /// The newest and the oldest time of the run (µs).
+    pub last_us: i64,
+    /// The oldest.
+    pub first_us: i64,
+    /// How many.
+    pub count: usize,
+}
+
+/// `recent` (newest first) with runs of the same kind, key and limit made one row, at
+/// most `max` rows.
+pub fn group(recent: &[Contained], max: usize) -> Vec<FeedRow> {
+    let mut rows: Vec<FeedRow> = Vec::new();
+    for c in recent {
+        if let Some(last) = rows
+            .last_mut()
+            .filter(|r| r.what == c.what && r.key == c.key && r.limit == c.limit)
+        {
+            last.count += 1;
+            last.first_us = c.time_us;
+            continue;
+        }
+        if rows.len() == max {
+            break;
+        }
+        rows.push(FeedRow {
+            what: c.what.clone(),
+            key: c.key.clone(),
+            limit: c.limit.clone(),
+            last_us: c.time_us,
+            first_us: c.time_us,
+            count: 1,
+        });
+    }
+    rows
+}
+
+/// What a feed row says happened, in words; `held_now`: the key's messages held now (a run
+/// of holds says how many are still held, after releases and deletes).
+pub fn feed_words(r: &FeedRow, held_now: usize) -> String {
+    match (r.what.as_str(), r.count) {
+        ("held", n) => format!(
+            "{n} held{}",
+            if held_now < n {
+                format!(", {held_now} still held")
+            } else {
+                String::new()
+            }
+        ),
+        ("defer", 1) => "deferred".into(),
+        ("defer", n) => format!("{n} deferred"),
+        (what, 1) => what.to_string(),
+        (what, n) => format!("{what} ×{n}"),
+    }
+}
+
+/// The latest containments, newest first, at most [`FEED`] rows: this node's holds and
+/// deferrals (and restrictions it saw) with every restriction in force, runs of one key's
+/// grouped, each key linking to its page.
+fn feed(
+    mut recent: Vec<Contained>,
+    restricted: &[crate::store::Restriction],
+    held: &HashMap<String, usize>,
+) -> String {
     for r in restricted {
         let seen = recent
             .iter()
@@ -310,27 +401,111 @@ fn feed(mut recent: Vec<Contained>, restricted: &[crate::store::Restriction]) ->
         }
     }
     recent.sort_by(|a, b| b.time_us.cmp(&a.time_us).then_with(|| a.key.cmp(&b.key)));
-    recent.truncate(FEED);
-    if recent.is_empty() {
+    let rows = group(&recent, FEED);
+    if rows.is_empty() {
         return "<p class=\"muted\" id=\"feed\">Nothing restricted, held or deferred \
                 since floodgate started.</p>"
             .into();
     }
     let mut out = String::from(
-        "<table id=\"feed\"><thead><tr><th>when</th><th>what</th><th>key</th><th>limit</th>\
-         </tr></thead><tbody>",
+        "<table id=\"feed\" class=\"stack\"><thead><tr><th>when</th><th>what</th>\
+         <th>key</th><th>limit</th></tr></thead><tbody>",
     );
-    for c in &recent {
+    for r in &rows {
+        let (first, last) = (super::when(r.first_us), super::when(r.last_us));
+        let when = if first == last {
+            last
+        } else {
+            format!("{first}–{}", last.get(11..).unwrap_or(""))
+        };
         let _ = write!(
             out,
-            "<tr data-row><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            super::when(c.time_us),
-            html::text(&c.what, 20),
-            html::key_link(&c.key),
-            html::text(&c.limit, html::CELL_CHARS)
+            "<tr data-row><td data-label=\"when\">{when}</td><td data-label=\"what\">{}</td>\
+             <td data-label=\"key\">{}</td><td data-label=\"limit\">{}</td></tr>",
+            html::escape(&feed_words(r, held.get(&r.key).copied().unwrap_or(0))),
+            html::key_link(&r.key),
+            html::text(&r.limit, html::CELL_CHARS)
         );
     }
     out.push_str("</tbody></table>");
+    out
+}
+
+/// The block that comes first: restricted keys and open campaigns, newest first, each
+/// with since, limit, held now, what got out before and a link to its page.
+fn needs_action(
+    restricted: &[crate::store::Restriction],
+    campaigns: &[Value],
+    held: &HashMap<String, usize>,
+) -> String {
+    if restricted.is_empty() && campaigns.is_empty() {
+        return "<section class=\"needs calm\" id=\"needs\"><h2>Needs action</h2>\
+                <p class=\"muted\">Nothing: no key is restricted and no campaign is open.</p>\
+                </section>"
+            .into();
+    }
+    let mut rs: Vec<&crate::store::Restriction> = restricted.iter().collect();
+    rs.sort_by(|a, b| b.since_us.cmp(&a.since_us).then_with(|| a.key.cmp(&b.key)));
+    let mut out = String::from(
+        "<section class=\"needs\" id=\"needs\"><h2>Needs action</h2>\
+         <table class=\"stack\" id=\"needs-table\"><thead><tr><th>what</th><th>since</th>\
+         <th>limit</th><th class=\"n\">held now</th><th>delivered before</th><th></th>\
+         </tr></thead><tbody>",
+    );
+    for r in rs.iter().take(FEED) {
+        let delivered = figures::delivered_before(&r.evidence).map_or_else(
+            || "<span class=\"muted\">not known</span>".into(),
+            |d| d.words(),
+        );
+        let _ = write!(
+            out,
+            "<tr data-row class=\"restricted\"><td data-label=\"what\">restricted: {}</td>\
+             <td data-label=\"since\">{}</td><td data-label=\"limit\">{}</td>\
+             <td class=\"n\" data-label=\"held now\">{}</td>\
+             <td data-label=\"delivered before\">{delivered}</td>\
+             <td><a href=\"{}\">open the incident</a></td></tr>",
+            html::key_link(&r.key),
+            super::when(r.since_us),
+            html::text(&r.limit, 60),
+            held.get(&r.key).copied().unwrap_or(0),
+            html::key_url(&r.key),
+        );
+    }
+    if rs.len() > FEED {
+        let _ = write!(
+            out,
+            "<tr><td colspan=\"6\"><a href=\"/console/restricted\">and {} more restricted \
+             keys</a></td></tr>",
+            rs.len() - FEED
+        );
+    }
+    for c in campaigns.iter().take(FEED) {
+        let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+        let id = s(&c["message_key"]);
+        let accounts = c["accounts"].as_array().map_or(0, Vec::len);
+        let held_now: usize = c["accounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a["key"].as_str())
+            .map(|k| held.get(k).copied().unwrap_or(0))
+            .sum();
+        let _ = write!(
+            out,
+            "<tr data-row class=\"campaign-row\"><td data-label=\"what\">campaign: {} \
+             <small>({accounts} accounts, {} copies)</small></td>\
+             <td data-label=\"since\">{}</td><td data-label=\"limit\">{}</td>\
+             <td class=\"n\" data-label=\"held now\">{held_now}</td>\
+             <td data-label=\"delivered before\"><span class=\"muted\">per account</span></td>\
+             <td><a href=\"{}\">open the campaign</a></td></tr>",
+            html::text(&s(&c["subject"]), 80),
+            c["copies"].as_u64().unwrap_or(0),
+            html::text(&super::whole_seconds(&s(&c["since"])), 40),
+            html::text(&s(&c["limit"]), 60),
+            html::url("/console/campaigns", &[("c", &id)]),
+        );
+    }
+    out.push_str("</tbody></table></section>");
     out
 }
 
@@ -415,4 +590,74 @@ fn store_health(store: &Opened, metrics: &crate::admin::Metrics) -> String {
     }
     out.push_str("</dl>");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(what: &str, key: &str, t: i64) -> Contained {
+        Contained {
+            what: what.into(),
+            limit: "per-user".into(),
+            key: key.into(),
+            time_us: t,
+        }
+    }
+
+    #[test]
+    fn repeats_are_one_row_and_held_counts_follow_the_spool() {
+        let recent = [
+            c("held", "k.harper", 9),
+            c("held", "k.harper", 8),
+            c("held", "k.harper", 7),
+            c("restricted", "k.harper", 6),
+            c("held", "bob", 5),
+            c("defer", "bob", 4),
+            c("defer", "bob", 3),
+        ];
+        let rows = group(&recent, 10);
+        assert_eq!(rows.len(), 4, "{rows:#?}");
+        assert_eq!(
+            (rows[0].count, rows[0].first_us, rows[0].last_us),
+            (3, 7, 9)
+        );
+        assert_eq!(feed_words(&rows[0], 3), "3 held");
+        assert_eq!(feed_words(&rows[0], 1), "3 held, 1 still held");
+        assert_eq!(feed_words(&rows[1], 0), "restricted");
+        assert_eq!(feed_words(&rows[3], 0), "2 deferred");
+        // At most `max` rows; the restriction is not pushed out by its own holds.
+        assert_eq!(group(&recent, 2).len(), 2);
+        assert_eq!(group(&recent, 2)[1].what, "restricted");
+    }
+
+    #[test]
+    fn needs_action_lists_restrictions_newest_first() {
+        let r = |key: &str, since: i64| crate::store::Restriction {
+            key: key.into(),
+            limit: "per-user".into(),
+            since_us: since,
+            until_us: None,
+            rate: None,
+            limit_text: String::new(),
+            by: "limit".into(),
+            reason: String::new(),
+            evidence: serde_json::json!({"messages": 12, "recipients": 111}),
+        };
+        let held: HashMap<String, usize> = [("new<x>".to_string(), 44)].into();
+        let h = needs_action(&[r("old", 1), r("new<x>", 2_000_000)], &[], &held);
+        assert!(
+            h.find("new&lt;x&gt;").unwrap() < h.find("old").unwrap(),
+            "{h}"
+        );
+        assert!(h.contains(">44</td>"), "{h}");
+        assert!(h.contains("12 messages to 111 recipients"), "{h}");
+        assert!(h.contains("/console/key/new%3Cx%3E"), "{h}");
+        assert!(needs_action(&[], &[], &held).contains("Nothing"));
+        assert_eq!(
+            super::super::whole_seconds("2026-12-07T06:26:20.338479Z"),
+            "2026-12-07T06:26:20Z"
+        );
+        assert_eq!(super::super::whole_seconds("x"), "x");
+    }
 }

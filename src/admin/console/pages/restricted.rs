@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::admin::console::evidence;
+use crate::admin::console::figures;
 use crate::admin::console::html::{self, Nav, Shell};
 use crate::admin::console::paging::{self, Page, PAGE_SIZE};
 use crate::admin::console::respond::{error_page, html_response};
@@ -36,6 +37,7 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
     if shell.actions {
         b.push_str(html::NOSCRIPT);
     }
+    let held = figures::held_counts(c).await.unwrap_or_default();
     b.push_str(
         "<table id=\"restricted\" class=\"stack\"><thead><tr><th>key</th><th>limit</th><th>since</th>\
          <th>until</th><th>rate / limit</th><th>by, why</th><th>evidence</th><th></th>\
@@ -48,15 +50,18 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         };
         let _ = write!(
             b,
-            "<tr data-row><td data-label=\"key\">{}</td><td data-label=\"limit\">{}</td>\
+            "<tr data-row><td data-label=\"key\">{}<br><small><a href=\"{}\">{} held now</a>\
+             </small></td><td data-label=\"limit\">{}</td>\
              <td data-label=\"since\">{}</td><td data-label=\"until\">{}</td>\
              <td data-label=\"rate / limit\">{}</td><td data-label=\"by, why\">{}<br><small>{}</small></td>\
-             <td data-label=\"evidence\">{}</td><td class=\"buttons\">",
+             <td data-label=\"evidence\" class=\"evidence-cell\">{}</td><td class=\"buttons\">",
             html::key_link(&r.key),
+            html::url("/console/held", &[("key", &r.key)]),
+            held.get(&r.key).copied().unwrap_or(0),
             html::text(&r.limit, 60),
             super::when(r.since_us),
             r.until_us
-                .map_or_else(|| "until released".into(), super::when),
+                .map_or_else(|| "when released".into(), super::when),
             rate,
             html::text(&r.by, html::CELL_CHARS),
             html::text(&r.reason, html::CELL_CHARS),

@@ -4,7 +4,7 @@
 //! `top` builder keeps about twice that), so 100,000 keys cost one walk, not a sort of
 //! them all.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -19,7 +19,7 @@ use crate::admin::inspect::{database_key, TopBuilder, TopEntry};
 use crate::generation::Generation;
 use crate::policy::model::{LimitDef, PolicyModel};
 use crate::store::open::Opened;
-use crate::store::{now_micros, Record};
+use crate::store::{now_micros, Campaign, Record};
 
 /// The key text of database key `db` under limit `name` (what the key page takes).
 pub fn key_text<'a>(model: &PolicyModel, name: &str, db: &'a str) -> &'a str {
@@ -177,7 +177,12 @@ fn count_line(total: usize, partial: bool) -> String {
 
 /// Row `number` of the table: a key, the limit it is nearest, its reading and meter, the
 /// other limits it is near.
-fn row_html(number: usize, row: &KeyRow, restricted: &HashSet<String>) -> String {
+fn row_html(
+    number: usize,
+    row: &KeyRow,
+    restricted: &HashSet<String>,
+    campaigns: &HashMap<String, String>,
+) -> String {
     let e = &row.nearest;
     let r = &e.reading;
     let until = match (r.over, r.until_under_secs) {
@@ -216,7 +221,10 @@ fn row_html(number: usize, row: &KeyRow, restricted: &HashSet<String>) -> String
             format!(" class=\"{}\"", class.join(" "))
         },
         number,
-        html::key_link(&row.text),
+        campaigns
+            .get(&row.text)
+            .cloned()
+            .unwrap_or_else(|| html::key_link(&row.text)),
         if is_restricted {
             " <strong class=\"badge restricted\">restricted</strong>"
         } else {
@@ -238,6 +246,42 @@ fn row_html(number: usize, row: &KeyRow, restricted: &HashSet<String>) -> String
         meter(r.value, r.limit_value),
         until
     )
+}
+
+/// Each campaign's id with what its row shows in place of the opaque id: the campaign's
+/// Subject (its latest copy's) and accounts, linking to its one entry on the Campaigns
+/// page. Read from the store alone: no held mail is looked at.
+pub fn campaign_labels(list: &[Campaign]) -> HashMap<String, String> {
+    list.iter()
+        .map(|c| {
+            let accounts: Vec<&str> = c.senders.iter().map(|s| s.sender.as_str()).collect();
+            let subject = c
+                .senders
+                .first()
+                .and_then(|s| serde_json::from_str::<serde_json::Value>(&s.info).ok())
+                .and_then(|v| v["subject"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "no Subject".into());
+            let shown: Vec<String> = accounts
+                .iter()
+                .take(4)
+                .map(|a| html::token(a, 60))
+                .collect();
+            let more = accounts.len().saturating_sub(4);
+            let label = format!(
+                "<a href=\"{}\">campaign: {}</a><br><small>{}: {}{}</small>",
+                html::url("/console/campaigns", &[("c", &c.key)]),
+                html::text(&subject, 80),
+                crate::figures::count(accounts.len() as u64, "account"),
+                shown.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            );
+            (c.key.clone(), label)
+        })
+        .collect()
 }
 
 /// `GET /console/top`.
@@ -274,6 +318,14 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         Err(_) => Default::default(),
     };
 
+    let campaigns = campaign_labels(
+        &c.state
+            .store
+            .as_store()
+            .campaigns()
+            .await
+            .unwrap_or_default(),
+    );
     let mut b = String::with_capacity(32 * 1024);
     b.push_str(&limit_nav(&config.policy.limits, only.as_deref()));
     b.push_str(&count_line(total, partial));
@@ -283,7 +335,7 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
          limit</th><th class=\"n\">under again in</th></tr></thead><tbody>",
     );
     for (i, row) in rows[range.clone()].iter().enumerate() {
-        b.push_str(&row_html(range.start + i + 1, row, &restricted));
+        b.push_str(&row_html(range.start + i + 1, row, &restricted, &campaigns));
     }
     if range.is_empty() {
         b.push_str("<tr><td colspan=\"8\" class=\"muted\">no keys</td></tr>");
@@ -315,6 +367,29 @@ mod tests {
         crate::generation::Generation::parse(std::path::Path::new("t.toml"), text)
             .unwrap()
             .policy
+    }
+
+    #[test]
+    fn a_campaign_row_shows_its_subject_and_accounts() {
+        let sender = |n: usize| crate::store::CampaignSender {
+            sender: format!("s{n}"),
+            info: serde_json::json!({"subject": "Invoice <1>"}).to_string(),
+            ..Default::default()
+        };
+        let list = [Campaign {
+            key: "c:b3:ab".into(),
+            limit: "campaign".into(),
+            since_us: 0,
+            last_us: 0,
+            copies: 5,
+            recipients: 25,
+            senders: (1..=5).map(sender).collect(),
+        }];
+        let l = campaign_labels(&list);
+        let h = &l["c:b3:ab"];
+        assert!(h.contains("campaign: Invoice &lt;1&gt;"), "{h}");
+        assert!(h.contains("5 accounts: s1, s2, s3, s4 and 1 more"), "{h}");
+        assert!(h.contains("/console/campaigns?c=c%3Ab3%3Aab"), "{h}");
     }
 
     #[test]
