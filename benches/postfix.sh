@@ -257,7 +257,9 @@ setsid "$FGBIN" run --config "$DIR/floodgate/floodgate.toml" </dev/null \
 FG=$!
 
 # --- nginx's stream byte relay in front of it, for comparison ------------------------------
-NS=$("$HARNESS/relay-nstream.sh" -d "$DIR/nstream" -p $NS_PORT -u 127.0.0.1:$PF_PORT)
+if mode proxy; then
+    NS=$("$HARNESS/relay-nstream.sh" -d "$DIR/nstream" -p $NS_PORT -u 127.0.0.1:$PF_PORT)
+fi
 
 ready() { # PORT: greets with 220 within 10 s
     local i
@@ -274,7 +276,9 @@ ready() { # PORT: greets with 220 within 10 s
 }
 ready $PF_PORT || { echo "Postfix did not greet on $PF_PORT" >&2; cat "$DIR/master.out" "$PF/maillog" >&2 2>/dev/null; exit 1; }
 ready $FG_PORT || { echo "floodgate did not greet on $FG_PORT" >&2; cat "$DIR/floodgate/log" >&2; exit 1; }
-ready $NS_PORT || { echo "nginx did not relay Postfix's greeting on $NS_PORT" >&2; exit 1; }
+if mode proxy; then
+    ready $NS_PORT || { echo "nginx did not relay Postfix's greeting on $NS_PORT" >&2; exit 1; }
+fi
 ready $PP_PORT || { echo "Postfix did not greet on $PP_PORT" >&2; exit 1; }
 for _ in $(seq 100); do [[ -S $DIR/floodgate/policy.sock ]] && break; sleep 0.1; done
 [[ -S $DIR/floodgate/policy.sock ]] || { echo "no policy socket" >&2; cat "$DIR/floodgate/log" >&2; exit 1; }
@@ -295,6 +299,7 @@ fg_ticks() { awk '{print $14 + $15}' "/proc/$FG/stat"; }
 # nginx's CPU ticks so far: its master and workers.
 ns_ticks() {
     local t=0 p
+    [[ -n $NS ]] || { echo 0; return; }
     for p in "$NS" $(pgrep -P "$NS"); do
         t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
     done
