@@ -302,7 +302,9 @@ ready() { # PORT: greets with 220 within 10 s
 }
 ready $PF_PORT || { echo "Postfix did not greet on $PF_PORT" >&2; cat "$DIR/master.out" "$PF/maillog" >&2 2>/dev/null; exit 1; }
 ready $FG_PORT || { echo "floodgate did not greet on $FG_PORT" >&2; cat "$DIR/floodgate/log" >&2; exit 1; }
-! mode proxy || ready $NS_PORT || { echo "nginx did not relay Postfix's greeting on $NS_PORT" >&2; exit 1; }
+if mode proxy; then
+    ready $NS_PORT || { echo "nginx did not relay Postfix's greeting on $NS_PORT" >&2; exit 1; }
+fi
 ready $PP_PORT || { echo "Postfix did not greet on $PP_PORT" >&2; exit 1; }
 for _ in $(seq 100); do [[ -S $DIR/floodgate/policy.sock ]] && break; sleep 0.1; done
 [[ -S $DIR/floodgate/policy.sock ]] || { echo "no policy socket" >&2; cat "$DIR/floodgate/log" >&2; exit 1; }
