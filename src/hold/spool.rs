@@ -136,6 +136,9 @@ pub struct Spool {
     corrupt: Counter,
     /// The envelopes of held messages, by id, key and user.
     index: Mutex<Index>,
+    /// The directory's modification time when the index last matched it, trusted only
+    /// when it was at least a second older than that listing (see [`Spool::indexed`]).
+    synced: Mutex<Option<SystemTime>>,
 }
 
 /// Seconds since the Unix epoch.
@@ -210,6 +213,7 @@ impl Spool {
             settings,
             corrupt,
             index: Mutex::default(),
+            synced: Mutex::default(),
         })
     }
 

@@ -1,9 +1,11 @@
 //! The spool's [`Index`] kept up to date: before each read the directory's names are
 //! listed (no file is opened), messages gone are forgotten and new ones' envelopes read, so
-//! a read costs one directory listing plus the files held since the last one.
+//! a read costs one directory listing plus the files held since the last one; and only
+//! the directory's `stat` while nothing was added, renamed or removed in it since.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
+use std::time::{Duration, SystemTime};
 
 use tracing::warn;
 
@@ -33,8 +35,20 @@ impl Spool {
     /// Runs `f` on the index once it holds exactly the messages the directory holds now. A
     /// new file that does not read is set aside; one that cannot be read now is skipped with
     /// a warning (and tried again at the next read).
+    ///
+    /// A file added, renamed or removed changes the directory's modification time, so the
+    /// listing is skipped while that time is the one of the last listing. File times are
+    /// coarse (a clock tick): a change in the same tick as the listing could leave the time
+    /// as it was, so the time is trusted only when it was a second older than the listing.
     pub fn indexed<T>(&self, f: impl FnOnce(&Index) -> T) -> Result<T, SpoolError> {
         let mut ix = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        let mut synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = &self.settings.dir;
+        let mtime = fs::metadata(dir).and_then(|m| m.modified()).ok();
+        if mtime.is_some() && *synced == mtime {
+            return Ok(f(&ix));
+        }
+        let listed_at = SystemTime::now();
         let present = self.names()?;
         let gone: Vec<String> = ix
             .ids()
@@ -44,6 +58,7 @@ impl Spool {
         for id in &gone {
             ix.remove(id);
         }
+        let mut whole = true;
         let new: Vec<&String> = present.iter().filter(|id| !ix.contains(id)).collect();
         for id in new {
             match self.head(id) {
@@ -56,9 +71,18 @@ impl Spool {
                 }
                 // Released or deleted meanwhile; or set aside, logged.
                 Err(SpoolError::NotFound(_) | SpoolError::Corrupt { .. }) => {}
-                Err(e) => warn!(error = %e, "hold spool: skipping a file"),
+                Err(e) => {
+                    whole = false;
+                    warn!(error = %e, "hold spool: skipping a file");
+                }
             }
         }
+        let settled = mtime.is_some_and(|m| {
+            listed_at
+                .duration_since(m)
+                .is_ok_and(|d| d >= Duration::from_secs(1))
+        });
+        *synced = if whole && settled { mtime } else { None };
         Ok(f(&ix))
     }
 

@@ -462,6 +462,56 @@ fn the_index_reads_a_file_once_and_follows_the_directory() {
     assert_eq!(s.per_key().unwrap()["bob"], 20);
 }
 
+/// Sets the modification time of `dir` to `ago` before now.
+fn age_dir(dir: &Path, ago: Duration) {
+    let t = SystemTime::now() - ago;
+    let f = fs::File::open(dir).unwrap();
+    f.set_modified(t).unwrap();
+}
+
+/// A directory unchanged since a listing a second after its last change is not listed
+/// again; any file added, renamed or removed after it is followed at the next read, and a
+/// directory changed within the second of its listing is listed again every time.
+#[test]
+fn a_settled_directory_is_not_listed_again_and_every_change_is_followed() {
+    let d = tempfile::tempdir().unwrap();
+    let mut st = settings(d.path());
+    st.max_messages = 1000;
+    let s = Spool::open(st, Counter::default()).unwrap();
+    for i in 0..3u64 {
+        fs::write(
+            d.path().join(format!("m{i:03}.held")),
+            msg(&format!("m{i:03}"), 1000 + i).encode(),
+        )
+        .unwrap();
+    }
+    // Changed just now: listed, and not trusted.
+    assert_eq!(s.list().unwrap().len(), 3);
+    assert_eq!(*s.synced.lock().unwrap(), None);
+    // Settled: listed once more, then trusted.
+    age_dir(d.path(), Duration::from_secs(5));
+    assert_eq!(s.list().unwrap().len(), 3);
+    let settled = *s.synced.lock().unwrap();
+    assert!(settled.is_some());
+    assert_eq!(s.list().unwrap().len(), 3);
+    // Removed by hand, added by hand, renamed: each followed.
+    fs::remove_file(d.path().join("m000.held")).unwrap();
+    assert_eq!(s.list().unwrap().len(), 2);
+    age_dir(d.path(), Duration::from_secs(5));
+    fs::write(d.path().join("n001.held"), msg("n001", 5000).encode()).unwrap();
+    let ids: Vec<String> = s
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|h| h.envelope.id)
+        .collect();
+    assert!(ids.contains(&"n001".to_string()), "{ids:?}");
+    age_dir(d.path(), Duration::from_secs(5));
+    s.list().unwrap();
+    fs::rename(d.path().join("m001.held"), d.path().join("m001.x")).unwrap();
+    assert_eq!(s.list().unwrap().len(), 2);
+}
+
 /// The same with a full spool at the default limits (10,000 messages of 100 KiB: about
 /// 1 GiB of files):
 /// `cargo test --lib hold::spool::tests::full_spool_reads -- --ignored --nocapture` prints
