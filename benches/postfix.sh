@@ -10,8 +10,12 @@
 # the reaped ones included through the master's cutime+cstime; nginx's over its master and
 # workers). c/a is what any relay in front costs on the machine: the extra hop alone.
 #
-#   benches/postfix.sh [-n ROUNDS] [-m MESSAGES] [-s SESSIONS] [-F "PROFILES"] [-c CLIENT] [-k]
-#       defaults: 3 rounds, 5000 messages a run, 10 sessions, all four profiles
+#   benches/postfix.sh [-n ROUNDS] [-m MESSAGES] [-s SESSIONS] [-F "PROFILES"] [-c CLIENT]
+#                      [-w "MODES"] [-k]
+#       defaults: 3 rounds, 5000 messages a run, 10 sessions, all four profiles, all modes
+#       -w  what is measured against Postfix alone: proxy (floodgate and nginx in front, as
+#           above), policy (the same Postfix asking floodgate as its policy service: see
+#           "Policy mode" below) and/or milter (see "Milter mode" below)
 #       -c  the load: smtp-source (default; it says HELO, which floodgate relays to Postfix
 #           as EHLO: [upstream] always_ehlo) or ehlo (benches/ehlo_source.py: EHLO as mail
 #           clients say it, then the same transactions); either way floodgate sends each
@@ -43,21 +47,40 @@
 # deliver every message: the maillog's status=sent lines are counted after each run (the
 # next run starts once Postfix's queue is empty), else the script stops.
 #
+# Policy mode: a second smtpd of the same Postfix, on 127.0.0.1:26263, has
+# check_policy_service unix:$DIR/floodgate/policy.sock in smtpd_recipient_restrictions,
+# smtpd_data_restrictions and smtpd_end_of_data_restrictions (as the book's "Postfix's
+# policy service" page, with Postfix's default default_action, so a failing service stops
+# the run instead of letting mail through unseen); the same floodgate serves that socket
+# ([[policy_service]]) with the same limit. Per profile, rounds of Postfix alone and Postfix
+# with the policy service (the order alternating) give the median ratio policy/alone with
+# its range, each path's median msgs/s, and floodgate's and Postfix's CPU per message.
+#
+# Milter mode: a third smtpd of the same Postfix, on 127.0.0.1:26264, has smtpd_milters =
+# unix:$DIR/floodgate/milter.sock with milter_protocol = 6 and milter_default_action =
+# tempfail (as the book's "floodgate as a Postfix milter" page, so a failing milter stops the
+# run); the same floodgate serves that socket ([[milter]]) with the same limit. Per profile,
+# rounds of Postfix alone and Postfix with floodgate as its milter (the order alternating)
+# give the median ratio milter/alone with its range, each path's median msgs/s, and
+# floodgate's and Postfix's CPU per message. Without proxy mode, no nginx is needed.
+#
 # Needs Debian's postfix package (/usr/sbin/postfix, /usr/lib/postfix/sbin/master,
 # smtp-source; no postfix daemon is started by it), root (Postfix's master starts as root),
 # and ../shared/bench (load.sh). FLOODGATE_BIN overrides target/release/floodgate, which is
 # built when missing.
 set -euo pipefail
 ROUNDS=3 M=5000 S=10 PROFILES="small small-reuse big big-reuse" KEEP=0 CLIENT=smtp-source
-while getopts "n:m:s:F:c:kh" o; do
+MODES="proxy policy milter"
+while getopts "n:m:s:F:c:w:kh" o; do
     case "$o" in
         n) ROUNDS=$OPTARG ;;
         m) M=$OPTARG ;;
         s) S=$OPTARG ;;
         F) PROFILES=$OPTARG ;;
         c) CLIENT=$OPTARG ;;
+        w) MODES=$OPTARG ;;
         k) KEEP=1 ;;
-        h) sed -n '2,44p' "$0"; exit 0 ;;
+        h) sed -n '2,70p' "$0"; exit 0 ;;
         *) exit 2 ;;
     esac
 done
@@ -89,6 +112,13 @@ case ${FLOODGATE_ALWAYS_EHLO:-true} in
     true | false) ;;
     *) echo "FLOODGATE_ALWAYS_EHLO is true or false" >&2; exit 2 ;;
 esac
+for m in $MODES; do
+    case $m in
+        proxy | policy | milter) ;;
+        *) echo "unknown mode $m (proxy, policy, milter)" >&2; exit 2 ;;
+    esac
+done
+mode() { [[ " $MODES " == *" $1 "* ]]; }
 for p in $PROFILES; do
     flags "$p" >/dev/null || { echo "unknown profile $p (small, small-reuse, big, big-reuse)" >&2; exit 2; }
 done
@@ -103,8 +133,8 @@ FGBIN=${FLOODGATE_BIN:-$ROOT/target/release/floodgate}
 if [[ ! -x $FGBIN ]]; then
     cargo build --release --manifest-path "$ROOT/Cargo.toml" --bin floodgate
 fi
-PF_PORT=26260 FG_PORT=26261 NS_PORT=26262
-for port in $PF_PORT $FG_PORT $NS_PORT; do
+PF_PORT=26260 FG_PORT=26261 NS_PORT=26262 PP_PORT=26263 MI_PORT=26264
+for port in $PF_PORT $FG_PORT $NS_PORT $PP_PORT $MI_PORT; do
     if ss -Hltn "sport = :$port" | grep -q .; then
         echo "port $port is in use" >&2
         exit 2
@@ -169,9 +199,15 @@ in_flow_delay = 0s
 smtpd_error_sleep_time = 0
 smtpd_client_connection_count_limit = 0
 smtpd_peername_lookup = no
+# Policy mode: the restrictions of the smtpd on $PP_PORT (master.cf -o).
+floodgate_policy = check_policy_service unix:$DIR/floodgate/policy.sock
 EOF
 cat >"$PF/conf/master.cf" <<EOF
 127.0.0.1:$PF_PORT inet n - n - - smtpd
+127.0.0.1:$PP_PORT inet n - n - - smtpd
+  -o smtpd_recipient_restrictions=\$floodgate_policy
+  -o smtpd_data_restrictions=\$floodgate_policy
+  -o smtpd_end_of_data_restrictions=\$floodgate_policy
 pickup    unix  n - n 60    1 pickup
 cleanup   unix  n - n -     0 cleanup
 qmgr      unix  n - n 300   1 qmgr
@@ -191,6 +227,16 @@ anvil     unix  - - n -     1 anvil
 scache    unix  - - n -     1 scache
 postlog   unix-dgram n - n - 1 postlogd
 EOF
+# Milter mode: a third smtpd with floodgate as its milter.
+MILTER_SOCK="$DIR/floodgate/milter.sock"
+if mode milter; then
+    cat >>"$PF/conf/master.cf" <<EOF
+127.0.0.1:$MI_PORT inet n - n - - smtpd
+  -o smtpd_milters=unix:$MILTER_SOCK
+  -o milter_protocol=6
+  -o milter_default_action=tempfail
+EOF
+fi
 err=$(/usr/sbin/postconf -c "$PF/conf" -n 2>&1 >/dev/null) || true
 [[ $err != *fatal* ]] || { echo "postconf: $err" >&2; exit 1; }
 /usr/sbin/postfix -c "$PF/conf" check >&2 || { cat "$PF/maillog" >&2 2>/dev/null; exit 1; }
@@ -213,6 +259,10 @@ client_identity = "xclient"
 chunking = ${FLOODGATE_CHUNKING:-true}
 pipelining = ${FLOODGATE_PIPELINING:-true}
 ${FLOODGATE_ALWAYS_EHLO:+always_ehlo = $FLOODGATE_ALWAYS_EHLO}
+[[policy_service]]
+name = "bench-policy"
+listen = "unix:$DIR/floodgate/policy.sock"
+mode = "0666"
 [log]
 level = "info"
 [[limit]]
@@ -220,12 +270,22 @@ name = "per-ip"
 ratelimit = "100000000 / 1h / per_rcpt / strict"
 action = "warn"
 EOF
+if mode milter; then
+    cat >>"$DIR/floodgate/floodgate.toml" <<EOF
+[[milter]]
+name = "bench-milter"
+listen = "unix:$MILTER_SOCK"
+mode = "0666"
+EOF
+fi
 setsid "$FGBIN" run --config "$DIR/floodgate/floodgate.toml" </dev/null \
     >"$DIR/floodgate/stdout" 2>"$DIR/floodgate/log" &
 FG=$!
 
 # --- nginx's stream byte relay in front of it, for comparison ------------------------------
-NS=$("$HARNESS/relay-nstream.sh" -d "$DIR/nstream" -p $NS_PORT -u 127.0.0.1:$PF_PORT)
+if mode proxy; then
+    NS=$("$HARNESS/relay-nstream.sh" -d "$DIR/nstream" -p $NS_PORT -u 127.0.0.1:$PF_PORT)
+fi
 
 ready() { # PORT: greets with 220 within 10 s
     local i
@@ -242,7 +302,13 @@ ready() { # PORT: greets with 220 within 10 s
 }
 ready $PF_PORT || { echo "Postfix did not greet on $PF_PORT" >&2; cat "$DIR/master.out" "$PF/maillog" >&2 2>/dev/null; exit 1; }
 ready $FG_PORT || { echo "floodgate did not greet on $FG_PORT" >&2; cat "$DIR/floodgate/log" >&2; exit 1; }
-ready $NS_PORT || { echo "nginx did not relay Postfix's greeting on $NS_PORT" >&2; exit 1; }
+if mode proxy; then
+    ready $NS_PORT || { echo "nginx did not relay Postfix's greeting on $NS_PORT" >&2; exit 1; }
+fi
+ready $PP_PORT || { echo "Postfix did not greet on $PP_PORT" >&2; exit 1; }
+for _ in $(seq 100); do [[ -S $DIR/floodgate/policy.sock ]] && break; sleep 0.1; done
+[[ -S $DIR/floodgate/policy.sock ]] || { echo "no policy socket" >&2; cat "$DIR/floodgate/log" >&2; exit 1; }
+! mode milter || ready $MI_PORT || { echo "Postfix with floodgate's milter did not greet on $MI_PORT" >&2; cat "$PF/maillog" "$DIR/floodgate/log" >&2; exit 1; }
 
 TICK=$(getconf CLK_TCK)
 # Postfix's CPU ticks so far: every live process of the master's session (utime+stime) and
@@ -260,6 +326,7 @@ fg_ticks() { awk '{print $14 + $15}' "/proc/$FG/stat"; }
 # nginx's CPU ticks so far: its master and workers.
 ns_ticks() {
     local t=0 p
+    [[ -n $NS ]] || { echo 0; return; }
     for p in "$NS" $(pgrep -P "$NS"); do
         t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
     done
@@ -305,8 +372,8 @@ run() {
 
 median() { sort -g | awk '{v[NR]=$1} END{if (NR) print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
-printf '# %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s rounds; client %s; floodgate chunking %s, pipelining %s, always_ehlo %s\n' \
-    "$(date -u +%FT%TZ)" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
+printf '# modes %s; %s, %s cores (%s), kernel %s; Postfix %s; %s messages a run, %s sessions, %s rounds; client %s; floodgate chunking %s, pipelining %s, always_ehlo %s\n' \
+    "$MODES" "$(date -u +%FT%TZ)" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
     "$(uname -r)" "$(/usr/sbin/postconf -d -h mail_version)" "$M" "$S" "$ROUNDS" "$CLIENT" "${FLOODGATE_CHUNKING:-true}" "${FLOODGATE_PIPELINING:-true}" "${FLOODGATE_ALWAYS_EHLO:-default}"
 printf '# load average at start: %s; Postfix queue under %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" "$base"
 # range: "median (min-max)" of the numbers on standard input.
@@ -315,8 +382,10 @@ range() {
     v=$(cat)
     printf '%.3f (%.2f-%.2f)' "$(median <<<"$v")" "$(sort -g <<<"$v" | head -1)" "$(sort -g <<<"$v" | tail -1)"
 }
-for profile in $PROFILES; do
-    ratios=() nsratios=() fgns=() pfr=() fgr=() nsr=() fgcpu=() nscpu=() pfcpu_alone=() pfcpu_behind=() pfcpu_ns=()
+# proxy PROFILE: Postfix alone, behind floodgate and behind nginx, ROUNDS rounds.
+proxy() {
+    local profile=$1 i a b c ar ap br bf bp cr cn cp
+    local ratios=() nsratios=() fgns=() pfr=() fgr=() nsr=() fgcpu=() nscpu=() pfcpu_alone=() pfcpu_behind=() pfcpu_ns=()
     for i in $(seq "$ROUNDS"); do
         # Each run in an assignment of its own, so that a failed one stops the script; the
         # order rotates from one round to the next (alone, floodgate, nginx; floodgate,
@@ -345,5 +414,63 @@ for profile in $PROFILES; do
         "$(printf '%s\n' "${fgcpu[@]}" | median)" "$(printf '%s\n' "${nscpu[@]}" | median)" \
         "$(printf '%s\n' "${pfcpu_alone[@]}" | median)" "$(printf '%s\n' "${pfcpu_behind[@]}" | median)" \
         "$(printf '%s\n' "${pfcpu_ns[@]}" | median)"
+}
+
+# policy PROFILE: Postfix alone and Postfix asking floodgate's policy service, ROUNDS rounds.
+policy() {
+    local profile=$1 i a b ar ap br bf bp
+    local ratios=() pfr=() ppr=() fgcpu=() pfcpu_alone=() pfcpu_policy=()
+    for i in $(seq "$ROUNDS"); do
+        # Each run in an assignment of its own (a failed one stops the script); the order
+        # alternates from one round to the next.
+        if ((i % 2)); then
+            a=$(run $PF_PORT "$profile"); b=$(run $PP_PORT "$profile")
+        else
+            b=$(run $PP_PORT "$profile"); a=$(run $PF_PORT "$profile")
+        fi
+        read -r ar _ _ ap <<<"$a"
+        read -r br bf _ bp <<<"$b"
+        pfr+=("$ar") ppr+=("$br") fgcpu+=("$bf") pfcpu_alone+=("$ap") pfcpu_policy+=("$bp")
+        ratios+=("$(awk -v a="$ar" -v b="$br" 'BEGIN{printf "%.4f", b/a}')")
+    done
+    printf '%-12s policy service: Postfix asking floodgate / Postfix alone %s over %d rounds\n' \
+        "$profile" "$(printf '%s\n' "${ratios[@]}" | range)" "$ROUNDS"
+    printf '%-12s msgs/s Postfix alone %.0f, asking floodgate %.0f\n' "" \
+        "$(printf '%s\n' "${pfr[@]}" | median)" "$(printf '%s\n' "${ppr[@]}" | median)"
+    printf '%-12s CPU µs/msg: floodgate %.0f; Postfix alone %.0f, asking floodgate %.0f\n' "" \
+        "$(printf '%s\n' "${fgcpu[@]}" | median)" "$(printf '%s\n' "${pfcpu_alone[@]}" | median)" \
+        "$(printf '%s\n' "${pfcpu_policy[@]}" | median)"
+}
+
+# milter PROFILE: Postfix alone and Postfix with floodgate as its milter, ROUNDS rounds.
+milter() {
+    local profile=$1 i a b ar ap br bf bp
+    local ratios=() pfr=() mir=() fgcpu=() pfcpu_alone=() pfcpu_milter=()
+    for i in $(seq "$ROUNDS"); do
+        # Each run in an assignment of its own (a failed one stops the script); the order
+        # alternates from one round to the next.
+        if ((i % 2)); then
+            a=$(run $PF_PORT "$profile"); b=$(run $MI_PORT "$profile")
+        else
+            b=$(run $MI_PORT "$profile"); a=$(run $PF_PORT "$profile")
+        fi
+        read -r ar _ _ ap <<<"$a"
+        read -r br bf _ bp <<<"$b"
+        pfr+=("$ar") mir+=("$br") fgcpu+=("$bf") pfcpu_alone+=("$ap") pfcpu_milter+=("$bp")
+        ratios+=("$(awk -v a="$ar" -v b="$br" 'BEGIN{printf "%.4f", b/a}')")
+    done
+    printf '%-12s milter: Postfix with floodgate / Postfix alone %s over %d rounds\n' \
+        "$profile" "$(printf '%s\n' "${ratios[@]}" | range)" "$ROUNDS"
+    printf '%-12s msgs/s Postfix alone %.0f, with floodgate as its milter %.0f\n' "" \
+        "$(printf '%s\n' "${pfr[@]}" | median)" "$(printf '%s\n' "${mir[@]}" | median)"
+    printf '%-12s CPU µs/msg: floodgate %.0f; Postfix alone %.0f, with the milter %.0f\n' "" \
+        "$(printf '%s\n' "${fgcpu[@]}" | median)" "$(printf '%s\n' "${pfcpu_alone[@]}" | median)" \
+        "$(printf '%s\n' "${pfcpu_milter[@]}" | median)"
+}
+
+for profile in $PROFILES; do
+    if mode proxy; then proxy "$profile"; fi
+    if mode policy; then policy "$profile"; fi
+    if mode milter; then milter "$profile"; fi
 done
 printf '# load average at end: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::config::{Config, ConfigError};
+use crate::hold::postfix::PostfixSettings;
 use crate::hold::HoldSettings;
 use crate::outcomes::OutcomesSettings;
 use crate::policy::alert::AlertSettings;
@@ -33,6 +34,8 @@ pub struct Generation {
     pub hold: Option<HoldSettings>,
     /// `[outcomes]`: the smart host's log to follow, if any.
     pub outcomes: OutcomesSettings,
+    /// `[postfix]`: Postfix's hold queue and its commands; `None` when absent.
+    pub postfix: Option<PostfixSettings>,
 }
 
 impl Generation {
@@ -44,8 +47,11 @@ impl Generation {
         let report = crate::report::compile(&config)?;
         let alerts = crate::policy::alert::compile(&config)?;
         let hold = HoldSettings::compile(&config)?;
-        crate::policy::check_sections(&policy, &config, hold.is_some())?;
+        // Without [[listener]] floodgate holds in Postfix's hold queue: no spool of its own.
+        let holds_somewhere = hold.is_some() || config.listeners.is_empty();
+        crate::policy::check_sections(&policy, &config, holds_somewhere)?;
         let outcomes = crate::outcomes::compile(&config)?;
+        let postfix = PostfixSettings::compile(&config)?;
         Ok(Generation {
             config: Arc::new(config),
             policy: Arc::new(policy),
@@ -53,6 +59,7 @@ impl Generation {
             alerts,
             hold,
             outcomes,
+            postfix,
         })
     }
 

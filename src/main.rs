@@ -760,13 +760,27 @@ fn policy_parts(
     let notifier = floodgate::proxy::notify::UpstreamNotifier::new(move || shared.get());
     // The evidence's `held` reads the hold spool in force; with Redis each node publishes
     // its counts for the others.
-    let shared = in_force.clone();
-    let held = move || shared.get().and_then(|s| s.hold.clone());
     floodgate::policy::engine::Serving {
         observer: observers.clone(),
         paced: paced.clone(),
         notifier: Arc::new(notifier),
-        held: Arc::new(held),
+        held: Arc::new(HeldInForce(in_force.clone())),
+    }
+}
+
+/// The holds in force for the evidence's `held`: the spool and Postfix's hold queue's
+/// ledger of the generation sessions share now.
+struct HeldInForce(InForce);
+
+impl floodgate::policy::held::HeldSource for HeldInForce {
+    fn spool(&self) -> Option<Arc<floodgate::hold::Spool>> {
+        self.0.get().and_then(|s| s.hold.clone())
+    }
+
+    fn ledger(&self) -> Option<Arc<floodgate::hold::postfix::Ledger>> {
+        self.0
+            .get()
+            .and_then(|s| s.postfix.as_ref().map(|p| p.ledger().clone()))
     }
 }
 
@@ -935,6 +949,9 @@ fn print_listening(server: &Server, extra: &[String], log: &floodgate::logs::Log
     for (name, addr, tls) in server.local_addrs() {
         text.push_str(&format!("listening {name} {addr} {}\n", tls.as_str()));
         info!(listener = %name, address = %addr, tls = tls.as_str(), "listening");
+    }
+    for (name, address) in server.milter_addrs() {
+        text.push_str(&format!("milter {name} {address}\n"));
     }
     for line in extra {
         text.push_str(line);
@@ -1175,7 +1192,7 @@ fn check(path: PathBuf, user: Option<String>) -> anyhow::Result<()> {
     if let Some(line) = checked_as {
         writeln!(out, "{line}")?;
     }
-    check_listeners(&config, &mut out)?;
+    check_listeners(&generation, &mut out)?;
     check_hold(&generation, &mut out)?;
     check_tls_and_admin(&config, &mut out)?;
     check_upstream(&config, &mut out)?;
@@ -1189,6 +1206,9 @@ fn check(path: PathBuf, user: Option<String>) -> anyhow::Result<()> {
     }
     for w in warnings(&generation.policy) {
         writeln!(out, "warning: {w}")?;
+    }
+    for w in floodgate::milter::mode::warnings(&config, &generation.policy) {
+        writeln!(out, "warning: milter mode: {w}")?;
     }
     for w in path_warnings {
         writeln!(out, "warning: {w}")?;
@@ -1232,8 +1252,38 @@ fn check_as_service_user(path: &Path, user: Option<&str>) -> anyhow::Result<Opti
     )))
 }
 
-/// `floodgate check`: each listener.
-fn check_listeners(config: &Config, out: &mut Vec<u8>) -> anyhow::Result<()> {
+/// `floodgate check`: each listener, the modes they make, each policy service with what its
+/// limits need that Postfix's policy requests do not carry, and each milter.
+fn check_listeners(generation: &Generation, out: &mut Vec<u8>) -> anyhow::Result<()> {
+    let config = &generation.config;
+    let mut modes = Vec::new();
+    if !config.listeners.is_empty() {
+        modes.push("proxy (SMTP in front of [upstream])");
+    }
+    if !config.policy_services.is_empty() {
+        modes.push("Postfix policy service (check_policy_service: no message content)");
+    }
+    if !config.milters.is_empty() {
+        modes.push("Postfix milter (smtpd_milters, non_smtpd_milters)");
+    }
+    writeln!(out, "mode: {}", modes.join(", "))?;
+    for (p, listen) in &config.policy_services {
+        let at = match listen {
+            floodgate::config::PolicyListen::Unix(path, mode) => {
+                format!("unix:{} mode={mode:04o}", path.display())
+            }
+            floodgate::config::PolicyListen::Tcp(addr) => format!("inet:{addr}"),
+        };
+        writeln!(out, "policy_service {}: {at}", p.display_name())?;
+    }
+    if !config.policy_services.is_empty() {
+        for w in floodgate::policy_service::blind::blind_spots(&generation.policy) {
+            writeln!(out, "warning: policy service: {w}")?;
+        }
+    }
+    for line in floodgate::milter::mode::describe(config) {
+        writeln!(out, "{line}")?;
+    }
     for l in &config.listeners {
         writeln!(
             out,
@@ -1277,6 +1327,19 @@ fn check_hold(generation: &Generation, out: &mut Vec<u8>) -> anyhow::Result<()> 
                 "hold: paced messages (action = \"pace\") are released automatically at their limit's rate, oldest first per key, retried with backoff when upstream fails; they do not expire"
             )?;
         }
+    }
+    if let Some(p) = &generation.postfix {
+        writeln!(
+            out,
+            "postfix: hold queue of config_directory={} through {} -j, {} -q, {} -H/-d (each at most {}s); ledger={} max_held={}",
+            p.config_directory.display(),
+            p.postqueue.display(),
+            p.postcat.display(),
+            p.postsuper.display(),
+            p.command_timeout.as_secs(),
+            p.ledger.display(),
+            p.max_held
+        )?;
     }
     Ok(())
 }

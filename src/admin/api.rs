@@ -44,7 +44,7 @@ use super::held;
 use super::http::{Request, Response};
 use super::inspect::{database_key, reading_of_key, TopBuilder};
 use super::Metrics;
-use crate::proxy::release::{blocking, HeldError};
+use crate::proxy::release::HeldError;
 use crate::server::Control;
 use crate::store::open::Opened;
 use crate::store::{now_micros, Record, StoreError};
@@ -77,8 +77,28 @@ pub(super) fn held_error(e: &HeldError) -> Response {
         HeldError::Busy(_) => 409,
         HeldError::Spool(s) => spool_status(s),
         HeldError::Release(_) => 502,
+        HeldError::Postfix(p) => postfix_status(p),
     };
     Response::error(status, &e.to_string())
+}
+
+/// The status of an error of Postfix's hold queue: 404 for a message not held (any more),
+/// 409 for one another request is acting on, 502 when Postfix's commands failed, 500
+/// otherwise.
+pub(super) fn postfix_status(e: &crate::hold::postfix::PostfixError) -> u16 {
+    use crate::hold::postfix::PostfixError;
+    if e.is_not_held() {
+        404
+    } else if e.is_busy() {
+        409
+    } else if matches!(
+        e,
+        PostfixError::Command(_) | PostfixError::Unexpected { .. }
+    ) {
+        502
+    } else {
+        500
+    }
 }
 
 /// The status of a spool error: 404 for a message not held, 409 for one another request
@@ -90,6 +110,15 @@ pub(super) fn spool_status(e: &crate::hold::SpoolError) -> u16 {
         SpoolError::Busy(_) => 409,
         _ => 500,
     }
+}
+
+/// The answer when neither `[hold]` nor `[postfix]` is configured.
+fn no_hold() -> Response {
+    Response::error(
+        404,
+        "no hold: the configuration has neither a [hold] section (floodgate's own spool) \
+         nor a [postfix] section (Postfix's hold queue)",
+    )
 }
 
 fn store_error(e: &StoreError) -> Response {
@@ -280,43 +309,35 @@ impl AdminState {
         }
     }
 
-    /// `GET /v1/held`: every held message, or those of `key` (folded), or of the key as
-    /// `typed` when none is held for the folded one.
+    /// `GET /v1/held`: every held message (in the spool and in Postfix's hold queue), or
+    /// those of `key` (folded), or of the key as `typed` when none is held for the folded
+    /// one.
     async fn held_list(&self, key: Option<&str>, typed: Option<&str>) -> Response {
-        let (_, spool) = match self.spool() {
-            Ok(s) => s,
-            Err(r) => return r,
-        };
-        let s = spool.clone();
-        let (key, typed) = (key.map(str::to_string), typed.map(str::to_string));
-        let read = blocking(move || {
-            let Some(key) = key else {
-                return s.list();
-            };
-            let list = s.of_keys(&[&key])?;
-            match typed {
-                Some(t) if list.is_empty() => s.of_keys(&[&t]),
-                _ => Ok(list),
-            }
-        });
-        match read.await {
-            Ok(list) => {
-                let list: Vec<_> = list.iter().map(held::summary).collect();
-                Response::json(200, &json!({ "held": list }))
-            }
-            Err(e) => held_error(&e.into()),
+        let shared = self.control.shared();
+        if !held::any_hold(&shared) {
+            return no_hold();
         }
+        let mut list = match held::list_all(&shared, key).await {
+            Ok(l) => l,
+            Err(e) => return held_error(&e),
+        };
+        if list.is_empty() && typed.is_some() && typed != key {
+            list = match held::list_all(&shared, typed).await {
+                Ok(l) => l,
+                Err(e) => return held_error(&e),
+            };
+        }
+        Response::json(200, &json!({ "held": list }))
     }
 
     async fn held_show(&self, id: &str) -> Response {
-        let (_, spool) = match self.spool() {
-            Ok(s) => s,
-            Err(r) => return r,
-        };
-        let (s, owned) = (spool.clone(), id.to_string());
-        match blocking(move || s.header_section(&owned)).await {
-            Ok((h, section)) => Response::json(200, &held::detail(&h, &section)),
-            Err(e) => held_error(&e.into()),
+        let shared = self.control.shared();
+        if !held::any_hold(&shared) {
+            return no_hold();
+        }
+        match held::show_any(&shared, id).await {
+            Ok(v) => Response::json(200, &v),
+            Err(e) => held_error(&e),
         }
     }
 

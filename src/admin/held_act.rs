@@ -11,17 +11,22 @@
 //! * Each message acted on is one audit line (`target`: its id); a request refused before
 //!   any message is touched is one line with the id, key or ids it named.
 
+use std::sync::Arc;
+
 use serde_json::json;
 
 use super::actor::Actor;
-use super::api::{held_error, spool_status, AdminState};
+use super::api::{held_error, postfix_status, spool_status, AdminState};
 use super::audit::{self, result_of};
 use super::held;
+use super::held::Place;
 use super::http::{Request, Response};
+use crate::hold::postfix::PostfixError;
 use crate::hold::SpoolError;
 use crate::policy::alert::restriction_json;
 use crate::proxy::release::ReleaseBy;
 use crate::proxy::release::{self, HeldError};
+use crate::proxy::Shared;
 use crate::store::{Restriction, StoreError};
 use crate::time::rfc3339;
 
@@ -62,8 +67,11 @@ pub struct HeldAsk<'a> {
 /// Why a release or delete was refused before any message was touched.
 #[derive(Debug, thiserror::Error)]
 pub enum HeldRefusal {
-    /// The configuration has no `[hold]` section.
-    #[error("no hold spool: the configuration has no [hold] section")]
+    /// The configuration has neither `[hold]` nor `[postfix]`.
+    #[error(
+        "no hold: the configuration has neither a [hold] section (floodgate's own spool) \
+         nor a [postfix] section (Postfix's hold queue)"
+    )]
     NoSpool,
     /// `confirm` was neither `true` nor `false`.
     #[error("confirm={0:?}: use confirm=true or confirm=false")]
@@ -81,6 +89,9 @@ pub enum HeldRefusal {
     /// The selection could not be read (an id not held: 404).
     #[error(transparent)]
     Select(#[from] SpoolError),
+    /// The selection could not be read in Postfix's hold queue (an id not held: 404).
+    #[error(transparent)]
+    SelectPostfix(#[from] PostfixError),
     /// The store could not say whether the key is restricted.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -99,6 +110,7 @@ impl HeldRefusal {
                 &json!({ "error": self.to_string(), "restricted": restriction_json(r) }),
             ),
             HeldRefusal::Select(e) => Response::error(spool_status(e), &self.to_string()),
+            HeldRefusal::SelectPostfix(e) => Response::error(postfix_status(e), &self.to_string()),
             HeldRefusal::Store(_) => Response::error(503, &self.to_string()),
         }
     }
@@ -146,34 +158,75 @@ impl AdminState {
     }
 
     /// The selected messages, each with the key it was held for (`None`: an id of
-    /// [`Selection::Ids`] that is no longer held; its action then fails on its own).
+    /// [`Selection::Ids`] that is no longer held; its action then fails on its own), from
+    /// the hold each id names; a key's messages from every hold.
     async fn pick(
-        spool: &std::sync::Arc<crate::hold::Spool>,
+        shared: &Shared,
         sel: Selection<'_>,
-    ) -> Result<Vec<(String, Option<String>)>, SpoolError> {
+    ) -> Result<Vec<(String, Option<String>)>, HeldRefusal> {
         match sel {
-            Selection::Id(id) => Ok(held::select_keyed(spool, Some(id), None)
+            Selection::Id(id) => Ok(Self::one(shared, id)
                 .await?
                 .into_iter()
                 .map(|(i, k)| (i, Some(k)))
                 .collect()),
-            Selection::Key(key) => Ok(held::select_keyed(spool, None, Some(key))
-                .await?
-                .into_iter()
-                .map(|(i, k)| (i, Some(k)))
-                .collect()),
+            Selection::Key(key) => {
+                let mut out = Vec::new();
+                if let Some(spool) = &shared.hold {
+                    out.extend(held::select_keyed(spool, None, Some(key)).await?);
+                }
+                if let Some(pf) = &shared.postfix {
+                    out.extend(held::select_postfix(pf, None, Some(key)).await?);
+                }
+                Ok(out.into_iter().map(|(i, k)| (i, Some(k))).collect())
+            }
             Selection::Ids(ids) => {
                 let mut out = Vec::with_capacity(ids.len());
                 for id in ids {
-                    let key = match held::select_keyed(spool, Some(id), None).await {
+                    let key = match Self::one(shared, id).await {
                         Ok(mut v) => v.pop().map(|(_, k)| k),
-                        Err(SpoolError::NotFound(_)) => None,
+                        Err(HeldRefusal::Select(SpoolError::NotFound(_))) => None,
+                        Err(HeldRefusal::SelectPostfix(e)) if e.is_not_held() => None,
                         Err(e) => return Err(e),
                     };
                     out.push((id.clone(), key));
                 }
                 Ok(out)
             }
+        }
+    }
+
+    /// The message `id` with its key, from the hold its id names.
+    async fn one(shared: &Shared, id: &str) -> Result<Vec<(String, String)>, HeldRefusal> {
+        match (Place::of(shared, id), &shared.postfix, &shared.hold) {
+            (Place::Postfix, Some(pf), _) => Ok(held::select_postfix(pf, Some(id), None).await?),
+            (_, _, Some(spool)) => Ok(held::select_keyed(spool, Some(id), None).await?),
+            _ => Err(SpoolError::NotFound(id.to_string()).into()),
+        }
+    }
+
+    /// Releases or deletes the message `id` in the hold its id names.
+    async fn act_one(
+        shared: &Arc<Shared>,
+        id: &str,
+        release: bool,
+        by: &ReleaseBy,
+    ) -> Result<(), HeldError> {
+        if let (Place::Postfix, Some(pf)) = (Place::of(shared, id), &shared.postfix) {
+            let r = if release {
+                pf.release(id, &by.by).await
+            } else {
+                pf.delete(id, &by.by).await
+            };
+            return r.map(drop).map_err(HeldError::from);
+        }
+        let Some(spool) = shared.hold.clone() else {
+            return Err(SpoolError::NotFound(id.to_string()).into());
+        };
+        if release {
+            release::release_one(shared, &spool, id, by).await
+        } else {
+            release::delete_one(shared, &spool, id, by).await
         }
     }
 
@@ -211,14 +264,14 @@ impl AdminState {
         action: &str,
     ) -> Result<HeldResults, HeldRefusal> {
         let shared = self.control.shared();
-        let Some(spool) = shared.hold.clone() else {
+        if !held::any_hold(&shared) {
             return Err(HeldRefusal::NoSpool);
-        };
+        }
         let confirm = confirmed(ask.confirm)?;
         if ask.release && reason.is_none() {
             return Err(HeldRefusal::NoReason);
         }
-        let picked = Self::pick(&spool, sel).await?;
+        let picked = Self::pick(&shared, sel).await?;
         if ask.release && !confirm {
             let mut keys: Vec<&str> = picked.iter().filter_map(|(_, k)| k.as_deref()).collect();
             keys.sort_unstable();
@@ -242,11 +295,7 @@ impl AdminState {
                 note: (!in_header).then(|| format!("audit {reference}")),
                 at: asked_us.div_euclid(1_000_000),
             };
-            let r = if ask.release {
-                release::release_one(&shared, &spool, &id, &by).await
-            } else {
-                release::delete_one(&shared, &spool, &id, &by).await
-            };
+            let r = Self::act_one(&shared, &id, ask.release, &by).await;
             let result = match &r {
                 Ok(()) => "ok".to_string(),
                 Err(e) => result_of(&held_error(e)),
@@ -262,7 +311,9 @@ impl AdminState {
             // Nothing held for the key: the request is still on record.
             self.audit(who, action, &sel.target(), reason, "ok");
         }
-        crate::proxy::refresh_hold_gauges(&spool, &self.metrics);
+        if let Some(spool) = &shared.hold {
+            crate::proxy::refresh_hold_gauges(spool, &self.metrics);
+        }
         Ok(results)
     }
 

@@ -10,10 +10,13 @@ mod graded;
 mod hold;
 mod identity;
 mod message_keys;
+mod milter;
 mod net;
 mod outcomes;
 mod paths;
 mod policy;
+mod policy_service;
+mod postfix;
 mod report;
 pub mod run_as;
 mod source;
@@ -30,10 +33,13 @@ pub use duration::{parse_duration, ConfigDuration, DurationError};
 pub use hold::{HoldConfig, OnExpiry};
 pub use identity::{IdentityConfig, LoginFold};
 pub use message_keys::MessageKeysConfig;
+pub use milter::{parse_listen, MilterConfig, MilterConfigError, MilterListen};
 pub use net::{Cidr, CidrError};
 pub use outcomes::OutcomesConfig;
 pub use paths::{problem, ConfigPath, PathErrors, PathUse};
 pub use policy::{AuthFailuresConfig, LimitConfig, ListConfig, ListsConfig};
+pub use policy_service::{PolicyListen, PolicyServiceConfig};
+pub use postfix::PostfixConfig;
 pub use report::ReportConfig;
 pub use store::{PasswordError, Secret, StoreConfig, StoreConfigError};
 pub use tokens::{valid_name as valid_token_name, AdminToken, MAX_TOKEN_NAME, MIN_TOKEN_LEN};
@@ -259,6 +265,10 @@ pub struct ListenerConfig {
     pub require_auth: bool,
 }
 
+fn no_listeners() -> Spanned<Vec<ListenerConfig>> {
+    Spanned::new(0..0, Vec::new())
+}
+
 fn default_listener_tls() -> Spanned<TlsMode> {
     Spanned::new(0..0, TlsMode::None)
 }
@@ -432,10 +442,15 @@ struct RawConfig {
     server: ServerConfig,
     #[serde(default)]
     timeouts: Timeouts,
+    #[serde(default = "no_listeners")]
     listener: Spanned<Vec<ListenerConfig>>,
     #[serde(default)]
+    policy_service: Vec<PolicyServiceConfig>,
+    #[serde(default)]
+    milter: Vec<MilterConfig>,
+    #[serde(default)]
     tls: Option<TlsConfig>,
-    upstream: UpstreamConfig,
+    upstream: Option<UpstreamConfig>,
     #[serde(default)]
     smtp: SmtpConfig,
     #[serde(default = "default_store")]
@@ -460,6 +475,8 @@ struct RawConfig {
     #[serde(default)]
     outcomes: Option<Spanned<OutcomesConfig>>,
     #[serde(default)]
+    postfix: Option<Spanned<PostfixConfig>>,
+    #[serde(default)]
     message_keys: MessageKeysConfig,
     #[serde(default)]
     identity: IdentityConfig,
@@ -480,6 +497,10 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// `[[listener]]`, in file order.
     pub listeners: Vec<ListenerConfig>,
+    /// `[[policy_service]]`, in file order, each with where it listens.
+    pub policy_services: Vec<(PolicyServiceConfig, PolicyListen)>,
+    /// `[[milter]]`, in file order, each `listen` checked.
+    pub milters: Vec<MilterConfig>,
     /// `[tls]`, with paths made absolute.
     pub tls: Option<TlsConfig>,
     /// `[upstream]`, with paths made absolute.
@@ -508,6 +529,9 @@ pub struct Config {
     pub hold: Option<Spanned<HoldConfig>>,
     /// `[outcomes]` as written; `None` when absent.
     pub outcomes: Option<Spanned<OutcomesConfig>>,
+    /// `[postfix]` as written; `None` when absent (held mail is in floodgate's own spool
+    /// only).
+    pub postfix: Option<Spanned<PostfixConfig>>,
     /// `[message_keys]` as written (defaults when absent).
     pub message_keys: MessageKeysConfig,
     /// `[identity]`: how logins are folded into accounts (defaults when absent).
@@ -538,20 +562,37 @@ impl Config {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let listeners_span = raw.listener.span();
         let listeners = raw.listener.into_inner();
-        if listeners.is_empty() {
+        let mut policy_services = Vec::with_capacity(raw.policy_service.len());
+        for p in raw.policy_service {
+            let listen = p.resolve(&base).map_err(|(span, m)| at(span, m))?;
+            policy_services.push((p, listen));
+        }
+        if listeners.is_empty() && policy_services.is_empty() && raw.milter.is_empty() {
             return Err(at(
                 listeners_span,
-                "at least one [[listener]] is needed".into(),
+                "at least one [[listener]], [[policy_service]] or [[milter]] is needed".into(),
             ));
         }
         check_listeners(&listeners, &listeners_span, raw.tls.as_ref(), &at)?;
-        let up_span = raw.upstream.address.span();
-        if split_host_port(raw.upstream.address.get_ref()).is_none() {
+        check_milters(&raw.milter, &base, &at)?;
+        let upstream = match raw.upstream {
+            Some(u) => u,
+            None if listeners.is_empty() => local_postfix(),
+            None => {
+                return Err(at(
+                    listeners_span,
+                    "the [[listener]]s relay to a smart host: an [upstream] section is needed"
+                        .into(),
+                ))
+            }
+        };
+        let up_span = upstream.address.span();
+        if split_host_port(upstream.address.get_ref()).is_none() {
             return Err(at(
                 up_span,
                 format!(
                     "upstream address {:?} is not host:port",
-                    raw.upstream.address.get_ref()
+                    upstream.address.get_ref()
                 ),
             ));
         }
@@ -572,7 +613,7 @@ impl Config {
             private_key: abs(t.private_key),
             auth_without_tls: t.auth_without_tls,
         });
-        let mut upstream = raw.upstream;
+        let mut upstream = upstream;
         upstream.ca_file = upstream.ca_file.map(abs);
         graded::check_high_risk(&mut upstream, &abs, &at)?;
         let (metrics, admin) = admin::validate(
@@ -588,6 +629,8 @@ impl Config {
             server: raw.server,
             timeouts: raw.timeouts,
             listeners,
+            policy_services,
+            milters: raw.milter,
             tls,
             upstream,
             smtp,
@@ -602,6 +645,7 @@ impl Config {
             admin,
             hold: raw.hold,
             outcomes: raw.outcomes,
+            postfix: raw.postfix,
             message_keys: raw.message_keys,
             identity: raw.identity,
             source: Source::new(text),
@@ -654,6 +698,12 @@ pub fn server_name_of(u: &UpstreamConfig) -> String {
         .unwrap_or_default()
 }
 
+/// The smart host of a config without `[[listener]]` and without `[upstream]` (Postfix's
+/// policy service alone): the local Postfix on port 25, where alert mail goes.
+fn local_postfix() -> UpstreamConfig {
+    toml::from_str("address = \"127.0.0.1:25\"").expect("a valid [upstream]")
+}
+
 /// Splits `host:port` or `[v6]:port`.
 pub fn split_host_port(s: &str) -> Option<(&str, u16)> {
     let (host, port) = s.rsplit_once(':')?;
@@ -666,6 +716,28 @@ pub fn split_host_port(s: &str) -> Option<(&str, u16)> {
         return None;
     }
     Some((host, port))
+}
+
+/// Refuses a `[[milter]]` whose `listen` or `mode` cannot be read, and two of one name.
+fn check_milters(
+    milters: &[MilterConfig],
+    base: &Path,
+    at: &dyn Fn(Range<usize>, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    let mut seen = std::collections::HashSet::new();
+    for m in milters {
+        m.address(base)
+            .map_err(|e| at(m.listen.span(), e.to_string()))?;
+        m.mode_bits()
+            .map_err(|e| at(m.mode.span(), e.to_string()))?;
+        if !seen.insert(m.display_name()) {
+            return Err(at(
+                m.listen.span(),
+                format!("two [[milter]] named {:?}", m.display_name()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a listener with TLS but no `[tls]`, and one that requires TLS or AUTH (which

@@ -94,7 +94,7 @@ fn tls_listener_without_certificate() {
 #[test]
 fn missing_listener() {
     let e = err("[upstream]\naddress = \"127.0.0.1:25\"\n");
-    assert!(e.contains("missing field `listener`"), "{e}");
+    assert!(e.contains("at least one [[listener]]"), "{e}");
 }
 
 #[test]

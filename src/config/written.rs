@@ -27,6 +27,7 @@ struct Written {
     tls: Keys,
     upstream: Keys,
     outcomes: Keys,
+    postfix: Keys,
 }
 
 impl Written {
@@ -40,6 +41,7 @@ impl Written {
             "tls" => &self.tls,
             "upstream" => &self.upstream,
             "outcomes" => &self.outcomes,
+            "postfix" => &self.postfix,
             _ => return None,
         })
     }
@@ -47,7 +49,7 @@ impl Written {
 
 impl Config {
     /// The span of the value of `key` in `[section]` (one of `store`, `report`, `hold`,
-    /// `admin`, `alerts`, `tls`, `upstream`, `outcomes`); `0..0` (line 1, column 1: the
+    /// `admin`, `alerts`, `tls`, `upstream`, `outcomes`, `postfix`); `0..0` (line 1, column 1: the
     /// file as a whole) when it is not written there.
     pub fn key_span(&self, section: &str, key: &str) -> Range<usize> {
         // The text parsed once already as the whole config, so it parses here too.

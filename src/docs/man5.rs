@@ -25,6 +25,10 @@ const PAGES: &[(&str, &str)] = &[
         "listener.md",
         include_str!("../../docs/configuration/listener.md"),
     ),
+    (
+        "milter.md",
+        include_str!("../../docs/configuration/milter.md"),
+    ),
     ("tls.md", include_str!("../../docs/configuration/tls.md")),
     (
         "upstream.md",
@@ -72,6 +76,14 @@ const PAGES: &[(&str, &str)] = &[
     (
         "outcomes.md",
         include_str!("../../docs/configuration/outcomes.md"),
+    ),
+    (
+        "postfix.md",
+        include_str!("../../docs/configuration/postfix.md"),
+    ),
+    (
+        "policy-service.md",
+        include_str!("../../docs/configuration/policy-service.md"),
     ),
     (
         "message-keys.md",

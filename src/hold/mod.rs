@@ -9,12 +9,14 @@
 //!   aside);
 //! * [`dir`]: the checks of the directory's owner and mode at start;
 //! * [`pace`]: paced messages (`action = "pace"`) waiting for their automatic release;
+//! * [`postfix`]: held mail in Postfix's hold queue (the policy service and the milter);
 //! * `settings`: `[hold]` compiled into [`HoldSettings`].
 
 pub mod dir;
 pub mod format;
 pub mod index;
 pub mod pace;
+pub mod postfix;
 pub mod read;
 mod settings;
 pub mod spool;

@@ -20,6 +20,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use crate::hold::postfix::Ledger;
 use crate::hold::Spool;
 use crate::store::Store;
 
@@ -32,6 +33,11 @@ pub const PUBLISHED_FOR: Duration = Duration::from_secs(30);
 pub trait HeldSource: Send + Sync {
     /// The hold spool in force, if any.
     fn spool(&self) -> Option<Arc<Spool>>;
+
+    /// The ledger of Postfix's hold queue in force (`[postfix]`), if any.
+    fn ledger(&self) -> Option<Arc<Ledger>> {
+        None
+    }
 }
 
 impl<F> HeldSource for F
@@ -63,6 +69,27 @@ impl HeldNow {
         evidence["held"] = self.total.into();
         evidence["held_by_node"] = serde_json::json!(self.by_node);
     }
+}
+
+/// Every key some of `ledger`'s messages (Postfix's hold queue) count for, added to
+/// `counts` as the spool counts its own ([`Spool::per_key`]): under its key, and under its
+/// user where that is another.
+pub fn add_ledger(counts: &mut BTreeMap<String, u64>, ledger: &Ledger) {
+    for e in ledger.all() {
+        *counts.entry(e.key.clone()).or_default() += 1;
+        if let Some(u) = e.user.as_deref().filter(|u| *u != e.key) {
+            *counts.entry(u.to_string()).or_default() += 1;
+        }
+    }
+}
+
+/// How many of `ledger`'s messages count for `key` (held under it, or sent by it as user).
+pub fn ledger_count_for(ledger: &Ledger, key: &str) -> u64 {
+    ledger
+        .all()
+        .iter()
+        .filter(|e| e.key == key || e.user.as_deref() == Some(key))
+        .count() as u64
 }
 
 /// The name a node's counts are published under: `NAME|MACHINE|SPOOL_DIR` (`NAME`: its
@@ -125,10 +152,22 @@ impl HeldReader {
         }
     }
 
+    /// This node's held messages in Postfix's hold queue (its ledger), when it has one, and
+    /// the node's id by the ledger's path.
+    fn ledger(&self, node: &str) -> Option<(Arc<Ledger>, String)> {
+        let ledger = self.source.as_ref()?.ledger()?;
+        let id = node_id(node, ledger.path());
+        Some((ledger, id))
+    }
+
     /// What is held for `key` now on every node, this one being named `node`.
     pub async fn now(&self, key: &str, node: &str) -> HeldNow {
         let owned = key.to_string();
-        let (mine, me) = self.read_spool(node, move |s| s.count_for(&owned)).await;
+        let (mut mine, mut me) = self.read_spool(node, move |s| s.count_for(&owned)).await;
+        if let Some((ledger, id)) = self.ledger(node) {
+            mine += ledger_count_for(&ledger, key);
+            me = me.or(Some(id));
+        }
         let mut by_node: BTreeMap<String, u64> = BTreeMap::new();
         if self.store.shares_state() {
             match self.store.held_counts(key).await {
@@ -157,7 +196,11 @@ impl HeldReader {
         if !self.store.shares_state() {
             return;
         }
-        let (counts, me) = self.read_spool(node, Spool::per_key).await;
+        let (mut counts, mut me) = self.read_spool(node, Spool::per_key).await;
+        if let Some((ledger, id)) = self.ledger(node) {
+            add_ledger(&mut counts, &ledger);
+            me = me.or(Some(id));
+        }
         let Some(me) = me else {
             return;
         };
@@ -199,6 +242,43 @@ pub async fn run<P: Publisher>(policy: P, every: Duration, stop: CancellationTok
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hold::postfix::LedgerEntry;
+
+    #[test]
+    fn postfix_s_hold_counts_for_its_key_and_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("l"), 10).unwrap();
+        for (id, key, user) in [
+            ("AAAAA1", "alice", Some("alice")),
+            ("AAAAA2", "192.0.2.7", Some("alice")),
+            ("AAAAA3", "www-data", None),
+        ] {
+            ledger
+                .record(LedgerEntry {
+                    queue_id: id.into(),
+                    key: key.into(),
+                    limit: "l".into(),
+                    reason: String::new(),
+                    time: 0,
+                    sender: String::new(),
+                    recipients: vec![],
+                    size: 0,
+                    client: None,
+                    user: user.map(str::to_string),
+                })
+                .unwrap();
+        }
+        let mut counts = BTreeMap::from([("alice".to_string(), 1u64)]);
+        add_ledger(&mut counts, &ledger);
+        assert_eq!(
+            counts["alice"], 3,
+            "one in the spool, two in Postfix's hold queue"
+        );
+        assert_eq!((counts["192.0.2.7"], counts["www-data"]), (1, 1));
+        assert_eq!(ledger_count_for(&ledger, "alice"), 2);
+        assert_eq!(ledger_count_for(&ledger, "www-data"), 1);
+        assert_eq!(ledger_count_for(&ledger, "carol"), 0);
+    }
 
     #[test]
     fn node_ids_carry_the_name_the_machine_and_the_spool() {

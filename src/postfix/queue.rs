@@ -1,7 +1,7 @@
 //! What Postfix's own commands say of its queue: `postqueue -j` (one JSON object a line,
 //! Postfix 3.1 and later) and the `Received:` line Postfix's pickup writes for mail handed
 //! to the local `sendmail` (`(Postfix, from userid N)`), which names the local user who
-//! submitted it.
+//! submitted it; and `postcat -q`'s print of a queued message.
 
 use serde::Deserialize;
 use thiserror::Error;
@@ -112,6 +112,56 @@ pub fn pickup_userid(received: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// A queued message as `postcat -q ID` prints it: the header section and the body's size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Postcat {
+    /// The queue it was read from (`hold`, `deferred`, …), from postcat's section lines.
+    pub queue: String,
+    /// The header section, lines joined with `\n`, through the last header line.
+    pub header_section: String,
+    /// Octets of the body as printed (lines and their newlines).
+    pub body_size: u64,
+}
+
+/// The marker line postcat prints before a part of the queue file: `*** NAME queue/ID ***`.
+fn postcat_marker(line: &str) -> Option<(&str, &str)> {
+    let inner = line.strip_prefix("*** ")?.strip_suffix(" ***")?;
+    let (name, place) = inner.rsplit_once(' ')?;
+    let (queue, _id) = place.split_once('/')?;
+    Some((name, queue))
+}
+
+/// Reads `postcat -q ID`'s output: the part after `*** MESSAGE CONTENTS queue/ID ***` up
+/// to the next marker, cut at its first empty line into the header section and the body.
+/// `None` when the output has no message contents.
+pub fn read_postcat(text: &str) -> Option<Postcat> {
+    let mut lines = text.split('\n');
+    let queue = lines.by_ref().find_map(|l| match postcat_marker(l) {
+        Some(("MESSAGE CONTENTS", q)) => Some(q.to_string()),
+        _ => None,
+    })?;
+    let mut header: Vec<&str> = Vec::new();
+    let mut body_size = 0u64;
+    let mut in_body = false;
+    for l in lines {
+        if postcat_marker(l).is_some() {
+            break;
+        }
+        if in_body {
+            body_size += l.len() as u64 + 1;
+        } else if l.is_empty() {
+            in_body = true;
+        } else {
+            header.push(l);
+        }
+    }
+    Some(Postcat {
+        queue,
+        header_section: header.join("\n"),
+        body_size,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +251,45 @@ mod tests {
         assert_eq!(pickup_userid("by h (Postfix, from userid 12"), None);
     }
 
+    /// `postcat -q` of a held message, as Postfix 3.8 prints it.
+    const POSTCAT: &str = "*** ENVELOPE RECORDS hold/4Q9kTq1wXMz7Lf ***\n\
+message_size:             120              90               1               0             120\n\
+sender: alice@example.org\n\
+recipient: bob@example.net\n\
+*** MESSAGE CONTENTS hold/4Q9kTq1wXMz7Lf ***\n\
+Received: by mail.example.org (Postfix, from userid 33)\n\
+\tid 4Q9kTq1wXMz7Lf; Sat, 7 Dec 2026 03:00:00 +0000 (UTC)\n\
+Subject: Invoice\n\
+\n\
+Hello,\n\
+pay.\n\
+*** HEADER EXTRACTED hold/4Q9kTq1wXMz7Lf ***\n\
+original_recipient: bob@example.net\n\
+*** MESSAGE FILE END hold/4Q9kTq1wXMz7Lf ***\n";
+
+    #[test]
+    fn postcat_gives_the_header_section_and_the_body_size() {
+        let m = read_postcat(POSTCAT).unwrap();
+        assert_eq!(m.queue, "hold");
+        assert_eq!(
+            m.header_section,
+            "Received: by mail.example.org (Postfix, from userid 33)\n\
+             \tid 4Q9kTq1wXMz7Lf; Sat, 7 Dec 2026 03:00:00 +0000 (UTC)\nSubject: Invoice"
+        );
+        assert_eq!(m.body_size, "Hello,\npay.\n".len() as u64);
+        assert_eq!(
+            read_postcat("postcat: fatal: open queue file X: No such file"),
+            None
+        );
+        assert_eq!(read_postcat("*** MESSAGE CONTENTS nowhere ***\n"), None);
+        let headers_only =
+            read_postcat("*** MESSAGE CONTENTS deferred/ABCDE ***\nSubject: x\n").unwrap();
+        assert_eq!(
+            (headers_only.queue.as_str(), headers_only.body_size),
+            ("deferred", 0)
+        );
+    }
+
     proptest! {
         #[test]
         fn any_text_never_panics(text in "\\PC{0,300}") {
@@ -208,6 +297,30 @@ mod tests {
                 let _ = (e.queue_name(), e.has_plain_id());
             }
             let _ = pickup_userid(&text);
+            if let Some(m) = read_postcat(&text) {
+                prop_assert!(m.header_section.len() + m.body_size as usize <= text.len());
+            }
+        }
+
+        #[test]
+        fn postcat_reads_back_what_it_printed(queue in "[a-z]{1,10}", headers in prop::collection::vec("[A-Z][a-z]{0,8}: [ -~]{0,30}", 0..5), body in prop::collection::vec("[ -~]{0,40}", 0..5)) {
+            let mut text = format!("*** ENVELOPE RECORDS {queue}/ABCDE ***\nsender: a@b\n*** MESSAGE CONTENTS {queue}/ABCDE ***\n");
+            for h in &headers {
+                text.push_str(h);
+                text.push('\n');
+            }
+            text.push('\n');
+            let mut body_size = 0;
+            for b in &body {
+                text.push_str(b);
+                text.push('\n');
+                body_size += b.len() as u64 + 1;
+            }
+            text.push_str(&format!("*** HEADER EXTRACTED {queue}/ABCDE ***\n"));
+            let m = read_postcat(&text).unwrap();
+            prop_assert_eq!(m.queue, queue);
+            prop_assert_eq!(m.header_section, headers.join("\n"));
+            prop_assert_eq!(m.body_size, body_size);
         }
 
         #[test]

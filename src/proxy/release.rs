@@ -277,6 +277,9 @@ pub enum HeldError {
     /// Upstream did not take the message.
     #[error("{0}; the message stays held")]
     Release(#[from] ReleaseError),
+    /// A message in Postfix's hold queue could not be shown, released or deleted.
+    #[error(transparent)]
+    Postfix(#[from] crate::hold::postfix::PostfixError),
 }
 
 impl From<SpoolError> for HeldError {

@@ -42,6 +42,9 @@ pub struct Shared {
     pub names: Arc<NameResolver>,
     /// The hold spool, when `[hold]` is configured.
     pub hold: Option<Arc<crate::hold::Spool>>,
+    /// Postfix's hold queue and the ledger of what floodgate held there, when `[postfix]`
+    /// is configured (the same ledger across reloads).
+    pub postfix: Option<Arc<crate::hold::postfix::PostfixHold>>,
     /// How to reach the second smart host, `[upstream.high_risk]`, when configured.
     pub high_risk: Option<UpstreamSettings>,
     /// Paced messages waiting for their release (the same book across reloads).

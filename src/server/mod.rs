@@ -54,6 +54,15 @@ pub enum ServerError {
     /// The hold spool cannot be used.
     #[error(transparent)]
     Hold(#[from] crate::hold::SpoolError),
+    /// A `[[milter]]` cannot listen.
+    #[error(transparent)]
+    Milter(#[from] crate::milter::MilterListenError),
+    /// The ledger of Postfix's hold queue cannot be used.
+    #[error("[postfix] ledger: {0}")]
+    PostfixLedger(#[from] crate::hold::postfix::LedgerError),
+    /// A `[[policy_service]]` cannot listen.
+    #[error(transparent)]
+    PolicyService(#[from] crate::policy_service::PolicyListenError),
 }
 
 /// Why a reload was refused (the generation in force stays).
@@ -134,6 +143,12 @@ fn build(
         )?)),
         None => None,
     };
+    let postfix = match generation.postfix.as_ref().filter(|_| open_hold) {
+        Some(p) => Some(Arc::new(crate::hold::postfix::PostfixHold::open(
+            p.clone(),
+        )?)),
+        None => None,
+    };
     let high_risk = UpstreamSettings::high_risk(config)?;
     Ok(Shared {
         generation,
@@ -143,6 +158,7 @@ fn build(
         metrics,
         names,
         hold,
+        postfix,
         high_risk,
         paced,
     })
@@ -240,6 +256,10 @@ struct Bound {
 /// A running floodgate: bound listeners and the state sessions share.
 pub struct Server {
     bound: Vec<Bound>,
+    /// The `[[milter]]` sockets, served on the runtime that runs the server.
+    milters: Vec<crate::milter::Listener>,
+    /// The `[[policy_service]]` sockets, served on the runtime that runs the server.
+    policy_services: Vec<crate::policy_service::Listener>,
     workers: usize,
     shared: Arc<ArcSwap<Shared>>,
     observers: Arc<Observers>,
@@ -380,11 +400,23 @@ impl Server {
                 metrics: metrics.listener(&l.display_name()),
             });
         }
+        let milters = config
+            .milters
+            .iter()
+            .map(|m| crate::milter::Listener::bind(m, config.base_dir()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let policy_services = config
+            .policy_services
+            .iter()
+            .map(|(p, listen)| crate::policy_service::Listener::bind(p, listen))
+            .collect::<Result<Vec<_>, _>>()?;
         let loads = Arc::new(WorkerLoads::new(workers, config.server.placement));
         register_worker_metrics(&metrics, &loads);
         let _ = in_force.0.set(shared.clone());
         Ok(Server {
             bound,
+            milters,
+            policy_services,
             workers,
             shared,
             observers,
@@ -408,6 +440,14 @@ impl Server {
         self.shared.load().metrics.clone()
     }
 
+    /// The `[[milter]]` sockets, by name, as Postfix's `smtpd_milters` names them.
+    pub fn milter_addrs(&self) -> Vec<(Arc<str>, String)> {
+        self.milters
+            .iter()
+            .map(|m| (m.name.clone(), m.postfix_address()))
+            .collect()
+    }
+
     /// The number of worker threads.
     pub fn workers(&self) -> usize {
         self.workers
@@ -428,7 +468,9 @@ impl Server {
     /// Runs the workers until stopped, then waits for every session to end. Each worker is
     /// an OS thread with a single-threaded event loop that accepts from the shared listening
     /// sockets: a session never changes thread, so no cross-thread wake-ups on the hot path.
-    pub async fn run(self) {
+    pub async fn run(mut self) {
+        let milters = self.start_milters();
+        let policy_services = self.start_policy_services();
         let mut done = Vec::new();
         let mut closed = Vec::new();
         let (inboxes, receivers): (Vec<_>, Vec<_>) =
@@ -486,7 +528,67 @@ impl Server {
         for rx in done {
             let _ = rx.await;
         }
+        tokio::select! {
+            _ = async { milters.wait().await; policy_services.wait().await } => {}
+            _ = self.force.cancelled() => {}
+        }
         info!("all sessions ended");
+    }
+
+    /// Serves the `[[milter]]` sockets on this runtime until the server stops accepting;
+    /// each connection takes the generation in force when it starts. The tracker is
+    /// closed: waiting on it waits for the milter connections to end.
+    fn start_milters(&mut self) -> TaskTracker {
+        let tracker = TaskTracker::new();
+        let shared = self.shared.clone();
+        let ctx: crate::milter::ContextOf = Arc::new(move |name: &Arc<str>| {
+            let s = shared.load();
+            crate::milter::context(
+                s.config(),
+                &s.generation.policy.identity,
+                s.policy.clone(),
+                s.postfix.clone(),
+                name,
+            )
+        });
+        for m in self.milters.drain(..) {
+            let (t, stop, ctx) = (tracker.clone(), self.accepting.clone(), ctx.clone());
+            tracker.spawn(m.serve(ctx, t, stop));
+        }
+        tracker.close();
+        tracker
+    }
+
+    /// The `[[policy_service]]` sockets, by name, as `check_policy_service` names them.
+    pub fn policy_service_addrs(&self) -> Vec<(Arc<str>, String)> {
+        self.policy_services
+            .iter()
+            .map(|p| (p.name.clone(), p.postfix_address()))
+            .collect()
+    }
+
+    /// Serves the `[[policy_service]]` sockets on this runtime until the server stops
+    /// accepting; each connection takes the generation in force when it starts (a reload
+    /// swaps the policy's limits as for the proxy). The tracker is closed: waiting on it
+    /// waits for the connections to end.
+    fn start_policy_services(&mut self) -> TaskTracker {
+        let tracker = TaskTracker::new();
+        let shared = self.shared.clone();
+        let ctx: crate::policy_service::ContextFn = Arc::new(move |name: &Arc<str>| {
+            let s = shared.load();
+            crate::policy_service::Context {
+                policy: s.policy.clone(),
+                identity: s.generation.policy.identity.clone(),
+                name: name.clone(),
+                postfix: s.postfix.clone(),
+            }
+        });
+        for p in self.policy_services.drain(..) {
+            let (t, stop, ctx) = (tracker.clone(), self.accepting.clone(), ctx.clone());
+            tracker.spawn(p.serve(ctx, t, stop));
+        }
+        tracker.close();
+        tracker
     }
 }
 

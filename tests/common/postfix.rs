@@ -64,6 +64,7 @@ use super::dovecot::{self, Dovecot};
 use super::{FloodgateConfig, RawClient};
 
 mod config;
+pub mod local;
 mod maildir;
 
 use super::delivered::find;

@@ -38,15 +38,31 @@ impl Prober {
     }
 
     /// The keys `floodgate check` expects in the table at `path` (the first entry of an
-    /// array of tables; tables made where missing), or `None` when that is no section of
-    /// fixed keys (a value, or a table of free names).
+    /// array of tables; tables made where missing, an array of one table where the model
+    /// wants a sequence the shipped config leaves out), or `None` when that is no section
+    /// of fixed keys (a value, or a table of free names).
     fn keys(&self, path: &[&str]) -> Option<BTreeSet<String>> {
+        let stderr = self.probe(path, false);
+        if stderr.contains("expected a sequence") {
+            return expected(&self.probe(path, true));
+        }
+        expected(&stderr)
+    }
+
+    /// `floodgate check`'s refusal of the shipped config with the unknown key put in the
+    /// table at `path`; a missing last part is made an array of one table when `array`.
+    fn probe(&self, path: &[&str], array: bool) -> String {
         let mut config = self.shipped.clone();
         let mut table = &mut config;
-        for part in path {
-            let entry = table
-                .entry(part.to_string())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        for (i, part) in path.iter().enumerate() {
+            let last = i + 1 == path.len();
+            let entry = table.entry(part.to_string()).or_insert_with(|| {
+                if array && last {
+                    toml::Value::Array(vec![toml::Value::Table(toml::Table::new())])
+                } else {
+                    toml::Value::Table(toml::Table::new())
+                }
+            });
             // An array of tables is probed in its first entry, kept an array.
             let entry = match entry {
                 toml::Value::Array(a) => {
@@ -63,6 +79,24 @@ impl Prober {
             table = entry.as_table_mut().unwrap();
         }
         table.insert(PROBE.into(), toml::Value::Integer(1));
+        self.check_refusal(path, &config)
+    }
+
+    /// The keys of an array of tables (`[[milter]]`) the shipped config has no entry of:
+    /// probed in an entry of its own.
+    fn array_keys(&self, section: &str) -> Option<BTreeSet<String>> {
+        let mut config = self.shipped.clone();
+        let mut entry = toml::Table::new();
+        entry.insert(PROBE.into(), toml::Value::Integer(1));
+        config.insert(
+            section.into(),
+            toml::Value::Array(vec![toml::Value::Table(entry)]),
+        );
+        expected(&self.check_refusal(&[section], &config))
+    }
+
+    /// What `floodgate check` refuses of `config` with the probe in `path`.
+    fn check_refusal(&self, path: &[&str], config: &toml::Table) -> String {
         let file = self.dir.path().join("conf/floodgate.toml");
         fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
         let out = run_with_timeout(
@@ -72,7 +106,7 @@ impl Prober {
             Duration::from_secs(60),
         );
         assert!(!out.ok(), "an unknown key in {path:?} passed check\n{out}");
-        expected(&out.stderr)
+        out.stderr
     }
 }
 
@@ -128,6 +162,8 @@ fn model() -> BTreeMap<String, BTreeSet<String>> {
             None => {
                 if let Some(inner) = p.keys(&[section, NAMED]) {
                     out.insert(format!("{section}.{NAMED}"), inner);
+                } else if let Some(keys) = p.array_keys(section) {
+                    out.insert(section.clone(), keys);
                 }
             }
         }

@@ -557,7 +557,9 @@ fn the_postfix_main_cf_block_means_what_it_says() {
     let all = all_blocks();
     let b = all
         .iter()
-        .find(|b| b.before.trim_end().ends_with("`main.cf`:"))
+        .find(|b| {
+            b.file == "docs/deployment/postfix.md" && b.before.trim_end().ends_with("`main.cf`:")
+        })
         .expect("the main.cf block");
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("main.cf"), &b.text).unwrap();
@@ -583,6 +585,64 @@ fn the_postfix_main_cf_block_means_what_it_says() {
     );
     // No value of the block carries a comment Postfix would keep.
     for l in b.text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        assert!(!l.contains('#'), "{}:{}: {l:?}", b.file, b.line);
+    }
+}
+
+/// The policy service's `main.cf` lines (`docs/deployment/postfix-policy.md`) are read by
+/// Postfix's `postconf` without a warning, name floodgate's socket in the three restriction
+/// lists, fall back to `DUNNO`, and let Postfix close an idle connection before floodgate
+/// does.
+#[test]
+fn the_policy_service_main_cf_block_means_what_it_says() {
+    let all = all_blocks();
+    let b = all
+        .iter()
+        .find(|b| {
+            b.file == "docs/deployment/postfix-policy.md" && b.text.contains("check_policy_service")
+        })
+        .expect("the policy service's main.cf block");
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("main.cf"), &b.text).unwrap();
+    fs::write(dir.path().join("master.cf"), "").unwrap();
+    let params = [
+        "smtpd_recipient_restrictions",
+        "smtpd_data_restrictions",
+        "smtpd_end_of_data_restrictions",
+        "smtpd_policy_service_default_action",
+        "smtpd_policy_service_timeout",
+        "smtpd_policy_service_max_idle",
+        "smtpd_policy_service_max_ttl",
+    ];
+    let out = run_with_timeout(
+        Command::new("/usr/sbin/postconf")
+            .arg("-c")
+            .arg(dir.path())
+            .arg("-h")
+            .args(params),
+        Duration::from_secs(30),
+    );
+    assert!(out.ok() && out.stderr.trim().is_empty(), "{out}");
+    let values: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(values.len(), params.len(), "{out}");
+    for list in &values[..3] {
+        assert!(
+            list.ends_with("check_policy_service unix:private/floodgate"),
+            "{list:?}: floodgate is not the list's last check"
+        );
+    }
+    assert_eq!(values[3], "DUNNO", "{out}");
+    let secs = |v: &str| -> u64 { v.strip_suffix('s').unwrap().parse().unwrap() };
+    assert!(secs(values[4]) > 0, "{out}");
+    let idle = floodgate::policy_service::conn::IDLE.as_secs();
+    assert!(
+        secs(values[5]) < idle,
+        "max_idle {}: Postfix keeps an idle connection longer than floodgate ({idle} s)",
+        values[5]
+    );
+    assert!(secs(values[6]) >= secs(values[5]), "{out}");
+    // No value carries a comment Postfix would keep.
+    for l in b.text.lines() {
         assert!(!l.contains('#'), "{}:{}: {l:?}", b.file, b.line);
     }
 }

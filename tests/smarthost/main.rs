@@ -12,5 +12,6 @@ mod smarthost_postfix_logins;
 mod smarthost_postfix_mail;
 mod smarthost_postfix_message;
 mod smarthost_postfix_outcomes;
+mod smarthost_postfix_queue;
 mod smarthost_postfix_reroute;
 mod smarthost_postfix_restrict;

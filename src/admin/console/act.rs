@@ -47,6 +47,7 @@ fn held_status(e: &HeldError) -> u16 {
         HeldError::Busy(_) => 409,
         HeldError::Release(_) => 502,
         HeldError::Spool(_) => 500,
+        HeldError::Postfix(p) => crate::admin::api::postfix_status(p),
     }
 }
 

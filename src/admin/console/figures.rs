@@ -78,22 +78,30 @@ pub async fn held_of(c: &Console, key: &str) -> Result<Vec<HeldHead>, String> {
         .map_err(|e| html::text(&e.to_string(), 300))
 }
 
-/// How many messages are held now for each key (empty without a hold spool).
+/// How many messages are held now for each key: in the hold spool, and in Postfix's hold
+/// queue (its ledger); empty without either.
 pub async fn held_counts(c: &Console) -> Result<HashMap<String, usize>, String> {
-    let Some(spool) = c.state.control.shared().hold.clone() else {
-        return Ok(HashMap::new());
-    };
-    blocking(move || {
-        spool.indexed(|ix| {
-            let mut counts: HashMap<String, usize> = HashMap::new();
-            for h in ix.all() {
-                *counts.entry(h.envelope.key.clone()).or_default() += 1;
-            }
-            counts
+    let shared = c.state.control.shared();
+    let mut counts = match shared.hold.clone() {
+        Some(spool) => blocking(move || {
+            spool.indexed(|ix| {
+                let mut counts: HashMap<String, usize> = HashMap::new();
+                for h in ix.all() {
+                    *counts.entry(h.envelope.key.clone()).or_default() += 1;
+                }
+                counts
+            })
         })
-    })
-    .await
-    .map_err(|e| html::text(&e.to_string(), 300))
+        .await
+        .map_err(|e| html::text(&e.to_string(), 300))?,
+        None => HashMap::new(),
+    };
+    if let Some(pf) = &shared.postfix {
+        for e in pf.ledger().all() {
+            *counts.entry(e.key).or_default() += 1;
+        }
+    }
+    Ok(counts)
 }
 
 #[cfg(test)]

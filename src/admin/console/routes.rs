@@ -244,7 +244,10 @@ pub async fn route(
             if let Some(id) = p.strip_prefix("/console/held/") {
                 return match id.strip_suffix(".eml") {
                     Some(id) => pages::message::raw(c, id, &shell).await,
-                    None => pages::message::page(c, req, id, &shell).await,
+                    None => match pages::held_postfix::names_postfix(c, id) {
+                        Some(pf) => pages::message::postfix_page(&pf, req, id, &shell).await,
+                        None => pages::message::page(c, req, id, &shell).await,
+                    },
                 };
             }
             error_page(404, &format!("no console page {p}"), &shell)

@@ -106,8 +106,36 @@ pub struct PostfixConfig {
     pub forbid_bare_newline: Option<String>,
     /// `message_size_limit` when set (Postfix's default is 10240000).
     pub message_size_limit: Option<u64>,
+    /// floodgate as a milter ([`PostfixConfig::milters`]); none by default.
+    pub milters: Option<Milters>,
     /// More main.cf lines, written last (so they override the lines above).
     pub main_cf: Vec<String>,
+    /// floodgate as a policy service ([`PostfixConfig::policy_service`]); none by default.
+    pub policy_service: Option<PolicyService>,
+}
+
+/// `check_policy_service` in `smtpd_recipient_restrictions`, `smtpd_data_restrictions`
+/// and `smtpd_end_of_data_restrictions`, with its `default_action` and `timeout`.
+#[derive(Debug, Clone)]
+pub struct PolicyService {
+    /// `unix:/path` or `inet:127.0.0.1:PORT`.
+    pub address: String,
+    /// What Postfix answers when the service is down or slow (`DUNNO`, `DEFER_IF_PERMIT`).
+    pub default_action: String,
+}
+
+/// The milter lines of main.cf: `smtpd_milters`, `non_smtpd_milters`,
+/// `milter_default_action`, with `milter_protocol = 6`.
+#[derive(Debug, Clone)]
+pub struct Milters {
+    /// `smtpd_milters` (`inet:127.0.0.1:PORT`, `unix:/path`; empty: none).
+    pub smtpd: String,
+    /// `non_smtpd_milters` (empty: none).
+    pub non_smtpd: String,
+    /// `milter_default_action`: what Postfix does when the milter is down or slow.
+    pub default_action: String,
+    /// `milter_connect_timeout`, `milter_command_timeout`, `milter_content_timeout`.
+    pub timeout: String,
 }
 
 impl Default for PostfixConfig {
@@ -121,7 +149,9 @@ impl Default for PostfixConfig {
             inet_protocols: "all".into(),
             forbid_bare_newline: None,
             message_size_limit: None,
+            milters: None,
             main_cf: Vec::new(),
+            policy_service: None,
         }
     }
 }
@@ -160,6 +190,29 @@ impl PostfixConfig {
     /// Sets `message_size_limit`.
     pub fn message_size_limit(mut self, bytes: u64) -> Self {
         self.message_size_limit = Some(bytes);
+        self
+    }
+
+    /// floodgate as a milter: `smtpd` for `smtpd_milters`, `non_smtpd` for
+    /// `non_smtpd_milters` (empty: none), Postfix's `milter_default_action` when the milter
+    /// does not answer, and 10 s milter timeouts.
+    pub fn milters(mut self, smtpd: &str, non_smtpd: &str, default_action: &str) -> Self {
+        self.milters = Some(Milters {
+            smtpd: smtpd.into(),
+            non_smtpd: non_smtpd.into(),
+            default_action: default_action.into(),
+            timeout: "10s".into(),
+        });
+        self
+    }
+
+    /// floodgate as Postfix's policy service at `address`, asked at RCPT, DATA and
+    /// END-OF-MESSAGE, with `default_action` when it does not answer (10 s timeout).
+    pub fn policy_service(mut self, address: &str, default_action: &str) -> Self {
+        self.policy_service = Some(PolicyService {
+            address: address.into(),
+            default_action: default_action.into(),
+        });
         self
     }
 
@@ -237,6 +290,32 @@ impl PostfixConfig {
         }
         if let Some(n) = self.message_size_limit {
             t.push_str(&format!("message_size_limit = {n}\n"));
+        }
+        if let Some(m) = &self.milters {
+            t.push_str(&format!(
+                "smtpd_milters = {}\n\
+                 non_smtpd_milters = {}\n\
+                 milter_default_action = {}\n\
+                 milter_protocol = 6\n\
+                 milter_connect_timeout = {t}\n\
+                 milter_command_timeout = {t}\n\
+                 milter_content_timeout = {t}\n",
+                m.smtpd,
+                m.non_smtpd,
+                m.default_action,
+                t = m.timeout
+            ));
+        }
+        if let Some(p) = &self.policy_service {
+            let check = format!(
+                "check_policy_service {{ {}, default_action={}, timeout=10s }}",
+                p.address, p.default_action
+            );
+            t.push_str(&format!(
+                "smtpd_recipient_restrictions = {check}\n\
+                 smtpd_data_restrictions = {check}\n\
+                 smtpd_end_of_data_restrictions = {check}\n"
+            ));
         }
         for line in &self.main_cf {
             t.push_str(line);

@@ -495,9 +495,9 @@ fn header_note(in_header: bool) -> &'static str {
 
 /// `GET /console/held`.
 pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
-    let Some(spool) = c.state.control.shared().hold.clone() else {
-        let b = "<p class=\"muted\">No hold spool: the configuration has no [hold] section.</p>";
-        return html_response(200, html::page("Held messages", Nav::Held, shell, b));
+    let shared = c.state.control.shared();
+    let Some(spool) = shared.hold.clone() else {
+        return no_spool(shared.postfix.as_deref(), req, shell).await;
     };
     let mut filter = Filter::of(req);
     filter.account = c.state.admin_key(&filter.key);
@@ -576,6 +576,10 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
              </button></div></form>",
         );
     }
+    if let Some(pf) = &shared.postfix {
+        let key = Some(filter.key.as_str()).filter(|k| !k.is_empty());
+        b.push_str(&postfix_form(pf, key, shell).await);
+    }
     b.push_str(&paging::links(
         "/console/held",
         &listed,
@@ -584,6 +588,62 @@ pub async fn page(c: &Console, req: &Request, shell: &Shell<'_>) -> Response {
         false,
     ));
     html_response(200, html::page("Held messages", Nav::Held, shell, &b))
+}
+
+/// The Held page without a hold spool: Postfix's hold queue alone, or no hold at all.
+async fn no_spool(
+    pf: Option<&crate::hold::postfix::PostfixHold>,
+    req: &Request,
+    shell: &Shell<'_>,
+) -> Response {
+    let b = match pf {
+        Some(pf) => postfix_only(pf, req, shell).await,
+        None => "<p class=\"muted\">No hold: the configuration has neither a [hold] \
+                 section nor a [postfix] section.</p>"
+            .into(),
+    };
+    html_response(200, html::page("Held messages", Nav::Held, shell, &b))
+}
+
+/// The Held page of a configuration with Postfix's hold queue alone (no `[hold]`).
+async fn postfix_only(
+    pf: &crate::hold::postfix::PostfixHold,
+    req: &Request,
+    shell: &Shell<'_>,
+) -> String {
+    let mut b = html::done_note(req.param("done"), req.param("failed"));
+    let key = req.param("key").map(str::trim).filter(|k| !k.is_empty());
+    b.push_str(&postfix_form(pf, key, shell).await);
+    b
+}
+
+/// Postfix's hold queue's section with its own form to release or delete a selection.
+async fn postfix_form(
+    pf: &crate::hold::postfix::PostfixHold,
+    key: Option<&str>,
+    shell: &Shell<'_>,
+) -> String {
+    let mut b = String::new();
+    if shell.actions {
+        let _ = write!(
+            b,
+            "<form method=\"post\" action=\"/console/act/held/bulk\" id=\"postfix-selection\">{}\
+             <input type=\"hidden\" name=\"back\" value=\"/console/held\">",
+            html::csrf_field(shell)
+        );
+    }
+    b.push_str(&super::held_postfix::section(pf, key, shell.actions).await);
+    if shell.actions {
+        b.push_str(
+            "<p class=\"act-form\"><label>Reason <input name=\"reason\" required \
+             placeholder=\"why\"></label> <button type=\"submit\" name=\"op\" value=\"release\">\
+             Release selected</button> <button type=\"submit\" name=\"op\" value=\"delete\">\
+             Delete selected</button> ",
+        );
+        b.push_str(html::CONFIRM_FIELD);
+        b.push_str("</p></form>");
+    }
+    b
 }
 
 #[cfg(test)]

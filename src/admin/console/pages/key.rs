@@ -564,9 +564,11 @@ pub async fn page(c: &Console, req: &Request, key: &str, shell: &Shell<'_>) -> R
     } else {
         "<span class=\"muted\">counted up to a restriction</span>".into()
     };
-    b.push_str(&summary(key, restricted.as_ref(), delivered, held.len()));
+    // Held in the spool, and in Postfix's hold queue by the milter or policy service.
+    let held_count = held.len() + super::held_postfix::count(c, key);
+    b.push_str(&summary(key, restricted.as_ref(), delivered, held_count));
     if shell.actions {
-        b.push_str(&actions(key, restricted.is_some(), held.len(), shell));
+        b.push_str(&actions(key, restricted.is_some(), held_count, shell));
     }
     // Once the restriction has ended, what admins did is the first thing to read.
     let history = super::key_history::section(c, key).await;

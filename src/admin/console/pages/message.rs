@@ -12,6 +12,7 @@ use crate::admin::console::respond::{error_page, html_response};
 use crate::admin::console::state::Console;
 use crate::admin::http::{Request, Response};
 use crate::hold::format::valid_id;
+use crate::hold::postfix::PostfixHold;
 use crate::hold::{HeldMessage, SpoolError};
 use crate::proxy::release::blocking;
 
@@ -235,6 +236,83 @@ pub async fn page(c: &Console, req: &Request, id: &str, shell: &Shell<'_>) -> Re
     b.push_str(&super::held::headers(m.header_section()));
     b.push_str("</pre>");
     b.push_str(&body_parts(&m.body));
+    html_response(200, html::page("Held message", Nav::Held, shell, &b))
+}
+
+/// `GET /console/held/QUEUEID` for a message in Postfix's hold queue: the ledger's entry
+/// and the header section `postcat` printed.
+pub async fn postfix_page(
+    pf: &PostfixHold,
+    req: &Request,
+    id: &str,
+    shell: &Shell<'_>,
+) -> Response {
+    let (e, m) = match pf.show(id).await {
+        Ok(v) => v,
+        Err(err) if err.is_not_held() => return error_page(404, &err.to_string(), shell),
+        Err(err) => return error_page(502, &err.to_string(), shell),
+    };
+    let mut b = String::with_capacity(16 * 1024);
+    b.push_str(&html::done_note(req.param("done"), req.param("failed")));
+    let rows = [
+        (
+            "queue id",
+            format!(
+                "<code>{}</code> (Postfix's hold queue)",
+                html::escape(&e.queue_id)
+            ),
+        ),
+        ("held at", super::held_postfix::held_at(&e)),
+        ("key", html::key_link(&e.key)),
+        ("limit", html::text(&e.limit, 60)),
+        ("reason", html::text(&e.reason, html::CELL_CHARS)),
+        ("sender", html::text(&e.sender, html::CELL_CHARS)),
+        (
+            "recipients",
+            e.recipients
+                .iter()
+                .map(|r| html::text(r, html::CELL_CHARS))
+                .collect::<Vec<_>>()
+                .join("<br>"),
+        ),
+        ("body size", format!("{} octets", m.body_size)),
+        (
+            "client address",
+            e.client.map_or_else(
+                || "local submission".into(),
+                |c| html::escape(&c.to_string()),
+            ),
+        ),
+        (
+            "login or local user",
+            e.user.as_deref().map_or_else(
+                || "<span class=\"muted\">none</span>".into(),
+                |u| html::text(u, 80),
+            ),
+        ),
+    ];
+    b.push_str("<dl class=\"evidence wide\" id=\"envelope\">");
+    for (k, v) in rows {
+        let _ = write!(b, "<dt>{k}</dt><dd>{v}</dd>");
+    }
+    b.push_str("</dl>");
+    if shell.actions {
+        let _ = write!(
+            b,
+            "<form class=\"act-form\" method=\"post\" action=\"/console/act/held/bulk\">{}\
+             <input type=\"hidden\" name=\"id\" value=\"{}\">\
+             <input type=\"hidden\" name=\"back\" value=\"/console/held\">\
+             <label>Reason <input name=\"reason\" required placeholder=\"why\"></label>\
+             <button type=\"submit\" name=\"op\" value=\"release\">Release</button>\
+             <button type=\"submit\" name=\"op\" value=\"delete\">Delete</button> {}</form>",
+            html::csrf_field(shell),
+            html::attr(&e.queue_id),
+            html::CONFIRM_FIELD
+        );
+    }
+    b.push_str("<h2>Header section</h2><pre id=\"headers\">");
+    b.push_str(&super::held::headers(m.header_section.as_bytes()));
+    b.push_str("</pre>");
     html_response(200, html::page("Held message", Nav::Held, shell, &b))
 }
 

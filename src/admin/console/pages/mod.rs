@@ -2,6 +2,7 @@
 
 pub mod campaigns;
 pub mod held;
+pub mod held_postfix;
 pub mod key;
 pub mod key_history;
 pub mod login;

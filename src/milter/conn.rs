@@ -1,0 +1,307 @@
+//! One milter connection's I/O: packets read from Postfix, handed to the session, answers
+//! written back. The option negotiation comes first; then Postfix describes one SMTP
+//! session after another (`K` starts the next, `Q` ends the connection).
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tracing::{debug, info, warn};
+
+use crate::postfix::milter::{
+    actions, macro_value, negotiate, next_packet, steps, Command, MacroStage, MilterError,
+    Response, Wanted,
+};
+
+use super::session::{Answer, Context, MilterSession};
+
+/// What floodgate asks of Postfix in the negotiation: add-header and quarantine; no
+/// answer awaited for header fields and body chunks; no end-of-headers event (nothing is
+/// decided there; not answered either where Postfix sends it anyway); no unknown commands;
+/// header values as sent; the macros each stage needs.
+pub const WANTED: Wanted<'static> = Wanted {
+    needed_actions: 0,
+    optional_actions: actions::ADD_HEADERS | actions::QUARANTINE | actions::SET_MACRO_LIST,
+    steps: steps::NO_REPLY_HEADER
+        | steps::NO_END_OF_HEADERS
+        | steps::NO_REPLY_END_OF_HEADERS
+        | steps::NO_REPLY_BODY
+        | steps::NO_UNKNOWN
+        | steps::NO_REPLY_UNKNOWN
+        | steps::HEADER_LEADING_SPACE,
+    macros: &[
+        (MacroStage::Connect, "j"),
+        (MacroStage::Helo, "{tls_version}"),
+        (MacroStage::Mail, "i {auth_authen}"),
+        (MacroStage::Rcpt, "i"),
+        (MacroStage::EndOfMessage, "i"),
+    ],
+};
+
+/// Why a milter connection ended before Postfix closed it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    /// Reading or writing failed.
+    #[error("milter connection: {0}")]
+    Io(#[from] std::io::Error),
+    /// Postfix sent a packet floodgate cannot read, or an offer it cannot agree to.
+    #[error(transparent)]
+    Protocol(#[from] MilterError),
+    /// A command before the negotiation.
+    #[error("milter command {0:?} before the option negotiation")]
+    NotNegotiated(char),
+}
+
+/// Macros Postfix sent for the stage of command octet `stage`, kept until that command.
+#[derive(Default)]
+struct Macros {
+    stage: u8,
+    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Macros {
+    fn for_stage(&self, stage: u8) -> Vec<(&[u8], &[u8])> {
+        if self.stage != stage {
+            return Vec::new();
+        }
+        self.pairs
+            .iter()
+            .map(|(n, v)| (n.as_slice(), v.as_slice()))
+            .collect()
+    }
+}
+
+/// One connection's loop.
+pub struct Conn<S> {
+    stream: S,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    steps: Option<u32>,
+    macros: Macros,
+    /// The queue id from the latest `i` macro of this transaction.
+    queue_id: Option<String>,
+    session: MilterSession,
+    ctx: Context,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
+    /// A connection on `stream` for `ctx`'s policy.
+    pub fn new(stream: S, ctx: Context) -> Conn<S> {
+        Conn {
+            stream,
+            rbuf: Vec::with_capacity(8192),
+            wbuf: Vec::with_capacity(256),
+            steps: None,
+            macros: Macros::default(),
+            queue_id: None,
+            session: MilterSession::new(ctx.clone()),
+            ctx,
+        }
+    }
+
+    /// Serves the connection until Postfix closes it or sends something floodgate cannot
+    /// read (then the connection is closed: Postfix applies `milter_default_action`).
+    pub async fn run(mut self) -> Result<(), ConnError> {
+        let ended = self.serve().await;
+        if ended.is_err() {
+            // Answers owed before the bad packet still go out.
+            let _ = self.flush().await;
+        }
+        ended
+    }
+
+    async fn serve(&mut self) -> Result<(), ConnError> {
+        loop {
+            let (code, data, used) = match next_packet(&self.rbuf)? {
+                Some((p, used)) => (p.code, p.data.to_vec(), used),
+                None => {
+                    let mut chunk = [0u8; 16 * 1024];
+                    let n = self.stream.read(&mut chunk).await?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    self.rbuf.extend_from_slice(&chunk[..n]);
+                    continue;
+                }
+            };
+            self.rbuf.drain(..used);
+            let packet = crate::postfix::milter::Packet { code, data: &data };
+            let command = Command::parse(packet)?;
+            if !self.handle(command).await? {
+                self.flush().await?;
+                return Ok(());
+            }
+            // Answers go out once no whole packet waits: one write for what was pipelined.
+            if next_packet(&self.rbuf)?.is_none() {
+                self.flush().await?;
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), ConnError> {
+        if !self.wbuf.is_empty() {
+            self.stream.write_all(&self.wbuf).await?;
+            self.wbuf.clear();
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, r: &Response<'_>) -> Result<(), ConnError> {
+        r.encode(&mut self.wbuf)?;
+        Ok(())
+    }
+
+    fn answer(&mut self, a: &Answer) -> Result<(), ConnError> {
+        let r = match a {
+            Answer::Continue => Response::Continue,
+            Answer::Reply(t) => Response::ReplyCode(t),
+            Answer::Quarantine(t) => Response::Quarantine(t),
+            Answer::AddHeader(n, v) => Response::AddHeader { name: n, value: v },
+        };
+        if let Err(e) = r.encode(&mut self.wbuf) {
+            // A text the policy made that cannot be sent: go on rather than break Postfix.
+            warn!(error = %e, "milter answer left out");
+            if matches!(a, Answer::Reply(_)) {
+                Response::Tempfail.encode(&mut self.wbuf)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers `a` to `command` when Postfix waits for an answer to it.
+    fn reply(&mut self, command: &Command<'_>, a: &Answer) -> Result<(), ConnError> {
+        if command.wants_answer(self.steps.unwrap_or(0)) {
+            self.answer(a)?;
+        }
+        Ok(())
+    }
+
+    /// One command; false when the connection is to end.
+    async fn handle(&mut self, command: Command<'_>) -> Result<bool, ConnError> {
+        if let Command::Negotiate(offer) = command {
+            let agreed = negotiate(offer, &WANTED)?;
+            debug!(
+                version = agreed.options.version,
+                actions = agreed.options.actions,
+                steps = agreed.options.steps,
+                "milter options agreed"
+            );
+            self.steps = Some(agreed.options.steps);
+            self.send(&Response::Negotiate(agreed.options, agreed.macros))?;
+            return Ok(true);
+        }
+        if self.steps.is_none() {
+            return Err(ConnError::NotNegotiated(command_char(&command)));
+        }
+        match command {
+            Command::Negotiate(_) => unreachable!("answered above"),
+            Command::Macros { stage, pairs } => {
+                if let Some(i) = macro_value(&pairs, "i").filter(|i| !i.is_empty()) {
+                    self.queue_id = Some(String::from_utf8_lossy(i).into_owned());
+                }
+                self.macros = Macros {
+                    stage,
+                    pairs: pairs
+                        .iter()
+                        .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                        .collect(),
+                };
+            }
+            Command::Connect {
+                hostname,
+                ref address,
+            } => {
+                let a = self.session.connect(hostname, address).await;
+                self.reply(&command, &a)?;
+            }
+            Command::Helo(name) => {
+                let tls = macro_value(&self.macros.for_stage(b'H'), "{tls_version}")
+                    .is_some_and(|v| !v.is_empty());
+                let a = self.session.helo(name, tls).await;
+                self.reply(&command, &a)?;
+            }
+            Command::Mail(ref args) => {
+                let macros = self.macros.for_stage(b'M');
+                let a = self.session.mail(args, &macros).await;
+                self.reply(&command, &a)?;
+            }
+            Command::Rcpt(ref args) => {
+                let a = self.session.rcpt(args).await;
+                self.reply(&command, &a)?;
+            }
+            Command::Data => {
+                let a = self.session.data().await;
+                self.reply(&command, &a)?;
+            }
+            Command::Header { name, value } => {
+                self.session.header(name, value);
+                self.reply(&command, &Answer::Continue)?;
+            }
+            Command::EndOfHeaders | Command::Unknown(_) => {
+                self.reply(&command, &Answer::Continue)?;
+            }
+            Command::Body(chunk) => {
+                self.session.body(chunk);
+                self.reply(&command, &Answer::Continue)?;
+            }
+            Command::EndOfMessage(chunk) => {
+                self.session.body(chunk);
+                let queue_id = self.queue_id.take();
+                let ending = self.session.end_of_message(queue_id.as_deref()).await;
+                // A hold is written down before Postfix is told: if it cannot be, the
+                // message is refused for now rather than held unknown to floodgate.
+                if let Some(held) = ending.held {
+                    if let Err(e) = super::held::record(&self.ctx, held) {
+                        warn!(error = %e, "held message not recorded: answered tempfail");
+                        self.send(&Response::Tempfail)?;
+                        return Ok(true);
+                    }
+                }
+                for a in &ending.answers {
+                    self.answer(a)?;
+                }
+            }
+            Command::Abort => {
+                self.queue_id = None;
+                self.session.abort();
+            }
+            Command::QuitNewConnection => {
+                self.session = MilterSession::new(self.ctx.clone());
+                self.macros = Macros::default();
+                self.queue_id = None;
+            }
+            Command::Quit => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// The command octet of a command, for errors.
+fn command_char(c: &Command<'_>) -> char {
+    match c {
+        Command::Negotiate(_) => 'O',
+        Command::Macros { .. } => 'D',
+        Command::Connect { .. } => 'C',
+        Command::Helo(_) => 'H',
+        Command::Mail(_) => 'M',
+        Command::Rcpt(_) => 'R',
+        Command::Data => 'T',
+        Command::Header { .. } => 'L',
+        Command::EndOfHeaders => 'N',
+        Command::Body(_) => 'B',
+        Command::EndOfMessage(_) => 'E',
+        Command::Abort => 'A',
+        Command::Quit => 'Q',
+        Command::QuitNewConnection => 'K',
+        Command::Unknown(_) => 'U',
+    }
+}
+
+/// Serves one accepted connection, logging how it ended.
+pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, ctx: Context) {
+    let name = ctx.name.clone();
+    match Conn::new(stream, ctx).run().await {
+        Ok(()) => debug!(milter = %name, "milter connection closed"),
+        Err(e) => info!(milter = %name, error = %e, "milter connection ended"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

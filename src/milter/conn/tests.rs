@@ -1,0 +1,197 @@
+//! The connection loop over an in-memory stream: a whole conversation, and every bad
+//! packet ending the connection with its own error and no answer (Postfix then applies
+//! `milter_default_action`).
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{Conn, ConnError, WANTED};
+use crate::milter::session::Context;
+use crate::policy::AllowAll;
+use crate::postfix::milter::{next_packet, steps, write_packet, MilterError, VERSION};
+
+fn ctx() -> Context {
+    Context {
+        policy: Arc::new(AllowAll),
+        identity: Default::default(),
+        max_message_size: 1 << 20,
+        name: "test".into(),
+        postfix: None,
+    }
+}
+
+/// Postfix 3.7's offer: version 6, every action, every step.
+fn offer() -> Vec<u8> {
+    let mut data = Vec::new();
+    for n in [VERSION, 0x1ff, 0x1f_ffff] {
+        data.extend_from_slice(&n.to_be_bytes());
+    }
+    let mut out = Vec::new();
+    write_packet(&mut out, b'O', &[&data]);
+    out
+}
+
+/// Runs a connection on `input` (then end of input); returns how it ended and what it
+/// answered, packet by packet (code, data).
+async fn converse(input: Vec<u8>) -> (Result<(), ConnError>, Vec<(u8, Vec<u8>)>) {
+    let (mut postfix, floodgate) = tokio::io::duplex(1 << 16);
+    let task = tokio::spawn(Conn::new(floodgate, ctx()).run());
+    postfix.write_all(&input).await.unwrap();
+    postfix.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    postfix.read_to_end(&mut got).await.unwrap();
+    let ended = task.await.unwrap();
+    let mut answers = Vec::new();
+    let mut at = 0;
+    while let Some((p, used)) = next_packet(&got[at..]).unwrap() {
+        answers.push((p.code, p.data.to_vec()));
+        at += used;
+    }
+    assert_eq!(at, got.len(), "a partial answer");
+    (ended, answers)
+}
+
+fn packet(code: u8, parts: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_packet(&mut out, code, &[&parts.concat()]);
+    out
+}
+
+#[tokio::test]
+async fn a_whole_message_is_answered_where_postfix_waits() {
+    let mut input = offer();
+    input.extend(packet(b'D', &[b"C", b"j\0mx.example\0"]));
+    input.extend(packet(
+        b'C',
+        &[
+            b"client.example\0",
+            b"4",
+            &25u16.to_be_bytes(),
+            b"192.0.2.7\0",
+        ],
+    ));
+    input.extend(packet(b'H', &[b"client.example\0"]));
+    input.extend(packet(b'D', &[b"M", b"{auth_authen}\0Alice\0i\0ABC123\0"]));
+    input.extend(packet(b'M', &[b"<a@client.example>\0"]));
+    input.extend(packet(b'R', &[b"<b@dest.example>\0"]));
+    input.extend(packet(b'T', &[]));
+    input.extend(packet(b'L', &[b"Subject\0", b" hi\0"]));
+    input.extend(packet(b'N', &[]));
+    input.extend(packet(b'B', &[b"hello\r\n"]));
+    input.extend(packet(b'E', &[]));
+    input.extend(packet(b'Q', &[]));
+    let (ended, answers) = converse(input).await;
+    ended.unwrap();
+    let codes: Vec<u8> = answers.iter().map(|a| a.0).collect();
+    // Options; connect, HELO, MAIL, RCPT, DATA; nothing for the header, end of headers and
+    // body (no-reply steps); end of message.
+    assert_eq!(codes, b"Occcccc");
+    let agreed = &answers[0].1;
+    let steps_agreed = u32::from_be_bytes(agreed[8..12].try_into().unwrap());
+    assert_eq!(steps_agreed, WANTED.steps);
+    assert!(steps_agreed & steps::NO_REPLY_BODY != 0);
+    // The macro lists follow: MAIL's asks for the login.
+    assert!(agreed.windows(13).any(|w| w == b"{auth_authen}"));
+}
+
+#[tokio::test]
+async fn abort_and_next_connection_keep_the_connection() {
+    let mut input = offer();
+    input.extend(packet(b'M', &[b"<a@x.example>\0"]));
+    input.extend(packet(b'A', &[]));
+    input.extend(packet(b'K', &[]));
+    input.extend(packet(
+        b'C',
+        &[b"c\0", b"4", &1u16.to_be_bytes(), b"192.0.2.1\0"],
+    ));
+    let (ended, answers) = converse(input).await;
+    ended.unwrap();
+    let codes: Vec<u8> = answers.iter().map(|a| a.0).collect();
+    assert_eq!(codes, b"Occ");
+}
+
+#[tokio::test]
+async fn a_packet_of_length_zero_ends_the_connection() {
+    let mut input = offer();
+    input.extend_from_slice(&0u32.to_be_bytes());
+    let (ended, answers) = converse(input).await;
+    let e = ended.unwrap_err();
+    assert!(
+        matches!(e, ConnError::Protocol(MilterError::EmptyPacket)),
+        "{e}"
+    );
+    assert_eq!(e.to_string(), "milter packet of length 0");
+    assert_eq!(answers.len(), 1, "only the options were answered");
+}
+
+#[tokio::test]
+async fn a_packet_too_long_is_refused_from_its_length() {
+    let mut input = offer();
+    input.extend_from_slice(&(64u32 << 20).to_be_bytes());
+    input.push(b'B');
+    let (ended, _) = converse(input).await;
+    let e = ended.unwrap_err();
+    assert!(
+        matches!(e, ConnError::Protocol(MilterError::TooLong(_))),
+        "{e}"
+    );
+    assert!(e.to_string().contains("over the limit"), "{e}");
+}
+
+#[tokio::test]
+async fn an_unknown_command_ends_the_connection() {
+    let mut input = offer();
+    input.extend(packet(b'Z', &[]));
+    let (ended, _) = converse(input).await;
+    let e = ended.unwrap_err();
+    assert_eq!(e.to_string(), "unknown milter command 'Z'");
+}
+
+#[tokio::test]
+async fn a_command_before_the_negotiation_is_refused() {
+    let (ended, answers) = converse(packet(b'H', &[b"x\0"])).await;
+    let e = ended.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "milter command 'H' before the option negotiation"
+    );
+    assert!(answers.is_empty());
+}
+
+#[tokio::test]
+async fn an_old_version_is_refused() {
+    let mut data = Vec::new();
+    for n in [1u32, 0x1ff, 0] {
+        data.extend_from_slice(&n.to_be_bytes());
+    }
+    let (ended, answers) = converse(packet(b'O', &[&data])).await;
+    let e = ended.unwrap_err();
+    assert!(e.to_string().contains("version 1"), "{e}");
+    assert!(answers.is_empty());
+}
+
+#[tokio::test]
+async fn a_malformed_connect_ends_the_connection() {
+    let mut input = offer();
+    input.extend(packet(
+        b'C',
+        &[b"c\0", b"4", &1u16.to_be_bytes(), b"not-an-address\0"],
+    ));
+    let (ended, answers) = converse(input).await;
+    let e = ended.unwrap_err();
+    assert!(
+        e.to_string().contains("malformed milter connect command"),
+        "{e}"
+    );
+    assert_eq!(answers.len(), 1);
+}
+
+#[tokio::test]
+async fn a_cut_packet_at_the_end_is_no_error() {
+    let mut input = offer();
+    input.extend_from_slice(&packet(b'H', &[b"client\0"])[..6]);
+    let (ended, answers) = converse(input).await;
+    ended.unwrap();
+    assert_eq!(answers.len(), 1);
+}
