@@ -15,15 +15,15 @@ pub mod identity;
 pub mod names;
 pub mod notify;
 pub mod pacer;
-mod pool;
 mod received;
+mod relay;
 pub mod release;
 mod reroute;
 pub mod session;
+mod stage;
 pub mod stream;
-mod transaction;
+mod taken;
 pub mod upstream;
-mod xclient;
 
 pub use hold::refresh_gauges as refresh_hold_gauges;
 pub use session::{ListenerInfo, Session, Shared};

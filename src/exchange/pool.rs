@@ -1,4 +1,4 @@
-//! The session's pool of emptied strings, reused for the facts of the next transaction
+//! A session's pool of emptied strings, reused for the facts of the next transaction
 //! (no allocation per command once the pool is warm).
 
 /// Most strings a pool keeps, and the largest (capacity).
@@ -13,6 +13,13 @@ pub(super) fn pool_string(pool: &mut Vec<String>, s: Option<String>) {
             pool.push(s);
         }
     }
+}
+
+/// `text` in a string from `pool` (no allocation once the pool is warm).
+pub(super) fn pooled(pool: &mut Vec<String>, text: &str) -> String {
+    let mut s = pool.pop().unwrap_or_default();
+    s.push_str(text);
+    s
 }
 
 #[cfg(test)]
