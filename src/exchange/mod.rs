@@ -27,25 +27,30 @@
 //!    the policy releases what it reserved for it, so only what the MTA accepted is
 //!    charged.
 //!
-//! How the proxy's stages map onto it (`proxy::session::judge` is [`Exchange::ask`] plus
-//! the act carried out; `proxy::commands::after_upstream` is [`Exchange::hear`]):
+//! An order to take the message (hold, pace, reroute) is kept only when the front end can
+//! carry it out ([`Exchange::taking`], [`Takes`]); a stronger order of the transaction
+//! replaces a milder one (pace, then reroute, then hold). A front end whose own dialogue
+//! ends a transaction (RSET, a new greeting, STARTTLS) says so with [`Exchange::ended`].
 //!
-//! | proxy today | exchange |
+//! How the proxy's stages map onto it. `judge` is `proxy::stage`'s `Session::judge`
+//! ([`Exchange::ask`] plus the act carried out); `hear` is its `Session::hear`
+//! ([`Exchange::hear`] plus the [`After`] carried out, then the dialogue hears):
+//!
+//! | proxy | exchange |
 //! |---|---|
-//! | `serve`: `judge(Connect)` | `ask(Connect)` |
-//! | `helo`: `judge(Helo)`, then greet upstream | `ask(Helo)`; the greeting is not heard by the policy |
-//! | `auth`: `judge(Auth)`, the exchange relayed, `after_upstream(Auth)` | `ask(Auth)`, `hear(Auth, reply)` |
-//! | `mail`: `judge(Mail)`, relayed or pipelined, `after_upstream(Mail)` | `ask(Mail)`, `hear(Mail, reply)` |
-//! | `rcpt`: `judge(Rcpt)`, relayed, `after_upstream(Rcpt)`, dialogue | `ask(Rcpt)`, `hear(Rcpt, reply)` |
-//! | `data`: `judge(Data)`, 354 | `ask(Data)` (nothing is heard) |
-//! | `finish_message`: `judge(Message)`, relayed, held or rerouted, `after_upstream(Message)` | `ask(Message)`, `hear(Message, reply)` (a taken message is heard with floodgate's own `250 … queued as ID`) |
-//! | `forget_txn(true)`: `transaction_abandoned` | `abandon()` |
+//! | `session::serve`: `judge(Connect)` | `ask(Connect)` |
+//! | `commands::helo`: `judge(Helo)`, then greet upstream | `ask(Helo)`; the greeting is not heard by the policy |
+//! | `auth`: `judge(Auth)`, the exchange relayed, `hear(Auth)` | `ask(Auth)`, `hear(Auth, reply)` |
+//! | `commands::mail`: `judge(Mail)`, relayed and `hear(Mail)`, or pipelined and heard with the next command (`hear_policy`) | `ask(Mail)`, `hear(Mail, reply)` |
+//! | `commands::rcpt`: `judge(Rcpt)`, relayed, `hear(Rcpt)` | `ask(Rcpt)`, `hear(Rcpt, reply)` |
+//! | `data` / `bdat` (first chunk): `judge(Data)`, 354 | `ask(Data)` (nothing is heard) |
+//! | `data::finish_message`: `judge(Message)`, relayed (`relay`) or taken (`taken`: held, paced, rerouted), `hear(Message)` | `ask(Message)`, [`Exchange::taken`], [`Exchange::headers`], `hear(Message, reply)` (a taken message is heard with floodgate's own `250 … queued as ID`, or the second smart host's answer) |
+//! | `stage::forget_txn` (RSET, EHLO, STARTTLS, a refused message), the session's end | [`Exchange::ended`] |
 //!
 //! The policy service maps Postfix's `protocol_state` to the same stages (see
 //! `policy_service`); the milter maps its commands.
 
 pub mod act;
-mod pool;
 
 use std::time::Duration;
 
@@ -156,20 +161,20 @@ impl Exchange {
 
     /// Sets the transaction's sender (in a string from the exchange's pool).
     pub fn set_sender(&mut self, sender: &str) {
-        let s = pool::pooled(&mut self.strings, sender);
+        let s = pooled(&mut self.strings, sender);
         let old = self.facts.sender.replace(s);
-        pool::pool_string(&mut self.strings, old);
+        pool_string(&mut self.strings, old);
     }
 
     /// Sets the recipient asked about, and its normalized form as `normalize` writes it
     /// (into an emptied string), both in strings from the exchange's pool.
     pub fn set_recipient(&mut self, recipient: &str, normalize: impl FnOnce(&mut String)) {
-        let s = pool::pooled(&mut self.strings, recipient);
+        let s = pooled(&mut self.strings, recipient);
         let old = self.facts.recipient.replace(s);
-        pool::pool_string(&mut self.strings, old);
+        pool_string(&mut self.strings, old);
         let mut n = match self.facts.recipient_normalized.take() {
             Some(n) => n,
-            None => pool::pooled(&mut self.strings, ""),
+            None => pooled(&mut self.strings, ""),
         };
         n.clear();
         normalize(&mut n);
@@ -356,9 +361,9 @@ impl Exchange {
         self.asked.data = false;
         self.order = None;
         let f = &mut self.facts;
-        pool::pool_string(&mut self.strings, f.sender.take());
-        pool::pool_string(&mut self.strings, f.recipient.take());
-        pool::pool_string(&mut self.strings, f.recipient_normalized.take());
+        pool_string(&mut self.strings, f.sender.take());
+        pool_string(&mut self.strings, f.recipient.take());
+        pool_string(&mut self.strings, f.recipient_normalized.take());
         f.recipients_count = 0;
         f.message_size = 0;
         f.header_from = None;
@@ -366,6 +371,28 @@ impl Exchange {
         f.auto_submitted = false;
         f.message_keys = None;
     }
+}
+
+/// Most strings a session's pool of emptied strings keeps (reused for the facts of the
+/// next transaction: no allocation per command once the pool is warm), and the largest.
+const POOLED_STRINGS: usize = 8;
+const POOLED_STRING_CAPACITY: usize = 1024;
+
+/// Keeps an emptied `s` for reuse, up to the pool's bounds.
+fn pool_string(pool: &mut Vec<String>, s: Option<String>) {
+    if let Some(mut s) = s {
+        if pool.len() < POOLED_STRINGS && s.capacity() <= POOLED_STRING_CAPACITY {
+            s.clear();
+            pool.push(s);
+        }
+    }
+}
+
+/// `text` in a string from `pool` (no allocation once the pool is warm).
+fn pooled(pool: &mut Vec<String>, text: &str) -> String {
+    let mut s = pool.pop().unwrap_or_default();
+    s.push_str(text);
+    s
 }
 
 impl Drop for Exchange {

@@ -218,3 +218,17 @@ fn facts_strings_are_set_and_forgotten() {
     x.ended(true);
     assert!(x.facts().sender.is_none() && x.facts().recipient_normalized.is_none());
 }
+
+#[test]
+fn pool_is_bounded_and_keeps_only_empty_small_strings() {
+    let mut pool = Vec::new();
+    pool_string(&mut pool, None);
+    assert!(pool.is_empty());
+    pool_string(&mut pool, Some("x".repeat(2000)));
+    assert!(pool.is_empty(), "large strings are dropped");
+    for _ in 0..20 {
+        pool_string(&mut pool, Some(String::from("abc")));
+    }
+    assert_eq!(pool.len(), 8);
+    assert!(pool.iter().all(|s| s.is_empty() && s.capacity() >= 3));
+}

@@ -14,7 +14,8 @@ use crate::smtp::dialogue::replies;
 use crate::smtp::reply::Reply;
 
 use super::client::{ReadEnd, Wait};
-use super::data::{bare_policy, Spooled};
+use super::data::bare_policy;
+use super::relay::Spooled;
 use super::session::{Flow, Session};
 use super::upstream::UpstreamError;
 

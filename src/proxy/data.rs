@@ -14,39 +14,22 @@ use tracing::info;
 
 use crate::config::BareLineEndings;
 use crate::policy::Stage;
-use crate::smtp::data::{BarePolicy, DataDecoder, DataOutcome, Wire};
+use crate::smtp::data::{BarePolicy, DataDecoder, DataOutcome};
 use crate::smtp::dialogue::{self, replies};
 use crate::smtp::header_fields::{self, header_end, HeaderFields};
 use crate::smtp::reply::Reply;
 
 use super::client::Wait;
+use super::received;
+use super::relay::{self, Spooled};
 use super::session::{Flow, Session};
 use super::upstream::UpstreamError;
-use super::{received, relay};
 
 /// The decoder's policy for `[smtp] bare_line_endings`.
 pub(super) fn bare_policy(b: BareLineEndings) -> BarePolicy {
     match b {
         BareLineEndings::Reject => BarePolicy::Reject,
         BareLineEndings::Normalize => BarePolicy::Normalize,
-    }
-}
-
-/// A message spooled whole, as it is relayed.
-pub(super) enum Spooled {
-    /// From DATA: its dot-stuffed wire form with the end-of-data line.
-    Data(Wire),
-    /// From BDAT: the message itself, canonical line ends, not stuffed.
-    Chunked(Vec<u8>),
-}
-
-impl AsRef<[u8]> for Spooled {
-    /// The message as the policy reads it (dot-stuffed as it came with DATA).
-    fn as_ref(&self) -> &[u8] {
-        match self {
-            Spooled::Data(wire) => wire.message(),
-            Spooled::Chunked(body) => body,
-        }
     }
 }
 

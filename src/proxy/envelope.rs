@@ -1,6 +1,7 @@
 //! The transaction's envelope as relayed, kept for a message floodgate may take instead of
 //! relaying it (held, paced or rerouted) and for the message's line in the event log.
 
+use crate::logs::text::IpText;
 use crate::smtp::command::Command;
 use crate::smtp::xclient::{ClientName, TEMPUNAVAIL};
 
@@ -25,6 +26,18 @@ impl Envelope {
     pub(super) fn recipients(&self) -> Vec<String> {
         self.rcpts.iter().map(|r| address(r).to_string()).collect()
     }
+}
+
+/// A message floodgate takes, as its log lines name it.
+pub(super) struct Named<'a> {
+    /// The client's address.
+    pub client: &'a IpText,
+    /// The authenticated user, or empty.
+    pub user: &'a str,
+    /// The envelope sender.
+    pub sender: &'a str,
+    /// The message's size as the client sent it.
+    pub size: u64,
 }
 
 /// The address of a RCPT argument (`<a@b> NOTIFY=NEVER` gives `a@b`).

@@ -11,8 +11,8 @@ use crate::hold::{HeldEnvelope, HeldMessage, Spool, SpoolError};
 use crate::policy::{HoldOrder, TakenAnswer};
 use crate::smtp::reply::Reply;
 
+use super::envelope::Named;
 use super::session::Shared;
-use super::taken::{Taken, Who};
 
 /// Sets the hold spool's gauges from what it holds.
 pub fn refresh_gauges(spool: &Spool, metrics: &crate::metrics::Metrics) {
@@ -23,19 +23,19 @@ pub fn refresh_gauges(spool: &Spool, metrics: &crate::metrics::Metrics) {
 }
 
 /// Writes the message of `envelope` and `body` to the hold spool, held or paced as `order`
-/// says: taken with 250 once it is on disk, refused with 451 4.3.1 when the spool is full
-/// (its limits, or its disk or quota), 451 4.3.0 when it cannot be written otherwise (the
-/// client keeps the message and retries).
+/// says: `Ok` with the 250 the client gets once it is on disk; `Err` with the 451 it gets
+/// instead, 4.3.1 when the spool is full (its limits, or its disk or quota), 4.3.0 when it
+/// cannot be written otherwise (the client keeps the message and retries).
 pub(super) async fn store(
     shared: &Shared,
     order: &HoldOrder,
     envelope: HeldEnvelope,
     body: Vec<u8>,
-    who: &Who<'_>,
-) -> Taken {
+    who: &Named<'_>,
+) -> Result<Reply, Reply> {
     let Some(spool) = shared.hold.clone() else {
         // The exchange keeps no order to hold without a hold spool.
-        return Taken::Refused(local_error(&shared.config().server.hostname));
+        return Err(local_error(&shared.config().server.hostname));
     };
     let settings = spool.settings().clone();
     let held = HeldMessage::new(envelope, body);
@@ -59,9 +59,9 @@ pub(super) async fn store(
                 size: who.size,
             };
             note_stored(shared, order, paced, &stored, who);
-            Taken::Answered(Reply::new(250, format!("2.0.0 Ok: queued as {id}")))
+            Ok(Reply::new(250, format!("2.0.0 Ok: queued as {id}")))
         }
-        Err(e) => Taken::Refused(spool_refused(shared, &e, order, &settings, who)),
+        Err(e) => Err(spool_refused(shared, &e, order, &settings, who)),
     }
 }
 
@@ -71,7 +71,7 @@ fn note_stored(
     order: &HoldOrder,
     paced: Option<Paced>,
     stored: &Stored<'_>,
-    who: &Who<'_>,
+    who: &Named<'_>,
 ) {
     let metrics = &shared.metrics;
     metrics.hold.held.inc();
@@ -114,7 +114,7 @@ fn spool_refused(
     e: &SpoolError,
     order: &HoldOrder,
     spool_settings: &crate::hold::HoldSettings,
-    who: &Who<'_>,
+    who: &Named<'_>,
 ) -> Reply {
     // Full (its limits, or its disk or quota) or unwritable: one count, and the
     // postmaster told (at most once a minute).

@@ -10,8 +10,25 @@ use tracing::warn;
 use crate::smtp::data::{encode_data, unstuffed, Wire};
 use crate::smtp::reply::Reply;
 
-use super::data::Spooled;
 use super::upstream::{Upstream, UpstreamError};
+
+/// A message spooled whole, as it is relayed.
+pub(super) enum Spooled {
+    /// From DATA: its dot-stuffed wire form with the end-of-data line.
+    Data(Wire),
+    /// From BDAT: the message itself, canonical line ends, not stuffed.
+    Chunked(Vec<u8>),
+}
+
+impl AsRef<[u8]> for Spooled {
+    /// The message as the policy reads it (dot-stuffed as it came with DATA).
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Spooled::Data(wire) => wire.message(),
+            Spooled::Chunked(body) => body,
+        }
+    }
+}
 
 /// How a message goes upstream.
 pub(super) struct Relay<'a> {

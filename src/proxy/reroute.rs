@@ -14,9 +14,9 @@ use crate::hold::HeldEnvelope;
 use crate::policy::HoldOrder;
 use crate::smtp::reply::Reply;
 
+use super::envelope::Named;
 use super::release::{relay_with_trace, reroute_header, ReleaseError};
 use super::session::Shared;
-use super::taken::{Taken, Who};
 
 /// The client's answer when the second smart host refused a step: its own reply when it
 /// gave one that refuses (4xx or 5xx), else a 451.
@@ -34,20 +34,20 @@ fn unavailable(hostname: &str) -> Reply {
     )
 }
 
-/// Relays the message of envelope `m` and octets `body` to the second smart host: taken
-/// with its answer once it has the message; refused with its refusal, or a 451 when it
-/// cannot be reached.
+/// Relays the message of envelope `m` and octets `body` to the second smart host: `Ok`
+/// with its answer once it has the message; `Err` with the client's refusal (its own, or a
+/// 451 when it cannot be reached).
 pub(super) async fn reroute(
     shared: &Shared,
     order: &HoldOrder,
     m: &HeldEnvelope,
     body: &[u8],
-    who: &Who<'_>,
-) -> Taken {
+    who: &Named<'_>,
+) -> Result<Reply, Reply> {
     let host = &shared.config().server.hostname;
     let Some(settings) = shared.high_risk.as_ref() else {
         // The exchange keeps no order to reroute without the second smart host.
-        return Taken::Refused(unavailable(host));
+        return Err(unavailable(host));
     };
     let recipients = m.rcpts.len();
     let trace = reroute_header(&order.limit, now_secs() as i64);
@@ -69,7 +69,7 @@ pub(super) async fn reroute(
                 "message rerouted"
             );
             metrics.message_relayed(recipients, who.size);
-            Taken::Answered(reply)
+            Ok(reply)
         }
         Err(e) => {
             let reply = match &e {
@@ -93,7 +93,7 @@ pub(super) async fn reroute(
                 "message not rerouted: refused to the client"
             );
             metrics.refused.inc();
-            Taken::Refused(reply)
+            Err(reply)
         }
     }
 }

@@ -6,37 +6,14 @@
 
 use crate::hold::spool::{new_id, now_secs};
 use crate::hold::HeldEnvelope;
-use crate::logs::text::IpText;
 use crate::policy::{HoldOrder, Stage, TakenAnswer};
 use crate::smtp::dialogue;
-use crate::smtp::reply::Reply;
 
-use super::data::Spooled;
-use super::envelope::kept_name;
+use super::envelope::{kept_name, Named};
+use super::relay::{self, Spooled};
 use super::session::{Flow, Session};
 use super::upstream::UpstreamError;
-use super::{hold, relay, reroute};
-
-/// What became of a message floodgate took.
-pub(super) enum Taken {
-    /// It has it (on disk, or the second smart host took it): the answer the client gets,
-    /// heard as upstream's answer to the message.
-    Answered(Reply),
-    /// It could not take it: the refusal the client gets; the transaction is abandoned.
-    Refused(Reply),
-}
-
-/// The message taken, as its log lines name it.
-pub(super) struct Who<'a> {
-    /// The client's address.
-    pub client: &'a IpText,
-    /// The authenticated user, or empty.
-    pub user: &'a str,
-    /// The envelope sender.
-    pub sender: &'a str,
-    /// The message's size as the client sent it.
-    pub size: u64,
-}
+use super::{hold, reroute};
 
 impl Session {
     /// Takes the transaction's message as `order` says instead of relaying it, and answers
@@ -57,7 +34,7 @@ impl Session {
         let envelope = self.held_envelope(&order).await;
         let recipients = envelope.rcpts.len();
         let facts = self.exchange.facts();
-        let who = Who {
+        let who = Named {
             client: &self.client.ip_text,
             user: facts.user.as_deref().unwrap_or(""),
             sender: facts.sender.as_deref().unwrap_or(""),
@@ -72,7 +49,7 @@ impl Session {
             }
         };
         let flow = match taken {
-            Taken::Answered(reply) => {
+            Ok(reply) => {
                 // The policy counts a message taken as one the client sent.
                 self.tally.messages += 1;
                 self.tally.recipients += recipients as u64;
@@ -87,7 +64,7 @@ impl Session {
                     None => Flow::Close,
                 }
             }
-            Taken::Refused(reply) => {
+            Err(reply) => {
                 self.tally.refused += 1;
                 // The transaction is abandoned: its reservations are released.
                 self.reset_txn();
