@@ -181,7 +181,7 @@ fn order(answer: TakenAnswer) -> HoldOrder {
 
 #[test]
 fn a_stronger_order_replaces_a_milder_one() {
-    let pace = TakenAnswer::Pace(crate::hold::pace::PaceRate::parse("10/1h").unwrap());
+    let pace = TakenAnswer::Pace(crate::hold::pace::PaceRate::parse("10/3600s messages").unwrap());
     let mut x = Exchange::new(Box::new(crate::policy::AllowAll), Facts::default());
     x.keep_order(&order(pace.clone()));
     x.keep_order(&order(TakenAnswer::Hold));

@@ -1,6 +1,7 @@
 //! The async session: client side (TLS, STARTTLS), upstream side (connect, greeting,
-//! STARTTLS, XCLIENT / PROXY v2), and the command loop that asks the policy and relays
-//! one command at a time, in order.
+//! STARTTLS, XCLIENT / PROXY v2), and the command loop that relays one command at a time,
+//! in order, as a thin executor of [`crate::exchange`]: `stage` asks and hears through the
+//! exchange, `taken` answers a message floodgate takes, `relay` relays one.
 
 mod auth;
 mod bdat;
