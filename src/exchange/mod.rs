@@ -27,19 +27,25 @@
 //!    the policy releases what it reserved for it, so only what the MTA accepted is
 //!    charged.
 //!
-//! How the proxy's stages map onto it (`proxy::session::judge` is [`Exchange::ask`] plus
-//! the act carried out; `proxy::commands::after_upstream` is [`Exchange::hear`]):
+//! An order to take the message (hold, pace, reroute) is kept only when the front end can
+//! carry it out ([`Exchange::taking`], [`Takes`]); a stronger order of the transaction
+//! replaces a milder one (pace, then reroute, then hold). A front end whose own dialogue
+//! ends a transaction (RSET, a new greeting, STARTTLS) says so with [`Exchange::ended`].
 //!
-//! | proxy today | exchange |
+//! How the proxy's stages map onto it. `judge` is `proxy::stage`'s `Session::judge`
+//! ([`Exchange::ask`] plus the act carried out); `hear` is its `Session::hear`
+//! ([`Exchange::hear`] plus the [`After`] carried out, then the dialogue hears):
+//!
+//! | proxy | exchange |
 //! |---|---|
-//! | `serve`: `judge(Connect)` | `ask(Connect)` |
-//! | `helo`: `judge(Helo)`, then greet upstream | `ask(Helo)`; the greeting is not heard by the policy |
-//! | `auth`: `judge(Auth)`, the exchange relayed, `after_upstream(Auth)` | `ask(Auth)`, `hear(Auth, reply)` |
-//! | `mail`: `judge(Mail)`, relayed or pipelined, `after_upstream(Mail)` | `ask(Mail)`, `hear(Mail, reply)` |
-//! | `rcpt`: `judge(Rcpt)`, relayed, `after_upstream(Rcpt)`, dialogue | `ask(Rcpt)`, `hear(Rcpt, reply)` |
-//! | `data`: `judge(Data)`, 354 | `ask(Data)` (nothing is heard) |
-//! | `finish_message`: `judge(Message)`, relayed, held or rerouted, `after_upstream(Message)` | `ask(Message)`, `hear(Message, reply)` (a taken message is heard with floodgate's own `250 … queued as ID`) |
-//! | `forget_txn(true)`: `transaction_abandoned` | `abandon()` |
+//! | `session::serve`: `judge(Connect)` | `ask(Connect)` |
+//! | `commands::helo`: `judge(Helo)`, then greet upstream | `ask(Helo)`; the greeting is not heard by the policy |
+//! | `auth`: `judge(Auth)`, the exchange relayed, `hear(Auth)` | `ask(Auth)`, `hear(Auth, reply)` |
+//! | `commands::mail`: `judge(Mail)`, relayed and `hear(Mail)`, or pipelined and heard with the next command (`hear_policy`) | `ask(Mail)`, `hear(Mail, reply)` |
+//! | `commands::rcpt`: `judge(Rcpt)`, relayed, `hear(Rcpt)` | `ask(Rcpt)`, `hear(Rcpt, reply)` |
+//! | `data` / `bdat` (first chunk): `judge(Data)`, 354 | `ask(Data)` (nothing is heard) |
+//! | `data::finish_message`: `judge(Message)`, relayed (`relay`) or taken (`taken`: held, paced, rerouted), `hear(Message)` | `ask(Message)`, [`Exchange::taken`], [`Exchange::headers`], `hear(Message, reply)` (a taken message is heard with floodgate's own `250 … queued as ID`, or the second smart host's answer) |
+//! | `stage::forget_txn` (RSET, EHLO, STARTTLS, a refused message), the session's end | [`Exchange::ended`] |
 //!
 //! The policy service maps Postfix's `protocol_state` to the same stages (see
 //! `policy_service`); the milter maps its commands.
@@ -50,7 +56,7 @@ use std::time::Duration;
 
 pub use act::{Act, After};
 
-use crate::policy::{Facts, HoldOrder, SessionPolicy, Stage};
+use crate::policy::{Facts, HoldOrder, SessionPolicy, Stage, TakenAnswer};
 use crate::smtp::reply::Reply;
 
 /// The stages of one session and of one transaction asked so far.
@@ -62,6 +68,46 @@ struct Asked {
     data: bool,
 }
 
+/// The ways of taking a message a front end can carry out; an order it cannot carry out is
+/// not kept (the message goes on as if no check had asked to take it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Takes {
+    /// Hold it (a hold spool, Postfix's hold queue).
+    pub hold: bool,
+    /// Pace it (a hold spool that releases it at the limit's rate).
+    pub pace: bool,
+    /// Reroute it (a second smart host).
+    pub reroute: bool,
+}
+
+impl Takes {
+    /// Every way: a front end inside Postfix takes each into Postfix's hold queue.
+    pub const ALL: Takes = Takes {
+        hold: true,
+        pace: true,
+        reroute: true,
+    };
+
+    /// Whether `answer` can be carried out.
+    fn can(self, answer: &TakenAnswer) -> bool {
+        match answer {
+            TakenAnswer::Hold => self.hold,
+            TakenAnswer::Pace(_) => self.pace,
+            TakenAnswer::Reroute => self.reroute,
+        }
+    }
+}
+
+/// How strong a way of taking a message is: a stronger order of the same transaction
+/// replaces a milder one (pace, then reroute, then hold).
+fn strength(a: &TakenAnswer) -> u8 {
+    match a {
+        TakenAnswer::Pace(_) => 0,
+        TakenAnswer::Reroute => 1,
+        TakenAnswer::Hold => 2,
+    }
+}
+
 /// One session's choreography: its policy, the facts it is asked about, and what the
 /// transaction under way has been told and has heard.
 pub struct Exchange {
@@ -70,8 +116,15 @@ pub struct Exchange {
     asked: Asked,
     /// The MAIL of a transaction was heard accepted (the policy keeps charges for it).
     open: bool,
+    /// The exchange ended the last transaction itself (answered or abandoned): nothing of it
+    /// is left to release when the front end's dialogue ends it too.
+    settled: bool,
     /// The transaction's message is taken at its end (hold, pace, reroute).
     order: Option<HoldOrder>,
+    /// The ways of taking a message the front end carries out.
+    takes: Takes,
+    /// Emptied strings of the last transaction's facts, reused by the next one.
+    strings: Vec<String>,
 }
 
 /// The answer an MTA gives by going on after a command floodgate let through: `250` with
@@ -93,8 +146,39 @@ impl Exchange {
             facts,
             asked: Asked::default(),
             open: false,
+            settled: false,
             order: None,
+            takes: Takes::ALL,
+            strings: Vec::new(),
         }
+    }
+
+    /// The exchange, keeping only orders to take a message that `takes` can carry out.
+    pub fn taking(mut self, takes: Takes) -> Exchange {
+        self.takes = takes;
+        self
+    }
+
+    /// Sets the transaction's sender (in a string from the exchange's pool).
+    pub fn set_sender(&mut self, sender: &str) {
+        let s = pooled(&mut self.strings, sender);
+        let old = self.facts.sender.replace(s);
+        pool_string(&mut self.strings, old);
+    }
+
+    /// Sets the recipient asked about, and its normalized form as `normalize` writes it
+    /// (into an emptied string), both in strings from the exchange's pool.
+    pub fn set_recipient(&mut self, recipient: &str, normalize: impl FnOnce(&mut String)) {
+        let s = pooled(&mut self.strings, recipient);
+        let old = self.facts.recipient.replace(s);
+        pool_string(&mut self.strings, old);
+        let mut n = match self.facts.recipient_normalized.take() {
+            Some(n) => n,
+            None => pooled(&mut self.strings, ""),
+        };
+        n.clear();
+        normalize(&mut n);
+        self.facts.recipient_normalized = Some(n);
     }
 
     /// The facts the policy is asked about.
@@ -138,6 +222,7 @@ impl Exchange {
             Stage::Helo => self.asked.helo = true,
             Stage::Mail => {
                 self.asked.mail = true;
+                self.settled = false;
                 self.order = None;
             }
             Stage::Data => self.asked.data = true,
@@ -149,7 +234,7 @@ impl Exchange {
         };
         let act = Act::of(verdict);
         if let Act::Take(order) = &act {
-            self.order = Some(order.clone());
+            self.keep_order(order);
         }
         if !act.goes_on() {
             match stage {
@@ -162,6 +247,18 @@ impl Exchange {
             }
         }
         act
+    }
+
+    /// Keeps `order` when the front end can carry it out and no stronger order of the
+    /// transaction is kept already (a hold stays a hold when a pace is asked after it).
+    fn keep_order(&mut self, order: &HoldOrder) {
+        let stronger = self
+            .order
+            .as_ref()
+            .is_none_or(|kept| strength(&kept.answer) < strength(&order.answer));
+        if self.takes.can(&order.answer) && stronger {
+            self.order = Some(order.clone());
+        }
     }
 
     /// For a front end inside an MTA's path, asked at `stage` but maybe not at the stages
@@ -244,16 +341,29 @@ impl Exchange {
         self.forget_transaction();
     }
 
+    /// The front end's own dialogue ended the transaction (RSET, a new greeting, STARTTLS,
+    /// a message it refused, the end of the session); `abandoned`: the dialogue had it open.
+    /// The policy releases what it reserved unless the exchange ended the transaction
+    /// itself (its message answered or refused), and the facts of the transaction are
+    /// forgotten.
+    pub fn ended(&mut self, abandoned: bool) {
+        if self.in_transaction() || (abandoned && !self.settled) {
+            self.policy.transaction_abandoned();
+        }
+        self.forget_transaction();
+    }
+
     /// Forgets the transaction: its facts, its order, what it asked.
     fn forget_transaction(&mut self) {
         self.open = false;
+        self.settled = true;
         self.asked.mail = false;
         self.asked.data = false;
         self.order = None;
         let f = &mut self.facts;
-        f.sender = None;
-        f.recipient = None;
-        f.recipient_normalized = None;
+        pool_string(&mut self.strings, f.sender.take());
+        pool_string(&mut self.strings, f.recipient.take());
+        pool_string(&mut self.strings, f.recipient_normalized.take());
         f.recipients_count = 0;
         f.message_size = 0;
         f.header_from = None;
@@ -261,6 +371,28 @@ impl Exchange {
         f.auto_submitted = false;
         f.message_keys = None;
     }
+}
+
+/// Most strings a session's pool of emptied strings keeps (reused for the facts of the
+/// next transaction: no allocation per command once the pool is warm), and the largest.
+const POOLED_STRINGS: usize = 8;
+const POOLED_STRING_CAPACITY: usize = 1024;
+
+/// Keeps an emptied `s` for reuse, up to the pool's bounds.
+fn pool_string(pool: &mut Vec<String>, s: Option<String>) {
+    if let Some(mut s) = s {
+        if pool.len() < POOLED_STRINGS && s.capacity() <= POOLED_STRING_CAPACITY {
+            s.clear();
+            pool.push(s);
+        }
+    }
+}
+
+/// `text` in a string from `pool` (no allocation once the pool is warm).
+fn pooled(pool: &mut Vec<String>, text: &str) -> String {
+    let mut s = pool.pop().unwrap_or_default();
+    s.push_str(text);
+    s
 }
 
 impl Drop for Exchange {

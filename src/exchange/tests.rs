@@ -170,3 +170,65 @@ proptest! {
         })?;
     }
 }
+
+fn order(answer: TakenAnswer) -> HoldOrder {
+    HoldOrder {
+        limit: "l".into(),
+        key: "k".into(),
+        answer,
+    }
+}
+
+#[test]
+fn a_stronger_order_replaces_a_milder_one() {
+    let pace = TakenAnswer::Pace(crate::hold::pace::PaceRate::parse("10/3600s messages").unwrap());
+    let mut x = Exchange::new(Box::new(crate::policy::AllowAll), Facts::default());
+    x.keep_order(&order(pace.clone()));
+    x.keep_order(&order(TakenAnswer::Hold));
+    x.keep_order(&order(TakenAnswer::Reroute));
+    x.keep_order(&order(pace));
+    assert_eq!(x.taken().map(|o| &o.answer), Some(&TakenAnswer::Hold));
+}
+
+#[test]
+fn an_order_the_front_end_cannot_carry_out_is_not_kept() {
+    let takes = Takes {
+        hold: true,
+        pace: true,
+        reroute: false,
+    };
+    let mut x = Exchange::new(Box::new(crate::policy::AllowAll), Facts::default()).taking(takes);
+    x.keep_order(&order(TakenAnswer::Reroute));
+    assert!(x.taken().is_none());
+    x.keep_order(&order(TakenAnswer::Hold));
+    assert_eq!(x.taken().map(|o| &o.answer), Some(&TakenAnswer::Hold));
+}
+
+#[test]
+fn facts_strings_are_set_and_forgotten() {
+    let mut x = Exchange::new(Box::new(crate::policy::AllowAll), Facts::default());
+    x.set_sender("a@example.org");
+    x.set_recipient("B@Example.org", |n| n.push_str("b@example.org"));
+    x.set_recipient("C@Example.org", |n| n.push_str("c@example.org"));
+    assert_eq!(x.facts().recipient.as_deref(), Some("C@Example.org"));
+    assert_eq!(
+        x.facts().recipient_normalized.as_deref(),
+        Some("c@example.org")
+    );
+    x.ended(true);
+    assert!(x.facts().sender.is_none() && x.facts().recipient_normalized.is_none());
+}
+
+#[test]
+fn pool_is_bounded_and_keeps_only_empty_small_strings() {
+    let mut pool = Vec::new();
+    pool_string(&mut pool, None);
+    assert!(pool.is_empty());
+    pool_string(&mut pool, Some("x".repeat(2000)));
+    assert!(pool.is_empty(), "large strings are dropped");
+    for _ in 0..20 {
+        pool_string(&mut pool, Some(String::from("abc")));
+    }
+    assert_eq!(pool.len(), 8);
+    assert!(pool.iter().all(|s| s.is_empty() && s.capacity() >= 3));
+}

@@ -5,7 +5,7 @@
 use tracing::info;
 
 use crate::policy::Stage;
-use crate::smtp::dialogue::{self, replies, Heard};
+use crate::smtp::dialogue::{self, replies};
 use crate::smtp::line::LineEvent;
 use crate::smtp::sasl::{Mechanism, SaslObserver};
 
@@ -20,8 +20,8 @@ impl Session {
         mechanism: String,
         initial: Option<String>,
     ) -> Result<Flow, UpstreamError> {
-        self.policy.facts.auth_attempt = None;
-        self.policy.facts.auth_succeeded = false;
+        self.exchange.facts_mut().auth_attempt = None;
+        self.exchange.facts_mut().auth_succeeded = false;
         if let Some(flow) = self.judge(Stage::Auth).await {
             return Ok(flow);
         }
@@ -85,25 +85,33 @@ impl Session {
         let identity = &self.shared.generation.policy.identity;
         let user = typed.map(|t| identity.fold(t).into_owned());
         let login = typed.filter(|t| user.as_deref() != Some(*t));
-        self.policy.facts.auth_attempt = user.clone();
-        self.policy.facts.auth_succeeded = reply.code == 235;
+        // The dialogue takes a 235 as the session's authentication (a second AUTH never
+        // reaches upstream): the facts the policy hears the answer with say so already.
+        let accepted = reply.code == 235 && !self.dialogue.authenticated();
+        let facts = self.exchange.facts_mut();
+        facts.auth_attempt = user.clone();
+        facts.auth_succeeded = reply.code == 235;
+        if accepted {
+            facts.user = user.clone();
+            facts.login = login.map(str::to_string);
+        }
         self.shared.metrics.auth(reply.code == 235);
         let user_text = user.as_deref().unwrap_or("");
-        if self.dialogue.on_upstream(dialogue::Exchange::Auth, &reply) == Heard::Accepted {
-            self.policy.facts.user = user.clone();
-            self.policy.facts.login = login.map(str::to_string);
-            match login {
-                Some(typed) => {
-                    info!(client = %self.client.ip_text, user = user_text, login = typed, mechanism = %mechanism, "authenticated")
-                }
-                None => {
-                    info!(client = %self.client.ip_text, user = user_text, mechanism = %mechanism, "authenticated")
-                }
+        match (accepted, login) {
+            (true, Some(typed)) => {
+                info!(client = %self.client.ip_text, user = user_text, login = typed, mechanism = %mechanism, "authenticated")
             }
-        } else {
-            info!(client = %self.client.ip_text, user = user_text, login = typed.unwrap_or(""), mechanism = %mechanism, code = reply.code, "authentication failed");
+            (true, None) => {
+                info!(client = %self.client.ip_text, user = user_text, mechanism = %mechanism, "authenticated")
+            }
+            (false, _) => {
+                info!(client = %self.client.ip_text, user = user_text, login = typed.unwrap_or(""), mechanism = %mechanism, code = reply.code, "authentication failed");
+            }
         }
-        let Some(reply) = self.after_upstream(Stage::Auth, reply).await else {
+        let Some((reply, _)) = self
+            .hear(Stage::Auth, dialogue::Exchange::Auth, reply)
+            .await
+        else {
             return Ok(Flow::Close);
         };
         self.client.conn.queue(&reply);

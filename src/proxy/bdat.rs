@@ -14,7 +14,8 @@ use crate::smtp::dialogue::replies;
 use crate::smtp::reply::Reply;
 
 use super::client::{ReadEnd, Wait};
-use super::data::{bare_policy, Spooled};
+use super::data::bare_policy;
+use super::relay::Spooled;
 use super::session::{Flow, Session};
 use super::upstream::UpstreamError;
 
@@ -45,7 +46,7 @@ impl Session {
                 }
                 // floodgate's own Received line is part of what is relayed: it counts
                 // towards the size, as for DATA.
-                self.transaction.received = self.received_header().await;
+                self.transaction.received = self.received_line().await;
                 let received = self
                     .transaction
                     .received
@@ -61,8 +62,7 @@ impl Session {
         };
         if !body.announce(size) {
             info!(client = %self.client.ip_text, size = body.announced(), "message refused: chunks over max_message_size");
-            self.tally.refused += 1;
-            self.shared.metrics.refused.inc();
+            self.count_refused();
             self.abort_upstream_txn().await?;
             let reply = body
                 .finish()

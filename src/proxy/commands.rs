@@ -1,16 +1,19 @@
 //! The command loop's driver: each command goes to the dialogue, and its [`Step`] is
-//! carried out here (policy asked, upstream awaited, answer written). DATA, BDAT and AUTH
+//! carried out here (the exchange asked, upstream awaited, answer written): HELO/EHLO with
+//! the XCLIENT before it, MAIL, RCPT, the relayed commands, STARTTLS. DATA, BDAT and AUTH
 //! have their own files.
 
 use tracing::{info, warn};
 
-use crate::policy::{Stage, Verdict};
+use crate::policy::Stage;
 use crate::smtp::command::{Command, MailFrom, RcptTo};
 use crate::smtp::dialogue::{self, replies, Heard, Step};
 use crate::smtp::reply::Reply;
+use crate::smtp::xclient::XclientAttrs;
 
-use super::identity::helo_problem;
-use super::session::{FactSlot, Flow, Session};
+use super::envelope::argument;
+use super::identity::{helo_problem, xclient_reply_problem, IdentityProblem};
+use super::session::{Flow, Session};
 use super::upstream::UpstreamError;
 
 /// What became of a MAIL pipelined upstream with the command just relayed: floodgate
@@ -118,7 +121,7 @@ impl Session {
         name: &str,
     ) -> Result<Flow, UpstreamError> {
         let ehlo = exchange == dialogue::Exchange::Ehlo;
-        self.policy.facts.helo = Some(name.to_string());
+        self.exchange.facts_mut().helo = Some(name.to_string());
         if let Some(flow) = self.judge(Stage::Helo).await {
             return Ok(flow);
         }
@@ -142,21 +145,16 @@ impl Session {
     }
 
     async fn mail(&mut self, cmd: &Command, m: &MailFrom) -> Result<Flow, UpstreamError> {
-        self.policy.set_fact(FactSlot::Sender, m.sender.as_str());
-        self.policy.facts.message_size = dialogue::size_hint(m);
-        // A new transaction: only its own checks may have it taken (held, paced, rerouted).
-        self.transaction.order = None;
+        self.exchange.set_sender(m.sender.as_str());
+        self.exchange.facts_mut().message_size = dialogue::size_hint(m);
+        // A refusal leaves no transaction and no sender (the exchange forgets it).
         if let Some(flow) = self.judge(Stage::Mail).await {
-            if flow == Flow::Next {
-                // Answered by the policy: no transaction, no sender.
-                self.policy.facts.sender = None;
-            }
             return Ok(flow);
         }
         // A declared size over the SIZE announced to the client (upstream's, or floodgate's
         // own if smaller) waits for upstream's refusal at MAIL, where the client expects it.
         let size_fits = match self.dialogue.offered().size {
-            Some(limit) if limit > 0 => self.policy.facts.message_size <= limit,
+            Some(limit) if limit > 0 => self.exchange.facts().message_size <= limit,
             _ => true,
         };
         if size_fits && self.shared.upstream.pipelining() && self.dialogue.upstream_pipelining() {
@@ -171,28 +169,22 @@ impl Session {
             return Ok(Flow::Next);
         }
         let reply = self.up()?.relay(cmd).await?;
-        let Some(reply) = self.after_upstream(Stage::Mail, reply).await else {
+        let Some((reply, accepted)) = self
+            .hear(Stage::Mail, dialogue::Exchange::Mail, reply)
+            .await
+        else {
             return Ok(Flow::Close);
         };
-        match self.dialogue.on_upstream(dialogue::Exchange::Mail, &reply) {
-            Heard::Accepted => self.note_mail(cmd),
-            _ => self.policy.facts.sender = None,
+        if accepted {
+            self.note_mail(cmd);
         }
         self.answer(reply);
         Ok(Flow::Next)
     }
 
     async fn rcpt(&mut self, cmd: &Command, r: &RcptTo) -> Result<Flow, UpstreamError> {
-        self.policy
-            .set_fact(FactSlot::Recipient, r.recipient.as_str());
-        let mut normalized = self
-            .policy
-            .facts
-            .recipient_normalized
-            .take()
-            .unwrap_or_else(|| self.policy.pooled(""));
-        r.recipient.normalized_into(&mut normalized);
-        self.policy.facts.recipient_normalized = Some(normalized);
+        self.exchange
+            .set_recipient(r.recipient.as_str(), |n| r.recipient.normalized_into(n));
         if let Some(flow) = self.judge(Stage::Rcpt).await {
             return Ok(flow);
         }
@@ -203,7 +195,7 @@ impl Session {
                 // Upstream answered this RCPT too (a 503: it has no transaction). The policy
                 // hears that answer, as it hears every answer to a relayed RCPT; the client
                 // hears why there is no transaction.
-                let Some(reply) = self.after_upstream(Stage::Rcpt, reply).await else {
+                let Some(reply) = self.hear_policy(Stage::Rcpt, reply).await else {
                     return Ok(Flow::Close);
                 };
                 self.up()?.recycle(reply);
@@ -213,12 +205,14 @@ impl Session {
             }
             PipelinedMail::Close => return Ok(Flow::Close),
         }
-        let Some(reply) = self.after_upstream(Stage::Rcpt, reply).await else {
+        let Some((reply, accepted)) = self
+            .hear(Stage::Rcpt, dialogue::Exchange::Rcpt, reply)
+            .await
+        else {
             return Ok(Flow::Close);
         };
-        if self.dialogue.on_upstream(dialogue::Exchange::Rcpt, &reply) == Heard::Accepted {
+        if accepted {
             self.note_rcpt(cmd);
-            self.policy.facts.recipients_count = self.dialogue.recipients();
         }
         self.answer(reply);
         Ok(Flow::Next)
@@ -234,7 +228,11 @@ impl Session {
         let Some(reply) = up.take_mail_answer() else {
             return PipelinedMail::Stands;
         };
-        let Some(reply) = self.after_upstream(Stage::Mail, reply).await else {
+        // The exchange forgets a refused sender as it hears the refusal; the log names it.
+        let sender = (!reply.is_completion())
+            .then(|| self.exchange.facts().sender.clone())
+            .flatten();
+        let Some(reply) = self.hear_policy(Stage::Mail, reply).await else {
             return PipelinedMail::Close;
         };
         if reply.is_completion() {
@@ -245,7 +243,7 @@ impl Session {
         }
         info!(
             client = %self.client.ip_text,
-            sender = self.policy.facts.sender.as_deref().unwrap_or(""),
+            sender = sender.as_deref().unwrap_or(""),
             code = reply.code,
             upstream = reply.lines.last().map(String::as_str).unwrap_or(""),
             "sender refused upstream after MAIL was answered"
@@ -253,41 +251,57 @@ impl Session {
         PipelinedMail::Refused(reply)
     }
 
-    /// Tells the policy what upstream answered; it may delay the answer, or (for a reply
-    /// that did not change upstream's state) replace it or close the session. `None`: the
-    /// session ends; what the client is owed is already queued (upstream's answer first,
-    /// then any 421), so a client never misses a success upstream gave.
-    pub(super) async fn after_upstream(&mut self, stage: Stage, reply: Reply) -> Option<Reply> {
-        let replaceable = !reply.is_completion() && !reply.is_intermediate();
-        let verdict =
-            match self
-                .policy
-                .session
-                .after_upstream_now(stage, &self.policy.facts, &reply)
-            {
-                Some(v) => v,
-                None => {
-                    self.policy
-                        .session
-                        .after_upstream(stage, &self.policy.facts, &reply)
-                        .await
-                }
-            };
-        match verdict {
-            Verdict::Delay(d) if !self.pause(d).await => {
-                self.client.conn.queue(&reply);
-                self.stopped();
-                None
-            }
-            Verdict::Reply(r) if replaceable => Some(r),
-            Verdict::Disconnect(r) if replaceable => {
-                self.tally.refused += 1;
-                self.shared.metrics.refused.inc();
-                self.client.conn.queue(&r);
-                None
-            }
-            _ => Some(reply),
+    /// Whether a transaction's message may be taken (a hold spool or a second smart host):
+    /// only then is its MAIL argument kept (the recipients always are, for the event log).
+    fn may_take(&self) -> bool {
+        self.shared.hold.is_some() || self.shared.high_risk.is_some()
+    }
+
+    /// Notes an accepted MAIL for a message that may be taken.
+    fn note_mail(&mut self, cmd: &Command) {
+        if self.may_take() {
+            self.transaction.envelope.mail = Some(argument(cmd));
         }
+        self.transaction.envelope.rcpts.clear();
+    }
+
+    /// Notes an accepted RCPT: for a message that may be taken, and for the message's line
+    /// in the event log.
+    fn note_rcpt(&mut self, cmd: &Command) {
+        self.transaction.envelope.rcpts.push(argument(cmd));
+    }
+
+    /// Sends XCLIENT before the client's first HELO/EHLO is relayed, so upstream learns the
+    /// real client (address, port, names, HELO, protocol) instead of floodgate's own
+    /// address. `Ok(Some(flow))`: the session ends (refusal queued).
+    async fn send_xclient(
+        &mut self,
+        helo: &str,
+        ehlo: bool,
+    ) -> Result<Option<Flow>, UpstreamError> {
+        let names = self.client.names.get().await;
+        let attrs = XclientAttrs {
+            addr: self.client.peer.ip(),
+            port: self.client.peer.port(),
+            name: &names.name,
+            reverse_name: &names.reverse,
+            helo: Some(helo),
+            proto: if ehlo { "ESMTP" } else { "SMTP" },
+            dest: self.client.local,
+            login: None,
+        };
+        let up = self.up()?;
+        let reply = match up.xclient(&attrs).await? {
+            Some(r) => r,
+            None => {
+                let offered = up.caps.xclient.join(" ");
+                return Ok(self.identity_refused(IdentityProblem::XclientNotOffered { offered }));
+            }
+        };
+        let Some(problem) = xclient_reply_problem(&reply) else {
+            return Ok(None);
+        };
+        Ok(self.identity_refused(problem))
     }
 
     async fn starttls(&mut self) -> Result<Flow, UpstreamError> {
@@ -313,8 +327,9 @@ impl Session {
                 // RFC 3207 §4.2: forget everything learned before TLS.
                 self.client.framer =
                     crate::smtp::line::LineFramer::new(self.shared.config().smtp.max_command_line);
-                self.policy.facts.helo = None;
-                self.policy.facts.tls = true;
+                let facts = self.exchange.facts_mut();
+                facts.helo = None;
+                facts.tls = true;
                 let abandoned = self.dialogue.tls_started();
                 self.forget_txn(abandoned);
                 Ok(Flow::Next)

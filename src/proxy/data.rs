@@ -7,20 +7,21 @@
 //! written (`DataDecoder::held`; property-tested and fuzzed against the copying decoder).
 //! A message with any line to change is copied and re-encoded as it is decoded.
 
-use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use memchr::memmem::Finder;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::config::BareLineEndings;
 use crate::policy::Stage;
-use crate::smtp::data::{encode_data, unstuffed, BarePolicy, DataDecoder, DataOutcome, Wire};
+use crate::smtp::data::{BarePolicy, DataDecoder, DataOutcome};
 use crate::smtp::dialogue::{self, replies};
 use crate::smtp::header_fields::{self, header_end, HeaderFields};
 use crate::smtp::reply::Reply;
 
 use super::client::Wait;
+use super::received;
+use super::relay::{self, Spooled};
 use super::session::{Flow, Session};
 use super::upstream::UpstreamError;
 
@@ -29,24 +30,6 @@ pub(super) fn bare_policy(b: BareLineEndings) -> BarePolicy {
     match b {
         BareLineEndings::Reject => BarePolicy::Reject,
         BareLineEndings::Normalize => BarePolicy::Normalize,
-    }
-}
-
-/// A message spooled whole, as it is relayed.
-pub(super) enum Spooled {
-    /// From DATA: its dot-stuffed wire form with the end-of-data line.
-    Data(Wire),
-    /// From BDAT: the message itself, canonical line ends, not stuffed.
-    Chunked(Vec<u8>),
-}
-
-impl AsRef<[u8]> for Spooled {
-    /// The message as the policy reads it (dot-stuffed as it came with DATA).
-    fn as_ref(&self) -> &[u8] {
-        match self {
-            Spooled::Data(wire) => wire.message(),
-            Spooled::Chunked(body) => body,
-        }
     }
 }
 
@@ -78,7 +61,7 @@ impl Session {
         let cfg = self.shared.config().clone();
         let bare = bare_policy(cfg.smtp.bare_line_endings);
         // floodgate's own Received line is part of what is relayed: it counts towards the size.
-        self.transaction.received = self.received_header().await;
+        self.transaction.received = self.received_line().await;
         let max = cfg.smtp.max_message_size.saturating_sub(
             self.transaction
                 .received
@@ -92,7 +75,7 @@ impl Session {
         let mut wait = Wait::new(cfg.timeouts.command.0, cfg.timeouts.data.0);
         self.client.conn.set_bulk(true);
         // A size announced with MAIL (and allowed) is room made at once, not grown into.
-        let hint = usize::try_from(self.policy.facts.message_size.min(max)).unwrap_or(0);
+        let hint = usize::try_from(self.exchange.facts().message_size.min(max)).unwrap_or(0);
         self.client.conn.rbuf.reserve(hint.min(1 << 24));
         loop {
             if decoder.feed_held(&mut self.client.conn.rbuf, &mut body) {
@@ -129,28 +112,33 @@ impl Session {
             self.refuse_message(&r, outcome.size).await?;
             return Ok(Flow::Next);
         }
-        self.policy.facts.message_size = outcome.size;
+        self.exchange.facts_mut().message_size = outcome.size;
         // Shared with the thread that computes its keys while the session waits.
         let msg = std::sync::Arc::new(msg);
         let message_id = self.read_message_facts(&msg).await;
+        // A message refused here ends its transaction in the exchange, which forgets its
+        // facts: the event log's line names its sender and subject all the same.
+        let f = self.exchange.facts();
+        let (sender, subject) = (f.sender.clone(), f.subject.clone());
         if let Some(flow) = self.judge(Stage::Message).await {
-            self.tell_transaction("refused by floodgate");
+            let sender = sender.as_deref().unwrap_or("");
+            self.tell_line("refused by floodgate", sender, subject.as_deref());
             self.abort_upstream_txn().await?;
             return Ok(flow);
         }
         let received = self.transaction.received.take();
-        if let Some(order) = self.transaction.order.take() {
+        if let Some(order) = self.exchange.taken().cloned() {
             return self
                 .take_message(&msg, order, received.as_deref(), outcome.size)
                 .await;
         }
-        let reply = match &*msg {
-            Spooled::Data(wire) => {
-                self.relay_message(wire, outcome.size, received.as_deref())
-                    .await
-            }
-            Spooled::Chunked(body) => self.relay_chunked(body, received.as_deref()).await,
+        let headers = self.exchange.headers();
+        let how = relay::Relay {
+            received: received.as_deref(),
+            headers: &headers,
+            bdat: self.bdat_upstream(),
         };
+        let reply = relay::message(self.up()?, &msg, outcome.size, &how).await;
         drop(msg);
         self.relayed(reply?, outcome.size, message_id).await
     }
@@ -161,16 +149,15 @@ impl Session {
     async fn refuse_message(&mut self, refusal: &Reply, size: u64) -> Result<(), UpstreamError> {
         info!(
             client = %self.client.ip_text,
-            user = self.policy.facts.user.as_deref().unwrap_or(""),
-            sender = self.policy.facts.sender.as_deref().unwrap_or(""),
+            user = self.exchange.facts().user.as_deref().unwrap_or(""),
+            sender = self.exchange.facts().sender.as_deref().unwrap_or(""),
             recipients = self.dialogue.recipients(),
             size = size,
             code = refusal.code,
             reason = refusal.text().as_str(),
             "message refused"
         );
-        self.tally.refused += 1;
-        self.shared.metrics.refused.inc();
+        self.count_refused();
         self.tell_transaction(&format!("refused {}", refusal.code));
         self.client.conn.queue(refusal);
         self.abort_upstream_txn().await
@@ -191,10 +178,12 @@ impl Session {
             } else {
                 HeaderFields::default()
             };
-        self.policy.facts.header_from = fields.from;
-        self.policy.facts.subject = fields.subject;
+        let reads_headers = self.shared.policy.reads_header_from();
+        let facts = self.exchange.facts_mut();
+        facts.header_from = fields.from;
+        facts.subject = fields.subject;
         // Ratio limits leave auto-submitted messages out (the policy then reads headers).
-        self.policy.facts.auto_submitted = self.shared.policy.reads_header_from()
+        facts.auto_submitted = reads_headers
             && match &**msg {
                 Spooled::Data(wire) => {
                     crate::smtp::auto_submitted::is_automatic(&header_section(wire.message()))
@@ -202,8 +191,8 @@ impl Session {
                 Spooled::Chunked(body) => crate::smtp::auto_submitted::is_automatic(body),
             };
         // The message keys, when some limit is keyed on one (else nothing is computed).
-        let null_sender = self.policy.facts.sender.as_deref() == Some("");
-        let facts = &self.policy.facts;
+        let null_sender = self.exchange.facts().sender.as_deref() == Some("");
+        let facts = self.exchange.facts();
         let account = facts
             .user
             .clone()
@@ -211,33 +200,13 @@ impl Session {
         // Computed off this worker (see `Policy::message_keys`): the session waits, the
         // worker serves the other sessions meanwhile.
         let shared: crate::policy::SharedMessage = msg.clone();
-        self.policy.facts.message_keys = self
+        let keys = self
             .shared
             .policy
             .message_keys(shared, null_sender, account)
-            .await
-            .map(std::sync::Arc::new);
+            .await;
+        self.exchange.facts_mut().message_keys = keys.map(std::sync::Arc::new);
         fields.message_id
-    }
-
-    /// A message floodgate takes instead of relaying it, as `order` says: rerouted to the
-    /// second smart host, or written to the hold spool (held or paced).
-    async fn take_message(
-        &mut self,
-        msg: &Spooled,
-        order: crate::policy::HoldOrder,
-        received: Option<&[u8]>,
-        size: u64,
-    ) -> Result<Flow, UpstreamError> {
-        self.tell_transaction(match order.answer {
-            crate::policy::TakenAnswer::Reroute => "rerouted",
-            crate::policy::TakenAnswer::Pace(_) => "paced",
-            crate::policy::TakenAnswer::Hold => "held",
-        });
-        if order.answer == crate::policy::TakenAnswer::Reroute {
-            return self.reroute_message(msg, order, received, size).await;
-        }
-        self.hold_message(msg, order, received, size).await
     }
 
     /// Upstream's verdict on a relayed message: counted, told to the event log, logged,
@@ -263,24 +232,22 @@ impl Session {
         self.tell_transaction(&format!("{verdict} {}", reply.code));
         info!(
             client = %self.client.ip_text,
-            user = self.policy.facts.user.as_deref().unwrap_or(""),
-            sender = self.policy.facts.sender.as_deref().unwrap_or(""),
+            user = self.exchange.facts().user.as_deref().unwrap_or(""),
+            sender = self.exchange.facts().sender.as_deref().unwrap_or(""),
             recipients = self.dialogue.recipients(),
             size = size,
-            from = self.policy.facts.header_from.as_deref().unwrap_or(""),
+            from = self.exchange.facts().header_from.as_deref().unwrap_or(""),
             message_id = message_id.as_deref().unwrap_or(""),
             upstream = reply.lines.last().map(String::as_str).unwrap_or(""),
             code = reply.code,
             "message"
         );
         // The transaction ended with upstream's verdict: nothing is left to release.
-        let heard = self
-            .dialogue
-            .on_upstream(dialogue::Exchange::Message, &reply);
-        let answer = self.after_upstream(Stage::Message, reply).await;
-        self.heard(heard);
-        match answer {
-            Some(answer) => {
+        match self
+            .hear(Stage::Message, dialogue::Exchange::Message, reply)
+            .await
+        {
+            Some((answer, _)) => {
                 self.answer(answer);
                 Ok(Flow::Next)
             }
@@ -294,129 +261,17 @@ impl Session {
         self.shared.upstream.chunking() && self.dialogue.upstream_chunking()
     }
 
-    /// floodgate's lines on top of a message: its Received line (already CRLF-ended and
-    /// never beginning with '.') and the policy's header lines, each kept to one line, with
-    /// a leading '.' stuffed when the message goes as DATA.
-    fn top_lines(&mut self, received: Option<&[u8]>, stuffed: bool) -> Vec<u8> {
-        let headers = self.policy.session.message_headers();
-        let mut top = Vec::with_capacity(received.map_or(0, <[u8]>::len) + 256 * headers.len());
-        top.extend_from_slice(received.unwrap_or_default());
-        for h in &headers {
-            // Header lines from the policy are floodgate's own text; keep them single lines.
-            let start = top.len();
-            top.extend(h.bytes().filter(|b| *b != b'\r' && *b != b'\n'));
-            if stuffed && top.get(start) == Some(&b'.') {
-                top.insert(start, b'.');
-            }
-            top.extend_from_slice(b"\r\n");
-        }
-        top
-    }
-
-    /// A message taken in BDAT chunks, relayed as one `BDAT n LAST` when upstream takes
-    /// it, else as DATA with floodgate's dot-stuffing and end-of-data line; with upstream's
-    /// final reply. `body` has canonical line ends and no stuffing; `received`, floodgate's
-    /// Received line, goes on top.
-    async fn relay_chunked(
-        &mut self,
-        body: &[u8],
-        received: Option<&[u8]>,
-    ) -> Result<Reply, UpstreamError> {
-        if self.bdat_upstream() {
-            let top = self.top_lines(received, false);
-            return self.relay_bdat(&top, body).await;
-        }
-        let mut plain = self.top_lines(received, false);
-        let message: &[u8] = if plain.is_empty() {
-            body
-        } else {
-            plain.extend_from_slice(body);
-            &plain
-        };
-        if let Some(refused) = self.open_upstream_data().await? {
-            return Ok(refused);
-        }
-        let mut out = Vec::with_capacity(message.len() + message.len() / 64 + 5);
-        encode_data(message, &mut out);
-        self.up()?.command(&out).await
-    }
-
-    /// A message taken with DATA, relayed with upstream's final reply: as one `BDAT n LAST`
-    /// when upstream takes it (the message unstuffed, uncopied unless a line of it begins
-    /// with '.'), else DATA and the message with floodgate's own framing. `wire` is the
-    /// message in its dot-stuffed wire form with its end-of-data line, as the decoder handed
-    /// it over, and `size` the message's size as the decoder counted it ([`DataOutcome`]);
-    /// `received`, floodgate's Received line, goes on top.
-    async fn relay_message(
-        &mut self,
-        wire: &Wire,
-        size: u64,
-        received: Option<&[u8]>,
-    ) -> Result<Reply, UpstreamError> {
-        if self.bdat_upstream() {
-            let top = self.top_lines(received, false);
-            // `size` counts the message without its stuffing dots: a wire form of that
-            // length has none, and is not searched for them.
-            let message = if wire.message().len() as u64 == size {
-                Cow::Borrowed(wire.message())
-            } else {
-                unstuffed(wire.message())
-            };
-            return self.relay_bdat(&top, &message).await;
-        }
-        if let Some(refused) = self.open_upstream_data().await? {
-            return Ok(refused);
-        }
-        // floodgate's lines go on top of the message as it came: two parts of one write, so
-        // the message is not copied behind them.
-        let top = self.top_lines(received, true);
-        let mut parts = [
-            std::io::IoSlice::new(&top),
-            std::io::IoSlice::new(wire.as_bytes()),
-        ];
-        self.up()?.send_parts(&mut parts).await?;
-        self.up()?.read_reply().await
-    }
-
-    /// Sends `top` and then `message` upstream as one `BDAT n LAST` chunk, in one write with
-    /// the command, and returns upstream's final reply. A refused chunk fails upstream's
-    /// transaction (RFC 3030 §4); RSET then makes sure it is over there as it is here.
-    async fn relay_bdat(&mut self, top: &[u8], message: &[u8]) -> Result<Reply, UpstreamError> {
-        let command = format!("BDAT {} LAST\r\n", top.len() + message.len());
-        let mut parts = [
-            std::io::IoSlice::new(command.as_bytes()),
-            std::io::IoSlice::new(top),
-            std::io::IoSlice::new(message),
-        ];
-        let up = self.up()?;
-        up.send_parts(&mut parts).await?;
-        let r = up.read_reply().await?;
-        if !r.is_completion() {
-            self.reset_after_upstream_refusal().await?;
-        }
-        Ok(r)
-    }
-
-    /// Sends DATA upstream; `Some(reply)` when upstream refused it (its transaction, still
-    /// open there, is then closed with RSET so both sides agree), `None` on 354.
-    async fn open_upstream_data(&mut self) -> Result<Option<Reply>, UpstreamError> {
-        let r = self.up()?.command(b"DATA\r\n").await?;
-        if r.code != 354 {
-            self.reset_after_upstream_refusal().await?;
-            return Ok(Some(r));
-        }
-        self.up()?.recycle(r);
-        Ok(None)
-    }
-
-    /// RSET after upstream refused DATA or the message's chunk, so both sides agree the
-    /// transaction is over; a refused RSET is only logged (upstream's refusal is the answer).
-    async fn reset_after_upstream_refusal(&mut self) -> Result<(), UpstreamError> {
-        let reset = self.up()?.command(b"RSET\r\n").await?;
-        if !reset.is_completion() {
-            warn!(code = reset.code, "upstream refused RSET");
-        }
-        Ok(())
+    /// floodgate's Received line for the message that starts now, when `[smtp]
+    /// add_received` asks for one.
+    pub(super) async fn received_line(&mut self) -> Option<Vec<u8>> {
+        let ehlo = self.dialogue.ehlo();
+        received::line(
+            self.shared.config(),
+            &mut self.client,
+            self.exchange.facts(),
+            ehlo,
+        )
+        .await
     }
 
     /// Ends the upstream transaction after floodgate refused a message (RSET, reply

@@ -1,7 +1,9 @@
 //! The transaction's envelope as relayed, kept for a message floodgate may take instead of
-//! relaying it (held, paced or rerouted).
+//! relaying it (held, paced or rerouted) and for the message's line in the event log.
 
+use crate::logs::text::IpText;
 use crate::smtp::command::Command;
+use crate::smtp::xclient::{ClientName, TEMPUNAVAIL};
 
 /// The transaction's envelope as relayed, kept only when a hold spool or a second smart
 /// host is configured.
@@ -19,6 +21,42 @@ impl Envelope {
         self.mail = None;
         self.rcpts.clear();
     }
+
+    /// The addresses of the accepted recipients.
+    pub(super) fn recipients(&self) -> Vec<String> {
+        self.rcpts.iter().map(|r| address(r).to_string()).collect()
+    }
+}
+
+/// A message floodgate takes, as its log lines name it.
+pub(super) struct Named<'a> {
+    /// The client's address.
+    pub client: &'a IpText,
+    /// The authenticated user, or empty.
+    pub user: &'a str,
+    /// The envelope sender.
+    pub sender: &'a str,
+    /// The message's size as the client sent it.
+    pub size: u64,
+}
+
+/// The address of a RCPT argument (`<a@b> NOTIFY=NEVER` gives `a@b`).
+fn address(arg: &str) -> &str {
+    let first = arg.split(' ').next().unwrap_or("");
+    first
+        .strip_prefix('<')
+        .and_then(|s| s.strip_suffix('>'))
+        .unwrap_or(first)
+}
+
+/// A client name as the held file and the event log keep it: the name, `[TEMPUNAVAIL]`, or
+/// nothing.
+pub(super) fn kept_name(n: &ClientName) -> Option<String> {
+    match n {
+        ClientName::Known(n) => Some(n.clone()),
+        ClientName::TempUnavailable => Some(TEMPUNAVAIL.into()),
+        ClientName::Unavailable => None,
+    }
 }
 
 /// The argument of a MAIL or RCPT command in its canonical wire form: `<path> PARAMS`.
@@ -32,4 +70,17 @@ pub(super) fn argument(cmd: &Command) -> String {
         .or_else(|| text.strip_prefix("RCPT TO:"))
         .unwrap_or(text);
     arg.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::address;
+
+    #[test]
+    fn addresses_of_rcpt_arguments() {
+        assert_eq!(address("<a@b> NOTIFY=NEVER"), "a@b");
+        assert_eq!(address("<a@b>"), "a@b");
+        assert_eq!(address("a@b"), "a@b");
+        assert_eq!(address(""), "");
+    }
 }

@@ -1,33 +1,18 @@
-//! Holding a message: instead of relaying it, floodgate writes it with its envelope and
-//! client to the hold spool, answers 250 once it is on disk, and resets upstream's
-//! transaction.
+//! Holding (or pacing) a message floodgate takes: written with its envelope and client to
+//! the hold spool, answered 250 once it is on disk; the spool's gauges, and the notice of a
+//! spool that refused a message.
 
 use std::sync::Arc;
 
 use tracing::{info, warn};
 
 use crate::hold::pace::{clock_ms, Paced};
-use crate::hold::spool::{new_id, now_secs};
 use crate::hold::{HeldEnvelope, HeldMessage, Spool, SpoolError};
-use crate::policy::{HoldOrder, Stage, TakenAnswer};
-use crate::smtp::command::Command;
-use crate::smtp::dialogue;
+use crate::policy::{HoldOrder, TakenAnswer};
 use crate::smtp::reply::Reply;
-use crate::smtp::xclient::{ClientName, TEMPUNAVAIL};
 
-use super::data::Spooled;
-use super::envelope::argument;
-use super::session::{Flow, Session};
-use super::upstream::UpstreamError;
-
-/// How strong a way of taking a message is: a stronger order replaces a milder one.
-fn strength(a: &TakenAnswer) -> u8 {
-    match a {
-        TakenAnswer::Pace(_) => 0,
-        TakenAnswer::Reroute => 1,
-        TakenAnswer::Hold => 2,
-    }
-}
+use super::envelope::Named;
+use super::session::Shared;
 
 /// Sets the hold spool's gauges from what it holds.
 pub fn refresh_gauges(spool: &Spool, metrics: &crate::metrics::Metrics) {
@@ -37,275 +22,127 @@ pub fn refresh_gauges(spool: &Spool, metrics: &crate::metrics::Metrics) {
     }
 }
 
-impl Session {
-    /// Holds the current transaction's message instead of relaying it: the client still
-    /// sends it and gets 250 once it is on disk; upstream's transaction is reset. The entry
-    /// point for anything that decides a transaction is to be held (a limit with
-    /// `action = "hold"`, a restricted key). Without a hold spool it does nothing: the
-    /// configuration refuses hold actions without `[hold]`.
-    ///
-    /// A reroute needs the second smart host, a pace the hold spool. A later, stronger
-    /// order of the same transaction replaces a milder one (pace, then reroute, then hold).
-    pub fn hold_transaction(&mut self, order: HoldOrder) {
-        let usable = match order.answer {
-            TakenAnswer::Reroute => self.shared.high_risk.is_some(),
-            TakenAnswer::Hold | TakenAnswer::Pace(_) => self.shared.hold.is_some(),
-        };
-        if usable
-            && self
-                .transaction
-                .order
-                .as_ref()
-                .is_none_or(|h| strength(&h.answer) < strength(&order.answer))
-        {
-            self.transaction.order = Some(order);
-        }
-    }
-
-    /// Whether a transaction's message may be taken (a hold spool or a second smart host):
-    /// only then is its MAIL argument kept (the recipients always are, for the event log).
-    fn may_take(&self) -> bool {
-        self.shared.hold.is_some() || self.shared.high_risk.is_some()
-    }
-
-    /// Notes an accepted MAIL for a message that may be held.
-    pub(super) fn note_mail(&mut self, cmd: &Command) {
-        if self.may_take() {
-            self.transaction.envelope.mail = Some(argument(cmd));
-        }
-        self.transaction.envelope.rcpts.clear();
-    }
-
-    /// Notes an accepted RCPT: for a message that may be held, and for the message's line
-    /// in the event log.
-    pub(super) fn note_rcpt(&mut self, cmd: &Command) {
-        self.transaction.envelope.rcpts.push(argument(cmd));
-    }
-
-    /// The message octets as floodgate relays them: its Received line and the policy's
-    /// header lines on top, CRLF lines, not dot-stuffed.
-    fn relayed_octets(&mut self, msg: &Spooled, received: Option<&[u8]>) -> Vec<u8> {
-        let headers = self.policy.session.message_headers();
-        let mut out = Vec::new();
-        out.extend_from_slice(received.unwrap_or_default());
-        for h in &headers {
-            out.extend(h.bytes().filter(|b| *b != b'\r' && *b != b'\n'));
-            out.extend_from_slice(b"\r\n");
-        }
-        match msg {
-            Spooled::Chunked(body) => out.extend_from_slice(body),
-            Spooled::Data(wire) => {
-                // Every line starting with '.' was stuffed: drop that one dot.
-                for line in wire.message().split_inclusive(|&b| b == b'\n') {
-                    out.extend_from_slice(line.strip_prefix(b".").unwrap_or(line));
-                }
-            }
-        }
-        out
-    }
-
-    /// The transaction's message as floodgate takes it (held, paced or rerouted): its
-    /// envelope with the client it came from, and the octets as they would be relayed.
-    pub(super) async fn taken_message(
-        &mut self,
-        msg: &Spooled,
-        order: &HoldOrder,
-        received: Option<&[u8]>,
-    ) -> (HeldEnvelope, Vec<u8>) {
-        let body = self.relayed_octets(msg, received);
-        let names = self.client.names.get().await;
-        let envelope = HeldEnvelope {
-            id: new_id(),
-            key: order.key.clone(),
+/// Writes the message of `envelope` and `body` to the hold spool, held or paced as `order`
+/// says: `Ok` with the 250 the client gets once it is on disk; `Err` with the 451 it gets
+/// instead, 4.3.1 when the spool is full (its limits, or its disk or quota), 4.3.0 when it
+/// cannot be written otherwise (the client keeps the message and retries).
+pub(super) async fn store(
+    shared: &Shared,
+    order: &HoldOrder,
+    envelope: HeldEnvelope,
+    body: Vec<u8>,
+    who: &Named<'_>,
+) -> Result<Reply, Reply> {
+    let Some(spool) = shared.hold.clone() else {
+        // The exchange keeps no order to hold without a hold spool.
+        return Err(local_error(&shared.config().server.hostname));
+    };
+    let settings = spool.settings().clone();
+    let held = HeldMessage::new(envelope, body);
+    let paced = match &order.answer {
+        TakenAnswer::Pace(rate) => Some(Paced {
+            id: held.envelope.id.clone(),
             limit: order.limit.clone(),
-            paced: match &order.answer {
-                TakenAnswer::Pace(rate) => Some(rate.to_string()),
-                _ => None,
-            },
-            time: now_secs(),
-            client: self.client.peer,
-            local: self.client.local,
-            name: kept_name(&names.name),
-            reverse_name: kept_name(&names.reverse),
-            user: self.policy.facts.user.clone(),
-            helo: self.policy.facts.helo.clone(),
-            proto: if self.dialogue.ehlo() {
-                "ESMTP"
-            } else {
-                "SMTP"
-            }
-            .into(),
-            tls: self.client.conn.tls_info().map(|t| t.to_string()),
-            mail: self.transaction.envelope.mail.clone().unwrap_or_else(|| {
-                format!("<{}>", self.policy.facts.sender.as_deref().unwrap_or(""))
-            }),
-            rcpts: self.transaction.envelope.rcpts.clone(),
-        };
-        (envelope, body)
-    }
-
-    /// Ends upstream's transaction: it saw MAIL and RCPT, and must never deliver a message
-    /// floodgate holds.
-    pub(super) async fn reset_upstream(&mut self) -> Result<(), UpstreamError> {
-        let r = self.up()?.command(b"RSET\r\n").await?;
-        if !r.is_completion() {
-            warn!(code = r.code, "upstream refused RSET");
-        }
-        self.up()?.recycle(r);
-        Ok(())
-    }
-
-    /// Writes the message to the hold spool and answers the client: 250 once it is on
-    /// disk, 451 4.3.1 when the spool is full (its limits, or its disk or quota), 451 4.3.0
-    /// when it cannot be written otherwise (the client keeps the message and retries).
-    /// Upstream's transaction is reset either way.
-    pub(super) async fn hold_message(
-        &mut self,
-        msg: &Spooled,
-        order: HoldOrder,
-        received: Option<&[u8]>,
-        size: u64,
-    ) -> Result<Flow, UpstreamError> {
-        let Some(spool) = self.shared.hold.clone() else {
-            return Err(UpstreamError::Protocol("no hold spool".into()));
-        };
-        let spool_settings = &spool.settings().clone();
-        let (envelope, body) = self.taken_message(msg, &order, received).await;
-        let held = HeldMessage::new(envelope, body);
-        let paced = match &order.answer {
-            TakenAnswer::Pace(rate) => Some(Paced {
-                id: held.envelope.id.clone(),
-                limit: order.limit.clone(),
-                key: order.key.clone(),
-                rate: *rate,
-                weight: rate.weight(held.envelope.rcpts.len(), held.body.len()),
-            }),
-            _ => None,
-        };
-        let id = held.envelope.id.clone();
-        let recipients = held.envelope.rcpts.len();
-        let metrics = self.shared.metrics.clone();
-        match store_blocking(spool, held, metrics).await {
-            Ok(()) => {
-                let stored = Stored {
-                    id: &id,
-                    recipients,
-                    size,
-                };
-                self.note_stored(&order, paced, &stored);
-                self.answer_stored(&stored).await
-            }
-            Err(e) => self.spool_refused(&e, &order, spool_settings).await,
-        }
-    }
-
-    /// Counts and logs a message on disk, held or paced (a paced one joins the pace book).
-    fn note_stored(&self, order: &HoldOrder, paced: Option<Paced>, stored: &Stored<'_>) {
-        let metrics = &self.shared.metrics;
-        metrics.hold.held.inc();
-        let facts = &self.policy.facts;
-        let (recipients, size, id) = (stored.recipients, stored.size, stored.id);
-        if let Some(p) = paced {
-            info!(
-                client = %self.client.ip_text,
-                user = facts.user.as_deref().unwrap_or(""),
-                sender = facts.sender.as_deref().unwrap_or(""),
+            key: order.key.clone(),
+            rate: *rate,
+            weight: rate.weight(held.envelope.rcpts.len(), held.body.len()),
+        }),
+        _ => None,
+    };
+    let id = held.envelope.id.clone();
+    let recipients = held.envelope.rcpts.len();
+    match store_blocking(spool, held, shared.metrics.clone()).await {
+        Ok(()) => {
+            let stored = Stored {
+                id: &id,
                 recipients,
-                size,
-                id = %id,
-                limit = %order.limit,
-                key = %order.key,
-                rate = %p.rate,
-                "message paced"
-            );
-            metrics.graded.paced.inc();
-            self.shared.paced.add(p, clock_ms());
-            metrics
-                .graded
-                .paced_waiting
-                .set(self.shared.paced.len() as i64);
-        } else {
-            info!(
-                client = %self.client.ip_text,
-                user = facts.user.as_deref().unwrap_or(""),
-                sender = facts.sender.as_deref().unwrap_or(""),
-                recipients,
-                size,
-                id = %id,
-                limit = %order.limit,
-                key = %order.key,
-                "message held"
-            );
+                size: who.size,
+            };
+            note_stored(shared, order, paced, &stored, who);
+            Ok(Reply::new(250, format!("2.0.0 Ok: queued as {id}")))
         }
+        Err(e) => Err(spool_refused(shared, &e, order, &settings, who)),
     }
+}
 
-    /// Answers a message that is on disk with 250, as the policy hears it, then resets
-    /// upstream's transaction.
-    async fn answer_stored(&mut self, stored: &Stored<'_>) -> Result<Flow, UpstreamError> {
-        self.tally.messages += 1;
-        self.tally.recipients += stored.recipients as u64;
-        let reply = Reply::new(250, format!("2.0.0 Ok: queued as {}", stored.id));
-        // The policy counts a held message as one the client sent.
-        let heard = self
-            .dialogue
-            .on_upstream(dialogue::Exchange::Message, &reply);
-        let answer = self.after_upstream(Stage::Message, reply).await;
-        self.heard(heard);
-        let flow = match answer {
-            Some(a) => {
-                self.client.conn.queue(&a);
-                Flow::Next
-            }
-            None => Flow::Close,
-        };
-        // After the client's answer is queued: a failing upstream ends the session
-        // with a 421 after it, never instead of it (the message is safe on disk).
-        self.reset_upstream().await?;
-        Ok(flow)
+/// Counts and logs a message on disk, held or paced (a paced one joins the pace book).
+fn note_stored(
+    shared: &Shared,
+    order: &HoldOrder,
+    paced: Option<Paced>,
+    stored: &Stored<'_>,
+    who: &Named<'_>,
+) {
+    let metrics = &shared.metrics;
+    metrics.hold.held.inc();
+    let (recipients, size, id) = (stored.recipients, stored.size, stored.id);
+    if let Some(p) = paced {
+        info!(
+            client = %who.client,
+            user = who.user,
+            sender = who.sender,
+            recipients,
+            size,
+            id = %id,
+            limit = %order.limit,
+            key = %order.key,
+            rate = %p.rate,
+            "message paced"
+        );
+        metrics.graded.paced.inc();
+        shared.paced.add(p, clock_ms());
+        metrics.graded.paced_waiting.set(shared.paced.len() as i64);
+    } else {
+        info!(
+            client = %who.client,
+            user = who.user,
+            sender = who.sender,
+            recipients,
+            size,
+            id = %id,
+            limit = %order.limit,
+            key = %order.key,
+            "message held"
+        );
     }
+}
 
-    /// The spool did not take the message: counted, logged, the postmaster told (at most
-    /// once a minute), the transaction dropped, the client answered 451, and upstream's
-    /// transaction reset.
-    async fn spool_refused(
-        &mut self,
-        e: &SpoolError,
-        order: &HoldOrder,
-        spool_settings: &crate::hold::HoldSettings,
-    ) -> Result<Flow, UpstreamError> {
-        // Full (its limits, or its disk or quota) or unwritable: one count, and the
-        // postmaster told (at most once a minute).
-        self.shared.metrics.hold.refused.inc();
-        warn!(client = %self.client.ip_text, error = %e, full = e.is_full(), limit = %order.limit,
-            key = %order.key, "message not held: deferred");
-        if let Some(notice) = FULL_NOTICES.due(crate::store::now_micros()).then(|| {
-            spool_notice(
-                e,
-                order,
-                spool_settings,
-                &self.shared.config().server.hostname,
-            )
-        }) {
-            self.shared.policy.notice(&notice);
-        }
-        self.reset_txn();
-        let host = &self.shared.config().server.hostname;
-        let reply = if e.is_full() {
-            Reply::new(
-                451,
-                format!("4.3.1 {host} Insufficient system storage, try again later"),
-            )
-        } else {
-            Reply::new(
-                451,
-                format!("4.3.0 {host} Local error in processing, try again later"),
-            )
-        };
-        self.tally.refused += 1;
-        self.client.conn.queue(&reply);
-        self.reset_upstream().await?;
-        Ok(Flow::Next)
+/// The spool did not take the message: counted, logged, the postmaster told (at most once
+/// a minute); the client's answer, a 451, handed back.
+fn spool_refused(
+    shared: &Shared,
+    e: &SpoolError,
+    order: &HoldOrder,
+    spool_settings: &crate::hold::HoldSettings,
+    who: &Named<'_>,
+) -> Reply {
+    // Full (its limits, or its disk or quota) or unwritable: one count, and the
+    // postmaster told (at most once a minute).
+    shared.metrics.hold.refused.inc();
+    warn!(client = %who.client, error = %e, full = e.is_full(), limit = %order.limit,
+        key = %order.key, "message not held: deferred");
+    let host = &shared.config().server.hostname;
+    if FULL_NOTICES.due(crate::store::now_micros()) {
+        shared
+            .policy
+            .notice(&spool_notice(e, order, spool_settings, host));
     }
+    if e.is_full() {
+        Reply::new(
+            451,
+            format!("4.3.1 {host} Insufficient system storage, try again later"),
+        )
+    } else {
+        local_error(host)
+    }
+}
+
+/// The 451 of a message that cannot be held now.
+fn local_error(host: &str) -> Reply {
+    Reply::new(
+        451,
+        format!("4.3.0 {host} Local error in processing, try again later"),
+    )
 }
 
 /// A message the hold spool took: its id, and its counts for the log and the tally.
@@ -360,15 +197,6 @@ pub fn spool_notice(
         "limit": order.limit,
         "key": order.key,
     })
-}
-
-/// A client name as the held file keeps it: the name, `[TEMPUNAVAIL]`, or nothing.
-pub(super) fn kept_name(n: &ClientName) -> Option<String> {
-    match n {
-        ClientName::Known(n) => Some(n.clone()),
-        ClientName::TempUnavailable => Some(TEMPUNAVAIL.into()),
-        ClientName::Unavailable => None,
-    }
 }
 
 /// Stores `held` in the spool off the event loop, and updates the spool's gauges.

@@ -1,6 +1,7 @@
 //! The async session: client side (TLS, STARTTLS), upstream side (connect, greeting,
-//! STARTTLS, XCLIENT / PROXY v2), and the command loop that asks the policy and relays
-//! one command at a time, in order.
+//! STARTTLS, XCLIENT / PROXY v2), and the command loop that relays one command at a time,
+//! in order, as a thin executor of [`crate::exchange`]: `stage` asks and hears through the
+//! exchange, `taken` answers a message floodgate takes, `relay` relays one.
 
 mod auth;
 mod bdat;
@@ -15,15 +16,15 @@ pub mod identity;
 pub mod names;
 pub mod notify;
 pub mod pacer;
-mod pool;
 mod received;
+mod relay;
 pub mod release;
 mod reroute;
 pub mod session;
+mod stage;
 pub mod stream;
-mod transaction;
+mod taken;
 pub mod upstream;
-mod xclient;
 
 pub use hold::refresh_gauges as refresh_hold_gauges;
 pub use session::{ListenerInfo, Session, Shared};

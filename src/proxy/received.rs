@@ -1,40 +1,43 @@
 //! floodgate's Received line on top of each message it takes, from what the session knows
 //! of its client (address, names, HELO, TLS, user).
 
+use crate::config::Config;
+use crate::policy::Facts;
 use crate::smtp::received::{received_header, ReceivedInfo};
 
-use super::session::Session;
+use super::session::ClientSide;
 
-impl Session {
-    /// floodgate's Received line for the message being received, when `[smtp] add_received`
-    /// asks for one.
-    pub(super) async fn received_header(&mut self) -> Option<Vec<u8>> {
-        let cfg = self.shared.config().clone();
-        if !cfg.smtp.add_received {
-            return None;
-        }
-        let names = self.client.names.get().await;
-        let tls = self.client.conn.tls_info().map(received_tls);
-        let time = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        let facts = &self.policy.facts;
-        let info = ReceivedInfo {
-            helo: facts.helo.as_deref(),
-            name: names.name.known(),
-            addr: self.client.peer.ip(),
-            by: &cfg.server.hostname,
-            ehlo: self.dialogue.ehlo(),
-            tls: tls.as_ref().map(|(v, c)| (v.as_str(), c.as_str())),
-            authenticated: facts.user.is_some(),
-            user: facts
-                .user
-                .as_deref()
-                .filter(|_| cfg.smtp.received_show_user),
-            time,
-        };
-        Some(received_header(&info))
+/// floodgate's Received line for the message being received from `client` (whose facts
+/// are `facts`; `ehlo`: it greeted with EHLO), when `[smtp] add_received` asks for one.
+pub(super) async fn line(
+    cfg: &Config,
+    client: &mut ClientSide,
+    facts: &Facts,
+    ehlo: bool,
+) -> Option<Vec<u8>> {
+    if !cfg.smtp.add_received {
+        return None;
     }
+    let names = client.names.get().await;
+    let tls = client.conn.tls_info().map(received_tls);
+    let time = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let info = ReceivedInfo {
+        helo: facts.helo.as_deref(),
+        name: names.name.known(),
+        addr: client.peer.ip(),
+        by: &cfg.server.hostname,
+        ehlo,
+        tls: tls.as_ref().map(|(v, c)| (v.as_str(), c.as_str())),
+        authenticated: facts.user.is_some(),
+        user: facts
+            .user
+            .as_deref()
+            .filter(|_| cfg.smtp.received_show_user),
+        time,
+    };
+    Some(received_header(&info))
 }
 
 /// TLS version and cipher in the words of a Received line (`TLSv1.3`,

@@ -11,10 +11,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{ClientIdentity, Config, TlsMode};
+use crate::exchange::{Exchange, Takes};
 use crate::logs::text::IpText;
-use crate::policy::{Facts, Policy, SessionPolicy, Stage, Verdict};
+use crate::policy::{Facts, Policy, Stage};
 use crate::smtp::command::parse_command;
-use crate::smtp::dialogue::{replies, Dialogue, Heard, Settings, Step};
+use crate::smtp::dialogue::{replies, Dialogue, Settings, Step};
 use crate::smtp::line::{LineEvent, LineFramer};
 use crate::smtp::reply::Reply;
 
@@ -22,7 +23,6 @@ use super::client::{ClientConn, ReadEnd, Wait};
 use super::envelope::Envelope;
 use super::identity::{refusal_reply, refused_identity, xclient_offer_problem, IdentityProblem};
 use super::names::{NameLookup, NameResolver};
-use super::pool::pool_string;
 use super::stream::Stream;
 use super::upstream::{Upstream, UpstreamError, UpstreamSettings};
 
@@ -110,70 +110,23 @@ pub(super) struct ClientSide {
     pub names: NameLookup,
 }
 
-/// What the policy sees of the session: its per-session state and the facts it is asked
-/// about.
-pub(super) struct PolicyView {
-    /// The policy's state for this session, asked at every stage.
-    pub session: Box<dyn SessionPolicy>,
-    /// The facts of the session and of its current transaction.
-    pub facts: Facts,
-    /// Emptied strings of the last transaction's facts, reused by the next one.
-    pub strings: Vec<String>,
-}
-
-/// The transaction under way: what floodgate keeps of it besides the policy's facts.
+/// The transaction under way: what floodgate keeps of it besides the exchange's facts.
 #[derive(Default)]
 pub(super) struct Transaction {
     /// The message of a BDAT transaction, from its first chunk to its LAST.
     pub chunked: Option<crate::smtp::ChunkedBody>,
     /// floodgate's Received line for the message being taken, made when it starts.
     pub received: Option<Vec<u8>>,
-    /// floodgate takes the message instead of relaying it (hold, pace or reroute).
-    pub order: Option<crate::policy::HoldOrder>,
     /// With a hold spool: the transaction's MAIL and accepted RCPT arguments as relayed.
     pub envelope: Envelope,
 }
 
 impl Transaction {
-    /// Forgets the transaction's message, Received line, order and envelope.
-    fn clear(&mut self) {
+    /// Forgets the transaction's message, Received line and envelope.
+    pub(super) fn clear(&mut self) {
         self.chunked = None;
         self.received = None;
-        self.order = None;
         self.envelope.clear();
-    }
-}
-
-impl PolicyView {
-    /// Forgets the facts of the transaction, their strings going back to the pool.
-    fn forget_transaction(&mut self) {
-        let facts = &mut self.facts;
-        pool_string(&mut self.strings, facts.sender.take());
-        pool_string(&mut self.strings, facts.recipient.take());
-        pool_string(&mut self.strings, facts.recipient_normalized.take());
-        facts.recipients_count = 0;
-        facts.message_size = 0;
-        facts.header_from = None;
-        facts.subject = None;
-        facts.auto_submitted = false;
-        facts.message_keys = None;
-    }
-
-    /// `text` in a string from the pool (no allocation once the pool is warm).
-    pub(super) fn pooled(&mut self, text: &str) -> String {
-        let mut s = self.strings.pop().unwrap_or_default();
-        s.push_str(text);
-        s
-    }
-
-    /// Replaces a fact's string, the old one going back to the pool.
-    pub(super) fn set_fact(&mut self, slot: FactSlot, text: &str) {
-        let s = self.pooled(text);
-        let old = match slot {
-            FactSlot::Sender => self.facts.sender.replace(s),
-            FactSlot::Recipient => self.facts.recipient.replace(s),
-        };
-        pool_string(&mut self.strings, old);
     }
 }
 
@@ -185,8 +138,8 @@ pub struct Session {
     pub(super) client: ClientSide,
     /// The upstream session (present for the whole command loop).
     pub(super) upstream: Option<Upstream>,
-    /// The policy's state for this session and the facts it is asked about.
-    pub(super) policy: PolicyView,
+    /// The session's choreography: its policy and the facts it is asked about.
+    pub(super) exchange: Exchange,
     /// The protocol state and its sequencing rules.
     pub(super) dialogue: Dialogue,
     /// What floodgate keeps of the transaction under way.
@@ -232,11 +185,11 @@ impl Session {
                 names: NameLookup::default(),
             },
             upstream: None,
-            policy: PolicyView {
-                session: shared.policy.session(),
-                facts,
-                strings: Vec::new(),
-            },
+            exchange: Exchange::new(shared.policy.session(), facts).taking(Takes {
+                hold: shared.hold.is_some(),
+                pace: shared.hold.is_some(),
+                reroute: shared.high_risk.is_some(),
+            }),
             shared,
             dialogue,
             transaction: Transaction::default(),
@@ -244,9 +197,7 @@ impl Session {
             tally: Tally::default(),
         };
         let end = s.serve().await;
-        if s.dialogue.in_transaction() {
-            s.policy.session.transaction_abandoned();
-        }
+        s.exchange.ended(s.dialogue.in_transaction());
         s.client.conn.close().await;
         if let Some(up) = s.upstream.take() {
             up.quit().await;
@@ -256,8 +207,8 @@ impl Session {
             port = s.client.peer.port(),
             listener = %s.client.listener.name,
             tls = s.client.conn.tls_info().unwrap_or("no"),
-            user = s.policy.facts.user.as_deref().unwrap_or(""),
-            helo = s.policy.facts.helo.as_deref().unwrap_or(""),
+            user = s.exchange.facts().user.as_deref().unwrap_or(""),
+            helo = s.exchange.facts().helo.as_deref().unwrap_or(""),
             commands = s.tally.commands,
             messages = s.tally.messages,
             recipients = s.tally.recipients,
@@ -440,7 +391,7 @@ impl Session {
                     continue;
                 }
             };
-            self.policy.facts.command = Some(cmd.verb());
+            self.exchange.facts_mut().command = Some(cmd.verb());
             match self.judge(Stage::Command).await {
                 None => {}
                 Some(Flow::Next) => continue,
@@ -533,49 +484,6 @@ impl Session {
         Flow::Next
     }
 
-    /// Asks the policy about `stage` and applies delays; replies it gives are queued.
-    /// `None`: go on with the command; `Some(Next)`: the policy answered it; `Some(Close)`:
-    /// the policy ended the session.
-    pub(super) async fn judge(&mut self, stage: Stage) -> Option<Flow> {
-        let verdict = match self.policy.session.check_now(stage, &self.policy.facts) {
-            Some(v) => v,
-            None => self.policy.session.check(stage, &self.policy.facts).await,
-        };
-        self.apply(verdict, stage).await
-    }
-
-    /// Applies a verdict that the policy gave for `stage`.
-    pub(super) async fn apply(&mut self, verdict: Verdict, stage: Stage) -> Option<Flow> {
-        match verdict {
-            Verdict::Continue => None,
-            Verdict::Delay(d) => {
-                if self.pause(d).await {
-                    None
-                } else {
-                    self.stopped();
-                    Some(Flow::Close)
-                }
-            }
-            Verdict::Reply(r) => {
-                debug!(client = %self.client.ip_text, stage = stage.as_str(), code = r.code, "answered by policy");
-                self.tally.refused += 1;
-                self.shared.metrics.refused.inc();
-                self.client.conn.queue(&r);
-                Some(Flow::Next)
-            }
-            Verdict::Disconnect(r) => {
-                self.tally.refused += 1;
-                self.shared.metrics.refused.inc();
-                self.client.conn.queue(&r);
-                Some(Flow::Close)
-            }
-            Verdict::Hold(order) => {
-                self.hold_transaction(order);
-                None
-            }
-        }
-    }
-
     /// Waits `d` (replies already queued go out first). False if the client went away or
     /// floodgate is stopping; the caller then queues what is still owed and ends the session
     /// (with [`Session::stopped`]).
@@ -606,39 +514,6 @@ impl Session {
             .ok_or_else(|| UpstreamError::Protocol("no upstream session".into()))
     }
 
-    /// Ends the transaction without a verdict (a refused message, a client gone) and
-    /// forgets it; an open transaction's reservations are released.
-    pub(super) fn reset_txn(&mut self) {
-        let abandoned = self.dialogue.reset_transaction();
-        self.forget_txn(abandoned);
-    }
-
-    /// Applies what upstream's answer did to the dialogue: a transaction that is over is
-    /// forgotten. The client's answer, when the dialogue rewrote it (EHLO), is handed back.
-    pub(super) fn heard(&mut self, heard: Heard) -> Option<Reply> {
-        match heard {
-            Heard::Accepted | Heard::Refused => None,
-            Heard::Reset { abandoned } => {
-                self.forget_txn(abandoned);
-                None
-            }
-            Heard::Greeted { answer, abandoned } => {
-                self.forget_txn(abandoned);
-                Some(answer)
-            }
-        }
-    }
-
-    /// Forgets the transaction's facts and message (after RSET, HELO/EHLO, STARTTLS, end
-    /// of data); `abandoned`: it was open, its reservations are released.
-    pub(super) fn forget_txn(&mut self, abandoned: bool) {
-        if abandoned {
-            self.policy.session.transaction_abandoned();
-        }
-        self.transaction.clear();
-        self.policy.forget_transaction();
-    }
-
     /// Queues a reply relayed from upstream, then hands it back to the reply parser.
     pub(super) fn answer(&mut self, reply: Reply) {
         self.client.conn.queue(&reply);
@@ -646,14 +521,6 @@ impl Session {
             up.recycle(reply);
         }
     }
-}
-
-/// The fact strings [`PolicyView::set_fact`] fills.
-pub(super) enum FactSlot {
-    /// `facts.sender`.
-    Sender,
-    /// `facts.recipient`.
-    Recipient,
 }
 
 /// The dialogue's settings for a session on `listener`.
