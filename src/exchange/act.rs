@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::policy::{HoldOrder, Verdict};
+use crate::policy::{TakeOrder, Verdict};
 use crate::smtp::reply::Reply;
 
 /// What the front end does with the command it asked about.
@@ -19,7 +19,7 @@ pub enum Act {
     Close(Reply),
     /// Go on, and take the transaction's message at its end (hold, pace, reroute) instead of
     /// passing it on; the order is kept by the exchange too ([`super::Exchange::taken`]).
-    Take(HoldOrder),
+    Take(TakeOrder),
 }
 
 impl Act {
@@ -30,7 +30,7 @@ impl Act {
             Verdict::Delay(d) => Act::Wait(d),
             Verdict::Reply(r) => Act::Refuse(r),
             Verdict::Disconnect(r) => Act::Close(r),
-            Verdict::Hold(o) => Act::Take(o),
+            Verdict::Take(o) => Act::Take(o),
         }
     }
 
@@ -82,7 +82,7 @@ mod tests {
             (0u64..10_000).prop_map(|ms| Verdict::Delay(Duration::from_millis(ms))),
             (400u16..600).prop_map(|c| Verdict::Reply(Reply::new(c, "4.7.1 slow down"))),
             Just(Verdict::Disconnect(Reply::new(421, "4.7.0 bye"))),
-            Just(Verdict::Hold(HoldOrder {
+            Just(Verdict::Take(TakeOrder {
                 limit: "l".into(),
                 key: "k".into(),
                 answer: TakenAnswer::Hold,

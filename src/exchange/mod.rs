@@ -56,7 +56,7 @@ use std::time::Duration;
 
 pub use act::{Act, After};
 
-use crate::policy::{Facts, HoldOrder, SessionPolicy, Stage, TakenAnswer};
+use crate::policy::{Facts, SessionPolicy, Stage, TakeOrder, TakenAnswer};
 use crate::smtp::reply::Reply;
 
 /// The stages of one session and of one transaction asked so far.
@@ -120,7 +120,7 @@ pub struct Exchange {
     /// is left to release when the front end's dialogue ends it too.
     settled: bool,
     /// The transaction's message is taken at its end (hold, pace, reroute).
-    order: Option<HoldOrder>,
+    order: Option<TakeOrder>,
     /// The ways of taking a message the front end carries out.
     takes: Takes,
     /// Emptied strings of the last transaction's facts, reused by the next one.
@@ -192,7 +192,7 @@ impl Exchange {
     }
 
     /// The order to take the transaction's message, when a check gave one.
-    pub fn taken(&self) -> Option<&HoldOrder> {
+    pub fn taken(&self) -> Option<&TakeOrder> {
         self.order.as_ref()
     }
 
@@ -251,7 +251,7 @@ impl Exchange {
 
     /// Keeps `order` when the front end can carry it out and no stronger order of the
     /// transaction is kept already (a hold stays a hold when a pace is asked after it).
-    fn keep_order(&mut self, order: &HoldOrder) {
+    fn keep_order(&mut self, order: &TakeOrder) {
         let stronger = self
             .order
             .as_ref()

@@ -171,8 +171,8 @@ proptest! {
     }
 }
 
-fn order(answer: TakenAnswer) -> HoldOrder {
-    HoldOrder {
+fn order(answer: TakenAnswer) -> TakeOrder {
+    TakeOrder {
         limit: "l".into(),
         key: "k".into(),
         answer,

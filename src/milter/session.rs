@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use crate::exchange::{continued, Act, After, Exchange};
 use crate::policy::identity::Identity;
-use crate::policy::{Facts, HoldOrder, Policy, Stage};
+use crate::policy::{Facts, Policy, Stage, TakeOrder};
 use crate::postfix::milter::{macro_value, ClientAddress};
 use crate::smtp::address::{AddressRole, Path};
 use crate::smtp::reply::Reply;
@@ -44,7 +44,7 @@ pub struct Held {
     /// Postfix's queue id (the `i` macro).
     pub queue_id: String,
     /// The limit and key that held it.
-    pub order: HoldOrder,
+    pub order: TakeOrder,
     /// The envelope sender.
     pub sender: String,
     /// The recipients.
@@ -416,7 +416,7 @@ impl MilterSession {
         let key = crate::policy::alert::incident_key(facts);
         self.ctx
             .policy
-            .transaction(&crate::policy::alert::Transaction {
+            .record_message(&crate::policy::alert::MessageRecord {
                 time_us: crate::store::now_micros(),
                 key: &key,
                 client: facts.client_ip,

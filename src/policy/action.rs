@@ -9,9 +9,10 @@ use super::template::{network_text, Var};
 use super::{Facts, Stage, Verdict};
 use crate::smtp::reply::Reply;
 
-/// The outcome of one limit for one event.
+/// The reading of one limit for one event: its value against the limit in force (a
+/// delivery's outcome is another thing: [`crate::outcomes`]).
 #[derive(Clone, Debug)]
-pub struct Outcome {
+pub struct Reading {
     /// The rate (`$sender_rate`), bucket level or sessions held.
     pub value: f64,
     /// The limit in force (after any per-key value from a list).
@@ -33,7 +34,7 @@ pub fn var_value(
     v: Var,
     facts: &Facts,
     def: Option<&LimitDef>,
-    out_: Option<&Outcome>,
+    out_: Option<&Reading>,
     hostname: &str,
     out: &mut String,
 ) {
@@ -126,7 +127,7 @@ fn round1(v: f64) -> f64 {
 }
 
 /// The delay of a `delay` countermeasure, capped.
-pub fn delay_of(def: &LimitDef, kind: DelayKind, o: &Outcome) -> Duration {
+pub fn delay_of(def: &LimitDef, kind: DelayKind, o: &Reading) -> Duration {
     let d = match kind {
         DelayKind::Fixed(d) => d,
         DelayKind::Computed => match def.rate {
@@ -176,7 +177,7 @@ pub fn reply_text(
     def: &LimitDef,
     stage: Stage,
     facts: &Facts,
-    o: &Outcome,
+    o: &Reading,
     hostname: &str,
 ) -> (u16, String) {
     let (code, enhanced) = default_code(def, stage);
@@ -227,11 +228,11 @@ pub fn verdict(
     def: &LimitDef,
     stage: Stage,
     facts: &Facts,
-    o: &Outcome,
+    o: &Reading,
     hostname: &str,
 ) -> Verdict {
     match def.action {
-        // The engine gives a hold, reroute or pace its key (see `Verdict::Hold`); without
+        // The engine gives a hold, reroute or pace its key (see `Verdict::Take`); without
         // one, go on.
         Action::Warn | Action::Header | Action::Hold | Action::Reroute | Action::Pace => {
             Verdict::Continue
@@ -321,7 +322,7 @@ pub fn restricted_reply(
 }
 
 /// The `X-Floodgate-Rate` header line for a `header` limit.
-pub fn header_line(def: &LimitDef, o: &Outcome) -> String {
+pub fn header_line(def: &LimitDef, o: &Reading) -> String {
     format!(
         "X-Floodgate-Rate: {}; rate={}; limit={}; period={}; over={}",
         def.name,

@@ -41,7 +41,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use super::action::Outcome;
+use super::action::Reading;
 use super::model::{LimitDef, RateDef};
 use super::{Facts, Stage};
 use crate::config::url::Url;
@@ -69,7 +69,7 @@ pub struct Evaluated<'a> {
 /// One message at the end of its data, with what floodgate did with it: the event log's
 /// recent transactions of a key (the console's incident page).
 #[derive(Clone, Copy, Debug)]
-pub struct Transaction<'a> {
+pub struct MessageRecord<'a> {
     /// When (microseconds since the Unix epoch).
     pub time_us: i64,
     /// The key a restriction of the sender would have ([`incident_key`]).
@@ -110,7 +110,7 @@ pub struct Crossed<'a> {
     /// The key text.
     pub key: &'a str,
     /// The rate, limit and period.
-    pub outcome: &'a Outcome,
+    pub outcome: &'a Reading,
     /// Where.
     pub stage: Stage,
     /// The session's facts (client IP, user).
@@ -160,7 +160,7 @@ pub trait Observer: Send + Sync {
         let _ = (queue_id, queued, time_us);
     }
     /// A message reached the end of its data and floodgate decided what to do with it.
-    fn transaction(&self, t: &Transaction<'_>) {
+    fn record_message(&self, t: &MessageRecord<'_>) {
         let _ = t;
     }
     /// An outcome of a queued message was counted.

@@ -154,13 +154,14 @@ pub enum Verdict {
     Reply(Reply),
     /// Answer with this reply (a 421) and close the session.
     Disconnect(Reply),
-    /// Go on, but keep the transaction's message in the hold spool instead of relaying it.
-    Hold(HoldOrder),
+    /// Go on, but take the transaction's message at its end instead of relaying it to the
+    /// main smart host: held, paced or rerouted, as its [`TakeOrder::answer`] says.
+    Take(TakeOrder),
 }
 
-/// Which limit holds a transaction's message, for which key, and what becomes of it.
+/// Which limit takes a transaction's message, for which key, and what becomes of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HoldOrder {
+pub struct TakeOrder {
     /// The limit's name.
     pub limit: String,
     /// The key it counted.
@@ -237,7 +238,7 @@ pub trait Policy: Send + Sync {
 
     /// A message reached the end of its data and was relayed, refused, held or rerouted:
     /// told to the observer (the event log's message lines). The default ignores it.
-    fn transaction(&self, _t: &alert::Transaction<'_>) {}
+    fn record_message(&self, _t: &alert::MessageRecord<'_>) {}
 
     /// A notice for the alerts (log, webhook, command, mail) that no limit gives, such as
     /// `floodgate.spool_full`; passed on like a restriction's, never suppressed. The

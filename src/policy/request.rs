@@ -2,7 +2,7 @@
 //! force (a per-key value from a list or from the key's baseline), and the outcome skeleton
 //! for templates.
 
-use super::action::{var_value, Outcome};
+use super::action::{var_value, Reading};
 use super::model::{Counted, LimitDef, PolicyModel, RateDef};
 use super::template::Template;
 use super::{Facts, Stage};
@@ -74,7 +74,7 @@ pub(super) fn request(
     stage: Stage,
     facts: &Facts,
     key_text: &str,
-) -> (LimitRequest, Outcome) {
+) -> (LimitRequest, Reading) {
     let a = Asked {
         def,
         model,
@@ -137,7 +137,7 @@ fn exim_request(
     spec: &LimitSpec,
     resolved: &Resolved,
     unique: Option<&Template>,
-) -> (LimitRequest, Outcome) {
+) -> (LimitRequest, Reading) {
     let own = a.own.take();
     let from_list = own.is_some();
     let (limit, limit_text) = own.unwrap_or((spec.limit(), spec.limit_text().to_string()));
@@ -171,7 +171,7 @@ fn exim_request(
 
 /// The request of a GCRA limit; the key's own limit, when it has one, is its burst and its
 /// amount per period.
-fn gcra_request(mut a: Asked<'_>, mut g: GcraSpec) -> (LimitRequest, Outcome) {
+fn gcra_request(mut a: Asked<'_>, mut g: GcraSpec) -> (LimitRequest, Reading) {
     let mut limit_text = figures::exact(g.burst);
     let mut from_list = false;
     if let Some((m, t)) = a.own.take() {
@@ -195,7 +195,7 @@ fn gcra_request(mut a: Asked<'_>, mut g: GcraSpec) -> (LimitRequest, Outcome) {
 
 /// The request of a bucket limit; the key's own limit, when it has one, is its burst and
 /// its leak per period.
-fn bucket_request(mut a: Asked<'_>, mut b: BucketSpec) -> (LimitRequest, Outcome) {
+fn bucket_request(mut a: Asked<'_>, mut b: BucketSpec) -> (LimitRequest, Reading) {
     let mut limit_text = figures::exact(b.burst);
     let mut from_list = false;
     if let Some((m, t)) = a.own.take() {
@@ -241,8 +241,8 @@ fn store_request(
 
 /// The outcome skeleton of a limit not yet answered: `limit` in force (`from_list`: the
 /// key's own), its text and the period's.
-fn outcome(limit: f64, from_list: bool, limit_text: String, period_text: String) -> Outcome {
-    Outcome {
+fn outcome(limit: f64, from_list: bool, limit_text: String, period_text: String) -> Reading {
+    Reading {
         value: 0.0,
         limit,
         from_list,
@@ -253,7 +253,7 @@ fn outcome(limit: f64, from_list: bool, limit_text: String, period_text: String)
     }
 }
 
-pub(super) fn apply_result(o: &mut Outcome, r: &LimitResult) {
+pub(super) fn apply_result(o: &mut Reading, r: &LimitResult) {
     o.value = r.value;
     o.over = r.over;
     o.retry_after = r.retry_after;

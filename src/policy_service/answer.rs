@@ -1,7 +1,7 @@
 //! The access action that answers a request, from the exchange's act, without I/O.
 
 use crate::exchange::Act;
-use crate::policy::{HoldOrder, Stage};
+use crate::policy::{Stage, TakeOrder};
 use crate::postfix::policy::PolicyAction;
 use crate::smtp::reply::Reply;
 
@@ -22,7 +22,7 @@ pub fn action(act: &Act, stage: Stage) -> PolicyAction {
 
 /// `HOLD` for a message `order` takes: Postfix keeps it whole in its hold queue, where it
 /// has a queue id the held verbs find it by; the text is in Postfix's log line.
-pub fn hold(order: &HoldOrder) -> PolicyAction {
+pub fn hold(order: &TakeOrder) -> PolicyAction {
     PolicyAction::Hold(format!(
         "floodgate: held by limit {} for {}",
         order.limit, order.key
@@ -73,7 +73,7 @@ mod tests {
 
     #[test]
     fn hold_only_at_the_end_of_the_message() {
-        let order = HoldOrder {
+        let order = TakeOrder {
             limit: "burst".into(),
             key: "alice".into(),
             answer: TakenAnswer::Hold,

@@ -9,7 +9,7 @@ use tracing::{info, warn};
 
 use crate::exchange::{continued, Act, Exchange};
 use crate::hold::postfix::LedgerEntry;
-use crate::policy::{Facts, HoldOrder, Stage};
+use crate::policy::{Facts, Stage, TakeOrder};
 use crate::postfix::policy::{PolicyAction, PolicyRequest};
 
 use super::answer;
@@ -164,7 +164,7 @@ fn record_hold(
     ctx: &Context,
     f: &Followed,
     req: &PolicyRequest,
-    order: &HoldOrder,
+    order: &TakeOrder,
 ) -> Result<(), String> {
     let facts = f.exchange.facts();
     let entry = LedgerEntry {

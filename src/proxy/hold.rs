@@ -8,7 +8,7 @@ use tracing::{info, warn};
 
 use crate::hold::pace::{clock_ms, Paced};
 use crate::hold::{HeldEnvelope, HeldMessage, Spool, SpoolError};
-use crate::policy::{HoldOrder, TakenAnswer};
+use crate::policy::{TakeOrder, TakenAnswer};
 use crate::smtp::reply::Reply;
 
 use super::envelope::Named;
@@ -28,7 +28,7 @@ pub fn refresh_gauges(spool: &Spool, metrics: &crate::metrics::Metrics) {
 /// cannot be written otherwise (the client keeps the message and retries).
 pub(super) async fn store(
     shared: &Shared,
-    order: &HoldOrder,
+    order: &TakeOrder,
     envelope: HeldEnvelope,
     body: Vec<u8>,
     who: &Named<'_>,
@@ -68,7 +68,7 @@ pub(super) async fn store(
 /// Counts and logs a message on disk, held or paced (a paced one joins the pace book).
 fn note_stored(
     shared: &Shared,
-    order: &HoldOrder,
+    order: &TakeOrder,
     paced: Option<Paced>,
     stored: &Stored<'_>,
     who: &Named<'_>,
@@ -112,7 +112,7 @@ fn note_stored(
 fn spool_refused(
     shared: &Shared,
     e: &SpoolError,
-    order: &HoldOrder,
+    order: &TakeOrder,
     spool_settings: &crate::hold::HoldSettings,
     who: &Named<'_>,
 ) -> Reply {
@@ -183,7 +183,7 @@ impl NoticeClock {
 /// message deferred (451) instead of held}.
 pub fn spool_notice(
     e: &SpoolError,
-    order: &HoldOrder,
+    order: &TakeOrder,
     settings: &crate::hold::HoldSettings,
     host: &str,
 ) -> serde_json::Value {
@@ -241,7 +241,7 @@ mod tests {
             ttl: std::time::Duration::from_secs(3600),
             on_expiry: Default::default(),
         };
-        let order = HoldOrder {
+        let order = TakeOrder {
             limit: "per-user".into(),
             key: "alice".into(),
             answer: TakenAnswer::Hold,

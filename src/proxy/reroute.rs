@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use crate::hold::spool::now_secs;
 use crate::hold::HeldEnvelope;
-use crate::policy::HoldOrder;
+use crate::policy::TakeOrder;
 use crate::smtp::reply::Reply;
 
 use super::envelope::Named;
@@ -39,7 +39,7 @@ fn unavailable(hostname: &str) -> Reply {
 /// 451 when it cannot be reached).
 pub(super) async fn reroute(
     shared: &Shared,
-    order: &HoldOrder,
+    order: &TakeOrder,
     m: &HeldEnvelope,
     body: &[u8],
     who: &Named<'_>,

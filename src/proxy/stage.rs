@@ -6,7 +6,7 @@
 use tracing::debug;
 
 use crate::exchange::{Act, After};
-use crate::policy::alert::{incident_key, Transaction};
+use crate::policy::alert::{incident_key, MessageRecord};
 use crate::policy::Stage;
 use crate::smtp::dialogue::{self, Heard};
 use crate::smtp::reply::Reply;
@@ -144,7 +144,7 @@ impl Session {
             .and_then(|n| kept_name(&n.reverse));
         let facts = self.exchange.facts();
         let key = incident_key(facts);
-        self.shared.policy.transaction(&Transaction {
+        self.shared.policy.record_message(&MessageRecord {
             time_us: crate::store::now_micros(),
             key: &key,
             client: facts.client_ip,

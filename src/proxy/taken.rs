@@ -6,7 +6,7 @@
 
 use crate::hold::spool::{new_id, now_secs};
 use crate::hold::HeldEnvelope;
-use crate::policy::{HoldOrder, Stage, TakenAnswer};
+use crate::policy::{Stage, TakeOrder, TakenAnswer};
 use crate::smtp::dialogue;
 
 use super::envelope::{kept_name, Named};
@@ -21,7 +21,7 @@ impl Session {
     pub(super) async fn take_message(
         &mut self,
         msg: &Spooled,
-        order: HoldOrder,
+        order: TakeOrder,
         received: Option<&[u8]>,
         size: u64,
     ) -> Result<Flow, UpstreamError> {
@@ -80,7 +80,7 @@ impl Session {
 
     /// The transaction's envelope as floodgate takes its message: the client it came from,
     /// its names, HELO, user and TLS, the MAIL and accepted RCPT arguments as relayed.
-    async fn held_envelope(&mut self, order: &HoldOrder) -> HeldEnvelope {
+    async fn held_envelope(&mut self, order: &TakeOrder) -> HeldEnvelope {
         let names = self.client.names.get().await;
         let facts = self.exchange.facts();
         let kept = &self.transaction.envelope;

@@ -208,7 +208,7 @@ impl Observer for Observers {
         }
     }
 
-    fn transaction(&self, t: &crate::policy::alert::Transaction<'_>) {
+    fn record_message(&self, t: &crate::policy::alert::MessageRecord<'_>) {
         if self.events.enabled() {
             self.events.record_line(transactions::line(t));
         }

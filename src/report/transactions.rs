@@ -14,7 +14,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::alert::Transaction;
+use crate::policy::alert::MessageRecord;
 
 /// The first characters of every message line.
 pub const PREFIX: &[u8] = b"{\"event\":\"message\"";
@@ -59,7 +59,7 @@ pub struct MessageLine<'a> {
 }
 
 /// The event-log line of `t` (without its newline).
-pub fn line(t: &Transaction<'_>) -> String {
+pub fn line(t: &MessageRecord<'_>) -> String {
     use crate::eventlog::{field, key_field};
     // Every free-text field capped (a 3 MB Subject is not written whole).
     let l = MessageLine {
@@ -238,8 +238,8 @@ pub fn relayed_between(
 mod tests {
     use super::*;
 
-    fn tx<'a>(key: &'a str, subject: &'a str, rcpts: &'a [String]) -> Transaction<'a> {
-        Transaction {
+    fn tx<'a>(key: &'a str, subject: &'a str, rcpts: &'a [String]) -> MessageRecord<'a> {
+        MessageRecord {
             time_us: 1_764_099_001_500_000,
             key,
             client: Some("192.0.2.7".parse().unwrap()),
@@ -257,7 +257,7 @@ mod tests {
     fn every_free_text_field_is_capped() {
         let long = "x".repeat(3_400_000);
         let r = vec![format!("{long}@example.net")];
-        let t = Transaction {
+        let t = MessageRecord {
             sender: &long,
             verdict: &long,
             name: Some(&long),
@@ -292,7 +292,7 @@ mod tests {
     #[test]
     fn the_login_as_typed_goes_beside_the_account() {
         let r = vec!["b@example.net".to_string()];
-        let t = Transaction {
+        let t = MessageRecord {
             login: Some("ALICE"),
             ..tx("alice", "hi", &r)
         };
@@ -348,7 +348,7 @@ mod tests {
         for i in 0..120 {
             let s = format!("s{i}");
             let verdict = if i % 3 == 0 { "held" } else { "relayed 250" };
-            let t = Transaction {
+            let t = MessageRecord {
                 time_us: 1_000_000_000 + i64::from(i) * 1_000_000,
                 verdict,
                 ..tx("alice", &s, &r)

@@ -11,7 +11,7 @@ use floodgate::hold::pace::{PaceBook, PaceRate, PaceUnit, Paced};
 use floodgate::policy::alert::{Crossed, Evaluated, Observer};
 use floodgate::policy::engine::Serving;
 use floodgate::policy::notice::{Notifier, UserNotice};
-use floodgate::policy::{Facts, HoldOrder, Policy, RatePolicy, Stage, TakenAnswer, Verdict};
+use floodgate::policy::{Facts, Policy, RatePolicy, Stage, TakeOrder, TakenAnswer, Verdict};
 use floodgate::store::MemoryStore;
 
 const HEAD: &str = r#"
@@ -92,7 +92,7 @@ async fn reroute_and_pace_give_take_orders() {
     assert_eq!(s.check(Stage::Mail, &f).await, Verdict::Continue);
     assert_eq!(
         s.check(Stage::Mail, &f).await,
-        Verdict::Hold(HoldOrder {
+        Verdict::Take(TakeOrder {
             limit: "risky".into(),
             key: "alice".into(),
             answer: TakenAnswer::Reroute,
@@ -103,7 +103,7 @@ async fn reroute_and_pace_give_take_orders() {
     assert_eq!(s.check(Stage::Mail, &f).await, Verdict::Continue);
     assert_eq!(
         s.check(Stage::Mail, &f).await,
-        Verdict::Hold(HoldOrder {
+        Verdict::Take(TakeOrder {
             limit: "run".into(),
             key: "alice".into(),
             answer: TakenAnswer::Pace(thirty_a_minute()),
@@ -124,7 +124,7 @@ async fn the_strongest_countermeasure_wins() {
         let mut s = p.session();
         assert_eq!(s.check(Stage::Mail, &f).await, Verdict::Continue);
         match (s.check(Stage::Mail, &f).await, want) {
-            (Verdict::Hold(o), Some(w)) => assert_eq!(o.answer, w, "{a} + {b}"),
+            (Verdict::Take(o), Some(w)) => assert_eq!(o.answer, w, "{a} + {b}"),
             (Verdict::Reply(r), None) => assert_eq!(r.code / 100, 4, "{a} + {b}"),
             (v, w) => panic!("{a} + {b}: {v:?}, want {w:?}"),
         }
@@ -151,7 +151,7 @@ async fn a_key_with_paced_messages_waiting_queues_behind_them() {
     // Under the limit (the first message of the minute), but alice has one waiting.
     assert_eq!(
         s.check(Stage::Mail, &alice).await,
-        Verdict::Hold(HoldOrder {
+        Verdict::Take(TakeOrder {
             limit: "run".into(),
             key: "alice".into(),
             answer: TakenAnswer::Pace(thirty_a_minute()),

@@ -593,7 +593,7 @@ dir = "/var/lib/floodgate/hold"
     assert_eq!(rcpt(&mut s, &f, 250).await, Verdict::Continue);
     assert_eq!(
         rcpt(&mut s, &f, 250).await,
-        Verdict::Hold(floodgate::policy::HoldOrder {
+        Verdict::Take(floodgate::policy::TakeOrder {
             limit: "hold-rcpt".into(),
             key: "192.0.2.7".into(),
             answer: floodgate::policy::TakenAnswer::Hold,

@@ -33,8 +33,8 @@ action = "warn"
     })
 }
 
-fn outcome() -> Outcome {
-    Outcome {
+fn outcome() -> Reading {
+    Reading {
         value: 3.5,
         limit: 2.0,
         from_list: false,
@@ -48,7 +48,7 @@ fn outcome() -> Outcome {
 fn crossing<'a>(
     def: &'a LimitDef,
     key: &'a str,
-    o: &'a Outcome,
+    o: &'a Reading,
     f: &'a Facts,
     t: i64,
 ) -> Crossed<'a> {

@@ -368,14 +368,14 @@ impl RateSession {
         if a.held {
             // The message that restricted its key is held as its later ones will be.
             self.contained.store(true, Ordering::Relaxed);
-            if let Verdict::Hold(o) = &a.verdict {
+            if let Verdict::Take(o) = &a.verdict {
                 info!(key = %o.key, limit = %o.limit,
                     client = %facts.client_ip.map(|i| i.to_string()).unwrap_or_default(),
                     user = facts.user.as_deref().unwrap_or(""), "held (restricted)");
             }
         }
         match &a.verdict {
-            Verdict::Hold(o) if o.answer == TakenAnswer::Hold => {
+            Verdict::Take(o) if o.answer == TakenAnswer::Hold => {
                 self.tell_contained("held", &o.limit, &o.key, now_us);
             }
             Verdict::Reply(_) if evals[s].def.action == Action::Defer => {

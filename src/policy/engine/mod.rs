@@ -281,7 +281,7 @@ impl Policy for RatePolicy {
         }
     }
 
-    fn transaction(&self, t: &crate::policy::alert::Transaction<'_>) {
+    fn record_message(&self, t: &crate::policy::alert::MessageRecord<'_>) {
         // What was relayed is evidence about the key (restricting configs only).
         if t.verdict.starts_with("relayed") && self.current().restricts() {
             self.inner.evidence.note(
@@ -291,7 +291,7 @@ impl Policy for RatePolicy {
             );
         }
         if let Some(o) = self.observer() {
-            o.transaction(t);
+            o.record_message(t);
         }
     }
 

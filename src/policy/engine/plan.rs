@@ -1,7 +1,7 @@
 //! The plan of a check, without I/O: which limits apply at a stage, the key and request of
 //! each, how each is asked ([`Class`]), and the decisions the store is asked.
 
-use super::super::action::{message_key_values, var_value, Outcome};
+use super::super::action::{message_key_values, var_value, Reading};
 use super::super::concurrency::SlotGuard;
 use super::super::model::{Counted, LimitDef, PolicyModel, RateDef};
 use super::super::request::request;
@@ -49,7 +49,7 @@ pub(super) struct Eval<'m> {
     /// The key text (for the observer).
     pub(super) key_text: String,
     pub(super) req: LimitRequest,
-    pub(super) outcome: Outcome,
+    pub(super) outcome: Reading,
     /// The concurrency slot taken ([`Class::Slot`]).
     pub(super) slot: Option<SlotGuard>,
     /// A [`Class::Replay`] that computed its rate (the store could be read): a rate Exim

@@ -9,7 +9,7 @@ use tracing::{info, warn};
 use super::super::action::{self, var_value};
 use super::super::evidence::Fact;
 use super::super::model::{LimitDef, PolicyModel};
-use super::super::{Facts, HoldOrder, Stage, TakenAnswer, Verdict};
+use super::super::{Facts, Stage, TakeOrder, TakenAnswer, Verdict};
 use super::plan::Eval;
 use super::rate_session::RateSession;
 use crate::smtp::reply::Reply;
@@ -79,7 +79,7 @@ impl RateSession {
             self.contained.store(true, Ordering::Relaxed);
             info!(key = %r.key, limit = %r.limit, client = %client, user, "held (restricted)");
             self.tell_contained("held", &r.limit, &r.key, now_us);
-            return Verdict::Hold(HoldOrder {
+            return Verdict::Take(TakeOrder {
                 limit: r.limit.clone(),
                 key: r.key.clone(),
                 answer: TakenAnswer::Hold,

@@ -6,7 +6,7 @@ use super::super::action::{self, header_line};
 use super::super::model::{Action, Counted, PolicyModel, RateDef};
 use super::super::replay::Replayed;
 use super::super::request::apply_result;
-use super::super::{Facts, HoldOrder, Stage, TakenAnswer, Verdict};
+use super::super::{Facts, Stage, TakeOrder, TakenAnswer, Verdict};
 use super::pending::Pending;
 use super::plan::{Class, Eval};
 use crate::limit::bucket::{BucketOp, MessageClass};
@@ -194,7 +194,7 @@ pub(super) fn paced_behind(
     let rate = e.def.pace_rate()?;
     Some((
         i,
-        Verdict::Hold(HoldOrder {
+        Verdict::Take(TakeOrder {
             limit: e.def.name.clone(),
             key: e.key_text.clone(),
             answer: TakenAnswer::Pace(rate),
@@ -256,7 +256,7 @@ pub(super) fn answer(
         {
             // while_restricted = "hold": the message that tripped it is held too.
             return Answer {
-                verdict: Verdict::Hold(HoldOrder {
+                verdict: Verdict::Take(TakeOrder {
                     limit: r.limit.clone(),
                     key: r.key.clone(),
                     answer: TakenAnswer::Hold,
@@ -297,7 +297,7 @@ pub(super) fn answer(
             s.key_text.clone()
         };
         return Answer {
-            verdict: Verdict::Hold(HoldOrder {
+            verdict: Verdict::Take(TakeOrder {
                 limit: s.def.name.clone(),
                 key,
                 answer,
@@ -412,7 +412,7 @@ mod tests {
     #[test]
     fn hold_reroute_and_pace_take_the_message() {
         let taken = |a: &str| match verdict_of(&[a], &[true]) {
-            Verdict::Hold(o) => (o.limit, o.key, o.answer.as_str()),
+            Verdict::Take(o) => (o.limit, o.key, o.answer.as_str()),
             v => panic!("{v:?}"),
         };
         assert_eq!(taken("hold"), ("l0-hold".into(), "k0".into(), "hold"));
@@ -450,7 +450,7 @@ mod tests {
         let a = answer(&ev, 0, Some((0, &r)), Stage::Mail, &facts(), &m);
         assert!(a.held);
         assert!(
-            matches!(&a.verdict, Verdict::Hold(o) if o.key == "k0" && o.answer == TakenAnswer::Hold)
+            matches!(&a.verdict, Verdict::Take(o) if o.key == "k0" && o.answer == TakenAnswer::Hold)
         );
     }
 
@@ -509,7 +509,7 @@ mod tests {
         let ev = evals(&m, &[false, false]);
         let (i, v) = paced_behind(&ev, None, |l, k| l == "l0-pace" && k == "k0").expect("paced");
         assert_eq!(i, 0);
-        assert!(matches!(v, Verdict::Hold(o) if o.answer.as_str() == "pace"));
+        assert!(matches!(v, Verdict::Take(o) if o.answer.as_str() == "pace"));
         assert!(paced_behind(&ev, None, |_, _| false).is_none());
         // A stronger limit over answers instead.
         let ev = evals(&m, &[false, true]);
@@ -585,7 +585,7 @@ mod tests {
                     let kind = match &v {
                         Verdict::Continue => "warn",
                         Verdict::Delay(_) => "delay",
-                        Verdict::Hold(_) => "hold",
+                        Verdict::Take(_) => "hold",
                         Verdict::Disconnect(_) => "disconnect",
                         Verdict::Reply(r) if r.code / 100 == 5 => "deny",
                         Verdict::Reply(_) => "defer",
