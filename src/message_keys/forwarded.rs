@@ -50,8 +50,10 @@ const BLOCK_REACH: usize = 8;
 /// lower-case, or None.
 fn field_name(line: &str) -> Option<String> {
     let t = line.trim().trim_start_matches('*');
-    let colon = t.find(':')?;
-    if colon == 0 || colon > 24 || t[colon + 1..].starts_with("//") {
+    // A field name is short: its colon is looked for in the first bytes only.
+    let head = &t.as_bytes()[..t.len().min(25)];
+    let colon = memchr::memchr(b':', head)?;
+    if colon == 0 || t[colon + 1..].starts_with("//") {
         return None;
     }
     let name = t[..colon].trim_end().trim_end_matches('*').trim_end();
