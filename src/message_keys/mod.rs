@@ -14,7 +14,8 @@
 //!
 //! Everything here is pure and bounded: at most [`MAX_PARSED`] bytes of a message are
 //! parsed, and in them at most [`MAX_BOUNDARY_LINES`] MIME boundaries; only the fields that
-//! shape the MIME structure and the Subject are parsed; [`parts::MAX_TEXT`] bytes of text
+//! shape the MIME structure and the Subject are parsed, and the bodies of base64
+//! attachments are left out before parsing (module `attachments`); [`parts::MAX_TEXT`] bytes of text
 //! read, [`minhash::MAX_SHINGLES`] shingles hashed and [`minhash::SAMPLE`] of them
 //! MinHashed, [`links::MAX_LINKS_READ`] links read; bad MIME gives fewer keys, never a
 //! panic.
@@ -30,6 +31,7 @@
 //! case-folded, links as their host, digit runs as `0`, random-looking tokens as `*`,
 //! punctuation dropped.
 
+mod attachments;
 mod automatic;
 pub mod boilerplate;
 pub mod budget;
@@ -71,9 +73,18 @@ pub const MAX_BOUNDARY_LINES: usize = 1_000;
 pub const MAX_HEADER: usize = 64 * 1024;
 
 /// The part of `message` that is parsed: [`parse_window`], its header section cut to
-/// [`MAX_HEADER`] bytes (copied only then). Linear in the message's length.
+/// [`MAX_HEADER`] bytes, the bodies of its base64 attachments left out (copied only
+/// then). Linear in the message's length.
 fn parsed_part(message: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    let raw = parse_window(message);
+    let raw = header_cut(parse_window(message));
+    match attachments::bodies_left_out(&raw) {
+        Some(kept) => kept.into(),
+        None => raw,
+    }
+}
+
+/// `raw` with its header section cut to [`MAX_HEADER`] bytes (copied only then).
+fn header_cut(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     if raw.len() <= MAX_HEADER {
         return raw.into();
     }
