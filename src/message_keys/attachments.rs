@@ -72,7 +72,7 @@ pub(super) fn bodies_left_out(raw: &[u8]) -> Option<Vec<u8>> {
 
 /// Where the body starts after the header fields that start at `start` (the index after
 /// their blank line), looked for in the first `max` bytes, or None.
-fn header_end(raw: &[u8], start: usize, max: usize) -> Option<usize> {
+pub(super) fn header_end(raw: &[u8], start: usize, max: usize) -> Option<usize> {
     let window = &raw[start..raw.len().min(start.saturating_add(max))];
     memchr::memchr_iter(b'\n', window).find_map(|i| match window.get(i + 1..) {
         Some([b'\n', ..]) => Some(start + i + 2),
@@ -107,6 +107,15 @@ fn declared_boundaries<'a>(fields: &'a [u8], boundaries: &mut Vec<&'a [u8]>) {
             boundaries.push(value);
         }
     }
+}
+
+/// Whether a message's header section `fields` makes it one plain text part: no
+/// `Content-Type`, or `text/plain`.
+pub(super) fn is_plain_text(fields: &[u8]) -> bool {
+    fields
+        .split(|&c| c == b'\n')
+        .find_map(|line| field_value(line, b"content-type:"))
+        .is_none_or(|v| v.len() >= 10 && v[..10].eq_ignore_ascii_case(b"text/plain"))
 }
 
 /// Whether the header fields of a part (its boundary line first) give it a type other
@@ -200,6 +209,18 @@ mod tests {
             left_out(raw).as_deref(),
             Some("Content-Type: multipart/mixed; boundary=m\n\n--m\nContent-Type: image/gif\nContent-Transfer-Encoding: base64\n\n")
         );
+    }
+
+    #[test]
+    fn plain_text_is_told_from_its_content_type() {
+        assert!(is_plain_text(b"Subject: s\r\n"));
+        assert!(is_plain_text(
+            b"content-type: Text/Plain; charset=utf-8\r\n"
+        ));
+        assert!(!is_plain_text(b"Content-Type: text/html\r\n"));
+        assert!(!is_plain_text(
+            b"Content-Type: multipart/mixed; boundary=b\r\n"
+        ));
     }
 
     proptest! {

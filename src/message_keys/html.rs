@@ -55,10 +55,11 @@ const MAX_DEPTH: usize = 256;
 /// At most this many link targets are taken from one document.
 pub(super) const MAX_HREFS: usize = 10_000;
 
-/// `html` without its `<img …>` tags and without the payload of its `data:` URIs: an inline
-/// image placed before the text must not push the text out of the bytes read. Linear in
-/// the length of `html`.
-pub(super) fn without_images(html: &str) -> std::borrow::Cow<'_, str> {
+/// `html` without its `<img …>` tags and without the payload of its `data:` URIs, cut to
+/// at most `max` bytes (at a character boundary): an inline image placed before the text
+/// must not push the text out of the bytes read. Linear in what it reads: `html` is read
+/// only until `max` bytes are kept.
+pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str> {
     let b = html.as_bytes();
     let starts_image = |i: usize| {
         b.len() >= i + 4
@@ -70,40 +71,57 @@ pub(super) fn without_images(html: &str) -> std::borrow::Cow<'_, str> {
             && b[i..i + 5].eq_ignore_ascii_case(b"data:")
             && (i == 0 || !b[i - 1].is_ascii_alphanumeric())
     };
-    // Found from their `<` and their `:`, both rarer than other bytes.
-    let image = || memchr::memchr_iter(b'<', b).any(starts_image);
-    let data = || memchr::memchr_iter(b':', b).any(|c| c >= 4 && starts_data(c - 4));
-    if !image() && !data() {
-        return std::borrow::Cow::Borrowed(html);
-    }
-    let mut out = String::with_capacity(html.len().min(MAX_KEPT));
-    let mut i = 0;
+    let mut out: Option<String> = None;
+    // The bytes of `html` before `copied` are dealt with: kept in `out` or dropped.
     let mut copied = 0;
-    while i < b.len() {
-        if b[i] == b'<' && starts_image(i) {
-            out.push_str(&html[copied..i]);
-            i = b[i..]
+    let mut dropped = 0;
+    // Found from their `<` and their `:`, both rarer than other bytes.
+    for c in memchr::memchr2_iter(b'<', b':', b) {
+        if c < copied {
+            continue;
+        }
+        // A `data:` URI starts four bytes before its colon.
+        if c.saturating_sub(4).max(copied) - dropped >= max {
+            break;
+        }
+        let (start, end) = if b[c] == b'<' && starts_image(c) {
+            let end = memchr::memchr(b'>', &b[c..]).map_or(b.len(), |e| c + e + 1);
+            (c, end)
+        } else if b[c] == b':' && c >= 4 && c - 4 >= copied && starts_data(c - 4) {
+            let end = b[c..]
                 .iter()
-                .position(|&c| c == b'>')
-                .map_or(b.len(), |e| i + e + 1);
-            copied = i;
-        } else if (b[i] == b'd' || b[i] == b'D') && starts_data(i) {
-            out.push_str(&html[copied..i]);
-            i += b[i..]
-                .iter()
-                .position(|&c| matches!(c, b'"' | b'\'' | b')' | b'>') || c.is_ascii_whitespace())
-                .unwrap_or(b.len() - i);
-            copied = i;
+                .position(|&x| matches!(x, b'"' | b'\'' | b')' | b'>') || x.is_ascii_whitespace())
+                .map_or(b.len(), |e| c + e);
+            (c - 4, end)
         } else {
-            i += 1;
+            continue;
+        };
+        out.get_or_insert_with(|| String::with_capacity(html.len().min(max)))
+            .push_str(&html[copied..start]);
+        dropped += end - start;
+        copied = end;
+    }
+    match out {
+        None => std::borrow::Cow::Borrowed(prefix(html, max)),
+        Some(mut out) => {
+            let room = max.saturating_sub(out.len());
+            out.push_str(prefix(&html[copied..], room));
+            std::borrow::Cow::Owned(out)
         }
     }
-    out.push_str(&html[copied..]);
-    std::borrow::Cow::Owned(out)
 }
 
-/// The capacity reserved for an HTML part without its images.
-const MAX_KEPT: usize = 1024 * 1024;
+/// The longest prefix of `s` of at most `max` bytes that ends at a character boundary.
+pub(super) fn prefix(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
 
 /// The text of one HTML document and its link targets.
 #[derive(Debug, Default, PartialEq)]
@@ -725,13 +743,16 @@ mod tests {
     fn images_and_data_uris_are_dropped_before_the_window() {
         let big = "A".repeat(2_000_000);
         let html = format!("<IMG src=\"data:image/png;base64,{big}\"><p>text</p><a href='data:x,{big}'>l</a> metadata: ok");
-        let stripped = without_images(&html);
+        let stripped = without_images(&html, usize::MAX);
         assert!(stripped.len() < 100, "{stripped}");
         assert_eq!(text(&stripped), "text\nl metadata: ok");
         assert!(matches!(
-            without_images("<p>plain</p>"),
+            without_images("<p>plain</p>", 100),
             std::borrow::Cow::Borrowed(_)
         ));
+        assert_eq!(without_images("<p>plain</p>", 5), "<p>pl");
+        assert_eq!(without_images("<img x><p>é</p>", 4), "<p>");
+        assert_eq!(without_images("data:xx <p>plain</p>", 4), " <p>");
     }
 
     #[test]
