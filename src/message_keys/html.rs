@@ -14,39 +14,82 @@ use super::visibility::{parse_attribute_color, parse_style, Rgb, BLACK, WHITE};
 
 use super::Budget;
 
-/// Elements whose contents are not shown.
-const HIDDEN: [&str; 5] = ["script", "style", "head", "title", "noscript"];
+/// What the reduction does with an element, from its name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Kind {
+    /// Its contents are not shown: `script`, `style`, `head`, `title`, `noscript`.
+    hidden: bool,
+    /// It starts or ends a line (`br`, `p`, `div`, `tr`, `li`, `ul`, `ol`, `table`,
+    /// `h1`–`h6`, `hr`, `blockquote`, `pre`, `section`, `article`, `header`, `footer`).
+    block: bool,
+    /// It has no end tag (`br`, `img`, `hr`, `meta`, `link`, `input`, `wbr`, `area`,
+    /// `base`, `col`, `embed`, `source`, `track`).
+    void: bool,
+    /// A link: `a` or `area`.
+    link: bool,
+    /// `blockquote`.
+    quote: bool,
+    /// `p` or `li`, whose end tags are optional.
+    paragraph: bool,
+    /// `font`, whose `color` attribute colours its text.
+    font: bool,
+    /// `div`.
+    div: bool,
+}
 
-/// Elements that start or end a line.
-const BLOCKS: [&str; 21] = [
-    "br",
-    "p",
-    "div",
-    "tr",
-    "li",
-    "ul",
-    "ol",
-    "table",
-    "h1",
-    "h2",
-    "h3",
-    "h4",
-    "h5",
-    "h6",
-    "hr",
-    "blockquote",
-    "pre",
-    "section",
-    "article",
-    "header",
-    "footer",
-];
-
-/// Elements that have no end tag.
-const VOID: [&str; 13] = [
-    "br", "img", "hr", "meta", "link", "input", "wbr", "area", "base", "col", "embed", "source",
-    "track",
-];
+impl Kind {
+    /// The kind of the element named `name` (in any case).
+    fn of(name: &str) -> Kind {
+        let mut buf = [0u8; 10];
+        if name.is_empty() || name.len() > buf.len() {
+            return Kind::default();
+        }
+        for (d, c) in buf.iter_mut().zip(name.bytes()) {
+            *d = c.to_ascii_lowercase();
+        }
+        let block = Kind {
+            block: true,
+            ..Kind::default()
+        };
+        let void = Kind {
+            void: true,
+            ..Kind::default()
+        };
+        match &buf[..name.len()] {
+            b"script" | b"style" | b"head" | b"title" | b"noscript" => Kind {
+                hidden: true,
+                ..Kind::default()
+            },
+            b"br" | b"hr" => Kind {
+                void: true,
+                ..block
+            },
+            b"p" | b"li" => Kind {
+                paragraph: true,
+                ..block
+            },
+            b"div" => Kind { div: true, ..block },
+            b"blockquote" => Kind {
+                quote: true,
+                ..block
+            },
+            b"tr" | b"ul" | b"ol" | b"table" | b"h1" | b"h2" | b"h3" | b"h4" | b"h5" | b"h6"
+            | b"pre" | b"section" | b"article" | b"header" | b"footer" => block,
+            b"img" | b"meta" | b"link" | b"input" | b"wbr" | b"base" | b"col" | b"embed"
+            | b"source" | b"track" => void,
+            b"area" => Kind { link: true, ..void },
+            b"a" => Kind {
+                link: true,
+                ..Kind::default()
+            },
+            b"font" => Kind {
+                font: true,
+                ..Kind::default()
+            },
+            _ => Kind::default(),
+        }
+    }
+}
 
 /// At most this many elements are tracked open (deeper ones inherit their parent's
 /// visibility).
@@ -179,16 +222,13 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
             continue;
         };
         rest = &rest[tag.len..];
-        let is = |n: &str| tag.name.eq_ignore_ascii_case(n);
-        if !tag.closing {
-            if let Some(hidden) = HIDDEN.iter().find(|h| is(h)) {
-                rest = skip_element(rest, hidden);
-                continue;
-            }
+        if !tag.closing && tag.kind.hidden {
+            rest = skip_element(rest, tag.name);
+            continue;
         }
         if full {
             // No more text is read: only the links are, whatever their element shows.
-            if !tag.closing && (is("a") || is("area")) && out.hrefs.len() < MAX_HREFS {
+            if !tag.closing && tag.kind.link && out.hrefs.len() < MAX_HREFS {
                 if let Some(href) = tag.read_attributes().href {
                     out.hrefs.push(decode_references(href));
                 }
@@ -201,21 +241,21 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
             tag.read_attributes()
         };
         open.tag(&tag, &attributes);
-        if is("blockquote") {
+        if tag.kind.quote {
             line.quote_depth = if tag.closing {
                 line.quote_depth.saturating_sub(1)
             } else {
                 line.quote_depth + 1
             };
         }
-        if BLOCKS.iter().any(|b| is(b)) {
+        if tag.kind.block {
             if !line.start {
                 out.text.push('\n');
             }
             line.start = true;
             line.space = false;
         }
-        if !tag.closing && (is("a") || is("area")) && out.hrefs.len() < MAX_HREFS {
+        if !tag.closing && tag.kind.link && out.hrefs.len() < MAX_HREFS {
             if let Some(href) = attributes.href {
                 out.hrefs.push(decode_references(href));
             }
@@ -330,11 +370,11 @@ impl<'a> Open<'a> {
         if is_quote_marker(tag, attributes) {
             self.cut = true;
         }
-        if VOID.iter().any(|v| tag.name.eq_ignore_ascii_case(v)) || tag.self_closing() {
+        if tag.kind.void || tag.self_closing() {
             return;
         }
         // A new paragraph or list item ends the one open (their end tags are optional).
-        if ["p", "li"].iter().any(|n| tag.name.eq_ignore_ascii_case(n))
+        if tag.kind.paragraph
             && self
                 .stack
                 .last()
@@ -357,8 +397,8 @@ impl<'a> Open<'a> {
         let color = style
             .color
             .or_else(|| {
-                tag.name
-                    .eq_ignore_ascii_case("font")
+                tag.kind
+                    .font
                     .then(|| attributes.color.and_then(parse_attribute_color))
                     .flatten()
             })
@@ -386,7 +426,7 @@ fn is_quote_marker(tag: &Tag<'_>, attributes: &Attributes<'_>) -> bool {
     {
         return true;
     }
-    if !tag.name.eq_ignore_ascii_case("div") {
+    if !tag.kind.div {
         return false;
     }
     let style = attributes.style.unwrap_or("").as_bytes();
@@ -431,6 +471,8 @@ struct Attributes<'a> {
 /// One tag: `<name attributes>` or `</name>`.
 struct Tag<'a> {
     name: &'a str,
+    /// What its name makes it.
+    kind: Kind,
     closing: bool,
     attributes: &'a str,
     /// Its length in the source, `<` to `>` included.
@@ -469,8 +511,10 @@ impl<'a> Tag<'a> {
             }
         }
         let offset = s.len() - body.len();
+        let name = if declaration { "" } else { &body[..name_len] };
         Some(Tag {
-            name: if declaration { "" } else { &body[..name_len] },
+            name,
+            kind: Kind::of(name),
             closing,
             attributes: &body[name_len..end],
             len: (offset + end + 1).min(s.len()),
@@ -753,6 +797,16 @@ mod tests {
         assert_eq!(without_images("<p>plain</p>", 5), "<p>pl");
         assert_eq!(without_images("<img x><p>é</p>", 4), "<p>");
         assert_eq!(without_images("data:xx <p>plain</p>", 4), " <p>");
+    }
+
+    #[test]
+    fn element_kinds_are_read_in_any_case() {
+        assert!(Kind::of("BlockQuote").quote && Kind::of("BlockQuote").block);
+        assert!(Kind::of("AREA").link && Kind::of("area").void);
+        assert!(Kind::of("noScript").hidden);
+        assert_eq!(Kind::of("blockquotes"), Kind::default());
+        assert_eq!(Kind::of(""), Kind::default());
+        assert_eq!(Kind::of("span"), Kind::default());
     }
 
     #[test]
