@@ -46,19 +46,49 @@ const OTHER_FIELDS: [&str; 17] = [
 /// How many lines after a `From:` line the rest of its header block may reach.
 const BLOCK_REACH: usize = 8;
 
-/// The field name of a header-like line (`Subject: x`, `Objet : x`, `*From:* x`),
-/// lower-case, or None.
-fn field_name(line: &str) -> Option<String> {
+/// What a header-like line's field name makes it in a header block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    /// One of [`FROM_FIELDS`]: it may open a block.
+    From,
+    /// One of [`OTHER_FIELDS`].
+    Other,
+}
+
+/// The field of a header-like line (`Subject: x`, `Objet : x`, `*From:* x`) whose name a
+/// header block names, or None. An ASCII name is compared without regard to case as it
+/// stands; another is lower-cased first.
+fn field(line: &str) -> Option<Field> {
     let t = line.trim().trim_start_matches('*');
-    let colon = t.find(':')?;
-    if colon == 0 || colon > 24 || t[colon + 1..].starts_with("//") {
+    // A field name is short: its colon is looked for in the first bytes only.
+    let head = &t.as_bytes()[..t.len().min(25)];
+    let colon = memchr::memchr(b':', head)?;
+    if colon == 0 || t[colon + 1..].starts_with("//") {
         return None;
     }
     let name = t[..colon].trim_end().trim_end_matches('*').trim_end();
     if name.is_empty() || !name.chars().all(|c| c.is_alphabetic() || c == '-') {
         return None;
     }
-    Some(name.to_lowercase())
+    let lower = if name.is_ascii() {
+        String::new()
+    } else {
+        name.to_lowercase()
+    };
+    let named = |list: &[&str]| {
+        if name.is_ascii() {
+            list.iter().any(|f| f.eq_ignore_ascii_case(name))
+        } else {
+            list.contains(&lower.as_str())
+        }
+    };
+    if named(&FROM_FIELDS) {
+        Some(Field::From)
+    } else if named(&OTHER_FIELDS) {
+        Some(Field::Other)
+    } else {
+        None
+    }
 }
 
 /// Whether `line` is a separator naming a forwarded or original message.
@@ -83,29 +113,31 @@ fn is_forward_line(line: &str) -> bool {
     t.ends_with(':') && FORWARD_LINES.contains(&t.to_lowercase().as_str())
 }
 
-/// Whether a header block starts at `lines[i]`: a `From:` line and at least two other
-/// fields within [`BLOCK_REACH`] lines.
-fn is_header_block(lines: &[&str], i: usize) -> bool {
-    if !field_name(lines[i]).is_some_and(|n| FROM_FIELDS.contains(&n.as_str())) {
-        return false;
-    }
-    let others = lines[i + 1..]
-        .iter()
-        .take(BLOCK_REACH)
-        .filter_map(|l| field_name(l))
-        .filter(|n| OTHER_FIELDS.contains(&n.as_str()))
-        .count();
-    others >= 2
-}
-
 /// The index of the first line of `lines` that starts a forwarded or quoted message (the
 /// author's text is the lines before it), or None. An Outlook underscore rule just before
 /// a header block goes with it.
 pub(super) fn start(lines: &[&str]) -> Option<usize> {
+    // Each line's field, read once: a header block is a `From:` line and at least two
+    // other fields within the BLOCK_REACH lines after it.
+    let mut fields: Vec<Option<Field>> = Vec::new();
     let found = (0..lines.len()).find(|&i| {
         // An empty line is none of them (a text of blank lines is looked at quickly).
-        !lines[i].is_empty()
-            && (is_separator(lines[i]) || is_forward_line(lines[i]) || is_header_block(lines, i))
+        if lines[i].is_empty() {
+            return false;
+        }
+        if is_separator(lines[i]) || is_forward_line(lines[i]) {
+            return true;
+        }
+        let reach = (i + 1 + BLOCK_REACH).min(lines.len());
+        while fields.len() < reach {
+            fields.push(field(lines[fields.len()]));
+        }
+        fields[i] == Some(Field::From)
+            && fields[i + 1..reach]
+                .iter()
+                .filter(|f| **f == Some(Field::Other))
+                .count()
+                >= 2
     })?;
     let rule = |l: &str| {
         let t = l.trim();
@@ -155,8 +187,13 @@ mod tests {
     fn ordinary_lines_are_not_markers() {
         let text = "From: the garden team\nwe planted trees.\nTo: everyone\n-- \nAnn\n----------\n";
         assert_eq!(cut(text).len(), text.lines().count());
-        assert_eq!(field_name("http://x"), None);
-        assert_eq!(field_name("Subject: x").as_deref(), Some("subject"));
+        assert_eq!(field("From: http://x"), Some(Field::From));
+        assert_eq!(field("http://x"), None);
+        assert_eq!(field("Subject: x"), Some(Field::Other));
+        assert_eq!(field("*OBJET :* x"), Some(Field::Other));
+        assert_eq!(field("Envoyé : lundi"), Some(Field::Other));
+        assert_eq!(field("ENVOYÉ : lundi"), Some(Field::Other));
+        assert_eq!(field("Keywords: x"), None);
     }
 
     proptest! {

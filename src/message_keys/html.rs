@@ -14,39 +14,82 @@ use super::visibility::{parse_attribute_color, parse_style, Rgb, BLACK, WHITE};
 
 use super::Budget;
 
-/// Elements whose contents are not shown.
-const HIDDEN: [&str; 5] = ["script", "style", "head", "title", "noscript"];
+/// What the reduction does with an element, from its name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Kind {
+    /// Its contents are not shown: `script`, `style`, `head`, `title`, `noscript`.
+    hidden: bool,
+    /// It starts or ends a line (`br`, `p`, `div`, `tr`, `li`, `ul`, `ol`, `table`,
+    /// `h1`–`h6`, `hr`, `blockquote`, `pre`, `section`, `article`, `header`, `footer`).
+    block: bool,
+    /// It has no end tag (`br`, `img`, `hr`, `meta`, `link`, `input`, `wbr`, `area`,
+    /// `base`, `col`, `embed`, `source`, `track`).
+    void: bool,
+    /// A link: `a` or `area`.
+    link: bool,
+    /// `blockquote`.
+    quote: bool,
+    /// `p` or `li`, whose end tags are optional.
+    paragraph: bool,
+    /// `font`, whose `color` attribute colours its text.
+    font: bool,
+    /// `div`.
+    div: bool,
+}
 
-/// Elements that start or end a line.
-const BLOCKS: [&str; 21] = [
-    "br",
-    "p",
-    "div",
-    "tr",
-    "li",
-    "ul",
-    "ol",
-    "table",
-    "h1",
-    "h2",
-    "h3",
-    "h4",
-    "h5",
-    "h6",
-    "hr",
-    "blockquote",
-    "pre",
-    "section",
-    "article",
-    "header",
-    "footer",
-];
-
-/// Elements that have no end tag.
-const VOID: [&str; 13] = [
-    "br", "img", "hr", "meta", "link", "input", "wbr", "area", "base", "col", "embed", "source",
-    "track",
-];
+impl Kind {
+    /// The kind of the element named `name` (in any case).
+    fn of(name: &str) -> Kind {
+        let mut buf = [0u8; 10];
+        if name.is_empty() || name.len() > buf.len() {
+            return Kind::default();
+        }
+        for (d, c) in buf.iter_mut().zip(name.bytes()) {
+            *d = c.to_ascii_lowercase();
+        }
+        let block = Kind {
+            block: true,
+            ..Kind::default()
+        };
+        let void = Kind {
+            void: true,
+            ..Kind::default()
+        };
+        match &buf[..name.len()] {
+            b"script" | b"style" | b"head" | b"title" | b"noscript" => Kind {
+                hidden: true,
+                ..Kind::default()
+            },
+            b"br" | b"hr" => Kind {
+                void: true,
+                ..block
+            },
+            b"p" | b"li" => Kind {
+                paragraph: true,
+                ..block
+            },
+            b"div" => Kind { div: true, ..block },
+            b"blockquote" => Kind {
+                quote: true,
+                ..block
+            },
+            b"tr" | b"ul" | b"ol" | b"table" | b"h1" | b"h2" | b"h3" | b"h4" | b"h5" | b"h6"
+            | b"pre" | b"section" | b"article" | b"header" | b"footer" => block,
+            b"img" | b"meta" | b"link" | b"input" | b"wbr" | b"base" | b"col" | b"embed"
+            | b"source" | b"track" => void,
+            b"area" => Kind { link: true, ..void },
+            b"a" => Kind {
+                link: true,
+                ..Kind::default()
+            },
+            b"font" => Kind {
+                font: true,
+                ..Kind::default()
+            },
+            _ => Kind::default(),
+        }
+    }
+}
 
 /// At most this many elements are tracked open (deeper ones inherit their parent's
 /// visibility).
@@ -55,10 +98,11 @@ const MAX_DEPTH: usize = 256;
 /// At most this many link targets are taken from one document.
 pub(super) const MAX_HREFS: usize = 10_000;
 
-/// `html` without its `<img …>` tags and without the payload of its `data:` URIs: an inline
-/// image placed before the text must not push the text out of the bytes read. Linear in
-/// the length of `html`.
-pub(super) fn without_images(html: &str) -> std::borrow::Cow<'_, str> {
+/// `html` without its `<img …>` tags and without the payload of its `data:` URIs, cut to
+/// at most `max` bytes (at a character boundary): an inline image placed before the text
+/// must not push the text out of the bytes read. Linear in what it reads: `html` is read
+/// only until `max` bytes are kept.
+pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str> {
     let b = html.as_bytes();
     let starts_image = |i: usize| {
         b.len() >= i + 4
@@ -70,39 +114,57 @@ pub(super) fn without_images(html: &str) -> std::borrow::Cow<'_, str> {
             && b[i..i + 5].eq_ignore_ascii_case(b"data:")
             && (i == 0 || !b[i - 1].is_ascii_alphanumeric())
     };
-    if !(0..b.len())
-        .any(|i| (b[i] == b'<' && starts_image(i)) || (b[i] | 0x20 == b'd' && starts_data(i)))
-    {
-        return std::borrow::Cow::Borrowed(html);
-    }
-    let mut out = String::with_capacity(html.len().min(MAX_KEPT));
-    let mut i = 0;
+    let mut out: Option<String> = None;
+    // The bytes of `html` before `copied` are dealt with: kept in `out` or dropped.
     let mut copied = 0;
-    while i < b.len() {
-        if b[i] == b'<' && starts_image(i) {
-            out.push_str(&html[copied..i]);
-            i = b[i..]
+    let mut dropped = 0;
+    // Found from their `<` and their `:`, both rarer than other bytes.
+    for c in memchr::memchr2_iter(b'<', b':', b) {
+        if c < copied {
+            continue;
+        }
+        // A `data:` URI starts four bytes before its colon.
+        if c.saturating_sub(4).max(copied) - dropped >= max {
+            break;
+        }
+        let (start, end) = if b[c] == b'<' && starts_image(c) {
+            let end = memchr::memchr(b'>', &b[c..]).map_or(b.len(), |e| c + e + 1);
+            (c, end)
+        } else if b[c] == b':' && c >= 4 && c - 4 >= copied && starts_data(c - 4) {
+            let end = b[c..]
                 .iter()
-                .position(|&c| c == b'>')
-                .map_or(b.len(), |e| i + e + 1);
-            copied = i;
-        } else if (b[i] == b'd' || b[i] == b'D') && starts_data(i) {
-            out.push_str(&html[copied..i]);
-            i += b[i..]
-                .iter()
-                .position(|&c| matches!(c, b'"' | b'\'' | b')' | b'>') || c.is_ascii_whitespace())
-                .unwrap_or(b.len() - i);
-            copied = i;
+                .position(|&x| matches!(x, b'"' | b'\'' | b')' | b'>') || x.is_ascii_whitespace())
+                .map_or(b.len(), |e| c + e);
+            (c - 4, end)
         } else {
-            i += 1;
+            continue;
+        };
+        out.get_or_insert_with(|| String::with_capacity(html.len().min(max)))
+            .push_str(&html[copied..start]);
+        dropped += end - start;
+        copied = end;
+    }
+    match out {
+        None => std::borrow::Cow::Borrowed(prefix(html, max)),
+        Some(mut out) => {
+            let room = max.saturating_sub(out.len());
+            out.push_str(prefix(&html[copied..], room));
+            std::borrow::Cow::Owned(out)
         }
     }
-    out.push_str(&html[copied..]);
-    std::borrow::Cow::Owned(out)
 }
 
-/// The capacity reserved for an HTML part without its images.
-const MAX_KEPT: usize = 1024 * 1024;
+/// The longest prefix of `s` of at most `max` bytes that ends at a character boundary.
+pub(super) fn prefix(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
 
 /// The text of one HTML document and its link targets.
 #[derive(Debug, Default, PartialEq)]
@@ -136,7 +198,7 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
         if full && out.hrefs.len() >= MAX_HREFS {
             break;
         }
-        let lt = rest.find('<').unwrap_or(rest.len());
+        let lt = memchr::memchr(b'<', rest.as_bytes()).unwrap_or(rest.len());
         if !budget.spend_octets(lt) {
             break;
         }
@@ -160,16 +222,13 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
             continue;
         };
         rest = &rest[tag.len..];
-        let is = |n: &str| tag.name.eq_ignore_ascii_case(n);
-        if !tag.closing {
-            if let Some(hidden) = HIDDEN.iter().find(|h| is(h)) {
-                rest = skip_element(rest, hidden);
-                continue;
-            }
+        if !tag.closing && tag.kind.hidden {
+            rest = skip_element(rest, tag.name);
+            continue;
         }
         if full {
             // No more text is read: only the links are, whatever their element shows.
-            if !tag.closing && (is("a") || is("area")) && out.hrefs.len() < MAX_HREFS {
+            if !tag.closing && tag.kind.link && out.hrefs.len() < MAX_HREFS {
                 if let Some(href) = tag.read_attributes().href {
                     out.hrefs.push(decode_references(href));
                 }
@@ -182,21 +241,21 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
             tag.read_attributes()
         };
         open.tag(&tag, &attributes);
-        if is("blockquote") {
+        if tag.kind.quote {
             line.quote_depth = if tag.closing {
                 line.quote_depth.saturating_sub(1)
             } else {
                 line.quote_depth + 1
             };
         }
-        if BLOCKS.iter().any(|b| is(b)) {
+        if tag.kind.block {
             if !line.start {
                 out.text.push('\n');
             }
             line.start = true;
             line.space = false;
         }
-        if !tag.closing && (is("a") || is("area")) && out.hrefs.len() < MAX_HREFS {
+        if !tag.closing && tag.kind.link && out.hrefs.len() < MAX_HREFS {
             if let Some(href) = attributes.href {
                 out.hrefs.push(decode_references(href));
             }
@@ -214,7 +273,7 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
     }
     // Decoded into a new string only when there is a reference to decode.
     let decoded;
-    let text = if raw.contains('&') {
+    let text = if memchr::memchr(b'&', raw.as_bytes()).is_some() {
         decoded = decode_references(raw);
         decoded.as_str()
     } else {
@@ -311,11 +370,11 @@ impl<'a> Open<'a> {
         if is_quote_marker(tag, attributes) {
             self.cut = true;
         }
-        if VOID.iter().any(|v| tag.name.eq_ignore_ascii_case(v)) || tag.self_closing() {
+        if tag.kind.void || tag.self_closing() {
             return;
         }
         // A new paragraph or list item ends the one open (their end tags are optional).
-        if ["p", "li"].iter().any(|n| tag.name.eq_ignore_ascii_case(n))
+        if tag.kind.paragraph
             && self
                 .stack
                 .last()
@@ -338,8 +397,8 @@ impl<'a> Open<'a> {
         let color = style
             .color
             .or_else(|| {
-                tag.name
-                    .eq_ignore_ascii_case("font")
+                tag.kind
+                    .font
                     .then(|| attributes.color.and_then(parse_attribute_color))
                     .flatten()
             })
@@ -367,7 +426,7 @@ fn is_quote_marker(tag: &Tag<'_>, attributes: &Attributes<'_>) -> bool {
     {
         return true;
     }
-    if !tag.name.eq_ignore_ascii_case("div") {
+    if !tag.kind.div {
         return false;
     }
     let style = attributes.style.unwrap_or("").as_bytes();
@@ -390,7 +449,7 @@ fn skip_element<'a>(rest: &'a str, name: &str) -> &'a str {
         let at = from + k + 2;
         let end = at + name.len();
         if end <= b.len() && b[at..end].eq_ignore_ascii_case(name.as_bytes()) {
-            return rest[end..].find('>').map_or("", |g| &rest[end + g + 1..]);
+            return memchr::memchr(b'>', &b[end..]).map_or("", |g| &rest[end + g + 1..]);
         }
         from = at;
     }
@@ -412,6 +471,8 @@ struct Attributes<'a> {
 /// One tag: `<name attributes>` or `</name>`.
 struct Tag<'a> {
     name: &'a str,
+    /// What its name makes it.
+    kind: Kind,
     closing: bool,
     attributes: &'a str,
     /// Its length in the source, `<` to `>` included.
@@ -450,8 +511,10 @@ impl<'a> Tag<'a> {
             }
         }
         let offset = s.len() - body.len();
+        let name = if declaration { "" } else { &body[..name_len] };
         Some(Tag {
-            name: if declaration { "" } else { &body[..name_len] },
+            name,
+            kind: Kind::of(name),
             closing,
             attributes: &body[name_len..end],
             len: (offset + end + 1).min(s.len()),
@@ -508,7 +571,8 @@ impl<'a> Tag<'a> {
                 let (value, after) = match v.chars().next() {
                     Some(q @ ('"' | '\'')) => {
                         let inner = &v[1..];
-                        let close = inner.find(q).unwrap_or(inner.len());
+                        let close =
+                            memchr::memchr(q as u8, inner.as_bytes()).unwrap_or(inner.len());
                         (&inner[..close], &inner[(close + 1).min(inner.len())..])
                     }
                     _ => {
@@ -531,7 +595,7 @@ impl<'a> Tag<'a> {
 pub(super) fn decode_references(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
-    while let Some(amp) = rest.find('&') {
+    while let Some(amp) = memchr::memchr(b'&', rest.as_bytes()) {
         out.push_str(&rest[..amp]);
         rest = &rest[amp..];
         let end = rest[1..]
@@ -723,13 +787,26 @@ mod tests {
     fn images_and_data_uris_are_dropped_before_the_window() {
         let big = "A".repeat(2_000_000);
         let html = format!("<IMG src=\"data:image/png;base64,{big}\"><p>text</p><a href='data:x,{big}'>l</a> metadata: ok");
-        let stripped = without_images(&html);
+        let stripped = without_images(&html, usize::MAX);
         assert!(stripped.len() < 100, "{stripped}");
         assert_eq!(text(&stripped), "text\nl metadata: ok");
         assert!(matches!(
-            without_images("<p>plain</p>"),
+            without_images("<p>plain</p>", 100),
             std::borrow::Cow::Borrowed(_)
         ));
+        assert_eq!(without_images("<p>plain</p>", 5), "<p>pl");
+        assert_eq!(without_images("<img x><p>é</p>", 4), "<p>");
+        assert_eq!(without_images("data:xx <p>plain</p>", 4), " <p>");
+    }
+
+    #[test]
+    fn element_kinds_are_read_in_any_case() {
+        assert!(Kind::of("BlockQuote").quote && Kind::of("BlockQuote").block);
+        assert!(Kind::of("AREA").link && Kind::of("area").void);
+        assert!(Kind::of("noScript").hidden);
+        assert_eq!(Kind::of("blockquotes"), Kind::default());
+        assert_eq!(Kind::of(""), Kind::default());
+        assert_eq!(Kind::of("span"), Kind::default());
     }
 
     #[test]

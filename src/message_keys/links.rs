@@ -41,18 +41,34 @@ pub(super) fn find_link(text: &str) -> Option<(usize, usize)> {
 /// user information and port left out, lower-cased, a trailing dot dropped; IP literals as
 /// the address (IPv6 without brackets). None when it is not a host name or IP address.
 pub(super) fn host(rest: &str) -> Option<String> {
-    let end = rest
-        .find(|c: char| {
-            c.is_whitespace() || matches!(c, '/' | '?' | '#' | '\\' | '"' | '\'' | '<' | '>')
-        })
-        .unwrap_or(rest.len());
+    // Where the authority ends: looked for byte by byte while the bytes are ASCII (most
+    // links), by characters from the first other one on.
+    let b = rest.as_bytes();
+    let ascii_end = b
+        .iter()
+        .position(|&c| !c.is_ascii() || c.is_ascii_whitespace() || c == 0x0b || is_host_end(c))
+        .unwrap_or(b.len());
+    let end = if ascii_end < b.len() && !b[ascii_end].is_ascii() {
+        ascii_end
+            + rest[ascii_end..]
+                .find(|c: char| c.is_whitespace() || (c.is_ascii() && is_host_end(c as u8)))
+                .unwrap_or(rest.len() - ascii_end)
+    } else {
+        ascii_end
+    };
     let authority = &rest[..end];
-    let authority = authority.rsplit('@').next().unwrap_or(authority);
+    let authority = match memchr::memrchr(b'@', authority.as_bytes()) {
+        Some(at) => &authority[at + 1..],
+        None => authority,
+    };
     if let Some(inner) = authority.strip_prefix('[') {
         let inner = &inner[..inner.find(']')?];
         return inner.parse::<Ipv6Addr>().ok().map(|ip| ip.to_string());
     }
-    let name = authority.split(':').next().unwrap_or(authority);
+    let name = match memchr::memchr(b':', authority.as_bytes()) {
+        Some(colon) => &authority[..colon],
+        None => authority,
+    };
     // A link at the end of a sentence or in brackets: "(see https://example.com)."
     let name = name.trim_end_matches(['.', ',', ';', ')', ']', '}', '!', '*']);
     if name.is_empty() || name.len() > MAX_HOST {
@@ -60,12 +76,13 @@ pub(super) fn host(rest: &str) -> Option<String> {
     }
     if name.is_ascii() {
         // Most hosts: bytes, no Unicode tables.
-        let valid = name.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
-        });
+        // Labels of letters, digits, `-` and `_`, none empty.
+        let n = name.as_bytes();
+        let valid = n[0] != b'.'
+            && n[n.len() - 1] != b'.'
+            && !n.windows(2).any(|w| w == b"..")
+            && n.iter()
+                .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
         return valid.then(|| name.to_ascii_lowercase());
     }
     let valid = name.split('.').all(|label| {
@@ -75,6 +92,11 @@ pub(super) fn host(rest: &str) -> Option<String> {
                 .all(|c| c.is_alphanumeric() || c == '-' || c == '_')
     });
     valid.then(|| name.to_lowercase())
+}
+
+/// Whether the ASCII byte `c` ends a link's authority (whitespace aside).
+fn is_host_end(c: u8) -> bool {
+    matches!(c, b'/' | b'?' | b'#' | b'\\' | b'"' | b'\'' | b'<' | b'>')
 }
 
 /// The registered domain of a lower-case `host`: the IP address itself for an IP literal,

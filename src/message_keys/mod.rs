@@ -14,7 +14,8 @@
 //!
 //! Everything here is pure and bounded: at most [`MAX_PARSED`] bytes of a message are
 //! parsed, and in them at most [`MAX_BOUNDARY_LINES`] MIME boundaries; only the fields that
-//! shape the MIME structure and the Subject are parsed; [`parts::MAX_TEXT`] bytes of text
+//! shape the MIME structure and the Subject are parsed, and the bodies of base64
+//! attachments are left out before parsing (module `attachments`); [`parts::MAX_TEXT`] bytes of text
 //! read, [`minhash::MAX_SHINGLES`] shingles hashed and [`minhash::SAMPLE`] of them
 //! MinHashed, [`links::MAX_LINKS_READ`] links read; bad MIME gives fewer keys, never a
 //! panic.
@@ -30,6 +31,7 @@
 //! case-folded, links as their host, digit runs as `0`, random-looking tokens as `*`,
 //! punctuation dropped.
 
+mod attachments;
 mod automatic;
 pub mod boilerplate;
 pub mod budget;
@@ -64,6 +66,11 @@ pub const MAX_PARSED: usize = 4 * 1024 * 1024;
 /// the keys read comes first in every common layout.
 pub const MAX_BOUNDARY_LINES: usize = 1_000;
 
+/// At most this many bytes of the body of a message that is one plain text part are parsed:
+/// enough for [`parts::MAX_TEXT`] bytes of text in any transfer encoding (quoted-printable
+/// spends at most three bytes on one) and charset (UTF-32 spends four on a character).
+pub const MAX_PLAIN: usize = 4 * parts::MAX_TEXT;
+
 /// At most this many bytes of a message's header section are parsed (a header section of
 /// hundreds of kilobytes is crafted: a real one holds a few kilobytes of trace fields and
 /// signatures). Past it the section is ended and the body follows: the fields after the
@@ -71,9 +78,30 @@ pub const MAX_BOUNDARY_LINES: usize = 1_000;
 pub const MAX_HEADER: usize = 64 * 1024;
 
 /// The part of `message` that is parsed: [`parse_window`], its header section cut to
-/// [`MAX_HEADER`] bytes (copied only then). Linear in the message's length.
+/// [`MAX_HEADER`] bytes, the bodies of its base64 attachments left out (copied only
+/// then). Linear in the message's length.
 fn parsed_part(message: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    let raw = parse_window(message);
+    let mut raw = header_cut(parse_window(message));
+    if let Some(body) = attachments::header_end(&raw, 0, MAX_HEADER + 4) {
+        if attachments::is_plain_text(&raw[..body]) && raw.len() > body + MAX_PLAIN {
+            // One plain text part: only its first parts::MAX_TEXT bytes are read.
+            raw = match raw {
+                std::borrow::Cow::Borrowed(r) => r[..body + MAX_PLAIN].into(),
+                std::borrow::Cow::Owned(mut r) => {
+                    r.truncate(body + MAX_PLAIN);
+                    r.into()
+                }
+            };
+        }
+    }
+    match attachments::bodies_left_out(&raw) {
+        Some(kept) => kept.into(),
+        None => raw,
+    }
+}
+
+/// `raw` with its header section cut to [`MAX_HEADER`] bytes (copied only then).
+fn header_cut(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     if raw.len() <= MAX_HEADER {
         return raw.into();
     }

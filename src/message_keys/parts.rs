@@ -2,7 +2,8 @@
 //! transfer encoding and charset), one alternative of each, HTML reduced to text, within a
 //! budget.
 
-use super::{html, Budget};
+use super::html::{self, prefix};
+use super::Budget;
 use mail_parser::{Message, MimeHeaders, PartType};
 
 /// At most this many bytes of decoded text are read from one message.
@@ -21,18 +22,6 @@ pub(super) struct Texts {
     pub hrefs: Vec<String>,
 }
 
-/// The longest prefix of `s` of at most `max` bytes that ends at a character boundary.
-fn prefix(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
 /// The text of `message`: the parts of its text body (mail-parser's choice: the plain
 /// alternative where there is one, else the HTML one), HTML reduced to text. With
 /// `hrefs`, the link targets of every HTML body part as well. Stops where `budget` runs
@@ -47,8 +36,8 @@ pub(super) fn texts(message: &Message<'_>, hrefs: bool, budget: &mut Budget) -> 
         match message.parts.get(id as usize).map(|p| &p.body) {
             Some(PartType::Text(t)) => out.text.push_str(prefix(t, room)),
             Some(PartType::Html(h)) => {
-                let h = html::without_images(h);
-                let reduced = html::reduce_within(prefix(&h, MAX_HTML), room, budget);
+                let h = html::without_images(h, MAX_HTML);
+                let reduced = html::reduce_within(&h, room, budget);
                 out.text.push_str(prefix(&reduced.text, room));
                 if hrefs {
                     out.hrefs.extend(reduced.hrefs);
@@ -69,10 +58,9 @@ pub(super) fn texts(message: &Message<'_>, hrefs: bool, budget: &mut Budget) -> 
             match &part.body {
                 PartType::Text(t) => out.text.push_str(prefix(t, MAX_TEXT)),
                 PartType::Html(h) => {
-                    let h = html::without_images(h);
-                    out.text.push_str(
-                        &html::reduce_within(prefix(&h, MAX_HTML), MAX_TEXT, budget).text,
-                    );
+                    let h = html::without_images(h, MAX_HTML);
+                    out.text
+                        .push_str(&html::reduce_within(&h, MAX_TEXT, budget).text);
                 }
                 _ => {}
             }
@@ -92,9 +80,8 @@ pub(super) fn texts(message: &Message<'_>, hrefs: bool, budget: &mut Budget) -> 
                 break;
             }
             if let Some(PartType::Html(h)) = message.parts.get(id as usize).map(|p| &p.body) {
-                let h = html::without_images(h);
-                out.hrefs
-                    .extend(html::reduce_within(prefix(&h, MAX_HTML), 0, budget).hrefs);
+                let h = html::without_images(h, MAX_HTML);
+                out.hrefs.extend(html::reduce_within(&h, 0, budget).hrefs);
             }
         }
         out.hrefs.truncate(html::MAX_HREFS);

@@ -130,7 +130,7 @@ fn token(raw: &str, buf: &mut String, emit: &mut dyn FnMut(&str) -> bool) -> boo
             return emit(&host);
         }
     }
-    plain(core, buf, emit)
+    trimmed(core, buf, emit)
 }
 
 /// `token` without the separators at its ends (ASCII ones looked at as bytes).
@@ -152,32 +152,67 @@ fn trim_separators(token: &str) -> &str {
 
 /// The words of a token that is not a link.
 fn plain(token: &str, buf: &mut String, emit: &mut dyn FnMut(&str) -> bool) -> bool {
-    let token = trim_separators(token);
+    trimmed(trim_separators(token), buf, emit)
+}
+
+/// [`plain`] of a token without separators at its ends.
+fn trimmed(token: &str, buf: &mut String, emit: &mut dyn FnMut(&str) -> bool) -> bool {
     if token.is_empty() {
         return true;
     }
     if is_random(token) {
         return emit(RANDOM);
     }
+    let ascii = token.is_ascii();
     let mut piece_word = |piece: &str| {
         // The token itself was found not random.
         if piece.len() < token.len() && is_random(piece) {
             return emit(RANDOM);
         }
-        fold_into(piece, buf);
+        if ascii {
+            buf.clear();
+            fold_ascii_into(piece, buf);
+        } else {
+            fold_into(piece, buf);
+        }
         buf.is_empty() || emit(buf)
     };
-    if token.is_ascii() {
-        // In ASCII the separators are the bytes that are neither letters nor digits.
-        return token
-            .split(|c: char| !c.is_ascii_alphanumeric())
-            .filter(|p| !p.is_empty())
-            .all(&mut piece_word);
+    if ascii {
+        // In ASCII the separators are the bytes that are neither letters nor digits,
+        // looked at as bytes.
+        let b = token.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            let start = i;
+            while i < b.len() && b[i].is_ascii_alphanumeric() {
+                i += 1;
+            }
+            if i > start && !piece_word(&token[start..i]) {
+                return false;
+            }
+            while i < b.len() && !b[i].is_ascii_alphanumeric() {
+                i += 1;
+            }
+        }
+        return true;
     }
     token
         .split(separates)
         .filter(|p| !p.is_empty())
         .all(piece_word)
+}
+
+/// For each ASCII byte, the lower-case ASCII letter it folds to when that is its whole
+/// fold (most letters), or 0.
+fn simple_folds() -> &'static [u8; 128] {
+    static SIMPLE: std::sync::OnceLock<[u8; 128]> = std::sync::OnceLock::new();
+    SIMPLE.get_or_init(|| {
+        let table = invisible::ascii_table();
+        std::array::from_fn(|i| match table[i].as_bytes() {
+            [c] if c.is_ascii_lowercase() => *c,
+            _ => 0,
+        })
+    })
 }
 
 /// `piece` folded into `buf`: invisible characters dropped, look-alike letters folded to
@@ -229,15 +264,17 @@ fn fold_ascii_into(piece: &str, buf: &mut String) {
         return;
     }
     let table = invisible::ascii_table();
+    let simple = simple_folds();
     let mut in_digits = false;
     for b in piece.bytes() {
-        let folded = &table[usize::from(b)];
-        if folded.len() == 1 && folded.as_bytes()[0].is_ascii_lowercase() {
+        let letter = simple[usize::from(b & 0x7f)];
+        if letter != 0 {
             // Most letters fold to one lower-case letter.
             in_digits = false;
-            buf.push(char::from(folded.as_bytes()[0]));
+            buf.push(char::from(letter));
             continue;
         }
+        let folded = &table[usize::from(b)];
         for c in folded.chars() {
             if c.is_numeric() {
                 if !in_digits {
