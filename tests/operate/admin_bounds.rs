@@ -30,6 +30,9 @@ const ONE: Duration = Duration::from_secs(1);
 /// How long a probe's answer is waited for: a flood that silences an address leaves its
 /// clients unanswered for minutes or for ever.
 const PATIENCE: Duration = Duration::from_secs(5);
+/// Connections cut or refused that a listener may still hold beside its bound while their
+/// tasks wait for the loaded machine to run them: the flood is 6,000 a listener.
+const SETTLING: usize = 8;
 /// Tries of a probe: the machine running the tests (a debug build beside the other tests of
 /// this binary, a browser among them) may stall one answer past [`ONE`] by itself.
 const TRIES: usize = 3;
@@ -353,10 +356,9 @@ fn slow_bodies_and_idle_connections_leave_metrics_console_and_login_answering() 
         idle_admin.len() + idle_metrics.len(),
         t.elapsed()
     );
-    // Each listener holds at most [admin] max_connections (64) of them, and one more for
-    // the moment between cutting one and its task closing it. A connection accepted only
-    // to be refused is in the table for that moment too, so the steady state is the least
-    // of a few readings.
+    // Each listener holds at most [admin] max_connections (64) of them, and the few cut or
+    // refused whose tasks have not yet closed them (on a loaded machine, up to
+    // [`SETTLING`]); the steady state is the least of a few readings.
     let steady = |addr| {
         (0..5)
             .map(|_| {
@@ -369,7 +371,7 @@ fn slow_bodies_and_idle_connections_leave_metrics_console_and_login_answering() 
     let (on_admin, on_metrics) = (steady(admin), steady(metrics));
     println!("connections floodgate holds: {on_admin} on the admin address, {on_metrics} on the metrics address");
     assert!(
-        on_admin <= 65 && on_metrics <= 65,
+        on_admin <= 64 + SETTLING && on_metrics <= 64 + SETTLING,
         "{on_admin} {on_metrics}"
     );
 
