@@ -193,3 +193,55 @@ fn floodgate_down_gets_the_default_action_and_nothing_is_lost() {
     );
     assert_eq!(pf.wait_messages(&tok2, 3).len(), 3);
 }
+
+/// A hold the ledger cannot take (here: `[postfix] max_held = 1`, one held already) is not
+/// made: the message is deferred at END-OF-MESSAGE (`450 4.3.0`), so no message sits in
+/// Postfix's hold queue that the held verbs cannot find, and nothing of it is delivered.
+#[test]
+fn a_hold_the_ledger_cannot_take_is_deferred_not_lost() {
+    let dir = socket_dir();
+    let socket = socket_in(&dir);
+    let pf = postfix(&socket, "DUNNO");
+    let _log = pf.log_on_panic();
+    // The line before the limits still belongs to the [postfix] table start_service writes.
+    let fg = start_service(&pf, &socket, &format!("max_held = 1\n{LIMITS}"));
+    let tok = token("policy-full");
+    let rcpts: Vec<String> = (0..5).map(|i| format!("r{i}-{tok}@dest.test")).collect();
+    let mut c = alice(&pf);
+    let first = format!("{tok}-first");
+    assert_eq!(
+        send(&mut c, "alice@client.test", &rcpts, &first),
+        [250, 250, 250, 250, 250, 250, 354, 250],
+        "{}",
+        fg.stderr()
+    );
+    let later = format!("{tok}-later");
+    let codes = send(&mut c, "alice@client.test", &rcpts[..1], &later);
+    assert_eq!(codes, [250, 250, 354, 450], "{}", fg.stderr());
+    assert_eq!(c.cmd("QUIT").code, 221);
+    pf.wait_log("the deferral", |l| {
+        l.contains("END-OF-MESSAGE") && l.contains("4.3.0") && l.contains("cannot be held now")
+    });
+    assert!(
+        fg.stderr()
+            .contains("held message deferred: not recorded in the ledger"),
+        "{}",
+        fg.stderr()
+    );
+    let q = wait_queue(&pf, "the first message held", |q| {
+        q.iter().filter(|m| m.queue_name == "hold").count() == 1
+    });
+    assert_eq!(
+        q.iter().filter(|m| m.queue_name == "hold").count(),
+        1,
+        "{q:?}"
+    );
+    let list = verb(&fg, &["held", "list", "--key", "alice", "--json"]);
+    assert!(list.ok(), "{list}");
+    let v: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    assert_eq!(v["held"].as_array().unwrap().len(), 1, "{v}");
+    // The deferred message never entered Postfix's queue; the held one waits in it.
+    assert!(q.iter().all(|m| m.queue_name == "hold"), "{q:?}");
+    assert!(pf.messages_with(&later).is_empty());
+    assert!(pf.messages_with(&first).is_empty());
+}
