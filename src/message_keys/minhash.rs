@@ -167,8 +167,13 @@ const PAIR_FUNCTIONS: ([u64; PAIR_HASHES], [u64; PAIR_HASHES]) = functions(0xfed
 
 /// The hash of one normalised word.
 pub(super) fn word_hash(word: &str) -> u64 {
+    word_hash_bytes(word.as_bytes())
+}
+
+/// [`word_hash`] of a word given as its UTF-8 bytes.
+pub(super) fn word_hash_bytes(word: &[u8]) -> u64 {
     let mut h = SipHasher13::new_with_keys(WORD_KEY.0, WORD_KEY.1);
-    h.write(word.as_bytes());
+    h.write(word);
     h.finish()
 }
 

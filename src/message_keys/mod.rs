@@ -255,10 +255,16 @@ pub fn compute_within(
     let raw = parsed_part(message);
     let parser = parser();
     let needs_body = wanted.fingerprint || wanted.link_domains;
-    let parsed = if needs_body {
+    // One text part that needs no decoding is read as it is; any other body is parsed.
+    let headers = parser.parse_headers(&*raw);
+    let single = match &headers {
+        Some(h) if needs_body => parts::single_part(&raw, h),
+        _ => None,
+    };
+    let parsed = if needs_body && single.is_none() {
         parser.parse(&*raw)
     } else {
-        parser.parse_headers(&*raw)
+        headers
     };
     let Some(parsed) = parsed else {
         return keys;
@@ -277,7 +283,10 @@ pub fn compute_within(
     if !needs_body {
         return keys;
     }
-    let texts = parts::texts(&parsed, wanted.link_domains, budget);
+    let texts = match single {
+        Some((html, body)) => parts::single_texts(body, html, wanted.link_domains, budget),
+        None => parts::texts(&parsed, wanted.link_domains, budget),
+    };
     if budget.exceeded() {
         return keys;
     }

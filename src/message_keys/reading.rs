@@ -105,8 +105,8 @@ pub(super) fn read(text: &str, learnt: Option<(&Boilerplate, u32)>) -> Reading {
     let mut line_words = Vec::new();
     for line in &lines[..end] {
         line_words.clear();
-        words::each_word(line, &mut |w| {
-            line_words.push(minhash::word_hash(w));
+        words::each_word_hash(line, &mut |h| {
+            line_words.push(h);
             line_words.len() < minhash::MAX_WORDS
         });
         if line_words.len() >= boilerplate::MIN_BLOCK_WORDS {

@@ -4,7 +4,7 @@
 //! Masking makes the parts a campaign varies per recipient (order numbers, tracking tokens,
 //! coupon codes) read the same in every copy, so that only the wording is compared.
 
-use super::{invisible, links};
+use super::{invisible, links, minhash};
 
 /// What every random-looking token reads as.
 pub(super) const RANDOM: &str = "*";
@@ -82,7 +82,9 @@ fn separates(c: char) -> bool {
 /// `https://`, or a token starting with `www.`) reads as its host, a random-looking token as
 /// `*`, and every other token is case-folded, cut at punctuation into words, with each run
 /// of digits read as `0` and invisible characters dropped. `emit` returns false to stop.
-/// Returns false when `emit` stopped it.
+/// Returns false when `emit` stopped it. (The fingerprint reads the words' hashes,
+/// [`each_word_hash`].)
+#[cfg(test)]
 pub(super) fn each_word(text: &str, emit: &mut dyn FnMut(&str) -> bool) -> bool {
     let mut buf = String::new();
     let b = text.as_bytes();
@@ -109,6 +111,76 @@ pub(super) fn each_word(text: &str, emit: &mut dyn FnMut(&str) -> bool) -> bool 
         i += len;
     }
     start.is_none_or(|s| token(&text[s..], &mut buf, emit))
+}
+
+/// [`each_word`], each word given to `emit` as its hash ([`minhash::word_hash`]). Most
+/// tokens (ASCII letters, or ASCII digits, with punctuation at their ends) are folded and
+/// hashed from the bytes on the stack ([`common_word_hash`]); the others go the way of
+/// [`each_word`].
+pub(super) fn each_word_hash(text: &str, emit: &mut dyn FnMut(u64) -> bool) -> bool {
+    let simple = simple_folds();
+    let mut buf = String::new();
+    let b = text.as_bytes();
+    let mut start = None;
+    let mut i = 0;
+    while i < b.len() {
+        let (space, len) = if b[i] < 0x80 {
+            (matches!(b[i], b'\t'..=b'\r' | b' '), 1)
+        } else {
+            let c = text[i..].chars().next().unwrap_or(' ');
+            (c.is_whitespace(), c.len_utf8())
+        };
+        match (space, start) {
+            (true, Some(s)) => {
+                let more = match common_word_hash(&b[s..i], simple) {
+                    Some(h) => emit(h),
+                    None => token(&text[s..i], &mut buf, &mut |w| emit(minhash::word_hash(w))),
+                };
+                if !more {
+                    return false;
+                }
+                start = None;
+            }
+            (false, None) => start = Some(i),
+            _ => {}
+        }
+        i += len;
+    }
+    start.is_none_or(|s| match common_word_hash(&b[s..], simple) {
+        Some(h) => emit(h),
+        None => token(&text[s..], &mut buf, &mut |w| emit(minhash::word_hash(w))),
+    })
+}
+
+/// The hash of the one word of the whitespace-separated `raw` when it is a common token:
+/// ASCII, no `:` (no link), and between its first and last letter or digit either ASCII
+/// letters only, fewer than [`LONG_TOKEN`] (never random-looking, each folding to one
+/// lower-case letter) or ASCII digits only (one `0`). None for every other token, and for
+/// one without letters or digits.
+fn common_word_hash(raw: &[u8], simple: &[u8; 128]) -> Option<u64> {
+    let start = raw.iter().position(u8::is_ascii_alphanumeric)?;
+    let end = raw.iter().rposition(u8::is_ascii_alphanumeric)? + 1;
+    if raw.iter().any(|&c| c >= 0x80 || c == b':') {
+        return None;
+    }
+    let core = &raw[start..end];
+    if core.iter().all(u8::is_ascii_digit) {
+        return Some(minhash::word_hash("0"));
+    }
+    if core.len() >= LONG_TOKEN {
+        return None;
+    }
+    let mut folded = [0u8; LONG_TOKEN];
+    for (f, &c) in folded.iter_mut().zip(core) {
+        if !c.is_ascii_alphabetic() {
+            return None;
+        }
+        *f = simple[usize::from(c)];
+        if *f == 0 {
+            return None;
+        }
+    }
+    Some(minhash::word_hash_bytes(&folded[..core.len()]))
 }
 
 /// The words of one whitespace-separated token.
@@ -364,6 +436,26 @@ mod tests {
     }
 
     proptest! {
+        /// Any text: the hashes given are those of the words, and stop where they stop.
+        #[test]
+        fn word_hashes_are_those_of_the_words(
+            text in "([a-zA-Z0-9]{1,20}|[ \t\r\n\x0b\x0c.,:;!?()'/_+=-]{1,3}|https?://[a-z.]{1,12}|www\\.[a-z]{1,5}\\.com|\\PC{1,4}|[\u{00A0}\u{2003}\u{200B}\u{0430}\u{0661}])*",
+            stop in 0usize..40,
+        ) {
+            let mut hashes = Vec::new();
+            let finished = each_word_hash(&text, &mut |h| {
+                hashes.push(h);
+                hashes.len() < stop
+            });
+            let mut expected = Vec::new();
+            let expected_finished = each_word(&text, &mut |w| {
+                expected.push(minhash::word_hash(w));
+                expected.len() < stop
+            });
+            prop_assert_eq!(hashes, expected);
+            prop_assert_eq!(finished, expected_finished);
+        }
+
         /// Any text, ASCII or not: the words are those of the plain reading.
         #[test]
         fn words_are_those_of_the_plain_reading(
