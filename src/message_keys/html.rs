@@ -279,8 +279,8 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
     } else {
         raw
     };
-    // Runs of characters other than whitespace are copied whole; ASCII bytes are looked at
-    // as bytes, other characters decoded.
+    // Runs of visible characters and single spaces are copied whole; ASCII bytes are
+    // looked at as bytes, other characters decoded.
     let b = text.as_bytes();
     let mut i = 0;
     while i < b.len() {
@@ -304,11 +304,20 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
             out.push(' ');
         }
         line.space = false;
-        let run = b[i..]
-            .iter()
-            .position(|&c| c >= 0x80 || matches!(c, b'\t'..=b'\r' | b' '))
-            .map_or(b.len(), |k| i + k)
-            .max(i + len);
+        // The run goes on over visible ASCII and over single spaces between it (copied as
+        // they are: one space reads as one space); it ends before any other whitespace.
+        let mut k = i;
+        while k < b.len() {
+            let c = b[k];
+            if c > b' ' && c < 0x80 {
+                k += 1;
+            } else if c == b' ' && b.get(k + 1).is_some_and(|&n| n > b' ' && n < 0x80) {
+                k += 2;
+            } else {
+                break;
+            }
+        }
+        let run = k.max(i + len);
         out.push_str(&text[i..run]);
         i = run;
     }
@@ -674,9 +683,53 @@ enum Decoded {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn text(html: &str) -> String {
         reduce(html, usize::MAX).text
+    }
+
+    /// [`push_text`] character by character: each run of whitespace one space, `> ` for
+    /// each open blockquote at the start of a line.
+    fn reference_push(out: &mut String, raw: &str, line: &mut Line) {
+        for c in decode_references(raw).chars() {
+            if c.is_whitespace() {
+                line.space = !line.start;
+                continue;
+            }
+            if line.start {
+                for _ in 0..line.quote_depth {
+                    out.push_str("> ");
+                }
+                line.start = false;
+            } else if line.space {
+                out.push(' ');
+            }
+            line.space = false;
+            out.push(c);
+        }
+    }
+
+    proptest! {
+        /// Any text pieces, from any line state: the text pushed is the reference's.
+        #[test]
+        fn text_is_pushed_as_character_by_character(
+            pieces in proptest::collection::vec("([a-z.,]{1,6}|[ \t\r\n\x0b\x0c\x01\x7f]{1,3}|&amp;|&nbsp;|[\u{00A0}\u{2003}\u{00E9}\u{200B}])*", 1..4),
+            start: bool,
+            space: bool,
+            quote_depth in 0usize..3,
+        ) {
+            let new_line = || Line { start, space, quote_depth };
+            let (mut fast, mut slow) = (String::new(), String::new());
+            let (mut fast_line, mut slow_line) = (new_line(), new_line());
+            for p in &pieces {
+                push_text(&mut fast, p, &mut fast_line);
+                reference_push(&mut slow, p, &mut slow_line);
+                prop_assert_eq!(&fast, &slow);
+                prop_assert_eq!(fast_line.start, slow_line.start);
+                prop_assert_eq!(fast_line.space, slow_line.space);
+            }
+        }
     }
 
     #[test]
