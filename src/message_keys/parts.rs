@@ -178,7 +178,9 @@ pub(super) fn single_texts(body: &str, html: bool, hrefs: bool, budget: &mut Bud
             out.text.push_str(prefix(&reduced.text, room));
             reduced.hrefs
         } else {
-            out.text.push_str(prefix(body, room));
+            let text = prefix(body, room);
+            out.text.reserve(text.len() + 1);
+            out.text.push_str(text);
             Vec::new()
         }
     };

@@ -113,74 +113,116 @@ pub(super) fn each_word(text: &str, emit: &mut dyn FnMut(&str) -> bool) -> bool 
     start.is_none_or(|s| token(&text[s..], &mut buf, emit))
 }
 
-/// [`each_word`], each word given to `emit` as its hash ([`minhash::word_hash`]). Most
-/// tokens (ASCII letters, or ASCII digits, with punctuation at their ends) are folded and
-/// hashed from the bytes on the stack ([`common_word_hash`]); the others go the way of
-/// [`each_word`].
+/// [`each_word`], each word given to `emit` as its hash ([`minhash::word_hash`]). A token
+/// of ASCII bytes is found by bytes, and the common ones (letters, or digits, with
+/// punctuation at their ends) are folded and hashed from the bytes on the stack
+/// ([`common_word_hash`]); the others go the way of [`each_word`].
 pub(super) fn each_word_hash(text: &str, emit: &mut dyn FnMut(u64) -> bool) -> bool {
-    let simple = simple_folds();
+    let letters = letter_folds();
     let mut buf = String::new();
     let b = text.as_bytes();
-    let mut start = None;
     let mut i = 0;
     while i < b.len() {
-        let (space, len) = if b[i] < 0x80 {
-            (matches!(b[i], b'\t'..=b'\r' | b' '), 1)
-        } else {
-            let c = text[i..].chars().next().unwrap_or(' ');
-            (c.is_whitespace(), c.len_utf8())
-        };
-        match (space, start) {
-            (true, Some(s)) => {
-                let more = match common_word_hash(&b[s..i], simple) {
-                    Some(h) => emit(h),
-                    None => token(&text[s..i], &mut buf, &mut |w| emit(minhash::word_hash(w))),
-                };
-                if !more {
-                    return false;
-                }
-                start = None;
-            }
-            (false, None) => start = Some(i),
-            _ => {}
+        if is_ascii_space(b[i]) {
+            i += 1;
+            continue;
         }
-        i += len;
+        if b[i] >= 0x80 {
+            let c = text[i..].chars().next().unwrap_or(' ');
+            if c.is_whitespace() {
+                i += c.len_utf8();
+                continue;
+            }
+        }
+        let start = i;
+        while i < b.len() && b[i] < 0x80 && !is_ascii_space(b[i]) {
+            i += 1;
+        }
+        let common = if i < b.len() && b[i] >= 0x80 {
+            // A character outside ASCII: the token ends at the next whitespace character
+            // (its first character is none: the token is never empty).
+            i = text[i..]
+                .find(char::is_whitespace)
+                .map_or(b.len(), |k| i + k);
+            None
+        } else {
+            common_word_hash(&b[start..i], letters)
+        };
+        let more = match common {
+            Some(h) => emit(h),
+            None => token(&text[start..i], &mut buf, &mut |w| {
+                emit(minhash::word_hash(w))
+            }),
+        };
+        if !more {
+            return false;
+        }
     }
-    start.is_none_or(|s| match common_word_hash(&b[s..], simple) {
-        Some(h) => emit(h),
-        None => token(&text[s..], &mut buf, &mut |w| emit(minhash::word_hash(w))),
-    })
+    true
 }
 
-/// The hash of the one word of the whitespace-separated `raw` when it is a common token:
-/// ASCII, no `:` (no link), and between its first and last letter or digit either ASCII
-/// letters only, fewer than [`LONG_TOKEN`] (never random-looking, each folding to one
-/// lower-case letter) or ASCII digits only (one `0`). None for every other token, and for
-/// one without letters or digits.
-fn common_word_hash(raw: &[u8], simple: &[u8; 128]) -> Option<u64> {
-    let start = raw.iter().position(u8::is_ascii_alphanumeric)?;
-    let end = raw.iter().rposition(u8::is_ascii_alphanumeric)? + 1;
-    if raw.iter().any(|&c| c >= 0x80 || c == b':') {
+/// ASCII whitespace as [`char::is_whitespace`] has it.
+fn is_ascii_space(c: u8) -> bool {
+    matches!(c, b'\t'..=b'\r' | b' ')
+}
+
+/// The hash of the one word of `raw` (a whitespace-separated token of ASCII bytes) when it
+/// is a common token: no `:` (no link), and between its first and last letter or digit
+/// either letters only, fewer than [`LONG_TOKEN`] (never random-looking, each folding to
+/// one lower-case letter: `letters`, [`letter_folds`]) or digits only (one `0`). None for
+/// every other token, and for one without letters or digits.
+fn common_word_hash(raw: &[u8], letters: &[u8; 128]) -> Option<u64> {
+    let mut start = 0;
+    while start < raw.len() && !raw[start].is_ascii_alphanumeric() {
+        if raw[start] == b':' {
+            return None;
+        }
+        start += 1;
+    }
+    if start == raw.len() {
         return None;
+    }
+    let mut end = raw.len();
+    while !raw[end - 1].is_ascii_alphanumeric() {
+        if raw[end - 1] == b':' {
+            return None;
+        }
+        end -= 1;
     }
     let core = &raw[start..end];
+    if core.len() < LONG_TOKEN {
+        let mut folded = [0u8; LONG_TOKEN];
+        let mut all_letters = true;
+        for (f, &c) in folded.iter_mut().zip(core) {
+            *f = letters[usize::from(c & 0x7f)];
+            all_letters &= *f != 0;
+        }
+        if all_letters {
+            return Some(minhash::word_hash_bytes(&folded[..core.len()]));
+        }
+    }
     if core.iter().all(u8::is_ascii_digit) {
-        return Some(minhash::word_hash("0"));
+        static ZERO: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        return Some(*ZERO.get_or_init(|| minhash::word_hash("0")));
     }
-    if core.len() >= LONG_TOKEN {
-        return None;
-    }
-    let mut folded = [0u8; LONG_TOKEN];
-    for (f, &c) in folded.iter_mut().zip(core) {
-        if !c.is_ascii_alphabetic() {
-            return None;
-        }
-        *f = simple[usize::from(c)];
-        if *f == 0 {
-            return None;
-        }
-    }
-    Some(minhash::word_hash_bytes(&folded[..core.len()]))
+    None
+}
+
+/// For each ASCII letter, the lower-case letter it folds to when that is its whole fold
+/// (every letter but those of [`simple_folds`] that fold otherwise); 0 for every other
+/// byte.
+fn letter_folds() -> &'static [u8; 128] {
+    static LETTERS: std::sync::OnceLock<[u8; 128]> = std::sync::OnceLock::new();
+    LETTERS.get_or_init(|| {
+        let simple = simple_folds();
+        std::array::from_fn(|i| {
+            if (i as u8).is_ascii_alphabetic() {
+                simple[i]
+            } else {
+                0
+            }
+        })
+    })
 }
 
 /// The words of one whitespace-separated token.
