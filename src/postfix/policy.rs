@@ -6,6 +6,7 @@
 //! here, as the protocol asks; a value may hold `=`.
 
 use std::net::IpAddr;
+use std::ops::Range;
 use thiserror::Error;
 
 /// Most octets of one attribute line, its end included. Postfix's longest attributes (a
@@ -73,21 +74,42 @@ impl ProtocolState {
     }
 }
 
-/// One policy request: its attributes in the order they came.
+/// One policy request: its attributes in the order they came, their names and values
+/// one after another in one text.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicyRequest {
-    attributes: Vec<(String, String)>,
+    text: String,
+    /// Each attribute's name and value, as ranges of `text`.
+    attributes: Vec<(Range<usize>, Range<usize>)>,
 }
 
 impl PolicyRequest {
+    /// An empty request with room for `text` octets and `attributes` attributes.
+    fn with_capacity(text: usize, attributes: usize) -> PolicyRequest {
+        PolicyRequest {
+            text: String::with_capacity(text),
+            attributes: Vec::with_capacity(attributes),
+        }
+    }
+
+    /// Appends `part` to the text (invalid UTF-8 replaced); its range.
+    fn push(&mut self, part: &[u8]) -> Range<usize> {
+        let start = self.text.len();
+        match std::str::from_utf8(part) {
+            Ok(t) => self.text.push_str(t),
+            Err(_) => self.text.push_str(&String::from_utf8_lossy(part)),
+        }
+        start..self.text.len()
+    }
+
     /// The value of attribute `name` (the last one, should it come twice); an empty value
     /// is `Some("")`, as Postfix sends `sasl_username=` for a client without AUTH.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.attributes
             .iter()
             .rev()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+            .find(|(n, _)| &self.text[n.clone()] == name)
+            .map(|(_, v)| &self.text[v.clone()])
     }
 
     /// The value of `name` when it is present and not empty.
@@ -99,7 +121,7 @@ impl PolicyRequest {
     pub fn attributes(&self) -> impl Iterator<Item = (&str, &str)> {
         self.attributes
             .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .map(|(n, v)| (&self.text[n.clone()], &self.text[v.clone()]))
     }
 
     /// Whether this is an access policy request (`request=smtpd_access_policy`).
@@ -163,11 +185,15 @@ impl RequestReader {
     pub fn line(&mut self, line: &[u8]) -> Result<Option<PolicyRequest>, PolicyError> {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
-            return Ok(Some(std::mem::take(&mut self.request)));
+            // The next request gets the room this one took.
+            let next =
+                PolicyRequest::with_capacity(self.request.text.len(), self.request.attributes.len());
+            return Ok(Some(std::mem::replace(&mut self.request, next)));
         }
         let result = self.attribute(line);
         if result.is_err() {
-            self.request = PolicyRequest::default();
+            self.request.text.clear();
+            self.request.attributes.clear();
         }
         result.map(|()| None)
     }
@@ -187,8 +213,8 @@ impl RequestReader {
         if eq == 0 {
             return Err(PolicyError::EmptyName);
         }
-        let name = String::from_utf8_lossy(&line[..eq]).into_owned();
-        let value = String::from_utf8_lossy(&line[eq + 1..]).into_owned();
+        let name = self.request.push(&line[..eq]);
+        let value = self.request.push(&line[eq + 1..]);
         self.request.attributes.push((name, value));
         Ok(())
     }
