@@ -14,7 +14,7 @@
 //!   `message` stage, the header From, the Subject for a restriction's evidence or the
 //!   event log, `Auto-Submitted:` for ratio and outcome limits, message keys); the **body**
 //!   when the message is read whole (a limit at the `message` stage, bytes counted, message
-//!   keys). Neither is ever waited for.
+//!   keys) or may be held (its size is in the ledger). Neither is ever waited for.
 //! * **End of message** is always answered: the hold, the header fields added, the queue id.
 //!
 //! The macros are only those read: `{tls_version}` at HELO, `{auth_authen}` at MAIL, the
@@ -75,13 +75,13 @@ pub fn wanted(model: &PolicyModel, event_log: bool) -> Wanted<'static> {
     }
 }
 
-/// Whether a limit reads the message whole: at the `message` stage (its condition may read
-/// anything of it), counting bytes, or keyed on a message key.
+/// Whether the message is read whole: a limit at the `message` stage (its condition may
+/// read anything of it), counting bytes or keyed on a message key; or held by a limit (the
+/// ledger records its size).
 fn reads_body(model: &PolicyModel) -> bool {
-    model
-        .limits
-        .iter()
-        .any(|d| d.stage == Stage::Message || d.counted == Counted::Bytes)
+    model.limits.iter().any(|d| {
+        d.stage == Stage::Message || d.counted == Counted::Bytes || d.action.takes_message()
+    }) || model.restricts()
         || !model.wanted_message_keys().is_none()
 }
 
@@ -119,7 +119,11 @@ mod tests {
         ] {
             assert_ne!(w.steps & s, 0, "step 0x{s:x} not asked");
         }
-        for s in [steps::NO_REPLY_MAIL, steps::NO_REPLY_RCPT, steps::NO_CONNECT] {
+        for s in [
+            steps::NO_REPLY_MAIL,
+            steps::NO_REPLY_RCPT,
+            steps::NO_CONNECT,
+        ] {
             assert_eq!(w.steps & s, 0, "step 0x{s:x} asked");
         }
         assert_eq!(w.macros, MACROS);
@@ -167,14 +171,17 @@ mod tests {
     }
 
     #[test]
-    fn a_restricting_limit_waits_for_rcpt_and_reads_the_header() {
+    fn a_restricting_limit_waits_for_rcpt_and_reads_the_message() {
         let w = wanted(
             &model(
                 "[[limit]]\nname = \"m\"\nstage = \"mail\"\nkey = \"${authenticated_id}\"\nrate = \"5 / 1h\"\nburst = \"5\"\naction = \"restrict\"\nwhile_restricted = \"hold\"\n",
             ),
             false,
         );
-        assert_eq!(w.steps & (steps::NO_REPLY_RCPT | steps::NO_HEADERS), 0);
+        assert_eq!(
+            w.steps & (steps::NO_REPLY_RCPT | steps::NO_HEADERS | steps::NO_BODY),
+            0
+        );
     }
 
     proptest! {

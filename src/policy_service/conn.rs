@@ -147,7 +147,9 @@ mod tests {
             buf.extend_from_slice(c);
             while let Some(next) = next_request(&mut buf, &mut reader, &mut reading) {
                 out.push(match next {
-                    Next::Request(r) => Ok(r.attributes().map(|(n, v)| format!("{n}={v}")).collect()),
+                    Next::Request(r) => {
+                        Ok(r.attributes().map(|(n, v)| format!("{n}={v}")).collect())
+                    }
                     Next::Bad(e) => Err(e),
                 });
             }

@@ -74,6 +74,29 @@ impl ProtocolState {
     }
 }
 
+/// The attributes floodgate reads, found without a search.
+const KNOWN: [&str; 14] = [
+    "request",
+    "protocol_state",
+    "client_address",
+    "client_port",
+    "client_name",
+    "helo_name",
+    "sasl_username",
+    "sender",
+    "recipient",
+    "recipient_count",
+    "size",
+    "queue_id",
+    "instance",
+    "encryption_protocol",
+];
+
+/// The place of `name` in [`KNOWN`].
+fn known(name: &str) -> Option<usize> {
+    KNOWN.iter().position(|k| *k == name)
+}
+
 /// One policy request: its attributes in the order they came, their names and values
 /// one after another in one text.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,6 +104,8 @@ pub struct PolicyRequest {
     text: String,
     /// Each attribute's name and value, as ranges of `text`.
     attributes: Vec<(Range<usize>, Range<usize>)>,
+    /// The last attribute of each [`KNOWN`] name, by its place in `attributes`.
+    known: [Option<u8>; KNOWN.len()],
 }
 
 impl PolicyRequest {
@@ -89,27 +114,57 @@ impl PolicyRequest {
         PolicyRequest {
             text: String::with_capacity(text),
             attributes: Vec::with_capacity(attributes),
+            known: Default::default(),
         }
     }
 
-    /// Appends `part` to the text (invalid UTF-8 replaced); its range.
-    fn push(&mut self, part: &[u8]) -> Range<usize> {
+    /// Forgets every attribute, keeping the room they took.
+    fn clear(&mut self) {
+        self.text.clear();
+        self.attributes.clear();
+        self.known = Default::default();
+    }
+
+    /// Appends the attribute of `line`, whose `=` is at `eq` (invalid UTF-8 replaced).
+    fn push(&mut self, line: &[u8], eq: usize) {
         let start = self.text.len();
-        match std::str::from_utf8(part) {
-            Ok(t) => self.text.push_str(t),
-            Err(_) => self.text.push_str(&String::from_utf8_lossy(part)),
+        let eq = match std::str::from_utf8(line) {
+            Ok(t) => {
+                self.text.push_str(t);
+                start + eq
+            }
+            Err(_) => {
+                self.text.push_str(&String::from_utf8_lossy(&line[..eq]));
+                let at = self.text.len();
+                self.text.push('=');
+                self.text
+                    .push_str(&String::from_utf8_lossy(&line[eq + 1..]));
+                at
+            }
+        };
+        let (name, value) = (start..eq, eq + 1..self.text.len());
+        if let Some(k) = known(&self.text[name.clone()]) {
+            // At most MAX_ATTRIBUTES (128) attributes: the place fits an octet.
+            self.known[k] = u8::try_from(self.attributes.len()).ok();
         }
-        start..self.text.len()
+        self.attributes.push((name, value));
     }
 
     /// The value of attribute `name` (the last one, should it come twice); an empty value
     /// is `Some("")`, as Postfix sends `sasl_username=` for a client without AUTH.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.attributes
-            .iter()
-            .rev()
-            .find(|(n, _)| &self.text[n.clone()] == name)
-            .map(|(_, v)| &self.text[v.clone()])
+        let value = match known(name) {
+            Some(k) => &self.attributes[usize::from(self.known[k]?)].1,
+            None => {
+                &self
+                    .attributes
+                    .iter()
+                    .rev()
+                    .find(|(n, _)| &self.text[n.clone()] == name)?
+                    .1
+            }
+        };
+        Some(&self.text[value.clone()])
     }
 
     /// The value of `name` when it is present and not empty.
@@ -186,14 +241,15 @@ impl RequestReader {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
             // The next request gets the room this one took.
-            let next =
-                PolicyRequest::with_capacity(self.request.text.len(), self.request.attributes.len());
+            let next = PolicyRequest::with_capacity(
+                self.request.text.len(),
+                self.request.attributes.len(),
+            );
             return Ok(Some(std::mem::replace(&mut self.request, next)));
         }
         let result = self.attribute(line);
         if result.is_err() {
-            self.request.text.clear();
-            self.request.attributes.clear();
+            self.request.clear();
         }
         result.map(|()| None)
     }
@@ -213,9 +269,7 @@ impl RequestReader {
         if eq == 0 {
             return Err(PolicyError::EmptyName);
         }
-        let name = self.request.push(&line[..eq]);
-        let value = self.request.push(&line[eq + 1..]);
-        self.request.attributes.push((name, value));
+        self.request.push(line, eq);
         Ok(())
     }
 
@@ -275,25 +329,38 @@ impl PolicyAction {
     /// The answer on the wire: `action=…`, LF, and the empty line that ends it.
     pub fn encode(&self) -> String {
         let (word, text) = match self {
-            PolicyAction::Dunno => ("DUNNO".to_string(), None),
-            PolicyAction::Ok => ("OK".to_string(), None),
-            PolicyAction::DeferIfPermit(t) => ("DEFER_IF_PERMIT".to_string(), Some(t)),
-            PolicyAction::Defer(t) => ("DEFER".to_string(), Some(t)),
-            PolicyAction::Reject(t) => ("REJECT".to_string(), Some(t)),
+            PolicyAction::Dunno => ("DUNNO", None),
+            PolicyAction::Ok => ("OK", None),
+            PolicyAction::DeferIfPermit(t) => ("DEFER_IF_PERMIT", Some(t)),
+            PolicyAction::Defer(t) => ("DEFER", Some(t)),
+            PolicyAction::Reject(t) => ("REJECT", Some(t)),
             PolicyAction::Code(code, t) => {
                 let code = (*code).clamp(400, 599);
-                (code.to_string(), Some(t))
+                return wire(&code.to_string(), Some(t));
             }
-            PolicyAction::Hold(t) => ("HOLD".to_string(), Some(t)),
-            PolicyAction::Prepend(t) => ("PREPEND".to_string(), Some(t)),
-            PolicyAction::Warn(t) => ("WARN".to_string(), Some(t)),
-            PolicyAction::Info(t) => ("INFO".to_string(), Some(t)),
+            PolicyAction::Hold(t) => ("HOLD", Some(t)),
+            PolicyAction::Prepend(t) => ("PREPEND", Some(t)),
+            PolicyAction::Warn(t) => ("WARN", Some(t)),
+            PolicyAction::Info(t) => ("INFO", Some(t)),
         };
-        match text.map(|t| one_line(t)).filter(|t| !t.is_empty()) {
-            Some(t) => format!("action={word} {t}\n\n"),
-            None => format!("action={word}\n\n"),
-        }
+        wire(word, text)
     }
+}
+
+/// `action=WORD text`, LF and the empty line; the text as [`one_line`] makes it, left out
+/// when empty.
+fn wire(word: &str, text: Option<&String>) -> String {
+    let text = text.map(|t| one_line(t)).filter(|t| !t.is_empty());
+    let mut out =
+        String::with_capacity(7 + word.len() + text.as_ref().map_or(0, |t| t.len() + 1) + 2);
+    out.push_str("action=");
+    out.push_str(word);
+    if let Some(t) = text {
+        out.push(' ');
+        out.push_str(&t);
+    }
+    out.push_str("\n\n");
+    out
 }
 
 #[cfg(test)]

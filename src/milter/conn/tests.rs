@@ -135,7 +135,12 @@ async fn without_limits_only_mail_and_the_end_of_the_message_are_answered() {
     let agreed = &answers[0].1;
     let steps_agreed = u32::from_be_bytes(agreed[8..12].try_into().unwrap());
     assert_eq!(steps_agreed, wanted.steps);
-    for s in [steps::NO_REPLY_CONNECT, steps::NO_DATA, steps::NO_HEADERS, steps::NO_BODY] {
+    for s in [
+        steps::NO_REPLY_CONNECT,
+        steps::NO_DATA,
+        steps::NO_HEADERS,
+        steps::NO_BODY,
+    ] {
         assert_ne!(steps_agreed & s, 0, "step 0x{s:x}");
     }
     // Only the macros read are asked: the three lists of events::MACROS, nothing else.

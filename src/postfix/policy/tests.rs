@@ -172,6 +172,24 @@ proptest! {
         prop_assert_eq!(back, attrs);
     }
 
+    /// Whether a name is one floodgate reads or not, its value is the last one given.
+    #[test]
+    fn the_last_value_of_a_name_is_found(
+        attrs in prop::collection::vec((prop::sample::select(vec!["sender", "recipient", "size", "instance", "x_other", "y"]), "[ -~]{0,20}"), 1..20),
+    ) {
+        let mut text = String::new();
+        for (n, v) in &attrs {
+            text.push_str(&format!("{n}={v}\n"));
+        }
+        text.push('\n');
+        let reqs = read_all(text.as_bytes());
+        let req = reqs[0].as_ref().unwrap();
+        for name in ["sender", "recipient", "size", "instance", "x_other", "y", "queue_id"] {
+            let last = attrs.iter().rev().find(|(n, _)| *n == name).map(|(_, v)| v.as_str());
+            prop_assert_eq!(req.get(name), last);
+        }
+    }
+
     #[test]
     fn encoded_actions_are_one_line_and_an_empty_one(text in "\\PC{0,600}", code in 0u16..1000) {
         for a in [PolicyAction::Reject(text.clone()), PolicyAction::Code(code, text.clone())] {
