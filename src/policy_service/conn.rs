@@ -16,6 +16,9 @@ use super::Context;
 /// an idle connection.
 pub const IDLE: std::time::Duration = std::time::Duration::from_secs(900);
 
+/// Free room in the read buffer before each read: more than a request of Postfix's.
+const READ_ROOM: usize = 4096;
+
 /// Where the connection stands in the request it reads.
 enum Reading {
     /// Lines go to the request reader.
@@ -42,7 +45,7 @@ pub async fn serve<S>(mut stream: S, ctx: Context, sessions: Sessions, stop: Can
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut buf = BytesMut::with_capacity(4096);
+    let mut buf = BytesMut::with_capacity(READ_ROOM);
     let mut reader = RequestReader::default();
     let mut reading = Reading::Request;
     loop {
@@ -61,6 +64,9 @@ where
         if stop.is_cancelled() {
             return;
         }
+        // Room for a whole request, so that one read takes it (the room before the lines
+        // already taken is reused).
+        buf.reserve(READ_ROOM);
         let read = tokio::select! {
             r = tokio::time::timeout(IDLE, stream.read_buf(&mut buf)) => r,
             _ = stop.cancelled() => return,

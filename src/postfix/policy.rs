@@ -93,8 +93,8 @@ const KNOWN: [&str; 14] = [
 ];
 
 /// The place of `name` in [`KNOWN`].
-fn known(name: &str) -> Option<usize> {
-    KNOWN.iter().position(|k| *k == name)
+fn known(name: &[u8]) -> Option<usize> {
+    KNOWN.iter().position(|k| k.as_bytes() == name)
 }
 
 /// One policy request: its attributes in the order they came, their names and values
@@ -109,51 +109,45 @@ pub struct PolicyRequest {
 }
 
 impl PolicyRequest {
-    /// An empty request with room for `text` octets and `attributes` attributes.
-    fn with_capacity(text: usize, attributes: usize) -> PolicyRequest {
-        PolicyRequest {
-            text: String::with_capacity(text),
-            attributes: Vec::with_capacity(attributes),
-            known: Default::default(),
-        }
-    }
-
-    /// Forgets every attribute, keeping the room they took.
-    fn clear(&mut self) {
-        self.text.clear();
-        self.attributes.clear();
-        self.known = Default::default();
-    }
-
-    /// Appends the attribute of `line`, whose `=` is at `eq` (invalid UTF-8 replaced).
-    fn push(&mut self, line: &[u8], eq: usize) {
-        let start = self.text.len();
-        let eq = match std::str::from_utf8(line) {
-            Ok(t) => {
-                self.text.push_str(t);
-                start + eq
+    /// `raw`'s attributes at `attributes` (ranges of name and value), each name of
+    /// [`KNOWN`] at its place in `known`: as they are when `raw` is UTF-8, else each part
+    /// with invalid octets replaced.
+    fn of(
+        raw: Vec<u8>,
+        attributes: Vec<(Range<usize>, Range<usize>)>,
+        known: [Option<u8>; KNOWN.len()],
+    ) -> PolicyRequest {
+        match String::from_utf8(raw) {
+            // Every range starts and ends at an '=' or at a line's ends: at characters.
+            Ok(text) => PolicyRequest {
+                text,
+                attributes,
+                known,
+            },
+            Err(e) => {
+                let raw = e.into_bytes();
+                let mut text = String::with_capacity(raw.len() + 16);
+                let mut lossy = Vec::with_capacity(attributes.len());
+                for (n, v) in attributes {
+                    let n0 = text.len();
+                    text.push_str(&String::from_utf8_lossy(&raw[n]));
+                    let v0 = text.len();
+                    text.push_str(&String::from_utf8_lossy(&raw[v]));
+                    lossy.push((n0..v0, v0..text.len()));
+                }
+                PolicyRequest {
+                    text,
+                    attributes: lossy,
+                    known,
+                }
             }
-            Err(_) => {
-                self.text.push_str(&String::from_utf8_lossy(&line[..eq]));
-                let at = self.text.len();
-                self.text.push('=');
-                self.text
-                    .push_str(&String::from_utf8_lossy(&line[eq + 1..]));
-                at
-            }
-        };
-        let (name, value) = (start..eq, eq + 1..self.text.len());
-        if let Some(k) = known(&self.text[name.clone()]) {
-            // At most MAX_ATTRIBUTES (128) attributes: the place fits an octet.
-            self.known[k] = u8::try_from(self.attributes.len()).ok();
         }
-        self.attributes.push((name, value));
     }
 
     /// The value of attribute `name` (the last one, should it come twice); an empty value
     /// is `Some("")`, as Postfix sends `sasl_username=` for a client without AUTH.
     pub fn get(&self, name: &str) -> Option<&str> {
-        let value = match known(name) {
+        let value = match known(name.as_bytes()) {
             Some(k) => &self.attributes[usize::from(self.known[k]?)].1,
             None => {
                 &self
@@ -228,10 +222,16 @@ impl PolicyRequest {
 }
 
 /// Reads requests line by line: each line (without its LF) goes to [`RequestReader::line`],
-/// which answers the request when the line is the empty one that ends it.
+/// which answers the request when the line is the empty one that ends it. The request's
+/// octets are kept as they come and read as text once, when it ends.
 #[derive(Debug, Default)]
 pub struct RequestReader {
-    request: PolicyRequest,
+    /// The names and values read so far, one after another, as received.
+    raw: Vec<u8>,
+    /// Each attribute's name and value, as ranges of `raw`.
+    attributes: Vec<(Range<usize>, Range<usize>)>,
+    /// The last attribute of each [`KNOWN`] name, by its place in `attributes`.
+    known: [Option<u8>; KNOWN.len()],
 }
 
 impl RequestReader {
@@ -241,15 +241,17 @@ impl RequestReader {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
             // The next request gets the room this one took.
-            let next = PolicyRequest::with_capacity(
-                self.request.text.len(),
-                self.request.attributes.len(),
-            );
-            return Ok(Some(std::mem::replace(&mut self.request, next)));
+            let (octets, count) = (self.raw.len(), self.attributes.len());
+            let raw = std::mem::replace(&mut self.raw, Vec::with_capacity(octets));
+            let attributes = std::mem::replace(&mut self.attributes, Vec::with_capacity(count));
+            let known = std::mem::take(&mut self.known);
+            return Ok(Some(PolicyRequest::of(raw, attributes, known)));
         }
         let result = self.attribute(line);
         if result.is_err() {
-            self.request.clear();
+            self.raw.clear();
+            self.attributes.clear();
+            self.known = Default::default();
         }
         result.map(|()| None)
     }
@@ -258,10 +260,11 @@ impl RequestReader {
         if line.len() + 1 > MAX_LINE {
             return Err(PolicyError::LineTooLong);
         }
-        if self.request.attributes.len() >= MAX_ATTRIBUTES {
+        if self.attributes.len() >= MAX_ATTRIBUTES {
             return Err(PolicyError::TooManyAttributes);
         }
-        let Some(eq) = memchr::memchr(b'=', line) else {
+        // Names are short: a plain search beats a vectorised one here.
+        let Some(eq) = line.iter().position(|&b| b == b'=') else {
             return Err(PolicyError::NoEquals(
                 String::from_utf8_lossy(&line[..line.len().min(64)]).into_owned(),
             ));
@@ -269,13 +272,20 @@ impl RequestReader {
         if eq == 0 {
             return Err(PolicyError::EmptyName);
         }
-        self.request.push(line, eq);
+        let start = self.raw.len();
+        self.raw.extend_from_slice(line);
+        if let Some(k) = known(&line[..eq]) {
+            // At most MAX_ATTRIBUTES (128) attributes: the place fits an octet.
+            self.known[k] = u8::try_from(self.attributes.len()).ok();
+        }
+        self.attributes
+            .push((start..start + eq, start + eq + 1..self.raw.len()));
         Ok(())
     }
 
     /// Whether a request is under way (some of its lines read).
     pub fn in_request(&self) -> bool {
-        !self.request.attributes.is_empty()
+        !self.attributes.is_empty()
     }
 }
 
