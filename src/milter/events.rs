@@ -139,7 +139,7 @@ mod tests {
     #[test]
     fn message_limits_and_keys_want_the_whole_message() {
         for limits in [
-            "[[limit]]\nname = \"m\"\nstage = \"message\"\nkey = \"${authenticated_id}\"\nrate = \"5 / 1h\"\nburst = \"5\"\naction = \"defer\"\n",
+            "[[limit]]\nname = \"m\"\nstage = \"message\"\ncount = \"messages\"\nkey = \"${authenticated_id}\"\nrate = \"5 / 1h\"\nburst = \"5\"\naction = \"defer\"\n",
             "[[limit]]\nname = \"f\"\nkey = \"${fingerprint}\"\nratelimit = \"3 / 1h / per_mail\"\naction = \"hold\"\n",
             "[[limit]]\nname = \"b\"\nstage = \"message\"\ncount = \"bytes\"\nkey = \"${authenticated_id}\"\nrate = \"1000000 / 1h\"\nburst = \"1000000\"\naction = \"defer\"\n",
         ] {
@@ -152,9 +152,9 @@ mod tests {
     fn stages_with_limits_are_answered() {
         let w = wanted(
             &model(
-                "[[limit]]\nname = \"c\"\nstage = \"connect\"\nkey = \"${client_ip}\"\nrate = \"5 / 1m\"\nburst = \"5\"\naction = \"defer\"\n\
-                 [[limit]]\nname = \"h\"\nstage = \"helo\"\nkey = \"${client_ip}\"\nrate = \"5 / 1m\"\nburst = \"5\"\naction = \"defer\"\n\
-                 [[limit]]\nname = \"d\"\nstage = \"data\"\nkey = \"${client_ip}\"\nrate = \"5 / 1m\"\nburst = \"5\"\naction = \"defer\"\n",
+                "[[limit]]\nname = \"c\"\nstage = \"connect\"\nkey = \"${client_ip}\"\ncount = \"messages\"\nrate = \"5 / 1m\"\nburst = \"5\"\naction = \"defer\"\n\
+                 [[limit]]\nname = \"h\"\nstage = \"helo\"\nkey = \"${client_ip}\"\ncount = \"messages\"\nrate = \"5 / 1m\"\nburst = \"5\"\naction = \"defer\"\n\
+                 [[limit]]\nname = \"d\"\nstage = \"data\"\nkey = \"${client_ip}\"\ncount = \"messages\"\nrate = \"5 / 1m\"\nburst = \"5\"\naction = \"defer\"\n",
             ),
             false,
         );
@@ -174,7 +174,7 @@ mod tests {
     fn a_restricting_limit_waits_for_rcpt_and_reads_the_message() {
         let w = wanted(
             &model(
-                "[[limit]]\nname = \"m\"\nstage = \"mail\"\nkey = \"${authenticated_id}\"\nrate = \"5 / 1h\"\nburst = \"5\"\naction = \"restrict\"\nwhile_restricted = \"hold\"\n",
+                "[[limit]]\nname = \"m\"\nstage = \"mail\"\ncount = \"messages\"\nkey = \"${authenticated_id}\"\nrate = \"5 / 1h\"\nburst = \"5\"\naction = \"restrict\"\nwhile_restricted = \"hold\"\n",
             ),
             false,
         );
@@ -193,7 +193,7 @@ mod tests {
             log in any::<bool>(),
         ) {
             let w = wanted(&model(&format!(
-                "[[limit]]\nname = \"x\"\nstage = \"{stage}\"\nkey = \"${{client_ip}}\"\nrate = \"5 / 1m\"\nburst = \"5\"\naction = \"defer\"\n"
+                "[[limit]]\nname = \"x\"\nstage = \"{stage}\"\nkey = \"${{client_ip}}\"\ncount = \"messages\"\nrate = \"5 / 1m\"\nburst = \"5\"\naction = \"defer\"\n"
             )), log);
             prop_assert_eq!(w.steps & (steps::NO_REPLY_MAIL | steps::NO_MAIL | steps::NO_RCPT | steps::NO_CONNECT | steps::NO_HELO), 0);
             prop_assert_eq!(w.steps & ALWAYS, ALWAYS);

@@ -97,6 +97,8 @@ fn next_request(
             buf.advance(at);
             if buf.len() >= MAX_LINE {
                 buf.clear();
+                // The request's lines so far are dropped with it.
+                *reader = RequestReader::default();
                 *reading = Reading::LongLine;
             }
             return None;
