@@ -4,12 +4,14 @@
 //!
 //! * **Connect** and **HELO** always come (the client's address, whether the mail is from
 //!   the local `sendmail`, the HELO name and `{tls_version}`); their answer is awaited only
-//!   when a limit is at that stage.
+//!   when a limit at that stage can refuse or delay (`defer`, `deny`, `disconnect`,
+//!   `restrict`, `delay`); a limit that warns, adds a header or takes the message at its
+//!   end counts without Postfix waiting.
 //! * **MAIL** is always answered: a restricted key's mail is refused or taken there, and a
 //!   restriction can be made at any time (`floodgate restrict`, the console).
 //! * **RCPT** always comes (its recipients are the held message's and the event log's); it
-//!   is answered when a limit is at that stage or a limit restricts.
-//! * **DATA** comes only when a limit is at that stage.
+//!   is answered when a limit at that stage can refuse or delay, or a limit restricts.
+//! * **DATA** comes only when a limit is at that stage, answered as connect and HELO are.
 //! * The **header fields** come when something reads the message's header (a limit at the
 //!   `message` stage, the header From, the Subject for a restriction's evidence or the
 //!   event log, `Auto-Submitted:` for ratio and outcome limits, message keys); the **body**
@@ -21,7 +23,7 @@
 //! queue id `i` at the end of the message. Postfix sends no macro of a stage left out of
 //! the lists, and none of an event left out.
 
-use crate::policy::model::{Counted, PolicyModel};
+use crate::policy::model::{Action, Counted, PolicyModel};
 use crate::policy::Stage;
 use crate::postfix::milter::{actions, steps, MacroStage, Wanted};
 
@@ -46,19 +48,20 @@ pub const ALWAYS: u32 = steps::NO_REPLY_HEADER
 /// What floodgate asks in the negotiation for `model`'s limits; `event_log`: the event log
 /// is on (its message lines carry the Subject).
 pub fn wanted(model: &PolicyModel, event_log: bool) -> Wanted<'static> {
-    let at = |stage: Stage| model.limits.iter().any(|d| d.stage == stage);
     let mut s = ALWAYS;
-    if !at(Stage::Connect) {
+    if !answers_at(model, Stage::Connect) {
         s |= steps::NO_REPLY_CONNECT;
     }
-    if !at(Stage::Helo) {
+    if !answers_at(model, Stage::Helo) {
         s |= steps::NO_REPLY_HELO;
     }
-    if !at(Stage::Rcpt) && !model.restricts() {
+    if !answers_at(model, Stage::Rcpt) && !model.restricts() {
         s |= steps::NO_REPLY_RCPT;
     }
-    if !at(Stage::Data) {
+    if !model.limits.iter().any(|d| d.stage == Stage::Data) {
         s |= steps::NO_DATA | steps::NO_REPLY_DATA;
+    } else if !answers_at(model, Stage::Data) {
+        s |= steps::NO_REPLY_DATA;
     }
     let body = reads_body(model);
     if !body {
@@ -73,6 +76,15 @@ pub fn wanted(model: &PolicyModel, event_log: bool) -> Wanted<'static> {
         steps: s,
         macros: MACROS,
     }
+}
+
+/// Whether a limit at `stage` can refuse or delay the event there (a limit that only
+/// counts, warns, adds a header or takes the message at its end never does).
+fn answers_at(model: &PolicyModel, stage: Stage) -> bool {
+    model
+        .limits
+        .iter()
+        .any(|d| d.stage == stage && (d.action.blocks() || matches!(d.action, Action::Delay(_))))
 }
 
 /// Whether the message is read whole: a limit at the `message` stage (its condition may
