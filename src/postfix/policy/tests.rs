@@ -24,6 +24,15 @@ fn read_all(text: &[u8]) -> Vec<Result<PolicyRequest, PolicyError>> {
 }
 
 #[test]
+fn every_known_name_is_at_its_place() {
+    for (i, name) in KNOWN.iter().enumerate() {
+        assert_eq!(known(name.as_bytes()), Some(i), "{name}");
+    }
+    assert_eq!(known(b"reverse_client_name"), None);
+    assert_eq!(known(b""), None);
+}
+
+#[test]
 fn a_postfix_request_is_read_whole() {
     let reqs = read_all(RCPT.as_bytes());
     let req = reqs[0].as_ref().unwrap();
