@@ -120,25 +120,42 @@ mod tests {
     const PER_RCPT: &str = "[[limit]]\nname = \"r\"\nratelimit = \"100 / 1h / per_rcpt / strict\"\naction = \"warn\"\n";
 
     #[test]
-    fn a_recipient_limit_waits_only_for_mail_rcpt_and_the_end() {
+    fn a_warning_recipient_limit_waits_only_for_mail_and_the_end() {
         let w = wanted(&model(PER_RCPT), false);
         for s in [
             steps::NO_REPLY_CONNECT,
             steps::NO_REPLY_HELO,
+            steps::NO_REPLY_RCPT,
             steps::NO_DATA,
             steps::NO_HEADERS,
             steps::NO_BODY,
         ] {
             assert_ne!(w.steps & s, 0, "step 0x{s:x} not asked");
         }
-        for s in [
-            steps::NO_REPLY_MAIL,
-            steps::NO_REPLY_RCPT,
-            steps::NO_CONNECT,
-        ] {
+        for s in [steps::NO_REPLY_MAIL, steps::NO_RCPT, steps::NO_CONNECT] {
             assert_eq!(w.steps & s, 0, "step 0x{s:x} asked");
         }
         assert_eq!(w.macros, MACROS);
+    }
+
+    #[test]
+    fn a_deferring_recipient_limit_is_waited_for_at_rcpt() {
+        let w = wanted(
+            &model("[[limit]]\nname = \"r\"\nratelimit = \"100 / 1h / per_rcpt / strict\"\naction = \"defer\"\n"),
+            false,
+        );
+        assert_eq!(w.steps & steps::NO_REPLY_RCPT, 0);
+        assert_ne!(w.steps & steps::NO_REPLY_CONNECT, 0);
+    }
+
+    #[test]
+    fn a_warning_data_limit_gets_the_event_unanswered() {
+        let w = wanted(
+            &model("[[limit]]\nname = \"d\"\nstage = \"data\"\ncount = \"messages\"\nkey = \"${client_ip}\"\nrate = \"5 / 1m\"\nburst = \"5\"\naction = \"warn\"\n"),
+            false,
+        );
+        assert_eq!(w.steps & steps::NO_DATA, 0);
+        assert_ne!(w.steps & steps::NO_REPLY_DATA, 0);
     }
 
     #[test]
