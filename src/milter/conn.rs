@@ -1,39 +1,15 @@
 //! One milter connection's I/O: packets read from Postfix, handed to the session, answers
-//! written back. The option negotiation comes first; then Postfix describes one SMTP
-//! session after another (`K` starts the next, `Q` ends the connection).
+//! written back. The option negotiation comes first (the events and macros of
+//! [`super::events`]); then Postfix describes one SMTP session after another (`K` starts
+//! the next, `Q` ends the connection). Packets are read into one buffer and parsed where
+//! they lie; the answers to what Postfix sent at once go out in one write.
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, info, warn};
 
-use crate::postfix::milter::{
-    actions, macro_value, negotiate, next_packet, steps, Command, MacroStage, MilterError,
-    Response, Wanted,
-};
+use crate::postfix::milter::{macro_value, negotiate, next_packet, Command, MilterError, Response};
 
 use super::session::{Answer, Context, MilterSession};
-
-/// What floodgate asks of Postfix in the negotiation: add-header and quarantine; no
-/// answer awaited for header fields and body chunks; no end-of-headers event (nothing is
-/// decided there; not answered either where Postfix sends it anyway); no unknown commands;
-/// header values as sent; the macros each stage needs.
-pub const WANTED: Wanted<'static> = Wanted {
-    needed_actions: 0,
-    optional_actions: actions::ADD_HEADERS | actions::QUARANTINE | actions::SET_MACRO_LIST,
-    steps: steps::NO_REPLY_HEADER
-        | steps::NO_END_OF_HEADERS
-        | steps::NO_REPLY_END_OF_HEADERS
-        | steps::NO_REPLY_BODY
-        | steps::NO_UNKNOWN
-        | steps::NO_REPLY_UNKNOWN
-        | steps::HEADER_LEADING_SPACE,
-    macros: &[
-        (MacroStage::Connect, "j"),
-        (MacroStage::Helo, "{tls_version}"),
-        (MacroStage::Mail, "i {auth_authen}"),
-        (MacroStage::Rcpt, "i"),
-        (MacroStage::EndOfMessage, "i"),
-    ],
-};
 
 /// Why a milter connection ended before Postfix closed it.
 #[derive(Debug, thiserror::Error)]
@@ -49,24 +25,49 @@ pub enum ConnError {
     NotNegotiated(char),
 }
 
-/// Macros Postfix sent for the stage of command octet `stage`, kept until that command.
+/// Macros Postfix sent for the stage of command octet `stage`, kept until that command:
+/// names and values one after another in `text`, at the ranges of `pairs`.
 #[derive(Default)]
 struct Macros {
     stage: u8,
-    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    text: Vec<u8>,
+    pairs: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
 }
 
 impl Macros {
+    /// Keeps `pairs` for `stage`, in the storage of the ones before.
+    fn set(&mut self, stage: u8, pairs: &[(&[u8], &[u8])]) {
+        self.stage = stage;
+        self.text.clear();
+        self.pairs.clear();
+        for (n, v) in pairs {
+            let at = self.text.len();
+            self.text.extend_from_slice(n);
+            self.text.extend_from_slice(v);
+            self.pairs
+                .push((at..at + n.len(), at + n.len()..at + n.len() + v.len()));
+        }
+    }
+
+    fn clear(&mut self) {
+        self.stage = 0;
+        self.text.clear();
+        self.pairs.clear();
+    }
+
     fn for_stage(&self, stage: u8) -> Vec<(&[u8], &[u8])> {
         if self.stage != stage {
             return Vec::new();
         }
         self.pairs
             .iter()
-            .map(|(n, v)| (n.as_slice(), v.as_slice()))
+            .map(|(n, v)| (&self.text[n.clone()], &self.text[v.clone()]))
             .collect()
     }
 }
+
+/// Free room kept in the read buffer before each read.
+const READ_ROOM: usize = 16 * 1024;
 
 /// One connection's loop.
 pub struct Conn<S> {
@@ -86,7 +87,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     pub fn new(stream: S, ctx: Context) -> Conn<S> {
         Conn {
             stream,
-            rbuf: Vec::with_capacity(8192),
+            rbuf: Vec::with_capacity(READ_ROOM),
             wbuf: Vec::with_capacity(256),
             steps: None,
             macros: Macros::default(),
@@ -108,28 +109,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 
     async fn serve(&mut self) -> Result<(), ConnError> {
+        // The buffer is lent out while the packets in it are handled where they lie.
+        let mut rbuf = std::mem::take(&mut self.rbuf);
+        let served = self.serve_from(&mut rbuf).await;
+        self.rbuf = rbuf;
+        served
+    }
+
+    async fn serve_from(&mut self, rbuf: &mut Vec<u8>) -> Result<(), ConnError> {
+        let mut at = 0;
         loop {
-            let (code, data, used) = match next_packet(&self.rbuf)? {
-                Some((p, used)) => (p.code, p.data.to_vec(), used),
-                None => {
-                    let mut chunk = [0u8; 16 * 1024];
-                    let n = self.stream.read(&mut chunk).await?;
-                    if n == 0 {
-                        return Ok(());
-                    }
-                    self.rbuf.extend_from_slice(&chunk[..n]);
-                    continue;
+            let Some((packet, used)) = next_packet(&rbuf[at..])? else {
+                rbuf.drain(..at);
+                at = 0;
+                rbuf.reserve(READ_ROOM);
+                if self.stream.read_buf(rbuf).await? == 0 {
+                    return Ok(());
                 }
+                continue;
             };
-            self.rbuf.drain(..used);
-            let packet = crate::postfix::milter::Packet { code, data: &data };
+            at += used;
             let command = Command::parse(packet)?;
             if !self.handle(command).await? {
                 self.flush().await?;
                 return Ok(());
             }
             // Answers go out once no whole packet waits: one write for what was pipelined.
-            if next_packet(&self.rbuf)?.is_none() {
+            if next_packet(&rbuf[at..])?.is_none() {
                 self.flush().await?;
             }
         }
@@ -176,7 +182,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// One command; false when the connection is to end.
     async fn handle(&mut self, command: Command<'_>) -> Result<bool, ConnError> {
         if let Command::Negotiate(offer) = command {
-            let agreed = negotiate(offer, &WANTED)?;
+            let agreed = negotiate(offer, &self.ctx.wanted)?;
             debug!(
                 version = agreed.options.version,
                 actions = agreed.options.actions,
@@ -196,13 +202,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 if let Some(i) = macro_value(&pairs, "i").filter(|i| !i.is_empty()) {
                     self.queue_id = Some(String::from_utf8_lossy(i).into_owned());
                 }
-                self.macros = Macros {
-                    stage,
-                    pairs: pairs
-                        .iter()
-                        .map(|(n, v)| (n.to_vec(), v.to_vec()))
-                        .collect(),
-                };
+                self.macros.set(stage, &pairs);
             }
             Command::Connect {
                 hostname,
@@ -264,7 +264,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             }
             Command::QuitNewConnection => {
                 self.session = MilterSession::new(self.ctx.clone());
-                self.macros = Macros::default();
+                self.macros.clear();
                 self.queue_id = None;
             }
             Command::Quit => return Ok(false),

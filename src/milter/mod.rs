@@ -3,11 +3,12 @@
 //!
 //! The protocol itself (packets, negotiation, macros) is [`crate::postfix::milter`], without
 //! I/O; this module listens ([`Listener`]), runs one connection per Postfix session
-//! ([`conn`]) and keeps the session's facts and the policy's verdicts ([`session`]), the
+//! ([`conn`]) with the events the limits in force need ([`events`]) and keeps the session's facts and the policy's verdicts ([`session`]), the
 //! message assembled from the packets ([`message`]), the messages it holds in Postfix's
 //! hold queue ([`held`]), and what `floodgate check` says of milter mode ([`mode`]).
 
 pub mod conn;
+pub mod events;
 pub mod held;
 pub mod message;
 pub mod mode;
@@ -23,6 +24,7 @@ use tracing::{info, warn};
 
 use crate::config::{Config, MilterConfig, MilterListen};
 use crate::policy::identity::Identity;
+use crate::policy::model::PolicyModel;
 use crate::policy::Policy;
 
 pub use session::Context;
@@ -159,10 +161,12 @@ fn remove_stale_socket(path: &std::path::Path) {
     }
 }
 
-/// The context of a milter session from the config in force, the policy and Postfix's
-/// hold queue.
+/// The context of a milter session from the config in force, its limits (`model`), the
+/// policy and Postfix's hold queue; `event_log`: the event log is on.
 pub fn context(
     config: &Config,
+    model: &PolicyModel,
+    event_log: bool,
     identity: &Identity,
     policy: Arc<dyn Policy>,
     postfix: Option<Arc<crate::hold::postfix::PostfixHold>>,
@@ -174,5 +178,6 @@ pub fn context(
         max_message_size: config.smtp.max_message_size,
         name: name.clone(),
         postfix,
+        wanted: events::wanted(model, event_log),
     }
 }

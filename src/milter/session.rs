@@ -19,7 +19,7 @@ use std::sync::Arc;
 use crate::exchange::{continued, Act, After, Exchange};
 use crate::policy::identity::Identity;
 use crate::policy::{Facts, Policy, Stage, TakeOrder};
-use crate::postfix::milter::{macro_value, ClientAddress};
+use crate::postfix::milter::{macro_value, steps, ClientAddress, Wanted};
 use crate::smtp::address::{AddressRole, Path};
 use crate::smtp::reply::Reply;
 
@@ -80,6 +80,9 @@ pub struct Context {
     pub name: Arc<str>,
     /// Postfix's hold queue (`[postfix]`): its ledger records each message held.
     pub postfix: Option<Arc<crate::hold::postfix::PostfixHold>>,
+    /// What the negotiation asks of Postfix for the limits in force
+    /// ([`super::events::wanted`]).
+    pub wanted: Wanted<'static>,
 }
 
 /// One milter connection: one SMTP session of Postfix's at a time, driven through the
@@ -345,6 +348,11 @@ impl MilterSession {
         facts.header_from = fields.from;
         facts.subject = fields.subject;
         facts.auto_submitted = automatic;
+        if self.ctx.wanted.steps & steps::NO_BODY != 0 {
+            // The body was not asked for: no limit is keyed on a message key.
+            facts.message_keys = None;
+            return;
+        }
         let null_sender = facts.sender.as_deref() == Some("");
         let account = facts
             .user

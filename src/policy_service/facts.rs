@@ -23,11 +23,13 @@ pub fn stage_of(state: ProtocolState) -> Option<Stage> {
 /// process serves one client at a time, and a client's address and port name its TCP
 /// connection while it lasts.
 pub fn session_of(req: &PolicyRequest) -> String {
-    format!(
-        "{}|{}",
-        req.get("client_address").unwrap_or(""),
-        req.get("client_port").unwrap_or("")
-    )
+    let address = req.get("client_address").unwrap_or("");
+    let port = req.get("client_port").unwrap_or("");
+    let mut key = String::with_capacity(address.len() + 1 + port.len());
+    key.push_str(address);
+    key.push('|');
+    key.push_str(port);
+    key
 }
 
 /// Fills `facts` from `req` for a check at `stage`: the client, its HELO name, TLS, the
@@ -38,7 +40,7 @@ pub fn fill(facts: &mut Facts, req: &PolicyRequest, identity: &Identity, stage: 
     facts.client_ip = req.client_address();
     facts.client_port = req.client_port().unwrap_or(0);
     if let Some(helo) = req.non_empty("helo_name") {
-        facts.helo = Some(helo.to_string());
+        set(&mut facts.helo, Some(helo));
     }
     facts.tls = req.non_empty("encryption_protocol").is_some();
     match req.sasl_username() {
@@ -55,7 +57,7 @@ pub fn fill(facts: &mut Facts, req: &PolicyRequest, identity: &Identity, stage: 
     if matches!(stage, Stage::Connect | Stage::Helo) {
         return;
     }
-    facts.sender = req.get("sender").map(str::to_string);
+    set(&mut facts.sender, req.get("sender"));
     if let Some(size) = req.size() {
         facts.message_size = size;
     }
@@ -68,6 +70,18 @@ pub fn fill(facts: &mut Facts, req: &PolicyRequest, identity: &Identity, stage: 
         if let Some(n) = req.recipient_count() {
             facts.recipients_count = n as usize;
         }
+    }
+}
+
+/// Sets `field` to `value`, reusing its string when it holds one already.
+fn set(field: &mut Option<String>, value: Option<&str>) {
+    match (field.as_mut(), value) {
+        (Some(old), Some(new)) if old == new => {}
+        (Some(old), Some(new)) => {
+            old.clear();
+            old.push_str(new);
+        }
+        (_, v) => *field = v.map(str::to_string),
     }
 }
 

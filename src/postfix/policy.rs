@@ -6,6 +6,7 @@
 //! here, as the protocol asks; a value may hold `=`.
 
 use std::net::IpAddr;
+use std::ops::Range;
 use thiserror::Error;
 
 /// Most octets of one attribute line, its end included. Postfix's longest attributes (a
@@ -73,21 +74,108 @@ impl ProtocolState {
     }
 }
 
-/// One policy request: its attributes in the order they came.
+/// The attributes floodgate reads, found without a search.
+const KNOWN: [&str; 14] = [
+    "request",
+    "protocol_state",
+    "client_address",
+    "client_port",
+    "client_name",
+    "helo_name",
+    "sasl_username",
+    "sender",
+    "recipient",
+    "recipient_count",
+    "size",
+    "queue_id",
+    "instance",
+    "encryption_protocol",
+];
+
+/// The place of `name` in [`KNOWN`]; most names Postfix sends are not there, and are told
+/// apart by their length first.
+fn known(name: &[u8]) -> Option<usize> {
+    Some(match name {
+        b"request" => 0,
+        b"protocol_state" => 1,
+        b"client_address" => 2,
+        b"client_port" => 3,
+        b"client_name" => 4,
+        b"helo_name" => 5,
+        b"sasl_username" => 6,
+        b"sender" => 7,
+        b"recipient" => 8,
+        b"recipient_count" => 9,
+        b"size" => 10,
+        b"queue_id" => 11,
+        b"instance" => 12,
+        b"encryption_protocol" => 13,
+        _ => return None,
+    })
+}
+
+/// One policy request: its attributes in the order they came, their names and values
+/// one after another in one text.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicyRequest {
-    attributes: Vec<(String, String)>,
+    text: String,
+    /// Each attribute's name and value, as ranges of `text`.
+    attributes: Vec<(Range<usize>, Range<usize>)>,
+    /// The last attribute of each [`KNOWN`] name, by its place in `attributes`.
+    known: [Option<u8>; KNOWN.len()],
 }
 
 impl PolicyRequest {
+    /// `raw`'s attributes at `attributes` (ranges of name and value), each name of
+    /// [`KNOWN`] at its place in `known`: as they are when `raw` is UTF-8, else each part
+    /// with invalid octets replaced.
+    fn of(
+        raw: Vec<u8>,
+        attributes: Vec<(Range<usize>, Range<usize>)>,
+        known: [Option<u8>; KNOWN.len()],
+    ) -> PolicyRequest {
+        match String::from_utf8(raw) {
+            // Every range starts and ends at an '=' or at a line's ends: at characters.
+            Ok(text) => PolicyRequest {
+                text,
+                attributes,
+                known,
+            },
+            Err(e) => {
+                let raw = e.into_bytes();
+                let mut text = String::with_capacity(raw.len() + 16);
+                let mut lossy = Vec::with_capacity(attributes.len());
+                for (n, v) in attributes {
+                    let n0 = text.len();
+                    text.push_str(&String::from_utf8_lossy(&raw[n]));
+                    let v0 = text.len();
+                    text.push_str(&String::from_utf8_lossy(&raw[v]));
+                    lossy.push((n0..v0, v0..text.len()));
+                }
+                PolicyRequest {
+                    text,
+                    attributes: lossy,
+                    known,
+                }
+            }
+        }
+    }
+
     /// The value of attribute `name` (the last one, should it come twice); an empty value
     /// is `Some("")`, as Postfix sends `sasl_username=` for a client without AUTH.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.attributes
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        let value = match known(name.as_bytes()) {
+            Some(k) => &self.attributes[usize::from(self.known[k]?)].1,
+            None => {
+                &self
+                    .attributes
+                    .iter()
+                    .rev()
+                    .find(|(n, _)| &self.text[n.clone()] == name)?
+                    .1
+            }
+        };
+        Some(&self.text[value.clone()])
     }
 
     /// The value of `name` when it is present and not empty.
@@ -99,7 +187,7 @@ impl PolicyRequest {
     pub fn attributes(&self) -> impl Iterator<Item = (&str, &str)> {
         self.attributes
             .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .map(|(n, v)| (&self.text[n.clone()], &self.text[v.clone()]))
     }
 
     /// Whether this is an access policy request (`request=smtpd_access_policy`).
@@ -151,10 +239,16 @@ impl PolicyRequest {
 }
 
 /// Reads requests line by line: each line (without its LF) goes to [`RequestReader::line`],
-/// which answers the request when the line is the empty one that ends it.
+/// which answers the request when the line is the empty one that ends it. The request's
+/// octets are kept as they come and read as text once, when it ends.
 #[derive(Debug, Default)]
 pub struct RequestReader {
-    request: PolicyRequest,
+    /// The names and values read so far, one after another, as received.
+    raw: Vec<u8>,
+    /// Each attribute's name and value, as ranges of `raw`.
+    attributes: Vec<(Range<usize>, Range<usize>)>,
+    /// The last attribute of each [`KNOWN`] name, by its place in `attributes`.
+    known: [Option<u8>; KNOWN.len()],
 }
 
 impl RequestReader {
@@ -163,11 +257,18 @@ impl RequestReader {
     pub fn line(&mut self, line: &[u8]) -> Result<Option<PolicyRequest>, PolicyError> {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
-            return Ok(Some(std::mem::take(&mut self.request)));
+            // The next request gets the room this one took.
+            let (octets, count) = (self.raw.len(), self.attributes.len());
+            let raw = std::mem::replace(&mut self.raw, Vec::with_capacity(octets));
+            let attributes = std::mem::replace(&mut self.attributes, Vec::with_capacity(count));
+            let known = std::mem::take(&mut self.known);
+            return Ok(Some(PolicyRequest::of(raw, attributes, known)));
         }
         let result = self.attribute(line);
         if result.is_err() {
-            self.request = PolicyRequest::default();
+            self.raw.clear();
+            self.attributes.clear();
+            self.known = Default::default();
         }
         result.map(|()| None)
     }
@@ -176,10 +277,11 @@ impl RequestReader {
         if line.len() + 1 > MAX_LINE {
             return Err(PolicyError::LineTooLong);
         }
-        if self.request.attributes.len() >= MAX_ATTRIBUTES {
+        if self.attributes.len() >= MAX_ATTRIBUTES {
             return Err(PolicyError::TooManyAttributes);
         }
-        let Some(eq) = memchr::memchr(b'=', line) else {
+        // Names are short: a plain search beats a vectorised one here.
+        let Some(eq) = line.iter().position(|&b| b == b'=') else {
             return Err(PolicyError::NoEquals(
                 String::from_utf8_lossy(&line[..line.len().min(64)]).into_owned(),
             ));
@@ -187,15 +289,20 @@ impl RequestReader {
         if eq == 0 {
             return Err(PolicyError::EmptyName);
         }
-        let name = String::from_utf8_lossy(&line[..eq]).into_owned();
-        let value = String::from_utf8_lossy(&line[eq + 1..]).into_owned();
-        self.request.attributes.push((name, value));
+        let start = self.raw.len();
+        self.raw.extend_from_slice(line);
+        if let Some(k) = known(&line[..eq]) {
+            // At most MAX_ATTRIBUTES (128) attributes: the place fits an octet.
+            self.known[k] = u8::try_from(self.attributes.len()).ok();
+        }
+        self.attributes
+            .push((start..start + eq, start + eq + 1..self.raw.len()));
         Ok(())
     }
 
     /// Whether a request is under way (some of its lines read).
     pub fn in_request(&self) -> bool {
-        !self.request.attributes.is_empty()
+        !self.attributes.is_empty()
     }
 }
 
@@ -249,25 +356,38 @@ impl PolicyAction {
     /// The answer on the wire: `action=…`, LF, and the empty line that ends it.
     pub fn encode(&self) -> String {
         let (word, text) = match self {
-            PolicyAction::Dunno => ("DUNNO".to_string(), None),
-            PolicyAction::Ok => ("OK".to_string(), None),
-            PolicyAction::DeferIfPermit(t) => ("DEFER_IF_PERMIT".to_string(), Some(t)),
-            PolicyAction::Defer(t) => ("DEFER".to_string(), Some(t)),
-            PolicyAction::Reject(t) => ("REJECT".to_string(), Some(t)),
+            PolicyAction::Dunno => ("DUNNO", None),
+            PolicyAction::Ok => ("OK", None),
+            PolicyAction::DeferIfPermit(t) => ("DEFER_IF_PERMIT", Some(t)),
+            PolicyAction::Defer(t) => ("DEFER", Some(t)),
+            PolicyAction::Reject(t) => ("REJECT", Some(t)),
             PolicyAction::Code(code, t) => {
                 let code = (*code).clamp(400, 599);
-                (code.to_string(), Some(t))
+                return wire(&code.to_string(), Some(t));
             }
-            PolicyAction::Hold(t) => ("HOLD".to_string(), Some(t)),
-            PolicyAction::Prepend(t) => ("PREPEND".to_string(), Some(t)),
-            PolicyAction::Warn(t) => ("WARN".to_string(), Some(t)),
-            PolicyAction::Info(t) => ("INFO".to_string(), Some(t)),
+            PolicyAction::Hold(t) => ("HOLD", Some(t)),
+            PolicyAction::Prepend(t) => ("PREPEND", Some(t)),
+            PolicyAction::Warn(t) => ("WARN", Some(t)),
+            PolicyAction::Info(t) => ("INFO", Some(t)),
         };
-        match text.map(|t| one_line(t)).filter(|t| !t.is_empty()) {
-            Some(t) => format!("action={word} {t}\n\n"),
-            None => format!("action={word}\n\n"),
-        }
+        wire(word, text)
     }
+}
+
+/// `action=WORD text`, LF and the empty line; the text as [`one_line`] makes it, left out
+/// when empty.
+fn wire(word: &str, text: Option<&String>) -> String {
+    let text = text.map(|t| one_line(t)).filter(|t| !t.is_empty());
+    let mut out =
+        String::with_capacity(7 + word.len() + text.as_ref().map_or(0, |t| t.len() + 1) + 2);
+    out.push_str("action=");
+    out.push_str(word);
+    if let Some(t) = text {
+        out.push(' ');
+        out.push_str(&t);
+    }
+    out.push_str("\n\n");
+    out
 }
 
 #[cfg(test)]

@@ -545,6 +545,8 @@ impl Server {
             let s = shared.load();
             crate::milter::context(
                 s.config(),
+                &s.generation.policy,
+                s.generation.report.events.is_some(),
                 &s.generation.policy.identity,
                 s.policy.clone(),
                 s.postfix.clone(),

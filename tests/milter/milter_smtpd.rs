@@ -345,3 +345,47 @@ fn a_unix_socket_milter_serves_postfix() {
     );
     assert_eq!(pf.wait_messages(&tok, 3).len(), 3);
 }
+
+/// Limits that only count (a header limit per recipient, a warning per client): Postfix
+/// is asked to wait for no answer but MAIL's and the end of the message's, and sends no
+/// DATA, header fields or body. Every recipient is counted all the same: the header field
+/// added at the end tells the recipients counted, and the message arrives whole.
+#[test]
+fn limits_that_only_count_are_not_waited_for() {
+    let port = free_port();
+    let pf = postfix(&format!("inet:127.0.0.1:{port}"), "tempfail");
+    let _log = pf.log_on_panic();
+    let fg = start_milter(
+        &pf,
+        port,
+        r#"
+[[limit]]
+name = "rcpt-header"
+when = "authenticated"
+count = "recipients"
+key = "${authenticated_id}"
+rate = "2 / 1h"
+burst = "2"
+action = "header"
+
+[[limit]]
+name = "per-ip"
+ratelimit = "100 / 1h / per_rcpt / strict"
+action = "warn"
+"#,
+    );
+    let tok = token("milter-count");
+    let rcpts: Vec<String> = (0..3).map(|i| format!("c{i}-{tok}@dest.test")).collect();
+    let mut c = login(&pf, USER, PASSWORD);
+    let codes = send(&mut c, "alice@client.test", &rcpts, &tok);
+    assert_eq!(codes, [250, 250, 250, 250, 354, 250], "{}", fg.stderr());
+    let got = pf.wait_messages(&tok, 3);
+    for m in &got {
+        let text = String::from_utf8_lossy(&m.raw);
+        // The third recipient crossed the limit of two: counted at RCPT without Postfix
+        // waiting for the answer.
+        assert!(text.contains("\nX-Floodgate-Rate: rcpt-header;"), "{text}");
+        assert!(text.contains("over=yes"), "{text}");
+        assert!(text.contains(&format!("hello {tok}")), "{text}");
+    }
+}

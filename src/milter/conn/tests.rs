@@ -6,18 +6,34 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{Conn, ConnError, WANTED};
+use super::{Conn, ConnError};
+use crate::milter::events;
 use crate::milter::session::Context;
 use crate::policy::AllowAll;
-use crate::postfix::milter::{next_packet, steps, write_packet, MilterError, VERSION};
+use crate::postfix::milter::{
+    actions, next_packet, steps, write_packet, MilterError, Wanted, VERSION,
+};
+
+/// Every event answered but header fields and body chunks, as for limits at every stage.
+const EVERY_EVENT: Wanted<'static> = Wanted {
+    needed_actions: 0,
+    optional_actions: actions::ADD_HEADERS | actions::QUARANTINE | actions::SET_MACRO_LIST,
+    steps: events::ALWAYS,
+    macros: events::MACROS,
+};
 
 fn ctx() -> Context {
+    ctx_wanting(EVERY_EVENT)
+}
+
+fn ctx_wanting(wanted: Wanted<'static>) -> Context {
     Context {
         policy: Arc::new(AllowAll),
         identity: Default::default(),
         max_message_size: 1 << 20,
         name: "test".into(),
         postfix: None,
+        wanted,
     }
 }
 
@@ -35,8 +51,16 @@ fn offer() -> Vec<u8> {
 /// Runs a connection on `input` (then end of input); returns how it ended and what it
 /// answered, packet by packet (code, data).
 async fn converse(input: Vec<u8>) -> (Result<(), ConnError>, Vec<(u8, Vec<u8>)>) {
+    converse_with(ctx(), input).await
+}
+
+/// As [`converse`], with `ctx`.
+async fn converse_with(
+    ctx: Context,
+    input: Vec<u8>,
+) -> (Result<(), ConnError>, Vec<(u8, Vec<u8>)>) {
     let (mut postfix, floodgate) = tokio::io::duplex(1 << 16);
-    let task = tokio::spawn(Conn::new(floodgate, ctx()).run());
+    let task = tokio::spawn(Conn::new(floodgate, ctx).run());
     postfix.write_all(&input).await.unwrap();
     postfix.shutdown().await.unwrap();
     let mut got = Vec::new();
@@ -58,8 +82,8 @@ fn packet(code: u8, parts: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-#[tokio::test]
-async fn a_whole_message_is_answered_where_postfix_waits() {
+/// One message of an authenticated session, as Postfix sends it with every event.
+fn whole_message() -> Vec<u8> {
     let mut input = offer();
     input.extend(packet(b'D', &[b"C", b"j\0mx.example\0"]));
     input.extend(packet(
@@ -81,7 +105,12 @@ async fn a_whole_message_is_answered_where_postfix_waits() {
     input.extend(packet(b'B', &[b"hello\r\n"]));
     input.extend(packet(b'E', &[]));
     input.extend(packet(b'Q', &[]));
-    let (ended, answers) = converse(input).await;
+    input
+}
+
+#[tokio::test]
+async fn a_whole_message_is_answered_where_postfix_waits() {
+    let (ended, answers) = converse(whole_message()).await;
     ended.unwrap();
     let codes: Vec<u8> = answers.iter().map(|a| a.0).collect();
     // Options; connect, HELO, MAIL, RCPT, DATA; nothing for the header, end of headers and
@@ -89,10 +118,34 @@ async fn a_whole_message_is_answered_where_postfix_waits() {
     assert_eq!(codes, b"Occcccc");
     let agreed = &answers[0].1;
     let steps_agreed = u32::from_be_bytes(agreed[8..12].try_into().unwrap());
-    assert_eq!(steps_agreed, WANTED.steps);
+    assert_eq!(steps_agreed, EVERY_EVENT.steps);
     assert!(steps_agreed & steps::NO_REPLY_BODY != 0);
     // The macro lists follow: MAIL's asks for the login.
     assert!(agreed.windows(13).any(|w| w == b"{auth_authen}"));
+}
+
+#[tokio::test]
+async fn without_limits_only_mail_and_the_end_of_the_message_are_answered() {
+    let wanted = events::wanted(&crate::policy::model::PolicyModel::default(), false);
+    let (ended, answers) = converse_with(ctx_wanting(wanted), whole_message()).await;
+    ended.unwrap();
+    let codes: Vec<u8> = answers.iter().map(|a| a.0).collect();
+    // Options; MAIL; end of message. Connect, HELO, RCPT and DATA are not waited for.
+    assert_eq!(codes, b"Occ");
+    let agreed = &answers[0].1;
+    let steps_agreed = u32::from_be_bytes(agreed[8..12].try_into().unwrap());
+    assert_eq!(steps_agreed, wanted.steps);
+    for s in [
+        steps::NO_REPLY_CONNECT,
+        steps::NO_DATA,
+        steps::NO_HEADERS,
+        steps::NO_BODY,
+    ] {
+        assert_ne!(steps_agreed & s, 0, "step 0x{s:x}");
+    }
+    // Only the macros read are asked: the three lists of events::MACROS, nothing else.
+    let lists: usize = events::MACROS.iter().map(|(_, l)| 4 + l.len() + 1).sum();
+    assert_eq!(agreed.len(), 12 + lists);
 }
 
 #[tokio::test]

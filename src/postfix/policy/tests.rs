@@ -24,6 +24,15 @@ fn read_all(text: &[u8]) -> Vec<Result<PolicyRequest, PolicyError>> {
 }
 
 #[test]
+fn every_known_name_is_at_its_place() {
+    for (i, name) in KNOWN.iter().enumerate() {
+        assert_eq!(known(name.as_bytes()), Some(i), "{name}");
+    }
+    assert_eq!(known(b"reverse_client_name"), None);
+    assert_eq!(known(b""), None);
+}
+
+#[test]
 fn a_postfix_request_is_read_whole() {
     let reqs = read_all(RCPT.as_bytes());
     let req = reqs[0].as_ref().unwrap();
@@ -170,6 +179,24 @@ proptest! {
         let back: Vec<(String, String)> =
             req.attributes().map(|(n, v)| (n.to_string(), v.to_string())).collect();
         prop_assert_eq!(back, attrs);
+    }
+
+    /// Whether a name is one floodgate reads or not, its value is the last one given.
+    #[test]
+    fn the_last_value_of_a_name_is_found(
+        attrs in prop::collection::vec((prop::sample::select(vec!["sender", "recipient", "size", "instance", "x_other", "y"]), "[ -~]{0,20}"), 1..20),
+    ) {
+        let mut text = String::new();
+        for (n, v) in &attrs {
+            text.push_str(&format!("{n}={v}\n"));
+        }
+        text.push('\n');
+        let reqs = read_all(text.as_bytes());
+        let req = reqs[0].as_ref().unwrap();
+        for name in ["sender", "recipient", "size", "instance", "x_other", "y", "queue_id"] {
+            let last = attrs.iter().rev().find(|(n, _)| *n == name).map(|(_, v)| v.as_str());
+            prop_assert_eq!(req.get(name), last);
+        }
     }
 
     #[test]
