@@ -141,13 +141,14 @@ fn exim_request(
     let own = a.own.take();
     let from_list = own.is_some();
     let (limit, limit_text) = own.unwrap_or((spec.limit(), spec.limit_text().to_string()));
-    let ip = a.facts.client_ip.map(|i| i.to_string()).unwrap_or_default();
+    // The client address is formatted only for a database key that holds it.
+    let ip = || a.facts.client_ip.map(|i| i.to_string()).unwrap_or_default();
     let key = if spec.key_text().is_some() {
-        spec.database_key(a.key_text, &ip)
+        spec.database_key(a.key_text, &ip())
     } else if a.def.key.is_some() {
         spec.database_key(a.key_text, a.key_text)
     } else {
-        spec.database_key("", &ip)
+        spec.database_key("", &ip())
     };
     let unique = spec.unique().is_some().then(|| match unique {
         Some(t) => {

@@ -199,8 +199,11 @@ impl RateSession {
         model: &PolicyModel,
     ) -> Joined {
         let mut joined = Joined::default();
+        if stage != Stage::Message || facts.message_keys.is_none() {
+            return joined;
+        }
         let me = evidence_key(facts);
-        if stage != Stage::Message || me.is_empty() || facts.message_keys.is_none() {
+        if me.is_empty() {
             return joined;
         }
         let info = copy_info(facts).to_string();
