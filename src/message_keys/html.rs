@@ -501,22 +501,23 @@ impl<'a> Tag<'a> {
         if !declaration && !body.starts_with(|c: char| c.is_ascii_alphabetic()) {
             return None;
         }
-        let name_len = body
-            .find(|c: char| !c.is_ascii_alphanumeric())
-            .unwrap_or(body.len());
-        // The end: the first '>' outside quotes.
         let b = body.as_bytes();
-        let mut quote = None;
+        let name_len = b
+            .iter()
+            .position(|c| !c.is_ascii_alphanumeric())
+            .unwrap_or(b.len());
+        // The end: the first '>' outside quotes, found from one quote or '>' to the next.
         let mut end = b.len();
-        for (i, &c) in b.iter().enumerate().skip(name_len) {
-            match (quote, c) {
-                (None, b'"' | b'\'') => quote = Some(c),
-                (Some(q), _) if c == q => quote = None,
-                (None, b'>') => {
-                    end = i;
-                    break;
-                }
-                _ => {}
+        let mut at = name_len;
+        while let Some(k) = memchr::memchr3(b'>', b'"', b'\'', &b[at..]) {
+            let i = at + k;
+            if b[i] == b'>' {
+                end = i;
+                break;
+            }
+            match memchr::memchr(b[i], &b[i + 1..]) {
+                Some(close) => at = i + 1 + close + 1,
+                None => break,
             }
         }
         let offset = s.len() - body.len();
