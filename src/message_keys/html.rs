@@ -198,7 +198,12 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
         if full && out.hrefs.len() >= MAX_HREFS {
             break;
         }
-        let lt = memchr::memchr(b'<', rest.as_bytes()).unwrap_or(rest.len());
+        // Tags often follow one another: the search is made only when text comes first.
+        let lt = if rest.as_bytes()[0] == b'<' {
+            0
+        } else {
+            memchr::memchr(b'<', rest.as_bytes()).unwrap_or(rest.len())
+        };
         if !budget.spend_octets(lt) {
             break;
         }
@@ -235,7 +240,7 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
             }
             continue;
         }
-        let attributes = if tag.closing {
+        let attributes = if tag.closing || tag.attributes.trim_start().is_empty() {
             Attributes::default()
         } else {
             tag.read_attributes()
@@ -501,22 +506,23 @@ impl<'a> Tag<'a> {
         if !declaration && !body.starts_with(|c: char| c.is_ascii_alphabetic()) {
             return None;
         }
-        let name_len = body
-            .find(|c: char| !c.is_ascii_alphanumeric())
-            .unwrap_or(body.len());
-        // The end: the first '>' outside quotes.
         let b = body.as_bytes();
-        let mut quote = None;
+        let name_len = b
+            .iter()
+            .position(|c| !c.is_ascii_alphanumeric())
+            .unwrap_or(b.len());
+        // The end: the first '>' outside quotes, found from one quote or '>' to the next.
         let mut end = b.len();
-        for (i, &c) in b.iter().enumerate().skip(name_len) {
-            match (quote, c) {
-                (None, b'"' | b'\'') => quote = Some(c),
-                (Some(q), _) if c == q => quote = None,
-                (None, b'>') => {
-                    end = i;
-                    break;
-                }
-                _ => {}
+        let mut at = name_len;
+        while let Some(k) = find3(&b[at..], b'>', b'"', b'\'') {
+            let i = at + k;
+            if b[i] == b'>' {
+                end = i;
+                break;
+            }
+            match find3(&b[i + 1..], b[i], b[i], b[i]) {
+                Some(close) => at = i + 1 + close + 1,
+                None => break,
             }
         }
         let offset = s.len() - body.len();
@@ -597,6 +603,21 @@ impl<'a> Tag<'a> {
             f(name, value);
         }
     }
+}
+
+/// The first of the bytes `a`, `b`, `c` in `hay`: its first bytes looked at one by one (an
+/// attribute value is short, and a vector search costs more to start than that), the rest
+/// by memchr.
+fn find3(hay: &[u8], a: u8, b: u8, c: u8) -> Option<usize> {
+    const SHORT: usize = 32;
+    let head = &hay[..hay.len().min(SHORT)];
+    if let Some(i) = head.iter().position(|&x| x == a || x == b || x == c) {
+        return Some(i);
+    }
+    if hay.len() <= SHORT {
+        return None;
+    }
+    memchr::memchr3(a, b, c, &hay[SHORT..]).map(|i| i + SHORT)
 }
 
 /// `s` with HTML character references decoded: the numeric ones and the named ones mail

@@ -1,6 +1,7 @@
 //! Links: finding `http(s)://` links in text, their hosts, and the registered domains
 //! (eTLD+1 by the public suffix list) that the `link_domains` key lists.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -11,6 +12,9 @@ pub const MAX_LINK_DOMAINS: usize = 32;
 /// At most this many links are read from one message; a message of a million links costs
 /// no more than one of this many.
 pub const MAX_LINKS_READ: usize = 10_000;
+
+/// At most this many authorities (as written) are remembered as read.
+const MAX_AUTHORITIES: usize = 16;
 
 /// The longest host name DNS allows.
 const MAX_HOST: usize = 253;
@@ -37,12 +41,10 @@ pub(super) fn find_link(text: &str) -> Option<(usize, usize)> {
     None
 }
 
-/// The host of the authority that starts `rest` (the part of a link after its `//`):
-/// user information and port left out, lower-cased, a trailing dot dropped; IP literals as
-/// the address (IPv6 without brackets). None when it is not a host name or IP address.
-pub(super) fn host(rest: &str) -> Option<String> {
-    // Where the authority ends: looked for byte by byte while the bytes are ASCII (most
-    // links), by characters from the first other one on.
+/// The authority that starts `rest` (the part of a link after its `//`): up to the first
+/// whitespace, `/`, `?`, `#`, `\\`, quote or angle bracket. Looked for byte by byte while
+/// the bytes are ASCII (most links), by characters from the first other one on.
+pub(super) fn authority(rest: &str) -> &str {
     let b = rest.as_bytes();
     let ascii_end = b
         .iter()
@@ -56,14 +58,29 @@ pub(super) fn host(rest: &str) -> Option<String> {
     } else {
         ascii_end
     };
-    let authority = &rest[..end];
+    &rest[..end]
+}
+
+/// The host of the authority that starts `rest` (the part of a link after its `//`):
+/// user information and port left out, lower-cased, a trailing dot dropped; IP literals as
+/// the address (IPv6 without brackets). None when it is not a host name or IP address.
+/// Borrowed from `rest` when it is written in lower case.
+pub(super) fn host(rest: &str) -> Option<Cow<'_, str>> {
+    host_of(authority(rest))
+}
+
+/// The host of one `authority` (as [`authority`] finds it), as [`host`] gives it.
+fn host_of(authority: &str) -> Option<Cow<'_, str>> {
     let authority = match memchr::memrchr(b'@', authority.as_bytes()) {
         Some(at) => &authority[at + 1..],
         None => authority,
     };
     if let Some(inner) = authority.strip_prefix('[') {
         let inner = &inner[..inner.find(']')?];
-        return inner.parse::<Ipv6Addr>().ok().map(|ip| ip.to_string());
+        return inner
+            .parse::<Ipv6Addr>()
+            .ok()
+            .map(|ip| Cow::Owned(ip.to_string()));
     }
     let name = match memchr::memchr(b':', authority.as_bytes()) {
         Some(colon) => &authority[..colon],
@@ -78,12 +95,25 @@ pub(super) fn host(rest: &str) -> Option<String> {
         // Most hosts: bytes, no Unicode tables.
         // Labels of letters, digits, `-` and `_`, none empty.
         let n = name.as_bytes();
-        let valid = n[0] != b'.'
-            && n[n.len() - 1] != b'.'
-            && !n.windows(2).any(|w| w == b"..")
-            && n.iter()
-                .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
-        return valid.then(|| name.to_ascii_lowercase());
+        let mut upper = false;
+        let mut previous = b'.';
+        for &c in n {
+            if !(c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+                || (c == b'.' && previous == b'.')
+            {
+                return None;
+            }
+            upper |= c.is_ascii_uppercase();
+            previous = c;
+        }
+        if previous == b'.' {
+            return None;
+        }
+        return Some(if upper {
+            Cow::Owned(name.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(name)
+        });
     }
     let valid = name.split('.').all(|label| {
         !label.is_empty()
@@ -91,7 +121,7 @@ pub(super) fn host(rest: &str) -> Option<String> {
                 .chars()
                 .all(|c| c.is_alphanumeric() || c == '-' || c == '_')
     });
-    valid.then(|| name.to_lowercase())
+    valid.then(|| Cow::Owned(name.to_lowercase()))
 }
 
 /// Whether the ASCII byte `c` ends a link's authority (whitespace aside).
@@ -133,6 +163,9 @@ pub(super) struct LinkDomains {
     /// The hosts already counted: a host met again changes nothing, and is not looked up
     /// in the public suffix list again.
     hosts: HashSet<String>,
+    /// The first [`MAX_AUTHORITIES`] authorities read, as written: a link of one of them
+    /// (most links of a newsletter or a tracked message) is not read again.
+    authorities: Vec<String>,
     read: usize,
     left_out: bool,
 }
@@ -148,6 +181,7 @@ impl LinkDomains {
                 .collect(),
             domains: BTreeSet::new(),
             hosts: HashSet::new(),
+            authorities: Vec::new(),
             read: 0,
             left_out: false,
         }
@@ -175,7 +209,7 @@ impl LinkDomains {
                 return;
             }
             rest = &rest[after..];
-            self.add_host(host(rest));
+            self.add_authority(authority(rest));
         }
     }
 
@@ -186,14 +220,23 @@ impl LinkDomains {
         }
         let url = url.trim_start();
         if let Some((0, after)) = find_link(url) {
-            self.add_host(host(&url[after..]));
+            self.add_authority(authority(&url[after..]));
         }
     }
 
-    fn add_host(&mut self, host: Option<String>) {
+    /// Adds the host of one link's `authority`.
+    fn add_authority(&mut self, authority: &str) {
         self.read += 1;
-        let Some(host) = host else { return };
-        if self.hosts.contains(&host) {
+        if self.authorities.iter().any(|a| a == authority) {
+            return;
+        }
+        if self.authorities.len() < MAX_AUTHORITIES {
+            self.authorities.push(authority.to_string());
+        }
+        let Some(host) = host_of(authority) else {
+            return;
+        };
+        if self.hosts.contains(&*host) {
             return;
         }
         if let Some(domain) = registered_domain(&host) {
@@ -203,7 +246,7 @@ impl LinkDomains {
                 self.domains.insert(domain);
             }
         }
-        self.hosts.insert(host);
+        self.hosts.insert(host.into_owned());
     }
 
     /// Whether the message links somewhere, and only to exempt domains.

@@ -231,12 +231,13 @@ fn shingles_and_pairs(words: &[u64], with_pairs: bool) -> (Vec<u64>, Vec<u64>) {
 /// `hashes` (reordered).
 fn minhash<const N: usize>(hashes: &mut Vec<u64>, f: &([u64; N], [u64; N])) -> [u32; N] {
     let (a, c) = f;
+    let sample = smallest_distinct(hashes, SAMPLE);
     let mut mins = [u32::MAX; N];
-    for &x in smallest_distinct(hashes, SAMPLE) {
-        for ((m, &ai), &ci) in mins.iter_mut().zip(a).zip(c) {
-            let v = (ai.wrapping_mul(x).wrapping_add(ci) >> 32) as u32;
-            *m = (*m).min(v);
-        }
+    // One function at a time over the whole sample: its minimum stays in a register.
+    for ((m, &ai), &ci) in mins.iter_mut().zip(a).zip(c) {
+        *m = sample.iter().fold(u32::MAX, |min, &x| {
+            min.min((ai.wrapping_mul(x).wrapping_add(ci) >> 32) as u32)
+        });
     }
     mins
 }

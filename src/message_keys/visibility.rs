@@ -116,10 +116,11 @@ fn is_zero_length(value: &str) -> bool {
 /// A CSS or HTML colour: `#rgb`, `#rrggbb`, `rgb(…)`/`rgba(…)` (an alpha under 0.05 is no
 /// colour at all), or a common name.
 pub(super) fn parse_color(value: &str) -> Option<Rgb> {
-    let v = value.trim().to_ascii_lowercase();
-    if let Some(hex) = v.strip_prefix('#') {
+    // Hex digits are read in either case: only other forms are lower-cased (copied).
+    if let Some(hex) = value.trim().strip_prefix('#') {
         return parse_hex(hex);
     }
+    let v = value.trim().to_ascii_lowercase();
     if let Some(args) = v
         .strip_prefix("rgba(")
         .or_else(|| v.strip_prefix("rgb("))

@@ -461,14 +461,14 @@ mod tests {
         for raw in text.split(char::is_whitespace).filter(|t| !t.is_empty()) {
             if let Some((start, after)) = links::find_link(raw) {
                 plain(&raw[..start], &mut out);
-                out.extend(links::host(&raw[after..]));
+                out.extend(links::host(&raw[after..]).map(std::borrow::Cow::into_owned));
                 continue;
             }
             let core = raw.trim_matches(separates);
             if core.len() > 4 && core.is_char_boundary(4) && core[..4].eq_ignore_ascii_case("www.")
             {
                 if let Some(host) = links::host(core) {
-                    out.push(host);
+                    out.push(host.into_owned());
                     continue;
                 }
             }
