@@ -284,17 +284,11 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
     } else {
         raw
     };
-    // Runs of visible characters and single spaces are copied whole; ASCII bytes are
-    // looked at as bytes, other characters decoded.
+    // Runs of visible characters and single spaces are copied whole.
     let b = text.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        let (space, len) = if b[i] < 0x80 {
-            (matches!(b[i], b'\t'..=b'\r' | b' '), 1)
-        } else {
-            let c = text[i..].chars().next().unwrap_or(' ');
-            (c.is_whitespace(), c.len_utf8())
-        };
+        let (space, len) = super::words::space_at(text, i);
         if space {
             line.space = !line.start;
             i += len;

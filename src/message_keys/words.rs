@@ -91,13 +91,7 @@ pub(super) fn each_word(text: &str, emit: &mut dyn FnMut(&str) -> bool) -> bool 
     let mut start = None;
     let mut i = 0;
     while i < b.len() {
-        // ASCII bytes are looked at as bytes; other characters decoded.
-        let (space, len) = if b[i] < 0x80 {
-            (matches!(b[i], b'\t'..=b'\r' | b' '), 1)
-        } else {
-            let c = text[i..].chars().next().unwrap_or(' ');
-            (c.is_whitespace(), c.len_utf8())
-        };
+        let (space, len) = space_at(text, i);
         match (space, start) {
             (true, Some(s)) => {
                 if !token(&text[s..i], &mut buf, emit) {
@@ -164,6 +158,19 @@ pub(super) fn each_word_hash(text: &str, emit: &mut dyn FnMut(u64) -> bool) -> b
 /// ASCII whitespace as [`char::is_whitespace`] has it.
 fn is_ascii_space(c: u8) -> bool {
     matches!(c, b'\t'..=b'\r' | b' ')
+}
+
+/// Whether the character at byte `i` of `text` (a character boundary) is whitespace, as
+/// [`char::is_whitespace`] has it, and its length in bytes: an ASCII byte is looked at as a
+/// byte, another character decoded.
+pub(super) fn space_at(text: &str, i: usize) -> (bool, usize) {
+    let b = text.as_bytes()[i];
+    if b < 0x80 {
+        (is_ascii_space(b), 1)
+    } else {
+        let c = text[i..].chars().next().unwrap_or(' ');
+        (c.is_whitespace(), c.len_utf8())
+    }
 }
 
 /// The hash of the one word of `raw` (a whitespace-separated token of ASCII bytes) when it

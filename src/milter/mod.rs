@@ -3,9 +3,10 @@
 //!
 //! The protocol itself (packets, negotiation, macros) is [`crate::postfix::milter`], without
 //! I/O; this module listens ([`Listener`]), runs one connection per Postfix session
-//! ([`conn`]) with the events the limits in force need ([`events`]) and keeps the session's facts and the policy's verdicts ([`session`]), the
-//! message assembled from the packets ([`message`]), the messages it holds in Postfix's
-//! hold queue ([`held`]), and what `floodgate check` says of milter mode ([`mode`]).
+//! ([`conn`]) with the events the limits in force need ([`events`]), and keeps the
+//! session's facts and the policy's verdicts ([`session`]), the message assembled from the
+//! packets ([`message`]), the messages it holds in Postfix's hold queue ([`held`]), and
+//! what `floodgate check` says of milter mode ([`mode`]).
 
 pub mod conn;
 pub mod events;
