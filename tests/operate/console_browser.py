@@ -21,12 +21,16 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.common.exceptions import (
+    StaleElementReferenceException,
+    TimeoutException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 FLAGS = [
@@ -122,6 +126,43 @@ def fits(d):
     )
 
 
+def stale(e):
+    """Whether a WebDriver error says the element belongs to a page no longer shown.
+    Chromium says so in two ways: the standard stale-element error, or, while the next
+    page is being put in place, an inspector error naming a node of another document."""
+    if isinstance(e, StaleElementReferenceException):
+        return True
+    return isinstance(e, WebDriverException) and "does not belong to the document" in str(e)
+
+
+def left(page):
+    """A wait condition: the element `page` (the old page's root) is gone."""
+
+    def gone(_d):
+        try:
+            page.is_enabled()
+            return False
+        except WebDriverException as e:
+            if stale(e):
+                return True
+            raise
+
+    return gone
+
+
+def submit(d, button):
+    """Clicks `button`, which leads to another page, and waits until the old page is gone
+    (it may show an earlier result). A click answered with the stale-page error has already
+    left the page; one that did nothing fails the wait."""
+    page = d.find_element(By.TAG_NAME, "html")
+    try:
+        button.click()
+    except WebDriverException as e:
+        if not stale(e):
+            raise
+    WebDriverWait(d, WAIT).until(left(page))
+
+
 def done_text(d):
     """The result text of the page an action led to (read from the element the wait found,
     so a page that is replaced meanwhile cannot leave nothing to read)."""
@@ -132,8 +173,10 @@ def done_text(d):
             return False
         try:
             return found[0].text or False
-        except StaleElementReferenceException:
-            return False
+        except WebDriverException as e:
+            if stale(e):
+                return False
+            raise
 
     return WebDriverWait(d, WAIT).until(result)
 
@@ -143,9 +186,7 @@ def submit_form(d, form_id, reason):
     gone first: it may show an earlier result)."""
     f = d.find_element(By.ID, form_id)
     f.find_element(By.NAME, "reason").send_keys(reason)
-    page = d.find_element(By.TAG_NAME, "html")
-    f.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
-    WebDriverWait(d, WAIT).until(staleness_of(page))
+    submit(d, f.find_element(By.CSS_SELECTOR, "button[type='submit']"))
     return done_text(d)
 
 
@@ -168,9 +209,7 @@ def release_selection(d, ids, reason, confirm):
     box = form.find_element(By.CSS_SELECTOR, "input[name='confirm'][value='true']")
     if box.is_selected() != confirm:
         box.click()
-    page = d.find_element(By.TAG_NAME, "html")
-    form.find_element(By.CSS_SELECTOR, "button[name='op'][value='release']").click()
-    WebDriverWait(d, WAIT).until(staleness_of(page))
+    submit(d, form.find_element(By.CSS_SELECTOR, "button[name='op'][value='release']"))
     return done_text(d)
 
 
@@ -190,9 +229,7 @@ def incident(args, d, facts):
     d.get(args.base + "/console/held")
     f = d.find_element(By.ID, "filters")
     f.find_element(By.NAME, "key").send_keys(key)
-    page = d.find_element(By.TAG_NAME, "html")
-    f.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
-    WebDriverWait(d, WAIT).until(staleness_of(page))
+    submit(d, f.find_element(By.CSS_SELECTOR, "button[type='submit']"))
     WebDriverWait(d, WAIT).until(lambda d: d.find_elements(By.ID, "held-match"))
     facts["filtered"] = {
         "match": d.find_element(By.ID, "held-match").text,
@@ -386,9 +423,7 @@ def submit_in(d, form_css, reason, tick=None):
         box = f.find_element(By.CSS_SELECTOR, tick)
         if not box.is_selected():
             box.click()
-    page = d.find_element(By.TAG_NAME, "html")
-    f.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
-    WebDriverWait(d, WAIT).until(staleness_of(page))
+    submit(d, f.find_element(By.CSS_SELECTOR, "button[type='submit']"))
     return done_text(d)
 
 
@@ -403,9 +438,7 @@ def held_bulk(d, op, reason, scope, confirm):
     box = form.find_element(By.CSS_SELECTOR, "input[name='confirm'][value='true']")
     if box.is_selected() != confirm:
         box.click()
-    page = d.find_element(By.TAG_NAME, "html")
-    form.find_element(By.CSS_SELECTOR, "#bulk-top button[name='op'][value='%s']" % op).click()
-    WebDriverWait(d, WAIT).until(staleness_of(page))
+    submit(d, form.find_element(By.CSS_SELECTOR, "#bulk-top button[name='op'][value='%s']" % op))
     return done_text(d)
 
 
@@ -542,8 +575,10 @@ def main():
             without_script(args, facts)
     except TimeoutException as e:
         facts["error"] = "timed out: %s" % (e.msg or "waiting in the browser")
+        facts["where"] = traceback.format_exc().splitlines()[-12:]
     except Exception as e:  # reported to the Rust test, which fails with it
-        facts["error"] = "%s: %s" % (type(e).__name__, e)
+        facts["error"] = "%s: %s" % (type(e).__name__, str(e).split("\nStacktrace:")[0])
+        facts["where"] = traceback.format_exc().split("\nStacktrace:")[0].splitlines()[-12:]
     facts["seconds"] = round(time.monotonic() - started, 1)
     print(json.dumps(facts))
     return 0
