@@ -48,9 +48,9 @@
 # next run starts once Postfix's queue is empty), else the script stops.
 #
 # Policy mode: a second smtpd of the same Postfix, on 127.0.0.1:26263, has
-# check_policy_service unix:$DIR/floodgate/policy.sock in smtpd_recipient_restrictions,
-# smtpd_data_restrictions and smtpd_end_of_data_restrictions (as the book's "Postfix's
-# policy service" page, with Postfix's default default_action, so a failing service stops
+# check_policy_service unix:$DIR/floodgate/policy.sock in smtpd_recipient_restrictions and
+# smtpd_end_of_data_restrictions (as the book's "Postfix's policy service" page: the bench's
+# limit is at RCPT, none at DATA; with Postfix's default default_action, so a failing service stops
 # the run instead of letting mail through unseen); the same floodgate serves that socket
 # ([[policy_service]]) with the same limit. Per profile, rounds of Postfix alone and Postfix
 # with the policy service (the order alternating) give the median ratio policy/alone with
@@ -206,7 +206,6 @@ cat >"$PF/conf/master.cf" <<EOF
 127.0.0.1:$PF_PORT inet n - n - - smtpd
 127.0.0.1:$PP_PORT inet n - n - - smtpd
   -o smtpd_recipient_restrictions=\$floodgate_policy
-  -o smtpd_data_restrictions=\$floodgate_policy
   -o smtpd_end_of_data_restrictions=\$floodgate_policy
 pickup    unix  n - n 60    1 pickup
 cleanup   unix  n - n -     0 cleanup

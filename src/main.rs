@@ -1274,7 +1274,12 @@ fn check_listeners(generation: &Generation, out: &mut Vec<u8>) -> anyhow::Result
             }
             floodgate::config::PolicyListen::Tcp(addr) => format!("inet:{addr}"),
         };
-        writeln!(out, "policy_service {}: {at}", p.display_name())?;
+        writeln!(
+            out,
+            "policy_service {}: {at} ({})",
+            p.display_name(),
+            floodgate::policy_service::blind::restriction_lists(&generation.policy)
+        )?;
     }
     if !config.policy_services.is_empty() {
         for w in floodgate::policy_service::blind::blind_spots(&generation.policy) {

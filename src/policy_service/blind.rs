@@ -1,4 +1,5 @@
-//! What a limit needs that Postfix's policy requests do not carry, for `floodgate check`.
+//! What a limit needs that Postfix's policy requests do not carry, and the restriction
+//! lists Postfix must ask floodgate from, for `floodgate check`.
 
 use crate::policy::model::{Action, Counted, PolicyModel};
 use crate::policy::Stage;
@@ -58,6 +59,32 @@ pub fn blind_spots(model: &PolicyModel) -> Vec<String> {
         }
     }
     w
+}
+
+/// Where Postfix must name the policy service for `model`'s limits, one sentence:
+/// `smtpd_recipient_restrictions` (the recipients, and the connect, HELO and MAIL stages
+/// asked with the first) and `smtpd_end_of_data_restrictions` (the message, the hold, the
+/// charges) always; `smtpd_data_restrictions` only for limits at the `data` stage, named.
+/// Without that list those limits are asked at END-OF-MESSAGE, after the content; each list
+/// costs Postfix one request per message.
+pub fn restriction_lists(model: &PolicyModel) -> String {
+    let at_data: Vec<String> = model
+        .limits
+        .iter()
+        .filter(|d| d.stage == Stage::Data)
+        .map(|d| d.name.to_string())
+        .collect();
+    let always = "name it in smtpd_recipient_restrictions and smtpd_end_of_data_restrictions";
+    if at_data.is_empty() {
+        format!(
+            "{always}; no limit is at stage = \"data\", so smtpd_data_restrictions need not ask it"
+        )
+    } else {
+        format!(
+            "{always}, and in smtpd_data_restrictions for the limits at stage = \"data\" ({}), else they are asked at END-OF-MESSAGE, after the content",
+            at_data.join(", ")
+        )
+    }
 }
 
 #[cfg(test)]
@@ -125,5 +152,24 @@ action = "pace"
             "[[limit]]\nname = \"r\"\nstage = \"rcpt\"\nratelimit = \"100 / 1h / per_rcpt / ${authenticated_id}\"\naction = \"defer\"\n",
         ));
         assert!(w.is_empty(), "{w:?}");
+    }
+
+    #[test]
+    fn the_data_list_is_named_only_for_limits_at_the_data_stage() {
+        let rcpt = "[[limit]]\nname = \"r\"\nratelimit = \"100 / 1h / per_rcpt / strict\"\naction = \"warn\"\n";
+        let plain = restriction_lists(&model(rcpt));
+        assert!(
+            plain.contains("smtpd_recipient_restrictions and smtpd_end_of_data_restrictions")
+                && plain.contains("need not ask it"),
+            "{plain}"
+        );
+        let data = format!(
+            "{rcpt}[[limit]]\nname = \"big\"\nstage = \"data\"\ncount = \"messages\"\nrate = \"10 / 1h\"\nburst = \"10\"\naction = \"defer\"\n"
+        );
+        let with = restriction_lists(&model(&data));
+        assert!(
+            with.contains("smtpd_data_restrictions for the limits at stage = \"data\" (big)"),
+            "{with}"
+        );
     }
 }

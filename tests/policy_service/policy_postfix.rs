@@ -1,4 +1,5 @@
-//! `smtpd_recipient_restrictions = check_policy_service unix:…`: a compromised SASL account
+//! `smtpd_recipient_restrictions = check_policy_service unix:…` (and END-OF-MESSAGE; DATA
+//! for a limit at that stage): a compromised SASL account
 //! is limited recipient by recipient (`450 4.7.1`), restricted, and its later mail held in
 //! Postfix's hold queue; another account's mail flows; floodgate down gets Postfix's
 //! `default_action`.
@@ -6,7 +7,7 @@
 use crate::common;
 use crate::support::*;
 
-use common::postfix::token;
+use common::postfix::{token, Postfix, PostfixConfig};
 
 /// Three recipients an hour per account; more are deferred one by one.
 const PER_RECIPIENT: &str = r#"
@@ -156,6 +157,73 @@ fn a_compromised_account_is_restricted_and_held_while_another_flows() {
     assert_eq!(pf.messages_with(&first).len(), 5);
     assert_eq!(pf.messages_with(&later).len(), 1);
     assert_eq!(pf.messages_with(&tok).len(), 8);
+}
+
+/// Two messages an hour per account, checked at DATA.
+const PER_MESSAGE_AT_DATA: &str = r#"
+[[limit]]
+name = "per-user-data"
+when = "authenticated"
+stage = "data"
+count = "messages"
+key = "${authenticated_id}"
+rate = "2 / 1h"
+burst = "2"
+action = "defer"
+"#;
+
+/// A limit at the `data` stage: with `check_policy_service` in `smtpd_data_restrictions`
+/// the third message is refused at DATA, before its content; without that list (the
+/// book's two lists) floodgate asks the limit at END-OF-MESSAGE, and the third message is
+/// refused there. Either way two messages are delivered, and `floodgate check` names the
+/// list the limit wants.
+#[test]
+fn a_data_limit_refuses_at_data_or_without_that_list_at_the_end() {
+    for at_data in [true, false] {
+        let dir = socket_dir();
+        let socket = socket_in(&dir);
+        let mut cfg = PostfixConfig::default()
+            .sasl()
+            .policy_service(&format!("unix:{}", socket.display()), "DUNNO");
+        if at_data {
+            cfg = cfg.policy_at_data();
+        }
+        let pf = Postfix::start(&cfg);
+        let _log = pf.log_on_panic();
+        let fg = start_service(&pf, &socket, PER_MESSAGE_AT_DATA);
+        let tok = token(if at_data { "policy-data" } else { "policy-eod" });
+        let rcpt = vec![format!("d-{tok}@dest.test")];
+        let mut c = alice(&pf);
+        for _ in 0..2 {
+            assert_eq!(
+                send(&mut c, "alice@client.test", &rcpt, &tok),
+                [250, 250, 354, 250]
+            );
+        }
+        let third = send(&mut c, "alice@client.test", &rcpt, &tok);
+        let refused_at = if at_data {
+            vec![250, 250, 450]
+        } else {
+            vec![250, 250, 354, 450]
+        };
+        assert_eq!(third, refused_at, "at_data {at_data}: {}", fg.stderr());
+        // The refused transaction's queue file goes with it.
+        assert_eq!(c.cmd("RSET").code, 250);
+        pf.settle();
+        assert_eq!(pf.messages_with(&tok).len(), 2, "at_data {at_data}");
+        let check = crate::common::run_with_timeout(
+            std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+                .args(["check", "--config"])
+                .arg(fg.config_path()),
+            std::time::Duration::from_secs(30),
+        );
+        assert!(
+            check.stdout.contains(
+                "smtpd_data_restrictions for the limits at stage = \"data\" (per-user-data)"
+            ),
+            "{check}"
+        );
+    }
 }
 
 /// Floodgate down: Postfix's `default_action = DUNNO` lets mail through as if floodgate

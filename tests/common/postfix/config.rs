@@ -114,14 +114,17 @@ pub struct PostfixConfig {
     pub policy_service: Option<PolicyService>,
 }
 
-/// `check_policy_service` in `smtpd_recipient_restrictions`, `smtpd_data_restrictions`
-/// and `smtpd_end_of_data_restrictions`, with its `default_action` and `timeout`.
+/// `check_policy_service` in `smtpd_recipient_restrictions` and
+/// `smtpd_end_of_data_restrictions` (and `smtpd_data_restrictions` with `at_data`), with
+/// its `default_action` and `timeout`.
 #[derive(Debug, Clone)]
 pub struct PolicyService {
     /// `unix:/path` or `inet:127.0.0.1:PORT`.
     pub address: String,
     /// What Postfix answers when the service is down or slow (`DUNNO`, `DEFER_IF_PERMIT`).
     pub default_action: String,
+    /// Also asked at DATA (`smtpd_data_restrictions`), for limits at the `data` stage.
+    pub at_data: bool,
 }
 
 /// The milter lines of main.cf: `smtpd_milters`, `non_smtpd_milters`,
@@ -206,13 +209,23 @@ impl PostfixConfig {
         self
     }
 
-    /// floodgate as Postfix's policy service at `address`, asked at RCPT, DATA and
-    /// END-OF-MESSAGE, with `default_action` when it does not answer (10 s timeout).
+    /// floodgate as Postfix's policy service at `address`, asked at RCPT and END-OF-MESSAGE
+    /// (the two lists the book's policy page names), with `default_action` when it does not
+    /// answer (10 s timeout).
     pub fn policy_service(mut self, address: &str, default_action: &str) -> Self {
         self.policy_service = Some(PolicyService {
             address: address.into(),
             default_action: default_action.into(),
+            at_data: false,
         });
+        self
+    }
+
+    /// The policy service of [`PostfixConfig::policy_service`] asked at DATA too.
+    pub fn policy_at_data(mut self) -> Self {
+        if let Some(p) = &mut self.policy_service {
+            p.at_data = true;
+        }
         self
     }
 
@@ -313,9 +326,11 @@ impl PostfixConfig {
             );
             t.push_str(&format!(
                 "smtpd_recipient_restrictions = {check}\n\
-                 smtpd_data_restrictions = {check}\n\
                  smtpd_end_of_data_restrictions = {check}\n"
             ));
+            if p.at_data {
+                t.push_str(&format!("smtpd_data_restrictions = {check}\n"));
+            }
         }
         for line in &self.main_cf {
             t.push_str(line);
