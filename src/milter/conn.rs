@@ -2,7 +2,9 @@
 //! written back. The option negotiation comes first (the events and macros of
 //! [`super::events`]); then Postfix describes one SMTP session after another (`K` starts
 //! the next, `Q` ends the connection). Packets are read into one buffer and parsed where
-//! they lie; the answers to what Postfix sent at once go out in one write.
+//! they lie; the answers to what Postfix sent at once go out in one write. A refusal made
+//! at an event Postfix does not wait for is given at the next event it waits for, at the
+//! latest the end of the message.
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, info, warn};
@@ -78,6 +80,10 @@ pub struct Conn<S> {
     macros: Macros,
     /// The queue id from the latest `i` macro of this transaction.
     queue_id: Option<String>,
+    /// A refusal made at an event Postfix did not wait for, owed to the next one it waits
+    /// for; with whether it was made at connect or HELO (it lasts the SMTP session) rather
+    /// than in the transaction (it lasts until the transaction ends).
+    owed: Option<(Answer, bool)>,
     session: MilterSession,
     ctx: Context,
 }
@@ -92,6 +98,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             steps: None,
             macros: Macros::default(),
             queue_id: None,
+            owed: None,
             session: MilterSession::new(ctx.clone()),
             ctx,
         }
@@ -179,6 +186,68 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         Ok(())
     }
 
+    /// The session's answer `a` to `command`: answered when Postfix waits for it; a
+    /// refusal Postfix does not wait for is owed to the next event it waits for
+    /// (`whole_session`: made at connect or HELO).
+    fn settle(
+        &mut self,
+        command: &Command<'_>,
+        a: Answer,
+        whole_session: bool,
+    ) -> Result<(), ConnError> {
+        if matches!(a, Answer::Reply(_)) && !command.wants_answer(self.steps.unwrap_or(0)) {
+            self.owed = Some((a, whole_session));
+            return Ok(());
+        }
+        self.reply(command, &a)
+    }
+
+    /// The owed refusal, answered to `command` when Postfix waits for it; false when none
+    /// is owed (the session is to hear `command`).
+    fn pay_owed(&mut self, command: &Command<'_>) -> Result<bool, ConnError> {
+        let Some((a, _)) = self.owed.clone() else {
+            return Ok(false);
+        };
+        self.reply(command, &a)?;
+        Ok(true)
+    }
+
+    /// The transaction ended: a refusal owed for it is dropped.
+    fn end_transaction(&mut self) {
+        if matches!(self.owed, Some((_, false))) {
+            self.owed = None;
+        }
+    }
+
+    /// The end of the message: a refusal owed refuses it; else the session's ending, a
+    /// hold written down before Postfix is told (if it cannot be, the message is refused
+    /// for now rather than held unknown to floodgate).
+    async fn end_of_message(
+        &mut self,
+        command: &Command<'_>,
+        chunk: &[u8],
+    ) -> Result<(), ConnError> {
+        let queue_id = self.queue_id.take();
+        if self.owed.is_some() {
+            self.session.abort();
+            self.pay_owed(command)?;
+            self.end_transaction();
+            return Ok(());
+        }
+        self.session.body(chunk);
+        let ending = self.session.end_of_message(queue_id.as_deref()).await;
+        if let Some(held) = ending.held {
+            if let Err(e) = super::held::record(&self.ctx, held) {
+                warn!(error = %e, "held message not recorded: answered tempfail");
+                return self.send(&Response::Tempfail);
+            }
+        }
+        for a in &ending.answers {
+            self.answer(a)?;
+        }
+        Ok(())
+    }
+
     /// One command; false when the connection is to end.
     async fn handle(&mut self, command: Command<'_>) -> Result<bool, ConnError> {
         if let Command::Negotiate(offer) = command {
@@ -209,63 +278,62 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 ref address,
             } => {
                 let a = self.session.connect(hostname, address).await;
-                self.reply(&command, &a)?;
+                self.settle(&command, a, true)?;
             }
             Command::Helo(name) => {
-                let tls = macro_value(&self.macros.for_stage(b'H'), "{tls_version}")
-                    .is_some_and(|v| !v.is_empty());
-                let a = self.session.helo(name, tls).await;
-                self.reply(&command, &a)?;
+                if !self.pay_owed(&command)? {
+                    let tls = macro_value(&self.macros.for_stage(b'H'), "{tls_version}")
+                        .is_some_and(|v| !v.is_empty());
+                    let a = self.session.helo(name, tls).await;
+                    self.settle(&command, a, true)?;
+                }
             }
             Command::Mail(ref args) => {
-                let macros = self.macros.for_stage(b'M');
-                let a = self.session.mail(args, &macros).await;
-                self.reply(&command, &a)?;
+                self.end_transaction();
+                if !self.pay_owed(&command)? {
+                    let macros = self.macros.for_stage(b'M');
+                    let a = self.session.mail(args, &macros).await;
+                    self.settle(&command, a, false)?;
+                }
             }
             Command::Rcpt(ref args) => {
-                let a = self.session.rcpt(args).await;
-                self.reply(&command, &a)?;
+                if !self.pay_owed(&command)? {
+                    let a = self.session.rcpt(args).await;
+                    self.settle(&command, a, false)?;
+                }
             }
             Command::Data => {
-                let a = self.session.data().await;
-                self.reply(&command, &a)?;
+                if !self.pay_owed(&command)? {
+                    let a = self.session.data().await;
+                    self.settle(&command, a, false)?;
+                }
             }
             Command::Header { name, value } => {
-                self.session.header(name, value);
+                if self.owed.is_none() {
+                    self.session.header(name, value);
+                }
                 self.reply(&command, &Answer::Continue)?;
             }
             Command::EndOfHeaders | Command::Unknown(_) => {
                 self.reply(&command, &Answer::Continue)?;
             }
             Command::Body(chunk) => {
-                self.session.body(chunk);
+                if self.owed.is_none() {
+                    self.session.body(chunk);
+                }
                 self.reply(&command, &Answer::Continue)?;
             }
-            Command::EndOfMessage(chunk) => {
-                self.session.body(chunk);
-                let queue_id = self.queue_id.take();
-                let ending = self.session.end_of_message(queue_id.as_deref()).await;
-                // A hold is written down before Postfix is told: if it cannot be, the
-                // message is refused for now rather than held unknown to floodgate.
-                if let Some(held) = ending.held {
-                    if let Err(e) = super::held::record(&self.ctx, held) {
-                        warn!(error = %e, "held message not recorded: answered tempfail");
-                        self.send(&Response::Tempfail)?;
-                        return Ok(true);
-                    }
-                }
-                for a in &ending.answers {
-                    self.answer(a)?;
-                }
-            }
+            Command::EndOfMessage(chunk) => self.end_of_message(&command, chunk).await?,
             Command::Abort => {
                 self.queue_id = None;
+                self.end_transaction();
                 self.session.abort();
             }
             Command::QuitNewConnection => {
                 self.session = MilterSession::new(self.ctx.clone());
                 self.macros.clear();
                 self.queue_id = None;
+                self.owed = None;
             }
             Command::Quit => return Ok(false),
         }

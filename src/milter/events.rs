@@ -7,8 +7,11 @@
 //!   when a limit at that stage can refuse or delay (`defer`, `deny`, `disconnect`,
 //!   `restrict`, `delay`); a limit that warns, adds a header or takes the message at its
 //!   end counts without Postfix waiting.
-//! * **MAIL** is always answered: a restricted key's mail is refused or taken there, and a
-//!   restriction can be made at any time (`floodgate restrict`, the console).
+//! * **MAIL** always comes (the sender, the login); its answer is awaited only when a limit
+//!   at that stage can refuse or delay. A restricted key's mail is refused there too, and a
+//!   restriction can be made at any time (`floodgate restrict`, the console): when Postfix
+//!   does not wait, that refusal is owed and given at the next event it waits for (RCPT
+//!   when a limit restricts, else the end of the message; see [`super::conn`]).
 //! * **RCPT** always comes (its recipients are the held message's and the event log's); it
 //!   is answered when a limit at that stage can refuse or delay, or a limit restricts.
 //! * **DATA** comes only when a limit is at that stage, answered as connect and HELO are.
@@ -54,6 +57,9 @@ pub fn wanted(model: &PolicyModel, event_log: bool) -> Wanted<'static> {
     }
     if !answers_at(model, Stage::Helo) {
         s |= steps::NO_REPLY_HELO;
+    }
+    if !answers_at(model, Stage::Mail) {
+        s |= steps::NO_REPLY_MAIL;
     }
     if !answers_at(model, Stage::Rcpt) && !model.restricts() {
         s |= steps::NO_REPLY_RCPT;
@@ -120,11 +126,12 @@ mod tests {
     const PER_RCPT: &str = "[[limit]]\nname = \"r\"\nratelimit = \"100 / 1h / per_rcpt / strict\"\naction = \"warn\"\n";
 
     #[test]
-    fn a_warning_recipient_limit_waits_only_for_mail_and_the_end() {
+    fn a_warning_recipient_limit_waits_only_for_the_end() {
         let w = wanted(&model(PER_RCPT), false);
         for s in [
             steps::NO_REPLY_CONNECT,
             steps::NO_REPLY_HELO,
+            steps::NO_REPLY_MAIL,
             steps::NO_REPLY_RCPT,
             steps::NO_DATA,
             steps::NO_HEADERS,
@@ -132,7 +139,7 @@ mod tests {
         ] {
             assert_ne!(w.steps & s, 0, "step 0x{s:x} not asked");
         }
-        for s in [steps::NO_REPLY_MAIL, steps::NO_RCPT, steps::NO_CONNECT] {
+        for s in [steps::NO_MAIL, steps::NO_RCPT, steps::NO_CONNECT] {
             assert_eq!(w.steps & s, 0, "step 0x{s:x} asked");
         }
         assert_eq!(w.macros, MACROS);
@@ -214,17 +221,27 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the limits, MAIL and the end of the message are answered, the events
-        /// floodgate never reads are left out, and only what a step names is asked.
+        /// Whatever the limits, connect, HELO, MAIL and RCPT come, the end of the message
+        /// is answered, a stage with a refusing limit is answered, and only what a step
+        /// names is asked.
         #[test]
-        fn mail_and_the_end_are_always_answered(
+        fn the_events_come_and_refusing_stages_are_answered(
             stage in proptest::sample::select(vec!["connect", "helo", "mail", "rcpt", "data", "message"]),
             log in any::<bool>(),
         ) {
             let w = wanted(&model(&format!(
                 "[[limit]]\nname = \"x\"\nstage = \"{stage}\"\nkey = \"${{client_ip}}\"\ncount = \"messages\"\nrate = \"5 / 1m\"\nburst = \"5\"\naction = \"defer\"\n"
             )), log);
-            prop_assert_eq!(w.steps & (steps::NO_REPLY_MAIL | steps::NO_MAIL | steps::NO_RCPT | steps::NO_CONNECT | steps::NO_HELO), 0);
+            prop_assert_eq!(w.steps & (steps::NO_MAIL | steps::NO_RCPT | steps::NO_CONNECT | steps::NO_HELO), 0);
+            let answered = match stage {
+                "connect" => steps::NO_REPLY_CONNECT,
+                "helo" => steps::NO_REPLY_HELO,
+                "mail" => steps::NO_REPLY_MAIL,
+                "rcpt" => steps::NO_REPLY_RCPT,
+                "data" => steps::NO_REPLY_DATA,
+                _ => 0,
+            };
+            prop_assert_eq!(w.steps & answered, 0);
             prop_assert_eq!(w.steps & ALWAYS, ALWAYS);
             prop_assert_eq!(w.steps & !0x1f_ffff, 0);
         }

@@ -389,3 +389,55 @@ action = "warn"
         assert!(text.contains(&format!("hello {tok}")), "{text}");
     }
 }
+
+/// With limits that only count, Postfix waits for no answer before the end of the
+/// message, not even at MAIL: an account an admin restricts is refused there (its MAIL and
+/// RCPT went on unanswered), nothing of its message is delivered, and another account's
+/// mail flows.
+#[test]
+fn a_restricted_account_is_refused_at_the_end_when_mail_is_not_waited_for() {
+    let port = free_port();
+    let pf = postfix(&format!("inet:127.0.0.1:{port}"), "tempfail");
+    let _log = pf.log_on_panic();
+    let fg = start_milter(
+        &pf,
+        port,
+        r#"
+[[limit]]
+name = "per-ip"
+ratelimit = "100 / 1h / per_rcpt / strict"
+action = "warn"
+"#,
+    );
+    let out = verb(
+        &fg,
+        &["restrict", USER, "--for", "1h", "--reason", "phished"],
+    );
+    assert!(out.ok(), "{out}");
+    let tok = token("milter-owed");
+    let mut c = login(&pf, USER, PASSWORD);
+    let codes = send(
+        &mut c,
+        "alice@client.test",
+        &[format!("a-{tok}@dest.test")],
+        &tok,
+    );
+    assert_eq!(&codes[..3], [250, 250, 354], "{}", fg.stderr());
+    assert_eq!(codes[3] / 100, 4, "{codes:?}\n{}", fg.stderr());
+    pf.wait_log("the refusal at the end of the message", |l| {
+        l.contains("milter-reject: END-OF-MESSAGE") && l.contains("4.7.1")
+    });
+    let mut b = login(&pf, SECOND.0, SECOND.1);
+    let codes = send(
+        &mut b,
+        "bob@client.test",
+        &[format!("b-{tok}@dest.test")],
+        &tok,
+    );
+    assert_eq!(codes, [250, 250, 354, 250], "{}", fg.stderr());
+    pf.wait_messages(&tok, 1);
+    pf.settle();
+    let got = pf.messages_with(&tok);
+    assert_eq!(got.len(), 1);
+    assert!(String::from_utf8_lossy(&got[0].raw).contains("bob@client.test"));
+}

@@ -125,18 +125,19 @@ async fn a_whole_message_is_answered_where_postfix_waits() {
 }
 
 #[tokio::test]
-async fn without_limits_only_mail_and_the_end_of_the_message_are_answered() {
+async fn without_limits_only_the_end_of_the_message_is_answered() {
     let wanted = events::wanted(&crate::policy::model::PolicyModel::default(), false);
     let (ended, answers) = converse_with(ctx_wanting(wanted), whole_message()).await;
     ended.unwrap();
     let codes: Vec<u8> = answers.iter().map(|a| a.0).collect();
-    // Options; MAIL; end of message. Connect, HELO, RCPT and DATA are not waited for.
-    assert_eq!(codes, b"Occ");
+    // Options; end of message. Connect, HELO, MAIL, RCPT and DATA are not waited for.
+    assert_eq!(codes, b"Oc");
     let agreed = &answers[0].1;
     let steps_agreed = u32::from_be_bytes(agreed[8..12].try_into().unwrap());
     assert_eq!(steps_agreed, wanted.steps);
     for s in [
         steps::NO_REPLY_CONNECT,
+        steps::NO_REPLY_MAIL,
         steps::NO_DATA,
         steps::NO_HEADERS,
         steps::NO_BODY,
@@ -247,4 +248,119 @@ async fn a_cut_packet_at_the_end_is_no_error() {
     let (ended, answers) = converse(input).await;
     ended.unwrap();
     assert_eq!(answers.len(), 1);
+}
+
+/// A policy that refuses every event at one stage (`451 4.7.1 …`), as a restricted key's
+/// mail or a store failure is refused.
+struct RefuseAt(crate::policy::Stage);
+
+impl crate::policy::Policy for RefuseAt {
+    fn session(&self) -> Box<dyn crate::policy::SessionPolicy> {
+        Box::new(RefuseAt(self.0))
+    }
+}
+
+impl crate::policy::SessionPolicy for RefuseAt {
+    fn check<'a>(
+        &'a mut self,
+        stage: crate::policy::Stage,
+        _facts: &'a crate::policy::Facts,
+    ) -> crate::policy::BoxFuture<'a, crate::policy::Verdict> {
+        let refuse = stage == self.0;
+        Box::pin(async move {
+            if refuse {
+                crate::policy::Verdict::Reply(crate::smtp::reply::Reply::new(
+                    451,
+                    "4.7.1 alice is restricted",
+                ))
+            } else {
+                crate::policy::Verdict::Continue
+            }
+        })
+    }
+}
+
+/// A context refusing at `stage`, with `wanted`'s events.
+fn refusing(stage: crate::policy::Stage, wanted: Wanted<'static>) -> Context {
+    Context {
+        policy: Arc::new(RefuseAt(stage)),
+        ..ctx_wanting(wanted)
+    }
+}
+
+/// The answers' codes and the reply-code answers' texts.
+fn codes_and_replies(answers: &[(u8, Vec<u8>)]) -> (Vec<u8>, Vec<String>) {
+    let codes = answers.iter().map(|a| a.0).collect();
+    let replies = answers
+        .iter()
+        .filter(|a| a.0 == b'y')
+        .map(|a| {
+            String::from_utf8_lossy(&a.1)
+                .trim_end_matches('\0')
+                .to_string()
+        })
+        .collect();
+    (codes, replies)
+}
+
+#[tokio::test]
+async fn a_refusal_at_mail_postfix_did_not_wait_for_is_given_at_the_end() {
+    let wanted = events::wanted(&crate::policy::model::PolicyModel::default(), false);
+    assert_ne!(wanted.steps & steps::NO_REPLY_MAIL, 0);
+    let ctx = refusing(crate::policy::Stage::Mail, wanted);
+    let (ended, answers) = converse_with(ctx, whole_message()).await;
+    ended.unwrap();
+    let (codes, replies) = codes_and_replies(&answers);
+    // Options; nothing at MAIL, RCPT or DATA; the refusal at the end of the message.
+    assert_eq!(codes, b"Oy");
+    assert_eq!(replies, ["451 4.7.1 alice is restricted"]);
+}
+
+#[tokio::test]
+async fn a_refusal_owed_goes_to_the_next_event_postfix_waits_for_and_ends_with_it() {
+    // RCPT waited for, MAIL not: the refusal at MAIL answers each RCPT, the message is not
+    // judged; after the abort the next transaction is judged afresh.
+    let wanted = Wanted {
+        steps: events::ALWAYS
+            | steps::NO_REPLY_CONNECT
+            | steps::NO_REPLY_HELO
+            | steps::NO_REPLY_MAIL
+            | steps::NO_REPLY_DATA,
+        ..EVERY_EVENT
+    };
+    let ctx = refusing(crate::policy::Stage::Mail, wanted);
+    let mut input = whole_message();
+    input.truncate(input.len() - packet(b'Q', &[]).len());
+    let cut = input.len() - packet(b'E', &[]).len();
+    input.truncate(cut);
+    input.extend(packet(b'R', &[b"<c@dest.example>\0"]));
+    input.extend(packet(b'A', &[]));
+    input.extend(packet(b'K', &[]));
+    input.extend(packet(
+        b'C',
+        &[b"c\0", b"4", &1u16.to_be_bytes(), b"192.0.2.1\0"],
+    ));
+    input.extend(packet(b'R', &[b"<d@dest.example>\0"]));
+    let (ended, answers) = converse_with(ctx, input).await;
+    ended.unwrap();
+    let (codes, replies) = codes_and_replies(&answers);
+    // Two RCPTs refused; the RCPT of the next SMTP session (no MAIL refused there) goes on.
+    assert_eq!(codes, b"Oyyc");
+    assert_eq!(replies.len(), 2);
+}
+
+#[tokio::test]
+async fn a_refusal_at_connect_lasts_the_smtp_session() {
+    let wanted = events::wanted(&crate::policy::model::PolicyModel::default(), false);
+    let ctx = refusing(crate::policy::Stage::Connect, wanted);
+    let mut input = whole_message();
+    input.truncate(input.len() - packet(b'Q', &[]).len());
+    // A second transaction in the same SMTP session: refused at its end too.
+    input.extend(packet(b'M', &[b"<a@client.example>\0"]));
+    input.extend(packet(b'R', &[b"<b@dest.example>\0"]));
+    input.extend(packet(b'E', &[]));
+    let (ended, answers) = converse_with(ctx, input).await;
+    ended.unwrap();
+    let (codes, _) = codes_and_replies(&answers);
+    assert_eq!(codes, b"Oyy");
 }
