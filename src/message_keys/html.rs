@@ -11,6 +11,7 @@
 //! after it is read as text.
 
 use super::visibility::{parse_attribute_color, parse_style, Rgb, BLACK, WHITE};
+use super::words::space_at;
 
 use super::Budget;
 
@@ -119,13 +120,13 @@ pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str
     let mut copied = 0;
     let mut dropped = 0;
     // Found from their `<` and their `:`, both rarer than other bytes.
-    for c in memchr::memchr2_iter(b'<', b':', b) {
+    each_of2(b, b'<', b':', |c| {
         if c < copied {
-            continue;
+            return true;
         }
         // A `data:` URI starts four bytes before its colon.
         if c.saturating_sub(4).max(copied) - dropped >= max {
-            break;
+            return false;
         }
         let (start, end) = if b[c] == b'<' && starts_image(c) {
             let end = memchr::memchr(b'>', &b[c..]).map_or(b.len(), |e| c + e + 1);
@@ -137,19 +138,56 @@ pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str
                 .map_or(b.len(), |e| c + e);
             (c - 4, end)
         } else {
-            continue;
+            return true;
         };
         out.get_or_insert_with(|| String::with_capacity(html.len().min(max)))
             .push_str(&html[copied..start]);
         dropped += end - start;
         copied = end;
-    }
+        true
+    });
     match out {
         None => std::borrow::Cow::Borrowed(prefix(html, max)),
         Some(mut out) => {
             let room = max.saturating_sub(out.len());
             out.push_str(prefix(&html[copied..], room));
             std::borrow::Cow::Owned(out)
+        }
+    }
+}
+
+/// Calls `f` with the position of each byte of `b` that is `x` or `y`, in order, until `f`
+/// returns false. Dense hits cost little: 16 bytes are compared at a time and each block's
+/// hits are read from one bit mask (a search restarted after each hit costs more).
+fn each_of2(b: &[u8], x: u8, y: u8, mut f: impl FnMut(usize) -> bool) {
+    let mut base = 0;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+            _mm_set1_epi8,
+        };
+        // SAFETY: SSE2 is part of every x86_64 target, so these instructions always exist.
+        let (vx, vy) = unsafe { (_mm_set1_epi8(x as i8), _mm_set1_epi8(y as i8)) };
+        while let Some(block) = b.get(base..base + 16) {
+            // SAFETY: SSE2 as above; the load reads the 16 bytes of `block`, with no
+            // alignment requirement.
+            let mut mask = unsafe {
+                let v = _mm_loadu_si128(block.as_ptr().cast::<__m128i>());
+                _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, vx), _mm_cmpeq_epi8(v, vy))) as u32
+            };
+            while mask != 0 {
+                if !f(base + mask.trailing_zeros() as usize) {
+                    return;
+                }
+                mask &= mask - 1;
+            }
+            base += 16;
+        }
+    }
+    for (i, &c) in b.iter().enumerate().skip(base) {
+        if (c == x || c == y) && !f(i) {
+            return;
         }
     }
 }
@@ -557,8 +595,74 @@ impl<'a> Tag<'a> {
     }
 
     /// Calls `f` with the name and raw value (quoted or not, references not yet decoded;
-    /// empty when there is none) of each attribute, in order.
+    /// empty when there is none) of each attribute, in order. Walked byte by byte, other
+    /// characters decoded only where one starts ([`space_at`]).
     fn each_attribute(&self, mut f: impl FnMut(&'a str, &'a str)) {
+        let s = self.attributes;
+        let b = s.as_bytes();
+        // The end of the run of whitespace (and, with `slash`, of '/') from `i`.
+        let skip_spaces = |mut i: usize, slash: bool| {
+            while i < b.len() {
+                if slash && b[i] == b'/' {
+                    i += 1;
+                    continue;
+                }
+                match space_at(s, i) {
+                    (true, len) => i += len,
+                    _ => break,
+                }
+            }
+            i
+        };
+        // The end of the run from `i` up to whitespace (or, with `stops`, '=' or '/').
+        let run_end = |mut i: usize, stops: bool| {
+            while i < b.len() {
+                if stops && matches!(b[i], b'=' | b'/') {
+                    break;
+                }
+                match space_at(s, i) {
+                    (false, len) => i += len,
+                    _ => break,
+                }
+            }
+            i
+        };
+        let mut i = 0;
+        loop {
+            i = skip_spaces(i, true);
+            if i == b.len() {
+                return;
+            }
+            // A stray '=' names nothing: it is passed over.
+            let name_end = run_end(i, true).max(i + 1);
+            let name = &s[i..name_end];
+            i = skip_spaces(name_end, false);
+            let value = if b.get(i) == Some(&b'=') {
+                i = skip_spaces(i + 1, false);
+                match b.get(i) {
+                    Some(&q @ (b'"' | b'\'')) => {
+                        let inner = i + 1;
+                        let close = memchr::memchr(q, &b[inner..]).map_or(b.len(), |k| inner + k);
+                        i = (close + 1).min(b.len());
+                        &s[inner..close]
+                    }
+                    _ => {
+                        let start = i;
+                        i = run_end(i, false);
+                        &s[start..i]
+                    }
+                }
+            } else {
+                ""
+            };
+            f(name, value);
+        }
+    }
+
+    /// [`Tag::each_attribute`] as it was written on `str` methods: what the byte walk is
+    /// tested against.
+    #[cfg(test)]
+    fn each_attribute_by_chars(&self, mut f: impl FnMut(&'a str, &'a str)) {
         let mut rest = self.attributes;
         loop {
             rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == '/');
@@ -569,7 +673,6 @@ impl<'a> Tag<'a> {
                 .find(|c: char| c.is_whitespace() || c == '=' || c == '/')
                 .unwrap_or(rest.len())
             {
-                // A stray '=' names nothing: it is passed over.
                 0 => rest.chars().next().map_or(0, char::len_utf8),
                 n => n,
             };
@@ -744,6 +847,39 @@ mod tests {
                 prop_assert_eq!(fast_line.start, slow_line.start);
                 prop_assert_eq!(fast_line.space, slow_line.space);
             }
+        }
+    }
+
+    proptest! {
+        /// Any bytes: the positions found are those of the two bytes, in order, up to
+        /// where the caller stops.
+        #[test]
+        fn each_of2_finds_every_position_in_order(
+            b in proptest::collection::vec(prop_oneof![Just(b'<'), Just(b':'), any::<u8>()], 0..100),
+            stop in 0usize..40,
+        ) {
+            let want: Vec<usize> = (0..b.len()).filter(|&i| b[i] == b'<' || b[i] == b':').collect();
+            let mut got = Vec::new();
+            each_of2(&b, b'<', b':', |i| {
+                got.push(i);
+                got.len() < stop
+            });
+            let n = want.len().min(stop.max(1));
+            prop_assert_eq!(&got[..], &want[..n.min(want.len())]);
+        }
+    }
+
+    proptest! {
+        /// Any attribute text: the byte walk finds the names and values the `str` one does.
+        #[test]
+        fn attributes_are_walked_as_by_characters(
+            attributes in "([a-z=/'\" \t\x0b\x0c\r\n]|[\u{85}\u{A0}\u{2003}\u{E9}])*",
+        ) {
+            let tag = Tag { name: "p", kind: Kind::default(), closing: false, attributes: &attributes, len: 0 };
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            tag.each_attribute(|n, v| fast.push((n, v)));
+            tag.each_attribute_by_chars(|n, v| slow.push((n, v)));
+            prop_assert_eq!(fast, slow);
         }
     }
 

@@ -58,37 +58,36 @@ pub(super) fn parse_style(style: &str) -> Style {
         // Names and values compared without regard to case, nothing copied.
         let name = name.trim();
         let value = without_important(value.trim()).trim();
-        let is = |n: &str| name.eq_ignore_ascii_case(n);
         let value_is = |v: &str| value.eq_ignore_ascii_case(v);
-        if is("display") {
-            out.hidden |= value_is("none");
-        } else if is("visibility") {
-            out.hidden |= value_is("hidden") || value_is("collapse");
-        } else if is("font-size") {
-            out.hidden |= is_zero_length(value);
-        } else if is("opacity") {
-            out.hidden |= value.parse::<f32>().is_ok_and(|o| o < 0.05);
-        } else if is("mso-hide") {
-            out.hidden |= value_is("all");
-        } else if ["max-height", "height", "max-width", "width"]
-            .iter()
-            .any(|n| is(n))
-        {
-            zero_box |= is_zero_length(value);
-        } else if ["overflow", "overflow-x", "overflow-y"]
-            .iter()
-            .any(|n| is(n))
-        {
-            overflow_hidden |= value_is("hidden");
-        } else if is("color") {
-            out.color = parse_color(value).or(out.color);
-        } else if is("background-color") {
-            out.background = parse_color(value).or(out.background);
-        } else if is("background") {
-            out.background = value
-                .split_whitespace()
-                .find_map(parse_color)
-                .or(out.background);
+        // The name in lower case, matched as bytes (a longer one is none of these).
+        let mut buf = [0u8; 16];
+        let key = match buf.get_mut(..name.len()) {
+            Some(key) => {
+                key.copy_from_slice(name.as_bytes());
+                key.make_ascii_lowercase();
+                &*key
+            }
+            None => b"",
+        };
+        match key {
+            b"display" => out.hidden |= value_is("none"),
+            b"visibility" => out.hidden |= value_is("hidden") || value_is("collapse"),
+            b"font-size" => out.hidden |= is_zero_length(value),
+            b"opacity" => out.hidden |= value.parse::<f32>().is_ok_and(|o| o < 0.05),
+            b"mso-hide" => out.hidden |= value_is("all"),
+            b"max-height" | b"height" | b"max-width" | b"width" => {
+                zero_box |= is_zero_length(value);
+            }
+            b"overflow" | b"overflow-x" | b"overflow-y" => overflow_hidden |= value_is("hidden"),
+            b"color" => out.color = parse_color(value).or(out.color),
+            b"background-color" => out.background = parse_color(value).or(out.background),
+            b"background" => {
+                out.background = value
+                    .split_whitespace()
+                    .find_map(parse_color)
+                    .or(out.background);
+            }
+            _ => {}
         }
     }
     out.hidden |= zero_box && overflow_hidden;
@@ -168,16 +167,19 @@ pub(super) fn parse_color(value: &str) -> Option<Rgb> {
 
 /// `rgb` or `rrggbb` (a leading `#` already gone); an HTML attribute may leave the `#` out.
 fn parse_hex(hex: &str) -> Option<Rgb> {
-    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    let b = hex.as_bytes();
+    if !b.iter().all(u8::is_ascii_hexdigit) {
         return None;
     }
-    let digit = |i: usize| u8::from_str_radix(&hex[i..=i], 16).ok();
-    match hex.len() {
-        3 => Some(Rgb(digit(0)? * 17, digit(1)? * 17, digit(2)? * 17)),
-        6 => {
-            let byte = |i: usize| u8::from_str_radix(&hex[i..i + 2], 16).ok();
-            Some(Rgb(byte(0)?, byte(2)?, byte(4)?))
-        }
+    // Every byte is a hex digit.
+    let digit = |i: usize| char::from(b[i]).to_digit(16).unwrap_or(0) as u8;
+    match b.len() {
+        3 => Some(Rgb(digit(0) * 17, digit(1) * 17, digit(2) * 17)),
+        6 => Some(Rgb(
+            digit(0) * 16 + digit(1),
+            digit(2) * 16 + digit(3),
+            digit(4) * 16 + digit(5),
+        )),
         _ => None,
     }
 }
