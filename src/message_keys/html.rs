@@ -343,20 +343,45 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
         line.space = false;
         // The run goes on over visible ASCII and over single spaces between it (copied as
         // they are: one space reads as one space); it ends before any other whitespace.
-        let mut k = i;
-        while k < b.len() {
-            let c = b[k];
-            if c > b' ' && c < 0x80 {
-                k += 1;
-            } else if c == b' ' && b.get(k + 1).is_some_and(|&n| n > b' ' && n < 0x80) {
-                k += 2;
-            } else {
-                break;
-            }
-        }
-        let run = k.max(i + len);
+        let run = visible_run_end(b, i).max(i + len);
         out.push_str(&text[i..run]);
         i = run;
+    }
+}
+
+/// The end of the run of visible ASCII (`!` to DEL) and single spaces between it that
+/// starts at `k` of `b`: eight bytes looked at a time, a space every few words.
+fn visible_run_end(b: &[u8], mut k: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    loop {
+        match b.get(k..k + 8) {
+            Some(chunk) => {
+                let w = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+                // The high bit of each byte under '!' (a borrow can only mark bytes above
+                // the first such one) or from 0x80: the lowest marked byte is the first.
+                let marked = ((w.wrapping_sub(ONES * 0x21) & !w) | w) & HIGHS;
+                if marked == 0 {
+                    k += 8;
+                    continue;
+                }
+                k += (marked.trailing_zeros() / 8) as usize;
+            }
+            None => {
+                while b.get(k).is_some_and(|&c| c > b' ' && c < 0x80) {
+                    k += 1;
+                }
+                if k == b.len() {
+                    return k;
+                }
+            }
+        }
+        // A byte that is not visible ASCII: the run goes on over a single space.
+        if b[k] == b' ' && b.get(k + 1).is_some_and(|&n| n > b' ' && n < 0x80) {
+            k += 2;
+        } else {
+            return k;
+        }
     }
 }
 
@@ -720,8 +745,12 @@ fn find3(hay: &[u8], a: u8, b: u8, c: u8) -> Option<usize> {
 /// `s` with HTML character references decoded: the numeric ones and the named ones mail
 /// writers use; an unknown or malformed reference stays as written.
 pub(super) fn decode_references(s: &str) -> String {
+    let Some(first) = memchr::memchr(b'&', s.as_bytes()) else {
+        return s.to_owned();
+    };
     let mut out = String::with_capacity(s.len());
-    let mut rest = s;
+    out.push_str(&s[..first]);
+    let mut rest = &s[first..];
     while let Some(amp) = memchr::memchr(b'&', rest.as_bytes()) {
         out.push_str(&rest[..amp]);
         rest = &rest[amp..];
@@ -851,6 +880,27 @@ mod tests {
     }
 
     proptest! {
+        /// Any bytes, from any start: the run ends where the byte-by-byte walk ends it.
+        #[test]
+        fn visible_runs_end_where_walked_byte_by_byte(
+            b in proptest::collection::vec(prop_oneof![Just(b' '), Just(b'!'), Just(b'~'), Just(0x7f_u8), Just(0x80_u8), Just(b'\n'), Just(b'a'), any::<u8>()], 0..40),
+            start in 0usize..40,
+        ) {
+            let start = start.min(b.len());
+            let mut k = start;
+            while k < b.len() {
+                let c = b[k];
+                if c > b' ' && c < 0x80 {
+                    k += 1;
+                } else if c == b' ' && b.get(k + 1).is_some_and(|&n| n > b' ' && n < 0x80) {
+                    k += 2;
+                } else {
+                    break;
+                }
+            }
+            prop_assert_eq!(visible_run_end(&b, start), k);
+        }
+
         /// Any bytes: the positions found are those of the two bytes, in order, up to
         /// where the caller stops.
         #[test]

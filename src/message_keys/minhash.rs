@@ -383,6 +383,33 @@ fn drop_most_repeats(v: &mut Vec<u64>) {
     });
 }
 
+/// `{letter}{index}:{16 hex digits of value}`, written digit by digit (the formatting
+/// machinery costs more than the rest of a band's key).
+fn band_key(letter: char, index: usize, value: u64) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut key = String::with_capacity(24);
+    key.push(letter);
+    let mut digits = [0u8; 20];
+    let mut n = index;
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    key.extend(digits[at..].iter().map(|&d| char::from(d)));
+    key.push(':');
+    key.extend(
+        (0..16)
+            .rev()
+            .map(|k| char::from(HEX[(value >> (4 * k)) as usize & 0xf])),
+    );
+    key
+}
+
 /// One key value per band of `signature`: `b{index}:{16 hex digits}`, the hex a SipHash of
 /// the band's index and rows.
 pub(super) fn band_keys(signature: &[u32; HASHES]) -> Vec<String> {
@@ -395,7 +422,7 @@ pub(super) fn band_keys(signature: &[u32; HASHES]) -> Vec<String> {
             for &r in rows {
                 h.write_u32(r);
             }
-            format!("b{i}:{:016x}", h.finish())
+            band_key('b', i, h.finish())
         })
         .collect()
 }
@@ -415,7 +442,7 @@ pub(super) fn subject_band_keys(shape: &str, pairs: &[u32; PAIR_HASHES]) -> Vec<
             for &r in rows {
                 h.write_u32(r);
             }
-            format!("s{i}:{:016x}", h.finish())
+            band_key('s', i, h.finish())
         })
         .collect()
 }
@@ -437,6 +464,15 @@ mod tests {
         assert_eq!(seen.len(), HASHES);
         assert!(a.iter().all(|x| x % 2 == 1));
         assert_ne!(c[0], c[1]);
+    }
+
+    proptest! {
+        /// Any band, any value: the key as `format!` writes it.
+        #[test]
+        fn band_keys_are_written_as_formatted(index in prop_oneof![0usize..200, any::<usize>()], value: u64) {
+            prop_assert_eq!(band_key('b', index, value), format!("b{index}:{value:016x}"));
+            prop_assert_eq!(band_key('s', index, value), format!("s{index}:{value:016x}"));
+        }
     }
 
     #[test]

@@ -156,6 +156,7 @@ pub(super) fn each_word_hash(text: &str, emit: &mut dyn FnMut(u64) -> bool) -> b
 }
 
 /// ASCII whitespace as [`char::is_whitespace`] has it.
+#[inline]
 fn is_ascii_space(c: u8) -> bool {
     matches!(c, b'\t'..=b'\r' | b' ')
 }
@@ -163,6 +164,7 @@ fn is_ascii_space(c: u8) -> bool {
 /// Whether the character at byte `i` of `text` (a character boundary) is whitespace, as
 /// [`char::is_whitespace`] has it, and its length in bytes: an ASCII byte is looked at as a
 /// byte, another character decoded.
+#[inline]
 pub(super) fn space_at(text: &str, i: usize) -> (bool, usize) {
     let b = text.as_bytes()[i];
     if b < 0x80 {
