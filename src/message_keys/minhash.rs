@@ -172,9 +172,55 @@ pub(super) fn word_hash(word: &str) -> u64 {
 
 /// [`word_hash`] of a word given as its UTF-8 bytes.
 pub(super) fn word_hash_bytes(word: &[u8]) -> u64 {
-    let mut h = SipHasher13::new_with_keys(WORD_KEY.0, WORD_KEY.1);
-    h.write(word);
-    h.finish()
+    siphash13(WORD_KEY, word)
+}
+
+/// SipHash-1-3 of `bytes` under `key`: the value a [`SipHasher13`] gives for one write of
+/// them, computed in one pass without the hasher's buffer (a word is a few bytes, and the
+/// buffering costs as much as the rounds).
+fn siphash13(key: (u64, u64), bytes: &[u8]) -> u64 {
+    let (k0, k1) = key;
+    let mut v = [
+        k0 ^ 0x736f_6d65_7073_6575,
+        k1 ^ 0x646f_7261_6e64_6f6d,
+        k0 ^ 0x6c79_6765_6e65_7261,
+        k1 ^ 0x7465_6462_7974_6573,
+    ];
+    let round = |v: &mut [u64; 4]| {
+        v[0] = v[0].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(13) ^ v[0];
+        v[0] = v[0].rotate_left(32);
+        v[2] = v[2].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(16) ^ v[2];
+        v[0] = v[0].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(21) ^ v[0];
+        v[2] = v[2].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(17) ^ v[2];
+        v[2] = v[2].rotate_left(32);
+    };
+    let mut blocks = bytes.chunks_exact(8);
+    for block in &mut blocks {
+        let m = u64::from_le_bytes(block.try_into().unwrap_or([0; 8]));
+        v[3] ^= m;
+        round(&mut v);
+        v[0] ^= m;
+    }
+    // The last block: the bytes left and the length's low byte at the top.
+    let last = blocks
+        .remainder()
+        .iter()
+        .enumerate()
+        .fold((bytes.len() as u64 & 0xff) << 56, |b, (i, &c)| {
+            b | u64::from(c) << (8 * i)
+        });
+    v[3] ^= last;
+    round(&mut v);
+    v[0] ^= last;
+    v[2] ^= 0xff;
+    for _ in 0..3 {
+        round(&mut v);
+    }
+    v[0] ^ v[1] ^ v[2] ^ v[3]
 }
 
 /// The final mix of MurmurHash3: spreads every input bit over the output.
@@ -467,6 +513,14 @@ mod tests {
     }
 
     proptest! {
+        /// Any bytes, any key: the SipHasher13 value.
+        #[test]
+        fn siphash_is_the_hashers(bytes in prop::collection::vec(any::<u8>(), 0..40), k0: u64, k1: u64) {
+            let mut h = SipHasher13::new_with_keys(k0, k1);
+            h.write(&bytes);
+            prop_assert_eq!(siphash13((k0, k1), &bytes), h.finish());
+        }
+
         /// Any band, any value: the key as `format!` writes it.
         #[test]
         fn band_keys_are_written_as_formatted(index in prop_oneof![0usize..200, any::<usize>()], value: u64) {
