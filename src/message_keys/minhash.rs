@@ -175,37 +175,76 @@ pub(super) fn word_hash_bytes(word: &[u8]) -> u64 {
     siphash13(WORD_KEY, word)
 }
 
-/// SipHash-1-3 of `bytes` under `key`: the value a [`SipHasher13`] gives for one write of
-/// them, computed in one pass without the hasher's buffer (a word is a few bytes, and the
-/// buffering costs as much as the rounds).
-fn siphash13(key: (u64, u64), bytes: &[u8]) -> u64 {
-    let (k0, k1) = key;
-    let mut v = [
+/// [`word_hash_bytes`] of the first `len` bytes of `word` (at most 15), the bytes after
+/// them zero: the hash's two blocks read as they lie.
+pub(super) fn word_hash_padded(word: &[u8; 16], len: usize) -> u64 {
+    debug_assert!(len < 16 && word[len..].iter().all(|&b| b == 0));
+    let block = |k: usize| u64::from_le_bytes(word[8 * k..8 * k + 8].try_into().unwrap_or([0; 8]));
+    let (k0, k1) = WORD_KEY;
+    let mut v = sip_init(k0, k1);
+    let tail = if len >= 8 {
+        let m = block(0);
+        v[3] ^= m;
+        sip_round(&mut v);
+        v[0] ^= m;
+        block(1)
+    } else {
+        block(0)
+    };
+    sip_finish(v, tail | (len as u64) << 56)
+}
+
+/// SipHash's state for the key `(k0, k1)`.
+fn sip_init(k0: u64, k1: u64) -> [u64; 4] {
+    [
         k0 ^ 0x736f_6d65_7073_6575,
         k1 ^ 0x646f_7261_6e64_6f6d,
         k0 ^ 0x6c79_6765_6e65_7261,
         k1 ^ 0x7465_6462_7974_6573,
-    ];
-    let round = |v: &mut [u64; 4]| {
-        v[0] = v[0].wrapping_add(v[1]);
-        v[1] = v[1].rotate_left(13) ^ v[0];
-        v[0] = v[0].rotate_left(32);
-        v[2] = v[2].wrapping_add(v[3]);
-        v[3] = v[3].rotate_left(16) ^ v[2];
-        v[0] = v[0].wrapping_add(v[3]);
-        v[3] = v[3].rotate_left(21) ^ v[0];
-        v[2] = v[2].wrapping_add(v[1]);
-        v[1] = v[1].rotate_left(17) ^ v[2];
-        v[2] = v[2].rotate_left(32);
-    };
+    ]
+}
+
+/// One SipRound.
+#[inline(always)]
+fn sip_round(v: &mut [u64; 4]) {
+    v[0] = v[0].wrapping_add(v[1]);
+    v[1] = v[1].rotate_left(13) ^ v[0];
+    v[0] = v[0].rotate_left(32);
+    v[2] = v[2].wrapping_add(v[3]);
+    v[3] = v[3].rotate_left(16) ^ v[2];
+    v[0] = v[0].wrapping_add(v[3]);
+    v[3] = v[3].rotate_left(21) ^ v[0];
+    v[2] = v[2].wrapping_add(v[1]);
+    v[1] = v[1].rotate_left(17) ^ v[2];
+    v[2] = v[2].rotate_left(32);
+}
+
+/// SipHash-1-3's end: the `last` block (the bytes left, the length's low byte at the top)
+/// and the three finishing rounds.
+#[inline(always)]
+fn sip_finish(mut v: [u64; 4], last: u64) -> u64 {
+    v[3] ^= last;
+    sip_round(&mut v);
+    v[0] ^= last;
+    v[2] ^= 0xff;
+    for _ in 0..3 {
+        sip_round(&mut v);
+    }
+    v[0] ^ v[1] ^ v[2] ^ v[3]
+}
+
+/// SipHash-1-3 of `bytes` under `key`: the value a [`SipHasher13`] gives for one write of
+/// them, computed in one pass without the hasher's buffer (a word is a few bytes, and the
+/// buffering costs as much as the rounds).
+fn siphash13(key: (u64, u64), bytes: &[u8]) -> u64 {
+    let mut v = sip_init(key.0, key.1);
     let mut blocks = bytes.chunks_exact(8);
     for block in &mut blocks {
         let m = u64::from_le_bytes(block.try_into().unwrap_or([0; 8]));
         v[3] ^= m;
-        round(&mut v);
+        sip_round(&mut v);
         v[0] ^= m;
     }
-    // The last block: the bytes left and the length's low byte at the top.
     let last = blocks
         .remainder()
         .iter()
@@ -213,14 +252,7 @@ fn siphash13(key: (u64, u64), bytes: &[u8]) -> u64 {
         .fold((bytes.len() as u64 & 0xff) << 56, |b, (i, &c)| {
             b | u64::from(c) << (8 * i)
         });
-    v[3] ^= last;
-    round(&mut v);
-    v[0] ^= last;
-    v[2] ^= 0xff;
-    for _ in 0..3 {
-        round(&mut v);
-    }
-    v[0] ^ v[1] ^ v[2] ^ v[3]
+    sip_finish(v, last)
 }
 
 /// The final mix of MurmurHash3: spreads every input bit over the output.
@@ -519,6 +551,14 @@ mod tests {
             let mut h = SipHasher13::new_with_keys(k0, k1);
             h.write(&bytes);
             prop_assert_eq!(siphash13((k0, k1), &bytes), h.finish());
+        }
+
+        /// Any word of up to 15 bytes: padded, the hash of its bytes.
+        #[test]
+        fn padded_words_hash_as_their_bytes(bytes in prop::collection::vec(any::<u8>(), 0..16)) {
+            let mut padded = [0u8; 16];
+            padded[..bytes.len()].copy_from_slice(&bytes);
+            prop_assert_eq!(word_hash_padded(&padded, bytes.len()), word_hash_bytes(&bytes));
         }
 
         /// Any band, any value: the key as `format!` writes it.

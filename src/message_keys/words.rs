@@ -200,14 +200,16 @@ fn common_word_hash(raw: &[u8], letters: &[u8; 128]) -> Option<u64> {
     }
     let core = &raw[start..end];
     if core.len() < LONG_TOKEN {
+        // Zero past the word: the hash reads it padded.
         let mut folded = [0u8; LONG_TOKEN];
         let mut all_letters = true;
-        for (f, &c) in folded.iter_mut().zip(core) {
-            *f = letters[usize::from(c & 0x7f)];
-            all_letters &= *f != 0;
+        for i in 0..core.len() {
+            let f = letters[usize::from(core[i] & 0x7f)];
+            folded[i] = f;
+            all_letters &= f != 0;
         }
         if all_letters {
-            return Some(minhash::word_hash_bytes(&folded[..core.len()]));
+            return Some(minhash::word_hash_padded(&folded, core.len()));
         }
     }
     if core.iter().all(u8::is_ascii_digit) {
