@@ -129,9 +129,7 @@ pub(super) fn each_word_hash(text: &str, emit: &mut dyn FnMut(u64) -> bool) -> b
             }
         }
         let start = i;
-        while i < b.len() && b[i] < 0x80 && !is_ascii_space(b[i]) {
-            i += 1;
-        }
+        i = ascii_token_end(b, i);
         let common = if i < b.len() && b[i] >= 0x80 {
             // A character outside ASCII: the token ends at the next whitespace character
             // (its first character is none: the token is never empty).
@@ -153,6 +151,41 @@ pub(super) fn each_word_hash(text: &str, emit: &mut dyn FnMut(u64) -> bool) -> b
         }
     }
     true
+}
+
+/// The first byte of `b` from `i` on that is ASCII whitespace or not ASCII (`b.len()` when
+/// there is none): eight bytes looked at a time, a word at a time in prose.
+fn ascii_token_end(b: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    loop {
+        match b.get(i..i + 8) {
+            Some(chunk) => {
+                let w = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+                // The high bit of each byte under '!' (a borrow can only mark bytes above
+                // the first such one) or from 0x80: the lowest marked byte is the first.
+                let marked = ((w.wrapping_sub(ONES * 0x21) & !w) | w) & HIGHS;
+                if marked == 0 {
+                    i += 8;
+                    continue;
+                }
+                i += (marked.trailing_zeros() / 8) as usize;
+            }
+            None => {
+                while b.get(i).is_some_and(|&c| c > b' ' && c < 0x80) {
+                    i += 1;
+                }
+                if i == b.len() {
+                    return i;
+                }
+            }
+        }
+        if b[i] >= 0x80 || is_ascii_space(b[i]) {
+            return i;
+        }
+        // A control byte: part of the token.
+        i += 1;
+    }
 }
 
 /// ASCII whitespace as [`char::is_whitespace`] has it.
@@ -486,6 +519,22 @@ mod tests {
             plain(core, &mut out);
         }
         out
+    }
+
+    proptest! {
+        /// Any bytes, from any start: the token ends where the byte-by-byte walk ends it.
+        #[test]
+        fn ascii_tokens_end_where_walked_byte_by_byte(
+            b in proptest::collection::vec(prop_oneof![Just(b' '), Just(b'\t'), Just(0x0b_u8), Just(0x1f_u8), Just(b'!'), Just(0x7f_u8), Just(0x80_u8), Just(b'a'), any::<u8>()], 0..40),
+            start in 0usize..40,
+        ) {
+            let start = start.min(b.len());
+            let mut i = start;
+            while i < b.len() && b[i] < 0x80 && !is_ascii_space(b[i]) {
+                i += 1;
+            }
+            prop_assert_eq!(ascii_token_end(&b, start), i);
+        }
     }
 
     proptest! {
