@@ -211,9 +211,10 @@ pub(super) fn space_at(text: &str, i: usize) -> (bool, usize) {
 /// The hash of the one word of `raw` (a whitespace-separated token of ASCII bytes) when it
 /// is a common token: no `:` (no link), and between its first and last letter or digit
 /// either letters only, fewer than [`LONG_TOKEN`] (never random-looking, each folding to
-/// one lower-case letter: `letters`, [`letter_folds`]) or digits only (one `0`). None for
-/// every other token, and for one without letters or digits.
-fn common_word_hash(raw: &[u8], letters: &[u8; 128]) -> Option<u64> {
+/// a few lower-case letters, fewer than [`LONG_TOKEN`] in all: `letters`,
+/// [`letter_folds`]) or digits only (one `0`). None for every other token, and for one
+/// without letters or digits.
+fn common_word_hash(raw: &[u8], letters: &[(u32, u8); 128]) -> Option<u64> {
     let mut start = 0;
     while start < raw.len() && !raw[start].is_ascii_alphanumeric() {
         if raw[start] == b':' {
@@ -233,18 +234,25 @@ fn common_word_hash(raw: &[u8], letters: &[u8; 128]) -> Option<u64> {
     }
     let core = &raw[start..end];
     if core.len() < LONG_TOKEN {
-        // Zero past the word: the hash reads it padded.
-        let mut folded = [0u8; LONG_TOKEN];
-        let mut all_letters = true;
-        for i in 0..core.len() {
-            let f = letters[usize::from(core[i] & 0x7f)];
-            folded[i] = f;
-            all_letters &= f != 0;
+        // The folded word's bytes, little-endian, zero past it: each letter's fold put
+        // after the folds before it.
+        let mut word = 0u128;
+        let mut n = 0;
+        for &c in core {
+            let (fold, len) = letters[usize::from(c & 0x7f)];
+            word |= u128::from(fold) << (8 * n);
+            n += usize::from(len);
+            if len == 0 || n >= LONG_TOKEN {
+                return digits_hash(core);
+            }
         }
-        if all_letters {
-            return Some(minhash::word_hash_padded(&folded, core.len()));
-        }
+        return Some(minhash::word_hash_padded(word, n));
     }
+    digits_hash(core)
+}
+
+/// The hash of `core` when it is digits only (one `0`).
+fn digits_hash(core: &[u8]) -> Option<u64> {
     if core.iter().all(u8::is_ascii_digit) {
         static ZERO: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
         return Some(*ZERO.get_or_init(|| minhash::word_hash("0")));
@@ -252,19 +260,27 @@ fn common_word_hash(raw: &[u8], letters: &[u8; 128]) -> Option<u64> {
     None
 }
 
-/// For each ASCII letter, the lower-case letter it folds to when that is its whole fold
-/// (every letter but those of [`simple_folds`] that fold otherwise); 0 for every other
-/// byte.
-fn letter_folds() -> &'static [u8; 128] {
-    static LETTERS: std::sync::OnceLock<[u8; 128]> = std::sync::OnceLock::new();
+/// At most this many bytes of one ASCII letter's fold are read from [`letter_folds`].
+const FOLD_BYTES: usize = 3;
+
+/// For each ASCII letter, the lower-case letters it folds to when its fold is one to
+/// [`FOLD_BYTES`] of them (`m` reads as `rn`), as the bytes of a little-endian number, and
+/// how many; none (0) for every other letter and every other byte.
+fn letter_folds() -> &'static [(u32, u8); 128] {
+    static LETTERS: std::sync::OnceLock<[(u32, u8); 128]> = std::sync::OnceLock::new();
     LETTERS.get_or_init(|| {
-        let simple = simple_folds();
+        let table = invisible::ascii_table();
         std::array::from_fn(|i| {
-            if (i as u8).is_ascii_alphabetic() {
-                simple[i]
-            } else {
-                0
+            let fold = table[i].as_bytes();
+            if !(i as u8).is_ascii_alphabetic()
+                || fold.is_empty()
+                || fold.len() > FOLD_BYTES
+                || !fold.iter().all(u8::is_ascii_lowercase)
+            {
+                return (0, 0);
             }
+            let bytes = fold.iter().rev().fold(0u32, |b, &c| b << 8 | u32::from(c));
+            (bytes, fold.len() as u8)
         })
     })
 }
