@@ -278,7 +278,10 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
             }
             continue;
         }
-        let attributes = if tag.closing || tag.attributes.trim_start().is_empty() {
+        // Attributes of ASCII whitespace only name nothing (nor do others of whitespace
+        // only, which are read).
+        let blank = |c: u8| matches!(c, b'\t'..=b'\r' | b' ');
+        let attributes = if tag.closing || tag.attributes.bytes().all(blank) {
             Attributes::default()
         } else {
             tag.read_attributes()
@@ -311,7 +314,11 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
 /// included) become one space, and each line inside a blockquote starts with `> `. Text
 /// split by inline tags (`V<b></b>iagra`) stays one word.
 fn push_text(out: &mut String, raw: &str, line: &mut Line) {
-    if raw.is_empty() {
+    // Whitespace only (between block tags, most often): one space at most.
+    if raw.bytes().all(|c| matches!(c, b'\t'..=b'\r' | b' ')) {
+        if !raw.is_empty() {
+            line.space = !line.start;
+        }
         return;
     }
     // Decoded into a new string only when there is a reference to decode.

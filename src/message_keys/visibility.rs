@@ -148,10 +148,11 @@ fn is_zero_length(value: &str) -> bool {
 /// colour at all), or a common name.
 pub(super) fn parse_color(value: &str) -> Option<Rgb> {
     // Hex digits are read in either case: only other forms are lower-cased (copied).
-    if let Some(hex) = value.trim().strip_prefix('#') {
+    let value = trim(value);
+    if let Some(hex) = value.strip_prefix('#') {
         return parse_hex(hex);
     }
-    let v = value.trim().to_ascii_lowercase();
+    let v = value.to_ascii_lowercase();
     if let Some(args) = v
         .strip_prefix("rgba(")
         .or_else(|| v.strip_prefix("rgb("))
@@ -200,11 +201,14 @@ pub(super) fn parse_color(value: &str) -> Option<Rgb> {
 /// `rgb` or `rrggbb` (a leading `#` already gone); an HTML attribute may leave the `#` out.
 fn parse_hex(hex: &str) -> Option<Rgb> {
     let b = hex.as_bytes();
-    if !b.iter().all(u8::is_ascii_hexdigit) {
+    if !matches!(b.len(), 3 | 6) || !b.iter().all(u8::is_ascii_hexdigit) {
         return None;
     }
-    // Every byte is a hex digit.
-    let digit = |i: usize| char::from(b[i]).to_digit(16).unwrap_or(0) as u8;
+    // Every byte is a hex digit: '0'–'9', or a letter whose low bits count from 1.
+    let digit = |i: usize| match b[i] {
+        c @ b'0'..=b'9' => c - b'0',
+        c => (c & 0x0f) + 9,
+    };
     match b.len() {
         3 => Some(Rgb(digit(0) * 17, digit(1) * 17, digit(2) * 17)),
         6 => Some(Rgb(
@@ -314,6 +318,22 @@ mod tests {
     }
 
     proptest! {
+        /// Any hex-like text: the colour `from_str_radix` reads.
+        #[test]
+        fn hex_colours_are_read_as_by_from_str_radix(hex in "[0-9a-fA-FgG#]{0,7}") {
+            let radix = |h: &str| u8::from_str_radix(h, 16).ok();
+            let expected = if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                None
+            } else if hex.len() == 3 {
+                (|| Some(Rgb(radix(&hex[0..1])? * 17, radix(&hex[1..2])? * 17, radix(&hex[2..3])? * 17)))()
+            } else if hex.len() == 6 {
+                (|| Some(Rgb(radix(&hex[0..2])?, radix(&hex[2..4])?, radix(&hex[4..6])?)))()
+            } else {
+                None
+            };
+            prop_assert_eq!(parse_hex(&hex), expected);
+        }
+
         /// Any length: zero as parsing it finds.
         #[test]
         fn zero_lengths_are_told_as_parsed(v in "[0-9.]{0,6}(px|pt|%|e-50|e5)?") {
