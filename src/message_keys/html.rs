@@ -120,13 +120,23 @@ pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str
     let mut copied = 0;
     let mut dropped = 0;
     // Found from their `<` and their `:`, both rarer than other bytes.
-    each_of2(b, b'<', b':', |c| {
+    for c in Positions2::new(b, b'<', b':') {
         if c < copied {
-            return true;
+            continue;
         }
         // A `data:` URI starts four bytes before its colon.
         if c.saturating_sub(4).max(copied) - dropped >= max {
-            return false;
+            break;
+        }
+        // Most hits are neither: a `<` not before an `i`, a `:` not after an `a` (in any
+        // case).
+        let (near, letter) = if b[c] == b'<' {
+            (b.get(c + 1), b'i')
+        } else {
+            (c.checked_sub(1).map(|p| &b[p]), b'a')
+        };
+        if near.is_none_or(|&n| n | 0x20 != letter) {
+            continue;
         }
         let (start, end) = if b[c] == b'<' && starts_image(c) {
             let end = memchr::memchr(b'>', &b[c..]).map_or(b.len(), |e| c + e + 1);
@@ -138,14 +148,13 @@ pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str
                 .map_or(b.len(), |e| c + e);
             (c - 4, end)
         } else {
-            return true;
+            continue;
         };
         out.get_or_insert_with(|| String::with_capacity(html.len().min(max)))
             .push_str(&html[copied..start]);
         dropped += end - start;
         copied = end;
-        true
-    });
+    }
     match out {
         None => std::borrow::Cow::Borrowed(prefix(html, max)),
         Some(mut out) => {
@@ -156,39 +165,90 @@ pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str
     }
 }
 
-/// Calls `f` with the position of each byte of `b` that is `x` or `y`, in order, until `f`
-/// returns false. Dense hits cost little: 16 bytes are compared at a time and each block's
-/// hits are read from one bit mask (a search restarted after each hit costs more).
-fn each_of2(b: &[u8], x: u8, y: u8, mut f: impl FnMut(usize) -> bool) {
-    let mut base = 0;
+/// The positions of the bytes of `b` that are `x` or `y`, in order. Dense hits cost
+/// little: 16 bytes are compared at a time and each block's hits are read from one bit
+/// mask (a search restarted after each hit costs more).
+struct Positions2<'b> {
+    b: &'b [u8],
+    x: u8,
+    y: u8,
+    /// Where the block of `mask` starts.
+    base: usize,
+    /// The hits of the block at `base` not yet given, one bit each.
+    mask: u32,
+    /// Where the next block starts.
+    next: usize,
+}
+
+impl<'b> Positions2<'b> {
+    fn new(b: &'b [u8], x: u8, y: u8) -> Self {
+        Positions2 {
+            b,
+            x,
+            y,
+            base: 0,
+            mask: 0,
+            next: 0,
+        }
+    }
+
+    /// The hit mask of the 16 bytes of `block`.
     #[cfg(target_arch = "x86_64")]
-    {
+    #[inline]
+    fn block_mask(&self, block: &[u8]) -> u32 {
         use std::arch::x86_64::{
             __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
             _mm_set1_epi8,
         };
-        // SAFETY: SSE2 is part of every x86_64 target, so these instructions always exist.
-        let (vx, vy) = unsafe { (_mm_set1_epi8(x as i8), _mm_set1_epi8(y as i8)) };
-        while let Some(block) = b.get(base..base + 16) {
-            // SAFETY: SSE2 as above; the load reads the 16 bytes of `block`, with no
-            // alignment requirement.
-            let mut mask = unsafe {
-                let v = _mm_loadu_si128(block.as_ptr().cast::<__m128i>());
-                _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, vx), _mm_cmpeq_epi8(v, vy))) as u32
-            };
-            while mask != 0 {
-                if !f(base + mask.trailing_zeros() as usize) {
-                    return;
-                }
-                mask &= mask - 1;
-            }
-            base += 16;
+        debug_assert_eq!(block.len(), 16);
+        // SAFETY: SSE2 is part of every x86_64 target, so these instructions always exist;
+        // the load reads the 16 bytes of `block`, with no alignment requirement.
+        unsafe {
+            let v = _mm_loadu_si128(block.as_ptr().cast::<__m128i>());
+            let (vx, vy) = (_mm_set1_epi8(self.x as i8), _mm_set1_epi8(self.y as i8));
+            _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, vx), _mm_cmpeq_epi8(v, vy))) as u32
         }
     }
-    for (i, &c) in b.iter().enumerate().skip(base) {
-        if (c == x || c == y) && !f(i) {
-            return;
+
+    /// The hit mask of `block` (at most 16 bytes), byte by byte.
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    #[inline]
+    fn block_mask_portable(&self, block: &[u8]) -> u32 {
+        block.iter().enumerate().fold(0, |m, (k, &c)| {
+            m | u32::from(c == self.x || c == self.y) << k
+        })
+    }
+}
+
+impl Iterator for Positions2<'_> {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        while self.mask == 0 {
+            if self.next >= self.b.len() {
+                return None;
+            }
+            self.base = self.next;
+            let end = (self.base + 16).min(self.b.len());
+            let block = &self.b[self.base..end];
+            #[cfg(target_arch = "x86_64")]
+            {
+                self.mask = if block.len() == 16 {
+                    self.block_mask(block)
+                } else {
+                    self.block_mask_portable(block)
+                };
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                self.mask = self.block_mask_portable(block);
+            }
+            self.next = end;
         }
+        let hit = self.base + self.mask.trailing_zeros() as usize;
+        self.mask &= self.mask - 1;
+        Some(hit)
     }
 }
 
@@ -908,21 +968,14 @@ mod tests {
             prop_assert_eq!(visible_run_end(&b, start), k);
         }
 
-        /// Any bytes: the positions found are those of the two bytes, in order, up to
-        /// where the caller stops.
+        /// Any bytes: the positions found are those of the two bytes, in order.
         #[test]
-        fn each_of2_finds_every_position_in_order(
+        fn positions_are_found_in_order(
             b in proptest::collection::vec(prop_oneof![Just(b'<'), Just(b':'), any::<u8>()], 0..100),
-            stop in 0usize..40,
         ) {
             let want: Vec<usize> = (0..b.len()).filter(|&i| b[i] == b'<' || b[i] == b':').collect();
-            let mut got = Vec::new();
-            each_of2(&b, b'<', b':', |i| {
-                got.push(i);
-                got.len() < stop
-            });
-            let n = want.len().min(stop.max(1));
-            prop_assert_eq!(&got[..], &want[..n.min(want.len())]);
+            let got: Vec<usize> = Positions2::new(&b, b'<', b':').collect();
+            prop_assert_eq!(got, want);
         }
     }
 
