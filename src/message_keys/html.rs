@@ -312,7 +312,8 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
         if rest.is_empty() {
             break;
         }
-        if let Some(after) = rest.strip_prefix("<!--") {
+        if rest.as_bytes().get(..4) == Some(b"<!--") {
+            let after = &rest[4..];
             rest = after.find("-->").map_or("", |e| &after[e + 3..]);
             continue;
         }
@@ -554,6 +555,9 @@ impl<'a> Open<'a> {
 /// Gmail's `gmail_quote`, Thunderbird's `moz-cite-prefix`, Outlook's `divRplyFwdMsg` and
 /// the top border Outlook draws above the forwarded header block.
 fn is_quote_marker(tag: &Tag<'_>, attributes: &Attributes<'_>) -> bool {
+    if attributes.class.is_none() && attributes.id.is_none() && !tag.kind.div {
+        return false;
+    }
     let class = attributes.class.unwrap_or("");
     let id = attributes.id.unwrap_or("");
     if class
