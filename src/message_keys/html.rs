@@ -625,16 +625,14 @@ impl<'a> Tag<'a> {
     /// The tag at the start of `s` (which starts with `<`), or None when what follows the
     /// `<` is no tag name. A tag that is never closed runs to the end.
     fn read(s: &'a str) -> Option<Tag<'a>> {
-        let body = &s[1..];
-        let (closing, body) = match body.strip_prefix('/') {
-            Some(b) => (true, b),
-            None => (false, body),
-        };
-        let declaration = body.starts_with('!') || body.starts_with('?');
-        if !declaration && !body.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        // Its first bytes looked at as bytes (they are ASCII or no tag).
+        let closing = s.as_bytes().get(1) == Some(&b'/');
+        let body = &s[1 + usize::from(closing)..];
+        let b = body.as_bytes();
+        let declaration = matches!(b.first(), Some(b'!' | b'?'));
+        if !declaration && !b.first().is_some_and(u8::is_ascii_alphabetic) {
             return None;
         }
-        let b = body.as_bytes();
         let name_len = b
             .iter()
             .position(|c| !c.is_ascii_alphanumeric())
@@ -666,7 +664,7 @@ impl<'a> Tag<'a> {
 
     /// Whether the tag ends with `/>`.
     fn self_closing(&self) -> bool {
-        self.attributes.trim_end().ends_with('/')
+        self.attributes.trim_end().as_bytes().last() == Some(&b'/')
     }
 
     /// The attributes the reduction reads, in one pass (the first of each name).

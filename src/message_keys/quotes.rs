@@ -23,7 +23,7 @@ const ATTRIBUTION_OPENERS: [&str; 5] = ["on ", "am ", "le ", "el ", "op "];
 
 /// Whether `line` is quoted: `>` after optional spaces or tabs.
 pub(super) fn is_quoted(line: &str) -> bool {
-    line.trim_start_matches([' ', '\t']).starts_with('>')
+    line.bytes().find(|&c| c != b' ' && c != b'\t') == Some(b'>')
 }
 
 /// Whether `line` reads like an attribution: it ends with a colon and names the writing.

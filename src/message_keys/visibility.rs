@@ -149,8 +149,8 @@ fn is_zero_length(value: &str) -> bool {
 pub(super) fn parse_color(value: &str) -> Option<Rgb> {
     // Hex digits are read in either case: only other forms are lower-cased (copied).
     let value = trim(value);
-    if let Some(hex) = value.strip_prefix('#') {
-        return parse_hex(hex);
+    if value.as_bytes().first() == Some(&b'#') {
+        return parse_hex(&value[1..]);
     }
     let v = value.to_ascii_lowercase();
     if let Some(args) = v
