@@ -45,9 +45,8 @@ impl Kind {
         if name.is_empty() || name.len() > buf.len() {
             return Kind::default();
         }
-        for (d, c) in buf.iter_mut().zip(name.bytes()) {
-            *d = c.to_ascii_lowercase();
-        }
+        buf[..name.len()].copy_from_slice(name.as_bytes());
+        buf.make_ascii_lowercase();
         let block = Kind {
             block: true,
             ..Kind::default()
