@@ -283,7 +283,11 @@ pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
 /// as far as it makes sense; nothing fails. Stops where `budget` runs out, with what was
 /// reduced before.
 pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) -> Reduced {
-    let mut out = Reduced::default();
+    // Room for text as long as the document (bounded by `max_text`): never grown.
+    let mut out = Reduced {
+        text: String::with_capacity(html.len().min(max_text).saturating_add(64)),
+        ..Reduced::default()
+    };
     let mut line = Line {
         start: true,
         ..Line::default()

@@ -234,7 +234,11 @@ mod tests {
     fn parse_style_by_str(style: &str) -> Style {
         let mut out = Style::default();
         let (mut zero_box, mut overflow_hidden) = (false, false);
-        for declaration in style.split(';') {
+        let mut end = style.len().min(MAX_STYLE);
+        while !style.is_char_boundary(end) {
+            end -= 1;
+        }
+        for declaration in style[..end].split(';') {
             let Some((name, value)) = declaration.split_once(':') else {
                 continue;
             };
