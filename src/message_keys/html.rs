@@ -11,6 +11,7 @@
 //! after it is read as text.
 
 use super::visibility::{parse_attribute_color, parse_style, Rgb, BLACK, WHITE};
+use super::words::space_at;
 
 use super::Budget;
 
@@ -44,9 +45,8 @@ impl Kind {
         if name.is_empty() || name.len() > buf.len() {
             return Kind::default();
         }
-        for (d, c) in buf.iter_mut().zip(name.bytes()) {
-            *d = c.to_ascii_lowercase();
-        }
+        buf[..name.len()].copy_from_slice(name.as_bytes());
+        buf.make_ascii_lowercase();
         let block = Kind {
             block: true,
             ..Kind::default()
@@ -119,13 +119,23 @@ pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str
     let mut copied = 0;
     let mut dropped = 0;
     // Found from their `<` and their `:`, both rarer than other bytes.
-    for c in memchr::memchr2_iter(b'<', b':', b) {
+    for c in Positions2::new(b, b'<', b':') {
         if c < copied {
             continue;
         }
         // A `data:` URI starts four bytes before its colon.
         if c.saturating_sub(4).max(copied) - dropped >= max {
             break;
+        }
+        // Most hits are neither: a `<` not before an `i`, a `:` not after an `a` (in any
+        // case).
+        let (near, letter) = if b[c] == b'<' {
+            (b.get(c + 1), b'i')
+        } else {
+            (c.checked_sub(1).map(|p| &b[p]), b'a')
+        };
+        if near.is_none_or(|&n| n | 0x20 != letter) {
+            continue;
         }
         let (start, end) = if b[c] == b'<' && starts_image(c) {
             let end = memchr::memchr(b'>', &b[c..]).map_or(b.len(), |e| c + e + 1);
@@ -151,6 +161,93 @@ pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str
             out.push_str(prefix(&html[copied..], room));
             std::borrow::Cow::Owned(out)
         }
+    }
+}
+
+/// The positions of the bytes of `b` that are `x` or `y`, in order. Dense hits cost
+/// little: 16 bytes are compared at a time and each block's hits are read from one bit
+/// mask (a search restarted after each hit costs more).
+struct Positions2<'b> {
+    b: &'b [u8],
+    x: u8,
+    y: u8,
+    /// Where the block of `mask` starts.
+    base: usize,
+    /// The hits of the block at `base` not yet given, one bit each.
+    mask: u32,
+    /// Where the next block starts.
+    next: usize,
+}
+
+impl<'b> Positions2<'b> {
+    fn new(b: &'b [u8], x: u8, y: u8) -> Self {
+        Positions2 {
+            b,
+            x,
+            y,
+            base: 0,
+            mask: 0,
+            next: 0,
+        }
+    }
+
+    /// The hit mask of the 16 bytes of `block`.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    fn block_mask(&self, block: &[u8]) -> u32 {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+            _mm_set1_epi8,
+        };
+        debug_assert_eq!(block.len(), 16);
+        // SAFETY: SSE2 is part of every x86_64 target, so these instructions always exist;
+        // the load reads the 16 bytes of `block`, with no alignment requirement.
+        unsafe {
+            let v = _mm_loadu_si128(block.as_ptr().cast::<__m128i>());
+            let (vx, vy) = (_mm_set1_epi8(self.x as i8), _mm_set1_epi8(self.y as i8));
+            _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, vx), _mm_cmpeq_epi8(v, vy))) as u32
+        }
+    }
+
+    /// The hit mask of `block` (at most 16 bytes), byte by byte.
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    #[inline]
+    fn block_mask_portable(&self, block: &[u8]) -> u32 {
+        block.iter().enumerate().fold(0, |m, (k, &c)| {
+            m | u32::from(c == self.x || c == self.y) << k
+        })
+    }
+}
+
+impl Iterator for Positions2<'_> {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        while self.mask == 0 {
+            if self.next >= self.b.len() {
+                return None;
+            }
+            self.base = self.next;
+            let end = (self.base + 16).min(self.b.len());
+            let block = &self.b[self.base..end];
+            #[cfg(target_arch = "x86_64")]
+            {
+                self.mask = if block.len() == 16 {
+                    self.block_mask(block)
+                } else {
+                    self.block_mask_portable(block)
+                };
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                self.mask = self.block_mask_portable(block);
+            }
+            self.next = end;
+        }
+        let hit = self.base + self.mask.trailing_zeros() as usize;
+        self.mask &= self.mask - 1;
+        Some(hit)
     }
 }
 
@@ -186,7 +283,11 @@ pub(super) fn reduce(html: &str, max_text: usize) -> Reduced {
 /// as far as it makes sense; nothing fails. Stops where `budget` runs out, with what was
 /// reduced before.
 pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) -> Reduced {
-    let mut out = Reduced::default();
+    // Room for text as long as the document (bounded by `max_text`): never grown.
+    let mut out = Reduced {
+        text: String::with_capacity(html.len().min(max_text).saturating_add(64)),
+        ..Reduced::default()
+    };
     let mut line = Line {
         start: true,
         ..Line::default()
@@ -214,7 +315,8 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
         if rest.is_empty() {
             break;
         }
-        if let Some(after) = rest.strip_prefix("<!--") {
+        if rest.as_bytes().get(..4) == Some(b"<!--") {
+            let after = &rest[4..];
             rest = after.find("-->").map_or("", |e| &after[e + 3..]);
             continue;
         }
@@ -240,7 +342,10 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
             }
             continue;
         }
-        let attributes = if tag.closing || tag.attributes.trim_start().is_empty() {
+        // Attributes of ASCII whitespace only name nothing (nor do others of whitespace
+        // only, which are read).
+        let blank = |c: u8| matches!(c, b'\t'..=b'\r' | b' ');
+        let attributes = if tag.closing || tag.attributes.bytes().all(blank) {
             Attributes::default()
         } else {
             tag.read_attributes()
@@ -273,7 +378,11 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
 /// included) become one space, and each line inside a blockquote starts with `> `. Text
 /// split by inline tags (`V<b></b>iagra`) stays one word.
 fn push_text(out: &mut String, raw: &str, line: &mut Line) {
-    if raw.is_empty() {
+    // Whitespace only (between block tags, most often): one space at most.
+    if raw.bytes().all(|c| matches!(c, b'\t'..=b'\r' | b' ')) {
+        if !raw.is_empty() {
+            line.space = !line.start;
+        }
         return;
     }
     // Decoded into a new string only when there is a reference to decode.
@@ -305,20 +414,45 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
         line.space = false;
         // The run goes on over visible ASCII and over single spaces between it (copied as
         // they are: one space reads as one space); it ends before any other whitespace.
-        let mut k = i;
-        while k < b.len() {
-            let c = b[k];
-            if c > b' ' && c < 0x80 {
-                k += 1;
-            } else if c == b' ' && b.get(k + 1).is_some_and(|&n| n > b' ' && n < 0x80) {
-                k += 2;
-            } else {
-                break;
-            }
-        }
-        let run = k.max(i + len);
+        let run = visible_run_end(b, i).max(i + len);
         out.push_str(&text[i..run]);
         i = run;
+    }
+}
+
+/// The end of the run of visible ASCII (`!` to DEL) and single spaces between it that
+/// starts at `k` of `b`: eight bytes looked at a time, a space every few words.
+fn visible_run_end(b: &[u8], mut k: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    loop {
+        match b.get(k..k + 8) {
+            Some(chunk) => {
+                let w = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+                // The high bit of each byte under '!' (a borrow can only mark bytes above
+                // the first such one) or from 0x80: the lowest marked byte is the first.
+                let marked = ((w.wrapping_sub(ONES * 0x21) & !w) | w) & HIGHS;
+                if marked == 0 {
+                    k += 8;
+                    continue;
+                }
+                k += (marked.trailing_zeros() / 8) as usize;
+            }
+            None => {
+                while b.get(k).is_some_and(|&c| c > b' ' && c < 0x80) {
+                    k += 1;
+                }
+                if k == b.len() {
+                    return k;
+                }
+            }
+        }
+        // A byte that is not visible ASCII: the run goes on over a single space.
+        if b[k] == b' ' && b.get(k + 1).is_some_and(|&n| n > b' ' && n < 0x80) {
+            k += 2;
+        } else {
+            return k;
+        }
     }
 }
 
@@ -424,6 +558,9 @@ impl<'a> Open<'a> {
 /// Gmail's `gmail_quote`, Thunderbird's `moz-cite-prefix`, Outlook's `divRplyFwdMsg` and
 /// the top border Outlook draws above the forwarded header block.
 fn is_quote_marker(tag: &Tag<'_>, attributes: &Attributes<'_>) -> bool {
+    if attributes.class.is_none() && attributes.id.is_none() && !tag.kind.div {
+        return false;
+    }
     let class = attributes.class.unwrap_or("");
     let id = attributes.id.unwrap_or("");
     if class
@@ -491,16 +628,14 @@ impl<'a> Tag<'a> {
     /// The tag at the start of `s` (which starts with `<`), or None when what follows the
     /// `<` is no tag name. A tag that is never closed runs to the end.
     fn read(s: &'a str) -> Option<Tag<'a>> {
-        let body = &s[1..];
-        let (closing, body) = match body.strip_prefix('/') {
-            Some(b) => (true, b),
-            None => (false, body),
-        };
-        let declaration = body.starts_with('!') || body.starts_with('?');
-        if !declaration && !body.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        // Its first bytes looked at as bytes (they are ASCII or no tag).
+        let closing = s.as_bytes().get(1) == Some(&b'/');
+        let body = &s[1 + usize::from(closing)..];
+        let b = body.as_bytes();
+        let declaration = matches!(b.first(), Some(b'!' | b'?'));
+        if !declaration && !b.first().is_some_and(u8::is_ascii_alphabetic) {
             return None;
         }
-        let b = body.as_bytes();
         let name_len = b
             .iter()
             .position(|c| !c.is_ascii_alphanumeric())
@@ -532,7 +667,7 @@ impl<'a> Tag<'a> {
 
     /// Whether the tag ends with `/>`.
     fn self_closing(&self) -> bool {
-        self.attributes.trim_end().ends_with('/')
+        self.attributes.trim_end().as_bytes().last() == Some(&b'/')
     }
 
     /// The attributes the reduction reads, in one pass (the first of each name).
@@ -557,8 +692,74 @@ impl<'a> Tag<'a> {
     }
 
     /// Calls `f` with the name and raw value (quoted or not, references not yet decoded;
-    /// empty when there is none) of each attribute, in order.
+    /// empty when there is none) of each attribute, in order. Walked byte by byte, other
+    /// characters decoded only where one starts ([`space_at`]).
     fn each_attribute(&self, mut f: impl FnMut(&'a str, &'a str)) {
+        let s = self.attributes;
+        let b = s.as_bytes();
+        // The end of the run of whitespace (and, with `slash`, of '/') from `i`.
+        let skip_spaces = |mut i: usize, slash: bool| {
+            while i < b.len() {
+                if slash && b[i] == b'/' {
+                    i += 1;
+                    continue;
+                }
+                match space_at(s, i) {
+                    (true, len) => i += len,
+                    _ => break,
+                }
+            }
+            i
+        };
+        // The end of the run from `i` up to whitespace (or, with `stops`, '=' or '/').
+        let run_end = |mut i: usize, stops: bool| {
+            while i < b.len() {
+                if stops && matches!(b[i], b'=' | b'/') {
+                    break;
+                }
+                match space_at(s, i) {
+                    (false, len) => i += len,
+                    _ => break,
+                }
+            }
+            i
+        };
+        let mut i = 0;
+        loop {
+            i = skip_spaces(i, true);
+            if i == b.len() {
+                return;
+            }
+            // A stray '=' names nothing: it is passed over.
+            let name_end = run_end(i, true).max(i + 1);
+            let name = &s[i..name_end];
+            i = skip_spaces(name_end, false);
+            let value = if b.get(i) == Some(&b'=') {
+                i = skip_spaces(i + 1, false);
+                match b.get(i) {
+                    Some(&q @ (b'"' | b'\'')) => {
+                        let inner = i + 1;
+                        let close = memchr::memchr(q, &b[inner..]).map_or(b.len(), |k| inner + k);
+                        i = (close + 1).min(b.len());
+                        &s[inner..close]
+                    }
+                    _ => {
+                        let start = i;
+                        i = run_end(i, false);
+                        &s[start..i]
+                    }
+                }
+            } else {
+                ""
+            };
+            f(name, value);
+        }
+    }
+
+    /// [`Tag::each_attribute`] as it was written on `str` methods: what the byte walk is
+    /// tested against.
+    #[cfg(test)]
+    fn each_attribute_by_chars(&self, mut f: impl FnMut(&'a str, &'a str)) {
         let mut rest = self.attributes;
         loop {
             rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == '/');
@@ -569,7 +770,6 @@ impl<'a> Tag<'a> {
                 .find(|c: char| c.is_whitespace() || c == '=' || c == '/')
                 .unwrap_or(rest.len())
             {
-                // A stray '=' names nothing: it is passed over.
                 0 => rest.chars().next().map_or(0, char::len_utf8),
                 n => n,
             };
@@ -617,8 +817,12 @@ fn find3(hay: &[u8], a: u8, b: u8, c: u8) -> Option<usize> {
 /// `s` with HTML character references decoded: the numeric ones and the named ones mail
 /// writers use; an unknown or malformed reference stays as written.
 pub(super) fn decode_references(s: &str) -> String {
+    let Some(first) = memchr::memchr(b'&', s.as_bytes()) else {
+        return s.to_owned();
+    };
     let mut out = String::with_capacity(s.len());
-    let mut rest = s;
+    out.push_str(&s[..first]);
+    let mut rest = &s[first..];
     while let Some(amp) = memchr::memchr(b'&', rest.as_bytes()) {
         out.push_str(&rest[..amp]);
         rest = &rest[amp..];
@@ -744,6 +948,53 @@ mod tests {
                 prop_assert_eq!(fast_line.start, slow_line.start);
                 prop_assert_eq!(fast_line.space, slow_line.space);
             }
+        }
+    }
+
+    proptest! {
+        /// Any bytes, from any start: the run ends where the byte-by-byte walk ends it.
+        #[test]
+        fn visible_runs_end_where_walked_byte_by_byte(
+            b in proptest::collection::vec(prop_oneof![Just(b' '), Just(b'!'), Just(b'~'), Just(0x7f_u8), Just(0x80_u8), Just(b'\n'), Just(b'a'), any::<u8>()], 0..40),
+            start in 0usize..40,
+        ) {
+            let start = start.min(b.len());
+            let mut k = start;
+            while k < b.len() {
+                let c = b[k];
+                if c > b' ' && c < 0x80 {
+                    k += 1;
+                } else if c == b' ' && b.get(k + 1).is_some_and(|&n| n > b' ' && n < 0x80) {
+                    k += 2;
+                } else {
+                    break;
+                }
+            }
+            prop_assert_eq!(visible_run_end(&b, start), k);
+        }
+
+        /// Any bytes: the positions found are those of the two bytes, in order.
+        #[test]
+        fn positions_are_found_in_order(
+            b in proptest::collection::vec(prop_oneof![Just(b'<'), Just(b':'), any::<u8>()], 0..100),
+        ) {
+            let want: Vec<usize> = (0..b.len()).filter(|&i| b[i] == b'<' || b[i] == b':').collect();
+            let got: Vec<usize> = Positions2::new(&b, b'<', b':').collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    proptest! {
+        /// Any attribute text: the byte walk finds the names and values the `str` one does.
+        #[test]
+        fn attributes_are_walked_as_by_characters(
+            attributes in "([a-z=/'\" \t\x0b\x0c\r\n]|[\u{85}\u{A0}\u{2003}\u{E9}])*",
+        ) {
+            let tag = Tag { name: "p", kind: Kind::default(), closing: false, attributes: &attributes, len: 0 };
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            tag.each_attribute(|n, v| fast.push((n, v)));
+            tag.each_attribute_by_chars(|n, v| slow.push((n, v)));
+            prop_assert_eq!(fast, slow);
         }
     }
 

@@ -172,9 +172,86 @@ pub(super) fn word_hash(word: &str) -> u64 {
 
 /// [`word_hash`] of a word given as its UTF-8 bytes.
 pub(super) fn word_hash_bytes(word: &[u8]) -> u64 {
-    let mut h = SipHasher13::new_with_keys(WORD_KEY.0, WORD_KEY.1);
-    h.write(word);
-    h.finish()
+    siphash13(WORD_KEY, word)
+}
+
+/// [`word_hash_bytes`] of the first `len` bytes (at most 15) of `word`'s little-endian
+/// bytes, the bytes after them zero: the hash's two blocks read as they lie.
+pub(super) fn word_hash_padded(word: u128, len: usize) -> u64 {
+    debug_assert!(len < 16 && word >> (8 * len) == 0);
+    let (k0, k1) = WORD_KEY;
+    let mut v = sip_init(k0, k1);
+    let (low, high) = (word as u64, (word >> 64) as u64);
+    let tail = if len >= 8 {
+        v[3] ^= low;
+        sip_round(&mut v);
+        v[0] ^= low;
+        high
+    } else {
+        low
+    };
+    sip_finish(v, tail | (len as u64) << 56)
+}
+
+/// SipHash's state for the key `(k0, k1)`.
+fn sip_init(k0: u64, k1: u64) -> [u64; 4] {
+    [
+        k0 ^ 0x736f_6d65_7073_6575,
+        k1 ^ 0x646f_7261_6e64_6f6d,
+        k0 ^ 0x6c79_6765_6e65_7261,
+        k1 ^ 0x7465_6462_7974_6573,
+    ]
+}
+
+/// One SipRound.
+#[inline(always)]
+fn sip_round(v: &mut [u64; 4]) {
+    v[0] = v[0].wrapping_add(v[1]);
+    v[1] = v[1].rotate_left(13) ^ v[0];
+    v[0] = v[0].rotate_left(32);
+    v[2] = v[2].wrapping_add(v[3]);
+    v[3] = v[3].rotate_left(16) ^ v[2];
+    v[0] = v[0].wrapping_add(v[3]);
+    v[3] = v[3].rotate_left(21) ^ v[0];
+    v[2] = v[2].wrapping_add(v[1]);
+    v[1] = v[1].rotate_left(17) ^ v[2];
+    v[2] = v[2].rotate_left(32);
+}
+
+/// SipHash-1-3's end: the `last` block (the bytes left, the length's low byte at the top)
+/// and the three finishing rounds.
+#[inline(always)]
+fn sip_finish(mut v: [u64; 4], last: u64) -> u64 {
+    v[3] ^= last;
+    sip_round(&mut v);
+    v[0] ^= last;
+    v[2] ^= 0xff;
+    for _ in 0..3 {
+        sip_round(&mut v);
+    }
+    v[0] ^ v[1] ^ v[2] ^ v[3]
+}
+
+/// SipHash-1-3 of `bytes` under `key`: the value a [`SipHasher13`] gives for one write of
+/// them, computed in one pass without the hasher's buffer (a word is a few bytes, and the
+/// buffering costs as much as the rounds).
+fn siphash13(key: (u64, u64), bytes: &[u8]) -> u64 {
+    let mut v = sip_init(key.0, key.1);
+    let mut blocks = bytes.chunks_exact(8);
+    for block in &mut blocks {
+        let m = u64::from_le_bytes(block.try_into().unwrap_or([0; 8]));
+        v[3] ^= m;
+        sip_round(&mut v);
+        v[0] ^= m;
+    }
+    let last = blocks
+        .remainder()
+        .iter()
+        .enumerate()
+        .fold((bytes.len() as u64 & 0xff) << 56, |b, (i, &c)| {
+            b | u64::from(c) << (8 * i)
+        });
+    sip_finish(v, last)
 }
 
 /// The final mix of MurmurHash3: spreads every input bit over the output.
@@ -230,16 +307,81 @@ fn shingles_and_pairs(words: &[u64], with_pairs: bool) -> (Vec<u64>, Vec<u64>) {
 /// The MinHash under the functions `f` of the [`SAMPLE`] smallest distinct values of
 /// `hashes` (reordered).
 fn minhash<const N: usize>(hashes: &mut Vec<u64>, f: &([u64; N], [u64; N])) -> [u32; N] {
-    let (a, c) = f;
     let sample = smallest_distinct(hashes, SAMPLE);
     let mut mins = [u32::MAX; N];
-    // One function at a time over the whole sample: its minimum stays in a register.
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 was detected on this CPU.
+            unsafe { mins_avx2(sample, &f.0, &f.1, &mut mins) };
+            return mins;
+        }
+    }
+    mins_portable(sample, &f.0, &f.1, &mut mins);
+    mins
+}
+
+/// Sets each `mins[i]` to the smallest `(a[i]·x + c[i]) >> 32` (wrapping) over the `sample`
+/// values `x`: one function at a time over the whole sample, its minimum in a register.
+fn mins_portable(sample: &[u64], a: &[u64], c: &[u64], mins: &mut [u32]) {
     for ((m, &ai), &ci) in mins.iter_mut().zip(a).zip(c) {
         *m = sample.iter().fold(u32::MAX, |min, &x| {
             min.min((ai.wrapping_mul(x).wrapping_add(ci) >> 32) as u32)
         });
     }
-    mins
+}
+
+/// [`mins_portable`] with AVX2: eight functions at a time, four to a register, over the
+/// whole sample. A lane's 64-bit product is put together from three 32-bit ones (AVX2 has
+/// no 64-bit multiply): `a·x = lo(a)·lo(x) + ((lo(a)·hi(x) + hi(a)·lo(x)) << 32)`, wrapping,
+/// the same bits as the portable one. The functions past the last whole eight are left
+/// to [`mins_portable`].
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn mins_avx2(sample: &[u64], a: &[u64], c: &[u64], mins: &mut [u32]) {
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_epi64, _mm256_loadu_si256, _mm256_min_epu32, _mm256_mul_epu32,
+        _mm256_set1_epi64x, _mm256_slli_epi64, _mm256_srli_epi64, _mm256_storeu_si256,
+    };
+    const LANES: usize = 8;
+    let whole = mins.len().min(a.len()).min(c.len()) / LANES * LANES;
+    let load = |v: &[u64]| {
+        // SAFETY: `v` holds 4 u64, 32 bytes; loadu has no alignment requirement.
+        unsafe { _mm256_loadu_si256(v.as_ptr().cast::<__m256i>()) }
+    };
+    for g in (0..whole).step_by(LANES) {
+        let (a0, a1) = (load(&a[g..g + 4]), load(&a[g + 4..g + 8]));
+        let (c0, c1) = (load(&c[g..g + 4]), load(&c[g + 4..g + 8]));
+        let (ah0, ah1) = (_mm256_srli_epi64(a0, 32), _mm256_srli_epi64(a1, 32));
+        // Only the low 32 bits of each 64-bit lane count: the high ones are zero in every
+        // value compared, so the 32-bit minimum is the lanes' minimum.
+        let (mut m0, mut m1) = (_mm256_set1_epi64x(-1), _mm256_set1_epi64x(-1));
+        for &x in sample {
+            let xl = _mm256_set1_epi64x(x as i64);
+            let xh = _mm256_srli_epi64(xl, 32);
+            let value = |a: __m256i, ah: __m256i, c: __m256i| {
+                let cross = _mm256_add_epi64(_mm256_mul_epu32(a, xh), _mm256_mul_epu32(ah, xl));
+                let product =
+                    _mm256_add_epi64(_mm256_mul_epu32(a, xl), _mm256_slli_epi64(cross, 32));
+                _mm256_srli_epi64(_mm256_add_epi64(product, c), 32)
+            };
+            m0 = _mm256_min_epu32(m0, value(a0, ah0, c0));
+            m1 = _mm256_min_epu32(m1, value(a1, ah1, c1));
+        }
+        let mut lanes = [0u64; LANES];
+        // SAFETY: `lanes` holds 8 u64, 64 bytes; storeu has no alignment requirement.
+        unsafe {
+            _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), m0);
+            _mm256_storeu_si256(lanes.as_mut_ptr().add(4).cast::<__m256i>(), m1);
+        }
+        for (m, l) in mins[g..g + LANES].iter_mut().zip(lanes) {
+            *m = l as u32;
+        }
+    }
+    mins_portable(sample, &a[whole..], &c[whole..], &mut mins[whole..]);
 }
 
 /// The MinHash signature of the shingles of `words` (word hashes, in order): the first
@@ -318,6 +460,33 @@ fn drop_most_repeats(v: &mut Vec<u64>) {
     });
 }
 
+/// `{letter}{index}:{16 hex digits of value}`, written digit by digit (the formatting
+/// machinery costs more than the rest of a band's key).
+fn band_key(letter: char, index: usize, value: u64) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut key = String::with_capacity(24);
+    key.push(letter);
+    let mut digits = [0u8; 20];
+    let mut n = index;
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    key.extend(digits[at..].iter().map(|&d| char::from(d)));
+    key.push(':');
+    key.extend(
+        (0..16)
+            .rev()
+            .map(|k| char::from(HEX[(value >> (4 * k)) as usize & 0xf])),
+    );
+    key
+}
+
 /// One key value per band of `signature`: `b{index}:{16 hex digits}`, the hex a SipHash of
 /// the band's index and rows.
 pub(super) fn band_keys(signature: &[u32; HASHES]) -> Vec<String> {
@@ -330,7 +499,7 @@ pub(super) fn band_keys(signature: &[u32; HASHES]) -> Vec<String> {
             for &r in rows {
                 h.write_u32(r);
             }
-            format!("b{i}:{:016x}", h.finish())
+            band_key('b', i, h.finish())
         })
         .collect()
 }
@@ -350,7 +519,7 @@ pub(super) fn subject_band_keys(shape: &str, pairs: &[u32; PAIR_HASHES]) -> Vec<
             for &r in rows {
                 h.write_u32(r);
             }
-            format!("s{i}:{:016x}", h.finish())
+            band_key('s', i, h.finish())
         })
         .collect()
 }
@@ -372,6 +541,30 @@ mod tests {
         assert_eq!(seen.len(), HASHES);
         assert!(a.iter().all(|x| x % 2 == 1));
         assert_ne!(c[0], c[1]);
+    }
+
+    proptest! {
+        /// Any bytes, any key: the SipHasher13 value.
+        #[test]
+        fn siphash_is_the_hashers(bytes in prop::collection::vec(any::<u8>(), 0..40), k0: u64, k1: u64) {
+            let mut h = SipHasher13::new_with_keys(k0, k1);
+            h.write(&bytes);
+            prop_assert_eq!(siphash13((k0, k1), &bytes), h.finish());
+        }
+
+        /// Any word of up to 15 bytes: padded, the hash of its bytes.
+        #[test]
+        fn padded_words_hash_as_their_bytes(bytes in prop::collection::vec(any::<u8>(), 0..16)) {
+            let word = bytes.iter().rev().fold(0u128, |w, &b| w << 8 | u128::from(b));
+            prop_assert_eq!(word_hash_padded(word, bytes.len()), word_hash_bytes(&bytes));
+        }
+
+        /// Any band, any value: the key as `format!` writes it.
+        #[test]
+        fn band_keys_are_written_as_formatted(index in prop_oneof![0usize..200, any::<usize>()], value: u64) {
+            prop_assert_eq!(band_key('b', index, value), format!("b{index}:{value:016x}"));
+            prop_assert_eq!(band_key('s', index, value), format!("s{index}:{value:016x}"));
+        }
     }
 
     #[test]
@@ -464,6 +657,26 @@ mod tests {
                 prop_assert_eq!(got.len(), smallest_distinct(&mut values.clone(), k).len());
                 prop_assert_eq!(got, sorted);
             }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    proptest! {
+        /// Any sample, any functions: the AVX2 minima are the portable ones.
+        #[test]
+        fn vector_minima_are_the_portable_ones(
+            sample in prop::collection::vec(any::<u64>(), 0..300),
+            functions in prop::collection::vec((any::<u64>(), any::<u64>()), 0..40),
+        ) {
+            prop_assume!(std::is_x86_feature_detected!("avx2"));
+            let a: Vec<u64> = functions.iter().map(|f| f.0).collect();
+            let c: Vec<u64> = functions.iter().map(|f| f.1).collect();
+            let mut want = vec![u32::MAX; a.len()];
+            mins_portable(&sample, &a, &c, &mut want);
+            let mut got = vec![u32::MAX; a.len()];
+            // SAFETY: AVX2 was detected above.
+            unsafe { mins_avx2(&sample, &a, &c, &mut got) };
+            prop_assert_eq!(got, want);
         }
     }
 

@@ -174,8 +174,15 @@ pub(super) fn single_texts(body: &str, html: bool, hrefs: bool, budget: &mut Bud
     let read = |out: &mut Texts, room: usize, budget: &mut Budget| {
         if html {
             let h = html::without_images(body, MAX_HTML);
-            let reduced = html::reduce_within(&h, room, budget);
-            out.text.push_str(prefix(&reduced.text, room));
+            let mut reduced = html::reduce_within(&h, room, budget);
+            let keep = prefix(&reduced.text, room).len();
+            reduced.text.truncate(keep);
+            // The first text read is taken as it is, not copied.
+            if out.text.is_empty() {
+                out.text = reduced.text;
+            } else {
+                out.text.push_str(&reduced.text);
+            }
             reduced.hrefs
         } else {
             let text = prefix(body, room);

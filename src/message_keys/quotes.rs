@@ -23,7 +23,7 @@ const ATTRIBUTION_OPENERS: [&str; 5] = ["on ", "am ", "le ", "el ", "op "];
 
 /// Whether `line` is quoted: `>` after optional spaces or tabs.
 pub(super) fn is_quoted(line: &str) -> bool {
-    line.trim_start_matches([' ', '\t']).starts_with('>')
+    line.bytes().find(|&c| c != b' ' && c != b'\t') == Some(b'>')
 }
 
 /// Whether `line` reads like an attribution: it ends with a colon and names the writing.
@@ -44,6 +44,26 @@ fn opens_attribution(line: &str) -> bool {
     })
 }
 
+/// The lines of `text` as [`str::lines`] has them (a line ends at LF, a CR before it is
+/// not part of it), each end found by memchr.
+fn lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let rest = text.get(at..).filter(|r| !r.is_empty())?;
+        match memchr::memchr(b'\n', rest.as_bytes()) {
+            Some(end) => {
+                at += end + 1;
+                let line = &rest[..end];
+                Some(line.strip_suffix('\r').unwrap_or(line))
+            }
+            None => {
+                at = text.len();
+                Some(rest)
+            }
+        }
+    })
+}
+
 /// The lines of `text` (LF or CRLF ends) that are neither quoted nor the attribution of a
 /// quote, in order.
 pub(super) fn unquoted_lines(text: &str) -> Vec<&str> {
@@ -52,7 +72,7 @@ pub(super) fn unquoted_lines(text: &str) -> Vec<&str> {
     // last of them in constant time whatever blank runs came before, and each index is
     // pushed and dropped at most once, so the whole pass is linear.
     let mut worded: Vec<usize> = Vec::new();
-    for line in text.lines() {
+    for line in lines(text) {
         if !is_quoted(line) {
             if !line.trim().is_empty() {
                 worded.push(kept.len());
@@ -86,6 +106,16 @@ pub(super) fn unquoted_lines(text: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text: the lines `str::lines` finds.
+        #[test]
+        fn lines_are_those_of_str_lines(text in "([a\r\n ]|\u{E9})*") {
+            prop_assert_eq!(lines(&text).collect::<Vec<_>>(), text.lines().collect::<Vec<_>>());
+        }
+    }
 
     #[test]
     fn quoted_lines_are_left_out() {

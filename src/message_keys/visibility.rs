@@ -51,48 +51,71 @@ pub(super) fn parse_style(style: &str) -> Style {
     while !style.is_char_boundary(end) {
         end -= 1;
     }
-    for declaration in style[..end].split(';') {
-        let Some((name, value)) = declaration.split_once(':') else {
+    // Declarations found by their bytes (';' and ':' are ASCII, never inside a character).
+    let style = &style[..end];
+    let mut from = 0;
+    while from <= style.len() {
+        let rest = &style.as_bytes()[from..];
+        let stop = rest
+            .iter()
+            .position(|&c| c == b';')
+            .map_or(style.len(), |k| from + k);
+        let declaration = &style[from..stop];
+        from = stop + 1;
+        let Some(colon) = declaration.bytes().position(|c| c == b':') else {
             continue;
         };
         // Names and values compared without regard to case, nothing copied.
-        let name = name.trim();
-        let value = without_important(value.trim()).trim();
-        let is = |n: &str| name.eq_ignore_ascii_case(n);
+        let name = trim(&declaration[..colon]);
+        let value = trim(without_important(trim(&declaration[colon + 1..])));
         let value_is = |v: &str| value.eq_ignore_ascii_case(v);
-        if is("display") {
-            out.hidden |= value_is("none");
-        } else if is("visibility") {
-            out.hidden |= value_is("hidden") || value_is("collapse");
-        } else if is("font-size") {
-            out.hidden |= is_zero_length(value);
-        } else if is("opacity") {
-            out.hidden |= value.parse::<f32>().is_ok_and(|o| o < 0.05);
-        } else if is("mso-hide") {
-            out.hidden |= value_is("all");
-        } else if ["max-height", "height", "max-width", "width"]
-            .iter()
-            .any(|n| is(n))
-        {
-            zero_box |= is_zero_length(value);
-        } else if ["overflow", "overflow-x", "overflow-y"]
-            .iter()
-            .any(|n| is(n))
-        {
-            overflow_hidden |= value_is("hidden");
-        } else if is("color") {
-            out.color = parse_color(value).or(out.color);
-        } else if is("background-color") {
-            out.background = parse_color(value).or(out.background);
-        } else if is("background") {
-            out.background = value
-                .split_whitespace()
-                .find_map(parse_color)
-                .or(out.background);
+        // The name in lower case, matched as bytes (a longer one is none of these).
+        let mut buf = [0u8; 16];
+        let key = match buf.get_mut(..name.len()) {
+            Some(key) => {
+                key.copy_from_slice(name.as_bytes());
+                key.make_ascii_lowercase();
+                &*key
+            }
+            None => b"",
+        };
+        match key {
+            b"display" => out.hidden |= value_is("none"),
+            b"visibility" => out.hidden |= value_is("hidden") || value_is("collapse"),
+            b"font-size" => out.hidden |= is_zero_length(value),
+            b"opacity" => out.hidden |= value.parse::<f32>().is_ok_and(|o| o < 0.05),
+            b"mso-hide" => out.hidden |= value_is("all"),
+            b"max-height" | b"height" | b"max-width" | b"width" => {
+                zero_box |= is_zero_length(value);
+            }
+            b"overflow" | b"overflow-x" | b"overflow-y" => overflow_hidden |= value_is("hidden"),
+            b"color" => out.color = parse_color(value).or(out.color),
+            b"background-color" => out.background = parse_color(value).or(out.background),
+            b"background" => {
+                out.background = value
+                    .split_whitespace()
+                    .find_map(parse_color)
+                    .or(out.background);
+            }
+            _ => {}
         }
     }
     out.hidden |= zero_box && overflow_hidden;
     out
+}
+
+/// `s` without the whitespace at either end, as [`str::trim`] has it: ASCII whitespace
+/// passed over byte by byte, other characters decoded only at an end that is not ASCII.
+fn trim(s: &str) -> &str {
+    let b = s.as_bytes();
+    let space = |c: &u8| matches!(c, b'\t'..=b'\r' | b' ');
+    let start = b.iter().position(|c| !space(c)).unwrap_or(b.len());
+    let end = b.iter().rposition(|c| !space(c)).map_or(start, |e| e + 1);
+    let t = &s[start..end];
+    match (t.as_bytes().first(), t.as_bytes().last()) {
+        (Some(&f), Some(&l)) if f >= 0x80 || l >= 0x80 => t.trim(),
+        _ => t,
+    }
 }
 
 /// `value` without the `!important` flags at its end (in any case).
@@ -110,6 +133,14 @@ fn without_important(mut value: &str) -> &str {
 /// Whether a CSS length is zero (`0`, `0px`, `0pt`, `0em`, `0%`, `0.0rem`).
 fn is_zero_length(value: &str) -> bool {
     let number = value.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == '%');
+    // Digits and a point only, one of them a non-zero digit: a number that is not zero,
+    // told without parsing it.
+    let b = number.as_bytes();
+    if b.iter().all(|&c| c.is_ascii_digit() || c == b'.')
+        && b.iter().any(|&c| matches!(c, b'1'..=b'9'))
+    {
+        return false;
+    }
     number.parse::<f32>().is_ok_and(|n| n == 0.0)
 }
 
@@ -117,10 +148,11 @@ fn is_zero_length(value: &str) -> bool {
 /// colour at all), or a common name.
 pub(super) fn parse_color(value: &str) -> Option<Rgb> {
     // Hex digits are read in either case: only other forms are lower-cased (copied).
-    if let Some(hex) = value.trim().strip_prefix('#') {
-        return parse_hex(hex);
+    let value = trim(value);
+    if value.as_bytes().first() == Some(&b'#') {
+        return parse_hex(&value[1..]);
     }
-    let v = value.trim().to_ascii_lowercase();
+    let v = value.to_ascii_lowercase();
     if let Some(args) = v
         .strip_prefix("rgba(")
         .or_else(|| v.strip_prefix("rgb("))
@@ -168,16 +200,22 @@ pub(super) fn parse_color(value: &str) -> Option<Rgb> {
 
 /// `rgb` or `rrggbb` (a leading `#` already gone); an HTML attribute may leave the `#` out.
 fn parse_hex(hex: &str) -> Option<Rgb> {
-    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    let b = hex.as_bytes();
+    if !matches!(b.len(), 3 | 6) || !b.iter().all(u8::is_ascii_hexdigit) {
         return None;
     }
-    let digit = |i: usize| u8::from_str_radix(&hex[i..=i], 16).ok();
-    match hex.len() {
-        3 => Some(Rgb(digit(0)? * 17, digit(1)? * 17, digit(2)? * 17)),
-        6 => {
-            let byte = |i: usize| u8::from_str_radix(&hex[i..i + 2], 16).ok();
-            Some(Rgb(byte(0)?, byte(2)?, byte(4)?))
-        }
+    // Every byte is a hex digit: '0'–'9', or a letter whose low bits count from 1.
+    let digit = |i: usize| match b[i] {
+        c @ b'0'..=b'9' => c - b'0',
+        c => (c & 0x0f) + 9,
+    };
+    match b.len() {
+        3 => Some(Rgb(digit(0) * 17, digit(1) * 17, digit(2) * 17)),
+        6 => Some(Rgb(
+            digit(0) * 16 + digit(1),
+            digit(2) * 16 + digit(3),
+            digit(4) * 16 + digit(5),
+        )),
         _ => None,
     }
 }
@@ -190,6 +228,47 @@ pub(super) fn parse_attribute_color(value: &str) -> Option<Rgb> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`parse_style`] as it was written on `str` methods: what the byte reading is tested
+    /// against.
+    fn parse_style_by_str(style: &str) -> Style {
+        let mut out = Style::default();
+        let (mut zero_box, mut overflow_hidden) = (false, false);
+        let mut end = style.len().min(MAX_STYLE);
+        while !style.is_char_boundary(end) {
+            end -= 1;
+        }
+        for declaration in style[..end].split(';') {
+            let Some((name, value)) = declaration.split_once(':') else {
+                continue;
+            };
+            let name = name.trim().to_ascii_lowercase();
+            let value = without_important(value.trim()).trim();
+            let value_is = |v: &str| value.eq_ignore_ascii_case(v);
+            match name.as_str() {
+                "display" => out.hidden |= value_is("none"),
+                "visibility" => out.hidden |= value_is("hidden") || value_is("collapse"),
+                "font-size" => out.hidden |= is_zero_length(value),
+                "opacity" => out.hidden |= value.parse::<f32>().is_ok_and(|o| o < 0.05),
+                "mso-hide" => out.hidden |= value_is("all"),
+                "max-height" | "height" | "max-width" | "width" => {
+                    zero_box |= is_zero_length(value)
+                }
+                "overflow" | "overflow-x" | "overflow-y" => overflow_hidden |= value_is("hidden"),
+                "color" => out.color = parse_color(value).or(out.color),
+                "background-color" => out.background = parse_color(value).or(out.background),
+                "background" => {
+                    out.background = value
+                        .split_whitespace()
+                        .find_map(parse_color)
+                        .or(out.background)
+                }
+                _ => {}
+            }
+        }
+        out.hidden |= zero_box && overflow_hidden;
+        out
+    }
     use proptest::prelude::*;
 
     #[test]
@@ -243,6 +322,42 @@ mod tests {
     }
 
     proptest! {
+        /// Any hex-like text: the colour `from_str_radix` reads.
+        #[test]
+        fn hex_colours_are_read_as_by_from_str_radix(hex in "[0-9a-fA-FgG#]{0,7}") {
+            let radix = |h: &str| u8::from_str_radix(h, 16).ok();
+            let expected = if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                None
+            } else if hex.len() == 3 {
+                (|| Some(Rgb(radix(&hex[0..1])? * 17, radix(&hex[1..2])? * 17, radix(&hex[2..3])? * 17)))()
+            } else if hex.len() == 6 {
+                (|| Some(Rgb(radix(&hex[0..2])?, radix(&hex[2..4])?, radix(&hex[4..6])?)))()
+            } else {
+                None
+            };
+            prop_assert_eq!(parse_hex(&hex), expected);
+        }
+
+        /// Any length: zero as parsing it finds.
+        #[test]
+        fn zero_lengths_are_told_as_parsed(v in "[0-9.]{0,6}(px|pt|%|e-50|e5)?") {
+            let number = v.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == '%');
+            prop_assert_eq!(is_zero_length(&v), number.parse::<f32>().is_ok_and(|n| n == 0.0));
+        }
+
+        /// Any text: trimmed as `str::trim` trims it.
+        #[test]
+        fn trim_is_str_trim(s in "([a-z:;!]|[ \t\x0b\x0c\r\n\x1c]|[\u{85}\u{A0}\u{2003}\u{E9}\u{3000}])*") {
+            prop_assert_eq!(trim(&s), s.trim());
+        }
+
+        /// Any style: the declarations read as split on ';' and ':' and trimmed by `str`.
+        #[test]
+        fn styles_are_read_as_split_by_str(
+            s in "((display|Color|background|font-size|opacity|WIDTH|overflow| |\u{A0})*(:)?( |\u{2003})*(none|#fff|0px|0|hidden|red|ALL|!important|\u{A0})*;?)*",
+        ) {
+            prop_assert_eq!(parse_style(&s), parse_style_by_str(&s));
+        }
         /// Any style text: no panic, and a `display:none` appended always hides.
         #[test]
         fn any_style_parses(s in "\\PC{0,200}") {

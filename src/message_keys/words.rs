@@ -129,9 +129,7 @@ pub(super) fn each_word_hash(text: &str, emit: &mut dyn FnMut(u64) -> bool) -> b
             }
         }
         let start = i;
-        while i < b.len() && b[i] < 0x80 && !is_ascii_space(b[i]) {
-            i += 1;
-        }
+        i = ascii_token_end(b, i);
         let common = if i < b.len() && b[i] >= 0x80 {
             // A character outside ASCII: the token ends at the next whitespace character
             // (its first character is none: the token is never empty).
@@ -155,7 +153,43 @@ pub(super) fn each_word_hash(text: &str, emit: &mut dyn FnMut(u64) -> bool) -> b
     true
 }
 
+/// The first byte of `b` from `i` on that is ASCII whitespace or not ASCII (`b.len()` when
+/// there is none): eight bytes looked at a time, a word at a time in prose.
+fn ascii_token_end(b: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    loop {
+        match b.get(i..i + 8) {
+            Some(chunk) => {
+                let w = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+                // The high bit of each byte under '!' (a borrow can only mark bytes above
+                // the first such one) or from 0x80: the lowest marked byte is the first.
+                let marked = ((w.wrapping_sub(ONES * 0x21) & !w) | w) & HIGHS;
+                if marked == 0 {
+                    i += 8;
+                    continue;
+                }
+                i += (marked.trailing_zeros() / 8) as usize;
+            }
+            None => {
+                while b.get(i).is_some_and(|&c| c > b' ' && c < 0x80) {
+                    i += 1;
+                }
+                if i == b.len() {
+                    return i;
+                }
+            }
+        }
+        if b[i] >= 0x80 || is_ascii_space(b[i]) {
+            return i;
+        }
+        // A control byte: part of the token.
+        i += 1;
+    }
+}
+
 /// ASCII whitespace as [`char::is_whitespace`] has it.
+#[inline]
 fn is_ascii_space(c: u8) -> bool {
     matches!(c, b'\t'..=b'\r' | b' ')
 }
@@ -163,6 +197,7 @@ fn is_ascii_space(c: u8) -> bool {
 /// Whether the character at byte `i` of `text` (a character boundary) is whitespace, as
 /// [`char::is_whitespace`] has it, and its length in bytes: an ASCII byte is looked at as a
 /// byte, another character decoded.
+#[inline]
 pub(super) fn space_at(text: &str, i: usize) -> (bool, usize) {
     let b = text.as_bytes()[i];
     if b < 0x80 {
@@ -176,9 +211,10 @@ pub(super) fn space_at(text: &str, i: usize) -> (bool, usize) {
 /// The hash of the one word of `raw` (a whitespace-separated token of ASCII bytes) when it
 /// is a common token: no `:` (no link), and between its first and last letter or digit
 /// either letters only, fewer than [`LONG_TOKEN`] (never random-looking, each folding to
-/// one lower-case letter: `letters`, [`letter_folds`]) or digits only (one `0`). None for
-/// every other token, and for one without letters or digits.
-fn common_word_hash(raw: &[u8], letters: &[u8; 128]) -> Option<u64> {
+/// a few lower-case letters, fewer than [`LONG_TOKEN`] in all: `letters`,
+/// [`letter_folds`]) or digits only (one `0`). None for every other token, and for one
+/// without letters or digits.
+fn common_word_hash(raw: &[u8], letters: &[(u32, u8); 128]) -> Option<u64> {
     let mut start = 0;
     while start < raw.len() && !raw[start].is_ascii_alphanumeric() {
         if raw[start] == b':' {
@@ -198,16 +234,25 @@ fn common_word_hash(raw: &[u8], letters: &[u8; 128]) -> Option<u64> {
     }
     let core = &raw[start..end];
     if core.len() < LONG_TOKEN {
-        let mut folded = [0u8; LONG_TOKEN];
-        let mut all_letters = true;
-        for (f, &c) in folded.iter_mut().zip(core) {
-            *f = letters[usize::from(c & 0x7f)];
-            all_letters &= *f != 0;
+        // The folded word's bytes, little-endian, zero past it: each letter's fold put
+        // after the folds before it.
+        let mut word = 0u128;
+        let mut n = 0;
+        for &c in core {
+            let (fold, len) = letters[usize::from(c & 0x7f)];
+            word |= u128::from(fold) << (8 * n);
+            n += usize::from(len);
+            if len == 0 || n >= LONG_TOKEN {
+                return digits_hash(core);
+            }
         }
-        if all_letters {
-            return Some(minhash::word_hash_bytes(&folded[..core.len()]));
-        }
+        return Some(minhash::word_hash_padded(word, n));
     }
+    digits_hash(core)
+}
+
+/// The hash of `core` when it is digits only (one `0`).
+fn digits_hash(core: &[u8]) -> Option<u64> {
     if core.iter().all(u8::is_ascii_digit) {
         static ZERO: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
         return Some(*ZERO.get_or_init(|| minhash::word_hash("0")));
@@ -215,19 +260,27 @@ fn common_word_hash(raw: &[u8], letters: &[u8; 128]) -> Option<u64> {
     None
 }
 
-/// For each ASCII letter, the lower-case letter it folds to when that is its whole fold
-/// (every letter but those of [`simple_folds`] that fold otherwise); 0 for every other
-/// byte.
-fn letter_folds() -> &'static [u8; 128] {
-    static LETTERS: std::sync::OnceLock<[u8; 128]> = std::sync::OnceLock::new();
+/// At most this many bytes of one ASCII letter's fold are read from [`letter_folds`].
+const FOLD_BYTES: usize = 3;
+
+/// For each ASCII letter, the lower-case letters it folds to when its fold is one to
+/// [`FOLD_BYTES`] of them (`m` reads as `rn`), as the bytes of a little-endian number, and
+/// how many; none (0) for every other letter and every other byte.
+fn letter_folds() -> &'static [(u32, u8); 128] {
+    static LETTERS: std::sync::OnceLock<[(u32, u8); 128]> = std::sync::OnceLock::new();
     LETTERS.get_or_init(|| {
-        let simple = simple_folds();
+        let table = invisible::ascii_table();
         std::array::from_fn(|i| {
-            if (i as u8).is_ascii_alphabetic() {
-                simple[i]
-            } else {
-                0
+            let fold = table[i].as_bytes();
+            if !(i as u8).is_ascii_alphabetic()
+                || fold.is_empty()
+                || fold.len() > FOLD_BYTES
+                || !fold.iter().all(u8::is_ascii_lowercase)
+            {
+                return (0, 0);
             }
+            let bytes = fold.iter().rev().fold(0u32, |b, &c| b << 8 | u32::from(c));
+            (bytes, fold.len() as u8)
         })
     })
 }
@@ -482,6 +535,22 @@ mod tests {
             plain(core, &mut out);
         }
         out
+    }
+
+    proptest! {
+        /// Any bytes, from any start: the token ends where the byte-by-byte walk ends it.
+        #[test]
+        fn ascii_tokens_end_where_walked_byte_by_byte(
+            b in proptest::collection::vec(prop_oneof![Just(b' '), Just(b'\t'), Just(0x0b_u8), Just(0x1f_u8), Just(b'!'), Just(0x7f_u8), Just(0x80_u8), Just(b'a'), any::<u8>()], 0..40),
+            start in 0usize..40,
+        ) {
+            let start = start.min(b.len());
+            let mut i = start;
+            while i < b.len() && b[i] < 0x80 && !is_ascii_space(b[i]) {
+                i += 1;
+            }
+            prop_assert_eq!(ascii_token_end(&b, start), i);
+        }
     }
 
     proptest! {
