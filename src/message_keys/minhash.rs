@@ -668,7 +668,10 @@ mod tests {
             sample in prop::collection::vec(any::<u64>(), 0..300),
             functions in prop::collection::vec((any::<u64>(), any::<u64>()), 0..40),
         ) {
-            prop_assume!(std::is_x86_feature_detected!("avx2"));
+            if !std::is_x86_feature_detected!("avx2") {
+                // Nothing to compare on a CPU without it (the portable loop is used there).
+                return Ok(());
+            }
             let a: Vec<u64> = functions.iter().map(|f| f.0).collect();
             let c: Vec<u64> = functions.iter().map(|f| f.1).collect();
             let mut want = vec![u32::MAX; a.len()];
