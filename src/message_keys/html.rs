@@ -10,7 +10,7 @@
 //! `border-top` separator, Thunderbird's `moz-cite-prefix`) ends the author's text: nothing
 //! after it is read as text.
 
-use super::visibility::{parse_attribute_color, parse_style, Rgb, BLACK, WHITE};
+use super::visibility::{parse_attribute_color, parse_style, Rgb, Style, BLACK, WHITE};
 use super::words::space_at;
 
 use super::Budget;
@@ -474,6 +474,9 @@ struct Open<'a> {
     stack: Vec<Frame<'a>>,
     /// A quoted or forwarded part began: no text is read after it.
     cut: bool,
+    /// The last `style` attribute read and what it says: templates repeat one inline
+    /// style on many elements, read once while it repeats.
+    last_style: Option<(&'a str, Style)>,
 }
 
 /// One open element.
@@ -492,6 +495,19 @@ impl<'a> Open<'a> {
         self.stack
             .last()
             .is_none_or(|f| !f.hidden && !f.color.near(f.background))
+    }
+
+    /// What the inline style `s` says: the last one's reading when `s` is written as it
+    /// was.
+    fn style(&mut self, s: &'a str) -> Style {
+        match self.last_style {
+            Some((last, style)) if last == s => style,
+            _ => {
+                let style = parse_style(s);
+                self.last_style = Some((s, style));
+                style
+            }
+        }
     }
 
     /// Opens or closes an element for `tag`.
@@ -531,7 +547,9 @@ impl<'a> Open<'a> {
             .stack
             .last()
             .map_or((false, BLACK, WHITE), |f| (f.hidden, f.color, f.background));
-        let style = attributes.style.map(parse_style).unwrap_or_default();
+        let style = attributes
+            .style
+            .map_or_else(Style::default, |s| self.style(s));
         let background = style
             .background
             .or_else(|| attributes.bgcolor.and_then(parse_attribute_color))
@@ -1083,6 +1101,21 @@ mod tests {
         );
         // Unclosed paragraphs end at the next one.
         assert_eq!(text("<p style='display:none'>x<p>y"), "y");
+    }
+
+    #[test]
+    fn a_repeated_style_reads_as_its_first_reading() {
+        let hide = "<span style=\"display:none\">h</span>";
+        let show = "<span style=\"color:red\">s</span>";
+        assert_eq!(
+            text(&format!("{hide}{hide}{show}{show}{hide}{show}")),
+            "sss"
+        );
+        // A style written in another case is read on its own.
+        assert_eq!(
+            text("<b style='display:none'>h</b><b style='DISPLAY:NONE'>h</b><b style='display:nonE '>h</b><b style='display:non'>s</b>"),
+            "s"
+        );
     }
 
     #[test]
