@@ -118,24 +118,14 @@ pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str
     // The bytes of `html` before `copied` are dealt with: kept in `out` or dropped.
     let mut copied = 0;
     let mut dropped = 0;
-    // Found from their `<` and their `:`, both rarer than other bytes.
-    for c in Positions2::new(b, b'<', b':') {
+    // Found from their `<` before an `i` and their `:` after an `a`.
+    for c in Candidates::new(b) {
         if c < copied {
             continue;
         }
         // A `data:` URI starts four bytes before its colon.
         if c.saturating_sub(4).max(copied) - dropped >= max {
             break;
-        }
-        // Most hits are neither: a `<` not before an `i`, a `:` not after an `a` (in any
-        // case).
-        let (near, letter) = if b[c] == b'<' {
-            (b.get(c + 1), b'i')
-        } else {
-            (c.checked_sub(1).map(|p| &b[p]), b'a')
-        };
-        if near.is_none_or(|&n| n | 0x20 != letter) {
-            continue;
         }
         let (start, end) = if b[c] == b'<' && starts_image(c) {
             let end = memchr::memchr(b'>', &b[c..]).map_or(b.len(), |e| c + e + 1);
@@ -164,13 +154,22 @@ pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str
     }
 }
 
-/// The positions of the bytes of `b` that are `x` or `y`, in order. Dense hits cost
-/// little: 16 bytes are compared at a time and each block's hits are read from one bit
-/// mask (a search restarted after each hit costs more).
-struct Positions2<'b> {
+/// Whether byte `k` of `b` may start an image or a data URI: a `<` before an `i`, or a `:`
+/// after an `a` (in any case).
+#[inline]
+fn is_candidate(b: &[u8], k: usize) -> bool {
+    match b[k] {
+        b'<' => b.get(k + 1).is_some_and(|&n| n | 0x20 == b'i'),
+        b':' => k > 0 && b[k - 1] | 0x20 == b'a',
+        _ => false,
+    }
+}
+
+/// The positions of `b` where an image or a data URI may start ([`is_candidate`]), in
+/// order. 16 bytes are looked at a time, each with its neighbours, and each block's hits
+/// are read from one bit mask: the many `<` of other tags and `:` of styles are no hits.
+struct Candidates<'b> {
     b: &'b [u8],
-    x: u8,
-    y: u8,
     /// Where the block of `mask` starts.
     base: usize,
     /// The hits of the block at `base` not yet given, one bit each.
@@ -179,47 +178,56 @@ struct Positions2<'b> {
     next: usize,
 }
 
-impl<'b> Positions2<'b> {
-    fn new(b: &'b [u8], x: u8, y: u8) -> Self {
-        Positions2 {
+impl<'b> Candidates<'b> {
+    fn new(b: &'b [u8]) -> Self {
+        Candidates {
             b,
-            x,
-            y,
             base: 0,
             mask: 0,
             next: 0,
         }
     }
 
-    /// The hit mask of the 16 bytes of `block`.
+    /// The hit mask of the 16 bytes at `base`, which has a byte before it and one after.
     #[cfg(target_arch = "x86_64")]
     #[inline]
-    fn block_mask(&self, block: &[u8]) -> u32 {
+    fn block_mask(&self, base: usize) -> u32 {
         use std::arch::x86_64::{
-            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
-            _mm_set1_epi8,
+            __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8,
+            _mm_or_si128, _mm_set1_epi8,
         };
-        debug_assert_eq!(block.len(), 16);
+        assert!(base >= 1 && base + 17 <= self.b.len());
         // SAFETY: SSE2 is part of every x86_64 target, so these instructions always exist;
-        // the load reads the 16 bytes of `block`, with no alignment requirement.
+        // the loads read bytes `base - 1` to `base + 16` of `b`, all in it (asserted), with
+        // no alignment requirement.
         unsafe {
-            let v = _mm_loadu_si128(block.as_ptr().cast::<__m128i>());
-            let (vx, vy) = (_mm_set1_epi8(self.x as i8), _mm_set1_epi8(self.y as i8));
-            _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, vx), _mm_cmpeq_epi8(v, vy))) as u32
+            let at = self.b.as_ptr().add(base);
+            let v = _mm_loadu_si128(at.cast::<__m128i>());
+            let after = _mm_loadu_si128(at.add(1).cast::<__m128i>());
+            let before = _mm_loadu_si128(at.sub(1).cast::<__m128i>());
+            let case = _mm_set1_epi8(0x20);
+            let image = _mm_and_si128(
+                _mm_cmpeq_epi8(v, _mm_set1_epi8(b'<' as i8)),
+                _mm_cmpeq_epi8(_mm_or_si128(after, case), _mm_set1_epi8(b'i' as i8)),
+            );
+            let data = _mm_and_si128(
+                _mm_cmpeq_epi8(v, _mm_set1_epi8(b':' as i8)),
+                _mm_cmpeq_epi8(_mm_or_si128(before, case), _mm_set1_epi8(b'a' as i8)),
+            );
+            _mm_movemask_epi8(_mm_or_si128(image, data)) as u32
         }
     }
 
-    /// The hit mask of `block` (at most 16 bytes), byte by byte.
-    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    /// The hit mask of the bytes `base..end`, byte by byte.
     #[inline]
-    fn block_mask_portable(&self, block: &[u8]) -> u32 {
-        block.iter().enumerate().fold(0, |m, (k, &c)| {
-            m | u32::from(c == self.x || c == self.y) << k
+    fn block_mask_portable(&self, base: usize, end: usize) -> u32 {
+        (base..end).fold(0, |m, k| {
+            m | u32::from(is_candidate(self.b, k)) << (k - base)
         })
     }
 }
 
-impl Iterator for Positions2<'_> {
+impl Iterator for Candidates<'_> {
     type Item = usize;
 
     #[inline]
@@ -230,18 +238,17 @@ impl Iterator for Positions2<'_> {
             }
             self.base = self.next;
             let end = (self.base + 16).min(self.b.len());
-            let block = &self.b[self.base..end];
             #[cfg(target_arch = "x86_64")]
             {
-                self.mask = if block.len() == 16 {
-                    self.block_mask(block)
+                self.mask = if self.base >= 1 && self.base + 17 <= self.b.len() {
+                    self.block_mask(self.base)
                 } else {
-                    self.block_mask_portable(block)
+                    self.block_mask_portable(self.base, end)
                 };
             }
             #[cfg(not(target_arch = "x86_64"))]
             {
-                self.mask = self.block_mask_portable(block);
+                self.mask = self.block_mask_portable(self.base, end);
             }
             self.next = end;
         }
@@ -991,13 +998,19 @@ mod tests {
             prop_assert_eq!(visible_run_end(&b, start), k);
         }
 
-        /// Any bytes: the positions found are those of the two bytes, in order.
+        /// Any bytes: the candidates found are those looked at byte by byte, in order.
         #[test]
-        fn positions_are_found_in_order(
-            b in proptest::collection::vec(prop_oneof![Just(b'<'), Just(b':'), any::<u8>()], 0..100),
+        fn candidates_are_found_in_order(
+            b in proptest::collection::vec(prop_oneof![Just(b'<'), Just(b':'), Just(b'i'), Just(b'I'), Just(b'a'), Just(b'A'), Just(b'i' ^ 0x20 ^ 0x80), any::<u8>()], 0..100),
         ) {
-            let want: Vec<usize> = (0..b.len()).filter(|&i| b[i] == b'<' || b[i] == b':').collect();
-            let got: Vec<usize> = Positions2::new(&b, b'<', b':').collect();
+            let want: Vec<usize> = (0..b.len())
+                .filter(|&i| match b[i] {
+                    b'<' => i + 1 < b.len() && matches!(b[i + 1], b'i' | b'I'),
+                    b':' => i > 0 && matches!(b[i - 1], b'a' | b'A'),
+                    _ => false,
+                })
+                .collect();
+            let got: Vec<usize> = Candidates::new(&b).collect();
             prop_assert_eq!(got, want);
         }
     }
