@@ -276,7 +276,63 @@ pub(super) struct Reduced {
     /// The visible text, lines ended by block elements.
     pub text: String,
     /// The `href` values of `a` and `area` elements, references decoded.
-    pub hrefs: Vec<String>,
+    pub hrefs: Hrefs,
+}
+
+/// Link targets in order, their text kept one after the other in one string (a string
+/// each would cost an allocation each).
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Hrefs {
+    /// The targets, one after the other.
+    text: String,
+    /// Where each target ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl Hrefs {
+    /// How many targets there are.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Adds the target written `raw`, its references decoded.
+    fn push_decoded(&mut self, raw: &str) {
+        decode_references_into(&mut self.text, raw);
+        self.ends.push(self.text.len());
+    }
+
+    /// Adds the targets of `other` after these.
+    pub fn extend(&mut self, other: Hrefs) {
+        if self.is_empty() {
+            *self = other;
+            return;
+        }
+        let offset = self.text.len();
+        self.text.push_str(&other.text);
+        self.ends.extend(other.ends.iter().map(|e| e + offset));
+    }
+
+    /// Keeps the first `n` targets.
+    pub fn truncate(&mut self, n: usize) {
+        if n < self.ends.len() {
+            self.text
+                .truncate(n.checked_sub(1).map_or(0, |last| self.ends[last]));
+            self.ends.truncate(n);
+        }
+    }
+
+    /// The targets, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(start, &end)| &self.text[start..end])
+    }
 }
 
 /// [`reduce_within`] without a budget.
@@ -344,7 +400,7 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
             // No more text is read: only the links are, whatever their element shows.
             if !tag.closing && tag.kind.link && out.hrefs.len() < MAX_HREFS {
                 if let Some(href) = tag.read_attributes().href {
-                    out.hrefs.push(decode_references(href));
+                    out.hrefs.push_decoded(href);
                 }
             }
             continue;
@@ -374,7 +430,7 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
         }
         if !tag.closing && tag.kind.link && out.hrefs.len() < MAX_HREFS {
             if let Some(href) = attributes.href {
-                out.hrefs.push(decode_references(href));
+                out.hrefs.push_decoded(href);
             }
         }
     }
@@ -842,10 +898,18 @@ fn find3(hay: &[u8], a: u8, b: u8, c: u8) -> Option<usize> {
 /// `s` with HTML character references decoded: the numeric ones and the named ones mail
 /// writers use; an unknown or malformed reference stays as written.
 pub(super) fn decode_references(s: &str) -> String {
+    let mut out = String::new();
+    decode_references_into(&mut out, s);
+    out
+}
+
+/// [`decode_references`], appended to `out`.
+fn decode_references_into(out: &mut String, s: &str) {
     let Some(first) = memchr::memchr(b'&', s.as_bytes()) else {
-        return s.to_owned();
+        out.push_str(s);
+        return;
     };
-    let mut out = String::with_capacity(s.len());
+    out.reserve(s.len());
     out.push_str(&s[..first]);
     let mut rest = &s[first..];
     while let Some(amp) = memchr::memchr(b'&', rest.as_bytes()) {
@@ -871,7 +935,6 @@ pub(super) fn decode_references(s: &str) -> String {
         }
     }
     out.push_str(rest);
-    out
 }
 
 /// What one reference (`amp`, `#233`, `#x1F600`) stands for.
@@ -1016,6 +1079,27 @@ mod tests {
     }
 
     proptest! {
+        /// Any targets, joined and cut: the same as a list of strings of them.
+        #[test]
+        fn hrefs_hold_what_a_list_holds(
+            first in proptest::collection::vec("[a-z&;#0-9é]{0,6}", 0..5),
+            second in proptest::collection::vec("[a-z&;#0-9é]{0,6}", 0..5),
+            keep in 0usize..12,
+        ) {
+            let (mut a, mut b) = (Hrefs::default(), Hrefs::default());
+            first.iter().for_each(|h| a.push_decoded(h));
+            second.iter().for_each(|h| b.push_decoded(h));
+            a.extend(b);
+            a.truncate(keep);
+            let mut want: Vec<String> = first.iter().chain(&second).map(|h| decode_references(h)).collect();
+            want.truncate(keep);
+            prop_assert_eq!(a.len(), want.len());
+            prop_assert_eq!(a.is_empty(), want.is_empty());
+            prop_assert_eq!(a.iter().collect::<Vec<_>>(), want);
+        }
+    }
+
+    proptest! {
         /// Any attribute text: the byte walk finds the names and values the `str` one does.
         #[test]
         fn attributes_are_walked_as_by_characters(
@@ -1071,7 +1155,7 @@ mod tests {
             usize::MAX,
         );
         assert_eq!(
-            r.hrefs,
+            r.hrefs.iter().collect::<Vec<_>>(),
             [
                 "https://t.example.com/c?a=1&b=2",
                 "http://b.example",
@@ -1086,7 +1170,7 @@ mod tests {
     fn links_are_read_past_the_text_budget() {
         let r = reduce("<p>text</p><a href=\"https://a.example\">a</a>", 0);
         assert_eq!(r.text, "");
-        assert_eq!(r.hrefs, ["https://a.example"]);
+        assert_eq!(r.hrefs.iter().collect::<Vec<_>>(), ["https://a.example"]);
     }
 
     #[test]
@@ -1144,7 +1228,7 @@ mod tests {
                 usize::MAX,
             );
             assert_eq!(r.text, "mine\n", "{marker}");
-            assert_eq!(r.hrefs, ["https://x.example"]);
+            assert_eq!(r.hrefs.iter().collect::<Vec<_>>(), ["https://x.example"]);
         }
     }
 
