@@ -10,7 +10,7 @@
 //! `border-top` separator, Thunderbird's `moz-cite-prefix`) ends the author's text: nothing
 //! after it is read as text.
 
-use super::visibility::{parse_attribute_color, parse_style, Rgb, BLACK, WHITE};
+use super::visibility::{parse_attribute_color, parse_style, Rgb, Style, BLACK, WHITE};
 use super::words::space_at;
 
 use super::Budget;
@@ -118,24 +118,14 @@ pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str
     // The bytes of `html` before `copied` are dealt with: kept in `out` or dropped.
     let mut copied = 0;
     let mut dropped = 0;
-    // Found from their `<` and their `:`, both rarer than other bytes.
-    for c in Positions2::new(b, b'<', b':') {
+    // Found from their `<` before an `i` and their `:` after an `a`.
+    for c in Candidates::new(b) {
         if c < copied {
             continue;
         }
         // A `data:` URI starts four bytes before its colon.
         if c.saturating_sub(4).max(copied) - dropped >= max {
             break;
-        }
-        // Most hits are neither: a `<` not before an `i`, a `:` not after an `a` (in any
-        // case).
-        let (near, letter) = if b[c] == b'<' {
-            (b.get(c + 1), b'i')
-        } else {
-            (c.checked_sub(1).map(|p| &b[p]), b'a')
-        };
-        if near.is_none_or(|&n| n | 0x20 != letter) {
-            continue;
         }
         let (start, end) = if b[c] == b'<' && starts_image(c) {
             let end = memchr::memchr(b'>', &b[c..]).map_or(b.len(), |e| c + e + 1);
@@ -164,13 +154,22 @@ pub(super) fn without_images(html: &str, max: usize) -> std::borrow::Cow<'_, str
     }
 }
 
-/// The positions of the bytes of `b` that are `x` or `y`, in order. Dense hits cost
-/// little: 16 bytes are compared at a time and each block's hits are read from one bit
-/// mask (a search restarted after each hit costs more).
-struct Positions2<'b> {
+/// Whether byte `k` of `b` may start an image or a data URI: a `<` before an `i`, or a `:`
+/// after an `a` (in any case).
+#[inline]
+fn is_candidate(b: &[u8], k: usize) -> bool {
+    match b[k] {
+        b'<' => b.get(k + 1).is_some_and(|&n| n | 0x20 == b'i'),
+        b':' => k > 0 && b[k - 1] | 0x20 == b'a',
+        _ => false,
+    }
+}
+
+/// The positions of `b` where an image or a data URI may start ([`is_candidate`]), in
+/// order. 16 bytes are looked at a time, each with its neighbours, and each block's hits
+/// are read from one bit mask: the many `<` of other tags and `:` of styles are no hits.
+struct Candidates<'b> {
     b: &'b [u8],
-    x: u8,
-    y: u8,
     /// Where the block of `mask` starts.
     base: usize,
     /// The hits of the block at `base` not yet given, one bit each.
@@ -179,47 +178,56 @@ struct Positions2<'b> {
     next: usize,
 }
 
-impl<'b> Positions2<'b> {
-    fn new(b: &'b [u8], x: u8, y: u8) -> Self {
-        Positions2 {
+impl<'b> Candidates<'b> {
+    fn new(b: &'b [u8]) -> Self {
+        Candidates {
             b,
-            x,
-            y,
             base: 0,
             mask: 0,
             next: 0,
         }
     }
 
-    /// The hit mask of the 16 bytes of `block`.
+    /// The hit mask of the 16 bytes at `base`, which has a byte before it and one after.
     #[cfg(target_arch = "x86_64")]
     #[inline]
-    fn block_mask(&self, block: &[u8]) -> u32 {
+    fn block_mask(&self, base: usize) -> u32 {
         use std::arch::x86_64::{
-            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
-            _mm_set1_epi8,
+            __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8,
+            _mm_or_si128, _mm_set1_epi8,
         };
-        debug_assert_eq!(block.len(), 16);
+        assert!(base >= 1 && base + 17 <= self.b.len());
         // SAFETY: SSE2 is part of every x86_64 target, so these instructions always exist;
-        // the load reads the 16 bytes of `block`, with no alignment requirement.
+        // the loads read bytes `base - 1` to `base + 16` of `b`, all in it (asserted), with
+        // no alignment requirement.
         unsafe {
-            let v = _mm_loadu_si128(block.as_ptr().cast::<__m128i>());
-            let (vx, vy) = (_mm_set1_epi8(self.x as i8), _mm_set1_epi8(self.y as i8));
-            _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, vx), _mm_cmpeq_epi8(v, vy))) as u32
+            let at = self.b.as_ptr().add(base);
+            let v = _mm_loadu_si128(at.cast::<__m128i>());
+            let after = _mm_loadu_si128(at.add(1).cast::<__m128i>());
+            let before = _mm_loadu_si128(at.sub(1).cast::<__m128i>());
+            let case = _mm_set1_epi8(0x20);
+            let image = _mm_and_si128(
+                _mm_cmpeq_epi8(v, _mm_set1_epi8(b'<' as i8)),
+                _mm_cmpeq_epi8(_mm_or_si128(after, case), _mm_set1_epi8(b'i' as i8)),
+            );
+            let data = _mm_and_si128(
+                _mm_cmpeq_epi8(v, _mm_set1_epi8(b':' as i8)),
+                _mm_cmpeq_epi8(_mm_or_si128(before, case), _mm_set1_epi8(b'a' as i8)),
+            );
+            _mm_movemask_epi8(_mm_or_si128(image, data)) as u32
         }
     }
 
-    /// The hit mask of `block` (at most 16 bytes), byte by byte.
-    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    /// The hit mask of the bytes `base..end`, byte by byte.
     #[inline]
-    fn block_mask_portable(&self, block: &[u8]) -> u32 {
-        block.iter().enumerate().fold(0, |m, (k, &c)| {
-            m | u32::from(c == self.x || c == self.y) << k
+    fn block_mask_portable(&self, base: usize, end: usize) -> u32 {
+        (base..end).fold(0, |m, k| {
+            m | u32::from(is_candidate(self.b, k)) << (k - base)
         })
     }
 }
 
-impl Iterator for Positions2<'_> {
+impl Iterator for Candidates<'_> {
     type Item = usize;
 
     #[inline]
@@ -230,18 +238,17 @@ impl Iterator for Positions2<'_> {
             }
             self.base = self.next;
             let end = (self.base + 16).min(self.b.len());
-            let block = &self.b[self.base..end];
             #[cfg(target_arch = "x86_64")]
             {
-                self.mask = if block.len() == 16 {
-                    self.block_mask(block)
+                self.mask = if self.base >= 1 && self.base + 17 <= self.b.len() {
+                    self.block_mask(self.base)
                 } else {
-                    self.block_mask_portable(block)
+                    self.block_mask_portable(self.base, end)
                 };
             }
             #[cfg(not(target_arch = "x86_64"))]
             {
-                self.mask = self.block_mask_portable(block);
+                self.mask = self.block_mask_portable(self.base, end);
             }
             self.next = end;
         }
@@ -269,7 +276,63 @@ pub(super) struct Reduced {
     /// The visible text, lines ended by block elements.
     pub text: String,
     /// The `href` values of `a` and `area` elements, references decoded.
-    pub hrefs: Vec<String>,
+    pub hrefs: Hrefs,
+}
+
+/// Link targets in order, their text kept one after the other in one string (a string
+/// each would cost an allocation each).
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Hrefs {
+    /// The targets, one after the other.
+    text: String,
+    /// Where each target ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl Hrefs {
+    /// How many targets there are.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Adds the target written `raw`, its references decoded.
+    fn push_decoded(&mut self, raw: &str) {
+        decode_references_into(&mut self.text, raw);
+        self.ends.push(self.text.len());
+    }
+
+    /// Adds the targets of `other` after these.
+    pub fn extend(&mut self, other: Hrefs) {
+        if self.is_empty() {
+            *self = other;
+            return;
+        }
+        let offset = self.text.len();
+        self.text.push_str(&other.text);
+        self.ends.extend(other.ends.iter().map(|e| e + offset));
+    }
+
+    /// Keeps the first `n` targets.
+    pub fn truncate(&mut self, n: usize) {
+        if n < self.ends.len() {
+            self.text
+                .truncate(n.checked_sub(1).map_or(0, |last| self.ends[last]));
+            self.ends.truncate(n);
+        }
+    }
+
+    /// The targets, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(start, &end)| &self.text[start..end])
+    }
 }
 
 /// [`reduce_within`] without a budget.
@@ -337,7 +400,7 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
             // No more text is read: only the links are, whatever their element shows.
             if !tag.closing && tag.kind.link && out.hrefs.len() < MAX_HREFS {
                 if let Some(href) = tag.read_attributes().href {
-                    out.hrefs.push(decode_references(href));
+                    out.hrefs.push_decoded(href);
                 }
             }
             continue;
@@ -367,7 +430,7 @@ pub(super) fn reduce_within(html: &str, max_text: usize, budget: &mut Budget) ->
         }
         if !tag.closing && tag.kind.link && out.hrefs.len() < MAX_HREFS {
             if let Some(href) = attributes.href {
-                out.hrefs.push(decode_references(href));
+                out.hrefs.push_decoded(href);
             }
         }
     }
@@ -474,6 +537,9 @@ struct Open<'a> {
     stack: Vec<Frame<'a>>,
     /// A quoted or forwarded part began: no text is read after it.
     cut: bool,
+    /// The last `style` attribute read and what it says: templates repeat one inline
+    /// style on many elements, read once while it repeats.
+    last_style: Option<(&'a str, Style)>,
 }
 
 /// One open element.
@@ -492,6 +558,19 @@ impl<'a> Open<'a> {
         self.stack
             .last()
             .is_none_or(|f| !f.hidden && !f.color.near(f.background))
+    }
+
+    /// What the inline style `s` says: the last one's reading when `s` is written as it
+    /// was.
+    fn style(&mut self, s: &'a str) -> Style {
+        match self.last_style {
+            Some((last, style)) if last == s => style,
+            _ => {
+                let style = parse_style(s);
+                self.last_style = Some((s, style));
+                style
+            }
+        }
     }
 
     /// Opens or closes an element for `tag`.
@@ -531,7 +610,9 @@ impl<'a> Open<'a> {
             .stack
             .last()
             .map_or((false, BLACK, WHITE), |f| (f.hidden, f.color, f.background));
-        let style = attributes.style.map(parse_style).unwrap_or_default();
+        let style = attributes
+            .style
+            .map_or_else(Style::default, |s| self.style(s));
         let background = style
             .background
             .or_else(|| attributes.bgcolor.and_then(parse_attribute_color))
@@ -817,10 +898,18 @@ fn find3(hay: &[u8], a: u8, b: u8, c: u8) -> Option<usize> {
 /// `s` with HTML character references decoded: the numeric ones and the named ones mail
 /// writers use; an unknown or malformed reference stays as written.
 pub(super) fn decode_references(s: &str) -> String {
+    let mut out = String::new();
+    decode_references_into(&mut out, s);
+    out
+}
+
+/// [`decode_references`], appended to `out`.
+fn decode_references_into(out: &mut String, s: &str) {
     let Some(first) = memchr::memchr(b'&', s.as_bytes()) else {
-        return s.to_owned();
+        out.push_str(s);
+        return;
     };
-    let mut out = String::with_capacity(s.len());
+    out.reserve(s.len());
     out.push_str(&s[..first]);
     let mut rest = &s[first..];
     while let Some(amp) = memchr::memchr(b'&', rest.as_bytes()) {
@@ -846,7 +935,6 @@ pub(super) fn decode_references(s: &str) -> String {
         }
     }
     out.push_str(rest);
-    out
 }
 
 /// What one reference (`amp`, `#233`, `#x1F600`) stands for.
@@ -973,14 +1061,41 @@ mod tests {
             prop_assert_eq!(visible_run_end(&b, start), k);
         }
 
-        /// Any bytes: the positions found are those of the two bytes, in order.
+        /// Any bytes: the candidates found are those looked at byte by byte, in order.
         #[test]
-        fn positions_are_found_in_order(
-            b in proptest::collection::vec(prop_oneof![Just(b'<'), Just(b':'), any::<u8>()], 0..100),
+        fn candidates_are_found_in_order(
+            b in proptest::collection::vec(prop_oneof![Just(b'<'), Just(b':'), Just(b'i'), Just(b'I'), Just(b'a'), Just(b'A'), Just(b'i' ^ 0x20 ^ 0x80), any::<u8>()], 0..100),
         ) {
-            let want: Vec<usize> = (0..b.len()).filter(|&i| b[i] == b'<' || b[i] == b':').collect();
-            let got: Vec<usize> = Positions2::new(&b, b'<', b':').collect();
+            let want: Vec<usize> = (0..b.len())
+                .filter(|&i| match b[i] {
+                    b'<' => i + 1 < b.len() && matches!(b[i + 1], b'i' | b'I'),
+                    b':' => i > 0 && matches!(b[i - 1], b'a' | b'A'),
+                    _ => false,
+                })
+                .collect();
+            let got: Vec<usize> = Candidates::new(&b).collect();
             prop_assert_eq!(got, want);
+        }
+    }
+
+    proptest! {
+        /// Any targets, joined and cut: the same as a list of strings of them.
+        #[test]
+        fn hrefs_hold_what_a_list_holds(
+            first in proptest::collection::vec("[a-z&;#0-9é]{0,6}", 0..5),
+            second in proptest::collection::vec("[a-z&;#0-9é]{0,6}", 0..5),
+            keep in 0usize..12,
+        ) {
+            let (mut a, mut b) = (Hrefs::default(), Hrefs::default());
+            first.iter().for_each(|h| a.push_decoded(h));
+            second.iter().for_each(|h| b.push_decoded(h));
+            a.extend(b);
+            a.truncate(keep);
+            let mut want: Vec<String> = first.iter().chain(&second).map(|h| decode_references(h)).collect();
+            want.truncate(keep);
+            prop_assert_eq!(a.len(), want.len());
+            prop_assert_eq!(a.is_empty(), want.is_empty());
+            prop_assert_eq!(a.iter().collect::<Vec<_>>(), want);
         }
     }
 
@@ -1040,7 +1155,7 @@ mod tests {
             usize::MAX,
         );
         assert_eq!(
-            r.hrefs,
+            r.hrefs.iter().collect::<Vec<_>>(),
             [
                 "https://t.example.com/c?a=1&b=2",
                 "http://b.example",
@@ -1055,7 +1170,7 @@ mod tests {
     fn links_are_read_past_the_text_budget() {
         let r = reduce("<p>text</p><a href=\"https://a.example\">a</a>", 0);
         assert_eq!(r.text, "");
-        assert_eq!(r.hrefs, ["https://a.example"]);
+        assert_eq!(r.hrefs.iter().collect::<Vec<_>>(), ["https://a.example"]);
     }
 
     #[test]
@@ -1086,6 +1201,21 @@ mod tests {
     }
 
     #[test]
+    fn a_repeated_style_reads_as_its_first_reading() {
+        let hide = "<span style=\"display:none\">h</span>";
+        let show = "<span style=\"color:red\">s</span>";
+        assert_eq!(
+            text(&format!("{hide}{hide}{show}{show}{hide}{show}")),
+            "sss"
+        );
+        // A style written in another case is read on its own.
+        assert_eq!(
+            text("<b style='display:none'>h</b><b style='DISPLAY:NONE'>h</b><b style='display:nonE '>h</b><b style='display:non'>s</b>"),
+            "s"
+        );
+    }
+
+    #[test]
     fn quoted_and_forwarded_parts_end_the_text() {
         for marker in [
             "<div class=\"gmail_quote\">",
@@ -1098,7 +1228,7 @@ mod tests {
                 usize::MAX,
             );
             assert_eq!(r.text, "mine\n", "{marker}");
-            assert_eq!(r.hrefs, ["https://x.example"]);
+            assert_eq!(r.hrefs.iter().collect::<Vec<_>>(), ["https://x.example"]);
         }
     }
 

@@ -312,7 +312,7 @@ pub fn compute_within(
     }
     if wanted.link_domains {
         let mut domains = links::LinkDomains::new(exempt_link_domains);
-        for href in &texts.hrefs {
+        for href in texts.hrefs.iter() {
             if !budget.spend(1) {
                 return keys;
             }

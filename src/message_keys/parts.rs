@@ -19,7 +19,7 @@ pub(super) struct Texts {
     pub text: String,
     /// The `href`s of the HTML parts (of the HTML alternative too when the text read is the
     /// plain one).
-    pub hrefs: Vec<String>,
+    pub hrefs: html::Hrefs,
 }
 
 /// The text of `message`: the parts of its text body (mail-parser's choice: the plain
@@ -188,7 +188,7 @@ pub(super) fn single_texts(body: &str, html: bool, hrefs: bool, budget: &mut Bud
             let text = prefix(body, room);
             out.text.reserve(text.len() + 1);
             out.text.push_str(text);
-            Vec::new()
+            html::Hrefs::default()
         }
     };
     if !budget.spend(1) {
@@ -288,7 +288,10 @@ mod tests {
             "Subject: x\r\nContent-Type: multipart/alternative; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nplain words\r\n--b\r\nContent-Type: text/html\r\n\r\n<p>html words <a href=\"https://x.example.com/\">x</a></p>\r\n--b--\r\n",
         );
         assert_eq!(t.text.trim(), "plain words");
-        assert_eq!(t.hrefs, ["https://x.example.com/"]);
+        assert_eq!(
+            t.hrefs.iter().collect::<Vec<_>>(),
+            ["https://x.example.com/"]
+        );
     }
 
     #[test]
