@@ -486,32 +486,10 @@ fn push_text(out: &mut String, raw: &str, line: &mut Line) {
 /// The end of the run of visible ASCII (`!` to DEL) and single spaces between it that
 /// starts at `k` of `b`: eight bytes looked at a time, a space every few words.
 fn visible_run_end(b: &[u8], mut k: usize) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
     loop {
-        match b.get(k..k + 8) {
-            Some(chunk) => {
-                let w = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
-                // The high bit of each byte under '!' (a borrow can only mark bytes above
-                // the first such one) or from 0x80: the lowest marked byte is the first.
-                let marked = ((w.wrapping_sub(ONES * 0x21) & !w) | w) & HIGHS;
-                if marked == 0 {
-                    k += 8;
-                    continue;
-                }
-                k += (marked.trailing_zeros() / 8) as usize;
-            }
-            None => {
-                while b.get(k).is_some_and(|&c| c > b' ' && c < 0x80) {
-                    k += 1;
-                }
-                if k == b.len() {
-                    return k;
-                }
-            }
-        }
+        k = super::words::visible_ascii_end(b, k);
         // A byte that is not visible ASCII: the run goes on over a single space.
-        if b[k] == b' ' && b.get(k + 1).is_some_and(|&n| n > b' ' && n < 0x80) {
+        if b.get(k) == Some(&b' ') && b.get(k + 1).is_some_and(|&n| n > b' ' && n < 0x80) {
             k += 2;
         } else {
             return k;

@@ -153,34 +153,35 @@ pub(super) fn each_word_hash(text: &str, emit: &mut dyn FnMut(u64) -> bool) -> b
     true
 }
 
-/// The first byte of `b` from `i` on that is ASCII whitespace or not ASCII (`b.len()` when
-/// there is none): eight bytes looked at a time, a word at a time in prose.
-fn ascii_token_end(b: &[u8], mut i: usize) -> usize {
+/// The first byte of `b` from `k` on that is not visible ASCII (`!` to DEL): whitespace, a
+/// control byte or a byte from 0x80 (`b.len()` when there is none). Eight bytes are looked
+/// at a time.
+#[inline]
+pub(super) fn visible_ascii_end(b: &[u8], mut k: usize) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    loop {
-        match b.get(i..i + 8) {
-            Some(chunk) => {
-                let w = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
-                // The high bit of each byte under '!' (a borrow can only mark bytes above
-                // the first such one) or from 0x80: the lowest marked byte is the first.
-                let marked = ((w.wrapping_sub(ONES * 0x21) & !w) | w) & HIGHS;
-                if marked == 0 {
-                    i += 8;
-                    continue;
-                }
-                i += (marked.trailing_zeros() / 8) as usize;
-            }
-            None => {
-                while b.get(i).is_some_and(|&c| c > b' ' && c < 0x80) {
-                    i += 1;
-                }
-                if i == b.len() {
-                    return i;
-                }
-            }
+    while let Some(chunk) = b.get(k..k + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+        // The high bit of each byte under '!' (a borrow can only mark bytes above the first
+        // such one) or from 0x80: the lowest marked byte is the first.
+        let marked = ((w.wrapping_sub(ONES * 0x21) & !w) | w) & HIGHS;
+        if marked != 0 {
+            return k + (marked.trailing_zeros() / 8) as usize;
         }
-        if b[i] >= 0x80 || is_ascii_space(b[i]) {
+        k += 8;
+    }
+    while b.get(k).is_some_and(|&c| c > b' ' && c < 0x80) {
+        k += 1;
+    }
+    k
+}
+
+/// The first byte of `b` from `i` on that is ASCII whitespace or not ASCII (`b.len()` when
+/// there is none): a word at a time in prose ([`visible_ascii_end`]).
+fn ascii_token_end(b: &[u8], mut i: usize) -> usize {
+    loop {
+        i = visible_ascii_end(b, i);
+        if i == b.len() || b[i] >= 0x80 || is_ascii_space(b[i]) {
             return i;
         }
         // A control byte: part of the token.

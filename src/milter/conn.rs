@@ -187,15 +187,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 
     /// The session's answer `a` to `command`: answered when Postfix waits for it; a
-    /// refusal Postfix does not wait for is owed to the next event it waits for
-    /// (`whole_session`: made at connect or HELO).
-    fn settle(
-        &mut self,
-        command: &Command<'_>,
-        a: Answer,
-        whole_session: bool,
-    ) -> Result<(), ConnError> {
+    /// refusal Postfix does not wait for is owed to the next event it waits for (for the
+    /// whole SMTP session when made at connect or HELO).
+    fn settle(&mut self, command: &Command<'_>, a: Answer) -> Result<(), ConnError> {
         if matches!(a, Answer::Reply(_)) && !command.wants_answer(self.steps.unwrap_or(0)) {
+            let whole_session = matches!(command, Command::Connect { .. } | Command::Helo(_));
             self.owed = Some((a, whole_session));
             return Ok(());
         }
@@ -278,14 +274,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 ref address,
             } => {
                 let a = self.session.connect(hostname, address).await;
-                self.settle(&command, a, true)?;
+                self.settle(&command, a)?;
             }
             Command::Helo(name) => {
                 if !self.pay_owed(&command)? {
                     let tls = macro_value(&self.macros.for_stage(b'H'), "{tls_version}")
                         .is_some_and(|v| !v.is_empty());
                     let a = self.session.helo(name, tls).await;
-                    self.settle(&command, a, true)?;
+                    self.settle(&command, a)?;
                 }
             }
             Command::Mail(ref args) => {
@@ -293,19 +289,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 if !self.pay_owed(&command)? {
                     let macros = self.macros.for_stage(b'M');
                     let a = self.session.mail(args, &macros).await;
-                    self.settle(&command, a, false)?;
+                    self.settle(&command, a)?;
                 }
             }
             Command::Rcpt(ref args) => {
                 if !self.pay_owed(&command)? {
                     let a = self.session.rcpt(args).await;
-                    self.settle(&command, a, false)?;
+                    self.settle(&command, a)?;
                 }
             }
             Command::Data => {
                 if !self.pay_owed(&command)? {
                     let a = self.session.data().await;
-                    self.settle(&command, a, false)?;
+                    self.settle(&command, a)?;
                 }
             }
             Command::Header { name, value } => {

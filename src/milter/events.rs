@@ -114,14 +114,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn model(limits: &str) -> PolicyModel {
-        let text = format!(
-            "[[policy_service]]\nlisten = \"127.0.0.1:10031\"\n[hold]\ndir = \"/var/lib/fg/hold\"\n{limits}"
-        );
-        let c = crate::config::Config::parse(std::path::Path::new("/t.toml"), &text)
-            .unwrap_or_else(|e| panic!("{e}"));
-        crate::policy::compile(&c).unwrap_or_else(|e| panic!("{e}"))
-    }
+    use crate::policy::postfix_path_model as model;
 
     const PER_RCPT: &str = "[[limit]]\nname = \"r\"\nratelimit = \"100 / 1h / per_rcpt / strict\"\naction = \"warn\"\n";
 

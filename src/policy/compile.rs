@@ -1228,3 +1228,15 @@ fn compile_baseline(
         window_secs.max(1),
     )))
 }
+
+/// The compiled policy of a configuration that serves only inside Postfix's path (a policy
+/// service, no listener), with a hold spool and `limits`: for the unit tests of the Postfix
+/// front ends.
+#[cfg(test)]
+pub(crate) fn postfix_path_model(limits: &str) -> PolicyModel {
+    let text = format!(
+        "[[policy_service]]\nlisten = \"127.0.0.1:10031\"\n[hold]\ndir = \"/var/lib/fg/hold\"\n{limits}"
+    );
+    let c = Config::parse(std::path::Path::new("/t.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+    compile(&c).unwrap_or_else(|e| panic!("{e}"))
+}

@@ -43,6 +43,8 @@ mod request;
 pub mod template;
 
 pub use compile::compile;
+#[cfg(test)]
+pub(crate) use compile::postfix_path_model;
 pub use cross_checks::check_sections;
 pub use engine::RatePolicy;
 

@@ -91,14 +91,7 @@ pub fn restriction_lists(model: &PolicyModel) -> String {
 mod tests {
     use super::*;
 
-    fn model(limits: &str) -> PolicyModel {
-        let text = format!(
-            "[[policy_service]]\nlisten = \"127.0.0.1:10031\"\n[hold]\ndir = \"/var/lib/fg/hold\"\n{limits}"
-        );
-        let c = crate::config::Config::parse(std::path::Path::new("/t.toml"), &text)
-            .unwrap_or_else(|e| panic!("{e}"));
-        crate::policy::compile(&c).unwrap_or_else(|e| panic!("{e}"))
-    }
+    use crate::policy::postfix_path_model as model;
 
     #[test]
     fn what_the_policy_service_cannot_see_is_named() {

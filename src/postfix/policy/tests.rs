@@ -153,6 +153,13 @@ fn action_texts_cannot_break_the_protocol() {
     assert!(long.ends_with("é\n\n"));
 }
 
+/// One request: `name=value` lines, then the empty line.
+fn request_text<'a>(attrs: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    let mut text: String = attrs.map(|(n, v)| format!("{n}={v}\n")).collect();
+    text.push('\n');
+    text
+}
+
 proptest! {
     #[test]
     fn any_bytes_never_panic_and_errors_reset(lines in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..50)) {
@@ -169,11 +176,7 @@ proptest! {
 
     #[test]
     fn attributes_read_back_as_written(attrs in prop::collection::vec(("[a-z_]{1,20}", "[ -~]{0,60}"), 1..30)) {
-        let mut text = String::new();
-        for (n, v) in &attrs {
-            text.push_str(&format!("{n}={v}\n"));
-        }
-        text.push('\n');
+        let text = request_text(attrs.iter().map(|(n, v)| (n.as_ref(), v.as_str())));
         let reqs = read_all(text.as_bytes());
         let req = reqs[0].as_ref().unwrap();
         let back: Vec<(String, String)> =
@@ -186,11 +189,7 @@ proptest! {
     fn the_last_value_of_a_name_is_found(
         attrs in prop::collection::vec((prop::sample::select(vec!["sender", "recipient", "size", "instance", "x_other", "y"]), "[ -~]{0,20}"), 1..20),
     ) {
-        let mut text = String::new();
-        for (n, v) in &attrs {
-            text.push_str(&format!("{n}={v}\n"));
-        }
-        text.push('\n');
+        let text = request_text(attrs.iter().map(|(n, v)| (*n, v.as_str())));
         let reqs = read_all(text.as_bytes());
         let req = reqs[0].as_ref().unwrap();
         for name in ["sender", "recipient", "size", "instance", "x_other", "y", "queue_id"] {
