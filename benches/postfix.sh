@@ -52,17 +52,26 @@
 # smtpd_end_of_data_restrictions (as the book's "Postfix's policy service" page: the bench's
 # limit is at RCPT, none at DATA; with Postfix's default default_action, so a failing service stops
 # the run instead of letting mail through unseen); the same floodgate serves that socket
-# ([[policy_service]]) with the same limit. Per profile, rounds of Postfix alone and Postfix
-# with the policy service (the order alternating) give the median ratio policy/alone with
-# its range, each path's median msgs/s, and floodgate's and Postfix's CPU per message.
+# ([[policy_service]]) with the same limit. Per profile, rounds of Postfix alone, Postfix
+# with the policy service and Postfix with the null one (below; the order rotating) give
+# the median ratios with their ranges, each path's median msgs/s, and floodgate's, the null
+# service's and Postfix's CPU per message.
 #
 # Milter mode: a third smtpd of the same Postfix, on 127.0.0.1:26264, has smtpd_milters =
 # unix:$DIR/floodgate/milter.sock with milter_protocol = 6 and milter_default_action =
 # tempfail (as the book's "floodgate as a Postfix milter" page, so a failing milter stops the
-# run); the same floodgate serves that socket ([[milter]]) with the same limit. Per profile,
-# rounds of Postfix alone and Postfix with floodgate as its milter (the order alternating)
-# give the median ratio milter/alone with its range, each path's median msgs/s, and
-# floodgate's and Postfix's CPU per message. Without proxy mode, no nginx is needed.
+# run); the same floodgate serves that socket ([[milter]]) with the same limit, reported as
+# policy mode is (with the null milter). Without proxy mode, no nginx is needed.
+#
+# The ceiling of both modes: what Postfix itself spends on asking any service. Two more
+# smtpds of the same Postfix, on 127.0.0.1:26265 (policy) and 127.0.0.1:26266 (milter), ask
+# the cheapest service there can be instead of floodgate (benches/support/null_services.rs,
+# built with rustc -O: threads started once, blocking reads and writes; the policy
+# service answers every request DUNNO, the milter asks Postfix to leave out every event it
+# may leave out and answers each end of message continue). Each round of policy or milter
+# mode runs it too (the order of the three rotating), and each profile reports its ratio to
+# Postfix alone: no policy service or milter, floodgate or any other, can keep more of
+# Postfix's throughput on this machine than that.
 #
 # Needs Debian's postfix package (/usr/sbin/postfix, /usr/lib/postfix/sbin/master,
 # smtp-source; no postfix daemon is started by it), root (Postfix's master starts as root),
@@ -80,7 +89,7 @@ while getopts "n:m:s:F:c:w:kh" o; do
         c) CLIENT=$OPTARG ;;
         w) MODES=$OPTARG ;;
         k) KEEP=1 ;;
-        h) sed -n '2,70p' "$0"; exit 0 ;;
+        h) sed -n '2,79p' "$0"; exit 0 ;;
         *) exit 2 ;;
     esac
 done
@@ -133,8 +142,8 @@ FGBIN=${FLOODGATE_BIN:-$ROOT/target/release/floodgate}
 if [[ ! -x $FGBIN ]]; then
     cargo build --release --manifest-path "$ROOT/Cargo.toml" --bin floodgate
 fi
-PF_PORT=26260 FG_PORT=26261 NS_PORT=26262 PP_PORT=26263 MI_PORT=26264
-for port in $PF_PORT $FG_PORT $NS_PORT $PP_PORT $MI_PORT; do
+PF_PORT=26260 FG_PORT=26261 NS_PORT=26262 PP_PORT=26263 MI_PORT=26264 NP_PORT=26265 NM_PORT=26266
+for port in $PF_PORT $FG_PORT $NS_PORT $PP_PORT $MI_PORT $NP_PORT $NM_PORT; do
     if ss -Hltn "sport = :$port" | grep -q .; then
         echo "port $port is in use" >&2
         exit 2
@@ -145,10 +154,11 @@ base=${PF_BASE:-/dev/shm}
 [[ -d $base ]] || base=/tmp
 DIR=$(mktemp -d "$base/floodgate-postfix-bench.XXXXXX")
 chmod 755 "$DIR"
-PF="$DIR/postfix" MASTER="" FG="" NS=""
+PF="$DIR/postfix" MASTER="" FG="" NS="" NULL=""
 stop() {
     set +e # a stopped process's exit status is not a failure here
     [[ -n $FG ]] && kill "$FG" 2>/dev/null && wait "$FG" 2>/dev/null
+    [[ -n $NULL ]] && kill "$NULL" 2>/dev/null && wait "$NULL" 2>/dev/null
     [[ -n $NS ]] && kill "$NS" 2>/dev/null
     if [[ -n $MASTER ]]; then
         kill "$MASTER" 2>/dev/null
@@ -201,6 +211,7 @@ smtpd_client_connection_count_limit = 0
 smtpd_peername_lookup = no
 # Policy mode: the restrictions of the smtpd on $PP_PORT (master.cf -o).
 floodgate_policy = check_policy_service unix:$DIR/floodgate/policy.sock
+null_policy = check_policy_service unix:$DIR/null/policy.sock
 EOF
 cat >"$PF/conf/master.cf" <<EOF
 127.0.0.1:$PF_PORT inet n - n - - smtpd
@@ -232,6 +243,22 @@ if mode milter; then
     cat >>"$PF/conf/master.cf" <<EOF
 127.0.0.1:$MI_PORT inet n - n - - smtpd
   -o smtpd_milters=unix:$MILTER_SOCK
+  -o milter_protocol=6
+  -o milter_default_action=tempfail
+EOF
+fi
+# The ceiling: two more smtpds asking the null services instead.
+if mode policy; then
+    cat >>"$PF/conf/master.cf" <<EOF
+127.0.0.1:$NP_PORT inet n - n - - smtpd
+  -o smtpd_recipient_restrictions=\$null_policy
+  -o smtpd_end_of_data_restrictions=\$null_policy
+EOF
+fi
+if mode milter; then
+    cat >>"$PF/conf/master.cf" <<EOF
+127.0.0.1:$NM_PORT inet n - n - - smtpd
+  -o smtpd_milters=unix:$DIR/null/milter.sock
   -o milter_protocol=6
   -o milter_default_action=tempfail
 EOF
@@ -281,6 +308,15 @@ setsid "$FGBIN" run --config "$DIR/floodgate/floodgate.toml" </dev/null \
     >"$DIR/floodgate/stdout" 2>"$DIR/floodgate/log" &
 FG=$!
 
+# --- the null services, the ceiling of policy and milter mode ------------------------------
+if mode policy || mode milter; then
+    mkdir -p "$DIR/null"
+    rustc -O --edition 2021 "$ROOT/benches/support/null_services.rs" -o "$DIR/null/null_services"
+    setsid "$DIR/null/null_services" "$DIR/null/policy.sock" "$DIR/null/milter.sock" </dev/null \
+        >"$DIR/null/log" 2>&1 &
+    NULL=$!
+fi
+
 # --- nginx's stream byte relay in front of it, for comparison ------------------------------
 if mode proxy; then
     NS=$("$HARNESS/relay-nstream.sh" -d "$DIR/nstream" -p $NS_PORT -u 127.0.0.1:$PF_PORT)
@@ -308,6 +344,12 @@ ready $PP_PORT || { echo "Postfix did not greet on $PP_PORT" >&2; exit 1; }
 for _ in $(seq 100); do [[ -S $DIR/floodgate/policy.sock ]] && break; sleep 0.1; done
 [[ -S $DIR/floodgate/policy.sock ]] || { echo "no policy socket" >&2; cat "$DIR/floodgate/log" >&2; exit 1; }
 ! mode milter || ready $MI_PORT || { echo "Postfix with floodgate's milter did not greet on $MI_PORT" >&2; cat "$PF/maillog" "$DIR/floodgate/log" >&2; exit 1; }
+! mode policy || ready $NP_PORT || { echo "Postfix asking the null policy service did not greet on $NP_PORT" >&2; exit 1; }
+! mode milter || ready $NM_PORT || { echo "Postfix with the null milter did not greet on $NM_PORT" >&2; exit 1; }
+if [[ -n $NULL ]]; then
+    for _ in $(seq 100); do [[ -S $DIR/null/milter.sock ]] && break; sleep 0.1; done
+    [[ -S $DIR/null/milter.sock ]] || { echo "the null services did not start" >&2; cat "$DIR/null/log" >&2; exit 1; }
+fi
 
 TICK=$(getconf CLK_TCK)
 # Postfix's CPU ticks so far: every live process of the master's session (utime+stime) and
@@ -322,6 +364,8 @@ pf_ticks() {
     echo $((t + v))
 }
 fg_ticks() { awk '{print $14 + $15}' "/proc/$FG/stat"; }
+# The null services' CPU ticks so far.
+null_ticks() { if [[ -n $NULL ]]; then awk '{print $14 + $15}' "/proc/$NULL/stat"; else echo 0; fi; }
 # nginx's CPU ticks so far: its master and workers.
 ns_ticks() {
     local t=0 p
@@ -333,11 +377,11 @@ ns_ticks() {
 }
 delivered() { grep -c 'status=sent' "$PF/maillog" 2>/dev/null || true; }
 
-# run PORT PROFILE: "msgs/s floodgate-µs/msg nginx-µs/msg postfix-µs/msg" of one load.sh run,
-# once Postfix has delivered every message of it.
+# run PORT PROFILE: "msgs/s floodgate-µs/msg nginx-µs/msg postfix-µs/msg null-µs/msg" of one
+# load.sh run, once Postfix has delivered every message of it.
 run() {
-    local line sent rate f0 f1 n0 n1 p0 p1 rcpts got before want
-    before=$(delivered) f0=$(fg_ticks) n0=$(ns_ticks) p0=$(pf_ticks)
+    local line sent rate f0 f1 n0 n1 p0 p1 z0 z1 rcpts got before want
+    before=$(delivered) f0=$(fg_ticks) n0=$(ns_ticks) p0=$(pf_ticks) z0=$(null_ticks)
     if [[ $CLIENT == ehlo ]]; then
         # shellcheck disable=SC2046
         line=$(timeout -k 5 610 python3 "$ROOT/benches/ehlo_source.py" -t "127.0.0.1:$1" -s "$S" \
@@ -363,10 +407,11 @@ run() {
         echo "port $1, $2: Postfix delivered $((got - before)) recipients, expected $((want - before))" >&2
         exit 1
     fi
-    f1=$(fg_ticks) n1=$(ns_ticks) p1=$(pf_ticks)
+    f1=$(fg_ticks) n1=$(ns_ticks) p1=$(pf_ticks) z1=$(null_ticks)
     rate=$(grep -o 'msgs_per_s=[0-9.]*' <<<"$line" | cut -d= -f2)
     awk -v r="$rate" -v t="$TICK" -v m="$M" -v f="$((f1 - f0))" -v n="$((n1 - n0))" -v p="$((p1 - p0))" \
-        'BEGIN { printf "%s %.1f %.1f %.1f\n", r, f / t * 1e6 / m, n / t * 1e6 / m, p / t * 1e6 / m }'
+        -v z="$((z1 - z0))" \
+        'BEGIN { printf "%s %.1f %.1f %.1f %.1f\n", r, f / t * 1e6 / m, n / t * 1e6 / m, p / t * 1e6 / m, z / t * 1e6 / m }'
 }
 
 median() { sort -g | awk '{v[NR]=$1} END{if (NR) print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
@@ -394,9 +439,9 @@ proxy() {
             2) b=$(run $FG_PORT "$profile"); c=$(run $NS_PORT "$profile"); a=$(run $PF_PORT "$profile") ;;
             0) c=$(run $NS_PORT "$profile"); a=$(run $PF_PORT "$profile"); b=$(run $FG_PORT "$profile") ;;
         esac
-        read -r ar _ _ ap <<<"$a"
-        read -r br bf _ bp <<<"$b"
-        read -r cr _ cn cp <<<"$c"
+        read -r ar _ _ ap _ <<<"$a"
+        read -r br bf _ bp _ <<<"$b"
+        read -r cr _ cn cp _ <<<"$c"
         pfr+=("$ar") fgr+=("$br") nsr+=("$cr") fgcpu+=("$bf") nscpu+=("$cn")
         pfcpu_alone+=("$ap") pfcpu_behind+=("$bp") pfcpu_ns+=("$cp")
         ratios+=("$(awk -v a="$ar" -v b="$br" 'BEGIN{printf "%.4f", b/a}')")
@@ -415,61 +460,44 @@ proxy() {
         "$(printf '%s\n' "${pfcpu_ns[@]}" | median)"
 }
 
-# policy PROFILE: Postfix alone and Postfix asking floodgate's policy service, ROUNDS rounds.
-policy() {
-    local profile=$1 i a b ar ap br bf bp
-    local ratios=() pfr=() ppr=() fgcpu=() pfcpu_alone=() pfcpu_policy=()
+# asked PROFILE MODE PORT NULL_PORT WHAT: Postfix alone, asking floodgate (on PORT) and asking
+# the null service (on NULL_PORT), ROUNDS rounds, the order rotating from one round to the
+# next (alone, floodgate, null; floodgate, null, alone; null, alone, floodgate).
+asked() {
+    local profile=$1 what=$2 port=$3 nport=$4 i a b c ar ap br bf bp cr cp cz
+    local ratios=() ceilings=() ofceiling=() pfr=() fgr=() nr=() fgcpu=() nullcpu=()
+    local pfcpu_alone=() pfcpu_fg=() pfcpu_null=()
     for i in $(seq "$ROUNDS"); do
-        # Each run in an assignment of its own (a failed one stops the script); the order
-        # alternates from one round to the next.
-        if ((i % 2)); then
-            a=$(run $PF_PORT "$profile"); b=$(run $PP_PORT "$profile")
-        else
-            b=$(run $PP_PORT "$profile"); a=$(run $PF_PORT "$profile")
-        fi
-        read -r ar _ _ ap <<<"$a"
-        read -r br bf _ bp <<<"$b"
-        pfr+=("$ar") ppr+=("$br") fgcpu+=("$bf") pfcpu_alone+=("$ap") pfcpu_policy+=("$bp")
+        # Each run in an assignment of its own, so that a failed one stops the script.
+        case $((i % 3)) in
+            1) a=$(run $PF_PORT "$profile"); b=$(run "$port" "$profile"); c=$(run "$nport" "$profile") ;;
+            2) b=$(run "$port" "$profile"); c=$(run "$nport" "$profile"); a=$(run $PF_PORT "$profile") ;;
+            0) c=$(run "$nport" "$profile"); a=$(run $PF_PORT "$profile"); b=$(run "$port" "$profile") ;;
+        esac
+        read -r ar _ _ ap _ <<<"$a"
+        read -r br bf _ bp _ <<<"$b"
+        read -r cr _ _ cp cz <<<"$c"
+        pfr+=("$ar") fgr+=("$br") nr+=("$cr") fgcpu+=("$bf") nullcpu+=("$cz")
+        pfcpu_alone+=("$ap") pfcpu_fg+=("$bp") pfcpu_null+=("$cp")
         ratios+=("$(awk -v a="$ar" -v b="$br" 'BEGIN{printf "%.4f", b/a}')")
+        ceilings+=("$(awk -v a="$ar" -v c="$cr" 'BEGIN{printf "%.4f", c/a}')")
+        ofceiling+=("$(awk -v b="$br" -v c="$cr" 'BEGIN{printf "%.4f", b/c}')")
     done
-    printf '%-12s policy service: Postfix asking floodgate / Postfix alone %s over %d rounds\n' \
-        "$profile" "$(printf '%s\n' "${ratios[@]}" | range)" "$ROUNDS"
-    printf '%-12s msgs/s Postfix alone %.0f, asking floodgate %.0f\n' "" \
-        "$(printf '%s\n' "${pfr[@]}" | median)" "$(printf '%s\n' "${ppr[@]}" | median)"
-    printf '%-12s CPU µs/msg: floodgate %.0f; Postfix alone %.0f, asking floodgate %.0f\n' "" \
-        "$(printf '%s\n' "${fgcpu[@]}" | median)" "$(printf '%s\n' "${pfcpu_alone[@]}" | median)" \
-        "$(printf '%s\n' "${pfcpu_policy[@]}" | median)"
-}
-
-# milter PROFILE: Postfix alone and Postfix with floodgate as its milter, ROUNDS rounds.
-milter() {
-    local profile=$1 i a b ar ap br bf bp
-    local ratios=() pfr=() mir=() fgcpu=() pfcpu_alone=() pfcpu_milter=()
-    for i in $(seq "$ROUNDS"); do
-        # Each run in an assignment of its own (a failed one stops the script); the order
-        # alternates from one round to the next.
-        if ((i % 2)); then
-            a=$(run $PF_PORT "$profile"); b=$(run $MI_PORT "$profile")
-        else
-            b=$(run $MI_PORT "$profile"); a=$(run $PF_PORT "$profile")
-        fi
-        read -r ar _ _ ap <<<"$a"
-        read -r br bf _ bp <<<"$b"
-        pfr+=("$ar") mir+=("$br") fgcpu+=("$bf") pfcpu_alone+=("$ap") pfcpu_milter+=("$bp")
-        ratios+=("$(awk -v a="$ar" -v b="$br" 'BEGIN{printf "%.4f", b/a}')")
-    done
-    printf '%-12s milter: Postfix with floodgate / Postfix alone %s over %d rounds\n' \
-        "$profile" "$(printf '%s\n' "${ratios[@]}" | range)" "$ROUNDS"
-    printf '%-12s msgs/s Postfix alone %.0f, with floodgate as its milter %.0f\n' "" \
-        "$(printf '%s\n' "${pfr[@]}" | median)" "$(printf '%s\n' "${mir[@]}" | median)"
-    printf '%-12s CPU µs/msg: floodgate %.0f; Postfix alone %.0f, with the milter %.0f\n' "" \
-        "$(printf '%s\n' "${fgcpu[@]}" | median)" "$(printf '%s\n' "${pfcpu_alone[@]}" | median)" \
-        "$(printf '%s\n' "${pfcpu_milter[@]}" | median)"
+    printf '%-12s %s: Postfix with floodgate / Postfix alone %s, with the null service / alone (the ceiling) %s, floodgate / the null service %s over %d rounds\n' \
+        "$profile" "$what" "$(printf '%s\n' "${ratios[@]}" | range)" "$(printf '%s\n' "${ceilings[@]}" | range)" \
+        "$(printf '%s\n' "${ofceiling[@]}" | range)" "$ROUNDS"
+    printf '%-12s msgs/s Postfix alone %.0f, with floodgate %.0f, with the null service %.0f\n' "" \
+        "$(printf '%s\n' "${pfr[@]}" | median)" "$(printf '%s\n' "${fgr[@]}" | median)" \
+        "$(printf '%s\n' "${nr[@]}" | median)"
+    printf '%-12s CPU µs/msg: floodgate %.0f, the null service %.0f; Postfix alone %.0f, with floodgate %.0f, with the null service %.0f\n' "" \
+        "$(printf '%s\n' "${fgcpu[@]}" | median)" "$(printf '%s\n' "${nullcpu[@]}" | median)" \
+        "$(printf '%s\n' "${pfcpu_alone[@]}" | median)" "$(printf '%s\n' "${pfcpu_fg[@]}" | median)" \
+        "$(printf '%s\n' "${pfcpu_null[@]}" | median)"
 }
 
 for profile in $PROFILES; do
     if mode proxy; then proxy "$profile"; fi
-    if mode policy; then policy "$profile"; fi
-    if mode milter; then milter "$profile"; fi
+    if mode policy; then asked "$profile" "policy service" $PP_PORT $NP_PORT; fi
+    if mode milter; then asked "$profile" "milter" $MI_PORT $NM_PORT; fi
 done
 printf '# load average at end: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
