@@ -426,19 +426,27 @@ range() {
     v=$(cat)
     printf '%.3f (%.2f-%.2f)' "$(median <<<"$v")" "$(sort -g <<<"$v" | head -1)" "$(sort -g <<<"$v" | tail -1)"
 }
+# round ROUND PROFILE PORT_A PORT_B PORT_C: run() on the three ports, the order rotating
+# with ROUND (a, b, c; b, c, a; c, a, b); prints their results as three lines, a's first.
+# A failed run fails it (and the assignment of its output stops the script): called in a
+# command substitution, it runs without set -e.
+round() {
+    local a b c
+    case $(($1 % 3)) in
+        1) a=$(run "$3" "$2") && b=$(run "$4" "$2") && c=$(run "$5" "$2") || return 1 ;;
+        2) b=$(run "$4" "$2") && c=$(run "$5" "$2") && a=$(run "$3" "$2") || return 1 ;;
+        0) c=$(run "$5" "$2") && a=$(run "$3" "$2") && b=$(run "$4" "$2") || return 1 ;;
+    esac
+    printf '%s\n%s\n%s\n' "$a" "$b" "$c"
+}
+
 # proxy PROFILE: Postfix alone, behind floodgate and behind nginx, ROUNDS rounds.
 proxy() {
-    local profile=$1 i a b c ar ap br bf bp cr cn cp
+    local profile=$1 i out a b c ar ap br bf bp cr cn cp
     local ratios=() nsratios=() fgns=() pfr=() fgr=() nsr=() fgcpu=() nscpu=() pfcpu_alone=() pfcpu_behind=() pfcpu_ns=()
     for i in $(seq "$ROUNDS"); do
-        # Each run in an assignment of its own, so that a failed one stops the script; the
-        # order rotates from one round to the next (alone, floodgate, nginx; floodgate,
-        # nginx, alone; nginx, alone, floodgate).
-        case $((i % 3)) in
-            1) a=$(run $PF_PORT "$profile"); b=$(run $FG_PORT "$profile"); c=$(run $NS_PORT "$profile") ;;
-            2) b=$(run $FG_PORT "$profile"); c=$(run $NS_PORT "$profile"); a=$(run $PF_PORT "$profile") ;;
-            0) c=$(run $NS_PORT "$profile"); a=$(run $PF_PORT "$profile"); b=$(run $FG_PORT "$profile") ;;
-        esac
+        out=$(round "$i" "$profile" $PF_PORT $FG_PORT $NS_PORT)
+        { read -r a; read -r b; read -r c; } <<<"$out"
         read -r ar _ _ ap _ <<<"$a"
         read -r br bf _ bp _ <<<"$b"
         read -r cr _ cn cp _ <<<"$c"
@@ -460,20 +468,15 @@ proxy() {
         "$(printf '%s\n' "${pfcpu_ns[@]}" | median)"
 }
 
-# asked PROFILE MODE PORT NULL_PORT WHAT: Postfix alone, asking floodgate (on PORT) and asking
-# the null service (on NULL_PORT), ROUNDS rounds, the order rotating from one round to the
-# next (alone, floodgate, null; floodgate, null, alone; null, alone, floodgate).
+# asked PROFILE WHAT PORT NULL_PORT: Postfix alone, asking floodgate (on PORT) and asking the
+# null service (on NULL_PORT), ROUNDS rounds; WHAT names the mode in the report.
 asked() {
-    local profile=$1 what=$2 port=$3 nport=$4 i a b c ar ap br bf bp cr cp cz
+    local profile=$1 what=$2 port=$3 nport=$4 i out a b c ar ap br bf bp cr cp cz
     local ratios=() ceilings=() ofceiling=() pfr=() fgr=() nr=() fgcpu=() nullcpu=()
     local pfcpu_alone=() pfcpu_fg=() pfcpu_null=()
     for i in $(seq "$ROUNDS"); do
-        # Each run in an assignment of its own, so that a failed one stops the script.
-        case $((i % 3)) in
-            1) a=$(run $PF_PORT "$profile"); b=$(run "$port" "$profile"); c=$(run "$nport" "$profile") ;;
-            2) b=$(run "$port" "$profile"); c=$(run "$nport" "$profile"); a=$(run $PF_PORT "$profile") ;;
-            0) c=$(run "$nport" "$profile"); a=$(run $PF_PORT "$profile"); b=$(run "$port" "$profile") ;;
-        esac
+        out=$(round "$i" "$profile" $PF_PORT "$port" "$nport")
+        { read -r a; read -r b; read -r c; } <<<"$out"
         read -r ar _ _ ap _ <<<"$a"
         read -r br bf _ bp _ <<<"$b"
         read -r cr _ _ cp cz <<<"$c"
