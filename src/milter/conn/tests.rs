@@ -82,19 +82,24 @@ fn packet(code: u8, parts: &[&[u8]]) -> Vec<u8> {
     out
 }
 
+/// The connect event of a client named `name` at IPv4 `address`, port `port`.
+fn connect(name: &str, port: u16, address: &str) -> Vec<u8> {
+    packet(
+        b'C',
+        &[
+            format!("{name}\0").as_bytes(),
+            b"4",
+            &port.to_be_bytes(),
+            format!("{address}\0").as_bytes(),
+        ],
+    )
+}
+
 /// One message of an authenticated session, as Postfix sends it with every event.
 fn whole_message() -> Vec<u8> {
     let mut input = offer();
     input.extend(packet(b'D', &[b"C", b"j\0mx.example\0"]));
-    input.extend(packet(
-        b'C',
-        &[
-            b"client.example\0",
-            b"4",
-            &25u16.to_be_bytes(),
-            b"192.0.2.7\0",
-        ],
-    ));
+    input.extend(connect("client.example", 25, "192.0.2.7"));
     input.extend(packet(b'H', &[b"client.example\0"]));
     input.extend(packet(b'D', &[b"M", b"{auth_authen}\0Alice\0i\0ABC123\0"]));
     input.extend(packet(b'M', &[b"<a@client.example>\0"]));
@@ -155,10 +160,7 @@ async fn abort_and_next_connection_keep_the_connection() {
     input.extend(packet(b'M', &[b"<a@x.example>\0"]));
     input.extend(packet(b'A', &[]));
     input.extend(packet(b'K', &[]));
-    input.extend(packet(
-        b'C',
-        &[b"c\0", b"4", &1u16.to_be_bytes(), b"192.0.2.1\0"],
-    ));
+    input.extend(connect("c", 1, "192.0.2.1"));
     let (ended, answers) = converse(input).await;
     ended.unwrap();
     let codes: Vec<u8> = answers.iter().map(|a| a.0).collect();
@@ -228,10 +230,7 @@ async fn an_old_version_is_refused() {
 #[tokio::test]
 async fn a_malformed_connect_ends_the_connection() {
     let mut input = offer();
-    input.extend(packet(
-        b'C',
-        &[b"c\0", b"4", &1u16.to_be_bytes(), b"not-an-address\0"],
-    ));
+    input.extend(connect("c", 1, "not-an-address"));
     let (ended, answers) = converse(input).await;
     let e = ended.unwrap_err();
     assert!(
@@ -336,10 +335,7 @@ async fn a_refusal_owed_goes_to_the_next_event_postfix_waits_for_and_ends_with_i
     input.extend(packet(b'R', &[b"<c@dest.example>\0"]));
     input.extend(packet(b'A', &[]));
     input.extend(packet(b'K', &[]));
-    input.extend(packet(
-        b'C',
-        &[b"c\0", b"4", &1u16.to_be_bytes(), b"192.0.2.1\0"],
-    ));
+    input.extend(connect("c", 1, "192.0.2.1"));
     input.extend(packet(b'R', &[b"<d@dest.example>\0"]));
     let (ended, answers) = converse_with(ctx, input).await;
     ended.unwrap();
